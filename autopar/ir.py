@@ -1,0 +1,164 @@
+"""The shared vocabulary of autopar's stages: metadata keys, tensor specs and regions.
+
+Every stage of the flow in ``docs/architecture.md`` reads what the previous one wrote
+under the keys defined here and nothing else:
+
+* capture writes :data:`SPEC` on every node (shape and dtype of what the node produces);
+* analysis passes append :class:`Region` objects to ``gm.meta[REGIONS]`` and tag each
+  member node with ``node.meta[REGION_OF][kind] = region_id``; they never edit the graph;
+* the planner reads the regions and writes a :class:`autopar.planning.plan.Plan`;
+* rewrite passes read the regions and the plan.
+
+A region's id is derived from node names (``attention:linear_3``), which the tracers
+produce deterministically, so the same model captured at another batch size (each
+rank captures at its local batch) has the same region ids.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+import torch.fx as fx
+
+SPEC = "autopar.spec"
+"""``node.meta[SPEC]``: a :class:`TensorSpec`, a tuple of them (multi-output), or None."""
+
+REGIONS = "autopar.regions"
+"""``gm.meta[REGIONS]``: ``dict[str, Region]`` keyed by region id, in discovery order."""
+
+REGION_OF = "autopar.region_of"
+"""``node.meta[REGION_OF]``: ``dict[kind, region_id]`` for every region the node is in."""
+
+CAPTURE = "autopar.capture"
+"""``gm.meta[CAPTURE]``: a :class:`CaptureInfo` saying how the graph was obtained."""
+
+REGION_KINDS = ("linear_chain", "attention", "fork_join", "block")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape and dtype of one tensor value in the graph (global, unsharded)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * _dtype_size(self.dtype)
+
+    def __str__(self) -> str:
+        dt = str(self.dtype).replace("torch.", "")
+        return f"{dt}[{', '.join(map(str, self.shape))}]"
+
+
+def _dtype_size(dtype: torch.dtype) -> int:
+    if dtype == torch.bool:
+        return 1
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.finfo(dtype).bits // 8 if dtype.is_floating_point else dtype.itemsize
+    return torch.iinfo(dtype).bits // 8
+
+
+def spec_from_value(value: Any):
+    """Turn a runtime value (tensor, fake tensor, tuple of them) into SPEC metadata."""
+    if isinstance(value, torch.Tensor):
+        return TensorSpec(tuple(int(s) for s in value.shape), value.dtype)
+    if isinstance(value, (tuple, list)):
+        specs = tuple(spec_from_value(v) for v in value)
+        return specs if any(s is not None for s in specs) else None
+    return None
+
+
+def tensor_spec(node: fx.Node) -> TensorSpec | None:
+    """The single-tensor spec of ``node``, or None when it produces no single tensor."""
+    spec = node.meta.get(SPEC)
+    return spec if isinstance(spec, TensorSpec) else None
+
+
+@dataclass
+class Region:
+    """A part of the graph that a strategy can split as one unit.
+
+    ``nodes`` are node names in topological order. ``details`` holds the kind-specific
+    facts the planner and the rewrite need (JSON-serialisable values only), e.g. for an
+    attention region the projection nodes, head count and head dimension.
+    """
+
+    id: str
+    kind: str
+    nodes: list[str]
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> "Region":
+        return Region(**data)
+
+
+def regions(gm: fx.GraphModule, kind: str | None = None) -> list[Region]:
+    """The regions analysis wrote on ``gm`` (of one kind, or all), in discovery order."""
+    found = gm.meta.get(REGIONS, {})
+    return [r for r in found.values() if kind is None or r.kind == kind]
+
+
+def add_region(gm: fx.GraphModule, region: Region) -> Region:
+    """Record ``region`` on ``gm`` and tag its nodes. Analysis passes call this only."""
+    if region.kind not in REGION_KINDS:
+        raise ValueError(f"unknown region kind {region.kind!r}; expected one of {REGION_KINDS}")
+    table = gm.meta.setdefault(REGIONS, {})
+    if region.id in table:
+        raise ValueError(f"region id {region.id!r} recorded twice")
+    table[region.id] = region
+    by_name = {n.name: n for n in gm.graph.nodes}
+    for name in region.nodes:
+        by_name[name].meta.setdefault(REGION_OF, {})[region.kind] = region.id
+    return region
+
+
+def clear_regions(gm: fx.GraphModule, kind: str) -> None:
+    """Forget regions of ``kind`` (an analysis pass re-run replaces its own results)."""
+    table = gm.meta.get(REGIONS, {})
+    for rid in [rid for rid, r in table.items() if r.kind == kind]:
+        del table[rid]
+    for n in gm.graph.nodes:
+        n.meta.get(REGION_OF, {}).pop(kind, None)
+
+
+def region_of(node: fx.Node, kind: str) -> str | None:
+    return node.meta.get(REGION_OF, {}).get(kind)
+
+
+@dataclass(frozen=True)
+class CaptureInfo:
+    """How a graph was captured: which tracer, for which model class, at which shapes."""
+
+    tracer: str  # "symbolic_trace" | "export"
+    model_class: str
+    input_names: tuple[str, ...]
+    with_loss: bool
+    symbolic_trace_error: str | None = None
+
+
+def node_table(gm: fx.GraphModule) -> dict[str, fx.Node]:
+    return {n.name: n for n in gm.graph.nodes}
+
+
+def users_in_order(node: fx.Node) -> list[fx.Node]:
+    """Users of ``node`` in graph order (``node.users`` is insertion-ordered, not topological)."""
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    return sorted(node.users, key=order.__getitem__)
+
+
+def iter_tensor_inputs(node: fx.Node) -> Iterable[fx.Node]:
+    return (a for a in node.all_input_nodes)
