@@ -35,30 +35,38 @@ class CaptureError(RuntimeError):
     """Neither tracer could capture the model; the message names the construct."""
 
 
-def _with_loss_module(model: nn.Module, loss_fn: Callable, n_inputs: int) -> nn.Module:
-    """A module whose forward is ``loss_fn(model(input_0, ...), target)``.
+MODEL_PREFIX = "model."
+"""Parameter names in captured graphs are the user's names behind this prefix."""
 
-    The forward has an explicit signature (no ``*args``) because symbolic tracing makes
-    one placeholder per named parameter.
+
+def wrap_model(model: nn.Module, loss_fn: Callable | None, n_inputs: int) -> nn.Module:
+    """A module holding ``model`` as ``.model`` whose forward is ``model(input_0, ...)``,
+    or ``loss_fn(model(input_0, ...), target)`` when a loss is given.
+
+    Both the forward-only and the training graph are captured through this wrapper so
+    their parameters have the same qualified names (``model.<user name>``) and the rank
+    programs built from them can share one module tree. The forward has an explicit
+    signature (no ``*args``) because symbolic tracing makes one placeholder per name.
     """
     names = [f"input_{i}" for i in range(n_inputs)]
-    src = (
-        f"def forward(self, {', '.join(names + ['target'])}):\n"
-        f"    return self.loss_fn(self.model({', '.join(names)}), target)\n"
-    )
+    call = f"self.model({', '.join(names)})"
+    if loss_fn is not None:
+        src = f"def forward(self, {', '.join(names + ['target'])}):\n    return self.loss_fn({call}, target)\n"
+    else:
+        src = f"def forward(self, {', '.join(names)}):\n    return {call}\n"
     scope: dict[str, Any] = {}
-    exec(compile(src, "<autopar model+loss>", "exec"), scope)
+    exec(compile(src, "<autopar wrapper>", "exec"), scope)
 
-    class ModelWithLoss(nn.Module):
+    class Wrapped(nn.Module):
         forward = scope["forward"]
 
         def __init__(self):
             super().__init__()
             self.model = model
-            # a plain attribute, so a loss module's parameters (rare) stay visible
             self.loss_fn = loss_fn
 
-    return ModelWithLoss()
+    Wrapped.__name__ = "ModelWithLoss" if loss_fn is not None else "ModelOnly"
+    return Wrapped()
 
 
 def capture(
@@ -80,7 +88,7 @@ def capture(
     if with_loss and example_target is None:
         raise ValueError("capture: a loss_fn was given without example_target; pass the target tensor "
                          "the loss is computed against")
-    root = _with_loss_module(model, loss_fn, len(example_inputs)) if with_loss else model
+    root = wrap_model(model, loss_fn, len(example_inputs))
     args = example_inputs + ((example_target,) if with_loss else ())
     model_class = type(model).__name__
 
@@ -105,11 +113,21 @@ def capture(
     return gm
 
 
+_EXPORT_NOISE = {torch.ops.aten._assert_tensor_metadata.default}
+
+
 def _export(root: nn.Module, args: tuple) -> fx.GraphModule:
     ep = torch.export.export(root, args, strict=False)
     gm = ep.module()
-    # The unlifted module checks input shapes with a guard module; it stays (the rank
-    # program is captured at the rank's own shapes) but carries no tensor.
+    # The unlifted module checks input shapes with a guard submodule and asserts dtypes
+    # with side-effect-only nodes; neither carries a tensor, and rank programs are
+    # captured at their own shapes, so they are dropped to keep rank graphs readable.
+    for node in list(gm.graph.nodes):
+        if not node.users and (node.target in _EXPORT_NOISE or
+                               (node.op == "call_module" and node.target == "_guards_fn")):
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
     propagate_specs(gm, args)
     return gm
 

@@ -34,7 +34,7 @@ REGION_OF = "autopar.region_of"
 CAPTURE = "autopar.capture"
 """``gm.meta[CAPTURE]``: a :class:`CaptureInfo` saying how the graph was obtained."""
 
-REGION_KINDS = ("linear_chain", "attention", "fork_join", "block")
+REGION_KINDS = ("vocab", "attention", "linear_chain", "fork_join", "block")
 
 
 @dataclass(frozen=True)

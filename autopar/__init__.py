@@ -1,0 +1,17 @@
+"""autopar: a graph compiler that makes an ordinary PyTorch model train on many devices.
+
+    pm = autopar.compile(model, mesh, example_inputs=(x,), loss_fn=loss_fn, example_target=y)
+    loss = pm.step(x, target=y)
+    print(pm.plan.explain())
+
+See ``docs/architecture.md`` for the stages and ``docs/user_guide.md`` for the contract.
+"""
+from autopar.api import ParallelModule, compile, plan, rank_graph
+from autopar.capture import CaptureError, capture
+from autopar.planning.hardware import Hardware, get_hardware
+from autopar.planning.plan import Plan
+from autopar.planning.planner import PlanError, Strategy
+
+__all__ = ["compile", "plan", "rank_graph", "ParallelModule", "Plan", "PlanError", "Strategy", "Hardware",
+           "get_hardware", "capture", "CaptureError"]
+__version__ = "0.1.0"

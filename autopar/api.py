@@ -1,0 +1,367 @@
+"""The user's entry points: :func:`compile`, :func:`plan` and :class:`ParallelModule`.
+
+    pm = autopar.compile(model, mesh, example_inputs=(x,), loss_fn=F.cross_entropy,
+                         example_target=y)
+    loss = pm.step(x, target=y)          # forward + backward over the whole batch
+    optimizer.step()                     # any torch.optim optimizer over pm.parameters()
+
+Every rank passes the same global batch; each takes its share. The flow is that of
+``docs/architecture.md``: capture at the global batch → analysis → plan; then, per rank,
+capture at the local batch → analysis → tensor-parallel and data-parallel rewrites →
+a GraphModule over a module tree holding this rank's parameter shards.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.fx as fx
+import torch.nn as nn
+
+from autopar.capture import MODEL_PREFIX, capture, wrap_model
+from autopar.ir import CAPTURE
+from autopar.passes.analysis import analyse
+from autopar.passes.data_parallel import data_parallel_pass
+from autopar.passes.manager import PassRunner, graph_code
+from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard, tensor_parallel_pass
+from autopar.planning.hardware import Hardware, get_hardware
+from autopar.planning.plan import Plan
+from autopar.planning.planner import PlanError, plan_graph
+from autopar.runtime import groups as G
+from autopar.runtime import rng
+from autopar.runtime.grad_sync import GradientBuckets
+from autopar.runtime.shards import gather_full, local_shard
+
+log = logging.getLogger("autopar")
+
+
+def plan(model: nn.Module, world_size: int, example_inputs: Sequence[Any], loss_fn: Callable | None = None,
+         strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None) -> Plan:
+    """Plan ``model`` for ``world_size`` ranks without starting any process."""
+    gm = _global_graph(model, example_inputs, loss_fn, example_target)
+    return plan_graph(gm, world_size, get_hardware(hardware), strategy)
+
+
+def _global_graph(model, example_inputs, loss_fn, example_target) -> fx.GraphModule:
+    with_loss = loss_fn is not None and example_target is not None
+    gm = capture(model, tuple(example_inputs), loss_fn if with_loss else None,
+                 example_target if with_loss else None)
+    return analyse(gm)
+
+
+def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequence[Any],
+               loss_fn: Callable | None = None, example_target: Any = None) -> fx.GraphModule:
+    """Rank ``rank``'s rewritten graph (captured at its local batch), for dumps and tests."""
+    inputs, target = _local_batch(plan_, rank, tuple(example_inputs), example_target)
+    gm = capture(model, inputs, loss_fn if target is not None else None, target)
+    return _rewrite(gm, plan_, rank)
+
+
+def _local_batch(plan_: Plan, rank: int, inputs: tuple, target: Any):
+    data = plan_.degree("data")
+    index = plan_.rank_coordinates(rank)["data"]
+
+    def take(x, what):
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == plan_.global_batch and data > 1:
+            return x.chunk(data, 0)[index]
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and data > 1 and x.shape[0] % data == 0 \
+                and x.shape[0] != plan_.global_batch:
+            raise PlanError(f"{what}: first dimension {x.shape[0]} differs from the planned global batch "
+                            f"{plan_.global_batch}; compile again for this batch size")
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and data > 1 and x.shape[0] % data:
+            raise PlanError(f"{what}: batch {x.shape[0]} is not divisible by the data degree {data}")
+        return x
+
+    local = tuple(take(x, f"input {i}") for i, x in enumerate(inputs))
+    return local, (take(target, "target") if target is not None else None)
+
+
+def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int) -> fx.GraphModule:
+    coords = plan_.rank_coordinates(rank)
+    local_batch = plan_.global_batch // plan_.degree("data")
+    runner = PassRunner([
+        ("analysis", analyse, {}),
+        ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": plan_.regions_with("megatron"),
+                                                    "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
+        ("data_parallel", data_parallel_pass, {"degree": plan_.degree("data"), "local_batch": local_batch}),
+    ])
+    gm = runner.run(gm, label=f"rank{rank}")
+    gm.meta["autopar.passes_run"] = [r.name for r in runner.records]
+    return gm
+
+
+def rank_graph_code(gm: fx.GraphModule, plan_: Plan, rank: int) -> str:
+    coords = ", ".join(f"{k}={v}" for k, v in plan_.rank_coordinates(rank).items())
+    passes = " → ".join(gm.meta.get("autopar.passes_run", []))
+    return graph_code(gm, header=f"rank {rank} of {plan_.world_size} ({coords}); built by passes: {passes}")
+
+
+class ParallelModule(nn.Module):
+    """The model on this rank: behaves like the original, numerically.
+
+    ``pm(*inputs)`` returns full outputs; ``pm.step(*inputs, target=...)`` runs forward and
+    backward on this rank's share of the batch and leaves synchronised gradients on
+    ``pm.parameters()`` (this rank's shards); ``full_state_dict`` /
+    ``load_full_state_dict`` use the original model's keys and shapes.
+    """
+
+    def __init__(self, model: nn.Module, plan_: Plan, rank: int, group_map: dict, loss_fn: Callable | None,
+                 *, seed: int = 0):
+        super().__init__()
+        self.plan = plan_
+        self.rank = rank
+        self._user_model = [model]  # captured again at new shapes; kept out of the module tree
+        self._loss_fn = loss_fn
+        self._groups = group_map
+        self._programs: dict[tuple, fx.GraphModule] = {}
+        self._shards: dict[str, ParamShard] | None = None
+        # a module tree of the same structure as the captured wrapper, holding this rank's shards
+        self.root = wrap_model(copy.deepcopy(model), loss_fn, 0)
+        coords = plan_.rank_coordinates(rank)
+        self._tensor_rank = coords["tensor"]
+        self._random = rng.RandomStates(seed, coords["tensor"], coords["data"])
+        self._buckets: GradientBuckets | None = None
+
+    # ------------------------------------------------------------------ programs
+    def _program(self, inputs: tuple, target: Any) -> fx.GraphModule:
+        local_inputs, local_target = _local_batch(self.plan, self.rank, inputs, target)
+        key = (tuple(_signature(x) for x in local_inputs), _signature(local_target), self.training)
+        if key not in self._programs:
+            self._user_model[0].train(self.training)
+            gm = capture(self._user_model[0], local_inputs, self._loss_fn if target is not None else None,
+                         local_target)
+            gm = _rewrite(gm, self.plan, self.rank)
+            shards = gm.meta[PARAM_SHARDS]
+            if self._shards is None:
+                with G.use_groups(self._groups):
+                    self._install_shards(shards)
+            elif shards != self._shards:
+                raise RuntimeError("the rewrite split different parameters for a new input shape; this is a bug")
+            _copy_missing_attributes(gm, gm.graph, self.root)
+            program = fx.GraphModule(self.root, gm.graph, class_name=f"Rank{self.rank}Program")
+            for attr in ("_in_spec", "_out_spec"):
+                if hasattr(gm, attr):
+                    setattr(program, attr, getattr(gm, attr))
+            program.meta.update(gm.meta)
+            self._programs[key] = program
+        return self._programs[key], local_inputs, local_target
+
+    def _install_shards(self, shards: dict[str, ParamShard]) -> None:
+        """Replace each split parameter of ``self.root`` by this rank's shard of it."""
+        self._shards = dict(shards)
+        owners = _parameter_owners(self.root)
+        degree = self.plan.degree("tensor")
+        # resolve every name first: tied parameters appear under several names
+        by_param: dict[int, tuple[nn.Parameter, ParamShard]] = {}
+        for name, shard in sorted(shards.items()):
+            full = self.root.get_parameter(name)
+            previous = by_param.setdefault(id(full), (full, shard))[1]
+            if previous != shard:
+                raise RuntimeError(f"parameter {name} is split two different ways ({previous} and {shard})")
+        for full, shard in by_param.values():
+            local = nn.Parameter(local_shard(full.detach(), shard, degree, self._tensor_rank).clone(),
+                                 requires_grad=full.requires_grad)
+            for module, attr in owners[id(full)]:
+                setattr(module, attr, local)
+        self._shard_by_id = {id(self.root.get_parameter(name)): shard for name, shard in shards.items()}
+        # the rank program's loss is already the mean over the data group
+        # (data_parallel_pass), so each rank's gradients carry the 1/d: sum them
+        self._buckets = GradientBuckets(list(self._unique_parameters()), "data", average=False)
+
+    def _unique_parameters(self):
+        seen = set()
+        for p in self.root.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                yield p
+
+    # ------------------------------------------------------------------ running
+    def forward(self, *inputs):
+        program, local_inputs, _ = self._program(tuple(inputs), None)
+        with G.use_groups(self._groups), rng.use_random_states(self._random):
+            return program(*local_inputs)
+
+    def step(self, *inputs, target):
+        """Forward and backward over the whole batch; returns the loss of the whole batch.
+
+        The rank program averages its loss over the data group (a mean of equal-sized
+        shards' means is the global mean), so gradients are summed over data ranks."""
+        if self._loss_fn is None:
+            raise ValueError("step(): compile was given no loss_fn; pass loss_fn=... to autopar.compile")
+        program, local_inputs, local_target = self._program(tuple(inputs), target)
+        with G.use_groups(self._groups), rng.use_random_states(self._random):
+            loss = program(*local_inputs, local_target)
+            loss.backward()
+            self._buckets.finish()
+        return loss.detach()
+
+    # ------------------------------------------------------------------ parameters and state
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        for name, p in self.root.named_parameters(remove_duplicate=remove_duplicate):
+            if name.startswith(MODEL_PREFIX):
+                yield prefix + name[len(MODEL_PREFIX):], p
+
+    def parameters(self, recurse: bool = True):
+        for _, p in self.named_parameters():
+            yield p
+
+    def _shard_of(self, value: torch.Tensor) -> ParamShard | None:
+        """The split of a parameter of ``self.root`` (tied parameters share one entry)."""
+        return self._shard_by_id.get(id(value))
+
+    def _gather(self, named: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+        degree = self.plan.degree("tensor")
+        out = {}
+        with G.use_groups(self._groups):
+            for name, value in named.items():
+                tensor, key = value
+                if tensor is None:
+                    out[name] = None
+                    continue
+                shard = self._shard_of(key)
+                out[name] = gather_full(tensor.detach(), shard, degree) if shard else tensor.detach().clone()
+        return out
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The original model's state dict (keys and full shapes), gathered from all ranks."""
+        self._ensure_shards()
+        return self._gather({k: (v, v) for k, v in self.root.model.state_dict(keep_vars=True).items()})
+
+    def full_gradients(self) -> dict[str, torch.Tensor | None]:
+        """Every parameter's gradient at its full shape, by the original model's names."""
+        self._ensure_shards()
+        return self._gather({k: (p.grad, p) for k, p in self.root.model.named_parameters(remove_duplicate=False)})
+
+    def load_full_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Load a full (original-shaped) state dict, keeping this rank's shard of each tensor."""
+        self._ensure_shards()
+        own = self.root.model.state_dict(keep_vars=True)
+        missing = sorted(set(own) - set(state_dict))
+        if missing:
+            raise KeyError(f"load_full_state_dict: missing keys {missing[:5]}{'…' if len(missing) > 5 else ''}")
+        degree = self.plan.degree("tensor")
+        with torch.no_grad():
+            for name, value in own.items():
+                shard = self._shard_of(value)
+                full = state_dict[name]
+                local = local_shard(full, shard, degree, self._tensor_rank) if shard else full
+                if local.shape != value.shape:
+                    raise ValueError(f"load_full_state_dict: {name} has shape {list(full.shape)}; the original "
+                                     f"model's is {list(gather_full_shape(value, shard, degree))}")
+                value.copy_(local)
+
+    def _ensure_shards(self) -> None:
+        if self._shards is None:
+            raise RuntimeError("call the model or step() once before reading or loading its state (the rank "
+                               "program is built on the first call)")
+
+    def rank_graph_code(self) -> str:
+        """This rank's most recently built program as readable code."""
+        if not self._programs:
+            raise RuntimeError("no program built yet: call the model or step() first")
+        return rank_graph_code(list(self._programs.values())[-1], self.plan, self.rank)
+
+
+def gather_full_shape(local: torch.Tensor, shard: ParamShard | None, degree: int) -> tuple[int, ...]:
+    shape = list(local.shape)
+    if shard is not None:
+        shape[shard.dim] *= degree
+    return tuple(shape)
+
+
+def _signature(x):
+    return (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def _parameter_owners(root: nn.Module) -> dict[int, list[tuple[nn.Module, str]]]:
+    owners: dict[int, list] = {}
+    for module in root.modules():
+        for attr, p in module._parameters.items():
+            if p is not None:
+                owners.setdefault(id(p), []).append((module, attr))
+    return owners
+
+
+def _copy_missing_attributes(src: fx.GraphModule, graph: fx.Graph, dst: nn.Module) -> None:
+    """Give ``dst`` the constants a captured graph reads that the model lacks (export lifts
+    tensor constants onto the captured module as ``_tensor_constant0`` and the like)."""
+    for node in graph.nodes:
+        if node.op != "get_attr":
+            continue
+        try:
+            _getattr_path(dst, node.target)
+        except AttributeError:
+            owner_path, _, attr = node.target.rpartition(".")
+            owner = _getattr_path(dst, owner_path) if owner_path else dst
+            value = _getattr_path(src, node.target)
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                owner.register_buffer(attr, value, persistent=False)
+            else:
+                setattr(owner, attr, value)
+
+
+def _getattr_path(obj, path: str):
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), loss_fn: Callable | None = None,
+            strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None,
+            seed: int = 0) -> ParallelModule:
+    """Make ``model`` run on the ranks of ``mesh`` (see the module docstring).
+
+    ``mesh``: a ``DeviceMesh`` (flat, or 2-D with dims named ``data`` and ``tensor``, which
+    fixes the degrees) or None for the default process group (or a single process when
+    none is initialised). ``strategy``: ``"auto"`` (the planner chooses), ``"data"``,
+    ``"tensor"``, or degrees ``{"data": d, "tensor": t}``. ``example_target`` lets the
+    planner see the loss (e.g. vocab-parallel cross-entropy); without it the loss is
+    captured at the first ``step``.
+    """
+    world, rank = _world(mesh)
+    if mesh is not None and mesh.mesh_dim_names and set(mesh.mesh_dim_names) >= {"data", "tensor"} \
+            and mesh.ndim == 2 and strategy == "auto":
+        strategy = {"data": mesh.size(mesh.mesh_dim_names.index("data")),
+                    "tensor": mesh.size(mesh.mesh_dim_names.index("tensor"))}
+    gm = _global_graph(model, example_inputs, loss_fn, example_target)
+    plan_ = plan_graph(gm, world, get_hardware(hardware), strategy)
+    _check_same_plan_everywhere(plan_, world)
+    group_map = _make_groups(plan_, mesh, world)
+    log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
+    return ParallelModule(model, plan_, rank, group_map, loss_fn, seed=seed)
+
+
+def _world(mesh) -> tuple[int, int]:
+    if mesh is not None:
+        return mesh.size(), dist.get_rank()
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def _check_same_plan_everywhere(plan_: Plan, world: int) -> None:
+    if world == 1:
+        return
+    text = plan_.to_json()
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, text)
+    if any(t != text for t in everyone):
+        bad = [r for r, t in enumerate(everyone) if t != text]
+        raise PlanError(f"ranks {bad} planned differently from rank 0 (different model, inputs or autopar "
+                        f"version on some ranks); give every rank the same model, example inputs and strategy")
+
+
+def _make_groups(plan_: Plan, mesh, world: int) -> dict:
+    if world == 1:
+        return {"data": None, "tensor": None}
+    from torch.distributed.device_mesh import DeviceMesh
+    device = mesh.device_type if mesh is not None else "cpu"
+    data, tensor = plan_.degree("data"), plan_.degree("tensor")
+    grid = torch.arange(world).view(data, tensor)
+    if mesh is not None and mesh.ndim == 2:
+        grid = mesh.mesh
+    two_d = DeviceMesh(device, grid, mesh_dim_names=("data", "tensor"))
+    return G.groups_from_mesh(two_d)

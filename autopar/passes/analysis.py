@@ -1,0 +1,29 @@
+"""The analysis pipeline: every analysis pass, in the order their results depend on.
+
+``vocab`` and ``attention`` claim their linears before ``linear_chains`` looks for MLPs;
+``fork_join`` and ``repeated_blocks`` are independent of the others. All of them only
+write metadata (see :mod:`autopar.ir`); the graph is unchanged.
+"""
+from __future__ import annotations
+
+import torch.fx as fx
+
+from autopar.passes.attention import find_attention_regions_pass
+from autopar.passes.fork_join import find_fork_join_regions_pass
+from autopar.passes.linear_chains import find_linear_chains_pass
+from autopar.passes.manager import PassRunner
+from autopar.passes.repeated_blocks import find_repeated_blocks_pass
+from autopar.passes.vocab import find_vocab_region_pass
+
+ANALYSIS_PASSES = [
+    ("vocab", find_vocab_region_pass, {}),
+    ("attention", find_attention_regions_pass, {}),
+    ("linear_chains", find_linear_chains_pass, {}),
+    ("fork_join", find_fork_join_regions_pass, {}),
+    ("repeated_blocks", find_repeated_blocks_pass, {}),
+]
+
+
+def analyse(gm: fx.GraphModule) -> fx.GraphModule:
+    """Run every analysis pass on ``gm`` and return it (with regions in ``gm.meta``)."""
+    return PassRunner(list(ANALYSIS_PASSES)).run(gm, label="analysis")

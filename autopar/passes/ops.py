@@ -1,0 +1,266 @@
+"""Op classification shared by the analysis and rewrite passes.
+
+The two tracers spell the same computation differently: ``symbolic_trace`` keeps
+``call_module`` nodes for ``nn.Linear``, ``F.linear`` calls and ``x.view(...)`` methods,
+while ``torch.export`` produces ``aten.addmm``/``aten.linear``/``aten.view`` with literal
+shapes. Everything here answers "what is this node" independently of the spelling, so
+passes are written once.
+
+Example::
+
+    >>> match_linear(node)          # for `%addmm = aten.addmm(%bias, %view, %weight)`
+    LinearMatch(node=addmm, input=view, weight='model.h.0.mlp.c_fc.weight',
+                bias='model.h.0.mlp.c_fc.bias', weight_layout='in_out', in_features=64, out_features=256)
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autopar.ir import tensor_spec
+
+aten = torch.ops.aten
+
+
+def _targets(*names: str) -> set:
+    out = set()
+    for name in names:
+        packet = getattr(aten, name, None)
+        if packet is None:
+            continue
+        out.add(packet)
+        for overload in packet.overloads():
+            out.add(getattr(packet, overload))
+    return out
+
+
+LINEAR_FUNCTIONS = {F.linear} | _targets("linear")
+ADDMM_FUNCTIONS = _targets("addmm")
+MATMUL_FUNCTIONS = {torch.matmul, operator.matmul, torch.mm, torch.bmm} | _targets("mm", "matmul", "bmm")
+SDPA_FUNCTIONS = {F.scaled_dot_product_attention} | _targets(
+    "scaled_dot_product_attention", "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention")
+SOFTMAX_FUNCTIONS = {F.softmax, torch.softmax} | _targets("softmax", "_softmax")
+EMBEDDING_FUNCTIONS = {F.embedding} | _targets("embedding")
+CROSS_ENTROPY_FUNCTIONS = {F.cross_entropy} | _targets("cross_entropy_loss")
+DROPOUT_FUNCTIONS = {F.dropout, torch.dropout} | _targets("dropout", "native_dropout")
+TRANSPOSE_FUNCTIONS = {torch.t, torch.transpose} | _targets("t", "transpose", "permute")
+
+VIEW_METHODS = {"view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "contiguous",
+                "transpose", "permute", "split", "chunk", "unbind", "expand", "t"}
+VIEW_FUNCTIONS = {torch.reshape, torch.flatten, torch.squeeze, torch.unsqueeze, torch.split,
+                  torch.chunk, torch.unbind, torch.transpose, torch.permute, operator.getitem} | _targets(
+    "view", "_unsafe_view", "reshape", "flatten", "squeeze", "unsqueeze", "clone", "contiguous",
+    "transpose", "permute", "split", "split_with_sizes", "chunk", "unbind", "expand", "alias", "t",
+    "_to_copy", "to", "lift_fresh_copy", "detach")
+
+POINTWISE_MODULES = (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Dropout, nn.Identity,
+                     nn.LeakyReLU, nn.ELU, nn.Mish, nn.Softplus)
+POINTWISE_FUNCTIONS = {F.relu, F.gelu, F.silu, torch.tanh, torch.sigmoid, F.dropout, torch.relu,
+                       F.leaky_relu, F.elu, F.mish, torch.mul, torch.add, operator.mul, operator.add,
+                       operator.truediv, operator.sub, torch.pow, operator.pow, torch.exp, torch.erf,
+                       torch.sqrt, torch.rsqrt, operator.neg} | _targets(
+    "relu", "gelu", "silu", "tanh", "sigmoid", "mul", "add", "sub", "div", "pow", "dropout",
+    "native_dropout", "exp", "erf", "sqrt", "rsqrt", "neg", "leaky_relu", "elu", "mish", "softplus",
+    "where", "masked_fill", "clamp", "_to_copy", "to", "type_as", "abs", "log", "reciprocal")
+POINTWISE_METHODS = {"relu", "gelu", "tanh", "sigmoid", "mul", "add", "sub", "div", "pow", "exp",
+                     "float", "half", "bfloat16", "to", "type_as", "masked_fill", "clamp", "neg",
+                     "sqrt", "rsqrt", "softmax"}
+
+
+def is_call(node: fx.Node, targets: set) -> bool:
+    return node.op == "call_function" and node.target in targets
+
+
+def module_of(gm: fx.GraphModule, node: fx.Node) -> nn.Module | None:
+    if node.op != "call_module":
+        return None
+    try:
+        return gm.get_submodule(node.target)
+    except AttributeError:
+        return None
+
+
+def parameter_name(node: fx.Node) -> tuple[str, bool] | None:
+    """``(qualified parameter name, transposed)`` when ``node`` is a parameter, possibly
+    through one transpose (``W.t()``, ``aten.t(W)``, ``permute(W, [1, 0])``)."""
+    if node.op == "get_attr":
+        return str(node.target), False
+    if node.op in ("call_function", "call_method") and node.args and isinstance(node.args[0], fx.Node):
+        inner = node.args[0]
+        is_transpose = (node.op == "call_method" and node.target in ("t", "transpose", "permute")) or \
+            (node.op == "call_function" and node.target in TRANSPOSE_FUNCTIONS)
+        if is_transpose and inner.op == "get_attr":
+            spec = tensor_spec(inner)
+            if spec is not None and len(spec.shape) == 2:
+                return str(inner.target), True
+    return None
+
+
+@dataclass(frozen=True)
+class LinearMatch:
+    """A matrix product of an activation with a parameter, whatever its spelling.
+
+    ``weight_layout`` is ``"out_in"`` for ``nn.Linear``-style weights ([out, in]) and
+    ``"in_out"`` for ``x @ W`` / ``addmm`` / Hugging Face ``Conv1D`` weights ([in, out]).
+    """
+
+    node: fx.Node
+    input: fx.Node
+    weight: str
+    bias: str | None
+    weight_layout: str
+    in_features: int
+    out_features: int
+    spelling: str
+
+    @property
+    def out_dim_of_weight(self) -> int:
+        return 0 if self.weight_layout == "out_in" else 1
+
+
+def match_linear(node: fx.Node, gm: fx.GraphModule | None = None) -> LinearMatch | None:
+    """Recognise ``node`` as a linear layer, or return None."""
+    if node.op == "call_module" and gm is not None:
+        mod = module_of(gm, node)
+        if isinstance(mod, nn.Linear) and isinstance(node.args[0], fx.Node):
+            return LinearMatch(node, node.args[0], f"{node.target}.weight",
+                               f"{node.target}.bias" if mod.bias is not None else None,
+                               "out_in", mod.in_features, mod.out_features, "nn.Linear")
+        return None
+    if node.op != "call_function":
+        return None
+    args = node.args
+    if node.target in LINEAR_FUNCTIONS and len(args) >= 2:
+        x, w = args[0], args[1]
+        b = args[2] if len(args) > 2 else node.kwargs.get("bias")
+        p = parameter_name(w) if isinstance(w, fx.Node) else None
+        if p is None or p[1] or not isinstance(x, fx.Node):
+            return None
+        bias = parameter_name(b) if isinstance(b, fx.Node) else None
+        if b is not None and bias is None:
+            return None
+        out_f, in_f = tensor_spec(w).shape
+        return LinearMatch(node, x, p[0], bias[0] if bias else None, "out_in", in_f, out_f,
+                           "F.linear" if node.target is F.linear else "aten.linear")
+    if node.target in ADDMM_FUNCTIONS and len(args) >= 3 and not node.kwargs.get("beta", 1) != 1:
+        b, x, w = args[0], args[1], args[2]
+        p = parameter_name(w) if isinstance(w, fx.Node) else None
+        bias = parameter_name(b) if isinstance(b, fx.Node) else None
+        if p is None or bias is None or bias[1] or not isinstance(x, fx.Node):
+            return None
+        return _from_matmul(node, x, w, p, bias[0], "aten.addmm")
+    if node.target in MATMUL_FUNCTIONS and len(args) >= 2:
+        x, w = args[0], args[1]
+        if not isinstance(x, fx.Node) or not isinstance(w, fx.Node) or parameter_name(x):
+            return None
+        p = parameter_name(w)
+        if p is None:
+            return None
+        return _from_matmul(node, x, w, p, None, "matmul")
+    return None
+
+
+def _from_matmul(node, x, w, p, bias, spelling) -> LinearMatch | None:
+    spec = tensor_spec(w)
+    if spec is None or len(spec.shape) != 2:
+        return None
+    rows, cols = spec.shape  # the shape of the operand as used: [in, out]
+    layout = "out_in" if p[1] else "in_out"
+    return LinearMatch(node, x, p[0], bias, layout, rows, cols, spelling)
+
+
+def is_sdpa(node: fx.Node) -> bool:
+    return is_call(node, SDPA_FUNCTIONS)
+
+
+def is_softmax(node: fx.Node) -> bool:
+    return is_call(node, SOFTMAX_FUNCTIONS) or (node.op == "call_method" and node.target == "softmax")
+
+
+def is_activation_matmul(node: fx.Node) -> bool:
+    """A matmul of two activations (attention scores or context), not a linear layer."""
+    if node.op == "call_function" and node.target in MATMUL_FUNCTIONS:
+        return all(isinstance(a, fx.Node) and parameter_name(a) is None for a in node.args[:2])
+    return node.op == "call_method" and node.target in ("matmul", "bmm")
+
+
+def is_view_like(node: fx.Node) -> bool:
+    """Shape-only ops that keep each element's identity (what the head dimension flows through)."""
+    if node.op == "call_method":
+        return node.target in VIEW_METHODS
+    return node.op == "call_function" and node.target in VIEW_FUNCTIONS
+
+
+def is_pointwise(node: fx.Node, gm: fx.GraphModule | None = None) -> bool:
+    if node.op == "call_module" and gm is not None:
+        return isinstance(module_of(gm, node), POINTWISE_MODULES)
+    if node.op == "call_method":
+        return node.target in POINTWISE_METHODS
+    return node.op == "call_function" and node.target in POINTWISE_FUNCTIONS
+
+
+def is_embedding(node: fx.Node, gm: fx.GraphModule | None = None) -> tuple[fx.Node, str] | None:
+    """``(ids node, weight name)`` when ``node`` is an embedding lookup."""
+    if node.op == "call_module" and gm is not None:
+        mod = module_of(gm, node)
+        if isinstance(mod, nn.Embedding) and isinstance(node.args[0], fx.Node):
+            return node.args[0], f"{node.target}.weight"
+        return None
+    if node.op == "call_function" and node.target in EMBEDDING_FUNCTIONS:
+        if node.target is F.embedding:
+            ids, w = node.args[0], node.args[1]
+        else:
+            w, ids = node.args[0], node.args[1]
+        p = parameter_name(w) if isinstance(w, fx.Node) else None
+        if p and not p[1] and isinstance(ids, fx.Node):
+            return ids, p[0]
+    return None
+
+
+def is_cross_entropy(node: fx.Node, gm: fx.GraphModule | None = None) -> bool:
+    if node.op == "call_module" and gm is not None:
+        return isinstance(module_of(gm, node), nn.CrossEntropyLoss)
+    return node.op == "call_function" and node.target in CROSS_ENTROPY_FUNCTIONS
+
+
+def is_dropout(node: fx.Node, gm: fx.GraphModule | None = None) -> bool:
+    if node.op == "call_module" and gm is not None:
+        return isinstance(module_of(gm, node), nn.Dropout)
+    return node.op == "call_function" and node.target in DROPOUT_FUNCTIONS
+
+
+def op_name(node: fx.Node) -> str:
+    """A short, spelling-independent name for messages: ``aten.addmm``, ``F.linear``, ``Linear``."""
+    if node.op == "call_module":
+        return f"module {node.target}"
+    if node.op == "call_method":
+        return f".{node.target}()"
+    target = node.target
+    name = getattr(target, "__name__", str(target))
+    if isinstance(target, torch._ops.OpOverload):
+        name = f"aten.{target._schema.name.split('::')[-1]}"
+    return name
+
+
+RESHAPE_FUNCTIONS = {torch.reshape} | _targets("view", "_unsafe_view", "reshape")
+
+
+def reshape_target(node: fx.Node) -> list | None:
+    """The target shape of a ``view``/``reshape`` node as a list (entries are ints or
+    nodes), or None when ``node`` is not one. Handles ``x.view(a, b)``, ``x.view((a, b))``
+    and ``aten.view(x, [a, b])``."""
+    if node.op == "call_method" and node.target in ("view", "reshape"):
+        shape = node.args[1:]
+    elif node.op == "call_function" and node.target in RESHAPE_FUNCTIONS:
+        shape = node.args[1:]
+    else:
+        return None
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        shape = shape[0]
+    return list(shape)

@@ -1,0 +1,188 @@
+"""The plan: a mesh factorisation, one strategy per region, and the predicted costs.
+
+A :class:`Plan` is plain data: deterministic, serialisable to JSON and back
+(byte-identical for the same inputs), printable as a table with :meth:`Plan.explain`,
+and saved with :meth:`Plan.save` as a directory a reviewer can read::
+
+    plan_dir/
+      plan.json            the plan (this module's to_json)
+      plan.txt             explain() output
+      regions.dot          a drawing of the regions (regions.svg too when graphviz is installed)
+      rank0.py, rank1.py…  each rank's rewritten graph as code, with a header naming the pass
+
+Rank order: ``rank = data_index · tensor + tensor_index``, so the ranks of one tensor
+group are adjacent (inside a node), as Megatron places them (megatron §3.3, takeaway #1).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass, field
+
+PLAN_FORMAT_VERSION = 1
+
+
+@dataclass
+class Cost:
+    """Predicted per-step cost of one region (or the whole model) on one rank."""
+
+    compute_s: float = 0.0
+    comm_s: dict[str, float] = field(default_factory=dict)  # by mesh dimension ("tensor", "data")
+    memory_bytes: float = 0.0
+
+    @property
+    def total_comm_s(self) -> float:
+        return sum(self.comm_s.values())
+
+    def __add__(self, other: "Cost") -> "Cost":
+        comm = dict(self.comm_s)
+        for k, v in other.comm_s.items():
+            comm[k] = comm.get(k, 0.0) + v
+        return Cost(self.compute_s + other.compute_s, comm, self.memory_bytes + other.memory_bytes)
+
+
+@dataclass
+class RegionChoice:
+    """The strategy chosen for one region, with its cost and the alternatives weighed."""
+
+    region: str
+    kind: str
+    strategy: str  # "megatron" | "replicate"
+    cost: Cost
+    alternatives: dict[str, float] = field(default_factory=dict)  # strategy -> predicted seconds
+    reason: str = ""
+
+
+@dataclass
+class MeshCandidate:
+    """One mesh factorisation the planner weighed."""
+
+    mesh: dict[str, int]
+    step_s: float | None
+    memory_bytes: float | None
+    feasible: bool
+    reason: str = ""
+
+
+@dataclass
+class Plan:
+    """How one model runs on one mesh. See the module docstring for the saved form."""
+
+    model: str
+    world_size: int
+    mesh: dict[str, int]  # ordered outermost → innermost, e.g. {"data": 2, "tensor": 2}
+    hardware: str
+    global_batch: int
+    regions: list[RegionChoice]
+    total: Cost
+    step_s: float
+    forced: bool = False
+    candidates: list[MeshCandidate] = field(default_factory=list)
+    tracer: str = ""
+    version: int = PLAN_FORMAT_VERSION
+
+    # ------------------------------------------------------------------ queries
+    def degree(self, dim: str) -> int:
+        return self.mesh.get(dim, 1)
+
+    def regions_with(self, strategy: str) -> list[str]:
+        return [r.region for r in self.regions if r.strategy == strategy]
+
+    def rank_coordinates(self, rank: int) -> dict[str, int]:
+        """Mesh coordinates of ``rank`` (the innermost dimension varies fastest)."""
+        coords = {}
+        for dim, size in reversed(list(self.mesh.items())):
+            coords[dim] = rank % size
+            rank //= size
+        return dict(reversed(list(coords.items())))
+
+    # ------------------------------------------------------------------ serialisation
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+
+    @staticmethod
+    def from_json(text: str) -> "Plan":
+        data = json.loads(text)
+        if data.get("version") != PLAN_FORMAT_VERSION:
+            raise ValueError(f"plan format version {data.get('version')} is not {PLAN_FORMAT_VERSION}; "
+                             f"re-plan with this autopar")
+        data["regions"] = [RegionChoice(**{**r, "cost": Cost(**r["cost"])}) for r in data["regions"]]
+        data["total"] = Cost(**data["total"])
+        data["candidates"] = [MeshCandidate(**c) for c in data["candidates"]]
+        data["mesh"] = dict(data["mesh"])
+        return Plan(**data)
+
+    def save(self, directory: str, *, rank_graphs: dict[int, str] | None = None,
+             region_dot: str | None = None) -> str:
+        """Write the plan directory (see module docstring) and return its path."""
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "plan.json"), "w") as f:
+            f.write(self.to_json())
+        with open(os.path.join(directory, "plan.txt"), "w") as f:
+            f.write(self.explain() + "\n")
+        for rank, code in sorted((rank_graphs or {}).items()):
+            with open(os.path.join(directory, f"rank{rank}.py"), "w") as f:
+                f.write(code)
+        if region_dot is not None:
+            dot_path = os.path.join(directory, "regions.dot")
+            with open(dot_path, "w") as f:
+                f.write(region_dot)
+            if shutil.which("dot"):
+                subprocess.run(["dot", "-Tsvg", dot_path, "-o", os.path.join(directory, "regions.svg")],
+                               check=False, capture_output=True)
+        return directory
+
+    @staticmethod
+    def load(directory: str) -> "Plan":
+        with open(os.path.join(directory, "plan.json")) as f:
+            return Plan.from_json(f.read())
+
+    # ------------------------------------------------------------------ explanation
+    def explain(self) -> str:
+        """A readable table: mesh, predicted step, per-region strategy and costs."""
+        mesh = " × ".join(f"{k}={v}" for k, v in self.mesh.items())
+        lines = [
+            f"autopar plan: {self.model} on {self.world_size} rank(s), hardware {self.hardware}, "
+            f"global batch {self.global_batch}{' (forced)' if self.forced else ''}",
+            f"mesh: {mesh}   (rank = data·{self.degree('tensor')} + tensor; tensor ranks adjacent)",
+            f"predicted step {_ms(self.step_s)}: compute {_ms(self.total.compute_s)}, "
+            + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(self.total.comm_s.items()))
+            + f"; memory per rank {_mb(self.total.memory_bytes)}",
+            "",
+        ]
+        header = ("region", "kind", "strategy", "compute", "comm tensor", "comm data", "memory", "alternatives")
+        rows = [header]
+        for r in self.regions:
+            alts = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(r.alternatives.items()) if k != r.strategy)
+            rows.append((r.region, r.kind, r.strategy, _ms(r.cost.compute_s), _ms(r.cost.comm_s.get("tensor", 0.0)),
+                         _ms(r.cost.comm_s.get("data", 0.0)), _mb(r.cost.memory_bytes), alts or "-"))
+        widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
+        for i, row in enumerate(rows):
+            lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+            if i == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        if self.candidates:
+            lines.append("")
+            lines.append("meshes weighed:")
+            for c in self.candidates:
+                mesh_c = " × ".join(f"{k}={v}" for k, v in c.mesh.items())
+                mark = "*" if c.mesh == self.mesh else " "
+                if c.feasible:
+                    lines.append(f" {mark} {mesh_c}: step {_ms(c.step_s)}, memory {_mb(c.memory_bytes)}")
+                else:
+                    lines.append(f" {mark} {mesh_c}: infeasible: {c.reason}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.explain()
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"
+
+
+def _mb(nbytes: float | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / 2**20:.2f} MiB"
+

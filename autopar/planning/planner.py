@@ -1,0 +1,286 @@
+"""The planner: choose the mesh factorisation and each region's strategy with the cost model.
+
+For every factorisation ``world = data × tensor`` the planner prices each region two ways
+— split Megatron-style over the tensor group, or replicated within it — and keeps the
+cheaper (regions meet at replicated boundaries in 1D Megatron, so the per-region choice
+is exact). The step time of a factorisation is
+
+    compute (1 forward + backward per kernel, cost.step_compute_time)
+  + tensor communication (per split region: Megatron's g in forward, f in backward,
+    each an all-reduce of the region's boundary activation — megatron §2.3, axonn eq 3)
+  + the exposed part of the data-parallel gradient all-reduce (axonn eq 3 over the
+    data group, stride = tensor degree), which overlaps the backward pass bucket by
+    bucket: what exceeds the backward compute, and at least the last bucket.
+
+A factorisation is infeasible when the data degree does not divide the global batch or
+the memory per rank (cost.training_memory) exceeds the device's. The fastest feasible
+one wins; ties go to the smaller tensor degree. The same inputs give the same plan.
+
+A forced strategy (``{"data": d, "tensor": t}``) skips the search and splits every region
+Megatron can split, raising :class:`PlanError` naming the region and sizes when one does
+not divide.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch.fx as fx
+
+from autopar.ir import CAPTURE, REGION_OF, regions, tensor_spec
+from autopar.passes.ops import is_embedding, match_linear
+from autopar.planning import cost as cm
+from autopar.planning.flops import graph_work
+from autopar.planning.hardware import Hardware
+from autopar.planning.plan import Cost, MeshCandidate, Plan, RegionChoice
+
+log = logging.getLogger("autopar.planning")
+
+TENSOR_KINDS = ("vocab", "attention", "linear_chain")
+GRADIENT_BUCKET_BYTES = 25 * 2**20
+
+
+class PlanError(ValueError):
+    """A forced strategy that cannot run; the message names the argument or region."""
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """Forced degrees. ``None`` for a degree means: whatever the world size leaves."""
+
+    data: int | None = None
+    tensor: int | None = None
+
+    @staticmethod
+    def parse(strategy: Any) -> "Strategy | None":
+        """``"auto"`` → None; ``"data"``; ``"tensor"``; ``{"data": 2, "tensor": 2}``; a Strategy."""
+        if strategy is None or strategy == "auto":
+            return None
+        if isinstance(strategy, Strategy):
+            return strategy
+        if strategy == "data":
+            return Strategy(tensor=1)
+        if strategy == "tensor":
+            return Strategy(data=1)
+        if isinstance(strategy, dict):
+            unknown = set(strategy) - {"data", "tensor"}
+            if unknown:
+                raise PlanError(f"strategy: unknown mesh dimension(s) {sorted(unknown)}; this version plans "
+                                f"'data' and 'tensor'")
+            return Strategy(strategy.get("data"), strategy.get("tensor"))
+        raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor' or a dict like "
+                        f"{{'data': 2, 'tensor': 2}}")
+
+    def resolve(self, world: int) -> tuple[int, int]:
+        data, tensor = self.data, self.tensor
+        if data is None and tensor is None:
+            data, tensor = world, 1
+        elif data is None:
+            data = world // tensor if world % tensor == 0 else 0
+        elif tensor is None:
+            tensor = world // data if world % data == 0 else 0
+        if data * tensor != world or data < 1 or tensor < 1:
+            raise PlanError(f"strategy: the forced degrees data={self.data} × tensor={self.tensor} do not match "
+                            f"the world size {world}; give degrees whose product is {world}")
+        return data, tensor
+
+
+def _region_sizes(region) -> list[tuple[str, int]]:
+    d = region.details
+    if region.kind == "attention":
+        return [("attention heads", d["heads"]), ("key/value heads", d["kv_heads"])]
+    if region.kind == "linear_chain":
+        return [("hidden width", d["hidden"])]
+    if region.kind == "vocab":
+        return [("vocabulary size", d["vocab_size"])]
+    return []
+
+
+def _boundary_bytes(gm: fx.GraphModule, region) -> float:
+    """Bytes of the activation entering the region's column linears (= its output size)."""
+    table = {n.name: n for n in gm.graph.nodes}
+    d = region.details
+    first = {"attention": d.get("q_proj"), "linear_chain": (d.get("column") or [None])[0],
+             "vocab": (d.get("embeddings") or [None])[0]}[region.kind]
+    node = table[first]
+    if region.kind == "vocab":
+        spec = tensor_spec(node)  # the looked-up rows [.., hidden]
+    else:
+        arg = next(iter(node.all_input_nodes))
+        spec = tensor_spec(arg)
+    return float(spec.nbytes) if spec is not None else 0.0
+
+
+class _Model:
+    """Per-node work and per-region facts of one analysed graph, computed once."""
+
+    def __init__(self, gm: fx.GraphModule):
+        self.gm = gm
+        self.work = graph_work(gm)
+        self.regions = [r for r in regions(gm) if r.kind in TENSOR_KINDS]
+        self.params = {name: p for name, p in gm.named_parameters(remove_duplicate=True)}
+        self.param_region: dict[str, str] = {}
+        for node in gm.graph.nodes:
+            rid = next((node.meta.get(REGION_OF, {}).get(k) for k in TENSOR_KINDS
+                        if node.meta.get(REGION_OF, {}).get(k)), None)
+            if rid is None:
+                continue
+            match = match_linear(node, gm)
+            names = [match.weight, match.bias] if match else []
+            emb = is_embedding(node, gm)
+            if emb:
+                names.append(emb[1])
+            for name in names:
+                if name:
+                    self.param_region.setdefault(name, rid)
+        self.node_region = {}
+        for r in self.regions:
+            for name in r.nodes:
+                self.node_region.setdefault(name, r.id)
+        self.boundary = {r.id: _boundary_bytes(gm, r) for r in self.regions}
+        spec0 = next((tensor_spec(n) for n in gm.graph.nodes if n.op == "placeholder"), None)
+        self.batch = spec0.shape[0] if spec0 is not None and spec0.shape else 1
+        self._table = {n.name: n for n in gm.graph.nodes}
+
+    def region_param_elems(self, rid: str) -> int:
+        seen, total = set(), 0
+        for name, r in self.param_region.items():
+            p = self.params.get(name)
+            if r == rid and p is not None and id(p) not in seen:
+                seen.add(id(p))
+                total += p.numel()
+        return total
+
+    def activation_bytes(self, names, scale: float) -> float:
+        total = 0.0
+        for name in names:
+            node_work = self.work.get(name)
+            if node_work is None or not node_work.is_kernel:
+                continue
+            spec = tensor_spec(self._table[name])
+            if spec is not None:
+                total += spec.nbytes * scale
+        return total
+
+
+def _compute(model: _Model, names, hw: Hardware, scale: float) -> float:
+    """Step compute seconds of the named nodes with their work scaled by ``scale``."""
+    total = 0.0
+    for name in names:
+        w = model.work.get(name)
+        if w is None or not w.is_kernel:
+            continue
+        forward = cm.matmul_time(w.flops * scale, hw) if w.is_matmul else cm.memory_bound_time(w.bytes_moved * scale, hw)
+        total += forward * cm.passes_per_step(w)
+    return total
+
+
+def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: bool):
+    """(region choices, total cost, step seconds) of one factorisation."""
+    choices: list[RegionChoice] = []
+    in_region: set[str] = set()
+    split_param_elems = 0
+    tensor_comm = 0.0
+    activations = 0.0
+    compute = 0.0
+    for r in model.regions:
+        in_region.update(r.nodes)
+        divisible = all(size % tensor == 0 for _, size in _region_sizes(r))
+        replicate = Cost(_compute(model, r.nodes, hw, 1 / data), {}, 0.0)
+        options = {"replicate": replicate}
+        if tensor > 1 and divisible:
+            comm = 2 * cm.all_reduce_time(tensor, model.boundary[r.id] / data, hw)
+            options["megatron"] = Cost(_compute(model, r.nodes, hw, 1 / (data * tensor)), {"tensor": comm}, 0.0)
+        seconds = {k: c.compute_s + c.total_comm_s for k, c in options.items()}
+        if force_split and "megatron" in options:
+            chosen, reason = "megatron", "forced tensor degree"
+        elif tensor == 1:
+            chosen, reason = "replicate", "tensor degree 1: data parallel only"
+        elif not divisible:
+            sizes = ", ".join(f"{n} {s}" for n, s in _region_sizes(r))
+            chosen, reason = "replicate", f"{sizes} not divisible by tensor degree {tensor}"
+        else:
+            chosen = min(sorted(seconds), key=seconds.__getitem__)
+            reason = "cheapest predicted step time"
+        c = options[chosen]
+        params = model.region_param_elems(r.id)
+        local_params = params / tensor if chosen == "megatron" else params
+        if chosen == "megatron":
+            split_param_elems += params
+        act = model.activation_bytes(r.nodes, 1 / data / (tensor if chosen == "megatron" else 1))
+        activations += act
+        c.memory_bytes = cm.training_memory(local_params, act)
+        compute += c.compute_s
+        tensor_comm += c.comm_s.get("tensor", 0.0)
+        choices.append(RegionChoice(r.id, r.kind, chosen, c, seconds, reason))
+    outside = [n.name for n in model.gm.graph.nodes if n.name not in in_region]
+    outside_compute = _compute(model, outside, hw, 1 / data)
+    compute += outside_compute
+    total_params = sum(p.numel() for p in model.params.values())
+    local_params = total_params - split_param_elems + split_param_elems / tensor
+    outside_act = model.activation_bytes(outside, 1 / data)
+    activations += outside_act
+    grad_bytes = local_params * 4
+    data_comm = cm.all_reduce_time(data, grad_bytes, hw, stride=tensor)
+    backward = compute * 2 / 3
+    last_bucket = cm.all_reduce_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=tensor)
+    exposed = max(data_comm - backward, last_bucket) if data > 1 else 0.0
+    memory = cm.training_memory(local_params, activations)
+    outside_params = total_params - sum(model.region_param_elems(r.id) for r in model.regions)
+    choices.append(RegionChoice("(outside regions)", "-", "replicate",
+                                Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
+                                {}, "not in a splittable region"))
+    total = Cost(compute, {"tensor": tensor_comm, "data": exposed}, memory)
+    return choices, total, compute + tensor_comm + exposed
+
+
+def divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any = "auto",
+               *, model_name: str | None = None) -> Plan:
+    """Plan an analysed graph (captured at the global batch) for ``world_size`` ranks."""
+    model = _Model(gm)
+    forced = Strategy.parse(strategy)
+    capture = gm.meta.get(CAPTURE)
+    name = model_name or (capture.model_class if capture else type(gm).__name__)
+    candidates: list[MeshCandidate] = []
+    best = None
+    if forced is not None:
+        data, tensor = forced.resolve(world_size)
+        meshes = [(data, tensor)]
+        if model.batch % data:
+            raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by the data degree {data}; "
+                            f"give a batch that is a multiple of {data}, or another strategy")
+        for r in model.regions:
+            for what, size in _region_sizes(r):
+                if tensor > 1 and size % tensor:
+                    raise PlanError(f"region {r.id}: {what} = {size} is not divisible by the tensor degree "
+                                    f"{tensor}; force a tensor degree that divides it or use strategy='auto'")
+    else:
+        meshes = [(world_size // t, t) for t in divisors(world_size)]
+    for data, tensor in meshes:
+        mesh = {"data": data, "tensor": tensor}
+        if model.batch % data:
+            candidates.append(MeshCandidate(mesh, None, None, False,
+                                            f"batch {model.batch} not divisible by data degree {data}"))
+            continue
+        choices, total, step = _price(model, hw, data, tensor, forced is not None)
+        if total.memory_bytes > hw.memory_bytes:
+            candidates.append(MeshCandidate(mesh, step, total.memory_bytes, False,
+                                            f"needs {total.memory_bytes / 2**30:.1f} GiB per rank, device has "
+                                            f"{hw.memory_bytes / 2**30:.1f} GiB"))
+            continue
+        candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True))
+        if best is None or step < best[2] * (1 - 1e-9):
+            best = (mesh, choices, step, total)
+    if best is None:
+        reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
+        raise PlanError(f"no feasible plan for {name} on {world_size} ranks: {reasons}")
+    mesh, choices, step, total = best
+    log.info("planned %s on %d ranks: %s, %.3f ms", name, world_size, mesh, step * 1e3)
+    return Plan(model=name, world_size=world_size, mesh=mesh, hardware=hw.name, global_batch=model.batch,
+                regions=choices, total=total, step_s=step, forced=forced is not None,
+                candidates=candidates, tracer=capture.tracer if capture else "")

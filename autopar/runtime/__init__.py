@@ -1,0 +1,65 @@
+"""The runtime: launching ranks, named process groups, autograd-aware collectives,
+data-parallel gradient synchronisation and rank-aware dropout streams.
+
+Rewritten graphs call the collectives by their full path
+(``autopar.runtime.collectives.reduce_from_tensor_region``); everything public is
+re-exported here for users and other stages.
+"""
+from autopar.runtime.collectives import (
+    GRAPH_FUNCTIONS,
+    all_gather_batch,
+    copy_to_tensor_region,
+    gather_from_tensor_region,
+    reduce_from_tensor_region,
+    scatter_to_tensor_region,
+    vocab_parallel_cross_entropy,
+    vocab_parallel_embedding,
+)
+from autopar.runtime.grad_sync import GradientBuckets, sync_gradients
+from autopar.runtime.groups import (
+    clear_groups,
+    get_group,
+    group_rank,
+    group_size,
+    groups_from_mesh,
+    registered_groups,
+    set_groups,
+    use_groups,
+)
+from autopar.runtime.launcher import LaunchError, init_from_env, launch
+from autopar.runtime.rng import (
+    RandomStates,
+    get_random_states,
+    replicated_dropout,
+    seed_everything,
+    sharded_dropout,
+)
+
+__all__ = [
+    "GRAPH_FUNCTIONS",
+    "GradientBuckets",
+    "LaunchError",
+    "RandomStates",
+    "all_gather_batch",
+    "clear_groups",
+    "copy_to_tensor_region",
+    "gather_from_tensor_region",
+    "get_group",
+    "get_random_states",
+    "group_rank",
+    "group_size",
+    "groups_from_mesh",
+    "init_from_env",
+    "launch",
+    "reduce_from_tensor_region",
+    "registered_groups",
+    "replicated_dropout",
+    "scatter_to_tensor_region",
+    "seed_everything",
+    "set_groups",
+    "sharded_dropout",
+    "sync_gradients",
+    "use_groups",
+    "vocab_parallel_cross_entropy",
+    "vocab_parallel_embedding",
+]

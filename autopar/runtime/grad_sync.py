@@ -1,0 +1,205 @@
+"""Data-parallel gradient averaging: bucketed and overlapped with backward, or all at once.
+
+:class:`GradientBuckets` does what DDP's reducer does: parameters are grouped into
+buckets of about ``bucket_bytes`` in *reverse* forward order (the order in which backward
+produces their gradients); a ``post_accumulate_grad`` hook marks a parameter ready, and
+a bucket whose parameters are all ready is flattened into one buffer and all-reduced
+asynchronously while backward goes on. :meth:`GradientBuckets.finish` waits, averages,
+and writes the result back into every ``param.grad``::
+
+    buckets = GradientBuckets(list(model.parameters()), "data")
+    loss.backward()          # buckets are all-reduced as their gradients appear
+    buckets.finish()         # every rank now holds the averaged gradients
+    optimizer.step()
+
+Buckets are launched strictly in bucket order, so every rank issues the same sequence
+of collectives even when its gradients become ready in another order. A parameter that
+got no gradient this step counts as a zero gradient (and afterwards holds the average
+of the other ranks'), so ranks that used different parameters do not hang; its bucket,
+and the buckets after it, are only launched by ``finish()``.
+
+Gradient accumulation: the hook fires once per ``backward()``. Set
+``buckets.enabled = False`` for every microbatch but the last, then ``enabled = True``
+for the last one and call ``finish()`` once after it.
+
+:func:`sync_gradients` is the reference: one flat all-reduce per dtype, no overlap.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Sequence
+
+import torch
+import torch.distributed as dist
+
+from autopar.runtime.groups import get_group, size_of
+
+log = logging.getLogger("autopar.runtime")
+
+
+class _Bucket:
+    """Parameters whose gradients travel in one flat all-reduce."""
+
+    def __init__(self, index: int, params: list[torch.nn.Parameter]):
+        self.index = index
+        self.params = params
+        total = sum(p.numel() for p in params)
+        self.buffer = torch.empty(total, dtype=params[0].dtype, device=params[0].device)
+        self.ready: set[int] = set()
+        self.work = None
+
+    def flatten(self) -> None:
+        offset = 0
+        for p in self.params:
+            view = self.buffer[offset : offset + p.numel()]
+            if p.grad is None:
+                view.zero_()
+            else:
+                view.copy_(p.grad.reshape(-1))
+            offset += p.numel()
+
+    def unflatten_into_grads(self) -> None:
+        offset = 0
+        for p in self.params:
+            averaged = self.buffer[offset : offset + p.numel()].view_as(p)
+            if p.grad is None:
+                p.grad = averaged.clone()
+            else:
+                p.grad.copy_(averaged)
+            offset += p.numel()
+
+
+class GradientBuckets:
+    """Average gradients over the group ``group_name``, bucketed and overlapped with backward.
+
+    ``params`` are given in forward order; those that do not require grad are skipped.
+    The group is looked up here, at construction (after ``set_groups``). Over a group of
+    size 1 nothing is registered and :meth:`finish` does nothing.
+    """
+
+    def __init__(
+        self,
+        params: Sequence[torch.nn.Parameter],
+        group_name: str,
+        bucket_bytes: int = 25 * 2**20,
+        *,
+        average: bool = True,
+    ):
+        self.group_name = group_name
+        # average=False sums: right when each rank's loss already carries the 1/G of a
+        # global mean (a rank program that averages its loss over the data group).
+        self.average = average
+        self.group = get_group(group_name)
+        self.world_size = size_of(self.group)
+        self.enabled = True
+        self.buckets: list[_Bucket] = []
+        self._bucket_of: dict[int, _Bucket] = {}
+        self._next_to_launch = 0
+        self._handles = []
+        # Deduplicated (a tied weight listed twice would otherwise be hooked twice).
+        params = list({id(p): p for p in params if p.requires_grad}.values())
+        if self.world_size == 1:
+            return
+        current: list[torch.nn.Parameter] = []
+        current_bytes = 0
+        for p in reversed(params):
+            nbytes = p.numel() * p.element_size()
+            starts_new = current and (
+                current_bytes + nbytes > bucket_bytes
+                or p.dtype != current[0].dtype
+                or p.device != current[0].device
+            )
+            if starts_new:
+                self._add_bucket(current)
+                current, current_bytes = [], 0
+            current.append(p)
+            current_bytes += nbytes
+        if current:
+            self._add_bucket(current)
+        for p in params:
+            self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad_ready))
+        log.debug(
+            "GradientBuckets over %r: %d params in %d buckets",
+            group_name, len(params), len(self.buckets),
+        )
+
+    def _add_bucket(self, params: list[torch.nn.Parameter]) -> None:
+        bucket = _Bucket(len(self.buckets), params)
+        self.buckets.append(bucket)
+        for p in params:
+            self._bucket_of[id(p)] = bucket
+
+    def _on_grad_ready(self, param: torch.nn.Parameter) -> None:
+        if not self.enabled:
+            return
+        bucket = self._bucket_of[id(param)]
+        if id(param) in bucket.ready:
+            raise RuntimeError(
+                f"a parameter of shape {tuple(param.shape)} received a second gradient in "
+                "one step while GradientBuckets was enabled; with gradient accumulation set "
+                "buckets.enabled = False for all microbatches but the last, and call "
+                "finish() after each step"
+            )
+        bucket.ready.add(id(param))
+        self._launch_ready_buckets()
+
+    def _launch_ready_buckets(self) -> None:
+        # In bucket order only: every rank must issue the same sequence of collectives.
+        while self._next_to_launch < len(self.buckets):
+            bucket = self.buckets[self._next_to_launch]
+            if len(bucket.ready) < len(bucket.params):
+                return
+            self._launch(bucket)
+
+    def _launch(self, bucket: _Bucket) -> None:
+        bucket.flatten()
+        bucket.work = dist.all_reduce(bucket.buffer, group=self.group, async_op=True)
+        self._next_to_launch += 1
+
+    @property
+    def launched_buckets(self) -> int:
+        """How many buckets of this step are already in flight."""
+        return self._next_to_launch
+
+    def finish(self) -> None:
+        """Launch the buckets still waiting, wait for all, average into ``param.grad``, reset."""
+        if self.world_size == 1:
+            return
+        while self._next_to_launch < len(self.buckets):
+            self._launch(self.buckets[self._next_to_launch])
+        for bucket in self.buckets:
+            bucket.work.wait()
+            if self.average:
+                bucket.buffer.div_(self.world_size)
+            bucket.unflatten_into_grads()
+            bucket.work = None
+            bucket.ready.clear()
+        self._next_to_launch = 0
+
+    def remove_hooks(self) -> None:
+        """Unregister the gradient hooks (the object is unusable for overlap afterwards)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+def sync_gradients(params: Iterable[torch.nn.Parameter], group_name: str) -> None:
+    """Average ``param.grad`` over the group ``group_name`` with one flat all-reduce per dtype.
+
+    A missing gradient counts as zero and is replaced by the average. No overlap: this is
+    the reference that :class:`GradientBuckets` must equal.
+    """
+    group = get_group(group_name)
+    world_size = size_of(group)
+    if world_size == 1:
+        return
+    by_kind: dict[tuple, list[torch.nn.Parameter]] = {}
+    for p in {id(p): p for p in params}.values():
+        if p.requires_grad:
+            by_kind.setdefault((p.dtype, p.device), []).append(p)
+    for same_kind in by_kind.values():
+        bucket = _Bucket(0, same_kind)
+        bucket.flatten()
+        dist.all_reduce(bucket.buffer, group=group)
+        bucket.buffer.div_(world_size)
+        bucket.unflatten_into_grads()

@@ -1,0 +1,174 @@
+"""Starting ranks: :func:`launch` for local processes, :func:`init_from_env` for torchrun.
+
+:func:`launch` is what tests, examples and the benchmarks use to run one function on
+``world_size`` local processes with a ``torch.distributed`` default group initialised::
+
+    >>> def all_ranks_sum():
+    ...     t = torch.ones(1) * dist.get_rank()
+    ...     dist.all_reduce(t)
+    ...     return t
+    >>> launch(all_ranks_sum, 2)
+    [tensor([1.]), tensor([1.])]
+
+Nothing hangs: a rank that raises makes the parent terminate the others (they would
+wait forever in their next collective) and raise :class:`LaunchError` with that rank's
+traceback; after ``timeout_s`` every child is killed and the error names the ranks that
+had not finished.
+
+The rendezvous store lives in the parent, not in rank 0 (the way torchrun's agent
+hosts it), so no free port has to be guessed and a rank that finishes early cannot take
+the store away from ranks that still create subgroups.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import pickle
+import time
+import traceback
+from multiprocessing.connection import wait
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+log = logging.getLogger("autopar.runtime")
+
+_GRACE_S = 5.0  # how long a terminated child gets before it is killed
+
+
+class LaunchError(RuntimeError):
+    """A launched rank failed, died, or did not finish within the timeout."""
+
+
+def launch(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: Sequence[Any] = (),
+    *,
+    backend: str = "gloo",
+    timeout_s: float = 120.0,
+) -> list:
+    """Run ``fn(*args)`` on ``world_size`` spawned processes; return their results in rank order.
+
+    ``fn`` must be a picklable top-level function and its return value picklable
+    (return detached tensors). Each child gets MASTER_ADDR, MASTER_PORT, RANK,
+    WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, ``torch.set_num_threads(1)``, and an
+    initialised default process group (``backend``, collective timeout ``timeout_s``)
+    that is destroyed after ``fn`` returns.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    deadline = time.monotonic() + timeout_s
+    # The parent hosts the rendezvous store; children join it as clients
+    # (TORCHELASTIC_USE_AGENT_STORE, the contract torchrun's agent uses).
+    store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    ctx = mp.get_context("spawn")
+    processes, readers = [], {}
+    try:
+        for rank in range(world_size):
+            reader, writer = ctx.Pipe(duplex=False)
+            env = {
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(store.port),
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_RANK": str(rank),
+                "LOCAL_WORLD_SIZE": str(world_size),
+                "TORCHELASTIC_USE_AGENT_STORE": "True",
+            }
+            process = ctx.Process(
+                target=_run_rank,
+                args=(fn, tuple(args), env, backend, timeout_s, writer),
+                name=f"autopar-rank{rank}",
+                daemon=False,  # fn may start its own workers (DataLoader); _stop reaps us
+            )
+            process.start()
+            writer.close()  # the child holds the only write end, so its death reads as EOF
+            processes.append(process)
+            readers[reader] = rank
+        results = _collect(processes, readers, deadline, timeout_s)
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        return [results[rank] for rank in range(world_size)]
+    finally:
+        _stop(processes)
+        for reader in readers:
+            reader.close()
+        del store
+
+
+def _collect(processes, readers, deadline, timeout_s) -> dict[int, Any]:
+    """Read every rank's report; raise on the first failure or at the deadline."""
+    pending = dict(readers)
+    results: dict[int, Any] = {}
+    while pending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise LaunchError(
+                f"launch timed out after {timeout_s:g}s; ranks still running: "
+                f"{sorted(pending.values())} (all ranks were killed)"
+            )
+        for reader in wait(list(pending), timeout=remaining):
+            rank = pending.pop(reader)
+            try:
+                status, payload = pickle.loads(reader.recv_bytes())
+            except EOFError:
+                processes[rank].join(_GRACE_S)
+                raise LaunchError(
+                    f"rank {rank} exited with code {processes[rank].exitcode} "
+                    "without reporting a result (killed, or os._exit in user code?)"
+                ) from None
+            if status == "error":
+                raise LaunchError(f"rank {rank} raised:\n{payload}")
+            results[rank] = payload
+    return results
+
+
+def _stop(processes) -> None:
+    """Terminate every child still alive, then kill those that ignore it."""
+    alive = [p for p in processes if p.is_alive()]
+    for process in alive:
+        process.terminate()
+    end = time.monotonic() + _GRACE_S
+    for process in alive:
+        process.join(max(0.0, end - time.monotonic()))
+        if process.is_alive():
+            log.warning("rank process %s ignored SIGTERM; killing it", process.name)
+            process.kill()
+            process.join()
+
+
+def _run_rank(fn, args, env, backend, timeout_s, writer) -> None:
+    """Child entry point: set up the rank, run ``fn``, report through ``writer``."""
+    os.environ.update(env)
+    torch.set_num_threads(1)
+    try:
+        if backend == "nccl":
+            torch.cuda.set_device(int(env["LOCAL_RANK"]))
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        result = fn(*args)
+        dist.destroy_process_group()
+        message = pickle.dumps(("ok", result))
+    except BaseException:  # noqa: BLE001 - the parent reports it; SystemExit included
+        message = pickle.dumps(("error", traceback.format_exc()))
+    writer.send_bytes(message)
+    writer.close()
+
+
+def init_from_env(backend: str | None = None) -> tuple[int, int]:
+    """Initialise the default process group from torchrun's environment; return (rank, world_size).
+
+    Does nothing but report when a default group already exists. ``backend`` defaults to
+    ``nccl`` when CUDA is available (the device is set from LOCAL_RANK) and ``gloo``
+    otherwise.
+    """
+    if not dist.is_initialized():
+        if backend is None:
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size()

@@ -1,0 +1,210 @@
+"""The cost model: ring formulas, placement-aware bandwidth, hardware presets, FLOP counts."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from expecttest import TestCase
+
+from autopar.capture import capture
+from autopar.planning import cost
+from autopar.planning.flops import NO_WORK, NodeWork, graph_work, node_work
+from autopar.planning.hardware import PRESETS, Hardware, get_hardware
+
+SELENE = PRESETS["a100-selene"]
+# one node of 8 at 10 GB/s and no latency: the axonn equations as printed
+FLAT = dataclasses.replace(SELENE, name="flat", intra_node_bandwidth=10e9, intra_node_latency_s=0.0)
+
+
+class RingFormulas(TestCase):
+    def test_hand_computed_values(self):
+        # all-reduce of 1 MB over 4 ranks at 10 GB/s: 2·(3/4)·1e6/1e10 = 150 µs (eq 3)
+        self.assertAlmostEqual(cost.all_reduce_time(4, 1e6, FLAT), 150e-6, places=12)
+        # reduce-scatter of the same buffer: (3/4)·1e6/1e10 = 75 µs (eq 2)
+        self.assertAlmostEqual(cost.reduce_scatter_time(4, 1e6, FLAT), 75e-6, places=12)
+        # all-gather of 1 MB contributed per rank: 3·1e6/1e10 = 300 µs (eq 1)
+        self.assertAlmostEqual(cost.all_gather_time(4, 1e6, FLAT), 300e-6, places=12)
+
+    def test_alpha_terms(self):
+        hw = dataclasses.replace(FLAT, intra_node_latency_s=1e-6)
+        self.assertAlmostEqual(cost.all_reduce_time(4, 1e6, hw), 150e-6 + 6e-6, places=12)
+        self.assertAlmostEqual(cost.reduce_scatter_time(4, 1e6, hw), 75e-6 + 3e-6, places=12)
+        self.assertAlmostEqual(cost.all_gather_time(4, 1e6, hw), 300e-6 + 3e-6, places=12)
+        self.assertAlmostEqual(cost.all_reduce_time(4, 0, hw), 6e-6, places=12)
+
+    def test_group_of_one_costs_nothing(self):
+        for fn in (cost.all_reduce_time, cost.reduce_scatter_time, cost.all_gather_time):
+            self.assertEqual(fn(1, 1e9, SELENE), 0.0)
+            self.assertIsInstance(fn(2, 10, SELENE), float)
+
+    def test_all_reduce_is_reduce_scatter_plus_all_gather(self):
+        g, nbytes = 8, 64e6
+        self.assertAlmostEqual(cost.all_reduce_time(g, nbytes, SELENE),
+                               cost.reduce_scatter_time(g, nbytes, SELENE)
+                               + cost.all_gather_time(g, nbytes / g, SELENE), places=12)
+
+    def test_monotone_in_bytes_and_group_size(self):
+        for fn in (cost.all_reduce_time, cost.reduce_scatter_time, cost.all_gather_time):
+            times = [fn(4, b, SELENE) for b in (1e3, 1e6, 1e9)]
+            self.assertEqual(times, sorted(times))
+            self.assertLess(fn(2, 1e6, SELENE), fn(8, 1e6, SELENE))
+        # leaving the node makes the same collective slower
+        self.assertLess(cost.all_reduce_time(8, 1e8, SELENE), cost.all_reduce_time(16, 1e8, SELENE))
+        self.assertLess(cost.all_reduce_time(2, 1e8, SELENE, stride=4),
+                        cost.all_reduce_time(2, 1e8, SELENE, stride=8))
+
+    def test_formulas_print(self):
+        self.assertExpectedInline(str(cost.FORMULAS["all_reduce"]), """2*alpha*(G - 1) + 2*m*(G - 1)/(G*beta)""")
+        self.assertExpectedInline(str(cost.FORMULAS["reduce_scatter"]), """alpha*(G - 1) + m*(G - 1)/(G*beta)""")
+        self.assertExpectedInline(str(cost.FORMULAS["all_gather"]), """alpha*(G - 1) + m*(G - 1)/beta""")
+        self.assertExpectedInline(str(cost.FORMULAS["placement_bandwidth"]), """beta_inter/Min(G_inner, G_node)""")
+        self.assertExpectedInline(str(cost.FORMULAS["matmul_time"]), """launch + (flops + saturation)/(efficiency*peak)""")
+        self.assertExpectedInline(str(cost.FORMULAS["pipeline_bubble"]), """(p - 1)/(m_b*v)""")
+
+
+class Placement(TestCase):
+    def test_intra_and_inter_node(self):
+        # 8 ranks per node, rank-major
+        self.assertEqual(cost.group_link(8, 1, SELENE), (300e9, 2e-6))    # one whole node
+        self.assertEqual(cost.group_link(4, 2, SELENE), (300e9, 2e-6))    # {0,2,4,6}
+        self.assertEqual(cost.group_link(16, 1, SELENE), (200e9, 5e-6))   # 2 nodes, one ring: all 8 NICs
+        self.assertEqual(cost.group_link(2, 8, SELENE), (25e9, 5e-6))     # {r, r+8}: 8 rings share the NICs
+        self.assertEqual(cost.group_link(3, 1, SELENE)[1], 5e-6)          # groups of 3 straddle nodes
+        self.assertEqual(cost.group_link(1, 64, SELENE), (300e9, 2e-6))
+
+    def test_eq10_sharing(self):
+        # β = β_inter / min(G_node, stride), β_inter = 8 · 25 GB/s, capped by NVLink (300 GB/s)
+        seen = {s: cost.group_link(32 // s, s, SELENE)[0] for s in (1, 2, 4, 8, 16)}
+        self.assertEqual(seen, {1: 200e9, 2: 100e9, 4: 50e9, 8: 25e9, 16: 25e9})
+        beta_sym = cost.FORMULAS["placement_bandwidth"].subs(
+            {cost.beta_inter: 200e9, cost.G_node: 8, cost.G_inner: 4})
+        self.assertAlmostEqual(float(beta_sym), seen[4])
+
+    def test_bad_group(self):
+        with self.assertRaisesRegex(ValueError, "group_size"):
+            cost.group_link(0, 1, SELENE)
+
+
+class Compute(TestCase):
+    def test_matmul_time(self):
+        self.assertEqual(cost.matmul_time(0, SELENE), 0.0)
+        rate = SELENE.peak_flops * SELENE.matmul_efficiency
+        # at saturation_flops the matmul runs at half the achievable rate
+        half = cost.matmul_time(SELENE.saturation_flops, SELENE) - SELENE.kernel_launch_s
+        self.assertAlmostEqual(half, 2 * SELENE.saturation_flops / rate, places=15)
+        big = 1e15
+        self.assertAlmostEqual(cost.matmul_time(big, SELENE) / (big / rate), 1.0, places=5)
+
+    def test_memory_bound_and_training_memory(self):
+        self.assertAlmostEqual(cost.memory_bound_time(2039e6, SELENE), 1e-3 + 5e-6, places=12)
+        self.assertEqual(cost.training_memory(1e6, 0), 16e6)  # 4 + 4 + 8 bytes per parameter
+        self.assertEqual(cost.training_memory(10, 100, param_bytes=2, grad_bytes=2, optimizer_state_bytes=12), 260.0)
+
+    def test_step_compute_time_factors(self):
+        mm = NodeWork(flops=10**9, bytes_moved=0, is_matmul=True, is_kernel=True)
+        pw = NodeWork(flops=10, bytes_moved=10**6, is_matmul=False, is_kernel=True)
+        t_mm, t_pw = cost.matmul_time(1e9, SELENE), cost.memory_bound_time(1e6, SELENE)
+        self.assertAlmostEqual(cost.step_compute_time([mm, pw, NO_WORK], SELENE), 3 * t_mm + 2 * t_pw, places=15)
+        self.assertAlmostEqual(cost.step_compute_time([mm, pw], SELENE, recompute=True),
+                               4 * t_mm + 3 * t_pw, places=15)
+
+    def test_pipeline_bubble(self):
+        self.assertAlmostEqual(cost.pipeline_bubble_fraction(4, 8), 3 / 8)
+        self.assertAlmostEqual(cost.pipeline_bubble_fraction(4, 8, 2), 3 / 16)
+
+
+class Presets(TestCase):
+    def test_round_trip(self):
+        for hw in PRESETS.values():
+            self.assertEqual(Hardware.from_json(json.loads(json.dumps(hw.to_json()))), hw)
+            self.assertIs(get_hardware(hw.name), hw)
+        self.assertIs(get_hardware(None), PRESETS["cpu-gloo"])
+        self.assertIs(get_hardware(FLAT), FLAT)
+
+    def test_from_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "flat.json")
+            with open(path, "w") as f:
+                json.dump(FLAT.to_json(), f)
+            self.assertEqual(get_hardware(path), FLAT)
+
+    def test_unknown_name(self):
+        with self.assertRaises(ValueError) as ctx:
+            get_hardware("tpu-v9")
+        self.assertExpectedInline(str(ctx.exception), """unknown hardware 'tpu-v9': expected one of the presets ['a100-selene', 'cpu-gloo'] or the path of a JSON file written by Hardware.to_json()""")
+        with self.assertRaisesRegex(ValueError, r"missing fields \['memory_bytes'\]"):
+            Hardware.from_json({k: v for k, v in FLAT.to_json().items() if k != "memory_bytes"})
+
+    def test_selene_figures(self):
+        self.assertEqual((SELENE.peak_flops, SELENE.devices_per_node), (312e12, 8))
+        self.assertEqual((SELENE.intra_node_bandwidth, SELENE.inter_node_bandwidth), (300e9, 25e9))
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 64), nn.Linear(64, 8)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)).view(x.shape[0], -1))
+
+
+def _matmul_flops(gm) -> int:
+    return sum(w.flops for w in graph_work(gm).values() if w.is_matmul)
+
+
+class NodeWorkTest(TestCase):
+    def test_mlp_both_tracers_agree(self):
+        x = torch.randn(4, 16)
+        expected = 2 * 4 * 16 * 64 + 2 * 4 * 64 * 8
+        traced = capture(MLP(), (x,), tracer="symbolic_trace")
+        exported = capture(MLP(), (x,), tracer="export")
+        self.assertEqual(_matmul_flops(traced), expected)
+        self.assertEqual(_matmul_flops(exported), expected)
+        for gm in (traced, exported):
+            work = graph_work(gm)
+            kernels = [name for name, w in work.items() if w.is_kernel]
+            self.assertEqual(len(kernels), 3, kernels)  # fc1, gelu, fc2; the view is free
+        fc1 = next(n for n in traced.graph.nodes if str(n.target).endswith("fc1"))
+        # input 256 B + output 1024 B + weight 4096 B + bias 256 B
+        self.assertEqual(node_work(fc1, traced), NodeWork(2 * 4 * 16 * 64, 5632, True, True))
+
+    def test_sdpa(self):
+        class Attention(nn.Module):
+            def forward(self, q, k, v):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        b, h, s, d = 2, 4, 8, 16
+        q = torch.randn(b, h, s, d)
+        for tracer in ("symbolic_trace", "export"):
+            gm = capture(Attention(), (q, q, q), tracer=tracer)
+            self.assertEqual(_matmul_flops(gm), 4 * b * h * s * s * d, tracer)
+
+    def test_conv_and_embedding(self):
+        model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, groups=1), nn.ReLU())
+        x = torch.randn(2, 3, 10, 10)
+        for tracer in ("symbolic_trace", "export"):
+            gm = capture(model, (x,), tracer=tracer)
+            self.assertEqual(_matmul_flops(gm), 2 * (2 * 8 * 10 * 10) * 3 * 3 * 3, tracer)
+        emb = capture(nn.Embedding(100, 32), (torch.zeros(4, 5, dtype=torch.long),))
+        work = [w for w in graph_work(emb).values() if w.is_kernel]
+        self.assertEqual(work, [NodeWork(0, 4 * 5 * 8 + 2 * 4 * 5 * 32 * 4, False, True)])
+
+    def test_leaf_multihead_attention(self):
+        e, h, b, s = 16, 2, 2, 5
+        model = nn.MultiheadAttention(e, h, batch_first=True)
+        x = torch.randn(b, s, e)
+        traced = capture(model, (x, x, x), tracer="symbolic_trace")
+        expected = 4 * 2 * b * s * e * e + 4 * b * s * s * e  # q, k, v, out projections + attention
+        self.assertEqual(_matmul_flops(traced), expected)
+
+    def test_placeholders_and_parameters_are_free(self):
+        gm = capture(MLP(), (torch.randn(4, 16),), tracer="export")
+        for node in gm.graph.nodes:
+            if node.op in ("placeholder", "get_attr", "output"):
+                self.assertEqual(node_work(node, gm), NO_WORK)
