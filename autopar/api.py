@@ -22,6 +22,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.capture import MODEL_PREFIX, capture, wrap_model
+from autopar.drawing import regions_dot
 from autopar.ir import CAPTURE
 from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import data_parallel_pass
@@ -40,9 +41,29 @@ log = logging.getLogger("autopar")
 
 def plan(model: nn.Module, world_size: int, example_inputs: Sequence[Any], loss_fn: Callable | None = None,
          strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None) -> Plan:
-    """Plan ``model`` for ``world_size`` ranks without starting any process."""
+    """Plan ``model`` for ``world_size`` ranks without starting any process.
+
+    The returned plan can ``save(dir)`` itself with every rank's rewritten graph (built
+    here, in this process: the rewrite needs no process group) and the region drawing.
+    """
     gm = _global_graph(model, example_inputs, loss_fn, example_target)
-    return plan_graph(gm, world_size, get_hardware(hardware), strategy)
+    plan_ = plan_graph(gm, world_size, get_hardware(hardware), strategy)
+    _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target)
+    return plan_
+
+
+def _attach_artifacts(plan_: Plan, gm: fx.GraphModule, model, example_inputs, loss_fn, example_target) -> None:
+    """Let ``plan_.save`` write rank graphs and the region drawing, built only when saved."""
+    def build(max_ranks: int):
+        graphs = {}
+        for rank in range(min(plan_.world_size, max_ranks)):
+            rank_gm = rank_graph(model, plan_, rank, example_inputs, loss_fn, example_target)
+            graphs[rank] = rank_graph_code(rank_gm, plan_, rank)
+        strategies = {r.region: r.strategy + (f" (tensor {plan_.degree('tensor')})" if r.strategy == "megatron" else "")
+                      for r in plan_.regions}
+        return graphs, regions_dot(gm, strategies, title=f"{plan_.model}: regions and strategies")
+
+    plan_.artifact_source = build
 
 
 def _global_graph(model, example_inputs, loss_fn, example_target) -> fx.GraphModule:
@@ -328,6 +349,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
                     "tensor": mesh.size(mesh.mesh_dim_names.index("tensor"))}
     gm = _global_graph(model, example_inputs, loss_fn, example_target)
     plan_ = plan_graph(gm, world, get_hardware(hardware), strategy)
+    _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target)
     _check_same_plan_everywhere(plan_, world)
     group_map = _make_groups(plan_, mesh, world)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())

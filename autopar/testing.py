@@ -83,3 +83,35 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
             worst, report["worst_param"] = diff, name
     report["param"] = worst
     return report
+
+
+# ---------------------------------------------------------------------- cases run on ranks
+
+def _case_inputs(model_name: str):
+    """Model factory, inputs, target and loss of a named example model (seeded)."""
+    import torch.nn.functional as F
+
+    from examples.models import MLP, TinyTransformer, gpt2, gpt2_loss, lm_loss
+    generator = torch.Generator().manual_seed(1)
+    if model_name == "mlp":
+        x = torch.randn(8, 32, generator=generator)
+        y = torch.randint(0, 8, (8,), generator=generator)
+        return MLP, (x,), y, F.cross_entropy
+    ids = torch.randint(0, 64, (4, 16), generator=generator)
+    target = torch.randint(0, 64, (4, 16), generator=generator)
+    if model_name == "transformer":
+        return TinyTransformer, (ids,), target, lm_loss
+    if model_name == "gpt2":
+        return gpt2, (ids,), target, gpt2_loss
+    raise ValueError(f"unknown example model {model_name!r}")
+
+
+def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Run :func:`compare_with_single_device` for each ``(model name, strategy)`` on this rank."""
+    reports = []
+    for model_name, strategy in cases:
+        factory, inputs, target, loss_fn = _case_inputs(model_name)
+        report = compare_with_single_device(factory, inputs, target, loss_fn, strategy)
+        report["case"] = (model_name, strategy)
+        reports.append(report)
+    return reports

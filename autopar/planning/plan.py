@@ -115,8 +115,16 @@ class Plan:
         return Plan(**data)
 
     def save(self, directory: str, *, rank_graphs: dict[int, str] | None = None,
-             region_dot: str | None = None) -> str:
-        """Write the plan directory (see module docstring) and return its path."""
+             region_dot: str | None = None, max_ranks: int = 8) -> str:
+        """Write the plan directory (see module docstring) and return its path.
+
+        A plan made by ``autopar.plan``/``compile`` builds the rank graphs (of the first
+        ``max_ranks`` ranks) and the drawing itself; a plan loaded from JSON writes only
+        what it is given.
+        """
+        source = getattr(self, "artifact_source", None)
+        if rank_graphs is None and region_dot is None and source is not None:
+            rank_graphs, region_dot = source(max_ranks)
         os.makedirs(directory, exist_ok=True)
         with open(os.path.join(directory, "plan.json"), "w") as f:
             f.write(self.to_json())

@@ -1,0 +1,113 @@
+"""Benchmark 1: a program compiled for one rank against the eager model it came from.
+
+Both sides run the same model (autopar deep-copies it, so the weights are equal) on the
+same input; a step is ``zero_grad`` + forward + backward, no optimizer step:
+
+* autopar: ``pm.zero_grad(); pm.step(x, target=y)`` with ``pm = autopar.compile(model, None, ...)``
+  in a process with no process group (world 1);
+* eager:   ``model.zero_grad(); loss_fn(model(x), y).backward()``.
+
+Goal: autopar ≤ 1.03 × eager. The small cases are there to make the per-step Python
+overhead visible; the large ones are what the goal is about.
+
+    python benchmarks/bench_compile_overhead.py [--steps 40] [--quick] [--profile]
+"""
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+
+from common import compare, interleaved, parser, print_rows, steps_of, write_json, zero_grad  # noqa: I001
+
+import torch
+import torch.nn.functional as F
+
+import autopar
+from examples.models import MLP, TinyTransformer, lm_loss
+
+GOAL = 1.03
+
+
+def make_case(name: str):
+    """(model, input, target, loss_fn) of a named case, from seed 0."""
+    torch.manual_seed(0)
+    if name == "mlp-small":       # 32 → 64 → 32, ×2: almost nothing but Python overhead
+        return MLP(32, 64, 2, 8), torch.randn(16, 32), torch.randn(16, 8), F.mse_loss
+    if name == "mlp-1024":        # 1024 → 4096 → 1024, ×2, batch 64: 17 M parameters
+        return MLP(1024, 4096, 2, 1024), torch.randn(64, 1024), torch.randn(64, 1024), F.mse_loss
+    if name == "transformer-small":   # width 32, 2 layers, batch 4 × seq 16
+        model = TinyTransformer(vocab=64, width=32, heads=4, layers=2, block=16)
+        return model, torch.randint(0, 64, (4, 16)), torch.randint(0, 64, (4, 16)), lm_loss
+    if name == "transformer-256x4":   # width 256, 4 layers, batch 8 × seq 64
+        model = TinyTransformer(vocab=256, width=256, heads=4, layers=4, block=64)
+        return model, torch.randint(0, 256, (8, 64)), torch.randint(0, 256, (8, 64)), lm_loss
+    raise KeyError(name)
+
+
+CASES = ["mlp-small", "transformer-small", "mlp-1024", "transformer-256x4"]
+QUICK_CASES = ["mlp-small", "transformer-small"]
+
+
+def sides(name: str):
+    model, x, y, loss_fn = make_case(name)
+    pm = autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn, example_target=y,
+                         strategy={"data": 1, "tensor": 1})
+    model_params = list(model.parameters())
+    pm_params = list(pm.parameters())
+
+    def step_autopar():
+        zero_grad(pm_params)
+        pm.step(x, target=y)
+
+    def step_eager():
+        zero_grad(model_params)
+        loss_fn(model(x), y).backward()
+
+    return {"autopar": step_autopar, "eager": step_eager}
+
+
+def run(steps: int, warmup: int, quick: bool = False, threads: int = 1) -> list:
+    torch.set_num_threads(threads)
+    rows = []
+    for name in QUICK_CASES if quick else CASES:
+        times = interleaved(sides(name), steps, warmup)
+        rows.append(compare("compile_overhead", name, times, ours="autopar", baseline="eager", goal=GOAL,
+                            note=""))
+    return rows
+
+
+def profile(name: str, steps: int = 20) -> str:
+    """cProfile of ``steps`` autopar steps of a case (after two warm-up steps)."""
+    step = sides(name)["autopar"]
+    for _ in range(2):
+        step()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(25)
+    return out.getvalue()
+
+
+def main(argv=None) -> list:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as on the ranks)")
+    p.add_argument("--profile", metavar="CASE", help="print a cProfile of the autopar side of CASE and exit")
+    args = p.parse_args(argv)
+    if args.profile:
+        torch.set_num_threads(args.threads)
+        print(profile(args.profile))
+        return []
+    steps, warmup = steps_of(args)
+    rows = run(steps, warmup, args.quick, args.threads)
+    print_rows(f"compile overhead: autopar on 1 rank vs eager ({steps} steps, {warmup} warm-up, "
+               f"{args.threads} thread(s))", rows)
+    write_json(args.json, rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

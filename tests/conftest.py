@@ -1,0 +1,8 @@
+import os
+import sys
+
+# examples/ holds the models the tests train; spawned ranks import them too
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+os.environ.setdefault("PYTHONPATH", ROOT)
