@@ -116,7 +116,7 @@ def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int) -> fx.GraphModule:
 
 def rank_graph_code(gm: fx.GraphModule, plan_: Plan, rank: int) -> str:
     coords = ", ".join(f"{k}={v}" for k, v in plan_.rank_coordinates(rank).items())
-    passes = " → ".join(gm.meta.get("autopar.passes_run", []))
+    passes = " -> ".join(gm.meta.get("autopar.passes_run", []))
     return graph_code(gm, header=f"rank {rank} of {plan_.world_size} ({coords}); built by passes: {passes}")
 
 

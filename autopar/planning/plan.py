@@ -150,11 +150,11 @@ class Plan:
     # ------------------------------------------------------------------ explanation
     def explain(self) -> str:
         """A readable table: mesh, predicted step, per-region strategy and costs."""
-        mesh = " × ".join(f"{k}={v}" for k, v in self.mesh.items())
+        mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
         lines = [
             f"autopar plan: {self.model} on {self.world_size} rank(s), hardware {self.hardware}, "
             f"global batch {self.global_batch}{' (forced)' if self.forced else ''}",
-            f"mesh: {mesh}   (rank = data·{self.degree('tensor')} + tensor; tensor ranks adjacent)",
+            f"mesh: {mesh}   (rank = data*{self.degree('tensor')} + tensor; tensor ranks adjacent)",
             f"predicted step {_ms(self.step_s)}: compute {_ms(self.total.compute_s)}, "
             + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(self.total.comm_s.items()))
             + f"; memory per rank {_mb(self.total.memory_bytes)}",
@@ -175,7 +175,7 @@ class Plan:
             lines.append("")
             lines.append("meshes weighed:")
             for c in self.candidates:
-                mesh_c = " × ".join(f"{k}={v}" for k, v in c.mesh.items())
+                mesh_c = " x ".join(f"{k}={v}" for k, v in c.mesh.items())
                 mark = "*" if c.mesh == self.mesh else " "
                 if c.feasible:
                     lines.append(f" {mark} {mesh_c}: step {_ms(c.step_s)}, memory {_mb(c.memory_bytes)}")

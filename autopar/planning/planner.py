@@ -81,7 +81,7 @@ class Strategy:
         elif tensor is None:
             tensor = world // data if world % data == 0 else 0
         if data * tensor != world or data < 1 or tensor < 1:
-            raise PlanError(f"strategy: the forced degrees data={self.data} × tensor={self.tensor} do not match "
+            raise PlanError(f"strategy: the forced degrees data={self.data} x tensor={self.tensor} do not match "
                             f"the world size {world}; give degrees whose product is {world}")
         return data, tensor
 

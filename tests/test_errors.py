@@ -1,0 +1,116 @@
+"""Bad input gets a clear error naming the region, argument or construct."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import autopar
+from autopar.passes.manager import PassError
+from autopar.runtime.launcher import LaunchError, launch
+from examples.models import MLP, TinyTransformer, lm_loss
+
+
+def _transformer(heads=4, width=32):
+    torch.manual_seed(0)
+    ids = torch.randint(0, 64, (4, 16))
+    return TinyTransformer(width=width, heads=heads), (ids,), lm_loss, torch.randint(0, 64, (4, 16))
+
+
+def test_forced_tensor_degree_not_dividing_heads_names_region_and_sizes():
+    model, inputs, loss, target = _transformer(heads=3, width=48)
+    with pytest.raises(autopar.PlanError, match=r"region attention:softmax: attention heads = 3 is not divisible "
+                                                r"by the tensor degree 2"):
+        autopar.plan(model, 2, inputs, loss, {"tensor": 2}, example_target=target)
+
+
+def test_forced_tensor_degree_not_dividing_hidden_width():
+    model = nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 8))
+    with pytest.raises(autopar.PlanError, match=r"region linear_chain:model_0: hidden width = 6 is not divisible "
+                                                r"by the tensor degree 4"):
+        autopar.plan(model, 4, (torch.randn(4, 8),), strategy={"tensor": 4})
+
+
+def test_auto_never_picks_a_degree_that_does_not_divide():
+    model, inputs, loss, target = _transformer(heads=3, width=48)
+    plan = autopar.plan(model, 2, inputs, loss, "auto", example_target=target)
+    attention = [r for r in plan.regions if r.kind == "attention"]
+    assert plan.degree("tensor") == 1 or all(r.strategy == "replicate" for r in attention)
+    if plan.degree("tensor") > 1:
+        assert all("not divisible" in r.reason for r in attention)
+
+
+def test_world_size_not_matching_forced_degrees():
+    with pytest.raises(autopar.PlanError, match=r"data=2 x tensor=2 do not match the world size 8"):
+        autopar.plan(MLP(), 8, (torch.randn(8, 32),), strategy={"data": 2, "tensor": 2})
+
+
+def test_batch_not_divisible_by_data_degree_names_argument():
+    with pytest.raises(autopar.PlanError, match=r"example_inputs: the batch 6 is not divisible by the data degree 4"):
+        autopar.plan(MLP(), 4, (torch.randn(6, 32),), strategy={"data": 4})
+
+
+def test_auto_skips_data_degrees_that_do_not_divide_the_batch():
+    plan = autopar.plan(MLP(), 4, (torch.randn(6, 32),))
+    assert 6 % plan.degree("data") == 0
+    assert any("batch 6 not divisible by data degree 4" in c.reason for c in plan.candidates)
+
+
+def test_unknown_strategy_is_explained():
+    with pytest.raises(autopar.PlanError, match=r"expected 'auto', 'data', 'tensor' or a dict"):
+        autopar.plan(MLP(), 2, (torch.randn(4, 32),), strategy="pipeline-ish")
+    with pytest.raises(autopar.PlanError, match=r"unknown mesh dimension\(s\) \['pipe'\]"):
+        autopar.plan(MLP(), 2, (torch.randn(4, 32),), strategy={"pipe": 2})
+
+
+class DataDependent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.fc(x).nonzero()
+        return x
+
+
+def test_model_neither_tracer_captures_names_class_and_construct():
+    with pytest.raises(autopar.CaptureError) as info:
+        autopar.plan(DataDependent(), 1, (torch.randn(2, 4),))
+    message = str(info.value)
+    assert "could not capture model DataDependent" in message
+    assert "symbolic_trace failed" in message and "torch.export(strict=False) failed" in message
+    assert "if x.sum() > 0:" in message  # the construct, with its file and line
+    assert "test_errors.py" in message
+
+
+def test_loss_without_target_is_explained():
+    with pytest.raises(ValueError, match="example_target"):
+        autopar.capture(MLP(), (torch.randn(2, 32),), F.cross_entropy)
+
+
+def test_output_without_batch_dimension_cannot_be_data_parallel():
+    class Pooled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(x).mean(0)
+
+    plan = autopar.plan(Pooled(), 2, (torch.randn(4, 4),), strategy={"data": 2})
+    with pytest.raises(PassError, match=r"output .*mean.* first dimension is not the batch"):
+        autopar.rank_graph(Pooled(), plan, 0, (torch.randn(4, 4),))
+
+
+def _step_with_other_batch():
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 32), torch.randint(0, 8, (8,))
+    pm = autopar.compile(MLP(), None, example_inputs=(x,), loss_fn=F.cross_entropy, example_target=y,
+                         strategy={"data": 2})
+    pm.step(torch.randn(7, 32), target=torch.randint(0, 8, (7,)))
+
+
+@pytest.mark.multiprocess
+def test_call_time_batch_not_divisible_is_an_error_on_every_rank():
+    with pytest.raises(LaunchError, match=r"input 0: batch 7 is not divisible by the data degree 2"):
+        launch(_step_with_other_batch, 2, timeout_s=60)

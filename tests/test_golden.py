@@ -1,0 +1,543 @@
+"""Tier 1: golden text for the plan table and rank 0's rewritten graph.
+
+The MLP and the plain-PyTorch transformer under data, tensor and data × tensor plans,
+built in this process (the rewrite needs no process group). Update on purpose only:
+``EXPECTTEST_ACCEPT=1 pytest tests/test_golden.py`` and read the diff.
+"""
+import expecttest
+
+import autopar
+from autopar.api import rank_graph_code
+from examples.factories import mlp, transformer
+
+
+def _plan_and_graph(factory, world, strategy):
+    model, inputs, loss_fn, target = factory()
+    plan = autopar.plan(model, world, inputs, loss_fn, strategy, example_target=target)
+    gm = autopar.rank_graph(model, plan, 0, inputs, loss_fn, target)
+    return plan.explain(), rank_graph_code(gm, plan, 0)
+
+
+class TestGolden(expecttest.TestCase):
+    def test_mlp_data(self):
+        table, code = _plan_and_graph(mlp, 2, {"data": 2})
+        self.assertExpectedInline(table, """\
+autopar plan: MLP on 2 rank(s), hardware cpu-gloo, global batch 8 (forced)
+mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
+predicted step 0.245 ms: compute 0.031 ms, data comm 0.215 ms, tensor comm 0.000 ms; memory per rank 0.14 MiB
+
+region                     kind          strategy   compute   comm tensor  comm data  memory    alternatives
+-------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
+linear_chain:model_body_0  linear_chain  replicate  0.012 ms  0.000 ms     0.000 ms   0.07 MiB  -
+linear_chain:model_body_3  linear_chain  replicate  0.012 ms  0.000 ms     0.000 ms   0.07 MiB  -
+(outside regions)          -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
+
+meshes weighed:
+ * data=2 x tensor=1: step 0.245 ms, memory 0.14 MiB""")
+        self.assertExpectedInline(code, """\
+# rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
+def forward(self, input_0, target):
+    model_body_0 = getattr(self.model.body, "0")(input_0);  input_0 = None
+    model_body_1 = getattr(self.model.body, "1")(model_body_0);  model_body_0 = None
+    model_body_2 = getattr(self.model.body, "2")(model_body_1);  model_body_1 = None
+    model_body_3 = getattr(self.model.body, "3")(model_body_2);  model_body_2 = None
+    model_body_4 = getattr(self.model.body, "4")(model_body_3);  model_body_3 = None
+    model_body_5 = getattr(self.model.body, "5")(model_body_4);  model_body_4 = None
+    model_head = self.model.head(model_body_5);  model_body_5 = None
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
+    average_over_group = autopar_runtime_collectives_average_over_group(cross_entropy, 'data');  cross_entropy = None
+    return average_over_group
+    
+""")
+
+    def test_mlp_tensor(self):
+        table, code = _plan_and_graph(mlp, 2, {"tensor": 2})
+        self.assertExpectedInline(table, """\
+autopar plan: MLP on 2 rank(s), hardware cpu-gloo, global batch 8 (forced)
+mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
+predicted step 0.755 ms: compute 0.031 ms, data comm 0.000 ms, tensor comm 0.724 ms; memory per rank 0.07 MiB
+
+region                     kind          strategy   compute   comm tensor  comm data  memory    alternatives
+-------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
+linear_chain:model_body_0  linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
+linear_chain:model_body_3  linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
+(outside regions)          -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
+
+meshes weighed:
+ * data=1 x tensor=2: step 0.755 ms, memory 0.07 MiB""")
+        self.assertExpectedInline(code, """\
+# rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
+def forward(self, input_0, target):
+    copy_to_tensor_region = autopar_runtime_collectives_copy_to_tensor_region(input_0, 'tensor');  input_0 = None
+    model_body_0 = getattr(self.model.body, "0")(copy_to_tensor_region);  copy_to_tensor_region = None
+    model_body_1 = getattr(self.model.body, "1")(model_body_0);  model_body_0 = None
+    model_body_2_weight = getattr(self.model.body, "2").weight
+    linear = torch._C._nn.linear(model_body_1, model_body_2_weight);  model_body_1 = model_body_2_weight = None
+    reduce_from_tensor_region = autopar_runtime_collectives_reduce_from_tensor_region(linear, 'tensor');  linear = None
+    model_body_2_bias = getattr(self.model.body, "2").bias
+    add = reduce_from_tensor_region + model_body_2_bias;  reduce_from_tensor_region = model_body_2_bias = None
+    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(add, 'tensor');  add = None
+    model_body_3 = getattr(self.model.body, "3")(copy_to_tensor_region_1);  copy_to_tensor_region_1 = None
+    model_body_4 = getattr(self.model.body, "4")(model_body_3);  model_body_3 = None
+    model_body_5_weight = getattr(self.model.body, "5").weight
+    linear_1 = torch._C._nn.linear(model_body_4, model_body_5_weight);  model_body_4 = model_body_5_weight = None
+    reduce_from_tensor_region_1 = autopar_runtime_collectives_reduce_from_tensor_region(linear_1, 'tensor');  linear_1 = None
+    model_body_5_bias = getattr(self.model.body, "5").bias
+    add_1 = reduce_from_tensor_region_1 + model_body_5_bias;  reduce_from_tensor_region_1 = model_body_5_bias = None
+    model_head = self.model.head(add_1);  add_1 = None
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
+    return cross_entropy
+    
+""")
+
+    def test_mlp_data_tensor(self):
+        table, code = _plan_and_graph(mlp, 4, {"data": 2, "tensor": 2})
+        self.assertExpectedInline(table, """\
+autopar plan: MLP on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
+mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
+predicted step 1.191 ms: compute 0.030 ms, data comm 0.440 ms, tensor comm 0.722 ms; memory per rank 0.07 MiB
+
+region                     kind          strategy   compute   comm tensor  comm data  memory    alternatives
+-------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
+linear_chain:model_body_0  linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
+linear_chain:model_body_3  linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
+(outside regions)          -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
+
+meshes weighed:
+ * data=2 x tensor=2: step 1.191 ms, memory 0.07 MiB""")
+        self.assertExpectedInline(code, """\
+# rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
+def forward(self, input_0, target):
+    copy_to_tensor_region = autopar_runtime_collectives_copy_to_tensor_region(input_0, 'tensor');  input_0 = None
+    model_body_0 = getattr(self.model.body, "0")(copy_to_tensor_region);  copy_to_tensor_region = None
+    model_body_1 = getattr(self.model.body, "1")(model_body_0);  model_body_0 = None
+    model_body_2_weight = getattr(self.model.body, "2").weight
+    linear = torch._C._nn.linear(model_body_1, model_body_2_weight);  model_body_1 = model_body_2_weight = None
+    reduce_from_tensor_region = autopar_runtime_collectives_reduce_from_tensor_region(linear, 'tensor');  linear = None
+    model_body_2_bias = getattr(self.model.body, "2").bias
+    add = reduce_from_tensor_region + model_body_2_bias;  reduce_from_tensor_region = model_body_2_bias = None
+    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(add, 'tensor');  add = None
+    model_body_3 = getattr(self.model.body, "3")(copy_to_tensor_region_1);  copy_to_tensor_region_1 = None
+    model_body_4 = getattr(self.model.body, "4")(model_body_3);  model_body_3 = None
+    model_body_5_weight = getattr(self.model.body, "5").weight
+    linear_1 = torch._C._nn.linear(model_body_4, model_body_5_weight);  model_body_4 = model_body_5_weight = None
+    reduce_from_tensor_region_1 = autopar_runtime_collectives_reduce_from_tensor_region(linear_1, 'tensor');  linear_1 = None
+    model_body_5_bias = getattr(self.model.body, "5").bias
+    add_1 = reduce_from_tensor_region_1 + model_body_5_bias;  reduce_from_tensor_region_1 = model_body_5_bias = None
+    model_head = self.model.head(add_1);  add_1 = None
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
+    average_over_group = autopar_runtime_collectives_average_over_group(cross_entropy, 'data');  cross_entropy = None
+    return average_over_group
+    
+""")
+
+    def test_transformer_data(self):
+        table, code = _plan_and_graph(transformer, 2, {"data": 2})
+        self.assertExpectedInline(table, """\
+autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo, global batch 4 (forced)
+mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
+predicted step 0.474 ms: compute 0.181 ms, data comm 0.292 ms, tensor comm 0.000 ms; memory per rank 0.66 MiB
+
+region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
+------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
+vocab:model_tok                 vocab         replicate  0.010 ms  0.000 ms     0.000 ms   0.04 MiB  -
+attention:softmax               attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
+attention:softmax_1             attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
+linear_chain:model_blocks_0_fc  linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
+linear_chain:model_blocks_1_fc  linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
+(outside regions)               -             replicate  0.048 ms  0.000 ms     0.000 ms   0.05 MiB  -
+
+meshes weighed:
+ * data=2 x tensor=1: step 0.474 ms, memory 0.66 MiB""")
+        self.assertExpectedInline(code, """\
+# rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
+torch.fx._symbolic_trace.wrap("math_sqrt")
+
+def forward(self, input_0, target):
+    size = input_0.size(1)
+    getattr_1 = input_0.device
+    arange = torch.arange(size, device = getattr_1);  size = getattr_1 = None
+    model_tok = self.model.tok(input_0);  input_0 = None
+    model_pos = self.model.pos(arange);  arange = None
+    add = model_tok + model_pos;  model_tok = model_pos = None
+    model_blocks_0_ln1 = getattr(self.model.blocks, "0").ln1(add)
+    size_1 = model_blocks_0_ln1.size()
+    getitem = size_1[0]
+    getitem_1 = size_1[1]
+    getitem_2 = size_1[2];  size_1 = None
+    model_blocks_0_attn_qkv = getattr(self.model.blocks, "0").attn.qkv(model_blocks_0_ln1)
+    split = model_blocks_0_attn_qkv.split(32, dim = 2);  model_blocks_0_attn_qkv = None
+    getitem_3 = split[0]
+    getitem_4 = split[1]
+    getitem_5 = split[2];  split = None
+    floordiv = getitem_2 // 4
+    view = getitem_3.view(getitem, getitem_1, 4, floordiv);  getitem_3 = floordiv = None
+    transpose = view.transpose(1, 2);  view = None
+    floordiv_1 = getitem_2 // 4
+    view_1 = getitem_4.view(getitem, getitem_1, 4, floordiv_1);  getitem_4 = floordiv_1 = None
+    transpose_1 = view_1.transpose(1, 2);  view_1 = None
+    floordiv_2 = getitem_2 // 4
+    view_2 = getitem_5.view(getitem, getitem_1, 4, floordiv_2);  getitem_5 = floordiv_2 = None
+    transpose_2 = view_2.transpose(1, 2);  view_2 = None
+    transpose_3 = transpose_1.transpose(-2, -1)
+    matmul = transpose @ transpose_3;  transpose = transpose_3 = None
+    size_2 = transpose_1.size(-1);  transpose_1 = None
+    sqrt = math_sqrt(size_2);  size_2 = None
+    truediv = 1.0 / sqrt;  sqrt = None
+    mul = matmul * truediv;  matmul = truediv = None
+    new_ones = model_blocks_0_ln1.new_ones(getitem_1, getitem_1, dtype = torch.bool);  model_blocks_0_ln1 = None
+    tril = new_ones.tril();  new_ones = None
+    invert = ~tril;  tril = None
+    masked_fill = mul.masked_fill(invert, -inf);  mul = invert = None
+    softmax = torch.nn.functional.softmax(masked_fill, dim = -1, _stacklevel = 3, dtype = None);  masked_fill = None
+    matmul_1 = softmax @ transpose_2;  softmax = transpose_2 = None
+    transpose_4 = matmul_1.transpose(1, 2);  matmul_1 = None
+    contiguous = transpose_4.contiguous();  transpose_4 = None
+    view_3 = contiguous.view(getitem, getitem_1, getitem_2);  contiguous = getitem = getitem_1 = getitem_2 = None
+    model_blocks_0_attn_proj = getattr(self.model.blocks, "0").attn.proj(view_3);  view_3 = None
+    add_1 = add + model_blocks_0_attn_proj;  add = model_blocks_0_attn_proj = None
+    model_blocks_0_ln2 = getattr(self.model.blocks, "0").ln2(add_1)
+    model_blocks_0_fc = getattr(self.model.blocks, "0").fc(model_blocks_0_ln2);  model_blocks_0_ln2 = None
+    gelu = torch._C._nn.gelu(model_blocks_0_fc);  model_blocks_0_fc = None
+    model_blocks_0_proj = getattr(self.model.blocks, "0").proj(gelu);  gelu = None
+    add_2 = add_1 + model_blocks_0_proj;  add_1 = model_blocks_0_proj = None
+    model_blocks_1_ln1 = getattr(self.model.blocks, "1").ln1(add_2)
+    size_3 = model_blocks_1_ln1.size()
+    getitem_6 = size_3[0]
+    getitem_7 = size_3[1]
+    getitem_8 = size_3[2];  size_3 = None
+    model_blocks_1_attn_qkv = getattr(self.model.blocks, "1").attn.qkv(model_blocks_1_ln1)
+    split_1 = model_blocks_1_attn_qkv.split(32, dim = 2);  model_blocks_1_attn_qkv = None
+    getitem_9 = split_1[0]
+    getitem_10 = split_1[1]
+    getitem_11 = split_1[2];  split_1 = None
+    floordiv_3 = getitem_8 // 4
+    view_4 = getitem_9.view(getitem_6, getitem_7, 4, floordiv_3);  getitem_9 = floordiv_3 = None
+    transpose_5 = view_4.transpose(1, 2);  view_4 = None
+    floordiv_4 = getitem_8 // 4
+    view_5 = getitem_10.view(getitem_6, getitem_7, 4, floordiv_4);  getitem_10 = floordiv_4 = None
+    transpose_6 = view_5.transpose(1, 2);  view_5 = None
+    floordiv_5 = getitem_8 // 4
+    view_6 = getitem_11.view(getitem_6, getitem_7, 4, floordiv_5);  getitem_11 = floordiv_5 = None
+    transpose_7 = view_6.transpose(1, 2);  view_6 = None
+    transpose_8 = transpose_6.transpose(-2, -1)
+    matmul_2 = transpose_5 @ transpose_8;  transpose_5 = transpose_8 = None
+    size_4 = transpose_6.size(-1);  transpose_6 = None
+    sqrt_1 = math_sqrt(size_4);  size_4 = None
+    truediv_1 = 1.0 / sqrt_1;  sqrt_1 = None
+    mul_1 = matmul_2 * truediv_1;  matmul_2 = truediv_1 = None
+    new_ones_1 = model_blocks_1_ln1.new_ones(getitem_7, getitem_7, dtype = torch.bool);  model_blocks_1_ln1 = None
+    tril_1 = new_ones_1.tril();  new_ones_1 = None
+    invert_1 = ~tril_1;  tril_1 = None
+    masked_fill_1 = mul_1.masked_fill(invert_1, -inf);  mul_1 = invert_1 = None
+    softmax_1 = torch.nn.functional.softmax(masked_fill_1, dim = -1, _stacklevel = 3, dtype = None);  masked_fill_1 = None
+    matmul_3 = softmax_1 @ transpose_7;  softmax_1 = transpose_7 = None
+    transpose_9 = matmul_3.transpose(1, 2);  matmul_3 = None
+    contiguous_1 = transpose_9.contiguous();  transpose_9 = None
+    view_7 = contiguous_1.view(getitem_6, getitem_7, getitem_8);  contiguous_1 = getitem_6 = getitem_7 = getitem_8 = None
+    model_blocks_1_attn_proj = getattr(self.model.blocks, "1").attn.proj(view_7);  view_7 = None
+    add_3 = add_2 + model_blocks_1_attn_proj;  add_2 = model_blocks_1_attn_proj = None
+    model_blocks_1_ln2 = getattr(self.model.blocks, "1").ln2(add_3)
+    model_blocks_1_fc = getattr(self.model.blocks, "1").fc(model_blocks_1_ln2);  model_blocks_1_ln2 = None
+    gelu_1 = torch._C._nn.gelu(model_blocks_1_fc);  model_blocks_1_fc = None
+    model_blocks_1_proj = getattr(self.model.blocks, "1").proj(gelu_1);  gelu_1 = None
+    add_4 = add_3 + model_blocks_1_proj;  add_3 = model_blocks_1_proj = None
+    model_ln_f = self.model.ln_f(add_4);  add_4 = None
+    model_lm_head = self.model.lm_head(model_ln_f);  model_ln_f = None
+    flatten = model_lm_head.flatten(0, 1);  model_lm_head = None
+    flatten_1 = target.flatten();  target = None
+    cross_entropy = torch.nn.functional.cross_entropy(flatten, flatten_1, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  flatten = flatten_1 = None
+    average_over_group = autopar_runtime_collectives_average_over_group(cross_entropy, 'data');  cross_entropy = None
+    return average_over_group
+    
+""")
+
+    def test_transformer_tensor(self):
+        table, code = _plan_and_graph(transformer, 2, {"tensor": 2})
+        self.assertExpectedInline(table, """\
+autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo, global batch 4 (forced)
+mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
+predicted step 2.079 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 1.882 ms; memory per rank 0.49 MiB
+
+region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
+------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
+vocab:model_tok                 vocab         megatron   0.010 ms  0.376 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
+attention:softmax               attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.051 ms
+attention:softmax_1             attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.051 ms
+linear_chain:model_blocks_0_fc  linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.10 MiB  replicate 0.036 ms
+linear_chain:model_blocks_1_fc  linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.10 MiB  replicate 0.036 ms
+(outside regions)               -             replicate  0.064 ms  0.000 ms     0.000 ms   0.09 MiB  -
+
+meshes weighed:
+ * data=1 x tensor=2: step 2.079 ms, memory 0.49 MiB""")
+        self.assertExpectedInline(code, """\
+# rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
+torch.fx._symbolic_trace.wrap("math_sqrt")
+
+def forward(self, input_0, target):
+    size = input_0.size(1)
+    getattr_1 = input_0.device
+    arange = torch.arange(size, device = getattr_1);  size = getattr_1 = None
+    model_tok_weight = self.model.tok.weight
+    vocab_parallel_embedding = autopar_runtime_collectives_vocab_parallel_embedding(input_0, model_tok_weight, 0, 'tensor', None);  input_0 = model_tok_weight = None
+    model_pos = self.model.pos(arange);  arange = None
+    add = vocab_parallel_embedding + model_pos;  vocab_parallel_embedding = model_pos = None
+    model_blocks_0_ln1 = getattr(self.model.blocks, "0").ln1(add)
+    copy_to_tensor_region = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1, 'tensor')
+    size_1 = model_blocks_0_ln1.size()
+    getitem = size_1[0]
+    getitem_1 = size_1[1]
+    getitem_2 = size_1[2];  size_1 = None
+    model_blocks_0_attn_qkv = getattr(self.model.blocks, "0").attn.qkv(copy_to_tensor_region);  copy_to_tensor_region = None
+    split = model_blocks_0_attn_qkv.split(16, dim = 2);  model_blocks_0_attn_qkv = None
+    getitem_3 = split[0]
+    getitem_4 = split[1]
+    getitem_5 = split[2];  split = None
+    floordiv = getitem_2 // 4
+    view = getitem_3.view(getitem, getitem_1, 2, floordiv);  getitem_3 = floordiv = None
+    transpose = view.transpose(1, 2);  view = None
+    floordiv_1 = getitem_2 // 4
+    view_1 = getitem_4.view(getitem, getitem_1, 2, floordiv_1);  getitem_4 = floordiv_1 = None
+    transpose_1 = view_1.transpose(1, 2);  view_1 = None
+    floordiv_2 = getitem_2 // 4
+    view_2 = getitem_5.view(getitem, getitem_1, 2, floordiv_2);  getitem_5 = floordiv_2 = None
+    transpose_2 = view_2.transpose(1, 2);  view_2 = None
+    transpose_3 = transpose_1.transpose(-2, -1)
+    matmul = transpose @ transpose_3;  transpose = transpose_3 = None
+    size_2 = transpose_1.size(-1);  transpose_1 = None
+    sqrt = math_sqrt(size_2);  size_2 = None
+    truediv = 1.0 / sqrt;  sqrt = None
+    mul = matmul * truediv;  matmul = truediv = None
+    new_ones = model_blocks_0_ln1.new_ones(getitem_1, getitem_1, dtype = torch.bool);  model_blocks_0_ln1 = None
+    tril = new_ones.tril();  new_ones = None
+    invert = ~tril;  tril = None
+    masked_fill = mul.masked_fill(invert, -inf);  mul = invert = None
+    softmax = torch.nn.functional.softmax(masked_fill, dim = -1, _stacklevel = 3, dtype = None);  masked_fill = None
+    matmul_1 = softmax @ transpose_2;  softmax = transpose_2 = None
+    transpose_4 = matmul_1.transpose(1, 2);  matmul_1 = None
+    contiguous = transpose_4.contiguous();  transpose_4 = None
+    floordiv_6 = getitem_2 // 2;  getitem_2 = None
+    view_3 = contiguous.view(getitem, getitem_1, floordiv_6);  contiguous = getitem = getitem_1 = floordiv_6 = None
+    model_blocks_0_attn_proj_weight = getattr(self.model.blocks, "0").attn.proj.weight
+    linear = torch._C._nn.linear(view_3, model_blocks_0_attn_proj_weight);  view_3 = model_blocks_0_attn_proj_weight = None
+    reduce_from_tensor_region = autopar_runtime_collectives_reduce_from_tensor_region(linear, 'tensor');  linear = None
+    model_blocks_0_attn_proj_bias = getattr(self.model.blocks, "0").attn.proj.bias
+    add_5 = reduce_from_tensor_region + model_blocks_0_attn_proj_bias;  reduce_from_tensor_region = model_blocks_0_attn_proj_bias = None
+    add_1 = add + add_5;  add = add_5 = None
+    model_blocks_0_ln2 = getattr(self.model.blocks, "0").ln2(add_1)
+    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2, 'tensor');  model_blocks_0_ln2 = None
+    model_blocks_0_fc = getattr(self.model.blocks, "0").fc(copy_to_tensor_region_1);  copy_to_tensor_region_1 = None
+    gelu = torch._C._nn.gelu(model_blocks_0_fc);  model_blocks_0_fc = None
+    model_blocks_0_proj_weight = getattr(self.model.blocks, "0").proj.weight
+    linear_1 = torch._C._nn.linear(gelu, model_blocks_0_proj_weight);  gelu = model_blocks_0_proj_weight = None
+    reduce_from_tensor_region_1 = autopar_runtime_collectives_reduce_from_tensor_region(linear_1, 'tensor');  linear_1 = None
+    model_blocks_0_proj_bias = getattr(self.model.blocks, "0").proj.bias
+    add_6 = reduce_from_tensor_region_1 + model_blocks_0_proj_bias;  reduce_from_tensor_region_1 = model_blocks_0_proj_bias = None
+    add_2 = add_1 + add_6;  add_1 = add_6 = None
+    model_blocks_1_ln1 = getattr(self.model.blocks, "1").ln1(add_2)
+    copy_to_tensor_region_2 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln1, 'tensor')
+    size_3 = model_blocks_1_ln1.size()
+    getitem_6 = size_3[0]
+    getitem_7 = size_3[1]
+    getitem_8 = size_3[2];  size_3 = None
+    model_blocks_1_attn_qkv = getattr(self.model.blocks, "1").attn.qkv(copy_to_tensor_region_2);  copy_to_tensor_region_2 = None
+    split_1 = model_blocks_1_attn_qkv.split(16, dim = 2);  model_blocks_1_attn_qkv = None
+    getitem_9 = split_1[0]
+    getitem_10 = split_1[1]
+    getitem_11 = split_1[2];  split_1 = None
+    floordiv_3 = getitem_8 // 4
+    view_4 = getitem_9.view(getitem_6, getitem_7, 2, floordiv_3);  getitem_9 = floordiv_3 = None
+    transpose_5 = view_4.transpose(1, 2);  view_4 = None
+    floordiv_4 = getitem_8 // 4
+    view_5 = getitem_10.view(getitem_6, getitem_7, 2, floordiv_4);  getitem_10 = floordiv_4 = None
+    transpose_6 = view_5.transpose(1, 2);  view_5 = None
+    floordiv_5 = getitem_8 // 4
+    view_6 = getitem_11.view(getitem_6, getitem_7, 2, floordiv_5);  getitem_11 = floordiv_5 = None
+    transpose_7 = view_6.transpose(1, 2);  view_6 = None
+    transpose_8 = transpose_6.transpose(-2, -1)
+    matmul_2 = transpose_5 @ transpose_8;  transpose_5 = transpose_8 = None
+    size_4 = transpose_6.size(-1);  transpose_6 = None
+    sqrt_1 = math_sqrt(size_4);  size_4 = None
+    truediv_1 = 1.0 / sqrt_1;  sqrt_1 = None
+    mul_1 = matmul_2 * truediv_1;  matmul_2 = truediv_1 = None
+    new_ones_1 = model_blocks_1_ln1.new_ones(getitem_7, getitem_7, dtype = torch.bool);  model_blocks_1_ln1 = None
+    tril_1 = new_ones_1.tril();  new_ones_1 = None
+    invert_1 = ~tril_1;  tril_1 = None
+    masked_fill_1 = mul_1.masked_fill(invert_1, -inf);  mul_1 = invert_1 = None
+    softmax_1 = torch.nn.functional.softmax(masked_fill_1, dim = -1, _stacklevel = 3, dtype = None);  masked_fill_1 = None
+    matmul_3 = softmax_1 @ transpose_7;  softmax_1 = transpose_7 = None
+    transpose_9 = matmul_3.transpose(1, 2);  matmul_3 = None
+    contiguous_1 = transpose_9.contiguous();  transpose_9 = None
+    floordiv_7 = getitem_8 // 2;  getitem_8 = None
+    view_7 = contiguous_1.view(getitem_6, getitem_7, floordiv_7);  contiguous_1 = getitem_6 = getitem_7 = floordiv_7 = None
+    model_blocks_1_attn_proj_weight = getattr(self.model.blocks, "1").attn.proj.weight
+    linear_2 = torch._C._nn.linear(view_7, model_blocks_1_attn_proj_weight);  view_7 = model_blocks_1_attn_proj_weight = None
+    reduce_from_tensor_region_2 = autopar_runtime_collectives_reduce_from_tensor_region(linear_2, 'tensor');  linear_2 = None
+    model_blocks_1_attn_proj_bias = getattr(self.model.blocks, "1").attn.proj.bias
+    add_7 = reduce_from_tensor_region_2 + model_blocks_1_attn_proj_bias;  reduce_from_tensor_region_2 = model_blocks_1_attn_proj_bias = None
+    add_3 = add_2 + add_7;  add_2 = add_7 = None
+    model_blocks_1_ln2 = getattr(self.model.blocks, "1").ln2(add_3)
+    copy_to_tensor_region_3 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln2, 'tensor');  model_blocks_1_ln2 = None
+    model_blocks_1_fc = getattr(self.model.blocks, "1").fc(copy_to_tensor_region_3);  copy_to_tensor_region_3 = None
+    gelu_1 = torch._C._nn.gelu(model_blocks_1_fc);  model_blocks_1_fc = None
+    model_blocks_1_proj_weight = getattr(self.model.blocks, "1").proj.weight
+    linear_3 = torch._C._nn.linear(gelu_1, model_blocks_1_proj_weight);  gelu_1 = model_blocks_1_proj_weight = None
+    reduce_from_tensor_region_3 = autopar_runtime_collectives_reduce_from_tensor_region(linear_3, 'tensor');  linear_3 = None
+    model_blocks_1_proj_bias = getattr(self.model.blocks, "1").proj.bias
+    add_8 = reduce_from_tensor_region_3 + model_blocks_1_proj_bias;  reduce_from_tensor_region_3 = model_blocks_1_proj_bias = None
+    add_4 = add_3 + add_8;  add_3 = add_8 = None
+    model_ln_f = self.model.ln_f(add_4);  add_4 = None
+    copy_to_tensor_region_4 = autopar_runtime_collectives_copy_to_tensor_region(model_ln_f, 'tensor');  model_ln_f = None
+    model_lm_head = self.model.lm_head(copy_to_tensor_region_4);  copy_to_tensor_region_4 = None
+    flatten = model_lm_head.flatten(0, 1);  model_lm_head = None
+    flatten_1 = target.flatten();  target = None
+    vocab_parallel_cross_entropy = autopar_runtime_collectives_vocab_parallel_cross_entropy(flatten, flatten_1, 0, 'tensor', -100, 'mean');  flatten = flatten_1 = None
+    return vocab_parallel_cross_entropy
+    
+""")
+
+    def test_transformer_data_tensor(self):
+        table, code = _plan_and_graph(transformer, 4, {"data": 2, "tensor": 2})
+        self.assertExpectedInline(table, """\
+autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4 (forced)
+mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
+predicted step 2.525 ms: compute 0.155 ms, data comm 0.528 ms, tensor comm 1.841 ms; memory per rank 0.36 MiB
+
+region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
+------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
+vocab:model_tok                 vocab         megatron   0.008 ms  0.368 ms     0.000 ms   0.02 MiB  replicate 0.010 ms
+attention:softmax               attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.06 MiB  replicate 0.038 ms
+attention:softmax_1             attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.06 MiB  replicate 0.038 ms
+linear_chain:model_blocks_0_fc  linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
+linear_chain:model_blocks_1_fc  linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
+(outside regions)               -             replicate  0.048 ms  0.000 ms     0.000 ms   0.05 MiB  -
+
+meshes weighed:
+ * data=2 x tensor=2: step 2.525 ms, memory 0.36 MiB""")
+        self.assertExpectedInline(code, """\
+# rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
+torch.fx._symbolic_trace.wrap("math_sqrt")
+
+def forward(self, input_0, target):
+    size = input_0.size(1)
+    getattr_1 = input_0.device
+    arange = torch.arange(size, device = getattr_1);  size = getattr_1 = None
+    model_tok_weight = self.model.tok.weight
+    vocab_parallel_embedding = autopar_runtime_collectives_vocab_parallel_embedding(input_0, model_tok_weight, 0, 'tensor', None);  input_0 = model_tok_weight = None
+    model_pos = self.model.pos(arange);  arange = None
+    add = vocab_parallel_embedding + model_pos;  vocab_parallel_embedding = model_pos = None
+    model_blocks_0_ln1 = getattr(self.model.blocks, "0").ln1(add)
+    copy_to_tensor_region = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1, 'tensor')
+    size_1 = model_blocks_0_ln1.size()
+    getitem = size_1[0]
+    getitem_1 = size_1[1]
+    getitem_2 = size_1[2];  size_1 = None
+    model_blocks_0_attn_qkv = getattr(self.model.blocks, "0").attn.qkv(copy_to_tensor_region);  copy_to_tensor_region = None
+    split = model_blocks_0_attn_qkv.split(16, dim = 2);  model_blocks_0_attn_qkv = None
+    getitem_3 = split[0]
+    getitem_4 = split[1]
+    getitem_5 = split[2];  split = None
+    floordiv = getitem_2 // 4
+    view = getitem_3.view(getitem, getitem_1, 2, floordiv);  getitem_3 = floordiv = None
+    transpose = view.transpose(1, 2);  view = None
+    floordiv_1 = getitem_2 // 4
+    view_1 = getitem_4.view(getitem, getitem_1, 2, floordiv_1);  getitem_4 = floordiv_1 = None
+    transpose_1 = view_1.transpose(1, 2);  view_1 = None
+    floordiv_2 = getitem_2 // 4
+    view_2 = getitem_5.view(getitem, getitem_1, 2, floordiv_2);  getitem_5 = floordiv_2 = None
+    transpose_2 = view_2.transpose(1, 2);  view_2 = None
+    transpose_3 = transpose_1.transpose(-2, -1)
+    matmul = transpose @ transpose_3;  transpose = transpose_3 = None
+    size_2 = transpose_1.size(-1);  transpose_1 = None
+    sqrt = math_sqrt(size_2);  size_2 = None
+    truediv = 1.0 / sqrt;  sqrt = None
+    mul = matmul * truediv;  matmul = truediv = None
+    new_ones = model_blocks_0_ln1.new_ones(getitem_1, getitem_1, dtype = torch.bool);  model_blocks_0_ln1 = None
+    tril = new_ones.tril();  new_ones = None
+    invert = ~tril;  tril = None
+    masked_fill = mul.masked_fill(invert, -inf);  mul = invert = None
+    softmax = torch.nn.functional.softmax(masked_fill, dim = -1, _stacklevel = 3, dtype = None);  masked_fill = None
+    matmul_1 = softmax @ transpose_2;  softmax = transpose_2 = None
+    transpose_4 = matmul_1.transpose(1, 2);  matmul_1 = None
+    contiguous = transpose_4.contiguous();  transpose_4 = None
+    floordiv_6 = getitem_2 // 2;  getitem_2 = None
+    view_3 = contiguous.view(getitem, getitem_1, floordiv_6);  contiguous = getitem = getitem_1 = floordiv_6 = None
+    model_blocks_0_attn_proj_weight = getattr(self.model.blocks, "0").attn.proj.weight
+    linear = torch._C._nn.linear(view_3, model_blocks_0_attn_proj_weight);  view_3 = model_blocks_0_attn_proj_weight = None
+    reduce_from_tensor_region = autopar_runtime_collectives_reduce_from_tensor_region(linear, 'tensor');  linear = None
+    model_blocks_0_attn_proj_bias = getattr(self.model.blocks, "0").attn.proj.bias
+    add_5 = reduce_from_tensor_region + model_blocks_0_attn_proj_bias;  reduce_from_tensor_region = model_blocks_0_attn_proj_bias = None
+    add_1 = add + add_5;  add = add_5 = None
+    model_blocks_0_ln2 = getattr(self.model.blocks, "0").ln2(add_1)
+    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2, 'tensor');  model_blocks_0_ln2 = None
+    model_blocks_0_fc = getattr(self.model.blocks, "0").fc(copy_to_tensor_region_1);  copy_to_tensor_region_1 = None
+    gelu = torch._C._nn.gelu(model_blocks_0_fc);  model_blocks_0_fc = None
+    model_blocks_0_proj_weight = getattr(self.model.blocks, "0").proj.weight
+    linear_1 = torch._C._nn.linear(gelu, model_blocks_0_proj_weight);  gelu = model_blocks_0_proj_weight = None
+    reduce_from_tensor_region_1 = autopar_runtime_collectives_reduce_from_tensor_region(linear_1, 'tensor');  linear_1 = None
+    model_blocks_0_proj_bias = getattr(self.model.blocks, "0").proj.bias
+    add_6 = reduce_from_tensor_region_1 + model_blocks_0_proj_bias;  reduce_from_tensor_region_1 = model_blocks_0_proj_bias = None
+    add_2 = add_1 + add_6;  add_1 = add_6 = None
+    model_blocks_1_ln1 = getattr(self.model.blocks, "1").ln1(add_2)
+    copy_to_tensor_region_2 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln1, 'tensor')
+    size_3 = model_blocks_1_ln1.size()
+    getitem_6 = size_3[0]
+    getitem_7 = size_3[1]
+    getitem_8 = size_3[2];  size_3 = None
+    model_blocks_1_attn_qkv = getattr(self.model.blocks, "1").attn.qkv(copy_to_tensor_region_2);  copy_to_tensor_region_2 = None
+    split_1 = model_blocks_1_attn_qkv.split(16, dim = 2);  model_blocks_1_attn_qkv = None
+    getitem_9 = split_1[0]
+    getitem_10 = split_1[1]
+    getitem_11 = split_1[2];  split_1 = None
+    floordiv_3 = getitem_8 // 4
+    view_4 = getitem_9.view(getitem_6, getitem_7, 2, floordiv_3);  getitem_9 = floordiv_3 = None
+    transpose_5 = view_4.transpose(1, 2);  view_4 = None
+    floordiv_4 = getitem_8 // 4
+    view_5 = getitem_10.view(getitem_6, getitem_7, 2, floordiv_4);  getitem_10 = floordiv_4 = None
+    transpose_6 = view_5.transpose(1, 2);  view_5 = None
+    floordiv_5 = getitem_8 // 4
+    view_6 = getitem_11.view(getitem_6, getitem_7, 2, floordiv_5);  getitem_11 = floordiv_5 = None
+    transpose_7 = view_6.transpose(1, 2);  view_6 = None
+    transpose_8 = transpose_6.transpose(-2, -1)
+    matmul_2 = transpose_5 @ transpose_8;  transpose_5 = transpose_8 = None
+    size_4 = transpose_6.size(-1);  transpose_6 = None
+    sqrt_1 = math_sqrt(size_4);  size_4 = None
+    truediv_1 = 1.0 / sqrt_1;  sqrt_1 = None
+    mul_1 = matmul_2 * truediv_1;  matmul_2 = truediv_1 = None
+    new_ones_1 = model_blocks_1_ln1.new_ones(getitem_7, getitem_7, dtype = torch.bool);  model_blocks_1_ln1 = None
+    tril_1 = new_ones_1.tril();  new_ones_1 = None
+    invert_1 = ~tril_1;  tril_1 = None
+    masked_fill_1 = mul_1.masked_fill(invert_1, -inf);  mul_1 = invert_1 = None
+    softmax_1 = torch.nn.functional.softmax(masked_fill_1, dim = -1, _stacklevel = 3, dtype = None);  masked_fill_1 = None
+    matmul_3 = softmax_1 @ transpose_7;  softmax_1 = transpose_7 = None
+    transpose_9 = matmul_3.transpose(1, 2);  matmul_3 = None
+    contiguous_1 = transpose_9.contiguous();  transpose_9 = None
+    floordiv_7 = getitem_8 // 2;  getitem_8 = None
+    view_7 = contiguous_1.view(getitem_6, getitem_7, floordiv_7);  contiguous_1 = getitem_6 = getitem_7 = floordiv_7 = None
+    model_blocks_1_attn_proj_weight = getattr(self.model.blocks, "1").attn.proj.weight
+    linear_2 = torch._C._nn.linear(view_7, model_blocks_1_attn_proj_weight);  view_7 = model_blocks_1_attn_proj_weight = None
+    reduce_from_tensor_region_2 = autopar_runtime_collectives_reduce_from_tensor_region(linear_2, 'tensor');  linear_2 = None
+    model_blocks_1_attn_proj_bias = getattr(self.model.blocks, "1").attn.proj.bias
+    add_7 = reduce_from_tensor_region_2 + model_blocks_1_attn_proj_bias;  reduce_from_tensor_region_2 = model_blocks_1_attn_proj_bias = None
+    add_3 = add_2 + add_7;  add_2 = add_7 = None
+    model_blocks_1_ln2 = getattr(self.model.blocks, "1").ln2(add_3)
+    copy_to_tensor_region_3 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln2, 'tensor');  model_blocks_1_ln2 = None
+    model_blocks_1_fc = getattr(self.model.blocks, "1").fc(copy_to_tensor_region_3);  copy_to_tensor_region_3 = None
+    gelu_1 = torch._C._nn.gelu(model_blocks_1_fc);  model_blocks_1_fc = None
+    model_blocks_1_proj_weight = getattr(self.model.blocks, "1").proj.weight
+    linear_3 = torch._C._nn.linear(gelu_1, model_blocks_1_proj_weight);  gelu_1 = model_blocks_1_proj_weight = None
+    reduce_from_tensor_region_3 = autopar_runtime_collectives_reduce_from_tensor_region(linear_3, 'tensor');  linear_3 = None
+    model_blocks_1_proj_bias = getattr(self.model.blocks, "1").proj.bias
+    add_8 = reduce_from_tensor_region_3 + model_blocks_1_proj_bias;  reduce_from_tensor_region_3 = model_blocks_1_proj_bias = None
+    add_4 = add_3 + add_8;  add_3 = add_8 = None
+    model_ln_f = self.model.ln_f(add_4);  add_4 = None
+    copy_to_tensor_region_4 = autopar_runtime_collectives_copy_to_tensor_region(model_ln_f, 'tensor');  model_ln_f = None
+    model_lm_head = self.model.lm_head(copy_to_tensor_region_4);  copy_to_tensor_region_4 = None
+    flatten = model_lm_head.flatten(0, 1);  model_lm_head = None
+    flatten_1 = target.flatten();  target = None
+    vocab_parallel_cross_entropy = autopar_runtime_collectives_vocab_parallel_cross_entropy(flatten, flatten_1, 0, 'tensor', -100, 'mean');  flatten = flatten_1 = None
+    average_over_group = autopar_runtime_collectives_average_over_group(vocab_parallel_cross_entropy, 'data');  vocab_parallel_cross_entropy = None
+    return average_over_group
+    
+""")
+
