@@ -23,7 +23,6 @@ import torch.nn as nn
 
 from autopar.capture import MODEL_PREFIX, capture, wrap_model
 from autopar.drawing import regions_dot
-from autopar.ir import CAPTURE
 from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import data_parallel_pass
 from autopar.passes.manager import PassRunner, graph_code
@@ -151,9 +150,13 @@ class ParallelModule(nn.Module):
         local_inputs, local_target = _local_batch(self.plan, self.rank, inputs, target)
         key = (tuple(_signature(x) for x in local_inputs), _signature(local_target), self.training)
         if key not in self._programs:
-            self._user_model[0].train(self.training)
-            gm = capture(self._user_model[0], local_inputs, self._loss_fn if target is not None else None,
-                         local_target)
+            user_model = self._user_model[0]
+            was_training = user_model.training
+            user_model.train(self.training)  # export bakes the mode (dropout) into the graph
+            try:
+                gm = capture(user_model, local_inputs, self._loss_fn if target is not None else None, local_target)
+            finally:
+                user_model.train(was_training)
             gm = _rewrite(gm, self.plan, self.rank)
             shards = gm.meta[PARAM_SHARDS]
             if self._shards is None:

@@ -35,13 +35,13 @@ def _logits(out: Any) -> torch.Tensor:
 
 def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inputs: tuple, target: torch.Tensor,
                                loss_fn: Callable, strategy: Any = "auto", *, steps: int = 3, lr: float = 1e-2,
-                               hardware: str | None = None) -> dict[str, Any]:
+                               hardware: str | None = None, mesh=None) -> dict[str, Any]:
     """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "param"}`` where
     each difference entry is ``(max abs, max relative)`` over all tensors compared."""
     torch.manual_seed(0)
     model = model_factory()
     reference = copy.deepcopy(model)
-    pm = autopar.compile(model, None, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
+    pm = autopar.compile(model, mesh, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
                          strategy=strategy, hardware=hardware)
     report: dict[str, Any] = {"mesh": dict(pm.plan.mesh), "plan": pm.plan.explain()}
 
@@ -107,11 +107,19 @@ def _case_inputs(model_name: str):
 
 
 def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
-    """Run :func:`compare_with_single_device` for each ``(model name, strategy)`` on this rank."""
+    """Run :func:`compare_with_single_device` for each ``(model name, strategy)`` on this rank.
+
+    A strategy ``("mesh", (d, t))`` passes a live 2-D DeviceMesh named ("data", "tensor")
+    instead, whose shape fixes the degrees."""
+    from torch.distributed.device_mesh import init_device_mesh
     reports = []
     for model_name, strategy in cases:
         factory, inputs, target, loss_fn = _case_inputs(model_name)
-        report = compare_with_single_device(factory, inputs, target, loss_fn, strategy)
+        mesh = None
+        if isinstance(strategy, tuple) and strategy[0] == "mesh":
+            mesh = init_device_mesh("cpu", strategy[1], mesh_dim_names=("data", "tensor"))
+            strategy = "auto"
+        report = compare_with_single_device(factory, inputs, target, loss_fn, strategy, mesh=mesh)
         report["case"] = (model_name, strategy)
         reports.append(report)
     return reports

@@ -24,6 +24,7 @@ WORLD_4 = [
     ("mlp", {"data": 2, "tensor": 2}), ("mlp", {"tensor": 4}),
     ("transformer", {"data": 2, "tensor": 2}), ("transformer", {"tensor": 4}), ("transformer", "auto"),
     ("gpt2", {"data": 2, "tensor": 2}), ("gpt2", {"data": 4}), ("gpt2", "auto"),
+    ("transformer", ("mesh", (1, 4))),  # a user's named 2-D DeviceMesh fixes the degrees
 ]
 
 _results: dict[int, list] = {}
@@ -58,6 +59,8 @@ def test_world_4(index):
     for rank_reports in reports:
         _check(rank_reports[index])
     model, strategy = WORLD_4[index]
+    if isinstance(strategy, tuple):
+        assert reports[0][index]["mesh"] == {"data": strategy[1][0], "tensor": strategy[1][1]}
     if isinstance(strategy, dict):
         expected = {"data": strategy.get("data", 4 // strategy.get("tensor", 1)),
                     "tensor": strategy.get("tensor", 4 // strategy.get("data", 1))}

@@ -15,18 +15,14 @@ Example (an Inception-style block on ``x: [2, 3, 4, 4]``, symbolic_trace)::
 from __future__ import annotations
 
 import logging
-import math
 import operator
 
 import networkx as nx
 import torch
 import torch.fx as fx
-import torch.nn as nn
-import torch.nn.functional as F
 
 from autopar.ir import SPEC, Region, TensorSpec, add_region, clear_regions, regions, tensor_spec
-from autopar.passes.ops import (ADDMM_FUNCTIONS, LINEAR_FUNCTIONS, MATMUL_FUNCTIONS, SDPA_FUNCTIONS,
-                                module_of)
+from autopar.planning.flops import node_work
 
 log = logging.getLogger("autopar.passes.fork_join")
 aten = torch.ops.aten
@@ -40,56 +36,16 @@ ADD_FUNCTIONS = {operator.add, operator.iadd, torch.add, aten.add.Tensor}
 CONCAT_FUNCTIONS = {torch.cat, torch.concat, torch.concatenate} | _overloads(aten.cat, aten.concat)
 STACK_FUNCTIONS = {torch.stack} | _overloads(aten.stack)
 SUM_FUNCTIONS = {torch.sum} | _overloads(aten.sum)
-CONV_FUNCTIONS = {F.conv1d, F.conv2d, F.conv3d} | _overloads(aten.conv1d, aten.conv2d, aten.conv3d)
-CONV_TRANSPOSE_FUNCTIONS = {F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d} | _overloads(
-    aten.conv_transpose1d, aten.conv_transpose2d, aten.conv_transpose3d)
-CONVOLUTION_FUNCTIONS = _overloads(aten.convolution, aten._convolution)  # transposed flag in args[6]
-BADDBMM_FUNCTIONS = {torch.baddbmm} | _overloads(aten.baddbmm)
-CONV_MODULES = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 
 
 # ---------------------------------------------------------------- per-node cost
 
 
-def _spec(value) -> TensorSpec | None:
-    return tensor_spec(value) if isinstance(value, fx.Node) else None
-
-
 def node_flops(gm: fx.GraphModule, node: fx.Node) -> int:
-    """Approximate forward FLOPs of ``node`` from the shapes in ``SPEC``; 0 for ops that
-    are not a linear, matmul, convolution or attention core.
-
-    A product of [m, k] by [k, n] costs 2·m·k·n (megatron appendix); a convolution
-    2·|output|·(C_in/groups)·|kernel|, read off the weight's [C_out, C_in/groups, *kernel]
-    (a transposed one: |input| and the weight's [C_in, C_out/groups, *kernel]).
-    """
-    out, target, args = tensor_spec(node), node.target, node.args
-    if out is None or node.op not in ("call_module", "call_method", "call_function"):
-        return 0
-    if node.op == "call_module":
-        mod = module_of(gm, node)
-        if isinstance(mod, nn.Linear):
-            return 2 * out.numel * mod.in_features
-        if isinstance(mod, CONV_MODULES):
-            per_output = math.prod(mod.weight.shape[1:])
-            return 2 * (_spec(args[0]).numel if mod.transposed else out.numel) * per_output
-        return 0
-    if node.op == "call_method":
-        contracted = _spec(args[0]) if target in ("matmul", "mm", "bmm", "__matmul__") else None
-    elif target in LINEAR_FUNCTIONS or target in ADDMM_FUNCTIONS or target in BADDBMM_FUNCTIONS:
-        contracted = _spec(args[1])  # the weight [out, in] or the second factor [m, k]
-    elif target in MATMUL_FUNCTIONS:
-        contracted = _spec(args[0])
-    elif target in SDPA_FUNCTIONS and _spec(args[1]):
-        # Q·Kᵀ then weights·V: 2·L·S·E + 2·L·S·Ev per batch and head
-        return 2 * _spec(args[1]).shape[-2] * (_spec(args[0]).numel + out.numel)
-    elif target in CONV_FUNCTIONS or target in CONVOLUTION_FUNCTIONS or target in CONV_TRANSPOSE_FUNCTIONS:
-        transposed = target in CONV_TRANSPOSE_FUNCTIONS or (target in CONVOLUTION_FUNCTIONS and bool(args[6]))
-        per_output = math.prod(_spec(args[1]).shape[1:])
-        return 2 * (_spec(args[0]).numel if transposed else out.numel) * per_output
-    else:
-        contracted = None
-    return 2 * out.numel * contracted.shape[-1] if contracted is not None and contracted.shape else 0
+    """Forward FLOPs of ``node`` when it is a matmul-like op (linear, matmul, convolution,
+    attention core), else 0 — :func:`autopar.planning.flops.node_work` does the counting."""
+    work = node_work(node, gm)
+    return work.flops if work.is_matmul else 0
 
 
 def node_parameters(gm: fx.GraphModule, node: fx.Node, dynamic: set[fx.Node],

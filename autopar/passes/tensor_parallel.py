@@ -255,9 +255,7 @@ class _Rewriter:
                 product = self.graph.call_function(F.linear, (x, weight))
             elif node.target in ops.ADDMM_FUNCTIONS:
                 product = self.graph.call_function(aten.mm.default, (x, node.args[2]))
-            elif node.target in ops.LINEAR_FUNCTIONS:
-                product = self.graph.call_function(node.target, (x, node.args[1]))
-            else:
+            else:  # F.linear / aten.linear without the bias, or a plain matmul
                 product = self.graph.call_function(node.target, (x, node.args[1]))
             reduced = self.graph.call_function(C.reduce_from_tensor_region, (product, self.group))
             result = reduced
@@ -314,8 +312,7 @@ class _Rewriter:
         self.layout[new] = layout
 
     def _rewrite_cross_entropy(self, node: fx.Node) -> None:
-        logits = node.args[0] if node.op != "call_module" else node.args[0]
-        target = node.args[1]
+        logits, target = node.args[0], node.args[1]
         layout = self.layout.get(logits)
         spec = tensor_spec(logits)
         if node.op == "call_module":

@@ -180,7 +180,7 @@ class Plan:
                 if c.feasible:
                     lines.append(f" {mark} {mesh_c}: step {_ms(c.step_s)}, memory {_mb(c.memory_bytes)}")
                 else:
-                    lines.append(f" {mark} {mesh_c}: infeasible: {c.reason}")
+                    lines.append(f" {mark} {mesh_c}: rejected: {c.reason}")
         return "\n".join(lines)
 
     def __str__(self) -> str:

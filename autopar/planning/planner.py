@@ -268,6 +268,12 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                                             f"batch {model.batch} not divisible by data degree {data}"))
             continue
         choices, total, step = _price(model, hw, data, tensor, forced is not None)
+        if tensor > 1 and forced is None and not any(c.strategy == "megatron" for c in choices):
+            # every tensor rank would repeat the same work: not a use of those ranks
+            candidates.append(MeshCandidate(mesh, step, total.memory_bytes, False,
+                                            f"no region is worth splitting over tensor={tensor}; its ranks would "
+                                            f"only repeat each other's work"))
+            continue
         if total.memory_bytes > hw.memory_bytes:
             candidates.append(MeshCandidate(mesh, step, total.memory_bytes, False,
                                             f"needs {total.memory_bytes / 2**30:.1f} GiB per rank, device has "
