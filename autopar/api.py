@@ -29,7 +29,7 @@ from autopar.passes.manager import PassRunner, graph_code
 from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard, tensor_parallel_pass
 from autopar.planning.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
-from autopar.planning.planner import PlanError, plan_graph
+from autopar.planning.planner import PlanError, Strategy, plan_graph
 from autopar.runtime import groups as G
 from autopar.runtime import rng
 from autopar.runtime.grad_sync import GradientBuckets
@@ -346,10 +346,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     captured at the first ``step``.
     """
     world, rank = _world(mesh)
-    if mesh is not None and mesh.mesh_dim_names and set(mesh.mesh_dim_names) >= {"data", "tensor"} \
-            and mesh.ndim == 2 and strategy == "auto":
-        strategy = {"data": mesh.size(mesh.mesh_dim_names.index("data")),
-                    "tensor": mesh.size(mesh.mesh_dim_names.index("tensor"))}
+    strategy = _strategy_from_mesh(mesh, strategy)
     gm = _global_graph(model, example_inputs, loss_fn, example_target)
     plan_ = plan_graph(gm, world, get_hardware(hardware), strategy)
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target)
@@ -359,9 +356,28 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     return ParallelModule(model, plan_, rank, group_map, loss_fn, seed=seed)
 
 
+def _strategy_from_mesh(mesh, strategy):
+    """A 2-D mesh named ("data", "tensor") fixes the degrees; other meshes must be flat."""
+    if mesh is None or mesh.ndim == 1:
+        return strategy
+    names = tuple(mesh.mesh_dim_names or ())
+    if mesh.ndim != 2 or set(names) != {"data", "tensor"}:
+        raise ValueError(f"mesh: dims {names or mesh.ndim} are not understood; pass a flat mesh (autopar factors "
+                         f"it) or a 2-D mesh named ('data', 'tensor')")
+    degrees = {"data": mesh.size(names.index("data")), "tensor": mesh.size(names.index("tensor"))}
+    forced = Strategy.parse(strategy)
+    if forced is not None and {"data": forced.data, "tensor": forced.tensor} != degrees:
+        raise ValueError(f"mesh: its degrees {degrees} contradict strategy={strategy!r}; drop one of them")
+    return degrees
+
+
 def _world(mesh) -> tuple[int, int]:
+    """(ranks taking part, this rank's index among them)."""
     if mesh is not None:
-        return mesh.size(), dist.get_rank()
+        members = mesh.mesh.flatten().tolist()
+        if dist.get_rank() not in members:
+            raise ValueError(f"rank {dist.get_rank()} is not in the mesh {members}; call compile only on its ranks")
+        return len(members), members.index(dist.get_rank())
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), dist.get_rank()
     return 1, 0
@@ -385,8 +401,12 @@ def _make_groups(plan_: Plan, mesh, world: int) -> dict:
     from torch.distributed.device_mesh import DeviceMesh
     device = mesh.device_type if mesh is not None else "cpu"
     data, tensor = plan_.degree("data"), plan_.degree("tensor")
-    grid = torch.arange(world).view(data, tensor)
+    # rank = data_index * tensor + tensor_index over the mesh's ranks in order, so the
+    # ranks of a tensor group are adjacent (inside a node); a user's 2-D mesh keeps its own
+    ranks = mesh.mesh.flatten() if mesh is not None else torch.arange(world)
     if mesh is not None and mesh.ndim == 2:
-        grid = mesh.mesh
+        grid = mesh.mesh if mesh.mesh_dim_names[0] == "data" else mesh.mesh.t()
+    else:
+        grid = ranks.view(data, tensor)
     two_d = DeviceMesh(device, grid, mesh_dim_names=("data", "tensor"))
     return G.groups_from_mesh(two_d)

@@ -194,7 +194,7 @@ def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: boo
             options["megatron"] = Cost(_compute(model, r.nodes, hw, 1 / (data * tensor)), {"tensor": comm}, 0.0)
         seconds = {k: c.compute_s + c.total_comm_s for k, c in options.items()}
         if force_split and "megatron" in options:
-            chosen, reason = "megatron", "forced tensor degree"
+            chosen, reason = "megatron", "split wherever the tensor degree divides"
         elif tensor == 1:
             chosen, reason = "replicate", "tensor degree 1: data parallel only"
         elif not divisible:
@@ -268,12 +268,14 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                                             f"batch {model.batch} not divisible by data degree {data}"))
             continue
         choices, total, step = _price(model, hw, data, tensor, forced is not None)
-        if tensor > 1 and forced is None and not any(c.strategy == "megatron" for c in choices):
-            # every tensor rank would repeat the same work: not a use of those ranks
-            candidates.append(MeshCandidate(mesh, step, total.memory_bytes, False,
-                                            f"no region is worth splitting over tensor={tensor}; its ranks would "
-                                            f"only repeat each other's work"))
-            continue
+        if tensor > 1 and not any(c.strategy == "megatron" for c in choices):
+            # No region pays for its communication on its own, but a tensor group that
+            # splits nothing only repeats work: price splitting every region that divides.
+            choices, total, step = _price(model, hw, data, tensor, True)
+            if not any(c.strategy == "megatron" for c in choices):
+                candidates.append(MeshCandidate(mesh, None, None, False,
+                                                f"no region can be split over tensor={tensor}"))
+                continue
         if total.memory_bytes > hw.memory_bytes:
             candidates.append(MeshCandidate(mesh, step, total.memory_bytes, False,
                                             f"needs {total.memory_bytes / 2**30:.1f} GiB per rank, device has "
