@@ -81,29 +81,30 @@ def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequenc
 
 
 def _local_batch(plan_: Plan, rank: int, inputs: tuple, target: Any):
+    """This rank's share of a global batch: every tensor whose first dimension is the
+    batch (that of the first tensor input) is split along it; others are replicated."""
     data = plan_.degree("data")
+    if data == 1:
+        return inputs, target
     index = plan_.rank_coordinates(rank)["data"]
+    batch = next((x.shape[0] for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0), None)
+    if batch is not None and batch % data:
+        raise PlanError(f"input 0: batch {batch} is not divisible by the data degree {data}; give a batch that is a "
+                        f"multiple of {data}")
 
-    def take(x, what):
-        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == plan_.global_batch and data > 1:
+    def take(x):
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == batch:
             return x.chunk(data, 0)[index]
-        if isinstance(x, torch.Tensor) and x.dim() > 0 and data > 1 and x.shape[0] % data == 0 \
-                and x.shape[0] != plan_.global_batch:
-            raise PlanError(f"{what}: first dimension {x.shape[0]} differs from the planned global batch "
-                            f"{plan_.global_batch}; compile again for this batch size")
-        if isinstance(x, torch.Tensor) and x.dim() > 0 and data > 1 and x.shape[0] % data:
-            raise PlanError(f"{what}: batch {x.shape[0]} is not divisible by the data degree {data}")
         return x
 
-    local = tuple(take(x, f"input {i}") for i, x in enumerate(inputs))
-    return local, (take(target, "target") if target is not None else None)
+    return tuple(take(x) for x in inputs), (take(target) if target is not None else None)
 
 
 def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int) -> fx.GraphModule:
     coords = plan_.rank_coordinates(rank)
     local_batch = plan_.global_batch // plan_.degree("data")
     runner = PassRunner([
-        ("analysis", analyse, {}),
+        ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
         ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": plan_.regions_with("megatron"),
                                                     "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
         ("data_parallel", data_parallel_pass, {"degree": plan_.degree("data"), "local_batch": local_batch}),
@@ -158,7 +159,7 @@ class ParallelModule(nn.Module):
             finally:
                 user_model.train(was_training)
             gm = _rewrite(gm, self.plan, self.rank)
-            shards = gm.meta[PARAM_SHARDS]
+            shards = gm.meta.get(PARAM_SHARDS, {})
             if self._shards is None:
                 with G.use_groups(self._groups):
                     self._install_shards(shards)
@@ -191,9 +192,9 @@ class ParallelModule(nn.Module):
             for module, attr in owners[id(full)]:
                 setattr(module, attr, local)
         self._shard_by_id = {id(self.root.get_parameter(name)): shard for name, shard in shards.items()}
-        # the rank program's loss is already the mean over the data group
-        # (data_parallel_pass), so each rank's gradients carry the 1/d: sum them
-        self._buckets = GradientBuckets(list(self._unique_parameters()), "data", average=False)
+        # averaged over data ranks, as DDP does; the loss reductions in the rank program
+        # (average_over_group / sum_over_group) follow the same convention
+        self._buckets = GradientBuckets(list(self._unique_parameters()), "data")
 
     def _unique_parameters(self):
         seen = set()
@@ -211,8 +212,10 @@ class ParallelModule(nn.Module):
     def step(self, *inputs, target):
         """Forward and backward over the whole batch; returns the loss of the whole batch.
 
-        The rank program averages its loss over the data group (a mean of equal-sized
-        shards' means is the global mean), so gradients are summed over data ranks."""
+        The rank program reduces its loss over the data group (a mean of equal-sized
+        shards' means is the global mean; sums add up), and gradients are averaged over
+        data ranks with the matching scale. Gradients accumulate across calls, as in
+        PyTorch: call ``optimizer.zero_grad()`` between steps."""
         if self._loss_fn is None:
             raise ValueError("step(): compile was given no loss_fn; pass loss_fn=... to autopar.compile")
         program, local_inputs, local_target = self._program(tuple(inputs), target)
@@ -350,8 +353,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     gm = _global_graph(model, example_inputs, loss_fn, example_target)
     plan_ = plan_graph(gm, world, get_hardware(hardware), strategy)
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target)
-    _check_same_plan_everywhere(plan_, world)
     group_map = _make_groups(plan_, mesh, world)
+    _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
     return ParallelModule(model, plan_, rank, group_map, loss_fn, seed=seed)
 
@@ -371,10 +374,18 @@ def _strategy_from_mesh(mesh, strategy):
     return degrees
 
 
+def _data_major(mesh) -> torch.Tensor:
+    """The mesh's ranks with the data dimension outermost (rank index = data·t + tensor)."""
+    if mesh.ndim == 2 and mesh.mesh_dim_names[0] != "data":
+        return mesh.mesh.t().contiguous()
+    return mesh.mesh
+
+
 def _world(mesh) -> tuple[int, int]:
     """(ranks taking part, this rank's index among them)."""
     if mesh is not None:
-        members = mesh.mesh.flatten().tolist()
+        grid = _data_major(mesh)
+        members = grid.flatten().tolist()
         if dist.get_rank() not in members:
             raise ValueError(f"rank {dist.get_rank()} is not in the mesh {members}; call compile only on its ranks")
         return len(members), members.index(dist.get_rank())
@@ -383,30 +394,31 @@ def _world(mesh) -> tuple[int, int]:
     return 1, 0
 
 
-def _check_same_plan_everywhere(plan_: Plan, world: int) -> None:
-    if world == 1:
-        return
+def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
+    """Every rank must run the same plan; equal within each data group and each tensor
+    group means equal everywhere on the mesh."""
     text = plan_.to_json()
-    everyone: list = [None] * world
-    dist.all_gather_object(everyone, text)
-    if any(t != text for t in everyone):
-        bad = [r for r, t in enumerate(everyone) if t != text]
-        raise PlanError(f"ranks {bad} planned differently from rank 0 (different model, inputs or autopar "
-                        f"version on some ranks); give every rank the same model, example inputs and strategy")
+    for name in ("data", "tensor"):
+        group = group_map.get(name)
+        if group is None or G.size_of(group) == 1:
+            continue
+        everyone: list = [None] * G.size_of(group)
+        dist.all_gather_object(everyone, text, group=group)
+        bad = [dist.get_process_group_ranks(group)[i] for i, t in enumerate(everyone) if t != text]
+        if bad:
+            raise PlanError(f"ranks {bad} planned differently from rank {dist.get_rank()} (different model, inputs "
+                            f"or autopar version); give every rank the same model, example inputs and strategy")
 
 
 def _make_groups(plan_: Plan, mesh, world: int) -> dict:
     if world == 1:
         return {"data": None, "tensor": None}
     from torch.distributed.device_mesh import DeviceMesh
-    device = mesh.device_type if mesh is not None else "cpu"
+    device = mesh.device_type if mesh is not None else ("cuda" if dist.get_backend() == "nccl" else "cpu")
     data, tensor = plan_.degree("data"), plan_.degree("tensor")
     # rank = data_index * tensor + tensor_index over the mesh's ranks in order, so the
     # ranks of a tensor group are adjacent (inside a node); a user's 2-D mesh keeps its own
-    ranks = mesh.mesh.flatten() if mesh is not None else torch.arange(world)
-    if mesh is not None and mesh.ndim == 2:
-        grid = mesh.mesh if mesh.mesh_dim_names[0] == "data" else mesh.mesh.t()
-    else:
-        grid = ranks.view(data, tensor)
+    ranks = torch.arange(world)
+    grid = _data_major(mesh).view(data, tensor) if mesh is not None else ranks.view(data, tensor)
     two_d = DeviceMesh(device, grid, mesh_dim_names=("data", "tensor"))
     return G.groups_from_mesh(two_d)

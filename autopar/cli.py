@@ -57,9 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan_cmd.add_argument("--strategy", default="auto", help="auto, data, tensor, or data=2,tensor=2")
     plan_cmd.add_argument("--out", default=None, help="directory to save the plan in (default plan_<factory>)")
     plan_cmd.add_argument("--ranks", type=int, default=8, help="save the rewritten graphs of this many ranks")
-    plan_cmd.add_argument("-v", "--verbose", action="store_true", help="log each pass")
+    plan_cmd.add_argument("-v", "--verbose", action="store_true", help="log each pass and its time")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
 
     import autopar  # after argument parsing: importing torch takes a while
 

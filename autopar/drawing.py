@@ -17,7 +17,9 @@ _PRIORITY = ("attention", "linear_chain", "vocab", "fork_join", "block")
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A DOT string literal: quotes and backslashes escaped, line breaks as DOT's \\n."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\n", "\\n") + '"'
 
 
 def regions_dot(gm: fx.GraphModule, strategies: dict[str, str] | None = None, title: str = "") -> str:
@@ -41,15 +43,15 @@ def regions_dot(gm: fx.GraphModule, strategies: dict[str, str] | None = None, ti
         indent = "  "
         if rid:
             region = known[rid]
-            label = f"{rid}" + (f"\\n{strategies[rid]}" if rid in strategies else "")
+            label = f"{rid}" + (f"\n{strategies[rid]}" if rid in strategies else "")
             lines.append(f"  subgraph cluster_{index} {{")
             lines.append(f"    label={_quote(label)}; style=filled; color={_quote(_COLOURS.get(region.kind, '#eeeeee'))};")
             indent = "    "
         for node in nodes:
             spec = tensor_spec(node)
-            text = f"{node.name}\\n{node.op if node.op != 'call_function' else getattr(node.target, '__name__', node.target)}"
+            text = f"{node.name}\n{node.op if node.op != 'call_function' else getattr(node.target, '__name__', node.target)}"
             if spec is not None:
-                text += f"\\n{spec}"
+                text += f"\n{spec}"
             lines.append(f"{indent}{_quote(node.name)} [label={_quote(text)}];")
         if rid:
             lines.append("  }")

@@ -18,37 +18,19 @@ import cProfile
 import io
 import pstats
 
-from common import compare, interleaved, parser, print_rows, quartiles, steps_of, write_json, zero_grad  # noqa: I001
+# common first: it puts the repo root on sys.path (examples/ is not an installed package)
+from common import (cases_of, check_close, compare, interleaved, make_case, parser, print_rows, quartiles,
+                    steps_for, steps_of, write_json, zero_grad)
 
-import torch
-import torch.nn.functional as F
+import torch  # noqa: E402
 
-import autopar
-from examples.models import MLP, TinyTransformer, lm_loss
+import autopar  # noqa: E402
 
 GOAL = 1.03
 
 
-def make_case(name: str):
-    """(model, input, target, loss_fn) of a named case, from seed 0."""
-    torch.manual_seed(0)
-    if name == "mlp-small":       # 32 → 64 → 32, ×2: almost nothing but Python overhead
-        return MLP(32, 64, 2, 8), torch.randn(16, 32), torch.randn(16, 8), F.mse_loss
-    if name == "mlp-1024":        # 1024 → 4096 → 1024, ×2, batch 64: 17 M parameters
-        return MLP(1024, 4096, 2, 1024), torch.randn(64, 1024), torch.randn(64, 1024), F.mse_loss
-    if name == "transformer-small":   # width 32, 2 layers, batch 4 × seq 16
-        model = TinyTransformer(vocab=64, width=32, heads=4, layers=2, block=16)
-        return model, torch.randint(0, 64, (4, 16)), torch.randint(0, 64, (4, 16)), lm_loss
-    if name == "transformer-256x4":   # width 256, 4 layers, batch 8 × seq 64
-        model = TinyTransformer(vocab=256, width=256, heads=4, layers=4, block=64)
-        return model, torch.randint(0, 256, (8, 64)), torch.randint(0, 256, (8, 64)), lm_loss
-    raise KeyError(name)
-
-
 CASES = ["mlp-small", "transformer-small", "mlp-1024", "transformer-256x4"]
 QUICK_CASES = ["mlp-small", "transformer-small"]
-SMALL = {"mlp-small", "transformer-small"}
-"""Cases under ~2 ms a step: they run 5× the steps (cheap, and their ratios are noisier)."""
 
 
 def sides(name: str):
@@ -57,6 +39,7 @@ def sides(name: str):
                          strategy={"data": 1, "tensor": 1})
     model_params = list(model.parameters())
     pm_params = list(pm.parameters())
+    check_close(name, pm.step(x, target=y), loss_fn(model(x), y))
 
     def step_autopar():
         zero_grad(pm_params)
@@ -69,12 +52,11 @@ def sides(name: str):
     return {"autopar": step_autopar, "eager": step_eager}
 
 
-def run(steps: int, warmup: int, quick: bool = False, threads: int = 1) -> list:
+def run(steps: int, warmup: int, quick: bool = False, cases: list[str] | None = None, threads: int = 1) -> list:
     torch.set_num_threads(threads)
     rows = []
-    for name in QUICK_CASES if quick else CASES:
-        factor = 5 if name in SMALL and not quick else 1
-        times = interleaved(sides(name), steps * factor, warmup * factor)
+    for name in cases or (QUICK_CASES if quick else CASES):
+        times = interleaved(sides(name), *steps_for(name, steps, warmup, quick))
         rows.append(compare("compile_overhead", name, times, ours="autopar", baseline="eager", goal=GOAL))
     return rows
 
@@ -160,7 +142,7 @@ def main(argv=None) -> list:
         print(profile(args.profile))
         return []
     steps, warmup = steps_of(args)
-    rows = run(steps, warmup, args.quick, args.threads)
+    rows = run(steps, warmup, args.quick, cases_of(args.cases, args.quick, CASES, QUICK_CASES), args.threads)
     print_rows(f"compile overhead: autopar on 1 rank vs eager ({steps} steps, {warmup} warm-up, "
                f"{args.threads} thread(s))", rows)
     write_json(args.json, rows)

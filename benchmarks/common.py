@@ -149,7 +149,28 @@ def parser(description: str, default_steps: int = 40) -> argparse.ArgumentParser
     p.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps per side")
     p.add_argument("--quick", action="store_true", help="smoke run: few steps, small cases only")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON to PATH")
+    p.add_argument("--cases", nargs="+", metavar="CASE", help="run only these cases")
     return p
+
+
+def cases_of(args_cases, quick: bool, cases: Sequence[str], quick_cases: Sequence[str]) -> list[str]:
+    """The cases to run: those named on the command line, else the quick or the full list."""
+    if args_cases:
+        unknown = sorted(set(args_cases) - set(cases))
+        if unknown:
+            raise SystemExit(f"unknown case(s) {unknown}; this benchmark has {list(cases)}")
+        return list(args_cases)
+    return list(quick_cases if quick else cases)
+
+
+SMALL_CASES = {"mlp-small", "transformer-small"}
+"""Cases under ~2 ms a step on one rank: outside ``--quick`` they run 5× the steps (cheap,
+and their ratios are noisier)."""
+
+
+def steps_for(name: str, steps: int, warmup: int, quick: bool) -> tuple[int, int]:
+    factor = 5 if name in SMALL_CASES and not quick else 1
+    return steps * factor, warmup * factor
 
 
 def steps_of(args) -> tuple[int, int]:
@@ -163,6 +184,39 @@ def write_json(path: str | None, rows: Sequence[Row]) -> None:
     if path:
         with open(path, "w") as f:
             json.dump([dataclasses.asdict(r) | {"met": r.met} for r in rows], f, indent=2)
+
+
+def make_case(name: str):
+    """(model, input, target, loss_fn) of a named benchmark case, built from seed 0, so
+    every rank (and both sides of a comparison) starts from the same weights and batch."""
+    import torch
+    import torch.nn.functional as F
+
+    from examples.models import MLP, TinyTransformer, lm_loss
+
+    torch.manual_seed(0)
+    if name == "mlp-small":       # 32 → 64 → 32, ×2, batch 16: almost nothing but Python overhead
+        return MLP(32, 64, 2, 8), torch.randn(16, 32), torch.randn(16, 8), F.mse_loss
+    if name == "mlp-1024":        # 1024 → 4096 → 1024, ×2, head 1024 → 1024, batch 64: 17.8 M parameters
+        return MLP(1024, 4096, 2, 1024), torch.randn(64, 1024), torch.randn(64, 1024), F.mse_loss
+    if name == "transformer-small":   # width 32, 4 heads, 2 layers, vocab 64, batch 4 × seq 16
+        model = TinyTransformer(vocab=64, width=32, heads=4, layers=2, block=16)
+        return model, torch.randint(0, 64, (4, 16)), torch.randint(0, 64, (4, 16)), lm_loss
+    if name == "transformer-256x4":   # width 256, 4 heads, 4 layers, vocab 256, batch 8 × seq 64: 3.2 M parameters
+        model = TinyTransformer(vocab=256, width=256, heads=4, layers=4, block=64)
+        return model, torch.randint(0, 256, (8, 64)), torch.randint(0, 256, (8, 64)), lm_loss
+    raise KeyError(f"unknown case {name!r}")
+
+
+def check_close(what: str, ours, theirs, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    """Fail loudly when the two sides do not compute the same loss (then the timing
+    would compare different work)."""
+    import torch
+
+    ours, theirs = torch.as_tensor(ours).detach().double(), torch.as_tensor(theirs).detach().double()
+    if not torch.allclose(ours, theirs, rtol=rtol, atol=atol):
+        raise AssertionError(f"{what}: the two sides disagree (autopar {ours.item():.6g}, baseline "
+                             f"{theirs.item():.6g}); the benchmark would compare different computations")
 
 
 def zero_grad(params) -> None:

@@ -24,6 +24,7 @@ ANALYSIS_PASSES = [
 ]
 
 
-def analyse(gm: fx.GraphModule) -> fx.GraphModule:
-    """Run every analysis pass on ``gm`` and return it (with regions in ``gm.meta``)."""
-    return PassRunner(list(ANALYSIS_PASSES)).run(gm, label="analysis")
+def analyse(gm: fx.GraphModule, *, label: str = "analysis") -> fx.GraphModule:
+    """Run every analysis pass on ``gm`` and return it (with regions in ``gm.meta``);
+    ``label`` names the run in logs and dumps."""
+    return PassRunner(list(ANALYSIS_PASSES)).run(gm, label=label)

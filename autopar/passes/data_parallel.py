@@ -4,21 +4,59 @@ Each rank's graph is captured at its local batch (global batch / data degree), s
 body needs no change: the batch split happens when ``ParallelModule`` slices the inputs.
 What the rank graph must do is return what the single-device model returns: outputs
 whose first dimension is the local batch are all-gathered over the data group
-(``all_gather_batch``), and scalar outputs (a loss) are averaged over it.
+(``all_gather_batch``), and scalar outputs (a loss) are reduced over it the way the
+loss reduces over the batch: averaged for a mean (the default when the reduction cannot
+be read off the graph), summed for a sum.
 
 Example: the output ``return model_2`` of an MLP on 2 data ranks becomes
 ``all_gather_batch = all_gather_batch(model_2, 'data'); return all_gather_batch``.
 """
 from __future__ import annotations
 
+import torch
 import torch.fx as fx
 
 from autopar.ir import TensorSpec
+from autopar.passes import ops
 from autopar.runtime import collectives as C
 
 
 class DataParallelError(ValueError):
     pass
+
+
+_REDUCTION_ENUM = {0: "none", 1: "mean", 2: "sum"}  # aten's loss reduction argument
+_SUM = {torch.sum} | ops._targets("sum")
+_MEAN = {torch.mean} | ops._targets("mean")
+
+
+def loss_reduction(node: fx.Node) -> str:
+    """How the scalar ``node`` reduces over the batch: ``"sum"`` or ``"mean"`` (the
+    assumption when it cannot be read off the graph: losses are means by default)."""
+    if node.op == "call_method" and node.target in ("sum", "mean"):
+        return node.target
+    if node.op == "call_function":
+        if node.target in _SUM:
+            return "sum"
+        if node.target in _MEAN:
+            return "mean"
+        reduction = node.kwargs.get("reduction")
+        if reduction is None and isinstance(node.target, torch._ops.OpOverload):
+            schema = node.target._schema
+            names = [a.name for a in schema.arguments]
+            if "reduction" in names and names.index("reduction") < len(node.args):
+                reduction = node.args[names.index("reduction")]
+        if reduction is None and node.target is C.vocab_parallel_cross_entropy and len(node.args) > 5:
+            reduction = node.args[5]
+        if isinstance(reduction, int):
+            reduction = _REDUCTION_ENUM.get(reduction)
+        if reduction == "sum":
+            return "sum"
+    if node.op == "call_module":
+        reduction = getattr(node.graph.owning_module.get_submodule(node.target), "reduction", None)
+        if reduction == "sum":
+            return "sum"
+    return "mean"
 
 
 def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = "data") -> fx.GraphModule:
@@ -34,7 +72,8 @@ def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, gro
             if spec.shape and spec.shape[0] == local_batch:
                 new = gm.graph.call_function(C.all_gather_batch, (value, group))
             elif not spec.shape:
-                new = gm.graph.call_function(C.average_over_group, (value, group))
+                reduce = C.sum_over_group if loss_reduction(value) == "sum" else C.average_over_group
+                new = gm.graph.call_function(reduce, (value, group))
             else:
                 raise DataParallelError(
                     f"output {value.format_node()} has shape {list(spec.shape)}, whose first dimension is not the "

@@ -3,7 +3,8 @@
 Modelled on ``torch/fx/passes/pass_manager.py`` and torchtitan's graph_trainer runner:
 passes never print; the runner logs each pass's wall time and node-count change under
 ``autopar.passes``, and with ``AUTOPAR_DUMP_DIR=dir`` in the environment writes the graph
-after each pass as ``dir/NN_passname.py`` (readable code with a header naming the pass).
+after each pass as ``dir/<label>_NN_<pass>.py`` (readable code with a header naming the
+pass; the label says which graph: ``analysis`` for the global one, ``rank0`` …).
 A pass can be switched off by name with ``AUTOPAR_DISABLE_PASSES=name1,name2``.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ and saved with :meth:`Plan.save` as a directory a reviewer can read::
       rank0.py, rank1.py…  each rank's rewritten graph as code, with a header naming the pass
 
 Rank order: ``rank = data_index · tensor + tensor_index``, so the ranks of one tensor
-group are adjacent (inside a node), as Megatron places them (megatron §3.3, takeaway #1).
+group are adjacent (inside a node), as Megatron places them (megatron §3.2, takeaway #1).
 """
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 
 PLAN_FORMAT_VERSION = 1
+MESH_ORDER = ("data", "tensor")
+"""Mesh dimensions from outermost to innermost (JSON sorts keys; this fixes the order)."""
 
 
 @dataclass
@@ -93,10 +95,11 @@ class Plan:
     def rank_coordinates(self, rank: int) -> dict[str, int]:
         """Mesh coordinates of ``rank`` (the innermost dimension varies fastest)."""
         coords = {}
-        for dim, size in reversed(list(self.mesh.items())):
+        for dim in reversed(MESH_ORDER):
+            size = self.degree(dim)
             coords[dim] = rank % size
             rank //= size
-        return dict(reversed(list(coords.items())))
+        return {dim: coords[dim] for dim in MESH_ORDER}
 
     # ------------------------------------------------------------------ serialisation
     def to_json(self) -> str:
@@ -111,7 +114,7 @@ class Plan:
         data["regions"] = [RegionChoice(**{**r, "cost": Cost(**r["cost"])}) for r in data["regions"]]
         data["total"] = Cost(**data["total"])
         data["candidates"] = [MeshCandidate(**c) for c in data["candidates"]]
-        data["mesh"] = dict(data["mesh"])
+        data["mesh"] = {dim: data["mesh"][dim] for dim in MESH_ORDER if dim in data["mesh"]}
         return Plan(**data)
 
     def save(self, directory: str, *, rank_graphs: dict[int, str] | None = None,

@@ -156,26 +156,53 @@ def all_gather_batch(x: torch.Tensor, group: str) -> torch.Tensor:
 
 
 class _AverageOverGroup(torch.autograd.Function):
-    """Mean over the group in forward (all-reduce then divide by G); in backward each rank's
-    gradient is scaled by 1/G, the derivative of the mean with respect to its own term.
+    """Mean over the data-parallel group in forward (all-reduce, divide by G); identity in
+    backward.
 
-    Used for scalar outputs (a loss) of data-parallel rank programs: each rank holds the
-    mean over its share of an evenly split batch, so the mean of those is the global mean.
+    For a rank program's loss when the loss is a mean over an evenly split batch: the
+    mean of the ranks' means is the global mean. Backward follows the data-parallel
+    convention: each replica back-propagates its own loss and the gradient buckets
+    average the replicas' gradients, which is where the 1/G of this mean is applied
+    (averaging also keeps gradients accumulated over earlier steps, which are identical
+    on every replica, unchanged).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group: Optional[ProcessGroup]) -> torch.Tensor:
+        return _all_reduce(x, group) / size_of(group)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return grad, None
+
+
+class _SumOverGroup(torch.autograd.Function):
+    """Sum over the data-parallel group in forward (all-reduce); gradient × G in backward.
+
+    For a loss that sums over the batch: the global loss is the sum of the ranks' sums.
+    Its gradient is the sum of the replicas' gradients; the gradient buckets average
+    them, so each replica's gradient is scaled by G here (the same convention as
+    :class:`_AverageOverGroup`).
     """
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, group: Optional[ProcessGroup]) -> torch.Tensor:
         ctx.size = size_of(group)
-        return _all_reduce(x, group) / ctx.size
+        return _all_reduce(x, group)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return grad / ctx.size, None
+        return grad * ctx.size, None
 
 
 def average_over_group(x: torch.Tensor, group: str) -> torch.Tensor:
     """Mean of ``x`` over the ranks of ``group`` (see :class:`_AverageOverGroup`)."""
     return _AverageOverGroup.apply(x, get_group(group))
+
+
+def sum_over_group(x: torch.Tensor, group: str) -> torch.Tensor:
+    """Sum of ``x`` over the ranks of ``group`` (see :class:`_SumOverGroup`)."""
+    return _SumOverGroup.apply(x, get_group(group))
 
 
 def vocab_parallel_embedding(
@@ -302,6 +329,7 @@ GRAPH_FUNCTIONS = (
     scatter_to_tensor_region,
     all_gather_batch,
     average_over_group,
+    sum_over_group,
     vocab_parallel_embedding,
     vocab_parallel_cross_entropy,
 )
