@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from autopar._torch_compat import argument_names
 from autopar.ir import TensorSpec
 from autopar.passes import ops
 from autopar.runtime import collectives as C
@@ -41,10 +42,9 @@ def loss_reduction(node: fx.Node) -> str:
         if node.target in _MEAN:
             return "mean"
         reduction = node.kwargs.get("reduction")
-        if reduction is None and isinstance(node.target, torch._ops.OpOverload):
-            schema = node.target._schema
-            names = [a.name for a in schema.arguments]
-            if "reduction" in names and names.index("reduction") < len(node.args):
+        names = argument_names(node.target)
+        if reduction is None and "reduction" in names:
+            if names.index("reduction") < len(node.args):
                 reduction = node.args[names.index("reduction")]
         if reduction is None and node.target is C.vocab_parallel_cross_entropy and len(node.args) > 5:
             reduction = node.args[5]

@@ -22,6 +22,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
+from autopar._torch_compat import aten_name, is_aten_op
 from autopar.ir import tensor_spec
 
 aten = torch.ops.aten
@@ -243,8 +244,8 @@ def op_name(node: fx.Node) -> str:
         return f".{node.target}()"
     target = node.target
     name = getattr(target, "__name__", str(target))
-    if isinstance(target, torch._ops.OpOverload):
-        name = f"aten.{target._schema.name.split('::')[-1]}"
+    if is_aten_op(target):
+        name = aten_name(target)
     return name
 
 

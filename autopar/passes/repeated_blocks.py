@@ -20,9 +20,9 @@ import logging
 import re
 from collections import defaultdict
 
-import torch
 import torch.fx as fx
 
+from autopar._torch_compat import is_aten_op
 from autopar.ir import SPEC, Region, add_region, clear_regions, regions
 from autopar.passes.fork_join import node_flops
 
@@ -62,7 +62,7 @@ def _class_name(gm: fx.GraphModule, node: fx.Node, path: str) -> str:
 def _target_name(target) -> str:
     if isinstance(target, str):
         return target
-    if isinstance(target, torch._ops.OpOverload):
+    if is_aten_op(target):
         return str(target)
     return f"{getattr(target, '__module__', None)}.{getattr(target, '__qualname__', None) or target}"
 

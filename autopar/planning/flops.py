@@ -36,6 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
+from autopar._torch_compat import schema_of
 from autopar.ir import SPEC, TensorSpec
 
 log = logging.getLogger("autopar.planning.flops")
@@ -183,7 +184,7 @@ def _composite(node: fx.Node, out: list[TensorSpec], call, extra_bytes: int = 0)
 
 def _is_view_op(target) -> bool:
     """An aten op whose every return aliases an input without writing it (``Tensor(a)``)."""
-    schema = getattr(target, "_schema", None)
+    schema = schema_of(target)
     if schema is None or not schema.returns:
         return False
     return all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)

@@ -34,6 +34,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from autopar._torch_compat import AGENT_STORE_ENV
+
 log = logging.getLogger("autopar.runtime")
 
 _GRACE_S = 5.0  # how long a terminated child gets before it is killed
@@ -77,7 +79,7 @@ def launch(
                 "WORLD_SIZE": str(world_size),
                 "LOCAL_RANK": str(rank),
                 "LOCAL_WORLD_SIZE": str(world_size),
-                "TORCHELASTIC_USE_AGENT_STORE": "True",
+                **AGENT_STORE_ENV,
             }
             process = ctx.Process(
                 target=_run_rank,

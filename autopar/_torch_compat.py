@@ -1,0 +1,35 @@
+"""The private torch APIs autopar relies on, in one place so a torch upgrade touches one file.
+
+* ATen operator overloads (``torch.ops.aten.addmm.default``) are ``torch._ops.OpOverload``
+  objects; their ``_schema`` names arguments and says which returns alias inputs.
+* The local launcher hosts the rendezvous store in the parent process and tells the
+  ranks so with torchrun's ``TORCHELASTIC_USE_AGENT_STORE`` contract.
+"""
+from __future__ import annotations
+
+import torch
+
+OpOverload = torch._ops.OpOverload
+
+AGENT_STORE_ENV = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
+"""Environment telling ``init_process_group`` that the store at MASTER_ADDR:PORT is hosted
+by the launching process (as torchrun's agent does), so ranks connect as clients."""
+
+
+def is_aten_op(target) -> bool:
+    return isinstance(target, OpOverload)
+
+
+def schema_of(target):
+    """The operator schema of an ATen overload, or None for anything else."""
+    return target._schema if isinstance(target, OpOverload) else None
+
+
+def argument_names(target) -> list[str]:
+    schema = schema_of(target)
+    return [a.name for a in schema.arguments] if schema is not None else []
+
+
+def aten_name(target) -> str:
+    """``aten.addmm`` for ``torch.ops.aten.addmm.default``."""
+    return f"aten.{target._schema.name.split('::')[-1]}"
