@@ -10,7 +10,9 @@ same input; a step is ``zero_grad`` + forward + backward, no optimizer step:
 Goal: autopar ≤ 1.03 × eager. The small cases are there to make the per-step Python
 overhead visible; the large ones are what the goal is about.
 
-    python benchmarks/bench_compile_overhead.py [--steps 40] [--quick] [--profile]
+    python benchmarks/bench_compile_overhead.py [--steps 40] [--quick] [--cases CASE ...]
+    python benchmarks/bench_compile_overhead.py --breakdown mlp-small   # where pm.step's overhead goes
+    python benchmarks/bench_compile_overhead.py --profile mlp-small     # cProfile of the autopar side
 """
 from __future__ import annotations
 
@@ -27,8 +29,6 @@ import torch  # noqa: E402
 import autopar  # noqa: E402
 
 GOAL = 1.03
-
-
 CASES = ["mlp-small", "transformer-small", "mlp-1024", "transformer-256x4"]
 QUICK_CASES = ["mlp-small", "transformer-small"]
 

@@ -12,7 +12,8 @@ Both ranks run one process each with one torch thread; every step is timed on ra
 between two barriers, the sides alternating. Goal: autopar ≤ 1.05 × DDP. One
 ``launch`` runs every case.
 
-    python benchmarks/bench_data_parallel.py [--steps 40] [--quick]
+    python benchmarks/bench_data_parallel.py [--steps 40] [--quick] [--cases CASE ...]
+    python benchmarks/bench_data_parallel.py --breakdown transformer-256x4 --steps 60
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import copy
 
 # common first: it puts the repo root on sys.path (examples/ is not an installed package)
 from common import (cases_of, check_close, compare, extra_side, interleaved, make_case, parser, print_rows,
-                    steps_for, steps_of, write_json, zero_grad)
+                    quartiles, steps_for, steps_of, write_json, zero_grad)
 
 import torch
 import torch.distributed as dist
@@ -80,11 +81,19 @@ def breakdown_job(name: str, steps: int, warmup: int) -> str:
       is launched by ``finish()`` after backward;
     * ``ddp+loss all-reduce``: DDP plus a blocking all-reduce of the loss between forward
       and backward, which is what autopar's ``average_over_group`` adds to its forward;
+    * ``autopar no loss all-reduce``: ``pm.step`` with the forward of the loss average
+      patched to ``x / G`` (no collective; the gradients are unchanged, the returned loss
+      is this rank's share). An experiment on autopar's internals, for analysis only: it
+      is skipped when ``collectives._AverageOverGroup`` no longer exists;
     * the latency of a barrier and of a 0-d all-reduce (what ``average_over_group``
       adds to every forward).
+
+    Every side is timed the way ``rank_job`` times its two, interleaved, paired ratios
+    against DDP.
     """
     import time
 
+    from autopar.runtime import collectives as C
     from autopar.runtime import groups as G
     from autopar.runtime.grad_sync import sync_gradients
 
@@ -120,6 +129,22 @@ def breakdown_job(name: str, steps: int, warmup: int) -> str:
 
     ladder = {"ddp": step_fns["ddp"], "autopar": step_fns["autopar"], "autopar no-overlap": no_overlap,
               "ddp+loss all-reduce": ddp_loss_all_reduce, "local+flat": local_flat}
+
+    average = getattr(C, "_AverageOverGroup", None)
+    if average is not None:
+        real_forward = average.forward
+
+        def local_share(ctx, x, group):
+            return x / C.size_of(group)
+
+        def no_loss_all_reduce():
+            average.forward = staticmethod(local_share)
+            try:
+                step_fns["autopar"]()
+            finally:
+                average.forward = staticmethod(real_forward)
+
+        ladder["autopar no loss all-reduce"] = no_loss_all_reduce
     times = interleaved(ladder, steps, warmup, sync=dist.barrier)
     latency = {}
     for what, fn in [("barrier", dist.barrier), ("0-d all_reduce", lambda: dist.all_reduce(torch.zeros(())))]:
@@ -132,7 +157,8 @@ def breakdown_job(name: str, steps: int, warmup: int) -> str:
         latency[what] = sorted(samples)[len(samples) // 2]
     lines = [f"{name}: data=2 step, median of {steps} (ms), rank 0"]
     for side in ladder:
-        lines.append("  " + extra_side(times, side))
+        paired = quartiles([a / b for a, b in zip(times[side], times["ddp"])])[1]
+        lines.append(f"  {extra_side(times, side)}; paired ratio to ddp {paired:.3f}")
     lines += [f"  {what} latency {seconds * 1e6:.0f} us" for what, seconds in latency.items()]
     lines.append(f"  autopar buckets: {[len(b.params) for b in pm._buckets.buckets]} parameters each")
     return "\n".join(lines)

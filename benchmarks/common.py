@@ -5,9 +5,9 @@ repetitions alternate (A B A B ...), so a burst of machine noise (another proces
 frequency change) lands on both sides instead of on whichever ran second. Warm-up
 repetitions run first, in the same alternation, and are not recorded::
 
-    >>> times = interleaved({"autopar": step_a, "eager": step_b}, steps=30, warmup=5)
-    >>> compare("compile_overhead", "mlp", times, ours="autopar", baseline="eager", goal=1.03)
-    Row(benchmark='compile_overhead', case='mlp', ... ratio=1.01, ...)
+    times = interleaved({"autopar": step_a, "eager": step_b}, steps=30, warmup=5)
+    row = compare("compile_overhead", "mlp", times, ours="autopar", baseline="eager", goal=1.03)
+    print(format_rows([row]))      # medians, IQRs, ratio, paired ratio, goal, met
 
 On several ranks, pass ``sync=torch.distributed.barrier``: every repetition is then
 ``barrier; t0; step; barrier; t1``, so all ranks start the step together and the time is
