@@ -23,8 +23,9 @@ import torch.nn as nn
 
 from autopar.capture import MODEL_PREFIX, capture, wrap_model
 from autopar.drawing import regions_dot
+from autopar.ir import CAPTURE
 from autopar.passes.analysis import analyse
-from autopar.passes.data_parallel import data_parallel_pass
+from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass
 from autopar.passes.manager import PassRunner, graph_code
 from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard, tensor_parallel_pass
 from autopar.planning.hardware import Hardware, get_hardware
@@ -77,7 +78,12 @@ def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequenc
     """Rank ``rank``'s rewritten graph (captured at its local batch), for dumps and tests."""
     inputs, target = _local_batch(plan_, rank, tuple(example_inputs), example_target)
     gm = capture(model, inputs, loss_fn if target is not None else None, target)
-    return _rewrite(gm, plan_, rank)
+    return _rewrite(gm, plan_, rank, _batch_of(inputs))
+
+
+def _batch_of(inputs: tuple) -> int | None:
+    """The batch size: the first dimension of the first tensor input."""
+    return next((x.shape[0] for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0), None)
 
 
 def _local_batch(plan_: Plan, rank: int, inputs: tuple, target: Any):
@@ -87,7 +93,7 @@ def _local_batch(plan_: Plan, rank: int, inputs: tuple, target: Any):
     if data == 1:
         return inputs, target
     index = plan_.rank_coordinates(rank)["data"]
-    batch = next((x.shape[0] for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0), None)
+    batch = _batch_of(inputs)
     if batch is not None and batch % data:
         raise PlanError(f"input 0: batch {batch} is not divisible by the data degree {data}; give a batch that is a "
                         f"multiple of {data}")
@@ -100,14 +106,20 @@ def _local_batch(plan_: Plan, rank: int, inputs: tuple, target: Any):
     return tuple(take(x) for x in inputs), (take(target) if target is not None else None)
 
 
-def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int) -> fx.GraphModule:
+def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None = None) -> fx.GraphModule:
+    """Rank ``rank``'s program from a graph captured at its local batch. A training graph
+    (captured with its loss) keeps its loss local: ``ParallelModule.step`` reduces the
+    reported value over the data ranks while backward runs."""
     coords = plan_.rank_coordinates(rank)
-    local_batch = plan_.global_batch // plan_.degree("data")
+    if local_batch is None:
+        local_batch = plan_.global_batch // plan_.degree("data")
+    with_loss = gm.meta[CAPTURE].with_loss
     runner = PassRunner([
         ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
         ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": plan_.regions_with("megatron"),
                                                     "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
-        ("data_parallel", data_parallel_pass, {"degree": plan_.degree("data"), "local_batch": local_batch}),
+        ("data_parallel", data_parallel_pass, {"degree": plan_.degree("data"), "local_batch": local_batch,
+                                                "reduce_scalars": not with_loss}),
     ])
     gm = runner.run(gm, label=f"rank{rank}")
     gm.meta["autopar.passes_run"] = [r.name for r in runner.records]
@@ -147,9 +159,11 @@ class ParallelModule(nn.Module):
         self._buckets: GradientBuckets | None = None
 
     # ------------------------------------------------------------------ programs
-    def _program(self, inputs: tuple, target: Any) -> fx.GraphModule:
+    def _program(self, inputs: tuple, target: Any) -> tuple[fx.GraphModule, tuple, Any]:
+        """The program for these inputs' shapes and the current mode (built on first use),
+        with this rank's share of the inputs and target."""
+        key = (tuple(_signature(x) for x in inputs), _signature(target), self.training)
         local_inputs, local_target = _local_batch(self.plan, self.rank, inputs, target)
-        key = (tuple(_signature(x) for x in local_inputs), _signature(local_target), self.training)
         if key not in self._programs:
             user_model = self._user_model[0]
             was_training = user_model.training
@@ -158,7 +172,7 @@ class ParallelModule(nn.Module):
                 gm = capture(user_model, local_inputs, self._loss_fn if target is not None else None, local_target)
             finally:
                 user_model.train(was_training)
-            gm = _rewrite(gm, self.plan, self.rank)
+            gm = _rewrite(gm, self.plan, self.rank, _batch_of(local_inputs))
             shards = gm.meta.get(PARAM_SHARDS, {})
             if self._shards is None:
                 with G.use_groups(self._groups):
@@ -166,7 +180,7 @@ class ParallelModule(nn.Module):
             elif shards != self._shards:
                 raise RuntimeError("the rewrite split different parameters for a new input shape; this is a bug")
             _copy_missing_attributes(gm, gm.graph, self.root)
-            program = fx.GraphModule(self.root, gm.graph, class_name=f"Rank{self.rank}Program")
+            program = fx.GraphModule(_flat_root(self.root, gm.graph), gm.graph, class_name=f"Rank{self.rank}Program")
             for attr in ("_in_spec", "_out_spec"):
                 if hasattr(gm, attr):
                     setattr(program, attr, getattr(gm, attr))
@@ -212,18 +226,34 @@ class ParallelModule(nn.Module):
     def step(self, *inputs, target):
         """Forward and backward over the whole batch; returns the loss of the whole batch.
 
-        The rank program reduces its loss over the data group (a mean of equal-sized
-        shards' means is the global mean; sums add up), and gradients are averaged over
-        data ranks with the matching scale. Gradients accumulate across calls, as in
-        PyTorch: call ``optimizer.zero_grad()`` between steps."""
+        Each rank's program returns the loss of its share. Gradients are averaged over the
+        data ranks, as DDP does, so a loss that sums over the batch is back-propagated
+        with weight d (the average of d·∇L_r is ∑∇L_r); a mean needs no weight (the mean
+        of equal-sized shards' means is the global mean). The reported loss is reduced
+        over the data ranks on a group of its own while backward runs. Gradients
+        accumulate across calls, as in PyTorch: call ``optimizer.zero_grad()`` between steps.
+        """
         if self._loss_fn is None:
             raise ValueError("step(): compile was given no loss_fn; pass loss_fn=... to autopar.compile")
         program, local_inputs, local_target = self._program(tuple(inputs), target)
+        data = self.plan.degree("data")
+        summed = program.meta.get(LOSS_REDUCTION) == "sum"
         with G.use_groups(self._groups), rng.use_random_states(self._random):
             loss = program(*local_inputs, local_target)
-            loss.backward()
+            reported = loss.detach().clone()
+            pending = None
+            if data > 1:
+                pending = dist.all_reduce(reported, group=self._groups["loss"], async_op=True)
+            if summed and data > 1:
+                loss.backward(torch.full_like(loss, data))
+            else:
+                loss.backward()
             self._buckets.finish()
-        return loss.detach()
+            if pending is not None:
+                pending.wait()
+                if not summed:
+                    reported /= data
+        return reported
 
     # ------------------------------------------------------------------ parameters and state
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
@@ -330,6 +360,35 @@ def _copy_missing_attributes(src: fx.GraphModule, graph: fx.Graph, dst: nn.Modul
                 setattr(owner, attr, value)
 
 
+def _flat_root(root: nn.Module, graph: fx.Graph) -> nn.Module:
+    """A module giving every module and parameter the graph reaches one flat name, so the
+    executed program does ``self.model_body_0(x)`` instead of walking
+    ``getattr(self.model.body, "0")`` on every call. The objects are ``root``'s own
+    (parameters are shared, not copied); the names in the graph are rewritten to match.
+    Dumped rank graphs keep the hierarchical names."""
+    flat = nn.Module()
+    for node in graph.nodes:
+        if node.op not in ("call_module", "get_attr") or "." not in node.target:
+            continue
+        alias = node.target.replace(".", "_")
+        value = _getattr_path(root, node.target)
+        if alias in flat.__dict__ or alias in flat._modules or alias in flat._parameters or alias in flat._buffers:
+            if _getattr_path(flat, alias) is not value:
+                continue  # two paths flatten to one name: keep this one hierarchical
+        elif isinstance(value, (nn.Module, nn.Parameter)):
+            setattr(flat, alias, value)
+        else:
+            flat.__dict__[alias] = value  # a buffer or constant, shared by reference
+        node.target = alias
+    for node in graph.nodes:
+        if node.op in ("call_module", "get_attr") and "." in node.target:
+            # the rare name clash above: reach it through the original hierarchy
+            first = node.target.split(".")[0]
+            if not hasattr(flat, first):
+                setattr(flat, first, getattr(root, first))
+    return flat
+
+
 def _getattr_path(obj, path: str):
     for part in path.split("."):
         obj = getattr(obj, part)
@@ -412,7 +471,7 @@ def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
 
 def _make_groups(plan_: Plan, mesh, world: int) -> dict:
     if world == 1:
-        return {"data": None, "tensor": None}
+        return {"data": None, "tensor": None, "loss": None}
     from torch.distributed.device_mesh import DeviceMesh
     device = mesh.device_type if mesh is not None else ("cuda" if dist.get_backend() == "nccl" else "cpu")
     data, tensor = plan_.degree("data"), plan_.degree("tensor")
@@ -421,4 +480,11 @@ def _make_groups(plan_: Plan, mesh, world: int) -> dict:
     ranks = torch.arange(world)
     grid = _data_major(mesh).view(data, tensor) if mesh is not None else ranks.view(data, tensor)
     two_d = DeviceMesh(device, grid, mesh_dim_names=("data", "tensor"))
-    return G.groups_from_mesh(two_d)
+    groups = G.groups_from_mesh(two_d)
+    # the reported loss travels on a data group of its own, so its all-reduce can overlap
+    # backward without interleaving with the gradient buckets' collectives
+    for column in grid.t().tolist():
+        group = dist.new_group(column)
+        if dist.get_rank() in column:
+            groups["loss"] = group
+    return groups

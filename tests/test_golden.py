@@ -45,8 +45,7 @@ def forward(self, input_0, target):
     model_body_5 = getattr(self.model.body, "5")(model_body_4);  model_body_4 = None
     model_head = self.model.head(model_body_5);  model_body_5 = None
     cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
-    average_over_group = autopar_runtime_collectives_average_over_group(cross_entropy, 'data');  cross_entropy = None
-    return average_over_group
+    return cross_entropy
     
 """)
 
@@ -126,8 +125,7 @@ def forward(self, input_0, target):
     add_1 = reduce_from_tensor_region_1 + model_body_5_bias;  reduce_from_tensor_region_1 = model_body_5_bias = None
     model_head = self.model.head(add_1);  add_1 = None
     cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
-    average_over_group = autopar_runtime_collectives_average_over_group(cross_entropy, 'data');  cross_entropy = None
-    return average_over_group
+    return cross_entropy
     
 """)
 
@@ -247,8 +245,7 @@ def forward(self, input_0, target):
     flatten = model_lm_head.flatten(0, 1);  model_lm_head = None
     flatten_1 = target.flatten();  target = None
     cross_entropy = torch.nn.functional.cross_entropy(flatten, flatten_1, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  flatten = flatten_1 = None
-    average_over_group = autopar_runtime_collectives_average_over_group(cross_entropy, 'data');  cross_entropy = None
-    return average_over_group
+    return cross_entropy
     
 """)
 
@@ -536,8 +533,7 @@ def forward(self, input_0, target):
     flatten = model_lm_head.flatten(0, 1);  model_lm_head = None
     flatten_1 = target.flatten();  target = None
     vocab_parallel_cross_entropy = autopar_runtime_collectives_vocab_parallel_cross_entropy(flatten, flatten_1, 0, 'tensor', -100, 'mean');  flatten = flatten_1 = None
-    average_over_group = autopar_runtime_collectives_average_over_group(vocab_parallel_cross_entropy, 'data');  vocab_parallel_cross_entropy = None
-    return average_over_group
+    return vocab_parallel_cross_entropy
     
 """)
 

@@ -4,9 +4,11 @@ Each rank's graph is captured at its local batch (global batch / data degree), s
 body needs no change: the batch split happens when ``ParallelModule`` slices the inputs.
 What the rank graph must do is return what the single-device model returns: outputs
 whose first dimension is the local batch are all-gathered over the data group
-(``all_gather_batch``), and scalar outputs (a loss) are reduced over it the way the
-loss reduces over the batch: averaged for a mean (the default when the reduction cannot
-be read off the graph), summed for a sum.
+(``all_gather_batch``), and scalar outputs are reduced over it the way a loss reduces
+over the batch: averaged for a mean (the default when the reduction cannot be read off
+the graph), summed for a sum. A training graph keeps its loss local instead — backward
+starts from each rank's own loss, as in DDP — and records the reduction for the runtime,
+which reduces the reported value while backward runs.
 
 Example: the output ``return model_2`` of an MLP on 2 data ranks becomes
 ``all_gather_batch = all_gather_batch(model_2, 'data'); return all_gather_batch``.
@@ -59,8 +61,16 @@ def loss_reduction(node: fx.Node) -> str:
     return "mean"
 
 
-def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = "data") -> fx.GraphModule:
-    """Gather batch-major outputs and average scalar outputs over the data group."""
+LOSS_REDUCTION = "autopar.loss_reduction"
+"""``gm.meta[LOSS_REDUCTION]``: ``"mean"`` or ``"sum"``, how a training graph's loss reduces
+over the batch (the runtime weights its backward to match)."""
+
+
+def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = "data",
+                       reduce_scalars: bool = True) -> fx.GraphModule:
+    """Gather batch-major outputs over the data group; reduce scalar outputs over it
+    (``reduce_scalars``), or leave a training graph's loss local and record how it
+    reduces under :data:`LOSS_REDUCTION`."""
     if degree == 1:
         return gm
     output = next(n for n in gm.graph.nodes if n.op == "output")
@@ -72,7 +82,11 @@ def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, gro
             if spec.shape and spec.shape[0] == local_batch:
                 new = gm.graph.call_function(C.all_gather_batch, (value, group))
             elif not spec.shape:
-                reduce = C.sum_over_group if loss_reduction(value) == "sum" else C.average_over_group
+                reduction = loss_reduction(value)
+                if not reduce_scalars:
+                    gm.meta[LOSS_REDUCTION] = reduction
+                    continue
+                reduce = C.sum_over_group if reduction == "sum" else C.average_over_group
                 new = gm.graph.call_function(reduce, (value, group))
             else:
                 raise DataParallelError(

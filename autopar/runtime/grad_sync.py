@@ -83,12 +83,11 @@ class GradientBuckets:
         group_name: str,
         bucket_bytes: int = 25 * 2**20,
         *,
-        average: bool = True,
+        first_bucket_bytes: int | None = None,
     ):
+        if first_bucket_bytes is None:
+            first_bucket_bytes = min(2**20, bucket_bytes)
         self.group_name = group_name
-        # average=False sums: right when each rank's loss already carries the 1/G of a
-        # global mean (a rank program that averages its loss over the data group).
-        self.average = average
         self.group = get_group(group_name)
         self.world_size = size_of(self.group)
         self.enabled = True
@@ -104,8 +103,10 @@ class GradientBuckets:
         current_bytes = 0
         for p in reversed(params):
             nbytes = p.numel() * p.element_size()
+            # the first bucket is small (as in DDP) so communication starts early in backward
+            limit = first_bucket_bytes if not self.buckets else bucket_bytes
             starts_new = current and (
-                current_bytes + nbytes > bucket_bytes
+                current_bytes + nbytes > limit
                 or p.dtype != current[0].dtype
                 or p.device != current[0].device
             )
@@ -169,8 +170,7 @@ class GradientBuckets:
             self._launch(self.buckets[self._next_to_launch])
         for bucket in self.buckets:
             bucket.work.wait()
-            if self.average:
-                bucket.buffer.div_(self.world_size)
+            bucket.buffer.div_(self.world_size)
             bucket.unflatten_into_grads()
             bucket.work = None
             bucket.ready.clear()

@@ -19,8 +19,7 @@ identity, so a single-rank program needs no process group at all.
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator, Mapping, Optional
+from typing import Mapping, Optional
 
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
@@ -30,13 +29,14 @@ _GROUPS: dict[str, Optional[ProcessGroup]] = {}
 
 def set_groups(mapping: Mapping[str, Optional[ProcessGroup]]) -> None:
     """Replace the registry with ``mapping`` (name -> group; ``None`` means size 1)."""
-    _GROUPS.clear()
-    _GROUPS.update(mapping)
+    global _GROUPS
+    _GROUPS = dict(mapping)
 
 
 def clear_groups() -> None:
     """Empty the registry."""
-    _GROUPS.clear()
+    global _GROUPS
+    _GROUPS = {}
 
 
 def registered_groups() -> dict[str, Optional[ProcessGroup]]:
@@ -44,15 +44,25 @@ def registered_groups() -> dict[str, Optional[ProcessGroup]]:
     return dict(_GROUPS)
 
 
-@contextlib.contextmanager
-def use_groups(mapping: Mapping[str, Optional[ProcessGroup]]) -> Iterator[None]:
-    """Install ``mapping`` as the registry for the duration of the block, then restore it."""
-    saved = dict(_GROUPS)
-    set_groups(mapping)
-    try:
-        yield
-    finally:
-        set_groups(saved)
+class use_groups:
+    """Install ``mapping`` as the registry for the duration of the block, then restore it.
+
+    A plain class rather than a generator context manager, and the registry is swapped
+    by reference: this runs around every step of a compiled model.
+    """
+
+    __slots__ = ("mapping", "saved")
+
+    def __init__(self, mapping: Mapping[str, Optional[ProcessGroup]]):
+        self.mapping = mapping if isinstance(mapping, dict) else dict(mapping)
+
+    def __enter__(self) -> None:
+        global _GROUPS
+        self.saved, _GROUPS = _GROUPS, self.mapping
+
+    def __exit__(self, *exc) -> None:
+        global _GROUPS
+        _GROUPS = self.saved
 
 
 def get_group(name: str) -> Optional[ProcessGroup]:

@@ -18,9 +18,8 @@ recompute (``torch.utils.checkpoint`` only preserves torch's default generators)
 """
 from __future__ import annotations
 
-import contextlib
 import logging
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
 import torch.fx
@@ -86,16 +85,23 @@ def seed_everything(seed: int, tensor_rank: int, data_rank: int) -> RandomStates
     return _STATES
 
 
-@contextlib.contextmanager
-def use_random_states(states: RandomStates) -> Iterator[None]:
+class use_random_states:
     """Install ``states`` as the dropout streams for the duration of the block (each
-    ParallelModule owns its streams; this lets several live in one process)."""
-    global _STATES
-    previous, _STATES = _STATES, states
-    try:
-        yield
-    finally:
-        _STATES = previous
+    ParallelModule owns its streams; this lets several live in one process). A plain
+    class: it runs around every step."""
+
+    __slots__ = ("states", "previous")
+
+    def __init__(self, states: RandomStates):
+        self.states = states
+
+    def __enter__(self) -> None:
+        global _STATES
+        self.previous, _STATES = _STATES, self.states
+
+    def __exit__(self, *exc) -> None:
+        global _STATES
+        _STATES = self.previous
 
 
 def get_random_states(group: str | None = None) -> RandomStates:
