@@ -230,7 +230,7 @@ class ParallelModule(nn.Module):
         data ranks, as DDP does, so a loss that sums over the batch is back-propagated
         with weight d (the average of d·∇L_r is ∑∇L_r); a mean needs no weight (the mean
         of equal-sized shards' means is the global mean). The reported loss is reduced
-        over the data ranks on a group of its own while backward runs. Gradients
+        over the data ranks in the last gradient bucket (no collective of its own). Gradients
         accumulate across calls, as in PyTorch: call ``optimizer.zero_grad()`` between steps.
         """
         if self._loss_fn is None:
@@ -240,20 +240,13 @@ class ParallelModule(nn.Module):
         summed = program.meta.get(LOSS_REDUCTION) == "sum"
         with G.use_groups(self._groups), rng.use_random_states(self._random):
             loss = program(*local_inputs, local_target)
-            reported = loss.detach().clone()
-            pending = None
-            if data > 1:
-                pending = dist.all_reduce(reported, group=self._groups["loss"], async_op=True)
-            if summed and data > 1:
-                loss.backward(torch.full_like(loss, data))
-            else:
+            if data == 1:
                 loss.backward()
-            self._buckets.finish()
-            if pending is not None:
-                pending.wait()
-                if not summed:
-                    reported /= data
-        return reported
+                return loss.detach()
+            self._buckets.carry(loss)
+            loss.backward(torch.full_like(loss, data) if summed else None)
+            averaged = self._buckets.finish().to(loss.dtype).reshape(loss.shape)
+        return averaged * data if summed else averaged
 
     # ------------------------------------------------------------------ parameters and state
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
@@ -471,7 +464,7 @@ def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
 
 def _make_groups(plan_: Plan, mesh, world: int) -> dict:
     if world == 1:
-        return {"data": None, "tensor": None, "loss": None}
+        return {"data": None, "tensor": None}
     from torch.distributed.device_mesh import DeviceMesh
     device = mesh.device_type if mesh is not None else ("cuda" if dist.get_backend() == "nccl" else "cpu")
     data, tensor = plan_.degree("data"), plan_.degree("tensor")
@@ -480,11 +473,4 @@ def _make_groups(plan_: Plan, mesh, world: int) -> dict:
     ranks = torch.arange(world)
     grid = _data_major(mesh).view(data, tensor) if mesh is not None else ranks.view(data, tensor)
     two_d = DeviceMesh(device, grid, mesh_dim_names=("data", "tensor"))
-    groups = G.groups_from_mesh(two_d)
-    # the reported loss travels on a data group of its own, so its all-reduce can overlap
-    # backward without interleaving with the gradient buckets' collectives
-    for column in grid.t().tolist():
-        group = dist.new_group(column)
-        if dist.get_rank() in column:
-            groups["loss"] = group
-    return groups
+    return G.groups_from_mesh(two_d)

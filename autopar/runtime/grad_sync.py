@@ -40,11 +40,13 @@ log = logging.getLogger("autopar.runtime")
 class _Bucket:
     """Parameters whose gradients travel in one flat all-reduce."""
 
-    def __init__(self, index: int, params: list[torch.nn.Parameter]):
+    def __init__(self, index: int, params: list[torch.nn.Parameter], extra_slots: int = 0):
         self.index = index
         self.params = params
         total = sum(p.numel() for p in params)
-        self.buffer = torch.empty(total, dtype=params[0].dtype, device=params[0].device)
+        # extra slots after the gradients carry a few scalars (the step's loss) for free
+        self.buffer = torch.empty(total + extra_slots, dtype=params[0].dtype, device=params[0].device)
+        self.extra = self.buffer[total:]
         self.ready: set[int] = set()
         self.work = None
 
@@ -95,6 +97,7 @@ class GradientBuckets:
         self._bucket_of: dict[int, _Bucket] = {}
         self._next_to_launch = 0
         self._handles = []
+        self._lone: torch.Tensor | None = None  # a carried value when there are no buckets
         # Deduplicated (a tied weight listed twice would otherwise be hooked twice).
         params = list({id(p): p for p in params if p.requires_grad}.values())
         if self.world_size == 1:
@@ -116,7 +119,7 @@ class GradientBuckets:
             current.append(p)
             current_bytes += nbytes
         if current:
-            self._add_bucket(current)
+            self._add_bucket(current, extra_slots=1)  # the last bucket launched carries the loss
         for p in params:
             self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad_ready))
         log.debug(
@@ -124,8 +127,8 @@ class GradientBuckets:
             group_name, len(params), len(self.buckets),
         )
 
-    def _add_bucket(self, params: list[torch.nn.Parameter]) -> None:
-        bucket = _Bucket(len(self.buckets), params)
+    def _add_bucket(self, params: list[torch.nn.Parameter], extra_slots: int = 0) -> None:
+        bucket = _Bucket(len(self.buckets), params, extra_slots)
         self.buckets.append(bucket)
         for p in params:
             self._bucket_of[id(p)] = bucket
@@ -162,10 +165,23 @@ class GradientBuckets:
         """How many buckets of this step are already in flight."""
         return self._next_to_launch
 
-    def finish(self) -> None:
-        """Launch the buckets still waiting, wait for all, average into ``param.grad``, reset."""
+    def carry(self, value: torch.Tensor) -> None:
+        """Send the scalar ``value`` with this step's last bucket (no collective of its own);
+        :meth:`finish` returns its average over the group. Call before backward."""
         if self.world_size == 1:
             return
+        if self.buckets:
+            self.buckets[-1].extra.copy_(value.detach().reshape(1))
+        else:  # nothing to train: the value travels alone
+            self._lone = value.detach().reshape(1).clone()
+            dist.all_reduce(self._lone, group=self.group)
+
+    def finish(self) -> torch.Tensor | None:
+        """Launch the buckets still waiting, wait for all, average into ``param.grad``, reset.
+
+        Returns the group average of the value given to :meth:`carry` (None on a group of 1)."""
+        if self.world_size == 1:
+            return None
         while self._next_to_launch < len(self.buckets):
             self._launch(self.buckets[self._next_to_launch])
         for bucket in self.buckets:
@@ -175,6 +191,9 @@ class GradientBuckets:
             bucket.work = None
             bucket.ready.clear()
         self._next_to_launch = 0
+        if not self.buckets:
+            return None if self._lone is None else self._lone / self.world_size
+        return self.buckets[-1].extra.clone()
 
     def remove_hooks(self) -> None:
         """Unregister the gradient hooks (the object is unusable for overlap afterwards)."""
