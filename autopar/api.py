@@ -221,7 +221,7 @@ class ParallelModule(nn.Module):
     def forward(self, *inputs):
         program, local_inputs, _ = self._program(tuple(inputs), None)
         with G.use_groups(self._groups), rng.use_random_states(self._random):
-            return program(*local_inputs)
+            return program.forward(*local_inputs)  # no hooks: skip nn.Module.__call__
 
     def step(self, *inputs, target):
         """Forward and backward over the whole batch; returns the loss of the whole batch.
@@ -239,7 +239,7 @@ class ParallelModule(nn.Module):
         data = self.plan.degree("data")
         summed = program.meta.get(LOSS_REDUCTION) == "sum"
         with G.use_groups(self._groups), rng.use_random_states(self._random):
-            loss = program(*local_inputs, local_target)
+            loss = program.forward(*local_inputs, local_target)
             if data == 1:
                 loss.backward()
                 return loss.detach()
