@@ -1,6 +1,7 @@
-"""The user's contract under data parallelism, on 4 gloo ranks in one launch: gradients
-accumulated over several steps, a loss that sums over the batch, inputs without a batch
-dimension, a mesh whose dimensions are named (tensor, data), and a disabled rewrite."""
+"""The user's contract on 4 gloo ranks in one launch: gradients accumulated over several
+steps, a loss that sums over the batch, inputs without a batch dimension, a mesh whose
+dimensions are named (tensor, data), full state dicts loaded into shards and gathered
+back, and a disabled rewrite."""
 import copy
 import os
 
@@ -83,6 +84,17 @@ def _job():
     results["tensor_data_mesh"] = _grads_close(pm, reference)
     results["mesh_degrees"] = dict(pm.plan.mesh)
 
+    # a full state dict loads into the shards and gathers back unchanged
+    torch.manual_seed(5)
+    other = TinyTransformer()
+    state = other.state_dict()
+    pm.load_full_state_dict(state)
+    gathered = pm.full_state_dict()
+    results["state_round_trip"] = (sorted(gathered) == sorted(state) and
+                                   all(torch.equal(gathered[k], state[k]) for k in state), sorted(state)[:3])
+    with torch.no_grad():
+        results["state_outputs"] = (torch.allclose(pm(ids), other(ids), atol=1e-5), None)
+
     # with the tensor-parallel rewrite switched off, every tensor rank runs the whole
     # model: slower, still the same numbers
     os.environ["AUTOPAR_DISABLE_PASSES"] = "tensor_parallel"
@@ -104,7 +116,7 @@ def results():
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("check", ["accumulation", "sum_loss", "sum_grads", "mask_output", "tensor_data_mesh",
-                                   "disabled_rewrite"])
+                                   "state_round_trip", "state_outputs", "disabled_rewrite"])
 def test_contract(results, check):
     for rank_results in results:
         value = rank_results[check]
