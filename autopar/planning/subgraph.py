@@ -1,0 +1,109 @@
+"""Sub-graph parallelism (D&SP) placement and message counts (SUPER §V, eqs 3-7).
+
+With ``n`` ranks in ``g`` sub-grids of ``n_g = n / g`` ranks, the rank at position ``p``
+of sub-grid ``s`` exchanges the branch split/join data with the ranks at position ``p``
+of every sub-grid: its *segment* group of ``g`` ranks. Two placements of ``(s, p)`` on
+global ranks (nodes hold ``n_node`` consecutive ranks):
+
+* **naive**: sub-grids are contiguous blocks, ``rank = s·n_g + p``;
+* **topology-aware** (§V, Figure 11): round-robin, ``rank = p·g + s``, so a segment group
+  is ``g`` adjacent ranks and stays inside a node when ``g ≤ n_node``.
+
+A segmented all-to-all in one segment group sends ``g²`` messages (each member to each,
+itself included), ``n·g`` in all (eq 3: Messages = IntraNode + InterNode). Counting which
+of them stay inside a node gives the paper's closed forms::
+
+    naive:  IntraNode = n_node·g  if n_g <= n_node else n          (eq 4, see below)
+            InterNode = (n - n_node)·g  if n_g <= n_node else n(g-1)   (eq 5)
+    topo:   IntraNode = n·g  if g <= n_node else n·n_node          (eq 6)
+            InterNode = 0    if g <= n_node else n(g - n_node)      (eq 7)
+
+**The printed eqs 4 and 5 have their two cases exchanged** (they give ``n`` intra-node
+messages when ``n_g ≤ n_node``). That cannot be: with ``n_g < n_node`` a node holds
+several members of each segment group, so more than the ``n`` messages a rank sends to
+itself stay inside nodes. The forms above are the printed ones with the conditions
+swapped; :func:`count_messages` counts them from the placement and the tests check both
+agree for every configuration. (Eqs 6 and 7 are right as printed.)
+
+Example: 16 ranks, 4 per node, g = 2 (sub-grids of 8)::
+
+    >>> split_messages(16, 2, 4, topology_aware=False)
+    MessageCounts(intra_node=16, inter_node=16)
+    >>> split_messages(16, 2, 4, topology_aware=True)
+    MessageCounts(intra_node=32, inter_node=0)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MessageCounts:
+    """Messages of one segmented all-to-all (a branch split or join) across the ranks."""
+
+    intra_node: int
+    inter_node: int
+
+    @property
+    def total(self) -> int:
+        return self.intra_node + self.inter_node
+
+
+def _check(n: int, g: int, n_node: int) -> int:
+    if g < 1 or n % g:
+        raise ValueError(f"{g} sub-grids do not divide {n} ranks; choose g dividing the number of ranks")
+    if n_node < 1:
+        raise ValueError(f"ranks per node must be positive, got {n_node}")
+    return n // g
+
+
+def rank_of(s: int, p: int, n: int, g: int, topology_aware: bool) -> int:
+    """The global rank holding position ``p`` of sub-grid ``s``."""
+    n_g = _check(n, g, 1)
+    return p * g + s if topology_aware else s * n_g + p
+
+
+def subgrid_coordinates(rank: int, n: int, g: int, topology_aware: bool) -> tuple[int, int]:
+    """``(s, p)``: the sub-grid of ``rank`` and its position inside it."""
+    n_g = _check(n, g, 1)
+    return (rank % g, rank // g) if topology_aware else (rank // n_g, rank % n_g)
+
+
+def subgrid_groups(n: int, g: int, topology_aware: bool) -> tuple[list[list[int]], list[list[int]]]:
+    """``(segment groups, sub-grids)`` as lists of global ranks.
+
+    Segment group ``p`` holds position ``p`` of every sub-grid, in sub-grid order; sub-grid
+    ``s`` holds its ranks in position order (its data-parallel group)."""
+    n_g = _check(n, g, 1)
+    segments = [[rank_of(s, p, n, g, topology_aware) for s in range(g)] for p in range(n_g)]
+    subgrids = [[rank_of(s, p, n, g, topology_aware) for p in range(n_g)] for s in range(g)]
+    return segments, subgrids
+
+
+def count_messages(n: int, g: int, n_node: int, topology_aware: bool) -> MessageCounts:
+    """Count the messages of a segmented all-to-all over the placement (ground truth)."""
+    _check(n, g, n_node)
+    segments, _ = subgrid_groups(n, g, topology_aware)
+    intra = inter = 0
+    for group in segments:
+        for sender in group:
+            for receiver in group:
+                if sender // n_node == receiver // n_node:
+                    intra += 1
+                else:
+                    inter += 1
+    return MessageCounts(intra, inter)
+
+
+def split_messages(n: int, g: int, n_node: int, topology_aware: bool) -> MessageCounts:
+    """The closed forms of SUPER eqs 4-7 (eqs 4-5 with their cases exchanged, see the
+    module docstring); valid when ``n_node`` divides ``n`` and ``n_g``/``g`` and
+    ``n_node`` divide one another, as on real machines."""
+    n_g = _check(n, g, n_node)
+    if topology_aware:
+        if g <= n_node:
+            return MessageCounts(n * g, 0)                          # eqs 6, 7
+        return MessageCounts(n * n_node, n * (g - n_node))
+    if n_g <= n_node:
+        return MessageCounts(n_node * g, (n - n_node) * g)          # eqs 4, 5 (cases exchanged)
+    return MessageCounts(n, n * (g - 1))

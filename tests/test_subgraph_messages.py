@@ -1,0 +1,49 @@
+"""SUPER §V: message counts of the branch split/join for both rank orders (eqs 3-7)."""
+import pytest
+
+from autopar.planning.subgraph import (count_messages, split_messages, subgrid_coordinates, subgrid_groups,
+                                       rank_of)
+
+
+@pytest.mark.parametrize("topology_aware", [False, True])
+@pytest.mark.parametrize("g", [2, 4, 8])
+def test_counted_messages_equal_the_closed_forms_on_16_ranks_4_per_node(g, topology_aware):
+    counted = count_messages(16, g, 4, topology_aware)
+    assert counted == split_messages(16, g, 4, topology_aware)
+    assert counted.total == 16 * g  # eq 3: every member of a segment group sends to every member
+
+
+@pytest.mark.parametrize("n, n_node", [(8, 4), (16, 4), (32, 8), (64, 8), (64, 4)])
+def test_closed_forms_hold_wherever_the_sizes_divide(n, n_node):
+    for g in (d for d in range(1, n + 1) if n % d == 0):
+        n_g = n // g
+        if (n_g % n_node and n_node % n_g) or (g % n_node and n_node % g):
+            continue
+        for topology_aware in (False, True):
+            assert count_messages(n, g, n_node, topology_aware) == split_messages(n, g, n_node, topology_aware), \
+                (n, g, n_node, topology_aware)
+
+
+def test_paper_values_for_the_topology_aware_order():
+    # eqs 6-7: no inter-node message while the sub-grid count fits in a node
+    assert split_messages(16, 4, 4, True).inter_node == 0
+    assert split_messages(16, 8, 4, True).inter_node == 16 * (8 - 4)
+    assert split_messages(16, 8, 4, True).intra_node == 16 * 4
+
+
+def test_printed_eq4_cases_are_exchanged():
+    # n = 16, n_node = 4, g = 8 (n_g = 2 <= n_node): the printed eq 4 gives n = 16 intra-node
+    # messages, but each node holds 2 members of each of the 2 segment groups: 4 x 2 x 2 x 2 = 32
+    assert count_messages(16, 8, 4, False).intra_node == 32 == 4 * 8
+
+
+def test_orders_and_groups():
+    assert [rank_of(s, 0, 8, 2, False) for s in range(2)] == [0, 4]
+    assert [rank_of(s, 0, 8, 2, True) for s in range(2)] == [0, 1]
+    segments, subgrids = subgrid_groups(8, 2, True)
+    assert segments == [[0, 1], [2, 3], [4, 5], [6, 7]] and subgrids == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    for rank in range(8):
+        s, p = subgrid_coordinates(rank, 8, 2, True)
+        assert rank_of(s, p, 8, 2, True) == rank
+    with pytest.raises(ValueError, match="3 sub-grids do not divide 8 ranks"):
+        subgrid_groups(8, 3, False)
