@@ -47,3 +47,52 @@ def test_orders_and_groups():
         assert rank_of(s, p, 8, 2, True) == rank
     with pytest.raises(ValueError, match="3 sub-grids do not divide 8 ranks"):
         subgrid_groups(8, 3, False)
+
+
+# ---------------------------------------------------------------- branch assignment and cost
+
+from autopar.planning import cost as cm  # noqa: E402
+from autopar.planning.flops import NodeWork  # noqa: E402
+from autopar.planning.hardware import get_hardware  # noqa: E402
+from autopar.planning.subgraph import assign_branches, dsp_region_cost  # noqa: E402
+
+
+def test_assignment_balances_unequal_branches_and_uneven_counts():
+    assert assign_branches([3.0, 5.0, 3.0, 4.0], 2) == [1, 0, 0, 1]    # loads 8 and 7
+    owner = assign_branches([1.0, 1.0, 1.0], 2)                       # 3 branches, 2 sub-grids
+    assert sorted(owner.count(s) for s in range(2)) == [1, 2]
+    assert assign_branches([2.0, 2.0, 2.0, 2.0], 4) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="3 branches cannot fill 4 sub-grids"):
+        assign_branches([1.0, 1.0, 1.0], 4)
+
+
+def _branch(flops, kernels=6):
+    # a branch of small matmuls and pointwise kernels at the global batch
+    return [NodeWork(flops, flops // 4, True, True) for _ in range(kernels // 2)] + \
+        [NodeWork(0, flops // 8, False, True) for _ in range(kernels // 2)]
+
+
+def _data_parallel_compute(branches, n, hw):
+    return sum(cm.node_time(NodeWork(w.flops // n, w.bytes_moved // n, w.is_matmul, w.is_kernel), hw)
+               * cm.passes_per_step(w) for works in branches for w in works)
+
+
+def test_dsp_beats_data_parallel_when_launches_dominate():
+    # 4 small branches on 4 ranks of one A100 node: data parallelism launches every
+    # branch's kernels on every rank; D&SP with g = 4 launches one branch per rank
+    hw = get_hardware("a100-selene")
+    branches = [_branch(2 * 64 * 64 * 64) for _ in range(4)]
+    dsp = dsp_region_cost(branches, [4096] * 4, fork_bytes=64 * 64 * 4, join_bytes=64 * 64 * 4, join_op="sum",
+                          n=4, g=4, hw=hw)
+    assert dsp.compute_s < _data_parallel_compute(branches, 4, hw) / 2
+    assert dsp.assignment == (0, 1, 2, 3)
+
+
+def test_topology_aware_order_keeps_segment_traffic_in_the_node():
+    hw = get_hardware("a100-selene")  # 8 GPUs per node
+    branches = [_branch(2 * 256 ** 3) for _ in range(2)]
+    args = dict(branch_params=[65536] * 2, fork_bytes=2 ** 24, join_bytes=2 ** 24, join_op="concat", n=16, g=2, hw=hw)
+    topo = dsp_region_cost(branches, topology_aware=True, **args)
+    naive = dsp_region_cost(branches, topology_aware=False, **args)
+    assert topo.comm_s["segment"] < naive.comm_s["segment"]
+    assert topo.compute_s == naive.compute_s

@@ -53,6 +53,11 @@ ALL_REDUCE: sympy.Expr = (sympy.Mul(2, (G - 1) / G * m / beta, evaluate=False)
                           + sympy.Mul(2, G - 1, alpha, evaluate=False))
 """Ring all-reduce (reduce-scatter then all-gather): AxoNN eq 3, t_AR = 2(G−1)/G·m/β, plus 2(G−1)α."""
 
+ALL_TO_ALL: sympy.Expr = (G - 1) / G * m / beta + (G - 1) * alpha
+"""Pairwise-exchange all-to-all of an ``m``-byte buffer per rank: each rank sends the
+(G−1)/G of it that belongs to the others, one peer per step (the segmented slice/concat
+of SUPER §IV-C). Same volume term as the reduce-scatter of AxoNN eq 2, plus α per step."""
+
 POINT_TO_POINT: sympy.Expr = m / beta + alpha
 """One send of m bytes over one link (pipeline activations, Megatron PTD-P §4.1)."""
 
@@ -77,6 +82,7 @@ FORMULAS: dict[str, sympy.Expr] = {
     "all_gather": ALL_GATHER,
     "reduce_scatter": REDUCE_SCATTER,
     "all_reduce": ALL_REDUCE,
+    "all_to_all": ALL_TO_ALL,
     "point_to_point": POINT_TO_POINT,
     "placement_bandwidth": PLACEMENT_BANDWIDTH,
     "matmul_time": MATMUL_TIME,
@@ -89,6 +95,7 @@ _ring = (G, m, beta, alpha)
 _all_gather = sympy.lambdify(_ring, ALL_GATHER, "math")
 _reduce_scatter = sympy.lambdify(_ring, REDUCE_SCATTER, "math")
 _all_reduce = sympy.lambdify(_ring, ALL_REDUCE, "math")
+_all_to_all = sympy.lambdify(_ring, ALL_TO_ALL, "math")
 _point_to_point = sympy.lambdify((m, beta, alpha), POINT_TO_POINT, "math")
 _matmul_time = sympy.lambdify((flops, peak, efficiency, saturation, launch), MATMUL_TIME, "math")
 _memory_bound_time = sympy.lambdify((bytes_moved, memory_bandwidth, launch), MEMORY_BOUND_TIME, "math")
@@ -140,6 +147,14 @@ def reduce_scatter_time(group_size: int, total_bytes: float, hw: Hardware, strid
         return 0.0
     b, a = group_link(group_size, stride, hw)
     return float(_reduce_scatter(group_size, total_bytes, b, a))
+
+
+def all_to_all_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
+    """Seconds for an all-to-all of a ``total_bytes`` buffer held by each rank (``ALL_TO_ALL``)."""
+    if group_size == 1:
+        return 0.0
+    b, a = group_link(group_size, stride, hw)
+    return float(_all_to_all(group_size, total_bytes, b, a))
 
 
 def all_reduce_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
@@ -229,9 +244,9 @@ def step_compute_time(works: Iterable, hw: Hardware, *, recompute: bool = False)
 
 
 __all__ = [
-    "G", "m", "beta", "alpha", "ALL_GATHER", "REDUCE_SCATTER", "ALL_REDUCE", "POINT_TO_POINT",
+    "G", "m", "beta", "alpha", "ALL_GATHER", "REDUCE_SCATTER", "ALL_REDUCE", "ALL_TO_ALL", "POINT_TO_POINT",
     "PLACEMENT_BANDWIDTH", "MATMUL_TIME", "MEMORY_BOUND_TIME", "PIPELINE_BUBBLE", "TRAINING_MEMORY",
-    "FORMULAS", "group_link", "all_gather_time", "reduce_scatter_time", "all_reduce_time",
+    "FORMULAS", "group_link", "all_gather_time", "reduce_scatter_time", "all_reduce_time", "all_to_all_time",
     "point_to_point_time", "pipeline_bubble_fraction", "matmul_time", "memory_bound_time",
     "training_memory", "MATMUL_BACKWARD_FACTOR", "MEMORY_BOUND_BACKWARD_FACTOR", "backward_factor",
     "passes_per_step", "node_time", "step_compute_time",

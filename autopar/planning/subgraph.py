@@ -107,3 +107,97 @@ def split_messages(n: int, g: int, n_node: int, topology_aware: bool) -> Message
     if n_g <= n_node:
         return MessageCounts(n_node * g, (n - n_node) * g)          # eqs 4, 5 (cases exchanged)
     return MessageCounts(n, n * (g - 1))
+
+
+# ---------------------------------------------------------------- branch assignment
+
+
+def assign_branches(costs: list[float], g: int) -> list[int]:
+    """The sub-grid of each branch: longest processing time first (sort branches by
+    predicted cost, give each to the least loaded sub-grid), so branches of unequal
+    cost, or a count ``g`` does not divide, still balance. Ties go to the lower branch
+    and sub-grid index: the same costs always give the same assignment.
+
+    >>> assign_branches([3.0, 5.0, 3.0, 4.0], 2)   # 5 and 3 on one, 4 and 3 on the other
+    [1, 0, 0, 1]
+    """
+    if g < 1:
+        raise ValueError(f"the number of sub-grids must be positive, got {g}")
+    if len(costs) < g:
+        raise ValueError(f"{len(costs)} branches cannot fill {g} sub-grids: each sub-grid needs a branch; "
+                         f"choose g <= {len(costs)}")
+    load = [0.0] * g
+    owner = [0] * len(costs)
+    for branch in sorted(range(len(costs)), key=lambda b: (-costs[b], b)):
+        target = min(range(g), key=lambda s: (load[s], s))
+        owner[branch] = target
+        load[target] += costs[branch]
+    return owner
+
+
+# ---------------------------------------------------------------- cost of a D&SP region
+
+
+@dataclass(frozen=True)
+class SubgraphCost:
+    """Predicted per-step cost of one fork/join region on one rank under D&SP.
+
+    ``compute_s`` is the slowest sub-grid's (the join waits for it); ``comm_s`` splits the
+    segmented split/join collectives (``"segment"``) from the branch parameters'
+    gradient all-reduce inside the sub-grid (``"subgrid"``)."""
+
+    compute_s: float
+    comm_s: dict
+    assignment: tuple[int, ...]
+    branch_param_elems_per_rank: int
+
+
+def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_bytes: float, join_bytes: float,
+                    join_op: str, n: int, g: int, hw, *, topology_aware: bool = True) -> SubgraphCost:
+    """Price a fork/join region under D&SP with ``g`` sub-grids of ``n / g`` ranks.
+
+    ``branch_works`` are each branch's :class:`~autopar.planning.flops.NodeWork` at the
+    global batch; ``fork_bytes`` / ``join_bytes`` the global-batch sizes of the value
+    entering the branches and of the join's result. Per SUPER §III-B a sub-grid runs
+    its branches on ``B·g/n`` rows — fewer, larger kernels per rank than data
+    parallelism's ``B/n`` rows of every branch, which is where D&SP wins when kernel
+    launch latency dominates. Communication (§IV-B/C, on the segment group of ``g``
+    ranks; stride 1 in the topology-aware order, ``n/g`` in the naive one, priced by
+    :func:`autopar.planning.cost.group_link`, AxoNN eq 10):
+
+    * split: all-gather of the ``B/n``-row fork value forward, reduce-scatter backward;
+    * sum join: reduce-scatter of the ``B·g/n``-row partial sum forward, all-gather backward;
+    * concat join: all-to-all forward and backward.
+
+    Branch parameters are all-reduced over the sub-grid (``n/g`` ranks) instead of all
+    ``n`` ranks.
+    """
+    from autopar.planning import cost as cm
+
+    n_g = _check(n, g, 1)
+    branch_costs = [sum(cm.node_time(w, hw) * cm.passes_per_step(w) for w in _scaled(works, n_g))
+                    for works in branch_works]
+    assignment = assign_branches(branch_costs, g)
+    per_subgrid = [0.0] * g
+    params = [0] * g
+    for branch, s in enumerate(assignment):
+        per_subgrid[s] += branch_costs[branch]
+        params[s] += branch_params[branch]
+    stride = 1 if topology_aware else n_g
+    rows_common, rows_branch = fork_bytes / n, fork_bytes / n_g
+    split = cm.all_gather_time(g, rows_common, hw, stride) + cm.reduce_scatter_time(g, rows_branch, hw, stride)
+    if join_op == "sum":
+        join = cm.reduce_scatter_time(g, join_bytes / n_g, hw, stride) + cm.all_gather_time(g, join_bytes / n, hw, stride)
+    else:
+        join = 2 * cm.all_to_all_time(g, join_bytes / n_g / g, hw, stride)
+    subgrid_stride = g if topology_aware else 1
+    gradients = cm.all_reduce_time(n_g, max(params) * 4, hw, subgrid_stride)
+    return SubgraphCost(max(per_subgrid), {"segment": split + join, "subgrid": gradients}, tuple(assignment),
+                        max(params))
+
+
+def _scaled(works, rows_divisor: int):
+    """NodeWork of one rank processing 1/rows_divisor of the batch."""
+    from autopar.planning.flops import NodeWork
+    for w in works:
+        yield NodeWork(w.flops // rows_divisor, w.bytes_moved // rows_divisor, w.is_matmul, w.is_kernel)
