@@ -26,8 +26,8 @@ from autopar.drawing import regions_dot
 from autopar.ir import CAPTURE
 from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass
-from autopar.passes.manager import PassRunner, graph_code
-from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard, tensor_parallel_pass
+from autopar.passes.manager import PassRunner, graph_code, pass_disabled
+from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard, planned_param_shards, tensor_parallel_pass
 from autopar.planning.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
 from autopar.planning.planner import PlanError, Strategy, plan_graph
@@ -142,7 +142,7 @@ class ParallelModule(nn.Module):
     """
 
     def __init__(self, model: nn.Module, plan_: Plan, rank: int, group_map: dict, loss_fn: Callable | None,
-                 *, seed: int = 0):
+                 shards: dict[str, ParamShard], *, seed: int = 0):
         super().__init__()
         self.plan = plan_
         self.rank = rank
@@ -150,13 +150,13 @@ class ParallelModule(nn.Module):
         self._loss_fn = loss_fn
         self._groups = group_map
         self._programs: dict[tuple, fx.GraphModule] = {}
-        self._shards: dict[str, ParamShard] | None = None
         # a module tree of the same structure as the captured wrapper, holding this rank's shards
         self.root = wrap_model(copy.deepcopy(model), loss_fn, 0)
         coords = plan_.rank_coordinates(rank)
         self._tensor_rank = coords["tensor"]
         self._random = rng.RandomStates(seed, coords["tensor"], coords["data"])
-        self._buckets: GradientBuckets | None = None
+        with G.use_groups(self._groups):
+            self._install_shards(shards)
 
     # ------------------------------------------------------------------ programs
     def _program(self, inputs: tuple, target: Any) -> tuple[fx.GraphModule, tuple, Any]:
@@ -173,12 +173,8 @@ class ParallelModule(nn.Module):
             finally:
                 user_model.train(was_training)
             gm = _rewrite(gm, self.plan, self.rank, _batch_of(local_inputs))
-            shards = gm.meta.get(PARAM_SHARDS, {})
-            if self._shards is None:
-                with G.use_groups(self._groups):
-                    self._install_shards(shards)
-            elif shards != self._shards:
-                raise RuntimeError("the rewrite split different parameters for a new input shape; this is a bug")
+            if gm.meta.get(PARAM_SHARDS, {}) != self._shards:
+                raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
             _copy_missing_attributes(gm, gm.graph, self.root)
             program = fx.GraphModule(_flat_root(self.root, gm.graph), gm.graph, class_name=f"Rank{self.rank}Program")
             for attr in ("_in_spec", "_out_spec"):
@@ -206,8 +202,7 @@ class ParallelModule(nn.Module):
             for module, attr in owners[id(full)]:
                 setattr(module, attr, local)
         self._shard_by_id = {id(self.root.get_parameter(name)): shard for name, shard in shards.items()}
-        # averaged over data ranks, as DDP does; the loss reductions in the rank program
-        # (average_over_group / sum_over_group) follow the same convention
+        # averaged over data ranks, as DDP does (ParallelModule.step weights summed losses)
         self._buckets = GradientBuckets(list(self._unique_parameters()), "data")
 
     def _unique_parameters(self):
@@ -277,17 +272,14 @@ class ParallelModule(nn.Module):
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The original model's state dict (keys and full shapes), gathered from all ranks."""
-        self._ensure_shards()
         return self._gather({k: (v, v) for k, v in self.root.model.state_dict(keep_vars=True).items()})
 
     def full_gradients(self) -> dict[str, torch.Tensor | None]:
         """Every parameter's gradient at its full shape, by the original model's names."""
-        self._ensure_shards()
         return self._gather({k: (p.grad, p) for k, p in self.root.model.named_parameters(remove_duplicate=False)})
 
     def load_full_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Load a full (original-shaped) state dict, keeping this rank's shard of each tensor."""
-        self._ensure_shards()
         own = self.root.model.state_dict(keep_vars=True)
         missing = sorted(set(own) - set(state_dict))
         if missing:
@@ -302,11 +294,6 @@ class ParallelModule(nn.Module):
                     raise ValueError(f"load_full_state_dict: {name} has shape {list(full.shape)}; the original "
                                      f"model's is {list(gather_full_shape(value, shard, degree))}")
                 value.copy_(local)
-
-    def _ensure_shards(self) -> None:
-        if self._shards is None:
-            raise RuntimeError("call the model or step() once before reading or loading its state (the rank "
-                               "program is built on the first call)")
 
     def rank_graph_code(self) -> str:
         """This rank's most recently built program as readable code."""
@@ -408,7 +395,9 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     group_map = _make_groups(plan_, mesh, world)
     _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
-    return ParallelModule(model, plan_, rank, group_map, loss_fn, seed=seed)
+    shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
+        gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
+    return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed)
 
 
 def _strategy_from_mesh(mesh, strategy):

@@ -50,6 +50,13 @@ def _job():
     F.cross_entropy(reference(x * 2), y).backward()
     results["accumulation"] = _grads_close(pm, reference)
 
+    # state is there from compile on, before any call
+    model = MLP()
+    pm = autopar.compile(model, None, example_inputs=(x,), loss_fn=F.cross_entropy, example_target=y,
+                         strategy={"data": 2, "tensor": 2})
+    results["state_before_first_call"] = (all(torch.equal(v, model.state_dict()[k])
+                                              for k, v in pm.full_state_dict().items()), None)
+
     # a loss that sums over the batch
     def summed(out, target):
         return F.cross_entropy(out, target, reduction="sum")
@@ -116,7 +123,8 @@ def results():
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("check", ["accumulation", "sum_loss", "sum_grads", "mask_output", "tensor_data_mesh",
-                                   "state_round_trip", "state_outputs", "disabled_rewrite"])
+                                   "state_round_trip", "state_outputs", "state_before_first_call",
+                                   "disabled_rewrite"])
 def test_contract(results, check):
     for rank_results in results:
         value = rank_results[check]

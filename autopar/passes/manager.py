@@ -40,7 +40,7 @@ class PassRunner:
     records: list[PassRecord] = field(default_factory=list)
 
     def run(self, gm: fx.GraphModule, *, label: str = "") -> fx.GraphModule:
-        disabled = {p for p in os.environ.get("AUTOPAR_DISABLE_PASSES", "").split(",") if p}
+        disabled = _disabled()
         dump_dir = os.environ.get("AUTOPAR_DUMP_DIR")
         ran: list[str] = []
         for index, (name, fn, kwargs) in enumerate(self.passes):
@@ -70,6 +70,15 @@ class PassRunner:
                     f.write(graph_code(gm, header=f"after pass {name} ({seconds * 1e3:.1f} ms)"))
             ran.append(name)
         return gm
+
+
+def _disabled() -> set[str]:
+    return {p for p in os.environ.get("AUTOPAR_DISABLE_PASSES", "").split(",") if p}
+
+
+def pass_disabled(name: str) -> bool:
+    """Whether ``AUTOPAR_DISABLE_PASSES`` switches the pass ``name`` off."""
+    return name in _disabled()
 
 
 def graph_code(gm: fx.GraphModule, header: str) -> str:

@@ -67,17 +67,28 @@ def tensor_parallel_pass(gm: fx.GraphModule, *, megatron_regions: list[str], deg
     gm.meta[PARAM_SHARDS] = {}
     if degree == 1 or not megatron_regions:
         return gm
-    _Rewriter(gm, set(megatron_regions), degree, rank, group).run()
+    rewriter = _Rewriter(gm, set(megatron_regions), degree, rank, group)
+    gm.meta[PARAM_SHARDS] = rewriter.shards
+    rewriter.run()
     gm.graph.lint()
     gm.recompile()
     return gm
+
+
+def planned_param_shards(gm: fx.GraphModule, *, megatron_regions: list[str], degree: int) -> dict[str, ParamShard]:
+    """The parameter splits :func:`tensor_parallel_pass` makes on any capture of this
+    model (they depend on the regions, not on shapes or the rank), without touching
+    ``gm``: the runtime cuts shards with them before any rank program exists."""
+    if degree == 1 or not megatron_regions:
+        return {}
+    return dict(_Rewriter(gm, set(megatron_regions), degree, 0, "tensor").shards)
 
 
 class _Rewriter(LayoutPropagator):
     def __init__(self, gm: fx.GraphModule, chosen: set[str], degree: int, rank: int, group: str):
         super().__init__(gm, degree, group)
         self.rank = rank
-        self.shards: dict[str, ParamShard] = gm.meta[PARAM_SHARDS]
+        self.shards: dict[str, ParamShard] = {}
         self.columns: dict[str, int] = {}      # node name -> blocks
         self.rows: set[str] = set()
         self.embeddings: dict[str, int] = {}   # node name -> vocab size
