@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -53,19 +53,11 @@ class TensorSpec:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * _dtype_size(self.dtype)
+        return self.numel * self.dtype.itemsize
 
     def __str__(self) -> str:
         dt = str(self.dtype).replace("torch.", "")
         return f"{dt}[{', '.join(map(str, self.shape))}]"
-
-
-def _dtype_size(dtype: torch.dtype) -> int:
-    if dtype == torch.bool:
-        return 1
-    if dtype.is_floating_point or dtype.is_complex:
-        return torch.finfo(dtype).bits // 8 if dtype.is_floating_point else dtype.itemsize
-    return torch.iinfo(dtype).bits // 8
 
 
 def spec_from_value(value: Any):
@@ -148,17 +140,3 @@ class CaptureInfo:
     input_names: tuple[str, ...]
     with_loss: bool
     symbolic_trace_error: str | None = None
-
-
-def node_table(gm: fx.GraphModule) -> dict[str, fx.Node]:
-    return {n.name: n for n in gm.graph.nodes}
-
-
-def users_in_order(node: fx.Node) -> list[fx.Node]:
-    """Users of ``node`` in graph order (``node.users`` is insertion-ordered, not topological)."""
-    order = {n: i for i, n in enumerate(node.graph.nodes)}
-    return sorted(node.users, key=order.__getitem__)
-
-
-def iter_tensor_inputs(node: fx.Node) -> Iterable[fx.Node]:
-    return (a for a in node.all_input_nodes)
