@@ -174,6 +174,12 @@ class Plan:
             lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
             if i == 0:
                 lines.append("  ".join("-" * w for w in widths))
+        kept_whole = [r for r in self.regions if r.strategy == "replicate" and r.kind != "-"
+                      and self.degree("tensor") > 1]
+        if kept_whole:
+            lines.append("")
+            lines.append("regions not split over the tensor group:")
+            lines.extend(f"  {r.region}: {r.reason}" for r in kept_whole)
         if self.candidates:
             lines.append("")
             lines.append("meshes weighed:")
