@@ -27,6 +27,7 @@ from autopar.ir import CAPTURE
 from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass
 from autopar.passes.manager import PassRunner, graph_code, pass_disabled
+from autopar.passes.subgraph_parallel import subgraph_parallel_pass
 from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard, planned_param_shards, tensor_parallel_pass
 from autopar.planning.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
@@ -92,7 +93,7 @@ def _local_batch(plan_: Plan, rank: int, inputs: tuple, target: Any):
     data = plan_.degree("data")
     if data == 1:
         return inputs, target
-    index = plan_.rank_coordinates(rank)["data"]
+    index = plan_.batch_chunk(rank)
     batch = _batch_of(inputs)
     if batch is not None and batch % data:
         raise PlanError(f"input 0: batch {batch} is not divisible by the data degree {data}; give a batch that is a "
@@ -114,8 +115,12 @@ def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None
     if local_batch is None:
         local_batch = plan_.global_batch // plan_.degree("data")
     with_loss = gm.meta[CAPTURE].with_loss
+    dsp_regions = {r.region: r.details for r in plan_.regions if r.strategy == "dsp"}
+    subgraph = [("subgraph_parallel", subgraph_parallel_pass, {"dsp_regions": dsp_regions,
+                                                               "subgrid": plan_.subgrid_coordinates(rank)[0]})]
     runner = PassRunner([
         ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
+        *(subgraph if dsp_regions else []),
         ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": plan_.regions_with("megatron"),
                                                     "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
         ("data_parallel", data_parallel_pass, {"degree": plan_.degree("data"), "local_batch": local_batch,
@@ -128,6 +133,9 @@ def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None
 
 def rank_graph_code(gm: fx.GraphModule, plan_: Plan, rank: int) -> str:
     coords = ", ".join(f"{k}={v}" for k, v in plan_.rank_coordinates(rank).items())
+    if plan_.subgrids > 1:
+        s, p = plan_.subgrid_coordinates(rank)
+        coords += f"; sub-grid {s}, position {p}, batch chunk {plan_.batch_chunk(rank)}"
     passes = " -> ".join(gm.meta.get("autopar.passes_run", []))
     return graph_code(gm, header=f"rank {rank} of {plan_.world_size} ({coords}); built by passes: {passes}")
 
@@ -202,8 +210,27 @@ class ParallelModule(nn.Module):
             for module, attr in owners[id(full)]:
                 setattr(module, attr, local)
         self._shard_by_id = {id(self.root.get_parameter(name)): shard for name, shard in shards.items()}
+        # D&SP: parameters of the branches on this sub-grid are summed over the sub-grid and
+        # divided by the number of data ranks (docs/dsp_design.md); other sub-grids'
+        # branches are not run here and take part in no collective
+        self._branch_owner: dict[int, int] = {}
+        own_branch, subgrid = set(), self.plan.subgrid_coordinates(self.rank)[0]
+        for choice in self.plan.regions:
+            if choice.strategy == "dsp":
+                for branch, names in enumerate(choice.details["branch_params"]):
+                    owner = choice.details["assignment"][branch]
+                    for name in names:
+                        param = self.root.get_parameter(name)
+                        self._branch_owner[id(param)] = owner
+                        if owner == subgrid:
+                            own_branch.add(id(param))
+        common = [p for p in self._unique_parameters() if id(p) not in self._branch_owner]
         # averaged over data ranks, as DDP does (ParallelModule.step weights summed losses)
-        self._buckets = GradientBuckets(list(self._unique_parameters()), "data")
+        self._buckets = GradientBuckets(common, "data")
+        self._branch_buckets = None
+        if self._branch_owner:
+            mine = [p for p in self._unique_parameters() if id(p) in own_branch]
+            self._branch_buckets = GradientBuckets(mine, "subgrid", divisor=self.plan.degree("data"))
 
     def _unique_parameters(self):
         seen = set()
@@ -240,6 +267,8 @@ class ParallelModule(nn.Module):
                 return loss.detach()
             self._buckets.carry(loss)
             loss.backward(torch.full_like(loss, data) if summed else None)
+            if self._branch_buckets is not None:
+                self._branch_buckets.finish()
             averaged = self._buckets.finish().to(loss.dtype).reshape(loss.shape)
         return averaged * data if summed else averaged
 
@@ -263,6 +292,14 @@ class ParallelModule(nn.Module):
         with G.use_groups(self._groups):
             for name, value in named.items():
                 tensor, key = value
+                owner = self._branch_owner.get(id(key))
+                if owner is not None and G.get_group("segment") is not None:
+                    # a branch's parameters (and gradients) are current only on its sub-grid:
+                    # every rank takes part in the broadcast from there, with or without a value
+                    local = (tensor if tensor is not None else torch.zeros_like(key)).detach().clone()
+                    dist.broadcast(local, group=G.get_group("segment"), group_src=owner)
+                    out[name] = local
+                    continue
                 if tensor is None:
                     out[name] = None
                     continue
@@ -400,6 +437,16 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed)
 
 
+def _subgrid_groups(plan_: Plan, world: int) -> dict:
+    """D&SP's groups: the data group in batch-chunk order (so gathered outputs come out in
+    batch order), the segment groups and the sub-grids (SUPER §IV-B, §V)."""
+    from autopar.runtime.subgraph_collectives import make_subgrid_process_groups
+    by_chunk = sorted(range(world), key=plan_.batch_chunk)
+    data = dist.new_group(by_chunk, sort_ranks=False)
+    made = make_subgrid_process_groups(world, plan_.subgrids, plan_.topology_aware)
+    return {"data": data, "tensor": None, "segment": made["segment"], "subgrid": made["within"]}
+
+
 def _strategy_from_mesh(mesh, strategy):
     """A 2-D mesh named ("data", "tensor") fixes the degrees; other meshes must be flat."""
     if mesh is None or mesh.ndim == 1:
@@ -453,7 +500,9 @@ def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
 
 def _make_groups(plan_: Plan, mesh, world: int) -> dict:
     if world == 1:
-        return {"data": None, "tensor": None}
+        return {"data": None, "tensor": None, "segment": None, "subgrid": None}
+    if plan_.subgrids > 1:
+        return _subgrid_groups(plan_, world)
     from torch.distributed.device_mesh import DeviceMesh
     device = mesh.device_type if mesh is not None else ("cuda" if dist.get_backend() == "nccl" else "cpu")
     data, tensor = plan_.degree("data"), plan_.degree("tensor")

@@ -35,11 +35,15 @@ def _logits(out: Any) -> torch.Tensor:
 
 def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inputs: tuple, target: torch.Tensor,
                                loss_fn: Callable, strategy: Any = "auto", *, steps: int = 3, lr: float = 1e-2,
-                               hardware: str | None = None, mesh=None) -> dict[str, Any]:
+                               hardware: str | None = None, mesh=None,
+                               dtype: torch.dtype | None = None) -> dict[str, Any]:
     """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "param"}`` where
     each difference entry is ``(max abs, max relative)`` over all tensors compared."""
     torch.manual_seed(0)
     model = model_factory()
+    if dtype is not None:
+        model = model.to(dtype)
+        inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
     reference = copy.deepcopy(model)
     pm = autopar.compile(model, mesh, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
                          strategy=strategy, hardware=hardware)
@@ -91,8 +95,14 @@ def _case_inputs(model_name: str):
     """Model factory, inputs, target and loss of a named example model (seeded)."""
     import torch.nn.functional as F
 
-    from examples.models import MLP, TinyTransformer, gpt2, gpt2_loss, lm_loss
+    from examples.models import MLP, Inception, TinyTransformer, Towers, gpt2, gpt2_loss, lm_loss
     generator = torch.Generator().manual_seed(1)
+    if model_name == "inception":
+        return Inception, (torch.randn(8, 3, 8, 8, generator=generator),), \
+            torch.randint(0, 5, (8,), generator=generator), F.cross_entropy
+    if model_name == "towers":
+        return Towers, (torch.randn(8, 16, generator=generator),), \
+            torch.randint(0, 4, (8,), generator=generator), F.cross_entropy
     if model_name == "mlp":
         x = torch.randn(8, 32, generator=generator)
         y = torch.randint(0, 8, (8,), generator=generator)
@@ -110,16 +120,20 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     """Run :func:`compare_with_single_device` for each ``(model name, strategy)`` on this rank.
 
     A strategy ``("mesh", (d, t))`` passes a live 2-D DeviceMesh named ("data", "tensor")
-    instead, whose shape fixes the degrees."""
+    instead, whose shape fixes the degrees. A third element, ``{"dtype": "float64"}``,
+    runs the comparison in that dtype."""
     from torch.distributed.device_mesh import init_device_mesh
     reports = []
-    for model_name, strategy in cases:
+    for case in cases:
+        model_name, strategy = case[0], case[1]
+        options = case[2] if len(case) > 2 else {}
+        dtype = getattr(torch, options["dtype"]) if "dtype" in options else None
         factory, inputs, target, loss_fn = _case_inputs(model_name)
         mesh = None
         if isinstance(strategy, tuple) and strategy[0] == "mesh":
             mesh = init_device_mesh("cpu", strategy[1], mesh_dim_names=("data", "tensor"))
             strategy = "auto"
-        report = compare_with_single_device(factory, inputs, target, loss_fn, strategy, mesh=mesh)
-        report["case"] = (model_name, strategy)
+        report = compare_with_single_device(factory, inputs, target, loss_fn, strategy, mesh=mesh, dtype=dtype)
+        report["case"] = tuple(case)
         reports.append(report)
     return reports

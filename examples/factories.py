@@ -24,3 +24,9 @@ def gpt2():
     torch.manual_seed(0)
     ids = torch.randint(0, 64, (4, 16))
     return _gpt2(), (ids,), gpt2_loss, torch.randint(0, 64, (4, 16))
+
+
+def inception():
+    from examples.models import Inception
+    torch.manual_seed(0)
+    return Inception(), (torch.randn(8, 3, 8, 8),), F.cross_entropy, torch.randint(0, 5, (8,))

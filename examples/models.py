@@ -98,3 +98,40 @@ def gpt2(layers: int = 2, width: int = 32, heads: int = 4, vocab: int = 64, posi
                         use_cache=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                         bos_token_id=0, eos_token_id=0)
     return GPT2LMHeadModel(config)
+
+
+class Inception(nn.Module):
+    """A small Inception-style CNN: a stem, three parallel branches of different cost
+    joined by a concat over channels, and a classifier head."""
+
+    def __init__(self, classes: int = 5):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.b1 = nn.Conv2d(8, 4, 1)
+        self.b2 = nn.Sequential(nn.Conv2d(8, 4, 1), nn.ReLU(), nn.Conv2d(4, 6, 3, padding=1))
+        self.b3 = nn.Sequential(nn.Conv2d(8, 2, 1), nn.ReLU(), nn.Conv2d(2, 2, 5, padding=2))
+        self.head = nn.Linear(12, classes)
+
+    def forward(self, x):
+        h = F.relu(self.stem(x))
+        y = torch.cat([self.b1(h), self.b2(h), self.b3(h)], dim=1)
+        return self.head(y.mean((2, 3)))
+
+
+class Towers(nn.Module):
+    """Parallel MLP towers of unequal depth whose outputs are summed, plus a skip."""
+
+    def __init__(self, width: int = 16, classes: int = 4):
+        super().__init__()
+        self.inp = nn.Linear(width, width)
+        self.towers = nn.ModuleList([
+            nn.Sequential(nn.Linear(width, 32), nn.Tanh(), nn.Linear(32, width)),
+            nn.Sequential(nn.Linear(width, width)),
+            nn.Sequential(nn.Linear(width, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, width)),
+        ])
+        self.out = nn.Linear(width, classes)
+
+    def forward(self, x):
+        h = torch.tanh(self.inp(x))
+        y = self.towers[0](h) + self.towers[1](h) + self.towers[2](h)
+        return self.out(y)

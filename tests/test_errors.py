@@ -114,3 +114,26 @@ def _step_with_other_batch():
 def test_call_time_batch_not_divisible_is_an_error_on_every_rank():
     with pytest.raises(LaunchError, match=r"input 0: batch 7 is not divisible by the data degree 2"):
         launch(_step_with_other_batch, 2, timeout_s=60)
+
+
+def test_dsp_errors_name_region_and_limits():
+    from examples.models import Towers
+    x = torch.randn(8, 16)
+    with pytest.raises(autopar.PlanError, match=r"region fork_join:tanh: 3 branches cannot fill 4 sub-grids"):
+        autopar.plan(Towers(), 4, (x,), strategy={"data": 4, "subgrids": 4})
+    with pytest.raises(autopar.PlanError, match=r"D&SP with subgrids=2 needs tensor=1"):
+        autopar.plan(Towers(), 4, (x,), strategy={"data": 2, "tensor": 2, "subgrids": 2})
+    with pytest.raises(autopar.PlanError, match=r"subgrids=2 asks for D&SP, but the model has no fork/join region"):
+        autopar.plan(MLP(), 2, (torch.randn(4, 32),), strategy={"data": 2, "subgrids": 2})
+    with pytest.raises(autopar.PlanError, match=r"D&SP needs a model torch.fx.symbolic_trace captures"):
+        _export_only_dsp()
+
+
+def _export_only_dsp():
+    from autopar.capture import capture
+    from autopar.passes.analysis import analyse
+    from autopar.planning.hardware import get_hardware
+    from autopar.planning.planner import plan_graph
+    from examples.models import Inception
+    gm = analyse(capture(Inception(), (torch.randn(4, 3, 8, 8),), tracer="export"))
+    plan_graph(gm, 2, get_hardware(None), {"data": 2, "subgrids": 2})

@@ -8,7 +8,7 @@ import expecttest
 
 import autopar
 from autopar.api import rank_graph_code
-from examples.factories import mlp, transformer
+from examples.factories import inception, mlp, transformer
 
 
 def _plan_and_graph(factory, world, strategy):
@@ -537,3 +537,69 @@ def forward(self, input_0, target):
     
 """)
 
+    def test_inception_dsp(self):
+        # D&SP: 3 branches on 2 sub-grids (LPT puts the costliest alone), topology-aware order;
+        # rank 0 is sub-grid 0, rank 1 sub-grid 1: they keep different branches
+        table, code = _plan_and_graph(inception, 4, {"data": 4, "subgrids": 2})
+        self.assertExpectedInline(table, """\
+autopar plan: Inception on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
+mesh: data=4 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent); D&SP: 2 sub-grids of 2 ranks, topology-aware order
+predicted step 2.016 ms: compute 0.035 ms, data comm 1.205 ms, segment comm 0.374 ms, subgrid comm 0.402 ms, tensor comm 0.000 ms; memory per rank 0.04 MiB
+
+region             kind       strategy   compute   comm tensor  comm data  comm segment  comm subgrid  memory    alternatives
+-----------------  ---------  ---------  --------  -----------  ---------  ------------  ------------  --------  -------------
+fork_join:relu     fork_join  dsp        0.018 ms  0.000 ms     0.000 ms   0.374 ms      0.402 ms      0.00 MiB  data 0.033 ms
+(outside regions)  -          replicate  0.017 ms  0.000 ms     0.000 ms   0.000 ms      0.000 ms      0.04 MiB  -
+
+branches on sub-grids:
+  fork_join:relu: D&SP over 2 sub-grids (topology-aware order); branches s0:[1], s1:[0, 2]
+
+meshes weighed:
+ * data=4 x tensor=1: step 2.016 ms, memory 0.04 MiB""")
+        self.assertExpectedInline(code, """\
+# rank 0 of 4 (data=0, tensor=0; sub-grid 0, position 0, batch chunk 0); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> data_parallel
+def forward(self, input_0, target):
+    model_stem = self.model.stem(input_0);  input_0 = None
+    relu = torch.nn.functional.relu(model_stem, inplace = False);  model_stem = None
+    segmented_all_gather = autopar_runtime_subgraph_collectives_segmented_all_gather(relu, 'segment');  relu = None
+    model_b2_0 = getattr(self.model.b2, "0")(segmented_all_gather);  segmented_all_gather = None
+    model_b2_1 = getattr(self.model.b2, "1")(model_b2_0);  model_b2_0 = None
+    model_b2_2 = getattr(self.model.b2, "2")(model_b2_1);  model_b2_1 = None
+    segmented_all_to_all = autopar_runtime_subgraph_collectives_segmented_all_to_all(model_b2_2, 1, [6, 6], 'segment');  model_b2_2 = None
+    split = torch.functional.split(segmented_all_to_all, [6, 4, 2], 1);  segmented_all_to_all = None
+    getitem = split[0]
+    getitem_1 = split[1]
+    getitem_2 = split[2];  split = None
+    cat_1 = torch.cat([getitem_1, getitem, getitem_2], 1);  getitem_1 = getitem = getitem_2 = None
+    mean = cat_1.mean((2, 3));  cat_1 = None
+    model_head = self.model.head(mean);  mean = None
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
+    return cross_entropy
+    
+""")
+        model, inputs, loss_fn, target = inception()
+        plan = autopar.plan(model, 4, inputs, loss_fn, {"data": 4, "subgrids": 2}, example_target=target)
+        other = rank_graph_code(autopar.rank_graph(model, plan, 1, inputs, loss_fn, target), plan, 1)
+        self.assertExpectedInline(other, """\
+# rank 1 of 4 (data=1, tensor=0; sub-grid 1, position 0, batch chunk 1); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> data_parallel
+def forward(self, input_0, target):
+    model_stem = self.model.stem(input_0);  input_0 = None
+    relu = torch.nn.functional.relu(model_stem, inplace = False);  model_stem = None
+    segmented_all_gather = autopar_runtime_subgraph_collectives_segmented_all_gather(relu, 'segment');  relu = None
+    model_b1 = self.model.b1(segmented_all_gather)
+    model_b3_0 = getattr(self.model.b3, "0")(segmented_all_gather);  segmented_all_gather = None
+    model_b3_1 = getattr(self.model.b3, "1")(model_b3_0);  model_b3_0 = None
+    model_b3_2 = getattr(self.model.b3, "2")(model_b3_1);  model_b3_1 = None
+    cat_1 = torch.cat([model_b1, model_b3_2], 1);  model_b1 = model_b3_2 = None
+    segmented_all_to_all = autopar_runtime_subgraph_collectives_segmented_all_to_all(cat_1, 1, [6, 6], 'segment');  cat_1 = None
+    split = torch.functional.split(segmented_all_to_all, [6, 4, 2], 1);  segmented_all_to_all = None
+    getitem = split[0]
+    getitem_1 = split[1]
+    getitem_2 = split[2];  split = None
+    cat_2 = torch.cat([getitem_1, getitem, getitem_2], 1);  getitem_1 = getitem = getitem_2 = None
+    mean = cat_2.mean((2, 3));  cat_2 = None
+    model_head = self.model.head(mean);  mean = None
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
+    return cross_entropy
+    
+""")

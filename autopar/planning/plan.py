@@ -55,6 +55,7 @@ class RegionChoice:
     cost: Cost
     alternatives: dict[str, float] = field(default_factory=dict)  # strategy -> predicted seconds
     reason: str = ""
+    details: dict = field(default_factory=dict)  # strategy-specific, e.g. D&SP's branch assignment
 
 
 @dataclass
@@ -83,6 +84,8 @@ class Plan:
     forced: bool = False
     candidates: list[MeshCandidate] = field(default_factory=list)
     tracer: str = ""
+    subgrids: int = 1  # D&SP: the data ranks form this many sub-grids (SUPER §III-B)
+    topology_aware: bool = True  # D&SP rank order: round-robin (SUPER §V) or contiguous sub-grids
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries
@@ -91,6 +94,22 @@ class Plan:
 
     def regions_with(self, strategy: str) -> list[str]:
         return [r.region for r in self.regions if r.strategy == strategy]
+
+    def subgrid_coordinates(self, rank: int) -> tuple[int, int]:
+        """``(sub-grid, position in it)`` of ``rank`` under D&SP (``(0, data index)`` without)."""
+        from autopar.planning.subgraph import subgrid_coordinates
+        if self.subgrids == 1:
+            return 0, self.rank_coordinates(rank)["data"]
+        return subgrid_coordinates(rank, self.world_size, self.subgrids, self.topology_aware)
+
+    def batch_chunk(self, rank: int) -> int:
+        """Which of the ``data`` equal batch chunks ``rank`` takes: its data index, or under
+        D&SP ``p·g + s``, so that a segment group's chunks are one sub-grid chunk
+        (``docs/dsp_design.md``)."""
+        if self.subgrids == 1:
+            return self.rank_coordinates(rank)["data"]
+        s, p = self.subgrid_coordinates(rank)
+        return p * self.subgrids + s
 
     def rank_coordinates(self, rank: int) -> dict[str, int]:
         """Mesh coordinates of ``rank`` (the innermost dimension varies fastest)."""
@@ -157,23 +176,32 @@ class Plan:
         lines = [
             f"autopar plan: {self.model} on {self.world_size} rank(s), hardware {self.hardware}, "
             f"global batch {self.global_batch}{' (forced)' if self.forced else ''}",
-            f"mesh: {mesh}   (rank = data*{self.degree('tensor')} + tensor; tensor ranks adjacent)",
+            f"mesh: {mesh}   (rank = data*{self.degree('tensor')} + tensor; tensor ranks adjacent)"
+            + (f"; D&SP: {self.subgrids} sub-grids of {self.world_size // self.subgrids} ranks, "
+               f"{'topology-aware' if self.topology_aware else 'naive'} order" if self.subgrids > 1 else ""),
             f"predicted step {_ms(self.step_s)}: compute {_ms(self.total.compute_s)}, "
             + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(self.total.comm_s.items()))
             + f"; memory per rank {_mb(self.total.memory_bytes)}",
             "",
         ]
-        header = ("region", "kind", "strategy", "compute", "comm tensor", "comm data", "memory", "alternatives")
+        groups = ["tensor", "data"] + sorted({k for r in self.regions for k in r.cost.comm_s} - {"tensor", "data"})
+        header = ("region", "kind", "strategy", "compute", *(f"comm {g}" for g in groups), "memory", "alternatives")
         rows = [header]
         for r in self.regions:
             alts = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(r.alternatives.items()) if k != r.strategy)
-            rows.append((r.region, r.kind, r.strategy, _ms(r.cost.compute_s), _ms(r.cost.comm_s.get("tensor", 0.0)),
-                         _ms(r.cost.comm_s.get("data", 0.0)), _mb(r.cost.memory_bytes), alts or "-"))
+            comm = (_ms(r.cost.comm_s.get(g, 0.0)) for g in groups)
+            rows.append((r.region, r.kind, r.strategy, _ms(r.cost.compute_s), *comm, _mb(r.cost.memory_bytes),
+                         alts or "-"))
         widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
         for i, row in enumerate(rows):
             lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
             if i == 0:
                 lines.append("  ".join("-" * w for w in widths))
+        split_branches = [r for r in self.regions if r.strategy == "dsp"]
+        if split_branches:
+            lines.append("")
+            lines.append("branches on sub-grids:")
+            lines.extend(f"  {r.region}: {r.reason}" for r in split_branches)
         kept_whole = [r for r in self.regions if r.strategy == "replicate" and r.kind != "-"
                       and self.degree("tensor") > 1]
         if kept_whole:

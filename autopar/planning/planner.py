@@ -51,6 +51,8 @@ class Strategy:
 
     data: int | None = None
     tensor: int | None = None
+    subgrids: int = 1
+    topology_aware: bool = True
 
     @staticmethod
     def parse(strategy: Any) -> "Strategy | None":
@@ -64,11 +66,12 @@ class Strategy:
         if strategy == "tensor":
             return Strategy(data=1)
         if isinstance(strategy, dict):
-            unknown = set(strategy) - {"data", "tensor"}
+            unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware"}
             if unknown:
                 raise PlanError(f"strategy: unknown mesh dimension(s) {sorted(unknown)}; this version plans "
-                                f"'data' and 'tensor'")
-            return Strategy(strategy.get("data"), strategy.get("tensor"))
+                                f"'data', 'tensor' and D&SP 'subgrids' (with 'topology_aware')")
+            return Strategy(strategy.get("data"), strategy.get("tensor"), int(strategy.get("subgrids", 1)),
+                            bool(strategy.get("topology_aware", True)))
         raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor' or a dict like "
                         f"{{'data': 2, 'tensor': 2}}")
 
@@ -235,6 +238,63 @@ def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: boo
     return choices, total, compute + tensor_comm + exposed
 
 
+def _branch_parameters(gm: fx.GraphModule, names: list[str]) -> list[str]:
+    """Qualified names of the parameters the nodes ``names`` use (get_attr or module)."""
+    table = {n.name: n for n in gm.graph.nodes}
+    found: dict[str, None] = {}
+    for name in names:
+        node = table[name]
+        targets = [a for a in node.all_input_nodes if a.op == "get_attr"] + ([node] if node.op == "get_attr" else [])
+        for arg in targets:
+            found[str(arg.target)] = None
+        if node.op == "call_module":
+            for pname, _ in gm.get_submodule(node.target).named_parameters():
+                found[f"{node.target}.{pname}"] = None
+    return [n for n in found if n in dict(gm.named_parameters())]
+
+
+def _price_subgraph(model: _Model, hw: Hardware, data: int, g: int, topology_aware: bool):
+    """D&SP choices for the outermost fork/join regions, and the data-parallel compute
+    they replace (SUPER §III-B; priced by ``subgraph.dsp_region_cost``)."""
+    from autopar.planning.subgraph import dsp_region_cost
+    found = [r for r in regions(model.gm, "fork_join") if r.details.get("parent") is None]
+    if not found:
+        raise PlanError(f"strategy: subgrids={g} asks for D&SP, but the model has no fork/join region (several "
+                        f"branches from one value, rejoined by a sum or a concat); use data or tensor parallelism")
+    table = {n.name: n for n in model.gm.graph.nodes}
+    choices, replaced = [], 0.0
+    for r in found:
+        d = r.details
+        branches = d["branches"]
+        if len(branches) < g:
+            raise PlanError(f"region {r.id}: {len(branches)} branches cannot fill {g} sub-grids; force subgrids <= "
+                            f"{len(branches)}")
+        if d["side_inputs"] or (d["passthrough"] and d["join_op"] == "concat"):
+            raise PlanError(f"region {r.id}: its branches read values from outside the region ({d['side_inputs']}) "
+                            f"or the concat takes a value no branch computes; D&SP does not split it in this "
+                            f"version")
+        if d["join_op"] == "concat" and d["concat_dim"] == 0:
+            raise PlanError(f"region {r.id}: concatenates along the batch dimension; D&SP cannot split it")
+        works = [[model.work[n] for n in branch] for branch in branches]
+        params = [_branch_parameters(model.gm, branch) for branch in branches]
+        counts = [sum(model.params[p].numel() for p in names) for names in params]
+        fork = tensor_spec(table[d["fork"]])
+        join = tensor_spec(table[d["join"]])
+        cost = dsp_region_cost(works, counts, fork.nbytes, join.nbytes, d["join_op"], data, g, hw,
+                               topology_aware=topology_aware)
+        dp = _compute(model, r.nodes, hw, 1 / data)
+        replaced += dp
+        share = ", ".join(f"s{s}:{[b for b, o in enumerate(cost.assignment) if o == s]}" for s in range(g))
+        choices.append(RegionChoice(
+            r.id, r.kind, "dsp", Cost(cost.compute_s, dict(cost.comm_s),
+                                      cm.training_memory(cost.branch_param_elems_per_rank, 0.0)),
+            {"data": dp}, f"D&SP over {g} sub-grids ({'topology-aware' if topology_aware else 'naive'} order); "
+                          f"branches {share}",
+            {"subgrids": g, "assignment": list(cost.assignment), "branch_params": params,
+             "topology_aware": topology_aware}))
+    return choices, replaced
+
+
 def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
@@ -248,9 +308,16 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     name = model_name or (capture.model_class if capture else type(gm).__name__)
     candidates: list[MeshCandidate] = []
     best = None
+    subgrids = forced.subgrids if forced is not None else 1
     if forced is not None:
         data, tensor = forced.resolve(world_size)
         meshes = [(data, tensor)]
+        if subgrids > 1 and (tensor != 1 or data % subgrids):
+            raise PlanError(f"strategy: D&SP with subgrids={subgrids} needs tensor=1 and a data degree it divides "
+                            f"(got data={data}, tensor={tensor})")
+        if subgrids > 1 and capture is not None and capture.tracer != "symbolic_trace":
+            raise PlanError(f"strategy: D&SP needs a model torch.fx.symbolic_trace captures in this version; "
+                            f"{name} was captured by torch.export, which bakes the batch size into the branch ops")
         if model.batch % data:
             raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by the data degree {data}; "
                             f"give a batch that is a multiple of {data}, or another strategy")
@@ -268,6 +335,16 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                                             f"batch {model.batch} not divisible by data degree {data}"))
             continue
         choices, total, step = _price(model, hw, data, tensor, forced is not None)
+        if subgrids > 1:
+            dsp, replaced = _price_subgraph(model, hw, data, subgrids, forced.topology_aware)
+            outside = choices[-1]
+            outside.cost.compute_s -= replaced
+            total.compute_s -= replaced
+            step -= replaced
+            for c in dsp:
+                total = total + Cost(c.cost.compute_s, c.cost.comm_s, 0.0)
+                step += c.cost.compute_s + c.cost.total_comm_s
+            choices = choices[:-1] + dsp + [outside]
         if tensor > 1 and not any(c.strategy == "megatron" for c in choices):
             # No region pays for its communication on its own, but a tensor group that
             # splits nothing only repeats work: price splitting every region that divides.
@@ -291,4 +368,5 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     log.info("planned %s on %d ranks: %s, %.3f ms", name, world_size, mesh, step * 1e3)
     return Plan(model=name, world_size=world_size, mesh=mesh, hardware=hw.name, global_batch=model.batch,
                 regions=choices, total=total, step_s=step, forced=forced is not None,
-                candidates=candidates, tracer=capture.tracer if capture else "")
+                candidates=candidates, tracer=capture.tracer if capture else "", subgrids=subgrids,
+                topology_aware=forced.topology_aware if forced is not None else True)

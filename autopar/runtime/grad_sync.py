@@ -86,12 +86,16 @@ class GradientBuckets:
         bucket_bytes: int = 25 * 2**20,
         *,
         first_bucket_bytes: int | None = None,
+        divisor: int | None = None,
     ):
         if first_bucket_bytes is None:
             first_bucket_bytes = min(2**20, bucket_bytes)
         self.group_name = group_name
         self.group = get_group(group_name)
         self.world_size = size_of(self.group)
+        # the sum over the group is divided by this: the group size (an average) unless a
+        # strategy says otherwise (D&SP branch parameters: the number of data ranks)
+        self.divisor = divisor if divisor is not None else self.world_size
         self.enabled = True
         self.buckets: list[_Bucket] = []
         self._bucket_of: dict[int, _Bucket] = {}
@@ -100,6 +104,7 @@ class GradientBuckets:
         self._lone: torch.Tensor | None = None  # a carried value when there are no buckets
         # Deduplicated (a tied weight listed twice would otherwise be hooked twice).
         params = list({id(p): p for p in params if p.requires_grad}.values())
+        self._params = params
         if self.world_size == 1:
             return
         current: list[torch.nn.Parameter] = []
@@ -181,19 +186,23 @@ class GradientBuckets:
 
         Returns the group average of the value given to :meth:`carry` (None on a group of 1)."""
         if self.world_size == 1:
+            if self.divisor != 1:
+                for p in self._params:
+                    if p.grad is not None:
+                        p.grad.div_(self.divisor)
             return None
         while self._next_to_launch < len(self.buckets):
             self._launch(self.buckets[self._next_to_launch])
         for bucket in self.buckets:
             bucket.work.wait()
-            bucket.buffer.div_(self.world_size)
+            bucket.buffer.div_(self.divisor)
             bucket.unflatten_into_grads()
             bucket.work = None
             bucket.ready.clear()
         self._next_to_launch = 0
         if not self.buckets:
             return None if self._lone is None else self._lone / self.world_size
-        return self.buckets[-1].extra.clone()
+        return self.buckets[-1].extra * (self.divisor / self.world_size)
 
     def remove_hooks(self) -> None:
         """Unregister the gradient hooks (the object is unusable for overlap afterwards)."""
