@@ -552,7 +552,7 @@ fork_join:relu     fork_join  dsp        0.018 ms  0.000 ms     0.000 ms   0.374
 (outside regions)  -          replicate  0.017 ms  0.000 ms     0.000 ms   0.000 ms      0.000 ms      0.04 MiB  -
 
 branches on sub-grids:
-  fork_join:relu: D&SP over 2 sub-grids (topology-aware order); branches s0:[1], s1:[0, 2]
+  fork_join:relu: D&SP over 2 sub-grids (topology-aware order); branches s0:[1], s1:[0, 2]; messages per split/join 8 intra-node, 0 inter-node (2 per node)
 
 meshes weighed:
  * data=4 x tensor=1: step 2.016 ms, memory 0.04 MiB""")

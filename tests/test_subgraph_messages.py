@@ -96,3 +96,39 @@ def test_topology_aware_order_keeps_segment_traffic_in_the_node():
     naive = dsp_region_cost(branches, topology_aware=False, **args)
     assert topo.comm_s["segment"] < naive.comm_s["segment"]
     assert topo.compute_s == naive.compute_s
+
+
+def test_plan_reports_the_message_counts_of_its_placement():
+    # a simulated cluster: 16 ranks in nodes of 4, a model with 8 parallel branches
+    import dataclasses
+
+    import torch
+    import torch.nn as nn
+
+    import autopar
+
+    class EightTowers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.towers = nn.ModuleList(nn.Linear(8, 8) for _ in range(8))
+
+        def forward(self, x):
+            out = self.towers[0](x)
+            for tower in self.towers[1:]:
+                out = out + tower(x)
+            return out
+
+    hw = dataclasses.replace(get_hardware("a100-selene"), name="nodes-of-4", devices_per_node=4)
+    for g in (2, 4, 8):
+        for topology_aware in (False, True):
+            plan = autopar.plan(EightTowers(), 16, (torch.randn(16, 8),), hardware=hw,
+                                strategy={"data": 16, "subgrids": g, "topology_aware": topology_aware})
+            (choice,) = [r for r in plan.regions if r.strategy == "dsp"]
+            expected = split_messages(16, g, 4, topology_aware)
+            assert (choice.details["intra_node_messages"], choice.details["inter_node_messages"]) == \
+                (expected.intra_node, expected.inter_node) == astuple(count_messages(16, g, 4, topology_aware))
+            assert f"{expected.intra_node} intra-node, {expected.inter_node} inter-node" in plan.explain()
+
+
+def astuple(counts):
+    return counts.intra_node, counts.inter_node

@@ -256,7 +256,7 @@ def _branch_parameters(gm: fx.GraphModule, names: list[str]) -> list[str]:
 def _price_subgraph(model: _Model, hw: Hardware, data: int, g: int, topology_aware: bool):
     """D&SP choices for the outermost fork/join regions, and the data-parallel compute
     they replace (SUPER §III-B; priced by ``subgraph.dsp_region_cost``)."""
-    from autopar.planning.subgraph import dsp_region_cost
+    from autopar.planning.subgraph import dsp_region_cost, split_messages
     found = [r for r in regions(model.gm, "fork_join") if r.details.get("parent") is None]
     if not found:
         raise PlanError(f"strategy: subgrids={g} asks for D&SP, but the model has no fork/join region (several "
@@ -285,13 +285,17 @@ def _price_subgraph(model: _Model, hw: Hardware, data: int, g: int, topology_awa
         dp = _compute(model, r.nodes, hw, 1 / data)
         replaced += dp
         share = ", ".join(f"s{s}:{[b for b, o in enumerate(cost.assignment) if o == s]}" for s in range(g))
+        # SUPER eqs 3-7: messages of one segmented split on this placement
+        messages = split_messages(data, g, hw.devices_per_node, topology_aware)
         choices.append(RegionChoice(
             r.id, r.kind, "dsp", Cost(cost.compute_s, dict(cost.comm_s),
                                       cm.training_memory(cost.branch_param_elems_per_rank, 0.0)),
             {"data": dp}, f"D&SP over {g} sub-grids ({'topology-aware' if topology_aware else 'naive'} order); "
-                          f"branches {share}",
+                          f"branches {share}; messages per split/join {messages.intra_node} intra-node, "
+                          f"{messages.inter_node} inter-node ({hw.devices_per_node} per node)",
             {"subgrids": g, "assignment": list(cost.assignment), "branch_params": params,
-             "topology_aware": topology_aware}))
+             "topology_aware": topology_aware, "intra_node_messages": messages.intra_node,
+             "inter_node_messages": messages.inter_node}))
     return choices, replaced
 
 
