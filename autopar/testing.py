@@ -121,7 +121,7 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
 
     A strategy ``("mesh", (d, t))`` passes a live 2-D DeviceMesh named ("data", "tensor")
     instead, whose shape fixes the degrees. A third element, ``{"dtype": "float64"}``,
-    runs the comparison in that dtype."""
+    runs the comparison in that dtype; ``{"hardware": "a100-selene"}`` plans for that machine."""
     from torch.distributed.device_mesh import init_device_mesh
     reports = []
     for case in cases:
@@ -133,7 +133,8 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         if isinstance(strategy, tuple) and strategy[0] == "mesh":
             mesh = init_device_mesh("cpu", strategy[1], mesh_dim_names=("data", "tensor"))
             strategy = "auto"
-        report = compare_with_single_device(factory, inputs, target, loss_fn, strategy, mesh=mesh, dtype=dtype)
+        report = compare_with_single_device(factory, inputs, target, loss_fn, strategy, mesh=mesh, dtype=dtype,
+                                            hardware=options.get("hardware"))
         report["case"] = tuple(case)
         reports.append(report)
     return reports

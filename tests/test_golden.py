@@ -555,7 +555,7 @@ branches on sub-grids:
   fork_join:relu: D&SP over 2 sub-grids (topology-aware order); branches s0:[1], s1:[0, 2]; messages per split/join 8 intra-node, 0 inter-node (2 per node)
 
 meshes weighed:
- * data=4 x tensor=1: step 2.016 ms, memory 0.04 MiB""")
+ * data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 2.016 ms, memory 0.04 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0; sub-grid 0, position 0, batch chunk 0); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):

@@ -69,3 +69,14 @@ def test_command_reports_plan_errors(tmp_path):
                              "--strategy", "data=2,tensor=2", "--out", str(tmp_path / "p")], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "do not match the world size 3" in result.stderr
+
+
+def test_planner_offers_dsp_beside_data_and_tensor():
+    from examples.factories import inception
+    model, inputs, loss, target = inception()
+    a100 = autopar.plan(model, 4, inputs, loss, example_target=target, hardware="a100-selene")
+    assert a100.subgrids == 2 and a100.topology_aware, a100.explain()  # launch-bound: fewer, larger kernels
+    assert any(c.subgrids == 2 and not c.topology_aware for c in a100.candidates)
+    gloo = autopar.plan(model, 4, inputs, loss, example_target=target, hardware="cpu-gloo")
+    assert gloo.subgrids == 1, gloo.explain()  # gloo's collectives cost more than the kernels saved
+    assert Plan.from_json(a100.to_json()).to_json() == a100.to_json()

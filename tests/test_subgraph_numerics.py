@@ -26,6 +26,8 @@ WORLD_4 = [
     ("inception", {"data": 4, "subgrids": 2}, F64),
     ("inception", {"data": 4, "subgrids": 2, "topology_aware": False}, F64),
     ("towers", {"data": 4, "subgrids": 2}, F64),
+    # the planner's own choice: on A100s this launch-bound CNN gets D&SP
+    ("inception", "auto", {"dtype": "float64", "hardware": "a100-selene"}),
 ]
 
 _results: dict[int, list] = {}
@@ -38,7 +40,7 @@ def _reports(world, cases):
 
 
 def _check(report):
-    fp64 = len(report["case"]) > 2
+    fp64 = len(report["case"]) > 2 and report["case"][2].get("dtype") == "float64"
     assert report["output"][1] < (1e-12 if fp64 else 1e-5), report
     assert report["loss"][1] < (1e-12 if fp64 else 1e-5), report
     assert report["grad"][1] < (1e-12 if fp64 else 1e-5), report
@@ -62,3 +64,5 @@ def test_dsp_world_2(index):
 def test_dsp_world_4(index):
     for rank_reports in _reports(4, WORLD_4):
         _check(rank_reports[index])
+    if WORLD_4[index][1] == "auto":
+        assert "D&SP: 2 sub-grids of 2 ranks, topology-aware order" in _reports(4, WORLD_4)[0][index]["plan"]

@@ -67,6 +67,8 @@ class MeshCandidate:
     memory_bytes: float | None
     feasible: bool
     reason: str = ""
+    subgrids: int = 1  # D&SP sub-grids of the data ranks (1: none)
+    topology_aware: bool = True
 
 
 @dataclass
@@ -213,7 +215,11 @@ class Plan:
             lines.append("meshes weighed:")
             for c in self.candidates:
                 mesh_c = " x ".join(f"{k}={v}" for k, v in c.mesh.items())
-                mark = "*" if c.mesh == self.mesh else " "
+                if c.subgrids > 1:
+                    mesh_c += f", D&SP {c.subgrids} sub-grids ({'topology-aware' if c.topology_aware else 'naive'})"
+                chosen = (c.mesh, c.subgrids, c.topology_aware or c.subgrids == 1) == \
+                    (self.mesh, self.subgrids, self.topology_aware or self.subgrids == 1)
+                mark = "*" if chosen else " "
                 if c.feasible:
                     lines.append(f" {mark} {mesh_c}: step {_ms(c.step_s)}, memory {_mb(c.memory_bytes)}")
                 else:

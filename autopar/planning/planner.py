@@ -312,14 +312,13 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     name = model_name or (capture.model_class if capture else type(gm).__name__)
     candidates: list[MeshCandidate] = []
     best = None
-    subgrids = forced.subgrids if forced is not None else 1
     if forced is not None:
         data, tensor = forced.resolve(world_size)
-        meshes = [(data, tensor)]
-        if subgrids > 1 and (tensor != 1 or data % subgrids):
-            raise PlanError(f"strategy: D&SP with subgrids={subgrids} needs tensor=1 and a data degree it divides "
-                            f"(got data={data}, tensor={tensor})")
-        if subgrids > 1 and capture is not None and capture.tracer != "symbolic_trace":
+        layouts = [(data, tensor, forced.subgrids, forced.topology_aware)]
+        if forced.subgrids > 1 and (tensor != 1 or data % forced.subgrids):
+            raise PlanError(f"strategy: D&SP with subgrids={forced.subgrids} needs tensor=1 and a data degree it "
+                            f"divides (got data={data}, tensor={tensor})")
+        if forced.subgrids > 1 and capture is not None and capture.tracer != "symbolic_trace":
             raise PlanError(f"strategy: D&SP needs a model torch.fx.symbolic_trace captures in this version; "
                             f"{name} was captured by torch.export, which bakes the batch size into the branch ops")
         if model.batch % data:
@@ -331,16 +330,29 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                     raise PlanError(f"region {r.id}: {what} = {size} is not divisible by the tensor degree "
                                     f"{tensor}; force a tensor degree that divides it or use strategy='auto'")
     else:
-        meshes = [(world_size // t, t) for t in divisors(world_size)]
-    for data, tensor in meshes:
+        layouts = [(world_size // t, t, 1, True) for t in divisors(world_size)]
+        # D&SP (SUPER §III-B) beside them: sub-grid counts of the data-only mesh, both orders
+        branching = [r for r in regions(gm, "fork_join") if r.details.get("parent") is None]
+        if branching and capture is not None and capture.tracer == "symbolic_trace":
+            fewest = min(len(r.details["branches"]) for r in branching)
+            layouts += [(world_size, 1, g, topology_aware) for g in divisors(world_size) if 1 < g <= fewest
+                        for topology_aware in (True, False)]
+    for data, tensor, subgrids, topology_aware in layouts:
         mesh = {"data": data, "tensor": tensor}
+        layout = {"subgrids": subgrids, "topology_aware": topology_aware} if subgrids > 1 else {}
         if model.batch % data:
             candidates.append(MeshCandidate(mesh, None, None, False,
-                                            f"batch {model.batch} not divisible by data degree {data}"))
+                                            f"batch {model.batch} not divisible by data degree {data}", **layout))
             continue
         choices, total, step = _price(model, hw, data, tensor, forced is not None)
         if subgrids > 1:
-            dsp, replaced = _price_subgraph(model, hw, data, subgrids, forced.topology_aware)
+            try:
+                dsp, replaced = _price_subgraph(model, hw, data, subgrids, topology_aware)
+            except PlanError as e:
+                if forced is not None:
+                    raise
+                candidates.append(MeshCandidate(mesh, None, None, False, str(e), **layout))
+                continue
             outside = choices[-1]
             outside.cost.compute_s -= replaced
             total.compute_s -= replaced
@@ -360,17 +372,17 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
         if total.memory_bytes > hw.memory_bytes:
             candidates.append(MeshCandidate(mesh, step, total.memory_bytes, False,
                                             f"needs {total.memory_bytes / 2**30:.1f} GiB per rank, device has "
-                                            f"{hw.memory_bytes / 2**30:.1f} GiB"))
+                                            f"{hw.memory_bytes / 2**30:.1f} GiB", **layout))
             continue
-        candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True))
+        candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True, **layout))
         if best is None or step < best[2] * (1 - 1e-9):
-            best = (mesh, choices, step, total)
+            best = (mesh, choices, step, total, subgrids, topology_aware)
     if best is None:
         reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
         raise PlanError(f"no feasible plan for {name} on {world_size} ranks: {reasons}")
-    mesh, choices, step, total = best
+    mesh, choices, step, total, subgrids, topology_aware = best
     log.info("planned %s on %d ranks: %s, %.3f ms", name, world_size, mesh, step * 1e3)
     return Plan(model=name, world_size=world_size, mesh=mesh, hardware=hw.name, global_batch=model.batch,
                 regions=choices, total=total, step_s=step, forced=forced is not None,
                 candidates=candidates, tracer=capture.tracer if capture else "", subgrids=subgrids,
-                topology_aware=forced.topology_aware if forced is not None else True)
+                topology_aware=topology_aware)
