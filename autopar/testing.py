@@ -100,8 +100,9 @@ def _case_inputs(model_name: str):
     if model_name == "inception":
         return Inception, (torch.randn(8, 3, 8, 8, generator=generator),), \
             torch.randint(0, 5, (8,), generator=generator), F.cross_entropy
-    if model_name == "towers":
-        return Towers, (torch.randn(8, 16, generator=generator),), \
+    if model_name in ("towers", "towers4"):
+        factory = Towers if model_name == "towers" else (lambda: Towers(towers=4))
+        return factory, (torch.randn(8, 16, generator=generator),), \
             torch.randint(0, 4, (8,), generator=generator), F.cross_entropy
     if model_name == "mlp":
         x = torch.randn(8, 32, generator=generator)

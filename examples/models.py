@@ -121,17 +121,21 @@ class Inception(nn.Module):
 class Towers(nn.Module):
     """Parallel MLP towers of unequal depth whose outputs are summed, plus a skip."""
 
-    def __init__(self, width: int = 16, classes: int = 4):
+    def __init__(self, width: int = 16, classes: int = 4, towers: int = 3):
         super().__init__()
         self.inp = nn.Linear(width, width)
-        self.towers = nn.ModuleList([
+        shapes = [
             nn.Sequential(nn.Linear(width, 32), nn.Tanh(), nn.Linear(32, width)),
             nn.Sequential(nn.Linear(width, width)),
             nn.Sequential(nn.Linear(width, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, width)),
-        ])
+            nn.Sequential(nn.Linear(width, 8), nn.ReLU(), nn.Linear(8, width)),
+        ]
+        self.towers = nn.ModuleList(shapes[:towers])
         self.out = nn.Linear(width, classes)
 
     def forward(self, x):
         h = torch.tanh(self.inp(x))
-        y = self.towers[0](h) + self.towers[1](h) + self.towers[2](h)
+        y = self.towers[0](h)
+        for tower in self.towers[1:]:
+            y = y + tower(h)
         return self.out(y)

@@ -1,8 +1,8 @@
 """D&SP on real gloo ranks against the single-device model (SUPER §III-B).
 
 An Inception-style CNN (three conv branches of different cost joined by a concat over
-channels) and a model of three MLP towers of unequal depth joined by a sum, on 2 and 4
-ranks, with 2 and 3 sub-grids, in the topology-aware and the naive rank order.
+channels) and models of three and four MLP towers of unequal depth joined by a sum, on 2
+and 4 ranks, with 2 and 4 sub-grids, in the topology-aware and the naive rank order.
 
 Tolerances: in fp32, outputs, loss and the first step's gradients agree to 1e-5
 relative (the branches run on ``g`` times more rows per rank, so their kernels may pick
@@ -26,6 +26,8 @@ WORLD_4 = [
     ("inception", {"data": 4, "subgrids": 2}, F64),
     ("inception", {"data": 4, "subgrids": 2, "topology_aware": False}, F64),
     ("towers", {"data": 4, "subgrids": 2}, F64),
+    ("towers4", {"data": 4, "subgrids": 4}, F64),                            # one branch per rank
+    ("towers4", {"data": 4, "subgrids": 4, "topology_aware": False}, F64),
     # the planner's own choice: on A100s this launch-bound CNN gets D&SP
     ("inception", "auto", {"dtype": "float64", "hardware": "a100-selene"}),
 ]
