@@ -250,7 +250,8 @@ def _branch_parameters(gm: fx.GraphModule, names: list[str]) -> list[str]:
         if node.op == "call_module":
             for pname, _ in gm.get_submodule(node.target).named_parameters():
                 found[f"{node.target}.{pname}"] = None
-    return [n for n in found if n in dict(gm.named_parameters())]
+    params = dict(gm.named_parameters())
+    return [n for n in found if n in params]
 
 
 def _price_subgraph(model: _Model, hw: Hardware, data: int, g: int, topology_aware: bool):
