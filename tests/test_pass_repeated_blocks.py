@@ -1,7 +1,6 @@
 """Tests for the repeated-blocks analysis pass: small models, GPT-2, a hand-built graph."""
 from __future__ import annotations
 
-import json
 
 import expecttest
 import pytest
@@ -9,23 +8,17 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.capture import capture, propagate_specs
+from autopar.capture import propagate_specs
 from autopar.ir import REGION_OF, regions
 from autopar.passes.repeated_blocks import find_repeated_blocks_pass, format_regions
+
+from analysis_helpers import run_analysis_pass
 
 TRACERS = ["symbolic_trace", "export"]
 
 
 def run_pass(model: nn.Module, *inputs: torch.Tensor, tracer: str = "auto") -> fx.GraphModule:
-    """Capture, run the pass, and check it only wrote metadata."""
-    gm = capture(model, inputs, tracer=tracer)
-    code = gm.code
-    gm = find_repeated_blocks_pass(gm)
-    gm.graph.lint()
-    assert gm.code == code, "an analysis pass must not change the graph"
-    for region in regions(gm, "block"):
-        json.dumps(region.to_json())
-    return gm
+    return run_analysis_pass(find_repeated_blocks_pass, "block", model, *inputs, tracer=tracer)
 
 
 def block_paths(gm: fx.GraphModule) -> list[str]:
