@@ -544,7 +544,7 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: Inception on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=4 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent); D&SP: 2 sub-grids of 2 ranks, topology-aware order
-predicted step 2.016 ms: compute 0.035 ms, data comm 1.205 ms, segment comm 0.374 ms, subgrid comm 0.402 ms, tensor comm 0.000 ms; memory per rank 0.04 MiB
+predicted step 2.014 ms: compute 0.035 ms, data comm 1.202 ms, segment comm 0.374 ms, subgrid comm 0.402 ms, tensor comm 0.000 ms; memory per rank 0.04 MiB
 
 region             kind       strategy   compute   comm tensor  comm data  comm segment  comm subgrid  memory    alternatives
 -----------------  ---------  ---------  --------  -----------  ---------  ------------  ------------  --------  -------------
@@ -555,7 +555,7 @@ branches on sub-grids:
   fork_join:relu: D&SP over 2 sub-grids (topology-aware order); branches s0:[1], s1:[0, 2]; messages per split/join 8 intra-node, 0 inter-node (2 per node)
 
 meshes weighed:
- * data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 2.016 ms, memory 0.04 MiB""")
+ * data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 2.014 ms, memory 0.04 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0; sub-grid 0, position 0, batch chunk 0); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):

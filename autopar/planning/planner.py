@@ -224,11 +224,7 @@ def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: boo
     local_params = total_params - split_param_elems + split_param_elems / tensor
     outside_act = model.activation_bytes(outside, 1 / data)
     activations += outside_act
-    grad_bytes = local_params * 4
-    data_comm = cm.all_reduce_time(data, grad_bytes, hw, stride=tensor)
-    backward = compute * 2 / 3
-    last_bucket = cm.all_reduce_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=tensor)
-    exposed = max(data_comm - backward, last_bucket) if data > 1 else 0.0
+    exposed = _exposed_data_comm(data, tensor, local_params * 4, compute, hw)
     memory = cm.training_memory(local_params, activations)
     outside_params = total_params - sum(model.region_param_elems(r.id) for r in model.regions)
     choices.append(RegionChoice("(outside regions)", "-", "replicate",
@@ -300,6 +296,17 @@ def _price_subgraph(model: _Model, hw: Hardware, data: int, g: int, topology_awa
     return choices, replaced
 
 
+def _exposed_data_comm(data: int, tensor: int, grad_bytes: float, compute: float, hw: Hardware) -> float:
+    """The data-parallel gradient all-reduce (axonn eq 3 over the data group, stride =
+    tensor degree) left after overlapping the backward pass bucket by bucket: what
+    exceeds the backward compute (about 2/3 of a step's), and at least the last bucket."""
+    if data == 1:
+        return 0.0
+    data_comm = cm.all_reduce_time(data, grad_bytes, hw, stride=tensor)
+    last_bucket = cm.all_reduce_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=tensor)
+    return max(data_comm - compute * 2 / 3, last_bucket)
+
+
 def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
@@ -357,10 +364,16 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
             outside = choices[-1]
             outside.cost.compute_s -= replaced
             total.compute_s -= replaced
-            step -= replaced
             for c in dsp:
                 total = total + Cost(c.cost.compute_s, c.cost.comm_s, 0.0)
-                step += c.cost.compute_s + c.cost.total_comm_s
+            # branch parameters are synchronised inside their sub-grid ("subgrid"), not
+            # over all data ranks: take them out of the data all-reduce
+            branch_elems = sum(model.params[name].numel() for c in dsp for names in c.details["branch_params"]
+                               for name in names)
+            all_elems = sum(p.numel() for p in model.params.values())
+            total.comm_s["data"] = _exposed_data_comm(data, tensor, (all_elems - branch_elems) * 4,
+                                                      total.compute_s, hw)
+            step = total.compute_s + total.total_comm_s
             choices = choices[:-1] + dsp + [outside]
         if tensor > 1 and not any(c.strategy == "megatron" for c in choices):
             # No region pays for its communication on its own, but a tensor group that
