@@ -91,32 +91,6 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
 
 # ---------------------------------------------------------------------- cases run on ranks
 
-def _case_inputs(model_name: str):
-    """Model factory, inputs, target and loss of a named example model (seeded)."""
-    import torch.nn.functional as F
-
-    from examples.models import MLP, Inception, TinyTransformer, Towers, gpt2, gpt2_loss, lm_loss
-    generator = torch.Generator().manual_seed(1)
-    if model_name == "inception":
-        return Inception, (torch.randn(8, 3, 8, 8, generator=generator),), \
-            torch.randint(0, 5, (8,), generator=generator), F.cross_entropy
-    if model_name in ("towers", "towers4"):
-        factory = Towers if model_name == "towers" else (lambda: Towers(towers=4))
-        return factory, (torch.randn(8, 16, generator=generator),), \
-            torch.randint(0, 4, (8,), generator=generator), F.cross_entropy
-    if model_name == "mlp":
-        x = torch.randn(8, 32, generator=generator)
-        y = torch.randint(0, 8, (8,), generator=generator)
-        return MLP, (x,), y, F.cross_entropy
-    ids = torch.randint(0, 64, (4, 16), generator=generator)
-    target = torch.randint(0, 64, (4, 16), generator=generator)
-    if model_name == "transformer":
-        return TinyTransformer, (ids,), target, lm_loss
-    if model_name == "gpt2":
-        return gpt2, (ids,), target, gpt2_loss
-    raise ValueError(f"unknown example model {model_name!r}")
-
-
 def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     """Run :func:`compare_with_single_device` for each ``(model name, strategy)`` on this rank.
 
@@ -124,12 +98,14 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     instead, whose shape fixes the degrees. A third element, ``{"dtype": "float64"}``,
     runs the comparison in that dtype; ``{"hardware": "a100-selene"}`` plans for that machine."""
     from torch.distributed.device_mesh import init_device_mesh
+
+    from examples.factories import training_case
     reports = []
     for case in cases:
         model_name, strategy = case[0], case[1]
         options = case[2] if len(case) > 2 else {}
         dtype = getattr(torch, options["dtype"]) if "dtype" in options else None
-        factory, inputs, target, loss_fn = _case_inputs(model_name)
+        factory, inputs, target, loss_fn = training_case(model_name)
         mesh = None
         if isinstance(strategy, tuple) and strategy[0] == "mesh":
             mesh = init_device_mesh("cpu", strategy[1], mesh_dim_names=("data", "tensor"))

@@ -21,7 +21,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from autopar.runtime.launcher import init_from_env, launch  # noqa: E402
-from autopar.testing import _case_inputs, compare_with_single_device  # noqa: E402
+from autopar.testing import compare_with_single_device  # noqa: E402
+from examples.factories import training_case  # noqa: E402
 
 
 def parse_strategy(text: str):
@@ -31,7 +32,7 @@ def parse_strategy(text: str):
 
 
 def worker(model_name: str, strategy, steps: int):
-    factory, inputs, target, loss_fn = _case_inputs(model_name)
+    factory, inputs, target, loss_fn = training_case(model_name)
     return compare_with_single_device(factory, inputs, target, loss_fn, strategy, steps=steps)
 
 
