@@ -378,31 +378,29 @@ def _copy_missing_attributes(src: fx.GraphModule, graph: fx.Graph, dst: nn.Modul
 
 
 def _flat_root(root: nn.Module, graph: fx.Graph) -> nn.Module:
-    """A module giving every module and parameter the graph reaches one flat name, so the
-    executed program does ``self.model_body_0(x)`` instead of walking
+    """A module giving every module, parameter and constant the graph reaches one flat
+    name, so the executed program does ``self.model_body_0(x)`` instead of walking
     ``getattr(self.model.body, "0")`` on every call. The objects are ``root``'s own
     (parameters are shared, not copied); the names in the graph are rewritten to match.
     Dumped rank graphs keep the hierarchical names."""
     flat = nn.Module()
+    names: dict[int, str] = {}  # object -> its flat name
     for node in graph.nodes:
-        if node.op not in ("call_module", "get_attr") or "." not in node.target:
+        if node.op not in ("call_module", "get_attr"):
             continue
-        alias = node.target.replace(".", "_")
         value = _getattr_path(root, node.target)
-        if alias in flat.__dict__ or alias in flat._modules or alias in flat._parameters or alias in flat._buffers:
-            if _getattr_path(flat, alias) is not value:
-                continue  # two paths flatten to one name: keep this one hierarchical
-        elif isinstance(value, (nn.Module, nn.Parameter)):
-            setattr(flat, alias, value)
-        else:
-            flat.__dict__[alias] = value  # a buffer or constant, shared by reference
-        node.target = alias
-    for node in graph.nodes:
-        if node.op in ("call_module", "get_attr") and "." in node.target:
-            # the rare name clash above: reach it through the original hierarchy
-            first = node.target.split(".")[0]
-            if not hasattr(flat, first):
-                setattr(flat, first, getattr(root, first))
+        if id(value) not in names:
+            alias = base = node.target.replace(".", "_")
+            suffix = 0
+            while hasattr(flat, alias):  # two paths that flatten to one name
+                suffix += 1
+                alias = f"{base}_{suffix}"
+            if isinstance(value, (nn.Module, nn.Parameter)):
+                setattr(flat, alias, value)
+            else:
+                flat.__dict__[alias] = value  # a buffer or constant, shared by reference
+            names[id(value)] = alias
+        node.target = names[id(value)]
     return flat
 
 
