@@ -77,7 +77,8 @@ def _global_graph(model, example_inputs, loss_fn, example_target) -> fx.GraphMod
 def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequence[Any],
                loss_fn: Callable | None = None, example_target: Any = None) -> fx.GraphModule:
     """Rank ``rank``'s rewritten graph (captured at its local batch), for dumps and tests."""
-    inputs, target = _local_batch(plan_, rank, tuple(example_inputs), example_target)
+    inputs, target = _local_batch(plan_.degree("data"), plan_.batch_chunk(rank), tuple(example_inputs),
+                                  example_target)
     gm = capture(model, inputs, loss_fn if target is not None else None, target)
     return _rewrite(gm, plan_, rank, _batch_of(inputs))
 
@@ -87,13 +88,11 @@ def _batch_of(inputs: tuple) -> int | None:
     return next((x.shape[0] for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0), None)
 
 
-def _local_batch(plan_: Plan, rank: int, inputs: tuple, target: Any):
-    """This rank's share of a global batch: every tensor whose first dimension is the
-    batch (that of the first tensor input) is split along it; others are replicated."""
-    data = plan_.degree("data")
+def _local_batch(data: int, index: int, inputs: tuple, target: Any):
+    """Chunk ``index`` of ``data`` of a global batch: every tensor whose first dimension is
+    the batch (that of the first tensor input) is split along it; others are replicated."""
     if data == 1:
         return inputs, target
-    index = plan_.batch_chunk(rank)
     batch = _batch_of(inputs)
     if batch is not None and batch % data:
         raise PlanError(f"input 0: batch {batch} is not divisible by the data degree {data}; give a batch that is a "
@@ -162,6 +161,7 @@ class ParallelModule(nn.Module):
         self.root = wrap_model(copy.deepcopy(model), loss_fn, 0)
         coords = plan_.rank_coordinates(rank)
         self._tensor_rank = coords["tensor"]
+        self._data, self._chunk = plan_.degree("data"), plan_.batch_chunk(rank)  # read every step
         self._random = rng.RandomStates(seed, coords["tensor"], coords["data"])
         with G.use_groups(self._groups):
             self._install_shards(shards)
@@ -171,7 +171,7 @@ class ParallelModule(nn.Module):
         """The program for these inputs' shapes and the current mode (built on first use),
         with this rank's share of the inputs and target."""
         key = (tuple(_signature(x) for x in inputs), _signature(target), self.training)
-        local_inputs, local_target = _local_batch(self.plan, self.rank, inputs, target)
+        local_inputs, local_target = _local_batch(self._data, self._chunk, inputs, target)
         if key not in self._programs:
             user_model = self._user_model[0]
             was_training = user_model.training
@@ -286,7 +286,10 @@ class ParallelModule(nn.Module):
         """The split of a parameter of ``self.root`` (tied parameters share one entry)."""
         return self._shard_by_id.get(id(value))
 
-    def _gather(self, named: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+    def _gather(self, named: dict[str, tuple[torch.Tensor | None, nn.Parameter]]) -> dict[str, torch.Tensor | None]:
+        """Full tensors by name from ``(local value or None, the parameter it belongs to)``:
+        split ones gathered over the tensor group, D&SP branch ones broadcast from their
+        sub-grid. A collective: every rank calls it."""
         degree = self.plan.degree("tensor")
         out = {}
         with G.use_groups(self._groups):
