@@ -36,6 +36,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.planning import cost as cm
+from autopar.planning.flops import NodeWork
+
 
 @dataclass(frozen=True)
 class MessageCounts:
@@ -172,8 +175,6 @@ def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_byt
     Branch parameters are all-reduced over the sub-grid (``n/g`` ranks) instead of all
     ``n`` ranks.
     """
-    from autopar.planning import cost as cm
-
     n_g = _check(n, g, 1)
     branch_costs = [sum(cm.node_time(w, hw) * cm.passes_per_step(w) for w in _scaled(works, n_g))
                     for works in branch_works]
@@ -198,6 +199,5 @@ def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_byt
 
 def _scaled(works, rows_divisor: int):
     """NodeWork of one rank processing 1/rows_divisor of the batch."""
-    from autopar.planning.flops import NodeWork
     for w in works:
         yield NodeWork(w.flops // rows_divisor, w.bytes_moved // rows_divisor, w.is_matmul, w.is_kernel)
