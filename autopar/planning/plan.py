@@ -21,6 +21,8 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 
+from autopar.planning.subgraph import subgrid_coordinates
+
 PLAN_FORMAT_VERSION = 1
 MESH_ORDER = ("data", "tensor")
 """Mesh dimensions from outermost to innermost (JSON sorts keys; this fixes the order)."""
@@ -99,7 +101,6 @@ class Plan:
 
     def subgrid_coordinates(self, rank: int) -> tuple[int, int]:
         """``(sub-grid, position in it)`` of ``rank`` under D&SP (``(0, data index)`` without)."""
-        from autopar.planning.subgraph import subgrid_coordinates
         if self.subgrids == 1:
             return 0, self.rank_coordinates(rank)["data"]
         return subgrid_coordinates(rank, self.world_size, self.subgrids, self.topology_aware)

@@ -34,6 +34,7 @@ from autopar.planning import cost as cm
 from autopar.planning.flops import graph_work
 from autopar.planning.hardware import Hardware
 from autopar.planning.plan import Cost, MeshCandidate, Plan, RegionChoice
+from autopar.planning.subgraph import dsp_region_cost, split_messages
 
 log = logging.getLogger("autopar.planning")
 
@@ -253,7 +254,6 @@ def _branch_parameters(gm: fx.GraphModule, names: list[str]) -> list[str]:
 def _price_subgraph(model: _Model, hw: Hardware, data: int, g: int, topology_aware: bool):
     """D&SP choices for the outermost fork/join regions, and the data-parallel compute
     they replace (SUPER §III-B; priced by ``subgraph.dsp_region_cost``)."""
-    from autopar.planning.subgraph import dsp_region_cost, split_messages
     found = [r for r in regions(model.gm, "fork_join") if r.details.get("parent") is None]
     if not found:
         raise PlanError(f"strategy: subgrids={g} asks for D&SP, but the model has no fork/join region (several "
