@@ -27,7 +27,7 @@ from autopar.ir import CAPTURE
 from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass
 from autopar.passes.manager import PassRunner, graph_code, pass_disabled
-from autopar.passes.subgraph_parallel import subgraph_parallel_pass
+from autopar.passes.subgraph_parallel import csub_branch_program, subgraph_parallel_pass
 from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard, planned_param_shards, tensor_parallel_pass
 from autopar.planning.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
@@ -77,7 +77,7 @@ def _global_graph(model, example_inputs, loss_fn, example_target) -> fx.GraphMod
 def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequence[Any],
                loss_fn: Callable | None = None, example_target: Any = None) -> fx.GraphModule:
     """Rank ``rank``'s rewritten graph (captured at its local batch), for dumps and tests."""
-    inputs, target = _local_batch(plan_.degree("data"), plan_.batch_chunk(rank), tuple(example_inputs),
+    inputs, target = _local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), tuple(example_inputs),
                                   example_target)
     gm = capture(model, inputs, loss_fn if target is not None else None, target)
     return _rewrite(gm, plan_, rank, _batch_of(inputs))
@@ -109,22 +109,30 @@ def _local_batch(data: int, index: int, inputs: tuple, target: Any):
 def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None = None) -> fx.GraphModule:
     """Rank ``rank``'s program from a graph captured at its local batch. A training graph
     (captured with its loss) keeps its loss local: ``ParallelModule.step`` reduces the
-    reported value over the data ranks while backward runs."""
+    reported value over the data ranks while backward runs. In D&SP-cSub the ranks off
+    sub-grid 0 get a program of their branches only (``csub_branch_program``)."""
     coords = plan_.rank_coordinates(rank)
+    parts = plan_.batch_parts()
     if local_batch is None:
-        local_batch = plan_.global_batch // plan_.degree("data")
+        local_batch = plan_.global_batch // parts
     with_loss = gm.meta[CAPTURE].with_loss
-    dsp_regions = {r.region: r.details for r in plan_.regions if r.strategy == "dsp"}
-    subgraph = [("subgraph_parallel", subgraph_parallel_pass, {"dsp_regions": dsp_regions,
-                                                               "subgrid": plan_.subgrid_coordinates(rank)[0]})]
-    runner = PassRunner([
-        ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
-        *(subgraph if dsp_regions else []),
-        ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": plan_.regions_with("megatron"),
-                                                    "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
-        ("data_parallel", data_parallel_pass, {"degree": plan_.degree("data"), "local_batch": local_batch,
-                                                "reduce_scalars": not with_loss}),
-    ])
+    dsp_regions = plan_.dsp_regions()
+    subgrid = plan_.subgrid_coordinates(rank)[0]
+    if plan_.csub and subgrid != 0:
+        passes = [("analysis", analyse, {"label": f"rank{rank}_analysis"}),
+                  ("csub_branches", csub_branch_program, {"dsp_regions": dsp_regions, "subgrid": subgrid})]
+    else:
+        subgraph = [("subgraph_parallel", subgraph_parallel_pass, {"dsp_regions": dsp_regions, "subgrid": subgrid,
+                                                                   "csub": plan_.csub})]
+        passes = [
+            ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
+            *(subgraph if dsp_regions else []),
+            ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": plan_.regions_with("megatron"),
+                                                        "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
+            ("data_parallel", data_parallel_pass, {"degree": parts, "local_batch": local_batch,
+                                                    "reduce_scalars": not with_loss}),
+        ]
+    runner = PassRunner(passes)
     gm = runner.run(gm, label=f"rank{rank}")
     gm.meta["autopar.passes_run"] = [r.name for r in runner.records]
     return gm
@@ -161,7 +169,10 @@ class ParallelModule(nn.Module):
         self.root = wrap_model(copy.deepcopy(model), loss_fn, 0)
         coords = plan_.rank_coordinates(rank)
         self._tensor_rank = coords["tensor"]
-        self._data, self._chunk = plan_.degree("data"), plan_.batch_chunk(rank)  # read every step
+        self._data, self._chunk = plan_.batch_parts(), plan_.batch_chunk(rank)  # read every step
+        # D&SP-cSub: ranks off sub-grid 0 run only their branches; sub-grid 0 shares results
+        self._subgrid = plan_.subgrid_coordinates(rank)[0]
+        self._branch_only = plan_.csub and self._subgrid != 0
         self._random = rng.RandomStates(seed, coords["tensor"], coords["data"])
         with G.use_groups(self._groups):
             self._install_shards(shards)
@@ -211,26 +222,26 @@ class ParallelModule(nn.Module):
                 setattr(module, attr, local)
         self._shard_by_id = {id(self.root.get_parameter(name)): shard for name, shard in shards.items()}
         # D&SP: parameters of the branches on this sub-grid are summed over the sub-grid and
-        # divided by the number of data ranks (docs/dsp_design.md); other sub-grids'
-        # branches are not run here and take part in no collective
-        self._branch_owner: dict[int, int] = {}
-        own_branch, subgrid = set(), self.plan.subgrid_coordinates(self.rank)[0]
-        for choice in self.plan.regions:
-            if choice.strategy == "dsp":
-                for branch, names in enumerate(choice.details["branch_params"]):
-                    owner = choice.details["assignment"][branch]
-                    for name in names:
-                        param = self.root.get_parameter(name)
-                        self._branch_owner[id(param)] = owner
-                        if owner == subgrid:
-                            own_branch.add(id(param))
-        common = [p for p in self._unique_parameters() if id(p) not in self._branch_owner]
+        # divided by the number of batch chunks (docs/dsp_design.md); other sub-grids'
+        # branches are not run here and take part in no collective. ``_owner``: the
+        # sub-grid whose copy of a parameter is current (branches; in cSub also the
+        # common layers, on sub-grid 0)
+        self._owner: dict[int, int] = {}
+        for details in self.plan.dsp_regions().values():
+            for branch, names in enumerate(details["branch_params"]):
+                for name in names:
+                    self._owner[id(self.root.get_parameter(name))] = details["assignment"][branch]
+        branch_ids = set(self._owner)
+        common = [p for p in self._unique_parameters() if id(p) not in branch_ids]
+        if self.plan.csub:
+            self._owner.update((id(p), 0) for p in common)
         # averaged over data ranks, as DDP does (ParallelModule.step weights summed losses)
-        self._buckets = GradientBuckets(common, "data")
+        self._buckets = None if self._branch_only else GradientBuckets(common, "data")
         self._branch_buckets = None
-        if self._branch_owner:
-            mine = [p for p in self._unique_parameters() if id(p) in own_branch]
-            self._branch_buckets = GradientBuckets(mine, "subgrid", divisor=self.plan.degree("data"))
+        if branch_ids:
+            mine = [p for p in self._unique_parameters() if self._owner.get(id(p)) == self._subgrid
+                    and id(p) in branch_ids]
+            self._branch_buckets = GradientBuckets(mine, "subgrid", divisor=self.plan.batch_parts())
 
     def _unique_parameters(self):
         seen = set()
@@ -243,7 +254,21 @@ class ParallelModule(nn.Module):
     def forward(self, *inputs):
         program, local_inputs, _ = self._program(tuple(inputs), None)
         with G.use_groups(self._groups), rng.use_random_states(self._random):
-            return program.forward(*local_inputs)  # no hooks: skip nn.Module.__call__
+            if self._branch_only:
+                program.forward()
+                return self._from_subgrid_0(None)
+            out = program.forward(*local_inputs)  # no hooks: skip nn.Module.__call__
+            return self._from_subgrid_0(out) if self.plan.csub else out
+
+    def _from_subgrid_0(self, value):
+        """D&SP-cSub: sub-grid 0's ``value`` on every rank of its segment (outputs of any
+        structure; a forward-only path, so the pickling of ``broadcast_object_list`` is fine)."""
+        segment = G.get_group("segment")
+        if segment is None:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, group=segment, group_src=0)
+        return box[0]
 
     def step(self, *inputs, target):
         """Forward and backward over the whole batch; returns the loss of the whole batch.
@@ -258,19 +283,37 @@ class ParallelModule(nn.Module):
         if self._loss_fn is None:
             raise ValueError("step(): compile was given no loss_fn; pass loss_fn=... to autopar.compile")
         program, local_inputs, local_target = self._program(tuple(inputs), target)
-        data = self.plan.degree("data")
+        data = self._data
         summed = program.meta.get(LOSS_REDUCTION) == "sum"
         with G.use_groups(self._groups), rng.use_random_states(self._random):
+            if self._branch_only:  # cSub off sub-grid 0: the branches' forward and backward only
+                result = program.forward()
+                result.backward(torch.zeros_like(result))
+                if self._branch_buckets is not None:
+                    self._branch_buckets.finish()
+                return self._loss_from_subgrid_0(program, None)
             loss = program.forward(*local_inputs, local_target)
-            if data == 1:
-                loss.backward()
-                return loss.detach()
-            self._buckets.carry(loss)
-            loss.backward(torch.full_like(loss, data) if summed else None)
+            if data > 1:
+                self._buckets.carry(loss)
+            loss.backward(torch.full_like(loss, data) if summed and data > 1 else None)
             if self._branch_buckets is not None:
                 self._branch_buckets.finish()
-            averaged = self._buckets.finish().to(loss.dtype).reshape(loss.shape)
-        return averaged * data if summed else averaged
+            if data > 1:
+                averaged = self._buckets.finish().to(loss.dtype).reshape(loss.shape)
+                loss = averaged * data if summed else averaged
+            loss = loss.detach()
+            return self._loss_from_subgrid_0(program, loss) if self.plan.csub else loss
+
+    def _loss_from_subgrid_0(self, program: fx.GraphModule, loss: torch.Tensor | None) -> torch.Tensor:
+        """D&SP-cSub: the whole batch's loss, computed on sub-grid 0, sent over the segment."""
+        segment = G.get_group("segment")
+        if segment is None:
+            return loss
+        if loss is None:
+            spec = program.meta["autopar.root_output"]
+            loss = torch.empty(spec.shape, dtype=spec.dtype)
+        dist.broadcast(loss, group=segment, group_src=0)
+        return loss
 
     # ------------------------------------------------------------------ parameters and state
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
@@ -295,9 +338,10 @@ class ParallelModule(nn.Module):
         with G.use_groups(self._groups):
             for name, value in named.items():
                 tensor, key = value
-                owner = self._branch_owner.get(id(key))
+                owner = self._owner.get(id(key))
                 if owner is not None and G.get_group("segment") is not None:
-                    # a branch's parameters (and gradients) are current only on its sub-grid:
+                    # a branch's parameters (and gradients; in cSub also the common layers'
+                    # on sub-grid 0) are current only on its sub-grid:
                     # every rank takes part in the broadcast from there, with or without a value
                     local = (tensor if tensor is not None else torch.zeros_like(key)).detach().clone()
                     dist.broadcast(local, group=G.get_group("segment"), group_src=owner)
@@ -440,11 +484,14 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
 
 def _subgrid_groups(plan_: Plan, world: int) -> dict:
     """D&SP's groups: the data group in batch-chunk order (so gathered outputs come out in
-    batch order), the segment groups and the sub-grids (SUPER §IV-B, §V)."""
+    batch order; in cSub, the rank's sub-grid), the segment groups and the sub-grids
+    (SUPER §IV-B, §V)."""
     from autopar.runtime.subgraph_collectives import make_subgrid_process_groups
-    by_chunk = sorted(range(world), key=plan_.batch_chunk)
-    data = dist.new_group(by_chunk, sort_ranks=False)
     made = make_subgrid_process_groups(world, plan_.subgrids, plan_.topology_aware)
+    if plan_.csub:  # the common layers are data parallel inside sub-grid 0 (position order)
+        data = made["within"]
+    else:
+        data = dist.new_group(sorted(range(world), key=plan_.batch_chunk), sort_ranks=False)
     return {"data": data, "tensor": None, "segment": made["segment"], "subgrid": made["within"]}
 
 
@@ -487,7 +534,7 @@ def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
     """Every rank must run the same plan; equal within each data group and each tensor
     group means equal everywhere on the mesh."""
     text = plan_.to_json()
-    for name in ("data", "tensor"):
+    for name in ("data", "tensor", "segment"):
         group = group_map.get(name)
         if group is None or G.size_of(group) == 1:
             continue

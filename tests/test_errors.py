@@ -123,8 +123,12 @@ def test_dsp_errors_name_region_and_limits():
         autopar.plan(Towers(), 4, (x,), strategy={"data": 4, "subgrids": 4})
     with pytest.raises(autopar.PlanError, match=r"D&SP with subgrids=2 needs tensor=1"):
         autopar.plan(Towers(), 4, (x,), strategy={"data": 2, "tensor": 2, "subgrids": 2})
-    with pytest.raises(autopar.PlanError, match=r"subgrids=2 asks for D&SP, but the model has no fork/join region"):
+    with pytest.raises(autopar.PlanError, match=r"subgrids=2 asks for D&SP, but the model has no multi-branch region"):
         autopar.plan(MLP(), 2, (torch.randn(4, 32),), strategy={"data": 2, "subgrids": 2})
+    with pytest.raises(autopar.PlanError, match=r"region attention:softmax: 4 heads cannot fill 8 sub-grids"):
+        autopar.plan(TinyTransformer(), 8, (torch.randint(0, 64, (8, 16)),), strategy={"data": 8, "subgrids": 8})
+    with pytest.raises(autopar.PlanError, match=r"csub=True \(D&SP-cSub\) needs subgrids > 1"):
+        autopar.plan(Towers(), 2, (x,), strategy={"data": 2, "csub": True})
     with pytest.raises(autopar.PlanError, match=r"D&SP needs a model torch.fx.symbolic_trace captures"):
         _export_only_dsp()
 

@@ -140,7 +140,8 @@ def test_attention_fused_qkv_with_explicit_softmax():
     assert {k: v for k, v in _only(gm, "attention")["attention:softmax"].items() if k != "core"} == {
         "q_proj": "model_blocks_0_attn_qkv", "k_proj": "model_blocks_0_attn_qkv", "v_proj": "model_blocks_0_attn_qkv",
         "out_proj": "model_blocks_0_attn_proj", "fused_qkv": True, "qkv_blocks": 3, "heads": 4, "kv_heads": 4,
-        "head_dim": 8, "hidden": 32, "head_count_views": ["view", "view_1", "view_2"]}
+        "head_dim": 8, "hidden": 32, "head_count_views": ["view", "view_1", "view_2"],
+        "core_inputs": ["transpose", "transpose_3", "transpose_2"]}  # query, transposed key, value
 
 
 def test_regions_on_hugging_face_gpt2():

@@ -76,7 +76,23 @@ def test_planner_offers_dsp_beside_data_and_tensor():
     model, inputs, loss, target = inception()
     a100 = autopar.plan(model, 4, inputs, loss, example_target=target, hardware="a100-selene")
     assert a100.subgrids == 2 and a100.topology_aware, a100.explain()  # launch-bound: fewer, larger kernels
-    assert any(c.subgrids == 2 and not c.topology_aware for c in a100.candidates)
-    gloo = autopar.plan(model, 4, inputs, loss, example_target=target, hardware="cpu-gloo")
-    assert gloo.subgrids == 1, gloo.explain()  # gloo's collectives cost more than the kernels saved
+    offered = {(c.subgrids, c.topology_aware, c.csub) for c in a100.candidates if c.feasible}
+    assert offered == {(1, True, False)} | {(2, t, c) for t in (True, False) for c in (True, False)}, offered
+    for plan in (a100, autopar.plan(model, 4, inputs, loss, example_target=target, hardware="cpu-gloo")):
+        fastest = min(c.step_s for c in plan.candidates if c.feasible)
+        assert plan.step_s == fastest, plan.explain()
+        assert "D&SP-cSub 2 sub-grids (naive)" in plan.explain()
     assert Plan.from_json(a100.to_json()).to_json() == a100.to_json()
+
+
+def test_planner_offers_heads_as_branches_and_explains_why_not():
+    from examples.factories import transformer
+    model, inputs, loss, target = transformer()
+    plan = autopar.plan(model, 4, inputs, loss, example_target=target, hardware="a100-selene")
+    text = plan.explain()
+    # heads run in one batched kernel: splitting them saves no launch and adds exchanges
+    assert plan.subgrids == 1, text
+    assert "D&SP 2 sub-grids (topology-aware)" in text and "D&SP-cSub 4 sub-grids" in text, text
+    forced = autopar.plan(model, 4, inputs, loss, {"data": 4, "subgrids": 2, "csub": True}, example_target=target)
+    assert "branches s0:heads 0-1, s1:heads 2-3" in forced.explain()
+    assert forced.dsp_regions()["attention:softmax"]["heads"] == [2, 2]

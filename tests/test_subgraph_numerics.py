@@ -1,14 +1,20 @@
-"""D&SP on real gloo ranks against the single-device model (SUPER §III-B).
+"""D&SP and D&SP-cSub on real gloo ranks against the single-device model (SUPER §III-B/C).
 
-An Inception-style CNN (three conv branches of different cost joined by a concat over
-channels) and models of three and four MLP towers of unequal depth joined by a sum, on 2
-and 4 ranks, with 2 and 4 sub-grids, in the topology-aware and the naive rank order.
+Three models, each with both modes, on 2 and 4 ranks, with 2 and 4 sub-grids, in the
+topology-aware and the naive rank order:
+
+* an Inception-style CNN: three conv branches of different cost joined by a concat over
+  channels (explicit branches);
+* towers: three or four MLP towers of unequal depth joined by a sum, so the branch
+  assignment balances unequal costs (and 3 branches do not divide 2 sub-grids);
+* the plain-PyTorch transformer, whose attention heads are the branches (SUPER Fig. 5):
+  query, key and value sliced by heads, the context concatenated back.
 
 Tolerances: in fp32, outputs, loss and the first step's gradients agree to 1e-5
 relative (the branches run on ``g`` times more rows per rank, so their kernels may pick
 other algorithms: rounding differs, nothing else). Over several AdamW steps those
 rounding differences can flip a ReLU and grow, so the parameters after 3 steps are
-compared in float64, where D&SP agrees with the single device to ~1e-15.
+compared in float64, where both modes agree with the single device to ~1e-13.
 """
 import pytest
 
@@ -16,19 +22,34 @@ from autopar.runtime.launcher import launch
 from autopar.testing import equivalence_job
 
 F64 = {"dtype": "float64"}
+
+
+def _both_orders(model, data, g, csub):
+    return [(model, {"data": data, "subgrids": g, "csub": csub}, F64),
+            (model, {"data": data, "subgrids": g, "csub": csub, "topology_aware": False}, F64)]
+
+
 WORLD_2 = [
     ("inception", {"data": 2, "subgrids": 2}), ("towers", {"data": 2, "subgrids": 2}),
+    ("transformer", {"data": 2, "subgrids": 2}),
     ("inception", {"data": 2, "subgrids": 2}, F64),
     ("towers", {"data": 2, "subgrids": 2, "topology_aware": False}, F64),
+    ("transformer", {"data": 2, "subgrids": 2}, F64),
+    # cSub; with 2 ranks both orders are the same placement
+    ("inception", {"data": 2, "subgrids": 2, "csub": True}, F64),
+    ("towers", {"data": 2, "subgrids": 2, "csub": True}, F64),
+    ("transformer", {"data": 2, "subgrids": 2, "csub": True}, F64),
 ]
 WORLD_4 = [
     ("inception", {"data": 4, "subgrids": 2}), ("towers", {"data": 4, "subgrids": 2, "topology_aware": False}),
-    ("inception", {"data": 4, "subgrids": 2}, F64),
-    ("inception", {"data": 4, "subgrids": 2, "topology_aware": False}, F64),
-    ("towers", {"data": 4, "subgrids": 2}, F64),
-    ("towers4", {"data": 4, "subgrids": 4}, F64),                            # one branch per rank
-    ("towers4", {"data": 4, "subgrids": 4, "topology_aware": False}, F64),
-    # the planner's own choice: on A100s this launch-bound CNN gets D&SP
+    ("transformer", {"data": 4, "subgrids": 2, "csub": True}),
+    *_both_orders("inception", 4, 2, False), *_both_orders("inception", 4, 2, True),
+    *_both_orders("towers", 4, 2, False), *_both_orders("towers", 4, 2, True),
+    *_both_orders("transformer", 4, 2, False), *_both_orders("transformer", 4, 2, True),
+    # one branch (tower, or head) per rank: sub-grids of one rank, both orders the same
+    ("towers4", {"data": 4, "subgrids": 4}, F64), ("towers4", {"data": 4, "subgrids": 4, "csub": True}, F64),
+    ("transformer", {"data": 4, "subgrids": 4}, F64), ("transformer", {"data": 4, "subgrids": 4, "csub": True}, F64),
+    # the planner's own choice: on A100s this launch-bound CNN gets sub-grids
     ("inception", "auto", {"dtype": "float64", "hardware": "a100-selene"}),
 ]
 
@@ -67,4 +88,4 @@ def test_dsp_world_4(index):
     for rank_reports in _reports(4, WORLD_4):
         _check(rank_reports[index])
     if WORLD_4[index][1] == "auto":
-        assert "D&SP: 2 sub-grids of 2 ranks, topology-aware order" in _reports(4, WORLD_4)[0][index]["plan"]
+        assert "2 sub-grids of 2 rank(s), topology-aware order" in _reports(4, WORLD_4)[0][index]["plan"]

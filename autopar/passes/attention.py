@@ -110,8 +110,9 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
     ``details``: ``q_proj``/``k_proj``/``v_proj``/``out_proj`` (node names; equal when
     fused), ``fused_qkv``, ``qkv_blocks`` (3 when one projection yields Q, K and V, else
     1), ``heads``, ``kv_heads``, ``head_dim``, ``hidden``, ``core`` (node names of the
-    per-head computation), ``head_count_views`` (views whose literal shape holds the
-    head count). The graph is not changed.
+    per-head computation), ``core_inputs`` (the query, key and value the core reads, each
+    ``[B, H, ..]``; the key may be transposed), ``head_count_views`` (views whose literal
+    shape holds the head count). The graph is not changed.
     """
     clear_regions(gm, "attention")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -161,6 +162,7 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
                 "fused_qkv": fused, "qkv_blocks": qkv_blocks, "heads": heads, "kv_heads": kv_heads,
                 "head_dim": head_dim, "hidden": out_proj.out_features,
                 "core": [n.name for n in core_nodes], "head_count_views": head_views,
+                "core_inputs": [x.name for x in (q, k, v)],
             },
         ))
     return gm

@@ -58,6 +58,16 @@ ALL_TO_ALL: sympy.Expr = (G - 1) / G * m / beta + (G - 1) * alpha
 (G−1)/G of it that belongs to the others, one peer per step (the segmented slice/concat
 of SUPER §IV-C). Same volume term as the reduce-scatter of AxoNN eq 2, plus α per step."""
 
+BROADCAST: sympy.Expr = m / beta + sympy.ceiling(sympy.log(G, 2)) * alpha
+"""Broadcast of an ``m``-byte buffer from one root (D&SP-cSub's split, SUPER §III-C):
+pipelined, so the volume crosses each link once (m/β), with a binomial tree's ⌈log2 G⌉
+latency steps. A reduce to one root costs the same."""
+
+SCATTER: sympy.Expr = (G - 1) / G * m / beta + (G - 1) * alpha
+"""Scatter from (or gather to) one root of an ``m``-byte buffer it holds in full: the
+root's link carries the (G−1)/G of it the others own, one peer per step (D&SP-cSub's
+slice and concat, SUPER §IV-C)."""
+
 POINT_TO_POINT: sympy.Expr = m / beta + alpha
 """One send of m bytes over one link (pipeline activations, Megatron PTD-P §4.1)."""
 
@@ -83,6 +93,8 @@ FORMULAS: dict[str, sympy.Expr] = {
     "reduce_scatter": REDUCE_SCATTER,
     "all_reduce": ALL_REDUCE,
     "all_to_all": ALL_TO_ALL,
+    "broadcast": BROADCAST,
+    "scatter": SCATTER,
     "point_to_point": POINT_TO_POINT,
     "placement_bandwidth": PLACEMENT_BANDWIDTH,
     "matmul_time": MATMUL_TIME,
@@ -96,6 +108,8 @@ _all_gather = sympy.lambdify(_ring, ALL_GATHER, "math")
 _reduce_scatter = sympy.lambdify(_ring, REDUCE_SCATTER, "math")
 _all_reduce = sympy.lambdify(_ring, ALL_REDUCE, "math")
 _all_to_all = sympy.lambdify(_ring, ALL_TO_ALL, "math")
+_broadcast = sympy.lambdify(_ring, BROADCAST, "math")
+_scatter = sympy.lambdify(_ring, SCATTER, "math")
 _point_to_point = sympy.lambdify((m, beta, alpha), POINT_TO_POINT, "math")
 _matmul_time = sympy.lambdify((flops, peak, efficiency, saturation, launch), MATMUL_TIME, "math")
 _memory_bound_time = sympy.lambdify((bytes_moved, memory_bandwidth, launch), MEMORY_BOUND_TIME, "math")
@@ -164,6 +178,22 @@ def all_reduce_time(group_size: int, total_bytes: float, hw: Hardware, stride: i
         return 0.0
     b, a = group_link(group_size, stride, hw)
     return float(_all_reduce(group_size, total_bytes, b, a))
+
+
+def broadcast_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
+    """Seconds to broadcast (or reduce) ``total_bytes`` from one root over the group (``BROADCAST``)."""
+    if group_size == 1:
+        return 0.0
+    b, a = group_link(group_size, stride, hw)
+    return float(_broadcast(group_size, total_bytes, b, a))
+
+
+def scatter_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
+    """Seconds to scatter (or gather) a ``total_bytes`` buffer from (to) one root (``SCATTER``)."""
+    if group_size == 1:
+        return 0.0
+    b, a = group_link(group_size, stride, hw)
+    return float(_scatter(group_size, total_bytes, b, a))
 
 
 def point_to_point_time(nbytes: float, hw: Hardware, *, inter_node: bool = True) -> float:
@@ -244,9 +274,10 @@ def step_compute_time(works: Iterable, hw: Hardware, *, recompute: bool = False)
 
 
 __all__ = [
-    "G", "m", "beta", "alpha", "ALL_GATHER", "REDUCE_SCATTER", "ALL_REDUCE", "ALL_TO_ALL", "POINT_TO_POINT",
+    "G", "m", "beta", "alpha", "ALL_GATHER", "REDUCE_SCATTER", "ALL_REDUCE", "ALL_TO_ALL", "BROADCAST", "SCATTER", "POINT_TO_POINT",
     "PLACEMENT_BANDWIDTH", "MATMUL_TIME", "MEMORY_BOUND_TIME", "PIPELINE_BUBBLE", "TRAINING_MEMORY",
     "FORMULAS", "group_link", "all_gather_time", "reduce_scatter_time", "all_reduce_time", "all_to_all_time",
+    "broadcast_time", "scatter_time",
     "point_to_point_time", "pipeline_bubble_fraction", "matmul_time", "memory_bound_time",
     "training_memory", "MATMUL_BACKWARD_FACTOR", "MEMORY_BOUND_BACKWARD_FACTOR", "backward_factor",
     "passes_per_step", "node_time", "step_compute_time",

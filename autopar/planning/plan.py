@@ -71,6 +71,7 @@ class MeshCandidate:
     reason: str = ""
     subgrids: int = 1  # D&SP sub-grids of the data ranks (1: none)
     topology_aware: bool = True
+    csub: bool = False  # D&SP-cSub: common layers on sub-grid 0
 
 
 @dataclass
@@ -90,6 +91,7 @@ class Plan:
     tracer: str = ""
     subgrids: int = 1  # D&SP: the data ranks form this many sub-grids (SUPER §III-B)
     topology_aware: bool = True  # D&SP rank order: round-robin (SUPER §V) or contiguous sub-grids
+    csub: bool = False  # D&SP-cSub (SUPER §III-C): the common layers run on sub-grid 0 only
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries
@@ -99,20 +101,30 @@ class Plan:
     def regions_with(self, strategy: str) -> list[str]:
         return [r.region for r in self.regions if r.strategy == strategy]
 
+    def dsp_regions(self) -> dict[str, dict]:
+        """The regions split over sub-grids (D&SP or D&SP-cSub): id → the choice's details."""
+        return {r.region: r.details for r in self.regions if r.strategy == "dsp"}
+
     def subgrid_coordinates(self, rank: int) -> tuple[int, int]:
         """``(sub-grid, position in it)`` of ``rank`` under D&SP (``(0, data index)`` without)."""
         if self.subgrids == 1:
             return 0, self.rank_coordinates(rank)["data"]
         return subgrid_coordinates(rank, self.world_size, self.subgrids, self.topology_aware)
 
+    def batch_parts(self) -> int:
+        """Into how many equal chunks the common layers split the batch: the data degree,
+        or under D&SP-cSub the ranks of one sub-grid (sub-grid 0 runs them)."""
+        return self.degree("data") // self.subgrids if self.csub else self.degree("data")
+
     def batch_chunk(self, rank: int) -> int:
-        """Which of the ``data`` equal batch chunks ``rank`` takes: its data index, or under
-        D&SP ``p·g + s``, so that a segment group's chunks are one sub-grid chunk
-        (``docs/dsp_design.md``)."""
+        """Which of the :meth:`batch_parts` batch chunks ``rank`` takes: its data index;
+        under D&SP ``p·g + s``, so that a segment group's chunks are one sub-grid chunk
+        (``docs/dsp_design.md``); under D&SP-cSub its position ``p`` (every sub-grid's
+        rank ``p`` works on the rows of sub-grid 0's rank ``p``)."""
         if self.subgrids == 1:
             return self.rank_coordinates(rank)["data"]
         s, p = self.subgrid_coordinates(rank)
-        return p * self.subgrids + s
+        return p if self.csub else p * self.subgrids + s
 
     def rank_coordinates(self, rank: int) -> dict[str, int]:
         """Mesh coordinates of ``rank`` (the innermost dimension varies fastest)."""
@@ -180,8 +192,9 @@ class Plan:
             f"autopar plan: {self.model} on {self.world_size} rank(s), hardware {self.hardware}, "
             f"global batch {self.global_batch}{' (forced)' if self.forced else ''}",
             f"mesh: {mesh}   (rank = data*{self.degree('tensor')} + tensor; tensor ranks adjacent)"
-            + (f"; D&SP: {self.subgrids} sub-grids of {self.world_size // self.subgrids} ranks, "
-               f"{'topology-aware' if self.topology_aware else 'naive'} order" if self.subgrids > 1 else ""),
+            + (f"; {'D&SP-cSub' if self.csub else 'D&SP'}: {self.subgrids} sub-grids of "
+               f"{self.world_size // self.subgrids} rank(s), {'topology-aware' if self.topology_aware else 'naive'} "
+               f"order" + (", common layers on sub-grid 0" if self.csub else "") if self.subgrids > 1 else ""),
             f"predicted step {_ms(self.step_s)}: compute {_ms(self.total.compute_s)}, "
             + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(self.total.comm_s.items()))
             + f"; memory per rank {_mb(self.total.memory_bytes)}",
@@ -217,9 +230,10 @@ class Plan:
             for c in self.candidates:
                 mesh_c = " x ".join(f"{k}={v}" for k, v in c.mesh.items())
                 if c.subgrids > 1:
-                    mesh_c += f", D&SP {c.subgrids} sub-grids ({'topology-aware' if c.topology_aware else 'naive'})"
-                chosen = (c.mesh, c.subgrids, c.topology_aware or c.subgrids == 1) == \
-                    (self.mesh, self.subgrids, self.topology_aware or self.subgrids == 1)
+                    mesh_c += (f", {'D&SP-cSub' if c.csub else 'D&SP'} {c.subgrids} sub-grids "
+                               f"({'topology-aware' if c.topology_aware else 'naive'})")
+                chosen = (c.mesh, c.subgrids, c.topology_aware or c.subgrids == 1, c.csub) == \
+                    (self.mesh, self.subgrids, self.topology_aware or self.subgrids == 1, self.csub)
                 mark = "*" if chosen else " "
                 if c.feasible:
                     lines.append(f" {mark} {mesh_c}: step {_ms(c.step_s)}, memory {_mb(c.memory_bytes)}")

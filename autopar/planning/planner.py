@@ -34,7 +34,7 @@ from autopar.planning import cost as cm
 from autopar.planning.flops import graph_work
 from autopar.planning.hardware import Hardware
 from autopar.planning.plan import Cost, MeshCandidate, Plan, RegionChoice
-from autopar.planning.subgraph import dsp_region_cost, split_messages
+from autopar.planning.subgraph import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
 
 log = logging.getLogger("autopar.planning")
 
@@ -54,6 +54,7 @@ class Strategy:
     tensor: int | None = None
     subgrids: int = 1
     topology_aware: bool = True
+    csub: bool = False
 
     @staticmethod
     def parse(strategy: Any) -> "Strategy | None":
@@ -67,12 +68,12 @@ class Strategy:
         if strategy == "tensor":
             return Strategy(data=1)
         if isinstance(strategy, dict):
-            unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware"}
+            unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware", "csub"}
             if unknown:
                 raise PlanError(f"strategy: unknown mesh dimension(s) {sorted(unknown)}; this version plans "
-                                f"'data', 'tensor' and D&SP 'subgrids' (with 'topology_aware')")
+                                f"'data', 'tensor' and D&SP 'subgrids' (with 'topology_aware' and 'csub')")
             return Strategy(strategy.get("data"), strategy.get("tensor"), int(strategy.get("subgrids", 1)),
-                            bool(strategy.get("topology_aware", True)))
+                            bool(strategy.get("topology_aware", True)), bool(strategy.get("csub", False)))
         raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor' or a dict like "
                         f"{{'data': 2, 'tensor': 2}}")
 
@@ -251,59 +252,92 @@ def _branch_parameters(gm: fx.GraphModule, names: list[str]) -> list[str]:
     return [n for n in found if n in params]
 
 
-def _price_subgraph(model: _Model, hw: Hardware, data: int, g: int, topology_aware: bool):
-    """D&SP choices for the outermost fork/join regions, and the data-parallel compute
-    they replace (SUPER §III-B; priced by ``subgraph.dsp_region_cost``)."""
-    found = [r for r in regions(model.gm, "fork_join") if r.details.get("parent") is None]
+def subgraph_regions(gm: fx.GraphModule) -> list:
+    """The regions D&SP can split: outermost fork/join regions (explicit branches) and
+    attention regions (heads) not inside one of them."""
+    explicit = [r for r in regions(gm, "fork_join") if r.details.get("parent") is None]
+    inside = {name for r in explicit for name in r.nodes}
+    heads = [r for r in regions(gm, "attention") if not set(r.details["core"]) & inside]
+    return explicit + heads
+
+
+def _branch_count(region) -> int:
+    return region.details["heads"] if region.kind == "attention" else len(region.details["branches"])
+
+
+def _price_subgraph(model: _Model, hw: Hardware, data: int, g: int, topology_aware: bool, csub: bool):
+    """D&SP (or D&SP-cSub) choices for the regions of :func:`subgraph_regions`, and the
+    compute they replace in the common layers' pricing (SUPER §III-B/C; priced by
+    ``subgraph.dsp_region_cost`` and ``subgraph.dsp_heads_cost``). The common layers
+    split the batch ``data`` ways, or ``data / g`` ways in cSub (on sub-grid 0)."""
+    common_parts = data // g if csub else data
+    found = subgraph_regions(model.gm)
     if not found:
-        raise PlanError(f"strategy: subgrids={g} asks for D&SP, but the model has no fork/join region (several "
-                        f"branches from one value, rejoined by a sum or a concat); use data or tensor parallelism")
+        raise PlanError(f"strategy: subgrids={g} asks for D&SP, but the model has no multi-branch region (several "
+                        f"branches from one value rejoined by a sum or a concat, or attention heads); use data or "
+                        f"tensor parallelism")
     table = {n.name: n for n in model.gm.graph.nodes}
-    choices, replaced = [], 0.0
+    name = "D&SP-cSub" if csub else "D&SP"
+    order = "topology-aware" if topology_aware else "naive"
+    # SUPER eqs 3-7: messages of one segmented split on this placement
+    messages = split_messages(data, g, hw.devices_per_node, topology_aware)
+    counted = (f"messages per split/join {messages.intra_node} intra-node, {messages.inter_node} inter-node "
+               f"({hw.devices_per_node} per node)")
+    choices, replaced = [], {}
     for r in found:
         d = r.details
-        branches = d["branches"]
-        if len(branches) < g:
-            raise PlanError(f"region {r.id}: {len(branches)} branches cannot fill {g} sub-grids; force subgrids <= "
-                            f"{len(branches)}")
-        if d["side_inputs"] or (d["passthrough"] and d["join_op"] == "concat"):
-            raise PlanError(f"region {r.id}: its branches read values from outside the region ({d['side_inputs']}) "
-                            f"or the concat takes a value no branch computes; D&SP does not split it in this "
-                            f"version")
-        if d["join_op"] == "concat" and d["concat_dim"] == 0:
-            raise PlanError(f"region {r.id}: concatenates along the batch dimension; D&SP cannot split it")
-        works = [[model.work[n] for n in branch] for branch in branches]
-        params = [_branch_parameters(model.gm, branch) for branch in branches]
-        counts = [sum(model.params[p].numel() for p in names) for names in params]
-        fork = tensor_spec(table[d["fork"]])
-        join = tensor_spec(table[d["join"]])
-        cost = dsp_region_cost(works, counts, fork.nbytes, join.nbytes, d["join_op"], data, g, hw,
-                               topology_aware=topology_aware)
-        dp = _compute(model, r.nodes, hw, 1 / data)
-        replaced += dp
-        share = ", ".join(f"s{s}:{[b for b, o in enumerate(cost.assignment) if o == s]}" for s in range(g))
-        # SUPER eqs 3-7: messages of one segmented split on this placement
-        messages = split_messages(data, g, hw.devices_per_node, topology_aware)
+        if _branch_count(r) < g:
+            raise PlanError(f"region {r.id}: {_branch_count(r)} {'heads' if r.kind == 'attention' else 'branches'} "
+                            f"cannot fill {g} sub-grids; force subgrids <= {_branch_count(r)}")
+        if r.kind == "attention":
+            core = [model.work[n] for n in d["core"]]
+            bundle = sum(tensor_spec(table[n]).nbytes for n in d["core_inputs"])
+            out = tensor_spec(table[d["core"][-1]]).nbytes
+            cost = dsp_heads_cost(core, bundle, out, data, g, hw, topology_aware=topology_aware, csub=csub)
+            dp = _compute(model, d["core"], hw, 1 / data)
+            common = _compute(model, d["core"], hw, 1 / common_parts)
+            widths = head_widths(d["heads"], g)
+            starts = [sum(widths[:s]) for s in range(g)]
+            share = ", ".join(f"s{s}:heads {starts[s]}-{starts[s] + widths[s] - 1}" for s in range(g))
+            details = {"subgrids": g, "heads": widths, "branch_params": [], "topology_aware": topology_aware}
+            params_per_rank = 0
+        else:
+            if d["side_inputs"] or (d["passthrough"] and d["join_op"] == "concat"):
+                raise PlanError(f"region {r.id}: its branches read values from outside the region "
+                                f"({d['side_inputs']}) or the concat takes a value no branch computes; D&SP does "
+                                f"not split it in this version")
+            if d["join_op"] == "concat" and d["concat_dim"] == 0:
+                raise PlanError(f"region {r.id}: concatenates along the batch dimension; D&SP cannot split it")
+            works = [[model.work[n] for n in branch] for branch in d["branches"]]
+            params = [_branch_parameters(model.gm, branch) for branch in d["branches"]]
+            counts = [sum(model.params[p].numel() for p in names) for names in params]
+            fork = tensor_spec(table[d["fork"]])
+            join = tensor_spec(table[d["join"]])
+            cost = dsp_region_cost(works, counts, fork.nbytes, join.nbytes, d["join_op"], data, g, hw,
+                                   topology_aware=topology_aware, csub=csub)
+            dp = _compute(model, r.nodes, hw, 1 / data)
+            common = _compute(model, r.nodes, hw, 1 / common_parts)
+            share = ", ".join(f"s{s}:{[b for b, o in enumerate(cost.assignment) if o == s]}" for s in range(g))
+            details = {"subgrids": g, "assignment": list(cost.assignment), "branch_params": params,
+                       "topology_aware": topology_aware}
+            params_per_rank = cost.branch_param_elems_per_rank
+        details.update(csub=csub, intra_node_messages=messages.intra_node, inter_node_messages=messages.inter_node)
+        replaced[r.id] = common
         choices.append(RegionChoice(
-            r.id, r.kind, "dsp", Cost(cost.compute_s, dict(cost.comm_s),
-                                      cm.training_memory(cost.branch_param_elems_per_rank, 0.0)),
-            {"data": dp}, f"D&SP over {g} sub-grids ({'topology-aware' if topology_aware else 'naive'} order); "
-                          f"branches {share}; messages per split/join {messages.intra_node} intra-node, "
-                          f"{messages.inter_node} inter-node ({hw.devices_per_node} per node)",
-            {"subgrids": g, "assignment": list(cost.assignment), "branch_params": params,
-             "topology_aware": topology_aware, "intra_node_messages": messages.intra_node,
-             "inter_node_messages": messages.inter_node}))
+            r.id, r.kind, "dsp", Cost(cost.compute_s, dict(cost.comm_s), cm.training_memory(params_per_rank, 0.0)),
+            {"data": dp}, f"{name} over {g} sub-grids ({order} order); branches {share}; {counted}", details))
     return choices, replaced
 
 
-def _exposed_data_comm(data: int, tensor: int, grad_bytes: float, compute: float, hw: Hardware) -> float:
-    """The data-parallel gradient all-reduce (axonn eq 3 over the data group, stride =
-    tensor degree) left after overlapping the backward pass bucket by bucket: what
-    exceeds the backward compute (about 2/3 of a step's), and at least the last bucket."""
+def _exposed_data_comm(data: int, stride: int, grad_bytes: float, compute: float, hw: Hardware) -> float:
+    """The data-parallel gradient all-reduce (axonn eq 3 over the data group; ``stride``
+    between its ranks: the tensor degree, or g for a topology-aware sub-grid) left after
+    overlapping the backward pass bucket by bucket: what exceeds the backward compute
+    (about 2/3 of a step's), and at least the last bucket."""
     if data == 1:
         return 0.0
-    data_comm = cm.all_reduce_time(data, grad_bytes, hw, stride=tensor)
-    last_bucket = cm.all_reduce_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=tensor)
+    data_comm = cm.all_reduce_time(data, grad_bytes, hw, stride=stride)
+    last_bucket = cm.all_reduce_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=stride)
     return max(data_comm - compute * 2 / 3, last_bucket)
 
 
@@ -322,7 +356,9 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     best = None
     if forced is not None:
         data, tensor = forced.resolve(world_size)
-        layouts = [(data, tensor, forced.subgrids, forced.topology_aware)]
+        layouts = [(data, tensor, forced.subgrids, forced.topology_aware, forced.csub)]
+        if forced.csub and forced.subgrids == 1:
+            raise PlanError("strategy: csub=True (D&SP-cSub) needs subgrids > 1")
         if forced.subgrids > 1 and (tensor != 1 or data % forced.subgrids):
             raise PlanError(f"strategy: D&SP with subgrids={forced.subgrids} needs tensor=1 and a data degree it "
                             f"divides (got data={data}, tensor={tensor})")
@@ -338,43 +374,59 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                     raise PlanError(f"region {r.id}: {what} = {size} is not divisible by the tensor degree "
                                     f"{tensor}; force a tensor degree that divides it or use strategy='auto'")
     else:
-        layouts = [(world_size // t, t, 1, True) for t in divisors(world_size)]
-        # D&SP (SUPER §III-B) beside them: sub-grid counts of the data-only mesh, both orders
-        branching = [r for r in regions(gm, "fork_join") if r.details.get("parent") is None]
+        layouts = [(world_size // t, t, 1, True, False) for t in divisors(world_size)]
+        # D&SP and D&SP-cSub (SUPER §III-B/C) beside them: sub-grid counts of the
+        # data-only mesh, both rank orders
+        branching = subgraph_regions(gm)
         if branching and capture is not None and capture.tracer == "symbolic_trace":
-            fewest = min(len(r.details["branches"]) for r in branching)
-            layouts += [(world_size, 1, g, topology_aware) for g in divisors(world_size) if 1 < g <= fewest
-                        for topology_aware in (True, False)]
-    for data, tensor, subgrids, topology_aware in layouts:
+            fewest = min(_branch_count(r) for r in branching)
+            layouts += [(world_size, 1, g, topology_aware, csub) for g in divisors(world_size) if 1 < g <= fewest
+                        for csub in (False, True) for topology_aware in (True, False)]
+    for data, tensor, subgrids, topology_aware, csub in layouts:
         mesh = {"data": data, "tensor": tensor}
-        layout = {"subgrids": subgrids, "topology_aware": topology_aware} if subgrids > 1 else {}
+        layout = {"subgrids": subgrids, "topology_aware": topology_aware, "csub": csub} if subgrids > 1 else {}
         if model.batch % data:
             candidates.append(MeshCandidate(mesh, None, None, False,
                                             f"batch {model.batch} not divisible by data degree {data}", **layout))
             continue
-        choices, total, step = _price(model, hw, data, tensor, forced is not None)
+        # cSub: the common layers are data parallel over sub-grid 0 only
+        common_parts = data // subgrids if csub else data
+        choices, total, step = _price(model, hw, common_parts, tensor, forced is not None)
         if subgrids > 1:
             try:
-                dsp, replaced = _price_subgraph(model, hw, data, subgrids, topology_aware)
+                dsp, replaced = _price_subgraph(model, hw, data, subgrids, topology_aware, csub)
             except PlanError as e:
                 if forced is not None:
                     raise
                 candidates.append(MeshCandidate(mesh, None, None, False, str(e), **layout))
                 continue
-            outside = choices[-1]
-            outside.cost.compute_s -= replaced
-            total.compute_s -= replaced
+            total.compute_s -= sum(replaced.values())
             for c in dsp:
                 total = total + Cost(c.cost.compute_s, c.cost.comm_s, 0.0)
+            # one row per region: an attention region whose heads are split keeps its
+            # projections' compute (common layers) beside the split core; explicit
+            # branches were priced among the nodes outside regions
+            split = {c.region: c for c in dsp}
+            rows = []
+            for c in choices[:-1]:
+                d = split.pop(c.region, None)
+                if d is not None:
+                    d.cost.compute_s += c.cost.compute_s - replaced[c.region]
+                    d.cost.memory_bytes += c.cost.memory_bytes
+                    d.alternatives = {"data": c.cost.compute_s + c.cost.total_comm_s}
+                rows.append(d or c)
+            outside = choices[-1]
+            outside.cost.compute_s -= sum(replaced[rid] for rid in split)
             # branch parameters are synchronised inside their sub-grid ("subgrid"), not
             # over all data ranks: take them out of the data all-reduce
             branch_elems = sum(model.params[name].numel() for c in dsp for names in c.details["branch_params"]
                                for name in names)
             all_elems = sum(p.numel() for p in model.params.values())
-            total.comm_s["data"] = _exposed_data_comm(data, tensor, (all_elems - branch_elems) * 4,
+            stride = subgrids if topology_aware and csub else 1
+            total.comm_s["data"] = _exposed_data_comm(common_parts, stride, (all_elems - branch_elems) * 4,
                                                       total.compute_s, hw)
             step = total.compute_s + total.total_comm_s
-            choices = choices[:-1] + dsp + [outside]
+            choices = rows + list(split.values()) + [outside]
         if tensor > 1 and not any(c.strategy == "megatron" for c in choices):
             # No region pays for its communication on its own, but a tensor group that
             # splits nothing only repeats work: price splitting every region that divides.
@@ -390,13 +442,13 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
             continue
         candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True, **layout))
         if best is None or step < best[2] * (1 - 1e-9):
-            best = (mesh, choices, step, total, subgrids, topology_aware)
+            best = (mesh, choices, step, total, subgrids, topology_aware, csub)
     if best is None:
         reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
         raise PlanError(f"no feasible plan for {name} on {world_size} ranks: {reasons}")
-    mesh, choices, step, total, subgrids, topology_aware = best
+    mesh, choices, step, total, subgrids, topology_aware, csub = best
     log.info("planned %s on %d ranks: %s, %.3f ms", name, world_size, mesh, step * 1e3)
     return Plan(model=name, world_size=world_size, mesh=mesh, hardware=hw.name, global_batch=model.batch,
                 regions=choices, total=total, step_s=step, forced=forced is not None,
                 candidates=candidates, tracer=capture.tracer if capture else "", subgrids=subgrids,
-                topology_aware=topology_aware)
+                topology_aware=topology_aware, csub=csub)

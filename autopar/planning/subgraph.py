@@ -138,6 +138,18 @@ def assign_branches(costs: list[float], g: int) -> list[int]:
     return owner
 
 
+def head_widths(heads: int, g: int) -> list[int]:
+    """Attention heads per sub-grid: contiguous ranges as even as the count allows (heads
+    cost the same, so this is the balanced assignment; sub-grid ``s`` gets the next range).
+
+    >>> head_widths(6, 4)
+    [2, 2, 1, 1]
+    """
+    if g < 1 or heads < g:
+        raise ValueError(f"{heads} heads cannot fill {g} sub-grids; choose g <= {heads}")
+    return [heads // g + (1 if s < heads % g else 0) for s in range(g)]
+
+
 # ---------------------------------------------------------------- cost of a D&SP region
 
 
@@ -156,7 +168,8 @@ class SubgraphCost:
 
 
 def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_bytes: float, join_bytes: float,
-                    join_op: str, n: int, g: int, hw, *, topology_aware: bool = True) -> SubgraphCost:
+                    join_op: str, n: int, g: int, hw, *, topology_aware: bool = True,
+                    csub: bool = False) -> SubgraphCost:
     """Price a fork/join region under D&SP with ``g`` sub-grids of ``n / g`` ranks.
 
     ``branch_works`` are each branch's :class:`~autopar.planning.flops.NodeWork` at the
@@ -174,6 +187,10 @@ def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_byt
 
     Branch parameters are all-reduced over the sub-grid (``n/g`` ranks) instead of all
     ``n`` ranks.
+
+    ``csub`` (D&SP-cSub, §III-C): the common layers run on sub-grid 0 at ``B·g/n`` rows,
+    so the fork and join values already have the branches' rows and the transitions are
+    rooted: broadcast / reduce for split and sum, scatter / gather for concat.
     """
     n_g = _check(n, g, 1)
     branch_costs = [sum(cm.node_time(w, hw) * cm.passes_per_step(w) for w in _scaled(works, n_g))
@@ -186,15 +203,49 @@ def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_byt
         params[s] += branch_params[branch]
     stride = 1 if topology_aware else n_g
     rows_common, rows_branch = fork_bytes / n, fork_bytes / n_g
-    split = cm.all_gather_time(g, rows_common, hw, stride) + cm.reduce_scatter_time(g, rows_branch, hw, stride)
-    if join_op == "sum":
-        join = cm.reduce_scatter_time(g, join_bytes / n_g, hw, stride) + cm.all_gather_time(g, join_bytes / n, hw, stride)
+    if csub:
+        split = 2 * cm.broadcast_time(g, rows_branch, hw, stride)  # broadcast, and reduce in backward
+        if join_op == "sum":
+            join = 2 * cm.broadcast_time(g, join_bytes / n_g, hw, stride)
+        else:
+            join = 2 * cm.scatter_time(g, join_bytes / n_g, hw, stride)
     else:
-        join = 2 * cm.all_to_all_time(g, join_bytes / n_g / g, hw, stride)
+        split = cm.all_gather_time(g, rows_common, hw, stride) + cm.reduce_scatter_time(g, rows_branch, hw, stride)
+        if join_op == "sum":
+            join = (cm.reduce_scatter_time(g, join_bytes / n_g, hw, stride)
+                    + cm.all_gather_time(g, join_bytes / n, hw, stride))
+        else:
+            join = 2 * cm.all_to_all_time(g, join_bytes / n_g / g, hw, stride)
     subgrid_stride = g if topology_aware else 1
     gradients = cm.all_reduce_time(n_g, max(params) * 4, hw, subgrid_stride)
     return SubgraphCost(max(per_subgrid), {"segment": split + join, "subgrid": gradients}, tuple(assignment),
                         max(params))
+
+
+def dsp_heads_cost(core_works: list, bundle_bytes: float, out_bytes: float, n: int, g: int, hw, *,
+                   topology_aware: bool = True, csub: bool = False) -> SubgraphCost:
+    """Price attention heads as D&SP branches (SUPER Fig. 5): ``g`` sub-grids each run
+    ``H/g`` heads on ``B·g/n`` rows. ``core_works`` is the per-head core (scores, mask,
+    softmax, context) at the global batch, ``bundle_bytes`` the query, key and value
+    together and ``out_bytes`` the context, both at the global batch.
+
+    When the heads run in one batched kernel per op (as in every model written with
+    ``view(B, T, H, d)``), a rank launches as many kernels as under data parallelism,
+    each on ``1/n`` of the work: the launch saving that makes explicit branches win
+    (SUPER measures heads as separate kernels) is absent, and the slice and concat
+    exchanges — all-to-alls in D&SP, scatter and gather in cSub — come on top. The
+    planner weighs it and, with batched heads, prefers data parallelism.
+    """
+    n_g = _check(n, g, 1)
+    compute = sum(cm.node_time(w, hw) * cm.passes_per_step(w) for w in _scaled(core_works, n))
+    stride = 1 if topology_aware else n_g
+    if csub:
+        comm = 2 * cm.scatter_time(g, bundle_bytes / n_g, hw, stride) + 2 * cm.scatter_time(g, out_bytes / n_g, hw,
+                                                                                          stride)
+    else:
+        comm = 2 * cm.all_to_all_time(g, bundle_bytes / n, hw, stride) + 2 * cm.all_to_all_time(g, out_bytes / n,
+                                                                                              hw, stride)
+    return SubgraphCost(compute, {"segment": comm, "subgrid": 0.0}, (), 0)
 
 
 def _scaled(works, rows_divisor: int):

@@ -367,6 +367,60 @@ def segmented_gather(x: torch.Tensor, dim: int, widths: Sequence[int], group: st
     return _call(_SegmentedGather, x, group, dim % x.dim(), list(widths), anchored=True)
 
 
+# D&SP-cSub on ranks off sub-grid 0: inputs of branches that come from the common layers.
+
+
+class _After(torch.autograd.Function):
+    """An empty tensor of a given shape whose autograd graph leads back to ``previous``:
+    on the ranks off sub-grid 0, region ``r``'s fork placeholder depends on region
+    ``r-1``'s join result, so one ``backward`` from the last join reaches every region's
+    backward collectives, last region first, the order sub-grid 0 runs them in."""
+
+    @staticmethod
+    def forward(ctx, previous, shape, dtype):
+        ctx.shape, ctx.dtype, ctx.device = previous.shape, previous.dtype, previous.device
+        return torch.empty(shape, dtype=dtype, device=previous.device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.zeros(ctx.shape, dtype=ctx.dtype, device=ctx.device), None, None
+
+
+def csub_placeholder(shape: Sequence[int], dtype: torch.dtype, after: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The stand-in, on a rank off sub-grid 0, for a common-layer value it receives by
+    broadcast or scatter (only its shape and dtype are read); chained ``after`` the
+    previous region's join result so that backward visits the regions in order."""
+    if after is None or not after.requires_grad:
+        return torch.empty(list(shape), dtype=dtype)
+    return _After.apply(after, list(shape), dtype)
+
+
+_SCALAR_TYPES = {0: float, 1: int, 2: bool}
+
+
+def segment_share(value, group: str, like: Optional[tuple] = None):
+    """Forward-only broadcast from sub-grid 0 over the segment group of a value the branches
+    read but do not differentiate (a mask, a scale): sub-grid 0 passes ``value`` and gets it
+    back; the others pass ``None`` and ``like`` — ``("tensor", shape, dtype)`` or
+    ``("scalar",)`` — and get sub-grid 0's value. Python scalars keep their type."""
+    process_group = get_group(group)
+    if size_of(process_group) == 1:
+        return value
+    root = rank_in(process_group) == ROOT
+    if root:
+        like = ("tensor", list(value.shape), value.dtype) if isinstance(value, torch.Tensor) else ("scalar",)
+    if like[0] == "scalar":
+        code = {float: 0, int: 1, bool: 2}
+        buffer = torch.tensor([float(value), code[type(value)]] if root else [0.0, 0.0], dtype=torch.float64)
+        dist.broadcast(buffer, group=process_group, group_src=ROOT)
+        return value if root else _SCALAR_TYPES[int(buffer[1])](buffer[0].item())
+    _, shape, dtype = like
+    wire = torch.uint8 if dtype == torch.bool else dtype  # gloo has no bool reductions; send bytes
+    buffer = value.detach().to(wire).contiguous() if root else torch.empty(list(shape), dtype=wire)
+    dist.broadcast(buffer, group=process_group, group_src=ROOT)
+    return value if root else buffer.to(dtype)
+
+
 GRAPH_FUNCTIONS = (
     segmented_all_gather,
     segmented_reduce_scatter,
@@ -376,6 +430,8 @@ GRAPH_FUNCTIONS = (
     segmented_reduce,
     segmented_scatter,
     segmented_gather,
+    csub_placeholder,
+    segment_share,
 )
 """The graph-callable segmented collectives (leaves for ``fx.Tracer(autowrap_functions=...)``)."""
 
