@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from autopar.capture import MODEL_PREFIX, capture, wrap_model
 from autopar.drawing import regions_dot
-from autopar.ir import CAPTURE
+from autopar.ir import CAPTURE, TensorSpec
 from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass
 from autopar.passes.manager import PassRunner, graph_code, pass_disabled
@@ -311,6 +311,9 @@ class ParallelModule(nn.Module):
             return loss
         if loss is None:
             spec = program.meta["autopar.root_output"]
+            if not isinstance(spec, TensorSpec):
+                raise RuntimeError(f"D&SP-cSub: the loss function returns {spec!r}, not one tensor; step() "
+                                   f"needs a tensor loss to send to the other sub-grids")
             loss = torch.empty(spec.shape, dtype=spec.dtype)
         dist.broadcast(loss, group=segment, group_src=0)
         return loss

@@ -129,7 +129,7 @@ def test_dsp_errors_name_region_and_limits():
         autopar.plan(TinyTransformer(), 8, (torch.randint(0, 64, (8, 16)),), strategy={"data": 8, "subgrids": 8})
     with pytest.raises(autopar.PlanError, match=r"csub=True \(D&SP-cSub\) needs subgrids > 1"):
         autopar.plan(Towers(), 2, (x,), strategy={"data": 2, "csub": True})
-    with pytest.raises(autopar.PlanError, match=r"D&SP needs a model torch.fx.symbolic_trace captures"):
+    with pytest.raises(autopar.PlanError, match=r"D&SP of explicit branches needs a model torch.fx.symbolic_trace captures.*Use csub=True"):
         _export_only_dsp()
 
 

@@ -7,8 +7,9 @@ topology-aware and the naive rank order:
   channels (explicit branches);
 * towers: three or four MLP towers of unequal depth joined by a sum, so the branch
   assignment balances unequal costs (and 3 branches do not divide 2 sub-grids);
-* the plain-PyTorch transformer, whose attention heads are the branches (SUPER Fig. 5):
-  query, key and value sliced by heads, the context concatenated back.
+* the plain-PyTorch transformer and Hugging Face GPT-2, whose attention heads are the
+  branches (SUPER Fig. 5): query, key and value sliced by heads, the context
+  concatenated back.
 
 Tolerances: in fp32, outputs, loss and the first step's gradients agree to 1e-5
 relative (the branches run on ``g`` times more rows per rank, so their kernels may pick
@@ -46,6 +47,9 @@ WORLD_4 = [
     *_both_orders("inception", 4, 2, False), *_both_orders("inception", 4, 2, True),
     *_both_orders("towers", 4, 2, False), *_both_orders("towers", 4, 2, True),
     *_both_orders("transformer", 4, 2, False), *_both_orders("transformer", 4, 2, True),
+    # Hugging Face GPT-2 (captured by torch.export; sdpa with a per-sample mask, tied head)
+    ("gpt2", {"data": 4, "subgrids": 2}, F64), ("gpt2", {"data": 4, "subgrids": 2, "csub": True,
+                                                         "topology_aware": False}, F64),
     # one branch (tower, or head) per rank: sub-grids of one rank, both orders the same
     ("towers4", {"data": 4, "subgrids": 4}, F64), ("towers4", {"data": 4, "subgrids": 4, "csub": True}, F64),
     ("transformer", {"data": 4, "subgrids": 4}, F64), ("transformer", {"data": 4, "subgrids": 4, "csub": True}, F64),

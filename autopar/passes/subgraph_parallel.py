@@ -75,6 +75,7 @@ class _Cut:
     branch_widths: list[int] = field(default_factory=list)
     passthrough: list[fx.Node] = field(default_factory=list)
     dropped: set = field(default_factory=set)         # nodes a D&SP / sub-grid-0 rank no longer runs
+    batched_sides: set = field(default_factory=set)   # side inputs with a row per sample
 
 
 def _find(gm: fx.GraphModule, rid: str):
@@ -137,21 +138,29 @@ def _cut_heads(region, choice: dict, subgrid: int, table, order) -> _Cut:
         if outside:
             raise SubgraphParallelError(f"region {region.id}: the core value {node.name} is also read by {outside}; "
                                         f"D&SP cannot move it to another sub-grid")
-    sides = []
+    sides, batched = [], set()
+    rows = tensor_spec(inputs[0]).shape[0]
     for node in core:
         for a in node.all_input_nodes:
             if a in core_set or a in inputs or a in sides:
                 continue
             spec = a.meta.get(SPEC)
-            if isinstance(spec, TensorSpec) and len(spec.shape) >= 3 and any(s != 1 for s in spec.shape[:-2]):
-                raise SubgraphParallelError(
-                    f"region {region.id}: the attention core reads {a.name} of shape {spec}, which carries batch or "
-                    f"head rows; D&SP of heads splits only the query, key and value in this version")
+            if isinstance(spec, TensorSpec) and len(spec.shape) >= 3:
+                if spec.shape[1] != 1:
+                    raise SubgraphParallelError(
+                        f"region {region.id}: the attention core reads {a.name} of shape {spec}, which has a row per "
+                        f"head; D&SP of heads splits only the query, key and value in this version")
+                if spec.shape[0] == rows:  # a mask per sample: gathered with the rows in D&SP
+                    batched.add(a)
+                elif spec.shape[0] != 1:
+                    raise SubgraphParallelError(f"region {region.id}: the attention core reads {a.name} of shape "
+                                                f"{spec}, neither per sample ({rows} rows) nor broadcast")
             sides.append(a)
     widths = head_widths(d["heads"], choice["subgrids"])
     last = core[-1]
     return _Cut(region.id, True, inputs, sorted(sides, key=order.__getitem__), core, [last], last, "concat",
-                dim=1, widths=widths, arrived=list(range(choice["subgrids"])), branch_widths=widths)
+                dim=1, widths=widths, arrived=list(range(choice["subgrids"])), branch_widths=widths,
+                batched_sides=batched)
 
 
 # ---------------------------------------------------------------- emitting the transitions
@@ -239,8 +248,11 @@ def _split_region(gm: fx.GraphModule, cut: _Cut, mode: str, group: str) -> None:
     # (a scores matmul computed before the mask) move below them
     anchor = max(cut.fork_inputs + cut.side_inputs, key=order.__getitem__)
     with graph.inserting_before(anchor.next):  # in the order csub_branch_program receives them
-        shared = {a: _call(graph, S.segment_share, (a, group), a.meta.get(SPEC))
-                  for a in (cut.side_inputs if mode == "csub" else [])}
+        if mode == "csub":  # the other sub-grids receive every side input
+            shared = {a: _call(graph, S.segment_share, (a, group), a.meta.get(SPEC)) for a in cut.side_inputs}
+        else:  # D&SP: the kept nodes see g times the rows; per-sample side inputs follow
+            shared = {a: _call(graph, S.segment_gather_rows, (a, group)) for a in cut.side_inputs
+                      if a in cut.batched_sides}
         received = _emit_fork(graph, cut, cut.fork_inputs, mode, group)
     cursor = received[-1]
     for node in cut.own:
@@ -317,6 +329,8 @@ def csub_branch_program(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], sub
     program.meta.update({k: v for k, v in gm.meta.items() if k != "autopar.regions"})
     # what sub-grid 0's program returns (the loss, when training), which it sends here
     returned = next(iter(gm.graph.find_nodes(op="output"))).args[0]
+    if isinstance(returned, (tuple, list)) and len(returned) == 1:  # torch.export returns a flat list
+        returned = returned[0]
     program.meta["autopar.root_output"] = returned.meta.get(SPEC) if isinstance(returned, fx.Node) else None
     program.graph.lint()
     return program

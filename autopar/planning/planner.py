@@ -261,6 +261,15 @@ def subgraph_regions(gm: fx.GraphModule) -> list:
     return explicit + heads
 
 
+def _batch_baked(gm: fx.GraphModule) -> bool:
+    """Whether D&SP (branches on more rows than the common layers) cannot run this graph:
+    explicit branches captured by torch.export, whose views and constants hold the batch.
+    Attention cores (matmuls, softmax, sdpa) hold none; cSub keeps the rows unchanged."""
+    capture = gm.meta.get(CAPTURE)
+    exported = capture is not None and capture.tracer != "symbolic_trace"
+    return exported and any(r.kind == "fork_join" for r in subgraph_regions(gm))
+
+
 def _branch_count(region) -> int:
     return region.details["heads"] if region.kind == "attention" else len(region.details["branches"])
 
@@ -362,9 +371,11 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
         if forced.subgrids > 1 and (tensor != 1 or data % forced.subgrids):
             raise PlanError(f"strategy: D&SP with subgrids={forced.subgrids} needs tensor=1 and a data degree it "
                             f"divides (got data={data}, tensor={tensor})")
-        if forced.subgrids > 1 and capture is not None and capture.tracer != "symbolic_trace":
-            raise PlanError(f"strategy: D&SP needs a model torch.fx.symbolic_trace captures in this version; "
-                            f"{name} was captured by torch.export, which bakes the batch size into the branch ops")
+        if forced.subgrids > 1 and not forced.csub and _batch_baked(gm):
+            raise PlanError(f"strategy: D&SP of explicit branches needs a model torch.fx.symbolic_trace captures in "
+                            f"this version; {name} was captured by torch.export, which bakes the batch size into "
+                            f"the branch ops (they run on more rows than the common layers). Use csub=True "
+                            f"(D&SP-cSub runs them on the common layers' rows)")
         if model.batch % data:
             raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by the data degree {data}; "
                             f"give a batch that is a multiple of {data}, or another strategy")
@@ -378,10 +389,11 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
         # D&SP and D&SP-cSub (SUPER §III-B/C) beside them: sub-grid counts of the
         # data-only mesh, both rank orders
         branching = subgraph_regions(gm)
-        if branching and capture is not None and capture.tracer == "symbolic_trace":
+        if branching:
             fewest = min(_branch_count(r) for r in branching)
+            modes = (True,) if _batch_baked(gm) else (False, True)
             layouts += [(world_size, 1, g, topology_aware, csub) for g in divisors(world_size) if 1 < g <= fewest
-                        for csub in (False, True) for topology_aware in (True, False)]
+                        for csub in modes for topology_aware in (True, False)]
     for data, tensor, subgrids, topology_aware, csub in layouts:
         mesh = {"data": data, "tensor": tensor}
         layout = {"subgrids": subgrids, "topology_aware": topology_aware, "csub": csub} if subgrids > 1 else {}

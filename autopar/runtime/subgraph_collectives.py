@@ -421,6 +421,17 @@ def segment_share(value, group: str, like: Optional[tuple] = None):
     return value if root else buffer.to(dtype)
 
 
+def segment_gather_rows(value: torch.Tensor, group: str) -> torch.Tensor:
+    """Forward-only D&SP counterpart of :func:`segment_share` for a value that carries the
+    batch (an attention mask ``[B, 1, T, T]``): the segment's rows gathered like the
+    split's (:func:`segmented_all_gather`), with no gradient."""
+    process_group = get_group(group)
+    if size_of(process_group) == 1:
+        return value
+    wire = torch.uint8 if value.dtype == torch.bool else value.dtype
+    return _gather_rows(value.detach().to(wire), process_group).to(value.dtype)
+
+
 GRAPH_FUNCTIONS = (
     segmented_all_gather,
     segmented_reduce_scatter,
@@ -432,6 +443,7 @@ GRAPH_FUNCTIONS = (
     segmented_gather,
     csub_placeholder,
     segment_share,
+    segment_gather_rows,
 )
 """The graph-callable segmented collectives (leaves for ``fx.Tracer(autowrap_functions=...)``)."""
 
