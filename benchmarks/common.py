@@ -121,7 +121,7 @@ def format_rows(rows: Sequence[Row], markdown: bool = False) -> str:
             f"{r.baseline_median_ms:.2f} ({r.baseline_iqr_ms:.2f})",
             f"{r.ratio:.3f}x",
             f"{r.paired_ratio:.3f} ({r.paired_ratio_iqr:.3f})",
-            f"<= {r.goal:.2f}x",
+            f"<= {r.goal:.2f}x" if r.goal != float("inf") else "- (measured only)",
             "yes" if r.met else "NO",
         ])
     if markdown:
