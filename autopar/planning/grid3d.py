@@ -1,0 +1,144 @@
+"""AxoNN's 3D tensor-parallel grid and its communication model (Singh et al., §III-B, §V).
+
+A ``Gx × Gy × Gz × Gdata`` grid; the rank of ``(x, y, z, d)`` is
+``((d·Gz + z)·Gy + y)·Gx + x``: x innermost, then y, z and data, the hierarchy of axonn
+§V-B, so the ranks of an x group are adjacent, a y group has stride ``Gx``, a z group
+``Gx·Gy`` and a data group ``Gx·Gy·Gz``.
+
+One linear layer ``O[m×n] = I[m×k] × W[k×n]`` (Algorithm 1) on rank ``g_{i,j,k}``:
+``I`` is split into row blocks over z and column blocks over y, ``W`` into row blocks
+over y and column blocks over x and each block further sharded over z (``Ŵ``). Forward:
+all-gather ``Ŵ`` over z, local matmul, all-reduce over y. Backward: the input gradient
+all-reduced over x, the weight gradient reduce-scattered over z. The output's columns are
+split over x, so the next layer is "transposed": x and y swap roles (end of §III-B).
+
+Per layer, the ring times of eqs 4-8 (here with the latency term α per step that
+:mod:`autopar.planning.cost` adds to eqs 1-3, and the placement-aware bandwidth of eq 10
+through :func:`autopar.planning.cost.group_link`)::
+
+    t_AG,z   = (Gz − 1) · k·n/(Gx·Gy·Gz) / β_z                  (4)
+    t_RS,z   = (Gz − 1)/Gz · k·n/(Gx·Gy) / β_z                  (5)
+    t_AR,y   = 2 (Gy − 1)/Gy · m·n/(Gz·Gx) / β_y                (6)
+    t_AR,x   = 2 (Gx − 1)/Gx · m·k/(Gz·Gy) / β_x                (7)
+    t_AR,data = 2 (Gdata − 1)/Gdata · k·n/(Gx·Gy·Gz) / β_data   (8)
+    t_comm = sum of (4)-(8)                                      (9)
+
+``m`` is the rows of one data-parallel replica (batch·sequence / Gdata); sizes are
+elements, multiplied by the element size for bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autopar.planning import cost as cm
+from autopar.planning.hardware import Hardware
+
+
+@dataclass(frozen=True)
+class Grid3D:
+    """``Gx × Gy × Gz × Gdata`` (axonn §III); every size at least 1."""
+
+    x: int
+    y: int
+    z: int
+    data: int = 1
+
+    def __post_init__(self):
+        for name in ("x", "y", "z", "data"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Grid3D: G{name} = {getattr(self, name)} must be at least 1")
+
+    @property
+    def size(self) -> int:
+        return self.x * self.y * self.z * self.data
+
+    def stride(self, axis: str) -> int:
+        """Distance between consecutive ranks of an ``axis`` group (the x → y → z → data hierarchy)."""
+        return {"x": 1, "y": self.x, "z": self.x * self.y, "data": self.x * self.y * self.z}[axis]
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        if not 0 <= rank < self.size:
+            raise ValueError(f"rank {rank} is outside a grid of {self.size} ranks")
+        out = {}
+        for axis in ("x", "y", "z", "data"):
+            size = getattr(self, axis)
+            out[axis] = rank % size
+            rank //= size
+        return out
+
+    def rank(self, x: int, y: int, z: int, data: int = 0) -> int:
+        return ((data * self.z + z) * self.y + y) * self.x + x
+
+    def groups(self, axis: str) -> list[list[int]]:
+        """Every group of ``axis`` as a list of ranks ordered by their coordinate on it; the
+        groups ordered by their first rank."""
+        others = [a for a in ("x", "y", "z", "data") if a != axis]
+        found: dict[tuple, list[int]] = {}
+        for r in range(self.size):
+            c = self.coordinates(r)
+            found.setdefault(tuple(c[a] for a in others), []).append(r)
+        return sorted(found.values(), key=lambda ranks: ranks[0])
+
+    def swapped(self) -> "Grid3D":
+        """The grid a "transposed" layer sees: x and y exchange roles (axonn end of §III-B)."""
+        return Grid3D(self.y, self.x, self.z, self.data)
+
+
+@dataclass(frozen=True)
+class LayerComm:
+    """Predicted seconds of one layer's collectives (axonn eqs 4-8), by collective."""
+
+    all_gather_z: float
+    reduce_scatter_z: float
+    all_reduce_y: float
+    all_reduce_x: float
+    all_reduce_data: float
+
+    @property
+    def total(self) -> float:
+        """Eq 9."""
+        return self.all_gather_z + self.reduce_scatter_z + self.all_reduce_y + self.all_reduce_x + self.all_reduce_data
+
+    def by_group(self) -> dict[str, float]:
+        return {"x": self.all_reduce_x, "y": self.all_reduce_y, "z": self.all_gather_z + self.reduce_scatter_z,
+                "data": self.all_reduce_data}
+
+
+def layer_volumes(m: int, k: int, n: int, grid: Grid3D, *, transposed: bool = False) -> dict[str, float]:
+    """The message size ``m`` (elements, as axonn eqs 1-3 define it) of each collective of
+    one layer ``[m×k] × [k×n]``; a transposed layer swaps Gx and Gy."""
+    g = grid.swapped() if transposed else grid
+    return {
+        "all_gather_z": k * n / (g.x * g.y * g.z),   # eq 4: each rank's shard Ŵ
+        "reduce_scatter_z": k * n / (g.x * g.y),     # eq 5: the weight block's gradient
+        "all_reduce_y": m * n / (g.z * g.x),         # eq 6: the output block
+        "all_reduce_x": m * k / (g.z * g.y),         # eq 7: the input block's gradient
+        "all_reduce_data": k * n / (g.x * g.y * g.z),  # eq 8: the shard's gradient
+    }
+
+
+def layer_comm(m: int, k: int, n: int, grid: Grid3D, hw: Hardware, *, transposed: bool = False,
+               element_bytes: int = 2) -> LayerComm:
+    """Eqs 4-8 for one layer on ``hw``, each group's bandwidth by eq 10 from its stride.
+
+    A transposed layer swaps the sizes of x and y (and so their bandwidths: its "x"
+    collectives run on the physical y groups)."""
+    v = {key: size * element_bytes for key, size in layer_volumes(m, k, n, grid, transposed=transposed).items()}
+    # the physical groups: a transposed layer all-reduces its output over x and its
+    # input gradient over y
+    out_axis, in_axis = ("x", "y") if transposed else ("y", "x")
+    size = {"x": grid.x, "y": grid.y}
+    return LayerComm(
+        all_gather_z=cm.all_gather_time(grid.z, v["all_gather_z"], hw, grid.stride("z")),
+        reduce_scatter_z=cm.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, grid.stride("z")),
+        all_reduce_y=cm.all_reduce_time(size[out_axis], v["all_reduce_y"], hw, grid.stride(out_axis)),
+        all_reduce_x=cm.all_reduce_time(size[in_axis], v["all_reduce_x"], hw, grid.stride(in_axis)),
+        all_reduce_data=cm.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride("data")),
+    )
+
+
+def group_bandwidth(grid: Grid3D, axis: str, hw: Hardware) -> float:
+    """β of an ``axis`` group by axonn eq 10 (§V-B): intra-node when the product of the
+    sizes up to and including ``axis`` fits in a node, else the node-pair bandwidth
+    shared by the min(G_node, stride) rings crossing it."""
+    return cm.group_link(getattr(grid, axis), grid.stride(axis), hw)[0]

@@ -1,0 +1,61 @@
+"""AxoNN's 3D grid: rank layout, groups, and the communication model of eqs 4-10."""
+import dataclasses
+
+import pytest
+
+from autopar.planning.grid3d import Grid3D, group_bandwidth, layer_comm, layer_volumes
+from autopar.planning.hardware import get_hardware
+
+# a cluster of 4 devices per node; no latency, as the paper's assumption 3 has it
+CLUSTER = dataclasses.replace(get_hardware("a100-selene"), devices_per_node=4, intra_node_latency_s=0.0,
+                              inter_node_latency_s=0.0, intra_node_bandwidth=100e9, inter_node_bandwidth=10e9)
+
+
+def test_rank_layout_follows_the_x_y_z_data_hierarchy():
+    grid = Grid3D(2, 2, 2, 2)  # the example of axonn §V-B
+    assert grid.groups("x")[:4] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert grid.groups("y")[:4] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert grid.groups("z")[:2] == [[0, 4], [1, 5]]
+    assert grid.groups("data")[0] == [0, 8]
+    assert grid.coordinates(13) == {"x": 1, "y": 0, "z": 1, "data": 1} and grid.rank(1, 0, 1, 1) == 13
+    assert grid.swapped() == Grid3D(2, 2, 2, 2) and Grid3D(1, 2, 4).swapped() == Grid3D(2, 1, 4)
+    with pytest.raises(ValueError, match="Gz = 0 must be at least 1"):
+        Grid3D(2, 2, 0)
+
+
+def test_one_transformer_layer_matches_eqs_4_to_8_by_hand():
+    # the fused QKV projection of a layer of hidden size 1024, 2048 tokens per replica, 2x2x2 grid, data 2
+    m, k, n, grid = 2048, 1024, 3 * 1024, Grid3D(2, 2, 2, 2)
+    volumes = layer_volumes(m, k, n, grid)
+    assert volumes == {"all_gather_z": 1024 * 3072 / 8, "reduce_scatter_z": 1024 * 3072 / 4,
+                       "all_reduce_y": 2048 * 3072 / 4, "all_reduce_x": 2048 * 1024 / 4,
+                       "all_reduce_data": 1024 * 3072 / 8}
+    t = layer_comm(m, k, n, grid, CLUSTER, element_bytes=2)
+    intra, inter = 100e9, 4 * 10e9 / 4  # eq 10: x and y inside a node; z (stride 4) and data (stride 8) cross
+    assert t.all_gather_z == pytest.approx((2 - 1) * 1024 * 3072 / 8 * 2 / inter)              # eq 4
+    assert t.reduce_scatter_z == pytest.approx((2 - 1) / 2 * 1024 * 3072 / 4 * 2 / inter)      # eq 5
+    assert t.all_reduce_y == pytest.approx(2 * (2 - 1) / 2 * 2048 * 3072 / 4 * 2 / intra)      # eq 6
+    assert t.all_reduce_x == pytest.approx(2 * (2 - 1) / 2 * 2048 * 1024 / 4 * 2 / intra)      # eq 7
+    assert t.all_reduce_data == pytest.approx(2 * (2 - 1) / 2 * 1024 * 3072 / 8 * 2 / inter)   # eq 8
+    assert t.total == pytest.approx(sum(t.by_group().values()))                                # eq 9
+
+
+def test_a_transposed_layer_swaps_x_and_y():
+    # the output projection after QKV: its input is split over x, so x and y exchange roles
+    m, k, n = 2048, 1024, 1024
+    grid = Grid3D(4, 1, 2)
+    plain, transposed = layer_comm(m, k, n, grid, CLUSTER), layer_comm(m, k, n, grid, CLUSTER, transposed=True)
+    # plain: the output all-reduce runs over y (size 1): free; transposed: over x (size 4)
+    assert plain.all_reduce_y == 0.0 and transposed.all_reduce_y > 0.0
+    assert transposed.all_reduce_x == 0.0 and plain.all_reduce_x > 0.0
+    assert layer_volumes(m, k, n, grid, transposed=True)["all_reduce_y"] == m * n / (2 * 1)
+
+
+def test_eq10_bandwidth_of_each_group_with_4_devices_per_node():
+    grid = Grid3D(2, 2, 2, 2)  # 16 ranks on 4 nodes
+    assert group_bandwidth(grid, "x", CLUSTER) == 100e9     # {0, 1}: inside a node
+    assert group_bandwidth(grid, "y", CLUSTER) == 100e9     # {0, 2}: Gx*Gy = 4 <= 4
+    assert group_bandwidth(grid, "z", CLUSTER) == 10e9      # {0, 4}: 4 rings share the node pair: 40e9 / 4
+    assert group_bandwidth(grid, "data", CLUSTER) == 10e9   # {0, 8}: min(4, 8) = 4 rings share it
+    wide = Grid3D(2, 1, 1, 8)                               # data stride 2: 2 rings per node pair
+    assert group_bandwidth(wide, "data", CLUSTER) == 20e9
