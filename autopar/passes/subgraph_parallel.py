@@ -322,7 +322,7 @@ def csub_branch_program(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], sub
         placeholder = _call(graph, S.csub_placeholder, (shape, first.dtype, previous))
         env.update(zip(cut.fork_inputs, _emit_fork(graph, cut, [placeholder], "csub", group)))
         for node in cut.own:
-            env[node] = graph.node_copy(node, lambda a: _constant_input(graph, gm, env, a, cut))
+            env[node] = graph.node_copy(node, lambda a: _constant_input(graph, env, a, cut))
         previous = _emit_join(graph, cut, [env[o] for o in cut.outputs], "csub", group, root=False)
     graph.output(previous)
     program = fx.GraphModule(gm, graph, class_name="CSubBranches")
@@ -336,7 +336,7 @@ def csub_branch_program(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], sub
     return program
 
 
-def _constant_input(graph: fx.Graph, gm: fx.GraphModule, env: dict, node: fx.Node, cut: _Cut) -> fx.Node:
+def _constant_input(graph: fx.Graph, env: dict, node: fx.Node, cut: _Cut) -> fx.Node:
     """A value a kept node reads: already received or computed here, or a parameter or
     constant (``get_attr``, copied with what it derives from); anything else comes from
     the common layers, which this sub-grid does not run."""
@@ -344,7 +344,7 @@ def _constant_input(graph: fx.Graph, gm: fx.GraphModule, env: dict, node: fx.Nod
         return env[node]
     if node.op == "get_attr" or (node.op == "call_function" and node.all_input_nodes and all(
             a.op == "get_attr" or a in env for a in node.all_input_nodes)):
-        env[node] = graph.node_copy(node, lambda a: _constant_input(graph, gm, env, a, cut))
+        env[node] = graph.node_copy(node, lambda a: _constant_input(graph, env, a, cut))
         return env[node]
     raise SubgraphParallelError(f"region {cut.region}: a branch reads {node.name} from the common layers, which "
                                 f"D&SP-cSub does not send to the other sub-grids; use D&SP (csub off)")

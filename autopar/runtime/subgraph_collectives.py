@@ -410,8 +410,8 @@ def segment_share(value, group: str, like: Optional[tuple] = None):
     if root:
         like = ("tensor", list(value.shape), value.dtype) if isinstance(value, torch.Tensor) else ("scalar",)
     if like[0] == "scalar":
-        code = {float: 0, int: 1, bool: 2}
-        buffer = torch.tensor([float(value), code[type(value)]] if root else [0.0, 0.0], dtype=torch.float64)
+        code = (2 if isinstance(value, bool) else 1 if isinstance(value, int) else 0) if root else 0
+        buffer = torch.tensor([float(value), code] if root else [0.0, 0.0], dtype=torch.float64)
         dist.broadcast(buffer, group=process_group, group_src=ROOT)
         return value if root else _SCALAR_TYPES[int(buffer[1])](buffer[0].item())
     _, shape, dtype = like
