@@ -265,8 +265,8 @@ def _split_region(gm: fx.GraphModule, cut: _Cut, mode: str, group: str) -> None:
             node.replace_input_with(old, new)
     with graph.inserting_before(cut.own[-1].next if cut.heads else cut.join):
         result = _emit_join(graph, cut, cut.outputs, mode, group, root=True)
-    emitted = _emitted(result, cut.join)
-    cut.join.replace_all_uses_with(result, delete_user_cb=lambda user: user not in emitted)
+    # for heads the join is the core's last node and the emitted all-to-all/gather reads it
+    cut.join.replace_all_uses_with(result, delete_user_cb=lambda user: user is not result)
     # the join and the other sub-grids' branches: gone from this rank
     for node in reversed(list(graph.nodes)):
         if node in cut.dropped:
@@ -274,17 +274,6 @@ def _split_region(gm: fx.GraphModule, cut: _Cut, mode: str, group: str) -> None:
                 raise SubgraphParallelError(f"region {cut.region}: {node.format_node()} is used outside its "
                                             f"branch; D&SP cannot drop it")
             graph.erase_node(node)
-
-
-def _emitted(node: fx.Node, stop: fx.Node) -> set:
-    """The nodes of the join transition just emitted: from ``node`` back to ``stop``."""
-    seen, stack = set(), [node]
-    while stack:
-        n = stack.pop()
-        if n not in seen and n is not stop:
-            seen.add(n)
-            stack.extend(n.all_input_nodes)
-    return seen
 
 
 # ---------------------------------------------------------------- cSub: the other sub-grids

@@ -147,53 +147,44 @@ def group_link(group_size: int, stride: int, hw: Hardware) -> tuple[float, float
     return float(shared), float(hw.inter_node_latency_s)
 
 
-def all_gather_time(group_size: int, bytes_per_rank: float, hw: Hardware, stride: int = 1) -> float:
-    """Seconds for a ring all-gather where each rank contributes ``bytes_per_rank`` (AxoNN eq 1 + α)."""
+def _collective_time(formula, group_size: int, nbytes: float, hw: Hardware, stride: int) -> float:
+    """A lambdified collective formula on the link a group of ``group_size`` at ``stride``
+    sees (:func:`group_link`); 0.0 for a group of one."""
     if group_size == 1:
         return 0.0
     b, a = group_link(group_size, stride, hw)
-    return float(_all_gather(group_size, bytes_per_rank, b, a))
+    return float(formula(group_size, nbytes, b, a))
+
+
+def all_gather_time(group_size: int, bytes_per_rank: float, hw: Hardware, stride: int = 1) -> float:
+    """Seconds for a ring all-gather where each rank contributes ``bytes_per_rank`` (AxoNN eq 1 + α)."""
+    return _collective_time(_all_gather, group_size, bytes_per_rank, hw, stride)
 
 
 def reduce_scatter_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
     """Seconds for a ring reduce-scatter of a ``total_bytes`` buffer held by each rank (AxoNN eq 2 + α)."""
-    if group_size == 1:
-        return 0.0
-    b, a = group_link(group_size, stride, hw)
-    return float(_reduce_scatter(group_size, total_bytes, b, a))
+    return _collective_time(_reduce_scatter, group_size, total_bytes, hw, stride)
 
 
 def all_to_all_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
     """Seconds for an all-to-all of a ``total_bytes`` buffer held by each rank (``ALL_TO_ALL``)."""
-    if group_size == 1:
-        return 0.0
-    b, a = group_link(group_size, stride, hw)
-    return float(_all_to_all(group_size, total_bytes, b, a))
+    return _collective_time(_all_to_all, group_size, total_bytes, hw, stride)
 
 
 def all_reduce_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
     """Seconds for a ring all-reduce of a ``total_bytes`` buffer held by each rank (AxoNN eq 3 + 2(G−1)α);
     0.0 for a group of one."""
-    if group_size == 1:
-        return 0.0
-    b, a = group_link(group_size, stride, hw)
-    return float(_all_reduce(group_size, total_bytes, b, a))
+    return _collective_time(_all_reduce, group_size, total_bytes, hw, stride)
 
 
 def broadcast_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
     """Seconds to broadcast (or reduce) ``total_bytes`` from one root over the group (``BROADCAST``)."""
-    if group_size == 1:
-        return 0.0
-    b, a = group_link(group_size, stride, hw)
-    return float(_broadcast(group_size, total_bytes, b, a))
+    return _collective_time(_broadcast, group_size, total_bytes, hw, stride)
 
 
 def scatter_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
     """Seconds to scatter (or gather) a ``total_bytes`` buffer from (to) one root (``SCATTER``)."""
-    if group_size == 1:
-        return 0.0
-    b, a = group_link(group_size, stride, hw)
-    return float(_scatter(group_size, total_bytes, b, a))
+    return _collective_time(_scatter, group_size, total_bytes, hw, stride)
 
 
 def point_to_point_time(nbytes: float, hw: Hardware, *, inter_node: bool = True) -> float:

@@ -330,7 +330,7 @@ def _price_subgraph(model: _Model, hw: Hardware, data: int, g: int, topology_awa
             details = {"subgrids": g, "assignment": list(cost.assignment), "branch_params": params,
                        "topology_aware": topology_aware}
             params_per_rank = cost.branch_param_elems_per_rank
-        details.update(csub=csub, intra_node_messages=messages.intra_node, inter_node_messages=messages.inter_node)
+        details.update(intra_node_messages=messages.intra_node, inter_node_messages=messages.inter_node)
         replaced[r.id] = common
         choices.append(RegionChoice(
             r.id, r.kind, "dsp", Cost(cost.compute_s, dict(cost.comm_s), cm.training_memory(params_per_rank, 0.0)),
