@@ -79,6 +79,16 @@ class Grid3D:
             found.setdefault(tuple(c[a] for a in others), []).append(r)
         return sorted(found.values(), key=lambda ranks: ranks[0])
 
+    def replica_groups(self) -> list[list[int]]:
+        """The ranks sharing one (x, y): they split the batch over z and data and hold the
+        same weight block and the same replicated parameters, ordered by batch chunk
+        (``data·Gz + z``)."""
+        found: dict[tuple, list[int]] = {}
+        for r in range(self.size):
+            c = self.coordinates(r)
+            found.setdefault((c["x"], c["y"]), []).append(r)
+        return sorted(found.values(), key=lambda ranks: ranks[0])
+
     def swapped(self) -> "Grid3D":
         """The grid a "transposed" layer sees: x and y exchange roles (axonn end of §III-B)."""
         return Grid3D(self.y, self.x, self.z, self.data)

@@ -1,46 +1,69 @@
-"""AxoNN's 3D tensor-parallel linear layer (Singh et al., Algorithm 1) on a live grid.
+"""AxoNN's 3D tensor-parallel linear layer (Singh et al., Algorithm 1) on a live grid,
+with the communication overlaps of axonn §IV.
 
 The grid, rank layout and cost model are :mod:`autopar.planning.grid3d`. A layer has an
 *in* axis, which splits the contraction dimension ``k`` (its input's columns, the weight's
 rows), and an *out* axis, which splits ``n`` (the weight's columns, its output's columns);
-rows of activations are split over z. A plain layer has in = y, out = x (Algorithm 1 as
-printed); the next, "transposed" one in = x, out = y, so it reads the previous output's
-layout without any re-layout (axonn end of §III-B).
+rows of activations are split over z (and data). A plain layer has in = y, out = x
+(Algorithm 1 as printed); a "transposed" one in = x, out = y, so it reads a plain layer's
+output layout without any re-layout (axonn end of §III-B).
 
 On rank ``g_{i,j,k}`` (x = i, y = j, z = k), with PyTorch's ``weight[n, k]``:
 
 * forward (Algorithm 1, lines 2-4): ``W = all-gather_z(Ŵ)``, ``Ô = I × Wᵀ``, ``O =
   all-reduce_in(Ô)`` (+ the bias block, once, after the all-reduce);
-* backward (lines 11-12): ``∂I = all-reduce_out(∂O × W)``, ``∂Ŵ = reduce-scatter_z(∂Oᵀ × I)``;
-  the bias gradient, a sum over rows that z splits, is all-reduced over z.
+* backward (lines 11-12): ``∂I = all-reduce_out(∂O × W)``, ``∂Ŵ = reduce-scatter_z(∂Oᵀ × I)``.
+
+The bias gradient (a sum over rows, which z and data split) is left to the runtime's
+gradient buckets, which reduce biases and norm parameters over z and data together
+(the ``replica`` group), as every other replicated parameter.
 
 ``Ŵ`` is this rank's flat ``1/Gz`` shard of its weight block (z-sharding for memory,
-axonn §III-B); :func:`weight_shard` and :func:`gather_weight` move between the full
-weight and the shards.
+axonn §III-B); :class:`Grid3DShard` says how a parameter is cut, :func:`local_part` and
+:func:`gather_part` move between full tensors and this rank's part.
+
+Overlap (axonn §IV), each switchable through :class:`Overlap` and on by default:
+
+* ``all_reduce`` (§IV-A): the input-gradient all-reduce of line 11 is issued
+  asynchronously and waited on after the weight-gradient matmul of line 12;
+* ``reduce_scatter`` (§IV-B): the weight-gradient reduce-scatters are issued
+  asynchronously and waited on only after the whole backward pass, in
+  :meth:`Tensor3DRuntime.finish` (``ParallelModule.step`` calls it before the data
+  all-reduce and before any optimizer can read the gradients);
+* ``all_gather`` (§IV-C): each layer issues the next layer's weight all-gather (the next
+  in the graph's topological order, named in the rank graph) before its own matmul;
+* ``cache`` (§IV-D): under activation checkpointing, the all-gathered weights of the
+  first forward are kept for the recomputation forward instead of gathered again.
 """
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 import torch
 import torch.distributed as dist
 
 from autopar.planning.grid3d import Grid3D
-from autopar.runtime.groups import size_of
+from autopar.runtime.groups import get_group, size_of
 
 AXES = ("x", "y", "z", "data")
 
 
+# ---------------------------------------------------------------------------- groups
 def make_grid_process_groups(grid: Grid3D) -> dict[str, Optional[dist.ProcessGroup]]:
     """Create every group of every axis (all ranks call this, in the same order) and return
-    this rank's ``{"x": pg, "y": pg, "z": pg, "data": pg}``; a group of one is ``None``."""
+    this rank's ``{"x", "y", "z", "data", "replica"}`` groups; ``replica`` holds the ranks
+    with this rank's (x, y): they split the batch (z and data) and hold the same blocks.
+    A group of one is ``None``."""
     if dist.get_world_size() != grid.size:
         raise ValueError(f"a {grid.x}x{grid.y}x{grid.z}x{grid.data} grid needs {grid.size} ranks, the world has "
                          f"{dist.get_world_size()}")
     me = dist.get_rank()
-    mine: dict[str, Optional[dist.ProcessGroup]] = {axis: None for axis in AXES}
-    for axis in AXES:
-        for ranks in grid.groups(axis):
+    mine: dict[str, Optional[dist.ProcessGroup]] = {axis: None for axis in AXES + ("replica",)}
+    layouts = {axis: grid.groups(axis) for axis in AXES}
+    layouts["replica"] = grid.replica_groups()
+    for axis, groups in layouts.items():
+        for ranks in groups:
             if len(ranks) > 1:
                 group = dist.new_group(ranks, sort_ranks=False)
                 if me in ranks:
@@ -53,66 +76,252 @@ def _axes(transposed: bool) -> tuple[str, str]:
     return ("x", "y") if transposed else ("y", "x")
 
 
-def weight_block(weight: torch.Tensor, grid: Grid3D, coords: dict[str, int], transposed: bool) -> torch.Tensor:
-    """The block ``W_{j,i}`` of a full ``weight[n, k]`` this rank's (in, out) coordinates own."""
-    in_axis, out_axis = _axes(transposed)
-    n, k = weight.shape
+# ---------------------------------------------------------------------------- parameter parts
+@dataclass(frozen=True)
+class Grid3DShard:
+    """How a parameter of a 3D layer is cut: a weight (``vector=False``) into its
+    (out axis, in axis) block, then a flat ``1/Gz`` shard; a bias (``vector=True``) into
+    its out-axis block, replicated over the in axis and z. ``out_dim`` is the weight's
+    out-features dimension (0 for ``nn.Linear``, 1 for GPT-2's ``Conv1D``); ``blocks``
+    > 1 cuts a fused projection (Q, K, V side by side) per block, as Megatron's split."""
+
+    out_dim: int
+    transposed: bool
+    blocks: int = 1
+    vector: bool = False
+
+    @property
+    def axes(self) -> tuple[str, str]:
+        return _axes(self.transposed)
+
+
+def _per_block(t: torch.Tensor, dim: int, blocks: int, parts: int, index: int) -> torch.Tensor:
+    pieces = [b.chunk(parts, dim)[index] for b in t.chunk(blocks, dim)]
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim)
+
+
+def block_of(full: torch.Tensor, shard: Grid3DShard, grid: Grid3D, coords: dict[str, int]) -> torch.Tensor:
+    """The (out axis, in axis) block of a full parameter that ``coords`` owns."""
+    in_axis, out_axis = shard.axes
     g_in, g_out = getattr(grid, in_axis), getattr(grid, out_axis)
-    if n % g_out or k % g_in:
-        raise ValueError(f"weight [{n}, {k}]: out features {n} must divide by G{out_axis} = {g_out} and in features "
-                         f"{k} by G{in_axis} = {g_in}")
-    return weight.chunk(g_out, 0)[coords[out_axis]].chunk(g_in, 1)[coords[in_axis]]
+    n = full.shape[shard.out_dim]
+    if n % (shard.blocks * g_out):
+        raise ValueError(f"a {list(full.shape)} parameter: its {n} output features ({shard.blocks} block(s)) do not "
+                         f"divide by G{out_axis} = {g_out}")
+    block = _per_block(full, shard.out_dim, shard.blocks, g_out, coords[out_axis])
+    if shard.vector:
+        return block
+    in_dim = 1 - shard.out_dim
+    if full.shape[in_dim] % g_in:
+        raise ValueError(f"a {list(full.shape)} weight: its {full.shape[in_dim]} input features do not divide by "
+                         f"G{in_axis} = {g_in}")
+    return block.chunk(g_in, in_dim)[coords[in_axis]]
 
 
-def weight_shard(weight: torch.Tensor, grid: Grid3D, coords: dict[str, int], transposed: bool) -> torch.Tensor:
-    """``Ŵ``: this rank's flat ``1/Gz`` shard of its weight block."""
-    block = weight_block(weight, grid, coords, transposed)
+def block_shape(full_shape, shard: Grid3DShard, grid: Grid3D) -> tuple[int, ...]:
+    in_axis, out_axis = shard.axes
+    shape = list(full_shape)
+    shape[shard.out_dim] //= getattr(grid, out_axis)
+    if not shard.vector:
+        shape[1 - shard.out_dim] //= getattr(grid, in_axis)
+    return tuple(shape)
+
+
+def local_part(full: torch.Tensor, shard: Grid3DShard, grid: Grid3D, coords: dict[str, int]) -> torch.Tensor:
+    """This rank's part of a full parameter: the bias block, or the weight block's flat z shard ``Ŵ``."""
+    block = block_of(full, shard, grid, coords)
+    if shard.vector:
+        return block.clone()
     if block.numel() % grid.z:
         raise ValueError(f"a weight block of {block.numel()} elements does not split into Gz = {grid.z} shards")
     return block.reshape(-1).chunk(grid.z)[coords["z"]].clone()
 
 
-def bias_block(bias: torch.Tensor, grid: Grid3D, coords: dict[str, int], transposed: bool) -> torch.Tensor:
-    _, out_axis = _axes(transposed)
-    return bias.chunk(getattr(grid, out_axis))[coords[out_axis]].clone()
+def gather_part(local: torch.Tensor, shard: Grid3DShard, grid: Grid3D, full_shape) -> torch.Tensor:
+    """The full parameter from every rank's part (a collective over z, in and out axes:
+    every rank calls it)."""
+    in_axis, out_axis = shard.axes
+    if shard.vector:
+        block = local.detach()
+    else:
+        block = _all_gather_flat(local.detach(), get_group("z")).view(block_shape(full_shape, shard, grid))
+        block = _gather_dim(block, 1 - shard.out_dim, get_group(in_axis), 1)
+    return _gather_dim(block, shard.out_dim, get_group(out_axis), shard.blocks)
 
 
-def input_block(x: torch.Tensor, grid: Grid3D, coords: dict[str, int], transposed: bool) -> torch.Tensor:
-    """``I_{k,j}`` of a full ``x[m, k]``: rows over z, columns over the layer's in axis."""
-    in_axis, _ = _axes(transposed)
-    return x.chunk(grid.z, 0)[coords["z"]].chunk(getattr(grid, in_axis), -1)[coords[in_axis]].clone()
+def _gather_dim(t: torch.Tensor, dim: int, group, blocks: int) -> torch.Tensor:
+    parts = size_of(group)
+    if parts == 1:
+        return t.clone()
+    pieces = [torch.empty_like(t) for _ in range(parts)]
+    dist.all_gather(pieces, t.contiguous(), group=group)
+    per_rank = [p.chunk(blocks, dim) for p in pieces]
+    return torch.cat([per_rank[r][b] for b in range(blocks) for r in range(parts)], dim)
 
 
+# ---------------------------------------------------------------------------- overlap state
+@dataclass(frozen=True)
+class Overlap:
+    """The overlap optimisations of axonn §IV (see the module docstring), each on by default."""
+
+    all_reduce: bool = True       # §IV-A OAR
+    reduce_scatter: bool = True   # §IV-B ORS
+    all_gather: bool = True       # §IV-C OAG
+    cache: bool = True            # §IV-D all-gather outputs kept for recomputation
+
+    @staticmethod
+    def parse(value) -> "Overlap":
+        if value is None or value is True:
+            return Overlap()
+        if value is False:
+            return Overlap(False, False, False, False)
+        if isinstance(value, Overlap):
+            return value
+        if isinstance(value, dict):
+            unknown = set(value) - set(asdict(Overlap()))
+            if unknown:
+                raise ValueError(f"overlap: unknown option(s) {sorted(unknown)}; the options are "
+                                 f"{sorted(asdict(Overlap()))}")
+            return Overlap(**{k: bool(v) for k, v in value.items()})
+        raise ValueError(f"overlap={value!r}: expected True, False or a dict of {sorted(asdict(Overlap()))}")
+
+
+class Tensor3DRuntime:
+    """Per-``ParallelModule`` state of the 3D layers in flight: prefetched weight
+    all-gathers (§IV-C), deferred weight-gradient reduce-scatters (§IV-B) and weights
+    cached for recomputation (§IV-D)."""
+
+    def __init__(self, overlap: Overlap = Overlap()):
+        self.overlap = overlap
+        self._prefetched: dict[int, tuple] = {}   # id(Ŵ) -> (work, buffer)
+        self._cached: dict[int, torch.Tensor] = {}
+        self._deferred: list[tuple] = []          # (Ŵ, work, gradient shard)
+
+    def begin(self) -> None:
+        """Forget the last step's gathered weights (the optimizer has changed them)."""
+        self._drain_prefetches()
+        self._cached.clear()
+
+    def _drain_prefetches(self) -> None:
+        for work, _ in self._prefetched.values():
+            if work is not None:
+                work.wait()
+        self._prefetched.clear()
+
+    def gathered(self, w_hat: torch.Tensor, shape, checkpointed: bool) -> torch.Tensor:
+        """``W = all-gather_z(Ŵ)`` (line 2): prefetched, cached, or gathered now."""
+        key = id(w_hat)
+        if checkpointed and self.overlap.cache and key in self._cached:
+            return self._cached.pop(key)
+        found = self._prefetched.pop(key, None)
+        if found is not None:
+            work, buffer = found
+            if work is not None:
+                work.wait()
+            w = buffer.view(shape)
+        else:
+            w = _all_gather_flat(w_hat.detach(), get_group("z")).view(shape)
+        if checkpointed and self.overlap.cache and torch.is_grad_enabled():
+            self._cached[key] = w
+        return w
+
+    def prefetch(self, w_hat: torch.Tensor) -> None:
+        """Issue ``Ŵ``'s all-gather over z now, for a later layer (§IV-C)."""
+        key = id(w_hat)
+        if key in self._prefetched or key in self._cached:
+            return
+        group = get_group("z")
+        if size_of(group) == 1:
+            return
+        buffer = w_hat.new_empty(w_hat.numel() * size_of(group))
+        work = dist.all_gather_into_tensor(buffer, w_hat.detach().contiguous(), group=group, async_op=True)
+        self._prefetched[key] = (work, buffer)
+
+    def defer(self, w_hat: torch.Tensor, work, shard: torch.Tensor) -> None:
+        self._deferred.append((w_hat, work, shard))
+
+    def finish(self) -> None:
+        """Wait for the deferred reduce-scatters and add each into its ``Ŵ.grad`` (in the
+        order backward issued them); drop unused prefetches. Before any optimizer step."""
+        for w_hat, work, shard in self._deferred:
+            work.wait()
+            if w_hat.grad is None:
+                w_hat.grad = shard.view_as(w_hat)
+            else:
+                w_hat.grad.add_(shard.view_as(w_hat))
+        self._deferred.clear()
+        self._drain_prefetches()
+        self._cached.clear()
+
+    @property
+    def pending(self) -> int:
+        return len(self._deferred)
+
+
+_RUNTIME = Tensor3DRuntime()
+
+
+class use_runtime:
+    """Install ``runtime`` for 3D layers during a block (each ParallelModule owns one)."""
+
+    __slots__ = ("runtime", "saved")
+
+    def __init__(self, runtime: Tensor3DRuntime):
+        self.runtime = runtime
+
+    def __enter__(self) -> None:
+        global _RUNTIME
+        self.saved, _RUNTIME = _RUNTIME, self.runtime
+
+    def __exit__(self, *exc) -> None:
+        global _RUNTIME
+        _RUNTIME = self.saved
+
+
+def current_runtime() -> Tensor3DRuntime:
+    return _RUNTIME
+
+
+# ---------------------------------------------------------------------------- the layer
 class _Linear3D(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w_hat, bias, block_shape, groups):
+    def forward(ctx, x, w_hat, w, bias, weight_t, groups, runtime):
         group_in, group_out, group_z = groups
-        w = _all_gather_flat(w_hat, group_z).view(block_shape)       # line 2
-        out = x @ w.t()                                                # line 3
+        out = x @ (w if weight_t else w.t())                          # line 3
         if size_of(group_in) > 1:
             dist.all_reduce(out, group=group_in)                      # line 4
         if bias is not None:
             out = out + bias
-        ctx.save_for_backward(x, w)  # line 5: cache I and the gathered W
-        ctx.groups, ctx.has_bias = groups, bias is not None
+        ctx.save_for_backward(x, w)                                    # line 5: cache I and W
+        ctx.groups, ctx.has_bias, ctx.weight_t, ctx.runtime = groups, bias is not None, weight_t, runtime
+        ctx.w_hat = w_hat
         return out
 
     @staticmethod
     def backward(ctx, grad):
         x, w = ctx.saved_tensors
         group_in, group_out, group_z = ctx.groups
+        overlap = ctx.runtime.overlap
         grad = grad.contiguous()
-        grad_x = grad @ w                                              # line 11
+        grad_x = grad @ (w.t() if ctx.weight_t else w)                # line 11
+        work = None
         if size_of(group_out) > 1:
-            dist.all_reduce(grad_x, group=group_out)
-        grad_w = grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])  # line 12
-        grad_w_hat = _reduce_scatter_flat(grad_w.reshape(-1), group_z)
-        grad_b = None
-        if ctx.has_bias:
-            grad_b = grad.reshape(-1, grad.shape[-1]).sum(0)
-            if size_of(group_z) > 1:  # rows are split over z
-                dist.all_reduce(grad_b, group=group_z)
-        return grad_x, grad_w_hat, grad_b, None, None
+            work = dist.all_reduce(grad_x, group=group_out, async_op=overlap.all_reduce)
+        rows_grad, rows_x = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
+        grad_w = rows_x.t() @ rows_grad if ctx.weight_t else rows_grad.t() @ rows_x  # line 12
+        if work is not None and overlap.all_reduce:
+            work.wait()  # §IV-A: the all-reduce ran under the weight-gradient matmul
+        grad_b = grad.reshape(-1, grad.shape[-1]).sum(0) if ctx.has_bias else None
+        flat = grad_w.reshape(-1)
+        if size_of(group_z) == 1:
+            return grad_x, flat.view_as(ctx.w_hat), None, grad_b, None, None, None
+        shard = flat.new_empty(flat.numel() // size_of(group_z))
+        if overlap.reduce_scatter:  # §IV-B: waited on after the whole backward pass
+            work = dist.reduce_scatter_tensor(shard, flat, group=group_z, async_op=True)
+            ctx.runtime.defer(ctx.w_hat, work, shard)
+            return grad_x, None, None, grad_b, None, None, None
+        dist.reduce_scatter_tensor(shard, flat, group=group_z)
+        return grad_x, shard.view_as(ctx.w_hat), None, grad_b, None, None, None
 
 
 def _all_gather_flat(shard: torch.Tensor, group) -> torch.Tensor:
@@ -123,18 +332,20 @@ def _all_gather_flat(shard: torch.Tensor, group) -> torch.Tensor:
     return out
 
 
-def _reduce_scatter_flat(flat: torch.Tensor, group) -> torch.Tensor:
-    if size_of(group) == 1:
-        return flat
-    out = flat.new_empty(flat.numel() // size_of(group))
-    dist.reduce_scatter_tensor(out, flat.contiguous(), group=group)
-    return out
+def linear_3d(x: torch.Tensor, w_hat: torch.Tensor, bias: Optional[torch.Tensor], block: tuple[int, ...],
+              in_group: str, out_group: str, weight_t: bool = False, prefetch: Optional[torch.Tensor] = None,
+              checkpointed: bool = False) -> torch.Tensor:
+    """Algorithm 1 for ``x`` (this rank's input block, columns split over ``in_group``)
+    and ``Ŵ``; ``block`` is the weight block's shape (``[n/G_out, k/G_in]``, or ``[k/G_in,
+    n/G_out]`` when ``weight_t``: GPT-2's ``Conv1D`` stores ``[k, n]``). ``prefetch``: the
+    next layer's ``Ŵ``, whose all-gather is issued now (§IV-C). Groups are looked up by
+    name (``"x"``, ``"y"``, and ``"z"`` for the weight shards)."""
+    runtime = _RUNTIME
+    w = runtime.gathered(w_hat, block, checkpointed)                  # line 2
+    if prefetch is not None and runtime.overlap.all_gather:
+        runtime.prefetch(prefetch)
+    groups = (get_group(in_group), get_group(out_group), get_group("z"))
+    return _Linear3D.apply(x, w_hat, w, bias, weight_t, groups, runtime)
 
 
-def linear_3d(x: torch.Tensor, w_hat: torch.Tensor, bias: Optional[torch.Tensor], block_shape: tuple[int, int],
-              groups: dict, *, transposed: bool = False) -> torch.Tensor:
-    """Algorithm 1 for ``x`` (this rank's input block) and ``Ŵ``; ``block_shape`` is the
-    ``[n/G_out, k/G_in]`` block the z-shards gather into; ``groups`` the rank's axis groups
-    (:func:`make_grid_process_groups`)."""
-    in_axis, out_axis = _axes(transposed)
-    return _Linear3D.apply(x, w_hat, bias, tuple(block_shape), (groups[in_axis], groups[out_axis], groups["z"]))
+torch.fx.wrap("linear_3d")
