@@ -33,3 +33,15 @@ def argument_names(target) -> list[str]:
 def aten_name(target) -> str:
     """``aten.addmm`` for ``torch.ops.aten.addmm.default``."""
     return f"aten.{target._schema.name.split('::')[-1]}"
+
+
+def _flat_collectives():
+    """``(all_gather, reduce_scatter)`` of flat tensors into/out of one buffer:
+    ``all_gather_single``/``reduce_scatter_single`` where torch has them (2.13 deprecates
+    the ``*_tensor`` names), else the older names."""
+    import torch.distributed as dist
+    return (getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor,
+            getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor)
+
+
+all_gather_flat, reduce_scatter_flat = _flat_collectives()

@@ -28,12 +28,14 @@ from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass
 from autopar.passes.manager import PassRunner, graph_code, pass_disabled
 from autopar.passes.subgraph_parallel import csub_branch_program, subgraph_parallel_pass
+from autopar.passes.tensor3d import planned_grid3d_shards, tensor3d_pass
 from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard, planned_param_shards, tensor_parallel_pass
 from autopar.planning.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
 from autopar.planning.planner import PlanError, Strategy, plan_graph
 from autopar.runtime import groups as G
 from autopar.runtime import rng
+from autopar.runtime import tensor3d as T3
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.runtime.shards import gather_full, local_shard
 
@@ -118,7 +120,15 @@ def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None
     with_loss = gm.meta[CAPTURE].with_loss
     dsp_regions = plan_.dsp_regions()
     subgrid = plan_.subgrid_coordinates(rank)[0]
-    if plan_.csub and subgrid != 0:
+    if plan_.grid is not None:
+        passes = [
+            ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
+            ("tensor3d", tensor3d_pass, {"regions": plan_.regions_with("tensor3d"), "grid": plan_.grid,
+                                         "rank": rank}),
+            ("data_parallel", data_parallel_pass, {"degree": parts, "local_batch": local_batch, "group": "replica",
+                                                    "reduce_scalars": not with_loss}),
+        ]
+    elif plan_.csub and subgrid != 0:
         passes = [("analysis", analyse, {"label": f"rank{rank}_analysis"}),
                   ("csub_branches", csub_branch_program, {"dsp_regions": dsp_regions, "subgrid": subgrid})]
     else:
@@ -139,7 +149,7 @@ def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None
 
 
 def rank_graph_code(gm: fx.GraphModule, plan_: Plan, rank: int) -> str:
-    coords = ", ".join(f"{k}={v}" for k, v in plan_.rank_coordinates(rank).items())
+    coords = ", ".join(f"{k}={v}" for k, v in plan_.rank_coordinates(rank).items() if k in plan_.mesh)
     if plan_.subgrids > 1:
         s, p = plan_.subgrid_coordinates(rank)
         coords += f"; sub-grid {s}, position {p}, batch chunk {plan_.batch_chunk(rank)}"
@@ -157,7 +167,7 @@ class ParallelModule(nn.Module):
     """
 
     def __init__(self, model: nn.Module, plan_: Plan, rank: int, group_map: dict, loss_fn: Callable | None,
-                 shards: dict[str, ParamShard], *, seed: int = 0):
+                 shards: dict[str, ParamShard | T3.Grid3DShard], *, seed: int = 0, overlap: Any = None):
         super().__init__()
         self.plan = plan_
         self.rank = rank
@@ -173,7 +183,17 @@ class ParallelModule(nn.Module):
         # D&SP-cSub: ranks off sub-grid 0 run only their branches; sub-grid 0 shares results
         self._subgrid = plan_.subgrid_coordinates(rank)[0]
         self._branch_only = plan_.csub and self._subgrid != 0
-        self._random = rng.RandomStates(seed, coords["tensor"], coords["data"])
+        # dropout streams: sharded values differ over the tensor group (x on a 3D grid),
+        # replicated ones are equal on every rank holding the same rows
+        self._grid = plan_.grid
+        self._coords = coords
+        if self._grid is not None:
+            self._random = rng.RandomStates(seed, coords["x"], self._chunk)
+        else:
+            self._random = rng.RandomStates(seed, coords["tensor"], coords["data"])
+        # 3D layers' overlap state (axonn §IV): prefetched and cached weights, deferred
+        # weight-gradient reduce-scatters
+        self._t3d = T3.Tensor3DRuntime(T3.Overlap.parse(overlap))
         with G.use_groups(self._groups):
             self._install_shards(shards)
 
@@ -208,6 +228,7 @@ class ParallelModule(nn.Module):
         self._shards = dict(shards)
         owners = _parameter_owners(self.root)
         degree = self.plan.degree("tensor")
+        self._full_shapes: dict[int, tuple] = {}
         # resolve every name first: tied parameters appear under several names
         by_param: dict[int, tuple[nn.Parameter, ParamShard]] = {}
         for name, shard in sorted(shards.items()):
@@ -216,8 +237,8 @@ class ParallelModule(nn.Module):
             if previous != shard:
                 raise RuntimeError(f"parameter {name} is split two different ways ({previous} and {shard})")
         for full, shard in by_param.values():
-            local = nn.Parameter(local_shard(full.detach(), shard, degree, self._tensor_rank).clone(),
-                                 requires_grad=full.requires_grad)
+            local = nn.Parameter(self._local_part(full.detach(), shard).clone(), requires_grad=full.requires_grad)
+            self._full_shapes[id(local)] = tuple(full.shape)
             for module, attr in owners[id(full)]:
                 setattr(module, attr, local)
         self._shard_by_id = {id(self.root.get_parameter(name)): shard for name, shard in shards.items()}
@@ -235,13 +256,29 @@ class ParallelModule(nn.Module):
         common = [p for p in self._unique_parameters() if id(p) not in branch_ids]
         if self.plan.csub:
             self._owner.update((id(p), 0) for p in common)
-        # averaged over data ranks, as DDP does (ParallelModule.step weights summed losses)
-        self._buckets = None if self._branch_only else GradientBuckets(common, "data")
+        # averaged over data ranks, as DDP does (ParallelModule.step weights summed losses).
+        # On a 3D grid the rows are split over z and data: replicated parameters (biases
+        # and norms too) are averaged over both (the "replica" group); the weight shards
+        # Ŵ, summed over z by their reduce-scatter, are summed over data and divided by
+        # every batch chunk
+        self._shard_buckets = None
+        if self._grid is not None:
+            weights = [p for p in common if isinstance(self._shard_by_id.get(id(p)), T3.Grid3DShard)
+                       and not self._shard_by_id[id(p)].vector]
+            chosen = {id(p) for p in weights}
+            common = [p for p in common if id(p) not in chosen]
+            self._shard_buckets = GradientBuckets(weights, "data", divisor=self.plan.batch_parts())
+        self._buckets = None if self._branch_only else GradientBuckets(common, "replica" if self._grid else "data")
         self._branch_buckets = None
         if branch_ids:
             mine = [p for p in self._unique_parameters() if self._owner.get(id(p)) == self._subgrid
                     and id(p) in branch_ids]
             self._branch_buckets = GradientBuckets(mine, "subgrid", divisor=self.plan.batch_parts())
+
+    def _local_part(self, full: torch.Tensor, shard) -> torch.Tensor:
+        if isinstance(shard, T3.Grid3DShard):
+            return T3.local_part(full, shard, self._grid, self._coords)
+        return local_shard(full, shard, self.plan.degree("tensor"), self._tensor_rank)
 
     def _unique_parameters(self):
         seen = set()
@@ -253,7 +290,8 @@ class ParallelModule(nn.Module):
     # ------------------------------------------------------------------ running
     def forward(self, *inputs):
         program, local_inputs, _ = self._program(tuple(inputs), None)
-        with G.use_groups(self._groups), rng.use_random_states(self._random):
+        self._t3d.begin()
+        with G.use_groups(self._groups), rng.use_random_states(self._random), T3.use_runtime(self._t3d):
             if self._branch_only:
                 program.forward()
                 return self._from_subgrid_0(None)
@@ -285,7 +323,8 @@ class ParallelModule(nn.Module):
         program, local_inputs, local_target = self._program(tuple(inputs), target)
         data = self._data
         summed = program.meta.get(LOSS_REDUCTION) == "sum"
-        with G.use_groups(self._groups), rng.use_random_states(self._random):
+        self._t3d.begin()
+        with G.use_groups(self._groups), rng.use_random_states(self._random), T3.use_runtime(self._t3d):
             if self._branch_only:  # cSub off sub-grid 0: the branches' forward and backward only
                 result = program.forward()
                 result.backward(torch.zeros_like(result))
@@ -296,6 +335,9 @@ class ParallelModule(nn.Module):
             if data > 1:
                 self._buckets.carry(loss)
             loss.backward(torch.full_like(loss, data) if summed and data > 1 else None)
+            self._t3d.finish()  # deferred reduce-scatters land before any bucket reads Ŵ.grad
+            if self._shard_buckets is not None:
+                self._shard_buckets.finish()
             if self._branch_buckets is not None:
                 self._branch_buckets.finish()
             if data > 1:
@@ -354,7 +396,10 @@ class ParallelModule(nn.Module):
                     out[name] = None
                     continue
                 shard = self._shard_of(key)
-                out[name] = gather_full(tensor.detach(), shard, degree) if shard else tensor.detach().clone()
+                if isinstance(shard, T3.Grid3DShard):
+                    out[name] = T3.gather_part(tensor.detach(), shard, self._grid, self._full_shapes[id(key)])
+                else:
+                    out[name] = gather_full(tensor.detach(), shard, degree) if shard else tensor.detach().clone()
         return out
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
@@ -376,7 +421,7 @@ class ParallelModule(nn.Module):
             for name, value in own.items():
                 shard = self._shard_of(value)
                 full = state_dict[name]
-                local = local_shard(full, shard, degree, self._tensor_rank) if shard else full
+                local = self._local_part(full, shard) if shard else full
                 if local.shape != value.shape:
                     raise ValueError(f"load_full_state_dict: {name} has shape {list(full.shape)}; the original "
                                      f"model's is {list(gather_full_shape(value, shard, degree))}")
@@ -462,7 +507,7 @@ def _getattr_path(obj, path: str):
 
 def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), loss_fn: Callable | None = None,
             strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None,
-            seed: int = 0) -> ParallelModule:
+            seed: int = 0, overlap: Any = None) -> ParallelModule:
     """Make ``model`` run on the ranks of ``mesh`` (see the module docstring).
 
     ``mesh``: a ``DeviceMesh`` (flat, or 2-D with dims named ``data`` and ``tensor``, which
@@ -480,9 +525,12 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     group_map = _make_groups(plan_, mesh, world)
     _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
-    shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
-        gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
-    return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed)
+    if plan_.grid is not None:
+        shards = planned_grid3d_shards(gm, regions=plan_.regions_with("tensor3d"), grid=plan_.grid)
+    else:
+        shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
+            gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
+    return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed, overlap=overlap)
 
 
 def _subgrid_groups(plan_: Plan, world: int) -> dict:
@@ -537,7 +585,7 @@ def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
     """Every rank must run the same plan; equal within each data group and each tensor
     group means equal everywhere on the mesh."""
     text = plan_.to_json()
-    for name in ("data", "tensor", "segment"):
+    for name in ("data", "tensor", "segment", "replica", "x", "y"):
         group = group_map.get(name)
         if group is None or G.size_of(group) == 1:
             continue
@@ -554,6 +602,10 @@ def _make_groups(plan_: Plan, mesh, world: int) -> dict:
         return {"data": None, "tensor": None, "segment": None, "subgrid": None}
     if plan_.subgrids > 1:
         return _subgrid_groups(plan_, world)
+    if plan_.grid is not None:
+        if mesh is not None and mesh.ndim != 1:
+            raise ValueError("mesh: a 3D grid plan takes a flat mesh (autopar lays the grid out itself)")
+        return {**T3.make_grid_process_groups(plan_.grid), "tensor": None, "segment": None, "subgrid": None}
     from torch.distributed.device_mesh import DeviceMesh
     device = mesh.device_type if mesh is not None else ("cuda" if dist.get_backend() == "nccl" else "cpu")
     data, tensor = plan_.degree("data"), plan_.degree("tensor")

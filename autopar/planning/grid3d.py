@@ -103,6 +103,17 @@ class LayerComm:
     all_reduce_y: float
     all_reduce_x: float
     all_reduce_data: float
+    transposed: bool = False
+
+    @property
+    def forward_axis(self) -> str:
+        """The physical group of the forward all-reduce (eq 6): the layer's in axis."""
+        return "x" if self.transposed else "y"
+
+    @property
+    def backward_axis(self) -> str:
+        """The physical group of the input-gradient all-reduce (eq 7): the layer's out axis."""
+        return "y" if self.transposed else "x"
 
     @property
     def total(self) -> float:
@@ -110,8 +121,11 @@ class LayerComm:
         return self.all_gather_z + self.reduce_scatter_z + self.all_reduce_y + self.all_reduce_x + self.all_reduce_data
 
     def by_group(self) -> dict[str, float]:
-        return {"x": self.all_reduce_x, "y": self.all_reduce_y, "z": self.all_gather_z + self.reduce_scatter_z,
-                "data": self.all_reduce_data}
+        """Seconds on each physical group (a transposed layer's eq-6 all-reduce runs on x)."""
+        out = {"x": 0.0, "y": 0.0, "z": self.all_gather_z + self.reduce_scatter_z, "data": self.all_reduce_data}
+        out[self.forward_axis] += self.all_reduce_y
+        out[self.backward_axis] += self.all_reduce_x
+        return out
 
 
 def layer_volumes(m: int, k: int, n: int, grid: Grid3D, *, transposed: bool = False) -> dict[str, float]:
@@ -144,6 +158,7 @@ def layer_comm(m: int, k: int, n: int, grid: Grid3D, hw: Hardware, *, transposed
         all_reduce_y=cm.all_reduce_time(size[out_axis], v["all_reduce_y"], hw, grid.stride(out_axis)),
         all_reduce_x=cm.all_reduce_time(size[in_axis], v["all_reduce_x"], hw, grid.stride(in_axis)),
         all_reduce_data=cm.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride("data")),
+        transposed=transposed,
     )
 
 
@@ -152,3 +167,28 @@ def group_bandwidth(grid: Grid3D, axis: str, hw: Hardware) -> float:
     sizes up to and including ``axis`` fits in a node, else the node-pair bandwidth
     shared by the min(G_node, stride) rings crossing it."""
     return cm.group_link(getattr(grid, axis), grid.stride(axis), hw)[0]
+
+
+def boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hardware) -> float:
+    """The re-layout where the data flow enters and leaves a 3D region (seconds on y):
+    the region's output, split over y by its last (transposed) layer, is all-gathered
+    over y in forward; the gradient of its input, cut to y blocks by the first (plain)
+    layers, is all-gathered over y in backward. ``in_bytes``/``out_bytes`` are the full
+    activations of all rows; each rank holds ``1/(Gz·Gdata·Gy)`` of them."""
+    if grid.y == 1:
+        return 0.0
+    share = grid.z * grid.data * grid.y
+    return (cm.all_gather_time(grid.y, out_bytes / share, hw, grid.stride("y"))
+            + cm.all_gather_time(grid.y, in_bytes / share, hw, grid.stride("y")))
+
+
+def grids_of(world: int) -> list[Grid3D]:
+    """Every ``Gx × Gy × Gz × Gdata = world`` with at least one of x, y, z above 1, in a
+    fixed order (x, then y, then z ascending)."""
+    found = []
+    for x in range(1, world + 1):
+        for y in range(1, world // x + 1):
+            for z in range(1, world // (x * y) + 1):
+                if world % (x * y * z) == 0 and x * y * z > 1:
+                    found.append(Grid3D(x, y, z, world // (x * y * z)))
+    return found

@@ -24,8 +24,10 @@ from dataclasses import asdict, dataclass, field
 from autopar.planning.subgraph import subgrid_coordinates
 
 PLAN_FORMAT_VERSION = 1
-MESH_ORDER = ("data", "tensor")
-"""Mesh dimensions from outermost to innermost (JSON sorts keys; this fixes the order)."""
+MESH_ORDER = ("data", "z", "y", "x", "tensor")
+"""Mesh dimensions from outermost to innermost (JSON sorts keys; this fixes the order).
+A plan uses ``data × tensor`` (Megatron) or AxoNN's ``data × z × y × x`` grid, whose
+layout ``rank = ((d·Gz + z)·Gy + y)·Gx + x`` this order gives (axonn §V-B)."""
 
 
 @dataclass
@@ -72,6 +74,7 @@ class MeshCandidate:
     subgrids: int = 1  # D&SP sub-grids of the data ranks (1: none)
     topology_aware: bool = True
     csub: bool = False  # D&SP-cSub: common layers on sub-grid 0
+    comm_s: dict[str, float] = field(default_factory=dict)  # predicted communication by group
 
 
 @dataclass
@@ -111,10 +114,21 @@ class Plan:
             return 0, self.rank_coordinates(rank)["data"]
         return subgrid_coordinates(rank, self.world_size, self.subgrids, self.topology_aware)
 
+    @property
+    def grid(self):
+        """AxoNN's ``Gx × Gy × Gz × Gdata`` grid of a 3D plan, else None."""
+        if not any(axis in self.mesh for axis in ("x", "y", "z")):
+            return None
+        from autopar.planning.grid3d import Grid3D
+        return Grid3D(self.degree("x"), self.degree("y"), self.degree("z"), self.degree("data"))
+
     def batch_parts(self) -> int:
-        """Into how many equal chunks the common layers split the batch: the data degree,
-        or under D&SP-cSub the ranks of one sub-grid (sub-grid 0 runs them)."""
-        return self.degree("data") // self.subgrids if self.csub else self.degree("data")
+        """Into how many equal chunks the common layers split the batch: the data degree
+        (times Gz on a 3D grid: z splits the rows too), or under D&SP-cSub the ranks of
+        one sub-grid (sub-grid 0 runs them)."""
+        if self.csub:
+            return self.degree("data") // self.subgrids
+        return self.degree("data") * self.degree("z")
 
     def batch_chunk(self, rank: int) -> int:
         """Which of the :meth:`batch_parts` batch chunks ``rank`` takes: its data index;
@@ -122,7 +136,8 @@ class Plan:
         (``docs/dsp_design.md``); under D&SP-cSub its position ``p`` (every sub-grid's
         rank ``p`` works on the rows of sub-grid 0's rank ``p``)."""
         if self.subgrids == 1:
-            return self.rank_coordinates(rank)["data"]
+            coords = self.rank_coordinates(rank)
+            return coords["data"] * self.degree("z") + coords["z"]
         s, p = self.subgrid_coordinates(rank)
         return p if self.csub else p * self.subgrids + s
 

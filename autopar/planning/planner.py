@@ -32,6 +32,7 @@ from autopar.ir import CAPTURE, REGION_OF, regions, tensor_spec
 from autopar.passes.ops import is_embedding, match_linear
 from autopar.planning import cost as cm
 from autopar.planning.flops import graph_work
+from autopar.planning.grid3d import Grid3D, boundary_comm, grids_of, layer_comm
 from autopar.planning.hardware import Hardware
 from autopar.planning.plan import Cost, MeshCandidate, Plan, RegionChoice
 from autopar.planning.subgraph import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
@@ -55,6 +56,7 @@ class Strategy:
     subgrids: int = 1
     topology_aware: bool = True
     csub: bool = False
+    grid: Grid3D | None = None  # AxoNN's Gx x Gy x Gz x Gdata (3D/4D tensor parallelism)
 
     @staticmethod
     def parse(strategy: Any) -> "Strategy | None":
@@ -68,10 +70,20 @@ class Strategy:
         if strategy == "tensor":
             return Strategy(data=1)
         if isinstance(strategy, dict):
-            unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware", "csub"}
+            unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware", "csub", "x", "y", "z"}
             if unknown:
                 raise PlanError(f"strategy: unknown mesh dimension(s) {sorted(unknown)}; this version plans "
-                                f"'data', 'tensor' and D&SP 'subgrids' (with 'topology_aware' and 'csub')")
+                                f"'data', 'tensor', D&SP 'subgrids' (with 'topology_aware' and 'csub') and the 3D "
+                                f"grid 'x', 'y', 'z' (with 'data')")
+            if set(strategy) & {"x", "y", "z"}:
+                if set(strategy) - {"x", "y", "z", "data"}:
+                    raise PlanError(f"strategy: a 3D grid {strategy} combines only with 'data'; drop "
+                                    f"{sorted(set(strategy) - {'x', 'y', 'z', 'data'})}")
+                try:
+                    grid = Grid3D(*(int(strategy.get(a, 1)) for a in ("x", "y", "z", "data")))
+                except ValueError as e:
+                    raise PlanError(f"strategy: {e}") from None
+                return Strategy(grid.data, 1, grid=grid)
             return Strategy(strategy.get("data"), strategy.get("tensor"), int(strategy.get("subgrids", 1)),
                             bool(strategy.get("topology_aware", True)), bool(strategy.get("csub", False)))
         raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor' or a dict like "
@@ -236,6 +248,127 @@ def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: boo
     return choices, total, compute + tensor_comm + exposed
 
 
+def _region_linears(region) -> list[tuple[str, bool]]:
+    """The linears of a 3D region with their orientation (transposed?) by data flow: the
+    ones reading the region's input are plain, the one reading their output transposed."""
+    d = region.details
+    if region.kind == "linear_chain":
+        return [(n, False) for n in d["column"]] + [(d["row"], True)]
+    return [(n, False) for n in dict.fromkeys((d["q_proj"], d["k_proj"], d["v_proj"]))] + [(d["out_proj"], True)]
+
+
+def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool):
+    """(region choices, total cost, step seconds) of a ``Gx × Gy × Gz × Gdata`` grid.
+
+    Per 3D region: its linears' collectives by axonn eqs 4-7 (``grid3d.layer_comm``, each
+    group's bandwidth by eq 10), the boundary re-layout over y (``grid3d.boundary_comm``),
+    the linears' compute over all ranks and the ops between them over x (they are
+    replicated over y), rows over z and data. Everything else is replicated over x and y
+    with its rows split over z and data. Gradients: 3D weight shards are all-reduced over
+    data (eq 8), everything else over z and data (the ``replica`` group); both overlap
+    the backward pass as data parallelism does. Overlap inside a layer (axonn §IV) is not
+    subtracted: like axonn's model, eq 9 ranks the grids by their full communication."""
+    from autopar.passes.layout_propagation import TensorParallelError
+    from autopar.passes.tensor3d import planned_grid3d_shards
+    table = {n.name: n for n in model.gm.graph.nodes}
+    parts = grid.z * grid.data  # the batch chunks
+    world = grid.size
+    label = f"{grid.x}x{grid.y}x{grid.z}x{grid.data}"
+    choices: list[RegionChoice] = []
+    in_region: set[str] = set()
+    comm = {"x": 0.0, "y": 0.0, "z": 0.0}
+    compute = activations = 0.0
+    local_elems = 0.0
+    shard_elems = 0.0  # 3D weight shards per rank (all-reduced over data only)
+    sharded_names: set[str] = set()
+    for r in model.regions:
+        in_region.update(r.nodes)
+        replicate = Cost(_compute(model, r.nodes, hw, 1 / parts), {}, 0.0)
+        options = {"replicate": replicate}
+        why_not = "vocabulary regions stay replicated in 3D plans" if r.kind == "vocab" else None
+        shards = {}
+        if why_not is None:
+            try:
+                shards = planned_grid3d_shards(model.gm, regions=[r.id], grid=grid)
+            except TensorParallelError as e:
+                if forced:
+                    raise PlanError(f"strategy: grid {label}: {e}") from None
+                why_not = str(e)
+        layers = []
+        if why_not is None:
+            linears = _region_linears(r)
+            names = {n for n, _ in linears}
+            region_comm = {"x": 0.0, "y": 0.0, "z": 0.0}
+            for name, transposed in linears:
+                match = match_linear(table[name], model.gm)
+                spec = tensor_spec(match.input)
+                rows = spec.numel // spec.shape[-1] // grid.data
+                lc = layer_comm(rows, match.in_features, match.out_features, grid, hw, transposed=transposed,
+                                element_bytes=spec.dtype.itemsize)
+                for axis, seconds in lc.by_group().items():
+                    if axis != "data":  # eq 8 goes with the data all-reduce below
+                        region_comm[axis] += seconds
+                layers.append({"linear": name, "orientation": "transposed (in x, out y)" if transposed
+                               else "plain (in y, out x)"})
+            first, last = table[linears[0][0]], table[linears[-1][0]]
+            region_comm["y"] += boundary_comm(tensor_spec(match_linear(first, model.gm).input).nbytes,
+                                              tensor_spec(last).nbytes, grid, hw)
+            split = _compute(model, [n for n in r.nodes if n in names], hw, 1 / world)
+            between = _compute(model, [n for n in r.nodes if n not in names], hw, 1 / (grid.x * parts))
+            options["tensor3d"] = Cost(split + between, region_comm, 0.0)
+        seconds = {k: c.compute_s + c.total_comm_s for k, c in options.items()}
+        if "tensor3d" in options and forced:
+            chosen, reason = "tensor3d", f"3D grid {label}, forced"
+        elif why_not is not None:
+            chosen, reason = "replicate", why_not
+        else:
+            chosen = min(sorted(seconds), key=seconds.__getitem__)
+            reason = f"3D grid {label}: cheapest predicted step time"
+        c = options[chosen]
+        params = model.region_param_elems(r.id)
+        details = {}
+        per_rank = float(params)
+        if chosen == "tensor3d":
+            per_rank = 0.0
+            gathered = 0.0  # each layer's all-gathered block, kept from forward to backward
+            for name, shard in shards.items():
+                numel = model.params[name].numel()
+                out_g = grid.y if shard.transposed else grid.x
+                per_rank += numel / out_g if shard.vector else numel / (grid.x * grid.y * grid.z)
+                gathered += 0 if shard.vector else numel / (grid.x * grid.y)
+                if not shard.vector:
+                    shard_elems += numel / (grid.x * grid.y * grid.z)
+                    sharded_names.add(name)
+            per_rank += params - sum(model.params[n].numel() for n in shards)
+            act = model.activation_bytes(r.nodes, 1 / (grid.x * parts)) + gathered * 4
+            details = {"grid": label, "layers": layers}
+        else:
+            act = model.activation_bytes(r.nodes, 1 / parts)
+        local_elems += per_rank
+        activations += act
+        c.memory_bytes = cm.training_memory(per_rank, act)
+        compute += c.compute_s
+        for axis, v in c.comm_s.items():
+            comm[axis] += v
+        choices.append(RegionChoice(r.id, r.kind, chosen, c, seconds, reason, details))
+    outside = [n.name for n in model.gm.graph.nodes if n.name not in in_region]
+    outside_compute = _compute(model, outside, hw, 1 / parts)
+    compute += outside_compute
+    outside_params = sum(p.numel() for p in model.params.values()) - sum(model.region_param_elems(r.id)
+                                                                        for r in model.regions)
+    local_elems += outside_params
+    outside_act = model.activation_bytes(outside, 1 / parts)
+    activations += outside_act
+    replicated_elems = local_elems - shard_elems
+    data = (_exposed_data_comm(parts, grid.x * grid.y, replicated_elems * 4, compute, hw)
+            + _exposed_data_comm(grid.data, grid.x * grid.y * grid.z, shard_elems * 4, compute, hw))
+    choices.append(RegionChoice("(outside regions)", "-", "replicate",
+                                Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
+                                {}, "not in a splittable region"))
+    total = Cost(compute, {**comm, "data": data}, cm.training_memory(local_elems, activations))
+    return choices, total, compute + sum(comm.values()) + data
+
+
 def _branch_parameters(gm: fx.GraphModule, names: list[str]) -> list[str]:
     """Qualified names of the parameters the nodes ``names`` use (get_attr or module)."""
     table = {n.name: n for n in gm.graph.nodes}
@@ -363,7 +496,20 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     name = model_name or (capture.model_class if capture else type(gm).__name__)
     candidates: list[MeshCandidate] = []
     best = None
-    if forced is not None:
+    grids: list[Grid3D] = []
+    if forced is not None and forced.grid is not None:
+        if forced.grid.size != world_size:
+            raise PlanError(f"strategy: the grid {forced.grid.x}x{forced.grid.y}x{forced.grid.z}x{forced.grid.data} "
+                            f"has {forced.grid.size} ranks, the world {world_size}; give sizes whose product is "
+                            f"{world_size}")
+        grids, layouts = [forced.grid], []
+        parts = forced.grid.z * forced.grid.data
+        if model.batch % parts:
+            raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by Gz x Gdata = {parts}, "
+                            f"which split the rows; give a batch that is a multiple of {parts}, or another grid")
+        if not any(r.kind in ("attention", "linear_chain") for r in model.regions):
+            raise PlanError(f"strategy: a 3D grid needs a linear chain or attention region; {name} has none")
+    elif forced is not None:
         data, tensor = forced.resolve(world_size)
         layouts = [(data, tensor, forced.subgrids, forced.topology_aware, forced.csub)]
         if forced.csub and forced.subgrids == 1:
@@ -394,6 +540,9 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
             modes = (True,) if _batch_baked(gm) else (False, True)
             layouts += [(world_size, 1, g, topology_aware, csub) for g in divisors(world_size) if 1 < g <= fewest
                         for csub in modes for topology_aware in (True, False)]
+        # AxoNN's 3D/4D grids (axonn §III, §V): every Gx x Gy x Gz x Gdata of the world
+        if any(r.kind in ("attention", "linear_chain") for r in model.regions):
+            grids = grids_of(world_size)
     for data, tensor, subgrids, topology_aware, csub in layouts:
         mesh = {"data": data, "tensor": tensor}
         layout = {"subgrids": subgrids, "topology_aware": topology_aware, "csub": csub} if subgrids > 1 else {}
@@ -452,9 +601,28 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                                             f"needs {total.memory_bytes / 2**30:.1f} GiB per rank, device has "
                                             f"{hw.memory_bytes / 2**30:.1f} GiB", **layout))
             continue
-        candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True, **layout))
+        candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True, comm_s=dict(total.comm_s), **layout))
         if best is None or step < best[2] * (1 - 1e-9):
             best = (mesh, choices, step, total, subgrids, topology_aware, csub)
+    for grid in grids:
+        mesh = {"data": grid.data, "z": grid.z, "y": grid.y, "x": grid.x}
+        if model.batch % (grid.z * grid.data):
+            candidates.append(MeshCandidate(mesh, None, None, False, f"batch {model.batch} not divisible by "
+                                            f"Gz x Gdata = {grid.z * grid.data}"))
+            continue
+        choices, total, step = _price_3d(model, hw, grid, forced is not None)
+        if not any(c.strategy == "tensor3d" for c in choices):
+            why = next((c.reason for c in choices if c.kind in ("attention", "linear_chain")), "no region")
+            candidates.append(MeshCandidate(mesh, None, None, False, f"no region split over the grid: {why}"))
+            continue
+        if total.memory_bytes > hw.memory_bytes:
+            candidates.append(MeshCandidate(mesh, step, total.memory_bytes, False,
+                                            f"needs {total.memory_bytes / 2**30:.1f} GiB per rank, device has "
+                                            f"{hw.memory_bytes / 2**30:.1f} GiB", comm_s=dict(total.comm_s)))
+            continue
+        candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True, comm_s=dict(total.comm_s)))
+        if best is None or step < best[2] * (1 - 1e-9):
+            best = (mesh, choices, step, total, 1, True, False)
     if best is None:
         reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
         raise PlanError(f"no feasible plan for {name} on {world_size} ranks: {reasons}")

@@ -43,6 +43,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
+from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.planning.grid3d import Grid3D
 from autopar.runtime.groups import get_group, size_of
 
@@ -234,7 +235,7 @@ class Tensor3DRuntime:
         if size_of(group) == 1:
             return
         buffer = w_hat.new_empty(w_hat.numel() * size_of(group))
-        work = dist.all_gather_into_tensor(buffer, w_hat.detach().contiguous(), group=group, async_op=True)
+        work = all_gather_flat(buffer, w_hat.detach().contiguous(), group=group, async_op=True)
         self._prefetched[key] = (work, buffer)
 
     def defer(self, w_hat: torch.Tensor, work, shard: torch.Tensor) -> None:
@@ -317,10 +318,10 @@ class _Linear3D(torch.autograd.Function):
             return grad_x, flat.view_as(ctx.w_hat), None, grad_b, None, None, None
         shard = flat.new_empty(flat.numel() // size_of(group_z))
         if overlap.reduce_scatter:  # §IV-B: waited on after the whole backward pass
-            work = dist.reduce_scatter_tensor(shard, flat, group=group_z, async_op=True)
+            work = reduce_scatter_flat(shard, flat, group=group_z, async_op=True)
             ctx.runtime.defer(ctx.w_hat, work, shard)
             return grad_x, None, None, grad_b, None, None, None
-        dist.reduce_scatter_tensor(shard, flat, group=group_z)
+        reduce_scatter_flat(shard, flat, group=group_z)
         return grad_x, shard.view_as(ctx.w_hat), None, grad_b, None, None, None
 
 
@@ -328,7 +329,7 @@ def _all_gather_flat(shard: torch.Tensor, group) -> torch.Tensor:
     if size_of(group) == 1:
         return shard
     out = shard.new_empty(shard.numel() * size_of(group))
-    dist.all_gather_into_tensor(out, shard.contiguous(), group=group)
+    all_gather_flat(out, shard.contiguous(), group=group)
     return out
 
 
