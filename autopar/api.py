@@ -267,7 +267,10 @@ class ParallelModule(nn.Module):
                        and not self._shard_by_id[id(p)].vector]
             chosen = {id(p) for p in weights}
             common = [p for p in common if id(p) not in chosen]
-            self._shard_buckets = GradientBuckets(weights, "data", divisor=self.plan.batch_parts())
+            # with deferred reduce-scatters (axonn §IV-B) Ŵ.grad is written after backward,
+            # by the 3D runtime: the data all-reduce of those waits for it (no hooks)
+            self._shard_buckets = GradientBuckets(weights, "data", divisor=self.plan.batch_parts(),
+                                                  hooks=not (self._t3d.overlap.reduce_scatter and self._grid.z > 1))
         self._buckets = None if self._branch_only else GradientBuckets(common, "replica" if self._grid else "data")
         self._branch_buckets = None
         if branch_ids:

@@ -137,7 +137,7 @@ class Plan:
         rank ``p`` works on the rows of sub-grid 0's rank ``p``)."""
         if self.subgrids == 1:
             coords = self.rank_coordinates(rank)
-            return coords["data"] * self.degree("z") + coords["z"]
+            return coords["data"] * self.degree("z") + coords.get("z", 0)
         s, p = self.subgrid_coordinates(rank)
         return p if self.csub else p * self.subgrids + s
 
@@ -148,7 +148,7 @@ class Plan:
             size = self.degree(dim)
             coords[dim] = rank % size
             rank //= size
-        return {dim: coords[dim] for dim in MESH_ORDER}
+        return {dim: coords[dim] for dim in MESH_ORDER if dim in self.mesh or dim in ("data", "tensor")}
 
     # ------------------------------------------------------------------ serialisation
     def to_json(self) -> str:
@@ -206,7 +206,10 @@ class Plan:
         lines = [
             f"autopar plan: {self.model} on {self.world_size} rank(s), hardware {self.hardware}, "
             f"global batch {self.global_batch}{' (forced)' if self.forced else ''}",
-            f"mesh: {mesh}   (rank = data*{self.degree('tensor')} + tensor; tensor ranks adjacent)"
+            f"mesh: {mesh}   " + (f"(3D grid Gx={self.degree('x')} Gy={self.degree('y')} Gz={self.degree('z')} "
+                                    f"Gdata={self.degree('data')}; rank = ((data*Gz + z)*Gy + y)*Gx + x)"
+                                    if self.grid is not None else
+                                    f"(rank = data*{self.degree('tensor')} + tensor; tensor ranks adjacent)")
             + (f"; {'D&SP-cSub' if self.csub else 'D&SP'}: {self.subgrids} sub-grids of "
                f"{self.world_size // self.subgrids} rank(s), {'topology-aware' if self.topology_aware else 'naive'} "
                f"order" + (", common layers on sub-grid 0" if self.csub else "") if self.subgrids > 1 else ""),
@@ -215,7 +218,10 @@ class Plan:
             + f"; memory per rank {_mb(self.total.memory_bytes)}",
             "",
         ]
-        groups = ["tensor", "data"] + sorted({k for r in self.regions for k in r.cost.comm_s} - {"tensor", "data"})
+        if self.grid is not None:
+            groups = ["x", "y", "z", "data"]
+        else:
+            groups = ["tensor", "data"] + sorted({k for r in self.regions for k in r.cost.comm_s} - {"tensor", "data"})
         header = ("region", "kind", "strategy", "compute", *(f"comm {g}" for g in groups), "memory", "alternatives")
         rows = [header]
         for r in self.regions:
@@ -233,8 +239,19 @@ class Plan:
             lines.append("")
             lines.append("branches on sub-grids:")
             lines.extend(f"  {r.region}: {r.reason}" for r in split_branches)
+        layered = [r for r in self.regions if r.strategy == "tensor3d"]
+        if layered:
+            lines.append("")
+            lines.append("3D layers (orientation by data flow; Algorithm 1: all-gather W over z, all-reduce the "
+                         "output over the in axis; backward: all-reduce dI over the out axis, reduce-scatter dW "
+                         "over z):")
+            for r in layered:
+                lines.append(f"  {r.region}: " + "; ".join(f"{layer['linear']} {layer['orientation']}"
+                                                          for layer in r.details.get("layers", [])))
+                lines.append(f"    boundary: input cut to y blocks (backward all-gather over y), output "
+                             f"all-gathered over y")
         kept_whole = [r for r in self.regions if r.strategy == "replicate" and r.kind != "-"
-                      and self.degree("tensor") > 1]
+                      and (self.degree("tensor") > 1 or self.grid is not None)]
         if kept_whole:
             lines.append("")
             lines.append("regions not split over the tensor group:")

@@ -87,6 +87,7 @@ class GradientBuckets:
         *,
         first_bucket_bytes: int | None = None,
         divisor: int | None = None,
+        hooks: bool = True,
     ):
         if first_bucket_bytes is None:
             first_bucket_bytes = min(2**20, bucket_bytes)
@@ -125,7 +126,9 @@ class GradientBuckets:
             current_bytes += nbytes
         if current:
             self._add_bucket(current, extra_slots=1)  # the last bucket launched carries the loss
-        for p in params:
+        # hooks=False: gradients written outside autograd (3D weight shards whose
+        # reduce-scatter is deferred to the end of backward): every bucket waits for finish()
+        for p in params if hooks else ():
             self._handles.append(p.register_post_accumulate_grad_hook(self._on_grad_ready))
         log.debug(
             "GradientBuckets over %r: %d params in %d buckets",
