@@ -227,7 +227,6 @@ class ParallelModule(nn.Module):
         """Replace each split parameter of ``self.root`` by this rank's shard of it."""
         self._shards = dict(shards)
         owners = _parameter_owners(self.root)
-        degree = self.plan.degree("tensor")
         self._full_shapes: dict[int, tuple] = {}
         # resolve every name first: tied parameters appear under several names
         by_param: dict[int, tuple[nn.Parameter, ParamShard]] = {}

@@ -248,8 +248,8 @@ class Plan:
             for r in layered:
                 lines.append(f"  {r.region}: " + "; ".join(f"{layer['linear']} {layer['orientation']}"
                                                           for layer in r.details.get("layers", [])))
-                lines.append(f"    boundary: input cut to y blocks (backward all-gather over y), output "
-                             f"all-gathered over y")
+                lines.append("    boundary: input cut to y blocks (backward all-gather over y), output "
+                             "all-gathered over y")
         kept_whole = [r for r in self.regions if r.strategy == "replicate" and r.kind != "-"
                       and (self.degree("tensor") > 1 or self.grid is not None)]
         if kept_whole:
