@@ -27,6 +27,7 @@ from autopar.ir import CAPTURE, TensorSpec
 from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass
 from autopar.passes.manager import PassRunner, graph_code, pass_disabled
+from autopar.passes.recompute import recompute_pass
 from autopar.passes.subgraph_parallel import csub_branch_program, subgraph_parallel_pass
 from autopar.passes.tensor3d import planned_grid3d_shards, tensor3d_pass
 from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard, planned_param_shards, tensor_parallel_pass
@@ -108,7 +109,8 @@ def _local_batch(data: int, index: int, inputs: tuple, target: Any):
     return tuple(take(x) for x in inputs), (take(target) if target is not None else None)
 
 
-def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None = None) -> fx.GraphModule:
+def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None = None,
+             recompute: bool = False) -> fx.GraphModule:
     """Rank ``rank``'s program from a graph captured at its local batch. A training graph
     (captured with its loss) keeps its loss local: ``ParallelModule.step`` reduces the
     reported value over the data ranks while backward runs. In D&SP-cSub the ranks off
@@ -125,6 +127,7 @@ def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None
             ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
             ("tensor3d", tensor3d_pass, {"regions": plan_.regions_with("tensor3d"), "grid": plan_.grid,
                                          "rank": rank}),
+            *([("recompute", recompute_pass, {"regions": plan_.regions_with("tensor3d")})] if recompute else []),
             ("data_parallel", data_parallel_pass, {"degree": parts, "local_batch": local_batch, "group": "replica",
                                                     "reduce_scalars": not with_loss}),
         ]
@@ -139,6 +142,7 @@ def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None
             *(subgraph if dsp_regions else []),
             ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": plan_.regions_with("megatron"),
                                                         "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
+            *([("recompute", recompute_pass, {"regions": plan_.regions_with("megatron")})] if recompute else []),
             ("data_parallel", data_parallel_pass, {"degree": parts, "local_batch": local_batch,
                                                     "reduce_scalars": not with_loss}),
         ]
@@ -167,10 +171,12 @@ class ParallelModule(nn.Module):
     """
 
     def __init__(self, model: nn.Module, plan_: Plan, rank: int, group_map: dict, loss_fn: Callable | None,
-                 shards: dict[str, ParamShard | T3.Grid3DShard], *, seed: int = 0, overlap: Any = None):
+                 shards: dict[str, ParamShard | T3.Grid3DShard], *, seed: int = 0, overlap: Any = None,
+                 recompute: bool = False):
         super().__init__()
         self.plan = plan_
         self.rank = rank
+        self._recompute = recompute
         self._user_model = [model]  # captured again at new shapes; kept out of the module tree
         self._loss_fn = loss_fn
         self._groups = group_map
@@ -211,7 +217,7 @@ class ParallelModule(nn.Module):
                 gm = capture(user_model, local_inputs, self._loss_fn if target is not None else None, local_target)
             finally:
                 user_model.train(was_training)
-            gm = _rewrite(gm, self.plan, self.rank, _batch_of(local_inputs))
+            gm = _rewrite(gm, self.plan, self.rank, _batch_of(local_inputs), self._recompute)
             if gm.meta.get(PARAM_SHARDS, {}) != self._shards:
                 raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
             _copy_missing_attributes(gm, gm.graph, self.root)
@@ -429,6 +435,13 @@ class ParallelModule(nn.Module):
                                      f"model's is {list(gather_full_shape(value, shard, degree))}")
                 value.copy_(local)
 
+    @property
+    def tensor3d_stats(self) -> dict[str, int]:
+        """Where the 3D layers' gathered weights came from since compile (``gathered``,
+        ``prefetched``, ``cached`` for recomputation) and how many weight-gradient
+        reduce-scatters were ``deferred`` to the end of backward (axonn §IV)."""
+        return dict(self._t3d.stats)
+
     def rank_graph_code(self) -> str:
         """This rank's most recently built program as readable code."""
         if not self._programs:
@@ -509,15 +522,19 @@ def _getattr_path(obj, path: str):
 
 def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), loss_fn: Callable | None = None,
             strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None,
-            seed: int = 0, overlap: Any = None) -> ParallelModule:
+            seed: int = 0, overlap: Any = None, recompute: bool = False) -> ParallelModule:
     """Make ``model`` run on the ranks of ``mesh`` (see the module docstring).
 
     ``mesh``: a ``DeviceMesh`` (flat, or 2-D with dims named ``data`` and ``tensor``, which
     fixes the degrees) or None for the default process group (or a single process when
     none is initialised). ``strategy``: ``"auto"`` (the planner chooses), ``"data"``,
-    ``"tensor"``, or degrees ``{"data": d, "tensor": t}``. ``example_target`` lets the
+    ``"tensor"``, degrees ``{"data": d, "tensor": t}``, or AxoNN's 3D/4D grid
+    ``{"x": gx, "y": gy, "z": gz, "data": d}``. ``example_target`` lets the
     planner see the loss (e.g. vocab-parallel cross-entropy); without it the loss is
-    captured at the first ``step``.
+    captured at the first ``step``. ``overlap``: the 3D layers' overlap optimisations
+    (axonn §IV; True, False or a dict of :class:`autopar.runtime.tensor3d.Overlap`'s
+    fields; all on by default). ``recompute``: recompute each split region's activations
+    in backward instead of keeping them (activation checkpointing, megatron §3.5).
     """
     world, rank = _world(mesh)
     strategy = _strategy_from_mesh(mesh, strategy)
@@ -532,7 +549,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     else:
         shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
             gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
-    return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed, overlap=overlap)
+    return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed, overlap=overlap,
+                          recompute=recompute)
 
 
 def _subgrid_groups(plan_: Plan, world: int) -> dict:

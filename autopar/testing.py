@@ -36,7 +36,8 @@ def _logits(out: Any) -> torch.Tensor:
 def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inputs: tuple, target: torch.Tensor,
                                loss_fn: Callable, strategy: Any = "auto", *, steps: int = 3, lr: float = 1e-2,
                                hardware: str | None = None, mesh=None,
-                               dtype: torch.dtype | None = None, overlap: Any = None) -> dict[str, Any]:
+                               dtype: torch.dtype | None = None, overlap: Any = None,
+                               recompute: bool = False) -> dict[str, Any]:
     """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "param"}`` where
     each difference entry is ``(max abs, max relative)`` over all tensors compared."""
     torch.manual_seed(0)
@@ -46,7 +47,8 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
         inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
     reference = copy.deepcopy(model)
     pm = autopar.compile(model, mesh, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
-                         strategy=strategy, hardware=hardware, overlap=overlap)
+                         strategy=strategy, hardware=hardware, overlap=overlap,
+                         recompute=recompute)
     report: dict[str, Any] = {"mesh": dict(pm.plan.mesh), "plan": pm.plan.explain()}
 
     with torch.no_grad():
@@ -86,6 +88,9 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
         if diff > worst:
             worst, report["worst_param"] = diff, name
     report["param"] = worst
+    if pm.plan.grid is not None:
+        report["tensor3d_stats"] = pm.tensor3d_stats
+        report["recomputed"] = pm.rank_graph_code().count("= recompute_")
     return report
 
 
@@ -97,7 +102,8 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     A strategy ``("mesh", (d, t))`` passes a live 2-D DeviceMesh named ("data", "tensor")
     instead, whose shape fixes the degrees. A third element, ``{"dtype": "float64"}``,
     runs the comparison in that dtype; ``{"hardware": "a100-selene"}`` plans for that machine;
-    ``{"overlap": {...}}`` sets the 3D layers' overlap switches."""
+    ``{"overlap": {...}}`` sets the 3D layers' overlap switches; ``{"recompute": True}``
+    recomputes the split regions in backward (activation checkpointing)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from examples.factories import training_case
@@ -112,7 +118,8 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
             mesh = init_device_mesh("cpu", strategy[1], mesh_dim_names=("data", "tensor"))
             strategy = "auto"
         report = compare_with_single_device(factory, inputs, target, loss_fn, strategy, mesh=mesh, dtype=dtype,
-                                            hardware=options.get("hardware"), overlap=options.get("overlap"))
+                                            hardware=options.get("hardware"), overlap=options.get("overlap"),
+                                            recompute=options.get("recompute", False))
         report["case"] = tuple(case)
         reports.append(report)
     return reports

@@ -7,7 +7,10 @@ fused Q/K/V projection cut per block). Each case compares the outputs, the loss 
 every gradient after one step, and every parameter after 3 AdamW steps, in float64
 (where the parallel and single-device sums differ only by rounding, ~1e-13). The overlap
 optimisations of axonn §IV are on by default; the transformer also runs with all of them
-off and with each one off alone.
+off and with each one off alone; three cases recompute the split regions in backward
+(activation checkpointing), with and without the all-gather cache of axonn §IV-D.
+Each case also checks, from the runtime's counters, that each overlap switched on did
+its work and one switched off did not.
 """
 import pytest
 
@@ -18,7 +21,11 @@ F64 = {"dtype": "float64"}
 GRIDS = [{"x": 2, "y": 2, "z": 2}, {"x": 2, "y": 1, "z": 2, "data": 2}, {"x": 1, "y": 2, "z": 2, "data": 2}]
 OVERLAPS = [False, {"all_reduce": False}, {"reduce_scatter": False}, {"all_gather": False}]
 CASES = [(model, grid, F64) for model in ("mlp", "transformer", "gpt2") for grid in GRIDS] + [
-    ("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in OVERLAPS]
+    ("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in OVERLAPS] + [
+    ("transformer", GRIDS[0], {**F64, "recompute": True}),
+    ("mlp", GRIDS[1], {**F64, "recompute": True}),
+    ("gpt2", GRIDS[2], {**F64, "recompute": True, "overlap": {"cache": False}})]
+SPLIT_REGIONS = {"mlp": 2, "transformer": 4, "gpt2": 4}
 
 _results: dict[int, list] = {}
 
@@ -31,9 +38,11 @@ def _reports():
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{c[0]}-{c[1]}-{c[2].get('overlap', 'overlap on')}"
-                                                          for c in CASES])
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[
+    f"{c[0]}-{c[1]}-{c[2].get('overlap', 'overlap on')}{'-recompute' if c[2].get('recompute') else ''}"
+    for c in CASES])
 def test_matches_single_device(index):
+    from autopar.runtime.tensor3d import Overlap
     for rank, reports in _reports().items():
         report = reports[index]
         assert report["case"] == CASES[index]
@@ -41,3 +50,10 @@ def test_matches_single_device(index):
         assert report["mesh"] == {"data": grid.get("data", 1), "z": grid["z"], "y": grid["y"], "x": grid["x"]}
         for what in ("output", "loss", "grad", "param"):
             assert report[what][1] < 1e-9, (rank, CASES[index], what, report[what], report.get(f"worst_{what}"))
+        options = CASES[index][2]
+        overlap, stats = Overlap.parse(options.get("overlap")), report["tensor3d_stats"]
+        assert (stats["prefetched"] > 0) == overlap.all_gather, (CASES[index], stats)
+        assert (stats["deferred"] > 0) == overlap.reduce_scatter, (CASES[index], stats)
+        recompute = options.get("recompute", False)
+        assert report["recomputed"] == (SPLIT_REGIONS[CASES[index][0]] if recompute else 0)
+        assert (stats["cached"] > 0) == (recompute and overlap.cache), (CASES[index], stats)

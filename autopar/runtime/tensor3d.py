@@ -197,6 +197,10 @@ class Tensor3DRuntime:
         self._prefetched: dict[int, tuple] = {}   # id(Ŵ) -> (work, buffer)
         self._cached: dict[int, torch.Tensor] = {}
         self._deferred: list[tuple] = []          # (Ŵ, work, gradient shard)
+        # where each layer's W came from since construction (for tests and benchmarks):
+        # gathered when needed, prefetched by the layer before (§IV-C), or cached for
+        # recomputation (§IV-D); reduce-scatters deferred to the end of backward (§IV-B)
+        self.stats = {"gathered": 0, "prefetched": 0, "cached": 0, "deferred": 0}
 
     def begin(self) -> None:
         """Forget the last step's gathered weights (the optimizer has changed them)."""
@@ -213,6 +217,7 @@ class Tensor3DRuntime:
         """``W = all-gather_z(Ŵ)`` (line 2): prefetched, cached, or gathered now."""
         key = id(w_hat)
         if checkpointed and self.overlap.cache and key in self._cached:
+            self.stats["cached"] += 1
             return self._cached.pop(key)
         found = self._prefetched.pop(key, None)
         if found is not None:
@@ -220,8 +225,10 @@ class Tensor3DRuntime:
             if work is not None:
                 work.wait()
             w = buffer.view(shape)
+            self.stats["prefetched"] += 1
         else:
             w = _all_gather_flat(w_hat.detach(), get_group("z")).view(shape)
+            self.stats["gathered"] += 1
         if checkpointed and self.overlap.cache and torch.is_grad_enabled():
             self._cached[key] = w
         return w
@@ -239,6 +246,7 @@ class Tensor3DRuntime:
         self._prefetched[key] = (work, buffer)
 
     def defer(self, w_hat: torch.Tensor, work, shard: torch.Tensor) -> None:
+        self.stats["deferred"] += 1
         self._deferred.append((w_hat, work, shard))
 
     def finish(self) -> None:
