@@ -44,7 +44,8 @@ def _parse_strategy(text: str):
         try:
             return {k: int(v) for k, v in (part.split("=") for part in text.split(","))}
         except ValueError:
-            raise SystemExit(f"autopar plan: --strategy {text!r}: expected auto, data, tensor or data=2,tensor=2")
+            raise SystemExit(f"autopar plan: --strategy {text!r}: expected auto, data, tensor, data=2,tensor=2 "
+                             f"or x=2,y=2,z=2")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,9 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan_cmd.add_argument("factory", help="FILE.py:FUNCTION returning (model, example_inputs, loss_fn[, target])")
     plan_cmd.add_argument("--world", type=int, required=True, help="number of ranks to plan for")
     plan_cmd.add_argument("--preset", default=None, help="hardware preset name or JSON file (default cpu-gloo)")
-    plan_cmd.add_argument("--strategy", default="auto", help="auto, data, tensor, or data=2,tensor=2")
+    plan_cmd.add_argument("--strategy", default="auto",
+                          help="auto, data, tensor, data=2,tensor=2, or a 3D grid x=2,y=2,z=2[,data=1]")
     plan_cmd.add_argument("--out", default=None, help="directory to save the plan in (default plan_<factory>)")
     plan_cmd.add_argument("--ranks", type=int, default=8, help="save the rewritten graphs of this many ranks")
+    plan_cmd.add_argument("--top", type=int, default=0, metavar="K",
+                          help="also list the K best configurations weighed, communication split by group")
     plan_cmd.add_argument("-v", "--verbose", action="store_true", help="log each pass and its time")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
@@ -76,6 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"autopar plan: {e}", file=sys.stderr)
         return 2
     print(plan.explain())
+    if args.top:
+        print()
+        print(plan.top(args.top))
     out = args.out or f"plan_{args.factory.rpartition(':')[2]}"
     plan.save(out, max_ranks=args.ranks)
     print(f"\nsaved to {out}/ (plan.json, plan.txt, regions.dot, rank*.py)")

@@ -792,6 +792,59 @@ def forward(self):
     
 """)
 
+    def test_mlp_3d_grid(self):
+        """AxoNN 3D on a 2x2x2 grid: rank 0's two consecutive layers of each chain, the
+        first plain (in y, out x), the second transposed (in x, out y), with every
+        collective: the input cut over y, the weight all-gathers over z (the next
+        layer's issued ahead), the all-reduces inside linear_3d, the output gathered over y."""
+        table, code = _plan_and_graph(mlp, 8, {"x": 2, "y": 2, "z": 2})
+        self.assertExpectedInline(table, """\
+autopar plan: MLP on 8 rank(s), hardware cpu-gloo, global batch 8 (forced)
+mesh: data=1 x z=2 x y=2 x x=2   (3D grid Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((data*Gz + z)*Gy + y)*Gx + x)
+predicted step 5.178 ms: compute 0.030 ms, data comm 0.403 ms, x comm 0.721 ms, y comm 2.406 ms, z comm 1.618 ms; memory per rank 0.03 MiB
+
+region                     kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
+-------------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
+linear_chain:model_body_0  linear_chain  tensor3d   0.012 ms  0.361 ms  1.203 ms  0.809 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
+linear_chain:model_body_3  linear_chain  tensor3d   0.012 ms  0.361 ms  1.203 ms  0.809 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
+(outside regions)          -             replicate  0.007 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms   0.00 MiB  -
+
+3D layers (orientation by data flow; Algorithm 1: all-gather W over z, all-reduce the output over the in axis; backward: all-reduce dI over the out axis, reduce-scatter dW over z):
+  linear_chain:model_body_0: model_body_0 plain (in y, out x); model_body_2 transposed (in x, out y)
+    boundary: input cut to y blocks (backward all-gather over y), output read split over y by the next region (no re-layout)
+  linear_chain:model_body_3: model_body_3 plain (in y, out x); model_body_5 transposed (in x, out y)
+    boundary: input read split over y from the previous region (no re-layout), output all-gathered over y
+
+meshes weighed:
+ * 3D x=2 y=2 z=2 data=1: step 5.178 ms, memory 0.03 MiB""")
+        self.assertExpectedInline(code, """\
+# rank 0 of 8 (data=0, z=0, y=0, x=0); built by passes: analysis -> tensor3d -> data_parallel
+def forward(self, input_0, target):
+    scatter_to_tensor_region = autopar_runtime_collectives_scatter_to_tensor_region(input_0, 1, 'y');  input_0 = None
+    model_body_0_weight = getattr(self.model.body, "0").weight
+    model_body_0_bias = getattr(self.model.body, "0").bias
+    model_body_2_weight_1 = getattr(self.model.body, "2").weight
+    linear_3d = autopar_runtime_tensor3d_linear_3d(scatter_to_tensor_region, model_body_0_weight, model_body_0_bias, (32, 16), 'y', 'x', False, prefetch = model_body_2_weight_1, checkpointed = False);  scatter_to_tensor_region = model_body_0_weight = model_body_0_bias = model_body_2_weight_1 = None
+    model_body_1 = getattr(self.model.body, "1")(linear_3d);  linear_3d = None
+    model_body_2_weight = getattr(self.model.body, "2").weight
+    model_body_2_bias = getattr(self.model.body, "2").bias
+    model_body_3_weight_1 = getattr(self.model.body, "3").weight
+    linear_3d_1 = autopar_runtime_tensor3d_linear_3d(model_body_1, model_body_2_weight, model_body_2_bias, (16, 32), 'x', 'y', False, prefetch = model_body_3_weight_1, checkpointed = False);  model_body_1 = model_body_2_weight = model_body_2_bias = model_body_3_weight_1 = None
+    model_body_3_weight = getattr(self.model.body, "3").weight
+    model_body_3_bias = getattr(self.model.body, "3").bias
+    model_body_5_weight_1 = getattr(self.model.body, "5").weight
+    linear_3d_2 = autopar_runtime_tensor3d_linear_3d(linear_3d_1, model_body_3_weight, model_body_3_bias, (32, 16), 'y', 'x', False, prefetch = model_body_5_weight_1, checkpointed = False);  linear_3d_1 = model_body_3_weight = model_body_3_bias = model_body_5_weight_1 = None
+    model_body_4 = getattr(self.model.body, "4")(linear_3d_2);  linear_3d_2 = None
+    model_body_5_weight = getattr(self.model.body, "5").weight
+    model_body_5_bias = getattr(self.model.body, "5").bias
+    linear_3d_3 = autopar_runtime_tensor3d_linear_3d(model_body_4, model_body_5_weight, model_body_5_bias, (16, 32), 'x', 'y', False, prefetch = None, checkpointed = False);  model_body_4 = model_body_5_weight = model_body_5_bias = None
+    gather_from_tensor_region_1 = autopar_runtime_collectives_gather_from_tensor_region(linear_3d_3, 1, 'y');  linear_3d_3 = None
+    model_head = self.model.head(gather_from_tensor_region_1);  gather_from_tensor_region_1 = None
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
+    return cross_entropy
+    
+""")
+
 
 def _one_layer_transformer():
     from examples.models import TinyTransformer, lm_loss

@@ -13,7 +13,9 @@ chains (an MLP) and attention (its Q/K/V and output projections), it
   region's input (replicated over x and y, as everything outside split regions is) is
   cut to this rank's y block of columns (backward: an all-gather over y), and the row
   linear's output, split over y, is all-gathered over y (backward: keep the own block).
-  These are the re-layouts the planner counts (``grid3d.boundary_comm``);
+  These are the re-layouts the planner counts (``grid3d.boundary_comm``). Where one
+  region's transposed layer feeds the next region's plain layers directly, the flow
+  allows alternation across regions too and neither re-layout is made;
 * carries the x-split through every node between the linears with the layout rules of
   Megatron's pass (views that bake the head count in, softmax per head, dropout from the
   sharded stream) over the ``x`` group;
@@ -47,6 +49,7 @@ def tensor3d_pass(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D, rank:
     rewriter = _Rewriter3D(gm, set(regions), grid, grid.coordinates(rank)["x"], checkpointed)
     gm.meta[PARAM_SHARDS] = rewriter.shards
     rewriter.run()
+    rewriter.drop_unused_gathers()
     rewriter.link_prefetches()
     gm.graph.lint()
     gm.recompile()
@@ -140,7 +143,13 @@ class _Rewriter3D(_Rewriter):
         match = ops.match_linear(node, self.gm)
         x = self._replicated(match.input, node.name)
         dim = len(tensor_spec(x).shape) - 1
-        x_y = self._cached(("scatter_y", x), lambda: self._call(C.scatter_to_tensor_region, (x, dim, "y"), after=x))
+        if _is_gather_over_y(x, dim):
+            # the previous region's transposed layer left its output split over y, which is
+            # this plain layer's input layout: no re-layout (axonn end of §III-B)
+            x_y = x.args[0]
+        else:
+            x_y = self._cached(("scatter_y", x), lambda: self._call(C.scatter_to_tensor_region, (x, dim, "y"),
+                                                                    after=x))
         blocks = self.columns[node.name]
         new = self._linear(node, x_y, False)
         self.layout[new] = Shard(len(tensor_spec(new).shape) - 1, blocks)
@@ -163,6 +172,13 @@ class _Rewriter3D(_Rewriter):
         self.layout[new] = None
         self.layout[gathered] = None
 
+    def drop_unused_gathers(self) -> None:
+        """A region output all-gathered over y only for the next region's plain layers,
+        which read the split form directly, needs no gather."""
+        for node in list(self.graph.nodes):
+            if node.target is C.gather_from_tensor_region and not node.users:
+                self.graph.erase_node(node)
+
     def link_prefetches(self) -> None:
         """Each 3D linear names the next one's ``Ŵ`` (topological order): axonn §IV-C."""
         order = {n: i for i, n in enumerate(self.graph.nodes)}
@@ -181,3 +197,8 @@ def _erase_if_unused(graph: fx.Graph, node: fx.Node) -> None:
     for arg in inputs:
         if arg.op in ("get_attr", "call_function", "call_method"):
             _erase_if_unused(graph, arg)
+
+
+def _is_gather_over_y(node: fx.Node, dim: int) -> bool:
+    return (node.op == "call_function" and node.target is C.gather_from_tensor_region
+            and node.args[1] == dim and node.args[2] == "y")

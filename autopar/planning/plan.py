@@ -248,8 +248,7 @@ class Plan:
             for r in layered:
                 lines.append(f"  {r.region}: " + "; ".join(f"{layer['linear']} {layer['orientation']}"
                                                           for layer in r.details.get("layers", [])))
-                lines.append("    boundary: input cut to y blocks (backward all-gather over y), output "
-                             "all-gathered over y")
+                lines.append(f"    boundary: {r.details.get('boundary', '-')}")
         kept_whole = [r for r in self.regions if r.strategy == "replicate" and r.kind != "-"
                       and (self.degree("tensor") > 1 or self.grid is not None)]
         if kept_whole:
@@ -260,10 +259,7 @@ class Plan:
             lines.append("")
             lines.append("meshes weighed:")
             for c in self.candidates:
-                mesh_c = " x ".join(f"{k}={v}" for k, v in c.mesh.items())
-                if c.subgrids > 1:
-                    mesh_c += (f", {'D&SP-cSub' if c.csub else 'D&SP'} {c.subgrids} sub-grids "
-                               f"({'topology-aware' if c.topology_aware else 'naive'})")
+                mesh_c = _mesh_text(c)
                 chosen = (c.mesh, c.subgrids, c.topology_aware or c.subgrids == 1, c.csub) == \
                     (self.mesh, self.subgrids, self.topology_aware or self.subgrids == 1, self.csub)
                 mark = "*" if chosen else " "
@@ -273,8 +269,38 @@ class Plan:
                     lines.append(f" {mark} {mesh_c}: rejected: {c.reason}")
         return "\n".join(lines)
 
+    def top(self, k: int = 5) -> str:
+        """The ``k`` fastest feasible configurations weighed, with the predicted step and
+        its communication split by group (``autopar plan --top K``)."""
+        feasible = sorted((c for c in self.candidates if c.feasible), key=lambda c: (c.step_s, _mesh_text(c)))
+        groups = [g for g in ("tensor", "x", "y", "z", "data") if any(g in c.comm_s for c in feasible)]
+        header = ("#", "configuration", "step", *(f"comm {g}" for g in groups), "memory")
+        rows = [header]
+        for i, c in enumerate(feasible[:k], 1):
+            rows.append((str(i), _mesh_text(c), _ms(c.step_s), *(_ms(c.comm_s.get(g, 0.0)) for g in groups),
+                         _mb(c.memory_bytes)))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        lines = [f"the {min(k, len(feasible))} best of {len(feasible)} feasible configuration(s) "
+                 f"({len(self.candidates) - len(feasible)} rejected):"]
+        for i, row in enumerate(rows):
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+            if i == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
     def __str__(self) -> str:
         return self.explain()
+
+
+def _mesh_text(c: MeshCandidate) -> str:
+    if "x" in c.mesh:
+        text = f"3D x={c.mesh['x']} y={c.mesh['y']} z={c.mesh['z']} data={c.mesh['data']}"
+    else:
+        text = " x ".join(f"{k}={v}" for k, v in c.mesh.items())
+    if c.subgrids > 1:
+        text += (f", {'D&SP-cSub' if c.csub else 'D&SP'} {c.subgrids} sub-grids "
+                 f"({'topology-aware' if c.topology_aware else 'naive'})")
+    return text
 
 
 def _ms(seconds: float | None) -> str:

@@ -257,7 +257,7 @@ def _region_linears(region) -> list[tuple[str, bool]]:
     return [(n, False) for n in dict.fromkeys((d["q_proj"], d["k_proj"], d["v_proj"]))] + [(d["out_proj"], True)]
 
 
-def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool):
+def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all: bool = False):
     """(region choices, total cost, step seconds) of a ``Gx × Gy × Gz × Gdata`` grid.
 
     Per 3D region: its linears' collectives by axonn eqs 4-7 (``grid3d.layer_comm``, each
@@ -267,7 +267,9 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool):
     with its rows split over z and data. Gradients: 3D weight shards are all-reduced over
     data (eq 8), everything else over z and data (the ``replica`` group); both overlap
     the backward pass as data parallelism does. Overlap inside a layer (axonn §IV) is not
-    subtracted: like axonn's model, eq 9 ranks the grids by their full communication."""
+    subtracted: like axonn's model, eq 9 ranks the grids by their full communication.
+    ``forced``: split every region and raise on one the grid does not divide;
+    ``split_all``: split every region the grid divides, cheaper or not."""
     from autopar.passes.layout_propagation import TensorParallelError
     from autopar.passes.tensor3d import planned_grid3d_shards
     table = {n.name: n for n in model.gm.graph.nodes}
@@ -277,6 +279,9 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool):
     choices: list[RegionChoice] = []
     in_region: set[str] = set()
     comm = {"x": 0.0, "y": 0.0, "z": 0.0}
+    splittable = [r for r in model.regions if r.kind in ("attention", "linear_chain")]
+    row_outputs = {_region_linears(r)[-1][0] for r in splittable}
+    column_inputs = {name for r in splittable for name, transposed in _region_linears(r) if not transposed}
     compute = activations = 0.0
     local_elems = 0.0
     shard_elems = 0.0  # 3D weight shards per rank (all-reduced over data only)
@@ -294,7 +299,7 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool):
                 if forced:
                     raise PlanError(f"strategy: grid {label}: {e}") from None
                 why_not = str(e)
-        layers = []
+        layers, boundary = [], ""
         if why_not is None:
             linears = _region_linears(r)
             names = {n for n, _ in linears}
@@ -310,15 +315,23 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool):
                         region_comm[axis] += seconds
                 layers.append({"linear": name, "orientation": "transposed (in x, out y)" if transposed
                                else "plain (in y, out x)"})
+            # the re-layouts where the flow enters and leaves the region; none between a
+            # transposed layer and the next region's plain layers that read it directly
             first, last = table[linears[0][0]], table[linears[-1][0]]
-            region_comm["y"] += boundary_comm(tensor_spec(match_linear(first, model.gm).input).nbytes,
-                                              tensor_spec(last).nbytes, grid, hw)
+            entry = match_linear(first, model.gm).input
+            enters = 0.0 if entry.name in row_outputs else tensor_spec(entry).nbytes
+            leaves = 0.0 if all(u.name in column_inputs for u in last.users) else tensor_spec(last).nbytes
+            region_comm["y"] += boundary_comm(enters, leaves, grid, hw)
+            boundary = ("input " + ("cut to y blocks (backward all-gather over y)" if enters else
+                                    "read split over y from the previous region (no re-layout)")
+                        + ", output " + ("all-gathered over y" if leaves else
+                                         "read split over y by the next region (no re-layout)"))
             split = _compute(model, [n for n in r.nodes if n in names], hw, 1 / world)
             between = _compute(model, [n for n in r.nodes if n not in names], hw, 1 / (grid.x * parts))
             options["tensor3d"] = Cost(split + between, region_comm, 0.0)
         seconds = {k: c.compute_s + c.total_comm_s for k, c in options.items()}
-        if "tensor3d" in options and forced:
-            chosen, reason = "tensor3d", f"3D grid {label}, forced"
+        if "tensor3d" in options and (forced or split_all):
+            chosen, reason = "tensor3d", f"3D grid {label}, " + ("forced" if forced else "split wherever it divides")
         elif why_not is not None:
             chosen, reason = "replicate", why_not
         else:
@@ -341,7 +354,7 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool):
                     sharded_names.add(name)
             per_rank += params - sum(model.params[n].numel() for n in shards)
             act = model.activation_bytes(r.nodes, 1 / (grid.x * parts)) + gathered * 4
-            details = {"grid": label, "layers": layers}
+            details = {"grid": label, "layers": layers, "boundary": boundary}
         else:
             act = model.activation_bytes(r.nodes, 1 / parts)
         local_elems += per_rank
@@ -360,8 +373,11 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool):
     outside_act = model.activation_bytes(outside, 1 / parts)
     activations += outside_act
     replicated_elems = local_elems - shard_elems
-    data = (_exposed_data_comm(parts, grid.x * grid.y, replicated_elems * 4, compute, hw)
-            + _exposed_data_comm(grid.data, grid.x * grid.y * grid.z, shard_elems * 4, compute, hw))
+    if grid.z == 1:  # one group: the replica group is the data group
+        data = _exposed_data_comm(grid.data, grid.x * grid.y, local_elems * 4, compute, hw)
+    else:
+        data = (_exposed_data_comm(parts, grid.x * grid.y, replicated_elems * 4, compute, hw)
+                + _exposed_data_comm(grid.data, grid.x * grid.y * grid.z, shard_elems * 4, compute, hw))
     choices.append(RegionChoice("(outside regions)", "-", "replicate",
                                 Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
                                 {}, "not in a splittable region"))
@@ -611,6 +627,10 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                                             f"Gz x Gdata = {grid.z * grid.data}"))
             continue
         choices, total, step = _price_3d(model, hw, grid, forced is not None)
+        if not any(c.strategy == "tensor3d" for c in choices):
+            # as for Megatron: a grid that splits nothing only repeats work; price splitting
+            # every region it divides
+            choices, total, step = _price_3d(model, hw, grid, False, split_all=True)
         if not any(c.strategy == "tensor3d" for c in choices):
             why = next((c.reason for c in choices if c.kind in ("attention", "linear_chain")), "no region")
             candidates.append(MeshCandidate(mesh, None, None, False, f"no region split over the grid: {why}"))
