@@ -442,6 +442,12 @@ class ParallelModule(nn.Module):
         reduce-scatters were ``deferred`` to the end of backward (axonn §IV)."""
         return dict(self._t3d.stats)
 
+    @property
+    def tensor3d_runtime(self) -> T3.Tensor3DRuntime:
+        """The 3D layers' runtime state: its ``overlap`` switches, ``stats`` and
+        ``exposed_s``, the seconds spent blocked in their collectives."""
+        return self._t3d
+
     def rank_graph_code(self) -> str:
         """This rank's most recently built program as readable code."""
         if not self._programs:

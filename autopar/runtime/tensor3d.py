@@ -37,6 +37,7 @@ Overlap (axonn §IV), each switchable through :class:`Overlap` and on by default
 """
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -201,6 +202,9 @@ class Tensor3DRuntime:
         # gathered when needed, prefetched by the layer before (§IV-C), or cached for
         # recomputation (§IV-D); reduce-scatters deferred to the end of backward (§IV-B)
         self.stats = {"gathered": 0, "prefetched": 0, "cached": 0, "deferred": 0}
+        # seconds this rank spent blocked in the 3D layers' collectives (synchronous ones
+        # and waits on asynchronous ones): the communication overlap did not hide
+        self.exposed_s = 0.0
 
     def begin(self) -> None:
         """Forget the last step's gathered weights (the optimizer has changed them)."""
@@ -220,6 +224,7 @@ class Tensor3DRuntime:
             self.stats["cached"] += 1
             return self._cached.pop(key)
         found = self._prefetched.pop(key, None)
+        start = time.perf_counter()
         if found is not None:
             work, buffer = found
             if work is not None:
@@ -229,6 +234,7 @@ class Tensor3DRuntime:
         else:
             w = _all_gather_flat(w_hat.detach(), get_group("z")).view(shape)
             self.stats["gathered"] += 1
+        self.exposed_s += time.perf_counter() - start
         if checkpointed and self.overlap.cache and torch.is_grad_enabled():
             self._cached[key] = w
         return w
@@ -252,6 +258,7 @@ class Tensor3DRuntime:
     def finish(self) -> None:
         """Wait for the deferred reduce-scatters and add each into its ``Ŵ.grad`` (in the
         order backward issued them); drop unused prefetches. Before any optimizer step."""
+        start = time.perf_counter()
         for w_hat, work, shard in self._deferred:
             work.wait()
             if w_hat.grad is None:
@@ -260,6 +267,7 @@ class Tensor3DRuntime:
                 w_hat.grad.add_(shard.view_as(w_hat))
         self._deferred.clear()
         self._drain_prefetches()
+        self.exposed_s += time.perf_counter() - start
         self._cached.clear()
 
     @property
@@ -298,7 +306,9 @@ class _Linear3D(torch.autograd.Function):
         group_in, group_out, group_z = groups
         out = x @ (w if weight_t else w.t())                          # line 3
         if size_of(group_in) > 1:
+            start = time.perf_counter()
             dist.all_reduce(out, group=group_in)                      # line 4
+            runtime.exposed_s += time.perf_counter() - start
         if bias is not None:
             out = out + bias
         ctx.save_for_backward(x, w)                                    # line 5: cache I and W
@@ -314,12 +324,17 @@ class _Linear3D(torch.autograd.Function):
         grad = grad.contiguous()
         grad_x = grad @ (w.t() if ctx.weight_t else w)                # line 11
         work = None
+        runtime = ctx.runtime
+        start = time.perf_counter()
         if size_of(group_out) > 1:
             work = dist.all_reduce(grad_x, group=group_out, async_op=overlap.all_reduce)
+        runtime.exposed_s += time.perf_counter() - start
         rows_grad, rows_x = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
         grad_w = rows_x.t() @ rows_grad if ctx.weight_t else rows_grad.t() @ rows_x  # line 12
         if work is not None and overlap.all_reduce:
+            start = time.perf_counter()
             work.wait()  # §IV-A: the all-reduce ran under the weight-gradient matmul
+            runtime.exposed_s += time.perf_counter() - start
         grad_b = grad.reshape(-1, grad.shape[-1]).sum(0) if ctx.has_bias else None
         flat = grad_w.reshape(-1)
         if size_of(group_z) == 1:
@@ -329,7 +344,9 @@ class _Linear3D(torch.autograd.Function):
             work = reduce_scatter_flat(shard, flat, group=group_z, async_op=True)
             ctx.runtime.defer(ctx.w_hat, work, shard)
             return grad_x, None, None, grad_b, None, None, None
+        start = time.perf_counter()
         reduce_scatter_flat(shard, flat, group=group_z)
+        ctx.runtime.exposed_s += time.perf_counter() - start
         return grad_x, shard.view_as(ctx.w_hat), None, grad_b, None, None, None
 
 
