@@ -74,7 +74,6 @@ def rank_job(steps: int, warmup: int, quick: bool) -> list:
                         sync=dist.barrier)
     runs = warmup + steps
     exposed = {name: pm.tensor3d_runtime.exposed_s / runs for name, pm in ladder.items()}
-    base = exposed["no overlap"]
     for name, _, _ in LADDER[1:]:
         reference = "recompute, no cache" if name.startswith("recompute +") else "no overlap"
         hidden = 1 - exposed[name] / exposed[reference] if exposed[reference] else 0.0
