@@ -14,25 +14,35 @@ import torch.distributed as dist
 from autopar.runtime.groups import get_group
 
 
+def cut_blocks(full: torch.Tensor, dim: int, blocks: int, parts: int, index: int) -> torch.Tensor:
+    """Part ``index`` of ``parts`` of each of ``blocks`` equal blocks of ``dim``, side by
+    side (a copy-free view when ``blocks == 1``)."""
+    if full.shape[dim] % (blocks * parts):
+        raise ValueError(f"dimension {dim} of size {full.shape[dim]} cannot be split into {blocks} block(s) × "
+                         f"{parts} ranks")
+    pieces = [b.chunk(parts, dim)[index] for b in full.chunk(blocks, dim)]
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim)
+
+
+def gather_blocks(local: torch.Tensor, dim: int, blocks: int, group) -> torch.Tensor:
+    """The inverse of :func:`cut_blocks` over ``group`` (a ``ProcessGroup``, None for one
+    rank): every rank's part all-gathered and put back block by block."""
+    parts = 1 if group is None else dist.get_world_size(group)
+    if parts == 1:
+        return local.clone()
+    pieces = [torch.empty_like(local) for _ in range(parts)]
+    dist.all_gather(pieces, local.contiguous(), group=group)
+    per_rank = [p.chunk(blocks, dim) for p in pieces]
+    return torch.cat([per_rank[r][b] for b in range(blocks) for r in range(parts)], dim)
+
+
 def local_shard(full: torch.Tensor, shard, degree: int, rank: int) -> torch.Tensor:
     """Rank ``rank``'s part of ``full`` under ``shard`` (a copy-free view when possible)."""
-    if full.shape[shard.dim] % (shard.blocks * degree):
-        raise ValueError(f"dimension {shard.dim} of size {full.shape[shard.dim]} cannot be split into "
-                         f"{shard.blocks} block(s) × {degree} ranks")
-    blocks = full.chunk(shard.blocks, shard.dim)
-    parts = [b.chunk(degree, shard.dim)[rank] for b in blocks]
-    return parts[0] if len(parts) == 1 else torch.cat(parts, shard.dim)
+    return cut_blocks(full, shard.dim, shard.blocks, degree, rank)
 
 
 def gather_full(local: torch.Tensor, shard, degree: int) -> torch.Tensor:
     """The full tensor, all-gathered over the shard's group (every rank gets it)."""
-    group = get_group(shard.group)
-    if degree == 1 or group is None:
+    if degree == 1:
         return local.clone()
-    pieces = [torch.empty_like(local) for _ in range(degree)]
-    dist.all_gather(pieces, local.contiguous(), group=group)
-    per_rank_blocks = [p.chunk(shard.blocks, shard.dim) for p in pieces]
-    out = []
-    for b in range(shard.blocks):
-        out.extend(per_rank_blocks[r][b] for r in range(degree))
-    return torch.cat(out, shard.dim)
+    return gather_blocks(local, shard.dim, shard.blocks, get_group(shard.group))

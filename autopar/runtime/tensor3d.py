@@ -47,6 +47,7 @@ import torch.distributed as dist
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.planning.grid3d import Grid3D
 from autopar.runtime.groups import get_group, size_of
+from autopar.runtime.shards import cut_blocks, gather_blocks
 
 AXES = ("x", "y", "z", "data")
 
@@ -97,11 +98,6 @@ class Grid3DShard:
         return _axes(self.transposed)
 
 
-def _per_block(t: torch.Tensor, dim: int, blocks: int, parts: int, index: int) -> torch.Tensor:
-    pieces = [b.chunk(parts, dim)[index] for b in t.chunk(blocks, dim)]
-    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim)
-
-
 def block_of(full: torch.Tensor, shard: Grid3DShard, grid: Grid3D, coords: dict[str, int]) -> torch.Tensor:
     """The (out axis, in axis) block of a full parameter that ``coords`` owns."""
     in_axis, out_axis = shard.axes
@@ -110,7 +106,7 @@ def block_of(full: torch.Tensor, shard: Grid3DShard, grid: Grid3D, coords: dict[
     if n % (shard.blocks * g_out):
         raise ValueError(f"a {list(full.shape)} parameter: its {n} output features ({shard.blocks} block(s)) do not "
                          f"divide by G{out_axis} = {g_out}")
-    block = _per_block(full, shard.out_dim, shard.blocks, g_out, coords[out_axis])
+    block = cut_blocks(full, shard.out_dim, shard.blocks, g_out, coords[out_axis])
     if shard.vector:
         return block
     in_dim = 1 - shard.out_dim
@@ -147,18 +143,8 @@ def gather_part(local: torch.Tensor, shard: Grid3DShard, grid: Grid3D, full_shap
         block = local.detach()
     else:
         block = _all_gather_flat(local.detach(), get_group("z")).view(block_shape(full_shape, shard, grid))
-        block = _gather_dim(block, 1 - shard.out_dim, get_group(in_axis), 1)
-    return _gather_dim(block, shard.out_dim, get_group(out_axis), shard.blocks)
-
-
-def _gather_dim(t: torch.Tensor, dim: int, group, blocks: int) -> torch.Tensor:
-    parts = size_of(group)
-    if parts == 1:
-        return t.clone()
-    pieces = [torch.empty_like(t) for _ in range(parts)]
-    dist.all_gather(pieces, t.contiguous(), group=group)
-    per_rank = [p.chunk(blocks, dim) for p in pieces]
-    return torch.cat([per_rank[r][b] for b in range(blocks) for r in range(parts)], dim)
+        block = gather_blocks(block, 1 - shard.out_dim, 1, get_group(in_axis))
+    return gather_blocks(block, shard.out_dim, shard.blocks, get_group(out_axis))
 
 
 # ---------------------------------------------------------------------------- overlap state
