@@ -21,6 +21,7 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 
+from autopar.planning.grid3d import Grid3D
 from autopar.planning.subgraph import subgrid_coordinates
 
 PLAN_FORMAT_VERSION = 1
@@ -119,7 +120,6 @@ class Plan:
         """AxoNN's ``Gx × Gy × Gz × Gdata`` grid of a 3D plan, else None."""
         if not any(axis in self.mesh for axis in ("x", "y", "z")):
             return None
-        from autopar.planning.grid3d import Grid3D
         return Grid3D(self.degree("x"), self.degree("y"), self.degree("z"), self.degree("data"))
 
     def batch_parts(self) -> int:
