@@ -40,13 +40,12 @@ from autopar.runtime import collectives as C
 from autopar.runtime.tensor3d import Grid3DShard, block_shape, linear_3d
 
 
-def tensor3d_pass(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D, rank: int,
-                  checkpointed: bool = False) -> fx.GraphModule:
+def tensor3d_pass(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D, rank: int) -> fx.GraphModule:
     """Rewrite ``gm`` into rank ``rank`` of ``grid`` (see the module docstring)."""
     gm.meta[PARAM_SHARDS] = {}
     if not regions or grid.x * grid.y * grid.z == 1:
         return gm
-    rewriter = _Rewriter3D(gm, set(regions), grid, grid.coordinates(rank)["x"], checkpointed)
+    rewriter = _Rewriter3D(gm, set(regions), grid, grid.coordinates(rank)["x"])
     gm.meta[PARAM_SHARDS] = rewriter.shards
     rewriter.run()
     rewriter.drop_unused_gathers()
@@ -61,17 +60,15 @@ def planned_grid3d_shards(gm: fx.GraphModule, *, regions: list[str], grid: Grid3
     without touching ``gm`` (the runtime cuts the parts before any rank program exists)."""
     if not regions or grid.x * grid.y * grid.z == 1:
         return {}
-    return dict(_Rewriter3D(gm, set(regions), grid, 0, False).shards)
+    return dict(_Rewriter3D(gm, set(regions), grid, 0).shards)
 
 
 class _Rewriter3D(_Rewriter):
     """Megatron's rewriter over the ``x`` group, with 3D linears in place of its column and
     row linears."""
 
-    def __init__(self, gm: fx.GraphModule, chosen: set[str], grid: Grid3D, x_rank: int, checkpointed: bool):
+    def __init__(self, gm: fx.GraphModule, chosen: set[str], grid: Grid3D, x_rank: int):
         self.grid = grid
-        self.checkpointed = checkpointed
-        self.transposed: dict[str, bool] = {}
         self.layers: list[fx.Node] = []
         super().__init__(gm, chosen, grid.x, x_rank, "x")
 
@@ -103,7 +100,6 @@ class _Rewriter3D(_Rewriter):
         if (match.out_features // g_out) * (match.in_features // g_in) % self.grid.z:
             raise TensorParallelError(f"{where}: its weight block of {match.out_features // g_out}x"
                                       f"{match.in_features // g_in} does not split into Gz = {self.grid.z} shards")
-        self.transposed[node_name] = transposed
         self.shards[match.weight] = Grid3DShard(out_dim, transposed, blocks)
         if match.bias:
             self.shards[match.bias] = Grid3DShard(0, transposed, blocks, vector=True)
@@ -129,7 +125,7 @@ class _Rewriter3D(_Rewriter):
             bias = self.graph.get_attr(match.bias) if match.bias else None
             new = self.graph.call_function(
                 linear_3d, (x, weight, bias, block, in_group, out_group, match.weight_layout == "in_out"),
-                {"prefetch": None, "checkpointed": self.checkpointed})
+                {"prefetch": None, "checkpointed": False})  # the recompute pass sets it
         new.meta.update(node.meta)
         node.replace_all_uses_with(new)
         self.graph.erase_node(node)
@@ -167,8 +163,7 @@ class _Rewriter3D(_Rewriter):
         with self.graph.inserting_after(new):
             gathered = self.graph.call_function(C.gather_from_tensor_region, (new, out_dim, "y"))
         gathered.meta.update(new.meta)
-        new.replace_all_uses_with(gathered)
-        gathered.args = (new, out_dim, "y")
+        new.replace_all_uses_with(gathered, delete_user_cb=lambda user: user is not gathered)
         self.layout[new] = None
         self.layout[gathered] = None
 

@@ -281,7 +281,7 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
     comm = {"x": 0.0, "y": 0.0, "z": 0.0}
     splittable = [r for r in model.regions if r.kind in ("attention", "linear_chain")]
     row_outputs = {_region_linears(r)[-1][0] for r in splittable}
-    column_inputs = {name for r in splittable for name, transposed in _region_linears(r) if not transposed}
+    plain_linears = {name for r in splittable for name, transposed in _region_linears(r) if not transposed}
     compute = activations = 0.0
     local_elems = 0.0
     shard_elems = 0.0  # 3D weight shards per rank (all-reduced over data only)
@@ -320,7 +320,7 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
             first, last = table[linears[0][0]], table[linears[-1][0]]
             entry = match_linear(first, model.gm).input
             enters = 0.0 if entry.name in row_outputs else tensor_spec(entry).nbytes
-            leaves = 0.0 if all(u.name in column_inputs for u in last.users) else tensor_spec(last).nbytes
+            leaves = 0.0 if all(u.name in plain_linears for u in last.users) else tensor_spec(last).nbytes
             region_comm["y"] += boundary_comm(enters, leaves, grid, hw)
             boundary = ("input " + ("cut to y blocks (backward all-gather over y)" if enters else
                                     "read split over y from the previous region (no re-layout)")
