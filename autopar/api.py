@@ -29,6 +29,7 @@ from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass
 from autopar.passes.manager import PassRunner, graph_code, pass_disabled
 from autopar.passes.recompute import recompute_pass
 from autopar.passes.subgraph_parallel import csub_branch_program, subgraph_parallel_pass
+from autopar.passes.cube3d import cube3d_pass, planned_cube_shards
 from autopar.passes.tensor3d import planned_grid3d_shards, tensor3d_pass
 from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard, planned_param_shards, tensor_parallel_pass
 from autopar.planning.hardware import Hardware, get_hardware
@@ -123,11 +124,14 @@ def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None
     dsp_regions = plan_.dsp_regions()
     subgrid = plan_.subgrid_coordinates(rank)[0]
     if plan_.grid is not None:
+        # one 3D form per plan: AxoNN's layers (tensor3d) or Bian's cube (cube3d)
+        cube = plan_.regions_with("cube3d")
+        split = cube or plan_.regions_with("tensor3d")
         passes = [
             ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
-            ("tensor3d", tensor3d_pass, {"regions": plan_.regions_with("tensor3d"), "grid": plan_.grid,
-                                         "rank": rank}),
-            *([("recompute", recompute_pass, {"regions": plan_.regions_with("tensor3d")})] if recompute else []),
+            ("cube3d", cube3d_pass, {"regions": cube, "grid": plan_.grid, "rank": rank}) if cube else
+            ("tensor3d", tensor3d_pass, {"regions": split, "grid": plan_.grid, "rank": rank}),
+            *([("recompute", recompute_pass, {"regions": split})] if recompute else []),
             ("data_parallel", data_parallel_pass, {"degree": parts, "local_batch": local_batch, "group": "replica",
                                                     "reduce_scalars": not with_loss}),
         ]
@@ -194,7 +198,10 @@ class ParallelModule(nn.Module):
         self._grid = plan_.grid
         self._coords = coords
         if self._grid is not None:
-            self._random = rng.RandomStates(seed, coords["x"], self._chunk)
+            # Bian's cube splits the activations inside a region over y (rows) as well
+            cube = bool(plan_.regions_with("cube3d"))
+            tensor_rank = coords["x"] + self._grid.x * coords["y"] if cube else coords["x"]
+            self._random = rng.RandomStates(seed, tensor_rank, self._chunk)
         else:
             self._random = rng.RandomStates(seed, coords["tensor"], coords["data"])
         # 3D layers' overlap state (axonn §IV): prefetched and cached weights, deferred
@@ -268,8 +275,10 @@ class ParallelModule(nn.Module):
         # every batch chunk
         self._shard_buckets = None
         if self._grid is not None:
+            # (Bian's diagonal vectors too: their reduce over the cube sums the rows of z and
+            # the in axis already)
             weights = [p for p in common if isinstance(self._shard_by_id.get(id(p)), T3.Grid3DShard)
-                       and not self._shard_by_id[id(p)].vector]
+                       and (not self._shard_by_id[id(p)].vector or self._shard_by_id[id(p)].cube)]
             chosen = {id(p) for p in weights}
             common = [p for p in common if id(p) not in chosen]
             # with deferred reduce-scatters (axonn §IV-B) Ŵ.grad is written after backward,
@@ -550,7 +559,9 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     group_map = _make_groups(plan_, mesh, world)
     _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
-    if plan_.grid is not None:
+    if plan_.grid is not None and plan_.regions_with("cube3d"):
+        shards = planned_cube_shards(gm, regions=plan_.regions_with("cube3d"), grid=plan_.grid)
+    elif plan_.grid is not None:
         shards = planned_grid3d_shards(gm, regions=plan_.regions_with("tensor3d"), grid=plan_.grid)
     else:
         shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(

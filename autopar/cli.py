@@ -45,7 +45,7 @@ def _parse_strategy(text: str):
             return {k: int(v) for k, v in (part.split("=") for part in text.split(","))}
         except ValueError:
             raise SystemExit(f"autopar plan: --strategy {text!r}: expected auto, data, tensor, data=2,tensor=2 "
-                             f"or x=2,y=2,z=2")
+                             f", x=2,y=2,z=2 or cube=2")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,10 +32,11 @@ def inception():
     return Inception(), (torch.randn(8, 3, 8, 8),), F.cross_entropy, torch.randint(0, 5, (8,))
 
 
-def training_case(model_name: str):
+def training_case(model_name: str, batch: int | None = None):
     """``(model factory, inputs, target, loss)`` of a named example, for training on ranks
     against a single-device copy (``autopar.testing``, ``examples/train.py``): the factory,
-    not a model, so every rank builds its own from the same seed."""
+    not a model, so every rank builds its own from the same seed. ``batch``: the language
+    models' batch (4 by default; Bian's cube on 8 ranks needs 8: z, then x and y, split it)."""
     generator = torch.Generator().manual_seed(1)
     if model_name == "inception":
         return Inception, (torch.randn(8, 3, 8, 8, generator=generator),), \
@@ -48,8 +49,8 @@ def training_case(model_name: str):
         x = torch.randn(8, 32, generator=generator)
         y = torch.randint(0, 8, (8,), generator=generator)
         return MLP, (x,), y, F.cross_entropy
-    ids = torch.randint(0, 64, (4, 16), generator=generator)
-    target = torch.randint(0, 64, (4, 16), generator=generator)
+    ids = torch.randint(0, 64, (batch or 4, 16), generator=generator)
+    target = torch.randint(0, 64, (batch or 4, 16), generator=generator)
     if model_name == "transformer":
         return TinyTransformer, (ids,), target, lm_loss
     if model_name == "gpt2":

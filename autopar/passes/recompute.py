@@ -29,6 +29,7 @@ import torch.utils.checkpoint
 
 from autopar.ir import REGION_OF
 from autopar.runtime import rng
+from autopar.runtime.cube3d import linear_cube
 from autopar.runtime.tensor3d import linear_3d
 
 log = logging.getLogger("autopar.passes.recompute")
@@ -66,7 +67,7 @@ def _outline(gm: fx.GraphModule, rid: str) -> None:
         env[a].meta.update(a.meta)
     for n in span:
         env[n] = sub.node_copy(n, lambda a: env[a])
-        if n.target is linear_3d:
+        if n.target is linear_3d or n.target is linear_cube:
             env[n].kwargs = {**env[n].kwargs, "checkpointed": True}
     sub.output(tuple(env[o] for o in outputs))
     body = fx.GraphModule(gm, sub, class_name=f"Recompute_{_safe(rid)}")

@@ -76,6 +76,7 @@ class MeshCandidate:
     topology_aware: bool = True
     csub: bool = False  # D&SP-cSub: common layers on sub-grid 0
     comm_s: dict[str, float] = field(default_factory=dict)  # predicted communication by group
+    form: str = ""  # "cube": the grid in Bian's load-balanced cube form; "" otherwise
 
 
 @dataclass
@@ -114,6 +115,11 @@ class Plan:
         if self.subgrids == 1:
             return 0, self.rank_coordinates(rank)["data"]
         return subgrid_coordinates(rank, self.world_size, self.subgrids, self.topology_aware)
+
+    @property
+    def form(self) -> str:
+        """``"cube"`` when the grid runs Bian's cube form (``cube3d`` regions), else ``""``."""
+        return "cube" if self.regions_with("cube3d") else ""
 
     @property
     def grid(self):
@@ -206,7 +212,8 @@ class Plan:
         lines = [
             f"autopar plan: {self.model} on {self.world_size} rank(s), hardware {self.hardware}, "
             f"global batch {self.global_batch}{' (forced)' if self.forced else ''}",
-            f"mesh: {mesh}   " + (f"(3D grid Gx={self.degree('x')} Gy={self.degree('y')} Gz={self.degree('z')} "
+            f"mesh: {mesh}   " + (f"({'Bian cube' if self.form == 'cube' else '3D grid'} Gx={self.degree('x')} "
+                                    f"Gy={self.degree('y')} Gz={self.degree('z')} "
                                     f"Gdata={self.degree('data')}; rank = ((data*Gz + z)*Gy + y)*Gx + x)"
                                     if self.grid is not None else
                                     f"(rank = data*{self.degree('tensor')} + tensor; tensor ranks adjacent)")
@@ -239,12 +246,18 @@ class Plan:
             lines.append("")
             lines.append("branches on sub-grids:")
             lines.extend(f"  {r.region}: {r.reason}" for r in split_branches)
-        layered = [r for r in self.regions if r.strategy == "tensor3d"]
+        layered = [r for r in self.regions if r.strategy in ("tensor3d", "cube3d")]
         if layered:
             lines.append("")
-            lines.append("3D layers (orientation by data flow; Algorithm 1: all-gather W over z, all-reduce the "
-                         "output over the in axis; backward: all-reduce dI over the out axis, reduce-scatter dW "
-                         "over z):")
+            if self.regions_with("cube3d"):
+                lines.append("cube layers (Bian et al.; orientation by data flow; Algorithms 1/3: all-gather A's rows "
+                             "over the out axis and W over z, reduce-scatter the output's rows over the in axis; "
+                             "backward (2/4): all-gather dC over the in axis, reduce-scatter dA over the out axis "
+                             "and dW over z; biases on the diagonal ranks, Algorithms 7-8):")
+            else:
+                lines.append("3D layers (orientation by data flow; Algorithm 1: all-gather W over z, all-reduce the "
+                             "output over the in axis; backward: all-reduce dI over the out axis, reduce-scatter dW "
+                             "over z):")
             for r in layered:
                 lines.append(f"  {r.region}: " + "; ".join(f"{layer['linear']} {layer['orientation']}"
                                                           for layer in r.details.get("layers", [])))
@@ -260,8 +273,8 @@ class Plan:
             lines.append("meshes weighed:")
             for c in self.candidates:
                 mesh_c = _mesh_text(c)
-                chosen = (c.mesh, c.subgrids, c.topology_aware or c.subgrids == 1, c.csub) == \
-                    (self.mesh, self.subgrids, self.topology_aware or self.subgrids == 1, self.csub)
+                chosen = (c.mesh, c.subgrids, c.topology_aware or c.subgrids == 1, c.csub, c.form) == \
+                    (self.mesh, self.subgrids, self.topology_aware or self.subgrids == 1, self.csub, self.form)
                 mark = "*" if chosen else " "
                 if c.feasible:
                     lines.append(f" {mark} {mesh_c}: step {_ms(c.step_s)}, memory {_mb(c.memory_bytes)}")
@@ -293,6 +306,10 @@ class Plan:
 
 
 def _mesh_text(c: MeshCandidate) -> str:
+    if c.form == "cube":
+        if "x" not in c.mesh:
+            return "Bian's cube"
+        return f"3D cube (Bian) p={c.mesh['x']} data={c.mesh['data']}"
     if "x" in c.mesh:
         text = f"3D x={c.mesh['x']} y={c.mesh['y']} z={c.mesh['z']} data={c.mesh['data']}"
     else:

@@ -32,7 +32,7 @@ from autopar.ir import CAPTURE, REGION_OF, regions, tensor_spec
 from autopar.passes.ops import is_embedding, match_linear
 from autopar.planning import cost as cm
 from autopar.planning.flops import graph_work
-from autopar.planning.grid3d import Grid3D, boundary_comm, grids_of, layer_comm
+from autopar.planning.grid3d import Grid3D, boundary_comm, cube_boundary_comm, cube_layer_comm, grids_of, layer_comm
 from autopar.planning.hardware import Hardware
 from autopar.planning.plan import Cost, MeshCandidate, Plan, RegionChoice
 from autopar.planning.subgraph import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
@@ -57,6 +57,7 @@ class Strategy:
     topology_aware: bool = True
     csub: bool = False
     grid: Grid3D | None = None  # AxoNN's Gx x Gy x Gz x Gdata (3D/4D tensor parallelism)
+    cube: bool = False  # the grid is Bian's p x p x p cube form (its data degree: None = what the world leaves)
 
     @staticmethod
     def parse(strategy: Any) -> "Strategy | None":
@@ -70,11 +71,21 @@ class Strategy:
         if strategy == "tensor":
             return Strategy(data=1)
         if isinstance(strategy, dict):
-            unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware", "csub", "x", "y", "z"}
+            unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware", "csub", "x", "y", "z", "cube"}
             if unknown:
                 raise PlanError(f"strategy: unknown mesh dimension(s) {sorted(unknown)}; this version plans "
-                                f"'data', 'tensor', D&SP 'subgrids' (with 'topology_aware' and 'csub') and the 3D "
-                                f"grid 'x', 'y', 'z' (with 'data')")
+                                f"'data', 'tensor', D&SP 'subgrids' (with 'topology_aware' and 'csub'), the 3D "
+                                f"grid 'x', 'y', 'z' (with 'data') and Bian's 'cube' (with 'data')")
+            if "cube" in strategy:
+                if set(strategy) - {"cube", "data"}:
+                    raise PlanError(f"strategy: the cube form {strategy} combines only with 'data'; drop "
+                                    f"{sorted(set(strategy) - {'cube', 'data'})}")
+                p, data = int(strategy["cube"]), strategy.get("data")
+                if p < 2 or (data is not None and int(data) < 1):
+                    raise PlanError(f"strategy: cube={p}, data={data}: the cube's edge p must be at least 2 and "
+                                    f"the data degree at least 1")
+                return Strategy(None if data is None else int(data), 1, grid=Grid3D(p, p, p, int(data or 1)),
+                                cube=True)
             if set(strategy) & {"x", "y", "z"}:
                 if set(strategy) - {"x", "y", "z", "data"}:
                     raise PlanError(f"strategy: a 3D grid {strategy} combines only with 'data'; drop "
@@ -257,7 +268,8 @@ def _region_linears(region) -> list[tuple[str, bool]]:
     return [(n, False) for n in dict.fromkeys((d["q_proj"], d["k_proj"], d["v_proj"]))] + [(d["out_proj"], True)]
 
 
-def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all: bool = False):
+def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all: bool = False,
+              cube: bool = False):
     """(region choices, total cost, step seconds) of a ``Gx × Gy × Gz × Gdata`` grid.
 
     Per 3D region: its linears' collectives by axonn eqs 4-7 (``grid3d.layer_comm``, each
@@ -269,9 +281,17 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
     the backward pass as data parallelism does. Overlap inside a layer (axonn §IV) is not
     subtracted: like axonn's model, eq 9 ranks the grids by their full communication.
     ``forced``: split every region and raise on one the grid does not divide;
-    ``split_all``: split every region the grid divides, cheaper or not."""
+    ``split_all``: split every region the grid divides, cheaper or not.
+
+    ``cube``: Bian's form on the same (cubic) grid (``cube3d``): each layer's collectives
+    by ``grid3d.cube_layer_comm``, its boundary by ``grid3d.cube_boundary_comm``, the ops
+    between the layers split over y as well (their rows), activations and biases
+    balanced over the cube, and the biases' gradients summed over data only."""
+    from autopar.passes.cube3d import check_rows, planned_cube_shards
     from autopar.passes.layout_propagation import TensorParallelError
     from autopar.passes.tensor3d import planned_grid3d_shards
+    split_name = "cube3d" if cube else "tensor3d"
+    planned = planned_cube_shards if cube else planned_grid3d_shards
     table = {n.name: n for n in model.gm.graph.nodes}
     parts = grid.z * grid.data  # the batch chunks
     world = grid.size
@@ -294,7 +314,12 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
         shards = {}
         if why_not is None:
             try:
-                shards = planned_grid3d_shards(model.gm, regions=[r.id], grid=grid)
+                shards = planned(model.gm, regions=[r.id], grid=grid)
+                if cube:  # the rows of each rank's batch chunk split over x and y
+                    first = match_linear(table[_region_linears(r)[0][0]], model.gm).input
+                    spec = tensor_spec(first)
+                    rows = spec.shape[0] // parts if spec is not None and len(spec.shape) > 1 else None
+                    check_rows(rows, grid, f"region {r.id}")
             except TensorParallelError as e:
                 if forced:
                     raise PlanError(f"strategy: grid {label}: {e}") from None
@@ -308,9 +333,14 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
                 match = match_linear(table[name], model.gm)
                 spec = tensor_spec(match.input)
                 rows = spec.numel // spec.shape[-1] // grid.data
-                lc = layer_comm(rows, match.in_features, match.out_features, grid, hw, transposed=transposed,
-                                element_bytes=spec.dtype.itemsize)
-                for axis, seconds in lc.by_group().items():
+                if cube:
+                    by_group = cube_layer_comm(rows, match.in_features, match.out_features, grid, hw,
+                                               transposed=transposed, bias=match.bias is not None,
+                                               element_bytes=spec.dtype.itemsize)
+                else:
+                    by_group = layer_comm(rows, match.in_features, match.out_features, grid, hw,
+                                          transposed=transposed, element_bytes=spec.dtype.itemsize).by_group()
+                for axis, seconds in by_group.items():
                     if axis != "data":  # eq 8 goes with the data all-reduce below
                         region_comm[axis] += seconds
                 layers.append({"linear": name, "orientation": "transposed (in x, out y)" if transposed
@@ -321,40 +351,57 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
             entry = match_linear(first, model.gm).input
             enters = 0.0 if entry.name in row_outputs else tensor_spec(entry).nbytes
             leaves = 0.0 if all(u.name in plain_linears for u in last.users) else tensor_spec(last).nbytes
-            region_comm["y"] += boundary_comm(enters, leaves, grid, hw)
-            boundary = ("input " + ("cut to y blocks (backward all-gather over y)" if enters else
-                                    "read split over y from the previous region (no re-layout)")
-                        + ", output " + ("all-gathered over y" if leaves else
-                                         "read split over y by the next region (no re-layout)"))
+            if cube:
+                for axis, seconds in cube_boundary_comm(enters, leaves, grid, hw).items():
+                    region_comm[axis] += seconds
+                boundary = ("input " + ("cut to y column blocks and x row blocks (backward all-gathers over y "
+                                        "and x)" if enters else
+                                        "read as A_ijl from the previous region (no re-layout)")
+                            + ", output " + ("all-gathered over y, then x" if leaves else
+                                             "read as A_ijl by the next region (no re-layout)"))
+            else:
+                region_comm["y"] += boundary_comm(enters, leaves, grid, hw)
+                boundary = ("input " + ("cut to y blocks (backward all-gather over y)" if enters else
+                                        "read split over y from the previous region (no re-layout)")
+                            + ", output " + ("all-gathered over y" if leaves else
+                                             "read split over y by the next region (no re-layout)"))
             split = _compute(model, [n for n in r.nodes if n in names], hw, 1 / world)
-            between = _compute(model, [n for n in r.nodes if n not in names], hw, 1 / (grid.x * parts))
-            options["tensor3d"] = Cost(split + between, region_comm, 0.0)
+            between_share = 1 / (grid.x * grid.y * parts) if cube else 1 / (grid.x * parts)
+            between = _compute(model, [n for n in r.nodes if n not in names], hw, between_share)
+            options[split_name] = Cost(split + between, region_comm, 0.0)
         seconds = {k: c.compute_s + c.total_comm_s for k, c in options.items()}
-        if "tensor3d" in options and (forced or split_all):
-            chosen, reason = "tensor3d", f"3D grid {label}, " + ("forced" if forced else "split wherever it divides")
+        if split_name in options and (forced or split_all):
+            chosen = split_name
+            reason = (f"{'cube' if cube else '3D grid'} {label}, "
+                      + ("forced" if forced else "split wherever it divides"))
         elif why_not is not None:
             chosen, reason = "replicate", why_not
         else:
             chosen = min(sorted(seconds), key=seconds.__getitem__)
-            reason = f"3D grid {label}: cheapest predicted step time"
+            reason = f"{'cube' if cube else '3D grid'} {label}: cheapest predicted step time"
         c = options[chosen]
         params = model.region_param_elems(r.id)
         details = {}
         per_rank = float(params)
-        if chosen == "tensor3d":
+        if chosen == split_name:
             per_rank = 0.0
             gathered = 0.0  # each layer's all-gathered block, kept from forward to backward
             for name, shard in shards.items():
                 numel = model.params[name].numel()
                 out_g = grid.y if shard.transposed else grid.x
-                per_rank += numel / out_g if shard.vector else numel / (grid.x * grid.y * grid.z)
-                gathered += 0 if shard.vector else numel / (grid.x * grid.y)
-                if not shard.vector:
+                if shard.vector:  # a diagonal rank of the cube holds 1/(p·Gz) of it, others none
+                    per_rank += numel / (out_g * grid.z) if cube else numel / out_g
+                else:
+                    per_rank += numel / (grid.x * grid.y * grid.z)
+                    gathered += numel / (grid.x * grid.y)
+                if not shard.vector or cube:
                     shard_elems += numel / (grid.x * grid.y * grid.z)
                     sharded_names.add(name)
             per_rank += params - sum(model.params[n].numel() for n in shards)
-            act = model.activation_bytes(r.nodes, 1 / (grid.x * parts)) + gathered * 4
+            act = model.activation_bytes(r.nodes, 1 / (grid.x * (grid.y if cube else 1) * parts)) + gathered * 4
             details = {"grid": label, "layers": layers, "boundary": boundary}
+            if cube:
+                details["form"] = "cube (Bian et al.)"
         else:
             act = model.activation_bytes(r.nodes, 1 / parts)
         local_elems += per_rank
@@ -512,13 +559,22 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     name = model_name or (capture.model_class if capture else type(gm).__name__)
     candidates: list[MeshCandidate] = []
     best = None
-    grids: list[Grid3D] = []
+    grids: list[tuple[Grid3D, bool]] = []  # (grid, Bian's cube form?)
+    if forced is not None and forced.cube:
+        p = forced.grid.x
+        if world_size % p ** 3 or (forced.data is not None and p ** 3 * forced.data != world_size):
+            raise PlanError(f"strategy: the cube form with p={p} needs p^3 x data = {p ** 3} x "
+                            f"{forced.data if forced.data is not None else 'd'} ranks, and the world has "
+                            f"{world_size}, which is not {'that' if forced.data is not None else 'a multiple of it'};"
+                            f" give a world of p^3·d ranks, or AxoNN's grid {{'x', 'y', 'z'}}, which need not be a "
+                            f"cube")
+        forced = Strategy(world_size // p ** 3, 1, grid=Grid3D(p, p, p, world_size // p ** 3), cube=True)
     if forced is not None and forced.grid is not None:
         if forced.grid.size != world_size:
             raise PlanError(f"strategy: the grid {forced.grid.x}x{forced.grid.y}x{forced.grid.z}x{forced.grid.data} "
                             f"has {forced.grid.size} ranks, the world {world_size}; give sizes whose product is "
                             f"{world_size}")
-        grids, layouts = [forced.grid], []
+        grids, layouts = [(forced.grid, forced.cube)], []
         parts = forced.grid.z * forced.grid.data
         if model.batch % parts:
             raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by Gz x Gdata = {parts}, "
@@ -557,8 +613,14 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
             layouts += [(world_size, 1, g, topology_aware, csub) for g in divisors(world_size) if 1 < g <= fewest
                         for csub in modes for topology_aware in (True, False)]
         # AxoNN's 3D/4D grids (axonn §III, §V): every Gx x Gy x Gz x Gdata of the world
+        # and Bian's cube on every p x p x p x Gdata of them (bian §3)
         if any(r.kind in ("attention", "linear_chain") for r in model.regions):
-            grids = grids_of(world_size)
+            grids = [(g, False) for g in grids_of(world_size)]
+            grids += [(g, True) for g, _ in grids if g.x == g.y == g.z > 1]
+            if not any(cube for _, cube in grids):
+                candidates.append(MeshCandidate({"data": world_size}, None, None, False,
+                                                f"Bian's cube form: {world_size} ranks are no p^3 x data with p >= 2",
+                                                form="cube"))
     for data, tensor, subgrids, topology_aware, csub in layouts:
         mesh = {"data": data, "tensor": tensor}
         layout = {"subgrids": subgrids, "topology_aware": topology_aware, "csub": csub} if subgrids > 1 else {}
@@ -620,27 +682,31 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
         candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True, comm_s=dict(total.comm_s), **layout))
         if best is None or step < best[2] * (1 - 1e-9):
             best = (mesh, choices, step, total, subgrids, topology_aware, csub)
-    for grid in grids:
+    for grid, cube in grids:
         mesh = {"data": grid.data, "z": grid.z, "y": grid.y, "x": grid.x}
+        form = "cube" if cube else ""
+        split = "cube3d" if cube else "tensor3d"
         if model.batch % (grid.z * grid.data):
             candidates.append(MeshCandidate(mesh, None, None, False, f"batch {model.batch} not divisible by "
-                                            f"Gz x Gdata = {grid.z * grid.data}"))
+                                            f"Gz x Gdata = {grid.z * grid.data}", form=form))
             continue
-        choices, total, step = _price_3d(model, hw, grid, forced is not None)
-        if not any(c.strategy == "tensor3d" for c in choices):
+        choices, total, step = _price_3d(model, hw, grid, forced is not None, cube=cube)
+        if not any(c.strategy == split for c in choices):
             # as for Megatron: a grid that splits nothing only repeats work; price splitting
             # every region it divides
-            choices, total, step = _price_3d(model, hw, grid, False, split_all=True)
-        if not any(c.strategy == "tensor3d" for c in choices):
+            choices, total, step = _price_3d(model, hw, grid, False, split_all=True, cube=cube)
+        if not any(c.strategy == split for c in choices):
             why = next((c.reason for c in choices if c.kind in ("attention", "linear_chain")), "no region")
-            candidates.append(MeshCandidate(mesh, None, None, False, f"no region split over the grid: {why}"))
+            candidates.append(MeshCandidate(mesh, None, None, False, f"no region split over the grid: {why}",
+                                            form=form))
             continue
         if total.memory_bytes > hw.memory_bytes:
             candidates.append(MeshCandidate(mesh, step, total.memory_bytes, False,
                                             f"needs {total.memory_bytes / 2**30:.1f} GiB per rank, device has "
-                                            f"{hw.memory_bytes / 2**30:.1f} GiB", comm_s=dict(total.comm_s)))
+                                            f"{hw.memory_bytes / 2**30:.1f} GiB", comm_s=dict(total.comm_s),
+                                            form=form))
             continue
-        candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True, comm_s=dict(total.comm_s)))
+        candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True, comm_s=dict(total.comm_s), form=form))
         if best is None or step < best[2] * (1 - 1e-9):
             best = (mesh, choices, step, total, 1, True, False)
     if best is None:

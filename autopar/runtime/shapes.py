@@ -9,8 +9,10 @@ from __future__ import annotations
 import torch
 
 
-def global_size(x: torch.Tensor, split_dim: int, degree: int, dim: int | None = None):
-    """``x.size()`` / ``x.size(dim)`` of the full tensor whose rank-local part is ``x``."""
+def global_size(x: torch.Tensor, split_dim: int, degree: int, dim: int | None = None, rows: int = 1):
+    """``x.size()`` / ``x.size(dim)`` of the full tensor whose rank-local part is ``x``
+    (``rows``: the rows, dim 0, are split that many ways as well: Bian's cube)."""
     sizes = list(x.shape)
     sizes[split_dim] *= degree
+    sizes[0] *= rows
     return torch.Size(sizes) if dim is None else sizes[dim]

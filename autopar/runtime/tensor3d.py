@@ -46,7 +46,7 @@ import torch.distributed as dist
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.planning.grid3d import Grid3D
-from autopar.runtime.groups import get_group, size_of
+from autopar.runtime.groups import get_group, rank_in, size_of
 from autopar.runtime.shards import cut_blocks, gather_blocks
 
 AXES = ("x", "y", "z", "data")
@@ -84,7 +84,9 @@ def _axes(transposed: bool) -> tuple[str, str]:
 class Grid3DShard:
     """How a parameter of a 3D layer is cut: a weight (``vector=False``) into its
     (out axis, in axis) block, then a flat ``1/Gz`` shard; a bias (``vector=True``) into
-    its out-axis block, replicated over the in axis and z. ``out_dim`` is the weight's
+    its out-axis block, replicated over the in axis and z (``cube``: the block's ``1/Gz``
+    piece on the ranks whose in and out coordinates agree, nothing elsewhere: Bian's
+    diagonal storage, :mod:`autopar.runtime.cube3d`). ``out_dim`` is the weight's
     out-features dimension (0 for ``nn.Linear``, 1 for GPT-2's ``Conv1D``); ``blocks``
     > 1 cuts a fused projection (Q, K, V side by side) per block, as Megatron's split."""
 
@@ -92,6 +94,7 @@ class Grid3DShard:
     transposed: bool
     blocks: int = 1
     vector: bool = False
+    cube: bool = False  # Bian's cube (runtime.cube3d): a vector is stored diagonally, 1/Gz of its block
 
     @property
     def axes(self) -> tuple[str, str]:
@@ -128,6 +131,11 @@ def block_shape(full_shape, shard: Grid3DShard, grid: Grid3D) -> tuple[int, ...]
 def local_part(full: torch.Tensor, shard: Grid3DShard, grid: Grid3D, coords: dict[str, int]) -> torch.Tensor:
     """This rank's part of a full parameter: the bias block, or the weight block's flat z shard ``Ŵ``."""
     block = block_of(full, shard, grid, coords)
+    if shard.vector and shard.cube:
+        in_axis, out_axis = shard.axes
+        if coords[in_axis] != coords[out_axis]:
+            return block.new_empty(0)
+        return block.chunk(grid.z)[coords["z"]].clone()
     if shard.vector:
         return block.clone()
     if block.numel() % grid.z:
@@ -139,7 +147,15 @@ def gather_part(local: torch.Tensor, shard: Grid3DShard, grid: Grid3D, full_shap
     """The full parameter from every rank's part (a collective over z, in and out axes:
     every rank calls it)."""
     in_axis, out_axis = shard.axes
-    if shard.vector:
+    if shard.vector and shard.cube:
+        length = full_shape[0] // getattr(grid, out_axis)
+        group_in = get_group(in_axis)
+        holder = rank_in(get_group(out_axis))
+        piece = local.detach().clone() if rank_in(group_in) == holder else local.new_empty(length // grid.z)
+        if size_of(group_in) > 1:
+            dist.broadcast(piece, group=group_in, group_src=holder)
+        block = _all_gather_flat(piece, get_group("z"))
+    elif shard.vector:
         block = local.detach()
     else:
         block = _all_gather_flat(local.detach(), get_group("z")).view(block_shape(full_shape, shard, grid))
