@@ -1,4 +1,5 @@
-"""AxoNN 3D and 4D tensor parallelism on 8 real gloo ranks against the single-device model.
+"""3D and 4D tensor parallelism, AxoNN's grid and Bian's cube, on 8 real gloo ranks
+against the single-device model.
 
 Grids (Gx, Gy, Gz, Gdata): 2x2x2x1, 2x1x2x2 and 1x2x2x2 (axonn §III; the last two are 4D:
 3D combined with data parallelism). Models: the MLP, the plain-PyTorch transformer and
@@ -9,8 +10,11 @@ every gradient after one step, and every parameter after 3 AdamW steps, in float
 optimisations of axonn §IV are on by default; the transformer also runs with all of them
 off and with each one off alone; three cases recompute the split regions in backward
 (activation checkpointing), with and without the all-gather cache of axonn §IV-D.
-Each case also checks, from the runtime's counters, that each overlap switched on did
-its work and one switched off did not.
+Bian's load-balanced cube (``{"cube": 2}``: 2x2x2, activations split over all 8 ranks,
+biases on the diagonal) runs the same models at batch 8 (z, then x and y split the
+rows), with the overlaps off and with recomputation. Each case also checks, from the
+runtime's counters, that each overlap switched on did its work and one switched off
+did not.
 """
 import pytest
 
@@ -25,6 +29,12 @@ CASES = [(model, grid, F64) for model in ("mlp", "transformer", "gpt2") for grid
     ("transformer", GRIDS[0], {**F64, "recompute": True}),
     ("mlp", GRIDS[1], {**F64, "recompute": True}),
     ("gpt2", GRIDS[2], {**F64, "recompute": True, "overlap": {"cache": False}})]
+CUBE = {"cube": 2}
+CUBE_F64 = {**F64, "batch": 8}
+CASES += [(model, CUBE, CUBE_F64) for model in ("mlp", "transformer", "gpt2")] + [
+    ("transformer", CUBE, {**CUBE_F64, "overlap": False}),
+    ("mlp", CUBE, {**CUBE_F64, "recompute": True}),
+    ("gpt2", CUBE, {**CUBE_F64, "recompute": True, "overlap": {"cache": False, "all_reduce": False}})]
 SPLIT_REGIONS = {"mlp": 2, "transformer": 4, "gpt2": 4}
 
 _results: dict[int, list] = {}
@@ -47,7 +57,14 @@ def test_matches_single_device(index):
         report = reports[index]
         assert report["case"] == CASES[index]
         grid = CASES[index][1]
+        if "cube" in grid:
+            grid = {"x": grid["cube"], "y": grid["cube"], "z": grid["cube"]}
         assert report["mesh"] == {"data": grid.get("data", 1), "z": grid["z"], "y": grid["y"], "x": grid["x"]}
+        assert report["strategies"] == {"cube3d" if "cube" in CASES[index][1] else "tensor3d"}
+        # Bian's diagonal vectors: a bias per split linear, held only where x = y
+        x, y = rank % 2, rank // 2 % 2
+        off_diagonal = "cube" in CASES[index][1] and x != y
+        assert report["empty_params"] == (2 * SPLIT_REGIONS[CASES[index][0]] if off_diagonal else 0), report
         for what in ("output", "loss", "grad", "param"):
             assert report[what][1] < 1e-9, (rank, CASES[index], what, report[what], report.get(f"worst_{what}"))
         options = CASES[index][2]
