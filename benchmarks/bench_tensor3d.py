@@ -12,7 +12,9 @@ Two tables, each measured side by side (interleaved, between barriers, medians):
    without overlap``, where *exposed* is the time rank 0 spent blocked in the 3D layers'
    collectives (``pm.tensor3d_runtime.exposed_s``, synchronous calls and waits).
 2. **1D, 2-D mesh and 3D plans of one model**: Megatron over 8 ranks, Megatron
-   data 2 x tensor 4, and the 2x2x2 grid, each against the planner's predicted step.
+   data 2 x tensor 4, AxoNN's 2x2x2 grid and Bian's 2x2x2 cube, each against the
+   planner's predicted step, with the bytes each rank saves for backward in one step
+   (tensors autograd keeps, parameters excluded: the activation memory the cube balances).
 
 A step is ``zero_grad`` + ``pm.step``. Eight processes share this machine's cores, so
 absolute times are dominated by scheduling; the ratios are what to read.
@@ -42,7 +44,7 @@ LADDER = [  # (name, overlap, recompute)
      True),
 ]
 MESHES = [("1D tensor=8", {"data": 1, "tensor": 8}), ("2-D data=2 x tensor=4", {"data": 2, "tensor": 4}),
-          ("3D 2x2x2", GRID)]
+          ("3D 2x2x2", GRID), ("cube 2x2x2 (Bian)", {"cube": 2})]
 
 
 def make_case(quick: bool):
@@ -84,11 +86,28 @@ def rank_job(steps: int, warmup: int, quick: bool) -> list:
                                     strategy=strategy) for name, strategy in MESHES}
     times = interleaved({name: _stepper(pm, inputs, target) for name, pm in meshes.items()}, steps, warmup,
                         sync=dist.barrier)
+    saved = {name: _saved_bytes(pm, inputs, target) for name, pm in meshes.items()}
     for name, _ in MESHES[1:]:
         rows.append(compare("tensor3d", f"plan {name}", times, ours=name, baseline=MESHES[0][0], goal=float("inf"),
                             note=f"predicted {meshes[name].plan.step_s * 1e3:.2f} ms vs "
-                                 f"{meshes[MESHES[0][0]].plan.step_s * 1e3:.2f} ms for {MESHES[0][0]}"))
+                                 f"{meshes[MESHES[0][0]].plan.step_s * 1e3:.2f} ms for {MESHES[0][0]}; saved for "
+                                 f"backward {saved[name] / 1024:.0f} KiB/rank vs {saved[MESHES[0][0]] / 1024:.0f}"))
     return rows
+
+
+def _saved_bytes(pm, inputs, target) -> int:
+    """Bytes of the distinct tensors autograd saves for backward during one step on this
+    rank (parameters excluded)."""
+    seen: dict[tuple, int] = {}
+
+    def pack(t):
+        if not isinstance(t, torch.nn.Parameter):
+            seen[(t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))] = t.numel() * t.element_size()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        pm.step(*inputs, target=target)
+    zero_grad(list(pm.parameters()))
+    return sum(seen.values())
 
 
 def run(steps: int, warmup: int, quick: bool = False) -> list:

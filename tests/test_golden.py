@@ -792,6 +792,66 @@ def forward(self):
     
 """)
 
+    def test_mlp_cube(self):
+        """Bian's cube on 2x2x2: rank 0's two consecutive layers of each chain with every
+        collective: the input cut over y (columns) and x (rows), each bias assembled
+        from its diagonal piece (cube_vector: broadcast over the in axis, all-gather over
+        z), linear_cube gathering rows and reduce-scattering them inside; the second
+        chain reads the first's output as its A_ijl, with no re-layout between them."""
+        table, code = _plan_and_graph(mlp, 8, {"cube": 2})
+        self.assertExpectedInline(table, """\
+autopar plan: MLP on 8 rank(s), hardware cpu-gloo, global batch 8 (forced)
+mesh: data=1 x z=2 x y=2 x x=2   (Bian cube Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((data*Gz + z)*Gy + y)*Gx + x)
+predicted step 8.880 ms: compute 0.029 ms, data comm 0.403 ms, x comm 1.622 ms, y comm 3.607 ms, z comm 3.219 ms; memory per rank 0.03 MiB
+
+region                     kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
+-------------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
+linear_chain:model_body_0  linear_chain  cube3d     0.011 ms  0.811 ms  1.803 ms  1.610 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
+linear_chain:model_body_3  linear_chain  cube3d     0.011 ms  0.811 ms  1.803 ms  1.610 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
+(outside regions)          -             replicate  0.007 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms   0.00 MiB  -
+
+cube layers (Bian et al.; orientation by data flow; Algorithms 1/3: all-gather A's rows over the out axis and W over z, reduce-scatter the output's rows over the in axis; backward (2/4): all-gather dC over the in axis, reduce-scatter dA over the out axis and dW over z; biases on the diagonal ranks, Algorithms 7-8):
+  linear_chain:model_body_0: model_body_0 plain (in y, out x); model_body_2 transposed (in x, out y)
+    boundary: input cut to y column blocks and x row blocks (backward all-gathers over y and x), output read as A_ijl by the next region (no re-layout)
+  linear_chain:model_body_3: model_body_3 plain (in y, out x); model_body_5 transposed (in x, out y)
+    boundary: input read as A_ijl from the previous region (no re-layout), output all-gathered over y, then x
+
+meshes weighed:
+ * 3D cube (Bian) p=2 data=1: step 8.880 ms, memory 0.03 MiB""")
+        self.assertExpectedInline(code, """\
+# rank 0 of 8 (data=0, z=0, y=0, x=0); built by passes: analysis -> cube3d -> data_parallel
+def forward(self, input_0, target):
+    scatter_to_tensor_region = autopar_runtime_collectives_scatter_to_tensor_region(input_0, 1, 'y');  input_0 = None
+    scatter_to_tensor_region_1 = autopar_runtime_collectives_scatter_to_tensor_region(scatter_to_tensor_region, 0, 'x');  scatter_to_tensor_region = None
+    model_body_0_weight = getattr(self.model.body, "0").weight
+    model_body_0_bias = getattr(self.model.body, "0").bias
+    cube_vector = autopar_runtime_cube3d_cube_vector(model_body_0_bias, 32, 'y', 'x');  model_body_0_bias = None
+    model_body_2_weight_1 = getattr(self.model.body, "2").weight
+    linear_cube = autopar_runtime_cube3d_linear_cube(scatter_to_tensor_region_1, model_body_0_weight, cube_vector, (32, 16), 'y', 'x', False, prefetch = model_body_2_weight_1, checkpointed = False);  scatter_to_tensor_region_1 = model_body_0_weight = cube_vector = model_body_2_weight_1 = None
+    model_body_1 = getattr(self.model.body, "1")(linear_cube);  linear_cube = None
+    model_body_2_weight = getattr(self.model.body, "2").weight
+    model_body_2_bias = getattr(self.model.body, "2").bias
+    cube_vector_1 = autopar_runtime_cube3d_cube_vector(model_body_2_bias, 16, 'x', 'y');  model_body_2_bias = None
+    model_body_3_weight_1 = getattr(self.model.body, "3").weight
+    linear_cube_1 = autopar_runtime_cube3d_linear_cube(model_body_1, model_body_2_weight, cube_vector_1, (16, 32), 'x', 'y', False, prefetch = model_body_3_weight_1, checkpointed = False);  model_body_1 = model_body_2_weight = cube_vector_1 = model_body_3_weight_1 = None
+    model_body_3_weight = getattr(self.model.body, "3").weight
+    model_body_3_bias = getattr(self.model.body, "3").bias
+    cube_vector_2 = autopar_runtime_cube3d_cube_vector(model_body_3_bias, 32, 'y', 'x');  model_body_3_bias = None
+    model_body_5_weight_1 = getattr(self.model.body, "5").weight
+    linear_cube_2 = autopar_runtime_cube3d_linear_cube(linear_cube_1, model_body_3_weight, cube_vector_2, (32, 16), 'y', 'x', False, prefetch = model_body_5_weight_1, checkpointed = False);  linear_cube_1 = model_body_3_weight = cube_vector_2 = model_body_5_weight_1 = None
+    model_body_4 = getattr(self.model.body, "4")(linear_cube_2);  linear_cube_2 = None
+    model_body_5_weight = getattr(self.model.body, "5").weight
+    model_body_5_bias = getattr(self.model.body, "5").bias
+    cube_vector_3 = autopar_runtime_cube3d_cube_vector(model_body_5_bias, 16, 'x', 'y');  model_body_5_bias = None
+    linear_cube_3 = autopar_runtime_cube3d_linear_cube(model_body_4, model_body_5_weight, cube_vector_3, (16, 32), 'x', 'y', False, prefetch = None, checkpointed = False);  model_body_4 = model_body_5_weight = cube_vector_3 = None
+    gather_from_tensor_region_2 = autopar_runtime_collectives_gather_from_tensor_region(linear_cube_3, 1, 'y');  linear_cube_3 = None
+    gather_from_tensor_region_3 = autopar_runtime_collectives_gather_from_tensor_region(gather_from_tensor_region_2, 0, 'x');  gather_from_tensor_region_2 = None
+    model_head = self.model.head(gather_from_tensor_region_3);  gather_from_tensor_region_3 = None
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
+    return cross_entropy
+    
+""")
+
     def test_mlp_3d_grid(self):
         """AxoNN 3D on a 2x2x2 grid: rank 0's two consecutive layers of each chain, the
         first plain (in y, out x), the second transposed (in x, out y), with every

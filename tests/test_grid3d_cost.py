@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from autopar.planning.grid3d import Grid3D, group_bandwidth, layer_comm, layer_volumes
+from autopar.planning.grid3d import Grid3D, cube_layer_comm, cube_volumes, group_bandwidth, layer_comm, layer_volumes
 from autopar.planning.hardware import get_hardware
 
 # a cluster of 4 devices per node; no latency, as the paper's assumption 3 has it
@@ -59,3 +59,20 @@ def test_eq10_bandwidth_of_each_group_with_4_devices_per_node():
     assert group_bandwidth(grid, "data", CLUSTER) == 10e9   # {0, 8}: min(4, 8) = 4 rings share it
     wide = Grid3D(2, 1, 1, 8)                               # data stride 2: 2 rings per node pair
     assert group_bandwidth(wide, "data", CLUSTER) == 20e9
+
+
+def test_cube_layer_volumes_follow_bian_3_1_2():
+    # Bian §3.1.2: each forward moves (MN + NK + MK)/p^3 per rank over p ranks
+    m, k, n, p = 2048, 1024, 4096, 2
+    v = cube_volumes(m, k, n, p, bias=True)
+    received = v["all_gather_rows_out"] + v["all_gather_z"] + v["reduce_scatter_rows_in"] / p
+    assert received == (m * k + k * n + m * n) / p ** 3
+    # backward: dC gathered over the in axis, A again over the out axis, dA and dB reduce-scattered
+    assert v["all_gather_rows_in"] == m * n / 8 and v["reduce_scatter_rows_out"] == m * k / 4
+    assert v["reduce_scatter_z"] == k * n / 4 and v["vector_in"] == v["vector_z"] == n / 4
+    # by group: a plain layer's out axis is x (stride 1, inside a node of 4), its in axis y
+    t = cube_layer_comm(m, k, n, Grid3D(2, 2, 2, 1), CLUSTER, element_bytes=2)
+    beta = CLUSTER.intra_node_bandwidth
+    assert t["x"] == pytest.approx((2 * (m * k / 8) + (m * k / 4) / 2) * 2 / beta)
+    swapped = cube_layer_comm(m, k, n, Grid3D(2, 2, 2, 1), CLUSTER, element_bytes=2, transposed=True)
+    assert swapped["y"] == pytest.approx(t["x"]) and swapped["x"] == pytest.approx(t["y"])

@@ -3,7 +3,9 @@
 Bad input is refused with a message naming the region, linear or argument: sizes a grid
 dimension does not divide (for a forced grid; the automatic search excludes such a grid
 and says why), a grid whose size is not the world, a batch that z × data does not divide,
-a grid mixed with a tensor degree, and a model with nothing a grid can split.
+a grid mixed with a tensor degree, and a model with nothing a grid can split. Bian's
+cube: a world that is not p³ × data, a batch whose chunks the cube's x and y do not
+divide, and the planner offering the cube only where the world holds one.
 """
 import pytest
 import torch
@@ -52,7 +54,7 @@ def test_grids_of_lists_every_factorisation_once():
 
 def test_auto_weighs_grids_and_excludes_those_that_do_not_divide():
     plan = _plan(gpt2, 8, hardware="a100-selene")
-    grids = [c for c in plan.candidates if "x" in c.mesh]
+    grids = [c for c in plan.candidates if "x" in c.mesh and c.form == ""]
     assert len(grids) == 19
     # a grid that does not divide a region leaves it replicated (with the reason); one that
     # divides no region is excluded, saying why
@@ -112,3 +114,55 @@ def test_forced_grid_on_a_model_without_linears_says_so():
     with pytest.raises(autopar.PlanError, match=r"a 3D grid needs a linear chain or attention region"):
         autopar.plan(_Convs(), 2, (torch.randn(2, 3, 5, 5),), F.cross_entropy, {"x": 2, "y": 1, "z": 1},
                      example_target=torch.tensor([0, 1]))
+
+
+# ---------------------------------------------------------------------------- Bian's cube
+def _transformer8(batch=8):
+    model, _, loss_fn, _ = transformer()
+    return model, (torch.randint(0, 64, (batch, 16)),), loss_fn, torch.randint(0, 64, (batch, 16))
+
+
+def test_forced_cube_splits_every_region_with_diagonal_vectors():
+    plan = _plan(_transformer8, 8, {"cube": 2})
+    assert plan.mesh == {"data": 1, "z": 2, "y": 2, "x": 2} and plan.form == "cube"
+    assert {r.kind: r.strategy for r in plan.regions if r.kind != "-"} == {
+        "vocab": "replicate", "attention": "cube3d", "linear_chain": "cube3d"}
+    text = plan.explain()
+    assert "Bian cube Gx=2 Gy=2 Gz=2" in text and "biases on the diagonal ranks, Algorithms 7-8" in text
+    assert "output all-gathered over y, then x" in text
+    # with data: 16 ranks are a 2x2x2 cube times 2
+    assert _plan(lambda: _transformer8(16), 16, {"cube": 2}).mesh == {"data": 2, "z": 2, "y": 2, "x": 2}
+    again = autopar.Plan.from_json(plan.to_json())
+    assert again.to_json() == plan.to_json() and again.form == "cube"
+
+
+def test_cube_needs_a_cube_world_and_rows_for_its_faces():
+    with pytest.raises(autopar.PlanError, match=r"the cube form with p=2 needs p\^3 x data = 8 x d ranks, and the "
+                                                r"world has 12, which is not a multiple of it"):
+        _plan(_transformer8, 12, {"cube": 2})
+    with pytest.raises(autopar.PlanError, match=r"8 x 2 ranks, and the world has 8, which is not that"):
+        _plan(_transformer8, 8, {"cube": 2, "data": 2})
+    with pytest.raises(autopar.PlanError, match=r"combines only with 'data'; drop \['x'\]"):
+        _plan(_transformer8, 8, {"cube": 2, "x": 2})
+    with pytest.raises(autopar.PlanError, match=r"edge p must be at least 2"):
+        _plan(_transformer8, 1, {"cube": 1})
+    # batch 4 on 2x2x2: z leaves 2 rows per rank, which x and y (4 parts) cannot split
+    with pytest.raises(autopar.PlanError, match=r"region attention:\S+: the cube splits each rank's rows over x "
+                                                r"and y \(p\^2 = 4 parts\), and its input has 2 rows \(dim 0\) per "
+                                                r"batch chunk; give a batch that divides by Gz·Gdata·p\^2 = 8"):
+        _plan(transformer, 8, {"cube": 2})
+
+
+def test_auto_offers_the_cube_where_the_world_holds_one():
+    plan = _plan(_transformer8, 8)
+    cubes = [c for c in plan.candidates if c.form == "cube"]
+    assert len(cubes) == 1 and cubes[0].feasible and cubes[0].mesh == {"data": 1, "z": 2, "y": 2, "x": 2}
+    assert "3D cube (Bian) p=2 data=1: step" in plan.explain()
+    # the cube moves more than AxoNN's grid on the same ranks (A is gathered again in
+    # backward, the row reduce-scatters replace all-reduces) and keeps 1/p of the activations
+    axonn = next(c for c in plan.candidates if c.mesh == cubes[0].mesh and c.form == "")
+    assert sum(cubes[0].comm_s.values()) > sum(axonn.comm_s.values())
+    assert cubes[0].memory_bytes < axonn.memory_bytes
+    rejected = [c for c in _plan(lambda: _transformer8(6), 6).candidates if c.form == "cube"]
+    assert len(rejected) == 1 and not rejected[0].feasible
+    assert "Bian's cube form: 6 ranks are no p^3 x data with p >= 2" in rejected[0].reason
