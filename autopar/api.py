@@ -387,6 +387,64 @@ class ParallelModule(nn.Module):
         for _, p in self.named_parameters():
             yield p
 
+    def _norm_groups(self, p: nn.Parameter) -> tuple[str, ...]:
+        """The groups over which ``p``'s gradient is split: its squared norm is summed over
+        them (a D&SP branch's: over the segment, from the sub-grid that holds it)."""
+        if id(p) in self._owner:
+            return ("segment",)
+        shard = self._shard_of(p)
+        if shard is None:
+            return ()
+        if isinstance(shard, T3.Grid3DShard):
+            # a weight shard (and the cube's diagonal vectors) is split over the whole
+            # grid; AxoNN's bias blocks only over their out axis
+            return (shard.axes[1],) if shard.vector and not shard.cube else ("x", "y", "z")
+        return (shard.group,)
+
+    def grad_norm(self, norm_type: float = 2.0) -> torch.Tensor:
+        """The norm of all gradients as the single-device model would compute it
+        (``torch.nn.utils.get_total_norm`` of its parameters): each split parameter's local
+        part reduced over the group(s) it is split on, replicated ones counted once. A
+        collective: every rank calls it, after ``step`` (gradients synchronised)."""
+        inf = norm_type == float("inf")
+        if not (inf or norm_type > 0):
+            raise ValueError(f"grad_norm: norm_type={norm_type}; use a positive number or inf")
+        partial: dict[tuple[str, ...], torch.Tensor] = {}
+        for p in self._unique_parameters():
+            if p.grad is None or not p.grad.numel():
+                continue
+            owned = self._owner.get(id(p))
+            g = p.grad.detach()
+            if owned is not None and owned != self._subgrid:
+                g = torch.zeros_like(g)  # another sub-grid holds the current one
+            value = g.abs().max() if inf else g.abs().pow(norm_type).sum()
+            key = self._norm_groups(p)
+            value = value.to(torch.float64)
+            partial[key] = torch.maximum(partial[key], value) if inf and key in partial else partial.get(key, 0) + value
+        op = dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM
+        total = torch.zeros((), dtype=torch.float64)
+        with G.use_groups(self._groups):
+            # every key in a fixed order on every rank: all ranks hold the same parameters' parts
+            for key in sorted({self._norm_groups(p) for p in self._unique_parameters()}):
+                value = partial.get(key, torch.zeros((), dtype=torch.float64)).clone()
+                for name in key:
+                    group = G.get_group(name)
+                    if G.size_of(group) > 1:
+                        dist.all_reduce(value, op=op, group=group)
+                total = torch.maximum(total, value) if inf else total + value
+        return total if inf else total.pow(1.0 / norm_type)
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Scale every gradient so that :meth:`grad_norm` is at most ``max_norm``, as
+        ``torch.nn.utils.clip_grad_norm_`` on the single-device model; returns the norm
+        before clipping. A collective, after ``step``."""
+        total = self.grad_norm(norm_type)
+        scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        for p in self._unique_parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale.to(p.grad.dtype))
+        return total
+
     def _shard_of(self, value: torch.Tensor) -> ParamShard | None:
         """The split of a parameter of ``self.root`` (tied parameters share one entry)."""
         return self._shard_by_id.get(id(value))

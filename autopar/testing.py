@@ -38,8 +38,10 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
                                hardware: str | None = None, mesh=None,
                                dtype: torch.dtype | None = None, overlap: Any = None,
                                recompute: bool = False) -> dict[str, Any]:
-    """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "param"}`` where
-    each difference entry is ``(max abs, max relative)`` over all tensors compared."""
+    """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "grad_norm",
+    "param"}`` where each difference entry is ``(max abs, max relative)`` over all tensors
+    compared. Every optimizer step clips the gradients to half the first step's norm on
+    both sides (``pm.clip_grad_norm_``), so ``param`` checks the norm helpers as well."""
     torch.manual_seed(0)
     model = model_factory()
     if dtype is not None:
@@ -68,6 +70,13 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
         if diff > worst:
             worst, report["worst_grad"] = diff, name
     report["grad"] = worst
+    # the gradient norm as the single-device model has it, then clipping to half of it on
+    # both sides before every optimizer step (so the parameters check it too)
+    ref_norm = torch.nn.utils.get_total_norm([p.grad for p in reference.parameters() if p.grad is not None])
+    report["grad_norm"] = _max_diff(pm.grad_norm(), ref_norm)
+    max_norm = 0.5 * float(ref_norm)
+    pm.clip_grad_norm_(max_norm)
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm)
 
     # eps=1e-6 rather than 1e-8: some gradients are exactly zero in exact arithmetic (the
     # key bias of attention: softmax ignores a shift shared by all keys), and Adam's
@@ -82,6 +91,8 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
         ref_optimizer.zero_grad()
         pm.step(*inputs, target=target)
         loss_fn(reference(*inputs), target).backward()
+        pm.clip_grad_norm_(max_norm)
+        torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm)
         optimizer.step()
         ref_optimizer.step()
     state = pm.full_state_dict()

@@ -40,6 +40,7 @@ def _check(report):
     assert report["output"][1] < 1e-5, report
     assert report["loss"][1] < 1e-5, report
     assert report["grad"][1] < 1e-5, report
+    assert report["grad_norm"][1] < 1e-5, report  # pm.grad_norm: each part over its group
     assert report["param"][0] < 5e-4, report
 
 

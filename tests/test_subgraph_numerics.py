@@ -71,6 +71,7 @@ def _check(report):
     assert report["output"][1] < (1e-12 if fp64 else 1e-5), report
     assert report["loss"][1] < (1e-12 if fp64 else 1e-5), report
     assert report["grad"][1] < (1e-12 if fp64 else 1e-5), report
+    assert report["grad_norm"][1] < (1e-12 if fp64 else 1e-5), report
     if fp64:
         assert report["param"][0] < 1e-12, report
 

@@ -65,7 +65,7 @@ def test_matches_single_device(index):
         x, y = rank % 2, rank // 2 % 2
         off_diagonal = "cube" in CASES[index][1] and x != y
         assert report["empty_params"] == (2 * SPLIT_REGIONS[CASES[index][0]] if off_diagonal else 0), report
-        for what in ("output", "loss", "grad", "param"):
+        for what in ("output", "loss", "grad", "grad_norm", "param"):
             assert report[what][1] < 1e-9, (rank, CASES[index], what, report[what], report.get(f"worst_{what}"))
         options = CASES[index][2]
         overlap, stats = Overlap.parse(options.get("overlap")), report["tensor3d_stats"]
