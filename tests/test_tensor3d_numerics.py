@@ -74,3 +74,17 @@ def test_matches_single_device(index):
         recompute = options.get("recompute", False)
         assert report["recomputed"] == (SPLIT_REGIONS[CASES[index][0]] if recompute else 0)
         assert (stats["cached"] > 0) == (recompute and overlap.cache), (CASES[index], stats)
+
+
+@pytest.mark.multiprocess
+def test_cube_with_data_on_16_ranks():
+    """4D with Bian's cube: 2x2x2 times data 2 on 16 gloo ranks (GPT-2 at batch 16, with
+    recomputation): weight shards and diagonal vectors summed over the cube, then over
+    data; everything matches the single device."""
+    case = ("gpt2", {"cube": 2, "data": 2}, {**F64, "batch": 16, "recompute": True})
+    for rank, (report,) in enumerate(launch(equivalence_job, 16, ([case],), timeout_s=900)):
+        assert report["mesh"] == {"data": 2, "z": 2, "y": 2, "x": 2} and report["strategies"] == {"cube3d"}
+        for what in ("output", "loss", "grad", "grad_norm", "param"):
+            assert report[what][1] < 1e-9, (rank, what, report[what])
+        x, y = rank % 2, rank // 2 % 2
+        assert report["empty_params"] == (0 if x == y else 8) and report["recomputed"] == 4
