@@ -35,14 +35,14 @@ from autopar.ir import tensor_spec
 from autopar.passes import ops
 from autopar.passes.layout_propagation import LayoutPropagator, NoSplitRule, TensorParallelError
 from autopar.passes.sharding import Shard, normalize_dim
-from autopar.passes.tensor3d import _erase_if_unused, _Rewriter3D
+from autopar.passes.tensor3d import _Rewriter3D
 from autopar.passes.tensor_parallel import PARAM_SHARDS
 from autopar.planning.grid3d import Grid3D
 from autopar.runtime import collectives as C
 from autopar.runtime import rng
 from autopar.runtime.cube3d import cube_vector, linear_cube
 from autopar.runtime.shapes import global_size
-from autopar.runtime.tensor3d import Grid3DShard, block_shape
+from autopar.runtime.tensor3d import Grid3DShard
 
 
 def check_cube(grid: Grid3D) -> None:
@@ -115,28 +115,15 @@ class _RewriterCube(_Rewriter3D):
             self.shards[match.bias] = Grid3DShard(0, transposed, blocks, vector=True, cube=True)
 
     # ------------------------------------------------------------------ the rewrite
+    LAYER = staticmethod(linear_cube)
+
+    def _bias(self, match, in_group: str, out_group: str) -> fx.Node:
+        """Bian's diagonal piece, assembled into the out block (Algorithm 7)."""
+        length = match.out_features // getattr(self.grid, out_group)
+        return self.graph.call_function(cube_vector, (self.graph.get_attr(match.bias), length, in_group, out_group))
+
     def _linear(self, node: fx.Node, x: fx.Node, transposed: bool) -> fx.Node:
-        match = ops.match_linear(node, self.gm)
-        shard = self.shards[match.weight]
-        block = block_shape(tuple(self.gm.get_parameter(match.weight).shape), shard, self.grid)
-        in_group, out_group = ("x", "y") if transposed else ("y", "x")
-        old_inputs = [a for a in node.all_input_nodes if a is not match.input]
-        with self.graph.inserting_before(node):
-            weight = self.graph.get_attr(match.weight)
-            bias = None
-            if match.bias:
-                length = match.out_features // getattr(self.grid, out_group)
-                bias = self.graph.call_function(cube_vector, (self.graph.get_attr(match.bias), length, in_group,
-                                                              out_group))
-            new = self.graph.call_function(
-                linear_cube, (x, weight, bias, block, in_group, out_group, match.weight_layout == "in_out"),
-                {"prefetch": None, "checkpointed": False})
-        new.meta.update(node.meta)
-        node.replace_all_uses_with(new)
-        self.graph.erase_node(node)
-        for old in old_inputs:
-            _erase_if_unused(self.graph, old)
-        self.layers.append(new)
+        new = super()._linear(node, x, transposed)
         (self.transposed if transposed else self.plain).add(new)
         return new
 
@@ -159,25 +146,16 @@ class _RewriterCube(_Rewriter3D):
         new = self._linear(node, inner, False)
         self.layout[new] = Shard(len(tensor_spec(new).shape) - 1, self.columns[node.name])
 
-    def _rewrite_row(self, node: fx.Node) -> None:
-        """A transposed layer reads the plain layers' output (columns over x; rows over y,
-        which the row walk carries); its output leaves through all-gathers over y and x."""
-        match = ops.match_linear(node, self.gm)
-        x = match.input
-        dim = len(tensor_spec(x).shape) - 1
-        if self.layout.get(x) != Shard(dim):
-            x = self._scatter(self._replicated(x, node.name), dim)
-        new = self._linear(node, x, True)
-        out_dim = len(tensor_spec(new).shape) - 1
+    def _leave(self, new: fx.Node, out_dim: int) -> list[fx.Node]:
+        """A transposed layer's ``C`` (columns over y, rows over x) leaves the region
+        through all-gathers over y, then over x."""
         with self.graph.inserting_after(new):
             cols = self.graph.call_function(C.gather_from_tensor_region, (new, out_dim, "y"))
         with self.graph.inserting_after(cols):
             rows = self.graph.call_function(C.gather_from_tensor_region, (cols, 0, "x"))
         cols.meta.update(new.meta)
         rows.meta.update(new.meta)
-        new.replace_all_uses_with(rows, delete_user_cb=lambda user: user is not cols)
-        for n in (new, cols, rows):
-            self.layout[n] = None
+        return [cols, rows]
 
     def drop_unused_gathers(self) -> None:
         """Exit gathers only the next region's plain layers read through go (rows first,

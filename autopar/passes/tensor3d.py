@@ -65,7 +65,10 @@ def planned_grid3d_shards(gm: fx.GraphModule, *, regions: list[str], grid: Grid3
 
 class _Rewriter3D(_Rewriter):
     """Megatron's rewriter over the ``x`` group, with 3D linears in place of its column and
-    row linears."""
+    row linears. ``LAYER`` is the layer function; :mod:`autopar.passes.cube3d` subclasses
+    it with Bian's (and overrides :meth:`_bias`, :meth:`_leave` and the entry)."""
+
+    LAYER = staticmethod(linear_3d)
 
     def __init__(self, gm: fx.GraphModule, chosen: set[str], grid: Grid3D, x_rank: int):
         self.grid = grid
@@ -122,9 +125,9 @@ class _Rewriter3D(_Rewriter):
         old_inputs = [a for a in node.all_input_nodes if a is not match.input]
         with self.graph.inserting_before(node):
             weight = self.graph.get_attr(match.weight)
-            bias = self.graph.get_attr(match.bias) if match.bias else None
+            bias = self._bias(match, in_group, out_group) if match.bias else None
             new = self.graph.call_function(
-                linear_3d, (x, weight, bias, block, in_group, out_group, match.weight_layout == "in_out"),
+                self.LAYER, (x, weight, bias, block, in_group, out_group, match.weight_layout == "in_out"),
                 {"prefetch": None, "checkpointed": False})  # the recompute pass sets it
         new.meta.update(node.meta)
         node.replace_all_uses_with(new)
@@ -133,6 +136,19 @@ class _Rewriter3D(_Rewriter):
             _erase_if_unused(self.graph, old)
         self.layers.append(new)
         return new
+
+    def _bias(self, match, in_group: str, out_group: str) -> fx.Node:
+        """The bias argument of a layer (inserted before it): AxoNN's is its out block."""
+        return self.graph.get_attr(match.bias)
+
+    def _leave(self, new: fx.Node, out_dim: int) -> list[fx.Node]:
+        """The re-layout where the flow leaves a transposed layer, inserted after ``new``
+        (the first node reads ``new``, each next one the one before): its output, split
+        over y, all-gathered over y."""
+        with self.graph.inserting_after(new):
+            gathered = self.graph.call_function(C.gather_from_tensor_region, (new, out_dim, "y"))
+        gathered.meta.update(new.meta)
+        return [gathered]
 
     def _rewrite_column(self, node: fx.Node) -> None:
         """A plain layer: columns of the replicated input cut over y; output split over x."""
@@ -159,13 +175,10 @@ class _Rewriter3D(_Rewriter):
         if self.layout.get(x) != Shard(dim):
             x = self._scatter(self._replicated(x, node.name), dim)
         new = self._linear(node, x, True)
-        out_dim = len(tensor_spec(new).shape) - 1
-        with self.graph.inserting_after(new):
-            gathered = self.graph.call_function(C.gather_from_tensor_region, (new, out_dim, "y"))
-        gathered.meta.update(new.meta)
-        new.replace_all_uses_with(gathered, delete_user_cb=lambda user: user is not gathered)
-        self.layout[new] = None
-        self.layout[gathered] = None
+        chain = self._leave(new, len(tensor_spec(new).shape) - 1)
+        new.replace_all_uses_with(chain[-1], delete_user_cb=lambda user: user is not chain[0])
+        for n in (new, *chain):
+            self.layout[n] = None
 
     def drop_unused_gathers(self) -> None:
         """A region output all-gathered over y only for the next region's plain layers,

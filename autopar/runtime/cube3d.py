@@ -109,7 +109,7 @@ class _LinearCube(torch.autograd.Function):
         # A_il again, under the input-gradient matmul
         a_work_start = time.perf_counter()
         a, a_work = _gather_rows(x, group_out, async_op=True)
-        grad_c, work = _gather_rows(grad, group_in, async_op=False)         # Ċ_ij ("in z")
+        grad_c, _ = _gather_rows(grad, group_in)                            # Ċ_ij ("in z")
         runtime.exposed_s += time.perf_counter() - a_work_start
         grad_a = grad_c @ (w.t() if ctx.weight_t else w)                    # Algorithm 2 line 1
         start = time.perf_counter()
