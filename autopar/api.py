@@ -25,11 +25,11 @@ from autopar.capture import MODEL_PREFIX, capture, wrap_model
 from autopar.drawing import regions_dot
 from autopar.ir import CAPTURE, TensorSpec
 from autopar.passes.analysis import analyse
+from autopar.passes.cube3d import cube3d_pass, planned_cube_shards
 from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass
 from autopar.passes.manager import PassRunner, graph_code, pass_disabled
 from autopar.passes.recompute import recompute_pass
 from autopar.passes.subgraph_parallel import csub_branch_program, subgraph_parallel_pass
-from autopar.passes.cube3d import cube3d_pass, planned_cube_shards
 from autopar.passes.tensor3d import planned_grid3d_shards, tensor3d_pass
 from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard, planned_param_shards, tensor_parallel_pass
 from autopar.planning.hardware import Hardware, get_hardware
@@ -125,11 +125,11 @@ def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None
     subgrid = plan_.subgrid_coordinates(rank)[0]
     if plan_.grid is not None:
         # one 3D form per plan: AxoNN's layers (tensor3d) or Bian's cube (cube3d)
-        cube = plan_.regions_with("cube3d")
-        split = cube or plan_.regions_with("tensor3d")
+        cube = plan_.form == "cube"
+        split = plan_.regions_with("cube3d" if cube else "tensor3d")
         passes = [
             ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
-            ("cube3d", cube3d_pass, {"regions": cube, "grid": plan_.grid, "rank": rank}) if cube else
+            ("cube3d", cube3d_pass, {"regions": split, "grid": plan_.grid, "rank": rank}) if cube else
             ("tensor3d", tensor3d_pass, {"regions": split, "grid": plan_.grid, "rank": rank}),
             *([("recompute", recompute_pass, {"regions": split})] if recompute else []),
             ("data_parallel", data_parallel_pass, {"degree": parts, "local_batch": local_batch, "group": "replica",
@@ -199,8 +199,7 @@ class ParallelModule(nn.Module):
         self._coords = coords
         if self._grid is not None:
             # Bian's cube splits the activations inside a region over y (rows) as well
-            cube = bool(plan_.regions_with("cube3d"))
-            tensor_rank = coords["x"] + self._grid.x * coords["y"] if cube else coords["x"]
+            tensor_rank = coords["x"] + self._grid.x * coords["y"] if plan_.form == "cube" else coords["x"]
             self._random = rng.RandomStates(seed, tensor_rank, self._chunk)
         else:
             self._random = rng.RandomStates(seed, coords["tensor"], coords["data"])
@@ -409,6 +408,7 @@ class ParallelModule(nn.Module):
         inf = norm_type == float("inf")
         if not (inf or norm_type > 0):
             raise ValueError(f"grad_norm: norm_type={norm_type}; use a positive number or inf")
+        combine = torch.maximum if inf else torch.add
         partial: dict[tuple[str, ...], torch.Tensor] = {}
         for p in self._unique_parameters():
             if p.grad is None or not p.grad.numel():
@@ -417,10 +417,9 @@ class ParallelModule(nn.Module):
             g = p.grad.detach()
             if owned is not None and owned != self._subgrid:
                 g = torch.zeros_like(g)  # another sub-grid holds the current one
-            value = g.abs().max() if inf else g.abs().pow(norm_type).sum()
+            value = (g.abs().max() if inf else g.abs().pow(norm_type).sum()).to(torch.float64)
             key = self._norm_groups(p)
-            value = value.to(torch.float64)
-            partial[key] = torch.maximum(partial[key], value) if inf and key in partial else partial.get(key, 0) + value
+            partial[key] = combine(partial[key], value) if key in partial else value
         op = dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM
         total = torch.zeros((), dtype=torch.float64)
         with G.use_groups(self._groups):
@@ -431,7 +430,7 @@ class ParallelModule(nn.Module):
                     group = G.get_group(name)
                     if G.size_of(group) > 1:
                         dist.all_reduce(value, op=op, group=group)
-                total = torch.maximum(total, value) if inf else total + value
+                total = combine(total, value)
         return total if inf else total.pow(1.0 / norm_type)
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
@@ -617,7 +616,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     group_map = _make_groups(plan_, mesh, world)
     _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
-    if plan_.grid is not None and plan_.regions_with("cube3d"):
+    if plan_.form == "cube":
         shards = planned_cube_shards(gm, regions=plan_.regions_with("cube3d"), grid=plan_.grid)
     elif plan_.grid is not None:
         shards = planned_grid3d_shards(gm, regions=plan_.regions_with("tensor3d"), grid=plan_.grid)

@@ -308,7 +308,7 @@ class Plan:
 def _mesh_text(c: MeshCandidate) -> str:
     if c.form == "cube":
         if "x" not in c.mesh:
-            return "Bian's cube"
+            return "3D cube (Bian)"
         return f"3D cube (Bian) p={c.mesh['x']} data={c.mesh['data']}"
     if "x" in c.mesh:
         text = f"3D x={c.mesh['x']} y={c.mesh['y']} z={c.mesh['z']} data={c.mesh['data']}"
