@@ -137,16 +137,13 @@ def split(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None) 
             stage[n] = 0
         elif i > last:
             stage[n] = stages - 1
-        else:
+        else:  # between blocks: the latest stage among its inputs, so data only flows forward
             stage[n] = max((stage[a] for a in n.all_input_nodes if a in stage), default=0)
-        inputs_at = [stage[a] for a in n.all_input_nodes if a in stage]
-        if inputs_at and max(inputs_at) > stage[n]:
-            stage[n] = max(inputs_at)  # never read a value a later stage computes
     output = next(n for n in nodes if n.op == "output")
     used_at: dict[fx.Node, set[int]] = {}
     for n in nodes:
         for a in n.all_input_nodes:
-            used_at.setdefault(a, set()).add(stages - 1 if n is output else stage.get(n, stage.get(a, 0)))
+            used_at.setdefault(a, set()).add(stages - 1 if n is output else stage[n])
 
     out: list[Stage] = []
     for s in range(stages):

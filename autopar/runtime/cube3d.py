@@ -49,7 +49,7 @@ import torch.distributed as dist
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.runtime.groups import get_group, rank_in, size_of
-from autopar.runtime.tensor3d import _all_gather_flat, current_runtime
+from autopar.runtime.tensor3d import current_runtime, diagonal_block
 
 
 # ---------------------------------------------------------------------------- row collectives
@@ -153,15 +153,9 @@ def linear_cube(x: torch.Tensor, w_hat: torch.Tensor, bias: Optional[torch.Tenso
 class _CubeVector(torch.autograd.Function):
     @staticmethod
     def forward(ctx, b_hat, length, group_in, group_out, group_z):
-        n_z = size_of(group_z)
         holder = rank_in(group_out)  # the in-axis rank whose in coordinate is my out coordinate
-        mine = rank_in(group_in) == holder
-        piece = b_hat.detach().contiguous() if mine else b_hat.new_empty(length // n_z)
-        if size_of(group_in) > 1:
-            dist.broadcast(piece, group=group_in, group_src=holder)        # Algorithm 7 line 1
-        ctx.groups, ctx.holder, ctx.mine = (group_in, group_z), holder, mine
-        block = _all_gather_flat(piece, group_z)                            # line 2
-        return block.clone() if block is piece else block
+        ctx.groups, ctx.holder, ctx.mine = (group_in, group_z), holder, rank_in(group_in) == holder
+        return diagonal_block(b_hat.detach(), length, group_in, group_out, group_z)  # Algorithm 7 lines 1-2
 
     @staticmethod
     def backward(ctx, grad):

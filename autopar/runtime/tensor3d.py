@@ -149,18 +149,25 @@ def gather_part(local: torch.Tensor, shard: Grid3DShard, grid: Grid3D, full_shap
     in_axis, out_axis = shard.axes
     if shard.vector and shard.cube:
         length = full_shape[0] // getattr(grid, out_axis)
-        group_in = get_group(in_axis)
-        holder = rank_in(get_group(out_axis))
-        piece = local.detach().clone() if rank_in(group_in) == holder else local.new_empty(length // grid.z)
-        if size_of(group_in) > 1:
-            dist.broadcast(piece, group=group_in, group_src=holder)
-        block = _all_gather_flat(piece, get_group("z"))
+        block = diagonal_block(local.detach(), length, get_group(in_axis), get_group(out_axis), get_group("z"))
     elif shard.vector:
         block = local.detach()
     else:
         block = _all_gather_flat(local.detach(), get_group("z")).view(block_shape(full_shape, shard, grid))
         block = gather_blocks(block, 1 - shard.out_dim, 1, get_group(in_axis))
     return gather_blocks(block, shard.out_dim, shard.blocks, get_group(out_axis))
+
+
+def diagonal_block(piece: torch.Tensor, length: int, group_in, group_out, group_z) -> torch.Tensor:
+    """The out block (``length`` elements) of a vector Bian's cube stores diagonally, from
+    this rank's ``piece`` (empty off the diagonal): broadcast over the in axis from the
+    rank whose in coordinate is this rank's out coordinate, then all-gather over z
+    (bian Algorithm 7 lines 1-2). A new tensor; every rank of the groups calls it."""
+    holder = rank_in(group_out)
+    piece = piece.clone() if rank_in(group_in) == holder else piece.new_empty(length // size_of(group_z))
+    if size_of(group_in) > 1:
+        dist.broadcast(piece, group=group_in, group_src=holder)
+    return _all_gather_flat(piece, group_z)
 
 
 # ---------------------------------------------------------------------------- overlap state
