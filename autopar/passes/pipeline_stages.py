@@ -104,9 +104,30 @@ def balance(costs: list[float], stages: int, before: float = 0.0, after: float =
     return assignment
 
 
-def split(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None) -> list[Stage]:
-    """The stage programs of ``gm`` (analysed: it has block regions) for ``stages`` stages;
-    ``assignment`` gives each block's stage (default :func:`balance` by forward FLOPs)."""
+@dataclass
+class Partition:
+    """Which stage computes each node of a graph (before any program is built)."""
+
+    stages: int
+    blocks: list                      # the block regions, in graph order
+    assignment: list[int]             # each block's stage
+    stage_of: dict[str, int]          # computing node name -> stage
+    flops: dict[str, float]           # node name -> forward FLOPs
+
+    def nodes_of(self, stage: int) -> list[str]:
+        return [name for name, s in self.stage_of.items() if s == stage]
+
+    def stage_flops(self) -> list[float]:
+        out = [0.0] * self.stages
+        for name, s in self.stage_of.items():
+            out[s] += self.flops.get(name, 0.0)
+        return out
+
+
+def partition(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None) -> Partition:
+    """The stage of every computing node of ``gm`` (analysed: it has block regions) for
+    ``stages`` stages; ``assignment`` gives each block's stage (default :func:`balance`
+    by forward FLOPs)."""
     blocks = blocks_of(gm)
     if not blocks:
         raise StageError("pipeline: the model has no repeated blocks (identical children of one ModuleList or "
@@ -122,23 +143,61 @@ def split(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None) 
         after = sum(flops[n.name] for n in nodes[last + 1:])
         assignment = balance(costs, stages, before, after)
     elif len(assignment) != len(blocks) or sorted(set(assignment)) != list(range(stages)) or \
-            assignment != sorted(assignment):
-        raise StageError(f"pipeline: the assignment {assignment} must give each of the {len(blocks)} blocks a stage, "
-                         f"in order, using every stage 0..{stages - 1}")
-
-    # the stage of every computing node
-    stage: dict[fx.Node, int] = {}
+            list(assignment) != sorted(assignment):
+        raise StageError(f"pipeline: the assignment {list(assignment)} must give each of the {len(blocks)} blocks a "
+                         f"stage, in order, using every stage 0..{stages - 1}")
+    stage: dict[str, int] = {}
     for i, n in enumerate(nodes):
         if n.op in ("placeholder", "get_attr", "output"):
             continue
         if n.name in block_of:
-            stage[n] = assignment[block_of[n.name]]
+            stage[n.name] = assignment[block_of[n.name]]
         elif i < first:
-            stage[n] = 0
+            stage[n.name] = 0
         elif i > last:
-            stage[n] = stages - 1
+            stage[n.name] = stages - 1
         else:  # between blocks: the latest stage among its inputs, so data only flows forward
-            stage[n] = max((stage[a] for a in n.all_input_nodes if a in stage), default=0)
+            stage[n.name] = max((stage[a.name] for a in n.all_input_nodes if a.name in stage), default=0)
+    return Partition(stages, blocks, list(assignment), stage, flops)
+
+
+def boundary_values(gm: fx.GraphModule, part: Partition) -> list[list[str]]:
+    """For each boundary ``s → s+1``, the names of the values carried across it (computed
+    at or before ``s`` and read after it), in graph order."""
+    nodes = list(gm.graph.nodes)
+    last_use: dict[str, int] = {}
+    for n in nodes:
+        at = part.stages - 1 if n.op == "output" else part.stage_of.get(n.name)
+        if at is None:
+            continue
+        for a in n.all_input_nodes:
+            last_use[a.name] = max(last_use.get(a.name, -1), at)
+    return [[n.name for n in nodes if n.name in part.stage_of and part.stage_of[n.name] <= s < last_use.get(n.name, -1)]
+            for s in range(part.stages - 1)]
+
+
+def parameter_stages(gm: fx.GraphModule, part: Partition) -> dict[str, set[int]]:
+    """Qualified parameter name → the stages that read it (a tied weight: several)."""
+    out: dict[str, set[int]] = {}
+    for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            for user in n.users:
+                if user.name in part.stage_of:
+                    out.setdefault(n.target, set()).add(part.stage_of[user.name])
+        elif n.op == "call_module" and n.name in part.stage_of:
+            for k, _ in gm.get_submodule(n.target).named_parameters():
+                out.setdefault(f"{n.target}.{k}", set()).add(part.stage_of[n.name])
+    params = dict(gm.named_parameters(remove_duplicate=False))
+    return {name: stages for name, stages in out.items() if name in params}
+
+
+def split(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None) -> list[Stage]:
+    """The stage programs of ``gm`` (analysed: it has block regions) for ``stages`` stages;
+    ``assignment`` gives each block's stage (default :func:`balance` by forward FLOPs)."""
+    part = partition(gm, stages, assignment)
+    blocks, assignment, flops = part.blocks, part.assignment, part.flops
+    nodes = list(gm.graph.nodes)
+    stage: dict[fx.Node, int] = {n: part.stage_of[n.name] for n in nodes if n.name in part.stage_of}
     output = next(n for n in nodes if n.op == "output")
     used_at: dict[fx.Node, set[int]] = {}
     for n in nodes:

@@ -9,6 +9,7 @@ and saved with :meth:`Plan.save` as a directory a reviewer can read::
       plan.txt             explain() output
       regions.dot          a drawing of the regions (regions.svg too when graphviz is installed)
       rank0.py, rank1.py…  each rank's rewritten graph as code, with a header naming the pass
+      timeline.txt/.svg    a pipeline plan's schedule per rank (megatron Figure 4 style)
 
 Rank order: ``rank = data_index · tensor + tensor_index``, so the ranks of one tensor
 group are adjacent (inside a node), as Megatron places them (megatron §3.2, takeaway #1).
@@ -25,10 +26,11 @@ from autopar.planning.grid3d import Grid3D
 from autopar.planning.subgraph import subgrid_coordinates
 
 PLAN_FORMAT_VERSION = 1
-MESH_ORDER = ("data", "z", "y", "x", "tensor")
+MESH_ORDER = ("pipeline", "data", "z", "y", "x", "tensor")
 """Mesh dimensions from outermost to innermost (JSON sorts keys; this fixes the order).
-A plan uses ``data × tensor`` (Megatron) or AxoNN's ``data × z × y × x`` grid, whose
-layout ``rank = ((d·Gz + z)·Gy + y)·Gx + x`` this order gives (axonn §V-B)."""
+A plan uses ``data × tensor`` (Megatron), ``pipeline × data × tensor`` (PTD-P: pipeline
+ranks furthest apart, across nodes, megatron §3.2) or AxoNN's ``data × z × y × x`` grid,
+whose layout ``rank = ((d·Gz + z)·Gy + y)·Gx + x`` this order gives (axonn §V-B)."""
 
 
 @dataclass
@@ -97,6 +99,7 @@ class Plan:
     subgrids: int = 1  # D&SP: the data ranks form this many sub-grids (SUPER §III-B)
     topology_aware: bool = True  # D&SP rank order: round-robin (SUPER §V) or contiguous sub-grids
     csub: bool = False  # D&SP-cSub (SUPER §III-C): the common layers run on sub-grid 0 only
+    pipeline: dict = field(default_factory=dict)  # PTD-P: stages, schedule, microbatches... ({} without)
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries
@@ -188,6 +191,12 @@ class Plan:
             f.write(self.to_json())
         with open(os.path.join(directory, "plan.txt"), "w") as f:
             f.write(self.explain() + "\n")
+        if self.pipeline:
+            timeline = self.timeline()
+            with open(os.path.join(directory, "timeline.txt"), "w") as f:
+                f.write(timeline.text() + "\n")
+            with open(os.path.join(directory, "timeline.svg"), "w") as f:
+                f.write(timeline.svg())
         for rank, code in sorted((rank_graphs or {}).items()):
             with open(os.path.join(directory, f"rank{rank}.py"), "w") as f:
                 f.write(code)
@@ -216,6 +225,8 @@ class Plan:
                                     f"Gy={self.degree('y')} Gz={self.degree('z')} "
                                     f"Gdata={self.degree('data')}; rank = ((data*Gz + z)*Gy + y)*Gx + x)"
                                     if self.grid is not None else
+                                    f"(rank = (pipeline*{self.degree('data')} + data)*{self.degree('tensor')} + "
+                                    f"tensor; tensor ranks adjacent, pipeline outermost)" if self.pipeline else
                                     f"(rank = data*{self.degree('tensor')} + tensor; tensor ranks adjacent)")
             + (f"; {'D&SP-cSub' if self.csub else 'D&SP'}: {self.subgrids} sub-grids of "
                f"{self.world_size // self.subgrids} rank(s), {'topology-aware' if self.topology_aware else 'naive'} "
@@ -262,6 +273,9 @@ class Plan:
                 lines.append(f"  {r.region}: " + "; ".join(f"{layer['linear']} {layer['orientation']}"
                                                           for layer in r.details.get("layers", [])))
                 lines.append(f"    boundary: {r.details.get('boundary', '-')}")
+        if self.pipeline:
+            lines.append("")
+            lines.extend(self.pipeline_text())
         kept_whole = [r for r in self.regions if r.strategy == "replicate" and r.kind != "-"
                       and (self.degree("tensor") > 1 or self.grid is not None)]
         if kept_whole:
@@ -281,6 +295,39 @@ class Plan:
                 else:
                     lines.append(f" {mark} {mesh_c}: rejected: {c.reason}")
         return "\n".join(lines)
+
+    def timeline(self):
+        """The simulated schedule of a pipeline plan (:class:`autopar.planning.timeline.Timeline`,
+        with ``text()`` and ``svg()``), in units of one chunk's forward; None without a pipeline."""
+        if not self.pipeline:
+            return None
+        from autopar.planning.timeline import simulate
+        pp = self.pipeline
+        return simulate(pp["schedule"], pp["stages"], pp["microbatches"], pp["chunks"])
+
+    def pipeline_text(self) -> list[str]:
+        """The pipeline part of :meth:`explain`: stages, schedule, bubble, memory, timeline."""
+        pp = self.pipeline
+        p, v, m = pp["stages"], pp["chunks"], pp["microbatches"]
+        lines = [f"pipeline (megatron §2.2): {p * v} stages on {p} pipeline ranks"
+                 + (f", {v} chunks per rank (stage c*{p} + r on rank r)" if v > 1 else "")
+                 + f"; schedule {pp['schedule']}, {m} microbatch(es) of {pp['microbatch_size']} row(s); predicted "
+                 f"bubble (p-1)/(v*m) = {pp['bubble_fraction']:.3f} ({_ms(pp['bubble_s'])}); scatter/gather "
+                 f"{'on' if pp['scatter_gather'] else 'off'}"]
+        for s in range(p * v):
+            blocks = [b for b, a in zip(pp["blocks"], pp["assignment"]) if a == s]
+            ends = (" + embedding" if s == 0 else "") + (" + head and loss" if s == p * v - 1 else "")
+            sends = (f"; sends {pp['p2p_bytes'][s] / 2**10:.1f} KiB per microbatch" if s < p * v - 1 else "")
+            lines.append(f"  stage {s} (rank {s % p}): {', '.join(blocks)}{ends}; "
+                         f"{_ms(pp['stage_s'][s])} per microbatch{sends}")
+        if pp["tied"]:
+            lines.append(f"  tied parameters (gradients summed over their stages' ranks): {', '.join(pp['tied'])}")
+        lines.append("  per rank: " + "; ".join(
+            f"rank {r} {_ms(pp['rank_s'][r])}/microbatch, {sum(pp['in_flight'][r])} in flight, "
+            f"{_mb(pp['memory_bytes'][r])} ({_mb(pp['memory_bytes_recompute'][r])} recomputing)" for r in range(p)))
+        lines.append("timeline (unit: one chunk's forward; backward = 2 units):")
+        lines.extend("  " + line for line in self.timeline().text().splitlines())
+        return lines
 
     def top(self, k: int = 5) -> str:
         """The ``k`` fastest feasible configurations weighed, with the predicted step and

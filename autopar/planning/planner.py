@@ -40,6 +40,7 @@ from autopar.planning.subgraph import dsp_heads_cost, dsp_region_cost, head_widt
 log = logging.getLogger("autopar.planning")
 
 TENSOR_KINDS = ("vocab", "attention", "linear_chain")
+PIPELINE_KEYS = ("microbatches", "schedule", "chunks", "scatter_gather")
 GRADIENT_BUCKET_BYTES = 25 * 2**20
 
 
@@ -58,6 +59,13 @@ class Strategy:
     csub: bool = False
     grid: Grid3D | None = None  # AxoNN's Gx x Gy x Gz x Gdata (3D/4D tensor parallelism)
     cube: bool = False  # the grid is Bian's p x p x p cube form (its data degree: None = what the world leaves)
+    # pipeline parallelism (megatron §2.2): stages (pipeline ranks), chunks per rank,
+    # microbatches (None: the planner chooses), schedule, §4.1's scatter/gather
+    pipeline: int = 1
+    chunks: int = 1
+    microbatches: int | None = None
+    schedule: str = "1f1b"
+    scatter_gather: bool = True
 
     @staticmethod
     def parse(strategy: Any) -> "Strategy | None":
@@ -71,6 +79,12 @@ class Strategy:
         if strategy == "tensor":
             return Strategy(data=1)
         if isinstance(strategy, dict):
+            if "pipeline" in strategy:
+                return Strategy._parse_pipeline(strategy)
+            stray = set(strategy) & set(PIPELINE_KEYS)
+            if stray:
+                raise PlanError(f"strategy: {sorted(stray)} set up a pipeline; add 'pipeline': p (the number of "
+                                f"pipeline ranks)")
             unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware", "csub", "x", "y", "z", "cube"}
             if unknown:
                 raise PlanError(f"strategy: unknown mesh dimension(s) {sorted(unknown)}; this version plans "
@@ -99,6 +113,29 @@ class Strategy:
                             bool(strategy.get("topology_aware", True)), bool(strategy.get("csub", False)))
         raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor' or a dict like "
                         f"{{'data': 2, 'tensor': 2}}")
+
+    @staticmethod
+    def _parse_pipeline(strategy: dict) -> "Strategy":
+        """``{"pipeline": p, "microbatches": m, "schedule": "1f1b", "chunks": v, "data": d,
+        "tensor": t, "scatter_gather": True}``: PTD-P (megatron §2-§4)."""
+        from autopar.runtime.schedules import SCHEDULES
+        unknown = set(strategy) - {"pipeline", "data", "tensor"} - set(PIPELINE_KEYS)
+        if unknown:
+            raise PlanError(f"strategy: a pipeline combines with 'data' and 'tensor' (PTD-P) in this version, not "
+                            f"{sorted(unknown)}; drop them")
+        p, v = int(strategy["pipeline"]), int(strategy.get("chunks", 1))
+        name = strategy.get("schedule", "interleaved" if v > 1 else "1f1b")
+        m = strategy.get("microbatches")
+        if p < 2 or v < 1 or (m is not None and int(m) < 1):
+            raise PlanError(f"strategy: pipeline={p}, chunks={v}, microbatches={m}: a pipeline needs at least 2 "
+                            f"ranks, and chunks and microbatches at least 1")
+        if name not in SCHEDULES:
+            raise PlanError(f"strategy: unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+        if v > 1 and name != "interleaved":
+            raise PlanError(f"strategy: chunks={v} needs the interleaved schedule, not {name!r}")
+        return Strategy(strategy.get("data"), strategy.get("tensor"), pipeline=p, chunks=v,
+                        microbatches=None if m is None else int(m), schedule=name,
+                        scatter_gather=bool(strategy.get("scatter_gather", True)))
 
     def resolve(self, world: int) -> tuple[int, int]:
         data, tensor = self.data, self.tensor
@@ -204,8 +241,11 @@ def _compute(model: _Model, names, hw: Hardware, scale: float) -> float:
     return total
 
 
-def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: bool):
-    """(region choices, total cost, step seconds) of one factorisation."""
+def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: bool,
+           keep_whole: dict[str, str] | None = None):
+    """(region choices, total cost, step seconds) of one factorisation; ``keep_whole``:
+    region id → why it stays replicated whatever the tensor degree."""
+    keep_whole = keep_whole or {}
     choices: list[RegionChoice] = []
     in_region: set[str] = set()
     split_param_elems = 0
@@ -221,7 +261,11 @@ def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: boo
             comm = 2 * cm.all_reduce_time(tensor, model.boundary[r.id] / data, hw)
             options["megatron"] = Cost(_compute(model, r.nodes, hw, 1 / (data * tensor)), {"tensor": comm}, 0.0)
         seconds = {k: c.compute_s + c.total_comm_s for k, c in options.items()}
-        if force_split and "megatron" in options:
+        if r.id in keep_whole:
+            options = {"replicate": replicate}
+            seconds = {"replicate": replicate.compute_s}
+            chosen, reason = "replicate", keep_whole[r.id]
+        elif force_split and "megatron" in options:
             chosen, reason = "megatron", "split wherever the tensor degree divides"
         elif tensor == 1:
             chosen, reason = "replicate", "tensor degree 1: data parallel only"
@@ -557,6 +601,8 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     forced = Strategy.parse(strategy)
     capture = gm.meta.get(CAPTURE)
     name = model_name or (capture.model_class if capture else type(gm).__name__)
+    if forced is not None and forced.pipeline > 1:
+        return _plan_pipeline(model, world_size, hw, forced, name)
     candidates: list[MeshCandidate] = []
     best = None
     grids: list[tuple[Grid3D, bool]] = []  # (grid, Bian's cube form?)
@@ -718,3 +764,165 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                 regions=choices, total=total, step_s=step, forced=forced is not None,
                 candidates=candidates, tracer=capture.tracer if capture else "", subgrids=subgrids,
                 topology_aware=topology_aware, csub=csub)
+
+
+# ---------------------------------------------------------------------- pipeline (PTD-P)
+
+def _pipeline_layout(model: _Model, world: int, forced: Strategy, name: str):
+    """(p, data, tensor, partition, local batch) of a forced pipeline, its sizes checked."""
+    from autopar.passes.pipeline_stages import StageError, partition
+    p, v = forced.pipeline, forced.chunks
+    if world % p:
+        raise PlanError(f"strategy: pipeline={p} does not divide the world of {world} ranks; give a pipeline degree "
+                        f"that divides it")
+    data, tensor = Strategy(forced.data, forced.tensor).resolve(world // p)
+    try:
+        part = partition(model.gm, p * v)
+    except StageError as e:
+        raise PlanError(str(e)) from None
+    if model.batch % data:
+        raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by the data degree {data}; give a "
+                        f"batch that is a multiple of {data}")
+    for r in model.regions:
+        for what, size in _region_sizes(r):
+            if tensor > 1 and size % tensor:
+                raise PlanError(f"region {r.id}: {what} = {size} is not divisible by the tensor degree {tensor}; "
+                                f"force a tensor degree that divides it")
+    return p, data, tensor, part, model.batch // data
+
+
+def _plan_pipeline(model: _Model, world: int, hw: Hardware, forced: Strategy, name: str) -> Plan:
+    """A forced PTD-P plan: ``pipeline × data × tensor`` (megatron §2-§4), Megatron inside
+    every stage wherever the tensor degree divides; the microbatch count is the given one
+    or the fastest predicted (megatron eq (1), :mod:`autopar.planning.pipeline`)."""
+    from autopar.planning import pipeline as pp
+    from autopar.runtime.schedules import ScheduleError
+    p, data, tensor, part, local = _pipeline_layout(model, world, forced, name)
+    v, schedule = forced.chunks, forced.schedule
+    if forced.microbatches is not None:
+        m = forced.microbatches
+        if local % m:
+            raise PlanError(f"strategy: microbatches={m} does not divide the batch of each data rank "
+                            f"({model.batch} / data {data} = {local}); give a microbatch count that divides {local}")
+        if schedule == "interleaved" and v > 1 and m % p:
+            raise PlanError(f"strategy: the interleaved schedule needs the number of microbatches to be a multiple "
+                            f"of the pipeline ranks (megatron §2.2.2); microbatches={m} is not a multiple of "
+                            f"pipeline={p}")
+        counts = [m]
+    else:
+        counts = pp.microbatch_choices(local, p, v, schedule)
+        if not counts:
+            raise PlanError(f"strategy: the interleaved schedule needs a microbatch count that is a multiple of "
+                            f"pipeline={p} and divides the batch of each data rank ({local}); give a batch that "
+                            f"is a multiple of {p * data}")
+    best = None
+    for m in counts:
+        try:
+            priced = _price_pipeline(model, hw, part, p, v, m, schedule, data, tensor, forced.scatter_gather)
+        except ScheduleError as e:
+            raise PlanError(f"strategy: {e}") from None
+        if best is None or priced[2] < best[2] * (1 - 1e-9):
+            best = priced
+    choices, total, step, details = best
+    mesh = {"pipeline": p, "data": data, "tensor": tensor}
+    candidate = MeshCandidate(mesh, step, total.memory_bytes, True, comm_s=dict(total.comm_s))
+    log.info("planned %s on %d ranks: %s, %.3f ms", name, world, mesh, step * 1e3)
+    capture = model.gm.meta.get(CAPTURE)
+    return Plan(model=name, world_size=world, mesh=mesh, hardware=hw.name, global_batch=model.batch,
+                regions=choices, total=total, step_s=step, forced=True, candidates=[candidate],
+                tracer=capture.tracer if capture else "", pipeline=details)
+
+
+def _price_pipeline(model: _Model, hw: Hardware, part, p: int, v: int, m: int, schedule: str, data: int,
+                    tensor: int, scatter_gather: bool):
+    """(region choices, total cost of the slowest rank, step seconds, the plan's pipeline
+    details) of ``p`` ranks × ``v`` chunks with ``m`` microbatches of ``B/(d·m)`` rows."""
+    from autopar.passes.pipeline_stages import boundary_values, parameter_stages
+    from autopar.planning import pipeline as pp
+    stages = p * v
+    scale = data * m  # the work of one microbatch on one data rank is the batch's 1/(d·m)
+    param_stages = parameter_stages(model.gm, part)
+    # a region whose parameters more than one stage reads (a tied embedding and head)
+    # would be split one way on one stage and not on the other: it stays whole
+    keep_whole = {}
+    for r in model.regions:
+        names = [n for n, rid in model.param_region.items() if rid == r.id]
+        spread = sorted(set().union(*(param_stages.get(n, set()) for n in names)) if names else set())
+        if len(spread) > 1:
+            keep_whole[r.id] = (f"its parameters are read by pipeline stages {spread} (tied); kept whole so that "
+                                f"every stage holds them the same way")
+    choices, _, _ = _price(model, hw, scale, tensor, True, keep_whole)
+    region_stage = {r.id: part.stage_of.get(r.nodes[0], 0) for r in model.regions}
+    split = {c.region for c in choices if c.strategy == "megatron"}
+    stage_s = [0.0] * stages       # forward + backward seconds of one microbatch per stage
+    stage_comm = [0.0] * stages    # its tensor-parallel part
+    stage_act = [0.0] * stages     # bytes saved for backward per microbatch
+    for c in choices[:-1]:
+        s = region_stage[c.region]
+        c.details = {**c.details, "stage": s}
+        stage_s[s] += c.cost.compute_s + c.cost.total_comm_s
+        stage_comm[s] += c.cost.comm_s.get("tensor", 0.0)
+    in_region = {name for r in model.regions for name in r.nodes}
+    for s in range(stages):
+        outside = [n for n in part.nodes_of(s) if n not in in_region]
+        stage_s[s] += _compute(model, outside, hw, 1 / scale)
+    for r in model.regions:
+        stage_act[region_stage[r.id]] += model.activation_bytes(r.nodes, 1 / scale / (tensor if r.id in split else 1))
+    for s in range(stages):
+        stage_act[s] += model.activation_bytes([n for n in part.nodes_of(s) if n not in in_region], 1 / scale)
+    table = {n.name: n for n in model.gm.graph.nodes}
+    carried = [sum(tensor_spec(table[name]).nbytes for name in values if tensor_spec(table[name]) is not None)
+               / scale for values in boundary_values(model.gm, part)]
+    inter_node = data * tensor >= hw.devices_per_node
+    sends = [cm.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
+             + (cm.all_gather_time(tensor, b / tensor, hw) if scatter_gather and tensor > 1 else 0.0)
+             for b in carried]
+    rank_s, rank_p2p, rank_comm = [], [], []
+    for r in range(p):
+        mine = [c * p + r for c in range(v)]
+        p2p = sum((sends[s] if s < stages - 1 else 0.0) + (sends[s - 1] if s > 0 else 0.0) for s in mine)
+        rank_p2p.append(p2p)
+        rank_comm.append(sum(stage_comm[s] for s in mine))
+        rank_s.append(sum(stage_s[s] for s in mine) + p2p)
+    pipe_step, bubble = pp.step_time(rank_s, p, m, v)
+    # parameters per rank (split ones over the tensor group); gradients all-reduced over the
+    # data ranks after the last microbatch, tied ones summed over their stages' ranks
+    split_params = {n for n, rid in model.param_region.items() if rid in split}
+    rank_params = [0.0] * p
+    tied_elems = 0.0
+    for name, where in param_stages.items():
+        elems = model.params[name].numel() / (tensor if name in split_params else 1) if name in model.params else 0
+        for r in sorted({s % p for s in where}):
+            rank_params[r] += elems
+        if len({s % p for s in where}) > 1:
+            tied_elems += elems
+    data_s = max(cm.all_reduce_time(data, e * 4, hw, stride=tensor) for e in rank_params)
+    tied_s = cm.all_reduce_time(2, tied_elems * 4, hw, stride=data * tensor) if tied_elems else 0.0
+    memory = []
+    for r in range(p):
+        mine = [c * p + r for c in range(v)]
+        inputs = [carried[s - 1] if s > 0 else 0.0 for s in mine]
+        act = pp.activation_memory(schedule, p, m, v, r, [stage_act[s] for s in mine], inputs)
+        act_recompute = pp.activation_memory(schedule, p, m, v, r, [stage_act[s] for s in mine], inputs, True)
+        memory.append((cm.training_memory(rank_params[r], act), cm.training_memory(rank_params[r], act_recompute)))
+    slow = max(range(p), key=lambda r: rank_s[r])
+    step = pipe_step + data_s + tied_s
+    for c in choices[:-1]:  # the table reads per step: m microbatches of each region
+        c.cost = Cost(c.cost.compute_s * m, {k: x * m for k, x in c.cost.comm_s.items()}, c.cost.memory_bytes)
+        c.alternatives = {k: x * m for k, x in c.alternatives.items()}
+    outside_all = [n for n in part.stage_of if n not in in_region]
+    choices[-1].cost = Cost(_compute(model, outside_all, hw, 1 / scale) * m, {}, choices[-1].cost.memory_bytes)
+    total = Cost((rank_s[slow] - rank_p2p[slow] - rank_comm[slow]) * m,
+                 {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble, "data": data_s + tied_s},
+                 max(mem for mem, _ in memory))
+    details = {
+        "stages": p, "chunks": v, "microbatches": m, "microbatch_size": model.batch // (data * m),
+        "schedule": schedule, "scatter_gather": scatter_gather and tensor > 1,
+        "blocks": [r.id for r in part.blocks], "assignment": list(part.assignment),
+        "bubble_fraction": (p - 1) / (v * m), "bubble_s": bubble,
+        "stage_s": stage_s, "p2p_bytes": carried, "rank_s": rank_s,
+        "in_flight": [pp.in_flight(schedule, p, m, v, r) for r in range(p)],
+        "memory_bytes": [mem for mem, _ in memory], "memory_bytes_recompute": [mem for _, mem in memory],
+        "tied": sorted(n for n, where in param_stages.items() if len({s % p for s in where}) > 1),
+    }
+    return choices, total, step, details
