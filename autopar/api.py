@@ -613,6 +613,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     gm = _global_graph(model, example_inputs, loss_fn, example_target)
     plan_ = plan_graph(gm, world, get_hardware(hardware), strategy)
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target)
+    if plan_.pipeline:
+        return _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute)
     group_map = _make_groups(plan_, mesh, world)
     _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
@@ -624,6 +626,42 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
         shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
             gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
     return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed, overlap=overlap,
+                          recompute=recompute)
+
+
+def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, rank: int, loss_fn, seed: int,
+                      recompute: bool):
+    """A PTD-P plan's module: groups pipeline × data × tensor, tied-weight groups, and the
+    pipeline positions that hold each parameter (from the cut of the global graph)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from autopar.passes.pipeline_stages import parameter_stages, partition
+    from autopar.pipelined import PipelineModule, make_tied_groups
+    pp = plan_.pipeline
+    p = pp["stages"]
+    part = partition(gm, p * pp["chunks"], pp["assignment"])
+    # by parameter object: a weight tied under two names (embedding and head modules) is
+    # held by the positions that read either
+    by_object: dict[int, set[int]] = {}
+    read = parameter_stages(gm, part)
+    for name, stages in read.items():
+        by_object.setdefault(id(gm.get_parameter(name)), set()).update(s % p for s in stages)
+    holders = {name: by_object[id(gm.get_parameter(name))] for name in read}
+    if world == 1:
+        raise PlanError("a pipeline plan needs a process group of its world size; launch the ranks first")
+    if mesh is not None and mesh.ndim != 1:
+        raise ValueError("mesh: a pipeline plan takes a flat mesh (autopar lays out pipeline x data x tensor)")
+    members = mesh.mesh.flatten().tolist() if mesh is not None else list(range(world))
+    grid = torch.tensor(members).view(p, plan_.degree("data"), plan_.degree("tensor"))
+    device = mesh.device_type if mesh is not None else ("cuda" if dist.get_backend() == "nccl" else "cpu")
+    group_map = G.groups_from_mesh(DeviceMesh(device, grid, mesh_dim_names=("pipeline", "data", "tensor")))
+    group_map.update({"segment": None, "subgrid": None})
+    group_map.update(make_tied_groups(plan_, grid, holders.values()))
+    _check_same_plan_everywhere(plan_, group_map)
+    log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
+    shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
+        gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
+    return PipelineModule(model, plan_, rank, group_map, loss_fn, shards, holders=holders, seed=seed,
                           recompute=recompute)
 
 
@@ -679,7 +717,7 @@ def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
     """Every rank must run the same plan; equal within each data group and each tensor
     group means equal everywhere on the mesh."""
     text = plan_.to_json()
-    for name in ("data", "tensor", "segment", "replica", "x", "y"):
+    for name in ("data", "tensor", "segment", "replica", "x", "y", "pipeline"):
         group = group_map.get(name)
         if group is None or G.size_of(group) == 1:
             continue

@@ -120,7 +120,7 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     runs the comparison in that dtype; ``{"hardware": "a100-selene"}`` plans for that machine;
     ``{"overlap": {...}}`` sets the 3D layers' overlap switches; ``{"recompute": True}``
     recomputes the split regions in backward (activation checkpointing); ``{"batch": 8}``
-    sets the language models' batch."""
+    sets the language models' batch, ``{"layers": 4}`` their number of blocks."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from examples.factories import training_case
@@ -129,7 +129,7 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         model_name, strategy = case[0], case[1]
         options = case[2] if len(case) > 2 else {}
         dtype = getattr(torch, options["dtype"]) if "dtype" in options else None
-        factory, inputs, target, loss_fn = training_case(model_name, options.get("batch"))
+        factory, inputs, target, loss_fn = training_case(model_name, options.get("batch"), options.get("layers"))
         mesh = None
         if isinstance(strategy, tuple) and strategy[0] == "mesh":
             mesh = init_device_mesh("cpu", strategy[1], mesh_dim_names=("data", "tensor"))

@@ -32,11 +32,12 @@ def inception():
     return Inception(), (torch.randn(8, 3, 8, 8),), F.cross_entropy, torch.randint(0, 5, (8,))
 
 
-def training_case(model_name: str, batch: int | None = None):
+def training_case(model_name: str, batch: int | None = None, layers: int | None = None):
     """``(model factory, inputs, target, loss)`` of a named example, for training on ranks
     against a single-device copy (``autopar.testing``, ``examples/train.py``): the factory,
     not a model, so every rank builds its own from the same seed. ``batch``: the language
-    models' batch (4 by default; Bian's cube on 8 ranks needs 8: z, then x and y, split it)."""
+    models' batch (4 by default; Bian's cube on 8 ranks needs 8: z, then x and y, split it);
+    ``layers``: their number of blocks (2 by default; a pipeline of 4 stages needs 4)."""
     generator = torch.Generator().manual_seed(1)
     if model_name == "inception":
         return Inception, (torch.randn(8, 3, 8, 8, generator=generator),), \
@@ -52,7 +53,7 @@ def training_case(model_name: str, batch: int | None = None):
     ids = torch.randint(0, 64, (batch or 4, 16), generator=generator)
     target = torch.randint(0, 64, (batch or 4, 16), generator=generator)
     if model_name == "transformer":
-        return TinyTransformer, (ids,), target, lm_loss
+        return (lambda: TinyTransformer(layers=layers or 2)), (ids,), target, lm_loss
     if model_name == "gpt2":
-        return _gpt2, (ids,), target, gpt2_loss
+        return (lambda: _gpt2(layers=layers or 2)), (ids,), target, gpt2_loss
     raise ValueError(f"unknown example model {model_name!r}")

@@ -1,0 +1,324 @@
+"""The model on one rank of a pipeline plan (PTD-P, megatron §2-§4): :class:`PipelineModule`.
+
+``compile`` returns one when the plan has a ``pipeline``. A rank at pipeline position
+``r`` holds only the parameters its stages read (stages ``c·p + r``); the others are
+empty on it. ``step`` splits its data rank's share of the batch into ``m`` microbatches,
+runs the schedule (:class:`autopar.runtime.pipeline.PipelineExecutor`), then, once,
+after the last microbatch's backward:
+
+* averages the gradients over the data ranks (one bucketed all-reduce, no hooks: the
+  gradients of every microbatch must have accumulated first);
+* sums the gradients of a weight that several stages read (GPT-2's tied embedding and
+  head) over the ranks of those stages, as Megatron's embedding group does;
+* returns the whole batch's loss on every rank (reduced over the data ranks on the last
+  stage, broadcast over the pipeline group).
+
+Each stage's program is built from the graph captured at the microbatch's shape: the
+graph is cut into stages (:func:`autopar.passes.pipeline_stages.split`), and each of this
+rank's stages is rewritten by the passes of its regions' strategy (Megatron inside a
+stage) and, with ``recompute``, its blocks are recomputed in backward (megatron §3.5).
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.fx as fx
+import torch.nn as nn
+
+from autopar.api import (ParallelModule, _batch_of, _copy_missing_attributes, _flat_root, _local_batch,
+                         _signature)
+from autopar.capture import capture
+from autopar.ir import CAPTURE
+from autopar.passes.analysis import analyse
+from autopar.passes.data_parallel import data_parallel_pass, loss_reduction
+from autopar.passes.manager import PassRunner
+from autopar.passes.pipeline_stages import split
+from autopar.passes.recompute import recompute_pass
+from autopar.passes.tensor_parallel import PARAM_SHARDS, tensor_parallel_pass
+from autopar.planning.planner import PlanError
+from autopar.runtime import groups as G
+from autopar.runtime import rng
+from autopar.runtime.grad_sync import GradientBuckets
+from autopar.runtime.pipeline import PipelineExecutor, StageProgram
+
+
+def tied_group_name(positions) -> str:
+    return "tied:" + ",".join(str(k) for k in sorted(positions))
+
+
+def make_tied_groups(plan_, grid: torch.Tensor, holder_sets) -> dict:
+    """One process group per set of pipeline positions that share a weight, for every data
+    and tensor coordinate (every rank creates every group, in the same order); the map
+    holds the one this rank belongs to under ``tied:<positions>``."""
+    out = {}
+    me = dist.get_rank()
+    for positions in sorted({tuple(sorted(h)) for h in holder_sets if len(h) > 1}):
+        for d in range(grid.shape[1]):
+            for t in range(grid.shape[2]):
+                ranks = [int(grid[k, d, t]) for k in positions]
+                group = dist.new_group(ranks)
+                if me in ranks:
+                    out[tied_group_name(positions)] = group
+    return out
+
+
+def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last: bool, recompute: bool,
+                   blocks: list[str]) -> fx.GraphModule:
+    """One stage's program: the within-stage passes of the plan on its cut of the graph."""
+    coords = plan_.rank_coordinates(rank)
+    passes = [
+        ("analysis", analyse, {"label": f"rank{rank}_stage_analysis"}),
+        ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": plan_.regions_with("megatron"),
+                                                    "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
+        *([("recompute", recompute_pass, {"regions": blocks})] if recompute else []),
+        # the last stage's outputs are the model's: gathered over the data ranks as without
+        # a pipeline; the carried values of the others stay local (the next stage's input)
+        *([("data_parallel", data_parallel_pass, {"degree": plan_.degree("data"), "local_batch": local_batch,
+                                                   "reduce_scalars": not gm.meta[CAPTURE].with_loss})]
+          if last else []),
+    ]
+    runner = PassRunner(passes)
+    gm = runner.run(gm, label=f"rank{rank}")
+    gm.meta["autopar.passes_run"] = ["pipeline_stages"] + [r.name for r in runner.records]
+    return gm
+
+
+def _microbatches(values: tuple, m: int, batch: int) -> list[tuple]:
+    """``values`` split into ``m`` along the batch (tensors whose first dimension is it)."""
+    def take(x, i):
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == batch:
+            return x.chunk(m, 0)[i]
+        return x
+    return [tuple(take(x, i) for x in values) for i in range(m)]
+
+
+class PipelineModule(ParallelModule):
+    """A :class:`ParallelModule` whose rank runs some stages of a pipeline (module docstring)."""
+
+    def __init__(self, model: nn.Module, plan_, rank: int, group_map: dict, loss_fn, shards, *, holders: dict,
+                 seed: int = 0, recompute: bool = False):
+        super().__init__(model, plan_, rank, group_map, loss_fn, shards, seed=seed, recompute=recompute)
+        pp = plan_.pipeline
+        self._p, self._v, self._m = pp["stages"], pp["chunks"], pp["microbatches"]
+        self._position = plan_.rank_coordinates(rank)["pipeline"]
+        self._my_stages = [c * self._p + self._position for c in range(self._v)]
+        self._executor = PipelineExecutor(self._p, self._v, self._position,
+                                          dist.get_process_group_ranks(group_map["pipeline"]), pp["schedule"],
+                                          pp["scatter_gather"])
+        # which pipeline positions hold each parameter (unread ones: position 0)
+        by_id: dict[int, set[int]] = {}
+        for qualified, positions in holders.items():
+            by_id.setdefault(id(self.root.get_parameter(qualified)), set()).update(positions)
+        self._holders_by_name: dict[str, set[int]] = {}
+        self._full_meta: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+        full = dict(model.named_parameters(remove_duplicate=False))
+        for name, p in self.root.model.named_parameters(remove_duplicate=False):
+            self._holders_by_name[name] = by_id.get(id(p), {0})
+            self._full_meta[name] = (tuple(full[name].shape), full[name].dtype)
+        # the norm keys of every parameter, fixed before dropping (every rank the same)
+        self._all_norm_keys = sorted({self._norm_groups(p) for p in self._unique_parameters()})
+        self._owner_position: dict[int, int] = {}
+        self._tied: list[tuple[nn.Parameter, str]] = []
+        self._dropped: set[int] = set()
+        owners = {}
+        for module in self.root.modules():
+            for attr, p in module._parameters.items():
+                if p is not None:
+                    owners.setdefault(id(p), []).append((module, attr))
+        for p in list(super()._unique_parameters()):
+            positions = by_id.get(id(p), {0})
+            if self._position not in positions:
+                empty = nn.Parameter(torch.empty(0, dtype=p.dtype), requires_grad=False)
+                for module, attr in owners[id(p)]:
+                    setattr(module, attr, empty)
+                self._dropped.add(id(empty))
+                continue
+            self._owner_position[id(p)] = min(positions)
+            if len(positions) > 1:
+                self._tied.append((p, tied_group_name(positions)))
+        # gradients accumulate over the microbatches; one average over the data ranks after
+        # the last backward
+        self._buckets.remove_hooks()
+        with G.use_groups(self._groups):
+            self._buckets = GradientBuckets(list(self._unique_parameters()), "data", hooks=False)
+        self._dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+
+    # ------------------------------------------------------------------ parameters
+    def _unique_parameters(self):
+        dropped = getattr(self, "_dropped", set())
+        for p in super()._unique_parameters():
+            if id(p) not in dropped:
+                yield p
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        for name, p in super().named_parameters(prefix, recurse, remove_duplicate):
+            if id(p) not in self._dropped:
+                yield name, p
+
+    # ------------------------------------------------------------------ programs
+    def _stage_programs(self, inputs: tuple, target, rows: int) -> tuple[dict[int, StageProgram], list[str]]:
+        """This rank's stage programs for (micro)batches shaped like ``inputs``, and the
+        names of the graph inputs in order."""
+        key = ("pipeline", tuple(_signature(x) for x in inputs), _signature(target), self.training)
+        if key not in self._programs:
+            user_model = self._user_model[0]
+            was_training = user_model.training
+            user_model.train(self.training)
+            try:
+                gm = capture(user_model, inputs, self._loss_fn if target is not None else None, target)
+            finally:
+                user_model.train(was_training)
+            gm = analyse(gm)
+            names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+            # torch.export's graph returns flat outputs its code generator nests again
+            info = getattr(gm.graph._codegen, "pytree_info", None)
+            out_spec = info.out_spec if info is not None else None
+            pp = self.plan.pipeline
+            stages = split(gm, self._p * self._v, pp["assignment"])
+            programs = {}
+            for s in self._my_stages:
+                stage = stages[s]
+                last = s == len(stages) - 1
+                module = _rewrite_stage(stage.module, self.plan, self.rank, rows, last, self._recompute,
+                                        stage.blocks)
+                for name, shard in module.meta.get(PARAM_SHARDS, {}).items():
+                    if self._shards.get(name) != shard:
+                        raise RuntimeError(f"stage {s} splits {name} otherwise than the plan did; this is a bug")
+                _copy_missing_attributes(module, module.graph, self.root)
+                program = fx.GraphModule(_flat_root(self.root, module.graph), module.graph,
+                                         class_name=f"Rank{self.rank}Stage{s}")
+                program.meta.update(module.meta)
+                programs[s] = StageProgram.of(s, program, len(stage.receives), stage.inputs, last, out_spec)
+            self._programs[key] = (programs, names)
+        return self._programs[key]
+
+    def rank_graph_code(self) -> str:
+        """This rank's most recent stage programs as readable code."""
+        from autopar.api import rank_graph_code
+        if not self._programs:
+            raise RuntimeError("no program built yet: call the model or step() first")
+        programs, _ = list(self._programs.values())[-1]
+        return "\n".join(rank_graph_code(p.module, self.plan, self.rank).replace(
+            f"rank {self.rank} of", f"stage {s}, rank {self.rank} of", 1) for s, p in sorted(programs.items()))
+
+    # ------------------------------------------------------------------ running
+    def forward(self, *inputs):
+        local_inputs, _ = _local_batch(self._data, self._chunk, tuple(inputs), None)
+        programs, names = self._stage_programs(local_inputs, None, _batch_of(local_inputs))
+        with G.use_groups(self._groups), rng.use_random_states(self._random):
+            out = self._executor.forward_only(programs, dict(zip(names, local_inputs)))
+            box = [out]
+            dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self._p - 1)
+        return box[0]
+
+    def step(self, *inputs, target):
+        """Forward and backward of every microbatch in the schedule's order; gradients
+        synchronised after the last; returns the whole batch's loss on every rank."""
+        if self._loss_fn is None:
+            raise ValueError("step(): compile was given no loss_fn; pass loss_fn=... to autopar.compile")
+        local_inputs, local_target = _local_batch(self._data, self._chunk, tuple(inputs), target)
+        batch = _batch_of(local_inputs)
+        m = self._m
+        if batch is None or batch % m:
+            raise PlanError(f"step(): the batch of each data rank ({batch}) is not divisible by the {m} microbatches "
+                            f"of the plan; give a batch that is a multiple of {m * self._data}, or plan with another "
+                            f"'microbatches'")
+        pieces = _microbatches((*local_inputs, local_target), m, batch)
+        programs, names = self._stage_programs(pieces[0][:-1], pieces[0][-1], batch // m)
+        summed = self._loss_summed(programs)
+        # every microbatch's loss is a mean over its rows: 1/m of each is the batch's mean;
+        # a summed loss needs no scale, but the data average divides by d (as in step())
+        scale = float(self._data) if summed and self._data > 1 else (1.0 if summed else 1.0 / m)
+        with G.use_groups(self._groups), rng.use_random_states(self._random):
+            losses = self._executor.train(programs, [dict(zip(names, piece)) for piece in pieces], scale)
+            self._buckets.finish()
+            for p, group_name in self._tied:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad, group=G.get_group(group_name))
+            loss = torch.zeros((), dtype=torch.float64)
+            if losses:
+                loss = torch.stack([x.double() for x in losses]).sum() / (1 if summed else m)
+                if self._data > 1:
+                    dist.all_reduce(loss, group=G.get_group("data"))
+                    loss = loss if summed else loss / self._data
+            dist.broadcast(loss, group=G.get_group("pipeline"), group_src=self._p - 1)
+        return loss.to(self._dtype)
+
+    def _loss_summed(self, programs: dict[int, StageProgram]) -> bool:
+        """Whether the loss sums over the batch (read on the last stage; broadcast so every
+        stage scales alike — only the last stage's scale is used)."""
+        last = programs.get(self._p * self._v - 1)
+        if last is None:
+            return False
+        output = next(n for n in last.module.graph.nodes if n.op == "output")
+        value = output.args[0]
+        return isinstance(value, fx.Node) and loss_reduction(value) == "sum"
+
+    # ------------------------------------------------------------------ state
+    def _norm_keys(self):
+        return self._all_norm_keys
+
+    def grad_norm(self, norm_type: float = 2.0) -> torch.Tensor:
+        """As :meth:`ParallelModule.grad_norm`; each parameter counted on the first pipeline
+        position that holds it (a tied weight once), then summed over the pipeline."""
+        inf = norm_type == float("inf")
+        if not (inf or norm_type > 0):
+            raise ValueError(f"grad_norm: norm_type={norm_type}; use a positive number or inf")
+        combine = torch.maximum if inf else torch.add
+        partial: dict[tuple[str, ...], torch.Tensor] = {}
+        for p in self._unique_parameters():
+            if p.grad is None or not p.grad.numel() or self._owner_position.get(id(p)) != self._position:
+                continue
+            g = p.grad.detach()
+            value = (g.abs().max() if inf else g.abs().pow(norm_type).sum()).to(torch.float64)
+            key = self._norm_groups(p)
+            partial[key] = combine(partial[key], value) if key in partial else value
+        op = dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM
+        total = torch.zeros((), dtype=torch.float64)
+        with G.use_groups(self._groups):
+            for key in self._all_norm_keys:
+                value = partial.get(key, torch.zeros((), dtype=torch.float64)).clone()
+                for name in (*key, "pipeline"):
+                    group = G.get_group(name)
+                    if G.size_of(group) > 1:
+                        dist.all_reduce(value, op=op, group=group)
+                total = combine(total, value)
+        return total if inf else total.pow(1.0 / norm_type)
+
+    def _gather(self, named):
+        """Full tensors by name: parameters from the first pipeline position that holds
+        them (gathered over its tensor group there), broadcast over the pipeline group."""
+        out = {}
+        with G.use_groups(self._groups):
+            pipeline = G.get_group("pipeline")
+            for name, (tensor, key) in named.items():
+                holders = self._holders_by_name.get(name)
+                if holders is None:  # a buffer: every rank has it
+                    out.update(super()._gather({name: (tensor, key)}))
+                    continue
+                owner = min(holders)
+                shape, dtype = self._full_meta[name]
+                if self._position == owner:
+                    value = super()._gather({name: (tensor if tensor is not None else torch.zeros_like(key), key)})
+                    value = value[name].to(dtype).contiguous()
+                else:
+                    value = torch.empty(shape, dtype=dtype)
+                dist.broadcast(value, group=pipeline, group_src=owner)
+                out[name] = value
+        return out
+
+    def load_full_state_dict(self, state_dict) -> None:
+        """As :meth:`ParallelModule.load_full_state_dict`, for the parameters held here."""
+        kept = {k: v for k, v in state_dict.items()
+                if self._position in self._holders_by_name.get(k, {self._position})}
+        own = self.root.model.state_dict(keep_vars=True)
+        missing = sorted(set(own) - set(state_dict))
+        if missing:
+            raise KeyError(f"load_full_state_dict: missing keys {missing[:5]}")
+        held = {k: v for k, v in own.items() if k in kept}
+        for name, value in held.items():
+            shard = self._shard_of(value)
+            local = self._local_part(kept[name], shard) if shard else kept[name]
+            with torch.no_grad():
+                value.copy_(local)
