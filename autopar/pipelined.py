@@ -66,9 +66,11 @@ def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last:
                    blocks: list[str]) -> fx.GraphModule:
     """One stage's program: the within-stage passes of the plan on its cut of the graph."""
     coords = plan_.rank_coordinates(rank)
+    stage = gm.meta["autopar.stage"]
+    split_here = [r.region for r in plan_.regions if r.strategy == "megatron" and r.details.get("stage") == stage]
     passes = [
         ("analysis", analyse, {"label": f"rank{rank}_stage_analysis"}),
-        ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": plan_.regions_with("megatron"),
+        ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": split_here,
                                                     "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
         *([("recompute", recompute_pass, {"regions": blocks})] if recompute else []),
         # the last stage's outputs are the model's: gathered over the data ranks as without
@@ -178,6 +180,7 @@ class PipelineModule(ParallelModule):
             programs = {}
             for s in self._my_stages:
                 stage = stages[s]
+                stage.module.meta["autopar.stage"] = s
                 last = s == len(stages) - 1
                 module = _rewrite_stage(stage.module, self.plan, self.rank, rows, last, self._recompute,
                                         stage.blocks)

@@ -133,7 +133,7 @@ class PipelineExecutor:
         dist.recv(buffer, self._rank_of(stage_from), tag=self._tag(microbatch, stage_to, backward, index))
         self.stats["received"] += 1
         if sliced:
-            flat = all_gather_flat(buffer, G.get_group("tensor"))
+            all_gather_flat(flat, buffer, group=G.get_group("tensor"))
         else:
             flat = buffer
         out = flat.view(shape)
