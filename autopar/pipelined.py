@@ -28,7 +28,7 @@ import torch.nn as nn
 from autopar.api import (ParallelModule, _batch_of, _copy_missing_attributes, _flat_root, _local_batch,
                          _signature)
 from autopar.capture import capture
-from autopar.ir import CAPTURE
+from autopar.ir import CAPTURE, Region, add_region, regions
 from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import data_parallel_pass, loss_reduction
 from autopar.passes.manager import PassRunner
@@ -62,17 +62,30 @@ def make_tied_groups(plan_, grid: torch.Tensor, holder_sets) -> dict:
     return out
 
 
+def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]]) -> fx.GraphModule:
+    """Mark the stage's blocks as the whole graph's analysis found them: a stage of one
+    block has no repetition of its own for the analysis to find, and recomputation goes
+    block by block."""
+    present = {r.id for r in regions(gm, "block")}
+    names = {n.name for n in gm.graph.nodes}
+    for rid, nodes in block_nodes.items():
+        if rid not in present:
+            add_region(gm, Region(rid, "block", [n for n in nodes if n in names], {"from": "pipeline cut"}))
+    return gm
+
+
 def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last: bool, recompute: bool,
-                   blocks: list[str]) -> fx.GraphModule:
+                   block_nodes: dict[str, list[str]]) -> fx.GraphModule:
     """One stage's program: the within-stage passes of the plan on its cut of the graph."""
     coords = plan_.rank_coordinates(rank)
     stage = gm.meta["autopar.stage"]
     split_here = [r.region for r in plan_.regions if r.strategy == "megatron" and r.details.get("stage") == stage]
     passes = [
         ("analysis", analyse, {"label": f"rank{rank}_stage_analysis"}),
+        ("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes}),
         ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": split_here,
                                                     "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
-        *([("recompute", recompute_pass, {"regions": blocks})] if recompute else []),
+        *([("recompute", recompute_pass, {"regions": list(block_nodes)})] if recompute else []),
         # the last stage's outputs are the model's: gathered over the data ranks as without
         # a pipeline; the carried values of the others stay local (the next stage's input)
         *([("data_parallel", data_parallel_pass, {"degree": plan_.degree("data"), "local_batch": local_batch,
@@ -145,6 +158,12 @@ class PipelineModule(ParallelModule):
             self._buckets = GradientBuckets(list(self._unique_parameters()), "data", hooks=False)
         self._dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
 
+    @property
+    def pipeline_executor(self) -> PipelineExecutor:
+        """The schedule runner: its ``trace``, ``executed`` order, ``measured_bubble`` and
+        transfer ``stats`` of the last step."""
+        return self._executor
+
     # ------------------------------------------------------------------ parameters
     def _unique_parameters(self):
         dropped = getattr(self, "_dropped", set())
@@ -183,7 +202,7 @@ class PipelineModule(ParallelModule):
                 stage.module.meta["autopar.stage"] = s
                 last = s == len(stages) - 1
                 module = _rewrite_stage(stage.module, self.plan, self.rank, rows, last, self._recompute,
-                                        stage.blocks)
+                                        stage.block_nodes)
                 for name, shard in module.meta.get(PARAM_SHARDS, {}).items():
                     if self._shards.get(name) != shard:
                         raise RuntimeError(f"stage {s} splits {name} otherwise than the plan did; this is a bug")

@@ -107,6 +107,12 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
     if pm.plan.grid is not None:
         report["tensor3d_stats"] = pm.tensor3d_stats
         report["recomputed"] = pm.rank_graph_code().count("= recompute_")
+    if pm.plan.pipeline:
+        report["recomputed"] = pm.rank_graph_code().count("= recompute_")
+        report["executed"] = pm.pipeline_executor.executed
+        report["sent_bytes"] = pm.pipeline_executor.stats["sent_bytes"]
+        report["held_params"] = sum(p.numel() for p in pm.parameters())
+        report["all_params"] = sum(p.numel() for p in reference.parameters())
     return report
 
 

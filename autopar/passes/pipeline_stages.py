@@ -49,6 +49,8 @@ class Stage:
     sends: list[str]                  # carried values it gives the next stage ([] on the last)
     params: list[str] = field(default_factory=list)  # qualified names of the parameters it reads
     cost: float = 0.0                 # forward FLOPs
+    block_nodes: dict[str, list[str]] = field(default_factory=dict)  # its blocks' node names (one block alone
+    #                                   is no repetition: analysing the stage on its own would not find it)
 
     def describe(self) -> str:
         return (f"stage {self.index}: blocks {', '.join(self.blocks) or '-'}; receives {', '.join(self.receives) or '-'}"
@@ -243,7 +245,8 @@ def split(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None) 
             index=s, module=module, blocks=[r.id for b, r in enumerate(blocks) if assignment[b] == s],
             receives=[n.name for n in carried_in], inputs=[n.name for n in inputs],
             sends=[] if s == stages - 1 else [n.name for n in carried_out],
-            params=sorted(dict.fromkeys(params)), cost=sum(flops[n.name] for n in mine)))
+            params=sorted(dict.fromkeys(params)), cost=sum(flops[n.name] for n in mine),
+            block_nodes={r.id: list(r.nodes) for b, r in enumerate(blocks) if assignment[b] == s}))
     for st in out:  # what the next stage receives is what this one sends
         if st.index + 1 < stages and st.sends != out[st.index + 1].receives:
             raise StageError(f"pipeline: stage {st.index} sends {st.sends} but stage {st.index + 1} receives "

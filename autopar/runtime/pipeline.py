@@ -29,6 +29,7 @@ last backward.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,11 @@ class PipelineExecutor:
         self.scatter_gather = scatter_gather
         self._sends: list[tuple[Any, torch.Tensor]] = []
         self.stats = {"sent": 0, "received": 0, "sent_bytes": 0}
+        # the last step: (action, start, end) as run, the seconds spent blocked in receives,
+        # and the step's wall time (for the measured bubble)
+        self.trace: list[tuple[Action, float, float]] = []
+        self.waited_s = 0.0
+        self.step_s = 0.0
 
     # ------------------------------------------------------------------ transport
     def _rank_of(self, stage: int) -> int:
@@ -130,7 +136,9 @@ class PipelineExecutor:
         flat = torch.empty(int(torch.Size(shape).numel()), dtype=wire)
         part, sliced = self._slice(flat)
         buffer = torch.empty_like(part)
+        start = time.perf_counter()
         dist.recv(buffer, self._rank_of(stage_from), tag=self._tag(microbatch, stage_to, backward, index))
+        self.waited_s += time.perf_counter() - start
         self.stats["received"] += 1
         if sliced:
             all_gather_flat(flat, buffer, group=G.get_group("tensor"))
@@ -152,7 +160,10 @@ class PipelineExecutor:
         m = len(microbatches)
         state: dict[tuple[int, int], _InFlight] = {}
         losses: dict[int, torch.Tensor] = {}
+        self.trace, self.waited_s = [], 0.0
+        begin = time.perf_counter()
         for action in schedule(self.schedule_name, self.p, m, self.position, self.v):
+            start = time.perf_counter()
             stage = action.chunk * self.p + self.position
             program = programs[stage]
             if action.kind == "F":
@@ -161,8 +172,22 @@ class PipelineExecutor:
                     losses[action.microbatch] = state[(action.microbatch, stage)].loss.detach()
             else:
                 self._backward(program, action, state.pop((action.microbatch, stage)), loss_scale)
+            self.trace.append((action, start, time.perf_counter()))
         self.finish_sends()
+        self.step_s = time.perf_counter() - begin
         return [losses[i] for i in sorted(losses)]
+
+    @property
+    def executed(self) -> str:
+        """The last step's actions in the order this rank ran them (``F0 F1 B0.1 ...``)."""
+        return " ".join(str(action) for action, _, _ in self.trace)
+
+    @property
+    def measured_bubble(self) -> float:
+        """The last step's idle share as megatron §2.2 defines the bubble: (wall − busy) /
+        busy, where busy is the time in actions less the time blocked in receives."""
+        busy = sum(end - start for _, start, end in self.trace) - self.waited_s
+        return (self.step_s - busy) / busy
 
     def _forward(self, program: StageProgram, action: Action, inputs: dict[str, Any]) -> _InFlight:
         stage, mb = program.stage, action.microbatch

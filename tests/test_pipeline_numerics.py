@@ -1,0 +1,102 @@
+"""Pipeline parallelism and PTD-P on real gloo ranks against the single-device model.
+
+p = 2 (2 ranks) and p = 4 (4 ranks, alone and as pipeline 2 × data 2) with m = 4 and 8
+microbatches under GPipe, 1F1B and interleaved 1F1B (v = 2), and PTD-P pipeline 2 ×
+data 2 × tensor 2 on 8 ranks with §4.1's scatter/gather; on the plain-PyTorch
+transformer and Hugging Face GPT-2 (torch.export; its tied embedding and head live on the
+first and the last stage, their gradients summed over both). Each case compares, in
+float64, the outputs, the loss and every gradient after one step over the whole batch,
+the gradient norm, and every parameter after 3 AdamW steps; GPT-2 also runs with its
+blocks recomputed in backward (megatron §3.5). Every rank also reports the order in
+which it ran its forwards and backwards, compared with the paper's Figure 4 for p = 4,
+m = 8 and v = 1, 2.
+"""
+import pytest
+
+from autopar.runtime.launcher import launch
+from autopar.runtime.schedules import schedule
+from autopar.testing import equivalence_job
+
+F = {"dtype": "float64", "batch": 8, "layers": 4}
+F8 = {**F, "layers": 8}
+R = {**F, "recompute": True}
+CASES = {
+    2: [("transformer", {"pipeline": 2, "microbatches": 4}, F),
+        ("gpt2", {"pipeline": 2, "microbatches": 8, "schedule": "gpipe"}, F),
+        ("gpt2", {"pipeline": 2, "microbatches": 4, "chunks": 2}, F),
+        ("transformer", {"pipeline": 2, "microbatches": 8, "chunks": 2}, F),
+        ("gpt2", {"pipeline": 2, "microbatches": 4}, R)],
+    4: [("transformer", {"pipeline": 4, "microbatches": 4}, F),
+        ("transformer", {"pipeline": 4, "microbatches": 8, "schedule": "gpipe"}, F),
+        ("gpt2", {"pipeline": 4, "microbatches": 8}, F),
+        ("transformer", {"pipeline": 4, "microbatches": 8, "chunks": 2}, F8),
+        ("gpt2", {"pipeline": 4, "microbatches": 4, "chunks": 2}, F8),
+        ("gpt2", {"pipeline": 4, "microbatches": 8}, R),
+        ("gpt2", {"pipeline": 2, "data": 2, "microbatches": 4, "chunks": 2}, F)],
+    8: [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2}, F),
+        ("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "scatter_gather": False}, F),
+        ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "chunks": 2}, F),
+        ("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 4}, R)],
+}
+ALL = [(world, i) for world in CASES for i in range(len(CASES[world]))]
+_results: dict[int, dict] = {}
+
+
+def _reports(world):
+    if world not in _results:
+        _results[world] = dict(enumerate(launch(equivalence_job, world, (CASES[world],), timeout_s=900)))
+    return _results[world]
+
+
+def _case_id(world, i):
+    model, strategy, options = CASES[world][i]
+    text = "-".join(f"{k}{v}" for k, v in strategy.items())
+    return f"{world}ranks-{model}-{text}{'-recompute' if options.get('recompute') else ''}"
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("world,index", ALL, ids=[_case_id(w, i) for w, i in ALL])
+def test_matches_single_device(world, index):
+    model, strategy, options = CASES[world][index]
+    p, v = strategy["pipeline"], strategy.get("chunks", 1)
+    m, name = strategy["microbatches"], strategy.get("schedule", "interleaved" if v > 1 else "1f1b")
+    data, tensor = strategy.get("data", 1), strategy.get("tensor", 1)
+    for rank, reports in _reports(world).items():
+        report = reports[index]
+        assert report["case"] == CASES[world][index]
+        assert report["mesh"] == {"pipeline": p, "data": data, "tensor": tensor}
+        for what in ("output", "loss", "grad", "grad_norm", "param"):
+            assert report[what][1] < 1e-9, (rank, CASES[world][index], what, report[what],
+                                             report.get(f"worst_{what}"))
+        position = rank // (data * tensor)
+        # the rank ran exactly its schedule's order
+        assert report["executed"] == " ".join(str(a) for a in schedule(name, p, m, position, v))
+        # it holds only its stages' parameters (plus the tied head on the last stage)
+        assert report["held_params"] < report["all_params"]
+        # GPT-2's blocks are recomputed in backward (one checkpointed call per block of the
+        # rank's stages); the plain transformer's blocks call modules with parameters,
+        # which recomputation leaves alone
+        blocks = options["layers"] // p
+        assert report["recomputed"] == (blocks if options.get("recompute") and model == "gpt2" else 0)
+
+
+@pytest.mark.multiprocess
+def test_order_on_ranks_is_figure_4():
+    """Figure 4 of megatron for p = 4, m = 8: 1F1B (v = 1) and interleaved (v = 2), as run."""
+    one_f_one_b = _reports(4)[0][2]   # GPT-2, p=4, m=8, 1F1B
+    interleaved = _reports(4)[0][3]   # transformer, p=4, m=8, v=2
+    assert one_f_one_b["executed"] == "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7"
+    assert interleaved["executed"] == (
+        "F0 F1 F2 F3 F0.1 F1.1 F2.1 F3.1 F4 F5 "
+        "F6 B0.1 F7 B1.1 F4.1 B2.1 F5.1 B3.1 F6.1 B0 F7.1 B1 "
+        "B2 B3 B4.1 B5.1 B6.1 B7.1 B4 B5 B6 B7")
+    last = _reports(4)[3][2]
+    assert last["executed"] == "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7"
+
+
+@pytest.mark.multiprocess
+def test_scatter_gather_halves_the_point_to_point_bytes():
+    """megatron §4.1: with tensor 2 each tensor rank sends half the activation."""
+    for rank, reports in _reports(8).items():
+        with_sg, without = reports[0]["sent_bytes"], reports[1]["sent_bytes"]
+        assert with_sg * 2 == without, (rank, with_sg, without)
