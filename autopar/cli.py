@@ -42,10 +42,11 @@ def _parse_strategy(text: str):
     except json.JSONDecodeError:
         # data=2,tensor=2
         try:
-            return {k: int(v) for k, v in (part.split("=") for part in text.split(","))}
+            return {k: int(v) if v.isdigit() else {"true": True, "false": False}.get(v.lower(), v)
+                    for k, v in (part.split("=") for part in text.split(","))}
         except ValueError:
             raise SystemExit(f"autopar plan: --strategy {text!r}: expected auto, data, tensor, data=2,tensor=2 "
-                             f", x=2,y=2,z=2 or cube=2")
+                             f", x=2,y=2,z=2, cube=2 or pipeline=4,microbatches=8,schedule=1f1b")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,7 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan_cmd.add_argument("--world", type=int, required=True, help="number of ranks to plan for")
     plan_cmd.add_argument("--preset", default=None, help="hardware preset name or JSON file (default cpu-gloo)")
     plan_cmd.add_argument("--strategy", default="auto",
-                          help="auto, data, tensor, data=2,tensor=2, or a 3D grid x=2,y=2,z=2[,data=1]")
+                          help="auto, data, tensor, data=2,tensor=2, a 3D grid x=2,y=2,z=2[,data=1], cube=2, or a "
+                               "pipeline pipeline=4[,microbatches=8,schedule=gpipe|1f1b|interleaved,chunks=2,"
+                               "data=..,tensor=..]")
     plan_cmd.add_argument("--out", default=None, help="directory to save the plan in (default plan_<factory>)")
     plan_cmd.add_argument("--ranks", type=int, default=8, help="save the rewritten graphs of this many ranks")
     plan_cmd.add_argument("--top", type=int, default=0, metavar="K",
