@@ -62,6 +62,10 @@ def _attach_artifacts(plan_: Plan, gm: fx.GraphModule, model, example_inputs, lo
     def build(max_ranks: int):
         graphs = {}
         for rank in range(min(plan_.world_size, max_ranks)):
+            if plan_.pipeline:
+                from autopar.pipelined import pipeline_rank_code
+                graphs[rank] = pipeline_rank_code(model, plan_, rank, example_inputs, loss_fn, example_target)
+                continue
             rank_gm = rank_graph(model, plan_, rank, example_inputs, loss_fn, example_target)
             graphs[rank] = rank_graph_code(rank_gm, plan_, rank)
         strategies = {r.region: r.strategy + (f" (tensor {plan_.degree('tensor')})" if r.strategy == "megatron" else "")
@@ -80,7 +84,12 @@ def _global_graph(model, example_inputs, loss_fn, example_target) -> fx.GraphMod
 
 def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequence[Any],
                loss_fn: Callable | None = None, example_target: Any = None) -> fx.GraphModule:
-    """Rank ``rank``'s rewritten graph (captured at its local batch), for dumps and tests."""
+    """Rank ``rank``'s rewritten graph (captured at its local batch), for dumps and tests.
+    A pipeline plan's rank runs several programs, one per stage: see
+    :func:`autopar.pipelined.stage_graphs` and ``pipeline_rank_code``."""
+    if plan_.pipeline:
+        raise PlanError("rank_graph: a pipeline plan gives each rank one program per stage; use "
+                        "autopar.pipelined.stage_graphs (or pipeline_rank_code for their code)")
     inputs, target = _local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), tuple(example_inputs),
                                   example_target)
     gm = capture(model, inputs, loss_fn if target is not None else None, target)

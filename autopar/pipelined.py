@@ -107,6 +107,49 @@ def _microbatches(values: tuple, m: int, batch: int) -> list[tuple]:
     return [tuple(take(x, i) for x in values) for i in range(m)]
 
 
+def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None, target=None,
+                 recompute: bool = False):
+    """Rank ``rank``'s stage programs for (micro)batches shaped like ``inputs``:
+    ``({stage: (GraphModule, Stage)}, graph input names, torch.export's output nesting)``.
+    Captured here, cut into the plan's stages, each of the rank's stages rewritten."""
+    gm = analyse(capture(model, tuple(inputs), loss_fn if target is not None else None, target))
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    # torch.export's graph returns flat outputs its code generator nests again
+    info = getattr(gm.graph._codegen, "pytree_info", None)
+    out_spec = info.out_spec if info is not None else None
+    pp = plan_.pipeline
+    p = pp["stages"]
+    stages = split(gm, p * pp["chunks"], pp["assignment"])
+    position = plan_.rank_coordinates(rank)["pipeline"]
+    rows = _batch_of(tuple(inputs))
+    out = {}
+    for s in range(position, len(stages), p):
+        stage = stages[s]
+        stage.module.meta["autopar.stage"] = s
+        last = s == len(stages) - 1
+        module = _rewrite_stage(stage.module, plan_, rank, rows, last, recompute, stage.block_nodes)
+        module.meta["autopar.last"] = last
+        out[s] = (module, stage)
+    return out, names, out_spec
+
+
+def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_fn=None, example_target=None) -> str:
+    """Rank ``rank``'s stage programs as code (for plan dumps), captured at one
+    microbatch of its data rank's share of the batch."""
+    from autopar.api import rank_graph_code
+    m = plan_.pipeline["microbatches"]
+    inputs, target = _local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), tuple(example_inputs),
+                                  example_target)
+    batch = _batch_of(inputs)
+    piece = _microbatches((*inputs, target), m, batch)[0]
+    built, _, _ = stage_graphs(model, plan_, rank, piece[:-1], loss_fn, piece[-1])
+    return "\n".join(_stage_code(rank_graph_code(module, plan_, rank), s, rank) for s, (module, _) in sorted(built.items()))
+
+
+def _stage_code(code: str, stage: int, rank: int) -> str:
+    return code.replace(f"# rank {rank} of", f"# stage {stage} on rank {rank} of", 1)
+
+
 class PipelineModule(ParallelModule):
     """A :class:`ParallelModule` whose rank runs some stages of a pipeline (module docstring)."""
 
@@ -186,23 +229,12 @@ class PipelineModule(ParallelModule):
             was_training = user_model.training
             user_model.train(self.training)
             try:
-                gm = capture(user_model, inputs, self._loss_fn if target is not None else None, target)
+                built, names, out_spec = stage_graphs(user_model, self.plan, self.rank, inputs, self._loss_fn, target,
+                                                      self._recompute)
             finally:
                 user_model.train(was_training)
-            gm = analyse(gm)
-            names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-            # torch.export's graph returns flat outputs its code generator nests again
-            info = getattr(gm.graph._codegen, "pytree_info", None)
-            out_spec = info.out_spec if info is not None else None
-            pp = self.plan.pipeline
-            stages = split(gm, self._p * self._v, pp["assignment"])
             programs = {}
-            for s in self._my_stages:
-                stage = stages[s]
-                stage.module.meta["autopar.stage"] = s
-                last = s == len(stages) - 1
-                module = _rewrite_stage(stage.module, self.plan, self.rank, rows, last, self._recompute,
-                                        stage.block_nodes)
+            for s, (module, stage) in built.items():
                 for name, shard in module.meta.get(PARAM_SHARDS, {}).items():
                     if self._shards.get(name) != shard:
                         raise RuntimeError(f"stage {s} splits {name} otherwise than the plan did; this is a bug")
@@ -210,7 +242,8 @@ class PipelineModule(ParallelModule):
                 program = fx.GraphModule(_flat_root(self.root, module.graph), module.graph,
                                          class_name=f"Rank{self.rank}Stage{s}")
                 program.meta.update(module.meta)
-                programs[s] = StageProgram.of(s, program, len(stage.receives), stage.inputs, last, out_spec)
+                programs[s] = StageProgram.of(s, program, len(stage.receives), stage.inputs, module.meta["autopar.last"],
+                                              out_spec)
             self._programs[key] = (programs, names)
         return self._programs[key]
 
@@ -220,8 +253,8 @@ class PipelineModule(ParallelModule):
         if not self._programs:
             raise RuntimeError("no program built yet: call the model or step() first")
         programs, _ = list(self._programs.values())[-1]
-        return "\n".join(rank_graph_code(p.module, self.plan, self.rank).replace(
-            f"rank {self.rank} of", f"stage {s}, rank {self.rank} of", 1) for s, p in sorted(programs.items()))
+        return "\n".join(_stage_code(rank_graph_code(p.module, self.plan, self.rank), s, self.rank)
+                         for s, p in sorted(programs.items()))
 
     # ------------------------------------------------------------------ running
     def forward(self, *inputs):

@@ -905,6 +905,108 @@ def forward(self, input_0, target):
     
 """)
 
+    def test_transformer_pipeline(self):
+        """PTD-P: pipeline 2 x tensor 2 with 4 microbatches (1F1B): the stage partition, the
+        timeline, and rank 0's stage program (embedding and block 0, Megatron inside)."""
+        from autopar.pipelined import pipeline_rank_code
+        model, inputs, loss_fn, target = transformer()
+        plan = autopar.plan(model, 4, inputs, loss_fn, {"pipeline": 2, "tensor": 2, "microbatches": 4},
+                            example_target=target)
+        self.assertExpectedInline(plan.explain(), """\
+autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4 (forced)
+mesh: pipeline=2 x data=1 x tensor=2   (rank = (pipeline*1 + data)*2 + tensor; tensor ranks adjacent, pipeline outermost)
+predicted step 5.468 ms: compute 0.289 ms, data comm 0.000 ms, pipeline comm 2.267 ms, tensor comm 2.913 ms; memory per rank 0.21 MiB
+
+region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
+------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
+vocab:model_tok                 vocab         replicate  0.032 ms  0.000 ms     0.000 ms   0.04 MiB  -
+attention:softmax               attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.05 MiB  replicate 0.129 ms
+attention:softmax_1             attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.05 MiB  replicate 0.129 ms
+linear_chain:model_blocks_0_fc  linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
+linear_chain:model_blocks_1_fc  linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
+(outside regions)               -             replicate  0.161 ms  0.000 ms     0.000 ms   0.03 MiB  -
+
+pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.094 ms); scatter/gather on
+  stage 0 (rank 0): block:model.blocks.0 + embedding; 0.800 ms per microbatch; sends 2.0 KiB per microbatch
+  stage 1 (rank 1): block:model.blocks.1 + head and loss; 0.791 ms per microbatch
+  per rank: rank 0 1.094 ms/microbatch, 2 in flight, 0.21 MiB (0.18 MiB recomputing); rank 1 1.084 ms/microbatch, 1 in flight, 0.13 MiB (0.13 MiB recomputing)
+timeline (unit: one chunk's forward; backward = 2 units):
+  rank 0 | F1  F2  .   .   B1  B1  F3  B2  B2  F4  B3  B3  .   B4  B4 |
+  rank 1 | .   F1  B1  B1  F2  B2  B2  F3  B3  B3  F4  B4  B4  .   .  |
+  1f1b: p=2 m=4; step 15 units, compute 12 per rank, bubble 0.250 of the ideal time
+
+regions not split over the tensor group:
+  vocab:model_tok: its parameters are read by pipeline stages [0, 1] (tied); kept whole so that every stage holds them the same way
+
+meshes weighed:
+ * pipeline=2 x data=1 x tensor=2: step 5.468 ms, memory 0.21 MiB""")
+        self.assertExpectedInline(pipeline_rank_code(model, plan, 0, inputs, loss_fn, target), """\
+# stage 0 on rank 0 of 4 (pipeline=0, data=0, tensor=0); built by passes: pipeline_stages -> analysis -> stage_blocks -> tensor_parallel
+torch.fx._symbolic_trace.wrap("math_sqrt")
+
+def forward(self, input_0):
+    size = input_0.size(1)
+    getattr_1 = input_0.device
+    arange = torch.arange(size, device = getattr_1);  size = getattr_1 = None
+    model_tok = self.model.tok(input_0);  input_0 = None
+    model_pos = self.model.pos(arange);  arange = None
+    add = model_tok + model_pos;  model_tok = model_pos = None
+    model_blocks_0_ln1 = getattr(self.model.blocks, "0").ln1(add)
+    copy_to_tensor_region = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1, 'tensor')
+    size_1 = model_blocks_0_ln1.size()
+    getitem = size_1[0]
+    getitem_1 = size_1[1]
+    getitem_2 = size_1[2];  size_1 = None
+    model_blocks_0_attn_qkv = getattr(self.model.blocks, "0").attn.qkv(copy_to_tensor_region);  copy_to_tensor_region = None
+    split = model_blocks_0_attn_qkv.split(16, dim = 2);  model_blocks_0_attn_qkv = None
+    getitem_3 = split[0]
+    getitem_4 = split[1]
+    getitem_5 = split[2];  split = None
+    floordiv = getitem_2 // 4
+    view = getitem_3.view(getitem, getitem_1, 2, floordiv);  getitem_3 = floordiv = None
+    transpose = view.transpose(1, 2);  view = None
+    floordiv_1 = getitem_2 // 4
+    view_1 = getitem_4.view(getitem, getitem_1, 2, floordiv_1);  getitem_4 = floordiv_1 = None
+    transpose_1 = view_1.transpose(1, 2);  view_1 = None
+    floordiv_2 = getitem_2 // 4
+    view_2 = getitem_5.view(getitem, getitem_1, 2, floordiv_2);  getitem_5 = floordiv_2 = None
+    transpose_2 = view_2.transpose(1, 2);  view_2 = None
+    transpose_3 = transpose_1.transpose(-2, -1)
+    matmul = transpose @ transpose_3;  transpose = transpose_3 = None
+    size_2 = transpose_1.size(-1);  transpose_1 = None
+    sqrt = math_sqrt(size_2);  size_2 = None
+    truediv = 1.0 / sqrt;  sqrt = None
+    mul = matmul * truediv;  matmul = truediv = None
+    new_ones = model_blocks_0_ln1.new_ones(getitem_1, getitem_1, dtype = torch.bool);  model_blocks_0_ln1 = None
+    tril = new_ones.tril();  new_ones = None
+    invert = ~tril;  tril = None
+    masked_fill = mul.masked_fill(invert, -inf);  mul = invert = None
+    softmax = torch.nn.functional.softmax(masked_fill, dim = -1, _stacklevel = 3, dtype = None);  masked_fill = None
+    matmul_1 = softmax @ transpose_2;  softmax = transpose_2 = None
+    transpose_4 = matmul_1.transpose(1, 2);  matmul_1 = None
+    contiguous = transpose_4.contiguous();  transpose_4 = None
+    floordiv_3 = getitem_2 // 2;  getitem_2 = None
+    view_3 = contiguous.view(getitem, getitem_1, floordiv_3);  contiguous = getitem = getitem_1 = floordiv_3 = None
+    model_blocks_0_attn_proj_weight = getattr(self.model.blocks, "0").attn.proj.weight
+    linear = torch._C._nn.linear(view_3, model_blocks_0_attn_proj_weight);  view_3 = model_blocks_0_attn_proj_weight = None
+    reduce_from_tensor_region = autopar_runtime_collectives_reduce_from_tensor_region(linear, 'tensor');  linear = None
+    model_blocks_0_attn_proj_bias = getattr(self.model.blocks, "0").attn.proj.bias
+    add_3 = reduce_from_tensor_region + model_blocks_0_attn_proj_bias;  reduce_from_tensor_region = model_blocks_0_attn_proj_bias = None
+    add_1 = add + add_3;  add = add_3 = None
+    model_blocks_0_ln2 = getattr(self.model.blocks, "0").ln2(add_1)
+    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2, 'tensor');  model_blocks_0_ln2 = None
+    model_blocks_0_fc = getattr(self.model.blocks, "0").fc(copy_to_tensor_region_1);  copy_to_tensor_region_1 = None
+    gelu = torch._C._nn.gelu(model_blocks_0_fc);  model_blocks_0_fc = None
+    model_blocks_0_proj_weight = getattr(self.model.blocks, "0").proj.weight
+    linear_1 = torch._C._nn.linear(gelu, model_blocks_0_proj_weight);  gelu = model_blocks_0_proj_weight = None
+    reduce_from_tensor_region_1 = autopar_runtime_collectives_reduce_from_tensor_region(linear_1, 'tensor');  linear_1 = None
+    model_blocks_0_proj_bias = getattr(self.model.blocks, "0").proj.bias
+    add_4 = reduce_from_tensor_region_1 + model_blocks_0_proj_bias;  reduce_from_tensor_region_1 = model_blocks_0_proj_bias = None
+    add_2 = add_1 + add_4;  add_1 = add_4 = None
+    return add_2
+    
+""")
+
 
 def _one_layer_transformer():
     from examples.models import TinyTransformer, lm_loss

@@ -309,7 +309,7 @@ class Plan:
         """The pipeline part of :meth:`explain`: stages, schedule, bubble, memory, timeline."""
         pp = self.pipeline
         p, v, m = pp["stages"], pp["chunks"], pp["microbatches"]
-        lines = [f"pipeline (megatron §2.2): {p * v} stages on {p} pipeline ranks"
+        lines = [f"pipeline (megatron sec. 2.2): {p * v} stages on {p} pipeline ranks"
                  + (f", {v} chunks per rank (stage c*{p} + r on rank r)" if v > 1 else "")
                  + f"; schedule {pp['schedule']}, {m} microbatch(es) of {pp['microbatch_size']} row(s); predicted "
                  f"bubble (p-1)/(v*m) = {pp['bubble_fraction']:.3f} ({_ms(pp['bubble_s'])}); scatter/gather "
