@@ -939,7 +939,7 @@ regions not split over the tensor group:
   vocab:model_tok: its parameters are read by pipeline stages [0, 1] (tied); kept whole so that every stage holds them the same way
 
 meshes weighed:
- * pipeline=2 x data=1 x tensor=2: step 5.468 ms, memory 0.21 MiB""")
+ * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 5.468 ms, memory 0.21 MiB""")
         self.assertExpectedInline(pipeline_rank_code(model, plan, 0, inputs, loss_fn, target), """\
 # stage 0 on rank 0 of 4 (pipeline=0, data=0, tensor=0); built by passes: pipeline_stages -> analysis -> stage_blocks -> tensor_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")

@@ -78,7 +78,7 @@ class MeshCandidate:
     topology_aware: bool = True
     csub: bool = False  # D&SP-cSub: common layers on sub-grid 0
     comm_s: dict[str, float] = field(default_factory=dict)  # predicted communication by group
-    form: str = ""  # "cube": the grid in Bian's load-balanced cube form; "" otherwise
+    form: str = ""  # "cube": Bian's load-balanced cube; "pipeline <schedule>[ v=..]": PTD-P; "" otherwise
 
 
 @dataclass
@@ -121,7 +121,11 @@ class Plan:
 
     @property
     def form(self) -> str:
-        """``"cube"`` when the grid runs Bian's cube form (``cube3d`` regions), else ``""``."""
+        """``"cube"`` when the grid runs Bian's cube form (``cube3d`` regions); a pipeline's
+        schedule (``"pipeline 1f1b"``, ``"pipeline interleaved v=2"``); else ``""``."""
+        if self.pipeline:
+            v = self.pipeline["chunks"]
+            return f"pipeline {self.pipeline['schedule']}" + (f" v={v}" if v > 1 else "")
         return "cube" if self.regions_with("cube3d") else ""
 
     @property
@@ -361,6 +365,8 @@ def _mesh_text(c: MeshCandidate) -> str:
         text = f"3D x={c.mesh['x']} y={c.mesh['y']} z={c.mesh['z']} data={c.mesh['data']}"
     else:
         text = " x ".join(f"{k}={v}" for k, v in c.mesh.items())
+    if c.form.startswith("pipeline"):
+        text += f", {c.form}" + (f", {c.reason}" if c.feasible and c.reason else "")
     if c.subgrids > 1:
         text += (f", {'D&SP-cSub' if c.csub else 'D&SP'} {c.subgrids} sub-grids "
                  f"({'topology-aware' if c.topology_aware else 'naive'})")

@@ -755,6 +755,30 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
         candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True, comm_s=dict(total.comm_s), form=form))
         if best is None or step < best[2] * (1 - 1e-9):
             best = (mesh, choices, step, total, 1, True, False)
+    pipelined = None
+    if forced is None:
+        # PTD-P beside them (megatron §2-§4): every pipeline degree the blocks allow, with
+        # data x tensor inside, 1F1B and (where the blocks allow) interleaved 1F1B with two
+        # chunks; the microbatch count by eq (1)
+        for option in _pipeline_options(model, world_size):
+            try:
+                plan_p = _plan_pipeline(model, world_size, hw, option, name)
+            except PlanError as e:
+                candidates.append(MeshCandidate(_pipeline_mesh(option, world_size), None, None, False, str(e),
+                                                form=_pipeline_label(option)))
+                continue
+            c = plan_p.candidates[0]
+            if c.memory_bytes > hw.memory_bytes:
+                c.feasible, c.reason = False, (f"needs {c.memory_bytes / 2**30:.1f} GiB per rank, device "
+                                               f"has {hw.memory_bytes / 2**30:.1f} GiB")
+            candidates.append(c)
+            if c.feasible and (best is None or c.step_s < best[2] * (1 - 1e-9)) and \
+                    (pipelined is None or c.step_s < pipelined.step_s * (1 - 1e-9)):
+                pipelined = plan_p
+        if pipelined is not None and (best is None or pipelined.step_s < best[2] * (1 - 1e-9)):
+            pipelined.forced = False
+            pipelined.candidates = candidates
+            return pipelined
     if best is None:
         reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
         raise PlanError(f"no feasible plan for {name} on {world_size} ranks: {reasons}")
@@ -791,6 +815,31 @@ def _pipeline_layout(model: _Model, world: int, forced: Strategy, name: str):
     return p, data, tensor, part, model.batch // data
 
 
+def _pipeline_options(model: _Model, world: int) -> list[Strategy]:
+    """The pipeline layouts ``"auto"`` weighs: p > 1 dividing the world and at most the
+    number of blocks, every data x tensor of the rest, 1F1B, and interleaved with v = 2
+    where there are 2p blocks."""
+    from autopar.passes.pipeline_stages import blocks_of
+    blocks = len(blocks_of(model.gm))
+    out = []
+    for p in divisors(world):
+        if p < 2 or p > blocks:
+            continue
+        for t in divisors(world // p):
+            out.append(Strategy(world // p // t, t, pipeline=p))
+            if 2 * p <= blocks:
+                out.append(Strategy(world // p // t, t, pipeline=p, chunks=2, schedule="interleaved"))
+    return out
+
+
+def _pipeline_mesh(option: Strategy, world: int) -> dict[str, int]:
+    return {"pipeline": option.pipeline, "data": option.data, "tensor": option.tensor}
+
+
+def _pipeline_label(option: Strategy) -> str:
+    return f"pipeline {option.schedule}" + (f" v={option.chunks}" if option.chunks > 1 else "")
+
+
 def _plan_pipeline(model: _Model, world: int, hw: Hardware, forced: Strategy, name: str) -> Plan:
     """A forced PTD-P plan: ``pipeline × data × tensor`` (megatron §2-§4), Megatron inside
     every stage wherever the tensor degree divides; the microbatch count is the given one
@@ -825,7 +874,8 @@ def _plan_pipeline(model: _Model, world: int, hw: Hardware, forced: Strategy, na
             best = priced
     choices, total, step, details = best
     mesh = {"pipeline": p, "data": data, "tensor": tensor}
-    candidate = MeshCandidate(mesh, step, total.memory_bytes, True, comm_s=dict(total.comm_s))
+    candidate = MeshCandidate(mesh, step, total.memory_bytes, True, comm_s=dict(total.comm_s),
+                              form=_pipeline_label(forced), reason=f"m={details['microbatches']}")
     log.info("planned %s on %d ranks: %s, %.3f ms", name, world, mesh, step * 1e3)
     capture = model.gm.meta.get(CAPTURE)
     return Plan(model=name, world_size=world, mesh=mesh, hardware=hw.name, global_batch=model.batch,
