@@ -29,6 +29,7 @@ last backward.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +107,11 @@ class PipelineExecutor:
         self.trace: list[tuple[Action, float, float]] = []
         self.waited_s = 0.0
         self.step_s = 0.0
+        # track_memory: count the bytes autograd saves for backward per microbatch in flight
+        # (parameters excluded) and keep the step's peak in peak_saved_bytes
+        self.track_memory = False
+        self.peak_saved_bytes = 0
+        self._saved: dict[tuple[int, int], dict[int, int]] = {}
 
     # ------------------------------------------------------------------ transport
     def _rank_of(self, stage: int) -> int:
@@ -161,21 +167,44 @@ class PipelineExecutor:
         state: dict[tuple[int, int], _InFlight] = {}
         losses: dict[int, torch.Tensor] = {}
         self.trace, self.waited_s = [], 0.0
+        self.peak_saved_bytes, self._saved = 0, {}
         begin = time.perf_counter()
         for action in schedule(self.schedule_name, self.p, m, self.position, self.v):
             start = time.perf_counter()
             stage = action.chunk * self.p + self.position
             program = programs[stage]
             if action.kind == "F":
-                state[(action.microbatch, stage)] = self._forward(program, action, microbatches[action.microbatch])
+                with self._counting((action.microbatch, stage), program):
+                    state[(action.microbatch, stage)] = self._forward(program, action,
+                                                                      microbatches[action.microbatch])
                 if program.last:
                     losses[action.microbatch] = state[(action.microbatch, stage)].loss.detach()
             else:
                 self._backward(program, action, state.pop((action.microbatch, stage)), loss_scale)
+                self._saved.pop((action.microbatch, stage), None)
             self.trace.append((action, start, time.perf_counter()))
         self.finish_sends()
         self.step_s = time.perf_counter() - begin
         return [losses[i] for i in sorted(losses)]
+
+    @contextlib.contextmanager
+    def _counting(self, key: tuple[int, int], program: StageProgram):
+        if not self.track_memory:
+            yield
+            return
+        params = {p.untyped_storage().data_ptr() for p in program.module.parameters()}
+        held = self._saved.setdefault(key, {})
+
+        def pack(t: torch.Tensor):
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in params:
+                held[ptr] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield
+        live = sum(sum(h.values()) for h in self._saved.values())
+        self.peak_saved_bytes = max(self.peak_saved_bytes, live)
 
     @property
     def executed(self) -> str:
