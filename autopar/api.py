@@ -409,6 +409,20 @@ class ParallelModule(nn.Module):
             return (shard.axes[1],) if shard.vector and not shard.cube else ("x", "y", "z")
         return (shard.group,)
 
+    _norm_across: tuple[str, ...] = ()  # groups every key is reduced over besides its own (a pipeline's)
+
+    def _norm_gradient(self, p: nn.Parameter) -> torch.Tensor | None:
+        """The gradient this rank counts for ``p`` in :meth:`grad_norm` (None: none)."""
+        owned = self._owner.get(id(p))
+        if owned is not None and owned != self._subgrid:
+            return torch.zeros_like(p.grad)  # another sub-grid holds the current one
+        return p.grad.detach()
+
+    def _norm_keys(self) -> list[tuple[str, ...]]:
+        """The norm groups of all parameters, the same list on every rank (all ranks hold
+        the same parameters' parts)."""
+        return sorted({self._norm_groups(p) for p in self._unique_parameters()})
+
     def grad_norm(self, norm_type: float = 2.0) -> torch.Tensor:
         """The norm of all gradients as the single-device model would compute it
         (``torch.nn.utils.get_total_norm`` of its parameters): each split parameter's local
@@ -422,20 +436,19 @@ class ParallelModule(nn.Module):
         for p in self._unique_parameters():
             if p.grad is None or not p.grad.numel():
                 continue
-            owned = self._owner.get(id(p))
-            g = p.grad.detach()
-            if owned is not None and owned != self._subgrid:
-                g = torch.zeros_like(g)  # another sub-grid holds the current one
+            g = self._norm_gradient(p)
+            if g is None:
+                continue
             value = (g.abs().max() if inf else g.abs().pow(norm_type).sum()).to(torch.float64)
             key = self._norm_groups(p)
             partial[key] = combine(partial[key], value) if key in partial else value
         op = dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM
         total = torch.zeros((), dtype=torch.float64)
         with G.use_groups(self._groups):
-            # every key in a fixed order on every rank: all ranks hold the same parameters' parts
-            for key in sorted({self._norm_groups(p) for p in self._unique_parameters()}):
+            # every key in a fixed order on every rank
+            for key in self._norm_keys():
                 value = partial.get(key, torch.zeros((), dtype=torch.float64)).clone()
-                for name in key:
+                for name in (*key, *self._norm_across):
                     group = G.get_group(name)
                     if G.size_of(group) > 1:
                         dist.all_reduce(value, op=op, group=group)

@@ -311,35 +311,15 @@ class PipelineModule(ParallelModule):
         return isinstance(value, fx.Node) and loss_reduction(value) == "sum"
 
     # ------------------------------------------------------------------ state
-    def _norm_keys(self):
-        return self._all_norm_keys
+    # grad_norm: each parameter counted on the first pipeline position that holds it (a
+    # tied weight once), every norm group then summed over the pipeline
+    _norm_across = ("pipeline",)
 
-    def grad_norm(self, norm_type: float = 2.0) -> torch.Tensor:
-        """As :meth:`ParallelModule.grad_norm`; each parameter counted on the first pipeline
-        position that holds it (a tied weight once), then summed over the pipeline."""
-        inf = norm_type == float("inf")
-        if not (inf or norm_type > 0):
-            raise ValueError(f"grad_norm: norm_type={norm_type}; use a positive number or inf")
-        combine = torch.maximum if inf else torch.add
-        partial: dict[tuple[str, ...], torch.Tensor] = {}
-        for p in self._unique_parameters():
-            if p.grad is None or not p.grad.numel() or self._owner_position.get(id(p)) != self._position:
-                continue
-            g = p.grad.detach()
-            value = (g.abs().max() if inf else g.abs().pow(norm_type).sum()).to(torch.float64)
-            key = self._norm_groups(p)
-            partial[key] = combine(partial[key], value) if key in partial else value
-        op = dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM
-        total = torch.zeros((), dtype=torch.float64)
-        with G.use_groups(self._groups):
-            for key in self._all_norm_keys:
-                value = partial.get(key, torch.zeros((), dtype=torch.float64)).clone()
-                for name in (*key, "pipeline"):
-                    group = G.get_group(name)
-                    if G.size_of(group) > 1:
-                        dist.all_reduce(value, op=op, group=group)
-                total = combine(total, value)
-        return total if inf else total.pow(1.0 / norm_type)
+    def _norm_keys(self):
+        return self._all_norm_keys  # fixed before the other stages' parameters were dropped
+
+    def _norm_gradient(self, p):
+        return p.grad.detach() if self._owner_position.get(id(p)) == self._position else None
 
     def _gather(self, named):
         """Full tensors by name: parameters from the first pipeline position that holds
