@@ -590,6 +590,19 @@ def _exposed_data_comm(data: int, stride: int, grad_bytes: float, compute: float
     return max(data_comm - compute * 2 / 3, last_bucket)
 
 
+def _check_forced_sizes(model: _Model, data: int, tensor: int) -> None:
+    """A forced data degree must divide the batch, a forced tensor degree every region's
+    split sizes: name the argument or region otherwise."""
+    if model.batch % data:
+        raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by the data degree {data}; "
+                        f"give a batch that is a multiple of {data}, or another strategy")
+    for r in model.regions:
+        for what, size in _region_sizes(r):
+            if tensor > 1 and size % tensor:
+                raise PlanError(f"region {r.id}: {what} = {size} is not divisible by the tensor degree "
+                                f"{tensor}; force a tensor degree that divides it or use strategy='auto'")
+
+
 def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
@@ -640,14 +653,7 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                             f"this version; {name} was captured by torch.export, which bakes the batch size into "
                             f"the branch ops (they run on more rows than the common layers). Use csub=True "
                             f"(D&SP-cSub runs them on the common layers' rows)")
-        if model.batch % data:
-            raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by the data degree {data}; "
-                            f"give a batch that is a multiple of {data}, or another strategy")
-        for r in model.regions:
-            for what, size in _region_sizes(r):
-                if tensor > 1 and size % tensor:
-                    raise PlanError(f"region {r.id}: {what} = {size} is not divisible by the tensor degree "
-                                    f"{tensor}; force a tensor degree that divides it or use strategy='auto'")
+        _check_forced_sizes(model, data, tensor)
     else:
         layouts = [(world_size // t, t, 1, True, False) for t in divisors(world_size)]
         # D&SP and D&SP-cSub (SUPER §III-B/C) beside them: sub-grid counts of the
@@ -804,14 +810,7 @@ def _pipeline_layout(model: _Model, world: int, forced: Strategy, name: str):
         part = partition(model.gm, p * v)
     except StageError as e:
         raise PlanError(str(e)) from None
-    if model.batch % data:
-        raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by the data degree {data}; give a "
-                        f"batch that is a multiple of {data}")
-    for r in model.regions:
-        for what, size in _region_sizes(r):
-            if tensor > 1 and size % tensor:
-                raise PlanError(f"region {r.id}: {what} = {size} is not divisible by the tensor degree {tensor}; "
-                                f"force a tensor degree that divides it")
+    _check_forced_sizes(model, data, tensor)
     return p, data, tensor, part, model.batch // data
 
 
