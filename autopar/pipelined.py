@@ -26,7 +26,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.api import (ParallelModule, _batch_of, _copy_missing_attributes, _flat_root, _local_batch,
-                         _signature)
+                         _parameter_owners, _signature)
 from autopar.capture import capture
 from autopar.ir import CAPTURE, Region, add_region, regions
 from autopar.passes.analysis import analyse
@@ -159,7 +159,6 @@ class PipelineModule(ParallelModule):
         pp = plan_.pipeline
         self._p, self._v, self._m = pp["stages"], pp["chunks"], pp["microbatches"]
         self._position = plan_.rank_coordinates(rank)["pipeline"]
-        self._my_stages = [c * self._p + self._position for c in range(self._v)]
         self._executor = PipelineExecutor(self._p, self._v, self._position,
                                           dist.get_process_group_ranks(group_map["pipeline"]), pp["schedule"],
                                           pp["scatter_gather"])
@@ -178,11 +177,7 @@ class PipelineModule(ParallelModule):
         self._owner_position: dict[int, int] = {}
         self._tied: list[tuple[nn.Parameter, str]] = []
         self._dropped: set[int] = set()
-        owners = {}
-        for module in self.root.modules():
-            for attr, p in module._parameters.items():
-                if p is not None:
-                    owners.setdefault(id(p), []).append((module, attr))
+        owners = _parameter_owners(self.root)
         for p in list(super()._unique_parameters()):
             positions = by_id.get(id(p), {0})
             if self._position not in positions:
@@ -301,8 +296,8 @@ class PipelineModule(ParallelModule):
         return loss.to(self._dtype)
 
     def _loss_summed(self, programs: dict[int, StageProgram]) -> bool:
-        """Whether the loss sums over the batch (read on the last stage; broadcast so every
-        stage scales alike — only the last stage's scale is used)."""
+        """Whether the loss sums over the batch, read off the last stage's output node
+        (False on the other ranks: only the last stage scales a loss)."""
         last = programs.get(self._p * self._v - 1)
         if last is None:
             return False
