@@ -198,7 +198,7 @@ class PipelineModule(ParallelModule):
 
     @property
     def pipeline_executor(self) -> PipelineExecutor:
-        """The schedule runner: its ``trace``, ``executed`` order, ``measured_bubble`` and
+        """The schedule runner: its ``trace``, ``executed`` order, ``span`` and
         transfer ``stats`` of the last step."""
         return self._executor
 

@@ -176,9 +176,7 @@ def pipeline_bubble_job(p: int, m: int, options: dict | None = None) -> dict[str
         start = time.perf_counter()
         pm.step(ids, target=ids)
         times.append(time.perf_counter() - start)
-        ex = pm.pipeline_executor
-        # (first action's start, last action's end, busy seconds) on the shared monotonic clock
-        spans.append((ex.trace[0][1], ex.trace[-1][2], sum(e - s for _, s, e in ex.trace) - ex.waited_s))
+        spans.append(pm.pipeline_executor.span)
         pm.zero_grad()
     return {"spans": spans, "times": times, "predicted": pm.plan.pipeline["bubble_fraction"],
             "executed": pm.pipeline_executor.executed}

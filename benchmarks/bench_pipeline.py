@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 import autopar
 from autopar.runtime.launcher import launch
+from autopar.testing import measured_bubbles
 
 P = 4
 SCHEDULES = [("GPipe", "gpipe", 1), ("1F1B", "1f1b", 1), ("interleaved v=2", "interleaved", 2)]
@@ -67,8 +68,7 @@ def rank_job(steps: int, warmup: int, quick: bool, counts: tuple[int, ...]) -> d
         def step():
             zero_grad(params)
             pm.step(*inputs, target=target)
-            ex = pm.pipeline_executor
-            spans[key].append((ex.trace[0][1], ex.trace[-1][2], sum(e - s for _, s, e in ex.trace) - ex.waited_s))
+            spans[key].append(pm.pipeline_executor.span)
         return step
 
     times = interleaved({key: stepper(key) for key in modules}, steps, warmup, sync=dist.barrier)
@@ -87,11 +87,7 @@ def rank_job(steps: int, warmup: int, quick: bool, counts: tuple[int, ...]) -> d
     for label, _, v in SCHEDULES:
         for m in counts:
             key = f"{label} m={m}"
-            measured = []
-            for step in range(len(everyone[0]["spans"][key])):
-                per_rank = [r["spans"][key][step] for r in everyone]
-                makespan = max(e for _, e, _ in per_rank) - min(s for s, _, _ in per_rank)
-                measured.append(statistics.mean((makespan - busy) / busy for _, _, busy in per_rank))
+            measured = measured_bubbles([{"spans": r["spans"][key]} for r in everyone])
             plan = modules[key].plan
             peaks_kib = "/".join(f"{r['peaks'][key] / 1024:.0f}" for r in everyone)
             rows.append(compare("pipeline", key, times, ours=key, baseline=f"GPipe m={m}", goal=float("inf"),

@@ -102,11 +102,9 @@ class PipelineExecutor:
         self.scatter_gather = scatter_gather
         self._sends: list[tuple[Any, torch.Tensor]] = []
         self.stats = {"sent": 0, "received": 0, "sent_bytes": 0}
-        # the last step: (action, start, end) as run, the seconds spent blocked in receives,
-        # and the step's wall time (for the measured bubble)
+        # the last step: (action, start, end) as run and the seconds spent blocked in receives
         self.trace: list[tuple[Action, float, float]] = []
         self.waited_s = 0.0
-        self.step_s = 0.0
         # track_memory: count the bytes autograd saves for backward per microbatch in flight
         # (parameters excluded) and keep the step's peak in peak_saved_bytes
         self.track_memory = False
@@ -168,7 +166,6 @@ class PipelineExecutor:
         losses: dict[int, torch.Tensor] = {}
         self.trace, self.waited_s = [], 0.0
         self.peak_saved_bytes, self._saved = 0, {}
-        begin = time.perf_counter()
         for action in schedule(self.schedule_name, self.p, m, self.position, self.v):
             start = time.perf_counter()
             stage = action.chunk * self.p + self.position
@@ -184,7 +181,6 @@ class PipelineExecutor:
                 self._saved.pop((action.microbatch, stage), None)
             self.trace.append((action, start, time.perf_counter()))
         self.finish_sends()
-        self.step_s = time.perf_counter() - begin
         return [losses[i] for i in sorted(losses)]
 
     @contextlib.contextmanager
@@ -212,33 +208,41 @@ class PipelineExecutor:
         return " ".join(str(action) for action, _, _ in self.trace)
 
     @property
-    def measured_bubble(self) -> float:
-        """The last step's idle share as megatron §2.2 defines the bubble: (wall − busy) /
-        busy, where busy is the time in actions less the time blocked in receives."""
+    def span(self) -> tuple[float, float, float]:
+        """The last step on this rank: ``(first action's start, last action's end, busy
+        seconds)`` on ``time.perf_counter``'s clock (one clock for every process of the
+        machine), busy being the time in actions less the time blocked in receives.
+        :func:`autopar.testing.measured_bubbles` puts the ranks' spans together."""
         busy = sum(end - start for _, start, end in self.trace) - self.waited_s
-        return (self.step_s - busy) / busy
+        return self.trace[0][1], self.trace[-1][2], busy
 
-    def _forward(self, program: StageProgram, action: Action, inputs: dict[str, Any]) -> _InFlight:
-        stage, mb = program.stage, action.microbatch
+    def _run_stage(self, program: StageProgram, microbatch: int, inputs: dict[str, Any],
+                   track_grad: bool) -> tuple[list[torch.Tensor], Any]:
+        """Receive the carried values (floating ones made leaves that require grad when
+        ``track_grad``), run the stage, send its outputs on (a list) unless it is the last
+        stage (whose output is returned as the program gives it)."""
+        stage = program.stage
         received = []
         for i, (shape, dtype) in enumerate(program.receives):
-            x = self._recv(shape, dtype, stage - 1, stage, mb, False, i)
-            if x.is_floating_point():
+            x = self._recv(shape, dtype, stage - 1, stage, microbatch, False, i)
+            if track_grad and x.is_floating_point():
                 x.requires_grad_(True)
             received.append(x)
         out = program.run(*received, *(inputs[name] for name in program.inputs))
-        flight = _InFlight(received)
-        if program.last:
-            if not isinstance(out, torch.Tensor) or out.numel() != 1:
-                raise RuntimeError(f"pipeline: the last stage returns {type(out).__name__}, not a scalar loss; "
-                                   f"pipelined training needs a loss_fn that returns one")
-            flight.loss = out
-            return flight
-        outputs = list(out) if isinstance(out, (tuple, list)) else [out]
-        for i, y in enumerate(outputs):
-            self._send(y, stage + 1, mb, False, i)
-        flight.outputs = outputs
-        return flight
+        if not program.last:
+            out = list(out) if isinstance(out, (tuple, list)) else [out]
+            for i, y in enumerate(out):
+                self._send(y, stage + 1, microbatch, False, i)
+        return received, out
+
+    def _forward(self, program: StageProgram, action: Action, inputs: dict[str, Any]) -> _InFlight:
+        received, out = self._run_stage(program, action.microbatch, inputs, True)
+        if not program.last:
+            return _InFlight(received, outputs=out)
+        if not isinstance(out, torch.Tensor) or out.numel() != 1:
+            raise RuntimeError(f"pipeline: the last stage returns {type(out).__name__}, not a scalar loss; "
+                               f"pipelined training needs a loss_fn that returns one")
+        return _InFlight(received, loss=out)
 
     def _backward(self, program: StageProgram, action: Action, flight: _InFlight, loss_scale: float) -> None:
         stage, mb = program.stage, action.microbatch
@@ -265,15 +269,9 @@ class PipelineExecutor:
         returns the last stage's output there (None elsewhere)."""
         result = None
         for c in range(self.v):
-            stage = c * self.p + self.position
-            program = programs[stage]
-            received = [self._recv(shape, dtype, stage - 1, stage, 0, False, i)
-                        for i, (shape, dtype) in enumerate(program.receives)]
-            out = program.run(*received, *(inputs[name] for name in program.inputs))
+            program = programs[c * self.p + self.position]
+            _, out = self._run_stage(program, 0, inputs, False)
             if program.last:
                 result = out
-            else:
-                for i, y in enumerate(out if isinstance(out, (tuple, list)) else [out]):
-                    self._send(y, stage + 1, 0, False, i)
         self.finish_sends()
         return result
