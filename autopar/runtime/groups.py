@@ -24,6 +24,8 @@ from typing import Mapping, Optional
 import torch.distributed as dist
 from torch.distributed import ProcessGroup
 
+from autopar.runtime._swap import SwapGlobal
+
 _GROUPS: dict[str, Optional[ProcessGroup]] = {}
 
 
@@ -44,26 +46,13 @@ def registered_groups() -> dict[str, Optional[ProcessGroup]]:
     return dict(_GROUPS)
 
 
-class use_groups:
-    """Install ``mapping`` as the registry for the duration of the block, then restore it.
+class use_groups(SwapGlobal):
+    """Install ``mapping`` as the registry for the duration of the block, then restore it."""
 
-    A plain class rather than a generator context manager, and the registry is swapped
-    by reference: this runs around every step of a compiled model.
-    """
-
-    __slots__ = ("mapping", "saved")
+    __slots__ = ()
 
     def __init__(self, mapping: Mapping[str, Optional[ProcessGroup]]):
-        self.mapping = mapping if isinstance(mapping, dict) else dict(mapping)
-
-    def __enter__(self) -> None:
-        global _GROUPS
-        self.saved, _GROUPS = _GROUPS, self.mapping
-
-    def __exit__(self, *exc) -> None:
-        global _GROUPS
-        _GROUPS = self.saved
-
+        super().__init__(globals(), "_GROUPS", mapping if isinstance(mapping, dict) else dict(mapping))
 
 def get_group(name: str) -> Optional[ProcessGroup]:
     """The process group registered under ``name`` (``None``: a group of size 1).

@@ -24,6 +24,7 @@ from typing import Optional
 import torch
 import torch.fx
 
+from autopar.runtime._swap import SwapGlobal
 from autopar.runtime.groups import group_rank
 
 log = logging.getLogger("autopar.runtime")
@@ -85,24 +86,14 @@ def seed_everything(seed: int, tensor_rank: int, data_rank: int) -> RandomStates
     return _STATES
 
 
-class use_random_states:
+class use_random_states(SwapGlobal):
     """Install ``states`` as the dropout streams for the duration of the block (each
-    ParallelModule owns its streams; this lets several live in one process). A plain
-    class: it runs around every step."""
+    ParallelModule owns its streams; this lets several live in one process)."""
 
-    __slots__ = ("states", "previous")
+    __slots__ = ()
 
     def __init__(self, states: RandomStates):
-        self.states = states
-
-    def __enter__(self) -> None:
-        global _STATES
-        self.previous, _STATES = _STATES, self.states
-
-    def __exit__(self, *exc) -> None:
-        global _STATES
-        _STATES = self.previous
-
+        super().__init__(globals(), "_STATES", states)
 
 def get_random_states(group: str | None = None) -> RandomStates:
     """The streams set by :func:`seed_everything`.

@@ -46,6 +46,7 @@ import torch.distributed as dist
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.planning.grid3d import Grid3D
+from autopar.runtime._swap import SwapGlobal
 from autopar.runtime.groups import get_group, rank_in, size_of
 from autopar.runtime.shards import cut_blocks, gather_blocks
 
@@ -287,22 +288,13 @@ class Tensor3DRuntime:
 _RUNTIME = Tensor3DRuntime()
 
 
-class use_runtime:
+class use_runtime(SwapGlobal):
     """Install ``runtime`` for 3D layers during a block (each ParallelModule owns one)."""
 
-    __slots__ = ("runtime", "saved")
+    __slots__ = ()
 
     def __init__(self, runtime: Tensor3DRuntime):
-        self.runtime = runtime
-
-    def __enter__(self) -> None:
-        global _RUNTIME
-        self.saved, _RUNTIME = _RUNTIME, self.runtime
-
-    def __exit__(self, *exc) -> None:
-        global _RUNTIME
-        _RUNTIME = self.saved
-
+        super().__init__(globals(), "_RUNTIME", runtime)
 
 def current_runtime() -> Tensor3DRuntime:
     return _RUNTIME
