@@ -147,44 +147,46 @@ def group_link(group_size: int, stride: int, hw: Hardware) -> tuple[float, float
     return float(shared), float(hw.inter_node_latency_s)
 
 
-def _collective_time(formula, group_size: int, nbytes: float, hw: Hardware, stride: int) -> float:
+def _collective_time(formula, group_size: int, nbytes: float, hw: Hardware, stride: int,
+                     name: str = "") -> float:
     """A lambdified collective formula on the link a group of ``group_size`` at ``stride``
-    sees (:func:`group_link`); 0.0 for a group of one."""
+    sees: the calibrated (β, α) of collective ``name`` at that group size where the
+    hardware has one (``autopar calibrate``), else :func:`group_link`; 0.0 for a group of one."""
     if group_size == 1:
         return 0.0
-    b, a = group_link(group_size, stride, hw)
+    b, a = hw.link(name, group_size) or group_link(group_size, stride, hw)
     return float(formula(group_size, nbytes, b, a))
 
 
 def all_gather_time(group_size: int, bytes_per_rank: float, hw: Hardware, stride: int = 1) -> float:
     """Seconds for a ring all-gather where each rank contributes ``bytes_per_rank`` (AxoNN eq 1 + α)."""
-    return _collective_time(_all_gather, group_size, bytes_per_rank, hw, stride)
+    return _collective_time(_all_gather, group_size, bytes_per_rank, hw, stride, "all_gather")
 
 
 def reduce_scatter_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
     """Seconds for a ring reduce-scatter of a ``total_bytes`` buffer held by each rank (AxoNN eq 2 + α)."""
-    return _collective_time(_reduce_scatter, group_size, total_bytes, hw, stride)
+    return _collective_time(_reduce_scatter, group_size, total_bytes, hw, stride, "reduce_scatter")
 
 
 def all_to_all_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
     """Seconds for an all-to-all of a ``total_bytes`` buffer held by each rank (``ALL_TO_ALL``)."""
-    return _collective_time(_all_to_all, group_size, total_bytes, hw, stride)
+    return _collective_time(_all_to_all, group_size, total_bytes, hw, stride, "all_to_all")
 
 
 def all_reduce_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
     """Seconds for a ring all-reduce of a ``total_bytes`` buffer held by each rank (AxoNN eq 3 + 2(G−1)α);
     0.0 for a group of one."""
-    return _collective_time(_all_reduce, group_size, total_bytes, hw, stride)
+    return _collective_time(_all_reduce, group_size, total_bytes, hw, stride, "all_reduce")
 
 
 def broadcast_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
     """Seconds to broadcast (or reduce) ``total_bytes`` from one root over the group (``BROADCAST``)."""
-    return _collective_time(_broadcast, group_size, total_bytes, hw, stride)
+    return _collective_time(_broadcast, group_size, total_bytes, hw, stride, "broadcast")
 
 
 def scatter_time(group_size: int, total_bytes: float, hw: Hardware, stride: int = 1) -> float:
     """Seconds to scatter (or gather) a ``total_bytes`` buffer from (to) one root (``SCATTER``)."""
-    return _collective_time(_scatter, group_size, total_bytes, hw, stride)
+    return _collective_time(_scatter, group_size, total_bytes, hw, stride, "scatter")
 
 
 def point_to_point_time(nbytes: float, hw: Hardware, *, inter_node: bool = True) -> float:
@@ -192,6 +194,9 @@ def point_to_point_time(nbytes: float, hw: Hardware, *, inter_node: bool = True)
     Megatron PTD-P §4.1; a cross-node send uses one GPU's NIC, ``inter_node_bandwidth``)."""
     if nbytes <= 0:
         return 0.0
+    fit = hw.link("send", 2)
+    if fit is not None:
+        return float(_point_to_point(nbytes, *fit))
     if inter_node:
         return float(_point_to_point(nbytes, hw.inter_node_bandwidth, hw.inter_node_latency_s))
     return float(_point_to_point(nbytes, hw.intra_node_bandwidth, hw.intra_node_latency_s))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -38,6 +38,17 @@ class Hardware:
     intra_node_latency_s: float  # α per ring step inside a node
     inter_node_latency_s: float  # α per ring step across nodes
     memory_bytes: float          # device memory
+    # Fitted per collective by ``autopar calibrate`` on the live backend: collective name
+    # ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send") →
+    # group size (a string, JSON keys) → [α seconds per step, β bytes/s] fitted to that
+    # collective's own formula (cost.FORMULAS). Where an entry exists it replaces the
+    # placement model of cost.group_link for that collective and group size.
+    measured: dict = field(default_factory=dict, hash=False)
+
+    def link(self, collective: str, group_size: int) -> "tuple[float, float] | None":
+        """The calibrated (β, α) of ``collective`` over ``group_size`` ranks, or None."""
+        fit = self.measured.get(collective, {}).get(str(group_size))
+        return None if fit is None else (float(fit[1]), float(fit[0]))
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (JSON-serialisable) with one entry per field."""
@@ -47,7 +58,7 @@ class Hardware:
     def from_json(d: dict[str, Any]) -> "Hardware":
         """Inverse of :meth:`to_json`; names missing or unknown fields in the error."""
         names = [f.name for f in dataclasses.fields(Hardware)]
-        missing = [n for n in names if n not in d]
+        missing = [n for n in names if n not in d and n != "measured"]
         unknown = sorted(set(d) - set(names))
         if missing or unknown:
             raise ValueError(
@@ -55,6 +66,10 @@ class Hardware:
                 f"write one with Hardware.to_json() (fields: {', '.join(names)})")
         values = {}
         for f in dataclasses.fields(Hardware):
+            if f.name == "measured":
+                values[f.name] = {str(c): {str(g): [float(a), float(b)] for g, (a, b) in fits.items()}
+                                  for c, fits in d.get("measured", {}).items()}
+                continue
             v = d[f.name]
             values[f.name] = str(v) if f.type == "str" else int(v) if f.type == "int" else float(v)
         return Hardware(**values)
