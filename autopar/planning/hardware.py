@@ -1,14 +1,25 @@
 """Hardware descriptions: the numbers the cost model turns work and bytes into seconds with.
 
 A :class:`Hardware` gives per-device compute rates, memory bandwidth, kernel launch
-latency, and the α-β parameters of the links inside and between nodes. Two presets
-ship here: ``"cpu-gloo"`` (measured on the 2-core development machine) and
-``"a100-selene"`` (the machine of the Megatron PTD-P paper). Any other machine is a JSON
-file written by :meth:`Hardware.to_json`::
+latency, and the α-β parameters of the links inside and between nodes. The presets:
+
+* ``"cpu-gloo"``: measured on the 2-core development machine (the default);
+* ``"a100-selene"``: DGX A100 80 GB nodes of 8, the machine of Megatron PTD-P (§5);
+* ``"v100-lassen"``: LLNL Lassen, 4 V100 16 GB per node, the machine of SUPER (§VI-A);
+* ``"a100-perlmutter"``: NERSC Perlmutter, 4 A100 40 GB per node (AxoNN §VI);
+* ``"mi250x-frontier"``: OLCF Frontier, 4 MI250X = 8 GCDs per node, a GCD per device (AxoNN §VI);
+* ``"h100"``: DGX H100-style nodes of 8 H100 SXM 80 GB (NVIDIA datasheets).
+
+Link, memory and peak figures are cited beside each preset; matmul efficiency, saturation,
+launch latency and α of the GPU presets are estimates. Any other machine is a JSON file
+written by :meth:`Hardware.to_json`::
 
     >>> hw = get_hardware("a100-selene")
     >>> hw.peak_flops, hw.devices_per_node, hw.inter_node_bandwidth
     (312000000000000.0, 8, 25000000000.0)
+    >>> frontier = get_hardware("mi250x-frontier")
+    >>> frontier.devices_per_node, frontier.peak_flops, frontier.memory_bytes / 2**30
+    (8, 192000000000000.0, 64.0)
     >>> get_hardware(None).name
     'cpu-gloo'
 """
@@ -138,7 +149,145 @@ A100_SELENE = Hardware(
     memory_bytes=80 * 2**30,
 )
 
-PRESETS: dict[str, Hardware] = {hw.name: hw for hw in (CPU_GLOO, A100_SELENE)}
+# LLNL Lassen, the machine of SUPER (sub-graph parallelism) §VI-A: "A compute node consists
+# of two 22-core IBM Power9 CPUs and four Nvidia V100 GPUs. The GPUs have 16 GB HBM2 memory
+# and each CPU has NVLink interconnects with two GPUs. Racks are composed of 18 nodes
+# connected with InfiniBand EDR." (IBM Power System AC922 nodes.) Not in the paper:
+# * peak: 125 TFLOP/s fp16 tensor-core, memory bandwidth 900 GB/s (NVIDIA V100 SXM2 datasheet).
+# * intra: NVLink 2.0 is 25 GB/s per direction per link; in the 4-GPU AC922 each GPU has
+#   three links to the other GPU on its socket = 75 GB/s per direction (IBM Redpaper "IBM
+#   Power System AC922 Introduction and Technical Overview"). A ring over all four GPUs
+#   also crosses the POWER9 X-bus between the sockets, which this figure ignores, so
+#   75 GB/s is an upper bound for a whole-node ring.
+# * inter: dual-rail EDR InfiniBand, 2 x 100 Gb/s = 25 GB/s per node per direction, i.e.
+#   6.25 GB/s per GPU (LLNL's Lassen system page, SUPER ref [25]; the paper says only
+#   "InfiniBand EDR", so "dual-rail" is taken from LLNL's description, not the paper).
+# Efficiency, saturation, launch and α are estimates: cuBLAS fp16 GEMMs on a V100 reach
+# ~90-100 TFLOP/s when large (0.75); saturation half A100_SELENE's (the peak is 0.4 of
+# it); launch and α as A100_SELENE.
+V100_LASSEN = Hardware(
+    name="v100-lassen",
+    description=(
+        "LLNL Lassen, IBM AC922 nodes of 4 V100 16 GB (SUPER §VI-A): 125 TFLOP/s fp16 tensor-core "
+        "peak, HBM2 900 GB/s (V100 SXM2 datasheet); NVLink 2.0 3 links x 25 GB/s = 75 GB/s per "
+        "direction between the GPUs of a socket (the cross-socket X-bus is ignored); dual-rail EDR "
+        "InfiniBand 2 x 100 Gb/s per node = 6.25 GB/s per GPU per direction (LLNL Lassen page). "
+        "Matmul efficiency, saturation, launch latency and α are estimates, not measurements."),
+    peak_flops=125e12,
+    matmul_efficiency=0.75,
+    saturation_flops=1e9,
+    memory_bandwidth=900e9,
+    kernel_launch_s=5e-6,
+    devices_per_node=4,
+    intra_node_bandwidth=75e9,
+    inter_node_bandwidth=6.25e9,
+    intra_node_latency_s=2e-6,
+    inter_node_latency_s=5e-6,
+    memory_bytes=16 * 2**30,
+)
+
+# NERSC Perlmutter GPU nodes, the machine of AxoNN §VI (experimental setup): "On Perlmutter,
+# each node is equipped with four NVIDIA A100 GPUs, each with a DRAM capacity of 40GB ...
+# Nodes on both systems have four HPE Slingshot 11 NICs, with each NIC capable of link
+# speeds of 200 Gb/s." and §VI-C: "the theoretical peaks on each machine (312 TFLOP/s per
+# GPU on Perlmutter, and 192 TFLOP/s per GCD on Frontier)". One 200 Gb/s NIC per GPU gives
+# 25 GB/s per direction. Not in the paper: the four GPUs are fully connected by NVLink 3
+# without NVSwitch (NERSC "Perlmutter Architecture" page); the A100's 12 links give 600 GB/s
+# total = 300 GB/s per direction (A100 datasheet), 4 links = 100 GB/s per direction to each
+# peer, so 300 GB/s is what NCCL's several rings over the fully connected four reach at
+# best and one pair alone sees 100 GB/s. HBM2 1555 GB/s is the A100 40GB SXM datasheet
+# figure. Efficiency, saturation, launch and α are estimates, the same as A100_SELENE.
+A100_PERLMUTTER = Hardware(
+    name="a100-perlmutter",
+    description=(
+        "NERSC Perlmutter GPU nodes of 4 A100 40 GB (AxoNN §VI): 312 TFLOP/s fp16 peak "
+        "(AxoNN §VI-C); 4 HPE Slingshot-11 NICs of 200 Gb/s per node = 25 GB/s per GPU per "
+        "direction (AxoNN §VI); "
+        "NVLink 3 all-to-all without NVSwitch, 600 GB/s per GPU = 300 GB/s per direction over its "
+        "3 peers (A100 datasheet; 100 GB/s to any one peer); HBM2 1555 GB/s (A100 40GB datasheet). "
+        "Matmul efficiency, saturation, launch latency and α are estimates, not measurements."),
+    peak_flops=312e12,
+    matmul_efficiency=0.8,
+    saturation_flops=2e9,
+    memory_bandwidth=1555e9,
+    kernel_launch_s=5e-6,
+    devices_per_node=4,
+    intra_node_bandwidth=300e9,
+    inter_node_bandwidth=25e9,
+    intra_node_latency_s=2e-6,
+    inter_node_latency_s=5e-6,
+    memory_bytes=40 * 2**30,
+)
+
+# OLCF Frontier, the other machine of AxoNN §VI: "Whereas on Frontier, each node has four
+# AMD Instinct MI250X GPUs each with a DRAM capacity of 128GB. Each MI250X GPU is
+# partitioned into two Graphic Compute Dies (GCDs) and each GCD appears as a separate
+# device to any deep learning framework. Nodes on both systems have four HPE Slingshot 11 NICs, with each NIC capable of
+# link speeds of 200 Gb/s." §VI-C: "192 TFLOP/s per GCD on Frontier" (the AMD MI250X
+# datasheet's 383 TFLOP/s fp16/bf16 matrix peak, halved). So a device is a GCD: 8 per node,
+# 64 GB each, and the node's 4 x 25 GB/s of NICs are 12.5 GB/s per GCD per direction.
+# Not in the paper: HBM2e 3.2768 TB/s per MI250X = 1638.4 GB/s per GCD (AMD MI250X
+# datasheet). OLCF Frontier User Guide ("Frontier Compute Nodes"): "The 2 GCDs on the same
+# MI250X are connected with Infinity Fabric GPU-GPU with a peak bandwidth of 200 GB/s. The
+# GCDs on different MI250X are connected ... where the peak bandwidth ranges from 50-100
+# GB/s"; a ring over all 8 GCDs takes cross-package hops, so β_intra is set to the 50 GB/s
+# of one Infinity Fabric link (an estimate at the low end: pairs on one MI250X see 200,
+# some cross-package pairs 100). Efficiency (0.65: rocBLAS/hipBLASLt reach a smaller
+# fraction of peak than cuBLAS), saturation, launch (HIP launches cost more than CUDA's)
+# and α are estimates.
+MI250X_FRONTIER = Hardware(
+    name="mi250x-frontier",
+    description=(
+        "OLCF Frontier nodes of 4 MI250X = 8 GCDs, one device per GCD (AxoNN §VI): 192 TFLOP/s "
+        "fp16/bf16 matrix peak per GCD (AxoNN §VI-C; MI250X datasheet 383 per package); 64 GB "
+        "HBM2e per GCD (128 GB per MI250X, AxoNN §VI); 4 HPE Slingshot-11 NICs of 200 Gb/s per "
+        "node = 12.5 GB/s per GCD per direction (AxoNN §VI); Infinity Fabric between GCDs 50-200 "
+        "GB/s (OLCF Frontier User Guide), 50 GB/s taken for a ring over the node; HBM2e 1638 GB/s "
+        "per GCD (MI250X datasheet). Matmul efficiency, saturation, launch latency, α and the "
+        "choice of 50 GB/s are estimates, not measurements."),
+    peak_flops=192e12,
+    matmul_efficiency=0.65,
+    saturation_flops=2e9,
+    memory_bandwidth=1638.4e9,
+    kernel_launch_s=8e-6,
+    devices_per_node=8,
+    intra_node_bandwidth=50e9,
+    inter_node_bandwidth=12.5e9,
+    intra_node_latency_s=3e-6,
+    inter_node_latency_s=6e-6,
+    memory_bytes=64 * 2**30,
+)
+
+# DGX H100-style nodes; none of the papers ran on H100, so every figure is from NVIDIA's
+# datasheets: H100 SXM5 80GB dense bf16 tensor peak 989 TFLOP/s (the datasheet's 1,979 is
+# with 2:4 sparsity), HBM3 3.35 TB/s, NVLink 4 900 GB/s total per GPU = 450 GB/s per
+# direction through NVSwitch (H100 datasheet); 8 x 400 Gb/s NDR InfiniBand (ConnectX-7) per
+# node, one per GPU = 50 GB/s per GPU per direction (DGX H100 datasheet). Efficiency
+# (large bf16 cuBLAS GEMMs reach ~700 TFLOP/s, 0.7), saturation (doubled from
+# A100_SELENE: a faster device needs bigger kernels to fill), launch and α are estimates.
+H100 = Hardware(
+    name="h100",
+    description=(
+        "DGX H100-style nodes of 8 H100 SXM 80 GB: 989 TFLOP/s dense bf16 peak, HBM3 3.35 TB/s "
+        "(H100 datasheet); NVLink 4 / NVSwitch 900 GB/s per GPU = 450 GB/s per direction; "
+        "8 x 400 Gb/s NDR InfiniBand per node = 50 GB/s per GPU per direction (DGX H100 "
+        "datasheet). "
+        "Matmul efficiency, saturation, launch latency and α are estimates, not measurements."),
+    peak_flops=989e12,
+    matmul_efficiency=0.7,
+    saturation_flops=4e9,
+    memory_bandwidth=3350e9,
+    kernel_launch_s=4e-6,
+    devices_per_node=8,
+    intra_node_bandwidth=450e9,
+    inter_node_bandwidth=50e9,
+    intra_node_latency_s=2e-6,
+    inter_node_latency_s=5e-6,
+    memory_bytes=80 * 2**30,
+)
+
+PRESETS: dict[str, Hardware] = {hw.name: hw for hw in (
+    CPU_GLOO, A100_SELENE, V100_LASSEN, A100_PERLMUTTER, MI250X_FRONTIER, H100)}
 
 
 def get_hardware(spec: "str | Hardware | None") -> Hardware:
