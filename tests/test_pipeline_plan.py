@@ -32,6 +32,28 @@ def test_in_flight_follows_the_schedule():
     assert [sum(pp.in_flight("interleaved", 4, 8, 2, r)) for r in range(4)] == [11, 9, 7, 5]
 
 
+def test_in_flight_closed_form_equals_the_schedules_action_lists():
+    # the planner counts in closed form; the runtime's schedules are the truth
+    from autopar.runtime.schedules import schedule
+
+    def simulated(name, p, m, v, rank):
+        held, worst, at = [0] * v, -1, [0] * v
+        for action in schedule(name, p, m, rank, v):
+            held[action.chunk] += 1 if action.kind == "F" else -1
+            if sum(held) > worst:
+                worst, at = sum(held), list(held)
+        return at
+
+    for name, chunks in (("gpipe", (1,)), ("1f1b", (1,)), ("interleaved", (1, 2, 3))):
+        for p in range(1, 7):
+            for v in chunks:
+                for m in range(1, 25):
+                    if v > 1 and m % p:
+                        continue
+                    for r in range(p):
+                        assert pp.in_flight(name, p, m, v, r) == simulated(name, p, m, v, r), (name, p, m, v, r)
+
+
 def test_bubble_and_memory_in_the_plan():
     gpipe = _plan(4, {"pipeline": 4, "microbatches": 8, "schedule": "gpipe"})
     one_f = _plan(4, {"pipeline": 4, "microbatches": 8})

@@ -126,10 +126,11 @@ class Partition:
         return out
 
 
-def partition(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None) -> Partition:
+def partition(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None,
+              flops: dict[str, float] | None = None) -> Partition:
     """The stage of every computing node of ``gm`` (analysed: it has block regions) for
     ``stages`` stages; ``assignment`` gives each block's stage (default :func:`balance`
-    by forward FLOPs)."""
+    by forward FLOPs; ``flops``: each node's, when the caller has them already)."""
     blocks = blocks_of(gm)
     if not blocks:
         raise StageError("pipeline: the model has no repeated blocks (identical children of one ModuleList or "
@@ -138,7 +139,8 @@ def partition(gm: fx.GraphModule, stages: int, assignment: list[int] | None = No
     nodes = list(gm.graph.nodes)
     first = min(i for i, n in enumerate(nodes) if n.name in block_of)
     last = max(i for i, n in enumerate(nodes) if n.name in block_of)
-    flops = {n.name: float(node_flops(gm, n)) for n in nodes}
+    if flops is None:
+        flops = {n.name: float(node_flops(gm, n)) for n in nodes}
     if assignment is None:
         costs = [sum(flops[name] for name in r.nodes) for r in blocks]
         before = sum(flops[n.name] for n in nodes[:first])

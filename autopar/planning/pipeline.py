@@ -29,19 +29,22 @@ in flight, plus one microbatch's activations while it recomputes (megatron §3.5
 """
 from __future__ import annotations
 
-from autopar.runtime.schedules import schedule as schedule_actions
-
-
 def in_flight(name: str, p: int, m: int, v: int, rank: int) -> list[int]:
     """Most microbatches whose activations rank ``rank`` holds at once, per chunk (at the
-    moment the total is largest), read off the schedule's order."""
-    held = [0] * v
-    worst, worst_at = -1, [0] * v
-    for action in schedule_actions(name, p, m, rank, v):
-        held[action.chunk] += 1 if action.kind == "F" else -1
-        if sum(held) > worst:
-            worst, worst_at = sum(held), list(held)
-    return worst_at
+    first moment the total is largest), in closed form from the schedules' shapes
+    (:mod:`autopar.runtime.schedules`; a test checks it against their action lists):
+    the peak comes with the first forward after the warm-up, before any backward, so it
+    is that many forwards: ``m`` under GPipe, ``min(p − r, m)`` under 1F1B, and warm-up + 1
+    chunk-passes interleaved, whose k-th forward runs chunk ``(k mod p·v) // p``."""
+    if name == "gpipe":
+        return [m] + [0] * (v - 1)
+    if name == "1f1b" or v == 1:
+        return [min(p - rank, m)] + [0] * (v - 1)
+    total = m * v
+    warmup = total if m == p else min((p - rank - 1) * 2 + (v - 1) * p, total)
+    done = min(warmup + 1, total)
+    rounds, rest = divmod(done, p * v)
+    return [rounds * p + min(max(rest - c * p, 0), p) for c in range(v)]
 
 
 def step_time(rank_seconds: list[float], p: int, m: int, v: int) -> tuple[float, float]:

@@ -207,38 +207,86 @@ class _Model:
         spec0 = next((tensor_spec(n) for n in gm.graph.nodes if n.op == "placeholder"), None)
         self.batch = spec0.shape[0] if spec0 is not None and spec0.shape else 1
         self._table = {n.name: n for n in gm.graph.nodes}
+        # the search prices thousands of layouts: what depends only on a set of nodes is
+        # computed once per set and per scale (see _Model.seconds)
+        self._node_bytes = {}
+        for name, w in self.work.items():
+            spec = tensor_spec(self._table[name]) if w.is_kernel and name in self._table else None
+            if spec is not None:
+                self._node_bytes[name] = float(spec.nbytes)
+        self._sigs: dict[tuple, int] = {}      # sorted work tuple -> signature id
+        self._sig_of: dict[tuple, int] = {}    # tuple of node names -> signature id
+        self._seconds: dict[tuple, float] = {}
+        self._bytes: dict[tuple, float] = {}
+        self._region_params = self._param_elems_by_region()
+        self.region_class = {r.id: self._class_of(r) for r in self.regions}
+
+    def _param_elems_by_region(self) -> dict[str, int]:
+        seen, total = set(), {}
+        for name, rid in self.param_region.items():
+            p = self.params.get(name)
+            if p is not None and (rid, id(p)) not in seen:
+                seen.add((rid, id(p)))
+                total[rid] = total.get(rid, 0) + p.numel()
+        return total
+
+    def _class_of(self, region) -> int:
+        """Regions of identical repeated blocks get the same class: same kind, sizes, work,
+        node shapes and parameter count; the search prices one region per class."""
+        shapes = []
+        for name in region.nodes:
+            n = self._table[name]
+            what = type(self.gm.get_submodule(n.target)).__name__ if n.op == "call_module" else str(n.target)
+            spec = tensor_spec(n)
+            shapes.append((n.op, what, None if spec is None else tuple(spec.shape)))
+        key = (region.kind, tuple(_region_sizes(region)), self.boundary[region.id],
+               self.region_param_elems(region.id), tuple(shapes))
+        return self._sigs.setdefault(("class", key), len(self._sigs))
+
+    def signature(self, names) -> int:
+        """An id shared by node sets with the same kernels (same work, same bytes)."""
+        key = tuple(names)
+        sig = self._sig_of.get(key)
+        if sig is None:
+            works = sorted((w.is_matmul, w.flops, w.bytes_moved, cm.passes_per_step(w), self._node_bytes.get(n, 0.0))
+                           for n in key if (w := self.work.get(n)) is not None and w.is_kernel)
+            sig = self._sigs.setdefault(("works", tuple(works)), len(self._sigs))
+            self._sig_of[key] = sig
+        return sig
+
+    def seconds(self, names, hw: Hardware, scale: float) -> float:
+        """Step compute seconds of the nodes ``names`` with their work scaled by ``scale``
+        (1 forward + backward per kernel), memoised per work signature and scale."""
+        sig = self.signature(names)
+        key = (sig, scale, hw)
+        t = self._seconds.get(key)
+        if t is None:
+            t = 0.0
+            for name in names:
+                w = self.work.get(name)
+                if w is None or not w.is_kernel:
+                    continue
+                forward = (cm.matmul_time(w.flops * scale, hw) if w.is_matmul
+                           else cm.memory_bound_time(w.bytes_moved * scale, hw))
+                t += forward * cm.passes_per_step(w)
+            self._seconds[key] = t
+        return t
 
     def region_param_elems(self, rid: str) -> int:
-        seen, total = set(), 0
-        for name, r in self.param_region.items():
-            p = self.params.get(name)
-            if r == rid and p is not None and id(p) not in seen:
-                seen.add(id(p))
-                total += p.numel()
-        return total
+        return self._region_params.get(rid, 0)
 
     def activation_bytes(self, names, scale: float) -> float:
-        total = 0.0
-        for name in names:
-            node_work = self.work.get(name)
-            if node_work is None or not node_work.is_kernel:
-                continue
-            spec = tensor_spec(self._table[name])
-            if spec is not None:
-                total += spec.nbytes * scale
-        return total
+        """Bytes the kernels among ``names`` save for backward, times ``scale``."""
+        key = tuple(names)
+        total = self._bytes.get(key)
+        if total is None:
+            total = self._bytes[key] = sum(self._node_bytes.get(n, 0.0) for n in key)
+        return total * scale
 
 
 def _compute(model: _Model, names, hw: Hardware, scale: float) -> float:
     """Step compute seconds of the named nodes with their work scaled by ``scale``."""
-    total = 0.0
-    for name in names:
-        w = model.work.get(name)
-        if w is None or not w.is_kernel:
-            continue
-        forward = cm.matmul_time(w.flops * scale, hw) if w.is_matmul else cm.memory_bound_time(w.bytes_moved * scale, hw)
-        total += forward * cm.passes_per_step(w)
-    return total
+    return model.seconds(names, hw, scale)
 
 
 def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: bool,
@@ -313,7 +361,7 @@ def _region_linears(region) -> list[tuple[str, bool]]:
 
 
 def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all: bool = False,
-              cube: bool = False):
+              cube: bool = False, materialize: bool = True):
     """(region choices, total cost, step seconds) of a ``Gx × Gy × Gz × Gdata`` grid.
 
     Per 3D region: its linears' collectives by axonn eqs 4-7 (``grid3d.layer_comm``, each
@@ -330,7 +378,12 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
     ``cube``: Bian's form on the same (cubic) grid (``cube3d``): each layer's collectives
     by ``grid3d.cube_layer_comm``, its boundary by ``grid3d.cube_boundary_comm``, the ops
     between the layers split over y as well (their rows), activations and biases
-    balanced over the cube, and the biases' gradients summed over data only."""
+    balanced over the cube, and the biases' gradients summed over data only.
+
+    ``materialize=False`` (the search over grids): regions of one class (identical
+    repeated blocks) entering and leaving the same way are priced once and the returned
+    choices are those shared representatives; the winner is priced again with
+    ``materialize=True`` for its per-region table."""
     from autopar.passes.cube3d import check_rows, planned_cube_shards
     from autopar.passes.layout_propagation import TensorParallelError
     from autopar.passes.tensor3d import planned_grid3d_shards
@@ -343,15 +396,17 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
     choices: list[RegionChoice] = []
     in_region: set[str] = set()
     comm = {"x": 0.0, "y": 0.0, "z": 0.0}
-    splittable = [r for r in model.regions if r.kind in ("attention", "linear_chain")]
-    row_outputs = {_region_linears(r)[-1][0] for r in splittable}
-    plain_linears = {name for r in splittable for name, transposed in _region_linears(r) if not transposed}
+    if not hasattr(model, "_layout_3d"):  # the same for every grid
+        splittable = [r for r in model.regions if r.kind in ("attention", "linear_chain")]
+        model._layout_3d = (splittable, {_region_linears(r)[-1][0] for r in splittable},
+                            {name for r in splittable for name, transposed in _region_linears(r) if not transposed})
+    splittable, row_outputs, plain_linears = model._layout_3d
     compute = activations = 0.0
     local_elems = 0.0
     shard_elems = 0.0  # 3D weight shards per rank (all-reduced over data only)
-    sharded_names: set[str] = set()
-    for r in model.regions:
-        in_region.update(r.nodes)
+
+    def price_region(r):
+        shard_part = 0.0
         replicate = Cost(_compute(model, r.nodes, hw, 1 / parts), {}, 0.0)
         options = {"replicate": replicate}
         why_not = "vocabulary regions stay replicated in 3D plans" if r.kind == "vocab" else None
@@ -439,8 +494,7 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
                     per_rank += numel / (grid.x * grid.y * grid.z)
                     gathered += numel / (grid.x * grid.y)
                 if not shard.vector or cube:
-                    shard_elems += numel / (grid.x * grid.y * grid.z)
-                    sharded_names.add(name)
+                    shard_part += numel / (grid.x * grid.y * grid.z)
             per_rank += params - sum(model.params[n].numel() for n in shards)
             act = model.activation_bytes(r.nodes, 1 / (grid.x * (grid.y if cube else 1) * parts)) + gathered * 4
             details = {"grid": label, "layers": layers, "boundary": boundary}
@@ -448,13 +502,35 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
                 details["form"] = "cube (Bian et al.)"
         else:
             act = model.activation_bytes(r.nodes, 1 / parts)
+        c.memory_bytes = cm.training_memory(per_rank, act)
+        return RegionChoice(r.id, r.kind, chosen, c, seconds, reason, details), per_rank, act, shard_part
+
+    memo = model.__dict__.setdefault("_memo_3d", {})
+    flags = model.__dict__.get("_flags_3d")
+    if flags is None:  # how each splittable region meets its neighbours: the same for every grid
+        flags = model._flags_3d = {}
+        for r in splittable:
+            linears = _region_linears(r)
+            entry = match_linear(table[linears[0][0]], model.gm).input
+            flags[r.id] = (entry.name in row_outputs,
+                           all(u.name in plain_linears for u in table[linears[-1][0]].users))
+    for r in model.regions:
+        in_region.update(r.nodes)
+        if materialize:
+            priced = price_region(r)
+        else:
+            key = (model.region_class[r.id], flags.get(r.id), grid, forced, split_all, cube, hw)
+            priced = memo.get(key)
+            if priced is None:
+                priced = memo[key] = price_region(r)
+        choice, per_rank, act, shard_part = priced
         local_elems += per_rank
         activations += act
-        c.memory_bytes = cm.training_memory(per_rank, act)
-        compute += c.compute_s
-        for axis, v in c.comm_s.items():
+        shard_elems += shard_part
+        compute += choice.cost.compute_s
+        for axis, v in choice.cost.comm_s.items():
             comm[axis] += v
-        choices.append(RegionChoice(r.id, r.kind, chosen, c, seconds, reason, details))
+        choices.append(choice)
     outside = [n.name for n in model.gm.graph.nodes if n.name not in in_region]
     outside_compute = _compute(model, outside, hw, 1 / parts)
     compute += outside_compute
@@ -742,11 +818,13 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
             candidates.append(MeshCandidate(mesh, None, None, False, f"batch {model.batch} not divisible by "
                                             f"Gz x Gdata = {grid.z * grid.data}", form=form))
             continue
-        choices, total, step = _price_3d(model, hw, grid, forced is not None, cube=cube)
+        how = {"forced": forced is not None, "split_all": False, "cube": cube}
+        choices, total, step = _price_3d(model, hw, grid, materialize=False, **how)
         if not any(c.strategy == split for c in choices):
             # as for Megatron: a grid that splits nothing only repeats work; price splitting
             # every region it divides
-            choices, total, step = _price_3d(model, hw, grid, False, split_all=True, cube=cube)
+            how = {"forced": False, "split_all": True, "cube": cube}
+            choices, total, step = _price_3d(model, hw, grid, materialize=False, **how)
         if not any(c.strategy == split for c in choices):
             why = next((c.reason for c in choices if c.kind in ("attention", "linear_chain")), "no region")
             candidates.append(MeshCandidate(mesh, None, None, False, f"no region split over the grid: {why}",
@@ -760,35 +838,40 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
             continue
         candidates.append(MeshCandidate(mesh, step, total.memory_bytes, True, comm_s=dict(total.comm_s), form=form))
         if best is None or step < best[2] * (1 - 1e-9):
-            best = (mesh, choices, step, total, 1, True, False)
+            # the search priced each class of regions once; the winner gets its own table
+            best = (mesh, (grid, how), step, total, 1, True, False)
     pipelined = None
     if forced is None:
         # PTD-P beside them (megatron §2-§4): every pipeline degree the blocks allow, with
         # data x tensor inside, 1F1B and (where the blocks allow) interleaved 1F1B with two
         # chunks; the microbatch count by eq (1)
         for option in _pipeline_options(model, world_size):
+            mesh = _pipeline_mesh(option, world_size)
             try:
-                plan_p = _plan_pipeline(model, world_size, hw, option, name)
+                shape, numbers = _search_pipeline(model, world_size, hw, option, name)
             except PlanError as e:
-                candidates.append(MeshCandidate(_pipeline_mesh(option, world_size), None, None, False, str(e),
-                                                form=_pipeline_label(option)))
+                candidates.append(MeshCandidate(mesh, None, None, False, str(e), form=_pipeline_label(option)))
                 continue
-            c = plan_p.candidates[0]
+            c = MeshCandidate(mesh, numbers["step"], numbers["memory_bytes"], True, comm_s=dict(numbers["comm_s"]),
+                              form=_pipeline_label(option), reason=f"m={numbers['m']}")
             if c.memory_bytes > hw.memory_bytes:
                 c.feasible, c.reason = False, (f"needs {c.memory_bytes / 2**30:.1f} GiB per rank, device "
                                                f"has {hw.memory_bytes / 2**30:.1f} GiB")
             candidates.append(c)
             if c.feasible and (best is None or c.step_s < best[2] * (1 - 1e-9)) and \
-                    (pipelined is None or c.step_s < pipelined.step_s * (1 - 1e-9)):
-                pipelined = plan_p
-        if pipelined is not None and (best is None or pipelined.step_s < best[2] * (1 - 1e-9)):
-            pipelined.forced = False
-            pipelined.candidates = candidates
-            return pipelined
+                    (pipelined is None or c.step_s < pipelined[2]["step"] * (1 - 1e-9)):
+                pipelined = (option, shape, numbers)
+        if pipelined is not None and (best is None or pipelined[2]["step"] < best[2] * (1 - 1e-9)):
+            plan_p = _pipeline_plan(model, world_size, hw, pipelined[0], name, pipelined[1], pipelined[2])
+            plan_p.forced = False
+            plan_p.candidates = candidates
+            return plan_p
     if best is None:
         reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
         raise PlanError(f"no feasible plan for {name} on {world_size} ranks: {reasons}")
     mesh, choices, step, total, subgrids, topology_aware, csub = best
+    if isinstance(choices, tuple):  # a 3D grid
+        choices, total, step = _price_3d(model, hw, choices[0], materialize=True, **choices[1])
     log.info("planned %s on %d ranks: %s, %.3f ms", name, world_size, mesh, step * 1e3)
     return Plan(model=name, world_size=world_size, mesh=mesh, hardware=hw.name, global_batch=model.batch,
                 regions=choices, total=total, step_s=step, forced=forced is not None,
@@ -799,19 +882,75 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
 # ---------------------------------------------------------------------- pipeline (PTD-P)
 
 def _pipeline_layout(model: _Model, world: int, forced: Strategy, name: str):
-    """(p, data, tensor, partition, local batch) of a forced pipeline, its sizes checked."""
-    from autopar.passes.pipeline_stages import StageError, partition
+    """(p, data, tensor, pipeline shape, local batch) of a forced pipeline, its sizes checked."""
     p, v = forced.pipeline, forced.chunks
     if world % p:
         raise PlanError(f"strategy: pipeline={p} does not divide the world of {world} ranks; give a pipeline degree "
                         f"that divides it")
     data, tensor = Strategy(forced.data, forced.tensor).resolve(world // p)
-    try:
-        part = partition(model.gm, p * v)
-    except StageError as e:
-        raise PlanError(str(e)) from None
+    shape = _pipeline_shape(model, p * v)
     _check_forced_sizes(model, data, tensor)
-    return p, data, tensor, part, model.batch // data
+    return p, data, tensor, shape, model.batch // data
+
+
+class _PipelineShape:
+    """What pricing a pipeline of ``stages`` stages needs that no degree changes: the
+    partition, which stage reads each parameter, the carried bytes at the full batch,
+    each stage's nodes outside regions and its regions grouped by class (identical
+    blocks priced once), and the regions kept whole (tied across stages)."""
+
+    def __init__(self, model: _Model, stages: int):
+        from autopar.passes.pipeline_stages import boundary_values, parameter_stages, partition
+        if not hasattr(model, "_node_flops"):
+            from autopar.passes.fork_join import node_flops
+            model._node_flops = {n.name: float(node_flops(model.gm, n)) for n in model.gm.graph.nodes}
+        self.part = part = partition(model.gm, stages, flops=model._node_flops)
+        self.param_stages = parameter_stages(model.gm, part)
+        self.keep_whole: dict[str, str] = {}
+        for r in model.regions:
+            names = [n for n, rid in model.param_region.items() if rid == r.id]
+            spread = sorted(set().union(*(self.param_stages.get(n, set()) for n in names)) if names else set())
+            if len(spread) > 1:
+                self.keep_whole[r.id] = (f"its parameters are read by pipeline stages {spread} (tied); kept whole so "
+                                         f"that every stage holds them the same way")
+        self.region_stage = {r.id: part.stage_of.get(r.nodes[0], 0) for r in model.regions}
+        in_region = {name for r in model.regions for name in r.nodes}
+        self.outside = [tuple(n for n in part.nodes_of(s) if n not in in_region) for s in range(stages)]
+        self.outside_all = tuple(n for n in part.stage_of if n not in in_region)
+        groups: list[dict] = [{} for _ in range(stages)]
+        for r in model.regions:
+            key = (model.region_class[r.id], r.id in self.keep_whole)
+            rep, count = groups[self.region_stage[r.id]].get(key, (r, 0))
+            groups[self.region_stage[r.id]][key] = (rep, count + 1)
+        self.groups = [list(g.values()) for g in groups]
+        # parameters grouped by (stages reading them, the split sizes of their region if it
+        # can be split): what a rank holds is a sum over a few groups
+        params: dict[tuple, float] = {}
+        sizes_of = {r.id: tuple(_region_sizes(r)) for r in model.regions}
+        for pname, where in self.param_stages.items():
+            if pname not in model.params:
+                continue
+            rid = model.param_region.get(pname)
+            sizes = sizes_of[rid] if rid is not None and rid not in self.keep_whole else ()
+            key = (tuple(sorted(where)), sizes)
+            params[key] = params.get(key, 0.0) + model.params[pname].numel()
+        self.params = [(where, sizes, elems) for (where, sizes), elems in params.items()]
+        table = {n.name: n for n in model.gm.graph.nodes}
+        self.carried = [float(sum(tensor_spec(table[v]).nbytes for v in values if tensor_spec(table[v]) is not None))
+                        for values in boundary_values(model.gm, part)]
+
+
+def _pipeline_shape(model: _Model, stages: int) -> _PipelineShape:
+    from autopar.passes.pipeline_stages import StageError
+    cache = model.__dict__.setdefault("_pipeline_shapes", {})
+    if stages not in cache:
+        try:
+            cache[stages] = _PipelineShape(model, stages)
+        except StageError as e:
+            cache[stages] = PlanError(str(e))
+    if isinstance(cache[stages], PlanError):
+        raise cache[stages]
+    return cache[stages]
 
 
 def _pipeline_options(model: _Model, world: int) -> list[Strategy]:
@@ -840,12 +979,18 @@ def _pipeline_label(option: Strategy) -> str:
 
 
 def _plan_pipeline(model: _Model, world: int, hw: Hardware, forced: Strategy, name: str) -> Plan:
-    """A forced PTD-P plan: ``pipeline × data × tensor`` (megatron §2-§4), Megatron inside
-    every stage wherever the tensor degree divides; the microbatch count is the given one
-    or the fastest predicted (megatron eq (1), :mod:`autopar.planning.pipeline`)."""
+    """A PTD-P plan: ``pipeline × data × tensor`` (megatron §2-§4), Megatron inside every
+    stage wherever the tensor degree divides; the microbatch count is the given one or
+    the fastest predicted (megatron eq (1), :mod:`autopar.planning.pipeline`)."""
+    shape, numbers = _search_pipeline(model, world, hw, forced, name)
+    return _pipeline_plan(model, world, hw, forced, name, shape, numbers)
+
+
+def _search_pipeline(model: _Model, world: int, hw: Hardware, forced: Strategy, name: str):
+    """(pipeline shape, the numbers of :func:`_pipeline_numbers` at the best microbatch
+    count) of one pipeline layout, its sizes checked."""
     from autopar.planning import pipeline as pp
-    from autopar.runtime.schedules import ScheduleError
-    p, data, tensor, part, local = _pipeline_layout(model, world, forced, name)
+    p, data, tensor, shape, local = _pipeline_layout(model, world, forced, name)
     v, schedule = forced.chunks, forced.schedule
     if forced.microbatches is not None:
         m = forced.microbatches
@@ -865,63 +1010,42 @@ def _plan_pipeline(model: _Model, world: int, hw: Hardware, forced: Strategy, na
                             f"is a multiple of {p * data}")
     best = None
     for m in counts:
-        try:
-            priced = _price_pipeline(model, hw, part, p, v, m, schedule, data, tensor, forced.scatter_gather)
-        except ScheduleError as e:
-            raise PlanError(f"strategy: {e}") from None
-        if best is None or priced[2] < best[2] * (1 - 1e-9):
-            best = priced
-    choices, total, step, details = best
-    mesh = {"pipeline": p, "data": data, "tensor": tensor}
-    candidate = MeshCandidate(mesh, step, total.memory_bytes, True, comm_s=dict(total.comm_s),
-                              form=_pipeline_label(forced), reason=f"m={details['microbatches']}")
-    log.info("planned %s on %d ranks: %s, %.3f ms", name, world, mesh, step * 1e3)
-    capture = model.gm.meta.get(CAPTURE)
-    return Plan(model=name, world_size=world, mesh=mesh, hardware=hw.name, global_batch=model.batch,
-                regions=choices, total=total, step_s=step, forced=True, candidates=[candidate],
-                tracer=capture.tracer if capture else "", pipeline=details)
+        numbers = _pipeline_numbers(model, hw, shape, p, v, m, schedule, data, tensor, forced.scatter_gather)
+        if best is None or numbers["step"] < best["step"] * (1 - 1e-9):
+            best = numbers
+    return shape, best
 
 
-def _price_pipeline(model: _Model, hw: Hardware, part, p: int, v: int, m: int, schedule: str, data: int,
-                    tensor: int, scatter_gather: bool):
-    """(region choices, total cost of the slowest rank, step seconds, the plan's pipeline
-    details) of ``p`` ranks × ``v`` chunks with ``m`` microbatches of ``B/(d·m)`` rows."""
-    from autopar.passes.pipeline_stages import boundary_values, parameter_stages
+def _pipeline_numbers(model: _Model, hw: Hardware, shape: _PipelineShape, p: int, v: int, m: int, schedule: str,
+                      data: int, tensor: int, scatter_gather: bool) -> dict:
+    """The predicted figures of ``p`` ranks × ``v`` chunks with ``m`` microbatches of
+    ``B/(d·m)`` rows, each stage's regions priced once per class: per-stage seconds per
+    microbatch (compute, Megatron all-reduces), point-to-point sends, per-rank seconds,
+    the step with its bubble (megatron §2.2), the data and tied-weight all-reduces, and
+    memory per rank with and without recomputation."""
     from autopar.planning import pipeline as pp
     stages = p * v
     scale = data * m  # the work of one microbatch on one data rank is the batch's 1/(d·m)
-    param_stages = parameter_stages(model.gm, part)
-    # a region whose parameters more than one stage reads (a tied embedding and head)
-    # would be split one way on one stage and not on the other: it stays whole
-    keep_whole = {}
-    for r in model.regions:
-        names = [n for n, rid in model.param_region.items() if rid == r.id]
-        spread = sorted(set().union(*(param_stages.get(n, set()) for n in names)) if names else set())
-        if len(spread) > 1:
-            keep_whole[r.id] = (f"its parameters are read by pipeline stages {spread} (tied); kept whole so that "
-                                f"every stage holds them the same way")
-    choices, _, _ = _price(model, hw, scale, tensor, True, keep_whole)
-    region_stage = {r.id: part.stage_of.get(r.nodes[0], 0) for r in model.regions}
-    split = {c.region for c in choices if c.strategy == "megatron"}
     stage_s = [0.0] * stages       # forward + backward seconds of one microbatch per stage
     stage_comm = [0.0] * stages    # its tensor-parallel part
     stage_act = [0.0] * stages     # bytes saved for backward per microbatch
-    for c in choices[:-1]:
-        s = region_stage[c.region]
-        c.details = {**c.details, "stage": s}
-        stage_s[s] += c.cost.compute_s + c.cost.total_comm_s
-        stage_comm[s] += c.cost.comm_s.get("tensor", 0.0)
-    in_region = {name for r in model.regions for name in r.nodes}
     for s in range(stages):
-        outside = [n for n in part.nodes_of(s) if n not in in_region]
-        stage_s[s] += _compute(model, outside, hw, 1 / scale)
-    for r in model.regions:
-        stage_act[region_stage[r.id]] += model.activation_bytes(r.nodes, 1 / scale / (tensor if r.id in split else 1))
-    for s in range(stages):
-        stage_act[s] += model.activation_bytes([n for n in part.nodes_of(s) if n not in in_region], 1 / scale)
-    table = {n.name: n for n in model.gm.graph.nodes}
-    carried = [sum(tensor_spec(table[name]).nbytes for name in values if tensor_spec(table[name]) is not None)
-               / scale for values in boundary_values(model.gm, part)]
+        for rep, count in shape.groups[s]:
+            divisible = tensor > 1 and rep.id not in shape.keep_whole and \
+                all(size % tensor == 0 for _, size in _region_sizes(rep))
+            if divisible:
+                comm = 2 * cm.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw)
+                seconds = _compute(model, rep.nodes, hw, 1 / (scale * tensor)) + comm
+                act = model.activation_bytes(rep.nodes, 1 / scale / tensor)
+                stage_comm[s] += comm * count
+            else:
+                seconds = _compute(model, rep.nodes, hw, 1 / scale)
+                act = model.activation_bytes(rep.nodes, 1 / scale)
+            stage_s[s] += seconds * count
+            stage_act[s] += act * count
+        stage_s[s] += _compute(model, shape.outside[s], hw, 1 / scale)
+        stage_act[s] += model.activation_bytes(shape.outside[s], 1 / scale)
+    carried = [b / scale for b in shape.carried]
     inter_node = data * tensor >= hw.devices_per_node
     sends = [cm.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
              + (cm.all_gather_time(tensor, b / tensor, hw) if scatter_gather and tensor > 1 else 0.0)
@@ -936,14 +1060,15 @@ def _price_pipeline(model: _Model, hw: Hardware, part, p: int, v: int, m: int, s
     pipe_step, bubble = pp.step_time(rank_s, p, m, v)
     # parameters per rank (split ones over the tensor group); gradients all-reduced over the
     # data ranks after the last microbatch, tied ones summed over their stages' ranks
-    split_params = {n for n, rid in model.param_region.items() if rid in split}
     rank_params = [0.0] * p
     tied_elems = 0.0
-    for name, where in param_stages.items():
-        elems = model.params[name].numel() / (tensor if name in split_params else 1) if name in model.params else 0
-        for r in sorted({s % p for s in where}):
+    for where, sizes, elems in shape.params:
+        if sizes and tensor > 1 and all(size % tensor == 0 for _, size in sizes):
+            elems = elems / tensor
+        ranks = {s % p for s in where}
+        for r in ranks:
             rank_params[r] += elems
-        if len({s % p for s in where}) > 1:
+        if len(ranks) > 1:
             tied_elems += elems
     data_s = max(cm.all_reduce_time(data, e * 4, hw, stride=tensor) for e in rank_params)
     tied_s = cm.all_reduce_time(2, tied_elems * 4, hw, stride=data * tensor) if tied_elems else 0.0
@@ -955,23 +1080,47 @@ def _price_pipeline(model: _Model, hw: Hardware, part, p: int, v: int, m: int, s
         act_recompute = pp.activation_memory(schedule, p, m, v, r, [stage_act[s] for s in mine], inputs, True)
         memory.append((cm.training_memory(rank_params[r], act), cm.training_memory(rank_params[r], act_recompute)))
     slow = max(range(p), key=lambda r: rank_s[r])
-    step = pipe_step + data_s + tied_s
+    return {"p": p, "v": v, "m": m, "schedule": schedule, "data": data, "tensor": tensor,
+            "scatter_gather": scatter_gather, "step": pipe_step + data_s + tied_s, "bubble": bubble,
+            "stage_s": stage_s, "carried": carried, "rank_s": rank_s, "slow": slow,
+            "rank_p2p": rank_p2p, "rank_comm": rank_comm, "data_s": data_s, "tied_s": tied_s,
+            "memory": memory, "memory_bytes": max(mem for mem, _ in memory),
+            "comm_s": {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble,
+                       "data": data_s + tied_s}}
+
+
+def _pipeline_plan(model: _Model, world: int, hw: Hardware, forced: Strategy, name: str, shape: _PipelineShape,
+                   n: dict) -> Plan:
+    """The plan of one priced pipeline layout: its region table (per step: ``m``
+    microbatches of each region), its cost and its pipeline details."""
+    from autopar.planning import pipeline as pp
+    p, v, m, data, tensor, schedule = n["p"], n["v"], n["m"], n["data"], n["tensor"], n["schedule"]
+    choices, _, _ = _price(model, hw, data * m, tensor, True, shape.keep_whole)
     for c in choices[:-1]:  # the table reads per step: m microbatches of each region
+        c.details = {**c.details, "stage": shape.region_stage[c.region]}
         c.cost = Cost(c.cost.compute_s * m, {k: x * m for k, x in c.cost.comm_s.items()}, c.cost.memory_bytes)
         c.alternatives = {k: x * m for k, x in c.alternatives.items()}
-    outside_all = [n for n in part.stage_of if n not in in_region]
-    choices[-1].cost = Cost(_compute(model, outside_all, hw, 1 / scale) * m, {}, choices[-1].cost.memory_bytes)
-    total = Cost((rank_s[slow] - rank_p2p[slow] - rank_comm[slow]) * m,
-                 {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble, "data": data_s + tied_s},
-                 max(mem for mem, _ in memory))
+    choices[-1].cost = Cost(_compute(model, shape.outside_all, hw, 1 / (data * m)) * m, {},
+                            choices[-1].cost.memory_bytes)
+    slow = n["slow"]
+    total = Cost((n["rank_s"][slow] - n["rank_p2p"][slow] - n["rank_comm"][slow]) * m, dict(n["comm_s"]),
+                 n["memory_bytes"])
+    part = shape.part
     details = {
         "stages": p, "chunks": v, "microbatches": m, "microbatch_size": model.batch // (data * m),
-        "schedule": schedule, "scatter_gather": scatter_gather and tensor > 1,
+        "schedule": schedule, "scatter_gather": n["scatter_gather"] and tensor > 1,
         "blocks": [r.id for r in part.blocks], "assignment": list(part.assignment),
-        "bubble_fraction": (p - 1) / (v * m), "bubble_s": bubble,
-        "stage_s": stage_s, "p2p_bytes": carried, "rank_s": rank_s,
+        "bubble_fraction": (p - 1) / (v * m), "bubble_s": n["bubble"],
+        "stage_s": n["stage_s"], "p2p_bytes": n["carried"], "rank_s": n["rank_s"],
         "in_flight": [pp.in_flight(schedule, p, m, v, r) for r in range(p)],
-        "memory_bytes": [mem for mem, _ in memory], "memory_bytes_recompute": [mem for _, mem in memory],
-        "tied": sorted(n for n, where in param_stages.items() if len({s % p for s in where}) > 1),
+        "memory_bytes": [mem for mem, _ in n["memory"]], "memory_bytes_recompute": [mem for _, mem in n["memory"]],
+        "tied": sorted(k for k, where in shape.param_stages.items() if len({s % p for s in where}) > 1),
     }
-    return choices, total, step, details
+    mesh = {"pipeline": p, "data": data, "tensor": tensor}
+    candidate = MeshCandidate(mesh, n["step"], total.memory_bytes, True, comm_s=dict(total.comm_s),
+                              form=_pipeline_label(forced), reason=f"m={m}")
+    log.info("planned %s on %d ranks: %s, %.3f ms", name, world, mesh, n["step"] * 1e3)
+    capture = model.gm.meta.get(CAPTURE)
+    return Plan(model=name, world_size=world, mesh=mesh, hardware=hw.name, global_batch=model.batch,
+                regions=choices, total=total, step_s=n["step"], forced=True, candidates=[candidate],
+                tracer=capture.tracer if capture else "", pipeline=details)
