@@ -45,16 +45,30 @@ log = logging.getLogger("autopar")
 
 
 def plan(model: nn.Module, world_size: int, example_inputs: Sequence[Any], loss_fn: Callable | None = None,
-         strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None) -> Plan:
+         strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None,
+         memory_limit: float | None = None) -> Plan:
     """Plan ``model`` for ``world_size`` ranks without starting any process.
 
-    The returned plan can ``save(dir)`` itself with every rank's rewritten graph (built
-    here, in this process: the rewrite needs no process group) and the region drawing.
+    The model and inputs may live on the meta device: planning reads shapes only, so a
+    175B-parameter model plans without its weights. ``memory_limit``: bytes per device
+    (default: the hardware's memory); plans that need more are infeasible. The returned
+    plan can ``save(dir)`` itself with every rank's rewritten graph (built here, in this
+    process: the rewrite needs no process group) and the region drawing.
     """
     gm = _global_graph(model, example_inputs, loss_fn, example_target)
-    plan_ = plan_graph(gm, world_size, get_hardware(hardware), strategy)
+    plan_ = plan_graph(gm, world_size, _hardware(hardware, memory_limit), strategy)
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target)
     return plan_
+
+
+def _hardware(hardware, memory_limit: float | None) -> Hardware:
+    hw = get_hardware(hardware)
+    if memory_limit is None:
+        return hw
+    if not memory_limit > 0:
+        raise ValueError(f"memory_limit={memory_limit!r}: give the bytes per device a plan may use (> 0)")
+    import dataclasses
+    return dataclasses.replace(hw, memory_bytes=float(memory_limit))
 
 
 def _attach_artifacts(plan_: Plan, gm: fx.GraphModule, model, example_inputs, loss_fn, example_target) -> None:
@@ -616,7 +630,8 @@ def _getattr_path(obj, path: str):
 
 def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), loss_fn: Callable | None = None,
             strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None,
-            seed: int = 0, overlap: Any = None, recompute: bool = False) -> ParallelModule:
+            seed: int = 0, overlap: Any = None, recompute: bool | None = None,
+            memory_limit: float | None = None) -> ParallelModule:
     """Make ``model`` run on the ranks of ``mesh`` (see the module docstring).
 
     ``mesh``: a ``DeviceMesh`` (flat, or 2-D with dims named ``data`` and ``tensor``, which
@@ -628,13 +643,17 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     captured at the first ``step``. ``overlap``: the 3D layers' overlap optimisations
     (axonn §IV; True, False or a dict of :class:`autopar.runtime.tensor3d.Overlap`'s
     fields; all on by default). ``recompute``: recompute each split region's activations
-    in backward instead of keeping them (activation checkpointing, megatron §3.5).
+    in backward instead of keeping them (activation checkpointing, megatron §3.5); None:
+    as the plan says (the planner recomputes where keeping them does not fit).
+    ``memory_limit``: bytes per device the plan may use (default: the hardware's).
     """
     world, rank = _world(mesh)
     strategy = _strategy_from_mesh(mesh, strategy)
     gm = _global_graph(model, example_inputs, loss_fn, example_target)
-    plan_ = plan_graph(gm, world, get_hardware(hardware), strategy)
+    plan_ = plan_graph(gm, world, _hardware(hardware, memory_limit), strategy)
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target)
+    if recompute is None:
+        recompute = plan_.recompute
     if plan_.pipeline:
         return _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute)
     group_map = _make_groups(plan_, mesh, world)

@@ -100,6 +100,7 @@ class Plan:
     topology_aware: bool = True  # D&SP rank order: round-robin (SUPER §V) or contiguous sub-grids
     csub: bool = False  # D&SP-cSub (SUPER §III-C): the common layers run on sub-grid 0 only
     pipeline: dict = field(default_factory=dict)  # PTD-P: stages, schedule, microbatches... ({} without)
+    recompute: bool = False  # the planner recomputes activations to fit memory (megatron §3.5)
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries

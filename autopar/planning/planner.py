@@ -254,11 +254,12 @@ class _Model:
             self._sig_of[key] = sig
         return sig
 
-    def seconds(self, names, hw: Hardware, scale: float) -> float:
+    def seconds(self, names, hw: Hardware, scale: float, recompute: bool = False) -> float:
         """Step compute seconds of the nodes ``names`` with their work scaled by ``scale``
-        (1 forward + backward per kernel), memoised per work signature and scale."""
+        (1 forward + backward per kernel, one forward more when ``recompute``), memoised
+        per work signature and scale."""
         sig = self.signature(names)
-        key = (sig, scale, hw)
+        key = (sig, scale, hw, recompute)
         t = self._seconds.get(key)
         if t is None:
             t = 0.0
@@ -268,7 +269,7 @@ class _Model:
                     continue
                 forward = (cm.matmul_time(w.flops * scale, hw) if w.is_matmul
                            else cm.memory_bound_time(w.bytes_moved * scale, hw))
-                t += forward * cm.passes_per_step(w)
+                t += forward * cm.passes_per_step(w, recompute=recompute)
             self._seconds[key] = t
         return t
 
@@ -284,9 +285,9 @@ class _Model:
         return total * scale
 
 
-def _compute(model: _Model, names, hw: Hardware, scale: float) -> float:
+def _compute(model: _Model, names, hw: Hardware, scale: float, recompute: bool = False) -> float:
     """Step compute seconds of the named nodes with their work scaled by ``scale``."""
-    return model.seconds(names, hw, scale)
+    return model.seconds(names, hw, scale, recompute)
 
 
 def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: bool,
@@ -853,7 +854,8 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                 candidates.append(MeshCandidate(mesh, None, None, False, str(e), form=_pipeline_label(option)))
                 continue
             c = MeshCandidate(mesh, numbers["step"], numbers["memory_bytes"], True, comm_s=dict(numbers["comm_s"]),
-                              form=_pipeline_label(option), reason=f"m={numbers['m']}")
+                              form=_pipeline_label(option),
+                              reason=f"m={numbers['m']}" + (", recomputing" if numbers["recompute"] else ""))
             if c.memory_bytes > hw.memory_bytes:
                 c.feasible, c.reason = False, (f"needs {c.memory_bytes / 2**30:.1f} GiB per rank, device "
                                                f"has {hw.memory_bytes / 2**30:.1f} GiB")
@@ -1008,21 +1010,32 @@ def _search_pipeline(model: _Model, world: int, hw: Hardware, forced: Strategy, 
             raise PlanError(f"strategy: the interleaved schedule needs a microbatch count that is a multiple of "
                             f"pipeline={p} and divides the batch of each data rank ({local}); give a batch that "
                             f"is a multiple of {p * data}")
-    best = None
+    # the fastest microbatch count whose memory fits, recomputing the blocks' activations
+    # (megatron §3.5) only where keeping them does not fit; none fitting: the smallest
+    best = smallest = None
     for m in counts:
-        numbers = _pipeline_numbers(model, hw, shape, p, v, m, schedule, data, tensor, forced.scatter_gather)
-        if best is None or numbers["step"] < best["step"] * (1 - 1e-9):
-            best = numbers
+        for recompute in (False, True):
+            numbers = _pipeline_numbers(model, hw, shape, p, v, m, schedule, data, tensor, forced.scatter_gather,
+                                        recompute)
+            fits = numbers["memory_bytes"] <= hw.memory_bytes
+            if fits and (best is None or numbers["step"] < best["step"] * (1 - 1e-9)):
+                best = numbers
+            if smallest is None or numbers["memory_bytes"] < smallest["memory_bytes"] * (1 - 1e-9):
+                smallest = numbers
+            if fits:
+                break
+    best = best or smallest
     return shape, best
 
 
 def _pipeline_numbers(model: _Model, hw: Hardware, shape: _PipelineShape, p: int, v: int, m: int, schedule: str,
-                      data: int, tensor: int, scatter_gather: bool) -> dict:
+                      data: int, tensor: int, scatter_gather: bool, recompute: bool = False) -> dict:
     """The predicted figures of ``p`` ranks × ``v`` chunks with ``m`` microbatches of
     ``B/(d·m)`` rows, each stage's regions priced once per class: per-stage seconds per
     microbatch (compute, Megatron all-reduces), point-to-point sends, per-rank seconds,
     the step with its bubble (megatron §2.2), the data and tied-weight all-reduces, and
-    memory per rank with and without recomputation."""
+    memory per rank with and without recomputation. ``recompute``: the blocks' forward
+    runs twice (megatron §3.5) and the memory that counts is the recomputing one."""
     from autopar.planning import pipeline as pp
     stages = p * v
     scale = data * m  # the work of one microbatch on one data rank is the batch's 1/(d·m)
@@ -1034,16 +1047,16 @@ def _pipeline_numbers(model: _Model, hw: Hardware, shape: _PipelineShape, p: int
             divisible = tensor > 1 and rep.id not in shape.keep_whole and \
                 all(size % tensor == 0 for _, size in _region_sizes(rep))
             if divisible:
-                comm = 2 * cm.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw)
-                seconds = _compute(model, rep.nodes, hw, 1 / (scale * tensor)) + comm
+                comm = 2 * cm.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw) * (1.5 if recompute else 1)
+                seconds = _compute(model, rep.nodes, hw, 1 / (scale * tensor), recompute) + comm
                 act = model.activation_bytes(rep.nodes, 1 / scale / tensor)
                 stage_comm[s] += comm * count
             else:
-                seconds = _compute(model, rep.nodes, hw, 1 / scale)
+                seconds = _compute(model, rep.nodes, hw, 1 / scale, recompute)
                 act = model.activation_bytes(rep.nodes, 1 / scale)
             stage_s[s] += seconds * count
             stage_act[s] += act * count
-        stage_s[s] += _compute(model, shape.outside[s], hw, 1 / scale)
+        stage_s[s] += _compute(model, shape.outside[s], hw, 1 / scale)  # the runtime recomputes blocks only
         stage_act[s] += model.activation_bytes(shape.outside[s], 1 / scale)
     carried = [b / scale for b in shape.carried]
     inter_node = data * tensor >= hw.devices_per_node
@@ -1084,7 +1097,8 @@ def _pipeline_numbers(model: _Model, hw: Hardware, shape: _PipelineShape, p: int
             "scatter_gather": scatter_gather, "step": pipe_step + data_s + tied_s, "bubble": bubble,
             "stage_s": stage_s, "carried": carried, "rank_s": rank_s, "slow": slow,
             "rank_p2p": rank_p2p, "rank_comm": rank_comm, "data_s": data_s, "tied_s": tied_s,
-            "memory": memory, "memory_bytes": max(mem for mem, _ in memory),
+            "memory": memory, "memory_bytes": max(mem[1 if recompute else 0] for mem in memory),
+            "recompute": recompute,
             "comm_s": {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble,
                        "data": data_s + tied_s}}
 
@@ -1108,7 +1122,7 @@ def _pipeline_plan(model: _Model, world: int, hw: Hardware, forced: Strategy, na
     part = shape.part
     details = {
         "stages": p, "chunks": v, "microbatches": m, "microbatch_size": model.batch // (data * m),
-        "schedule": schedule, "scatter_gather": n["scatter_gather"] and tensor > 1,
+        "schedule": schedule, "scatter_gather": n["scatter_gather"] and tensor > 1, "recompute": n["recompute"],
         "blocks": [r.id for r in part.blocks], "assignment": list(part.assignment),
         "bubble_fraction": (p - 1) / (v * m), "bubble_s": n["bubble"],
         "stage_s": n["stage_s"], "p2p_bytes": n["carried"], "rank_s": n["rank_s"],
@@ -1118,9 +1132,9 @@ def _pipeline_plan(model: _Model, world: int, hw: Hardware, forced: Strategy, na
     }
     mesh = {"pipeline": p, "data": data, "tensor": tensor}
     candidate = MeshCandidate(mesh, n["step"], total.memory_bytes, True, comm_s=dict(total.comm_s),
-                              form=_pipeline_label(forced), reason=f"m={m}")
+                              form=_pipeline_label(forced), reason=f"m={m}" + (", recomputing" if n["recompute"] else ""))
     log.info("planned %s on %d ranks: %s, %.3f ms", name, world, mesh, n["step"] * 1e3)
     capture = model.gm.meta.get(CAPTURE)
     return Plan(model=name, world_size=world, mesh=mesh, hardware=hw.name, global_batch=model.batch,
                 regions=choices, total=total, step_s=n["step"], forced=True, candidates=[candidate],
-                tracer=capture.tracer if capture else "", pipeline=details)
+                tracer=capture.tracer if capture else "", pipeline=details, recompute=n["recompute"])
