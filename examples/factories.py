@@ -57,3 +57,30 @@ def training_case(model_name: str, batch: int | None = None, layers: int | None 
     if model_name == "gpt2":
         return (lambda: _gpt2(layers=layers or 2)), (ids,), target, gpt2_loss
     raise ValueError(f"unknown example model {model_name!r}")
+
+
+# Megatron PTD-P Table 1 (§5.1): parameters (billions), heads, hidden size, layers,
+# tensor / pipeline degrees, GPUs, batch, achieved teraFLOP/s per GPU. V = 51,200, s = 2048.
+MEGATRON_TABLE_1 = [
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142), (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138), (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
+
+
+def gpt_meta(layers: int = 96, width: int = 12288, heads: int = 96, batch: int = 1536, seq: int = 2048,
+             vocab: int = 51200):
+    """A GPT-style model (:class:`TinyTransformer`) of any size on the meta device, in
+    bf16 as Megatron trains: no weights are allocated, so a 175B model (the defaults are
+    GPT-3's) costs nothing to build and plans from its shapes alone."""
+    with torch.device("meta"):
+        model = TinyTransformer(vocab=vocab, width=width, heads=heads, layers=layers, block=seq).to(torch.bfloat16)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    return model, (ids,), lm_loss, ids
+
+
+def gpt3_175b():
+    """``autopar plan examples/factories.py:gpt3_175b --world 3072 --preset a100-selene``."""
+    return gpt_meta()

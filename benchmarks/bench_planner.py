@@ -1,0 +1,157 @@
+"""The planner at scale: planning time and memory, and a sanity check against Megatron.
+
+    python benchmarks/bench_planner.py [--quick] [--repeats 3] [--json out.json]
+
+1. **Planning time** (capture on the meta device + analysis + search) of GPT-style models
+   (``examples.factories.gpt_meta``) of 12, 24, 48 and 96 layers at GPT-3 175B's width
+   (h = 12288, 96 heads, s = 2048, V = 51,200, batch 1536), planned for simulated
+   A100 clusters (``a100-selene``) of 8 to 3072 devices. Each configuration runs in a
+   fresh process (so its peak resident memory is the planner's own); the median of
+   ``--repeats`` runs is reported, and the growth in layers as a ratio to 12 layers.
+   Goal: 96 layers on 3072 devices in under 10 s; growth in layers no worse than linear.
+2. **Megatron Table 1** (megatron §5.1): each model planned on its number of GPUs with its
+   batch on the Selene preset; the plan, its predicted FLOP/s per GPU by the paper's
+   eq (3) (F = 96·B·s·l·h²·(1 + s/6h + V/16lh), which counts the recomputation forward)
+   over the predicted step, and the paper's achieved FLOP/s side by side.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from common import REPO_ROOT
+
+LAYERS = (12, 24, 48, 96)
+DEVICES = (8, 64, 512, 3072)
+
+
+def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batch: int = 1536,
+              hardware: str = "a100-selene") -> dict:
+    """Time one planning in this process: (capture, analysis, search) seconds, the plan."""
+    import resource
+
+    from autopar.capture import capture
+    from autopar.passes.analysis import analyse
+    from autopar.planning.hardware import get_hardware
+    from autopar.planning.planner import PlanError, plan_graph
+    from examples.factories import gpt_meta
+    model, inputs, loss, target = gpt_meta(layers, width, heads, batch)
+    t0 = time.perf_counter()
+    gm = capture(model, inputs, loss, target)
+    t1 = time.perf_counter()
+    gm = analyse(gm)
+    t2 = time.perf_counter()
+    try:
+        plan = plan_graph(gm, world, get_hardware(hardware))
+    except PlanError as e:  # nothing fits: the search ran all the same
+        t3 = time.perf_counter()
+        return {"layers": layers, "world": world, "capture_s": t1 - t0, "analysis_s": t2 - t1, "search_s": t3 - t2,
+                "total_s": t3 - t0, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                "mesh": {}, "pipeline": {}, "recompute": False, "step_s": None,
+                "candidates": str(e).count("; ") + 1, "infeasible": True}
+    t3 = time.perf_counter()
+    return {"layers": layers, "world": world, "capture_s": t1 - t0, "analysis_s": t2 - t1, "search_s": t3 - t2,
+            "total_s": t3 - t0, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "mesh": plan.mesh, "pipeline": {k: plan.pipeline[k] for k in ("schedule", "chunks", "microbatches")}
+            if plan.pipeline else {}, "recompute": plan.recompute, "step_s": plan.step_s,
+            "candidates": len(plan.candidates)}
+
+
+def _in_subprocess(*args) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", *map(str, args)], capture_output=True, text=True,
+                         cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": REPO_ROOT}, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _baseline_rss() -> float:
+    """Resident memory of a process that imported autopar and built nothing."""
+    code = ("import resource, autopar.planning.planner, examples.factories;"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT,
+                         env={**os.environ, "PYTHONPATH": REPO_ROOT}, check=True)
+    return float(out.stdout.strip())
+
+
+def planning_time(repeats: int, layers=LAYERS, devices=DEVICES) -> list[dict]:
+    rows = []
+    base = _baseline_rss()
+    for world in devices:
+        for n in layers:
+            runs = [_in_subprocess("time", n, world) for _ in range(repeats)]
+            row = {k: statistics.median(r[k] for r in runs) for k in
+                   ("capture_s", "analysis_s", "search_s", "total_s", "peak_rss_mib")}
+            row.update(layers=n, world=world, mesh=runs[0]["mesh"], pipeline=runs[0]["pipeline"],
+                       candidates=runs[0]["candidates"], planner_rss_mib=row["peak_rss_mib"] - base)
+            rows.append(row)
+            print(f"  {n:3d} layers, {world:5d} devices: {row['total_s']:6.2f} s (capture {row['capture_s']:.2f}, "
+                  f"analysis {row['analysis_s']:.2f}, search {row['search_s']:.2f}), peak RSS "
+                  f"{row['peak_rss_mib']:.0f} MiB (+{row['planner_rss_mib']:.0f} over import), "
+                  f"{row['candidates']} candidates -> {_describe(runs[0]) if runs[0]['mesh'] else 'nothing fits'}",
+                  flush=True)
+    return rows
+
+
+def megatron_flops(b: float, s: int, l: int, h: int, v: int) -> float:
+    """Megatron eq (3): FLOPs of one iteration, recomputation's extra forward included."""
+    return 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+
+
+def selene_table() -> list[dict]:
+    from examples.factories import MEGATRON_TABLE_1
+    rows = []
+    for params_b, heads, h, layers, t, p, gpus, batch, achieved in MEGATRON_TABLE_1:
+        r = _in_subprocess("selene", layers, gpus, h, heads, batch)
+        flops = megatron_flops(batch, 2048, layers, h, 51200) / gpus / r["step_s"]
+        row = {"params_b": params_b, "layers": layers, "hidden": h, "heads": heads, "gpus": gpus, "batch": batch,
+               "paper": f"t={t} p={p} d={gpus // (t * p)}", "paper_tflops": achieved,
+               "plan": _describe(r), "predicted_tflops": flops / 1e12, "plan_s": r["total_s"],
+               "tensor": r["mesh"].get("tensor", 1), "recompute": r["recompute"]}
+        rows.append(row)
+        print(f"  {params_b:7.1f}B on {gpus:4d}: paper {row['paper']:>16s} {achieved:4d} TFLOP/s | autopar "
+              f"{row['plan']:<44s} {row['predicted_tflops']:6.1f} TFLOP/s (planned in {r['total_s']:.1f} s)",
+              flush=True)
+    return rows
+
+
+def _describe(r: dict) -> str:
+    mesh = " ".join(f"{k[0]}={v}" for k, v in r["mesh"].items())
+    pp = r["pipeline"]
+    if pp:
+        mesh += f" {pp['schedule']}" + (f" v={pp['chunks']}" if pp["chunks"] > 1 else "") + f" m={pp['microbatches']}"
+    return mesh + (" recompute" if r["recompute"] else "")
+
+
+def main(argv=None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one repeat, no Table 1")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        kind, *numbers = args.one
+        numbers = [int(x) for x in numbers]
+        if kind == "time":
+            print(json.dumps(plan_once(*numbers)))
+        else:
+            layers, gpus, h, heads, batch = numbers
+            print(json.dumps(plan_once(layers, gpus, h, heads, batch)))
+        return 0
+    print("planning time, GPT-style models at h=12288 on a100-selene clusters:")
+    result = {"planning": planning_time(1 if args.quick else args.repeats)}
+    if not args.quick:
+        print("Megatron Table 1 on the a100-selene preset:")
+        result["selene"] = selene_table()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
