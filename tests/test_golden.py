@@ -26,6 +26,7 @@ class TestGolden(expecttest.TestCase):
 autopar plan: MLP on 2 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
 predicted step 0.245 ms: compute 0.031 ms, data comm 0.215 ms, tensor comm 0.000 ms; memory per rank 0.14 MiB
+model: 4.086e+05 FLOP per step -> 8.334e+08 FLOP/s per device predicted
 
 region                     kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
@@ -56,6 +57,7 @@ def forward(self, input_0, target):
 autopar plan: MLP on 2 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 0.755 ms: compute 0.031 ms, data comm 0.000 ms, tensor comm 0.724 ms; memory per rank 0.07 MiB
+model: 4.086e+05 FLOP per step -> 2.707e+08 FLOP/s per device predicted
 
 region                     kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -96,6 +98,7 @@ def forward(self, input_0, target):
 autopar plan: MLP on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 1.191 ms: compute 0.030 ms, data comm 0.440 ms, tensor comm 0.722 ms; memory per rank 0.07 MiB
+model: 4.086e+05 FLOP per step -> 8.573e+07 FLOP/s per device predicted
 
 region                     kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -136,6 +139,7 @@ def forward(self, input_0, target):
 autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
 predicted step 0.474 ms: compute 0.181 ms, data comm 0.292 ms, tensor comm 0.000 ms; memory per rank 0.66 MiB
+model: 1.121e+07 FLOP per step -> 1.184e+10 FLOP/s per device predicted
 
 region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
 ------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
@@ -256,6 +260,7 @@ def forward(self, input_0, target):
 autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 2.079 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 1.882 ms; memory per rank 0.49 MiB
+model: 1.121e+07 FLOP per step -> 2.696e+09 FLOP/s per device predicted
 
 region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
 ------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -400,6 +405,7 @@ def forward(self, input_0, target):
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 2.525 ms: compute 0.155 ms, data comm 0.528 ms, tensor comm 1.841 ms; memory per rank 0.36 MiB
+model: 1.121e+07 FLOP per step -> 1.11e+09 FLOP/s per device predicted
 
 region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
 ------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -546,6 +552,7 @@ def forward(self, input_0, target):
 autopar plan: Inception on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=4 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent); D&SP: 2 sub-grids of 2 rank(s), topology-aware order
 predicted step 2.014 ms: compute 0.035 ms, data comm 1.202 ms, segment comm 0.374 ms, subgrid comm 0.402 ms, tensor comm 0.000 ms; memory per rank 0.04 MiB
+model: 1.923e+06 FLOP per step -> 2.388e+08 FLOP/s per device predicted
 
 region             kind       strategy   compute   comm tensor  comm data  comm segment  comm subgrid  memory    alternatives
 -----------------  ---------  ---------  --------  -----------  ---------  ------------  ------------  --------  -------------
@@ -803,6 +810,7 @@ def forward(self):
 autopar plan: MLP on 8 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=1 x z=2 x y=2 x x=2   (Bian cube Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((data*Gz + z)*Gy + y)*Gx + x)
 predicted step 8.880 ms: compute 0.029 ms, data comm 0.403 ms, x comm 1.622 ms, y comm 3.607 ms, z comm 3.219 ms; memory per rank 0.03 MiB
+model: 4.086e+05 FLOP per step -> 5.752e+06 FLOP/s per device predicted
 
 region                     kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
 -------------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
@@ -862,6 +870,7 @@ def forward(self, input_0, target):
 autopar plan: MLP on 8 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=1 x z=2 x y=2 x x=2   (3D grid Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((data*Gz + z)*Gy + y)*Gx + x)
 predicted step 5.178 ms: compute 0.030 ms, data comm 0.403 ms, x comm 0.721 ms, y comm 2.406 ms, z comm 1.618 ms; memory per rank 0.03 MiB
+model: 4.086e+05 FLOP per step -> 9.864e+06 FLOP/s per device predicted
 
 region                     kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
 -------------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
@@ -915,7 +924,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(plan.explain(), """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: pipeline=2 x data=1 x tensor=2   (rank = (pipeline*1 + data)*2 + tensor; tensor ranks adjacent, pipeline outermost)
-predicted step 5.468 ms: compute 0.289 ms, data comm 0.000 ms, pipeline comm 2.267 ms, tensor comm 2.913 ms; memory per rank 0.21 MiB
+predicted step 5.450 ms: compute 0.274 ms, data comm 0.000 ms, pipeline comm 2.263 ms, tensor comm 2.913 ms; memory per rank 0.21 MiB
+model: 1.121e+07 FLOP per step -> 5.143e+08 FLOP/s per device predicted
 
 region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
 ------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -926,10 +936,10 @@ linear_chain:model_blocks_0_fc  linear_chain  megatron   0.057 ms  1.456 ms     
 linear_chain:model_blocks_1_fc  linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
 (outside regions)               -             replicate  0.161 ms  0.000 ms     0.000 ms   0.03 MiB  -
 
-pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.094 ms); scatter/gather on
-  stage 0 (rank 0): block:model.blocks.0 + embedding; 0.800 ms per microbatch; sends 2.0 KiB per microbatch
-  stage 1 (rank 1): block:model.blocks.1 + head and loss; 0.791 ms per microbatch
-  per rank: rank 0 1.094 ms/microbatch, 2 in flight, 0.21 MiB (0.18 MiB recomputing); rank 1 1.084 ms/microbatch, 1 in flight, 0.13 MiB (0.13 MiB recomputing)
+pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.090 ms); scatter/gather on
+  stage 0 (rank 0): block:model.blocks.0 + embedding; 0.795 ms per microbatch; sends 2.0 KiB per microbatch
+  stage 1 (rank 1): block:model.blocks.1 + head and loss; 0.797 ms per microbatch
+  per rank: rank 0 1.088 ms/microbatch, 2 in flight, 0.21 MiB (0.17 MiB recomputing); rank 1 1.090 ms/microbatch, 1 in flight, 0.14 MiB (0.14 MiB recomputing)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  F2  .   .   B1  B1  F3  B2  B2  F4  B3  B3  .   B4  B4 |
   rank 1 | .   F1  B1  B1  F2  B2  B2  F3  B3  B3  F4  B4  B4  .   .  |
@@ -939,7 +949,7 @@ regions not split over the tensor group:
   vocab:model_tok: its parameters are read by pipeline stages [0, 1] (tied); kept whole so that every stage holds them the same way
 
 meshes weighed:
- * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 5.468 ms, memory 0.21 MiB""")
+ * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 5.450 ms, memory 0.21 MiB""")
         self.assertExpectedInline(pipeline_rank_code(model, plan, 0, inputs, loss_fn, target), """\
 # stage 0 on rank 0 of 4 (pipeline=0, data=0, tensor=0); built by passes: pipeline_stages -> analysis -> stage_blocks -> tensor_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")

@@ -101,6 +101,7 @@ class Plan:
     csub: bool = False  # D&SP-cSub (SUPER §III-C): the common layers run on sub-grid 0 only
     pipeline: dict = field(default_factory=dict)  # PTD-P: stages, schedule, microbatches... ({} without)
     recompute: bool = False  # the planner recomputes activations to fit memory (megatron §3.5)
+    flops_per_step: float = 0.0  # the model's training FLOPs per step (forward x3, x4 recomputing)
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries
@@ -238,7 +239,10 @@ class Plan:
                f"order" + (", common layers on sub-grid 0" if self.csub else "") if self.subgrids > 1 else ""),
             f"predicted step {_ms(self.step_s)}: compute {_ms(self.total.compute_s)}, "
             + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(self.total.comm_s.items()))
-            + f"; memory per rank {_mb(self.total.memory_bytes)}",
+            + f"; memory per rank {_mb(self.total.memory_bytes)}"
+            + ("; activations recomputed in backward to fit" if self.recompute else ""),
+            *([f"model: {self.flops_per_step:.4g} FLOP per step -> {self.flops_per_device():.4g} FLOP/s per device "
+               f"predicted"] if self.flops_per_step else []),
             "",
         ]
         if self.grid is not None:
@@ -247,10 +251,11 @@ class Plan:
             groups = ["tensor", "data"] + sorted({k for r in self.regions for k in r.cost.comm_s} - {"tensor", "data"})
         header = ("region", "kind", "strategy", "compute", *(f"comm {g}" for g in groups), "memory", "alternatives")
         rows = [header]
-        for r in self.regions:
+        for first, last, count, r in _runs(self.regions):
             alts = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(r.alternatives.items()) if k != r.strategy)
             comm = (_ms(r.cost.comm_s.get(g, 0.0)) for g in groups)
-            rows.append((r.region, r.kind, r.strategy, _ms(r.cost.compute_s), *comm, _mb(r.cost.memory_bytes),
+            name = r.region if count == 1 else f"{first} .. {last} (x{count}, each)"
+            rows.append((name, r.kind, r.strategy, _ms(r.cost.compute_s), *comm, _mb(r.cost.memory_bytes),
                          alts or "-"))
         widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
         for i, row in enumerate(rows):
@@ -286,8 +291,13 @@ class Plan:
         if kept_whole:
             lines.append("")
             lines.append("regions not split over the tensor group:")
-            lines.extend(f"  {r.region}: {r.reason}" for r in kept_whole)
-        if self.candidates:
+            for first, last, count, r in _runs(kept_whole, key=lambda r: r.reason):
+                lines.append(f"  {first if count == 1 else f'{first} .. {last} (x{count})'}: {r.reason}")
+        if len(self.candidates) > LONG_CANDIDATE_LIST:
+            lines.append("")
+            lines.append(self.top(8))
+            lines.append("rejected: " + _rejections(self.candidates))
+        elif self.candidates:
             lines.append("")
             lines.append("meshes weighed:")
             for c in self.candidates:
@@ -338,7 +348,7 @@ class Plan:
         """The ``k`` fastest feasible configurations weighed, with the predicted step and
         its communication split by group (``autopar plan --top K``)."""
         feasible = sorted((c for c in self.candidates if c.feasible), key=lambda c: (c.step_s, _mesh_text(c)))
-        groups = [g for g in ("tensor", "x", "y", "z", "data") if any(g in c.comm_s for c in feasible)]
+        groups = [g for g in ("tensor", "x", "y", "z", "pipeline", "data") if any(g in c.comm_s for c in feasible)]
         header = ("#", "configuration", "step", *(f"comm {g}" for g in groups), "memory")
         rows = [header]
         for i, c in enumerate(feasible[:k], 1):
@@ -353,8 +363,124 @@ class Plan:
                 lines.append("  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
+    def flops_per_device(self) -> float:
+        """Predicted FLOP/s per device: the model's training FLOPs over the step and the ranks."""
+        return self.flops_per_step / self.step_s / self.world_size if self.step_s else 0.0
+
+    def why_not(self, family: str) -> str:
+        """Why a family of strategies lost or was infeasible (``autopar plan --why-not``):
+        ``data``, ``megatron`` (or ``tensor``), ``dsp``, ``3d``, ``cube`` or ``pipeline``.
+        Names the binding constraint of an infeasible family (the most frequent reason,
+        and the configuration closest to fitting), or, for one that lost, its best
+        configuration against the chosen one, group by group."""
+        family = {"tensor": "megatron", "axonn": "3d", "ptd-p": "pipeline", "d&sp": "dsp"}.get(family.lower(),
+                                                                                            family.lower())
+        if family not in FAMILIES:
+            raise ValueError(f"why_not: unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+        mine = [c for c in self.candidates if _family(c, self.world_size) == family]
+        chosen = self._chosen_candidate()
+        if not mine:
+            return f"{family}: not weighed: {FAMILY_ABSENT[family]}"
+        feasible = sorted((c for c in mine if c.feasible), key=lambda c: (c.step_s, _mesh_text(c)))
+        if chosen is not None and _family(chosen, self.world_size) == family and feasible and \
+                feasible[0].step_s >= chosen.step_s * (1 - 1e-9):
+            return f"{family}: chosen: {_mesh_text(chosen)}, step {_ms(chosen.step_s)}"
+        if not feasible:
+            return f"{family}: infeasible: all {len(mine)} configuration(s) rejected: {_rejections(mine)}" + \
+                (f"; the closest to fitting: {_mesh_text(c)}: {c.reason}" if (c := _closest(mine)) else "")
+        best = feasible[0]
+        lines = [f"{family}: lost: its best, {_mesh_text(best)}, is predicted at {_ms(best.step_s)} per step "
+                 f"against {_ms(self.step_s)} for the plan ({best.step_s / self.step_s:.2f}x)"]
+        if chosen is not None:
+            groups = sorted(set(best.comm_s) | set(chosen.comm_s))
+            rows = [("", "step", "compute+other", *groups, "memory")]
+            for label, c in (("plan", chosen), (family, best)):
+                rows.append((label, _ms(c.step_s), _ms(c.step_s - sum(c.comm_s.values())),
+                             *(_ms(c.comm_s.get(g, 0.0)) for g in groups), _mb(c.memory_bytes)))
+            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+            lines.extend("  " + "  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows)
+            worse = {g: best.comm_s.get(g, 0.0) - chosen.comm_s.get(g, 0.0) for g in groups}
+            worse["compute+other"] = (best.step_s - sum(best.comm_s.values())) - \
+                (chosen.step_s - sum(chosen.comm_s.values()))
+            g, by = max(sorted(worse.items()), key=lambda kv: kv[1])
+            lines.append(f"  the most it loses: {g} (+{_ms(by)})")
+        rejected = [c for c in mine if not c.feasible]
+        if rejected:
+            lines.append(f"  {len(rejected)} other {family} configuration(s) rejected: {_rejections(rejected)}")
+        return "\n".join(lines)
+
+    def _chosen_candidate(self) -> "MeshCandidate | None":
+        for c in self.candidates:
+            if c.feasible and (c.mesh, c.subgrids, c.topology_aware or c.subgrids == 1, c.csub, c.form) == \
+                    (self.mesh, self.subgrids, self.topology_aware or self.subgrids == 1, self.csub, self.form) and \
+                    abs(c.step_s - self.step_s) <= 1e-9 * self.step_s:
+                return c
+        return None
+
     def __str__(self) -> str:
         return self.explain()
+
+
+LONG_CANDIDATE_LIST = 40
+"""Beyond this many configurations weighed, explain() shows the best few and counts the rest."""
+
+FAMILIES = ("data", "megatron", "dsp", "3d", "cube", "pipeline")
+FAMILY_ABSENT = {
+    "data": "the batch is the only thing to split; it is always weighed unless a strategy was forced",
+    "megatron": "a strategy was forced, or the world has one rank",
+    "dsp": "the model has no multi-branch region (fork/join branches or attention heads), or a strategy was forced",
+    "3d": "the model has no linear chain or attention region, or a strategy was forced",
+    "cube": "a strategy was forced",
+    "pipeline": "the model has no repeated blocks to cut between stages, or a strategy was forced",
+}
+
+
+def _family(c: MeshCandidate, world: int) -> str:
+    if c.form.startswith("pipeline"):
+        return "pipeline"
+    if c.form == "cube":
+        return "cube"
+    if "x" in c.mesh:
+        return "3d"
+    if c.subgrids > 1:
+        return "dsp"
+    return "megatron" if c.mesh.get("tensor", 1) > 1 else "data"
+
+
+def _rejections(candidates) -> str:
+    kinds: dict[str, int] = {}
+    for c in candidates:
+        if not c.feasible:
+            kind = "memory" if c.reason.startswith("needs ") else c.reason.split(":")[0][:70]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return ", ".join(f"{k} ({n})" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))) or "none"
+
+
+def _closest(candidates) -> "MeshCandidate | None":
+    sized = [c for c in candidates if not c.feasible and c.memory_bytes is not None]
+    return min(sized, key=lambda c: (c.memory_bytes, _mesh_text(c)), default=None)
+
+
+def _runs(regions, key=None):
+    """The rows of a region table, consecutive regions that read the same (identical
+    repeated blocks) folded into one: ``(first id, last id, count, representative)``."""
+    key = key or (lambda r: (r.kind, r.strategy, round(r.cost.compute_s, 12),
+                             tuple(sorted((k, round(v, 12)) for k, v in r.cost.comm_s.items())),
+                             round(r.cost.memory_bytes, 3),
+                             tuple(sorted((k, round(v, 12)) for k, v in r.alternatives.items())), r.reason))
+    runs: list[list] = []
+    for r in regions:
+        if runs and key(runs[-1][0]) == key(r) and r.kind != "-":
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    out = []
+    for run in runs:  # two rows read as easily as one; three and more are folded
+        if len(run) >= 3:
+            out.append((run[0].region, run[-1].region, len(run), run[0]))
+        else:
+            out.extend((r.region, r.region, 1, r) for r in run)
+    return out
 
 
 def _mesh_text(c: MeshCandidate) -> str:

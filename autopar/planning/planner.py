@@ -23,6 +23,7 @@ not divide.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -291,9 +292,10 @@ def _compute(model: _Model, names, hw: Hardware, scale: float, recompute: bool =
 
 
 def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: bool,
-           keep_whole: dict[str, str] | None = None):
+           keep_whole: dict[str, str] | None = None, recompute: bool = False):
     """(region choices, total cost, step seconds) of one factorisation; ``keep_whole``:
-    region id → why it stays replicated whatever the tensor degree."""
+    region id → why it stays replicated whatever the tensor degree; ``recompute``: the
+    regions' forward runs twice (a pipeline's blocks, megatron §3.5)."""
     keep_whole = keep_whole or {}
     choices: list[RegionChoice] = []
     in_region: set[str] = set()
@@ -304,11 +306,12 @@ def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: boo
     for r in model.regions:
         in_region.update(r.nodes)
         divisible = all(size % tensor == 0 for _, size in _region_sizes(r))
-        replicate = Cost(_compute(model, r.nodes, hw, 1 / data), {}, 0.0)
+        replicate = Cost(_compute(model, r.nodes, hw, 1 / data, recompute), {}, 0.0)
         options = {"replicate": replicate}
         if tensor > 1 and divisible:
-            comm = 2 * cm.all_reduce_time(tensor, model.boundary[r.id] / data, hw)
-            options["megatron"] = Cost(_compute(model, r.nodes, hw, 1 / (data * tensor)), {"tensor": comm}, 0.0)
+            comm = 2 * cm.all_reduce_time(tensor, model.boundary[r.id] / data, hw) * (1.5 if recompute else 1)
+            options["megatron"] = Cost(_compute(model, r.nodes, hw, 1 / (data * tensor), recompute),
+                                       {"tensor": comm}, 0.0)
         seconds = {k: c.compute_s + c.total_comm_s for k, c in options.items()}
         if r.id in keep_whole:
             options = {"replicate": replicate}
@@ -684,10 +687,37 @@ def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
+class Progress:
+    """Counts the configurations priced and reports, at most every ``every`` seconds once
+    a search has run ``after`` seconds, ``report(done, total, elapsed)``."""
+
+    def __init__(self, report, *, after: float = 1.0, every: float = 0.5):
+        self.report, self.after, self.every = report, after, every
+        self.total = self.done = 0
+        self._start = self._last = time.perf_counter()
+
+    def tick(self) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        if now - self._start >= self.after and (now - self._last >= self.every or self.done == self.total):
+            self._last = now
+            self.report(self.done, self.total, now - self._start)
+
+
 def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any = "auto",
-               *, model_name: str | None = None) -> Plan:
-    """Plan an analysed graph (captured at the global batch) for ``world_size`` ranks."""
+               *, model_name: str | None = None, progress: Progress | None = None) -> Plan:
+    """Plan an analysed graph (captured at the global batch) for ``world_size`` ranks;
+    ``progress`` hears of every configuration priced."""
     model = _Model(gm)
+    plan_ = _plan_graph(model, world_size, hw, strategy, model_name, progress or Progress(lambda *a: None))
+    forward = sum(w.flops for w in model.work.values() if w.is_kernel)
+    plan_.flops_per_step = float(forward * (4 if plan_.recompute else 3))
+    return plan_
+
+
+def _plan_graph(model: _Model, world_size: int, hw: Hardware, strategy: Any, model_name: str | None,
+                progress: Progress) -> Plan:
+    gm = model.gm
     forced = Strategy.parse(strategy)
     capture = gm.meta.get(CAPTURE)
     name = model_name or (capture.model_class if capture else type(gm).__name__)
@@ -750,7 +780,10 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                 candidates.append(MeshCandidate({"data": world_size}, None, None, False,
                                                 f"Bian's cube form: {world_size} ranks are no p^3 x data with p >= 2",
                                                 form="cube"))
+    options = _pipeline_options(model, world_size) if forced is None else []
+    progress.total = len(layouts) + len(grids) + len(options)
     for data, tensor, subgrids, topology_aware, csub in layouts:
+        progress.tick()
         mesh = {"data": data, "tensor": tensor}
         layout = {"subgrids": subgrids, "topology_aware": topology_aware, "csub": csub} if subgrids > 1 else {}
         if model.batch % data:
@@ -812,6 +845,7 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
         if best is None or step < best[2] * (1 - 1e-9):
             best = (mesh, choices, step, total, subgrids, topology_aware, csub)
     for grid, cube in grids:
+        progress.tick()
         mesh = {"data": grid.data, "z": grid.z, "y": grid.y, "x": grid.x}
         form = "cube" if cube else ""
         split = "cube3d" if cube else "tensor3d"
@@ -846,7 +880,8 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
         # PTD-P beside them (megatron §2-§4): every pipeline degree the blocks allow, with
         # data x tensor inside, 1F1B and (where the blocks allow) interleaved 1F1B with two
         # chunks; the microbatch count by eq (1)
-        for option in _pipeline_options(model, world_size):
+        for option in options:
+            progress.tick()
             mesh = _pipeline_mesh(option, world_size)
             try:
                 shape, numbers = _search_pipeline(model, world_size, hw, option, name)
@@ -869,8 +904,7 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
             plan_p.candidates = candidates
             return plan_p
     if best is None:
-        reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
-        raise PlanError(f"no feasible plan for {name} on {world_size} ranks: {reasons}")
+        raise PlanError(_no_plan_message(name, world_size, candidates, hw))
     mesh, choices, step, total, subgrids, topology_aware, csub = best
     if isinstance(choices, tuple):  # a 3D grid
         choices, total, step = _price_3d(model, hw, choices[0], materialize=True, **choices[1])
@@ -879,6 +913,27 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                 regions=choices, total=total, step_s=step, forced=forced is not None,
                 candidates=candidates, tracer=capture.tracer if capture else "", subgrids=subgrids,
                 topology_aware=topology_aware, csub=csub)
+
+
+def _no_plan_message(name: str, world: int, candidates: list[MeshCandidate], hw: Hardware) -> str:
+    """Why nothing fits, short enough to read with thousands of candidates: the reasons
+    counted, the configuration closest to fitting, and what to change."""
+    if len(candidates) <= 8:
+        reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
+        return f"no feasible plan for {name} on {world} ranks: {reasons}"
+    kinds: dict[str, int] = {}
+    for c in candidates:
+        kind = "memory" if c.reason.startswith("needs ") else c.reason.split(":")[0][:60]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    sized = [c for c in candidates if c.memory_bytes is not None]
+    closest = min(sized, key=lambda c: (c.memory_bytes, str(c.mesh)), default=None)
+    counted = ", ".join(f"{k} ({n})" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+    near = (f"; the closest: {closest.mesh}{' ' + closest.form if closest.form else ''} needs "
+            f"{closest.memory_bytes / 2**30:.1f} GiB per rank, the device has {hw.memory_bytes / 2**30:.1f} GiB"
+            if closest is not None else "")
+    return (f"no feasible plan for {name} on {world} ranks: all {len(candidates)} configurations rejected: "
+            f"{counted}{near}. Give more ranks, a device with more memory (memory_limit / --memory-limit), or a "
+            f"smaller batch")
 
 
 # ---------------------------------------------------------------------- pipeline (PTD-P)
@@ -921,6 +976,11 @@ class _PipelineShape:
         self.outside_all = tuple(n for n in part.stage_of if n not in in_region)
         groups: list[dict] = [{} for _ in range(stages)]
         for r in model.regions:
+            spans = sorted({part.stage_of[n] for n in r.nodes if n in part.stage_of})
+            if len(spans) > 1:  # a tied embedding and head: each stage computes its own nodes
+                for s in spans:
+                    self.outside[s] += tuple(n for n in r.nodes if part.stage_of.get(n) == s)
+                continue
             key = (model.region_class[r.id], r.id in self.keep_whole)
             rep, count = groups[self.region_stage[r.id]].get(key, (r, 0))
             groups[self.region_stage[r.id]][key] = (rep, count + 1)
@@ -1109,7 +1169,7 @@ def _pipeline_plan(model: _Model, world: int, hw: Hardware, forced: Strategy, na
     microbatches of each region), its cost and its pipeline details."""
     from autopar.planning import pipeline as pp
     p, v, m, data, tensor, schedule = n["p"], n["v"], n["m"], n["data"], n["tensor"], n["schedule"]
-    choices, _, _ = _price(model, hw, data * m, tensor, True, shape.keep_whole)
+    choices, _, _ = _price(model, hw, data * m, tensor, True, shape.keep_whole, n["recompute"])
     for c in choices[:-1]:  # the table reads per step: m microbatches of each region
         c.details = {**c.details, "stage": shape.region_stage[c.region]}
         c.cost = Cost(c.cost.compute_s * m, {k: x * m for k, x in c.cost.comm_s.items()}, c.cost.memory_bytes)
