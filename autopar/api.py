@@ -46,17 +46,18 @@ log = logging.getLogger("autopar")
 
 def plan(model: nn.Module, world_size: int, example_inputs: Sequence[Any], loss_fn: Callable | None = None,
          strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None,
-         memory_limit: float | None = None) -> Plan:
+         memory_limit: float | None = None, progress=None) -> Plan:
     """Plan ``model`` for ``world_size`` ranks without starting any process.
 
     The model and inputs may live on the meta device: planning reads shapes only, so a
     175B-parameter model plans without its weights. ``memory_limit``: bytes per device
     (default: the hardware's memory); plans that need more are infeasible. The returned
     plan can ``save(dir)`` itself with every rank's rewritten graph (built here, in this
-    process: the rewrite needs no process group) and the region drawing.
+    process: the rewrite needs no process group) and the region drawing. ``progress``: a
+    :class:`autopar.planning.planner.Progress` told of every configuration priced.
     """
     gm = _global_graph(model, example_inputs, loss_fn, example_target)
-    plan_ = plan_graph(gm, world_size, _hardware(hardware, memory_limit), strategy)
+    plan_ = plan_graph(gm, world_size, _hardware(hardware, memory_limit), strategy, progress=progress)
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target)
     return plan_
 

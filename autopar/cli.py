@@ -49,13 +49,69 @@ def _parse_strategy(text: str):
                              f", x=2,y=2,z=2, cube=2 or pipeline=4,microbatches=8,schedule=1f1b")
 
 
+def _add_calibrate_parser(sub) -> None:
+    cmd = sub.add_parser("calibrate", help="measure this machine's backend and write a hardware profile",
+                         description="Time matmuls, kernel launch, memory copies and every collective on WORLD "
+                                     "local ranks, fit the cost model's figures (alpha and beta per collective "
+                                     "and group size), print the fits and write a profile for "
+                                     "autopar plan --preset / autopar.compile(hardware=...).")
+    cmd.add_argument("--world", type=int, default=4, help="number of local ranks to measure with (default 4)")
+    cmd.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo (CPU) or nccl (one GPU "
+                                                       "per rank); default gloo")
+    cmd.add_argument("--out", default=None, help="profile JSON to write (default <name>.json)")
+    cmd.add_argument("--quick", action="store_true", help="fewer message sizes and matmuls (a few seconds)")
+    cmd.add_argument("--name", default=None, help="the profile's name (default calibrated-<backend>-<world>)")
+    cmd.add_argument("--base", default="cpu-gloo", help="preset to compare with in the table (default cpu-gloo)")
+    cmd.add_argument("--points", action="store_true", help="also print every measurement beside its fitted value")
+    cmd.add_argument("--points-json", default=None, metavar="FILE",
+                     help="also save every measurement beside its fitted value as JSON")
+
+
+def _calibrate_main(args) -> int:
+    """``autopar calibrate``: run :func:`autopar.calibrate.run_calibration`, print the table,
+    write the profile (``Hardware.to_json()``, indent 2, sorted keys)."""
+    from autopar.calibrate import run_calibration
+    from autopar.runtime.launcher import LaunchError
+
+    try:
+        result = run_calibration(args.world, backend=args.backend, base=args.base, quick=args.quick,
+                                 name=args.name)
+    except (ValueError, LaunchError) as e:
+        print(f"autopar calibrate: {e}", file=sys.stderr)
+        return 2
+    print(result.table(points=args.points))
+    out = args.out or f"{result.hardware.name}.json"
+    with open(out, "w") as f:
+        json.dump(result.hardware.to_json(), f, indent=2, sort_keys=True)
+        f.write("\n")
+    if args.points_json:
+        with open(args.points_json, "w") as f:
+            json.dump(result.points_json(), f, indent=2)
+            f.write("\n")
+    print(f"\nwrote {out}: use it with autopar plan --preset {out} or autopar.compile(..., hardware={out!r})")
+    return 0
+
+
+def _progress_printer():
+    """A search that runs more than a second prints how far it is, on stderr."""
+    from autopar.planning.planner import Progress
+
+    def report(done: int, total: int, elapsed: float) -> None:
+        end = "\n" if done == total else ""
+        print(f"\rautopar plan: {done}/{total} configurations priced, {elapsed:.1f} s", end=end, file=sys.stderr,
+              flush=True)
+
+    return Progress(report)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="autopar", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     plan_cmd = sub.add_parser("plan", help="plan a model for a simulated cluster and save the plan")
     plan_cmd.add_argument("factory", help="FILE.py:FUNCTION returning (model, example_inputs, loss_fn[, target])")
     plan_cmd.add_argument("--world", type=int, required=True, help="number of ranks to plan for")
-    plan_cmd.add_argument("--preset", default=None, help="hardware preset name or JSON file (default cpu-gloo)")
+    plan_cmd.add_argument("--preset", default=None, help="hardware preset name or JSON file, e.g. a profile written "
+                                                         "by autopar calibrate (default cpu-gloo)")
     plan_cmd.add_argument("--strategy", default="auto",
                           help="auto, data, tensor, data=2,tensor=2, a 3D grid x=2,y=2,z=2[,data=1], cube=2, or a "
                                "pipeline pipeline=4[,microbatches=8,schedule=gpipe|1f1b|interleaved,chunks=2,"
@@ -64,8 +120,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan_cmd.add_argument("--ranks", type=int, default=8, help="save the rewritten graphs of this many ranks")
     plan_cmd.add_argument("--top", type=int, default=0, metavar="K",
                           help="also list the K best configurations weighed, communication split by group")
+    plan_cmd.add_argument("--why-not", action="append", default=[], metavar="FAMILY",
+                          help="say why a family of strategies lost or was infeasible: data, megatron, dsp, 3d, "
+                               "cube or pipeline (repeatable)")
+    plan_cmd.add_argument("--memory-limit", type=float, default=None, metavar="GIB",
+                          help="memory per device a plan may use, in GiB (default: the hardware's)")
+    plan_cmd.add_argument("--no-save", action="store_true", help="print the plan without saving it")
     plan_cmd.add_argument("-v", "--verbose", action="store_true", help="log each pass and its time")
+    _add_calibrate_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "calibrate":
+        return _calibrate_main(args)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(name)s: %(message)s")
 
     import autopar  # after argument parsing: importing torch takes a while
@@ -78,7 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = made[3] if len(made) == 4 else None
     try:
         plan = autopar.plan(model, args.world, inputs, loss_fn, _parse_strategy(args.strategy),
-                            example_target=target, hardware=args.preset)
+                            example_target=target, hardware=args.preset,
+                            memory_limit=None if args.memory_limit is None else args.memory_limit * 2**30,
+                            progress=_progress_printer())
+        why_not = [plan.why_not(family) for family in args.why_not]
     except (autopar.PlanError, autopar.CaptureError, ValueError) as e:
         print(f"autopar plan: {e}", file=sys.stderr)
         return 2
@@ -86,6 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.top:
         print()
         print(plan.top(args.top))
+    for text in why_not:
+        print()
+        print("why not " + text)
+    if args.no_save:
+        return 0
     out = args.out or f"plan_{args.factory.rpartition(':')[2]}"
     plan.save(out, max_ranks=args.ranks)
     print(f"\nsaved to {out}/ (plan.json, plan.txt, regions.dot, rank*.py)")

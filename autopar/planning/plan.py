@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -337,11 +338,17 @@ class Plan:
                          f"{_ms(pp['stage_s'][s])} per microbatch{sends}")
         if pp["tied"]:
             lines.append(f"  tied parameters (gradients summed over their stages' ranks): {', '.join(pp['tied'])}")
+        shown = range(p) if p <= 8 else [0, 1, p - 2, p - 1]
         lines.append("  per rank: " + "; ".join(
-            f"rank {r} {_ms(pp['rank_s'][r])}/microbatch, {sum(pp['in_flight'][r])} in flight, "
-            f"{_mb(pp['memory_bytes'][r])} ({_mb(pp['memory_bytes_recompute'][r])} recomputing)" for r in range(p)))
-        lines.append("timeline (unit: one chunk's forward; backward = 2 units):")
-        lines.extend("  " + line for line in self.timeline().text().splitlines())
+            (f"... rank {r}" if p > 8 and r == p - 2 else f"rank {r}") + f" {_ms(pp['rank_s'][r])}/microbatch, "
+            f"{sum(pp['in_flight'][r])} in flight, {_mb(pp['memory_bytes'][r])} "
+            f"({_mb(pp['memory_bytes_recompute'][r])} recomputing)" for r in shown))
+        if p <= 8 and m * v <= 32:
+            lines.append("timeline (unit: one chunk's forward; backward = 2 units):")
+            lines.extend("  " + line for line in self.timeline().text().splitlines())
+        else:
+            lines.append(f"timeline: {p} ranks x {m * v} chunk-passes, too wide to print here; plan.save() writes "
+                         f"timeline.txt and timeline.svg")
         return lines
 
     def top(self, k: int = 5) -> str:
@@ -447,11 +454,18 @@ def _family(c: MeshCandidate, world: int) -> str:
     return "megatron" if c.mesh.get("tensor", 1) > 1 else "data"
 
 
+def reason_kind(reason: str) -> str:
+    """A rejection reason with its numbers taken out, to count rejections by kind."""
+    if reason.startswith("needs "):
+        return "memory"
+    return re.sub(r"\d+", "N", re.split(r"[;.] ", reason)[0])[:100]
+
+
 def _rejections(candidates) -> str:
     kinds: dict[str, int] = {}
     for c in candidates:
         if not c.feasible:
-            kind = "memory" if c.reason.startswith("needs ") else c.reason.split(":")[0][:70]
+            kind = reason_kind(c.reason)
             kinds[kind] = kinds.get(kind, 0) + 1
     return ", ".join(f"{k} ({n})" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))) or "none"
 

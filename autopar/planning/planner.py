@@ -921,10 +921,10 @@ def _no_plan_message(name: str, world: int, candidates: list[MeshCandidate], hw:
     if len(candidates) <= 8:
         reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
         return f"no feasible plan for {name} on {world} ranks: {reasons}"
+    from autopar.planning.plan import reason_kind
     kinds: dict[str, int] = {}
     for c in candidates:
-        kind = "memory" if c.reason.startswith("needs ") else c.reason.split(":")[0][:60]
-        kinds[kind] = kinds.get(kind, 0) + 1
+        kinds[reason_kind(c.reason)] = kinds.get(reason_kind(c.reason), 0) + 1
     sized = [c for c in candidates if c.memory_bytes is not None]
     closest = min(sized, key=lambda c: (c.memory_bytes, str(c.mesh)), default=None)
     counted = ", ".join(f"{k} ({n})" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
