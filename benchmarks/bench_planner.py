@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -52,7 +53,8 @@ def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batc
         return {"layers": layers, "world": world, "capture_s": t1 - t0, "analysis_s": t2 - t1, "search_s": t3 - t2,
                 "total_s": t3 - t0, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "mesh": {}, "pipeline": {}, "recompute": False, "step_s": None,
-                "candidates": str(e).count("; ") + 1, "infeasible": True}
+                "candidates": int(re.search(r"all (\d+) configurations", str(e)).group(1))
+                if "all " in str(e) else str(e).count("; ") + 1, "infeasible": True}
     t3 = time.perf_counter()
     return {"layers": layers, "world": world, "capture_s": t1 - t0, "analysis_s": t2 - t1, "search_s": t3 - t2,
             "total_s": t3 - t0, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
