@@ -215,12 +215,18 @@ class _Model:
             spec = tensor_spec(self._table[name]) if w.is_kernel and name in self._table else None
             if spec is not None:
                 self._node_bytes[name] = float(spec.nbytes)
-        self._sigs: dict[tuple, int] = {}      # sorted work tuple -> signature id
+        self._sigs: dict[tuple, int] = {}      # interned keys (region classes, work signatures) -> ids
         self._sig_of: dict[tuple, int] = {}    # tuple of node names -> signature id
         self._seconds: dict[tuple, float] = {}
         self._bytes: dict[tuple, float] = {}
         self._region_params = self._param_elems_by_region()
         self.region_class = {r.id: self._class_of(r) for r in self.regions}
+        # filled by the searches that need them, the same for every configuration
+        self.memo_3d: dict[tuple, tuple] = {}         # 3D pricing per region class and grid
+        self.layout_3d: tuple | None = None           # splittable regions, row outputs, plain linears
+        self.flags_3d: dict[str, tuple] | None = None  # how each splittable region meets its neighbours
+        self.pipeline_shapes: dict[int, object] = {}  # stage count -> _PipelineShape or its PlanError
+        self.node_flops: dict[str, float] | None = None
 
     def _param_elems_by_region(self) -> dict[str, int]:
         seen, total = set(), {}
@@ -400,11 +406,11 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
     choices: list[RegionChoice] = []
     in_region: set[str] = set()
     comm = {"x": 0.0, "y": 0.0, "z": 0.0}
-    if not hasattr(model, "_layout_3d"):  # the same for every grid
+    if model.layout_3d is None:  # the same for every grid
         splittable = [r for r in model.regions if r.kind in ("attention", "linear_chain")]
-        model._layout_3d = (splittable, {_region_linears(r)[-1][0] for r in splittable},
-                            {name for r in splittable for name, transposed in _region_linears(r) if not transposed})
-    splittable, row_outputs, plain_linears = model._layout_3d
+        model.layout_3d = (splittable, {_region_linears(r)[-1][0] for r in splittable},
+                           {name for r in splittable for name, transposed in _region_linears(r) if not transposed})
+    splittable, row_outputs, plain_linears = model.layout_3d
     compute = activations = 0.0
     local_elems = 0.0
     shard_elems = 0.0  # 3D weight shards per rank (all-reduced over data only)
@@ -509,10 +515,10 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
         c.memory_bytes = cm.training_memory(per_rank, act)
         return RegionChoice(r.id, r.kind, chosen, c, seconds, reason, details), per_rank, act, shard_part
 
-    memo = model.__dict__.setdefault("_memo_3d", {})
-    flags = model.__dict__.get("_flags_3d")
+    memo = model.memo_3d
+    flags = model.flags_3d
     if flags is None:  # how each splittable region meets its neighbours: the same for every grid
-        flags = model._flags_3d = {}
+        flags = model.flags_3d = {}
         for r in splittable:
             linears = _region_linears(r)
             entry = match_linear(table[linears[0][0]], model.gm).input
@@ -958,10 +964,10 @@ class _PipelineShape:
 
     def __init__(self, model: _Model, stages: int):
         from autopar.passes.pipeline_stages import boundary_values, parameter_stages, partition
-        if not hasattr(model, "_node_flops"):
+        if model.node_flops is None:
             from autopar.passes.fork_join import node_flops
-            model._node_flops = {n.name: float(node_flops(model.gm, n)) for n in model.gm.graph.nodes}
-        self.part = part = partition(model.gm, stages, flops=model._node_flops)
+            model.node_flops = {n.name: float(node_flops(model.gm, n)) for n in model.gm.graph.nodes}
+        self.part = part = partition(model.gm, stages, flops=model.node_flops)
         self.param_stages = parameter_stages(model.gm, part)
         self.keep_whole: dict[str, str] = {}
         for r in model.regions:
@@ -1004,7 +1010,7 @@ class _PipelineShape:
 
 def _pipeline_shape(model: _Model, stages: int) -> _PipelineShape:
     from autopar.passes.pipeline_stages import StageError
-    cache = model.__dict__.setdefault("_pipeline_shapes", {})
+    cache = model.pipeline_shapes
     if stages not in cache:
         try:
             cache[stages] = _PipelineShape(model, stages)
