@@ -49,18 +49,17 @@ def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batc
     try:
         plan = plan_graph(gm, world, get_hardware(hardware))
     except PlanError as e:  # nothing fits: the search ran all the same
-        t3 = time.perf_counter()
-        return {"layers": layers, "world": world, "capture_s": t1 - t0, "analysis_s": t2 - t1, "search_s": t3 - t2,
-                "total_s": t3 - t0, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                "mesh": {}, "pipeline": {}, "recompute": False, "step_s": None,
-                "candidates": int(re.search(r"all (\d+) configurations", str(e)).group(1))
-                if "all " in str(e) else str(e).count("; ") + 1, "infeasible": True}
+        plan, error = None, str(e)
     t3 = time.perf_counter()
-    return {"layers": layers, "world": world, "capture_s": t1 - t0, "analysis_s": t2 - t1, "search_s": t3 - t2,
-            "total_s": t3 - t0, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "mesh": plan.mesh, "pipeline": {k: plan.pipeline[k] for k in ("schedule", "chunks", "microbatches")}
-            if plan.pipeline else {}, "recompute": plan.recompute, "step_s": plan.step_s,
-            "candidates": len(plan.candidates)}
+    row = {"layers": layers, "world": world, "capture_s": t1 - t0, "analysis_s": t2 - t1, "search_s": t3 - t2,
+           "total_s": t3 - t0, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if plan is None:
+        weighed = re.search(r"all (\d+) configurations", error)
+        return {**row, "mesh": {}, "pipeline": {}, "recompute": False, "step_s": None, "infeasible": True,
+                "candidates": int(weighed.group(1)) if weighed else error.count("; ") + 1}
+    return {**row, "mesh": plan.mesh, "recompute": plan.recompute, "step_s": plan.step_s,
+            "pipeline": {k: plan.pipeline[k] for k in ("schedule", "chunks", "microbatches")}
+            if plan.pipeline else {}, "candidates": len(plan.candidates)}
 
 
 def _in_subprocess(*args) -> dict:

@@ -297,15 +297,13 @@ class Plan:
         if len(self.candidates) > LONG_CANDIDATE_LIST:
             lines.append("")
             lines.append(self.top(8))
-            lines.append("rejected: " + _rejections(self.candidates))
+            lines.append("rejected: " + rejections(self.candidates))
         elif self.candidates:
             lines.append("")
             lines.append("meshes weighed:")
             for c in self.candidates:
                 mesh_c = _mesh_text(c)
-                chosen = (c.mesh, c.subgrids, c.topology_aware or c.subgrids == 1, c.csub, c.form) == \
-                    (self.mesh, self.subgrids, self.topology_aware or self.subgrids == 1, self.csub, self.form)
-                mark = "*" if chosen else " "
+                mark = "*" if self._same_layout(c) else " "
                 if c.feasible:
                     lines.append(f" {mark} {mesh_c}: step {_ms(c.step_s)}, memory {_mb(c.memory_bytes)}")
                 else:
@@ -393,8 +391,8 @@ class Plan:
                 feasible[0].step_s >= chosen.step_s * (1 - 1e-9):
             return f"{family}: chosen: {_mesh_text(chosen)}, step {_ms(chosen.step_s)}"
         if not feasible:
-            return f"{family}: infeasible: all {len(mine)} configuration(s) rejected: {_rejections(mine)}" + \
-                (f"; the closest to fitting: {_mesh_text(c)}: {c.reason}" if (c := _closest(mine)) else "")
+            return f"{family}: infeasible: all {len(mine)} configuration(s) rejected: {rejections(mine)}" + \
+                (f"; the closest to fitting: {_mesh_text(c)}: {c.reason}" if (c := closest_to_fitting(mine)) else "")
         best = feasible[0]
         lines = [f"{family}: lost: its best, {_mesh_text(best)}, is predicted at {_ms(best.step_s)} per step "
                  f"against {_ms(self.step_s)} for the plan ({best.step_s / self.step_s:.2f}x)"]
@@ -413,14 +411,17 @@ class Plan:
             lines.append(f"  the most it loses: {g} (+{_ms(by)})")
         rejected = [c for c in mine if not c.feasible]
         if rejected:
-            lines.append(f"  {len(rejected)} other {family} configuration(s) rejected: {_rejections(rejected)}")
+            lines.append(f"  {len(rejected)} other {family} configuration(s) rejected: {rejections(rejected)}")
         return "\n".join(lines)
+
+    def _same_layout(self, c: MeshCandidate) -> bool:
+        """Whether candidate ``c`` has this plan's mesh and layout (sub-grids, order, form)."""
+        return (c.mesh, c.subgrids, c.topology_aware or c.subgrids == 1, c.csub, c.form) == \
+            (self.mesh, self.subgrids, self.topology_aware or self.subgrids == 1, self.csub, self.form)
 
     def _chosen_candidate(self) -> "MeshCandidate | None":
         for c in self.candidates:
-            if c.feasible and (c.mesh, c.subgrids, c.topology_aware or c.subgrids == 1, c.csub, c.form) == \
-                    (self.mesh, self.subgrids, self.topology_aware or self.subgrids == 1, self.csub, self.form) and \
-                    abs(c.step_s - self.step_s) <= 1e-9 * self.step_s:
+            if c.feasible and self._same_layout(c) and abs(c.step_s - self.step_s) <= 1e-9 * self.step_s:
                 return c
         return None
 
@@ -461,7 +462,8 @@ def reason_kind(reason: str) -> str:
     return re.sub(r"\d+", "N", re.split(r"[;.] ", reason)[0])[:100]
 
 
-def _rejections(candidates) -> str:
+def rejections(candidates) -> str:
+    """The infeasible candidates counted by :func:`reason_kind`, most frequent first."""
     kinds: dict[str, int] = {}
     for c in candidates:
         if not c.feasible:
@@ -470,7 +472,8 @@ def _rejections(candidates) -> str:
     return ", ".join(f"{k} ({n})" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))) or "none"
 
 
-def _closest(candidates) -> "MeshCandidate | None":
+def closest_to_fitting(candidates) -> "MeshCandidate | None":
+    """The infeasible candidate needing the least memory (None when none was sized)."""
     sized = [c for c in candidates if not c.feasible and c.memory_bytes is not None]
     return min(sized, key=lambda c: (c.memory_bytes, _mesh_text(c)), default=None)
 

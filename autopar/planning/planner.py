@@ -910,7 +910,7 @@ def _plan_graph(model: _Model, world_size: int, hw: Hardware, strategy: Any, mod
             plan_p.candidates = candidates
             return plan_p
     if best is None:
-        raise PlanError(_no_plan_message(name, world_size, candidates, hw))
+        raise PlanError(_no_plan_message(name, world_size, candidates))
     mesh, choices, step, total, subgrids, topology_aware, csub = best
     if isinstance(choices, tuple):  # a 3D grid
         choices, total, step = _price_3d(model, hw, choices[0], materialize=True, **choices[1])
@@ -921,24 +921,18 @@ def _plan_graph(model: _Model, world_size: int, hw: Hardware, strategy: Any, mod
                 topology_aware=topology_aware, csub=csub)
 
 
-def _no_plan_message(name: str, world: int, candidates: list[MeshCandidate], hw: Hardware) -> str:
+def _no_plan_message(name: str, world: int, candidates: list[MeshCandidate]) -> str:
     """Why nothing fits, short enough to read with thousands of candidates: the reasons
     counted, the configuration closest to fitting, and what to change."""
     if len(candidates) <= 8:
         reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
         return f"no feasible plan for {name} on {world} ranks: {reasons}"
-    from autopar.planning.plan import reason_kind
-    kinds: dict[str, int] = {}
-    for c in candidates:
-        kinds[reason_kind(c.reason)] = kinds.get(reason_kind(c.reason), 0) + 1
-    sized = [c for c in candidates if c.memory_bytes is not None]
-    closest = min(sized, key=lambda c: (c.memory_bytes, str(c.mesh)), default=None)
-    counted = ", ".join(f"{k} ({n})" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
-    near = (f"; the closest: {closest.mesh}{' ' + closest.form if closest.form else ''} needs "
-            f"{closest.memory_bytes / 2**30:.1f} GiB per rank, the device has {hw.memory_bytes / 2**30:.1f} GiB"
-            if closest is not None else "")
+    from autopar.planning.plan import closest_to_fitting, rejections
+    closest = closest_to_fitting(candidates)
+    near = f"; the closest: {closest.mesh}{' ' + closest.form if closest.form else ''} {closest.reason}" \
+        if closest is not None else ""
     return (f"no feasible plan for {name} on {world} ranks: all {len(candidates)} configurations rejected: "
-            f"{counted}{near}. Give more ranks, a device with more memory (memory_limit / --memory-limit), or a "
+            f"{rejections(candidates)}{near}. Give more ranks, a device with more memory (memory_limit / --memory-limit), or a "
             f"smaller batch")
 
 
@@ -970,8 +964,11 @@ class _PipelineShape:
         self.part = part = partition(model.gm, stages, flops=model.node_flops)
         self.param_stages = parameter_stages(model.gm, part)
         self.keep_whole: dict[str, str] = {}
+        names_of: dict[str, list[str]] = {}
+        for n, rid in model.param_region.items():
+            names_of.setdefault(rid, []).append(n)
         for r in model.regions:
-            names = [n for n, rid in model.param_region.items() if rid == r.id]
+            names = names_of.get(r.id, [])
             spread = sorted(set().union(*(self.param_stages.get(n, set()) for n in names)) if names else set())
             if len(spread) > 1:
                 self.keep_whole[r.id] = (f"its parameters are read by pipeline stages {spread} (tied); kept whole so "
