@@ -92,9 +92,6 @@ def _safe(rid: str) -> str:
 def _checkpointed(body: fx.GraphModule, name: str):
     def run(*args):
         states = rng.get_random_states()
-        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-        for stream in ("replicated", "sharded"):  # made now, so the snapshot holds them
-            states.generator(stream, device)
         context = functools.partial(_replay_contexts, states, states.get_state())
         return torch.utils.checkpoint.checkpoint(body, *args, use_reentrant=False, context_fn=context)
 

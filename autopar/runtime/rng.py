@@ -12,9 +12,16 @@ of Megatron-LM's ``tensor_parallel/random.py``) because of where §2.3 places dr
 
 Both streams are derived from one seed by :func:`seed_everything`; they are
 reproducible, but a sharded mask is not a slice of what a single device would draw
-(no seeding can make it one). Activation recomputation must replay the masks: snapshot
-``get_random_states().get_state()`` before the forward and ``set_state`` it before the
-recompute (``torch.utils.checkpoint`` only preserves torch's default generators).
+(no seeding can make it one).
+
+Each stream is counter-based: every dropout call (a *site*) draws the next seed of its
+stream, ``mix(stream seed, call number)``, and its mask is Philox4x32-10 of that seed
+over the element index (:mod:`autopar.runtime.philox`), exactly what a generated Triton
+kernel draws with ``tl.randint``. So a dropout fused into a kernel keeps the same
+elements as the same dropout unfused, on any device, and a kernel's backward recomputes
+its mask from the seed instead of saving it. Activation recomputation replays the masks
+by restoring the call counters: snapshot ``get_random_states().get_state()`` before the
+forward and ``set_state`` it before the recompute.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ from typing import Optional
 import torch
 import torch.fx
 
+from autopar.runtime import philox
 from autopar.runtime._swap import SwapGlobal
 from autopar.runtime.groups import group_rank
 
@@ -47,31 +55,34 @@ def _mix(*values: int) -> int:
 
 
 class RandomStates:
-    """The replicated and the sharded dropout stream of one rank, one generator per device."""
+    """The replicated and the sharded dropout stream of one rank."""
+
+    STREAMS = ("replicated", "sharded")
 
     def __init__(self, seed: int, tensor_rank: int, data_rank: int):
         self.seed, self.tensor_rank, self.data_rank = seed, tensor_rank, data_rank
         self.replicated_seed = _mix(seed, data_rank, _REPLICATED)
         self.sharded_seed = _mix(seed, data_rank, _SHARDED, tensor_rank)
-        self._generators: dict[tuple[str, torch.device], torch.Generator] = {}
+        self._calls = {stream: 0 for stream in self.STREAMS}
 
-    def generator(self, stream: str, device: torch.device | str = "cpu") -> torch.Generator:
-        """The generator of ``stream`` (``"replicated"`` or ``"sharded"``) on ``device``."""
-        device = torch.device(device)
-        key = (stream, device)
-        if key not in self._generators:
-            seed = {"replicated": self.replicated_seed, "sharded": self.sharded_seed}[stream]
-            self._generators[key] = torch.Generator(device=device).manual_seed(seed)
-        return self._generators[key]
+    def next_seed(self, stream: str) -> int:
+        """The Philox seed of the next dropout site on ``stream`` (``"replicated"`` or
+        ``"sharded"``), in [2^62, 2^63): one integer width for every seed, so a Triton
+        kernel taking it is compiled once."""
+        if stream not in self._calls:
+            raise ValueError(f"dropout stream {stream!r}: use one of {self.STREAMS}")
+        base = self.replicated_seed if stream == "replicated" else self.sharded_seed
+        call = self._calls[stream]
+        self._calls[stream] = call + 1
+        return _mix(base, call) | (1 << 62)
 
     def get_state(self) -> dict:
-        """A snapshot of every generator, for replaying masks during recomputation."""
-        return {key: g.get_state() for key, g in self._generators.items()}
+        """A snapshot of both streams' call counters, for replaying masks during recomputation."""
+        return dict(self._calls)
 
     def set_state(self, state: dict) -> None:
         """Restore a snapshot taken with :meth:`get_state`."""
-        for (stream, device), generator_state in state.items():
-            self.generator(stream, device).set_state(generator_state)
+        self._calls.update(state)
 
 
 _STATES: Optional[RandomStates] = None
@@ -110,16 +121,26 @@ def get_random_states(group: str | None = None) -> RandomStates:
     return _STATES
 
 
+def dropout_seed(stream: str, group: str) -> int:
+    """The next seed of ``stream`` on this rank: a fused kernel's dropout site draws it in
+    the graph where the unfused dropout stood, so both draw the same seeds in the same order."""
+    return get_random_states(group).next_seed(stream)
+
+
+def apply_dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:
+    """``x`` with the elements of :func:`philox.keep_mask` kept and scaled by 1/(1-p)."""
+    if p == 1.0:
+        return x * 0.0
+    keep = philox.keep_mask(seed, x.shape, p, x.device)
+    return torch.where(keep, x * (1.0 / (1.0 - p)), torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def _dropout(x: torch.Tensor, p: float, training: bool, stream: str, group: str) -> torch.Tensor:
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return x
-    if p == 1.0:
-        return x * 0.0
-    generator = get_random_states(group).generator(stream, x.device)
-    keep = torch.empty_like(x).bernoulli_(1.0 - p, generator=generator)
-    return x * keep * (1.0 / (1.0 - p))
+    return apply_dropout(x, p, dropout_seed(stream, group))
 
 
 def replicated_dropout(x: torch.Tensor, p: float, training: bool, group: str) -> torch.Tensor:
@@ -134,3 +155,4 @@ def sharded_dropout(x: torch.Tensor, p: float, training: bool, group: str) -> to
 
 torch.fx.wrap("replicated_dropout")
 torch.fx.wrap("sharded_dropout")
+torch.fx.wrap("dropout_seed")
