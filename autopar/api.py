@@ -24,9 +24,11 @@ import torch.nn as nn
 from autopar.capture import MODEL_PREFIX, capture, wrap_model
 from autopar.drawing import regions_dot
 from autopar.ir import CAPTURE, TensorSpec
+from autopar.kernels import model_device, resolve_fusion
 from autopar.passes.analysis import analyse
 from autopar.passes.cube3d import cube3d_pass, planned_cube_shards
 from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass
+from autopar.passes.fusion import FUSION, fusion_pass
 from autopar.passes.manager import PassRunner, graph_code, pass_disabled
 from autopar.passes.recompute import recompute_pass
 from autopar.passes.subgraph_parallel import csub_branch_program, subgraph_parallel_pass
@@ -98,8 +100,10 @@ def _global_graph(model, example_inputs, loss_fn, example_target) -> fx.GraphMod
 
 
 def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequence[Any],
-               loss_fn: Callable | None = None, example_target: Any = None) -> fx.GraphModule:
-    """Rank ``rank``'s rewritten graph (captured at its local batch), for dumps and tests.
+               loss_fn: Callable | None = None, example_target: Any = None,
+               fusion: bool | None = None) -> fx.GraphModule:
+    """Rank ``rank``'s rewritten graph (captured at its local batch), for dumps and tests;
+    ``fusion``: run the fusion pass (None: when the plan was priced with fused kernels).
     A pipeline plan's rank runs several programs, one per stage: see
     :func:`autopar.pipelined.stage_graphs` and ``pipeline_rank_code``."""
     if plan_.pipeline:
@@ -108,7 +112,7 @@ def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequenc
     inputs, target = _local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), tuple(example_inputs),
                                   example_target)
     gm = capture(model, inputs, loss_fn if target is not None else None, target)
-    return _rewrite(gm, plan_, rank, _batch_of(inputs))
+    return _rewrite(gm, plan_, rank, _batch_of(inputs), fusion=plan_.fusion if fusion is None else fusion)
 
 
 def _batch_of(inputs: tuple) -> int | None:
@@ -135,7 +139,7 @@ def _local_batch(data: int, index: int, inputs: tuple, target: Any):
 
 
 def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None = None,
-             recompute: bool = False) -> fx.GraphModule:
+             recompute: bool = False, fusion: bool = False) -> fx.GraphModule:
     """Rank ``rank``'s program from a graph captured at its local batch. A training graph
     (captured with its loss) keeps its loss local: ``ParallelModule.step`` reduces the
     reported value over the data ranks while backward runs. In D&SP-cSub the ranks off
@@ -174,6 +178,8 @@ def _rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None
             ("data_parallel", data_parallel_pass, {"degree": parts, "local_batch": local_batch,
                                                     "reduce_scalars": not with_loss}),
         ]
+    if fusion:
+        passes.append(("fusion", fusion_pass, {}))
     runner = PassRunner(passes)
     gm = runner.run(gm, label=f"rank{rank}")
     gm.meta["autopar.passes_run"] = [r.name for r in runner.records]
@@ -186,7 +192,19 @@ def rank_graph_code(gm: fx.GraphModule, plan_: Plan, rank: int) -> str:
         s, p = plan_.subgrid_coordinates(rank)
         coords += f"; sub-grid {s}, position {p}, batch chunk {plan_.batch_chunk(rank)}"
     passes = " -> ".join(gm.meta.get("autopar.passes_run", []))
-    return graph_code(gm, header=f"rank {rank} of {plan_.world_size} ({coords}); built by passes: {passes}")
+    header = f"rank {rank} of {plan_.world_size} ({coords}); built by passes: {passes}"
+    return with_kernels(graph_code(gm, header=header), gm)
+
+
+def with_kernels(code: str, gm: fx.GraphModule) -> str:
+    """``code`` followed by the fusion pass's report and the source of every kernel it generated."""
+    report = gm.meta.get(FUSION)
+    if report is None:
+        return code
+    out = code + "\n" + "\n".join(f"# {line}" for line in report.summary().splitlines()) + "\n"
+    for kernel in report.kernels:
+        out += "\n\n" + kernel.source
+    return out
 
 
 class ParallelModule(nn.Module):
@@ -200,11 +218,12 @@ class ParallelModule(nn.Module):
 
     def __init__(self, model: nn.Module, plan_: Plan, rank: int, group_map: dict, loss_fn: Callable | None,
                  shards: dict[str, ParamShard | T3.Grid3DShard], *, seed: int = 0, overlap: Any = None,
-                 recompute: bool = False):
+                 recompute: bool = False, fusion: bool = False):
         super().__init__()
         self.plan = plan_
         self.rank = rank
         self._recompute = recompute
+        self._fusion = fusion
         self._user_model = [model]  # captured again at new shapes; kept out of the module tree
         self._loss_fn = loss_fn
         self._groups = group_map
@@ -247,7 +266,7 @@ class ParallelModule(nn.Module):
                 gm = capture(user_model, local_inputs, self._loss_fn if target is not None else None, local_target)
             finally:
                 user_model.train(was_training)
-            gm = _rewrite(gm, self.plan, self.rank, _batch_of(local_inputs), self._recompute)
+            gm = _rewrite(gm, self.plan, self.rank, _batch_of(local_inputs), self._recompute, self._fusion)
             if gm.meta.get(PARAM_SHARDS, {}) != self._shards:
                 raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
             _copy_missing_attributes(gm, gm.graph, self.root)
@@ -632,7 +651,7 @@ def _getattr_path(obj, path: str):
 def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), loss_fn: Callable | None = None,
             strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None,
             seed: int = 0, overlap: Any = None, recompute: bool | None = None,
-            memory_limit: float | None = None) -> ParallelModule:
+            memory_limit: float | None = None, fusion: bool | None = None) -> ParallelModule:
     """Make ``model`` run on the ranks of ``mesh`` (see the module docstring).
 
     ``mesh``: a ``DeviceMesh`` (flat, or 2-D with dims named ``data`` and ``tensor``, which
@@ -647,7 +666,11 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     in backward instead of keeping them (activation checkpointing, megatron §3.5); None:
     as the plan says (the planner recomputes where keeping them does not fit).
     ``memory_limit``: bytes per device the plan may use (default: the hardware's).
+    ``fusion``: run each rank's pointwise chains and softmax/layer-norm rows as generated
+    Triton kernels (docs/fusion.md); None: on when the model is on CUDA and Triton is
+    installed; True on the CPU needs ``TRITON_INTERPRET=1`` (for testing).
     """
+    fusion = resolve_fusion(fusion, model_device(model, example_inputs))
     world, rank = _world(mesh)
     strategy = _strategy_from_mesh(mesh, strategy)
     gm = _global_graph(model, example_inputs, loss_fn, example_target)
@@ -656,7 +679,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     if recompute is None:
         recompute = plan_.recompute
     if plan_.pipeline:
-        return _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute)
+        return _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute, fusion)
     group_map = _make_groups(plan_, mesh, world)
     _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
@@ -668,11 +691,11 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
         shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
             gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
     return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed, overlap=overlap,
-                          recompute=recompute)
+                          recompute=recompute, fusion=fusion)
 
 
 def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, rank: int, loss_fn, seed: int,
-                      recompute: bool):
+                      recompute: bool, fusion: bool = False):
     """A PTD-P plan's module: groups pipeline × data × tensor, tied-weight groups, and the
     pipeline positions that hold each parameter (from the cut of the global graph)."""
     from torch.distributed.device_mesh import DeviceMesh
@@ -704,7 +727,7 @@ def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, 
     shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
         gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
     return PipelineModule(model, plan_, rank, group_map, loss_fn, shards, holders=holders, seed=seed,
-                          recompute=recompute)
+                          recompute=recompute, fusion=fusion)
 
 
 def _subgrid_groups(plan_: Plan, world: int) -> dict:

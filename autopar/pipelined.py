@@ -31,6 +31,7 @@ from autopar.capture import capture
 from autopar.ir import CAPTURE, Region, add_region, regions
 from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import data_parallel_pass, loss_reduction
+from autopar.passes.fusion import fusion_pass
 from autopar.passes.manager import PassRunner
 from autopar.passes.pipeline_stages import split
 from autopar.passes.recompute import recompute_pass
@@ -75,7 +76,7 @@ def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]]) 
 
 
 def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last: bool, recompute: bool,
-                   block_nodes: dict[str, list[str]]) -> fx.GraphModule:
+                   block_nodes: dict[str, list[str]], fusion: bool = False) -> fx.GraphModule:
     """One stage's program: the within-stage passes of the plan on its cut of the graph."""
     coords = plan_.rank_coordinates(rank)
     stage = gm.meta["autopar.stage"]
@@ -91,6 +92,7 @@ def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last:
         *([("data_parallel", data_parallel_pass, {"degree": plan_.degree("data"), "local_batch": local_batch,
                                                    "reduce_scalars": not gm.meta[CAPTURE].with_loss})]
           if last else []),
+        *([("fusion", fusion_pass, {})] if fusion else []),
     ]
     runner = PassRunner(passes)
     gm = runner.run(gm, label=f"rank{rank}")
@@ -108,7 +110,7 @@ def _microbatches(values: tuple, m: int, batch: int) -> list[tuple]:
 
 
 def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None, target=None,
-                 recompute: bool = False):
+                 recompute: bool = False, fusion: bool = False):
     """Rank ``rank``'s stage programs for (micro)batches shaped like ``inputs``:
     ``({stage: (GraphModule, Stage)}, graph input names, torch.export's output nesting)``.
     Captured here, cut into the plan's stages, each of the rank's stages rewritten."""
@@ -127,7 +129,7 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
         stage = stages[s]
         stage.module.meta["autopar.stage"] = s
         last = s == len(stages) - 1
-        module = _rewrite_stage(stage.module, plan_, rank, rows, last, recompute, stage.block_nodes)
+        module = _rewrite_stage(stage.module, plan_, rank, rows, last, recompute, stage.block_nodes, fusion)
         module.meta["autopar.last"] = last
         out[s] = (module, stage)
     return out, names, out_spec
@@ -142,7 +144,7 @@ def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_
                                   example_target)
     batch = _batch_of(inputs)
     piece = _microbatches((*inputs, target), m, batch)[0]
-    built, _, _ = stage_graphs(model, plan_, rank, piece[:-1], loss_fn, piece[-1])
+    built, _, _ = stage_graphs(model, plan_, rank, piece[:-1], loss_fn, piece[-1], fusion=plan_.fusion)
     return "\n".join(_stage_code(rank_graph_code(module, plan_, rank), s, rank) for s, (module, _) in sorted(built.items()))
 
 
@@ -154,8 +156,9 @@ class PipelineModule(ParallelModule):
     """A :class:`ParallelModule` whose rank runs some stages of a pipeline (module docstring)."""
 
     def __init__(self, model: nn.Module, plan_, rank: int, group_map: dict, loss_fn, shards, *, holders: dict,
-                 seed: int = 0, recompute: bool = False):
-        super().__init__(model, plan_, rank, group_map, loss_fn, shards, seed=seed, recompute=recompute)
+                 seed: int = 0, recompute: bool = False, fusion: bool = False):
+        super().__init__(model, plan_, rank, group_map, loss_fn, shards, seed=seed, recompute=recompute,
+                         fusion=fusion)
         pp = plan_.pipeline
         self._p, self._v, self._m = pp["stages"], pp["chunks"], pp["microbatches"]
         self._position = plan_.rank_coordinates(rank)["pipeline"]
@@ -225,7 +228,7 @@ class PipelineModule(ParallelModule):
             user_model.train(self.training)
             try:
                 built, names, out_spec = stage_graphs(user_model, self.plan, self.rank, inputs, self._loss_fn, target,
-                                                      self._recompute)
+                                                      self._recompute, self._fusion)
             finally:
                 user_model.train(was_training)
             programs = {}

@@ -55,6 +55,10 @@ class Hardware:
     # collective's own formula (cost.FORMULAS). Where an entry exists it replaces the
     # placement model of cost.group_link for that collective and group size.
     measured: dict = field(default_factory=dict, hash=False)
+    # Whether compiled programs run their pointwise chains as generated Triton kernels
+    # (autopar.passes.fusion: on for GPUs); the cost model then prices each chain as one
+    # kernel that reads its inputs and writes its outputs once.
+    fused_kernels: bool = False
 
     def link(self, collective: str, group_size: int) -> "tuple[float, float] | None":
         """The calibrated (β, α) of ``collective`` over ``group_size`` ranks, or None."""
@@ -69,7 +73,9 @@ class Hardware:
     def from_json(d: dict[str, Any]) -> "Hardware":
         """Inverse of :meth:`to_json`; names missing or unknown fields in the error."""
         names = [f.name for f in dataclasses.fields(Hardware)]
-        missing = [n for n in names if n not in d and n != "measured"]
+        optional = {f.name for f in dataclasses.fields(Hardware)
+                    if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+        missing = [n for n in names if n not in d and n not in optional]
         unknown = sorted(set(d) - set(names))
         if missing or unknown:
             raise ValueError(
@@ -81,8 +87,11 @@ class Hardware:
                 values[f.name] = {str(c): {str(g): [float(a), float(b)] for g, (a, b) in fits.items()}
                                   for c, fits in d.get("measured", {}).items()}
                 continue
+            if f.name not in d:
+                continue  # an optional field written by an older autopar: its default
             v = d[f.name]
-            values[f.name] = str(v) if f.type == "str" else int(v) if f.type == "int" else float(v)
+            values[f.name] = (str(v) if f.type == "str" else int(v) if f.type == "int" else bool(v)
+                              if f.type == "bool" else float(v))
         return Hardware(**values)
 
 
@@ -147,6 +156,7 @@ A100_SELENE = Hardware(
     intra_node_latency_s=2e-6,
     inter_node_latency_s=5e-6,
     memory_bytes=80 * 2**30,
+    fused_kernels=True,
 )
 
 # LLNL Lassen, the machine of SUPER (sub-graph parallelism) §VI-A: "A compute node consists
@@ -184,6 +194,7 @@ V100_LASSEN = Hardware(
     intra_node_latency_s=2e-6,
     inter_node_latency_s=5e-6,
     memory_bytes=16 * 2**30,
+    fused_kernels=True,
 )
 
 # NERSC Perlmutter GPU nodes, the machine of AxoNN §VI (experimental setup): "On Perlmutter,
@@ -217,6 +228,7 @@ A100_PERLMUTTER = Hardware(
     intra_node_latency_s=2e-6,
     inter_node_latency_s=5e-6,
     memory_bytes=40 * 2**30,
+    fused_kernels=True,
 )
 
 # OLCF Frontier, the other machine of AxoNN §VI: "Whereas on Frontier, each node has four
@@ -256,6 +268,7 @@ MI250X_FRONTIER = Hardware(
     intra_node_latency_s=3e-6,
     inter_node_latency_s=6e-6,
     memory_bytes=64 * 2**30,
+    fused_kernels=True,
 )
 
 # DGX H100-style nodes; none of the papers ran on H100, so every figure is from NVIDIA's
@@ -284,6 +297,7 @@ H100 = Hardware(
     intra_node_latency_s=2e-6,
     inter_node_latency_s=5e-6,
     memory_bytes=80 * 2**30,
+    fused_kernels=True,
 )
 
 PRESETS: dict[str, Hardware] = {hw.name: hw for hw in (

@@ -103,6 +103,7 @@ class Plan:
     pipeline: dict = field(default_factory=dict)  # PTD-P: stages, schedule, microbatches... ({} without)
     recompute: bool = False  # the planner recomputes activations to fit memory (megatron §3.5)
     flops_per_step: float = 0.0  # the model's training FLOPs per step (forward x3, x4 recomputing)
+    fusion: bool = False  # priced with pointwise chains fused into generated kernels (GPU hardware)
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries
@@ -241,7 +242,8 @@ class Plan:
             f"predicted step {_ms(self.step_s)}: compute {_ms(self.total.compute_s)}, "
             + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(self.total.comm_s.items()))
             + f"; memory per rank {_mb(self.total.memory_bytes)}"
-            + ("; activations recomputed in backward to fit" if self.recompute else ""),
+            + ("; activations recomputed in backward to fit" if self.recompute else "")
+            + ("; pointwise chains fused into generated kernels" if self.fusion else ""),
             *([f"model: {self.flops_per_step:.4g} FLOP per step -> {self.flops_per_device():.4g} FLOP/s per device "
                f"predicted"] if self.flops_per_step else []),
             "",

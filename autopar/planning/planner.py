@@ -22,6 +22,8 @@ not divide.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import time
 from dataclasses import dataclass
@@ -178,12 +180,38 @@ def _boundary_bytes(gm: fx.GraphModule, region) -> float:
     return float(spec.nbytes) if spec is not None else 0.0
 
 
+def _fuse_work(gm: fx.GraphModule, work: dict) -> int:
+    """Price each chain the fusion pass would generate a kernel for as one kernel
+    (megatron §4.2): it reads the chain's inputs and writes the values read outside it
+    once, instead of every op reading and writing its own. The first kernel of the chain
+    carries the chain's FLOPs and bytes; the others become free (no launch, no bytes,
+    nothing saved for backward: the kernel's backward recomputes from its inputs).
+    Returns the number of chains."""
+    from autopar.passes.fusion import fusible_chains
+    chains = fusible_chains(gm)
+    for nodes in chains:
+        inside = set(nodes)
+        kernels = [n for n in nodes if work.get(n.name) is not None and work[n.name].is_kernel]
+        if not kernels:
+            continue
+        read = {a for n in nodes for a in n.all_input_nodes if a not in inside}
+        written = [n for n in nodes if any(u not in inside for u in n.users)]
+        moved = sum(s.nbytes for a in read if (s := tensor_spec(a)) is not None) + \
+            sum(s.nbytes for n in written if (s := tensor_spec(n)) is not None)
+        flops = sum(work[n.name].flops for n in kernels)
+        work[kernels[0].name] = dataclasses.replace(work[kernels[0].name], flops=flops, bytes_moved=moved)
+        for n in kernels[1:]:
+            work[n.name] = dataclasses.replace(work[n.name], flops=0, bytes_moved=0, is_kernel=False)
+    return len(chains)
+
+
 class _Model:
     """Per-node work and per-region facts of one analysed graph, computed once."""
 
-    def __init__(self, gm: fx.GraphModule):
+    def __init__(self, gm: fx.GraphModule, fusion: bool = False):
         self.gm = gm
         self.work = graph_work(gm)
+        self.fused_chains = _fuse_work(gm, self.work) if fusion else 0
         self.regions = [r for r in regions(gm) if r.kind in TENSOR_KINDS]
         self.params = {name: p for name, p in gm.named_parameters(remove_duplicate=True)}
         self.param_region: dict[str, str] = {}
@@ -714,8 +742,9 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
                *, model_name: str | None = None, progress: Progress | None = None) -> Plan:
     """Plan an analysed graph (captured at the global batch) for ``world_size`` ranks;
     ``progress`` hears of every configuration priced."""
-    model = _Model(gm)
+    model = _Model(gm, fusion=hw.fused_kernels)
     plan_ = _plan_graph(model, world_size, hw, strategy, model_name, progress or Progress(lambda *a: None))
+    plan_.fusion = hw.fused_kernels
     forward = sum(w.flops for w in model.work.values() if w.is_kernel)
     plan_.flops_per_step = float(forward * (4 if plan_.recompute else 3))
     return plan_

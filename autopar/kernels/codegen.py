@@ -1,0 +1,294 @@
+"""Triton source for a :class:`~autopar.kernels.chain.Chain`: a forward kernel and a
+backward kernel generated from the chain itself.
+
+The forward loads each input once, computes every op in fp32 registers and stores only
+the chain's outputs: the intermediate tensors of the unfused graph are never written
+(the memory traffic megatron §4.2 / §5.8 saves with its hand-written fused kernels).
+
+The backward is reverse-mode differentiation of the chain, done here, at generation
+time, op by op (``OPS``). It follows the *recompute rule*: the forward values are
+recomputed from the saved inputs in registers instead of being saved, and dropout masks
+are recomputed from their Philox seeds. Gradients of trailing (broadcast) inputs are
+written at full size in fp32 and summed over the broadcast dimensions by the caller.
+
+Row kernels (chains with a softmax or a layer norm) compute ``ROWS`` rows of ``n_cols``
+per program in a [ROWS, BLOCK] tile; a row reduction yields a [ROWS, 1] value ("row"
+class), and a gradient flowing from the tile into such a value is summed over the row.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from autopar.kernels.chain import Chain
+from autopar.runtime.philox import threshold
+
+
+def const(value) -> str:
+    """A Python constant as Triton source."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    value = float(value)
+    if math.isinf(value):
+        return 'float("-inf")' if value < 0 else 'float("inf")'
+    if math.isnan(value):
+        return 'float("nan")'
+    return repr(value)
+
+
+def pow_expr(a: str, c: float) -> str | None:
+    """``a ** c`` as products for the exponents generated kernels support, else None."""
+    if c == 0:
+        return "1.0"
+    if c == int(c) and 1 <= c <= 8:
+        return " * ".join([a] * int(c))
+    if c == -1:
+        return f"(1.0 / {a})"
+    if c == 0.5:
+        return f"tl.sqrt({a})"
+    if c == -0.5:
+        return f"tl.math.rsqrt({a})"
+    if c == 1.5:
+        return f"({a} * tl.sqrt({a}))"
+    return None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Forward expression from the args' expressions; reverse contributions
+    ``[(arg index, expression)]`` from the output gradient ``g``, the args and the output."""
+    forward: Callable
+    backward: Callable | None     # None: no gradient flows through (masks, rowmax)
+    reduces: bool = False         # a row reduction: its value is [ROWS, 1]
+
+
+def _pow_forward(a, c):
+    return pow_expr(a, c)
+
+
+def _pow_backward(g, a, c, out):
+    lower = pow_expr(a, c - 1)
+    return [(0, f"{g} * {const(c)} * {lower}")]
+
+
+ROWSUM = "tl.sum(tl.where(valid, {x}, 0.0), axis=1)[:, None]"
+
+OPS: dict[str, Rule] = {
+    "add": Rule(lambda a, b: f"{a} + {b}", lambda g, a, b, out: [(0, g), (1, g)]),
+    "sub": Rule(lambda a, b: f"{a} - {b}", lambda g, a, b, out: [(0, g), (1, f"-{g}")]),
+    "mul": Rule(lambda a, b: f"{a} * {b}", lambda g, a, b, out: [(0, f"{g} * {b}"), (1, f"{g} * {a}")]),
+    "div": Rule(lambda a, b: f"{a} / {b}",
+                lambda g, a, b, out: [(0, f"{g} / {b}"), (1, f"-{g} * {a} / ({b} * {b})")]),
+    "neg": Rule(lambda a: f"-{a}", lambda g, a, out: [(0, f"-{g}")]),
+    "pow": Rule(_pow_forward, _pow_backward),
+    "exp": Rule(lambda a: f"tl.exp({a})", lambda g, a, out: [(0, f"{g} * {out}")]),
+    "tanh": Rule(lambda a: f"th.tanh({a})", lambda g, a, out: [(0, f"{g} * (1.0 - {out} * {out})")]),
+    "erf": Rule(lambda a: f"tl.math.erf({a})",
+                lambda g, a, out: [(0, f"{g} * 1.1283791670955126 * tl.exp(-{a} * {a})")]),
+    "sigmoid": Rule(lambda a: f"tl.sigmoid({a})", lambda g, a, out: [(0, f"{g} * {out} * (1.0 - {out})")]),
+    "relu": Rule(lambda a: f"tl.where({a} > 0, {a}, 0.0)", lambda g, a, out: [(0, f"tl.where({a} > 0, {g}, 0.0)")]),
+    "gelu": Rule(lambda a: f"th.gelu({a})", lambda g, a, out: [(0, f"{g} * th.gelu_grad({a})")]),
+    "gelu_tanh": Rule(lambda a: f"th.gelu_tanh({a})", lambda g, a, out: [(0, f"{g} * th.gelu_tanh_grad({a})")]),
+    "silu": Rule(lambda a: f"th.silu({a})", lambda g, a, out: [(0, f"{g} * th.silu_grad({a})")]),
+    "sqrt": Rule(lambda a: f"tl.sqrt({a})", lambda g, a, out: [(0, f"{g} * 0.5 / {out}")]),
+    "rsqrt": Rule(lambda a: f"tl.math.rsqrt({a})", lambda g, a, out: [(0, f"-0.5 * {g} * {out} * {out} * {out}")]),
+    "where": Rule(lambda c, a, b: f"tl.where({c}, {a}, {b})",
+                  lambda g, c, a, b, out: [(1, f"tl.where({c}, {g}, 0.0)"), (2, f"tl.where({c}, 0.0, {g})")]),
+    "view": Rule(lambda a: a, lambda g, a, out: [(0, g)]),
+    "cast": Rule(lambda a: a, lambda g, a, out: [(0, g)]),  # rounds to Op.dtype (see _Emitter.forward)
+    "dropout_mask": Rule(lambda seed, p: f"th.dropout_keep({seed}, offs, {threshold(float(p))})", None),
+    "rowsum": Rule(lambda a: ROWSUM.format(x=a), lambda g, a, out: [(0, g)], reduces=True),
+    "rowmean": Rule(lambda a: f"{ROWSUM.format(x=a)} / n_cols", lambda g, a, out: [(0, f"{g} / n_cols")],
+                    reduces=True),
+    "rowmax": Rule(lambda a: f'tl.max(tl.where(valid, {a}, float("-inf")), axis=1)[:, None]', None, reduces=True),
+}
+
+_LOW_PRECISION = ("float16", "bfloat16")
+
+
+class Unsupported(ValueError):
+    """The chain has something the generated kernels do not handle; the message says what."""
+
+
+def check(chain: Chain) -> None:
+    """Raise :class:`Unsupported` naming what a generated kernel cannot do for ``chain``."""
+    for op in chain.ops:
+        if op.op not in OPS:
+            raise Unsupported(f"{op.source or op.out}: no generated-kernel rule for {op.op}")
+        if op.op == "pow" and pow_expr("x", float(op.args[1])) is None:
+            raise Unsupported(f"{op.source}: exponent {op.args[1]} (generated kernels take integers 1-8, ±0.5, "
+                              f"1.5, -1)")
+    if chain.numel >= 2**31:
+        raise Unsupported(f"{chain.numel} elements: generated kernels index with int32")
+    if chain.rows and chain.n_cols > 16384:
+        raise Unsupported(f"rows of {chain.n_cols} elements: a row kernel holds a row in registers (≤ 16384)")
+
+
+def _cls(value: str, classes: dict[str, str]) -> str:
+    return classes.get(value, "scalar")
+
+
+class _Emitter:
+    """Writes the kernel body: loads, the forward ops, and (backward) the reverse sweep."""
+
+    def __init__(self, chain: Chain):
+        self.chain = chain
+        self.lines: list[str] = []
+        self.classes: dict[str, str] = {}   # value -> "tile" | "row" (constants: "scalar")
+
+    def arg(self, a) -> str:
+        return a if isinstance(a, str) else const(a)
+
+    def load_inputs(self) -> None:
+        for i in self.chain.tensors:
+            index = "offs" if i.kind == "full" else f"offs % {i.name}_numel"
+            if i.dtype == "bool":
+                self.lines.append(f"{i.name} = tl.load({i.name}_ptr + {index}, mask=valid, other=0) != 0")
+            else:
+                self.lines.append(f"{i.name} = tl.load({i.name}_ptr + {index}, mask=valid, other=0.0)"
+                                  f".to(tl.float32)")
+            self.classes[i.name] = "tile"
+
+    def forward(self) -> None:
+        for op in self.chain.ops:
+            rule = OPS[op.op]
+            args = [self.arg(a) for a in op.args]
+            if op.op == "cast":
+                expr = args[0]
+                if op.dtype in _LOW_PRECISION:
+                    expr = f"{args[0]}.to(tl.{op.dtype}).to(tl.float32)"  # round as the unfused cast does
+            elif op.op == "pow":
+                expr = rule.forward(args[0], float(op.args[1]))
+            else:
+                expr = rule.forward(*args)
+            if rule.reduces:
+                self.classes[op.out] = "row"
+            elif op.op == "dropout_mask":
+                self.classes[op.out] = "tile"
+            else:
+                arg_classes = {_cls(a, self.classes) for a in op.args if isinstance(a, str)}
+                self.classes[op.out] = "tile" if "tile" in arg_classes else ("row" if "row" in arg_classes
+                                                                              else "scalar")
+            comment = f"  # {op.what}" if op.what else ""
+            self.lines.append(f"{op.out} = {expr}{comment}")
+
+    def backward(self) -> dict[str, str]:
+        """Emit the reverse sweep; returns the gradient variable of each input (when any flows)."""
+        grads: dict[str, str] = {}
+
+        def accumulate(target: str, expr: str, expr_class: str) -> None:
+            target_class = _cls(target, self.classes)
+            if target_class == "row" and expr_class == "tile":
+                expr = ROWSUM.format(x=expr)
+            name = f"g_{target}"
+            if target in grads:
+                self.lines.append(f"{name} = {name} + {expr}")
+            else:
+                if target_class == "tile" and expr_class != "tile":
+                    expr = f"tl.broadcast_to({expr}, (ROWS, BLOCK))" if self.chain.rows else expr
+                self.lines.append(f"{name} = {expr}")
+                grads[target] = name
+
+        for k, out in enumerate(self.chain.outputs):
+            self.lines.append(f"gout{k} = tl.load(gout{k}_ptr + offs, mask=valid, other=0.0).to(tl.float32)")
+            accumulate(out.value, f"gout{k}", "tile")
+        for op in reversed(self.chain.ops):
+            rule = OPS[op.op]
+            if op.out not in grads or rule.backward is None:
+                continue
+            args = [self.arg(a) for a in op.args]
+            if op.op == "pow":
+                contributions = rule.backward(grads[op.out], args[0], float(op.args[1]), op.out)
+            else:
+                contributions = rule.backward(grads[op.out], *args, op.out)
+            for index, expr in contributions:
+                target = op.args[index]
+                if not isinstance(target, str) or not self._differentiable(target):
+                    continue
+                accumulate(target, expr, self.classes[op.out])
+        return grads
+
+    def _differentiable(self, value: str) -> bool:
+        for i in self.chain.inputs:
+            if i.name == value:
+                return i.differentiable
+        producer = next(o for o in self.chain.ops if o.out == value)
+        return producer.op not in ("dropout_mask", "rowmax")
+
+
+def _prologue(chain: Chain) -> list[str]:
+    if chain.rows:
+        return ["rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]",
+                "cols = tl.arange(0, BLOCK)[None, :]",
+                "valid = (rows < n_rows) & (cols < n_cols)",
+                "offs = rows * n_cols + cols"]
+    return ["offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+            "valid = offs < numel"]
+
+
+def _sizes(chain: Chain) -> list[str]:
+    trailing = [f"{i.name}_numel" for i in chain.tensors if i.kind == "trailing"]
+    space = ["n_rows", "n_cols"] if chain.rows else ["numel"]
+    consts = ["ROWS: tl.constexpr", "BLOCK: tl.constexpr"] if chain.rows else ["BLOCK: tl.constexpr"]
+    return [*space, *trailing, *consts]
+
+
+def _header(name: str, params: list[str], values: list[str]) -> list[str]:
+    # seeds and scalars change from call to call: specialising on them (e.g. on a value
+    # divisible by 16) would compile the kernel again
+    jit = f"@triton.jit(do_not_specialize={values!r})" if values else "@triton.jit"
+    return [jit, f"def {name}({', '.join(params)}):"]
+
+
+def forward_source(chain: Chain, name: str) -> str:
+    e = _Emitter(chain)
+    e.load_inputs()
+    e.forward()
+    seeds = [s.name for s in chain.scalars + chain.seeds]
+    params = ([f"{i.name}_ptr" for i in chain.tensors] + [f"out{k}_ptr" for k in range(len(chain.outputs))]
+              + seeds + _sizes(chain))
+    body = _prologue(chain) + e.lines
+    for k, out in enumerate(chain.outputs):
+        body.append(f"tl.store(out{k}_ptr + offs, {out.value}.to(out{k}_ptr.dtype.element_ty), mask=valid)")
+    return "\n".join(_header(f"{name}_fwd", params, seeds) + ["    " + line for line in body])
+
+
+def backward_source(chain: Chain, name: str) -> str:
+    e = _Emitter(chain)
+    e.load_inputs()
+    e.forward()
+    grads = e.backward()
+    seeds = [s.name for s in chain.scalars + chain.seeds]
+    diff = [i for i in chain.tensors if i.differentiable]
+    params = ([f"{i.name}_ptr" for i in chain.tensors] + [f"gout{k}_ptr" for k in range(len(chain.outputs))]
+              + [f"g{i.name}_ptr" for i in diff] + seeds + _sizes(chain))
+    body = _prologue(chain) + e.lines
+    for i in diff:
+        value = grads.get(i.name, "0.0")
+        if chain.rows and _cls(i.name, e.classes) == "tile" and value != "0.0":
+            value = f"tl.broadcast_to({value}, (ROWS, BLOCK))"
+        body.append(f"tl.store(g{i.name}_ptr + offs, ({value}).to(g{i.name}_ptr.dtype.element_ty), mask=valid)")
+    return "\n".join(_header(f"{name}_bwd", params, seeds) + ["    " + line for line in body])
+
+
+def describe(chain: Chain) -> list[str]:
+    """The chain as comment lines: what each input is and which fx nodes it replaces."""
+    lines = [f"{chain.pattern}: " + " -> ".join(dict.fromkeys(o.what for o in chain.ops if o.what))]
+    for i in chain.inputs:
+        lines.append(f"  {i.name}: {i.kind} {i.dtype}")
+    for k, out in enumerate(chain.outputs):
+        lines.append(f"  out{k} = {out.value}: {out.dtype}")
+    lines.append("  iteration space: " + ("rows of n_cols, ROWS rows per program" if chain.rows
+                                           else "numel elements, BLOCK per program"))
+    return lines
+
+
+def module_source(chain: Chain, name: str) -> str:
+    """The whole generated module: imports, a comment saying what it fuses, both kernels."""
+    head = ["# generated by autopar.kernels.codegen: do not edit", *[f"# {line}" for line in describe(chain)],
+            "import triton", "import triton.language as tl", "", "from autopar.kernels import triton_helpers as th",
+            "", ""]
+    return "\n".join(head) + forward_source(chain, name) + "\n\n\n" + backward_source(chain, name) + "\n"
