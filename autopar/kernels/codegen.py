@@ -106,8 +106,6 @@ OPS: dict[str, Rule] = {
     "rowmax": Rule(lambda a: f'tl.max(tl.where(valid, {a}, float("-inf")), axis=1)[:, None]', None, reduces=True),
 }
 
-_LOW_PRECISION = ("float16", "bfloat16")
-
 
 class Unsupported(ValueError):
     """The chain has something the generated kernels do not handle; the message says what."""
@@ -125,6 +123,15 @@ def check(chain: Chain) -> None:
         raise Unsupported(f"{chain.numel} elements: generated kernels index with int32")
     if chain.rows and chain.n_cols > 16384:
         raise Unsupported(f"rows of {chain.n_cols} elements: a row kernel holds a row in registers (≤ 16384)")
+
+
+def _rounded(expr: str, dtype: str) -> str:
+    """``expr`` (fp32) rounded to ``dtype`` as a tensor of that dtype would hold it."""
+    if dtype == "bfloat16":
+        return f"th.round_bf16({expr})"
+    if dtype == "float16":
+        return f"{expr}.to(tl.float16).to(tl.float32)"
+    return expr
 
 
 def _cls(value: str, classes: dict[str, str]) -> str:
@@ -158,8 +165,7 @@ class _Emitter:
             args = [self.arg(a) for a in op.args]
             if op.op == "cast":
                 expr = args[0]
-                if op.dtype in _LOW_PRECISION:
-                    expr = f"{args[0]}.to(tl.{op.dtype}).to(tl.float32)"  # round as the unfused cast does
+                expr = _rounded(args[0], op.dtype)   # round as the unfused cast does
             elif op.op == "pow":
                 expr = rule.forward(args[0], float(op.args[1]))
             else:
@@ -202,6 +208,8 @@ class _Emitter:
             args = [self.arg(a) for a in op.args]
             if op.op == "pow":
                 contributions = rule.backward(grads[op.out], args[0], float(op.args[1]), op.out)
+            elif op.op == "cast":   # the gradient reaches the cast's input in that input's dtype
+                contributions = [(0, _rounded(grads[op.out], self._dtype(op.args[0])))]
             else:
                 contributions = rule.backward(grads[op.out], *args, op.out)
             for index, expr in contributions:
@@ -210,6 +218,12 @@ class _Emitter:
                     continue
                 accumulate(target, expr, self.classes[op.out])
         return grads
+
+    def _dtype(self, value: str) -> str:
+        for i in self.chain.inputs:
+            if i.name == value:
+                return i.dtype
+        return next(o.dtype for o in self.chain.ops if o.out == value)
 
     def _differentiable(self, value: str) -> bool:
         for i in self.chain.inputs:
@@ -252,7 +266,8 @@ def forward_source(chain: Chain, name: str) -> str:
               + seeds + _sizes(chain))
     body = _prologue(chain) + e.lines
     for k, out in enumerate(chain.outputs):
-        body.append(f"tl.store(out{k}_ptr + offs, {out.value}.to(out{k}_ptr.dtype.element_ty), mask=valid)")
+        value = f"th.round_bf16({out.value})" if out.dtype == "bfloat16" else out.value
+        body.append(f"tl.store(out{k}_ptr + offs, {value}.to(out{k}_ptr.dtype.element_ty), mask=valid)")
     return "\n".join(_header(f"{name}_fwd", params, seeds) + ["    " + line for line in body])
 
 
@@ -270,6 +285,8 @@ def backward_source(chain: Chain, name: str) -> str:
         value = grads.get(i.name, "0.0")
         if chain.rows and _cls(i.name, e.classes) == "tile" and value != "0.0":
             value = f"tl.broadcast_to({value}, (ROWS, BLOCK))"
+        if i.kind == "full" and i.dtype == "bfloat16":
+            value = f"th.round_bf16({value})"
         body.append(f"tl.store(g{i.name}_ptr + offs, ({value}).to(g{i.name}_ptr.dtype.element_ty), mask=valid)")
     return "\n".join(_header(f"{name}_bwd", params, seeds) + ["    " + line for line in body])
 

@@ -14,6 +14,14 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 if _INTERPRET:
     @triton.jit
+    def round_bf16(x):
+        """x rounded to the nearest bfloat16 (ties to even), as fp32. The interpreter's own
+        fp32 -> bf16 conversion truncates; GPUs round to nearest even, as PyTorch does."""
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+
+    @triton.jit
     def tanh(x):
         a = tl.abs(x)
         e = tl.exp(-2.0 * a)
@@ -25,6 +33,11 @@ if _INTERPRET:
         return tl.where(x < 0, -t, t)
 else:
     from triton.language.extra import libdevice
+
+    @triton.jit
+    def round_bf16(x):
+        """x rounded to the nearest bfloat16 (ties to even), as fp32."""
+        return x.to(tl.bfloat16).to(tl.float32)
 
     @triton.jit
     def tanh(x):

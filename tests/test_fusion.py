@@ -1,0 +1,301 @@
+"""The fusion pass and its generated Triton kernels (docs/fusion.md), run on CPU tensors
+in Triton's interpreter (conftest sets TRITON_INTERPRET=1): each kernel's forward and
+backward against the unfused ops, dropout masks against unfused rank-aware dropout,
+fallbacks with their reasons, the cost model's view of fusion, and a whole transformer
+fused and unfused on 2 gloo ranks."""
+import copy
+import logging
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autopar.capture import capture
+from autopar.passes.fusion import FUSION, fusion_pass
+from autopar.runtime import philox, rng
+
+triton = pytest.importorskip("triton")
+
+
+def _fused(model, inputs):
+    gm = fusion_pass(capture(model, inputs))
+    return gm, gm.meta[FUSION]
+
+
+def _run(fn, inputs, params):
+    """Outputs of ``fn`` and the gradients of a fixed random projection of them."""
+    inputs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    for p in params:
+        p.grad = None
+    out = fn(*inputs)
+    outs = out if isinstance(out, tuple) else (out,)
+    torch.manual_seed(123)
+    loss = sum((o.float() * torch.randn(o.shape)).sum() for o in outs)
+    loss.backward()
+    grads = [x.grad for x in inputs if x.requires_grad] + [p.grad for p in params]
+    return [o.detach() for o in outs], grads
+
+
+def _assert_close(a, b, rtol=1e-5):
+    for x, y in zip(a, b):
+        scale = y.abs().max().item() + 1e-12
+        assert torch.allclose(x.float(), y.float(), rtol=rtol, atol=rtol * scale), (x - y).abs().max()
+
+
+def _check(model, inputs, expect_pattern, rtol=1e-5):
+    """Fused equals unfused, forward and backward (inputs and parameters)."""
+    gm, report = _fused(copy.deepcopy(model), inputs)
+    assert report.kernels, report.summary()
+    assert any(name.startswith(expect_pattern) for name, _ in report.uses), report.summary()
+    fused_params = [p for _, p in sorted(gm.named_parameters())]
+    ref_params = [p for _, p in sorted(model.named_parameters())]
+    out_f, grad_f = _run(gm, inputs, fused_params)
+    out_r, grad_r = _run(model, inputs, ref_params)
+    _assert_close(out_f, out_r, rtol)
+    assert len(grad_f) == len(grad_r)
+    _assert_close(grad_f, grad_r, rtol)
+    return report
+
+
+class BiasGelu(nn.Module):
+    def __init__(self, approximate="none"):
+        super().__init__()
+        self.fc = nn.Linear(8, 24)
+        self.approximate = approximate
+
+    def forward(self, x):
+        return F.gelu(self.fc(x), approximate=self.approximate)
+
+
+class ScaleMaskSoftmax(nn.Module):
+    def forward(self, scores):
+        T = scores.shape[-1]
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        return F.softmax((scores * 0.125).masked_fill(~causal, float("-inf")), dim=-1)
+
+
+class BiasDropoutAddNorm(nn.Module):
+    """Megatron's bias+dropout+add, then the next block's layer norm (megatron §5.8)."""
+
+    def __init__(self, p=0.25):
+        super().__init__()
+        self.b = nn.Parameter(torch.randn(24))
+        self.ln = nn.LayerNorm(24)
+        self.p = p
+
+    def forward(self, y, residual):
+        h = residual + rng.replicated_dropout(y + self.b, self.p, True, "tensor")
+        return h, self.ln(h)
+
+
+class SwiGLU(nn.Module):
+    """Llama's gate: silu(a) * b, then a scale and a cast round trip through bf16."""
+
+    def forward(self, a, b):
+        return (F.silu(a) * b * 0.5).to(torch.bfloat16).float()
+
+
+class Mixed(nn.Module):
+    """Every other primitive once: sub, div, neg, exp, sigmoid, tanh, relu, pow, sqrt, rsqrt, erf."""
+
+    def forward(self, x, y):
+        z = torch.sigmoid(x) - torch.tanh(y) / (1.5 + torch.exp(-x.abs()))
+        z = -torch.relu(z) + z ** 2 + torch.sqrt(y * y + 1.0) * torch.rsqrt(x * x + 2.0)
+        return torch.erf(z) + z ** 3
+
+
+def _states():
+    return rng.use_random_states(rng.RandomStates(7, 0, 0))
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_bias_gelu_matches_unfused(approximate):
+    torch.manual_seed(0)
+    report = _check(BiasGelu(approximate), (torch.randn(2, 3, 8),), "bias_gelu")
+    assert report.biases_split == 1
+
+
+def test_scale_mask_softmax_matches_unfused():
+    torch.manual_seed(0)
+    _check(ScaleMaskSoftmax(), (torch.randn(2, 3, 5, 5),), "scale_mask_softmax")
+
+
+def test_bias_dropout_add_layer_norm_matches_unfused_with_the_same_masks():
+    torch.manual_seed(0)
+    model = BiasDropoutAddNorm()
+    inputs = (torch.randn(2, 5, 24), torch.randn(2, 5, 24))
+    with _states():   # capture runs the model once
+        gm, report = _fused(copy.deepcopy(model), inputs)
+    assert [name.split("_")[:4] for name, _ in report.uses] == [["bias", "dropout", "add", "layer"]]
+    # the same streams for both: the fused kernel draws the seed the unfused dropout draws
+    with _states():
+        out_f, grad_f = _run(gm, inputs, [p for _, p in sorted(gm.named_parameters())])
+    with _states():
+        out_r, grad_r = _run(model, inputs, [p for _, p in sorted(model.named_parameters())])
+    dropped = (out_r[0] - inputs[1] == 0)
+    assert 0.1 < dropped.float().mean() < 0.4   # p = 0.25 was applied
+    assert torch.equal(out_f[0] - inputs[1] == 0, dropped)   # the same elements dropped
+    _assert_close(out_f, out_r)
+    _assert_close(grad_f, grad_r)
+
+
+def test_kernel_dropout_mask_is_the_unfused_rank_aware_mask():
+    """A fused dropout keeps exactly the elements philox.keep_mask keeps for its seed,
+    the mask unfused rank-aware dropout draws (rng.apply_dropout)."""
+    class Drop(nn.Module):
+        def forward(self, x):
+            return rng.sharded_dropout(x * 1.0 + 0.0, 0.5, True, "tensor") * 2.0
+
+    x = torch.ones(3, 37)
+    with _states():
+        gm, report = _fused(Drop(), (x,))
+    assert len(report.uses) == 1
+    states = rng.RandomStates(11, 1, 0)
+    seed = rng.RandomStates(11, 1, 0).next_seed("sharded")
+    with rng.use_random_states(states):
+        fused = gm(x)
+    expect = rng.apply_dropout(x, 0.5, seed) * 2.0
+    assert torch.equal(fused, expect)
+    assert torch.equal(fused != 0, philox.keep_mask(seed, x.shape, 0.5))
+
+
+def test_swiglu_and_casts_match_unfused():
+    torch.manual_seed(0)
+    _check(SwiGLU(), (torch.randn(4, 16), torch.randn(4, 16)), "silu")
+
+
+def test_every_primitive_matches_unfused():
+    torch.manual_seed(0)
+    _check(Mixed(), (torch.randn(6, 10), torch.randn(6, 10)), "sigmoid")
+
+
+def test_bf16_bias_gelu_matches_the_fp32_ops_rounded_once():
+    """bf16 in the interpreter: the kernel computes in fp32 and rounds once; eager bf16
+    rounds after every op, so the two agree to bf16's precision."""
+    torch.manual_seed(0)
+    model = BiasGelu().to(torch.bfloat16)
+    x = torch.randn(2, 3, 8, dtype=torch.bfloat16)
+    gm, report = _fused(copy.deepcopy(model), (x,))
+    assert report.kernels
+    out = gm(x)
+    assert out.dtype == torch.bfloat16
+    reference = F.gelu(F.linear(x.float(), model.fc.weight.float()).to(torch.bfloat16).float()
+                       + model.fc.bias.float())
+    assert torch.allclose(out.float(), reference, rtol=1e-2, atol=1e-2)
+    _assert_close([out], [model(x)], rtol=2e-2)
+
+
+def test_philox_in_pytorch_equals_tritons_randint():
+    import triton.language as tl
+
+    @triton.jit
+    def words(out_ptr, seed, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, (tl.randint(seed, offs) >> 8).to(tl.int32), mask=offs < n)
+
+    for seed in (2**62 + 5, 2**63 - 1, rng.RandomStates(3, 0, 0).next_seed("replicated")):
+        got = torch.empty(300, dtype=torch.int32)
+        words[(3,)](got, seed, 300, BLOCK=128)
+        assert torch.equal(got.long(), philox.randint(seed, torch.arange(300)) >> 8)
+    kept = philox.keep_mask(2**62 + 9, (100, 100), 0.3).float().mean().item()
+    assert abs(kept - 0.7) < 0.02
+
+
+def test_unsupported_broadcast_falls_back_with_the_reason_logged(caplog):
+    class PaddingMask(nn.Module):
+        def forward(self, scores, mask):   # HF-style [B, 1, 1, T] additive mask
+            return F.softmax(scores * 0.5 + mask, dim=-1)
+
+    inputs = (torch.randn(2, 3, 4, 4), torch.randn(2, 1, 1, 4))
+    with caplog.at_level(logging.INFO, logger="autopar.fusion"):
+        gm, report = _fused(PaddingMask(), inputs)
+    assert not report.kernels
+    (names, reason), = report.skipped
+    assert "add broadcasts input_1 of shape [2, 1, 1, 4] against [2, 3, 4, 4]" in reason
+    assert "stay unfused" in caplog.text and "broadcasts input_1" in caplog.text
+    assert torch.allclose(gm(*inputs), PaddingMask()(*inputs))
+
+
+def test_unsupported_dtype_falls_back():
+    model = BiasGelu().double()
+    gm, report = _fused(model, (torch.randn(2, 8, dtype=torch.float64),))
+    assert not report.kernels
+    assert "float64" in report.skipped[0][1]
+
+
+def test_fusion_true_on_cpu_without_the_interpreter_is_a_clear_error(monkeypatch):
+    from autopar.kernels import resolve_fusion
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        resolve_fusion(True, torch.device("cpu"))
+    assert resolve_fusion(None, torch.device("cpu")) is False
+    assert resolve_fusion(False, torch.device("cuda")) is False
+
+
+def test_the_planner_prices_a_fused_chain_as_one_kernel():
+    """On GPU hardware the chain's ops cost one kernel's launch and bytes: the predicted
+    step drops, and by about what the unfused intermediate tensors cost."""
+    import dataclasses
+
+    import autopar
+    from autopar.planning.hardware import get_hardware
+    from examples.models import TinyTransformer, lm_loss
+    x = torch.randint(0, 64, (8, 16))
+    h100 = get_hardware("h100")
+    unfused = dataclasses.replace(h100, fused_kernels=False)
+    fused_plan = autopar.plan(TinyTransformer(), 1, (x,), lm_loss, example_target=x, hardware=h100)
+    plain_plan = autopar.plan(TinyTransformer(), 1, (x,), lm_loss, example_target=x, hardware=unfused)
+    assert fused_plan.fusion and not plain_plan.fusion
+    assert fused_plan.step_s < plain_plan.step_s
+    assert "fused into generated kernels" in fused_plan.explain()
+
+
+# ---------------------------------------------------------------- 2 gloo ranks
+
+def _transformers_fused_and_not():
+    """TinyTransformer (symbolic trace) and GPT-2 with dropout 0.1 (torch.export) under
+    Megatron tensor 2, two steps each, fused and not, in the same processes."""
+    import autopar
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from examples.models import TinyTransformer, gpt2_loss, lm_loss
+
+    def gpt2_dropout():
+        cfg = GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=16, use_cache=False,
+                         resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1, bos_token_id=0, eos_token_id=0)
+        return GPT2LMHeadModel(cfg)
+
+    out = {}
+    for name, factory, loss_fn in (("tiny", TinyTransformer, lm_loss), ("gpt2", gpt2_dropout, gpt2_loss)):
+        for fusion in (True, False):
+            torch.manual_seed(0)
+            model = factory()
+            x, y = torch.randint(0, 64, (4, 16)), torch.randint(0, 64, (4, 16))
+            pm = autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn, example_target=y,
+                                 strategy={"data": 1, "tensor": 2}, fusion=fusion)
+            losses = [pm.step(x, target=y).item() for _ in range(2)]
+            grads = {k: v for k, v in pm.full_gradients().items() if v is not None}
+            program = list(pm._programs.values())[-1]
+            report = program.meta.get(FUSION)
+            out[name, fusion] = (losses, grads, [u[0] for u in report.uses] if report else [])
+    return out
+
+
+@pytest.mark.multiprocess
+def test_transformers_fused_equal_unfused_on_two_ranks():
+    from autopar.runtime.launcher import launch
+    results = launch(_transformers_fused_and_not, 2, timeout_s=600)
+    for out in results:
+        for name in ("tiny", "gpt2"):
+            (loss_on, grads_on, kernels), (loss_off, grads_off, none) = out[name, True], out[name, False]
+            assert kernels and not none
+            assert loss_on == pytest.approx(loss_off, rel=1e-5)
+            for key, g in grads_off.items():
+                scale = g.abs().max().item() + 1e-12
+                assert (grads_on[key] - g).abs().max().item() <= 1e-5 * scale, key
+        assert any(k.startswith("bias_gelu") for k in out["tiny", True][2])
+        assert any(k.startswith("scale_mask_softmax") for k in out["tiny", True][2])
+        assert any("dropout_add_layer_norm" in k for k in out["gpt2", True][2])
+    # the tensor ranks drew the same replicated masks, so they report the same losses
+    assert results[0]["gpt2", True][0] == results[1]["gpt2", True][0]
