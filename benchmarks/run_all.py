@@ -1,4 +1,4 @@
-"""Run the six benchmarks and print one summary table (``make bench``).
+"""Run the seven benchmarks and print one summary table (``make bench``).
 
     python benchmarks/run_all.py [--steps 40] [--quick] [--json results.json] [--markdown]
 
@@ -19,6 +19,7 @@ import torch  # noqa: E402
 
 import bench_compile_overhead  # noqa: E402
 import bench_data_parallel  # noqa: E402
+import bench_fusion  # noqa: E402
 import bench_pipeline  # noqa: E402
 import bench_subgraph  # noqa: E402
 import bench_tensor3d  # noqa: E402
@@ -51,7 +52,8 @@ def main(argv=None) -> list:
                           ("tensor parallel (2 ranks, vs DTensor)", bench_tensor_parallel),
                           ("sub-graph parallel (2 ranks, vs data parallel)", bench_subgraph),
                           ("3D tensor parallel (8 ranks, overlap ladder and 1D/2-D/3D plans)", bench_tensor3d),
-                          ("pipeline schedules (4 ranks, GPipe/1F1B/interleaved vs m)", bench_pipeline)]:
+                          ("pipeline schedules (4 ranks, GPipe/1F1B/interleaved vs m)", bench_pipeline),
+                          ("fused Triton kernels (1 GPU, vs eager and torch.compile)", bench_fusion)]:
         began = time.perf_counter()
         part = module.run(steps, warmup, args.quick)
         seconds[title] = time.perf_counter() - began

@@ -5,7 +5,6 @@ fallbacks with their reasons, the cost model's view of fusion, and a whole trans
 fused and unfused on 2 gloo ranks."""
 import copy
 import logging
-import math
 
 import pytest
 import torch
@@ -256,7 +255,8 @@ def test_the_planner_prices_a_fused_chain_as_one_kernel():
 
 def _transformers_fused_and_not():
     """TinyTransformer (symbolic trace) and GPT-2 with dropout 0.1 (torch.export) under
-    Megatron tensor 2, two steps each, fused and not, in the same processes."""
+    Megatron tensor 2, and GPT-2 on a 2-stage pipeline, two steps each, fused and not, in
+    the same processes."""
     import autopar
     from transformers import GPT2Config, GPT2LMHeadModel
     from examples.models import TinyTransformer, gpt2_loss, lm_loss
@@ -267,18 +267,21 @@ def _transformers_fused_and_not():
         return GPT2LMHeadModel(cfg)
 
     out = {}
-    for name, factory, loss_fn in (("tiny", TinyTransformer, lm_loss), ("gpt2", gpt2_dropout, gpt2_loss)):
+    megatron, pipeline = {"data": 1, "tensor": 2}, {"pipeline": 2, "microbatches": 2}
+    for name, factory, loss_fn, strategy in (("tiny", TinyTransformer, lm_loss, megatron),
+                                             ("gpt2", gpt2_dropout, gpt2_loss, megatron),
+                                             ("gpt2-pipeline", gpt2_dropout, gpt2_loss, pipeline)):
         for fusion in (True, False):
             torch.manual_seed(0)
             model = factory()
             x, y = torch.randint(0, 64, (4, 16)), torch.randint(0, 64, (4, 16))
             pm = autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn, example_target=y,
-                                 strategy={"data": 1, "tensor": 2}, fusion=fusion)
+                                 strategy=strategy, fusion=fusion)
             losses = [pm.step(x, target=y).item() for _ in range(2)]
             grads = {k: v for k, v in pm.full_gradients().items() if v is not None}
-            program = list(pm._programs.values())[-1]
-            report = program.meta.get(FUSION)
-            out[name, fusion] = (losses, grads, [u[0] for u in report.uses] if report else [])
+            code = pm.rank_graph_code() if strategy is megatron else ""
+            out[name, fusion] = (losses, grads, [line.split("'")[1] for line in code.splitlines()
+                                                 if "fused_kernel(" in line])
     return out
 
 
@@ -287,9 +290,9 @@ def test_transformers_fused_equal_unfused_on_two_ranks():
     from autopar.runtime.launcher import launch
     results = launch(_transformers_fused_and_not, 2, timeout_s=600)
     for out in results:
-        for name in ("tiny", "gpt2"):
+        for name in ("tiny", "gpt2", "gpt2-pipeline"):
             (loss_on, grads_on, kernels), (loss_off, grads_off, none) = out[name, True], out[name, False]
-            assert kernels and not none
+            assert (kernels or name == "gpt2-pipeline") and not none
             assert loss_on == pytest.approx(loss_off, rel=1e-5)
             for key, g in grads_off.items():
                 scale = g.abs().max().item() + 1e-12
@@ -299,3 +302,15 @@ def test_transformers_fused_equal_unfused_on_two_ranks():
         assert any("dropout_add_layer_norm" in k for k in out["gpt2", True][2])
     # the tensor ranks drew the same replicated masks, so they report the same losses
     assert results[0]["gpt2", True][0] == results[1]["gpt2", True][0]
+
+
+def test_pipeline_stages_are_fused():
+    import autopar
+    from autopar.pipelined import stage_graphs
+    from examples.models import gpt2, gpt2_loss
+    x = torch.randint(0, 64, (8, 16))
+    plan = autopar.plan(gpt2(), 2, (x,), gpt2_loss, strategy={"pipeline": 2, "microbatches": 4}, example_target=x)
+    for rank in (0, 1):
+        built, _, _ = stage_graphs(gpt2(), plan, rank, (x[:2],), gpt2_loss, x[:2], fusion=True)
+        for module, _ in built.values():
+            assert module.meta[FUSION].uses, f"rank {rank}: nothing fused"
