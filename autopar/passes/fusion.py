@@ -30,6 +30,7 @@ What was fused and what was not, with reasons, is in ``gm.meta[FUSION]``.
 from __future__ import annotations
 
 import logging
+import math
 import operator
 from dataclasses import dataclass, field
 
@@ -131,7 +132,7 @@ def _scalar_node(a) -> bool:
 
 
 _SCALAR_FUNCTIONS = {operator.truediv, operator.mul, operator.add, operator.sub, operator.floordiv, operator.pow,
-                     operator.getitem, __import__("math").sqrt, operator.neg, "size"}
+                     operator.getitem, math.sqrt, operator.neg, "size"}
 
 
 def _recognise(node: fx.Node, gm: fx.GraphModule) -> _Rec | None:
@@ -140,9 +141,7 @@ def _recognise(node: fx.Node, gm: fx.GraphModule) -> _Rec | None:
     spec = node.meta.get(SPEC)
     if kind is None or not isinstance(spec, TensorSpec):
         return None
-    args, kwargs = list(node.args), dict(node.kwargs)
-    if node.op == "call_method":
-        pass  # args[0] is self
+    args, kwargs = list(node.args), dict(node.kwargs)   # a method's args[0] is self
     if kind in ("add", "sub"):
         alpha = kwargs.pop("alpha", 1)
         if alpha != 1 or kwargs or len(args) != 2:
@@ -153,9 +152,8 @@ def _recognise(node: fx.Node, gm: fx.GraphModule) -> _Rec | None:
         if len(args) != 2 or kwargs.get("alpha", 1) != 1:
             return None
         kind, args = "sub", [args[1], args[0]]
-    if kind in _ARITY and kind not in ("pow",):
-        if len(args) != _ARITY[kind]:
-            return None
+    if kind in _ARITY and len(args) != _ARITY[kind]:
+        return None
     if kind == "pow":
         if len(args) != 2 or not _tensor_arg(args[0]) or not _number(args[1]):
             return None
