@@ -47,6 +47,10 @@ def pow_expr(a: str, c: float) -> str | None:
         return " * ".join([a] * int(c))
     if c == -1:
         return f"(1.0 / {a})"
+    if c == -2:
+        return f"(1.0 / ({a} * {a}))"
+    if c == -1.5:
+        return f"(tl.math.rsqrt({a}) / {a})"
     if c == 0.5:
         return f"tl.sqrt({a})"
     if c == -0.5:
@@ -111,15 +115,20 @@ class Unsupported(ValueError):
     """The chain has something the generated kernels do not handle; the message says what."""
 
 
+MAX_NUMEL = 2**31 - 2**16
+"""Offsets are int32: the last program's block (up to 65536 wide) must not wrap."""
+
+
 def check(chain: Chain) -> None:
     """Raise :class:`Unsupported` naming what a generated kernel cannot do for ``chain``."""
     for op in chain.ops:
         if op.op not in OPS:
             raise Unsupported(f"{op.source or op.out}: no generated-kernel rule for {op.op}")
-        if op.op == "pow" and pow_expr("x", float(op.args[1])) is None:
+        c = float(op.args[1]) if op.op == "pow" else 0.0
+        if op.op == "pow" and (pow_expr("x", c) is None or pow_expr("x", c - 1) is None):
             raise Unsupported(f"{op.source}: exponent {op.args[1]} (generated kernels take integers 1-8, ±0.5, "
-                              f"1.5, -1)")
-    if chain.numel >= 2**31:
+                              f"1.5, -1; the derivative needs the exponent minus one too)")
+    if chain.numel >= MAX_NUMEL:
         raise Unsupported(f"{chain.numel} elements: generated kernels index with int32")
     if chain.rows and chain.n_cols > 16384:
         raise Unsupported(f"rows of {chain.n_cols} elements: a row kernel holds a row in registers (≤ 16384)")
@@ -165,7 +174,8 @@ class _Emitter:
             args = [self.arg(a) for a in op.args]
             if op.op == "cast":
                 expr = args[0]
-                expr = _rounded(args[0], op.dtype)   # round as the unfused cast does
+                # the unfused input holds its dtype's value; the cast then rounds to its own
+                expr = _rounded(_rounded(args[0], self._dtype(op.args[0])), op.dtype)
             elif op.op == "pow":
                 expr = rule.forward(args[0], float(op.args[1]))
             else:

@@ -65,8 +65,12 @@ class FusedKernel:
         chain = self.chain
         full = tensors[self.full_input]
         numel = full.numel()
-        if numel >= 2**31:
+        if numel >= codegen.MAX_NUMEL:
             raise ValueError(f"fused kernel {self.name}: {numel} elements; generated kernels index with int32")
+        for i, t in zip(chain.tensors, tensors):
+            if (i.kind == "full" and t.numel() != numel) or (i.kind == "trailing" and numel % max(1, t.numel())):
+                raise ValueError(f"fused kernel {self.name}: input {i.name} ({i.kind}) has shape {list(t.shape)}, "
+                                 f"the iteration space {numel} elements; the graph's shapes changed after fusion")
         if chain.rows:
             n_cols = full.shape[-1]
             n_rows = numel // n_cols
@@ -147,6 +151,10 @@ class _FusedFunction(torch.autograd.Function):
         kernel: FusedKernel = ctx.kernel
         chain = kernel.chain
         flat = ctx.saved_tensors
+        if torch.is_grad_enabled() and any(t.requires_grad for t in flat):
+            # create_graph=True: the generated backward is not itself differentiable
+            raise RuntimeError(f"fused kernel {kernel.name}: higher-order gradients (create_graph=True) through "
+                               f"generated kernels are not supported; compile with fusion=False for them")
         device = flat[0].device
         numel = flat[kernel.full_input].numel()
         gouts = [_flat(g) if g is not None else torch.zeros(numel, device=device) for g in grad_outputs]
@@ -172,8 +180,9 @@ KERNELS: dict[str, FusedKernel] = {}
 
 
 def register(chain: Chain) -> FusedKernel:
-    """Generate ``chain``'s module (once per distinct source) and return its kernel."""
-    draft = codegen.module_source(chain, "KERNEL")
+    """Generate ``chain``'s module (once per distinct source and output shapes: identical
+    blocks share one kernel) and return its kernel."""
+    draft = codegen.module_source(chain, "KERNEL") + repr([o.shape_rule for o in chain.outputs])
     name = f"{chain.pattern}_{hashlib.sha1(draft.encode()).hexdigest()[:10]}"
     kernel = KERNELS.get(name)
     if kernel is None:

@@ -283,7 +283,11 @@ def split_biases(gm: fx.GraphModule, fusible) -> int:
         if rec is None:
             continue
         if rec.kind == "view":
-            if not rec.attrs.get("target") or not reader.users or not all(fusible(u) for u in reader.users):
+            # the bias [N] broadcasts against the view only if the view keeps the last dimension
+            keeps_rows = tensor_spec(reader).shape[-1:] == tensor_spec(node).shape[-1:] if \
+                isinstance(node.meta.get(SPEC), TensorSpec) else False
+            if not rec.attrs.get("target") or not keeps_rows or not reader.users or \
+                    not all(fusible(u) for u in reader.users):
                 continue
         elif not fusible(reader):
             continue
@@ -535,6 +539,29 @@ class _Builder:
         self.n_cols = n
 
 
+def _in_dependency_order(chains: list[list[fx.Node]]) -> tuple[list, list]:
+    """``chains`` ordered so that a chain comes after every chain it reads from (each
+    kernel's call is placed after its inputs, which may be another kernel's outputs), and
+    the chains on a cycle of direct reads, which cannot be fused together."""
+    owner = {n: k for k, nodes in enumerate(chains) for n in nodes}
+    reads = {k: {owner[a] for n in nodes for a in n.all_input_nodes if a in owner and owner[a] != k}
+             for k, nodes in enumerate(chains)}
+    done: list[int] = []
+    placed: set[int] = set()
+    pending = list(range(len(chains)))
+    while pending:
+        ready = [k for k in pending if reads[k] <= placed]
+        if not ready:
+            break
+        for k in ready:
+            done.append(k)
+            placed.add(k)
+        pending = [k for k in pending if k not in placed]
+    # what remains is on a cycle, or reads from one: those read from are left unfused too,
+    # so the remaining chains are retried against them as plain nodes next time round
+    return [chains[k] for k in done], [chains[k] for k in pending]
+
+
 def _rows_consistent(chain: Chain, nodes: list[fx.Node]) -> None:
     if chain.rows:
         for n in nodes:
@@ -579,9 +606,14 @@ def fusion_pass(gm: fx.GraphModule, *, min_ops: int = 2) -> fx.GraphModule:
     recs = _drop_leading_views(recognise_all())
     graph = gm.graph
     replaced: dict[fx.Node, fx.Node] = {}   # an earlier kernel's output node -> its getitem
-    for nodes in _Chains(gm, recs).grow():
-        if not _worth(nodes, recs, min_ops):
-            continue
+    chains = [nodes for nodes in _Chains(gm, recs).grow() if _worth(nodes, recs, min_ops)]
+    ordered, cyclic = _in_dependency_order(chains)
+    for nodes in cyclic:
+        names = [n.name for n in nodes]
+        reason = "reads and is read by another fused chain (the two kernels would wait on each other)"
+        log.info("fusion: %s stay unfused: %s", ", ".join(names), reason)
+        report.skipped.append((names, reason))
+    for nodes in ordered:
         while nodes and recs[nodes[-1]].kind == "view":  # a trailing view is left to the graph
             nodes.pop()
         try:
@@ -593,6 +625,14 @@ def fusion_pass(gm: fx.GraphModule, *, min_ops: int = 2) -> fx.GraphModule:
             log.info("fusion: %s stay unfused: %s", ", ".join(names), e)
             report.skipped.append((names, str(e)))
             continue
+        late = _late_input(gm, nodes, builder, replaced)
+        if late is not None:
+            names = [n.name for n in nodes]
+            reason = (f"its input {late} (another kernel's output) is computed after a reader of the chain's "
+                      f"values")
+            log.info("fusion: %s stay unfused: %s", ", ".join(names), reason)
+            report.skipped.append((names, reason))
+            continue
         kernel = register(chain)
         if kernel not in report.kernels:
             report.kernels.append(kernel)
@@ -602,6 +642,19 @@ def fusion_pass(gm: fx.GraphModule, *, min_ops: int = 2) -> fx.GraphModule:
     gm.recompile()
     gm.meta[FUSION] = report
     return gm
+
+
+def _late_input(gm: fx.GraphModule, nodes: list[fx.Node], builder: _Builder, replaced: dict) -> str | None:
+    """The input that would come after a reader of the chain once earlier chains were
+    replaced (an input from another kernel is ready only where that kernel's call went),
+    or None when the chain can be placed (checked on the graph as it is now)."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    inside = set(nodes)
+    first_reader = min((order[u] for n in nodes for u in n.users if u not in inside), default=len(order))
+    for source in builder.input_nodes + builder.scalar_nodes:
+        if isinstance(source, fx.Node) and order[replaced.get(source, source)] >= first_reader:
+            return replaced.get(source, source).name
+    return None
 
 
 def _replace(gm: fx.GraphModule, nodes: list[fx.Node], builder: _Builder, out_nodes: list[fx.Node], name: str,
