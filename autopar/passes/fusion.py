@@ -597,6 +597,13 @@ def fusion_pass(gm: fx.GraphModule, *, min_ops: int = 2) -> fx.GraphModule:
     from autopar.kernels.runtime import fused_kernel, register
 
     report = FusionReport()
+    for node in gm.graph.nodes:   # parameters read by rewrite passes (a row-parallel bias) carry no spec
+        if node.op == "get_attr" and node.meta.get(SPEC) is None:
+            try:
+                value = gm.get_parameter(node.target)
+            except AttributeError:
+                continue
+            node.meta[SPEC] = TensorSpec(tuple(value.shape), value.dtype)
 
     def recognise_all():
         return {n: r for n in gm.graph.nodes if (r := _recognise(n, gm)) is not None}
