@@ -361,8 +361,23 @@ def _transformers_fused_and_not():
             x, y = torch.randint(0, 64, (4, 16)), torch.randint(0, 64, (4, 16))
             pm = autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn, example_target=y,
                                  strategy=strategy, fusion=fusion)
-            losses = [pm.step(x, target=y).item() for _ in range(2)]
-            grads = {k: v for k, v in pm.full_gradients().items() if v is not None}
+            optimizer = torch.optim.SGD(pm.parameters(), lr=0.1)
+            losses = []
+            for _ in range(2):   # a step, an optimizer step, a step
+                optimizer.zero_grad()
+                losses.append(pm.step(x, target=y).item())
+                grads = {k: v for k, v in pm.full_gradients().items() if v is not None}
+                optimizer.step()
+            if name == "tiny":   # and the single-device model, trained the same way
+                torch.manual_seed(0)
+                reference = factory()
+                sgd = torch.optim.SGD(reference.parameters(), lr=0.1)
+                for _ in range(2):
+                    sgd.zero_grad()
+                    loss = loss_fn(reference(x), y)
+                    loss.backward()
+                    sgd.step()
+                losses.append(loss.item())
             code = pm.rank_graph_code() if strategy is megatron else ""
             out[name, fusion] = (losses, grads, [line.split("'")[1] for line in code.splitlines()
                                                  if "fused_kernel(" in line])
@@ -377,10 +392,12 @@ def test_transformers_fused_equal_unfused_on_two_ranks():
         for name in ("tiny", "gpt2", "gpt2-pipeline"):
             (loss_on, grads_on, kernels), (loss_off, grads_off, none) = out[name, True], out[name, False]
             assert (kernels or name == "gpt2-pipeline") and not none
-            assert loss_on == pytest.approx(loss_off, rel=1e-5)
+            assert loss_on == pytest.approx(loss_off, rel=1e-5)   # both steps (after an optimizer step)
             for key, g in grads_off.items():
                 scale = g.abs().max().item() + 1e-12
                 assert (grads_on[key] - g).abs().max().item() <= 1e-5 * scale, key
+        fused, _, _ = out["tiny", True]
+        assert fused[1] == pytest.approx(fused[2], rel=1e-5)   # the single-device model after the same SGD step
         assert any(k.startswith("bias_gelu") for k in out["tiny", True][2])
         assert any(k.startswith("scale_mask_softmax") for k in out["tiny", True][2])
         assert any("dropout_add_layer_norm" in k for k in out["gpt2", True][2])
