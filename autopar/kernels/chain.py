@@ -26,7 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "bool": torch.bool}
+"""The dtypes generated kernels take, by the names the IR uses."""
+DTYPE_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,6 @@ class Output:
     value: str
     dtype: str
     shape_rule: tuple
-    source: str = ""
 
 
 @dataclass

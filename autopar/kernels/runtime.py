@@ -19,9 +19,9 @@ import torch
 import torch.fx
 
 from autopar.kernels import codegen
-from autopar.kernels.chain import Chain
+from autopar.kernels import interpreting
+from autopar.kernels.chain import TORCH_DTYPES, Chain
 
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "bool": torch.bool}
 
 
 def cache_dir() -> str:
@@ -113,7 +113,7 @@ class FusedKernel:
 
 
 def _launch(function, grid, *args, **sizes) -> None:
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if interpreting():
         import numpy
         # the interpreter runs the rows past the end too (masked): their inf - inf is not an error
         with numpy.errstate(all="ignore"):
@@ -139,7 +139,7 @@ class _FusedFunction(torch.autograd.Function):
         device = flat[0].device
         grid, sizes = kernel.launch_sizes(tensors)
         numel = tensors[kernel.full_input].numel()
-        outs = [torch.empty(numel, dtype=_DTYPES[o.dtype], device=device) for o in chain.outputs]
+        outs = [torch.empty(numel, dtype=TORCH_DTYPES[o.dtype], device=device) for o in chain.outputs]
         _launch(getattr(kernel.module, f"{kernel.name}_fwd"), grid, *flat, *outs, *seeds, **sizes)
         ctx.kernel, ctx.seeds, ctx.grid, ctx.sizes = kernel, seeds, grid, sizes
         ctx.save_for_backward(*flat)
@@ -160,7 +160,7 @@ class _FusedFunction(torch.autograd.Function):
         gouts = [_flat(g) if g is not None else torch.zeros(numel, device=device) for g in grad_outputs]
         diff = [(k, i) for k, i in enumerate(chain.tensors) if i.differentiable]
         buffers = [torch.empty(numel, device=device,
-                               dtype=_DTYPES[i.dtype] if i.kind == "full" else torch.float32) for _, i in diff]
+                               dtype=TORCH_DTYPES[i.dtype] if i.kind == "full" else torch.float32) for _, i in diff]
         _launch(getattr(kernel.module, f"{kernel.name}_bwd"), ctx.grid, *flat, *gouts, *buffers, *ctx.seeds,
                 **ctx.sizes)
         grads: list[torch.Tensor | None] = [None] * len(flat)
@@ -170,7 +170,7 @@ class _FusedFunction(torch.autograd.Function):
             shape = ctx.shapes[k]
             if i.kind == "trailing":
                 numel = max(1, flat[k].numel())
-                buf = buf.view(-1, numel).sum(0).to(_DTYPES[i.dtype])
+                buf = buf.view(-1, numel).sum(0).to(TORCH_DTYPES[i.dtype])
             grads[k] = buf.view(shape)
         return (None, None, *grads)
 

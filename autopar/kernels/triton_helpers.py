@@ -5,14 +5,12 @@ Each has its derivative beside it, so a generated backward reads ``th.gelu_grad(
 the kernels run on the CPU in tests) has no libdevice, so there it is computed from
 ``exp`` with a series near zero, where ``1 - exp(-2|x|)`` would lose relative accuracy.
 """
-import os
-
 import triton
 import triton.language as tl
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+from autopar.kernels import interpreting
 
-if _INTERPRET:
+if interpreting():
     @triton.jit
     def round_bf16(x):
         """x rounded to the nearest bfloat16 (ties to even), as fp32. The interpreter's own

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from autopar._torch_compat import is_aten_op
 from autopar.ir import SPEC, TensorSpec, tensor_spec
 from autopar.kernels import codegen
-from autopar.kernels.chain import Chain, Input, Op, Output, pattern_name
+from autopar.kernels.chain import DTYPE_NAMES, Chain, Input, Op, Output, pattern_name
 from autopar.runtime import rng
 
 log = logging.getLogger("autopar.fusion")
@@ -57,6 +57,12 @@ class FusionReport:
     uses: list = field(default_factory=list)         # (kernel name, the fx node names it replaces)
     skipped: list = field(default_factory=list)      # (fx node names, reason)
     biases_split: int = 0
+
+    def skip(self, nodes: list[fx.Node], reason) -> None:
+        """Record (and log) that ``nodes`` stay unfused, and why."""
+        names = [n.name for n in nodes]
+        log.info("fusion: %s stay unfused: %s", ", ".join(names), reason)
+        self.skipped.append((names, str(reason)))
 
     def summary(self) -> str:
         lines = [f"fusion: {len(self.uses)} chain(s) run by {len(self.kernels)} generated kernel(s); "
@@ -247,6 +253,17 @@ def _layer_norm(node, gm, args, kwargs, spec) -> _Rec | None:
 
 # ------------------------------------------------------------------ bias split
 
+def _give_parameter_spec(gm: fx.GraphModule, node: fx.Node) -> None:
+    """Write SPEC on a ``get_attr`` of a parameter that has none (added by a rewrite pass)."""
+    if node.op != "get_attr" or node.meta.get(SPEC) is not None:
+        return
+    try:
+        value = gm.get_parameter(node.target)
+    except AttributeError:
+        return
+    node.meta[SPEC] = TensorSpec(tuple(value.shape), value.dtype)
+
+
 def _linear_parts(node: fx.Node, gm: fx.GraphModule):
     """(matmul target, x, w, bias) of an ``addmm(b, x, w)``, ``linear(x, w, b)`` or
     ``nn.Linear`` node (its parameters as new ``get_attr`` nodes)."""
@@ -304,8 +321,7 @@ def split_biases(gm: fx.GraphModule, fusible) -> int:
         with graph.inserting_after(anchor):
             add = graph.call_function(torch.ops.aten.add.Tensor, (anchor, bias))
         add.meta[SPEC] = anchor.meta.get(SPEC)
-        bias.meta[SPEC] = TensorSpec(tuple(gm.get_parameter(bias.target).shape), gm.get_parameter(bias.target).dtype) \
-            if bias.op == "get_attr" else bias.meta.get(SPEC)
+        _give_parameter_spec(gm, bias)
         anchor.replace_all_uses_with(add, delete_user_cb=lambda user: user is not add)
         count += 1
     if count:
@@ -379,7 +395,6 @@ class _Chains:
 
 # ------------------------------------------------------------------ building the IR
 
-_DT = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.bool: "bool"}
 
 
 def _trailing(shape: tuple, reader: tuple) -> bool:
@@ -424,7 +439,7 @@ class _Builder:
         else:
             spec = tensor_spec(source)
             shape, dtype = spec.shape, spec.dtype
-        if dtype not in _DT:
+        if dtype not in DTYPE_NAMES:
             raise codegen.Unsupported(f"{reader.name} reads {getattr(source, 'name', source)} of dtype {dtype}; "
                                       f"generated kernels take float32, float16, bfloat16 and bool")
         reader_shape = tensor_spec(reader).shape
@@ -437,12 +452,12 @@ class _Builder:
                                       f"{list(shape)} against {list(reader_shape)}; generated kernels take inputs "
                                       f"of the full shape or broadcast over leading dimensions only")
         for k, known in enumerate(self.input_nodes):
-            if known is source or (isinstance(source, str) and known == source):
+            if known == source:   # the same node (fx compares nodes by identity) or parameter name
                 if self.inputs[k].kind != kind:
                     raise codegen.Unsupported(f"{getattr(source, 'name', source)} is read both whole and broadcast")
                 return self.inputs[k].name
         name = f"in{len(self.input_nodes)}"
-        self.inputs.append(Input(name, kind, _DT[dtype], tuple(shape)))
+        self.inputs.append(Input(name, kind, DTYPE_NAMES[dtype], tuple(shape)))
         self.input_nodes.append(source)
         if kind == "full":
             self.shape_rule[name] = ("input", len(self.input_nodes) - 1)
@@ -476,7 +491,7 @@ class _Builder:
                 rule = self.shape_rule.get(value)
                 if rule is None:
                     raise codegen.Unsupported(f"{node.name} has no full-shaped input to take its shape from")
-                outputs.append((node, Output(value, _DT[tensor_spec(node).dtype], rule, node.name)))
+                outputs.append((node, Output(value, DTYPE_NAMES[tensor_spec(node).dtype], rule)))
         if not any(i.kind == "full" for i in self.inputs):
             raise codegen.Unsupported("no input of the full shape (the chain only broadcasts)")
         seeds = [Input(f"seed{k}", "seed", "int64") for k in range(len(self.dropouts))]
@@ -487,7 +502,7 @@ class _Builder:
 
     def node(self, node: fx.Node, rec: _Rec) -> str:
         spec = tensor_spec(node)
-        dtype = _DT.get(spec.dtype)
+        dtype = DTYPE_NAMES.get(spec.dtype)
         if dtype is None or dtype == "bool":
             raise codegen.Unsupported(f"{node.name} computes {spec.dtype}; generated kernels compute float32, "
                                       f"float16 and bfloat16")
@@ -499,7 +514,7 @@ class _Builder:
         if k == "pow":
             return self.emit("pow", (args[0], rec.attrs["exponent"]), node, dtype)
         if k == "cast":
-            return self.emit("cast", args, node, _DT[rec.attrs["dtype"]])
+            return self.emit("cast", args, node, DTYPE_NAMES[rec.attrs["dtype"]])
         if k == "masked_fill":
             return self.emit("where", (args[1], float(args[2]), args[0]), node, dtype,
                              self.shape_rule.get(args[0]) if isinstance(args[0], str) else None)
@@ -598,12 +613,7 @@ def fusion_pass(gm: fx.GraphModule, *, min_ops: int = 2) -> fx.GraphModule:
 
     report = FusionReport()
     for node in gm.graph.nodes:   # parameters read by rewrite passes (a row-parallel bias) carry no spec
-        if node.op == "get_attr" and node.meta.get(SPEC) is None:
-            try:
-                value = gm.get_parameter(node.target)
-            except AttributeError:
-                continue
-            node.meta[SPEC] = TensorSpec(tuple(value.shape), value.dtype)
+        _give_parameter_spec(gm, node)
 
     def recognise_all():
         return {n: r for n in gm.graph.nodes if (r := _recognise(n, gm)) is not None}
@@ -616,10 +626,7 @@ def fusion_pass(gm: fx.GraphModule, *, min_ops: int = 2) -> fx.GraphModule:
     chains = [nodes for nodes in _Chains(gm, recs).grow() if _worth(nodes, recs, min_ops)]
     ordered, cyclic = _in_dependency_order(chains)
     for nodes in cyclic:
-        names = [n.name for n in nodes]
-        reason = "reads and is read by another fused chain (the two kernels would wait on each other)"
-        log.info("fusion: %s stay unfused: %s", ", ".join(names), reason)
-        report.skipped.append((names, reason))
+        report.skip(nodes, "reads and is read by another fused chain (the two kernels would wait on each other)")
     for nodes in ordered:
         while nodes and recs[nodes[-1]].kind == "view":  # a trailing view is left to the graph
             nodes.pop()
@@ -628,17 +635,12 @@ def fusion_pass(gm: fx.GraphModule, *, min_ops: int = 2) -> fx.GraphModule:
             chain, out_nodes = builder.build()
             _rows_consistent(chain, nodes)
         except codegen.Unsupported as e:
-            names = [n.name for n in nodes]
-            log.info("fusion: %s stay unfused: %s", ", ".join(names), e)
-            report.skipped.append((names, str(e)))
+            report.skip(nodes, e)
             continue
         late = _late_input(gm, nodes, builder, replaced)
         if late is not None:
-            names = [n.name for n in nodes]
-            reason = (f"its input {late} (another kernel's output) is computed after a reader of the chain's "
-                      f"values")
-            log.info("fusion: %s stay unfused: %s", ", ".join(names), reason)
-            report.skipped.append((names, reason))
+            report.skip(nodes, f"its input {late} (another kernel's output) is computed after a reader of the "
+                               f"chain's values")
             continue
         kernel = register(chain)
         if kernel not in report.kernels:
