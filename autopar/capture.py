@@ -81,9 +81,21 @@ def capture(
 
     ``tracer`` is ``"auto"`` (symbolic trace, then export), ``"symbolic_trace"`` or
     ``"export"``. Raises :class:`CaptureError` naming the model class and the construct
-    each tracer stopped at.
+    each tracer stopped at. The model's buffers are left as they were: capturing runs
+    the model, and a batch norm in training mode would otherwise count the run and move
+    its running statistics.
     """
-    example_inputs = tuple(example_inputs)
+    saved = {name: b.detach().clone() for name, b in model.named_buffers() if b.device.type != "meta"}
+    try:
+        return _capture(model, tuple(example_inputs), loss_fn, example_target, tracer)
+    finally:
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in saved:
+                    b.copy_(saved[name])
+
+
+def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str) -> fx.GraphModule:
     with_loss = loss_fn is not None
     if with_loss and example_target is None:
         raise ValueError("capture: a loss_fn was given without example_target; pass the target tensor "

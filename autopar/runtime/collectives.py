@@ -322,6 +322,76 @@ def vocab_parallel_cross_entropy(
     return loss.to(logits_shard.dtype)
 
 
+class _SyncBatchNorm(torch.autograd.Function):
+    """Batch norm in training mode whose statistics cover the whole batch, split over a
+    group of ranks (each holds a batch shard): what the single-device model computes.
+
+    Forward: the per-channel mean is an all-reduced sum over the count of all ranks;
+    the biased variance a second all-reduce of squared deviations from that mean (two
+    passes, as the single-device kernel, rather than E[x^2] - E[x]^2, which cancels
+    badly). Running statistics are updated in place with the global mean and the
+    unbiased variance, so every rank's buffers stay equal to the single-device model's.
+
+    Backward: with ``g = dy * weight`` and ``x̂`` the normalised input,
+    ``dx = invstd * (g - Σg/N - x̂ Σ(g x̂)/N)`` where both sums are all-reduced over the
+    group; ``dweight = Σ dy x̂`` and ``dbias = Σ dy`` stay local sums and are averaged
+    with every other gradient by the data-parallel buckets. Each rank back-propagates
+    its own loss, so the all-reduced sums are G times the global loss's and the
+    averaging restores the single-device gradients (the convention of
+    :class:`_AverageOverGroup`).
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, momentum: float, eps: float,
+                group: Optional[ProcessGroup]):
+        dims = [d for d in range(x.dim()) if d != 1]
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        xf = x.float()
+        count = torch.tensor([x.numel() // x.shape[1]], dtype=torch.float64)
+        total = _all_reduce(torch.cat([xf.sum(dims).double(), count]), group)
+        n = total[-1].item()
+        mean = (total[:-1] / n).float()
+        centred = xf - mean.view(shape)
+        var = (_all_reduce(centred.pow(2).sum(dims).double(), group) / n).float()
+        invstd = torch.rsqrt(var + eps)
+        xhat = centred * invstd.view(shape)
+        y = xhat
+        if weight is not None:
+            y = y * weight.float().view(shape)
+        if bias is not None:
+            y = y + bias.float().view(shape)
+        if running_mean is not None:
+            with torch.no_grad():
+                running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
+                unbiased = var * (n / max(n - 1, 1))
+                running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
+        ctx.save_for_backward(xhat, invstd, weight)
+        ctx.meta = (dims, shape, n, group, bias is not None)
+        return y.to(x.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        xhat, invstd, weight = ctx.saved_tensors
+        dims, shape, n, group, has_bias = ctx.meta
+        dyf = dy.float()
+        g = dyf * weight.float().view(shape) if weight is not None else dyf
+        sums = _all_reduce(torch.cat([g.sum(dims), (g * xhat).sum(dims)]), group)
+        sum_g, sum_gx = sums.chunk(2)
+        dx = invstd.view(shape) * (g - (sum_g / n).view(shape) - xhat * (sum_gx / n).view(shape))
+        dweight = (dyf * xhat).sum(dims).to(weight.dtype) if weight is not None else None
+        dbias = dyf.sum(dims).to(dy.dtype) if has_bias else None
+        return dx.to(dy.dtype), dweight, dbias, None, None, None, None, None
+
+
+def sync_batch_norm(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                    running_mean: Optional[torch.Tensor], running_var: Optional[torch.Tensor],
+                    momentum: float, eps: float, group: str) -> torch.Tensor:
+    """Training-mode batch norm over the batch that the ranks of ``group`` share
+    (see :class:`_SyncBatchNorm`); ``momentum`` is the running statistics' update factor."""
+    return _SyncBatchNorm.apply(x, weight, bias, running_mean, running_var, momentum, eps, get_group(group))
+
+
 GRAPH_FUNCTIONS = (
     copy_to_tensor_region,
     reduce_from_tensor_region,
@@ -332,6 +402,7 @@ GRAPH_FUNCTIONS = (
     sum_over_group,
     vocab_parallel_embedding,
     vocab_parallel_cross_entropy,
+    sync_batch_norm,
 )
 """The graph-callable collectives; pass as ``fx.Tracer(autowrap_functions=...)`` to keep
 them as leaves when a rewritten program is traced again."""

@@ -1,0 +1,120 @@
+"""The model-coverage suite's models: Hugging Face ``transformers`` models built from
+small configs with random weights (nothing is downloaded), and the project's own
+examples. Each entry is a :class:`ZooCase`: a factory (every rank builds its own copy
+from the same seed), one global example batch, its target and the loss.
+
+Used by :func:`coverage_job` (``tests/test_coverage.py``, ``python -m examples.coverage``)
+and by anyone who wants a realistic model to try a strategy on::
+
+    >>> case = ZOO["llama"]()
+    >>> model = case.factory(); out = model(*case.inputs)
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# no dropout anywhere: single-device and parallel training must see the same function
+# (autopar's rank-aware dropout is checked separately, tests/test_dropout.py)
+_NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+@dataclasses.dataclass
+class ZooCase:
+    name: str
+    factory: Callable[[], nn.Module]
+    inputs: tuple
+    target: torch.Tensor
+    loss_fn: Callable
+    note: str = ""
+
+
+def logits_loss(output, target):
+    """Cross-entropy of a Hugging Face output's ``logits`` ([B, C] or [B, T, V])."""
+    logits = output.logits if hasattr(output, "logits") else output
+    return F.cross_entropy(logits.flatten(0, -2), target.flatten())
+
+
+class Seq2Seq(nn.Module):
+    """Calls an encoder-decoder with keywords: autopar passes inputs positionally, and the
+    second positional argument of ``T5ForConditionalGeneration`` is the attention mask."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, decoder_input_ids):
+        return self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids)
+
+
+def _tokens(generator, *shape, vocab=64):
+    return torch.randint(0, vocab, shape, generator=generator)
+
+
+def gpt2() -> ZooCase:
+    from examples.models import gpt2 as build
+    g = torch.Generator().manual_seed(1)
+    return ZooCase("gpt2", lambda: build(layers=2), (_tokens(g, 4, 16),), _tokens(g, 4, 16), logits_loss)
+
+
+def bert() -> ZooCase:
+    from transformers import BertConfig, BertForSequenceClassification
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=16, num_labels=3, **_NO_DROPOUT)
+    g = torch.Generator().manual_seed(1)
+    return ZooCase("bert", lambda: BertForSequenceClassification(config), (_tokens(g, 4, 16),),
+                   torch.randint(0, 3, (4,), generator=g), logits_loss, "sequence classification")
+
+
+def llama() -> ZooCase:
+    from transformers import LlamaConfig, LlamaForCausalLM
+    config = LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=4, intermediate_size=64, max_position_embeddings=16, use_cache=False)
+    g = torch.Generator().manual_seed(1)
+    return ZooCase("llama", lambda: LlamaForCausalLM(config), (_tokens(g, 4, 16),), _tokens(g, 4, 16), logits_loss)
+
+
+def t5() -> ZooCase:
+    from transformers import T5Config, T5ForConditionalGeneration
+    config = T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0,
+                      use_cache=False, decoder_start_token_id=0)
+    g = torch.Generator().manual_seed(1)
+    return ZooCase("t5", lambda: Seq2Seq(T5ForConditionalGeneration(config)),
+                   (_tokens(g, 4, 16), _tokens(g, 4, 8)), _tokens(g, 4, 8), logits_loss,
+                   "encoder-decoder, called through a keyword adapter (Seq2Seq)")
+
+
+def vit() -> ZooCase:
+    from transformers import ViTConfig, ViTForImageClassification
+    config = ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                       num_attention_heads=4, intermediate_size=64, num_labels=5, **_NO_DROPOUT)
+    g = torch.Generator().manual_seed(1)
+    return ZooCase("vit", lambda: ViTForImageClassification(config), (torch.randn(4, 3, 16, 16, generator=g),),
+                   torch.randint(0, 5, (4,), generator=g), logits_loss)
+
+
+def resnet() -> ZooCase:
+    from transformers import ResNetConfig, ResNetForImageClassification
+    config = ResNetConfig(num_channels=3, embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_labels=5)
+    g = torch.Generator().manual_seed(1)
+    return ZooCase("resnet", lambda: ResNetForImageClassification(config), (torch.randn(4, 3, 16, 16, generator=g),),
+                   torch.randint(0, 5, (4,), generator=g), logits_loss, "batch norm in training mode")
+
+
+def _own(name: str) -> Callable[[], ZooCase]:
+    def case() -> ZooCase:
+        from examples.factories import training_case
+        factory, inputs, target, loss = training_case(name)
+        return ZooCase(name, factory, inputs, target, loss, "autopar example")
+    return case
+
+
+ZOO: dict[str, Callable[[], ZooCase]] = {
+    "gpt2": gpt2, "bert": bert, "llama": llama, "t5": t5, "vit": vit, "resnet": resnet,
+    "mlp": _own("mlp"), "transformer": _own("transformer"), "inception": _own("inception"), "towers": _own("towers"),
+}
+"""Every model of the suite by name, Hugging Face first."""
