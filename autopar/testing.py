@@ -51,7 +51,7 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
     pm = autopar.compile(model, mesh, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
                          strategy=strategy, hardware=hardware, overlap=overlap,
                          recompute=recompute)
-    report: dict[str, Any] = {"mesh": dict(pm.plan.mesh), "plan": pm.plan.explain(),
+    report: dict[str, Any] = {"mesh": dict(pm.plan.mesh), "plan": pm.plan.explain(), "tracer": pm.plan.tracer,
                               "strategies": {r.strategy for r in pm.plan.regions} - {"replicate"},
                               # parameters this rank holds no element of (the cube's off-diagonal vectors)
                               "empty_params": sum(p.numel() == 0 for p in pm.parameters())}

@@ -1,0 +1,49 @@
+"""The model-coverage suite (examples/coverage.py, docs/coverage.md): Hugging Face GPT-2,
+BERT, Llama, T5, ViT and ResNet from small configs, and the project's examples, each
+captured, planned, trained 3 steps on 4 gloo ranks and compared with single-device
+training. One spawn runs the whole suite."""
+import pytest
+
+from autopar.runtime.launcher import launch
+from examples.coverage import DEFAULT_RUNS, HF_TRANSFORMERS, coverage_job, is_equal, table
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return launch(coverage_job, 4, (DEFAULT_RUNS,), timeout_s=900)
+
+
+@pytest.mark.multiprocess
+def test_every_model_of_the_suite_trains_like_the_single_device_model(rows):
+    failed = [(r["model"], r["strategy"], r.get("error"), r.get("traceback")) for r in rows[0] if not r["equal"]]
+    assert not failed, f"{failed}\n{table(rows[0])}"
+    assert {r["model"] for r in rows[0]} >= {"gpt2", "bert", "llama", "t5", "vit", "resnet", "mlp", "transformer",
+                                             "inception", "towers"}
+
+
+@pytest.mark.multiprocess
+def test_every_rank_reports_the_same_plan_and_verdict(rows):
+    summary = [[(r["model"], r.get("plan"), r["equal"]) for r in rank_rows] for rank_rows in rows]
+    assert all(s == summary[0] for s in summary)
+
+
+@pytest.mark.multiprocess
+def test_forced_megatron_splits_every_transformer(rows):
+    forced = [r for r in rows[0] if r["strategy"] != "auto"]
+    assert {r["model"] for r in forced} == set(HF_TRANSFORMERS)
+    for r in forced:
+        assert r["mesh"] == {"data": 2, "tensor": 2} and "megatron" in r["strategies"], r["model"]
+
+
+@pytest.mark.multiprocess
+def test_hugging_face_models_are_captured_by_export_and_examples_by_symbolic_trace(rows):
+    tracers = {r["model"]: r["tracer"] for r in rows[0]}
+    assert all(tracers[m] == "export" for m in ("gpt2", "bert", "llama", "t5", "vit", "resnet"))
+    assert all(tracers[m] == "symbolic_trace" for m in ("mlp", "transformer", "inception", "towers"))
+
+
+def test_equality_criterion_rejects_a_real_difference():
+    good = {"output": (0.0, 0.0), "loss": (1e-7, 1e-7), "grad": (1e-8, 2e-7), "param": (2e-6, 1.0)}
+    assert is_equal(good)
+    assert not is_equal({**good, "grad": (1e-3, 1e-2)})
+    assert not is_equal({**good, "param": (1e-3, 1e-3)})
