@@ -7,6 +7,7 @@ import torch.nn.functional as F
 import autopar
 from autopar.passes.manager import PassError
 from autopar.runtime.launcher import LaunchError, launch
+from examples.coverage import is_equal
 from examples.models import MLP, TinyTransformer, lm_loss
 
 
@@ -141,3 +142,47 @@ def _export_only_dsp():
     from examples.models import Inception
     gm = analyse(capture(Inception(), (torch.randn(4, 3, 8, 8),), tracer="export"))
     plan_graph(gm, 2, get_hardware(None), {"data": 2, "subgrids": 2})
+
+
+class _RolledAttention(nn.Module):
+    """Attention whose queries go through ``torch.roll``, an op with no split rule."""
+
+    def __init__(self, width=16, heads=4):
+        super().__init__()
+        self.qkv, self.proj, self.heads, self.width = nn.Linear(width, 3 * width), nn.Linear(width, width), heads, width
+        self.fc1, self.fc2 = nn.Linear(width, 2 * width), nn.Linear(2 * width, width)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
+                   for t in self.qkv(x).split(self.width, dim=2))
+        q = q + torch.roll(q, 1, -1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.proj(y)
+        return x + self.fc2(F.gelu(self.fc1(x)))
+
+
+def test_region_with_an_op_without_split_rule_falls_back_to_replication(caplog):
+    x = torch.randn(4, 8, 16)
+    with caplog.at_level("WARNING", logger="autopar.planning"):
+        plan = autopar.plan(_RolledAttention(), 2, (x,), strategy={"tensor": 2})
+    attention = next(r for r in plan.regions if r.kind == "attention")
+    assert attention.strategy == "replicate"
+    assert "node roll (aten.roll) has no split rule; the region stays replicated within the tensor group" in attention.reason
+    assert any("attention:scaled_dot_product_attention" in m and "roll" in m for m in caplog.messages)
+    assert [r.strategy for r in plan.regions if r.kind == "linear_chain"] == ["megatron"]  # the rest still splits
+    assert "roll" in plan.explain()
+
+
+def _rolled_training():
+    from autopar.testing import compare_with_single_device
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 8, 16), torch.randn(4, 8, 16)
+    return compare_with_single_device(_RolledAttention, (x,), y, F.mse_loss, {"data": 1, "tensor": 2})
+
+
+@pytest.mark.multiprocess
+def test_fallback_region_trains_like_the_single_device_model():
+    for report in launch(_rolled_training, 2, timeout_s=120):
+        assert report["strategies"] == {"megatron"}
+        assert is_equal(report), report

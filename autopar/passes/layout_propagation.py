@@ -40,6 +40,8 @@ _LAYER_NORM_FUNCTIONS = {F.layer_norm} | ops._targets("layer_norm")
 _EXPAND = ops._targets("expand")
 _PERMUTE = ops._targets("permute")
 _T = ops._targets("t")
+_SLICE = ops._targets("slice", "narrow")
+_CAT = {torch.cat, torch.concat} | ops._targets("cat", "concat")
 _SHAPE_ONLY = {torch.flatten, torch.squeeze, torch.unsqueeze} | ops._targets("flatten", "squeeze", "unsqueeze")
 
 
@@ -58,6 +60,9 @@ class LayoutPropagator:
         self.gm, self.graph, self.t, self.group = gm, gm.graph, degree, group
         self.layout: dict[fx.Node, Any] = {}
         self.cache: dict[tuple, fx.Node] = {}
+        # (node name, op, why) of every node no rule covered (see _fallback)
+        self.fallbacks: list[tuple[str, str, str]] = []
+        self.quiet = False
 
     def _call(self, fn, args, after: fx.Node | None = None, before: fx.Node | None = None) -> fx.Node:
         ctx = self.graph.inserting_after(after) if after is not None else self.graph.inserting_before(before)
@@ -95,8 +100,10 @@ class LayoutPropagator:
         return [a for a in node.all_input_nodes if self.layout.get(a) is not None]
 
     def _fallback(self, node: fx.Node, why: str) -> None:
-        log.warning("tensor parallel: no split rule for %s (%s): %s; its split inputs are all-gathered",
-                    node.format_node(), ops.op_name(node), why)
+        self.fallbacks.append((node.name, ops.op_name(node), why))
+        if not self.quiet:
+            log.warning("tensor parallel: no split rule for %s (%s): %s; its split inputs are all-gathered",
+                        node.format_node(), ops.op_name(node), why)
         for arg in self._sharded_inputs(node):
             layout = self.layout[arg]
             if isinstance(layout, tuple):
@@ -134,6 +141,11 @@ class LayoutPropagator:
             return out
         if (kind == "call_method" and target in ("transpose", "permute", "t")) or (kind == "call_function" and target in ops.TRANSPOSE_FUNCTIONS):
             return self._transpose(node, in_layout)
+        if kind == "call_function" and target in _CAT:
+            return self._cat(node)
+        if (kind == "call_method" and target == "narrow") or (kind == "call_function" and (target in _SLICE or
+                                                                                          target is torch.narrow)):
+            return self._slice(node, in_layout)
         if (kind == "call_method" and target == "expand") or (kind == "call_function" and target in _EXPAND):
             return self._expand(node, in_layout)
         if (kind == "call_method" and target in ("split", "chunk", "unbind")) or (kind == "call_function" and target in _SPLIT_FUNCTIONS):
@@ -208,6 +220,36 @@ class LayoutPropagator:
         if node.target in ("t", torch.t) or node.target in _T:
             return map_transpose(0, 1, ndim, layout)
         return map_transpose(node.args[1], node.args[2], ndim, layout)
+
+    def _slice(self, node: fx.Node, layout: Shard) -> Shard:
+        """A slice (``aten.slice``, ``narrow``) of an unsplit dimension keeps the split, as
+        rotary embeddings slice the head dimension of head-split queries and keys."""
+        layout = self._only_first_split(node, layout)
+        ndim = len(tensor_spec(node.args[0]).shape)
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        if normalize_dim(dim, ndim) == layout.dim:
+            raise NoSplitRule("a slice of the split dimension")
+        return layout
+
+    def _cat(self, node: fx.Node) -> Shard:
+        """A concatenation along an unsplit dimension of values split alike keeps the
+        split (rotary embeddings' ``rotate_half``: ``cat((-x2, x1), -1)`` of head-split
+        halves); a replicated operand is sliced to match."""
+        pieces = node.args[0] if node.args else node.kwargs["tensors"]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        split = [self.layout.get(p) for p in pieces if isinstance(p, fx.Node) and self.layout.get(p) is not None]
+        if any(isinstance(x, tuple) for x in split) or len({(x.dim, x.blocks) for x in split}) != 1:
+            raise NoSplitRule("the concatenated values are split differently")
+        layout = split[0]
+        if normalize_dim(dim, len(tensor_spec(node).shape)) == layout.dim or layout.blocks != 1:
+            raise NoSplitRule("a concatenation along the split dimension")
+        new = [self._scatter(p, layout.dim) if isinstance(p, fx.Node) and self.layout.get(p) is None else p
+               for p in pieces]
+        if node.args:
+            node.args = (type(pieces)(new),) + tuple(node.args[1:])
+        else:
+            node.kwargs = {**node.kwargs, "tensors": type(pieces)(new)}
+        return layout
 
     def _expand(self, node: fx.Node, layout: Shard) -> Shard:
         layout = self._only_first_split(node, layout)

@@ -283,3 +283,50 @@ class _Rewriter(LayoutPropagator):
         self.layout[loss] = None
 
     # ------------------------------------------------------------------ propagation rules
+
+
+def regions_without_rules(gm: fx.GraphModule, region_ids: list[str], degree: int) -> dict[str, str]:
+    """The regions among ``region_ids`` that hold an op no split rule covers when they
+    are split ``degree`` ways, each with a reason naming the op and node: the planner
+    keeps them replicated (a region needs no rule then) rather than split with
+    all-gathers it did not price. Found by rewriting a copy of the graph (the modules are
+    shared, not copied) with all of them split, dropping the regions that fell back, and
+    again until none does."""
+    from autopar.ir import REGION_OF
+    left, found = list(region_ids), {}
+    while left and degree > 1:
+        graph = fx.Graph()
+        values: dict = {}
+        out = graph.graph_copy(gm.graph, values)
+        graph.output(out)
+        probe = fx.GraphModule(gm, graph)
+        probe.meta.update(gm.meta)
+        rewriter = _Rewriter(probe, set(left), degree, 0, "tensor")
+        rewriter.quiet = True  # the planner reports what it decides
+        try:
+            rewriter.run()
+        except TensorParallelError as e:  # a rule that refuses outright: find its region alone
+            if len(left) == 1:
+                found[left[0]] = str(e)
+                break
+            culprits = {rid: why for rid in left for why in [_refusal(gm, rid, degree)] if why}
+            found.update(culprits)
+            left = [rid for rid in left if rid not in culprits]
+            continue
+        new = {}
+        for name, op, why in rewriter.fallbacks:
+            node = next(n for n in probe.graph.nodes if n.name == name)
+            for rid in node.meta.get(REGION_OF, {}).values():
+                if rid in left and rid not in new:
+                    what = f"node {name} ({op}) has no split rule" if why == "no split rule for this op" \
+                        else f"node {name} ({op}): {why}"
+                    new[rid] = f"{what}; the region stays replicated within the tensor group"
+        if not new:
+            break
+        found.update(new)
+        left = [rid for rid in left if rid not in new]
+    return found
+
+
+def _refusal(gm: fx.GraphModule, rid: str, degree: int) -> str | None:
+    return regions_without_rules(gm, [rid], degree).get(rid)

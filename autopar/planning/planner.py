@@ -255,6 +255,27 @@ class _Model:
         self.flags_3d: dict[str, tuple] | None = None  # how each splittable region meets its neighbours
         self.pipeline_shapes: dict[int, object] = {}  # stage count -> _PipelineShape or its PlanError
         self.node_flops: dict[str, float] | None = None
+        self._rule_gaps: dict[str, str] | None = None
+
+    def rule_gaps(self) -> dict[str, str]:
+        """Region id → why it stays replicated: it holds an op that no split rule covers
+        (:func:`autopar.passes.tensor_parallel.regions_without_rules`), so splitting it
+        would all-gather unpriced values mid-region. Found once per model, probing each
+        region at the smallest degree that divides its sizes, and logged."""
+        if self._rule_gaps is None:
+            from autopar.passes.tensor_parallel import regions_without_rules
+            by_degree: dict[int, list[str]] = {}
+            for r in self.regions:
+                sizes = [size for _, size in _region_sizes(r)]
+                degree = next((k for k in range(2, max(sizes, default=1) + 1) if all(s % k == 0 for s in sizes)), 0)
+                if degree:
+                    by_degree.setdefault(degree, []).append(r.id)
+            self._rule_gaps = {}
+            for degree, ids in sorted(by_degree.items()):
+                self._rule_gaps.update(regions_without_rules(self.gm, ids, degree))
+            for rid, why in self._rule_gaps.items():
+                log.warning("region %s: %s", rid, why)
+        return self._rule_gaps
 
     def _param_elems_by_region(self) -> dict[str, int]:
         seen, total = set(), {}
@@ -330,7 +351,7 @@ def _price(model: _Model, hw: Hardware, data: int, tensor: int, force_split: boo
     """(region choices, total cost, step seconds) of one factorisation; ``keep_whole``:
     region id → why it stays replicated whatever the tensor degree; ``recompute``: the
     regions' forward runs twice (a pipeline's blocks, megatron §3.5)."""
-    keep_whole = keep_whole or {}
+    keep_whole = {**(model.rule_gaps() if tensor > 1 else {}), **(keep_whole or {})}
     choices: list[RegionChoice] = []
     in_region: set[str] = set()
     split_param_elems = 0
@@ -867,10 +888,13 @@ def _plan_graph(model: _Model, world_size: int, hw: Hardware, strategy: Any, mod
             # No region pays for its communication on its own, but a tensor group that
             # splits nothing only repeats work: price splitting every region that divides.
             choices, total, step = _price(model, hw, data, tensor, True)
-            if not any(c.strategy == "megatron" for c in choices):
+            gaps = [c.region for c in choices if c.region in model.rule_gaps()]
+            if not any(c.strategy == "megatron" for c in choices) and not (forced is not None and gaps):
                 candidates.append(MeshCandidate(mesh, None, None, False,
-                                                f"no region can be split over tensor={tensor}"))
+                                                f"no region can be split over tensor={tensor}" +
+                                                (f" (regions {gaps} hold ops with no split rule)" if gaps else "")))
                 continue
+            # forced degrees whose regions all fell back: the tensor group replicates them
         if total.memory_bytes > hw.memory_bytes:
             candidates.append(MeshCandidate(mesh, step, total.memory_bytes, False,
                                             f"needs {total.memory_bytes / 2**30:.1f} GiB per rank, device has "
@@ -992,7 +1016,7 @@ class _PipelineShape:
             model.node_flops = {n.name: float(node_flops(model.gm, n)) for n in model.gm.graph.nodes}
         self.part = part = partition(model.gm, stages, flops=model.node_flops)
         self.param_stages = parameter_stages(model.gm, part)
-        self.keep_whole: dict[str, str] = {}
+        self.keep_whole: dict[str, str] = dict(model.rule_gaps())
         names_of: dict[str, list[str]] = {}
         for n, rid in model.param_region.items():
             names_of.setdefault(rid, []).append(n)
