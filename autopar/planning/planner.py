@@ -256,6 +256,10 @@ class _Model:
         self.pipeline_shapes: dict[int, object] = {}  # stage count -> _PipelineShape or its PlanError
         self.node_flops: dict[str, float] | None = None
         self._rule_gaps: dict[str, str] | None = None
+        from autopar.passes.data_parallel import batch_norm_arguments
+        # batch norms that normalise over the batch (training mode): exact only when the
+        # whole batch is synchronised at once (data parallelism, sync_batch_norm)
+        self.batch_norms = [n.name for n in gm.graph.nodes if batch_norm_arguments(n) is not None]
 
     def rule_gaps(self) -> dict[str, str]:
         """Region id → why it stays replicated: it holds an op that no split rule covers
@@ -777,6 +781,11 @@ def _plan_graph(model: _Model, world_size: int, hw: Hardware, strategy: Any, mod
     forced = Strategy.parse(strategy)
     capture = gm.meta.get(CAPTURE)
     name = model_name or (capture.model_class if capture else type(gm).__name__)
+    if forced is not None and (forced.pipeline > 1 or forced.subgrids > 1) and model.batch_norms:
+        how = "a pipeline runs microbatches" if forced.pipeline > 1 else "D&SP runs branches on other rows"
+        raise PlanError(f"strategy: {how}, and batch norm {model.batch_norms[0]} normalises over the rows it sees in "
+                        f"training mode, so the result would differ from single-device training; use data and tensor "
+                        f"parallelism (autopar synchronises batch norm over the data ranks), or GroupNorm/LayerNorm")
     if forced is not None and forced.pipeline > 1:
         return _plan_pipeline(model, world_size, hw, forced, name)
     candidates: list[MeshCandidate] = []
@@ -822,7 +831,7 @@ def _plan_graph(model: _Model, world_size: int, hw: Hardware, strategy: Any, mod
         # D&SP and D&SP-cSub (SUPER §III-B/C) beside them: sub-grid counts of the
         # data-only mesh, both rank orders
         branching = subgraph_regions(gm)
-        if branching:
+        if branching and not model.batch_norms:  # see the forced check above
             fewest = min(_branch_count(r) for r in branching)
             modes = (True,) if _batch_baked(gm) else (False, True)
             layouts += [(world_size, 1, g, topology_aware, csub) for g in divisors(world_size) if 1 < g <= fewest
@@ -1076,6 +1085,8 @@ def _pipeline_options(model: _Model, world: int) -> list[Strategy]:
     number of blocks, every data x tensor of the rest, 1F1B, and interleaved with v = 2
     where there are 2p blocks."""
     from autopar.passes.pipeline_stages import blocks_of
+    if model.batch_norms:  # microbatches would normalise over fewer rows (see _plan_graph)
+        return []
     blocks = len(blocks_of(model.gm))
     out = []
     for p in divisors(world):
