@@ -4,6 +4,9 @@
   objects; their ``_schema`` names arguments and says which returns alias inputs.
 * The local launcher hosts the rendezvous store in the parent process and tells the
   ranks so with torchrun's ``TORCHELASTIC_USE_AGENT_STORE`` contract.
+* The failure board (``autopar.runtime.health``) reads the default group's store and the
+  groups' collective timeouts; groups made without a timeout get torch's module-level
+  default, not the default group's, unless :class:`new_groups_timeout` swaps it.
 """
 from __future__ import annotations
 
@@ -45,3 +48,54 @@ def _flat_collectives():
 
 
 all_gather_flat, reduce_scatter_flat = _flat_collectives()
+
+
+# ---------------------------------------------------------------- process groups' stores and timeouts
+# (autopar.runtime.health: the failure board lives in the default group's store, and the
+# groups autopar creates get the default group's collective timeout)
+
+def default_store():
+    """The store the default process group was initialised with (torchrun's or launch's
+    rendezvous store, under the default group's prefix)."""
+    from torch.distributed import distributed_c10d
+    return distributed_c10d._get_default_store()
+
+
+def group_timeout(group):
+    """The collective timeout (a ``timedelta``) of ``group``'s backend, or None if unknown."""
+    for device in group._device_types:
+        options = getattr(group._get_backend(device), "options", None)
+        timeout = getattr(options, "_timeout", None)
+        if timeout is not None:
+            return timeout
+    return None
+
+
+def set_group_timeout(group, timeout) -> None:
+    """Make ``group``'s future collectives time out after ``timeout`` (a ``timedelta``)."""
+    from torch.distributed import distributed_c10d
+    distributed_c10d._set_pg_timeout(timeout, group)
+
+
+class new_groups_timeout:
+    """Inside the block, process groups created without an explicit timeout (``new_group``,
+    ``split_group``, ``DeviceMesh``) get ``timeout`` instead of torch's default (30
+    minutes for gloo, 10 for NCCL): torch reads these module globals when a group is made."""
+
+    _NAMES = ("default_pg_timeout", "default_pg_nccl_timeout")
+
+    def __init__(self, timeout):
+        self.timeout = timeout
+
+    def __enter__(self):
+        from torch.distributed import distributed_c10d
+        self.saved = {name: getattr(distributed_c10d, name) for name in self._NAMES}
+        if self.timeout is not None:
+            for name in self._NAMES:
+                setattr(distributed_c10d, name, self.timeout)
+        return self
+
+    def __exit__(self, *exc):
+        from torch.distributed import distributed_c10d
+        for name, value in self.saved.items():
+            setattr(distributed_c10d, name, value)

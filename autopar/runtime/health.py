@@ -1,0 +1,530 @@
+"""Rank health: a failure board in the rendezvous store, so that when one rank dies or
+raises, every other rank stops with an error naming it instead of hanging.
+
+gloo does not say who failed. A rank whose peer died reads ``Connection closed by peer
+[127.0.0.1]:19844``; one whose peer raised before a collective waits for the process
+group's timeout and reads ``Timed out waiting 20000ms for recv operation to complete``.
+The board lives in the default process group's store, which ``launch``'s parent (or
+torchrun's agent) hosts, so it outlives every rank. It holds
+
+* each rank's heartbeat (``beat/<rank>``), written every :data:`HEARTBEAT_S` by a daemon
+  thread: the time, the process id and machine, and the autopar call the rank is in;
+* the failures ranks reported (``failures``): a rank that raises inside a guarded call
+  (``compile``, ``step``, ``forward``, ``grad_norm``, ...) writes its error there before
+  the error leaves the call; a user's code can add its own with :func:`report_failure`.
+
+When a collective fails inside a guarded call, :func:`explain` reads the board and the
+call raises :class:`RankFailureError` (chained to gloo's error), naming the ranks at fault::
+
+    RankFailureError: rank 2 died during step() #2 (its process 4711 is gone); this rank (0)
+    stopped in step() #2: RuntimeError: [../gloo/transport/tcp/pair.cc:537] Read error
+    [127.0.0.1]:47281: Connection reset by peer ...
+
+A rank is dead when its process is gone (checked directly on the same machine) or its
+heartbeat is older than :data:`STALE_AFTER_S`. A rank that stopped because of another's
+failure writes whom it blamed, so ranks further away name the same culprit.
+
+How fast the others stop: a collective with a dead or exited peer fails at once (its
+connection closes); one with a peer that raised but lives on (the user caught the error)
+fails at the process group's timeout, the only way gloo gives up on a live peer (its
+``abort`` and ``shutdown`` leave the connections open). ``compile`` does better: its
+ranks meet on the board (:func:`barrier`) before they create process groups and again
+before they return, so a rank whose planning fails stops the others at once.
+
+Timeouts: groups created inside ``compile`` get the default group's timeout (torch would
+give them 30 minutes), and a mesh the user passes has its groups' timeouts lowered to it.
+"""
+from __future__ import annotations
+
+import atexit
+import datetime
+import functools
+import json
+import logging
+import os
+import re
+import socket
+import threading
+import time
+import zlib
+from typing import Callable
+
+import torch.distributed as dist
+
+from autopar._torch_compat import default_store, group_timeout, new_groups_timeout, set_group_timeout
+
+log = logging.getLogger("autopar.runtime")
+
+HEARTBEAT_S = 1.0
+"""Seconds between two heartbeats of a rank (one also follows each guarded call's start
+and end, at most every :data:`_MIN_GAP_S`, so the board says which call a rank is in)."""
+_MIN_GAP_S = 0.1
+STALE_AFTER_S = 5.0
+"""A rank whose last heartbeat is older than this is dead (when its process cannot be
+checked directly: another machine)."""
+_STORE_TIMEOUT_S = 10.0  # the board's own store operations never block longer
+_PREFIX = "autopar/health/"
+
+
+class RankFailureError(RuntimeError):
+    """Another rank died or raised while this one was in a collective (or waiting for it).
+
+    ``failed``: rank -> what happened to it; ``during``: the call this rank was in. The
+    process group is unusable afterwards: end the run, or destroy it and start again.
+    """
+
+    def __init__(self, message: str, failed: dict[int, str] | None = None, during: str = "",
+                 details: dict[int, str] | None = None):
+        super().__init__(message)
+        self.failed = dict(failed or {})
+        self.during = during
+        self.details = dict(details or {})  # rank -> its error in full, where longer than a line
+
+    def __reduce__(self):
+        return type(self), (str(self), self.failed, self.during, self.details)
+
+    @classmethod
+    def naming(cls, culprits: dict[int, tuple[str, str]], tail: str, during: str) -> RankFailureError:
+        """The error for ``culprits`` (rank -> (one line, full error or "")): the lines, then
+        ``tail`` (what this rank was doing), then each full error::
+
+            rank 1 raised in step() #2: CaptureError: autopar could not capture model MLP.; this rank (0) ...
+            rank 1's error:
+                CaptureError: autopar could not capture model MLP.
+                  torch.fx.symbolic_trace failed: RuntimeError: 0D or 1D target tensor expected ...
+        """
+        message = "; ".join(line for line, _ in culprits.values()) + "; " + tail
+        details = {rank: detail for rank, (_, detail) in culprits.items() if detail}
+        for rank, detail in details.items():
+            message += f"\nrank {rank}'s error:\n" + "\n".join("    " + line for line in detail.splitlines())
+        return cls(message, {rank: line for rank, (line, _) in culprits.items()}, during, details)
+
+
+# ---------------------------------------------------------------------------- this process
+class _State:
+    """What this process is doing, read by the heartbeat thread."""
+
+    def __init__(self):
+        self.doing = ""  # the guarded call the main thread is in ("step() #3"); "" outside
+        self.since = time.time()  # when it entered or left it
+        self.depth = 0
+        self.reported = False  # this rank has a failure on the board
+        self.calls: dict[str, int] = {}
+        self.barriers: dict[tuple[str, str], int] = {}
+        self.members: list[int] | None = None  # the ranks the current setup call spans
+
+
+_STATE = _State()
+_BOARD: _Board | None = None
+_BOARD_LOCK = threading.Lock()
+
+
+def _machine() -> str:
+    """This machine and process-id namespace: pids are comparable only within one."""
+    parts = [socket.gethostname()]
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        try:
+            parts.append(os.readlink(path) if path.endswith("/pid") else open(path).read().strip())
+        except OSError:
+            pass
+    return "/".join(parts)
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rpartition(")")[2].split()[0]
+        return state in ("Z", "X")  # a zombie has died; its parent has not reaped it yet
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+# ---------------------------------------------------------------------------- the board
+class _Board:
+    """The keys of this job's health in the default group's store (one client of our own,
+    so a rank blocked in a store wait does not delay its heartbeat)."""
+
+    def __init__(self):
+        self.group = dist.group.WORLD
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        timeout = group_timeout(self.group)
+        self.timeout_s = timeout.total_seconds() if timeout is not None else 1800.0
+        self.store = default_store().clone()
+        self.store.set_timeout(datetime.timedelta(seconds=min(self.timeout_s, _STORE_TIMEOUT_S)))
+        self.lock = threading.Lock()
+        self.pid, self.machine = os.getpid(), _machine()
+        self.stop = threading.Event()
+        self.wake = threading.Event()  # set when the main thread enters or leaves a guarded call
+        self.thread: threading.Thread | None = None
+
+    def beat(self, state: str = "alive") -> None:
+        value = json.dumps({"t": time.time(), "pid": self.pid, "machine": self.machine, "state": state,
+                            "doing": _STATE.doing, "since": _STATE.since})
+        with self.lock:
+            self.store.set(f"{_PREFIX}beat/{self.rank}", value)
+
+    def record(self, **fields) -> None:
+        line = json.dumps({"rank": self.rank, "t": time.time(), **fields})
+        with self.lock:
+            self.store.append(f"{_PREFIX}failures", line + "\n")
+
+    def add(self, key: str, amount: int) -> int:
+        with self.lock:
+            return self.store.add(_PREFIX + key, amount)
+
+    def read(self) -> _Snapshot:
+        keys = [f"{_PREFIX}beat/{r}" for r in range(self.world)]
+        with self.lock:
+            failures = self.store.get(f"{_PREFIX}failures") if self.store.check([f"{_PREFIX}failures"]) else b""
+            if self.store.check(keys):
+                beats = self.store.multi_get(keys)
+            else:
+                beats = [self.store.get(k) if self.store.check([k]) else None for k in keys]
+        return _Snapshot(self, failures.decode(), [json.loads(b) if b is not None else None for b in beats])
+
+    def run(self) -> None:
+        """The heartbeat thread: beat until stopped or the default group is gone."""
+        while not self.stop.is_set():
+            self.wake.wait(HEARTBEAT_S)
+            self.wake.clear()
+            if self.stop.is_set() or dist.group.WORLD is not self.group:
+                break
+            try:
+                self.beat()
+            except Exception as exc:  # noqa: BLE001 - the store went away: nothing to report to
+                log.debug("heartbeat of rank %d stopped: %s", self.rank, exc)
+                return
+            self.stop.wait(_MIN_GAP_S)
+        self.leave()
+
+    def leave(self) -> None:
+        """Mark this rank as finished (not dead) and stop beating."""
+        self.stop.set()
+        self.wake.set()
+        try:
+            self.beat("left")
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class _Snapshot:
+    """The board as one rank read it."""
+
+    def __init__(self, board: _Board, failures: str, beats: list[dict | None]):
+        self.me, self.machine, self.now = board.rank, board.machine, time.time()
+        self.beats = beats
+        # the last record of each rank counts: a rank that went on to another call recovered
+        self.failures: dict[int, dict] = {}
+        for line in failures.splitlines():
+            if line.strip():
+                record = json.loads(line)
+                self.failures[record["rank"]] = record
+        self.failures = {r: f for r, f in self.failures.items() if f["kind"] != "recovered"}
+
+    def dead(self, rank: int) -> str | None:
+        """Why ``rank`` is dead, or None while it lives (or left, or never beat)."""
+        beat = self.beats[rank]
+        if beat is None or beat["state"] == "left":
+            return None
+        seen = f"last seen in {beat['doing']}" if beat["doing"] else "last seen outside autopar's calls"
+        if beat["machine"] == self.machine and _process_gone(beat["pid"]):
+            return f"its process {beat['pid']} is gone; {seen}"
+        age = self.now - beat["t"]
+        if age > STALE_AFTER_S:
+            return f"no heartbeat for {age:.1f} s; {seen}"
+        return None
+
+    def doing(self, rank: int) -> str:
+        beat = self.beats[rank]
+        if beat is None:
+            return "has not joined the board"
+        if beat["state"] == "left":
+            return "had left (finished; process group destroyed)"
+        for_s = f" for {max(0.0, self.now - beat['since']):.1f} s"
+        return f"in {beat['doing']}{for_s}" if beat["doing"] else f"outside autopar's calls{for_s}"
+
+    def culprits(self, members=None) -> dict[int, tuple[str, str]]:
+        """rank -> (what happened to it in one line, its error in full where longer), for
+        every rank at fault other than this one."""
+        members = range(len(self.beats)) if members is None else members
+        out: dict[int, tuple[str, str]] = {}
+        for rank, failure in sorted(self.failures.items()):
+            if rank != self.me and rank in members and failure["kind"] == "raised":
+                error = failure["error"]
+                first = error.splitlines()[0] if error else ""
+                out[rank] = (f"rank {rank} raised in {failure['during'] or 'its own code'}: {first}",
+                             error if error != first else "")
+        for rank in members:
+            if rank == self.me or rank in self.failures or rank in out:
+                continue
+            why = self.dead(rank)
+            if why is not None:
+                out[rank] = (f"rank {rank} died ({why})", "")
+        # ranks that stopped because of another's failure say whom they blamed
+        for rank, failure in sorted(self.failures.items()):
+            for culprit, line in failure.get("culprits", {}).items():
+                culprit = int(culprit)
+                if culprit != self.me and culprit not in out and culprit in members:
+                    out[culprit] = (line, failure.get("details", {}).get(str(culprit), ""))
+        return out
+
+    def summary(self, members=None, limit: int = 8) -> str:
+        members = [r for r in (range(len(self.beats)) if members is None else members) if r != self.me]
+        parts = []
+        for rank in members[:limit]:
+            failure = self.failures.get(rank)
+            if failure is not None:
+                parts.append(f"rank {rank} stopped in {failure['during']} ({failure['error'].splitlines()[0]})")
+            else:
+                parts.append(f"rank {rank} {self.doing(rank)}")
+        more = f", and {len(members) - limit} more" if len(members) > limit else ""
+        return ", ".join(parts) + more
+
+
+def _board() -> _Board | None:
+    """This job's board (made and its heartbeat started on first use), or None without a
+    process group of more than one rank."""
+    global _BOARD
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    board = _BOARD
+    if board is not None and board.group is dist.group.WORLD and not board.stop.is_set():
+        return board
+    with _BOARD_LOCK:
+        if _BOARD is None or _BOARD.group is not dist.group.WORLD or _BOARD.stop.is_set():
+            if dist.get_world_size() == 1:
+                return None
+            board = _Board()
+            board.beat()
+            board.thread = threading.Thread(target=board.run, name="autopar-heartbeat", daemon=True)
+            board.thread.start()
+            _BOARD = board
+        return _BOARD
+
+
+def start() -> None:
+    """Start this rank's heartbeat (once per process group; ``compile`` and ``launch`` call it)."""
+    _board()
+
+
+def stop() -> None:
+    """Mark this rank as finished and stop its heartbeat (before ``destroy_process_group``;
+    ``launch`` calls it, and it runs at interpreter exit)."""
+    global _BOARD
+    board, _BOARD = _BOARD, None
+    if board is not None:
+        board.store.set_timeout(datetime.timedelta(seconds=1))  # at exit, never wait on a store that went away
+        board.leave()
+
+
+atexit.register(stop)
+os.register_at_fork(after_in_child=lambda: globals().update(_BOARD=None))  # a forked worker is not a rank
+
+
+def report_failure(message: str) -> None:
+    """Tell the other ranks that this one failed, with ``message`` (e.g. ``"ValueError:
+    bad batch"``): their :class:`RankFailureError` will name this rank and quote it.
+    autopar's guarded calls report their own errors; call it for failures outside them."""
+    board = _board()
+    if board is None:
+        return
+    try:
+        board.record(kind="raised", error=_clip(message, 2000), during=_STATE.doing)
+        _STATE.reported = True
+    except Exception as exc:  # noqa: BLE001 - reporting must not hide the error being reported
+        log.warning("could not report this rank's failure on the board: %s", exc)
+
+
+def _report_stopped(error: RankFailureError) -> None:
+    board = _board()
+    if board is None:
+        return
+    try:
+        board.record(kind="stopped", error=_clip(str(error).splitlines()[0]), during=error.during,
+                     culprits={str(r): line for r, line in error.failed.items()},
+                     details={str(r): text for r, text in error.details.items()})
+        _STATE.reported = True
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not report this rank's failure on the board: %s", exc)
+
+
+# ---------------------------------------------------------------------------- explaining errors
+_TRANSPORT = re.compile(r"gloo|nccl|connection (closed|reset|refused)|broken pipe|timed out|timeout|socket", re.I)
+
+
+def is_collective_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failed collective or store operation (a peer, not this rank)."""
+    if isinstance(exc, RankFailureError):
+        return False
+    if isinstance(exc, dist.DistError):
+        return True
+    return isinstance(exc, RuntimeError) and _TRANSPORT.search(str(exc)) is not None
+
+
+def explain(exc: BaseException, during: str = "", members=None) -> RankFailureError:
+    """The :class:`RankFailureError` naming the ranks whose failure made the collective
+    behind ``exc`` fail, read from the board. Waits up to STALE_AFTER_S + HEARTBEAT_S for
+    a culprit to show (a killed rank on another machine shows by its stale heartbeat)."""
+    board = _board()
+    during = during or _STATE.doing or "a collective"
+    if board is None:
+        return RankFailureError(f"this rank stopped in {during}: {_one_line(exc)} (no process group: "
+                                f"no failure board to ask which rank failed)", {}, during)
+    tail = f"this rank ({board.rank}) stopped in {during}: {_one_line(exc)}"
+    deadline = time.monotonic() + STALE_AFTER_S + HEARTBEAT_S
+    try:
+        while True:
+            snapshot = board.read()
+            culprits = snapshot.culprits(members)
+            if culprits or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    except Exception as read_error:  # noqa: BLE001 - the store (rank 0's, without torchrun) may be gone
+        return RankFailureError(f"the failure board could not be read ({_one_line(read_error)}); the rank hosting "
+                                f"the rendezvous store may have died; {tail}", {}, during)
+    if culprits:
+        return RankFailureError.naming(culprits, tail, during)
+    return RankFailureError(f"no rank reported a failure or died; {snapshot.summary(members)}; {tail}. The ranks may "
+                            f"call different collectives (different programs or numbers of steps), or one is stuck "
+                            f"outside autopar", {}, during)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return _clip(f"{type(exc).__name__}: {text[0] if text else ''}")
+
+
+def _clip(text: str, limit: int = 400) -> str:
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+# ---------------------------------------------------------------------------- guarding calls
+def guarded(during: str, *, setup: bool = False) -> Callable:
+    """Decorate a method that runs collectives: its own errors go on the board before they
+    leave it; a failed collective raises :class:`RankFailureError` naming the culprit.
+
+    ``setup``: the call creates process groups (``compile``): it starts the heartbeat,
+    the groups it creates get the default group's timeout, and its ranks leave it
+    together: a :func:`barrier` at its end (over the ranks its first barrier named), so it
+    returns on every rank or raises on every rank.
+    """
+    def decorate(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            state = _STATE
+            if state.depth:  # inside another guarded call, which handles errors
+                return fn(*args, **kwargs)
+            if state.reported:  # the user handled an earlier failure and goes on
+                _recovered()
+            count = state.calls[during] = state.calls.get(during, 0) + 1
+            state.doing, state.since, state.depth = f"{during} #{count}", time.time(), 1
+            state.members = None
+            _wake()
+            try:
+                if not setup:
+                    return fn(*args, **kwargs)
+                board = _board()
+                timeout = datetime.timedelta(seconds=board.timeout_s) if board is not None else None
+                with new_groups_timeout(timeout):
+                    result = fn(*args, **kwargs)
+                if state.members is not None:
+                    _barrier(f"{during} end", state.members)
+                return result
+            except RankFailureError as exc:
+                _report_stopped(exc)
+                raise
+            except BaseException as exc:
+                if _board() is None:
+                    raise
+                if is_collective_failure(exc):
+                    error = explain(exc, state.doing)
+                    _report_stopped(error)
+                    raise error from exc
+                report_failure(f"{type(exc).__name__}: {exc}")
+                raise
+            finally:
+                state.doing, state.since, state.depth = "", time.time(), 0
+                _wake()
+        return call
+    return decorate
+
+
+def _wake() -> None:
+    board = _BOARD
+    if board is not None:
+        board.wake.set()
+
+
+def _recovered() -> None:
+    board = _board()
+    _STATE.reported = False
+    if board is not None:
+        try:
+            board.record(kind="recovered")
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def barrier(name: str, mesh=None) -> None:
+    """Wait until every rank of ``mesh`` (a ``DeviceMesh``; None: every rank) reaches the
+    barrier ``name`` (the n-th call with that name meets the others' n-th). Raises
+    :class:`RankFailureError` as soon as one of them reports a failure, dies, or leaves,
+    and after the default group's timeout. Inside a ``setup`` call it fixes the ranks the
+    call's end barrier waits for, and lowers a passed mesh's group timeouts to the
+    default group's."""
+    board = _board()
+    if board is None:
+        return
+    members = sorted(mesh.mesh.flatten().tolist()) if mesh is not None else list(range(board.world))
+    if mesh is not None:
+        _limit_timeouts(mesh.get_all_groups(), board)
+    if _STATE.depth:
+        _STATE.members = members
+    _barrier(name, members)
+
+
+def _limit_timeouts(groups, board: _Board) -> None:
+    """Give the user's groups (``init_device_mesh`` makes them with 30 minutes) the default group's timeout."""
+    limit = datetime.timedelta(seconds=board.timeout_s)
+    for group in groups:
+        timeout = group_timeout(group)
+        if timeout is None or timeout > limit:
+            set_group_timeout(group, limit)
+
+
+def _barrier(name: str, members: list[int]) -> None:
+    board = _board()
+    if board is None or len(members) <= 1:
+        return
+    tag = "all" if members == list(range(board.world)) else f"{zlib.crc32(str(members).encode()):08x}"
+    n = _STATE.barriers[name, tag] = _STATE.barriers.get((name, tag), 0) + 1
+    key = f"barrier/{name}/{tag}/{n}"
+    board.add(key, 1)
+    start = time.monotonic()
+    delay, next_look = 0.002, 0.0
+    while board.add(key, 0) < len(members):
+        waited = time.monotonic() - start
+        if waited >= next_look:  # the board is read at most every 0.2 s
+            snapshot = board.read()
+            culprits = snapshot.culprits(members)
+            left = [r for r in members if snapshot.beats[r] is not None and snapshot.beats[r]["state"] == "left"]
+            if culprits or left or waited > board.timeout_s:
+                during = _STATE.doing or name
+                tail = f"this rank ({board.rank}) stopped waiting for the others in {during} ({name})"
+                missing = culprits or {r: (f"rank {r} {snapshot.doing(r)}", "") for r in left}
+                if missing:
+                    raise RankFailureError.naming(missing, tail, during)
+                raise RankFailureError(f"not every rank arrived within the timeout of {board.timeout_s:g} s: "
+                                       f"{snapshot.summary(members)}; {tail}", {}, during)
+            next_look = waited + 0.2
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)
