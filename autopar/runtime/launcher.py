@@ -13,7 +13,13 @@
 Nothing hangs: a rank that raises makes the parent terminate the others (they would
 wait forever in their next collective) and raise :class:`LaunchError` with that rank's
 traceback; after ``timeout_s`` every child is killed and the error names the ranks that
-had not finished.
+had not finished. With ``return_exceptions=True`` the parent leaves the others alone
+instead: each stops by itself, naming the rank at fault (``autopar.runtime.health``),
+and ``launch`` returns one result or :class:`RankFailure` per rank::
+
+    >>> launch(train, 4, timeout_s=20, return_exceptions=True)
+    [RankFailure(rank=0, error='RankFailureError: rank 2 died during step() #2 ...', ...),
+     RankFailure(rank=1, ...), RankFailure(rank=2, exitcode=-9, error='killed by SIGKILL', ...), ...]
 
 The rendezvous store lives in the parent, not in rank 0 (the way torchrun's agent
 hosts it), so no free port has to be guessed and a rank that finishes early cannot take
@@ -21,10 +27,13 @@ the store away from ranks that still create subgroups.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import os
 import pickle
+import signal
+import sys
 import time
 import traceback
 from multiprocessing.connection import wait
@@ -35,6 +44,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from autopar._torch_compat import AGENT_STORE_ENV
+from autopar.runtime import health
 
 log = logging.getLogger("autopar.runtime")
 
@@ -45,6 +55,27 @@ class LaunchError(RuntimeError):
     """A launched rank failed, died, or did not finish within the timeout."""
 
 
+@dataclasses.dataclass(frozen=True)
+class RankFailure:
+    """How one rank of a ``launch(..., return_exceptions=True)`` failed.
+
+    ``error``: the exception's last line (``"RankFailureError: rank 2 died ..."``), or what
+    became of a rank that reported nothing; ``traceback``: the full traceback ("" if
+    none); ``exitcode``: the process's (negative: the signal that ended it; None: it was
+    still running at the deadline); ``elapsed_s``: seconds from the start of ``launch``
+    until the parent heard of the failure.
+    """
+
+    rank: int
+    error: str
+    traceback: str = ""
+    exitcode: int | None = None
+    elapsed_s: float = 0.0
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} failed after {self.elapsed_s:.1f} s: {self.error}"
+
+
 def launch(
     fn: Callable[..., Any],
     world_size: int,
@@ -52,14 +83,20 @@ def launch(
     *,
     backend: str = "gloo",
     timeout_s: float = 120.0,
+    return_exceptions: bool = False,
 ) -> list:
     """Run ``fn(*args)`` on ``world_size`` spawned processes; return their results in rank order.
 
     ``fn`` must be a picklable top-level function and its return value picklable
     (return detached tensors). Each child gets MASTER_ADDR, MASTER_PORT, RANK,
     WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, ``torch.set_num_threads(1)``, and an
-    initialised default process group (``backend``, collective timeout ``timeout_s``)
-    that is destroyed after ``fn`` returns.
+    initialised default process group (``backend``, collective timeout ``timeout_s``,
+    heartbeat started) that is destroyed after ``fn`` returns.
+
+    ``return_exceptions``: False: the first failing rank makes the parent terminate the
+    others and raise :class:`LaunchError`. True: every rank runs until it returns or fails
+    by itself (or ``timeout_s`` runs out) and its entry in the returned list is its result
+    or a :class:`RankFailure`.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -91,7 +128,7 @@ def launch(
             writer.close()  # the child holds the only write end, so its death reads as EOF
             processes.append(process)
             readers[reader] = rank
-        results = _collect(processes, readers, deadline, timeout_s)
+        results = _collect(processes, readers, deadline, timeout_s, return_exceptions)
         for process in processes:
             process.join(max(0.0, deadline - time.monotonic()))
         return [results[rank] for rank in range(world_size)]
@@ -102,30 +139,53 @@ def launch(
         del store
 
 
-def _collect(processes, readers, deadline, timeout_s) -> dict[int, Any]:
-    """Read every rank's report; raise on the first failure or at the deadline."""
+def _collect(processes, readers, deadline, timeout_s, return_exceptions=False) -> dict[int, Any]:
+    """Read every rank's report; raise on the first failure or at the deadline (with
+    ``return_exceptions``: record a :class:`RankFailure` and go on)."""
+    start = deadline - timeout_s
     pending = dict(readers)
     results: dict[int, Any] = {}
     while pending:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise LaunchError(
-                f"launch timed out after {timeout_s:g}s; ranks still running: "
-                f"{sorted(pending.values())} (all ranks were killed)"
-            )
+            if not return_exceptions:
+                raise LaunchError(
+                    f"launch timed out after {timeout_s:g}s; ranks still running: "
+                    f"{sorted(pending.values())} (all ranks were killed)"
+                )
+            for rank in pending.values():
+                results[rank] = RankFailure(rank, f"did not finish within the timeout of {timeout_s:g} s (killed)",
+                                            elapsed_s=time.monotonic() - start)
+            break
         for reader in wait(list(pending), timeout=remaining):
             rank = pending.pop(reader)
             try:
                 status, payload = pickle.loads(reader.recv_bytes())
             except EOFError:
                 processes[rank].join(_GRACE_S)
-                raise LaunchError(
-                    f"rank {rank} exited with code {processes[rank].exitcode} "
-                    "without reporting a result (killed, or os._exit in user code?)"
-                ) from None
+                code = processes[rank].exitcode
+                if not return_exceptions:
+                    raise LaunchError(
+                        f"rank {rank} exited with code {code} "
+                        "without reporting a result (killed, or os._exit in user code?)"
+                    ) from None
+                how = f"killed by {signal.Signals(-code).name}" if code is not None and code < 0 else \
+                    f"exited with code {code}"
+                results[rank] = RankFailure(rank, f"{how} without reporting a result", exitcode=code,
+                                            elapsed_s=time.monotonic() - start)
+                continue
             if status == "error":
-                raise LaunchError(f"rank {rank} raised:\n{payload}")
+                error, text = payload
+                if not return_exceptions:
+                    raise LaunchError(f"rank {rank} raised:\n{text}")
+                results[rank] = RankFailure(rank, error, text, elapsed_s=time.monotonic() - start)
+                continue
             results[rank] = payload
+    if return_exceptions:  # the exit codes of the ranks that failed
+        for rank, result in list(results.items()):
+            if isinstance(result, RankFailure) and result.exitcode is None:
+                processes[rank].join(max(0.0, min(_GRACE_S, deadline - time.monotonic())))
+                results[rank] = dataclasses.replace(result, exitcode=processes[rank].exitcode)
     return results
 
 
@@ -151,11 +211,20 @@ def _run_rank(fn, args, env, backend, timeout_s, writer) -> None:
         if backend == "nccl":
             torch.cuda.set_device(int(env["LOCAL_RANK"]))
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+        health.start()
         result = fn(*args)
+        health.stop()  # finished, not dead, for ranks still running
         dist.destroy_process_group()
         message = pickle.dumps(("ok", result))
-    except BaseException:  # noqa: BLE001 - the parent reports it; SystemExit included
-        message = pickle.dumps(("error", traceback.format_exc()))
+    except BaseException as exc:  # noqa: BLE001 - the parent reports it; SystemExit included
+        error = f"{type(exc).__name__}: {exc}"
+        writer.send_bytes(pickle.dumps(("error", (error, traceback.format_exc()))))
+        writer.close()
+        # End at once: the connections of this rank's process groups close only with the
+        # process, and peers blocked in a collective with it wait for that (or the timeout)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     writer.send_bytes(message)
     writer.close()
 
