@@ -38,6 +38,7 @@ from autopar.planning.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
 from autopar.planning.planner import PlanError, Strategy, plan_graph
 from autopar.runtime import groups as G
+from autopar.runtime import health
 from autopar.runtime import rng
 from autopar.runtime import tensor3d as T3
 from autopar.runtime.grad_sync import GradientBuckets
@@ -347,6 +348,7 @@ class ParallelModule(nn.Module):
                 yield p
 
     # ------------------------------------------------------------------ running
+    @health.guarded("forward()")
     def forward(self, *inputs):
         program, local_inputs, _ = self._program(tuple(inputs), None)
         self._t3d.begin()
@@ -367,6 +369,7 @@ class ParallelModule(nn.Module):
         dist.broadcast_object_list(box, group=segment, group_src=0)
         return box[0]
 
+    @health.guarded("step()")
     def step(self, *inputs, target):
         """Forward and backward over the whole batch; returns the loss of the whole batch.
 
@@ -457,6 +460,7 @@ class ParallelModule(nn.Module):
         the same parameters' parts)."""
         return sorted({self._norm_groups(p) for p in self._unique_parameters()})
 
+    @health.guarded("grad_norm()")
     def grad_norm(self, norm_type: float = 2.0) -> torch.Tensor:
         """The norm of all gradients as the single-device model would compute it
         (``torch.nn.utils.get_total_norm`` of its parameters): each split parameter's local
@@ -532,10 +536,12 @@ class ParallelModule(nn.Module):
                     out[name] = gather_full(tensor.detach(), shard, degree) if shard else tensor.detach().clone()
         return out
 
+    @health.guarded("full_state_dict()")
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The original model's state dict (keys and full shapes), gathered from all ranks."""
         return self._gather({k: (v, v) for k, v in self.root.model.state_dict(keep_vars=True).items()})
 
+    @health.guarded("full_gradients()")
     def full_gradients(self) -> dict[str, torch.Tensor | None]:
         """Every parameter's gradient at its full shape, by the original model's names."""
         return self._gather({k: (p.grad, p) for k, p in self.root.model.named_parameters(remove_duplicate=False)})
@@ -648,6 +654,7 @@ def _getattr_path(obj, path: str):
     return obj
 
 
+@health.guarded("compile()", setup=True)
 def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), loss_fn: Callable | None = None,
             strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None,
             seed: int = 0, overlap: Any = None, recompute: bool | None = None,
@@ -678,6 +685,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target)
     if recompute is None:
         recompute = plan_.recompute
+    health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here
     if plan_.pipeline:
         return _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute, fusion)
     group_map = _make_groups(plan_, mesh, world)

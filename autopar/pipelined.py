@@ -38,6 +38,7 @@ from autopar.passes.recompute import recompute_pass
 from autopar.passes.tensor_parallel import PARAM_SHARDS, tensor_parallel_pass
 from autopar.planning.planner import PlanError
 from autopar.runtime import groups as G
+from autopar.runtime import health
 from autopar.runtime import rng
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.runtime.pipeline import PipelineExecutor, StageProgram
@@ -255,6 +256,7 @@ class PipelineModule(ParallelModule):
                          for s, p in sorted(programs.items()))
 
     # ------------------------------------------------------------------ running
+    @health.guarded("forward()")
     def forward(self, *inputs):
         local_inputs, _ = _local_batch(self._data, self._chunk, tuple(inputs), None)
         programs, names = self._stage_programs(local_inputs, None, _batch_of(local_inputs))
@@ -264,6 +266,7 @@ class PipelineModule(ParallelModule):
             dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self._p - 1)
         return box[0]
 
+    @health.guarded("step()")
     def step(self, *inputs, target):
         """Forward and backward of every microbatch in the schedule's order; gradients
         synchronised after the last; returns the whole batch's loss on every rank."""
