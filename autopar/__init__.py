@@ -11,7 +11,8 @@ from autopar.capture import CaptureError, capture
 from autopar.planning.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
 from autopar.planning.planner import PlanError, Strategy
+from autopar.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 
 __all__ = ["compile", "plan", "rank_graph", "ParallelModule", "Plan", "PlanError", "Strategy", "Hardware",
-           "get_hardware", "capture", "CaptureError"]
+           "get_hardware", "capture", "CaptureError", "save_checkpoint", "load_checkpoint", "CheckpointError"]
 __version__ = "0.1.0"

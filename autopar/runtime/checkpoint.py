@@ -1,0 +1,512 @@
+"""Sharded checkpoints through ``torch.distributed.checkpoint`` (DCP) that survive a change of plan.
+
+    autopar.save_checkpoint(pm, "ckpt/step100", optimizer)    # every rank calls it
+    autopar.load_checkpoint(pm2, "ckpt/step100", optimizer2)  # any plan, any world size
+
+A checkpoint is a DCP directory whose keys are the original model's names at their full
+shapes, so it does not depend on the plan that wrote it:
+
+* ``model.<name>``: every entry of the model's state dict (``pm.full_state_dict()``'s keys);
+* ``optim.<name>.<state>``: the optimizer's state of parameter ``<name>`` (AdamW's
+  ``exp_avg``, ``exp_avg_sq``, ``step``): a tensor shaped like the parameter has its full
+  shape and is split as the parameter is, any other value is stored as it is;
+* ``optim.param_groups.<i>.<hyperparameter>``: the optimizer's hyperparameters
+  (``lr``, ``betas``, ...) of group ``i``.
+
+Each rank writes only what it holds, never gathering a full tensor. The cut that the
+runtime applies to a full parameter (Megatron's blocks, the 3D grid's block and flat z
+piece, Bian's diagonal vectors) is applied to ``arange(numel).view(full_shape)``; the
+global indices this rank holds are then covered by N-D boxes of the full tensor, found
+from the set of indices alone (runs along the last dimension, merged dimension by
+dimension where they line up), so ranks that hold the same elements (data-parallel
+replicas, tied weights on two pipeline stages) describe them with the same boxes and
+DCP's deduplication keeps one copy of each. A box is a strided view of the local tensor
+when its elements lie at regular steps there (always, for autopar's layouts); otherwise it
+is copied out for saving and scattered back after loading. Ranks whose copy is stale
+write nothing: a D&SP branch's parameters off its sub-grid, a pipeline stage's dropped
+parameters. Loading reads, for the boxes of the new layout, whatever stored chunks
+overlap them: DCP does the resharding.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger("autopar.runtime.checkpoint")
+
+MODEL, OPTIM = "model.", "optim."
+PARAM_GROUPS = "optim.param_groups"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit the model or optimizer it is loaded into."""
+
+
+# ---------------------------------------------------------------------------- boxes of a full tensor
+def boxes_of(indices: torch.Tensor, shape: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """``(offsets, sizes)`` of the N-D boxes of a tensor of ``shape`` that together hold
+    exactly the flat ``indices`` (sorted, distinct), in offset order. The same set of
+    indices gives the same boxes, whatever rank or layout it comes from.
+
+    >>> boxes_of(torch.tensor([2, 3, 6, 7, 9]), (3, 4))
+    [((0, 2), (2, 2)), ((2, 1), (1, 1))]
+    """
+    if not shape:
+        return [((), ())] if indices.numel() else []
+    if indices.numel() == 0:
+        return []
+    last = shape[-1]
+    starts_new = torch.ones(indices.numel(), dtype=torch.bool)
+    starts_new[1:] = (indices[1:] != indices[:-1] + 1) | (indices[1:] % last == 0)
+    starts = starts_new.nonzero().flatten()
+    lengths = torch.diff(starts, append=torch.tensor([indices.numel()])).tolist()
+    coords, rest = [], indices[starts]
+    for size in reversed(shape):
+        coords.append(rest % size)
+        rest = rest // size
+    offsets = torch.stack(coords[::-1], 1).tolist()
+    ones = (1,) * (len(shape) - 1)
+    boxes = [(tuple(o), ones + (n,)) for o, n in zip(offsets, lengths)]
+    for dim in range(len(shape) - 2, -1, -1):
+        boxes = _merge_along(boxes, dim)
+    return sorted(boxes)
+
+
+def _merge_along(boxes, dim: int):
+    """Join boxes that differ only in their offset along ``dim`` (each of size 1 there)
+    and follow each other."""
+    lines: dict[tuple, list[int]] = defaultdict(list)
+    for offsets, sizes in boxes:
+        lines[(offsets[:dim] + offsets[dim + 1:], sizes)].append(offsets[dim])
+    out = []
+    for (rest, sizes), starts in lines.items():
+        starts.sort()
+        first = previous = starts[0]
+        for start in starts[1:] + [None]:
+            if start is not None and start == previous + 1:
+                previous = start
+                continue
+            out.append((rest[:dim] + (first,) + rest[dim:], sizes[:dim] + (previous - first + 1,) + sizes[dim + 1:]))
+            first = previous = start
+    return out
+
+
+# ---------------------------------------------------------------------------- a local tensor's chunks
+@dataclass
+class Chunk:
+    """One box of the full tensor held by this rank: ``data`` is a view of the local
+    tensor, or a copy with ``scatter`` the storage offsets its elements come from."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    data: torch.Tensor
+    scatter: Optional[torch.Tensor] = None
+
+
+def local_chunks(local: torch.Tensor, full_shape: tuple[int, ...], cut: Optional[Callable] = None) -> list[Chunk]:
+    """The chunks of ``local``, which is ``cut(full)`` for a full tensor of ``full_shape``
+    (``cut`` None: ``local`` is the whole tensor)."""
+    local = local.detach()
+    if cut is None:
+        if tuple(local.shape) != tuple(full_shape):
+            raise RuntimeError(f"a whole tensor of shape {list(local.shape)} stands for {list(full_shape)}; "
+                               f"this is a bug")
+        return [Chunk((0,) * len(full_shape), tuple(full_shape), local)]
+    if local.numel() == 0:
+        return []
+    index = cut(torch.arange(_numel(full_shape)).view(full_shape))
+    if index.shape != local.shape:
+        raise RuntimeError(f"the cut of a {list(full_shape)} tensor gives {list(index.shape)}, the local tensor is "
+                           f"{list(local.shape)}; this is a bug")
+    index, order = index.reshape(-1).sort()
+    if bool((index[1:] == index[:-1]).any()):
+        raise RuntimeError(f"a local part of a {list(full_shape)} tensor holds an element twice; this is a bug")
+    memory = _storage_offsets(local)[order]  # where each held element lies, in global order
+    strides = _contiguous_strides(full_shape)
+    return [_chunk(local, offsets, sizes, memory[torch.searchsorted(index, _box_indices(offsets, sizes, strides))])
+            for offsets, sizes in boxes_of(index, tuple(full_shape))]
+
+
+def _box_indices(offsets, sizes, strides) -> torch.Tensor:
+    """The flat indices of a box's elements in a full tensor of ``strides``, row-major."""
+    indices = torch.full((), sum(o * s for o, s in zip(offsets, strides)), dtype=torch.long)
+    for d, (size, stride) in enumerate(zip(sizes, strides)):
+        shape = [1] * len(sizes)
+        shape[d] = size
+        indices = indices + (torch.arange(size) * stride).view(shape)
+    return indices.reshape(-1)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for size in shape:
+        n *= size
+    return n
+
+
+def _chunk(local: torch.Tensor, offsets, sizes, memory: torch.Tensor) -> Chunk:
+    """A view of ``local`` when ``memory`` (the storage offsets of the box's elements,
+    row-major) is affine in the box's coordinates with non-negative steps, else a copy."""
+    memory = memory.view(sizes)
+    base = int(memory.reshape(-1)[0])
+    strides = []
+    for d, size in enumerate(sizes):
+        step = 1
+        if size > 1:
+            unit = [0] * len(sizes)
+            unit[d] = 1
+            step = int(memory[tuple(unit)]) - base
+        strides.append(step)
+    if all(s >= 0 for s in strides):
+        view = local.as_strided(sizes, strides, base)
+        if torch.equal(_storage_offsets(view).view(sizes), memory):
+            return Chunk(tuple(offsets), tuple(sizes), view)
+    return Chunk(tuple(offsets), tuple(sizes), _storage(local)[memory.reshape(-1)].view(sizes), memory.reshape(-1))
+
+
+def _storage(t: torch.Tensor) -> torch.Tensor:
+    """All of ``t``'s storage as a flat tensor of its dtype."""
+    return t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+
+
+def _storage_offsets(t: torch.Tensor) -> torch.Tensor:
+    """The storage offset of each element of ``t``, in its logical (row-major) order."""
+    offsets = torch.full((), t.storage_offset(), dtype=torch.long)
+    for d, (size, stride) in enumerate(zip(t.shape, t.stride())):
+        shape = [1] * t.dim()
+        shape[d] = size
+        offsets = offsets + (torch.arange(size) * stride).view(shape)
+    return offsets.expand(t.shape).reshape(-1)
+
+
+def _contiguous_strides(shape) -> list[int]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return strides[::-1]
+
+
+def scatter_back(chunks: list[Chunk], local: torch.Tensor) -> None:
+    """Write the chunks that are copies into ``local`` (views already are there)."""
+    for chunk in chunks:
+        if chunk.scatter is not None:
+            _storage(local.detach())[chunk.scatter] = chunk.data.reshape(-1).to(local.dtype)
+
+
+class ChunkedTensor(torch.Tensor):
+    """What DCP sees of a tensor: its full shape and dtype, and this rank's chunks through
+    DCP's checkpointable hooks (``__create_write_items__`` to save, ``__create_chunk_list__``
+    and ``__get_tensor_shard__`` to load), as ``DTensor`` and torch's ``LocalShardsWrapper``
+    do. It holds no data of its own: any operation on it is an error."""
+
+    @staticmethod
+    def __new__(cls, full_shape, dtype: torch.dtype, device, chunks: list[Chunk]):
+        # torch's constructor of data-less tensor subclasses (DTensor's too)
+        self = torch.Tensor._make_wrapper_subclass(cls, torch.Size(full_shape), dtype=dtype, device=device)
+        self.chunks = chunks
+        return self
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise NotImplementedError(f"{func}: an autopar ChunkedTensor only hands its chunks to "
+                                  f"torch.distributed.checkpoint")
+
+    def __repr__(self) -> str:
+        return f"ChunkedTensor({list(self.shape)}, {self.dtype}, chunks={[(c.offsets, c.sizes) for c in self.chunks]})"
+
+    def __create_write_items__(self, fqn: str, obj: Any) -> list:
+        from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
+        from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
+        return [WriteItem(index=MetadataIndex(fqn, c.offsets), type=WriteItemType.SHARD,
+                          tensor_data=TensorWriteData(
+                              chunk=ChunkStorageMetadata(offsets=torch.Size(c.offsets), sizes=torch.Size(c.sizes)),
+                              properties=TensorProperties.create_from_tensor(c.data), size=self.shape))
+                for c in self.chunks]
+
+    def __create_chunk_list__(self) -> list:
+        from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+        return [ChunkStorageMetadata(offsets=torch.Size(c.offsets), sizes=torch.Size(c.sizes)) for c in self.chunks]
+
+    def __get_tensor_shard__(self, index) -> torch.Tensor:
+        hint = index.index
+        if hint is not None and hint < len(self.chunks) and torch.Size(self.chunks[hint].offsets) == index.offset:
+            return self.chunks[hint].data
+        for chunk in self.chunks:
+            if torch.Size(chunk.offsets) == index.offset:
+                return chunk.data
+        raise ValueError(f"{index.fqn}: this rank holds no chunk at offset {list(index.offset)}")
+
+
+# ---------------------------------------------------------------------------- what a rank holds
+@dataclass
+class Entry:
+    """One key of the checkpoint on this rank: the local tensor (None: holds none of it),
+    the full shape, the cut from full to local (None: the whole tensor), whether this
+    rank's copy is current (writes it)."""
+
+    local: Optional[torch.Tensor]
+    full_shape: tuple[int, ...]
+    cut: Optional[Callable] = None
+    current: bool = True
+    chunks: list = field(default_factory=list)
+
+    def chunked(self, for_load: bool = False) -> Optional[ChunkedTensor]:
+        if self.local is None or (not for_load and not self.current):
+            return None
+        self.chunks = local_chunks(self.local, self.full_shape, self.cut)
+        if not self.chunks:
+            return None
+        return ChunkedTensor(self.full_shape, self.local.dtype, self.local.device, self.chunks)
+
+
+def model_entries(pm) -> dict[str, Entry]:
+    """``name -> Entry`` for every entry of the model's state dict on this rank. Reads the
+    layout the ``ParallelModule`` (or ``PipelineModule``) installed: its parameter cuts,
+    D&SP owners and the pipeline's dropped parameters."""
+    dropped = getattr(pm, "_dropped", set())
+    owners = getattr(pm, "_owner", {})
+    out = {}
+    for name, value in pm.root.model.state_dict(keep_vars=True).items():
+        if id(value) in dropped:  # another pipeline stage holds it
+            out[name] = Entry(None, tuple(pm._full_meta[name][0]))
+            continue
+        shard = pm._shard_of(value)
+        owner = owners.get(id(value))
+        current = owner is None or owner == pm._subgrid  # D&SP: only the owning sub-grid's copy is current
+        if shard is None:
+            out[name] = Entry(value, tuple(value.shape), None, current)
+        else:
+            out[name] = Entry(value, tuple(pm._full_shapes[id(value)]), _cut(pm, shard), current)
+    return out
+
+
+def _cut(pm, shard) -> Callable:
+    return lambda full: pm._local_part(full, shard)
+
+
+def _parameter_names(pm, entries: dict[str, Entry], optimizer) -> dict[int, str]:
+    """The model name of each parameter the optimizer steps (the first, for tied ones)."""
+    names: dict[int, str] = {}
+    for name, entry in entries.items():
+        if entry.local is not None:
+            names.setdefault(id(entry.local), name)
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if id(p) not in names:
+                raise CheckpointError(f"the optimizer steps a tensor of shape {list(p.shape)} that is not a "
+                                      f"parameter of the compiled model; build it over pm.parameters()")
+    return names
+
+
+def _state_entry(fqn: str, value: torch.Tensor, param_entry: Entry) -> Entry:
+    """A state tensor shaped like its parameter is split as the parameter; others are whole."""
+    if value.shape == param_entry.local.shape:
+        return Entry(value, param_entry.full_shape, param_entry.cut, param_entry.current)
+    _check_whole_state(fqn, tuple(value.shape), param_entry)
+    return Entry(value, tuple(value.shape), None, param_entry.current)
+
+
+def _check_whole_state(fqn: str, shape: tuple[int, ...], param_entry: Entry) -> None:
+    """Only scalars (a step count) can stand whole beside a split parameter: the split
+    parameter's other state differs from rank to rank in ways no full shape describes."""
+    if param_entry.cut is not None and shape:
+        raise CheckpointError(f"{fqn}: optimizer state of shape {list(shape)} for a parameter split into "
+                              f"{list(param_entry.local.shape)} of {list(param_entry.full_shape)}; only state "
+                              f"shaped like the parameter (or scalars) can be checkpointed independently of the plan")
+
+
+# ---------------------------------------------------------------------------- save and load
+def save_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
+    """Write ``pm``'s parameters and buffers (and ``optimizer``'s state) to the DCP directory
+    ``path``, each rank its own chunks (see the module docstring for the format). A
+    collective: every rank of the model calls it with the same ``path``."""
+    import torch.distributed.checkpoint as dcp
+    entries = model_entries(pm)
+    state: dict[str, Any] = {}
+    for name, entry in entries.items():
+        chunked = entry.chunked()
+        if chunked is not None:
+            state[MODEL + name] = chunked
+    if optimizer is not None:
+        names = _parameter_names(pm, entries, optimizer)
+        for p, values in optimizer.state.items():
+            entry = entries[names[id(p)]]
+            if not entry.current:
+                continue
+            for key, value in values.items():
+                fqn = f"{OPTIM}{names[id(p)]}.{key}"
+                if isinstance(value, torch.Tensor):
+                    chunked = _state_entry(fqn, value, entry).chunked()
+                    if chunked is not None:
+                        state[fqn] = chunked
+                else:
+                    state[fqn] = value
+        for i, group in enumerate(optimizer.param_groups):
+            state.update((f"{PARAM_GROUPS}.{i}.{k}", v) for k, v in group.items() if k != "params")
+    with _quiet_without_process_group():
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(os.fspath(path)), no_dist=not _distributed())
+    log.info("saved %d keys (%d chunks) of rank %d to %s", len(state),
+             sum(len(v.chunks) for v in state.values() if isinstance(v, ChunkedTensor)), pm.rank, path)
+
+
+def load_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim.Optimizer] = None) -> None:
+    """Load the checkpoint at ``path`` into ``pm`` (and ``optimizer``, whose state is
+    replaced by the checkpoint's) whatever plan and world size wrote it. Each rank reads
+    the parts of the stored chunks that overlap what it holds. A collective: every rank
+    of the model calls it."""
+    import torch.distributed.checkpoint as dcp
+    metadata = read_metadata(path)
+    stored = metadata.state_dict_metadata
+    entries = model_entries(pm)
+    _check_model_keys(entries, stored, path)
+    state: dict[str, Any] = {}
+    targets: list[tuple[Entry, torch.Tensor]] = []
+    for name, entry in entries.items():
+        chunked = entry.chunked(for_load=True)
+        if chunked is not None:
+            state[MODEL + name] = chunked
+            targets.append((entry, entry.local))
+    new_states: dict[int, dict[str, Any]] = {}
+    if optimizer is not None:
+        hyperparameters = [k for k in stored if k.startswith(PARAM_GROUPS + ".")]
+        if not hyperparameters:
+            raise CheckpointError(f"the checkpoint at {os.fspath(path)!r} holds no optimizer state (it was saved "
+                                  f"without optimizer=); load it without optimizer=, or save one with it")
+        state.update((k, None) for k in hyperparameters)  # DCP puts the stored values here
+        names = _parameter_names(pm, entries, optimizer)
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                entry = entries[names[id(p)]]
+                # a parameter whose copy here is not current (a D&SP branch off its sub-grid)
+                # is not stepped here: it keeps no state, as before the save
+                new_states[id(p)] = _optimizer_targets(p, names[id(p)], entry, group, optimizer.state.get(p, {}),
+                                                       stored, state, targets) if entry.current else {}
+    with _quiet_without_process_group():
+        dcp.load(state, storage_reader=dcp.FileSystemReader(os.fspath(path)), no_dist=not _distributed())
+    with torch.no_grad():
+        for entry, local in targets:
+            scatter_back(entry.chunks, local)
+    if optimizer is not None:
+        _restore_optimizer(optimizer, new_states, state, path)
+    log.info("loaded %d keys into rank %d from %s", len(state), pm.rank, path)
+
+
+def _optimizer_targets(p, name: str, entry: Entry, group: dict, current: dict, stored: dict, state: dict,
+                       targets: list) -> dict[str, Any]:
+    """The state tensors of ``p`` to load the checkpoint's ``optim.<name>.*`` into (the
+    optimizer's own where they fit, new ones otherwise); they join ``state`` and ``targets``."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    prefix = f"{OPTIM}{name}."
+    out: dict[str, Any] = {}
+    for fqn, md in stored.items():
+        if not fqn.startswith(prefix) or "." in fqn[len(prefix):]:
+            continue
+        key = fqn[len(prefix):]
+        if not isinstance(md, TensorStorageMetadata):
+            state[fqn] = None  # DCP puts the stored object here
+            out[key] = _Stored(fqn)
+            continue
+        like_param = tuple(md.size) == entry.full_shape and entry.local is not None
+        if not like_param and entry.local is not None:
+            _check_whole_state(fqn, tuple(md.size), entry)
+        shape = tuple(entry.local.shape) if like_param else tuple(md.size)
+        on_param_device = like_param or key != "step" or group.get("capturable") or group.get("fused")
+        device = p.device if on_param_device else torch.device("cpu")
+        value = current.get(key)
+        if not (isinstance(value, torch.Tensor) and tuple(value.shape) == shape
+                and value.dtype == md.properties.dtype and value.device == device):
+            value = torch.zeros(shape, dtype=md.properties.dtype, device=device)
+        out[key] = value
+        sub = Entry(value, entry.full_shape, entry.cut) if like_param else Entry(value, shape)
+        chunked = sub.chunked(for_load=True)
+        if chunked is not None:
+            state[fqn] = chunked
+            targets.append((sub, value))
+    return out
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A non-tensor state value, found in DCP's state dict under ``fqn`` after loading."""
+
+    fqn: str
+
+
+def _restore_optimizer(optimizer, new_states: dict, state: dict, path) -> None:
+    groups: dict[int, dict] = defaultdict(dict)
+    for fqn, value in state.items():
+        if fqn.startswith(PARAM_GROUPS + "."):
+            index, key = fqn[len(PARAM_GROUPS) + 1:].split(".", 1)
+            groups[int(index)][key] = value
+    if len(groups) != len(optimizer.param_groups):
+        raise CheckpointError(f"the checkpoint at {os.fspath(path)} has {len(groups)} optimizer parameter group(s), "
+                              f"the optimizer {len(optimizer.param_groups)}; build the optimizer with the same groups")
+    for i, group in enumerate(optimizer.param_groups):
+        group.update(groups[i])
+    optimizer.state.clear()
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            values = {k: (state[v.fqn] if isinstance(v, _Stored) else v) for k, v in new_states[id(p)].items()}
+            if values:
+                optimizer.state[p] = values
+
+
+def read_metadata(path):
+    """The DCP metadata of the checkpoint at ``path`` (a clear error when there is none)."""
+    import torch.distributed.checkpoint as dcp
+    where = os.fspath(path)
+    if not os.path.isfile(os.path.join(where, ".metadata")):
+        what = "is not a directory" if not os.path.isdir(where) else "has no .metadata file"
+        raise FileNotFoundError(f"load_checkpoint: no checkpoint at {where!r} (the path {what}); give the "
+                                f"directory that save_checkpoint wrote")
+    return dcp.FileSystemReader(where).read_metadata()
+
+
+def _check_model_keys(entries: dict[str, Entry], stored: dict, path) -> None:
+    """Every model key stored at its full shape, and nothing else stored under ``model.``."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    where = os.fspath(path)
+    saved = {k[len(MODEL):]: md for k, md in stored.items() if k.startswith(MODEL)}
+    missing = [k for k in entries if k not in saved]
+    unexpected = [k for k in saved if k not in entries]
+    if missing or unexpected:
+        raise CheckpointError(
+            f"the checkpoint at {where!r} does not fit this model: "
+            + (f"missing {_few(missing)}" if missing else "")
+            + ("; " if missing and unexpected else "")
+            + (f"unexpected {_few(unexpected)}" if unexpected else "")
+            + "; load a checkpoint saved from the same model (the names of pm.full_state_dict())")
+    for name, entry in entries.items():
+        md = saved[name]
+        size = tuple(md.size) if isinstance(md, TensorStorageMetadata) else None
+        if size != entry.full_shape:
+            raise CheckpointError(f"{MODEL}{name}: the checkpoint at {where!r} holds shape "
+                                  f"{list(size) if size is not None else 'a non-tensor'}, the model's is "
+                                  f"{list(entry.full_shape)}; build the model with the configuration it was saved "
+                                  f"with")
+
+
+def _few(keys: list[str]) -> str:
+    shown = ", ".join(MODEL + k for k in keys[:5])
+    return f"{len(keys)} key(s): {shown}{', …' if len(keys) > 5 else ''}"
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+@contextlib.contextmanager
+def _quiet_without_process_group():
+    """DCP warns that it runs in one process when there is no process group: that is meant."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
