@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.capture import MODEL_PREFIX, capture, wrap_model
+from autopar.capture import MODEL_PREFIX, CaptureError, capture, wrap_model
 from autopar.drawing import regions_dot
 from autopar.ir import CAPTURE, TensorSpec
 from autopar.kernels import model_device, resolve_fusion
@@ -227,6 +227,7 @@ class ParallelModule(nn.Module):
         self._fusion = fusion
         self._user_model = [model]  # captured again at new shapes; kept out of the module tree
         self._loss_fn = loss_fn
+        self._examples: tuple | None = None  # example_signature of compile's examples
         self._groups = group_map
         self._programs: dict[tuple, fx.GraphModule] = {}
         # a module tree of the same structure as the captured wrapper, holding this rank's shards
@@ -260,11 +261,14 @@ class ParallelModule(nn.Module):
         key = (tuple(_signature(x) for x in inputs), _signature(target), self.training)
         local_inputs, local_target = _local_batch(self._data, self._chunk, inputs, target)
         if key not in self._programs:
+            check_call_inputs(self._examples, inputs, target)
             user_model = self._user_model[0]
             was_training = user_model.training
             user_model.train(self.training)  # export bakes the mode (dropout) into the graph
             try:
-                gm = capture(user_model, local_inputs, self._loss_fn if target is not None else None, local_target)
+                with new_shapes_explained(self._examples, inputs):
+                    gm = capture(user_model, local_inputs, self._loss_fn if target is not None else None,
+                                 local_target)
             finally:
                 user_model.train(was_training)
             gm = _rewrite(gm, self.plan, self.rank, _batch_of(local_inputs), self._recompute, self._fusion)
@@ -590,6 +594,67 @@ def gather_full_shape(local: torch.Tensor, shard: ParamShard | None, degree: int
     return tuple(shape)
 
 
+def example_signature(inputs: Sequence[Any], target: Any = None) -> tuple:
+    """What later calls must keep of the example: per input (and the target), its
+    dtype and shape, or its type when it is not a tensor."""
+    def one(x):
+        return (x.dtype, tuple(x.shape)) if isinstance(x, torch.Tensor) else type(x)
+    return tuple(one(x) for x in inputs), (None if target is None else one(target))
+
+
+def check_call_inputs(examples: tuple | None, inputs: tuple, target: Any) -> None:
+    """Inputs at call time may change shape (each rank's program is rebuilt for new
+    shapes under the same plan) but not their number, kind, dtype or rank: the plan was
+    made for the example's. Raises ``ValueError`` naming the input otherwise."""
+    if examples is None or not examples[0]:
+        return
+    signature = example_signature(inputs, target)
+    if len(inputs) != len(examples[0]):
+        raise ValueError(f"the model was called with {len(inputs)} input(s); it was compiled with "
+                         f"{len(examples[0])} example input(s). Pass the same positional inputs as example_inputs "
+                         f"(keyword arguments are not supported)")
+    named = list(enumerate(zip(signature[0], examples[0])))
+    if target is not None and examples[1] is not None:
+        named.append(("target", (signature[1], examples[1])))
+    for index, (got, want) in named:
+        what = f"input {index}" if index != "target" else "target"
+        if isinstance(want, tuple) != isinstance(got, tuple) or (not isinstance(want, tuple) and got != want):
+            raise ValueError(f"{what}: got {got if not isinstance(got, tuple) else 'a tensor'}, the example was "
+                             f"{want if not isinstance(want, tuple) else 'a tensor'}")
+        if not isinstance(want, tuple):
+            continue
+        if got[0] != want[0]:
+            raise ValueError(f"{what}: dtype {str(got[0]).removeprefix('torch.')} differs from the example's "
+                             f"{str(want[0]).removeprefix('torch.')}; autopar plans for the example's dtypes: convert "
+                             f"the input, or compile again with an example of this dtype")
+        if len(got[1]) != len(want[1]):
+            raise ValueError(f"{what}: shape {list(got[1])} has {len(got[1])} dimensions, the example's "
+                             f"{list(want[1])} has {len(want[1])}; give inputs of the example's rank")
+
+
+class new_shapes_explained:
+    """Re-raise a capture failure at call-time shapes that differ from the example's
+    with both shapes, so that the error says why the model was captured again."""
+
+    def __init__(self, examples: tuple | None, inputs: tuple):
+        self.examples, self.inputs = examples, inputs
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if kind is None or not issubclass(kind, CaptureError) or self.examples is None:
+            return False
+        got = [list(x.shape) for x in self.inputs if isinstance(x, torch.Tensor)]
+        want = [list(w[1]) for w in self.examples[0] if isinstance(w, tuple)]
+        if got == want:
+            return False
+        raise CaptureError(f"inputs of shapes {got} differ from the example's {want}: autopar builds each rank's "
+                           f"program again for new shapes (the plan is kept), and the model cannot run at these "
+                           f"shapes. Call it with shapes it supports, or compile with examples of these shapes.\n"
+                           f"{error}") from error
+
+
 def _signature(x):
     return (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__
 
@@ -679,6 +744,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     """
     fusion = resolve_fusion(fusion, model_device(model, example_inputs))
     world, rank = _world(mesh)
+    _check_same_call_everywhere(world, mesh, strategy, example_inputs, example_target, hardware)
+    check_dtypes(model)
     strategy = _strategy_from_mesh(mesh, strategy)
     gm = _global_graph(model, example_inputs, loss_fn, example_target)
     plan_ = plan_graph(gm, world, _hardware(hardware, memory_limit), strategy)
@@ -687,7 +754,9 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
         recompute = plan_.recompute
     health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here
     if plan_.pipeline:
-        return _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute, fusion)
+        pm = _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute, fusion)
+        pm._examples = example_signature(example_inputs, example_target)
+        return pm
     group_map = _make_groups(plan_, mesh, world)
     _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
@@ -698,8 +767,10 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     else:
         shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
             gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
-    return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed, overlap=overlap,
-                          recompute=recompute, fusion=fusion)
+    pm = ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed, overlap=overlap,
+                        recompute=recompute, fusion=fusion)
+    pm._examples = example_signature(example_inputs, example_target)
+    return pm
 
 
 def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, rank: int, loss_fn, seed: int,
@@ -784,6 +855,55 @@ def _world(mesh) -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), dist.get_rank()
     return 1, 0
+
+
+TRAINABLE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)
+"""Dtypes of trainable parameters: gradients are averaged with all-reduce and rank
+programs sum partial results, which these support on gloo and NCCL."""
+
+
+def check_dtypes(model: nn.Module) -> None:
+    """Trainable parameters must be of a dtype in :data:`TRAINABLE_DTYPES`; name the
+    first that is not (float8 and quantised weights are trained through a higher
+    precision master copy, which is what autopar should be given)."""
+    for name, p in model.named_parameters():
+        if p.requires_grad and p.dtype not in TRAINABLE_DTYPES:
+            kinds = ", ".join(str(d).removeprefix("torch.") for d in TRAINABLE_DTYPES)
+            raise PlanError(f"parameter {name} is {str(p.dtype).removeprefix('torch.')}: autopar averages gradients "
+                            f"and sums partial results with collectives, which it does only for {kinds}. Keep the "
+                            f"trainable weights in one of those (a master copy for float8 or quantised training), or "
+                            f"set requires_grad=False on {name}")
+
+
+def _mesh_text(mesh) -> str:
+    if mesh is None:
+        return f"None (the default group of {dist.get_world_size()} ranks)"
+    names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
+    shape = " x ".join(f"{n}={mesh.size(i)}" for i, n in enumerate(names))
+    return f"DeviceMesh {shape} over ranks {mesh.mesh.flatten().tolist()}"
+
+
+def _check_same_call_everywhere(world: int, mesh, strategy, example_inputs, example_target, hardware) -> None:
+    """Before any group is made: every rank must call compile with the same mesh,
+    strategy, hardware and example shapes. One all-gather over the default group (when
+    the mesh spans it); on a difference every rank raises the same error, naming which
+    ranks passed what, instead of building mismatched groups that would hang."""
+    if world == 1 or not dist.is_initialized() or world != dist.get_world_size():
+        return
+    inputs, target = example_signature(example_inputs, example_target)
+    mine = {"mesh": _mesh_text(mesh), "strategy": repr(strategy), "hardware": repr(hardware),
+            "example inputs": repr([x[1] if isinstance(x, tuple) else x for x in inputs])}
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, mine)
+    for field in mine:
+        values: dict[str, list[int]] = {}
+        for r, theirs in enumerate(everyone):
+            values.setdefault(theirs[field], []).append(r)
+        if len(values) > 1:
+            said = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {ranks if len(ranks) > 1 else ranks[0]}: {value}"
+                             for value, ranks in values.items())
+            raise PlanError(f"compile(): the ranks were given different {field}: {said}. Call compile with the "
+                            f"same mesh, strategy, hardware and example inputs on every rank")
 
 
 def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:

@@ -26,7 +26,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.api import (ParallelModule, _batch_of, _copy_missing_attributes, _flat_root, _local_batch,
-                         _parameter_owners, _signature)
+                         _parameter_owners, _signature, check_call_inputs)
 from autopar.capture import capture
 from autopar.ir import CAPTURE, Region, add_region, regions
 from autopar.passes.analysis import analyse
@@ -224,6 +224,7 @@ class PipelineModule(ParallelModule):
         names of the graph inputs in order."""
         key = ("pipeline", tuple(_signature(x) for x in inputs), _signature(target), self.training)
         if key not in self._programs:
+            check_call_inputs(self._examples, inputs, target)
             user_model = self._user_model[0]
             was_training = user_model.training
             user_model.train(self.training)

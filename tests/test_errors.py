@@ -186,3 +186,120 @@ def test_fallback_region_trains_like_the_single_device_model():
     for report in launch(_rolled_training, 2, timeout_s=120):
         assert report["strategies"] == {"megatron"}
         assert is_equal(report), report
+
+
+def _call_time_errors():
+    from examples.factories import training_case
+    factory, inputs, target, loss = training_case("transformer")
+    torch.manual_seed(0)
+    pm = autopar.compile(factory(), None, example_inputs=inputs, loss_fn=loss, example_target=target,
+                         strategy={"data": 1, "tensor": 2})
+    seen = {"shorter sequence": pm.step(inputs[0][:, :8], target=target[:, :8]).item()}
+    for name, call in {"two inputs": lambda: pm.step(inputs[0], inputs[0], target=target),
+                       "float ids": lambda: pm.step(inputs[0].float(), target=target),
+                       "flat ids": lambda: pm(inputs[0].flatten()),
+                       "too long": lambda: pm.step(torch.cat([inputs[0]] * 2, 1), target=torch.cat([target] * 2, 1))
+                       }.items():
+        try:
+            call()
+            seen[name] = "no error"
+        except Exception as e:  # noqa: BLE001
+            seen[name] = f"{type(e).__name__}: {e}"
+    return seen
+
+
+@pytest.mark.multiprocess
+def test_call_time_inputs_unlike_the_example_are_explained_on_every_rank():
+    for seen in launch(_call_time_errors, 2, timeout_s=120):
+        assert isinstance(seen["shorter sequence"], float)  # new shapes: the program is rebuilt, same plan
+        assert "ValueError: the model was called with 2 input(s); it was compiled with 1 example input(s)" \
+            in seen["two inputs"]
+        assert "ValueError: input 0: dtype float32 differs from the example's int64" in seen["float ids"]
+        assert "ValueError: input 0: shape [64] has 1 dimensions, the example's [4, 16] has 2" in seen["flat ids"]
+        assert "CaptureError: inputs of shapes [[4, 32]] differ from the example's [[4, 16]]: autopar builds each " \
+               "rank's program again for new shapes (the plan is kept), and the model cannot run at these shapes" \
+            in seen["too long"]
+
+
+def _different_meshes():
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh("cpu", (2,))
+    x = torch.randn(4, 32)
+    strategy = {"data": 2} if dist.get_rank() == 0 else {"tensor": 2}
+    errors = []
+    for kwargs in ({"mesh": mesh if dist.get_rank() == 0 else None}, {"mesh": None, "strategy": strategy}):
+        try:
+            autopar.compile(MLP(), example_inputs=(x,), **kwargs)
+            errors.append("no error")
+        except autopar.PlanError as e:
+            errors.append(str(e))
+    return errors
+
+
+@pytest.mark.multiprocess
+def test_ranks_given_different_meshes_or_strategies_all_get_the_same_error():
+    results = launch(_different_meshes, 2, timeout_s=60)
+    assert results[0] == results[1]
+    mesh_error, strategy_error = results[0]
+    assert mesh_error.startswith("compile(): the ranks were given different mesh: rank 0: DeviceMesh dim0=2 over "
+                                 "ranks [0, 1]; rank 1: None (the default group of 2 ranks)")
+    assert "rank 0: {'data': 2}; rank 1: {'tensor': 2}" in strategy_error
+
+
+def test_parameters_of_a_dtype_collectives_cannot_train_are_named():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    model[1].weight.data = model[1].weight.data.to(torch.float8_e4m3fn)
+    with pytest.raises(autopar.PlanError, match=r"parameter 1.weight is float8_e4m3fn: autopar averages gradients"):
+        autopar.compile(model, None, example_inputs=(torch.randn(2, 4),))
+
+
+_PLAN_SCRIPT = """
+import sys, torch, autopar
+from examples.zoo import ZOO
+from examples.factories import gpt_meta
+case = ZOO["gpt2"]()
+torch.manual_seed(0)
+a = autopar.plan(case.factory(), 8, case.inputs, case.loss_fn, example_target=case.target)
+model, inputs, loss, target = gpt_meta(layers=8, width=1024, heads=16, batch=64, seq=512)
+b = autopar.plan(model, 64, inputs, loss, example_target=target, hardware="a100-selene")
+sys.stdout.write(a.to_json() + "\\n" + b.to_json())
+"""
+
+
+def test_plan_json_is_byte_identical_in_two_processes():
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    outputs = []
+    for hash_seed in ("1", "2"):  # set and dict orders that depend on string hashing would differ
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": root}
+        done = subprocess.run([sys.executable, "-c", _PLAN_SCRIPT], env=env, cwd=root, capture_output=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        outputs.append(done.stdout)
+    assert len(outputs[0]) > 1000 and outputs[0] == outputs[1]
+
+
+class _ConvBlocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU())
+                                    for _ in range(4))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return x.mean((2, 3))
+
+
+def test_batch_norm_in_training_keeps_the_batch_whole():
+    x = torch.randn(8, 4, 6, 6)
+    with pytest.raises(autopar.PlanError, match=r"a pipeline runs microbatches, and batch norm .* normalises over the "
+                                                r"rows it sees in training mode"):
+        autopar.plan(_ConvBlocks(), 2, (x,), strategy={"pipeline": 2, "data": 1})
+    plan = autopar.plan(_ConvBlocks(), 4, (x,))
+    assert not plan.pipeline and plan.subgrids == 1
+    # in eval mode it normalises with running statistics, per sample: the planner pipelines it
+    assert autopar.plan(_ConvBlocks().eval(), 4, (x,)).pipeline
