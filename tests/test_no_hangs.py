@@ -1,0 +1,131 @@
+"""No hangs: when one rank dies or raises, every other rank stops with a RankFailureError
+naming it, within the process group's timeout (issue 8).
+
+Each test launches 4 gloo ranks with ``return_exceptions=True``, so the parent leaves the
+survivors alone: they must stop by themselves. ``RankFailure.elapsed_s`` is when the parent
+heard of each rank's end, counted from the launch.
+"""
+import datetime
+import os
+import signal
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+import autopar
+from autopar._torch_compat import group_timeout
+from autopar.runtime.health import RankFailureError, explain, is_collective_failure
+from autopar.runtime.launcher import RankFailure, launch
+from examples.factories import training_case
+from examples.models import MLP
+
+# the process group's collective timeout, and launch's deadline: spawning 4 ranks and
+# compiling take 5-45 s on a busy 2-core machine
+TIMEOUT_S = 60.0
+MESH = {"data": 2, "tensor": 2}  # rank = data * 2 + tensor: rank 2 shares data with 0, tensor with 3
+
+
+def _compile(model=None, mesh=None):
+    """The example MLP (or ``model``) compiled for MESH (or a 2-D ``mesh`` of the same
+    degrees); every group it communicates over has the default group's timeout."""
+    factory, inputs, target, loss_fn = training_case("mlp")
+    torch.manual_seed(0)
+    pm = autopar.compile(model or factory(), mesh, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
+                         strategy=MESH)
+    for name, group in pm._groups.items():
+        if group is not None:
+            assert group_timeout(group) == datetime.timedelta(seconds=TIMEOUT_S), (name, group_timeout(group))
+    return pm, inputs, target
+
+
+def _rank_2_killed_in_second_backward():
+    # the user's mesh: init_device_mesh gives its groups torch's 30 minutes; compile lowers them
+    pm, inputs, target = _compile(mesh=init_device_mesh("cpu", (2, 2), mesh_dim_names=("data", "tensor")))
+    step = [0]
+    if dist.get_rank() == 2:
+        def die(grad):
+            if step[0] == 2:
+                time.sleep(0.5)  # mid-step: the heartbeat has said so
+                os.kill(os.getpid(), signal.SIGKILL)
+            return grad
+        pm.root.model.head.weight.register_hook(die)
+    for step[0] in (1, 2, 3):
+        pm.step(*inputs, target=target)
+    return "finished"
+
+
+def _rank_1_given_a_bad_target():
+    pm, inputs, target = _compile()
+    pm.step(*inputs, target=target)
+    if dist.get_rank() == 1:
+        target = torch.zeros(8, 3, dtype=torch.long)  # cross-entropy wants one class per row
+    pm.step(*inputs, target=target)
+    return "finished"
+
+
+def _rank_3_given_another_model():
+    _compile(MLP(width=16) if dist.get_rank() == 3 else None)  # its first layer does not take the inputs
+    return "compiled"
+
+
+def _survivors(results, culprit: int) -> list[RankFailure]:
+    out = []
+    for rank, result in enumerate(results):
+        if rank == culprit:
+            continue
+        assert isinstance(result, RankFailure), f"rank {rank} did not stop: {result!r}"
+        out.append(result)
+    return out
+
+
+@pytest.mark.multiprocess
+def test_a_killed_rank_is_named_by_every_other_rank_within_the_timeout():
+    results = launch(_rank_2_killed_in_second_backward, 4, timeout_s=TIMEOUT_S, return_exceptions=True)
+    dead = results[2]
+    assert isinstance(dead, RankFailure) and dead.exitcode == -signal.SIGKILL, dead
+    for failure in _survivors(results, 2):
+        assert failure.error.startswith("RankFailureError: rank 2 died (its process "), failure
+        assert "is gone; last seen in step() #2); this rank" in failure.error, failure
+        assert failure.elapsed_s - dead.elapsed_s < TIMEOUT_S, failure
+        assert "stopped in step() #2" in failure.error, failure
+
+
+@pytest.mark.multiprocess
+def test_an_error_raised_on_one_rank_reaches_every_rank():
+    results = launch(_rank_1_given_a_bad_target, 4, timeout_s=TIMEOUT_S, return_exceptions=True)
+    raised = results[1]
+    assert isinstance(raised, RankFailure) and "Error" in raised.error, raised
+    first_line = raised.error.splitlines()[0]
+    for failure in _survivors(results, 1):
+        assert failure.error.startswith(f"RankFailureError: rank 1 raised in step() #2: {first_line}; this rank"), \
+            failure
+        assert raised.error.strip() in failure.error.replace("\n    ", "\n"), failure  # rank 1's error in full
+        assert failure.elapsed_s - raised.elapsed_s < TIMEOUT_S, failure
+
+
+@pytest.mark.multiprocess
+def test_a_rank_failing_in_compile_fails_compile_on_every_rank():
+    results = launch(_rank_3_given_another_model, 4, timeout_s=TIMEOUT_S, return_exceptions=True)
+    raised = results[3]
+    assert isinstance(raised, RankFailure), raised
+    assert raised.error.startswith("CaptureError: autopar could not capture model MLP"), raised
+    for failure in _survivors(results, 3):
+        assert failure.error.startswith("RankFailureError: rank 3 raised in compile() #1: CaptureError: autopar "
+                                        "could not capture model MLP."), failure
+        assert "stopped waiting for the others in compile() #1" in failure.error, failure
+        assert failure.elapsed_s - raised.elapsed_s < 10, failure  # read off the board, not a timeout
+
+
+def test_collective_failures_are_told_from_local_errors():
+    assert is_collective_failure(RuntimeError("[../gloo/transport/tcp/pair.cc:553] Connection closed by peer"))
+    assert is_collective_failure(dist.DistStoreError("wait timeout after 1000ms"))
+    assert not is_collective_failure(ValueError("Expected input batch_size (4) to match target batch_size (8)"))
+    assert not is_collective_failure(RankFailureError("rank 1 raised ..."))
+
+
+def test_without_a_process_group_there_is_nothing_to_ask():
+    error = explain(RuntimeError("Connection closed by peer"), "step() #1")
+    assert isinstance(error, RankFailureError) and "no failure board" in str(error)
