@@ -182,14 +182,21 @@ class _Board:
             return self.store.add(_PREFIX + key, amount)
 
     def read(self) -> _Snapshot:
+        """The board now. Who is dead is decided before the failures are read: a rank
+        reports before it dies, so one found dead has its report in what is read next
+        (read the other way round, a rank that reported and exited in between would
+        look like one that died without a word)."""
         keys = [f"{_PREFIX}beat/{r}" for r in range(self.world)]
         with self.lock:
-            failures = self.store.get(f"{_PREFIX}failures") if self.store.check([f"{_PREFIX}failures"]) else b""
             if self.store.check(keys):
                 beats = self.store.multi_get(keys)
             else:
                 beats = [self.store.get(k) if self.store.check([k]) else None for k in keys]
-        return _Snapshot(self, failures.decode(), [json.loads(b) if b is not None else None for b in beats])
+        snapshot = _Snapshot(self, [json.loads(b) if b is not None else None for b in beats])
+        with self.lock:
+            failures = self.store.get(f"{_PREFIX}failures") if self.store.check([f"{_PREFIX}failures"]) else b""
+        snapshot.read_failures(failures.decode())
+        return snapshot
 
     def run(self) -> None:
         """The heartbeat thread: beat until stopped or the default group is gone."""
@@ -219,12 +226,15 @@ class _Board:
 class _Snapshot:
     """The board as one rank read it."""
 
-    def __init__(self, board: _Board, failures: str, beats: list[dict | None]):
+    def __init__(self, board: _Board, beats: list[dict | None]):
         self.me, self.machine, self.now = board.rank, board.machine, time.time()
         self.beats = beats
-        # the last record of each rank counts: a rank that went on to another call recovered
+        self.deaths = {rank: why for rank in range(len(beats)) if (why := self._dead(rank)) is not None}
         self.failures: dict[int, dict] = {}
-        for line in failures.splitlines():
+
+    def read_failures(self, text: str) -> None:
+        # the last record of each rank counts: a rank that went on to another call recovered
+        for line in text.splitlines():
             if line.strip():
                 record = json.loads(line)
                 self.failures[record["rank"]] = record
@@ -232,6 +242,9 @@ class _Snapshot:
 
     def dead(self, rank: int) -> str | None:
         """Why ``rank`` is dead, or None while it lives (or left, or never beat)."""
+        return self.deaths.get(rank)
+
+    def _dead(self, rank: int) -> str | None:
         beat = self.beats[rank]
         if beat is None or beat["state"] == "left":
             return None
