@@ -12,7 +12,9 @@ from autopar.planning.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
 from autopar.planning.planner import PlanError, Strategy
 from autopar.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from autopar.runtime.health import RankFailureError
 
 __all__ = ["compile", "plan", "rank_graph", "ParallelModule", "Plan", "PlanError", "Strategy", "Hardware",
-           "get_hardware", "capture", "CaptureError", "save_checkpoint", "load_checkpoint", "CheckpointError"]
+           "get_hardware", "capture", "CaptureError", "save_checkpoint", "load_checkpoint", "CheckpointError",
+           "RankFailureError"]
 __version__ = "0.1.0"

@@ -26,7 +26,8 @@ from autopar.runtime.groups import (
     set_groups,
     use_groups,
 )
-from autopar.runtime.launcher import LaunchError, init_from_env, launch
+from autopar.runtime.health import RankFailureError, report_failure
+from autopar.runtime.launcher import LaunchError, RankFailure, init_from_env, launch
 from autopar.runtime.rng import (
     RandomStates,
     get_random_states,
@@ -40,6 +41,8 @@ __all__ = [
     "GradientBuckets",
     "LaunchError",
     "RandomStates",
+    "RankFailure",
+    "RankFailureError",
     "all_gather_batch",
     "clear_groups",
     "copy_to_tensor_region",
@@ -53,6 +56,7 @@ __all__ = [
     "launch",
     "reduce_from_tensor_region",
     "registered_groups",
+    "report_failure",
     "replicated_dropout",
     "scatter_to_tensor_region",
     "seed_everything",
