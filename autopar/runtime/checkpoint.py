@@ -111,9 +111,58 @@ class Chunk:
     scatter: Optional[torch.Tensor] = None
 
 
-def local_chunks(local: torch.Tensor, full_shape: tuple[int, ...], cut: Optional[Callable] = None) -> list[Chunk]:
+@dataclass(frozen=True)
+class Placement:
+    """Where one box of the full tensor lies in a local tensor's storage, counted from the
+    tensor's storage offset: a strided view (``start``, ``strides``), or, where no view
+    fits, the offsets of its elements in row-major order (``memory``)."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    start: int
+    strides: Optional[tuple[int, ...]]
+    memory: Optional[torch.Tensor] = None
+
+
+def placements(shape, strides, full_shape: tuple[int, ...], cut: Callable) -> list[Placement]:
+    """The boxes held by a local tensor of ``shape`` and ``strides`` that is ``cut(full)``
+    for a full tensor of ``full_shape``: the cut applied to ``arange(numel)`` says which
+    element of the full tensor each local element is."""
+    numel = _numel(full_shape)
+    index = cut(torch.arange(numel).view(full_shape))
+    if tuple(index.shape) != tuple(shape):
+        raise RuntimeError(f"the cut of a {list(full_shape)} tensor gives {list(index.shape)}, the local tensor is "
+                           f"{list(shape)}; this is a bug")
+    memory_of = torch.full((numel,), -1, dtype=torch.long)  # full index -> local storage offset
+    memory_of[index.reshape(-1)] = _element_offsets(shape, strides)
+    held = (memory_of >= 0).nonzero().flatten()
+    if held.numel() != index.numel():
+        raise RuntimeError(f"a local part of a {list(full_shape)} tensor holds an element twice; this is a bug")
+    full_strides = _contiguous_strides(full_shape)
+    return [_placement(offsets, sizes, memory_of[_box_indices(offsets, sizes, full_strides)].view(sizes))
+            for offsets, sizes in boxes_of(held, tuple(full_shape))]
+
+
+def _placement(offsets, sizes, memory: torch.Tensor) -> Placement:
+    """A view when ``memory`` (the box's elements' storage offsets) is affine in the box's
+    coordinates with non-negative steps, else the offsets themselves."""
+    start = int(memory.reshape(-1)[0])
+    steps = []
+    for d, size in enumerate(sizes):
+        unit = [0] * len(sizes)
+        unit[d] = 1
+        steps.append(int(memory[tuple(unit)]) - start if size > 1 else 1)
+    if all(step >= 0 for step in steps) and torch.equal(_element_offsets(sizes, steps) + start, memory.reshape(-1)):
+        return Placement(tuple(offsets), tuple(sizes), start, tuple(steps))
+    return Placement(tuple(offsets), tuple(sizes), start, None, memory.reshape(-1))
+
+
+def local_chunks(local: torch.Tensor, full_shape: tuple[int, ...], cut: Optional[Callable] = None,
+                 cache: Optional[dict] = None, key: Any = None) -> list[Chunk]:
     """The chunks of ``local``, which is ``cut(full)`` for a full tensor of ``full_shape``
-    (``cut`` None: ``local`` is the whole tensor)."""
+    (``cut`` None: ``local`` is the whole tensor). ``cache``: placements by ``key`` (the
+    cut's identity) and layout, shared by tensors cut alike (a parameter and its
+    optimizer state)."""
     local = local.detach()
     if cut is None:
         if tuple(local.shape) != tuple(full_shape):
@@ -122,27 +171,31 @@ def local_chunks(local: torch.Tensor, full_shape: tuple[int, ...], cut: Optional
         return [Chunk((0,) * len(full_shape), tuple(full_shape), local)]
     if local.numel() == 0:
         return []
-    index = cut(torch.arange(_numel(full_shape)).view(full_shape))
-    if index.shape != local.shape:
-        raise RuntimeError(f"the cut of a {list(full_shape)} tensor gives {list(index.shape)}, the local tensor is "
-                           f"{list(local.shape)}; this is a bug")
-    index, order = index.reshape(-1).sort()
-    if bool((index[1:] == index[:-1]).any()):
-        raise RuntimeError(f"a local part of a {list(full_shape)} tensor holds an element twice; this is a bug")
-    memory = _storage_offsets(local)[order]  # where each held element lies, in global order
-    strides = _contiguous_strides(full_shape)
-    return [_chunk(local, offsets, sizes, memory[torch.searchsorted(index, _box_indices(offsets, sizes, strides))])
-            for offsets, sizes in boxes_of(index, tuple(full_shape))]
+    layout = (key, tuple(full_shape), tuple(local.shape), local.stride())
+    found = cache.get(layout) if cache is not None and key is not None else None
+    if found is None:
+        found = placements(local.shape, local.stride(), full_shape, cut)
+        if cache is not None and key is not None:
+            cache[layout] = found
+    base = local.storage_offset()
+    return [Chunk(p.offsets, p.sizes, local.as_strided(p.sizes, p.strides, base + p.start)) if p.strides is not None
+            else Chunk(p.offsets, p.sizes, _storage(local)[p.memory + base].view(p.sizes), p.memory + base)
+            for p in found]
 
 
 def _box_indices(offsets, sizes, strides) -> torch.Tensor:
     """The flat indices of a box's elements in a full tensor of ``strides``, row-major."""
-    indices = torch.full((), sum(o * s for o, s in zip(offsets, strides)), dtype=torch.long)
-    for d, (size, stride) in enumerate(zip(sizes, strides)):
-        shape = [1] * len(sizes)
-        shape[d] = size
-        indices = indices + (torch.arange(size) * stride).view(shape)
-    return indices.reshape(-1)
+    return _element_offsets(sizes, strides) + sum(o * s for o, s in zip(offsets, strides))
+
+
+def _element_offsets(shape, strides) -> torch.Tensor:
+    """``sum(i_d · strides[d])`` for every index of ``shape``, row-major, flat."""
+    offsets = torch.zeros((), dtype=torch.long)
+    for d, (size, stride) in enumerate(zip(shape, strides)):
+        view = [1] * len(shape)
+        view[d] = size
+        offsets = offsets + (torch.arange(size) * stride).view(view)
+    return offsets.expand(tuple(shape)).reshape(-1)
 
 
 def _numel(shape) -> int:
@@ -152,39 +205,9 @@ def _numel(shape) -> int:
     return n
 
 
-def _chunk(local: torch.Tensor, offsets, sizes, memory: torch.Tensor) -> Chunk:
-    """A view of ``local`` when ``memory`` (the storage offsets of the box's elements,
-    row-major) is affine in the box's coordinates with non-negative steps, else a copy."""
-    memory = memory.view(sizes)
-    base = int(memory.reshape(-1)[0])
-    strides = []
-    for d, size in enumerate(sizes):
-        step = 1
-        if size > 1:
-            unit = [0] * len(sizes)
-            unit[d] = 1
-            step = int(memory[tuple(unit)]) - base
-        strides.append(step)
-    if all(s >= 0 for s in strides):
-        view = local.as_strided(sizes, strides, base)
-        if torch.equal(_storage_offsets(view).view(sizes), memory):
-            return Chunk(tuple(offsets), tuple(sizes), view)
-    return Chunk(tuple(offsets), tuple(sizes), _storage(local)[memory.reshape(-1)].view(sizes), memory.reshape(-1))
-
-
 def _storage(t: torch.Tensor) -> torch.Tensor:
     """All of ``t``'s storage as a flat tensor of its dtype."""
     return t.as_strided((t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
-
-
-def _storage_offsets(t: torch.Tensor) -> torch.Tensor:
-    """The storage offset of each element of ``t``, in its logical (row-major) order."""
-    offsets = torch.full((), t.storage_offset(), dtype=torch.long)
-    for d, (size, stride) in enumerate(zip(t.shape, t.stride())):
-        shape = [1] * t.dim()
-        shape[d] = size
-        offsets = offsets + (torch.arange(size) * stride).view(shape)
-    return offsets.expand(t.shape).reshape(-1)
 
 
 def _contiguous_strides(shape) -> list[int]:
@@ -251,18 +274,20 @@ class ChunkedTensor(torch.Tensor):
 class Entry:
     """One key of the checkpoint on this rank: the local tensor (None: holds none of it),
     the full shape, the cut from full to local (None: the whole tensor), whether this
-    rank's copy is current (writes it)."""
+    rank's copy is current (writes it), and what identifies the cut (its shard)."""
 
     local: Optional[torch.Tensor]
     full_shape: tuple[int, ...]
     cut: Optional[Callable] = None
     current: bool = True
+    key: Any = None
     chunks: list = field(default_factory=list)
 
-    def chunked(self, for_load: bool = False) -> Optional[ChunkedTensor]:
+    def chunked(self, cache: dict, for_load: bool = False) -> Optional[ChunkedTensor]:
+        """What DCP is handed (None: nothing on this rank); the chunks stay in ``self.chunks``."""
         if self.local is None or (not for_load and not self.current):
             return None
-        self.chunks = local_chunks(self.local, self.full_shape, self.cut)
+        self.chunks = local_chunks(self.local, self.full_shape, self.cut, cache, self.key)
         if not self.chunks:
             return None
         return ChunkedTensor(self.full_shape, self.local.dtype, self.local.device, self.chunks)
@@ -285,7 +310,7 @@ def model_entries(pm) -> dict[str, Entry]:
         if shard is None:
             out[name] = Entry(value, tuple(value.shape), None, current)
         else:
-            out[name] = Entry(value, tuple(pm._full_shapes[id(value)]), _cut(pm, shard), current)
+            out[name] = Entry(value, tuple(pm._full_shapes[id(value)]), _cut(pm, shard), current, shard)
     return out
 
 
@@ -310,7 +335,7 @@ def _parameter_names(pm, entries: dict[str, Entry], optimizer) -> dict[int, str]
 def _state_entry(fqn: str, value: torch.Tensor, param_entry: Entry) -> Entry:
     """A state tensor shaped like its parameter is split as the parameter; others are whole."""
     if value.shape == param_entry.local.shape:
-        return Entry(value, param_entry.full_shape, param_entry.cut, param_entry.current)
+        return Entry(value, param_entry.full_shape, param_entry.cut, param_entry.current, param_entry.key)
     _check_whole_state(fqn, tuple(value.shape), param_entry)
     return Entry(value, tuple(value.shape), None, param_entry.current)
 
@@ -332,8 +357,9 @@ def save_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
     import torch.distributed.checkpoint as dcp
     entries = model_entries(pm)
     state: dict[str, Any] = {}
+    cache: dict = {}  # placements, shared by a parameter and its optimizer state
     for name, entry in entries.items():
-        chunked = entry.chunked()
+        chunked = entry.chunked(cache)
         if chunked is not None:
             state[MODEL + name] = chunked
     if optimizer is not None:
@@ -345,7 +371,7 @@ def save_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
             for key, value in values.items():
                 fqn = f"{OPTIM}{names[id(p)]}.{key}"
                 if isinstance(value, torch.Tensor):
-                    chunked = _state_entry(fqn, value, entry).chunked()
+                    chunked = _state_entry(fqn, value, entry).chunked(cache)
                     if chunked is not None:
                         state[fqn] = chunked
                 else:
@@ -369,9 +395,10 @@ def load_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
     entries = model_entries(pm)
     _check_model_keys(entries, stored, path)
     state: dict[str, Any] = {}
+    cache: dict = {}  # placements, shared by a parameter and its optimizer state
     targets: list[tuple[Entry, torch.Tensor]] = []
     for name, entry in entries.items():
-        chunked = entry.chunked(for_load=True)
+        chunked = entry.chunked(cache, for_load=True)
         if chunked is not None:
             state[MODEL + name] = chunked
             targets.append((entry, entry.local))
@@ -389,7 +416,7 @@ def load_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
                 # a parameter whose copy here is not current (a D&SP branch off its sub-grid)
                 # is not stepped here: it keeps no state, as before the save
                 new_states[id(p)] = _optimizer_targets(p, names[id(p)], entry, group, optimizer.state.get(p, {}),
-                                                       stored, state, targets) if entry.current else {}
+                                                       stored, state, targets, cache) if entry.current else {}
     with _quiet_without_process_group():
         dcp.load(state, storage_reader=dcp.FileSystemReader(os.fspath(path)), no_dist=not _distributed())
     with torch.no_grad():
@@ -401,7 +428,7 @@ def load_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
 
 
 def _optimizer_targets(p, name: str, entry: Entry, group: dict, current: dict, stored: dict, state: dict,
-                       targets: list) -> dict[str, Any]:
+                       targets: list, cache: dict) -> dict[str, Any]:
     """The state tensors of ``p`` to load the checkpoint's ``optim.<name>.*`` into (the
     optimizer's own where they fit, new ones otherwise); they join ``state`` and ``targets``."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
@@ -426,8 +453,8 @@ def _optimizer_targets(p, name: str, entry: Entry, group: dict, current: dict, s
                 and value.dtype == md.properties.dtype and value.device == device):
             value = torch.zeros(shape, dtype=md.properties.dtype, device=device)
         out[key] = value
-        sub = Entry(value, entry.full_shape, entry.cut) if like_param else Entry(value, shape)
-        chunked = sub.chunked(for_load=True)
+        sub = Entry(value, entry.full_shape, entry.cut, key=entry.key) if like_param else Entry(value, shape)
+        chunked = sub.chunked(cache, for_load=True)
         if chunked is not None:
             state[fqn] = chunked
             targets.append((sub, value))
