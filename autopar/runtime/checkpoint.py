@@ -410,13 +410,19 @@ def load_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
                                   f"without optimizer=); load it without optimizer=, or save one with it")
         state.update((k, None) for k in hyperparameters)  # DCP puts the stored values here
         names = _parameter_names(pm, entries, optimizer)
+        by_parameter: dict[str, dict] = defaultdict(dict)  # name -> {state key: its metadata}
+        for fqn, md in stored.items():
+            if fqn.startswith(OPTIM) and not fqn.startswith(PARAM_GROUPS + "."):
+                name, _, key = fqn[len(OPTIM):].rpartition(".")
+                by_parameter[name][key] = md
         for group in optimizer.param_groups:
             for p in group["params"]:
                 entry = entries[names[id(p)]]
                 # a parameter whose copy here is not current (a D&SP branch off its sub-grid)
                 # is not stepped here: it keeps no state, as before the save
                 new_states[id(p)] = _optimizer_targets(p, names[id(p)], entry, group, optimizer.state.get(p, {}),
-                                                       stored, state, targets, cache) if entry.current else {}
+                                                       by_parameter[names[id(p)]], state, targets,
+                                                       cache) if entry.current else {}
     with _quiet_without_process_group():
         dcp.load(state, storage_reader=dcp.FileSystemReader(os.fspath(path)), no_dist=not _distributed())
     with torch.no_grad():
@@ -429,15 +435,13 @@ def load_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
 
 def _optimizer_targets(p, name: str, entry: Entry, group: dict, current: dict, stored: dict, state: dict,
                        targets: list, cache: dict) -> dict[str, Any]:
-    """The state tensors of ``p`` to load the checkpoint's ``optim.<name>.*`` into (the
-    optimizer's own where they fit, new ones otherwise); they join ``state`` and ``targets``."""
+    """The state tensors of ``p`` to load the checkpoint's ``optim.<name>.<key>`` (``stored``:
+    key -> metadata) into: the optimizer's own where they fit, new ones otherwise. They
+    join ``state`` (what DCP loads) and ``targets`` (what is scattered back)."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-    prefix = f"{OPTIM}{name}."
     out: dict[str, Any] = {}
-    for fqn, md in stored.items():
-        if not fqn.startswith(prefix) or "." in fqn[len(prefix):]:
-            continue
-        key = fqn[len(prefix):]
+    for key, md in stored.items():
+        fqn = f"{OPTIM}{name}.{key}"
         if not isinstance(md, TensorStorageMetadata):
             state[fqn] = None  # DCP puts the stored object here
             out[key] = _Stored(fqn)
