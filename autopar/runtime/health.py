@@ -20,9 +20,11 @@ call raises :class:`RankFailureError` (chained to gloo's error), naming the rank
     stopped in step() #2: RuntimeError: [../gloo/transport/tcp/pair.cc:537] Read error
     [127.0.0.1]:47281: Connection reset by peer ...
 
-A rank is dead when its process is gone (checked directly on the same machine) or its
-heartbeat is older than :data:`STALE_AFTER_S`. A rank that stopped because of another's
-failure writes whom it blamed, so ranks further away name the same culprit.
+A rank is dead when its process is gone, checked directly on the same machine (a busy
+process is never taken for a dead one: eight ranks planning on two cores went more than
+5 s without a heartbeat), and on another machine when its heartbeat is older than
+:data:`STALE_AFTER_S`. A rank that stopped because of another's failure writes whom it
+blamed, so ranks further away name the same culprit.
 
 How fast the others stop: a collective with a dead or exited peer fails at once (its
 connection closes); one with a peer that raised but lives on (the user caught the error)
@@ -59,9 +61,9 @@ HEARTBEAT_S = 1.0
 """Seconds between two heartbeats of a rank (one also follows each guarded call's start
 and end, at most every :data:`_MIN_GAP_S`, so the board says which call a rank is in)."""
 _MIN_GAP_S = 0.1
-STALE_AFTER_S = 5.0
-"""A rank whose last heartbeat is older than this is dead (when its process cannot be
-checked directly: another machine)."""
+STALE_AFTER_S = 15.0
+"""A rank on another machine whose last heartbeat is older than this is dead (on this
+machine its process is checked instead)."""
 _STORE_TIMEOUT_S = 10.0  # the board's own store operations never block longer
 _PREFIX = "autopar/health/"
 
@@ -110,7 +112,6 @@ class _State:
         self.depth = 0
         self.reported = False  # this rank has a failure on the board
         self.calls: dict[str, int] = {}
-        self.barriers: dict[tuple[str, str], int] = {}
         self.members: list[int] | None = None  # the ranks the current setup call spans
 
 
@@ -160,33 +161,38 @@ class _Board:
         self.timeout_s = timeout.total_seconds() if timeout is not None else 1800.0
         self.store = default_store().clone()
         self.store.set_timeout(datetime.timedelta(seconds=min(self.timeout_s, _STORE_TIMEOUT_S)))
+        # the n-th process group of every rank shares the n-th board: a store that outlives
+        # a destroyed group (torchrun's) keeps the old group's beats and failures apart
+        generation = self.store.add(f"{_PREFIX}groups_made_by/{self.rank}", 1)
+        self.prefix = f"{_PREFIX}{generation}/"
         self.lock = threading.Lock()
         self.pid, self.machine = os.getpid(), _machine()
         self.stop = threading.Event()
         self.wake = threading.Event()  # set when the main thread enters or leaves a guarded call
         self.thread: threading.Thread | None = None
+        self.barriers: dict[tuple[str, str], int] = {}  # how many barriers of each name this rank reached
 
     def beat(self, state: str = "alive") -> None:
         value = json.dumps({"t": time.time(), "pid": self.pid, "machine": self.machine, "state": state,
                             "doing": _STATE.doing, "since": _STATE.since})
         with self.lock:
-            self.store.set(f"{_PREFIX}beat/{self.rank}", value)
+            self.store.set(f"{self.prefix}beat/{self.rank}", value)
 
     def record(self, **fields) -> None:
         line = json.dumps({"rank": self.rank, "t": time.time(), **fields})
         with self.lock:
-            self.store.append(f"{_PREFIX}failures", line + "\n")
+            self.store.append(f"{self.prefix}failures", line + "\n")
 
     def add(self, key: str, amount: int) -> int:
         with self.lock:
-            return self.store.add(_PREFIX + key, amount)
+            return self.store.add(self.prefix + key, amount)
 
     def read(self) -> _Snapshot:
         """The board now. Who is dead is decided before the failures are read: a rank
         reports before it dies, so one found dead has its report in what is read next
         (read the other way round, a rank that reported and exited in between would
         look like one that died without a word)."""
-        keys = [f"{_PREFIX}beat/{r}" for r in range(self.world)]
+        keys = [f"{self.prefix}beat/{r}" for r in range(self.world)]
         with self.lock:
             if self.store.check(keys):
                 beats = self.store.multi_get(keys)
@@ -194,7 +200,8 @@ class _Board:
                 beats = [self.store.get(k) if self.store.check([k]) else None for k in keys]
         snapshot = _Snapshot(self, [json.loads(b) if b is not None else None for b in beats])
         with self.lock:
-            failures = self.store.get(f"{_PREFIX}failures") if self.store.check([f"{_PREFIX}failures"]) else b""
+            key = f"{self.prefix}failures"
+            failures = self.store.get(key) if self.store.check([key]) else b""
         snapshot.read_failures(failures.decode())
         return snapshot
 
@@ -249,12 +256,18 @@ class _Snapshot:
         if beat is None or beat["state"] == "left":
             return None
         seen = f"last seen in {beat['doing']}" if beat["doing"] else "last seen outside autopar's calls"
-        if beat["machine"] == self.machine and _process_gone(beat["pid"]):
-            return f"its process {beat['pid']} is gone; {seen}"
+        if beat["machine"] == self.machine:
+            return f"its process {beat['pid']} is gone; {seen}" if _process_gone(beat["pid"]) else None
         age = self.now - beat["t"]
         if age > STALE_AFTER_S:
             return f"no heartbeat for {age:.1f} s; {seen}"
         return None
+
+    def silent(self, members=None) -> list[int]:
+        """Ranks on other machines not heard from for a few heartbeats (dead, or stalled)."""
+        members = range(len(self.beats)) if members is None else members
+        return [r for r in members if r != self.me and (beat := self.beats[r]) is not None and beat["state"] != "left"
+                and beat["machine"] != self.machine and self.now - beat["t"] > 3 * HEARTBEAT_S]
 
     def doing(self, rank: int) -> str:
         beat = self.beats[rank]
@@ -385,20 +398,23 @@ def is_collective_failure(exc: BaseException) -> bool:
 
 def explain(exc: BaseException, during: str = "", members=None) -> RankFailureError:
     """The :class:`RankFailureError` naming the ranks whose failure made the collective
-    behind ``exc`` fail, read from the board. Waits up to STALE_AFTER_S + HEARTBEAT_S for
-    a culprit to show (a killed rank on another machine shows by its stale heartbeat)."""
+    behind ``exc`` fail, read from the board. With no culprit yet it keeps reading: for
+    3 heartbeats, and while a rank on another machine is silent, until its heartbeat is
+    stale (a killed rank there shows no other way)."""
     board = _board()
     during = during or _STATE.doing or "a collective"
     if board is None:
         return RankFailureError(f"this rank stopped in {during}: {_one_line(exc)} (no process group: "
                                 f"no failure board to ask which rank failed)", {}, during)
     tail = f"this rank ({board.rank}) stopped in {during}: {_one_line(exc)}"
-    deadline = time.monotonic() + STALE_AFTER_S + HEARTBEAT_S
+    start = time.monotonic()
     try:
         while True:
             snapshot = board.read()
             culprits = snapshot.culprits(members)
-            if culprits or time.monotonic() > deadline:
+            waited = time.monotonic() - start
+            if culprits or waited > STALE_AFTER_S + HEARTBEAT_S or (
+                    waited > 3 * HEARTBEAT_S and not snapshot.silent(members)):
                 break
             time.sleep(0.1)
     except Exception as read_error:  # noqa: BLE001 - the store (rank 0's, without torchrun) may be gone
@@ -519,7 +535,7 @@ def _barrier(name: str, members: list[int]) -> None:
     if board is None or len(members) <= 1:
         return
     tag = "all" if members == list(range(board.world)) else f"{zlib.crc32(str(members).encode()):08x}"
-    n = _STATE.barriers[name, tag] = _STATE.barriers.get((name, tag), 0) + 1
+    n = board.barriers[name, tag] = board.barriers.get((name, tag), 0) + 1
     key = f"barrier/{name}/{tag}/{n}"
     board.add(key, 1)
     start = time.monotonic()
