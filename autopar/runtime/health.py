@@ -16,9 +16,9 @@ torchrun's agent) hosts, so it outlives every rank. It holds
 When a collective fails inside a guarded call, :func:`explain` reads the board and the
 call raises :class:`RankFailureError` (chained to gloo's error), naming the ranks at fault::
 
-    RankFailureError: rank 2 died during step() #2 (its process 4711 is gone); this rank (0)
-    stopped in step() #2: RuntimeError: [../gloo/transport/tcp/pair.cc:537] Read error
-    [127.0.0.1]:47281: Connection reset by peer ...
+    RankFailureError: rank 2 died (its process 4711 is gone; last seen in step() #2); this
+    rank (0) stopped in step() #2: RuntimeError: [../gloo/transport/tcp/pair.cc:537] Read
+    error [127.0.0.1]:47281: Connection reset by peer ...
 
 A rank is dead when its process is gone, checked directly on the same machine (a busy
 process is never taken for a dead one: eight ranks planning on two cores went more than
@@ -123,15 +123,17 @@ _BOARD_LOCK = threading.Lock()
 def _machine() -> str:
     """This machine and process-id namespace: pids are comparable only within one."""
     parts = [socket.gethostname()]
-    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
-        try:
-            parts.append(os.readlink(path) if path.endswith("/pid") else open(path).read().strip())
-        except OSError:
-            pass
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            parts.append(f.read().strip())
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    except OSError:
+        pass
     return "/".join(parts)
 
 
 def _process_gone(pid: int) -> bool:
+    """Whether process ``pid`` of this machine has ended (a zombie counts as ended)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rpartition(")")[2].split()[0]
@@ -309,7 +311,8 @@ class _Snapshot:
         for rank in members[:limit]:
             failure = self.failures.get(rank)
             if failure is not None:
-                parts.append(f"rank {rank} stopped in {failure['during']} ({failure['error'].splitlines()[0]})")
+                first = (failure["error"].splitlines() or [""])[0]
+                parts.append(f"rank {rank} stopped in {failure['during'] or 'its own code'} ({first})")
             else:
                 parts.append(f"rank {rank} {self.doing(rank)}")
         more = f", and {len(members) - limit} more" if len(members) > limit else ""
