@@ -129,3 +129,50 @@ def test_collective_failures_are_told_from_local_errors():
 def test_without_a_process_group_there_is_nothing_to_ask():
     error = explain(RuntimeError("Connection closed by peer"), "step() #1")
     assert isinstance(error, RankFailureError) and "no failure board" in str(error)
+
+
+def _snapshot(beats, records):
+    """A board as rank 0 reads it, from ``beats`` (rank -> (pid, doing) or None) and failure records."""
+    import json
+    from types import SimpleNamespace
+
+    from autopar.runtime.health import _machine, _Snapshot
+    board = SimpleNamespace(rank=0, machine=_machine())
+    now = time.time()
+    snapshot = _Snapshot(board, [None if b is None else {"t": now, "pid": b[0], "machine": board.machine,
+                                                          "state": "alive", "doing": b[1], "since": now}
+                                 for b in beats])
+    snapshot.read_failures("".join(json.dumps(r) + "\n" for r in records))
+    return snapshot
+
+
+def test_the_board_names_who_raised_who_died_and_whom_others_blamed():
+    gone = 2 ** 22 + 12345  # above the default pid_max: no such process
+    alive = os.getpid()
+    snapshot = _snapshot([(alive, ""), (alive, "step() #2"), (gone, "step() #2"), (gone, "step() #2")], [
+        {"rank": 1, "kind": "raised", "error": "ValueError: bad target\n  more", "during": "step() #2"},
+        {"rank": 3, "kind": "stopped", "error": "RankFailureError: ...", "during": "step() #2",
+         "culprits": {"2": "rank 2 died (seen by rank 3)"}},
+    ])
+    culprits = snapshot.culprits()
+    # rank 3 reported before it exited: it is not taken for dead; rank 1 lives but raised
+    assert culprits == {1: ("rank 1 raised in step() #2: ValueError: bad target", "ValueError: bad target\n  more"),
+                        2: (f"rank 2 died (its process {gone} is gone; last seen in step() #2)", "")}
+    error = RankFailureError.naming(culprits, "this rank (0) stopped in step() #2: RuntimeError: closed", "step() #2")
+    assert str(error).splitlines() == [
+        "rank 1 raised in step() #2: ValueError: bad target; rank 2 died (its process "
+        f"{gone} is gone; last seen in step() #2); this rank (0) stopped in step() #2: RuntimeError: closed",
+        "rank 1's error:", "    ValueError: bad target", "      more"]
+    assert error.failed == {1: culprits[1][0], 2: culprits[2][0]}
+
+
+def test_a_rank_that_went_on_after_its_error_is_not_blamed_and_others_blame_the_same_rank():
+    alive = os.getpid()
+    snapshot = _snapshot([(alive, ""), (alive, ""), (alive, ""), (alive, "")], [
+        {"rank": 1, "kind": "raised", "error": "ValueError: bad", "during": "step() #2"},
+        {"rank": 1, "kind": "recovered"},
+        {"rank": 3, "kind": "stopped", "error": "RankFailureError: ...", "during": "step() #2",
+         "culprits": {"2": "rank 2 died (no heartbeat for 16.0 s)"}, "details": {}},
+    ])
+    assert snapshot.culprits() == {2: ("rank 2 died (no heartbeat for 16.0 s)", "")}
+    assert snapshot.culprits(members=[0, 1]) == {}
