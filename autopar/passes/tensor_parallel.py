@@ -310,13 +310,15 @@ def regions_without_rules(gm: fx.GraphModule, region_ids: list[str], degree: int
                 found[left[0]] = str(e)
                 break
             culprits = {rid: why for rid in left for why in [_refusal(gm, rid, degree)] if why}
+            if not culprits:  # refused only together: keep them all whole rather than guess
+                culprits = {rid: f"{e}; the region stays replicated within the tensor group" for rid in left}
             found.update(culprits)
             left = [rid for rid in left if rid not in culprits]
             continue
         new = {}
+        by_name = {n.name: n for n in probe.graph.nodes}
         for name, op, why in rewriter.fallbacks:
-            node = next(n for n in probe.graph.nodes if n.name == name)
-            for rid in node.meta.get(REGION_OF, {}).values():
+            for rid in by_name[name].meta.get(REGION_OF, {}).values():
                 if rid in left and rid not in new:
                     what = f"node {name} ({op}) has no split rule" if why == "no split rule for this op" \
                         else f"node {name} ({op}): {why}"
