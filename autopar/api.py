@@ -595,11 +595,9 @@ def gather_full_shape(local: torch.Tensor, shard: ParamShard | None, degree: int
 
 
 def example_signature(inputs: Sequence[Any], target: Any = None) -> tuple:
-    """What later calls must keep of the example: per input (and the target), its
-    dtype and shape, or its type when it is not a tensor."""
-    def one(x):
-        return (x.dtype, tuple(x.shape)) if isinstance(x, torch.Tensor) else type(x)
-    return tuple(one(x) for x in inputs), (None if target is None else one(target))
+    """What later calls must keep of the example: each input's (and the target's)
+    :func:`_signature`, ``(shape, dtype)`` of a tensor or the type's name otherwise."""
+    return tuple(_signature(x) for x in inputs), (None if target is None else _signature(target))
 
 
 def check_call_inputs(examples: tuple | None, inputs: tuple, target: Any) -> None:
@@ -608,28 +606,28 @@ def check_call_inputs(examples: tuple | None, inputs: tuple, target: Any) -> Non
     made for the example's. Raises ``ValueError`` naming the input otherwise."""
     if examples is None or not examples[0]:
         return
-    signature = example_signature(inputs, target)
     if len(inputs) != len(examples[0]):
         raise ValueError(f"the model was called with {len(inputs)} input(s); it was compiled with "
                          f"{len(examples[0])} example input(s). Pass the same positional inputs as example_inputs "
                          f"(keyword arguments are not supported)")
-    named = list(enumerate(zip(signature[0], examples[0])))
+    checks = [(f"input {i}", _signature(x), want) for i, (x, want) in enumerate(zip(inputs, examples[0]))]
     if target is not None and examples[1] is not None:
-        named.append(("target", (signature[1], examples[1])))
-    for index, (got, want) in named:
-        what = f"input {index}" if index != "target" else "target"
-        if isinstance(want, tuple) != isinstance(got, tuple) or (not isinstance(want, tuple) and got != want):
-            raise ValueError(f"{what}: got {got if not isinstance(got, tuple) else 'a tensor'}, the example was "
-                             f"{want if not isinstance(want, tuple) else 'a tensor'}")
-        if not isinstance(want, tuple):
+        checks.append(("target", _signature(target), examples[1]))
+    for what, got, want in checks:
+        if isinstance(got, str) or isinstance(want, str):  # not a tensor on one side
+            if got != want:
+                def kind(sig):
+                    return "a tensor" if isinstance(sig, tuple) else sig
+                raise ValueError(f"{what}: got {kind(got)}, the example was {kind(want)}")
             continue
-        if got[0] != want[0]:
-            raise ValueError(f"{what}: dtype {str(got[0]).removeprefix('torch.')} differs from the example's "
-                             f"{str(want[0]).removeprefix('torch.')}; autopar plans for the example's dtypes: convert "
-                             f"the input, or compile again with an example of this dtype")
-        if len(got[1]) != len(want[1]):
-            raise ValueError(f"{what}: shape {list(got[1])} has {len(got[1])} dimensions, the example's "
-                             f"{list(want[1])} has {len(want[1])}; give inputs of the example's rank")
+        (shape, dtype), (example_shape, example_dtype) = got, want
+        if dtype != example_dtype:
+            raise ValueError(f"{what}: dtype {str(dtype).removeprefix('torch.')} differs from the example's "
+                             f"{str(example_dtype).removeprefix('torch.')}; autopar plans for the example's dtypes: "
+                             f"convert the input, or compile again with an example of this dtype")
+        if len(shape) != len(example_shape):
+            raise ValueError(f"{what}: shape {list(shape)} has {len(shape)} dimensions, the example's "
+                             f"{list(example_shape)} has {len(example_shape)}; give inputs of the example's rank")
 
 
 class new_shapes_explained:
@@ -646,7 +644,7 @@ class new_shapes_explained:
         if kind is None or not issubclass(kind, CaptureError) or self.examples is None:
             return False
         got = [list(x.shape) for x in self.inputs if isinstance(x, torch.Tensor)]
-        want = [list(w[1]) for w in self.examples[0] if isinstance(w, tuple)]
+        want = [list(w[0]) for w in self.examples[0] if isinstance(w, tuple)]
         if got == want:
             return False
         raise CaptureError(f"inputs of shapes {got} differ from the example's {want}: autopar builds each rank's "
@@ -883,6 +881,15 @@ def _mesh_text(mesh) -> str:
     return f"DeviceMesh {shape} over ranks {mesh.mesh.flatten().tolist()}"
 
 
+def _gather_from_ranks(value, group) -> dict[int, Any]:
+    """Every rank's ``value`` by global rank (an object all-gather over ``group``, None:
+    the default group): what the consistency checks of ``compile`` compare."""
+    everyone: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, value, group=group)
+    ranks = dist.get_process_group_ranks(group) if group is not None else range(len(everyone))
+    return dict(zip(ranks, everyone))
+
+
 def _check_same_call_everywhere(world: int, mesh, strategy, example_inputs, example_target, hardware) -> None:
     """Before any group is made: every rank must call compile with the same mesh,
     strategy, hardware and example shapes. One all-gather over the default group (when
@@ -892,12 +899,11 @@ def _check_same_call_everywhere(world: int, mesh, strategy, example_inputs, exam
         return
     inputs, target = example_signature(example_inputs, example_target)
     mine = {"mesh": _mesh_text(mesh), "strategy": repr(strategy), "hardware": repr(hardware),
-            "example inputs": repr([x[1] if isinstance(x, tuple) else x for x in inputs])}
-    everyone: list = [None] * world
-    dist.all_gather_object(everyone, mine)
+            "example inputs": repr([x[0] if isinstance(x, tuple) else x for x in inputs])}
+    everyone = _gather_from_ranks(mine, None)
     for field in mine:
         values: dict[str, list[int]] = {}
-        for r, theirs in enumerate(everyone):
+        for r, theirs in everyone.items():
             values.setdefault(theirs[field], []).append(r)
         if len(values) > 1:
             said = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {ranks if len(ranks) > 1 else ranks[0]}: {value}"
@@ -914,9 +920,7 @@ def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
         group = group_map.get(name)
         if group is None or G.size_of(group) == 1:
             continue
-        everyone: list = [None] * G.size_of(group)
-        dist.all_gather_object(everyone, text, group=group)
-        bad = [dist.get_process_group_ranks(group)[i] for i, t in enumerate(everyone) if t != text]
+        bad = [r for r, theirs in _gather_from_ranks(text, group).items() if theirs != text]
         if bad:
             raise PlanError(f"ranks {bad} planned differently from rank {dist.get_rank()} (different model, inputs "
                             f"or autopar version); give every rank the same model, example inputs and strategy")

@@ -347,9 +347,10 @@ class _SyncBatchNorm(torch.autograd.Function):
         dims = [d for d in range(x.dim()) if d != 1]
         shape = [1, -1] + [1] * (x.dim() - 2)
         xf = x.float()
-        count = torch.tensor([x.numel() // x.shape[1]], dtype=torch.float64)
+        # the count stays a tensor on x's device: no host synchronisation per batch norm
+        count = torch.full((1,), x.numel() // x.shape[1], dtype=torch.float64, device=x.device)
         total = _all_reduce(torch.cat([xf.sum(dims).double(), count]), group)
-        n = total[-1].item()
+        n = total[-1]
         mean = (total[:-1] / n).float()
         centred = xf - mean.view(shape)
         var = (_all_reduce(centred.pow(2).sum(dims).double(), group) / n).float()
@@ -363,7 +364,7 @@ class _SyncBatchNorm(torch.autograd.Function):
         if running_mean is not None:
             with torch.no_grad():
                 running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
-                unbiased = var * (n / max(n - 1, 1))
+                unbiased = var * (n / (n - 1).clamp(min=1)).float()
                 running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
         ctx.save_for_backward(xhat, invstd, weight)
         ctx.meta = (dims, shape, n, group, bias is not None)
@@ -378,6 +379,7 @@ class _SyncBatchNorm(torch.autograd.Function):
         g = dyf * weight.float().view(shape) if weight is not None else dyf
         sums = _all_reduce(torch.cat([g.sum(dims), (g * xhat).sum(dims)]), group)
         sum_g, sum_gx = sums.chunk(2)
+        n = n.float()
         dx = invstd.view(shape) * (g - (sum_g / n).view(shape) - xhat * (sum_gx / n).view(shape))
         dweight = (dyf * xhat).sum(dims).to(weight.dtype) if weight is not None else None
         dbias = dyf.sum(dims).to(dy.dtype) if has_bias else None
