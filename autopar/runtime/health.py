@@ -172,6 +172,7 @@ class _Board:
         self.stop = threading.Event()
         self.wake = threading.Event()  # set when the main thread enters or leaves a guarded call
         self.thread: threading.Thread | None = None
+        self.left = False  # the "left" beat was written
         self.barriers: dict[tuple[str, str], int] = {}  # how many barriers of each name this rank reached
 
     def beat(self, state: str = "alive") -> None:
@@ -208,27 +209,50 @@ class _Board:
         return snapshot
 
     def run(self) -> None:
-        """The heartbeat thread: beat until stopped or the default group is gone."""
-        while not self.stop.is_set():
+        """The heartbeat thread: beat until :meth:`close` or until the default group is
+        destroyed, then return without touching the store again.
+
+        The thread is a daemon (a user who never stops it must not hang the interpreter's
+        exit), so it must never be inside a store operation when the interpreter
+        finalises: a daemon thread returning from C++ (the store call releases the GIL)
+        into a finalising interpreter is ended with ``pthread_exit``, whose unwinding
+        through pybind11's ``noexcept`` GIL guard calls ``std::terminate``. That was the
+        ``terminate called without an active exception`` / SIGABRT seen at exit in about
+        one run of three. :func:`stop` (registered with ``atexit``, which runs before
+        daemon threads are ended) therefore joins this thread before anything else.
+        """
+        while True:
             self.wake.wait(HEARTBEAT_S)
             self.wake.clear()
             if self.stop.is_set() or dist.group.WORLD is not self.group:
-                break
+                return  # stopped, or the user destroyed the process group
             try:
                 self.beat()
             except Exception as exc:  # noqa: BLE001 - the store went away: nothing to report to
                 log.debug("heartbeat of rank %d stopped: %s", self.rank, exc)
                 return
-            self.stop.wait(_MIN_GAP_S)
-        self.leave()
+            if self.stop.wait(_MIN_GAP_S):
+                return
 
-    def leave(self) -> None:
-        """Mark this rank as finished (not dead) and stop beating."""
+    def close(self) -> None:
+        """Stop and join the heartbeat thread, then mark this rank as finished (not dead)
+        with one last beat from the calling thread. Idempotent."""
         self.stop.set()
         self.wake.set()
+        thread = self.thread
+        if thread is not None and thread is not threading.current_thread():
+            # a beat in flight ends within the store's timeout
+            thread.join(_STORE_TIMEOUT_S + HEARTBEAT_S)
+            if thread.is_alive():
+                log.warning("the heartbeat thread of rank %d did not stop within %.0f s", self.rank,
+                            _STORE_TIMEOUT_S + HEARTBEAT_S)
+        if self.left:
+            return
+        self.left = True
         try:
+            self.store.set_timeout(datetime.timedelta(seconds=1))  # never wait long on a store that went away
             self.beat("left")
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - the store's host may have exited already
             pass
 
 
@@ -321,7 +345,8 @@ class _Snapshot:
 
 def _board() -> _Board | None:
     """This job's board (made and its heartbeat started on first use), or None without a
-    process group of more than one rank."""
+    process group of more than one rank. A board of a destroyed group is closed (its
+    thread joined) before the new group's board is made."""
     global _BOARD
     if not (dist.is_available() and dist.is_initialized()):
         return None
@@ -330,6 +355,9 @@ def _board() -> _Board | None:
         return board
     with _BOARD_LOCK:
         if _BOARD is None or _BOARD.group is not dist.group.WORLD or _BOARD.stop.is_set():
+            if _BOARD is not None:
+                _BOARD.close()
+                _BOARD = None
             if dist.get_world_size() == 1:
                 return None
             board = _Board()
@@ -346,13 +374,18 @@ def start() -> None:
 
 
 def stop() -> None:
-    """Mark this rank as finished and stop its heartbeat (before ``destroy_process_group``;
-    ``launch`` calls it, and it runs at interpreter exit)."""
+    """Mark this rank as finished, stop its heartbeat thread and join it.
+
+    ``launch`` calls it before ``destroy_process_group``; it runs at interpreter exit
+    (``atexit``, before daemon threads are ended), so a user who never calls it, or who
+    only destroys the process group, still exits cleanly. After
+    ``destroy_process_group`` the thread ends by itself within :data:`HEARTBEAT_S`
+    without touching the store again."""
     global _BOARD
-    board, _BOARD = _BOARD, None
+    with _BOARD_LOCK:
+        board, _BOARD = _BOARD, None
     if board is not None:
-        board.store.set_timeout(datetime.timedelta(seconds=1))  # at exit, never wait on a store that went away
-        board.leave()
+        board.close()
 
 
 atexit.register(stop)
