@@ -24,8 +24,8 @@ import logging
 import torch.fx as fx
 
 from autopar.ir import Region, add_region, clear_regions, tensor_spec
-from autopar.passes.ops import (is_activation_matmul, is_dropout, is_pointwise, is_sdpa, is_softmax,
-                                is_view_like, match_linear, reshape_target)
+from autopar.passes.ops import (is_activation_matmul, is_dropout, is_pointwise, is_sdpa, is_select,
+                                is_softmax, is_view_like, match_linear, reshape_target)
 
 log = logging.getLogger("autopar.passes.attention")
 
@@ -41,7 +41,8 @@ def _walk_back_to_linear(node: fx.Node, gm: fx.GraphModule, seen: list[fx.Node])
         match = match_linear(current, gm)
         if match is not None:
             return match
-        if not (is_view_like(current) or is_pointwise(current, gm)):
+        # select: nn.MultiheadAttention's packed Q/K/V taken apart under torch.export
+        if not (is_view_like(current) or is_pointwise(current, gm) or is_select(current)):
             return None
         seen.append(current)
         nxt = next((a for a in current.args if isinstance(a, fx.Node)), None)

@@ -43,6 +43,7 @@ _T = ops._targets("t")
 _SLICE = ops._targets("slice", "narrow")
 _CAT = {torch.cat, torch.concat} | ops._targets("cat", "concat")
 _SHAPE_ONLY = {torch.flatten, torch.squeeze, torch.unsqueeze} | ops._targets("flatten", "squeeze", "unsqueeze")
+_UNFLATTEN = {torch.unflatten} | ops._targets("unflatten")
 
 
 class TensorParallelError(ValueError):
@@ -109,7 +110,11 @@ class LayoutPropagator:
             if isinstance(layout, tuple):
                 raise TensorParallelError(f"node {node.format_node()} consumes a split multi-output value; "
                                           f"no rule covers it")
-            node.replace_input_with(arg, self._gather(arg, layout, node.name))
+            try:
+                gathered = self._gather(arg, layout, node.name)
+            except NoSplitRule as e:  # a block-split value has no gather: the region cannot be split
+                raise TensorParallelError(f"node {node.format_node()}: {why}; {e}") from e
+            node.replace_input_with(arg, gathered)
         self.layout[node] = None
 
     def _output(self, node: fx.Node) -> None:
@@ -139,6 +144,10 @@ class LayoutPropagator:
             if out is None:
                 raise NoSplitRule("the split dimension would be merged with an inner one")
             return out
+        if (kind == "call_method" and target == "unflatten") or (kind == "call_function" and target in _UNFLATTEN):
+            return self._unflatten(node, in_layout)
+        if ops.is_select(node):
+            return self._select(node, in_layout)
         if (kind == "call_method" and target in ("transpose", "permute", "t")) or (kind == "call_function" and target in ops.TRANSPOSE_FUNCTIONS):
             return self._transpose(node, in_layout)
         if kind == "call_function" and target in _CAT:
@@ -195,6 +204,34 @@ class LayoutPropagator:
             shape[mapped.dim] = self._scale(node, shape[mapped.dim])
             self._set_shape_args(node, shape)
         return mapped
+
+    def _unflatten(self, node: fx.Node, layout: Shard) -> Shard:
+        """``unflatten(x, dim, sizes)``: a reshape whose new sizes are one list, as
+        ``torch.export`` spells ``nn.MultiheadAttention``'s packed projection
+        (``unflatten(-1, [3, E])``: the 3 blocks become their own dimension)."""
+        layout = self._only_first_split(node, layout)
+        src, out = tensor_spec(node.args[0]), tensor_spec(node)
+        mapped = map_reshape(src.shape, out.shape, layout, self.t)
+        if mapped is None:
+            raise NoSplitRule(f"unflatten {list(src.shape)} -> {list(out.shape)} crosses the split of dim {layout.dim}")
+        dim = normalize_dim(node.args[1] if len(node.args) > 1 else node.kwargs["dim"], len(src.shape))
+        sizes = list(node.args[2] if len(node.args) > 2 else node.kwargs["sizes"])
+        if dim <= mapped.dim < dim + len(sizes):
+            sizes[mapped.dim - dim] = self._scale(node, sizes[mapped.dim - dim])
+            if len(node.args) > 2:
+                node.args = (node.args[0], node.args[1], sizes) + tuple(node.args[3:])
+            else:
+                node.kwargs = {**node.kwargs, "sizes": sizes}
+        return mapped
+
+    def _select(self, node: fx.Node, layout: Shard) -> Shard:
+        """``select(x, dim, i)`` of an unsplit dimension keeps the split (one dim fewer)."""
+        layout = self._only_first_split(node, layout)
+        ndim = len(tensor_spec(node.args[0]).shape)
+        dim = normalize_dim(node.args[1] if len(node.args) > 1 else node.kwargs["dim"], ndim)
+        if dim == layout.dim:
+            raise NoSplitRule("an index into the split dimension")
+        return Shard(layout.dim - (1 if dim < layout.dim else 0), layout.blocks)
 
     def _scale(self, node: fx.Node, value):
         if isinstance(value, fx.Node):  # a size computed in the graph (symbolic tracing)
