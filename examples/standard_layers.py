@@ -43,7 +43,10 @@ class EncoderLM(nn.Module):
             h = h * 0.5
         if not self.batch_first:
             h = h.transpose(0, 1)
-        h = self.encoder(h, mask=self.mask)
+        # torch's TransformerEncoder compares a mask with a causal one to detect causality,
+        # which torch.export cannot trace (a data-dependent branch): give it the hint
+        hint = True if self.spelling == "export" and self.mask is not None else None
+        h = self.encoder(h, mask=self.mask, is_causal=hint)
         if not self.batch_first:
             h = h.transpose(0, 1)
         return self.head(h)

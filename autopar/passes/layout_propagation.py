@@ -28,7 +28,7 @@ from autopar.passes import ops
 from autopar.passes.sharding import (Shard, map_permute, map_reshape, map_transpose, normalize_dim,
                                      operand_dim_for, scale_literal)
 from autopar.runtime import collectives as C
-from autopar.runtime.shapes import global_size
+from autopar.runtime.shapes import blocks_in_order, global_size
 
 log = logging.getLogger("autopar.passes.tensor_parallel")
 
@@ -83,10 +83,13 @@ class LayoutPropagator:
         return self._cached(("f", value), lambda: self._call(C.copy_to_tensor_region, (value, self.group), after=value))
 
     def _gather(self, value: fx.Node, layout: Shard, reason: str) -> fx.Node:
-        if layout.blocks != 1:
-            raise NoSplitRule(f"{value.name} is split in {layout.blocks} blocks and cannot be gathered for {reason}")
-        return self._cached(("gather", value), lambda: self._call(
-            C.gather_from_tensor_region, (value, layout.dim, self.group), after=value))
+        def gather() -> fx.Node:
+            gathered = self._call(C.gather_from_tensor_region, (value, layout.dim, self.group), after=value)
+            if layout.blocks == 1:
+                return gathered
+            # the ranks' pieces arrive rank-major; a block split wants them block-major
+            return self._call(blocks_in_order, (gathered, layout.dim, self.t, layout.blocks), after=gathered)
+        return self._cached(("gather", value), gather)
 
     def _scatter(self, value: fx.Node, dim: int) -> fx.Node:
         return self._cached(("scatter", value, dim), lambda: self._call(
@@ -110,11 +113,7 @@ class LayoutPropagator:
             if isinstance(layout, tuple):
                 raise TensorParallelError(f"node {node.format_node()} consumes a split multi-output value; "
                                           f"no rule covers it")
-            try:
-                gathered = self._gather(arg, layout, node.name)
-            except NoSplitRule as e:  # a block-split value has no gather: the region cannot be split
-                raise TensorParallelError(f"node {node.format_node()}: {why}; {e}") from e
-            node.replace_input_with(arg, gathered)
+            node.replace_input_with(arg, self._gather(arg, layout, node.name))
         self.layout[node] = None
 
     def _output(self, node: fx.Node) -> None:

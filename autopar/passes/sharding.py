@@ -93,7 +93,9 @@ def map_reshape(in_shape: Sequence[int], out_shape: Sequence[int], shard: Shard,
         for o in gj:
             size = out_shape[o]
             if size > 1:
-                if prefix_out == prefix_in and size % (shard.blocks * degree) == 0:
+                # (a dim holding only the block index, ``unflatten(-1, [3, E])``'s 3, is
+                # not where the split lives, even when a degree of 1 divides it)
+                if prefix_out == prefix_in and size % (shard.blocks * degree) == 0 and size > shard.blocks:
                     return Shard(o, shard.blocks)
                 if shard.blocks > 1 and prefix_out == prefix_in * shard.blocks and size % degree == 0:
                     return Shard(o, 1)
