@@ -25,9 +25,10 @@ VOCAB, WIDTH, HEADS, SEQ = 64, 32, 4, 8
 
 class EncoderLM(nn.Module):
     def __init__(self, *, batch_first: bool = True, norm_first: bool = False, causal: bool = False,
-                 spelling: str = "symbolic_trace", layers: int = 2, attention: dict | None = None):
+                 padding: bool = False, spelling: str = "symbolic_trace", layers: int = 2,
+                 attention: dict | None = None):
         super().__init__()
-        self.batch_first, self.spelling = batch_first, spelling
+        self.batch_first, self.spelling, self.padding = batch_first, spelling, padding
         self.tok = nn.Embedding(VOCAB, WIDTH)
         layer = nn.TransformerEncoderLayer(WIDTH, HEADS, 2 * WIDTH, dropout=0.0, batch_first=batch_first,
                                            norm_first=norm_first)
@@ -46,10 +47,31 @@ class EncoderLM(nn.Module):
         # torch's TransformerEncoder compares a mask with a causal one to detect causality,
         # which torch.export cannot trace (a data-dependent branch): give it the hint
         hint = True if self.spelling == "export" and self.mask is not None else None
-        h = self.encoder(h, mask=self.mask, is_causal=hint)
+        # padding: the tokens below 8 stand for padding, masked out as keys
+        h = self.encoder(h, mask=self.mask, is_causal=hint, src_key_padding_mask=ids < 8 if self.padding else None)
         if not self.batch_first:
             h = h.transpose(0, 1)
         return self.head(h)
+
+
+class DecoderLM(nn.Module):
+    """Token embedding → ``nn.TransformerDecoder`` (2 layers) reading the embedded tokens
+    as memory too → head: self-attention and the MLP are regions, cross-attention (the
+    packed in-projection sliced for the query and for the key/value) stays replicated."""
+
+    def __init__(self, spelling: str = "symbolic_trace"):
+        super().__init__()
+        self.spelling = spelling
+        self.tok = nn.Embedding(VOCAB, WIDTH)
+        layer = nn.TransformerDecoderLayer(WIDTH, HEADS, 2 * WIDTH, dropout=0.0, batch_first=True)
+        self.decoder = nn.TransformerDecoder(layer, 2)
+        self.head = nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, ids):
+        h = self.tok(ids)
+        if self.spelling == "export" and ids.size(1) > 4096:
+            h = h * 0.5
+        return self.head(self.decoder(h, h))
 
 
 class CrossKV(nn.Module):
@@ -75,15 +97,17 @@ class CrossKV(nn.Module):
 
 def model(name: str) -> nn.Module:
     """A model by name: ``encoder``, ``encoder_seq_first``, ``encoder_prenorm``,
-    ``encoder_causal``, each with ``_export`` appended for the export spelling;
-    ``bias_kv`` (``add_bias_kv=True``), ``kdim_vdim`` (:class:`CrossKV`)."""
+    ``encoder_causal``, ``encoder_padding``, ``decoder``, each with ``_export`` appended for
+    the export spelling; ``bias_kv`` (``add_bias_kv=True``), ``kdim_vdim`` (:class:`CrossKV`)."""
     if name == "bias_kv":
         return EncoderLM(attention={"add_bias_kv": True})
     if name == "kdim_vdim":
         return CrossKV()
+    if name.startswith("decoder"):
+        return DecoderLM("export" if name.endswith("_export") else "symbolic_trace")
     base, _, spelling = name.partition("_export")
     options = {"encoder": {}, "encoder_seq_first": {"batch_first": False}, "encoder_prenorm": {"norm_first": True},
-               "encoder_causal": {"causal": True}}[base]
+               "encoder_causal": {"causal": True}, "encoder_padding": {"padding": True}}[base]
     return EncoderLM(spelling="export" if name.endswith("_export") else "symbolic_trace", **options)
 
 

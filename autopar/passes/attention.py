@@ -6,7 +6,10 @@ D&SP can treat heads as branches. The pass finds, for every attention core
 (``scaled_dot_product_attention``, or ``softmax`` between two activation matmuls):
 
 * the projections producing Q, K and V — separate linears, or one fused linear whose
-  output is split three ways (``split``/``chunk``/``view(B, T, 3, H, d)``);
+  output is split three ways (``split``/``chunk``/``view(B, T, 3, H, d)``, or
+  ``unflatten(-1, [3, E])`` then ``select``: ``nn.MultiheadAttention``'s packed
+  ``in_proj_weight`` under ``torch.export``; autopar's symbolic tracing spells it with
+  ``chunk``, see :mod:`autopar.standard_layers`);
 * the output projection consuming the merged heads;
 * the head count and head size from the core's input shape ``[B, H, T, d]``;
 * the views whose literal shape bakes the head count in (``view(b, t, 12, 64)``), which
