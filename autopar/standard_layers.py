@@ -17,7 +17,7 @@ module                            spelled as
 ``nn.MultiheadAttention``         ``F.linear(x, in_proj_weight, in_proj_bias)``
                                   chunked into Q, K, V, ``view(B, T, H, d)`` per head,
                                   ``F.scaled_dot_product_attention``, ``out_proj``
-``nn.TransformerEncoderLayer``    its ``_sa_block`` and ``_ff_block`` (post- or pre-norm)
+``nn.TransformerEncoderLayer``    self-attention and feed-forward, post- or pre-norm
 ``nn.TransformerDecoderLayer``    self-attention, cross-attention, feed-forward
 ``nn.TransformerEncoder`` /       its layers in order, then the final norm
 ``nn.TransformerDecoder``
@@ -43,14 +43,24 @@ spelling's reference semantics) on the slow path, whose ATen graph
 ``aten.scaled_dot_product_attention``) the attention pass reads. Without it, a model in
 eval mode under ``torch.no_grad`` would export as one ``_transformer_encoder_layer_fwd``.
 
-Example (one ``nn.TransformerEncoderLayer(16, 4, 32, batch_first=True)``)::
+Example (``capture(nn.TransformerEncoderLayer(16, 4, 32, batch_first=True), (x,))``,
+the first lines)::
 
-    in_proj = torch._C._nn.linear(model_self_attn_..., model_self_attn_in_proj_weight, ...)
-    chunk = in_proj.chunk(3, dim = -1)
-    view = getitem.view(size, size_1, 4, 4);  transpose = view.transpose(1, 2)
+    size = input_0.size(0)
+    size_1 = input_0.size(1)
+    model_self_attn_in_proj_weight = self.model.self_attn.in_proj_weight
+    model_self_attn_in_proj_bias = self.model.self_attn.in_proj_bias
+    linear = torch._C._nn.linear(input_0, model_self_attn_in_proj_weight, model_self_attn_in_proj_bias)
+    chunk = linear.chunk(3, dim = -1)
+    getitem = chunk[0]
+    view = getitem.view(size, size_1, 4, 4)
+    transpose = view.transpose(1, 2)
     ...
-    scaled_dot_product_attention = torch._C._nn.scaled_dot_product_attention(transpose, ...)
+    scaled_dot_product_attention = torch._C._nn.scaled_dot_product_attention(transpose, transpose_1, transpose_2, None, 0.1, False)
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    reshape = transpose_3.reshape(size, size_1, 16)
     model_self_attn_out_proj = self.model.self_attn.out_proj(reshape)
+    model_dropout1 = self.model.dropout1(model_self_attn_out_proj)
 """
 from __future__ import annotations
 
