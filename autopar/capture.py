@@ -27,6 +27,8 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.ir import CAPTURE, SPEC, CaptureInfo, spec_from_value
+from autopar.standard_layers import mha_fast_path_disabled
+from autopar.standard_layers import symbolic_trace as symbolic_trace_standard_layers
 
 log = logging.getLogger("autopar.capture")
 
@@ -107,7 +109,7 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str)
     fx_error: BaseException | None = None
     if tracer in ("auto", "symbolic_trace"):
         try:
-            gm = fx.symbolic_trace(root)
+            gm = symbolic_trace_standard_layers(root)
             propagate_specs(gm, args)
             gm.meta[CAPTURE] = CaptureInfo("symbolic_trace", model_class, _placeholder_names(gm), with_loss)
             return gm
@@ -129,7 +131,8 @@ _EXPORT_NOISE = {torch.ops.aten._assert_tensor_metadata.default}
 
 
 def _export(root: nn.Module, args: tuple) -> fx.GraphModule:
-    ep = torch.export.export(root, args, strict=False)
+    with mha_fast_path_disabled():  # the slow path's ATen ops are what analysis reads
+        ep = torch.export.export(root, args, strict=False)
     gm = ep.module()
     # The unlifted module checks input shapes with a guard submodule and asserts dtypes
     # with side-effect-only nodes; neither carries a tensor, and rank programs are

@@ -6,7 +6,10 @@ D&SP can treat heads as branches. The pass finds, for every attention core
 (``scaled_dot_product_attention``, or ``softmax`` between two activation matmuls):
 
 * the projections producing Q, K and V — separate linears, or one fused linear whose
-  output is split three ways (``split``/``chunk``/``view(B, T, 3, H, d)``);
+  output is split three ways (``split``/``chunk``/``view(B, T, 3, H, d)``, or
+  ``unflatten(-1, [3, E])`` then ``select``: ``nn.MultiheadAttention``'s packed
+  ``in_proj_weight`` under ``torch.export``; autopar's symbolic tracing spells it with
+  ``chunk``, see :mod:`autopar.standard_layers`);
 * the output projection consuming the merged heads;
 * the head count and head size from the core's input shape ``[B, H, T, d]``;
 * the views whose literal shape bakes the head count in (``view(b, t, 12, 64)``), which
@@ -24,8 +27,8 @@ import logging
 import torch.fx as fx
 
 from autopar.ir import Region, add_region, clear_regions, tensor_spec
-from autopar.passes.ops import (is_activation_matmul, is_dropout, is_pointwise, is_sdpa, is_softmax,
-                                is_view_like, match_linear, reshape_target)
+from autopar.passes.ops import (is_activation_matmul, is_dropout, is_pointwise, is_sdpa, is_select,
+                                is_softmax, is_view_like, match_linear, reshape_target)
 
 log = logging.getLogger("autopar.passes.attention")
 
@@ -41,7 +44,8 @@ def _walk_back_to_linear(node: fx.Node, gm: fx.GraphModule, seen: list[fx.Node])
         match = match_linear(current, gm)
         if match is not None:
             return match
-        if not (is_view_like(current) or is_pointwise(current, gm)):
+        # select: nn.MultiheadAttention's packed Q/K/V taken apart under torch.export
+        if not (is_view_like(current) or is_pointwise(current, gm) or is_select(current)):
             return None
         seen.append(current)
         nxt = next((a for a in current.args if isinstance(a, fx.Node)), None)

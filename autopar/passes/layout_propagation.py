@@ -28,7 +28,7 @@ from autopar.passes import ops
 from autopar.passes.sharding import (Shard, map_permute, map_reshape, map_transpose, normalize_dim,
                                      operand_dim_for, scale_literal)
 from autopar.runtime import collectives as C
-from autopar.runtime.shapes import global_size
+from autopar.runtime.shapes import blocks_in_order, global_size
 
 log = logging.getLogger("autopar.passes.tensor_parallel")
 
@@ -43,6 +43,7 @@ _T = ops._targets("t")
 _SLICE = ops._targets("slice", "narrow")
 _CAT = {torch.cat, torch.concat} | ops._targets("cat", "concat")
 _SHAPE_ONLY = {torch.flatten, torch.squeeze, torch.unsqueeze} | ops._targets("flatten", "squeeze", "unsqueeze")
+_UNFLATTEN = {torch.unflatten} | ops._targets("unflatten")
 
 
 class TensorParallelError(ValueError):
@@ -82,10 +83,13 @@ class LayoutPropagator:
         return self._cached(("f", value), lambda: self._call(C.copy_to_tensor_region, (value, self.group), after=value))
 
     def _gather(self, value: fx.Node, layout: Shard, reason: str) -> fx.Node:
-        if layout.blocks != 1:
-            raise NoSplitRule(f"{value.name} is split in {layout.blocks} blocks and cannot be gathered for {reason}")
-        return self._cached(("gather", value), lambda: self._call(
-            C.gather_from_tensor_region, (value, layout.dim, self.group), after=value))
+        def gather() -> fx.Node:
+            gathered = self._call(C.gather_from_tensor_region, (value, layout.dim, self.group), after=value)
+            if layout.blocks == 1:
+                return gathered
+            # the ranks' pieces arrive rank-major; a block split wants them block-major
+            return self._call(blocks_in_order, (gathered, layout.dim, self.t, layout.blocks), after=gathered)
+        return self._cached(("gather", value), gather)
 
     def _scatter(self, value: fx.Node, dim: int) -> fx.Node:
         return self._cached(("scatter", value, dim), lambda: self._call(
@@ -139,6 +143,10 @@ class LayoutPropagator:
             if out is None:
                 raise NoSplitRule("the split dimension would be merged with an inner one")
             return out
+        if (kind == "call_method" and target == "unflatten") or (kind == "call_function" and target in _UNFLATTEN):
+            return self._unflatten(node, in_layout)
+        if ops.is_select(node):
+            return self._select(node, in_layout)
         if (kind == "call_method" and target in ("transpose", "permute", "t")) or (kind == "call_function" and target in ops.TRANSPOSE_FUNCTIONS):
             return self._transpose(node, in_layout)
         if kind == "call_function" and target in _CAT:
@@ -195,6 +203,34 @@ class LayoutPropagator:
             shape[mapped.dim] = self._scale(node, shape[mapped.dim])
             self._set_shape_args(node, shape)
         return mapped
+
+    def _unflatten(self, node: fx.Node, layout: Shard) -> Shard:
+        """``unflatten(x, dim, sizes)``: a reshape whose new sizes are one list, as
+        ``torch.export`` spells ``nn.MultiheadAttention``'s packed projection
+        (``unflatten(-1, [3, E])``: the 3 blocks become their own dimension)."""
+        layout = self._only_first_split(node, layout)
+        src, out = tensor_spec(node.args[0]), tensor_spec(node)
+        mapped = map_reshape(src.shape, out.shape, layout, self.t)
+        if mapped is None:
+            raise NoSplitRule(f"unflatten {list(src.shape)} -> {list(out.shape)} crosses the split of dim {layout.dim}")
+        dim = normalize_dim(node.args[1] if len(node.args) > 1 else node.kwargs["dim"], len(src.shape))
+        sizes = list(node.args[2] if len(node.args) > 2 else node.kwargs["sizes"])
+        if dim <= mapped.dim < dim + len(sizes):
+            sizes[mapped.dim - dim] = self._scale(node, sizes[mapped.dim - dim])
+            if len(node.args) > 2:
+                node.args = (node.args[0], node.args[1], sizes) + tuple(node.args[3:])
+            else:
+                node.kwargs = {**node.kwargs, "sizes": sizes}
+        return mapped
+
+    def _select(self, node: fx.Node, layout: Shard) -> Shard:
+        """``select(x, dim, i)`` of an unsplit dimension keeps the split (one dim fewer)."""
+        layout = self._only_first_split(node, layout)
+        ndim = len(tensor_spec(node.args[0]).shape)
+        dim = normalize_dim(node.args[1] if len(node.args) > 1 else node.kwargs["dim"], ndim)
+        if dim == layout.dim:
+            raise NoSplitRule("an index into the split dimension")
+        return Shard(layout.dim - (1 if dim < layout.dim else 0), layout.blocks)
 
     def _scale(self, node: fx.Node, value):
         if isinstance(value, fx.Node):  # a size computed in the graph (symbolic tracing)

@@ -58,7 +58,10 @@ VIEW_FUNCTIONS = {torch.reshape, torch.flatten, torch.squeeze, torch.unsqueeze, 
                   torch.chunk, torch.unbind, torch.transpose, torch.permute, operator.getitem} | _targets(
     "view", "_unsafe_view", "reshape", "flatten", "squeeze", "unsqueeze", "clone", "contiguous",
     "transpose", "permute", "split", "split_with_sizes", "chunk", "unbind", "expand", "alias", "t",
-    "_to_copy", "to", "lift_fresh_copy", "detach")
+    "_to_copy", "to", "lift_fresh_copy", "detach", "unflatten")
+# ``x[i]`` along one dimension: drops the others, so it is not view-like, but it is how
+# ``torch.export`` takes Q, K and V out of ``nn.MultiheadAttention``'s packed projection
+SELECT_FUNCTIONS = {torch.select} | _targets("select")
 
 POINTWISE_MODULES = (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Dropout, nn.Identity,
                      nn.LeakyReLU, nn.ELU, nn.Mish, nn.Softplus)
@@ -196,6 +199,11 @@ def is_view_like(node: fx.Node) -> bool:
     if node.op == "call_method":
         return node.target in VIEW_METHODS
     return node.op == "call_function" and node.target in VIEW_FUNCTIONS
+
+
+def is_select(node: fx.Node) -> bool:
+    """``x.select(dim, i)`` / ``aten.select.int``: one index along one dimension."""
+    return (node.op == "call_method" and node.target == "select") or is_call(node, SELECT_FUNCTIONS)
 
 
 def is_pointwise(node: fx.Node, gm: fx.GraphModule | None = None) -> bool:

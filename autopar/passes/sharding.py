@@ -78,6 +78,11 @@ def map_reshape(in_shape: Sequence[int], out_shape: Sequence[int], shard: Shard,
     ``o`` of the same group starts at the same flattened offset times ``blocks`` (the
     blocks were peeled off into outer output dims) or at the same offset with room for
     ``blocks·t`` (the blocks stay inside ``o``), and its size is divisible accordingly.
+
+    ``o`` may also start earlier, merging ``outer`` whole input rows in front of ``s``:
+    ``[T, B, H·d] -> [T, B·H, d]`` (how ``torch.export`` spells ``nn.MultiheadAttention``'s
+    heads). Each of those rows is then a block of its own, so ``Shard(2)`` becomes
+    ``Shard(1, blocks=B)``: rank r holds heads ``r·H/t ..`` of every batch element.
     """
     s = shard.dim
     for gi, gj in reshape_groups(in_shape, out_shape):
@@ -88,10 +93,16 @@ def map_reshape(in_shape: Sequence[int], out_shape: Sequence[int], shard: Shard,
         for o in gj:
             size = out_shape[o]
             if size > 1:
-                if prefix_out == prefix_in and size % (shard.blocks * degree) == 0:
+                # (a dim holding only the block index, ``unflatten(-1, [3, E])``'s 3, is
+                # not where the split lives, even when a degree of 1 divides it)
+                if prefix_out == prefix_in and size % (shard.blocks * degree) == 0 and size > shard.blocks:
                     return Shard(o, shard.blocks)
                 if shard.blocks > 1 and prefix_out == prefix_in * shard.blocks and size % degree == 0:
                     return Shard(o, 1)
+                outer = prefix_in // prefix_out
+                if prefix_in % prefix_out == 0 and outer > 1 and size % outer == 0 \
+                        and (size // outer) % (shard.blocks * degree) == 0:
+                    return Shard(o, outer * shard.blocks)
             prefix_out *= size
         return None
     return None

@@ -16,3 +16,14 @@ def global_size(x: torch.Tensor, split_dim: int, degree: int, dim: int | None = 
     sizes[split_dim] *= degree
     sizes[0] *= rows
     return torch.Size(sizes) if dim is None else sizes[dim]
+
+
+def blocks_in_order(x: torch.Tensor, dim: int, degree: int, blocks: int) -> torch.Tensor:
+    """A block-split value (``Shard(dim, blocks)``) all-gathered in rank order, which
+    puts each rank's ``blocks`` pieces side by side (``[q0 k0 v0 | q1 k1 v1]``), put back
+    in the single-device order (``[q0 q1 | k0 k1 | v0 v1]``)."""
+    if degree == 1 or blocks == 1:
+        return x
+    dim = dim % x.dim()
+    pieces = x.unflatten(dim, (degree, blocks, x.size(dim) // (degree * blocks)))
+    return pieces.transpose(dim, dim + 1).flatten(dim, dim + 2)
