@@ -40,6 +40,20 @@ class MixtralWithAux(nn.Module):
         return out.logits, out.aux_loss
 
 
+class FusedGateUpMLP(nn.Module):
+    """A gated MLP with one fused gate/up projection (as Phi-3 writes it, and as each
+    Mixtral expert is): a column linear holding 2 blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate_up = nn.Linear(16, 2 * 32, bias=False)
+        self.down = nn.Linear(32, 16)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(nn.functional.silu(gate) * up)
+
+
 def loss_with_aux(output, target):
     from examples.zoo import logits_loss
     logits, aux = output
@@ -87,8 +101,15 @@ def moe_job(cases) -> list[dict]:
     other, _ = _batch(2)  # other tokens: other experts chosen
     rows = []
     for strategy in cases:
-        if isinstance(strategy, tuple):  # ("aux", strategy)
+        if isinstance(strategy, tuple) and strategy[0] == "aux":
             rows.append({"case": strategy, **_aux_job(strategy[1])})
+            continue
+        if isinstance(strategy, tuple) and strategy[0] == "fused":
+            g = torch.Generator().manual_seed(3)
+            report = compare_with_single_device(FusedGateUpMLP, (torch.randn(8, 16, generator=g),),
+                                                torch.randn(8, 16, generator=g), nn.functional.mse_loss, strategy[1])
+            rows.append({"case": strategy, **{k: report[k] for k in ("mesh", "strategies", "output", "loss",
+                                                                     "grad", "param")}})
             continue
         report = compare_with_single_device(mixtral, (x,), y, logits_loss, strategy)
         row = {"case": strategy, **{k: report[k] for k in ("mesh", "strategies", "tracer", "output", "loss",
@@ -109,7 +130,8 @@ def moe_job(cases) -> list[dict]:
     return rows
 
 
-CASES = ["data", {"tensor": 2}, {"pipeline": 2}, "auto", ("aux", {"tensor": 4}), ("aux", "data")]
+CASES = ["data", {"tensor": 2}, {"pipeline": 2}, "auto", ("aux", {"tensor": 4}), ("aux", "data"),
+         ("fused", {"tensor": 4})]
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +190,13 @@ def test_router_aux_loss_under_data_parallelism_is_the_mean_over_replicas(rows):
 
 
 @pytest.mark.multiprocess
+def test_a_fused_gate_up_projection_is_split_block_by_block(rows):
+    row = next(r for r in rows[0] if r["case"] == ("fused", {"tensor": 4}))
+    assert row["mesh"] == {"data": 1, "tensor": 4} and row["strategies"] == {"megatron"}
+    assert _close(row), row
+
+
+@pytest.mark.multiprocess
 def test_every_rank_agrees(rows):
     assert all([r["case"] for r in rank] == [r["case"] for r in rows[0]] for rank in rows)
 
@@ -200,5 +229,6 @@ def test_the_eager_experts_loop_is_refused_at_capture_not_baked():
     config._experts_implementation = "eager"
     from transformers import MixtralForCausalLM
     x, y = _batch(1)
-    with pytest.raises(CaptureError, match="for expert_idx in expert_hit"):
+    with pytest.raises(CaptureError, match="for expert_idx in expert_hit") as error:
         capture(MixtralForCausalLM(config), (x,), logits_loss, y)
+    assert 'experts_implementation="grouped_mm"' in str(error.value)
