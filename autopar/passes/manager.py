@@ -122,8 +122,9 @@ def examining(pass_name: str, where: fx.Node | str, what: str = "candidate") -> 
     ``with examining("attention", node, "attention core"): ...`` around the code that
     reads one candidate and records its region: when that code raises, the candidate
     gets no region, a warning names the pass, the node (or ``where`` as text: a module
-    path) and the error, and the pass continues with its next candidate. Record the region last, so a failure leaves
-    nothing half-recorded. Analysis passes only; rewrites must fail loudly.
+    path) and the error, and the pass continues with its next candidate. Record the
+    region last, so a failure leaves nothing half-recorded. Analysis passes only;
+    rewrites must fail loudly.
     """
     try:
         yield
