@@ -211,6 +211,10 @@ def _failure_message(model_class: str, fx_error: BaseException | None, export_er
     parts.append("  What to do: make the construct above traceable (no Python control flow on tensor "
                  "values, no data-dependent shapes, no untraceable calls such as .item() or print of a "
                  "tensor), or move it outside the model's forward.")
+    if export_error is not None and "expert" in (_user_frame(export_error) or ""):
+        parts.append("  Mixture-of-experts layers loop over the experts a batch routes to (a data-dependent "
+                     "loop). For Hugging Face models use experts_implementation=\"grouped_mm\" (the default) or "
+                     "\"batched_mm\": their routing is computed in the captured graph, for any input.")
     return "\n".join(parts)
 
 

@@ -3,6 +3,12 @@
 ``vocab`` and ``attention`` claim their linears before ``linear_chains`` looks for MLPs;
 ``fork_join`` and ``repeated_blocks`` are independent of the others. All of them only
 write metadata (see :mod:`autopar.ir`); the graph is unchanged.
+
+Analysis never stops a compile: the runner degrades (``PassRunner(degrade=True)``), so a
+pass that raises loses its regions with a warning, and each pass skips a candidate it
+cannot read with a warning naming the pass and the node
+(:func:`autopar.passes.manager.examining`). What is not in a region is replicated, which
+is always correct; the rest of the model is still planned.
 """
 from __future__ import annotations
 
@@ -27,4 +33,4 @@ ANALYSIS_PASSES = [
 def analyse(gm: fx.GraphModule, *, label: str = "analysis") -> fx.GraphModule:
     """Run every analysis pass on ``gm`` and return it (with regions in ``gm.meta``);
     ``label`` names the run in logs and dumps."""
-    return PassRunner(list(ANALYSIS_PASSES)).run(gm, label=label)
+    return PassRunner(list(ANALYSIS_PASSES), degrade=True).run(gm, label=label)

@@ -27,6 +27,7 @@ import logging
 import torch.fx as fx
 
 from autopar.ir import Region, add_region, clear_regions, tensor_spec
+from autopar.passes.manager import examining
 from autopar.passes.ops import (is_activation_matmul, is_dropout, is_pointwise, is_sdpa, is_select,
                                 is_softmax, is_view_like, match_linear, reshape_target)
 
@@ -82,8 +83,8 @@ def _core_inputs(core: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node, list[fx.Node
     nodes = [core]
     scores = core.args[0]
     for _ in range(8):
-        if not isinstance(scores, fx.Node):
-            return None
+        if not isinstance(scores, fx.Node) or not scores.args:
+            return None  # reached a parameter or input: no q @ k^T behind this softmax
         if is_activation_matmul(scores):
             break
         nodes.append(scores)
@@ -121,54 +122,57 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
     clear_regions(gm, "attention")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     for node in gm.graph.nodes:
-        found = _core_inputs(node)
-        if found is None:
-            continue
-        q, k, v, core_nodes = found
-        paths: dict[str, list[fx.Node]] = {"q": [], "k": [], "v": []}
-        projections = {}
-        for name, value in (("q", q), ("k", k), ("v", v)):
-            projections[name] = _walk_back_to_linear(value, gm, paths[name]) if isinstance(value, fx.Node) else None
-        out_path: list[fx.Node] = []
-        out_proj = _walk_forward_to_linear(core_nodes[-1], gm, out_path)
-        if any(p is None for p in projections.values()) or out_proj is None:
-            log.info("attention core %s: projections not found, not a region", node.name)
-            continue
-        q_spec = tensor_spec(q)
-        k_spec = tensor_spec(k)
-        if q_spec is None or len(q_spec.shape) != 4:
-            log.info("attention core %s: query is not [B, H, T, d], not a region", node.name)
-            continue
-        heads, head_dim = q_spec.shape[1], q_spec.shape[3]
-        # k may be transposed for the explicit matmul form ([B, H, d, T]); heads stay at dim 1
-        kv_heads = k_spec.shape[1] if k_spec is not None and len(k_spec.shape) == 4 else heads
-        fused = len({p.node for p in projections.values()}) == 1
-        qkv_blocks = 3 if fused else 1
-        q_match = projections["q"]
-        if q_match.out_features != heads * head_dim * qkv_blocks and not fused:
-            log.info("attention core %s: projection width %d != heads*head_dim", node.name, q_match.out_features)
-            continue
-        members = {p.node for p in projections.values()} | {out_proj.node}
-        members.update(core_nodes)
-        for path in list(paths.values()) + [out_path]:
-            members.update(path)
-        # everything between the projections and the core (e.g. a split's getitems)
-        members.update(_between(gm, {p.node for p in projections.values()}, set(core_nodes), order))
-        ordered = sorted(members, key=order.__getitem__)
-        head_views = [n.name for n in ordered if is_view_like(n) and _shape_literal_has(n, heads)]
-        add_region(gm, Region(
-            id=f"attention:{node.name}",
-            kind="attention",
-            nodes=[n.name for n in ordered],
-            details={
-                "q_proj": projections["q"].node.name, "k_proj": projections["k"].node.name,
-                "v_proj": projections["v"].node.name, "out_proj": out_proj.node.name,
-                "fused_qkv": fused, "qkv_blocks": qkv_blocks, "heads": heads, "kv_heads": kv_heads,
-                "head_dim": head_dim, "hidden": out_proj.out_features,
-                "core": [n.name for n in core_nodes], "head_count_views": head_views,
-                "core_inputs": [x.name for x in (q, k, v)],
-            },
-        ))
+        with examining("attention", node, "attention core"):
+            found = _core_inputs(node)
+            if found is None:
+                continue
+            q, k, v, core_nodes = found
+            paths: dict[str, list[fx.Node]] = {"q": [], "k": [], "v": []}
+            projections = {}
+            for name, value in (("q", q), ("k", k), ("v", v)):
+                projections[name] = _walk_back_to_linear(value, gm, paths[name]) if isinstance(value, fx.Node) else None
+            out_path: list[fx.Node] = []
+            out_proj = _walk_forward_to_linear(core_nodes[-1], gm, out_path)
+            if any(p is None for p in projections.values()) or out_proj is None:
+                log.info("attention core %s: projections not found, not a region", node.name)
+                continue
+            q_spec = tensor_spec(q)
+            k_spec = tensor_spec(k)
+            if q_spec is None or len(q_spec.shape) != 4:
+                log.info("attention core %s: query is not [B, H, T, d], not a region", node.name)
+                continue
+            heads, head_dim = q_spec.shape[1], q_spec.shape[3]
+            # k may be transposed for the explicit matmul form ([B, H, d, T]); heads stay at dim 1
+            kv_heads = k_spec.shape[1] if k_spec is not None and len(k_spec.shape) == 4 else heads
+            fused = len({p.node for p in projections.values()}) == 1
+            if not fused and projections["k"].out_features % head_dim == 0:  # grouped-query attention:
+                kv_heads = projections["k"].out_features // head_dim  # k may be repeated to H heads before the core
+            qkv_blocks = 3 if fused else 1
+            q_match = projections["q"]
+            if q_match.out_features != heads * head_dim * qkv_blocks and not fused:
+                log.info("attention core %s: projection width %d != heads*head_dim", node.name, q_match.out_features)
+                continue
+            members = {p.node for p in projections.values()} | {out_proj.node}
+            members.update(core_nodes)
+            for path in list(paths.values()) + [out_path]:
+                members.update(path)
+            # everything between the projections and the core (e.g. a split's getitems)
+            members.update(_between(gm, {p.node for p in projections.values()}, set(core_nodes), order))
+            ordered = sorted(members, key=order.__getitem__)
+            head_views = [n.name for n in ordered if is_view_like(n) and _shape_literal_has(n, heads)]
+            add_region(gm, Region(
+                id=f"attention:{node.name}",
+                kind="attention",
+                nodes=[n.name for n in ordered],
+                details={
+                    "q_proj": projections["q"].node.name, "k_proj": projections["k"].node.name,
+                    "v_proj": projections["v"].node.name, "out_proj": out_proj.node.name,
+                    "fused_qkv": fused, "qkv_blocks": qkv_blocks, "heads": heads, "kv_heads": kv_heads,
+                    "head_dim": head_dim, "hidden": out_proj.out_features,
+                    "core": [n.name for n in core_nodes], "head_count_views": head_views,
+                    "core_inputs": [x.name for x in (q, k, v)],
+                },
+            ))
     return gm
 
 

@@ -22,6 +22,7 @@ import torch
 import torch.fx as fx
 
 from autopar.ir import SPEC, Region, TensorSpec, add_region, clear_regions, regions, tensor_spec
+from autopar.passes.manager import examining
 from autopar.planning.flops import node_work
 
 log = logging.getLogger("autopar.passes.fork_join")
@@ -220,9 +221,10 @@ def find_fork_join_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
     found = []
     for fork in gm.graph.nodes:
         if fork in graph and fork is not output and graph.out_degree(fork) >= 2:
-            region = _region_at(gm, graph, dynamic, params, fork, post_dominator.get(fork), order)
-            if region is not None:
-                found.append(region)
+            with examining("fork_join", fork, "fork"):
+                region = _region_at(gm, graph, dynamic, params, fork, post_dominator.get(fork), order)
+                if region is not None:
+                    found.append(region)
     for region in found:
         inner = set(region.nodes) | {region.details["fork"]}
         outer = [r for r in found if r is not region and inner <= set(r.nodes)]

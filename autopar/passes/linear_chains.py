@@ -10,6 +10,14 @@ pass finds, whatever the op spelling (``nn.Linear``, ``F.linear``, ``x @ W``,
 * the pointwise/view nodes between them and the *row* linear;
 * the row linear, whose input is reached only through those nodes.
 
+A column whose output is cut right away into k equal pieces (``gate, up =
+gate_up_proj(x).chunk(2, -1)``) holds k blocks (``details["blocks"]``), split block by
+block. The experts of a mixture-of-experts layer stored as 3-D weights and applied by a
+grouped matmul (Hugging Face Mixtral: ``gate_up_proj [E, 2I, H]``, ``down_proj [E, H,
+I]``) form such a chain too (``details["experts"] = E``): every expert's gate/up
+projection is split by columns and its down projection by rows, as Megatron splits an
+MLP; the router stays outside (replicated), so every tensor rank routes alike.
+
 Linears already claimed by an attention or vocabulary region are skipped, so run
 :mod:`autopar.passes.attention` and :mod:`autopar.passes.vocab` first.
 
@@ -23,7 +31,8 @@ import logging
 
 import torch.fx as fx
 
-from autopar.ir import REGION_OF, Region, add_region, clear_regions
+from autopar.ir import REGION_OF, SPEC, Region, add_region, clear_regions, tensor_spec
+from autopar.passes.manager import examining
 from autopar.passes.ops import is_pointwise, is_view_like, match_linear
 
 log = logging.getLogger("autopar.passes.linear_chains")
@@ -44,25 +53,27 @@ def find_linear_chains_pass(gm: fx.GraphModule) -> fx.GraphModule:
     clear_regions(gm, "linear_chain")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     for node in gm.graph.nodes:
-        first = match_linear(node, gm)
-        if first is None or _claimed(node):
-            continue
-        found = _chain_from(gm, first, order)
-        if found is None:
-            continue
-        columns, interior, row = found
-        members = sorted(set(columns) | set(interior) | {row.node}, key=order.__getitem__)
-        add_region(gm, Region(
-            id=f"linear_chain:{node.name}",
-            kind="linear_chain",
-            nodes=[n.name for n in members],
-            details={
+        with examining("linear_chains", node, "linear"):
+            first = match_linear(node, gm)
+            if first is None or _claimed(node):
+                continue
+            found = _chain_from(gm, first, order)
+            if found is None:
+                continue
+            columns, interior, row, blocks = found
+            members = sorted(set(columns) | set(interior) | {row.node}, key=order.__getitem__)
+            details = {
                 "column": [c.name for c in sorted(columns, key=order.__getitem__)],
                 "row": row.node.name,
-                "hidden": first.out_features,
+                "hidden": first.out_features // blocks,
                 "pointwise": [n.name for n in sorted(interior, key=order.__getitem__)],
-            },
-        ))
+            }
+            if blocks > 1:
+                details["blocks"] = blocks
+            if first.experts:
+                details["experts"] = first.experts
+            add_region(gm, Region(id=f"linear_chain:{node.name}", kind="linear_chain",
+                                  nodes=[n.name for n in members], details=details))
     return gm
 
 
@@ -91,7 +102,8 @@ def _chain_from(gm: fx.GraphModule, first, order):
     if len(rows) != 1:
         return None
     row = match_linear(next(iter(rows)), gm)
-    if _claimed(row.node) or row.in_features != first.out_features:
+    blocks = _blocks(first, row)
+    if _claimed(row.node) or blocks is None or first.experts != row.experts:
         return None
     if row.input not in interior and row.input is not first.node:
         return None
@@ -101,12 +113,31 @@ def _chain_from(gm: fx.GraphModule, first, order):
             if arg in interior or arg in columns or arg.op == "get_attr":
                 continue
             sibling = match_linear(arg, gm)
-            if sibling is not None and sibling.input is first.input and not _claimed(arg) \
+            if sibling is not None and sibling.input is first.input and not _claimed(arg) and blocks == 1 \
                     and sibling.out_features == first.out_features and not _sibling_escapes(arg, interior):
                 columns.add(arg)
                 continue
             return None
-    return columns, interior, row
+    return columns, interior, row, blocks
+
+
+def _blocks(first, row) -> int | None:
+    """How many blocks the column's output holds: 1 when the row reads all of its width;
+    k when one fused column (``gate_up_proj``) is split into k equal pieces along its last
+    dimension right away (``chunk(2, -1)``), each as wide as the row's input. A Megatron
+    split then cuts each block (rank r keeps gate_r and up_r). None: no chain."""
+    if row.in_features == first.out_features:
+        return 1
+    users = list(first.node.users)
+    if len(users) != 1 or not is_view_like(users[0]):
+        return None
+    pieces, out = users[0].meta.get(SPEC), tensor_spec(first.node)
+    if not isinstance(pieces, tuple) or out is None or len(pieces) < 2:
+        return None
+    if all(p is not None and p.shape[:-1] == out.shape[:-1] and p.shape[-1] == row.in_features for p in pieces) \
+            and len(pieces) * row.in_features == first.out_features:
+        return len(pieces)
+    return None
 
 
 def _sibling_escapes(sibling: fx.Node, interior: set) -> bool:

@@ -6,16 +6,30 @@ passes never print; the runner logs each pass's wall time and node-count change 
 after each pass as ``dir/<label>_NN_<pass>.py`` (readable code with a header naming the
 pass; the label says which graph: ``analysis`` for the global one, ``rank0`` …).
 A pass can be switched off by name with ``AUTOPAR_DISABLE_PASSES=name1,name2``.
+
+Analysis degrades, rewrites fail loudly. An analysis pass only finds regions, so a
+pattern it cannot read costs a region, never the compile: the analysis runner is built
+with ``degrade=True``, and a pass that raises there is logged as a warning and its
+regions are dropped (``gm.meta`` and the nodes' tags are restored to what they were
+before it ran), while the later passes still run. Inside a pass,
+:func:`examining` does the same for one candidate (an attention core, a linear, a
+block): a failure skips that candidate with a warning naming the pass and the node,
+and the pass goes on with the next. A rewrite pass that raises stops the compile with
+:class:`PassError`, since a half-rewritten rank program would compute something else.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch.fx as fx
+
+from autopar.ir import REGION_OF, REGIONS
 
 log = logging.getLogger("autopar.passes")
 
@@ -34,10 +48,17 @@ class PassRecord:
 
 @dataclass
 class PassRunner:
-    """Run ``passes`` (``(name, fn, kwargs)`` triples) over a GraphModule."""
+    """Run ``passes`` (``(name, fn, kwargs)`` triples) over a GraphModule.
+
+    ``degrade=True`` (analysis only): a pass that raises is logged as a warning, its
+    regions are dropped and the next pass runs; its name is in ``failed``. Otherwise a
+    pass that raises stops the run with :class:`PassError`.
+    """
 
     passes: list[tuple[str, Callable[..., fx.GraphModule], dict[str, Any]]]
     records: list[PassRecord] = field(default_factory=list)
+    degrade: bool = False
+    failed: list[str] = field(default_factory=list)
 
     def run(self, gm: fx.GraphModule, *, label: str = "") -> fx.GraphModule:
         disabled = _disabled()
@@ -49,13 +70,20 @@ class PassRunner:
                 continue
             before = len(gm.graph.nodes)
             start = time.perf_counter()
+            saved = _region_state(gm) if self.degrade else None
             try:
                 result = fn(gm, **kwargs)
             except Exception as e:
-                raise PassError(
-                    f"pass {name!r} failed{' on ' + label if label else ''} "
-                    f"(after {', '.join(ran) or 'no other pass'}): {type(e).__name__}: {e}"
-                ) from e
+                where = (f"pass {name!r} failed{' on ' + label if label else ''} "
+                         f"(after {', '.join(ran) or 'no other pass'}): {type(e).__name__}: {e}")
+                if not self.degrade:
+                    raise PassError(where) from e
+                _restore_region_state(gm, saved)
+                self.failed.append(name)
+                _warn_once(f"analysis {where}; the regions of this pass are dropped and that part of "
+                           f"the model stays outside regions (replicated); the rest of the model is still "
+                           f"planned", exc_info=e)
+                continue
             if not isinstance(result, fx.GraphModule):
                 raise PassError(f"pass {name!r} returned {type(result).__name__}, expected a GraphModule")
             gm = result
@@ -70,6 +98,59 @@ class PassRunner:
                     f.write(graph_code(gm, header=f"after pass {name} ({seconds * 1e3:.1f} ms)"))
             ran.append(name)
         return gm
+
+
+# what the warnings already said in this process: every rank analyses its own graph
+# again (once per program), and one unreadable pattern should be reported once
+_warned: set[str] = set()
+
+
+def _warn_once(message: str, exc_info: BaseException | None = None) -> None:
+    if message in _warned:
+        log.debug("%s", message)
+        return
+    _warned.add(message)
+    log.warning("%s", message)
+    if exc_info is not None:
+        log.debug("traceback of the analysis failure above", exc_info=exc_info)
+
+
+@contextlib.contextmanager
+def examining(pass_name: str, where: fx.Node | str, what: str = "candidate") -> Iterator[None]:
+    """Run one candidate of an analysis pass; an exception skips the candidate.
+
+    ``with examining("attention", node, "attention core"): ...`` around the code that
+    reads one candidate and records its region: when that code raises, the candidate
+    gets no region, a warning names the pass, the node (or ``where`` as text: a module
+    path) and the error, and the pass continues with its next candidate. Record the
+    region last, so a failure leaves nothing half-recorded. Analysis passes only;
+    rewrites must fail loudly.
+    """
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - any failure to read a pattern costs only its region
+        place = f"node {where.name}" if isinstance(where, fx.Node) else str(where)
+        _warn_once(f"analysis pass {pass_name!r} could not read the {what} at {place} "
+                   f"({type(e).__name__}: {e}); it gets no region and stays replicated", exc_info=e)
+
+
+def _region_state(gm: fx.GraphModule):
+    """A copy of the regions and the nodes' region tags, to restore after a failed pass."""
+    return (copy.copy(gm.meta.get(REGIONS)),
+            {n: dict(n.meta[REGION_OF]) for n in gm.graph.nodes if REGION_OF in n.meta})
+
+
+def _restore_region_state(gm: fx.GraphModule, saved) -> None:
+    table, tags = saved
+    if table is None:
+        gm.meta.pop(REGIONS, None)
+    else:
+        gm.meta[REGIONS] = table
+    for n in gm.graph.nodes:
+        if n in tags:
+            n.meta[REGION_OF] = tags[n]
+        else:
+            n.meta.pop(REGION_OF, None)
 
 
 def _disabled() -> set[str]:

@@ -112,6 +112,10 @@ class LinearMatch:
 
     ``weight_layout`` is ``"out_in"`` for ``nn.Linear``-style weights ([out, in]) and
     ``"in_out"`` for ``x @ W`` / ``addmm`` / Hugging Face ``Conv1D`` weights ([in, out]).
+    A grouped matmul of mixture-of-experts layers (one weight per expert, each row of
+    the input multiplied by its expert's: :func:`match_grouped_mm`) has a 3-D weight,
+    ``"experts_out_in"`` ([experts, out, in], used transposed) or ``"experts_in_out"``
+    ([experts, in, out]); ``experts`` is then the number of experts.
     """
 
     node: fx.Node
@@ -122,10 +126,15 @@ class LinearMatch:
     in_features: int
     out_features: int
     spelling: str
+    experts: int | None = None
 
     @property
     def out_dim_of_weight(self) -> int:
-        return 0 if self.weight_layout == "out_in" else 1
+        return {"out_in": 0, "in_out": 1, "experts_out_in": 1, "experts_in_out": 2}[self.weight_layout]
+
+    @property
+    def in_dim_of_weight(self) -> int:
+        return {"out_in": 1, "in_out": 0, "experts_out_in": 2, "experts_in_out": 1}[self.weight_layout]
 
 
 def match_linear(node: fx.Node, gm: fx.GraphModule | None = None) -> LinearMatch | None:
@@ -140,6 +149,8 @@ def match_linear(node: fx.Node, gm: fx.GraphModule | None = None) -> LinearMatch
     if node.op != "call_function":
         return None
     args = node.args
+    if is_grouped_mm(node):
+        return match_grouped_mm(node)
     if node.target in LINEAR_FUNCTIONS and len(args) >= 2:
         x, w = args[0], args[1]
         b = args[2] if len(args) > 2 else node.kwargs.get("bias")
@@ -177,6 +188,48 @@ def _from_matmul(node, x, w, p, bias, spelling) -> LinearMatch | None:
     rows, cols = spec.shape  # the shape of the operand as used: [in, out]
     layout = "out_in" if p[1] else "in_out"
     return LinearMatch(node, x, p[0], bias, layout, rows, cols, spelling)
+
+
+# grouped matmuls: ``out[rows of group g] = input[rows of group g] @ weight[g]``, the
+# groups given by cumulative row offsets (mixture-of-experts layers with the experts'
+# weights in one 3-D tensor, as Hugging Face's Mixtral). Under torch.export transformers
+# calls its own custom op (a loop over experts hidden from the tracer), eagerly torch's.
+GROUPED_MM_FUNCTIONS = {f for f in (getattr(F, "grouped_mm", None), getattr(torch, "_grouped_mm", None)) if f}
+GROUPED_MM_SCHEMAS = {"aten::_grouped_mm", "transformers::grouped_mm_fallback"}
+_TRANSPOSE_TWO_DIMS = {torch.transpose} | _targets("transpose")
+
+
+def is_grouped_mm(node: fx.Node) -> bool:
+    if node.op != "call_function":
+        return False
+    schema = getattr(node.target, "_schema", None)
+    return node.target in GROUPED_MM_FUNCTIONS or getattr(schema, "name", None) in GROUPED_MM_SCHEMAS
+
+
+def match_grouped_mm(node: fx.Node) -> LinearMatch | None:
+    """A grouped matmul ``grouped_mm(x [rows, in], W [experts, in, out], offs)`` of an
+    activation with a 3-D parameter, or with one transposed in its last two dimensions
+    (``W.transpose(-2, -1)`` of ``[experts, out, in]``), as a :class:`LinearMatch`."""
+    x, w = (node.args + (None, None))[:2]
+    if not isinstance(x, fx.Node) or not isinstance(w, fx.Node) or any(
+            isinstance(a, fx.Node) and a.op == "get_attr" for a in node.args[2:]):
+        return None
+    layout, param = "experts_in_out", w
+    if w.op != "get_attr":
+        is_transpose = (w.op == "call_method" and w.target == "transpose") or \
+            (w.op == "call_function" and w.target in _TRANSPOSE_TWO_DIMS)
+        inner = w.args[0] if w.args else None
+        if not (is_transpose and isinstance(inner, fx.Node) and inner.op == "get_attr"):
+            return None
+        spec = tensor_spec(inner)
+        if spec is None or len(spec.shape) != 3 or {d % 3 for d in w.args[1:3]} != {1, 2}:
+            return None
+        layout, param = "experts_out_in", inner
+    spec, used = tensor_spec(param), tensor_spec(w)
+    if spec is None or used is None or len(used.shape) != 3:
+        return None
+    experts, in_f, out_f = used.shape  # the operand as used: [experts, in, out]
+    return LinearMatch(node, x, str(param.target), None, layout, in_f, out_f, "grouped_mm", experts)
 
 
 def is_sdpa(node: fx.Node) -> bool:

@@ -24,6 +24,7 @@ import torch.fx as fx
 
 from autopar._torch_compat import is_aten_op
 from autopar.ir import SPEC, Region, add_region, clear_regions, regions
+from autopar.passes.manager import examining
 from autopar.passes.fork_join import node_flops
 
 log = logging.getLogger("autopar.passes.repeated_blocks")
@@ -134,21 +135,24 @@ def find_repeated_blocks_pass(gm: fx.GraphModule) -> fx.GraphModule:
     for group in sorted(groups, key=lambda g: (g.count(".") + bool(g), g)):
         if any(group == b or group.startswith(b + ".") for b in recorded):
             continue  # inside a block already recorded
-        run = _longest_run(gm, sorted(groups[group]), members, order)
-        if len(run) < 2:
-            log.debug("group %s: no two consecutive identical blocks among %d children", group, len(groups[group]))
-            continue
-        log.debug("group %s: %d identical blocks %s", group, len(run), [p for _, p, _ in run])
-        for index, path, signature in run:
-            nodes = members[path]
-            params = sum(p.numel() for name, p in gm.named_parameters() if name.startswith(path + "."))
-            anchor = next(n for n in nodes if n.op != "get_attr")
-            found.append(Region(id=f"block:{path}", kind="block", nodes=[n.name for n in nodes], details={
-                "module_path": path, "index": index, "group": group,
-                "module_class": _class_name(gm, anchor, path), "signature": signature,
-                "params": params, "flops": sum(node_flops(gm, n) for n in nodes),
-            }))
-            recorded.append(path)
+        with examining("repeated_blocks", f"module {group or '(root)'}", "children"):
+            run = _longest_run(gm, sorted(groups[group]), members, order)
+            if len(run) < 2:
+                log.debug("group %s: no two consecutive identical blocks among %d children", group, len(groups[group]))
+                continue
+            log.debug("group %s: %d identical blocks %s", group, len(run), [p for _, p, _ in run])
+            blocks = []  # the group's regions, kept only when every block of it was read
+            for index, path, signature in run:
+                nodes = members[path]
+                params = sum(p.numel() for name, p in gm.named_parameters() if name.startswith(path + "."))
+                anchor = next(n for n in nodes if n.op != "get_attr")
+                blocks.append(Region(id=f"block:{path}", kind="block", nodes=[n.name for n in nodes], details={
+                    "module_path": path, "index": index, "group": group,
+                    "module_class": _class_name(gm, anchor, path), "signature": signature,
+                    "params": params, "flops": sum(node_flops(gm, n) for n in nodes),
+                }))
+            found.extend(blocks)
+            recorded.extend(r.details["module_path"] for r in blocks)
     first = {r.id: min(order[n] for n in members[r.details["module_path"]] if n.op != "get_attr") for r in found}
     found.sort(key=lambda r: first[r.id])
     for region in found:

@@ -86,6 +86,10 @@ class _Rewriter3D(_Rewriter):
         if region.kind not in ("linear_chain", "attention"):
             raise TensorParallelError(f"region {region.id}: 3D tensor parallelism applies to linear chains and "
                                       f"attention, not to {region.kind} regions")
+        if region.details.get("experts") or region.details.get("blocks", 1) > 1:
+            raise TensorParallelError(f"region {region.id}: 3D tensor parallelism has no layout for "
+                                      f"{'experts (grouped matmuls)' if region.details.get('experts') else 'fused column blocks'}"
+                                      f" in a linear chain; Megatron tensor parallelism splits them")
         self._region = region
         super()._claim(region)
 

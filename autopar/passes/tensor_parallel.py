@@ -117,14 +117,14 @@ class _Rewriter(LayoutPropagator):
     def _row(self, node_name: str) -> None:
         match = ops.match_linear(self._node(node_name), self.gm)
         self.rows.add(node_name)
-        self.shards[match.weight] = ParamShard(1 - match.out_dim_of_weight)
+        self.shards[match.weight] = ParamShard(match.in_dim_of_weight)
 
     def _claim(self, region) -> None:
         d = region.details
         if region.kind == "linear_chain":
             self._check(region, "hidden width", d["hidden"])
             for name in d["column"]:
-                self._column(name)
+                self._column(name, d.get("blocks", 1))
             self._row(d["row"])
         elif region.kind == "attention":
             self._check(region, "attention heads", d["heads"])
@@ -193,6 +193,8 @@ class _Rewriter(LayoutPropagator):
                 product = self.graph.call_function(F.linear, (x, weight))
             elif node.target in ops.ADDMM_FUNCTIONS:
                 product = self.graph.call_function(aten.mm.default, (x, node.args[2]))
+            elif match.spelling == "grouped_mm":  # the experts' row offsets stay
+                product = self.graph.call_function(node.target, (x,) + tuple(node.args[1:]), dict(node.kwargs))
             else:  # F.linear / aten.linear without the bias, or a plain matmul
                 product = self.graph.call_function(node.target, (x, node.args[1]))
             reduced = self.graph.call_function(C.reduce_from_tensor_region, (product, self.group))

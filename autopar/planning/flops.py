@@ -38,6 +38,7 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from autopar._torch_compat import schema_of
 from autopar.ir import SPEC, TensorSpec
+from autopar.passes.ops import is_grouped_mm
 
 log = logging.getLogger("autopar.planning.flops")
 aten = torch.ops.aten
@@ -209,6 +210,8 @@ def _function_work(node: fx.Node, out: list[TensorSpec]) -> NodeWork:
     target, args = node.target, node.args
     if target in _MATMUL_K_ARG:
         return _kernel(node, out, _matmul_flops(out[0], args[_MATMUL_K_ARG[target]]), True)
+    if is_grouped_mm(node):  # each row times its group's [k, n] matrix: 2·numel(out)·k
+        return _kernel(node, out, _matmul_flops(out[0], args[0]), True)
     if target in _SDPA:
         q, k, v = (args + tuple(node.kwargs.get(n) for n in ("query", "key", "value")))[:3]
         return _kernel(node, out, _sdpa_flops(q, k, v), True)
