@@ -17,6 +17,7 @@ so the planner sees the loss (e.g. cross-entropy, which Megatron makes vocab-par
 """
 from __future__ import annotations
 
+import contextlib
 import linecache
 import logging
 import traceback
@@ -85,16 +86,46 @@ def capture(
     ``"export"``. Raises :class:`CaptureError` naming the model class and the construct
     each tracer stopped at. The model's buffers are left as they were: capturing runs
     the model, and a batch norm in training mode would otherwise count the run and move
-    its running statistics.
+    its running statistics. A Hugging Face model is captured with its generation cache
+    off (:func:`no_generation_cache`).
     """
     saved = {name: b.detach().clone() for name, b in model.named_buffers() if b.device.type != "meta"}
     try:
-        return _capture(model, tuple(example_inputs), loss_fn, example_target, tracer)
+        with no_generation_cache(model):
+            return _capture(model, tuple(example_inputs), loss_fn, example_target, tracer)
     finally:
         with torch.no_grad():
             for name, b in model.named_buffers():
                 if name in saved:
                     b.copy_(saved[name])
+
+
+@contextlib.contextmanager
+def no_generation_cache(model: nn.Module):
+    """Set ``config.use_cache = False`` on every Hugging Face (sub)model of ``model`` while
+    capturing, and restore it after.
+
+    ``use_cache`` (on by default in causal LMs) makes the forward build the key/value cache
+    of generation: a ``DynamicCache`` object in the output, which ``torch.export`` cannot
+    return, and cache updates after every key and value projection, which hide the
+    attention pattern from analysis (Qwen2, OPT and GPT-NeoX had no attention region and
+    no blocks). Training never reads the cache, so the rank programs are built without it
+    and their outputs hold ``past_key_values=None``.
+    """
+    changed = []
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "use_cache", False) is True and all(config is not c for c in changed):
+            config.use_cache = False
+            changed.append(config)
+    if changed:
+        log.info("capturing %s with config.use_cache=False: training builds no generation cache",
+                 type(model).__name__)
+    try:
+        yield
+    finally:
+        for config in changed:
+            config.use_cache = True
 
 
 def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str) -> fx.GraphModule:

@@ -1,0 +1,47 @@
+"""Hugging Face models as users build them: default configs (generation cache on).
+
+A causal LM's default ``use_cache=True`` made its forward build a ``DynamicCache``:
+``torch.export`` could not return it (``pm(ids)`` failed to capture) and the cache updates
+hid attention and the repeated blocks from analysis (Qwen2, OPT, GPT-NeoX got neither).
+Capture now turns the cache off while it traces and restores the user's setting."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autopar.capture import capture
+from autopar.ir import REGIONS
+from autopar.passes.analysis import analyse
+
+transformers = pytest.importorskip("transformers")
+
+
+def _qwen2():
+    config = transformers.Qwen2Config(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, intermediate_size=64, max_position_embeddings=32)
+    assert config.use_cache  # the default a user gets
+    torch.manual_seed(0)
+    return transformers.Qwen2ForCausalLM(config)
+
+
+def _loss(output, target):
+    return F.cross_entropy(output.logits.flatten(0, -2), target.flatten())
+
+
+def test_default_causal_lm_gets_attention_and_blocks_and_keeps_its_config():
+    model = _qwen2()
+    ids = torch.randint(0, 64, (4, 16))
+    gm = analyse(capture(model, (ids,), _loss, ids))
+    kinds = sorted(r.kind for r in gm.meta[REGIONS].values())
+    assert kinds.count("attention") == 2 and kinds.count("block") == 2, kinds
+    assert model.config.use_cache is True  # restored after capture
+
+
+def test_default_causal_lm_forward_captures_without_the_cache():
+    model = _qwen2()
+    ids = torch.randint(0, 64, (4, 16))
+    gm = capture(model, (ids,))  # no loss: the model's own output, which held a DynamicCache
+    out = gm(ids)
+    torch.testing.assert_close(out.logits, model(ids).logits)
+    assert getattr(out, "past_key_values", None) is None
