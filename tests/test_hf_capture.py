@@ -45,3 +45,20 @@ def test_default_causal_lm_forward_captures_without_the_cache():
     out = gm(ids)
     torch.testing.assert_close(out.logits, model(ids).logits)
     assert getattr(out, "past_key_values", None) is None
+
+
+def test_gpt_neox_attention_is_found_head_major():
+    """GPT-NeoX packs Q, K and V head by head ([B, T, H, 3·d], then chunks the last
+    dimension) and rotates only part of each head (slice, rotate, cat): its attention is
+    a region, and the fused projection is split as one block (a head's q, k, v rows are
+    contiguous), not three as GPT-2's [Q | K | V]."""
+    config = transformers.GPTNeoXConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                        intermediate_size=64, max_position_embeddings=32, rotary_pct=0.25)
+    torch.manual_seed(0)
+    model = transformers.GPTNeoXForCausalLM(config)
+    ids = torch.randint(0, 64, (4, 16))
+    gm = analyse(capture(model, (ids,), _loss, ids))
+    attention = [r for r in gm.meta[REGIONS].values() if r.kind == "attention"]
+    assert len(attention) == 2
+    details = attention[0].details
+    assert details["fused_qkv"] and details["qkv_blocks"] == 1 and details["heads"] == 4, details

@@ -28,8 +28,9 @@ import torch.fx as fx
 
 from autopar.ir import Region, add_region, clear_regions, tensor_spec
 from autopar.passes.manager import examining
-from autopar.passes.ops import (is_activation_matmul, is_dropout, is_pointwise, is_sdpa, is_select,
-                                is_softmax, is_view_like, match_linear, reshape_target)
+from autopar.passes.ops import (CONCAT_FUNCTIONS, SLICE_FUNCTIONS, is_activation_matmul, is_dropout,
+                                is_pointwise, is_sdpa, is_select, is_softmax, is_view_like, match_linear,
+                                reshape_target)
 
 log = logging.getLogger("autopar.passes.attention")
 
@@ -39,20 +40,57 @@ _MAX_WALK = 64
 
 
 def _walk_back_to_linear(node: fx.Node, gm: fx.GraphModule, seen: list[fx.Node]):
-    """Follow the first tensor argument backwards through views/pointwise to a linear."""
+    """Follow the first tensor argument backwards through views, pointwise ops and parts
+    of the head dimension to a linear."""
     current = node
     for _ in range(_MAX_WALK):
         match = match_linear(current, gm)
         if match is not None:
             return match
         # select: nn.MultiheadAttention's packed Q/K/V taken apart under torch.export
-        if not (is_view_like(current) or is_pointwise(current, gm) or is_select(current)):
-            return None
+        if is_view_like(current) or is_pointwise(current, gm) or is_select(current):
+            nxt = next((a for a in current.args if isinstance(a, fx.Node)), None)
+        else:
+            nxt = _head_dimension_part(current)
+            if nxt is None:
+                return None
         seen.append(current)
-        nxt = next((a for a in current.args if isinstance(a, fx.Node)), None)
         if nxt is None:
             return None
         current = nxt
+    return None
+
+
+def _head_major(path: list[fx.Node], heads: int, head_dim: int) -> bool:
+    """Whether the first reshape after a fused Q/K/V projection (the last node of the
+    walk back from the query) makes it ``[.., H, 3·d]``: heads outside, Q/K/V inside."""
+    for node in reversed(path):
+        spec = tensor_spec(node)
+        if spec is None or not is_view_like(node):
+            return False
+        if len(spec.shape) >= 2 and spec.shape[-2] != heads and spec.shape[-1] == 3 * heads * head_dim:
+            continue  # a view that keeps the packed last dimension (a reshape of the batch)
+        return len(spec.shape) >= 2 and spec.shape[-2] == heads and spec.shape[-1] == 3 * head_dim
+    return False
+
+
+def _head_dimension_part(node: fx.Node) -> fx.Node | None:
+    """The value a slice or concatenation of the last (head) dimension is made from, or
+    None for any other node: a partial rotary embedding (GPT-NeoX) rotates ``q[..., :r]``
+    and joins it again with ``q[..., r:]``, each head on its own (the layout rules keep a
+    head split through both)."""
+    if not (node.op == "call_function" and node.args):
+        return None
+    spec = tensor_spec(node)
+    if spec is None:
+        return None
+    last = (-1, len(spec.shape) - 1)
+    if node.target in CONCAT_FUNCTIONS and isinstance(node.args[0], (list, tuple)):
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        return next((a for a in node.args[0] if isinstance(a, fx.Node)), None) if dim in last else None
+    if node.target in SLICE_FUNCTIONS:
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        return node.args[0] if dim in last and isinstance(node.args[0], fx.Node) else None
     return None
 
 
@@ -113,8 +151,8 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
     """Record one ``attention`` region per attention core found in ``gm``.
 
     ``details``: ``q_proj``/``k_proj``/``v_proj``/``out_proj`` (node names; equal when
-    fused), ``fused_qkv``, ``qkv_blocks`` (3 when one projection yields Q, K and V, else
-    1), ``heads``, ``kv_heads``, ``head_dim``, ``hidden``, ``core`` (node names of the
+    fused), ``fused_qkv``, ``qkv_blocks`` (3 when one projection yields Q, K and V as
+    three blocks, else 1: separate projections, or a fused one laid out head by head), ``heads``, ``kv_heads``, ``head_dim``, ``hidden``, ``core`` (node names of the
     per-head computation), ``core_inputs`` (the query, key and value the core reads, each
     ``[B, H, ..]``; the key may be transposed), ``head_count_views`` (views whose literal
     shape holds the head count). The graph is not changed.
@@ -147,7 +185,10 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
             fused = len({p.node for p in projections.values()}) == 1
             if not fused and projections["k"].out_features % head_dim == 0:  # grouped-query attention:
                 kv_heads = projections["k"].out_features // head_dim  # k may be repeated to H heads before the core
-            qkv_blocks = 3 if fused else 1
+            # one fused projection is cut in 3 blocks (Q, K, V), each split by heads, unless
+            # its output is laid out head by head ([B, T, H, 3·d], GPT-NeoX): then each
+            # head's q, k and v rows are already contiguous and a plain column split keeps them
+            qkv_blocks = 3 if fused and not _head_major(paths["q"], heads, head_dim) else 1
             q_match = projections["q"]
             if q_match.out_features != heads * head_dim * qkv_blocks and not fused:
                 log.info("attention core %s: projection width %d != heads*head_dim", node.name, q_match.out_features)

@@ -23,6 +23,7 @@ import torch.fx as fx
 
 from autopar.ir import SPEC, Region, TensorSpec, add_region, clear_regions, regions, tensor_spec
 from autopar.passes.manager import examining
+from autopar.passes.ops import CONCAT_FUNCTIONS
 from autopar.planning.flops import node_work
 
 log = logging.getLogger("autopar.passes.fork_join")
@@ -34,7 +35,6 @@ def _overloads(*packets) -> set:
 
 
 ADD_FUNCTIONS = {operator.add, operator.iadd, torch.add, aten.add.Tensor}
-CONCAT_FUNCTIONS = {torch.cat, torch.concat, torch.concatenate} | _overloads(aten.cat, aten.concat)
 STACK_FUNCTIONS = {torch.stack} | _overloads(aten.stack)
 SUM_FUNCTIONS = {torch.sum} | _overloads(aten.sum)
 

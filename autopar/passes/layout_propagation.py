@@ -40,8 +40,8 @@ _LAYER_NORM_FUNCTIONS = {F.layer_norm} | ops._targets("layer_norm")
 _EXPAND = ops._targets("expand")
 _PERMUTE = ops._targets("permute")
 _T = ops._targets("t")
-_SLICE = ops._targets("slice", "narrow")
-_CAT = {torch.cat, torch.concat} | ops._targets("cat", "concat")
+_SLICE = ops.SLICE_FUNCTIONS
+_CAT = ops.CONCAT_FUNCTIONS
 _SHAPE_ONLY = {torch.flatten, torch.squeeze, torch.unsqueeze} | ops._targets("flatten", "squeeze", "unsqueeze")
 _UNFLATTEN = {torch.unflatten} | ops._targets("unflatten")
 
@@ -151,8 +151,7 @@ class LayoutPropagator:
             return self._transpose(node, in_layout)
         if kind == "call_function" and target in _CAT:
             return self._cat(node)
-        if (kind == "call_method" and target == "narrow") or (kind == "call_function" and (target in _SLICE or
-                                                                                          target is torch.narrow)):
+        if (kind == "call_method" and target == "narrow") or (kind == "call_function" and target in _SLICE):
             return self._slice(node, in_layout)
         if (kind == "call_method" and target == "expand") or (kind == "call_function" and target in _EXPAND):
             return self._expand(node, in_layout)

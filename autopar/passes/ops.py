@@ -41,6 +41,8 @@ def _targets(*names: str) -> set:
 
 
 LINEAR_FUNCTIONS = {F.linear} | _targets("linear")
+CONCAT_FUNCTIONS = {torch.cat, torch.concat, torch.concatenate} | _targets("cat", "concat")
+SLICE_FUNCTIONS = {torch.narrow} | _targets("slice", "narrow")
 ADDMM_FUNCTIONS = _targets("addmm")
 MATMUL_FUNCTIONS = {torch.matmul, operator.matmul, torch.mm, torch.bmm} | _targets("mm", "matmul", "bmm")
 SDPA_FUNCTIONS = {F.scaled_dot_product_attention} | _targets(
