@@ -13,6 +13,12 @@ after the last microbatch's backward:
 * returns the whole batch's loss on every rank (reduced over the data ranks on the last
   stage, broadcast over the pipeline group).
 
+The loss is ``loss_fn``'s or, without one, the model's own (keyword inputs such as
+``labels=`` are graph inputs like positional ones and split into microbatches alike). A
+mean over counted targets (cross-entropy with ``ignore_index``) is divided by the count
+of the whole batch, over every microbatch and data rank, so padding that differs
+between microbatches changes nothing (:mod:`autopar.runtime.target_count`).
+
 Each stage's program is built from the graph captured at the microbatch's shape: the
 graph is cut into stages (:func:`autopar.passes.pipeline_stages.split`), and each of this
 rank's stages is rewritten by the passes of its regions' strategy (Megatron inside a
