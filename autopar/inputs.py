@@ -61,8 +61,9 @@ class CallLayout:
                              f"missing; the example had {', '.join(example.names)}, and every call must pass the "
                              f"same keywords (the graph was captured with them)")
         if len(args) != self.positional:
-            raise ValueError(f"{where}: {len(args)} positional input(s); the example had {self.positional}. Pass "
-                             f"the same positional inputs as example_inputs and the same keywords as example_kwargs")
+            raise ValueError(f"the model was called with {len(args)} input(s); it was compiled with "
+                             f"{self.positional} example input(s). Pass the same positional inputs as example_inputs "
+                             f"and the same keywords as example_kwargs")
         for name, value in example.constants:
             given = kwargs[name]
             if isinstance(given, torch.Tensor):
