@@ -5,7 +5,13 @@
     loss = pm.step(x, target=y)          # forward + backward over the whole batch
     optimizer.step()                     # any torch.optim optimizer over pm.parameters()
 
-Every rank passes the same global batch; each takes its share. The flow is that of
+    # keyword inputs; a model that computes its own loss from labels= needs no loss_fn
+    pm = autopar.compile(hf_model, mesh, example_kwargs={"input_ids": ids, "attention_mask": mask,
+                                                         "labels": labels})
+    loss = pm.step(input_ids=ids, attention_mask=mask, labels=labels)
+
+Every rank passes the same global batch; each takes its share (of every positional and
+keyword tensor, along its first dimension: :mod:`autopar.inputs`). The flow is that of
 ``docs/architecture.md``: capture at the global batch → analysis → plan; then, per rank,
 capture at the local batch → analysis → tensor-parallel and data-parallel rewrites →
 a GraphModule over a module tree holding this rank's parameter shards.
@@ -23,6 +29,7 @@ import torch.nn as nn
 
 from autopar.capture import MODEL_PREFIX, CaptureError, capture, wrap_model
 from autopar.drawing import regions_dot
+from autopar.inputs import CallLayout
 from autopar.ir import CAPTURE, TensorSpec
 from autopar.kernels import model_device, resolve_fusion
 from autopar.passes.analysis import analyse
@@ -43,13 +50,14 @@ from autopar.runtime import rng
 from autopar.runtime import tensor3d as T3
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.runtime.shards import gather_full, local_shard
+from autopar.runtime.target_count import TARGET_COUNT, use_target_count
 
 log = logging.getLogger("autopar")
 
 
-def plan(model: nn.Module, world_size: int, example_inputs: Sequence[Any], loss_fn: Callable | None = None,
-         strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None,
-         memory_limit: float | None = None, progress=None) -> Plan:
+def plan(model: nn.Module, world_size: int, example_inputs: Sequence[Any] = (), loss_fn: Callable | None = None,
+         strategy: Any = "auto", *, example_target: Any = None, example_kwargs: dict[str, Any] | None = None,
+         hardware: str | Hardware | None = None, memory_limit: float | None = None, progress=None) -> Plan:
     """Plan ``model`` for ``world_size`` ranks without starting any process.
 
     The model and inputs may live on the meta device: planning reads shapes only, so a
@@ -58,10 +66,12 @@ def plan(model: nn.Module, world_size: int, example_inputs: Sequence[Any], loss_
     plan can ``save(dir)`` itself with every rank's rewritten graph (built here, in this
     process: the rewrite needs no process group) and the region drawing. ``progress``: a
     :class:`autopar.planning.planner.Progress` told of every configuration priced.
+    ``example_kwargs``: keyword inputs, as for :func:`compile`.
     """
-    gm = _global_graph(model, example_inputs, loss_fn, example_target)
+    CallLayout.of(example_inputs, example_kwargs)  # the example's keyword inputs are usable
+    gm = _global_graph(model, example_inputs, loss_fn, example_target, example_kwargs)
     plan_ = plan_graph(gm, world_size, _hardware(hardware, memory_limit), strategy, progress=progress)
-    _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target)
+    _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target, example_kwargs)
     return plan_
 
 
@@ -75,16 +85,19 @@ def _hardware(hardware, memory_limit: float | None) -> Hardware:
     return dataclasses.replace(hw, memory_bytes=float(memory_limit))
 
 
-def _attach_artifacts(plan_: Plan, gm: fx.GraphModule, model, example_inputs, loss_fn, example_target) -> None:
+def _attach_artifacts(plan_: Plan, gm: fx.GraphModule, model, example_inputs, loss_fn, example_target,
+                      example_kwargs=None) -> None:
     """Let ``plan_.save`` write rank graphs and the region drawing, built only when saved."""
     def build(max_ranks: int):
         graphs = {}
         for rank in range(min(plan_.world_size, max_ranks)):
             if plan_.pipeline:
                 from autopar.pipelined import pipeline_rank_code
-                graphs[rank] = pipeline_rank_code(model, plan_, rank, example_inputs, loss_fn, example_target)
+                graphs[rank] = pipeline_rank_code(model, plan_, rank, example_inputs, loss_fn, example_target,
+                                                  example_kwargs=example_kwargs)
                 continue
-            rank_gm = rank_graph(model, plan_, rank, example_inputs, loss_fn, example_target)
+            rank_gm = rank_graph(model, plan_, rank, example_inputs, loss_fn, example_target,
+                                 example_kwargs=example_kwargs)
             graphs[rank] = rank_graph_code(rank_gm, plan_, rank)
         strategies = {r.region: r.strategy + (f" (tensor {plan_.degree('tensor')})" if r.strategy == "megatron" else "")
                       for r in plan_.regions}
@@ -93,26 +106,33 @@ def _attach_artifacts(plan_: Plan, gm: fx.GraphModule, model, example_inputs, lo
     plan_.artifact_source = build
 
 
-def _global_graph(model, example_inputs, loss_fn, example_target) -> fx.GraphModule:
+def _global_graph(model, example_inputs, loss_fn, example_target, example_kwargs=None) -> fx.GraphModule:
+    """The graph planned on: with ``loss_fn``'s loss when a target is given; without a
+    ``loss_fn``, with the model's own loss when its output carries one (``labels=``)."""
     with_loss = loss_fn is not None and example_target is not None
     gm = capture(model, tuple(example_inputs), loss_fn if with_loss else None,
-                 example_target if with_loss else None)
+                 example_target if with_loss else None, example_kwargs=example_kwargs,
+                 model_loss="if_present" if loss_fn is None else None)
     return analyse(gm)
 
 
-def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequence[Any],
+def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequence[Any] = (),
                loss_fn: Callable | None = None, example_target: Any = None,
-               fusion: bool | None = None) -> fx.GraphModule:
+               fusion: bool | None = None, *, example_kwargs: dict[str, Any] | None = None) -> fx.GraphModule:
     """Rank ``rank``'s rewritten graph (captured at its local batch), for dumps and tests;
     ``fusion``: run the fusion pass (None: when the plan was priced with fused kernels).
-    A pipeline plan's rank runs several programs, one per stage: see
+    Without ``loss_fn`` it returns the model's own loss when the output carries one, as
+    ``pm.step`` runs it. A pipeline plan's rank runs several programs, one per stage: see
     :func:`autopar.pipelined.stage_graphs` and ``pipeline_rank_code``."""
     if plan_.pipeline:
         raise PlanError("rank_graph: a pipeline plan gives each rank one program per stage; use "
                         "autopar.pipelined.stage_graphs (or pipeline_rank_code for their code)")
-    inputs, target = _local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), tuple(example_inputs),
-                                  example_target)
-    gm = capture(model, inputs, loss_fn if target is not None else None, target)
+    layout = CallLayout.of(example_inputs, example_kwargs)
+    flat = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "rank_graph()")
+    inputs, target = _local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), flat, example_target)
+    args, kwargs = layout.unflatten(inputs)
+    gm = capture(model, args, loss_fn if target is not None else None, target, example_kwargs=kwargs,
+                 model_loss="if_present" if loss_fn is None else None)
     return _rewrite(gm, plan_, rank, _batch_of(inputs), fusion=plan_.fusion if fusion is None else fusion)
 
 
@@ -211,9 +231,10 @@ def with_kernels(code: str, gm: fx.GraphModule) -> str:
 class ParallelModule(nn.Module):
     """The model on this rank: behaves like the original, numerically.
 
-    ``pm(*inputs)`` returns full outputs; ``pm.step(*inputs, target=...)`` runs forward and
-    backward on this rank's share of the batch and leaves synchronised gradients on
-    ``pm.parameters()`` (this rank's shards); ``full_state_dict`` /
+    ``pm(*inputs, **kwargs)`` returns full outputs; ``pm.step(*inputs, target=...,
+    **kwargs)`` runs forward and backward on this rank's share of the batch and leaves
+    synchronised gradients on ``pm.parameters()`` (this rank's shards); without a
+    ``loss_fn`` it trains on the loss the model's output carries. ``full_state_dict`` /
     ``load_full_state_dict`` use the original model's keys and shapes.
     """
 
@@ -228,6 +249,7 @@ class ParallelModule(nn.Module):
         self._user_model = [model]  # captured again at new shapes; kept out of the module tree
         self._loss_fn = loss_fn
         self._examples: tuple | None = None  # example_signature of compile's examples
+        self._layout = CallLayout()  # compile's: how positional and keyword inputs are laid out
         self._groups = group_map
         self._programs: dict[tuple, fx.GraphModule] = {}
         # a module tree of the same structure as the captured wrapper, holding this rank's shards
@@ -255,20 +277,23 @@ class ParallelModule(nn.Module):
             self._install_shards(shards)
 
     # ------------------------------------------------------------------ programs
-    def _program(self, inputs: tuple, target: Any) -> tuple[fx.GraphModule, tuple, Any]:
+    def _program(self, inputs: tuple, target: Any, loss: bool = False) -> tuple[fx.GraphModule, tuple, Any]:
         """The program for these inputs' shapes and the current mode (built on first use),
-        with this rank's share of the inputs and target."""
-        key = (tuple(_signature(x) for x in inputs), _signature(target), self.training)
+        with this rank's share of the inputs and target. ``inputs``: flat (positional, then
+        the keyword tensors: ``self._layout``); ``loss``: the training program (the
+        ``loss_fn``'s loss, or without one the model's own)."""
+        key = (tuple(_signature(x) for x in inputs), _signature(target), loss, self.training)
         local_inputs, local_target = _local_batch(self._data, self._chunk, inputs, target)
         if key not in self._programs:
-            check_call_inputs(self._examples, inputs, target)
+            check_call_inputs(self._examples, inputs, target, self._layout.names())
             user_model = self._user_model[0]
             was_training = user_model.training
             user_model.train(self.training)  # export bakes the mode (dropout) into the graph
+            args, kwargs = self._layout.unflatten(local_inputs)
             try:
                 with new_shapes_explained(self._examples, inputs):
-                    gm = capture(user_model, local_inputs, self._loss_fn if target is not None else None,
-                                 local_target)
+                    gm = capture(user_model, args, self._loss_fn if target is not None else None, local_target,
+                                 example_kwargs=kwargs, model_loss="required" if loss and self._loss_fn is None else None)
             finally:
                 user_model.train(was_training)
             gm = _rewrite(gm, self.plan, self.rank, _batch_of(local_inputs), self._recompute, self._fusion)
@@ -352,11 +377,36 @@ class ParallelModule(nn.Module):
                 yield p
 
     # ------------------------------------------------------------------ running
+    def _target_count(self, program: fx.GraphModule, pieces: list[tuple], group: str) -> torch.Tensor | None:
+        """The whole batch's count of counted targets when ``program`` averages its loss
+        over them (``TARGET_COUNT``, :mod:`autopar.runtime.target_count`): the count
+        program on each of this rank's ``pieces`` (flat graph inputs, target last when
+        the program takes one), summed over ``group``, the ranks sharing the batch."""
+        counter = program.meta.get(TARGET_COUNT)
+        if counter is None:
+            return None
+        names = program.meta[CAPTURE].input_names
+        wanted = [n.name for n in counter.graph.nodes if n.op == "placeholder"]
+        count = None
+        for piece in pieces:
+            by_name = dict(zip(names, piece))
+            value = counter(*(by_name[name] for name in wanted))
+            count = value if count is None else count + value
+        with G.use_groups(self._groups):
+            if G.size_of(G.get_group(group)) > 1:
+                dist.all_reduce(count, group=G.get_group(group))
+        return count
+
     @health.guarded("forward()")
-    def forward(self, *inputs):
-        program, local_inputs, _ = self._program(tuple(inputs), None)
+    def forward(self, *inputs, **kwargs):
+        program, local_inputs, _ = self._program(self._layout.flatten(inputs, kwargs, "forward()"), None)
+        if self._branch_only:
+            count = None
+        else:
+            count = self._target_count(program, [local_inputs], "replica" if self._grid else "data")
         self._t3d.begin()
-        with G.use_groups(self._groups), rng.use_random_states(self._random), T3.use_runtime(self._t3d):
+        with G.use_groups(self._groups), rng.use_random_states(self._random), T3.use_runtime(self._t3d), \
+                use_target_count(count):
             if self._branch_only:
                 program.forward()
                 return self._from_subgrid_0(None)
@@ -374,30 +424,39 @@ class ParallelModule(nn.Module):
         return box[0]
 
     @health.guarded("step()")
-    def step(self, *inputs, target):
+    def step(self, *inputs, target: Any = None, **kwargs):
         """Forward and backward over the whole batch; returns the loss of the whole batch.
 
-        Each rank's program returns the loss of its share. Gradients are averaged over the
-        data ranks, as DDP does, so a loss that sums over the batch is back-propagated
-        with weight d (the average of d·∇L_r is ∑∇L_r); a mean needs no weight (the mean
-        of equal-sized shards' means is the global mean). The reported loss is reduced
+        The loss is ``loss_fn(model(*inputs, **kwargs), target)``, or without a ``loss_fn``
+        the loss the model's output carries (``labels=``: a ``ModelOutput``'s or dict's
+        ``loss``, or a scalar the model returns). Each rank's program returns the loss of
+        its share. Gradients are averaged over the data ranks, as DDP does, so a loss that
+        sums over the batch is back-propagated with weight d (the average of d·∇L_r is
+        ∑∇L_r); a mean needs no weight (the mean of equal-sized shards' means is the
+        global mean). A mean over the targets a cross-entropy does not ignore is rewritten
+        to a sum over the whole batch's count (:mod:`autopar.runtime.target_count`), so
+        padding that differs between ranks changes nothing. The reported loss is reduced
         over the data ranks in the last gradient bucket (no collective of its own). Gradients
         accumulate across calls, as in PyTorch: call ``optimizer.zero_grad()`` between steps.
         """
-        if self._loss_fn is None:
-            raise ValueError("step(): compile was given no loss_fn; pass loss_fn=... to autopar.compile")
-        program, local_inputs, local_target = self._program(tuple(inputs), target)
+        flat = self._layout.flatten(inputs, kwargs, "step()")
+        _check_loss_arguments(self._loss_fn, target)
+        program, local_inputs, local_target = self._program(flat, target, loss=True)
         data = self._data
         summed = program.meta.get(LOSS_REDUCTION) == "sum"
+        targets = () if local_target is None else (local_target,)
+        count = None if self._branch_only else \
+            self._target_count(program, [local_inputs + targets], "replica" if self._grid else "data")
         self._t3d.begin()
-        with G.use_groups(self._groups), rng.use_random_states(self._random), T3.use_runtime(self._t3d):
+        with G.use_groups(self._groups), rng.use_random_states(self._random), T3.use_runtime(self._t3d), \
+                use_target_count(count):
             if self._branch_only:  # cSub off sub-grid 0: the branches' forward and backward only
                 result = program.forward()
                 result.backward(torch.zeros_like(result))
                 if self._branch_buckets is not None:
                     self._branch_buckets.finish()
                 return self._loss_from_subgrid_0(program, None)
-            loss = program.forward(*local_inputs, local_target)
+            loss = program.forward(*local_inputs, *targets)
             if data > 1:
                 self._buckets.carry(loss)
             loss.backward(torch.full_like(loss, data) if summed and data > 1 else None)
@@ -594,23 +653,37 @@ def gather_full_shape(local: torch.Tensor, shard: ParamShard | None, degree: int
     return tuple(shape)
 
 
+def _check_loss_arguments(loss_fn: Callable | None, target: Any) -> None:
+    """``step``'s loss: ``loss_fn`` with a ``target``, or the model's own without either."""
+    if loss_fn is not None and target is None:
+        raise ValueError("step(): compile was given a loss_fn, which needs the batch's target: call "
+                         "pm.step(..., target=y)")
+    if loss_fn is None and target is not None:
+        raise ValueError("step(): a target was given, but compile was given no loss_fn to compare the output with. "
+                         "Pass loss_fn=... (and example_target=...) to autopar.compile, or, for a model that "
+                         "computes its own loss, pass its labels as a keyword (labels=...) instead of target=")
+
+
 def example_signature(inputs: Sequence[Any], target: Any = None) -> tuple:
     """What later calls must keep of the example: each input's (and the target's)
     :func:`_signature`, ``(shape, dtype)`` of a tensor or the type's name otherwise."""
     return tuple(_signature(x) for x in inputs), (None if target is None else _signature(target))
 
 
-def check_call_inputs(examples: tuple | None, inputs: tuple, target: Any) -> None:
+def check_call_inputs(examples: tuple | None, inputs: tuple, target: Any, names: Sequence[str] | None = None) -> None:
     """Inputs at call time may change shape (each rank's program is rebuilt for new
     shapes under the same plan) but not their number, kind, dtype or rank: the plan was
-    made for the example's. Raises ``ValueError`` naming the input otherwise."""
+    made for the example's. ``inputs``: flat (positional, then keyword tensors), named
+    by ``names`` in messages. Raises ``ValueError`` naming the input otherwise."""
     if examples is None or not examples[0]:
         return
     if len(inputs) != len(examples[0]):
         raise ValueError(f"the model was called with {len(inputs)} input(s); it was compiled with "
-                         f"{len(examples[0])} example input(s). Pass the same positional inputs as example_inputs "
-                         f"(keyword arguments are not supported)")
-    checks = [(f"input {i}", _signature(x), want) for i, (x, want) in enumerate(zip(inputs, examples[0]))]
+                         f"{len(examples[0])} example input(s). Pass the same inputs as example_inputs and "
+                         f"example_kwargs")
+    names = list(names) if names is not None and len(names) == len(inputs) else \
+        [f"input {i}" for i in range(len(inputs))]
+    checks = [(name, _signature(x), want) for name, x, want in zip(names, inputs, examples[0])]
     if target is not None and examples[1] is not None:
         checks.append(("target", _signature(target), examples[1]))
     for what, got, want in checks:
@@ -719,10 +792,18 @@ def _getattr_path(obj, path: str):
 
 @health.guarded("compile()", setup=True)
 def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), loss_fn: Callable | None = None,
-            strategy: Any = "auto", *, example_target: Any = None, hardware: str | Hardware | None = None,
-            seed: int = 0, overlap: Any = None, recompute: bool | None = None,
-            memory_limit: float | None = None, fusion: bool | None = None) -> ParallelModule:
+            strategy: Any = "auto", *, example_target: Any = None, example_kwargs: dict[str, Any] | None = None,
+            hardware: str | Hardware | None = None, seed: int = 0, overlap: Any = None,
+            recompute: bool | None = None, memory_limit: float | None = None,
+            fusion: bool | None = None) -> ParallelModule:
     """Make ``model`` run on the ranks of ``mesh`` (see the module docstring).
+
+    ``example_inputs`` (positional) and ``example_kwargs`` (keyword inputs, e.g. a
+    Hugging Face model's ``input_ids``, ``attention_mask``, ``labels``): one global batch,
+    called as ``model(*example_inputs, **example_kwargs)``. Tensor keyword inputs are
+    graph inputs, split over the data ranks along their first dimension (which must be
+    the batch); other keyword values are constants of the capture that every call must
+    repeat. Without a ``loss_fn``, ``step`` trains on the loss the model's output carries.
 
     ``mesh``: a ``DeviceMesh`` (flat, or 2-D with dims named ``data`` and ``tensor``, which
     fixes the degrees) or None for the default process group (or a single process when
@@ -740,20 +821,23 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     Triton kernels (docs/fusion.md); None: on when the model is on CUDA and Triton is
     installed; True on the CPU needs ``TRITON_INTERPRET=1`` (for testing).
     """
-    fusion = resolve_fusion(fusion, model_device(model, example_inputs))
+    layout = CallLayout.of(example_inputs, example_kwargs)
+    flat_examples = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
+    fusion = resolve_fusion(fusion, model_device(model, flat_examples))
     world, rank = _world(mesh)
-    _check_same_call_everywhere(world, mesh, strategy, example_inputs, example_target, hardware)
+    _check_same_call_everywhere(world, mesh, strategy, flat_examples, example_target, hardware, layout)
     check_dtypes(model)
     strategy = _strategy_from_mesh(mesh, strategy)
-    gm = _global_graph(model, example_inputs, loss_fn, example_target)
+    gm = _global_graph(model, example_inputs, loss_fn, example_target, example_kwargs)
     plan_ = plan_graph(gm, world, _hardware(hardware, memory_limit), strategy)
-    _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target)
+    _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target, example_kwargs)
     if recompute is None:
         recompute = plan_.recompute
     health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here
     if plan_.pipeline:
         pm = _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute, fusion)
-        pm._examples = example_signature(example_inputs, example_target)
+        pm._examples = example_signature(flat_examples, example_target)
+        pm._layout = layout
         return pm
     group_map = _make_groups(plan_, mesh, world)
     _check_same_plan_everywhere(plan_, group_map)
@@ -767,7 +851,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
             gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
     pm = ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed, overlap=overlap,
                         recompute=recompute, fusion=fusion)
-    pm._examples = example_signature(example_inputs, example_target)
+    pm._examples = example_signature(flat_examples, example_target)
+    pm._layout = layout
     return pm
 
 
@@ -890,7 +975,8 @@ def _gather_from_ranks(value, group) -> dict[int, Any]:
     return dict(zip(ranks, everyone))
 
 
-def _check_same_call_everywhere(world: int, mesh, strategy, example_inputs, example_target, hardware) -> None:
+def _check_same_call_everywhere(world: int, mesh, strategy, example_inputs, example_target, hardware,
+                                layout: CallLayout | None = None) -> None:
     """Before any group is made: every rank must call compile with the same mesh,
     strategy, hardware and example shapes. One all-gather over the default group (when
     the mesh spans it); on a difference every rank raises the same error, naming which
@@ -899,7 +985,8 @@ def _check_same_call_everywhere(world: int, mesh, strategy, example_inputs, exam
         return
     inputs, target = example_signature(example_inputs, example_target)
     mine = {"mesh": _mesh_text(mesh), "strategy": repr(strategy), "hardware": repr(hardware),
-            "example inputs": repr([x[0] if isinstance(x, tuple) else x for x in inputs])}
+            "example inputs": repr([x[0] if isinstance(x, tuple) else x for x in inputs]),
+            "example keyword inputs": repr((layout.keywords.tensors, layout.keywords.constants) if layout else ())}
     everyone = _gather_from_ranks(mine, None)
     for field in mine:
         values: dict[str, list[int]] = {}

@@ -14,20 +14,30 @@ Example::
 
 When a loss function is given the graph computes ``loss_fn(model(*inputs), target)``
 so the planner sees the loss (e.g. cross-entropy, which Megatron makes vocab-parallel).
+
+Keyword inputs (``model(input_ids=..., attention_mask=..., labels=...)``, as Hugging
+Face models are called) are laid out by :class:`Keywords`: each tensor becomes a graph
+input after the positional ones, named after its keyword, in the example's key order;
+every other value (``use_cache=False``, ``None``, an int) is a constant of the capture.
+A model that computes its own loss (``labels=``) is captured with ``model_loss``: the
+graph returns the loss its output carries (:func:`output_loss`) instead of the output.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import keyword
 import linecache
 import logging
 import traceback
+from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.ir import CAPTURE, SPEC, CaptureInfo, spec_from_value
+from autopar.ir import CAPTURE, SPEC, CaptureInfo, TensorSpec, spec_from_value
 from autopar.standard_layers import mha_fast_path_disabled
 from autopar.standard_layers import symbolic_trace as symbolic_trace_standard_layers
 
@@ -42,23 +52,114 @@ MODEL_PREFIX = "model."
 """Parameter names in captured graphs are the user's names behind this prefix."""
 
 
-def wrap_model(model: nn.Module, loss_fn: Callable | None, n_inputs: int) -> nn.Module:
-    """A module holding ``model`` as ``.model`` whose forward is ``model(input_0, ...)``,
-    or ``loss_fn(model(input_0, ...), target)`` when a loss is given.
+@dataclasses.dataclass(frozen=True)
+class Keywords:
+    """How a model's keyword arguments enter its graph, fixed by the example's.
+
+    ``tensors``: the keywords whose values are tensors, in the example's order; each is a
+    graph input after the positional ones, named ``parameters[i]`` in the wrapper
+    (the keyword itself unless that clashes with the wrapper's own names).
+    ``constants``: ``(keyword, value)`` for every other value, passed as is and baked into
+    the capture (a call must give the same values)."""
+
+    tensors: tuple[str, ...] = ()
+    constants: tuple[tuple[str, Any], ...] = ()
+    parameters: tuple[str, ...] = ()
+
+    @staticmethod
+    def of(example_kwargs: Mapping[str, Any] | None, n_positional: int = 0) -> "Keywords":
+        if not example_kwargs:
+            return Keywords()
+        tensors, constants = [], []
+        for name, value in example_kwargs.items():
+            if not (isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)):
+                raise ValueError(f"example_kwargs: {name!r} is not a Python identifier; keyword inputs are passed "
+                                 f"to the model as model(..., name=value)")
+            if isinstance(value, torch.Tensor):
+                tensors.append(name)
+            elif _holds_tensor(value):
+                raise ValueError(f"keyword input {name}: a {type(value).__name__} holding tensors; autopar takes "
+                                 f"tensors and constants (bool, int, float, str, None) as keyword inputs. Pass each "
+                                 f"tensor as a keyword of its own")
+            else:
+                constants.append((name, value))
+        taken = {"self", "target", *(f"input_{i}" for i in range(n_positional))}
+        parameters = tuple(name if name not in taken else f"kw_{name}" for name in tensors)
+        return Keywords(tuple(tensors), tuple(constants), parameters)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every keyword of the example, tensors first."""
+        return self.tensors + tuple(name for name, _ in self.constants)
+
+
+def _holds_tensor(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_tensor(v) for v in value.values())
+    if isinstance(value, (list, tuple, set)):
+        return any(_holds_tensor(v) for v in value)
+    return False
+
+
+class ModelLossError(ValueError):
+    """The model was to provide its own loss (no ``loss_fn``) and its output carries none."""
+
+
+def output_loss(output: Any, required: bool) -> tuple[Any, bool]:
+    """``(loss, True)`` when the model's ``output`` carries its own loss: a Hugging Face
+    ``ModelOutput`` or a dict with a ``"loss"`` that is not None, or a tensor (which must
+    be a scalar: checked on the captured graph). Otherwise ``(output, False)``, or, when
+    ``required``, :class:`ModelLossError` naming what the output holds."""
+    if isinstance(output, Mapping):
+        loss = output.get("loss")
+        if loss is not None:
+            return loss, True
+        if required:
+            raise ModelLossError(f"the model's output ({type(output).__name__} with {sorted(output.keys())}) carries "
+                                 f"no loss; pass the labels keyword the model computes its loss from (labels=...), "
+                                 f"or give compile a loss_fn and example_target")
+        return output, False
+    if isinstance(output, (torch.Tensor, fx.Proxy)):
+        return output, True
+    if required:
+        raise ModelLossError(f"the model returns a {type(output).__name__}, which carries no loss autopar can read (a "
+                             f"ModelOutput or dict with 'loss', or a scalar tensor); give compile a loss_fn and "
+                             f"example_target")
+    return output, False
+
+
+def wrap_model(model: nn.Module, loss_fn: Callable | None, n_inputs: int, keywords: Keywords | None = None,
+               model_loss: str | None = None) -> nn.Module:
+    """A module holding ``model`` as ``.model`` whose forward is
+    ``model(input_0, ..., **keyword inputs)``, or ``loss_fn(model(...), target)`` when a
+    loss is given, or, with ``model_loss`` ``"required"`` or ``"if_present"``, the loss
+    the model's output carries (:func:`output_loss`; ``if_present`` returns the output
+    unchanged when it has none, and sets ``.loss_found``).
 
     Both the forward-only and the training graph are captured through this wrapper so
     their parameters have the same qualified names (``model.<user name>``) and the rank
     programs built from them can share one module tree. The forward has an explicit
-    signature (no ``*args``) because symbolic tracing makes one placeholder per name.
+    signature (no ``*args``) because symbolic tracing makes one placeholder per name:
+    ``forward(self, input_0, ..., <keyword tensors>, [target])``.
     """
+    keywords = keywords or Keywords()
     names = [f"input_{i}" for i in range(n_inputs)]
-    call = f"self.model({', '.join(names)})"
+    passed = names + [f"{k}={p}" for k, p in zip(keywords.tensors, keywords.parameters)]
+    call = f"self.model({', '.join(passed + ['**self.constant_kwargs'])})"
+    parameters = names + list(keywords.parameters)
     if loss_fn is not None:
-        src = f"def forward(self, {', '.join(names + ['target'])}):\n    return self.loss_fn({call}, target)\n"
+        src = f"def forward(self, {', '.join(parameters + ['target'])}):\n    return self.loss_fn({call}, target)\n"
+    elif model_loss is not None:
+        src = f"def forward(self, {', '.join(parameters)}):\n    return self.select_loss({call})\n"
     else:
-        src = f"def forward(self, {', '.join(names)}):\n    return {call}\n"
+        src = f"def forward(self, {', '.join(parameters)}):\n    return {call}\n"
     scope: dict[str, Any] = {}
     exec(compile(src, "<autopar wrapper>", "exec"), scope)
+
+    # outside the module's state: torch.export does not keep attributes set while tracing
+    found = [loss_fn is not None]
 
     class Wrapped(nn.Module):
         forward = scope["forward"]
@@ -67,8 +168,17 @@ def wrap_model(model: nn.Module, loss_fn: Callable | None, n_inputs: int) -> nn.
             super().__init__()
             self.model = model
             self.loss_fn = loss_fn
+            self.constant_kwargs = dict(keywords.constants)
 
-    Wrapped.__name__ = "ModelWithLoss" if loss_fn is not None else "ModelOnly"
+        @property
+        def loss_found(self) -> bool:
+            return found[0]
+
+        def select_loss(self, output):
+            loss, found[0] = output_loss(output, model_loss == "required")
+            return loss
+
+    Wrapped.__name__ = "ModelWithLoss" if loss_fn is not None or model_loss is not None else "ModelOnly"
     return Wrapped()
 
 
@@ -78,10 +188,16 @@ def capture(
     loss_fn: Callable | None = None,
     example_target: Any = None,
     *,
+    example_kwargs: Mapping[str, Any] | None = None,
+    model_loss: str | None = None,
     tracer: str = "auto",
 ) -> fx.GraphModule:
     """Capture ``model`` (with ``loss_fn`` when given) at the shapes of the examples.
 
+    ``example_kwargs``: keyword inputs, laid out by :class:`Keywords`. ``model_loss``
+    (without ``loss_fn``): ``"required"`` captures the loss the model's output carries
+    (:func:`output_loss`), ``"if_present"`` that loss when there is one, else the output;
+    ``gm.meta[CAPTURE].with_loss`` says whether the graph returns a loss.
     ``tracer`` is ``"auto"`` (symbolic trace, then export), ``"symbolic_trace"`` or
     ``"export"``. Raises :class:`CaptureError` naming the model class and the construct
     each tracer stopped at. The model's buffers are left as they were: capturing runs
@@ -89,10 +205,13 @@ def capture(
     its running statistics. A Hugging Face model is captured with its generation cache
     off (:func:`no_generation_cache`).
     """
+    if model_loss not in (None, "required", "if_present"):
+        raise ValueError(f"capture: model_loss={model_loss!r}; use None, 'required' or 'if_present'")
     saved = {name: b.detach().clone() for name, b in model.named_buffers() if b.device.type != "meta"}
     try:
         with no_generation_cache(model):
-            return _capture(model, tuple(example_inputs), loss_fn, example_target, tracer)
+            return _capture(model, tuple(example_inputs), loss_fn, example_target, tracer,
+                            dict(example_kwargs or {}), None if loss_fn is not None else model_loss)
     finally:
         with torch.no_grad():
             for name, b in model.named_buffers():
@@ -128,13 +247,16 @@ def no_generation_cache(model: nn.Module):
             config.use_cache = True
 
 
-def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str) -> fx.GraphModule:
+def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str, example_kwargs: dict,
+             model_loss: str | None) -> fx.GraphModule:
     with_loss = loss_fn is not None
     if with_loss and example_target is None:
         raise ValueError("capture: a loss_fn was given without example_target; pass the target tensor "
                          "the loss is computed against")
-    root = wrap_model(model, loss_fn, len(example_inputs))
-    args = example_inputs + ((example_target,) if with_loss else ())
+    keywords = Keywords.of(example_kwargs, len(example_inputs))
+    root = wrap_model(model, loss_fn, len(example_inputs), keywords, model_loss)
+    args = example_inputs + tuple(example_kwargs[k] for k in keywords.tensors) + \
+        ((example_target,) if with_loss else ())
     model_class = type(model).__name__
 
     fx_error: BaseException | None = None
@@ -142,8 +264,11 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str)
         try:
             gm = symbolic_trace_standard_layers(root)
             propagate_specs(gm, args)
-            gm.meta[CAPTURE] = CaptureInfo("symbolic_trace", model_class, _placeholder_names(gm), with_loss)
+            gm.meta[CAPTURE] = CaptureInfo("symbolic_trace", model_class, _placeholder_names(gm),
+                                           _returns_loss(gm, root, model_loss))
             return gm
+        except ModelLossError:
+            raise
         except Exception as e:  # noqa: BLE001 - any tracer failure means: try the next one
             fx_error = e
             log.info("symbolic_trace failed for %s (%s); trying torch.export", model_class, _one_line(e))
@@ -151,11 +276,38 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str)
                 raise CaptureError(_failure_message(model_class, fx_error, None)) from e
     try:
         gm = _export(root, args)
+    except ModelLossError:
+        raise
     except Exception as e:  # noqa: BLE001
+        if isinstance(e.__cause__, ModelLossError):
+            raise e.__cause__ from None
         raise CaptureError(_failure_message(model_class, fx_error, e)) from e
-    gm.meta[CAPTURE] = CaptureInfo("export", model_class, _placeholder_names(gm), with_loss,
+    gm.meta[CAPTURE] = CaptureInfo("export", model_class, _placeholder_names(gm), _returns_loss(gm, root, model_loss),
                                    None if fx_error is None else _one_line(fx_error))
     return gm
+
+
+def _returns_loss(gm: fx.GraphModule, root: nn.Module, model_loss: str | None) -> bool:
+    """Whether the captured graph returns a loss: ``loss_fn``'s, or the model's own (a
+    scalar tensor; a tensor output of another shape is no loss)."""
+    if root.loss_fn is not None:
+        return True
+    if model_loss is None or not root.loss_found:
+        return False
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    value = output.args[0]
+    if isinstance(value, (tuple, list)) and len(value) == 1:  # export's flat outputs
+        value = value[0]
+    spec = value.meta.get(SPEC) if isinstance(value, fx.Node) else None
+    if isinstance(spec, TensorSpec) and spec.shape == ():
+        return True
+    if model_loss == "required":
+        shape = list(spec.shape) if isinstance(spec, TensorSpec) else None
+        raise ModelLossError(f"the model returns {'a tensor of shape ' + str(shape) if shape is not None else value}, "
+                             f"not a scalar loss; with no loss_fn autopar trains on the loss the model returns. Pass "
+                             f"the labels the model computes its loss from, or give compile a loss_fn and "
+                             f"example_target")
+    return False
 
 
 _EXPORT_NOISE = {torch.ops.aten._assert_tensor_metadata.default}
@@ -249,4 +401,4 @@ def _failure_message(model_class: str, fx_error: BaseException | None, export_er
     return "\n".join(parts)
 
 
-__all__ = ["capture", "propagate_specs", "CaptureError"]
+__all__ = ["capture", "propagate_specs", "CaptureError", "Keywords", "ModelLossError", "output_loss", "wrap_model"]

@@ -13,6 +13,12 @@ after the last microbatch's backward:
 * returns the whole batch's loss on every rank (reduced over the data ranks on the last
   stage, broadcast over the pipeline group).
 
+The loss is ``loss_fn``'s or, without one, the model's own (keyword inputs such as
+``labels=`` are graph inputs like positional ones and split into microbatches alike). A
+mean over counted targets (cross-entropy with ``ignore_index``) is divided by the count
+of the whole batch, over every microbatch and data rank, so padding that differs
+between microbatches changes nothing (:mod:`autopar.runtime.target_count`).
+
 Each stage's program is built from the graph captured at the microbatch's shape: the
 graph is cut into stages (:func:`autopar.passes.pipeline_stages.split`), and each of this
 rank's stages is rewritten by the passes of its regions' strategy (Megatron inside a
@@ -25,9 +31,10 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.api import (ParallelModule, _batch_of, _copy_missing_attributes, _flat_root, _local_batch,
-                         _parameter_owners, _signature, check_call_inputs)
+from autopar.api import (ParallelModule, _batch_of, _check_loss_arguments, _copy_missing_attributes, _flat_root,
+                         _local_batch, _parameter_owners, _signature, check_call_inputs)
 from autopar.capture import capture
+from autopar.inputs import CallLayout
 from autopar.ir import CAPTURE, Region, add_region, regions
 from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import data_parallel_pass, loss_reduction
@@ -42,6 +49,7 @@ from autopar.runtime import health
 from autopar.runtime import rng
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.runtime.pipeline import PipelineExecutor, StageProgram
+from autopar.runtime.target_count import use_target_count
 
 
 def tied_group_name(positions) -> str:
@@ -91,7 +99,8 @@ def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last:
         # the last stage's outputs are the model's: gathered over the data ranks as without
         # a pipeline; the carried values of the others stay local (the next stage's input)
         *([("data_parallel", data_parallel_pass, {"degree": plan_.degree("data"), "local_batch": local_batch,
-                                                   "reduce_scalars": not gm.meta[CAPTURE].with_loss})]
+                                                   "reduce_scalars": not gm.meta[CAPTURE].with_loss,
+                                                   "microbatches": plan_.pipeline["microbatches"]})]
           if last else []),
         *([("fusion", fusion_pass, {})] if fusion else []),
     ]
@@ -111,11 +120,16 @@ def _microbatches(values: tuple, m: int, batch: int) -> list[tuple]:
 
 
 def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None, target=None,
-                 recompute: bool = False, fusion: bool = False):
+                 recompute: bool = False, fusion: bool = False, *, layout: CallLayout | None = None,
+                 model_loss: str | None = None):
     """Rank ``rank``'s stage programs for (micro)batches shaped like ``inputs``:
     ``({stage: (GraphModule, Stage)}, graph input names, torch.export's output nesting)``.
-    Captured here, cut into the plan's stages, each of the rank's stages rewritten."""
-    gm = analyse(capture(model, tuple(inputs), loss_fn if target is not None else None, target))
+    Captured here, cut into the plan's stages, each of the rank's stages rewritten.
+    ``inputs``: flat, laid out by ``layout`` (positional, then keyword tensors);
+    ``model_loss``: as :func:`autopar.capture.capture` (the model's own loss)."""
+    args, kwargs = (layout or CallLayout(len(inputs))).unflatten(inputs)
+    gm = analyse(capture(model, args, loss_fn if target is not None else None, target, example_kwargs=kwargs,
+                         model_loss=None if loss_fn is not None else model_loss))
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     # torch.export's graph returns flat outputs its code generator nests again
     info = getattr(gm.graph._codegen, "pytree_info", None)
@@ -136,16 +150,19 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
     return out, names, out_spec
 
 
-def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_fn=None, example_target=None) -> str:
+def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_fn=None, example_target=None, *,
+                       example_kwargs=None) -> str:
     """Rank ``rank``'s stage programs as code (for plan dumps), captured at one
     microbatch of its data rank's share of the batch."""
     from autopar.api import rank_graph_code
     m = plan_.pipeline["microbatches"]
-    inputs, target = _local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), tuple(example_inputs),
-                                  example_target)
+    layout = CallLayout.of(example_inputs, example_kwargs)
+    flat = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
+    inputs, target = _local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), flat, example_target)
     batch = _batch_of(inputs)
     piece = _microbatches((*inputs, target), m, batch)[0]
-    built, _, _ = stage_graphs(model, plan_, rank, piece[:-1], loss_fn, piece[-1], fusion=plan_.fusion)
+    built, _, _ = stage_graphs(model, plan_, rank, piece[:-1], loss_fn, piece[-1], fusion=plan_.fusion,
+                               layout=layout, model_loss="if_present")
     return "\n".join(_stage_code(rank_graph_code(module, plan_, rank), s, rank) for s, (module, _) in sorted(built.items()))
 
 
@@ -219,18 +236,20 @@ class PipelineModule(ParallelModule):
                 yield name, p
 
     # ------------------------------------------------------------------ programs
-    def _stage_programs(self, inputs: tuple, target, rows: int) -> tuple[dict[int, StageProgram], list[str]]:
-        """This rank's stage programs for (micro)batches shaped like ``inputs``, and the
-        names of the graph inputs in order."""
-        key = ("pipeline", tuple(_signature(x) for x in inputs), _signature(target), self.training)
+    def _stage_programs(self, inputs: tuple, target, rows: int, loss: bool = False
+                        ) -> tuple[dict[int, StageProgram], list[str]]:
+        """This rank's stage programs for (micro)batches shaped like ``inputs`` (flat), and
+        the names of the graph inputs in order; ``loss``: the training programs."""
+        key = ("pipeline", tuple(_signature(x) for x in inputs), _signature(target), loss, self.training)
         if key not in self._programs:
-            check_call_inputs(self._examples, inputs, target)
+            check_call_inputs(self._examples, inputs, target, self._layout.names())
             user_model = self._user_model[0]
             was_training = user_model.training
             user_model.train(self.training)
             try:
                 built, names, out_spec = stage_graphs(user_model, self.plan, self.rank, inputs, self._loss_fn, target,
-                                                      self._recompute, self._fusion)
+                                                      self._recompute, self._fusion, layout=self._layout,
+                                                      model_loss="required" if loss else None)
             finally:
                 user_model.train(was_training)
             programs = {}
@@ -257,23 +276,32 @@ class PipelineModule(ParallelModule):
                          for s, p in sorted(programs.items()))
 
     # ------------------------------------------------------------------ running
+    def _last_stage_count(self, programs: dict[int, StageProgram], pieces: list[tuple]) -> torch.Tensor | None:
+        """The whole batch's count of counted targets when the last stage (on this rank)
+        averages its loss over them: see :meth:`ParallelModule._target_count`."""
+        last = programs.get(self._p * self._v - 1)
+        return None if last is None else self._target_count(last.module, pieces, "data")
+
     @health.guarded("forward()")
-    def forward(self, *inputs):
-        local_inputs, _ = _local_batch(self._data, self._chunk, tuple(inputs), None)
+    def forward(self, *inputs, **kwargs):
+        flat = self._layout.flatten(inputs, kwargs, "forward()")
+        local_inputs, _ = _local_batch(self._data, self._chunk, flat, None)
         programs, names = self._stage_programs(local_inputs, None, _batch_of(local_inputs))
-        with G.use_groups(self._groups), rng.use_random_states(self._random):
+        count = self._last_stage_count(programs, [local_inputs])
+        with G.use_groups(self._groups), rng.use_random_states(self._random), use_target_count(count):
             out = self._executor.forward_only(programs, dict(zip(names, local_inputs)))
             box = [out]
             dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self._p - 1)
         return box[0]
 
     @health.guarded("step()")
-    def step(self, *inputs, target):
+    def step(self, *inputs, target=None, **kwargs):
         """Forward and backward of every microbatch in the schedule's order; gradients
-        synchronised after the last; returns the whole batch's loss on every rank."""
-        if self._loss_fn is None:
-            raise ValueError("step(): compile was given no loss_fn; pass loss_fn=... to autopar.compile")
-        local_inputs, local_target = _local_batch(self._data, self._chunk, tuple(inputs), target)
+        synchronised after the last; returns the whole batch's loss on every rank. The
+        loss: as :meth:`ParallelModule.step` (``loss_fn``'s, or the model's own)."""
+        flat = self._layout.flatten(inputs, kwargs, "step()")
+        _check_loss_arguments(self._loss_fn, target)
+        local_inputs, local_target = _local_batch(self._data, self._chunk, flat, target)
         batch = _batch_of(local_inputs)
         m = self._m
         if batch is None or batch % m:
@@ -281,12 +309,13 @@ class PipelineModule(ParallelModule):
                             f"of the plan; give a batch that is a multiple of {m * self._data}, or plan with another "
                             f"'microbatches'")
         pieces = _microbatches((*local_inputs, local_target), m, batch)
-        programs, names = self._stage_programs(pieces[0][:-1], pieces[0][-1], batch // m)
+        programs, names = self._stage_programs(pieces[0][:-1], pieces[0][-1], batch // m, loss=True)
         summed = self._loss_summed(programs)
+        count = self._last_stage_count(programs, pieces)
         # every microbatch's loss is a mean over its rows: 1/m of each is the batch's mean;
         # a summed loss needs no scale, but the data average divides by d (as in step())
         scale = float(self._data) if summed and self._data > 1 else (1.0 if summed else 1.0 / m)
-        with G.use_groups(self._groups), rng.use_random_states(self._random):
+        with G.use_groups(self._groups), rng.use_random_states(self._random), use_target_count(count):
             losses = self._executor.train(programs, [dict(zip(names, piece)) for piece in pieces], scale)
             self._buckets.finish()
             for p, group_name in self._tied:
@@ -310,6 +339,8 @@ class PipelineModule(ParallelModule):
             return False
         output = next(n for n in last.module.graph.nodes if n.op == "output")
         value = output.args[0]
+        if isinstance(value, (tuple, list)) and len(value) == 1:  # torch.export's flat outputs
+            value = value[0]
         return isinstance(value, fx.Node) and loss_reduction(value) == "sum"
 
     # ------------------------------------------------------------------ state

@@ -4,7 +4,8 @@
 model twice from the same seed, compiles one with autopar and keeps the other as the
 single-device reference, then compares
 
-* outputs of ``pm(*inputs)`` with ``model(*inputs)``,
+* outputs of ``pm(*inputs, **kwargs)`` with ``model(*inputs, **kwargs)`` (their logits, and
+  the loss a Hugging Face output carries),
 * the loss and every parameter's gradient after one ``pm.step``,
 * every parameter after ``steps`` AdamW steps on both,
 
@@ -33,34 +34,57 @@ def _logits(out: Any) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out
 
 
-def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inputs: tuple, target: torch.Tensor,
-                               loss_fn: Callable, strategy: Any = "auto", *, steps: int = 3, lr: float = 1e-2,
+def _own_loss(output: Any) -> torch.Tensor:
+    """The loss a model's output carries (``ModelOutput.loss``, a dict's, or a scalar)."""
+    from autopar.capture import output_loss
+    return output_loss(output, required=True)[0]
+
+
+def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inputs: tuple,
+                               target: torch.Tensor | None, loss_fn: Callable | None, strategy: Any = "auto", *,
+                               kwargs: dict[str, Any] | None = None, steps: int = 3, lr: float = 1e-2,
                                hardware: str | None = None, mesh=None,
                                dtype: torch.dtype | None = None, overlap: Any = None,
                                recompute: bool = False) -> dict[str, Any]:
     """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "grad_norm",
     "param"}`` where each difference entry is ``(max abs, max relative)`` over all tensors
     compared. Every optimizer step clips the gradients to half the first step's norm on
-    both sides (``pm.clip_grad_norm_``), so ``param`` checks the norm helpers as well."""
+    both sides (``pm.clip_grad_norm_``), so ``param`` checks the norm helpers as well.
+    ``kwargs``: keyword inputs (``example_kwargs``); ``loss_fn=None`` (and no target):
+    the model computes its own loss (``labels`` among the keywords), which ``step`` trains
+    on; then ``"output"`` covers the loss in the forward's output too."""
     torch.manual_seed(0)
     model = model_factory()
+    kwargs = dict(kwargs or {})
     if dtype is not None:
         model = model.to(dtype)
         inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
+        kwargs = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                  for k, v in kwargs.items()}
     reference = copy.deepcopy(model)
     pm = autopar.compile(model, mesh, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
-                         strategy=strategy, hardware=hardware, overlap=overlap,
+                         example_kwargs=kwargs, strategy=strategy, hardware=hardware, overlap=overlap,
                          recompute=recompute)
+
+    def reference_loss():
+        output = reference(*inputs, **kwargs)
+        return loss_fn(output, target) if loss_fn is not None else _own_loss(output)
+
+    def step():
+        return pm.step(*inputs, target=target, **kwargs) if loss_fn is not None else pm.step(*inputs, **kwargs)
     report: dict[str, Any] = {"mesh": dict(pm.plan.mesh), "plan": pm.plan.explain(), "tracer": pm.plan.tracer,
                               "strategies": {r.strategy for r in pm.plan.regions} - {"replicate"},
                               # parameters this rank holds no element of (the cube's off-diagonal vectors)
                               "empty_params": sum(p.numel() == 0 for p in pm.parameters())}
 
     with torch.no_grad():
-        report["output"] = _max_diff(_logits(pm(*inputs)), _logits(reference(*inputs)))
+        out, ref_out = pm(*inputs, **kwargs), reference(*inputs, **kwargs)
+        report["output"] = _max_diff(_logits(out), _logits(ref_out))
+        if loss_fn is None:
+            report["output"] = max(report["output"], _max_diff(_own_loss(out), _own_loss(ref_out)))
 
-    loss = pm.step(*inputs, target=target)
-    ref_loss = loss_fn(reference(*inputs), target)
+    loss = step()
+    ref_loss = reference_loss()
     ref_loss.backward()
     report["loss"] = _max_diff(loss, ref_loss)
     grads = pm.full_gradients()
@@ -91,8 +115,8 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
     for _ in range(steps - 1):
         optimizer.zero_grad()
         ref_optimizer.zero_grad()
-        pm.step(*inputs, target=target)
-        loss_fn(reference(*inputs), target).backward()
+        step()
+        reference_loss().backward()
         pm.clip_grad_norm_(max_norm)
         torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm)
         optimizer.step()
@@ -144,6 +168,21 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
                                             hardware=options.get("hardware"), overlap=options.get("overlap"),
                                             recompute=options.get("recompute", False))
         report["case"] = tuple(case)
+        reports.append(report)
+    return reports
+
+
+def zoo_equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`compare_with_single_device` for each ``(zoo model name, strategy)`` of
+    :mod:`examples.zoo` (``ZOO`` or ``OWN_LOSS``) on this rank, called as the case calls
+    the model: its positional and keyword inputs, its loss or the model's own."""
+    from examples.zoo import OWN_LOSS, ZOO
+    reports = []
+    for name, strategy in cases:
+        case = (ZOO.get(name) or OWN_LOSS[name])()
+        report = compare_with_single_device(case.factory, case.inputs, case.target, case.loss_fn, strategy,
+                                            kwargs=case.kwargs)
+        report["case"] = (name, strategy)
         reports.append(report)
     return reports
 

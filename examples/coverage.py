@@ -56,7 +56,7 @@ def coverage_job(runs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"model": name, "strategy": strategy, "note": case.note}
         try:
             report = compare_with_single_device(case.factory, case.inputs, case.target, case.loss_fn, strategy,
-                                                steps=3)
+                                                kwargs=case.kwargs, steps=3)
             row.update({k: report[k] for k in ("tracer", "mesh", "strategies", "output", "loss", "grad", "param")})
             row["plan"] = _plan_summary(report)
             row["equal"] = is_equal(report)

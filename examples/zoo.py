@@ -7,7 +7,13 @@ Used by :func:`coverage_job` (``tests/test_coverage.py``, ``python -m examples.c
 and by anyone who wants a realistic model to try a strategy on::
 
     >>> case = ZOO["llama"]()
-    >>> model = case.factory(); out = model(*case.inputs)
+    >>> model = case.factory(); out = model(*case.inputs, **case.kwargs)
+
+Models are called as their users call them: T5 with keywords (``input_ids=``,
+``decoder_input_ids=``). :data:`OWN_LOSS` holds Hugging Face models called with
+``input_ids``, a padded ``attention_mask`` and ``labels`` (-100 where no token counts),
+which compute their own loss: no target, no ``loss_fn``
+(``tests/test_keyword_inputs.py``).
 """
 from __future__ import annotations
 
@@ -25,30 +31,21 @@ _NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 @dataclasses.dataclass
 class ZooCase:
+    """``factory()(*inputs, **kwargs)`` is one global batch; ``loss_fn(output, target)``
+    its loss, or, with both None, the loss the model computes itself (``labels``)."""
     name: str
     factory: Callable[[], nn.Module]
     inputs: tuple
-    target: torch.Tensor
-    loss_fn: Callable
+    target: torch.Tensor | None
+    loss_fn: Callable | None
     note: str = ""
+    kwargs: dict = dataclasses.field(default_factory=dict)
 
 
 def logits_loss(output, target):
     """Cross-entropy of a Hugging Face output's ``logits`` ([B, C] or [B, T, V])."""
     logits = output.logits if hasattr(output, "logits") else output
     return F.cross_entropy(logits.flatten(0, -2), target.flatten())
-
-
-class Seq2Seq(nn.Module):
-    """Calls an encoder-decoder with keywords: autopar passes inputs positionally, and the
-    second positional argument of ``T5ForConditionalGeneration`` is the attention mask."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, decoder_input_ids):
-        return self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids)
 
 
 def _tokens(generator, *shape, vocab=64):
@@ -78,14 +75,19 @@ def llama() -> ZooCase:
     return ZooCase("llama", lambda: LlamaForCausalLM(config), (_tokens(g, 4, 16),), _tokens(g, 4, 16), logits_loss)
 
 
+def _t5_config():
+    from transformers import T5Config
+    return T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0,
+                    use_cache=False, decoder_start_token_id=0, pad_token_id=0)
+
+
 def t5() -> ZooCase:
-    from transformers import T5Config, T5ForConditionalGeneration
-    config = T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0,
-                      use_cache=False, decoder_start_token_id=0)
+    from transformers import T5ForConditionalGeneration
+    config = _t5_config()
     g = torch.Generator().manual_seed(1)
-    return ZooCase("t5", lambda: Seq2Seq(T5ForConditionalGeneration(config)),
-                   (_tokens(g, 4, 16), _tokens(g, 4, 8)), _tokens(g, 4, 8), logits_loss,
-                   "encoder-decoder, called through a keyword adapter (Seq2Seq)")
+    ids, decoder_ids = _tokens(g, 4, 16), _tokens(g, 4, 8)
+    return ZooCase("t5", lambda: T5ForConditionalGeneration(config), (), _tokens(g, 4, 8), logits_loss,
+                   "encoder-decoder, keyword inputs", kwargs={"input_ids": ids, "decoder_input_ids": decoder_ids})
 
 
 def vit() -> ZooCase:
@@ -111,6 +113,59 @@ def _own(name: str) -> Callable[[], ZooCase]:
         factory, inputs, target, loss = training_case(name)
         return ZooCase(name, factory, inputs, target, loss, "autopar example")
     return case
+
+
+# ------------------------------------------------ models that compute their own loss
+
+_LENGTHS = (16, 3, 12, 7, 16, 9, 5, 14)  # tokens per row: every data rank and microbatch counts its own number
+
+
+def _padded(g, batch: int, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and an attention mask with right padding (rows of :data:`_LENGTHS`)."""
+    ids = _tokens(g, batch, seq)
+    mask = torch.zeros(batch, seq, dtype=torch.long)
+    for row in range(batch):
+        mask[row, :max(1, _LENGTHS[row % len(_LENGTHS)] * seq // 16)] = 1
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def gpt2_labels() -> ZooCase:
+    """GPT-2 as a causal LM: ``labels`` are the ids, -100 on padding."""
+    from examples.models import gpt2 as build
+    g = torch.Generator().manual_seed(2)
+    ids, mask = _padded(g, 8, 16)
+    return ZooCase("gpt2_labels", lambda: build(layers=2), (), None, None, "own loss, padded",
+                   kwargs={"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)})
+
+
+def bert_mlm() -> ZooCase:
+    """BERT masked LM: ``labels`` count only the masked tokens (-100 elsewhere)."""
+    from transformers import BertConfig, BertForMaskedLM
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=16, **_NO_DROPOUT)
+    g = torch.Generator().manual_seed(3)
+    ids, mask = _padded(g, 8, 16)
+    chosen = (torch.rand(8, 16, generator=g) < 0.3) & (mask == 1)
+    return ZooCase("bert_mlm", lambda: BertForMaskedLM(config), (), None, None, "own loss, padded",
+                   kwargs={"input_ids": ids.masked_fill(chosen, 1), "attention_mask": mask,
+                           "labels": ids.masked_fill(~chosen, -100)})
+
+
+def t5_labels() -> ZooCase:
+    """T5 with ``labels`` (the decoder's inputs are the labels shifted right), padded."""
+    from transformers import T5ForConditionalGeneration
+    config = _t5_config()
+    g = torch.Generator().manual_seed(4)
+    ids, mask = _padded(g, 8, 16)
+    answers, answer_mask = _padded(g, 8, 8)
+    return ZooCase("t5_labels", lambda: T5ForConditionalGeneration(config), (), None, None, "own loss, padded",
+                   kwargs={"input_ids": ids, "attention_mask": mask,
+                           "labels": answers.masked_fill(answer_mask == 0, -100)})
+
+
+OWN_LOSS: dict[str, Callable[[], ZooCase]] = {"gpt2_labels": gpt2_labels, "bert_mlm": bert_mlm,
+                                               "t5_labels": t5_labels}
+"""Hugging Face models called with keywords that compute their own loss from ``labels``."""
 
 
 ZOO: dict[str, Callable[[], ZooCase]] = {

@@ -46,8 +46,9 @@ def forward(self, input_0, target):
     model_body_4 = getattr(self.model.body, "4")(model_body_3);  model_body_3 = None
     model_body_5 = getattr(self.model.body, "5")(model_body_4);  model_body_4 = None
     model_head = self.model.head(model_body_5);  model_body_5 = None
-    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
-    return cross_entropy
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'sum', label_smoothing = 0.0);  model_head = target = None
+    global_mean = autopar_runtime_target_count_global_mean(cross_entropy);  cross_entropy = None
+    return global_mean
     
 """)
 
@@ -128,8 +129,9 @@ def forward(self, input_0, target):
     model_body_5_bias = getattr(self.model.body, "5").bias
     add_1 = reduce_from_tensor_region_1 + model_body_5_bias;  reduce_from_tensor_region_1 = model_body_5_bias = None
     model_head = self.model.head(add_1);  add_1 = None
-    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
-    return cross_entropy
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'sum', label_smoothing = 0.0);  model_head = target = None
+    global_mean = autopar_runtime_target_count_global_mean(cross_entropy);  cross_entropy = None
+    return global_mean
     
 """)
 
@@ -249,8 +251,9 @@ def forward(self, input_0, target):
     model_lm_head = self.model.lm_head(model_ln_f);  model_ln_f = None
     flatten = model_lm_head.flatten(0, 1);  model_lm_head = None
     flatten_1 = target.flatten();  target = None
-    cross_entropy = torch.nn.functional.cross_entropy(flatten, flatten_1, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  flatten = flatten_1 = None
-    return cross_entropy
+    cross_entropy = torch.nn.functional.cross_entropy(flatten, flatten_1, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'sum', label_smoothing = 0.0);  flatten = flatten_1 = None
+    global_mean = autopar_runtime_target_count_global_mean(cross_entropy);  cross_entropy = None
+    return global_mean
     
 """)
 
@@ -539,8 +542,9 @@ def forward(self, input_0, target):
     model_lm_head = self.model.lm_head(copy_to_tensor_region_4);  copy_to_tensor_region_4 = None
     flatten = model_lm_head.flatten(0, 1);  model_lm_head = None
     flatten_1 = target.flatten();  target = None
-    vocab_parallel_cross_entropy = autopar_runtime_collectives_vocab_parallel_cross_entropy(flatten, flatten_1, 0, 'tensor', -100, 'mean');  flatten = flatten_1 = None
-    return vocab_parallel_cross_entropy
+    vocab_parallel_cross_entropy = autopar_runtime_collectives_vocab_parallel_cross_entropy(flatten, flatten_1, 0, 'tensor', -100, 'sum');  flatten = flatten_1 = None
+    global_mean = autopar_runtime_target_count_global_mean(vocab_parallel_cross_entropy);  vocab_parallel_cross_entropy = None
+    return global_mean
     
 """)
 
@@ -581,8 +585,9 @@ def forward(self, input_0, target):
     cat_1 = torch.cat([getitem_1, getitem, getitem_2], 1);  getitem_1 = getitem = getitem_2 = None
     mean = cat_1.mean((2, 3));  cat_1 = None
     model_head = self.model.head(mean);  mean = None
-    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
-    return cross_entropy
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'sum', label_smoothing = 0.0);  model_head = target = None
+    global_mean = autopar_runtime_target_count_global_mean(cross_entropy);  cross_entropy = None
+    return global_mean
     
 """)
         model, inputs, loss_fn, target = inception()
@@ -607,8 +612,9 @@ def forward(self, input_0, target):
     cat_2 = torch.cat([getitem_1, getitem, getitem_2], 1);  getitem_1 = getitem = getitem_2 = None
     mean = cat_2.mean((2, 3));  cat_2 = None
     model_head = self.model.head(mean);  mean = None
-    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
-    return cross_entropy
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'sum', label_smoothing = 0.0);  model_head = target = None
+    global_mean = autopar_runtime_target_count_global_mean(cross_entropy);  cross_entropy = None
+    return global_mean
     
 """)
 
@@ -686,8 +692,9 @@ def forward(self, input_0, target):
     model_lm_head = self.model.lm_head(model_ln_f);  model_ln_f = None
     flatten = model_lm_head.flatten(0, 1);  model_lm_head = None
     flatten_1 = target.flatten();  target = None
-    cross_entropy = torch.nn.functional.cross_entropy(flatten, flatten_1, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  flatten = flatten_1 = None
-    return cross_entropy
+    cross_entropy = torch.nn.functional.cross_entropy(flatten, flatten_1, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'sum', label_smoothing = 0.0);  flatten = flatten_1 = None
+    global_mean = autopar_runtime_target_count_global_mean(cross_entropy);  cross_entropy = None
+    return global_mean
     
 """)
         # rank 1 runs the same program: the collectives, not the graph, give it heads 2-3
@@ -771,8 +778,9 @@ def forward(self, input_0, target):
     model_lm_head = self.model.lm_head(model_ln_f);  model_ln_f = None
     flatten = model_lm_head.flatten(0, 1);  model_lm_head = None
     flatten_1 = target.flatten();  target = None
-    cross_entropy = torch.nn.functional.cross_entropy(flatten, flatten_1, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  flatten = flatten_1 = None
-    return cross_entropy
+    cross_entropy = torch.nn.functional.cross_entropy(flatten, flatten_1, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'sum', label_smoothing = 0.0);  flatten = flatten_1 = None
+    global_mean = autopar_runtime_target_count_global_mean(cross_entropy);  cross_entropy = None
+    return global_mean
     
 """)
         self.assertExpectedInline(rank1, """\
@@ -855,8 +863,9 @@ def forward(self, input_0, target):
     gather_from_tensor_region_2 = autopar_runtime_collectives_gather_from_tensor_region(linear_cube_3, 1, 'y');  linear_cube_3 = None
     gather_from_tensor_region_3 = autopar_runtime_collectives_gather_from_tensor_region(gather_from_tensor_region_2, 0, 'x');  gather_from_tensor_region_2 = None
     model_head = self.model.head(gather_from_tensor_region_3);  gather_from_tensor_region_3 = None
-    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
-    return cross_entropy
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'sum', label_smoothing = 0.0);  model_head = target = None
+    global_mean = autopar_runtime_target_count_global_mean(cross_entropy);  cross_entropy = None
+    return global_mean
     
 """)
 
@@ -909,8 +918,9 @@ def forward(self, input_0, target):
     linear_3d_3 = autopar_runtime_tensor3d_linear_3d(model_body_4, model_body_5_weight, model_body_5_bias, (16, 32), 'x', 'y', False, prefetch = None, checkpointed = False);  model_body_4 = model_body_5_weight = model_body_5_bias = None
     gather_from_tensor_region_1 = autopar_runtime_collectives_gather_from_tensor_region(linear_3d_3, 1, 'y');  linear_3d_3 = None
     model_head = self.model.head(gather_from_tensor_region_1);  gather_from_tensor_region_1 = None
-    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
-    return cross_entropy
+    cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'sum', label_smoothing = 0.0);  model_head = target = None
+    global_mean = autopar_runtime_target_count_global_mean(cross_entropy);  cross_entropy = None
+    return global_mean
     
 """)
 

@@ -50,19 +50,23 @@ def find_vocab_region_pass(gm: fx.GraphModule) -> fx.GraphModule:
     An untied head counts when its output width equals the vocabulary size.
     """
     clear_regions(gm, "vocab")
-    lookups = []
+    lookups, of_inputs = [], []
     for node in gm.graph.nodes:
         hit = is_embedding(node, gm)
-        if hit is not None and _from_input(hit[0]):
+        if hit is not None:
             lookups.append((node, hit[1]))
-    if not lookups:
+            if _from_input(hit[0]):
+                of_inputs.append((node, hit[1]))
+    if not of_inputs:
         return gm
-    weight_name = lookups[0][1]
+    weight_name = of_inputs[0][1]
     weight = _param(gm, weight_name)
-    spec = tensor_spec(lookups[0][0])
+    spec = tensor_spec(of_inputs[0][0])
     vocab_size = weight.shape[0] if weight is not None else None
     if vocab_size is None or spec is None:
         return gm
+    # every lookup of the token table, also of ids computed from the inputs (T5's decoder
+    # looks up its labels shifted right): split rows serve all of them or none
     embeddings = [n for n, w in lookups if w == weight_name or _param(gm, w) is weight]
     head = None
     for node in reversed(list(gm.graph.nodes)):

@@ -1,0 +1,58 @@
+"""The count of a batch's counted targets, for losses that average over them.
+
+A cross-entropy (or NLL) loss with ``reduction="mean"`` averages over the targets it does
+not ignore (``ignore_index``, -100: padding, unmasked tokens). When the batch is split
+over data ranks or microbatches, each piece counts its own targets; the mean of the
+pieces' means is the single-device mean only when every piece counts as many. The
+data-parallel rewrite (:func:`autopar.passes.data_parallel.global_mean_losses`) turns
+such a loss into ``global_mean(loss summed over this piece's targets)``, and the
+runtime (``ParallelModule``) makes the count of the **whole** batch current around the
+program: the graph's count program (``gm.meta[TARGET_COUNT]``) evaluated on each of the
+rank's pieces, summed over the data ranks. Summed over the pieces, the rewritten losses
+are then exactly the single-device mean::
+
+    sum_r  sum(loss over the targets of rank r) / N  =  mean over all N counted targets
+
+Gradients follow: every rank back-propagates ``1/N`` of its summed loss.
+"""
+from __future__ import annotations
+
+import torch
+
+TARGET_COUNT = "autopar.target_count"
+"""``gm.meta[TARGET_COUNT]``: an ``fx.GraphModule`` taking (by name) the graph inputs its
+loss's targets are computed from and returning how many of them count (not ignored)."""
+
+_current: list[torch.Tensor] = []
+
+
+class use_target_count:
+    """Make ``count`` (a 0-d tensor: the whole batch's counted targets) the one
+    :func:`global_mean` divides by inside the block."""
+
+    def __init__(self, count: torch.Tensor | None):
+        self.count = count
+
+    def __enter__(self):
+        _current.append(self.count)
+        return self
+
+    def __exit__(self, *exc):
+        _current.pop()
+
+
+def global_mean(loss_sum: torch.Tensor) -> torch.Tensor:
+    """``loss_sum / N``: a loss summed over this rank's share of the targets, divided by
+    the count ``N`` of counted targets in the whole batch (the current
+    :class:`use_target_count`). Backward: ``1/N`` times the incoming gradient. Summed over
+    the ranks (and microbatches) that share the batch it is the single-device mean."""
+    count = _current[-1] if _current else None
+    if count is None:
+        raise RuntimeError("global_mean: no target count is current. The ParallelModule that runs this program sets "
+                           "it (pm(...) or pm.step(...)); a rank program run by hand needs "
+                           "autopar.runtime.target_count.use_target_count(count of the whole batch)")
+    wide = loss_sum if loss_sum.dtype == torch.float64 else loss_sum.float()  # half precision divides in fp32
+    return (wide / count.to(wide.dtype)).to(loss_sum.dtype)
+
+
+__all__ = ["TARGET_COUNT", "global_mean", "use_target_count"]
