@@ -52,7 +52,8 @@ def main(argv=None) -> list:
                           ("tensor parallel (2 ranks, vs DTensor)", bench_tensor_parallel),
                           ("sub-graph parallel (2 ranks, vs data parallel)", bench_subgraph),
                           ("3D tensor parallel (8 ranks, overlap ladder and 1D/2-D/3D plans)", bench_tensor3d),
-                          ("pipeline schedules (4 ranks, GPipe/1F1B/interleaved vs m)", bench_pipeline),
+                          ("pipeline schedules (4 ranks, GPipe/1F1B/interleaved vs m; bubble on 2)",
+                           bench_pipeline),
                           ("fused Triton kernels (1 GPU, vs eager and torch.compile)", bench_fusion)]:
         began = time.perf_counter()
         part = module.run(steps, warmup, args.quick)

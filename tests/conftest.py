@@ -10,3 +10,10 @@ os.environ.setdefault("PYTHONPATH", ROOT)
 # Generated Triton kernels run on CPU tensors in Triton's interpreter (tests use tiny
 # shapes); set before any kernel module is loaded, and inherited by spawned ranks
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def pytest_collection_finish(session):
+    """The shared launches (tests/shared_ranks.py) run only the jobs of modules with a
+    selected test."""
+    import shared_ranks
+    shared_ranks.select_modules({item.module.__name__ for item in session.items if getattr(item, "module", None)})

@@ -5,7 +5,7 @@ runtime cuts (Megatron's blocks, the 3D grid's block and flat z piece with parti
 Bian's diagonal vectors, a layout no view can express), assembled back over all ranks;
 a single-rank round trip; the errors.
 
-On gloo ranks (three launches), in float64: a round trip under each family (save after
+On gloo ranks (2, 4 and 8), in float64: a round trip under each family (save after
 an AdamW step, overwrite parameters and optimizer state with NaN, load, compare the full
 state dict and the optimizer's local state bit for bit, then one more step must give the
 parameters of a step without the save and load): data parallel, Megatron
@@ -17,16 +17,17 @@ dict equals the saved one and a step continues as the 4-rank run did. The stored
 show that every rank wrote its own chunks and that replicas were written once.
 """
 import math
+import pathlib
 
 import pytest
 import torch
 
 import autopar
+import shared_ranks
 from autopar.planning.grid3d import Grid3D
 from autopar.passes.tensor_parallel import ParamShard
 from autopar.runtime import tensor3d as T3
 from autopar.runtime.checkpoint import boxes_of, local_chunks, scatter_back
-from autopar.runtime.launcher import launch
 from autopar.runtime.shards import local_shard
 
 
@@ -216,6 +217,8 @@ def four_ranks_job(root):
     saved = pm.full_state_dict()
     _train(pm, optimizer, inputs, target)
     reports["cross"] = {"saved": saved, "continued": pm.full_state_dict(), "mesh": dict(pm.plan.mesh)}
+    if torch.distributed.get_rank() == 0:  # what the 2-rank job compares its load with
+        torch.save({k: reports["cross"][k] for k in ("saved", "continued")}, f"{root}/cross_source.pt")
     return reports
 
 
@@ -228,7 +231,8 @@ def _without_optimizer_state(full_state):
     return pm.full_state_dict()
 
 
-def two_ranks_job(root, cross_root, source):
+def two_ranks_job(root, cross_root):
+    source = torch.load(f"{cross_root}/cross_source.pt")
     reports = {"data": round_trip("mlp", "data", f"{root}/data"),
                "dsp": round_trip("towers", {"data": 2, "subgrids": 2}, f"{root}/dsp"),
                "pipeline": round_trip("gpt2", {"pipeline": 2, "microbatches": 2}, f"{root}/pipeline")}
@@ -248,15 +252,18 @@ def eight_ranks_job(root):
     return {"cube": round_trip("mlp", {"cube": 2}, f"{root}/cube")}
 
 
+# three worlds, each launch shared with other modules' jobs (tests/shared_ranks.py); the
+# 2-rank job loads what the 4-rank one saved, so the 4-rank world runs first
+_ROOTS = {world: shared_ranks.scratch_dir(f"checkpoint{world}") for world in (4, 2, 8)}
+_LAUNCHED = {4: shared_ranks.register(4, __name__, four_ranks_job, (_ROOTS[4],)),
+             2: shared_ranks.register(2, __name__, two_ranks_job, (_ROOTS[2], _ROOTS[4]), after=(4, __name__)),
+             8: shared_ranks.register(8, __name__, eight_ranks_job, (_ROOTS[8],))}
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """``world -> (every rank's reports, the checkpoints' directory)``: three launches."""
-    four, two, eight = (tmp_path_factory.mktemp(f"ranks{n}") for n in (4, 2, 8))
-    out = {4: (launch(four_ranks_job, 4, (str(four),), timeout_s=300), four)}
-    source = {k: out[4][0][0]["cross"][k] for k in ("saved", "continued")}
-    out[2] = (launch(two_ranks_job, 2, (str(two), str(four), source), timeout_s=300), two)
-    out[8] = (launch(eight_ranks_job, 8, (str(eight),), timeout_s=300), eight)
-    return out
+def runs():
+    """``world -> (every rank's reports, the checkpoints' directory)``."""
+    return {world: (_LAUNCHED[world](), pathlib.Path(_ROOTS[world])) for world in (4, 2, 8)}
 
 
 def _stored(path):

@@ -4,13 +4,16 @@ captured, planned, trained 3 steps on 4 gloo ranks and compared with single-devi
 training. One spawn runs the whole suite."""
 import pytest
 
-from autopar.runtime.launcher import launch
+import shared_ranks
 from examples.coverage import DEFAULT_RUNS, HF_TRANSFORMERS, coverage_job, is_equal, table
+
+# the 4-rank launch is shared with other modules' jobs (tests/shared_ranks.py)
+_LAUNCHED = shared_ranks.register(4, __name__, coverage_job, (DEFAULT_RUNS,), timeout_s=900)
 
 
 @pytest.fixture(scope="module")
 def rows():
-    return launch(coverage_job, 4, (DEFAULT_RUNS,), timeout_s=900)
+    return _LAUNCHED()
 
 
 @pytest.mark.multiprocess

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 import autopar
-from autopar.runtime.launcher import launch
+import shared_ranks
 
 
 def test_dropout_on_a_split_activation_uses_the_sharded_stream():
@@ -31,9 +31,12 @@ def _gpt2_with_dropout():
     return first, second, plain
 
 
+_LAUNCHED = shared_ranks.register(2, __name__, _gpt2_with_dropout)  # one launch with other modules' jobs
+
+
 @pytest.mark.multiprocess
 def test_replicated_dropout_masks_agree_across_tensor_ranks():
-    (a0, b0, e0), (a1, b1, e1) = launch(_gpt2_with_dropout, 2, timeout_s=120)
+    (a0, b0, e0), (a1, b1, e1) = _LAUNCHED()
     assert torch.equal(a0, a1) and torch.equal(b0, b1)  # same masks on both tensor ranks
     assert not torch.equal(a0, b0)                      # fresh masks each call
     assert not torch.allclose(a0, e0)                   # dropout was active in training mode

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import shared_ranks
 from autopar.capture import capture
 from autopar.passes.fusion import FUSION, fusion_pass
 from autopar.runtime import philox, rng
@@ -384,10 +385,13 @@ def _transformers_fused_and_not():
     return out
 
 
+# one launch with other modules' jobs (tests/shared_ranks.py)
+_LAUNCHED = shared_ranks.register(2, __name__, _transformers_fused_and_not, timeout_s=600)
+
+
 @pytest.mark.multiprocess
 def test_transformers_fused_equal_unfused_on_two_ranks():
-    from autopar.runtime.launcher import launch
-    results = launch(_transformers_fused_and_not, 2, timeout_s=600)
+    results = _LAUNCHED()
     for out in results:
         for name in ("tiny", "gpt2", "gpt2-pipeline"):
             (loss_on, grads_on, kernels), (loss_off, grads_off, none) = out[name, True], out[name, False]

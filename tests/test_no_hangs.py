@@ -2,8 +2,9 @@
 naming it, within the process group's timeout (issue 8).
 
 Each test launches 4 gloo ranks with ``return_exceptions=True``, so the parent leaves the
-survivors alone: they must stop by themselves. ``RankFailure.elapsed_s`` is when the parent
-heard of each rank's end, counted from the launch.
+survivors alone: they must stop by themselves. launch's deadline is the process group's
+timeout, so a survivor that reports a RankFailureError stopped within it (one that did not
+would be reported as killed at the deadline); no test reads a clock.
 """
 import datetime
 import os
@@ -17,7 +18,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import autopar
 from autopar._torch_compat import group_timeout
-from autopar.runtime.health import RankFailureError, explain, is_collective_failure
+from autopar.runtime.health import RankFailureError, _board, explain, is_collective_failure
 from autopar.runtime.launcher import RankFailure, launch
 from examples.factories import training_case
 from examples.models import MLP
@@ -48,7 +49,9 @@ def _rank_2_killed_in_second_backward():
     if dist.get_rank() == 2:
         def die(grad):
             if step[0] == 2:
-                time.sleep(0.5)  # mid-step: the heartbeat has said so
+                # mid-step, once the heartbeat has said so (the board is what survivors read)
+                while _board().read().beats[2]["doing"] != "step() #2":
+                    time.sleep(0.01)
                 os.kill(os.getpid(), signal.SIGKILL)
             return grad
         pm.root.model.head.weight.register_hook(die)
@@ -89,7 +92,6 @@ def test_a_killed_rank_is_named_by_every_other_rank_within_the_timeout():
     for failure in _survivors(results, 2):
         assert failure.error.startswith("RankFailureError: rank 2 died (its process "), failure
         assert "is gone; last seen in step() #2); this rank" in failure.error, failure
-        assert failure.elapsed_s - dead.elapsed_s < TIMEOUT_S, failure
         assert "stopped in step() #2" in failure.error, failure
 
 
@@ -103,7 +105,6 @@ def test_an_error_raised_on_one_rank_reaches_every_rank():
         assert failure.error.startswith(f"RankFailureError: rank 1 raised in step() #2: {first_line}; this rank"), \
             failure
         assert raised.error.strip() in failure.error.replace("\n    ", "\n"), failure  # rank 1's error in full
-        assert failure.elapsed_s - raised.elapsed_s < TIMEOUT_S, failure
 
 
 @pytest.mark.multiprocess
@@ -115,8 +116,9 @@ def test_a_rank_failing_in_compile_fails_compile_on_every_rank():
     for failure in _survivors(results, 3):
         assert failure.error.startswith("RankFailureError: rank 3 raised in compile() #1: CaptureError: autopar "
                                         "could not capture model MLP."), failure
+        # read off the board, not a timeout ("not every rank arrived within the timeout")
         assert "stopped waiting for the others in compile() #1" in failure.error, failure
-        assert failure.elapsed_s - raised.elapsed_s < 10, failure  # read off the board, not a timeout
+        assert "within the timeout" not in failure.error, failure
 
 
 def test_collective_failures_are_told_from_local_errors():

@@ -1,7 +1,8 @@
 """Tier 2: the parallel model against the single-device model on real gloo ranks.
 
-Each world size is launched once (spawning costs seconds) and runs every case; the
-parametrised tests then check one case each. Tolerances (fp32):
+Each world size is launched once (spawning costs seconds; tests/shared_ranks.py shares
+the launch with other modules' jobs) and runs every case; the parametrised tests then
+check one case each. Tolerances (fp32):
 
 * outputs, loss, gradients: relative 1e-5 of the largest reference value — collectives
   change the order of summation, nothing else;
@@ -12,7 +13,7 @@ parametrised tests then check one case each. Tolerances (fp32):
 """
 import pytest
 
-from autopar.runtime.launcher import launch
+import shared_ranks
 from autopar.testing import equivalence_job
 
 WORLD_2 = [
@@ -27,13 +28,12 @@ WORLD_4 = [
     ("transformer", ("mesh", (1, 4))),  # a user's named 2-D DeviceMesh fixes the degrees
 ]
 
-_results: dict[int, list] = {}
+_LAUNCHED = {world: shared_ranks.register(world, __name__, equivalence_job, (cases,), timeout_s=600)
+             for world, cases in ((2, WORLD_2), (4, WORLD_4))}
 
 
 def _reports(world: int, cases):
-    if world not in _results:
-        _results[world] = launch(equivalence_job, world, (cases,), timeout_s=600)
-    return _results[world]
+    return _LAUNCHED[world]()
 
 
 def _check(report):

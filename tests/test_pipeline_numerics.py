@@ -13,7 +13,7 @@ m = 8 and v = 1, 2.
 """
 import pytest
 
-from autopar.runtime.launcher import launch
+import shared_ranks
 from autopar.runtime.schedules import schedule
 from autopar.testing import equivalence_job
 
@@ -39,13 +39,13 @@ CASES = {
         ("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 4}, R)],
 }
 ALL = [(world, i) for world in CASES for i in range(len(CASES[world]))]
-_results: dict[int, dict] = {}
+# one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
+_LAUNCHED = {world: shared_ranks.register(world, __name__, equivalence_job, (cases,), timeout_s=900)
+             for world, cases in CASES.items()}
 
 
 def _reports(world):
-    if world not in _results:
-        _results[world] = dict(enumerate(launch(equivalence_job, world, (CASES[world],), timeout_s=900)))
-    return _results[world]
+    return dict(enumerate(_LAUNCHED[world]()))
 
 
 def _case_id(world, i):
@@ -100,23 +100,3 @@ def test_scatter_gather_halves_the_point_to_point_bytes():
     for rank, reports in _reports(8).items():
         with_sg, without = reports[0]["sent_bytes"], reports[1]["sent_bytes"]
         assert with_sg * 2 == without, (rank, with_sg, without)
-
-
-@pytest.mark.multiprocess
-def test_measured_bubble_follows_p_minus_1_over_m():
-    """megatron §2.2.1: the idle share of a 1F1B step on 2 gloo ranks is (p−1)/m. Measured
-    from the ranks' traces (the makespan over both ranks against each rank's busy time,
-    median of 5 steps after the first): within −0.05/+0.15 of (p−1)/m — the excess is the
-    point-to-point transfers and the stages' unequal speed, which the formula leaves out
-    (measured +0.02 to +0.07 on the development machine) — and falling as m grows."""
-    import statistics
-
-    from autopar.testing import measured_bubbles, pipeline_bubble_job
-    measured = {}
-    for m in (2, 4, 8):
-        reports = launch(pipeline_bubble_job, 2, (2, m, {"width": 256, "rows_per_microbatch": 8, "steps": 6}),
-                         timeout_s=600)
-        assert reports[0]["predicted"] == 1 / m
-        measured[m] = statistics.median(measured_bubbles(reports)[1:])
-        assert 1 / m - 0.05 <= measured[m] <= 1 / m + 0.15, (m, measured)
-    assert measured[2] > measured[4] > measured[8], measured

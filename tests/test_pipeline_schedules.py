@@ -1,5 +1,6 @@
 """Pipeline schedules (megatron §2.2): the per-rank orders of GPipe, 1F1B and interleaved
-1F1B, their bubble by simulation against (p−1)/m and (p−1)/(v·m), and bad sizes.
+1F1B, their bubble by simulation against (p−1)/m and (p−1)/(v·m) (and as the benchmark
+reads it off ranks' traces), and bad sizes.
 
 Figure 4 of the paper is an image that the text copy in ``../shared/papers`` does not
 hold; the 1F1B rows below are its top half as §2.2.1 describes it (device 1: four
@@ -75,6 +76,21 @@ def test_simulated_bubble_is_the_papers(p, m):
     if m % p == 0 and m > p:
         timeline = simulate("interleaved", p, m, 2, forward=0.5, backward=1.0)
         assert timeline.bubble_fraction == pytest.approx(bubble_fraction(p, m, 2))
+
+
+def test_measured_bubble_of_a_simulated_step_is_the_papers():
+    """``measured_bubbles`` (how the benchmark reads the bubble off the ranks' traces) on
+    spans shaped like a simulated 1F1B step on 2 ranks gives (p−1)/m, falling as m grows.
+    The bubble the real ranks show on a clock is a benchmark (bench_pipeline.py, p = 2)."""
+    from autopar.testing import measured_bubbles
+    measured = {}
+    for m in (2, 4, 8):
+        timeline = simulate("1f1b", 2, m)
+        # per rank (first action's start, last action's end, busy), as PipelineExecutor.span
+        spans = [(run[0][1], run[-1][2], sum(end - start for _, start, end in run)) for run in timeline.runs]
+        measured[m] = measured_bubbles([{"spans": [span]} for span in spans])[0]
+        assert measured[m] == pytest.approx(bubble_fraction(2, m)) == pytest.approx(timeline.bubble_fraction)
+    assert measured[2] > measured[4] > measured[8], measured
 
 
 def test_bad_sizes_are_named():

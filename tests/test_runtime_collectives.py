@@ -1,10 +1,11 @@
 """The runtime against single-process math: collectives (forward and backward), vocab-
 parallel embedding and cross-entropy, gradient buckets, dropout streams, the launcher.
 
-Multi-process checks run in real gloo processes through ``launch``. Spawning costs about
-a second, so each world size is launched once by a module-scoped fixture whose worker
-computes every check and returns ``{name: (parallel, reference)}``; the tests below
-only compare.
+Multi-process checks run in real gloo processes through ``launch``. Spawning costs
+seconds, so each world size is launched once (shared with other modules' jobs,
+tests/shared_ranks.py) and its worker computes every check and returns ``{name:
+(parallel, reference)}``; the tests below only compare. The launcher's own failure
+paths get a launch each.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+
+import shared_ranks
 
 from autopar.runtime import (
     GradientBuckets,
@@ -297,14 +300,19 @@ def worker_world4() -> dict:
 # ---------------------------------------------------------------- fixtures and tests
 
 
+# one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
+_LAUNCHED = {2: shared_ranks.register(2, __name__, worker_world2, timeout_s=60),
+             4: shared_ranks.register(4, __name__, worker_world4, timeout_s=60)}
+
+
 @pytest.fixture(scope="module")
 def world2():
-    return launch(worker_world2, 2, timeout_s=60)
+    return _LAUNCHED[2]()
 
 
 @pytest.fixture(scope="module")
 def world4():
-    return launch(worker_world4, 4, timeout_s=60)
+    return _LAUNCHED[4]()
 
 
 def _compared(results: list[dict], prefix: str):
@@ -353,15 +361,19 @@ def test_dropout_streams_world4(world4):
     assert all(not torch.equal(a, b) for i, a in enumerate(sharded) for b in sharded[i + 1:])
 
 
-def fail_on_rank_1():
+def fail_on_rank_1(marker: str):
     if dist.get_rank() == 1:
         raise ValueError("rank one fails on purpose")
-    dist.barrier()  # rank 0 would wait here forever
+    # rank 0 goes on long after rank 1 failed (as one stuck in a collective would, until
+    # the timeout): launch must stop it, not wait for it
+    time.sleep(120)
+    open(marker, "w").close()
 
 
-def sleep_on_rank_0():
+def sleep_on_rank_0(marker: str):
     if dist.get_rank() == 0:
-        time.sleep(3600)
+        time.sleep(120)  # far past launch's timeout: a hang, unless launch ignores its deadline
+        open(marker, "w").close()
 
 
 def exit_on_rank_0():
@@ -370,22 +382,30 @@ def exit_on_rank_0():
     dist.barrier()
 
 
+def _rank_processes() -> list[str]:
+    """The launched ranks of this process still alive."""
+    import multiprocessing
+    return [p.name for p in multiprocessing.active_children() if p.name.startswith("autopar-rank")]
+
+
 @pytest.mark.multiprocess
-def test_launch_error_names_rank_and_traceback():
-    start = time.monotonic()
+def test_launch_error_names_rank_and_traceback(tmp_path):
+    marker = tmp_path / "rank-0-finished"
     with pytest.raises(LaunchError, match="rank 1") as error:
-        launch(fail_on_rank_1, 2, timeout_s=60)
+        launch(fail_on_rank_1, 2, (str(marker),), timeout_s=60)
     assert "ValueError: rank one fails on purpose" in str(error.value)
     assert "fail_on_rank_1" in str(error.value)  # the traceback, not only the message
-    assert time.monotonic() - start < 20
+    # rank 0 was stopped when rank 1 failed: it is gone and never finished its sleep
+    assert _rank_processes() == [] and not marker.exists()
 
 
 @pytest.mark.multiprocess
-def test_launch_kills_a_hang_after_timeout():
-    start = time.monotonic()
+def test_launch_kills_a_hang_after_timeout(tmp_path):
+    marker = tmp_path / "rank-0-finished"
+    # a rank still starting at the deadline is listed too (a busy machine)
     with pytest.raises(LaunchError, match=r"timed out after 4s; ranks still running: \[0[],]"):
-        launch(sleep_on_rank_0, 2, timeout_s=4)
-    assert time.monotonic() - start < 4 + 8
+        launch(sleep_on_rank_0, 2, (str(marker),), timeout_s=4)
+    assert _rank_processes() == [] and not marker.exists()
 
 
 @pytest.mark.multiprocess

@@ -1,6 +1,7 @@
 """D&SP and D&SP-cSub segmented collectives against single-process math (SUPER §III-IV).
 
-Each world (4 and 8 ranks) is launched once; its worker runs every check for g = 2 and 4
+Each world (4 and 8 ranks) is launched once (shared with other modules' jobs,
+tests/shared_ranks.py); its worker runs every check for g = 2 and 4
 sub-grids in the naive and the topology-aware rank order and returns
 ``{(config, operation, kind): (parallel, reference)}``. Every rank builds the full tensors from one seed and
 slices out what it should hold; gradients come from ``(out * w).sum()`` with a known
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+import shared_ranks
 import torch.distributed as dist
 
-from autopar.runtime import get_group, group_rank, launch, set_groups, use_groups
+from autopar.runtime import get_group, group_rank, set_groups, use_groups
 from autopar.runtime.subgraph_collectives import (
     common_batch_chunk,
     make_subgrid_process_groups,
@@ -211,14 +214,18 @@ def worker(n: int) -> dict:
 # ---------------------------------------------------------------- fixtures and tests
 
 
+# one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
+_LAUNCHED = {world: shared_ranks.register(world, __name__, worker, (world,), timeout_s=90) for world in (4, 8)}
+
+
 @pytest.fixture(scope="module")
 def world4():
-    return launch(worker, 4, (4,), timeout_s=60)
+    return _LAUNCHED[4]()
 
 
 @pytest.fixture(scope="module")
 def world8():
-    return launch(worker, 8, (8,), timeout_s=90)
+    return _LAUNCHED[8]()
 
 
 OPERATIONS = ["all_gather", "reduce_scatter", "all_to_all", "all_to_all_slice", "broadcast",

@@ -19,7 +19,7 @@ compared in float64, where both modes agree with the single device to ~1e-13.
 """
 import pytest
 
-from autopar.runtime.launcher import launch
+import shared_ranks
 from autopar.testing import equivalence_job
 
 F64 = {"dtype": "float64"}
@@ -57,13 +57,13 @@ WORLD_4 = [
     ("inception", "auto", {"dtype": "float64", "hardware": "a100-selene"}),
 ]
 
-_results: dict[int, list] = {}
+# one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
+_LAUNCHED = {world: shared_ranks.register(world, __name__, equivalence_job, (cases,), timeout_s=600)
+             for world, cases in ((2, WORLD_2), (4, WORLD_4))}
 
 
 def _reports(world, cases):
-    if world not in _results:
-        _results[world] = launch(equivalence_job, world, (cases,), timeout_s=600)
-    return _results[world]
+    return _LAUNCHED[world]()
 
 
 def _check(report):

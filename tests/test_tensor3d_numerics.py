@@ -18,7 +18,7 @@ did not.
 """
 import pytest
 
-from autopar.runtime.launcher import launch
+import shared_ranks
 from autopar.testing import equivalence_job
 
 F64 = {"dtype": "float64"}
@@ -37,14 +37,14 @@ CASES += [(model, CUBE, CUBE_F64) for model in ("mlp", "transformer", "gpt2")] +
     ("gpt2", CUBE, {**CUBE_F64, "recompute": True, "overlap": {"cache": False, "all_reduce": False}})]
 SPLIT_REGIONS = {"mlp": 2, "transformer": 4, "gpt2": 4}
 
-_results: dict[int, list] = {}
+CUBE_WITH_DATA = ("gpt2", {"cube": 2, "data": 2}, {**F64, "batch": 16, "recompute": True})
+# one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
+_LAUNCHED = {8: shared_ranks.register(8, __name__, equivalence_job, (CASES,), timeout_s=900),
+             16: shared_ranks.register(16, __name__, equivalence_job, ([CUBE_WITH_DATA],), timeout_s=900)}
 
 
 def _reports():
-    if not _results:
-        for rank, reports in enumerate(launch(equivalence_job, 8, (CASES,), timeout_s=900)):
-            _results[rank] = reports
-    return _results
+    return dict(enumerate(_LAUNCHED[8]()))
 
 
 @pytest.mark.multiprocess
@@ -81,8 +81,7 @@ def test_cube_with_data_on_16_ranks():
     """4D with Bian's cube: 2x2x2 times data 2 on 16 gloo ranks (GPT-2 at batch 16, with
     recomputation): weight shards and diagonal vectors summed over the cube, then over
     data; everything matches the single device."""
-    case = ("gpt2", {"cube": 2, "data": 2}, {**F64, "batch": 16, "recompute": True})
-    for rank, (report,) in enumerate(launch(equivalence_job, 16, ([case],), timeout_s=900)):
+    for rank, (report,) in enumerate(_LAUNCHED[16]()):
         assert report["mesh"] == {"data": 2, "z": 2, "y": 2, "x": 2} and report["strategies"] == {"cube3d"}
         for what in ("output", "loss", "grad", "grad_norm", "param"):
             assert report[what][1] < 1e-9, (rank, what, report[what])

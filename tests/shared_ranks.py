@@ -1,0 +1,150 @@
+"""One launch per world size for the whole test session.
+
+Starting a gloo rank costs seconds of CPU (importing torch, transformers, the first
+``torch.export``), and on a 2-core machine that is most of what the multi-rank tests
+cost. So the modules *register* their rank jobs when they are imported, and the first
+test that needs a world size launches it once, running every registered job of that
+size on the same ranks, one after the other::
+
+    _reports = shared_ranks.register(8, __name__, equivalence_job, (CASES,))
+
+    def test_case(index):
+        for rank, reports in enumerate(_reports()):   # every rank's return value
+            ...
+
+Only the jobs of modules with a selected test run (``pytest tests/test_x.py`` or ``-k``
+launches nothing for the others). A job that raises on any rank fails the tests that read
+it, with every failing rank's traceback, and the jobs after it in that launch are run
+again in a fresh one (the process group may not survive a failed job), so one broken
+job does not fail another module's tests. Between jobs each rank drops the registered
+process groups, resets the denormal flushing and restores the environment variables a
+job may have changed, so a job sees the state a fresh rank would (jobs seed their own
+generators).
+
+``after=(world, name)`` runs another job's world first (a job reading what that one wrote).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import traceback
+from typing import Any, Callable
+
+from autopar.runtime.launcher import launch
+
+# world -> job name -> (fn, args, timeout_s, after)
+_JOBS: dict[int, dict[str, tuple[Callable, tuple, float, tuple | None]]] = {}
+_RESULTS: dict[int, dict[str, Any]] = {}
+_ACTIVE_MODULES: set[str] | None = None  # None: no collection information, run every job
+_MAX_TIMEOUT_S = 1800.0  # a launch's timeout is its jobs' summed, at most this (a hang fails within it)
+
+
+class SharedRankJobError(AssertionError):
+    """A registered job raised on some rank (or its launch failed)."""
+
+
+class _Failed:
+    def __init__(self, message: str):
+        self.message = message
+
+
+def register(world: int, name: str, fn: Callable, args: tuple = (), *, timeout_s: float = 300.0,
+             after: tuple[int, str] | None = None) -> Callable[[], list]:
+    """Register ``fn(*args)`` to run on every rank of the shared ``world``-rank launch;
+    returns a function giving the list of every rank's return value (launching the world
+    on first use). ``name`` starts with the registering module's ``__name__``."""
+    if name in _JOBS.get(world, {}):
+        raise ValueError(f"a job named {name!r} is already registered for {world} ranks")
+    _JOBS.setdefault(world, {})[name] = (fn, tuple(args), timeout_s, after)
+    return lambda: results(world, name)
+
+
+def scratch_dir(prefix: str) -> str:
+    """A directory for a job's files, made at registration (before any fixture exists)
+    and removed when the session ends."""
+    path = tempfile.mkdtemp(prefix=f"autopar-{prefix}-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def select_modules(modules: set[str]) -> None:
+    """The modules with a selected test (conftest's ``pytest_collection_finish``)."""
+    global _ACTIVE_MODULES
+    _ACTIVE_MODULES = set(modules)
+
+
+def results(world: int, name: str) -> list:
+    """Every rank's return value of job ``name`` (running its world first if needed)."""
+    if name not in _RESULTS.get(world, {}):
+        _run(world, name)
+    outcome = _RESULTS[world][name]
+    if isinstance(outcome, _Failed):
+        raise SharedRankJobError(outcome.message)
+    return outcome
+
+
+def _active(name: str) -> bool:
+    return _ACTIVE_MODULES is None or any(name == m or name.startswith(m + ".") or name.startswith(m + ":")
+                                          for m in _ACTIVE_MODULES)
+
+
+def _run(world: int, wanted: str) -> None:
+    done = _RESULTS.setdefault(world, {})
+    pending = [n for n in _JOBS[world] if n not in done and (n == wanted or _active(n))]
+    for name in pending:
+        after = _JOBS[world][name][3]
+        if after is not None and after[1] not in _RESULTS.get(after[0], {}):
+            _run(*after)
+    while pending:
+        jobs = [(n, _JOBS[world][n][0], _JOBS[world][n][1]) for n in pending]
+        try:
+            per_rank = launch(run_jobs, world, (jobs,), timeout_s=min(_MAX_TIMEOUT_S, sum(_JOBS[world][n][2]
+                                                                                         for n in pending)))
+        except Exception as error:  # noqa: BLE001 - every job of this launch reports it
+            for n in pending:
+                done[n] = _Failed(f"the shared launch of {world} ranks running {pending} failed: {error}")
+            return
+        finished = 0  # jobs every rank ran without an error, in order
+        while finished < len(pending) and all(len(r) > finished and r[finished][0] == "ok" for r in per_rank):
+            done[pending[finished]] = [r[finished][1] for r in per_rank]
+            finished += 1
+        if finished == len(pending):
+            return
+        # the first job that failed on some rank; those after it run again on fresh ranks
+        failed = pending[finished]
+        errors = [f"rank {rank}:\n{r[finished][1]}" for rank, r in enumerate(per_rank)
+                  if len(r) > finished and r[finished][0] == "error"]
+        done[failed] = _Failed(f"job {failed} on {world} ranks raised:\n" + "\n".join(errors))
+        pending = pending[finished + 1:]
+
+
+def run_jobs(jobs: list[tuple[str, Callable, tuple]]) -> list[tuple[str, Any]]:
+    """On every rank: run the jobs in order, ``("ok", value)`` or ``("error", traceback)``
+    each; stop at the first error (the process group may be unusable after it)."""
+    import torch
+    import torch.distributed as dist
+
+    from autopar.runtime import health
+    from autopar.runtime.groups import clear_groups
+    out = []
+    for _, fn, args in jobs:
+        environ = dict(os.environ)
+        try:
+            out.append(("ok", fn(*args)))
+        except Exception:  # noqa: BLE001 - reported to the parent, which fails the tests reading it
+            out.append(("error", traceback.format_exc()))
+            break
+        finally:
+            clear_groups()
+            torch.set_flush_denormal(False)
+            os.environ.clear()
+            os.environ.update(environ)
+        # A job that checks an error and catches it leaves that error on the failure board
+        # until the rank's next guarded call; a peer already in the next job's compile would
+        # read it there and blame this rank. Say so now, and let no rank go on before all have.
+        if health._STATE.reported:
+            health._recovered()
+        dist.barrier()
+    return out
