@@ -16,7 +16,7 @@ import autopar
 from autopar.capture import ModelLossError, capture
 from autopar.ir import CAPTURE
 from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass, loss_reduction
-from autopar.runtime.launcher import launch
+import shared_ranks
 from autopar.runtime.target_count import TARGET_COUNT, global_mean, use_target_count
 from autopar.testing import zoo_equivalence_job
 from examples.zoo import OWN_LOSS
@@ -33,13 +33,8 @@ WORLD_4 = [
     ("t5_labels", {"data": 2, "tensor": 2}),
 ]
 
-_reports: list = []
-
-
-def _world_4():
-    if not _reports:
-        _reports.extend(launch(zoo_equivalence_job, 4, (WORLD_4,), timeout_s=900))
-    return _reports
+# the 4-rank launch is shared with other modules' jobs (tests/shared_ranks.py)
+_world_4 = shared_ranks.register(4, __name__, zoo_equivalence_job, (WORLD_4,), timeout_s=900)
 
 
 @pytest.mark.multiprocess

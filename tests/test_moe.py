@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from autopar.runtime.launcher import launch
+import shared_ranks
 
 HIDDEN, EXPERTS, INTERMEDIATE = 32, 4, 64
 
@@ -134,9 +134,13 @@ CASES = ["data", {"tensor": 2}, {"pipeline": 2}, "auto", ("aux", {"tensor": 4}),
          ("fused", {"tensor": 4})]
 
 
+# the 4-rank launch is shared with other modules' jobs (tests/shared_ranks.py)
+_LAUNCHED = shared_ranks.register(4, __name__, moe_job, (CASES,), timeout_s=900)
+
+
 @pytest.fixture(scope="module")
 def rows():
-    return launch(moe_job, 4, (CASES,), timeout_s=1500)
+    return _LAUNCHED()
 
 
 def _close(row) -> bool:

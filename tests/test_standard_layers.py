@@ -20,7 +20,7 @@ from autopar.capture import capture
 from autopar.ir import regions
 from autopar.passes.analysis import analyse
 from autopar.passes.tensor_parallel import regions_without_rules, tensor_parallel_pass
-from autopar.runtime.launcher import launch
+import shared_ranks
 from examples.coverage import is_equal
 from examples.models import lm_loss
 from examples.standard_layers import HEADS, SEQ, VOCAB, WIDTH, model, standard_layers_job
@@ -227,9 +227,13 @@ CASES = [
 ]
 
 
+# the 4-rank launch is shared with other modules' jobs (tests/shared_ranks.py)
+_LAUNCHED = shared_ranks.register(4, __name__, standard_layers_job, (CASES,), timeout_s=900)
+
+
 @pytest.fixture(scope="module")
 def rows():
-    return launch(standard_layers_job, 4, (CASES,), timeout_s=900)
+    return _LAUNCHED()
 
 
 @pytest.mark.multiprocess
