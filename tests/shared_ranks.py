@@ -22,13 +22,20 @@ job may have changed, so a job sees the state a fresh rank would (jobs seed thei
 generators).
 
 ``after=(world, name)`` runs another job's world first (a job reading what that one wrote).
+
+The worlds start in the background as soon as the tests are collected, one at a time,
+so they run beside the single-process tests (:func:`start_in_background`).
 """
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import os
 import shutil
+import sys
 import tempfile
+import threading
+import time
 import traceback
 from typing import Any, Callable
 
@@ -70,13 +77,47 @@ def scratch_dir(prefix: str) -> str:
 
 
 def select_modules(modules: set[str]) -> None:
-    """The modules with a selected test (conftest's ``pytest_collection_finish``)."""
+    """The modules with a selected test (conftest's ``pytest_collection_finish``); starts
+    the worlds those modules need in the background (:func:`start_in_background`)."""
     global _ACTIVE_MODULES
     _ACTIVE_MODULES = set(modules)
+    start_in_background()
+
+
+_LOCK = threading.Lock()
+_STARTED: dict[int, concurrent.futures.Future] = {}
+_POOL: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def start_in_background() -> None:
+    """Run every world an active module needs, one world at a time, in a thread beside
+    the tests: the single-process tests (one core) and the tests that start processes of
+    their own run while the ranks work on the other core, instead of after them. A world
+    another one depends on (``after=``) is started first; :func:`results` waits for its
+    world's launch."""
+    global _POOL
+    worlds = [w for w in sorted(_JOBS) if any(_active(n) for n in _JOBS[w])]
+    if not worlds or _POOL is not None:
+        return
+    _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="shared-ranks")
+    atexit.register(_POOL.shutdown, wait=True, cancel_futures=True)
+    for world in sorted(worlds, key=lambda w: (0 if any(after and after[0] == w for jobs in _JOBS.values()
+                                                        for (_, _, _, after) in jobs.values()) else 1, w)):
+        with _LOCK:
+            _STARTED[world] = _POOL.submit(_run_world, world)
+
+
+def _run_world(world: int) -> None:
+    pending = [n for n in _JOBS[world] if _active(n)]
+    if pending:
+        _run(world, pending[0])
 
 
 def results(world: int, name: str) -> list:
     """Every rank's return value of job ``name`` (running its world first if needed)."""
+    started = _STARTED.get(world)
+    if started is not None:
+        started.result()  # the background launch of this world (its errors are per job)
     if name not in _RESULTS.get(world, {}):
         _run(world, name)
     outcome = _RESULTS[world][name]
@@ -129,8 +170,9 @@ def run_jobs(jobs: list[tuple[str, Callable, tuple]]) -> list[tuple[str, Any]]:
     from autopar.runtime import health
     from autopar.runtime.groups import clear_groups
     out = []
-    for _, fn, args in jobs:
+    for name, fn, args in jobs:
         environ = dict(os.environ)
+        start = time.perf_counter()
         try:
             out.append(("ok", fn(*args)))
         except Exception:  # noqa: BLE001 - reported to the parent, which fails the tests reading it
@@ -141,6 +183,9 @@ def run_jobs(jobs: list[tuple[str, Callable, tuple]]) -> list[tuple[str, Any]]:
             torch.set_flush_denormal(False)
             os.environ.clear()
             os.environ.update(environ)
+            if os.environ.get("AUTOPAR_TEST_JOB_TIMES") and dist.get_rank() == 0:  # profiling the suite, no assertion
+                print(f"shared_ranks: {name} on {dist.get_world_size()} ranks took "
+                      f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
         # A job that checks an error and catches it leaves that error on the failure board
         # until the rank's next guarded call; a peer already in the next job's compile would
         # read it there and blame this rank. Say so now, and let no rank go on before all have.

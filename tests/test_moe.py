@@ -2,7 +2,7 @@
 experts whose weights are 3-D tensors applied by a grouped matmul) captured, planned and
 trained on 4 gloo ranks like the single-device model, under data, data × tensor (the
 attention heads and every expert's MLP split Megatron-style, the router replicated), a
-2-stage pipeline and ``"auto"``; and the router's load-balancing loss. One spawn runs
+2-stage pipeline; and the router's load-balancing loss. One spawn runs
 every case."""
 import pytest
 import torch
@@ -130,7 +130,8 @@ def moe_job(cases) -> list[dict]:
     return rows
 
 
-CASES = ["data", {"tensor": 2}, {"pipeline": 2}, "auto", ("aux", {"tensor": 4}), ("aux", "data"),
+# "auto" picks one of these plans on 4 ranks (checked by hand); every plan is run explicitly
+CASES = ["data", {"tensor": 2}, {"pipeline": 2}, ("aux", {"tensor": 4}), ("aux", "data"),
          ("fused", {"tensor": 4})]
 
 
@@ -151,7 +152,7 @@ def _close(row) -> bool:
 @pytest.mark.multiprocess
 def test_mixtral_trains_like_the_single_device_model_under_every_plan(rows):
     trained = [r for r in rows[0] if not isinstance(r["case"], tuple)]
-    assert [r["case"] for r in trained] == CASES[:4]
+    assert [r["case"] for r in trained] == CASES[:3]
     for row in trained:
         assert row["tracer"] == "export"
         assert _close(row), row
@@ -171,7 +172,7 @@ def test_megatron_splits_attention_and_every_experts_mlp_and_keeps_the_router(ro
 
 
 @pytest.mark.multiprocess
-def test_pipeline_and_auto_plans_run(rows):
+def test_the_pipeline_plan_has_two_stages(rows):
     by_case = {str(r["case"]): r for r in rows[0]}
     assert by_case[str({"pipeline": 2})]["mesh"].get("pipeline") == 2
 

@@ -36,7 +36,7 @@ CASES = {
     8: [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2}, F),
         ("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "scatter_gather": False}, F),
         ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "chunks": 2}, F),
-        ("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 4}, R)],
+        ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 4}, R)],
 }
 ALL = [(world, i) for world in CASES for i in range(len(CASES[world]))]
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
