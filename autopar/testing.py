@@ -187,43 +187,10 @@ def zoo_equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     return reports
 
 
-def pipeline_bubble_job(p: int, m: int, options: dict | None = None) -> dict[str, Any]:
-    """Run on every rank of a pipeline of ``p``: train a TinyTransformer ``steps`` times and
-    return this rank's measured bubble per step (wall − busy over busy, the executor's
-    trace), the plan's predicted fraction and the step times. ``options``: ``schedule``
-    ("1f1b"), ``chunks`` (1), ``layers`` (4), ``width`` (128), ``seq`` (64),
-    ``rows_per_microbatch`` (2), ``steps`` (4)."""
-    import time
-    o = {"schedule": "1f1b", "chunks": 1, "layers": 4, "width": 128, "seq": 64, "rows_per_microbatch": 2,
-         "steps": 4, **(options or {})}
-    schedule, v, layers, width, seq, steps = o["schedule"], o["chunks"], o["layers"], o["width"], o["seq"], o["steps"]
-    rows_per_microbatch = o["rows_per_microbatch"]
-
-    from examples.models import TinyTransformer, lm_loss
-    # the loss's small gradients reach denormal floats in the last stage's backward, where
-    # x86 matmuls run several times slower: the stages would be unequal for a reason the
-    # cost model does not know (docs/pipelining.md); flush them to zero
-    torch.set_flush_denormal(True)
-    torch.manual_seed(0)
-    batch = m * rows_per_microbatch
-    ids = torch.randint(0, 64, (batch, seq))
-    model = TinyTransformer(width=width, layers=layers, block=seq)
-    strategy = {"pipeline": p, "microbatches": m, "schedule": schedule, "chunks": v}
-    pm = autopar.compile(model, None, example_inputs=(ids,), loss_fn=lm_loss, example_target=ids, strategy=strategy)
-    times, spans = [], []
-    for _ in range(steps):
-        start = time.perf_counter()
-        pm.step(ids, target=ids)
-        times.append(time.perf_counter() - start)
-        spans.append(pm.pipeline_executor.span)
-        pm.zero_grad()
-    return {"spans": spans, "times": times, "predicted": pm.plan.pipeline["bubble_fraction"],
-            "executed": pm.pipeline_executor.executed}
-
-
 def measured_bubbles(reports: list[dict[str, Any]]) -> list[float]:
     """Per step, the pipeline's idle share as megatron §2.2 defines the bubble, from every
-    rank's :func:`pipeline_bubble_job` report: (makespan − busy) / busy averaged over the
+    rank's report (``{"spans": [(start, end, busy) per step]}``, ``bench_pipeline.py``):
+    (makespan − busy) / busy averaged over the
     ranks, the makespan from the first rank's first action to the last rank's last one
     (``time.perf_counter`` is one clock for every process of the machine)."""
     out = []
