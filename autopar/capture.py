@@ -30,6 +30,7 @@ import keyword
 import linecache
 import logging
 import traceback
+import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
@@ -182,6 +183,130 @@ def wrap_model(model: nn.Module, loss_fn: Callable | None, n_inputs: int, keywor
     return Wrapped()
 
 
+# ---------------------------------------------------------------- the export memo
+
+_PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device)
+
+
+def _plain_attributes(obj) -> tuple:
+    """The plain values (numbers, strings, flags) among ``obj``'s attributes."""
+    return tuple((k, v) for k, v in vars(obj).items() if isinstance(v, _PLAIN))
+
+
+def _model_state(model: nn.Module) -> tuple:
+    """What a capture of ``model`` depends on besides its inputs: every submodule (its
+    class, identity, training flag, hooks, plain attributes and its Hugging Face config's
+    plain values), every parameter and buffer object under its name, and the grad and
+    autocast modes. Parameter *values* are not in it: the graph reads them as inputs."""
+    modules = []
+    for name, m in model.named_modules(remove_duplicate=False):
+        config = vars(m).get("config")
+        modules.append((name, type(m), id(m), _plain_attributes(m), tuple(m._forward_pre_hooks),
+                        tuple(m._forward_hooks), id(vars(m).get("forward")),
+                        _plain_attributes(config) if config is not None and hasattr(config, "__dict__") else ()))
+    tensors = tuple((name, id(t)) for name, t in model.named_parameters(remove_duplicate=False)) + \
+        tuple((name, id(t)) for name, t in model.named_buffers(remove_duplicate=False))
+    return (tuple(modules), tensors, torch.is_grad_enabled(), torch.is_autocast_enabled())
+
+
+def _signature(value):
+    """What a capture sees of an input: a tensor's shape, strides, dtype, device, layout
+    and grad flag (``torch.export`` traces fake tensors, so a graph cannot depend on the
+    values: a branch on one is refused while tracing); any other value as it is (ints and
+    flags are constants of the graph)."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.stride(), value.dtype, value.device, value.layout,
+                value.requires_grad)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_signature(v) for v in value)
+    return value
+
+
+def _same_value(a, b) -> bool:
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # noqa: BLE001 - a value that cannot be compared is not the same
+        return a is b
+
+
+@dataclasses.dataclass
+class _Call:
+    """One ``capture`` call, as the export memo compares calls."""
+
+    model: nn.Module | None
+    state: tuple
+    loss_fn: Any
+    tracer: str
+    model_loss: str | None
+    values: tuple  # positional inputs, keyword names and values, target (as _signature has them)
+
+    @staticmethod
+    def of(model, example_inputs: tuple, loss_fn, example_target, tracer: str, example_kwargs: dict,
+           model_loss: str | None) -> "_Call":
+        return _Call(model, _model_state(model), loss_fn, tracer, model_loss,
+                     _signature((example_inputs, tuple(example_kwargs), tuple(example_kwargs.values()),
+                                 example_target)))
+
+    def served_by(self, earlier: "_Call", with_loss: bool) -> bool:
+        """Whether ``earlier``'s graph is this call's: same model state, loss function,
+        tracer and inputs (:func:`_signature`); a graph of the model's own loss serves both
+        ``model_loss`` ``"required"`` and ``"if_present"``."""
+        if self.model_loss != earlier.model_loss:
+            if not (with_loss and {self.model_loss, earlier.model_loss} == {"required", "if_present"}):
+                return False
+        return (self.loss_fn is earlier.loss_fn and self.tracer == earlier.tracer and self.state == earlier.state
+                and _same_value(self.values, earlier.values))
+
+
+class _ExportMemo:
+    """The last few ``torch.export`` results of each live model, so that a capture that
+    repeats an earlier one (same model state, same input shapes and constants, same loss)
+    costs a fresh module of the exported program instead of a trace.
+
+    ``compile`` captures the global batch to plan on and the first ``step`` captures the
+    rank's share of it: when a rank sees the whole batch (no data parallelism: a tensor
+    or pipeline plan) the two are the same call, as are the captures of a second
+    ``compile`` of the same model. ``torch.export`` is most of what compiling costs on a
+    CPU (about 0.5 s for a two-layer GPT-2, several seconds on a busy machine), and every
+    rank pays it; a replay costs about a tenth. Input *values* need not be compared:
+    ``torch.export`` traces fake tensors, so a graph cannot depend on them (a branch on
+    one is refused). Entries go with their model (weakly keyed); each replay builds its
+    own module from the exported program, so a rewrite of one never touches another.
+    Only exports are kept: ``symbolic_trace`` is cheap.
+    """
+
+    def __init__(self, per_model: int = 4):
+        self.per_model = per_model
+        self._entries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.hits = 0
+
+    def replay(self, call: _Call, args: tuple) -> fx.GraphModule | None:
+        """A fresh module of an earlier capture that serves ``call`` (None if none does);
+        ``args``: the call's graph inputs, to write ``SPEC`` from."""
+        for earlier, ep, info in self._entries.get(call.model, ()):
+            if call.served_by(earlier, info.with_loss):
+                self.hits += 1
+                gm = _unlifted(ep, args)
+                gm.meta[CAPTURE] = info
+                log.info("capture of %s replayed from an earlier capture of the same call", info.model_class)
+                return gm
+        return None
+
+    def keep(self, call: _Call, ep: torch.export.ExportedProgram, info: CaptureInfo) -> None:
+        model = call.model
+        kept = dataclasses.replace(call, model=None)  # the key holds the model, weakly
+        entries = [(kept, ep, info)] + list(self._entries.get(model, ()))
+        self._entries[model] = entries[:self.per_model]
+
+    def clear(self) -> None:
+        self._entries = weakref.WeakKeyDictionary()
+
+
+_EXPORTS = _ExportMemo()
+
+
 def capture(
     model: nn.Module,
     example_inputs: Sequence[Any],
@@ -209,9 +334,15 @@ def capture(
         raise ValueError(f"capture: model_loss={model_loss!r}; use None, 'required' or 'if_present'")
     saved = {name: b.detach().clone() for name, b in model.named_buffers() if b.device.type != "meta"}
     try:
+        call = _Call.of(model, tuple(example_inputs), loss_fn, example_target, tracer, dict(example_kwargs or {}),
+                        None if loss_fn is not None else model_loss)
+        gm = _EXPORTS.replay(call, _graph_args(tuple(example_inputs), dict(example_kwargs or {}), loss_fn,
+                                                example_target))
+        if gm is not None:
+            return gm
         with no_generation_cache(model):
             return _capture(model, tuple(example_inputs), loss_fn, example_target, tracer,
-                            dict(example_kwargs or {}), None if loss_fn is not None else model_loss)
+                            dict(example_kwargs or {}), None if loss_fn is not None else model_loss, call)
     finally:
         with torch.no_grad():
             for name, b in model.named_buffers():
@@ -248,15 +379,14 @@ def no_generation_cache(model: nn.Module):
 
 
 def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str, example_kwargs: dict,
-             model_loss: str | None) -> fx.GraphModule:
+             model_loss: str | None, call: "_Call | None" = None) -> fx.GraphModule:
     with_loss = loss_fn is not None
     if with_loss and example_target is None:
         raise ValueError("capture: a loss_fn was given without example_target; pass the target tensor "
                          "the loss is computed against")
     keywords = Keywords.of(example_kwargs, len(example_inputs))
     root = wrap_model(model, loss_fn, len(example_inputs), keywords, model_loss)
-    args = example_inputs + tuple(example_kwargs[k] for k in keywords.tensors) + \
-        ((example_target,) if with_loss else ())
+    args = _graph_args(example_inputs, example_kwargs, loss_fn, example_target)
     model_class = type(model).__name__
 
     fx_error: BaseException | None = None
@@ -275,7 +405,8 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
             if tracer == "symbolic_trace":
                 raise CaptureError(_failure_message(model_class, fx_error, None)) from e
     try:
-        gm = _export(root, args)
+        ep = _exported_program(root, args)
+        gm = _unlifted(ep, args)
     except ModelLossError:
         raise
     except Exception as e:  # noqa: BLE001
@@ -284,7 +415,16 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
         raise CaptureError(_failure_message(model_class, fx_error, e)) from e
     gm.meta[CAPTURE] = CaptureInfo("export", model_class, _placeholder_names(gm), _returns_loss(gm, root, model_loss),
                                    None if fx_error is None else _one_line(fx_error))
+    if call is not None:
+        _EXPORTS.keep(call, ep, gm.meta[CAPTURE])
     return gm
+
+
+def _graph_args(example_inputs: tuple, example_kwargs: dict, loss_fn, example_target) -> tuple:
+    """The captured graph's inputs: the positional ones, the keyword tensors in the
+    example's order (:class:`Keywords`), then the target when a ``loss_fn`` is given."""
+    return example_inputs + tuple(v for v in example_kwargs.values() if isinstance(v, torch.Tensor)) + \
+        ((example_target,) if loss_fn is not None else ())
 
 
 def _returns_loss(gm: fx.GraphModule, root: nn.Module, model_loss: str | None) -> bool:
@@ -313,9 +453,14 @@ def _returns_loss(gm: fx.GraphModule, root: nn.Module, model_loss: str | None) -
 _EXPORT_NOISE = {torch.ops.aten._assert_tensor_metadata.default}
 
 
-def _export(root: nn.Module, args: tuple) -> fx.GraphModule:
+def _exported_program(root: nn.Module, args: tuple) -> torch.export.ExportedProgram:
     with mha_fast_path_disabled():  # the slow path's ATen ops are what analysis reads
-        ep = torch.export.export(root, args, strict=False)
+        return torch.export.export(root, args, strict=False)
+
+
+def _unlifted(ep: torch.export.ExportedProgram, args: tuple) -> fx.GraphModule:
+    """A fresh module of ``ep`` (its own graph and node metadata; the parameters are the
+    model's own), with ``SPEC`` on every node."""
     gm = ep.module()
     # The unlifted module checks input shapes with a guard submodule and asserts dtypes
     # with side-effect-only nodes; neither carries a tensor, and rank programs are

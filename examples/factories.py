@@ -36,7 +36,8 @@ def training_case(model_name: str, batch: int | None = None, layers: int | None 
     """``(model factory, inputs, target, loss)`` of a named example, for training on ranks
     against a single-device copy (``autopar.testing``, ``examples/train.py``): the factory,
     not a model, so every rank builds its own from the same seed. ``batch``: the language
-    models' batch (4 by default; Bian's cube on 8 ranks needs 8: z, then x and y, split it);
+    models' batch (4 by default; Bian's cube on 8 ranks needs 8: z, then x and y, split it)
+    and the MLP's (8 by default);
     ``layers``: their number of blocks (2 by default; a pipeline of 4 stages needs 4)."""
     generator = torch.Generator().manual_seed(1)
     if model_name == "inception":
@@ -47,8 +48,8 @@ def training_case(model_name: str, batch: int | None = None, layers: int | None 
         return factory, (torch.randn(8, 16, generator=generator),), \
             torch.randint(0, 4, (8,), generator=generator), F.cross_entropy
     if model_name == "mlp":
-        x = torch.randn(8, 32, generator=generator)
-        y = torch.randint(0, 8, (8,), generator=generator)
+        x = torch.randn(batch or 8, 32, generator=generator)
+        y = torch.randint(0, 8, (batch or 8,), generator=generator)
         return MLP, (x,), y, F.cross_entropy
     ids = torch.randint(0, 64, (batch or 4, 16), generator=generator)
     target = torch.randint(0, 64, (batch or 4, 16), generator=generator)

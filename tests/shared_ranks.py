@@ -127,8 +127,11 @@ def results(world: int, name: str) -> list:
 
 
 def _active(name: str) -> bool:
-    return _ACTIVE_MODULES is None or any(name == m or name.startswith(m + ".") or name.startswith(m + ":")
-                                          for m in _ACTIVE_MODULES)
+    return _ACTIVE_MODULES is None or any(_owned_by(name, m) for m in _ACTIVE_MODULES)
+
+
+def _owned_by(name: str, module: str) -> bool:
+    return name == module or name.startswith(module + ".") or name.startswith(module + ":")
 
 
 def _run(world: int, wanted: str) -> None:

@@ -114,6 +114,9 @@ def moe_job(cases) -> list[dict]:
         report = compare_with_single_device(mixtral, (x,), y, logits_loss, strategy)
         row = {"case": strategy, **{k: report[k] for k in ("mesh", "strategies", "tracer", "output", "loss",
                                                            "grad", "param")}}
+        if strategy != {"tensor": 2}:  # the routing check below is the capture's, one plan is enough
+            rows.append(row)
+            continue
         # the routing is computed in the graph, not baked from the example: a fresh
         # compile answers other tokens as the single-device model does
         torch.manual_seed(0)
@@ -156,7 +159,8 @@ def test_mixtral_trains_like_the_single_device_model_under_every_plan(rows):
     for row in trained:
         assert row["tracer"] == "export"
         assert _close(row), row
-        assert row["other_tokens"] < 1e-5, row
+    routed = next(r for r in trained if r["case"] == {"tensor": 2})
+    assert routed["other_tokens"] < 1e-5, routed
 
 
 @pytest.mark.multiprocess

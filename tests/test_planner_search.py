@@ -14,16 +14,22 @@ from examples.factories import gpt_meta
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# a GPT-2 captured by torch.export (the zoo's), and a larger one planned for 64 ranks
 _PLAN_SCRIPT = """
 import sys
 sys.path.insert(0, {repo!r})
-import autopar
+import torch, autopar
 from examples.factories import gpt_meta
+from examples.zoo import ZOO
+case = ZOO["gpt2"]()
+torch.manual_seed(0)
+exported = autopar.plan(case.factory(), 8, case.inputs, case.loss_fn, example_target=case.target)
 model, inputs, loss, target = gpt_meta(layers=8, width=512, heads=8, batch=64, seq=256, vocab=1024)
 plan = autopar.plan(model, 64, inputs, loss, example_target=target, hardware="a100-selene",
                     memory_limit=0.5 * 2**30)
-sys.stdout.write(plan.to_json())
+sys.stdout.write(exported.to_json() + {separator!r} + plan.to_json())
 """
+_SEPARATOR = "\n----\n"
 
 
 def _small(**kw):
@@ -37,17 +43,20 @@ def test_same_inputs_give_byte_identical_plan_json_across_processes():
     outs = []
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": REPO}
-        done = subprocess.run([sys.executable, "-c", _PLAN_SCRIPT.format(repo=REPO)], capture_output=True,
-                              text=True, env=env, check=True, timeout=300)
+        done = subprocess.run([sys.executable, "-c", _PLAN_SCRIPT.format(repo=REPO, separator=_SEPARATOR)],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
         outs.append(done.stdout)
     assert outs[0] == outs[1]
-    plan = json.loads(outs[0])
+    exported, planned = outs[0].split(_SEPARATOR)
+    assert json.loads(exported)["tracer"] == "export" and len(exported) > 1000
+    plan = json.loads(planned)
     assert len(plan["candidates"]) > 50  # data, Megatron, D&SP, 3D grids and pipelines were all weighed
     # and in this process, planned twice from fresh captures
     model, inputs, loss, target = _small()
     again = autopar.plan(model, 64, inputs, loss, example_target=target, hardware="a100-selene",
                          memory_limit=0.5 * 2**30).to_json()
-    assert again == outs[0]
+    assert again == planned
 
 
 def test_the_memory_limit_excludes_plans_that_do_not_fit():

@@ -382,10 +382,12 @@ def exit_on_rank_0():
     dist.barrier()
 
 
-def _rank_processes() -> list[str]:
-    """The launched ranks of this process still alive."""
+def _rank_processes(job) -> list[str]:
+    """The ranks of this process's launches of ``job`` still alive (the shared worlds of
+    tests/shared_ranks.py may be running beside)."""
     import multiprocessing
-    return [p.name for p in multiprocessing.active_children() if p.name.startswith("autopar-rank")]
+    return [p.name for p in multiprocessing.active_children()
+            if p.name.startswith("autopar-rank") and p.name.endswith(f"-{job.__name__}")]
 
 
 @pytest.mark.multiprocess
@@ -396,7 +398,7 @@ def test_launch_error_names_rank_and_traceback(tmp_path):
     assert "ValueError: rank one fails on purpose" in str(error.value)
     assert "fail_on_rank_1" in str(error.value)  # the traceback, not only the message
     # rank 0 was stopped when rank 1 failed: it is gone and never finished its sleep
-    assert _rank_processes() == [] and not marker.exists()
+    assert _rank_processes(fail_on_rank_1) == [] and not marker.exists()
 
 
 @pytest.mark.multiprocess
@@ -405,7 +407,7 @@ def test_launch_kills_a_hang_after_timeout(tmp_path):
     # a rank still starting at the deadline is listed too (a busy machine)
     with pytest.raises(LaunchError, match=r"timed out after 4s; ranks still running: \[0[],]"):
         launch(sleep_on_rank_0, 2, (str(marker),), timeout_s=4)
-    assert _rank_processes() == [] and not marker.exists()
+    assert _rank_processes(sleep_on_rank_0) == [] and not marker.exists()
 
 
 @pytest.mark.multiprocess

@@ -121,7 +121,7 @@ def launch(
             process = ctx.Process(
                 target=_run_rank,
                 args=(fn, tuple(args), env, backend, timeout_s, writer),
-                name=f"autopar-rank{rank}",
+                name=f"autopar-rank{rank}-{getattr(fn, '__name__', 'job')}",  # which launch, in `ps` and active_children()
                 daemon=False,  # fn may start its own workers (DataLoader); _stop reaps us
             )
             process.start()
