@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 
 import pytest
@@ -374,6 +375,59 @@ def sleep_on_rank_0(marker: str):
     if dist.get_rank() == 0:
         time.sleep(120)  # far past launch's timeout: a hang, unless launch ignores its deadline
         open(marker, "w").close()
+
+
+def write_pid_and_wait(directory: str):
+    with open(os.path.join(directory, f"rank{dist.get_rank()}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(120)
+
+
+_LAUNCHER_SCRIPT = """
+import sys
+sys.path[:0] = [{tests!r}]
+from autopar.runtime.launcher import launch
+import test_runtime_collectives as t
+launch(t.write_pid_and_wait, 2, ({directory!r},), timeout_s=300)
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_ranks_end_when_their_launcher_is_killed(tmp_path):
+    """A launcher killed outright (no chance to reap its ranks) leaves no rank running."""
+    import signal
+    import subprocess
+    tests = os.path.dirname(os.path.abspath(__file__))
+    parent = subprocess.Popen([sys.executable, "-c", _LAUNCHER_SCRIPT.format(tests=tests, directory=str(tmp_path))])
+    try:
+        pids = []
+        for _ in range(1200):  # the ranks start (importing torch) and write their pids
+            pids = [int(f.read_text()) for f in tmp_path.glob("rank*.pid") if f.read_text()]
+            if len(pids) == 2 or parent.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert len(pids) == 2, parent.poll()
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=30)
+        alive = pids
+        for _ in range(300):
+            alive = [pid for pid in pids if _running(pid)]
+            if not alive:
+                break
+            time.sleep(0.1)
+        assert not alive, f"ranks {alive} outlived their launcher"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
 
 
 def exit_on_rank_0():

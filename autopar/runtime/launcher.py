@@ -120,7 +120,7 @@ def launch(
             }
             process = ctx.Process(
                 target=_run_rank,
-                args=(fn, tuple(args), env, backend, timeout_s, writer),
+                args=(fn, tuple(args), env, backend, timeout_s, writer, os.getpid()),
                 name=f"autopar-rank{rank}-{getattr(fn, '__name__', 'job')}",  # which launch, in `ps` and active_children()
                 daemon=False,  # fn may start its own workers (DataLoader); _stop reaps us
             )
@@ -203,8 +203,21 @@ def _stop(processes) -> None:
             process.join()
 
 
-def _run_rank(fn, args, env, backend, timeout_s, writer) -> None:
+def _die_with_launcher(launcher_pid: int) -> None:
+    """A rank has no one to report to once its launcher is gone (killed, or crashed
+    without reaping it): Linux ends it then (``PR_SET_PDEATHSIG``, SIGTERM), and it ends
+    at once if that already happened. Elsewhere the launcher's own reaping is all."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != launcher_pid:
+        os._exit(1)
+
+
+def _run_rank(fn, args, env, backend, timeout_s, writer, launcher_pid: int) -> None:
     """Child entry point: set up the rank, run ``fn``, report through ``writer``."""
+    _die_with_launcher(launcher_pid)
     os.environ.update(env)
     torch.set_num_threads(1)
     try:
