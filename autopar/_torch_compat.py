@@ -7,10 +7,17 @@
 * The failure board (``autopar.runtime.health``) reads the default group's store and the
   groups' collective timeouts; groups made without a timeout get torch's module-level
   default, not the default group's, unless :class:`new_groups_timeout` swaps it.
+* Graphs from ``torch.export`` nest their flat outputs again through the code generator's
+  pytree spec, and the unlifted module carries its input and output specs as
+  ``_in_spec``/``_out_spec``; rank programs built on another root copy them
+  (:func:`export_out_spec`, :func:`copy_export_specs`; ``tree_unflatten`` nests outputs).
+* A module's own parameters (not its children's) are ``module._parameters``; its forward
+  hooks ``_forward_pre_hooks``/``_forward_hooks`` (:func:`own_parameters`, :func:`forward_hooks`).
 """
 from __future__ import annotations
 
 import torch
+from torch.utils._pytree import tree_unflatten  # noqa: F401 - re-exported for runtime.pipeline
 
 OpOverload = torch._ops.OpOverload
 
@@ -99,3 +106,27 @@ class new_groups_timeout:
         from torch.distributed import distributed_c10d
         for name, value in self.saved.items():
             setattr(distributed_c10d, name, value)
+
+
+def export_out_spec(gm):
+    """The pytree spec that nests an exported graph's flat outputs (None for other graphs)."""
+    info = getattr(gm.graph._codegen, "pytree_info", None)
+    return info.out_spec if info is not None else None
+
+
+def copy_export_specs(src, dst) -> None:
+    """Give ``dst`` (a GraphModule over ``src``'s graph) the input/output specs of the
+    module ``torch.export`` unlifted, which its calls check and nest by."""
+    for attr in ("_in_spec", "_out_spec"):
+        if hasattr(src, attr):
+            setattr(dst, attr, getattr(src, attr))
+
+
+def own_parameters(module: torch.nn.Module):
+    """``(attribute, parameter)`` for the parameters registered on ``module`` itself."""
+    return module._parameters.items()
+
+
+def forward_hooks(module: torch.nn.Module) -> tuple:
+    """The ids of ``module``'s forward pre-hooks and forward hooks."""
+    return tuple(module._forward_pre_hooks), tuple(module._forward_hooks)

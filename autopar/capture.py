@@ -38,6 +38,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from autopar._torch_compat import forward_hooks
 from autopar.ir import CAPTURE, SPEC, CaptureInfo, TensorSpec, spec_from_value
 from autopar.standard_layers import mha_fast_path_disabled
 from autopar.standard_layers import symbolic_trace as symbolic_trace_standard_layers
@@ -201,8 +202,7 @@ def _model_state(model: nn.Module) -> tuple:
     modules = []
     for name, m in model.named_modules(remove_duplicate=False):
         config = vars(m).get("config")
-        modules.append((name, type(m), id(m), _plain_attributes(m), tuple(m._forward_pre_hooks),
-                        tuple(m._forward_hooks), id(vars(m).get("forward")),
+        modules.append((name, type(m), id(m), _plain_attributes(m), forward_hooks(m), id(vars(m).get("forward")),
                         _plain_attributes(config) if config is not None and hasattr(config, "__dict__") else ()))
     tensors = tuple((name, id(t)) for name, t in model.named_parameters(remove_duplicate=False)) + \
         tuple((name, id(t)) for name, t in model.named_buffers(remove_duplicate=False))

@@ -34,6 +34,38 @@ REGION_OF = "autopar.region_of"
 CAPTURE = "autopar.capture"
 """``gm.meta[CAPTURE]``: a :class:`CaptureInfo` saying how the graph was obtained."""
 
+# What the rewrite passes leave on a rank program (every key of autopar's metadata is
+# defined here and used by name)
+PARAM_SHARDS = "autopar.param_shards"
+"""``gm.meta[PARAM_SHARDS]``: parameter name -> how the rank's program holds it cut
+(Megatron's ``ParamShard``, the 3D grid's ``Grid3DShard``; absent name: replicated),
+set by the tensor passes."""
+
+LOSS_REDUCTION = "autopar.loss_reduction"
+"""``gm.meta[LOSS_REDUCTION]``: ``"mean"`` or ``"sum"``, how a training graph's loss
+reduces over the batch (the runtime weights its backward to match)."""
+
+FUSION = "autopar.fusion"
+"""``gm.meta[FUSION]``: the fusion pass's ``FusionReport`` (its generated kernels)."""
+
+TARGET_COUNT = "autopar.target_count"
+"""``gm.meta[TARGET_COUNT]``: an ``fx.GraphModule`` taking (by name) the graph inputs its
+loss's targets are computed from and returning how many of them count (not ignored);
+``runtime.target_count`` divides the loss by the whole batch's count."""
+
+PASSES_RUN = "autopar.passes_run"
+"""``gm.meta[PASSES_RUN]``: the names of the passes that built the program, in order."""
+
+ROOT_OUTPUT = "autopar.root_output"
+"""``gm.meta[ROOT_OUTPUT]``: the spec of the value a D&SP-cSub branch program returns in
+place of the model's output."""
+
+STAGE = "autopar.stage"
+"""``gm.meta[STAGE]``: which pipeline stage a stage program is."""
+
+LAST = "autopar.last"
+"""``gm.meta[LAST]``: whether a stage program is the pipeline's last (it computes the loss)."""
+
 REGION_KINDS = ("vocab", "attention", "linear_chain", "fork_join", "block")
 
 

@@ -31,11 +31,13 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.api import (ParallelModule, _batch_of, _check_loss_arguments, _copy_missing_attributes, _flat_root,
-                         _local_batch, _parameter_owners, _signature, check_call_inputs)
+from autopar.module import (ParallelModule, _check_loss_arguments, _copy_missing_attributes, _flat_root,
+                            _parameter_owners, _signature, check_call_inputs)
+from autopar.program import batch_of, local_batch
+from autopar._torch_compat import export_out_spec
 from autopar.capture import capture
 from autopar.inputs import CallLayout
-from autopar.ir import CAPTURE, Region, add_region, regions
+from autopar.ir import CAPTURE, LAST, PASSES_RUN, STAGE, Region, add_region, regions
 from autopar.passes.analysis import analyse
 from autopar.passes.data_parallel import data_parallel_pass, loss_reduction
 from autopar.passes.fusion import fusion_pass
@@ -50,26 +52,6 @@ from autopar.runtime import rng
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.runtime.pipeline import PipelineExecutor, StageProgram
 from autopar.runtime.target_count import use_target_count
-
-
-def tied_group_name(positions) -> str:
-    return "tied:" + ",".join(str(k) for k in sorted(positions))
-
-
-def make_tied_groups(plan_, grid: torch.Tensor, holder_sets) -> dict:
-    """One process group per set of pipeline positions that share a weight, for every data
-    and tensor coordinate (every rank creates every group, in the same order); the map
-    holds the one this rank belongs to under ``tied:<positions>``."""
-    out = {}
-    me = dist.get_rank()
-    for positions in sorted({tuple(sorted(h)) for h in holder_sets if len(h) > 1}):
-        for d in range(grid.shape[1]):
-            for t in range(grid.shape[2]):
-                ranks = [int(grid[k, d, t]) for k in positions]
-                group = dist.new_group(ranks)
-                if me in ranks:
-                    out[tied_group_name(positions)] = group
-    return out
 
 
 def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]]) -> fx.GraphModule:
@@ -88,7 +70,7 @@ def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last:
                    block_nodes: dict[str, list[str]], fusion: bool = False) -> fx.GraphModule:
     """One stage's program: the within-stage passes of the plan on its cut of the graph."""
     coords = plan_.rank_coordinates(rank)
-    stage = gm.meta["autopar.stage"]
+    stage = gm.meta[STAGE]
     split_here = [r.region for r in plan_.regions if r.strategy == "megatron" and r.details.get("stage") == stage]
     passes = [
         ("analysis", analyse, {"label": f"rank{rank}_stage_analysis"}),
@@ -106,7 +88,7 @@ def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last:
     ]
     runner = PassRunner(passes)
     gm = runner.run(gm, label=f"rank{rank}")
-    gm.meta["autopar.passes_run"] = ["pipeline_stages"] + [r.name for r in runner.records]
+    gm.meta[PASSES_RUN] = ["pipeline_stages"] + [r.name for r in runner.records]
     return gm
 
 
@@ -132,20 +114,19 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
                          model_loss=None if loss_fn is not None else model_loss))
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     # torch.export's graph returns flat outputs its code generator nests again
-    info = getattr(gm.graph._codegen, "pytree_info", None)
-    out_spec = info.out_spec if info is not None else None
+    out_spec = export_out_spec(gm)
     pp = plan_.pipeline
     p = pp["stages"]
     stages = split(gm, p * pp["chunks"], pp["assignment"])
     position = plan_.rank_coordinates(rank)["pipeline"]
-    rows = _batch_of(tuple(inputs))
+    rows = batch_of(tuple(inputs))
     out = {}
     for s in range(position, len(stages), p):
         stage = stages[s]
-        stage.module.meta["autopar.stage"] = s
+        stage.module.meta[STAGE] = s
         last = s == len(stages) - 1
         module = _rewrite_stage(stage.module, plan_, rank, rows, last, recompute, stage.block_nodes, fusion)
-        module.meta["autopar.last"] = last
+        module.meta[LAST] = last
         out[s] = (module, stage)
     return out, names, out_spec
 
@@ -154,12 +135,12 @@ def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_
                        example_kwargs=None) -> str:
     """Rank ``rank``'s stage programs as code (for plan dumps), captured at one
     microbatch of its data rank's share of the batch."""
-    from autopar.api import rank_graph_code
+    from autopar.program import rank_graph_code
     m = plan_.pipeline["microbatches"]
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
-    inputs, target = _local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), flat, example_target)
-    batch = _batch_of(inputs)
+    inputs, target = local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), flat, example_target)
+    batch = batch_of(inputs)
     piece = _microbatches((*inputs, target), m, batch)[0]
     built, _, _ = stage_graphs(model, plan_, rank, piece[:-1], loss_fn, piece[-1], fusion=plan_.fusion,
                                layout=layout, model_loss="if_present")
@@ -209,7 +190,7 @@ class PipelineModule(ParallelModule):
                 continue
             self._owner_position[id(p)] = min(positions)
             if len(positions) > 1:
-                self._tied.append((p, tied_group_name(positions)))
+                self._tied.append((p, G.tied_group_name(positions)))
         # gradients accumulate over the microbatches; one average over the data ranks after
         # the last backward
         self._buckets.remove_hooks()
@@ -261,14 +242,14 @@ class PipelineModule(ParallelModule):
                 program = fx.GraphModule(_flat_root(self.root, module.graph), module.graph,
                                          class_name=f"Rank{self.rank}Stage{s}")
                 program.meta.update(module.meta)
-                programs[s] = StageProgram.of(s, program, len(stage.receives), stage.inputs, module.meta["autopar.last"],
+                programs[s] = StageProgram.of(s, program, len(stage.receives), stage.inputs, module.meta[LAST],
                                               out_spec)
             self._programs[key] = (programs, names)
         return self._programs[key]
 
     def rank_graph_code(self) -> str:
         """This rank's most recent stage programs as readable code."""
-        from autopar.api import rank_graph_code
+        from autopar.program import rank_graph_code
         if not self._programs:
             raise RuntimeError("no program built yet: call the model or step() first")
         programs, _ = list(self._programs.values())[-1]
@@ -285,8 +266,8 @@ class PipelineModule(ParallelModule):
     @health.guarded("forward()")
     def forward(self, *inputs, **kwargs):
         flat = self._layout.flatten(inputs, kwargs, "forward()")
-        local_inputs, _ = _local_batch(self._data, self._chunk, flat, None)
-        programs, names = self._stage_programs(local_inputs, None, _batch_of(local_inputs))
+        local_inputs, _ = local_batch(self._data, self._chunk, flat, None)
+        programs, names = self._stage_programs(local_inputs, None, batch_of(local_inputs))
         count = self._last_stage_count(programs, [local_inputs])
         with G.use_groups(self._groups), rng.use_random_states(self._random), use_target_count(count):
             out = self._executor.forward_only(programs, dict(zip(names, local_inputs)))
@@ -301,8 +282,8 @@ class PipelineModule(ParallelModule):
         loss: as :meth:`ParallelModule.step` (``loss_fn``'s, or the model's own)."""
         flat = self._layout.flatten(inputs, kwargs, "step()")
         _check_loss_arguments(self._loss_fn, target)
-        local_inputs, local_target = _local_batch(self._data, self._chunk, flat, target)
-        batch = _batch_of(local_inputs)
+        local_inputs, local_target = local_batch(self._data, self._chunk, flat, target)
+        batch = batch_of(local_inputs)
         m = self._m
         if batch is None or batch % m:
             raise PlanError(f"step(): the batch of each data rank ({batch}) is not divisible by the {m} microbatches "

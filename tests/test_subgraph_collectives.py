@@ -15,10 +15,11 @@ import torch
 import shared_ranks
 import torch.distributed as dist
 
+from autopar.grid import GroupSpec, RankGrid, subgrid_dims
+from autopar.planning.subgraph import subgrid_coordinates, subgrid_groups
 from autopar.runtime import get_group, group_rank, set_groups, use_groups
 from autopar.runtime.subgraph_collectives import (
     common_batch_chunk,
-    make_subgrid_process_groups,
     segmented_all_gather,
     segmented_all_to_all,
     segmented_all_to_all_slice,
@@ -27,8 +28,6 @@ from autopar.runtime.subgraph_collectives import (
     segmented_reduce,
     segmented_reduce_scatter,
     segmented_scatter,
-    subgrid_coordinates,
-    subgrid_groups,
 )
 
 TIGHT = dict(rtol=1e-5, atol=1e-6)
@@ -203,7 +202,9 @@ def worker(n: int) -> dict:
     out: dict = {}
     for g, order in CONFIGS:
         topology_aware = order == "topology"
-        set_groups(make_subgrid_process_groups(n, g, topology_aware))
+        grid = RankGrid(subgrid_dims(n, g, topology_aware))
+        set_groups(grid.process_groups({"segment": GroupSpec(("subgrid",)), "within": GroupSpec(("position",))},
+                                       dist.get_rank()))
         lay, tag = _Layout(n, g, topology_aware), f"g{g}_{order}"
         out[tag, "coordinates", ""] = (lay.s, lay.p, group_rank("segment"), group_rank("within"))
         for check in (_check_dsp, _check_csub, _check_block, _check_block_csub):

@@ -37,7 +37,7 @@ def _two_layers(grids):
     reports = []
     for dims in grids:
         grid = Grid3D(*dims)
-        groups = T3.make_grid_process_groups(grid)
+        groups = grid.rank_grid().process_groups(grid.group_specs(), dist.get_rank())
         c = grid.coordinates(dist.get_rank())
         specs = [T3.Grid3DShard(0, False), T3.Grid3DShard(0, False, vector=True),
                  T3.Grid3DShard(0, True), T3.Grid3DShard(0, True, vector=True)]

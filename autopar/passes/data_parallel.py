@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autopar._torch_compat import argument_names, is_aten_op
-from autopar.ir import CAPTURE, SPEC, TensorSpec
+from autopar.ir import CAPTURE, LOSS_REDUCTION, SPEC, TensorSpec
 from autopar.passes import ops
 from autopar.runtime import collectives as C
 from autopar.runtime.target_count import TARGET_COUNT, global_mean
@@ -270,11 +270,6 @@ def global_mean_losses(gm: fx.GraphModule) -> int:
     return 0
 
 
-LOSS_REDUCTION = "autopar.loss_reduction"
-"""``gm.meta[LOSS_REDUCTION]``: ``"mean"`` or ``"sum"``, how a training graph's loss reduces
-over the batch (the runtime weights its backward to match)."""
-
-
 def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = "data",
                        reduce_scalars: bool = True, microbatches: int = 1) -> fx.GraphModule:
     """Gather batch-major outputs over the data group; reduce scalar outputs over it
@@ -292,7 +287,7 @@ def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, gro
     sync_batch_norms(gm, group)
     output = next(n for n in gm.graph.nodes if n.op == "output")
     for value in list(output.all_input_nodes):
-        spec = value.meta.get("autopar.spec")
+        spec = value.meta.get(SPEC)
         if not isinstance(spec, TensorSpec):
             continue
         with gm.graph.inserting_before(output):

@@ -40,16 +40,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autopar._torch_compat import is_aten_op
-from autopar.ir import SPEC, TensorSpec, tensor_spec
+from autopar.ir import FUSION, SPEC, TensorSpec, tensor_spec
 from autopar.kernels import codegen
 from autopar.kernels.chain import DTYPE_NAMES, Chain, Input, Op, Output, pattern_name
 from autopar.runtime import rng
 
 log = logging.getLogger("autopar.fusion")
-
-FUSION = "autopar.fusion"
-"""``gm.meta[FUSION]``: a :class:`FusionReport`."""
-
 
 @dataclass
 class FusionReport:

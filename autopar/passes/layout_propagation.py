@@ -304,7 +304,7 @@ class LayoutPropagator:
         default_dim = 0
         dim = node.kwargs.get("dim", node.args[2] if len(node.args) > 2 else (node.args[1] if is_unbind and len(node.args) > 1 else default_dim))
         dim = normalize_dim(dim, ndim)
-        n_out = len(node.meta.get("autopar.spec") or ())
+        n_out = len(node.meta.get(SPEC) or ())
         if dim != layout.dim:
             if is_unbind and dim < layout.dim:
                 return tuple(Shard(layout.dim - 1, layout.blocks) for _ in range(n_out))

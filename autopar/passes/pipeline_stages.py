@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch.fx as fx
 
-from autopar.ir import regions, tensor_spec
+from autopar.ir import REGIONS, regions, tensor_spec
 from autopar.passes.fork_join import node_flops
 
 
@@ -242,7 +242,7 @@ def split(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None) 
             graph.output(tuple(env[n] for n in carried_out) if len(carried_out) != 1 else env[carried_out[0]])
         graph.lint()
         module = fx.GraphModule(gm, graph, class_name=f"Stage{s}")
-        module.meta.update({k: v for k, v in gm.meta.items() if not k.startswith("autopar.regions")})
+        module.meta.update({k: v for k, v in gm.meta.items() if not k.startswith(REGIONS)})
         out.append(Stage(
             index=s, module=module, blocks=[r.id for b, r in enumerate(blocks) if assignment[b] == s],
             receives=[n.name for n in carried_in], inputs=[n.name for n in inputs],

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
-from autopar.ir import SPEC, TensorSpec, regions, tensor_spec
+from autopar.ir import REGIONS, ROOT_OUTPUT, SPEC, TensorSpec, regions, tensor_spec
 from autopar.planning.subgraph import head_widths
 from autopar.runtime import subgraph_collectives as S
 
@@ -315,12 +315,12 @@ def csub_branch_program(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], sub
         previous = _emit_join(graph, cut, [env[o] for o in cut.outputs], "csub", group, root=False)
     graph.output(previous)
     program = fx.GraphModule(gm, graph, class_name="CSubBranches")
-    program.meta.update({k: v for k, v in gm.meta.items() if k != "autopar.regions"})
+    program.meta.update({k: v for k, v in gm.meta.items() if k != REGIONS})
     # what sub-grid 0's program returns (the loss, when training), which it sends here
     returned = next(iter(gm.graph.find_nodes(op="output"))).args[0]
     if isinstance(returned, (tuple, list)) and len(returned) == 1:  # torch.export returns a flat list
         returned = returned[0]
-    program.meta["autopar.root_output"] = returned.meta.get(SPEC) if isinstance(returned, fx.Node) else None
+    program.meta[ROOT_OUTPUT] = returned.meta.get(SPEC) if isinstance(returned, fx.Node) else None
     program.graph.lint()
     return program
 

@@ -33,7 +33,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from autopar.ir import regions, tensor_spec
+from autopar.ir import PARAM_SHARDS, regions, tensor_spec
 from autopar.passes import ops
 from autopar.passes.layout_propagation import LayoutPropagator, NoSplitRule, TensorParallelError
 from autopar.passes.sharding import Shard
@@ -41,9 +41,6 @@ from autopar.runtime import collectives as C
 from autopar.runtime import rng
 
 log = logging.getLogger("autopar.passes.tensor_parallel")
-
-PARAM_SHARDS = "autopar.param_shards"
-"""``gm.meta[PARAM_SHARDS]``: ``dict[parameter name, ParamShard]`` (absent name: replicated)."""
 
 aten = torch.ops.aten
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.grid import GroupSpec, RankGrid
 from autopar.planning import cost as cm
 from autopar.planning.hardware import Hardware
 
@@ -56,38 +57,32 @@ class Grid3D:
         """Distance between consecutive ranks of an ``axis`` group (the x → y → z → data hierarchy)."""
         return {"x": 1, "y": self.x, "z": self.x * self.y, "data": self.x * self.y * self.z}[axis]
 
+    def rank_grid(self) -> RankGrid:
+        """The grid's ranks as ``data × z × y × x`` (:mod:`autopar.grid`)."""
+        return RankGrid({"data": self.data, "z": self.z, "y": self.y, "x": self.x})
+
+    def group_specs(self) -> dict[str, GroupSpec]:
+        """The groups a 3D program names: one per axis, and ``replica`` (the ranks of one
+        (x, y), which split the batch over z and data, ordered by batch chunk ``data·Gz + z``)."""
+        return {**{axis: GroupSpec((axis,)) for axis in ("x", "y", "z", "data")}, "replica": GroupSpec(("data", "z"))}
+
     def coordinates(self, rank: int) -> dict[str, int]:
-        if not 0 <= rank < self.size:
-            raise ValueError(f"rank {rank} is outside a grid of {self.size} ranks")
-        out = {}
-        for axis in ("x", "y", "z", "data"):
-            size = getattr(self, axis)
-            out[axis] = rank % size
-            rank //= size
-        return out
+        coords = self.rank_grid().coordinates(rank)
+        return {axis: coords[axis] for axis in ("x", "y", "z", "data")}
 
     def rank(self, x: int, y: int, z: int, data: int = 0) -> int:
-        return ((data * self.z + z) * self.y + y) * self.x + x
+        return self.rank_grid().index(x=x, y=y, z=z, data=data)
 
     def groups(self, axis: str) -> list[list[int]]:
         """Every group of ``axis`` as a list of ranks ordered by their coordinate on it; the
         groups ordered by their first rank."""
-        others = [a for a in ("x", "y", "z", "data") if a != axis]
-        found: dict[tuple, list[int]] = {}
-        for r in range(self.size):
-            c = self.coordinates(r)
-            found.setdefault(tuple(c[a] for a in others), []).append(r)
-        return sorted(found.values(), key=lambda ranks: ranks[0])
+        return sorted(self.rank_grid().groups((axis,)), key=lambda ranks: ranks[0])
 
     def replica_groups(self) -> list[list[int]]:
         """The ranks sharing one (x, y): they split the batch over z and data and hold the
         same weight block and the same replicated parameters, ordered by batch chunk
         (``data·Gz + z``)."""
-        found: dict[tuple, list[int]] = {}
-        for r in range(self.size):
-            c = self.coordinates(r)
-            found.setdefault((c["x"], c["y"]), []).append(r)
-        return sorted(found.values(), key=lambda ranks: ranks[0])
+        return sorted(self.rank_grid().groups(("data", "z")), key=lambda ranks: ranks[0])
 
     def swapped(self) -> "Grid3D":
         """The grid a "transposed" layer sees: x and y exchange roles (axonn end of §III-B)."""

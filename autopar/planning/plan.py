@@ -23,8 +23,9 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 
+from autopar.grid import GroupSpec, RankGrid, subgrid_dims
 from autopar.planning.grid3d import Grid3D
-from autopar.planning.subgraph import subgrid_coordinates
+from autopar.planning.subgraph import subgrid_group_specs
 
 PLAN_FORMAT_VERSION = 1
 MESH_ORDER = ("pipeline", "data", "z", "y", "x", "tensor")
@@ -121,7 +122,43 @@ class Plan:
         """``(sub-grid, position in it)`` of ``rank`` under D&SP (``(0, data index)`` without)."""
         if self.subgrids == 1:
             return 0, self.rank_coordinates(rank)["data"]
-        return subgrid_coordinates(rank, self.world_size, self.subgrids, self.topology_aware)
+        coords = self.rank_grid().coordinates(rank)
+        return coords["subgrid"], coords["position"]
+
+    def rank_grid(self, members=None) -> RankGrid:
+        """How this plan lays its ranks out (:mod:`autopar.grid`): ``data × tensor``,
+        ``pipeline × data × tensor``, AxoNN's ``data × z × y × x`` (the cube's too), or
+        D&SP's sub-grids, ``position × subgrid`` when topology-aware (round-robin, SUPER
+        §V) else ``subgrid × position``. ``members``: the global ranks, in grid order."""
+        if self.subgrids > 1:
+            dims = subgrid_dims(self.world_size, self.subgrids, self.topology_aware)
+        elif self.grid is not None:
+            dims = {axis: self.degree(axis) for axis in ("data", "z", "y", "x")}
+        else:
+            dims = {dim: self.degree(dim) for dim in MESH_ORDER if dim in self.mesh or dim in ("data", "tensor")}
+        return RankGrid(dims, members)
+
+    def group_specs(self, tied_positions=()) -> dict[str, GroupSpec | None]:
+        """The process groups this plan's rank programs name (``autopar.runtime.groups``),
+        as groups of :meth:`rank_grid`: Megatron's ``data`` and ``tensor``; PTD-P's
+        ``pipeline``, ``data``, ``tensor`` and a ``tied:<positions>`` group per set of
+        pipeline positions in ``tied_positions`` that share a weight; the 3D grid's axes
+        and ``replica`` (the ranks of one (x, y): they split the batch, ordered by batch
+        chunk ``data·Gz + z``); D&SP's ``segment`` (one position of every sub-grid, in
+        sub-grid order), ``subgrid`` (one sub-grid, in position order) and ``data`` (every
+        rank in batch-chunk order ``p·g + s``; under cSub the sub-grid). None: no group."""
+        one = GroupSpec
+        if self.subgrids > 1:
+            return {"tensor": None, **subgrid_group_specs(self.csub)}
+        if self.grid is not None:
+            return {**self.grid.group_specs(), "tensor": None, "segment": None, "subgrid": None}
+        if self.pipeline:
+            from autopar.runtime.groups import tied_group_name
+            tied = {tied_group_name(p): one(("pipeline",), ("pipeline", tuple(p)))
+                    for p in sorted({tuple(sorted(h)) for h in tied_positions if len(h) > 1})}
+            return {"pipeline": one(("pipeline",)), "data": one(("data",)), "tensor": one(("tensor",)),
+                    "segment": None, "subgrid": None, **tied}
+        return {"data": one(("data",)), "tensor": one(("tensor",))}
 
     @property
     def form(self) -> str:
@@ -159,13 +196,10 @@ class Plan:
         return p if self.csub else p * self.subgrids + s
 
     def rank_coordinates(self, rank: int) -> dict[str, int]:
-        """Mesh coordinates of ``rank`` (the innermost dimension varies fastest)."""
-        coords = {}
-        for dim in reversed(MESH_ORDER):
-            size = self.degree(dim)
-            coords[dim] = rank % size
-            rank //= size
-        return {dim: coords[dim] for dim in MESH_ORDER if dim in self.mesh or dim in ("data", "tensor")}
+        """Mesh coordinates of ``rank`` (the innermost dimension varies fastest); under
+        D&SP ``data`` is the rank itself (every rank is a data rank)."""
+        mesh = {dim: self.degree(dim) for dim in MESH_ORDER if dim in self.mesh or dim in ("data", "tensor")}
+        return RankGrid(mesh).coordinates(rank)
 
     # ------------------------------------------------------------------ serialisation
     def to_json(self) -> str:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autopar.grid import GroupSpec, RankGrid, subgrid_dims
 from autopar.planning import cost as cm
 from autopar.planning.flops import NodeWork
 
@@ -61,15 +62,14 @@ def _check(n: int, g: int, n_node: int) -> int:
 
 
 def rank_of(s: int, p: int, n: int, g: int, topology_aware: bool) -> int:
-    """The global rank holding position ``p`` of sub-grid ``s``."""
-    n_g = _check(n, g, 1)
-    return p * g + s if topology_aware else s * n_g + p
+    """The global rank holding position ``p`` of sub-grid ``s`` (:func:`autopar.grid.subgrid_dims`)."""
+    return RankGrid(subgrid_dims(n, g, topology_aware)).index(subgrid=s, position=p)
 
 
 def subgrid_coordinates(rank: int, n: int, g: int, topology_aware: bool) -> tuple[int, int]:
     """``(s, p)``: the sub-grid of ``rank`` and its position inside it."""
-    n_g = _check(n, g, 1)
-    return (rank % g, rank // g) if topology_aware else (rank // n_g, rank % n_g)
+    coords = RankGrid(subgrid_dims(n, g, topology_aware)).coordinates(rank)
+    return coords["subgrid"], coords["position"]
 
 
 def subgrid_groups(n: int, g: int, topology_aware: bool) -> tuple[list[list[int]], list[list[int]]]:
@@ -77,10 +77,19 @@ def subgrid_groups(n: int, g: int, topology_aware: bool) -> tuple[list[list[int]
 
     Segment group ``p`` holds position ``p`` of every sub-grid, in sub-grid order; sub-grid
     ``s`` holds its ranks in position order (its data-parallel group)."""
-    n_g = _check(n, g, 1)
-    segments = [[rank_of(s, p, n, g, topology_aware) for s in range(g)] for p in range(n_g)]
-    subgrids = [[rank_of(s, p, n, g, topology_aware) for p in range(n_g)] for s in range(g)]
+    grid = RankGrid(subgrid_dims(n, g, topology_aware))
+    segments = sorted(grid.groups(("subgrid",)), key=lambda ranks: grid.coordinates(ranks[0])["position"])
+    subgrids = sorted(grid.groups(("position",)), key=lambda ranks: grid.coordinates(ranks[0])["subgrid"])
     return segments, subgrids
+
+
+def subgrid_group_specs(csub: bool) -> dict[str, GroupSpec]:
+    """D&SP's groups on :func:`autopar.grid.subgrid_dims`: ``segment`` (position ``p`` of
+    every sub-grid, in sub-grid order), ``subgrid`` (one sub-grid, in position order) and
+    ``data``, every rank in batch-chunk order ``p·g + s`` (under cSub the common layers
+    run on sub-grid 0 only: the sub-grid)."""
+    return {"data": GroupSpec(("position",)) if csub else GroupSpec(("position", "subgrid")),
+            "segment": GroupSpec(("subgrid",)), "subgrid": GroupSpec(("position",))}
 
 
 def count_messages(n: int, g: int, n_node: int, topology_aware: bool) -> MessageCounts:

@@ -91,6 +91,11 @@ def group_rank(name: str) -> int:
     return rank_in(get_group(name))
 
 
+def tied_group_name(positions) -> str:
+    """The name of the group of the pipeline positions that share a weight (``tied:0,3``)."""
+    return "tied:" + ",".join(str(k) for k in sorted(positions))
+
+
 def groups_from_mesh(mesh) -> dict[str, ProcessGroup]:
     """Map each dimension name of a ``DeviceMesh`` to its process group.
 

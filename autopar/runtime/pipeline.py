@@ -37,9 +37,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.fx as fx
-from torch.utils._pytree import tree_unflatten
 
-from autopar._torch_compat import all_gather_flat
+from autopar._torch_compat import all_gather_flat, tree_unflatten
 from autopar.ir import tensor_spec
 from autopar.runtime import groups as G
 from autopar.runtime.schedules import Action, schedule

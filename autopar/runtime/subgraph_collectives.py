@@ -45,9 +45,8 @@ from typing import Optional, Sequence
 import torch
 import torch.distributed as dist
 import torch.fx
-from torch.distributed import ProcessGroup
 
-from autopar.planning.subgraph import subgrid_coordinates, subgrid_groups
+from autopar.grid import RankGrid, subgrid_dims
 from autopar.runtime.groups import get_group, rank_in, size_of
 
 ROOT = 0  # the segment rank of sub-grid 0, which holds the common layers in D&SP-cSub
@@ -58,26 +57,8 @@ ROOT = 0  # the segment rank of sub-grid 0, which holds the common layers in D&S
 
 def common_batch_chunk(rank: int, n: int, g: int, topology_aware: bool) -> int:
     """Which of ``n`` equal batch chunks D&SP's common layers give ``rank``: ``p * g + s``."""
-    s, p = subgrid_coordinates(rank, n, g, topology_aware)
-    return p * g + s
-
-
-def make_subgrid_process_groups(n: int, g: int, topology_aware: bool) -> dict[str, Optional[ProcessGroup]]:
-    """Create every segment and within group (every rank must call this, in the same
-    order) and return this rank's ``{"segment": pg, "within": pg}`` for ``set_groups``;
-    a group of one rank is ``None``."""
-    if dist.get_world_size() != n:
-        raise ValueError(f"make_subgrid_process_groups(n={n}) called in a world of {dist.get_world_size()}")
-    s, p = subgrid_coordinates(dist.get_rank(), n, g, topology_aware)
-    segments, within = subgrid_groups(n, g, topology_aware)
-    mine: dict[str, Optional[ProcessGroup]] = {"segment": None, "within": None}
-    for name, lists, index in (("segment", segments, p), ("within", within, s)):
-        for i, ranks in enumerate(lists):
-            if len(ranks) > 1:  # new_group ranks keep list order: group rank = s (or p)
-                group = dist.new_group(ranks, sort_ranks=False)
-                if i == index:
-                    mine[name] = group
-    return mine
+    coords = RankGrid(subgrid_dims(n, g, topology_aware)).coordinates(rank)
+    return coords["position"] * g + coords["subgrid"]
 
 
 # ---------------------------------------------------------------- communication helpers

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import torch
 
-TARGET_COUNT = "autopar.target_count"
-"""``gm.meta[TARGET_COUNT]``: an ``fx.GraphModule`` taking (by name) the graph inputs its
-loss's targets are computed from and returning how many of them count (not ignored)."""
+from autopar.ir import TARGET_COUNT  # noqa: F401 - the key this module's counting graphs are kept under
 
 _current: list[torch.Tensor] = []
 

@@ -54,27 +54,6 @@ AXES = ("x", "y", "z", "data")
 
 
 # ---------------------------------------------------------------------------- groups
-def make_grid_process_groups(grid: Grid3D) -> dict[str, Optional[dist.ProcessGroup]]:
-    """Create every group of every axis (all ranks call this, in the same order) and return
-    this rank's ``{"x", "y", "z", "data", "replica"}`` groups; ``replica`` holds the ranks
-    with this rank's (x, y): they split the batch (z and data) and hold the same blocks.
-    A group of one is ``None``."""
-    if dist.get_world_size() != grid.size:
-        raise ValueError(f"a {grid.x}x{grid.y}x{grid.z}x{grid.data} grid needs {grid.size} ranks, the world has "
-                         f"{dist.get_world_size()}")
-    me = dist.get_rank()
-    mine: dict[str, Optional[dist.ProcessGroup]] = {axis: None for axis in AXES + ("replica",)}
-    layouts = {axis: grid.groups(axis) for axis in AXES}
-    layouts["replica"] = grid.replica_groups()
-    for axis, groups in layouts.items():
-        for ranks in groups:
-            if len(ranks) > 1:
-                group = dist.new_group(ranks, sort_ranks=False)
-                if me in ranks:
-                    mine[axis] = group
-    return mine
-
-
 def _axes(transposed: bool) -> tuple[str, str]:
     """(in axis, out axis) of a layer."""
     return ("x", "y") if transposed else ("y", "x")

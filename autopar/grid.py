@@ -1,0 +1,151 @@
+"""The rank grid: every rank's coordinates and every process group, from one place.
+
+A plan lays its ranks out as one tensor viewed by named dimensions, outermost first (as
+picotron's process-group manager does): ``data × tensor`` for Megatron,
+``pipeline × data × tensor`` for PTD-P, ``data × z × y × x`` for AxoNN's grid and
+Bian's cube (x innermost, axonn §V-B), and ``position × subgrid`` (topology-aware) or
+``subgrid × position`` for D&SP (SUPER §IV-B). Rank ``i`` of the grid is the ``i``-th
+member: the world's ranks in order, or the ranks of the user's mesh.
+
+A family names the groups it communicates over (:class:`GroupSpec`): the ranks that
+differ only along some dimensions, in the order those dimensions give (the first
+outermost), optionally restricted to some coordinates of one of them (the pipeline
+positions that share a tied weight). :meth:`RankGrid.process_groups` creates them: the
+grid's own dimensions through one ``DeviceMesh`` (PyTorch's piece, which on NCCL can
+split communicators), the others with ``new_group`` in one fixed order on every rank.
+Nothing else in autopar computes rank coordinates or creates a process group.
+
+Example (2 data × 2 tensor; members are global ranks)::
+
+    >>> g = RankGrid({"data": 2, "tensor": 2})
+    >>> g.coordinates(3)
+    {'data': 1, 'tensor': 1}
+    >>> g.groups(("tensor",))
+    [[0, 1], [2, 3]]
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+import torch
+
+
+def subgrid_dims(n: int, g: int, topology_aware: bool) -> dict[str, int]:
+    """D&SP's layout of ``n`` ranks in ``g`` sub-grids (SUPER §V): topology-aware, the
+    sub-grids interleave (rank ``p·g + s``: one node holds every sub-grid's position
+    ``p``), else each sub-grid is contiguous (rank ``s·n/g + p``)."""
+    if g < 1 or n % g:
+        raise ValueError(f"{g} sub-grids do not divide {n} ranks; choose g dividing the number of ranks")
+    return {"position": n // g, "subgrid": g} if topology_aware else {"subgrid": g, "position": n // g}
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """A named group of every rank: the ranks that differ only along ``dims`` (ordered
+    with ``dims[0]`` outermost, so a group's rank ``i`` is the ``i``-th in that order);
+    ``only``: ``(dim, coordinates)`` keeps those coordinates of one of ``dims`` (ranks off
+    them are in no group of this name)."""
+
+    dims: tuple[str, ...]
+    only: Optional[tuple[str, tuple[int, ...]]] = None
+
+
+class RankGrid:
+    """``dims`` (name -> size, outermost first) over ``members`` (global ranks, row-major
+    over the dims; default ``range(size)``)."""
+
+    def __init__(self, dims: Mapping[str, int], members: Optional[Sequence[int]] = None):
+        self.names = tuple(dims)
+        self.shape = tuple(int(dims[n]) for n in self.names)
+        if any(s < 1 for s in self.shape):
+            raise ValueError(f"RankGrid: every dimension needs a size of at least 1, got {dict(dims)}")
+        self.size = math.prod(self.shape)
+        self.members = tuple(int(r) for r in members) if members is not None else tuple(range(self.size))
+        if len(self.members) != self.size:
+            raise ValueError(f"RankGrid: {dict(dims)} holds {self.size} ranks, {len(self.members)} members were given")
+        self._tensor: Optional[torch.Tensor] = None
+
+    @property
+    def _ranks(self) -> torch.Tensor:
+        """The members as one tensor of the grid's shape (made on first use)."""
+        if self._tensor is None:
+            self._tensor = torch.tensor(self.members, dtype=torch.long).view(self.shape)
+        return self._tensor
+
+    def __repr__(self) -> str:
+        dims = " x ".join(f"{n}={s}" for n, s in zip(self.names, self.shape))
+        return f"RankGrid({dims})"
+
+    def degree(self, name: str) -> int:
+        return self.shape[self.names.index(name)] if name in self.names else 1
+
+    def coordinates(self, index: int) -> dict[str, int]:
+        """The coordinates of the grid's ``index``-th rank (the innermost varies fastest)."""
+        if not 0 <= index < self.size:
+            raise ValueError(f"rank {index} is outside a grid of {self.size} ranks ({self!r})")
+        out = {}
+        for name, size in zip(reversed(self.names), reversed(self.shape)):
+            out[name] = index % size
+            index //= size
+        return {name: out[name] for name in self.names}
+
+    def index(self, **coords: int) -> int:
+        """The grid index at ``coords`` (a dimension left out is at 0)."""
+        index = 0
+        for name, size in zip(self.names, self.shape):
+            index = index * size + coords.get(name, 0)
+        return index
+
+    def groups(self, dims: Sequence[str], only: Optional[tuple[str, Sequence[int]]] = None) -> list[list[int]]:
+        """Every group of ranks differing only along ``dims`` (global ranks, ``dims[0]``
+        outermost inside a group), the groups in row-major order of the other
+        coordinates; ``only``: ``(dim, coordinates)`` keeps those coordinates of ``dim``."""
+        dims = tuple(dims)
+        unknown = [d for d in dims if d not in self.names]
+        if unknown or len(set(dims)) != len(dims):
+            raise ValueError(f"RankGrid.groups: {dims} are not distinct dimensions of {self!r}")
+        ranks = self._ranks
+        if only is not None:
+            dim, keep = only
+            ranks = ranks.index_select(self.names.index(dim), torch.tensor(list(keep), dtype=torch.long))
+        others = [i for i, n in enumerate(self.names) if n not in dims]
+        order = others + [self.names.index(d) for d in dims]
+        width = math.prod(ranks.shape[self.names.index(d)] for d in dims)
+        return ranks.permute(order).reshape(-1, width).tolist()
+
+    def group_of(self, rank: int, dims: Sequence[str], only=None) -> Optional[list[int]]:
+        """The group of ``rank`` (a global rank) along ``dims``; None if it is in none."""
+        return next((g for g in self.groups(dims, only) if rank in g), None)
+
+    def process_groups(self, specs: Mapping[str, Optional[GroupSpec]], rank: int,
+                       device_type: Optional[str] = None) -> dict[str, object]:
+        """Create every group of every spec (every rank calls this with the same specs, in
+        the same order) and return ``rank``'s: name -> ``ProcessGroup``; ``None`` for a
+        group of one rank, for a spec of None, or where ``rank`` is in no group of that
+        name. The grid's own dimensions come from one ``DeviceMesh`` over it
+        (``device_type``: the mesh's; default ``cuda`` under NCCL, else ``cpu``); a spec
+        seen before gets the same group."""
+        import torch.distributed as dist
+        mine: dict[str, object] = {}
+        made: dict[GroupSpec, object] = {}
+        mesh = None
+        for name, spec in specs.items():
+            if spec is None or all(len(g) == 1 for g in self.groups(spec.dims, spec.only)):
+                mine[name] = None
+            elif spec in made:
+                mine[name] = made[spec]
+            elif spec.only is None and len(spec.dims) == 1:
+                if mesh is None:
+                    from torch.distributed.device_mesh import DeviceMesh
+                    device = device_type or ("cuda" if dist.get_backend() == "nccl" else "cpu")
+                    mesh = DeviceMesh(device, self._ranks, mesh_dim_names=self.names)
+                mine[name] = made[spec] = mesh.get_group(spec.dims[0])
+            else:
+                mine[name] = None
+                for members in self.groups(spec.dims, spec.only):  # every rank makes every group, in order
+                    group = dist.new_group(members, sort_ranks=False)
+                    if rank in members:
+                        mine[name] = made[spec] = group
+        return mine

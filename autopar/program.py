@@ -1,0 +1,118 @@
+"""A rank's program: the rewrite passes a plan runs on a graph captured at the rank's
+share of the batch (:func:`rewrite`), and that share (:func:`local_batch`).
+
+``compile`` plans on a capture of the global batch; every program a rank runs is a
+second capture at its local batch (``docs/architecture.md``, "Why capture twice"),
+rewritten here by the plan's passes: analysis, then the family's split (D&SP, Megatron,
+AxoNN's 3D layers or Bian's cube), recomputation, the data-parallel pass and, when the
+plan was priced with it, fusion. :func:`rank_graph_code` prints the result for plan dumps.
+"""
+
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from autopar.ir import CAPTURE, PASSES_RUN
+from autopar.passes.analysis import analyse
+from autopar.passes.cube3d import cube3d_pass
+from autopar.passes.data_parallel import data_parallel_pass
+from autopar.passes.fusion import FUSION, fusion_pass
+from autopar.passes.manager import PassRunner, graph_code
+from autopar.passes.recompute import recompute_pass
+from autopar.passes.subgraph_parallel import csub_branch_program, subgraph_parallel_pass
+from autopar.passes.tensor3d import tensor3d_pass
+from autopar.passes.tensor_parallel import tensor_parallel_pass
+from autopar.planning.plan import Plan
+from autopar.planning.planner import PlanError
+
+def batch_of(inputs: tuple) -> int | None:
+    """The batch size: the first dimension of the first tensor input."""
+    return next((x.shape[0] for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0), None)
+
+
+def local_batch(data: int, index: int, inputs: tuple, target: Any):
+    """Chunk ``index`` of ``data`` of a global batch: every tensor whose first dimension is
+    the batch (that of the first tensor input) is split along it; others are replicated."""
+    if data == 1:
+        return inputs, target
+    batch = batch_of(inputs)
+    if batch is not None and batch % data:
+        raise PlanError(f"input 0: batch {batch} is not divisible by the data degree {data}; give a batch that is a "
+                        f"multiple of {data}")
+
+    def take(x):
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == batch:
+            return x.chunk(data, 0)[index]
+        return x
+
+    return tuple(take(x) for x in inputs), (take(target) if target is not None else None)
+
+
+def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None = None,
+             recompute: bool = False, fusion: bool = False) -> fx.GraphModule:
+    """Rank ``rank``'s program from a graph captured at its local batch. A training graph
+    (captured with its loss) keeps its loss local: ``ParallelModule.step`` reduces the
+    reported value over the data ranks while backward runs. In D&SP-cSub the ranks off
+    sub-grid 0 get a program of their branches only (``csub_branch_program``)."""
+    coords = plan_.rank_coordinates(rank)
+    parts = plan_.batch_parts()
+    if local_batch is None:
+        local_batch = plan_.global_batch // parts
+    with_loss = gm.meta[CAPTURE].with_loss
+    dsp_regions = plan_.dsp_regions()
+    subgrid = plan_.subgrid_coordinates(rank)[0]
+    if plan_.grid is not None:
+        # one 3D form per plan: AxoNN's layers (tensor3d) or Bian's cube (cube3d)
+        cube = plan_.form == "cube"
+        split = plan_.regions_with("cube3d" if cube else "tensor3d")
+        passes = [
+            ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
+            ("cube3d", cube3d_pass, {"regions": split, "grid": plan_.grid, "rank": rank}) if cube else
+            ("tensor3d", tensor3d_pass, {"regions": split, "grid": plan_.grid, "rank": rank}),
+            *([("recompute", recompute_pass, {"regions": split})] if recompute else []),
+            ("data_parallel", data_parallel_pass, {"degree": parts, "local_batch": local_batch, "group": "replica",
+                                                    "reduce_scalars": not with_loss}),
+        ]
+    elif plan_.csub and subgrid != 0:
+        passes = [("analysis", analyse, {"label": f"rank{rank}_analysis"}),
+                  ("csub_branches", csub_branch_program, {"dsp_regions": dsp_regions, "subgrid": subgrid})]
+    else:
+        subgraph = [("subgraph_parallel", subgraph_parallel_pass, {"dsp_regions": dsp_regions, "subgrid": subgrid,
+                                                                   "csub": plan_.csub})]
+        passes = [
+            ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
+            *(subgraph if dsp_regions else []),
+            ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": plan_.regions_with("megatron"),
+                                                        "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
+            *([("recompute", recompute_pass, {"regions": plan_.regions_with("megatron")})] if recompute else []),
+            ("data_parallel", data_parallel_pass, {"degree": parts, "local_batch": local_batch,
+                                                    "reduce_scalars": not with_loss}),
+        ]
+    if fusion:
+        passes.append(("fusion", fusion_pass, {}))
+    runner = PassRunner(passes)
+    gm = runner.run(gm, label=f"rank{rank}")
+    gm.meta[PASSES_RUN] = [r.name for r in runner.records]
+    return gm
+
+
+def rank_graph_code(gm: fx.GraphModule, plan_: Plan, rank: int) -> str:
+    coords = ", ".join(f"{k}={v}" for k, v in plan_.rank_coordinates(rank).items() if k in plan_.mesh)
+    if plan_.subgrids > 1:
+        s, p = plan_.subgrid_coordinates(rank)
+        coords += f"; sub-grid {s}, position {p}, batch chunk {plan_.batch_chunk(rank)}"
+    passes = " -> ".join(gm.meta.get(PASSES_RUN, []))
+    header = f"rank {rank} of {plan_.world_size} ({coords}); built by passes: {passes}"
+    return with_kernels(graph_code(gm, header=header), gm)
+
+
+def with_kernels(code: str, gm: fx.GraphModule) -> str:
+    """``code`` followed by the fusion pass's report and the source of every kernel it generated."""
+    report = gm.meta.get(FUSION)
+    if report is None:
+        return code
+    out = code + "\n" + "\n".join(f"# {line}" for line in report.summary().splitlines()) + "\n"
+    for kernel in report.kernels:
+        out += "\n\n" + kernel.source
+    return out
