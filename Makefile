@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv clean bench
+.PHONY: demo test test-extended venv clean bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+# the long multi-rank cases (16 ranks, each 3D overlap off alone, PTD-P variants...):
+# they repeat paths `make test` checks on other cases; CI runs them after `make test`
+test-extended: $(STAMP)
+	$(PY) -m pytest -q -m extended tests
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py

@@ -14,6 +14,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 def pytest_collection_finish(session):
     """The shared launches (tests/shared_ranks.py) run only the jobs of modules with a
-    selected test."""
+    selected test (a job of ``extended`` tests only when one of those is selected)."""
     import shared_ranks
-    shared_ranks.select_modules({item.module.__name__ for item in session.items if getattr(item, "module", None)})
+    tests = [item for item in session.items if getattr(item, "module", None)]
+    extended = {item.module.__name__ for item in tests if item.get_closest_marker("extended")}
+    shared_ranks.select_modules({item.module.__name__ for item in tests if not item.get_closest_marker("extended")},
+                                extended)

@@ -22,6 +22,8 @@ job may have changed, so a job sees the state a fresh rank would (jobs seed thei
 generators).
 
 ``after=(world, name)`` runs another job's world first (a job reading what that one wrote).
+``extended=True``: the job belongs to tests marked ``extended`` (``make test-extended``
+and CI; ``make test`` deselects them), and runs only when one of those is selected.
 
 The worlds start in the background as soon as the tests are collected, one at a time,
 so they run beside the single-process tests (:func:`start_in_background`).
@@ -43,8 +45,12 @@ from autopar.runtime.launcher import launch
 
 # world -> job name -> (fn, args, timeout_s, after)
 _JOBS: dict[int, dict[str, tuple[Callable, tuple, float, tuple | None]]] = {}
+_EXTENDED: set[tuple[int, str]] = set()  # (world, name) of the jobs of tests marked `extended`
 _RESULTS: dict[int, dict[str, Any]] = {}
-_ACTIVE_MODULES: set[str] | None = None  # None: no collection information, run every job
+# the modules with a selected test, and with a selected `extended` test (None: no
+# collection information, run every job)
+_ACTIVE_MODULES: set[str] | None = None
+_ACTIVE_EXTENDED: set[str] | None = None
 _MAX_TIMEOUT_S = 1800.0  # a launch's timeout is its jobs' summed, at most this (a hang fails within it)
 
 
@@ -58,13 +64,16 @@ class _Failed:
 
 
 def register(world: int, name: str, fn: Callable, args: tuple = (), *, timeout_s: float = 300.0,
-             after: tuple[int, str] | None = None) -> Callable[[], list]:
+             after: tuple[int, str] | None = None, extended: bool = False) -> Callable[[], list]:
     """Register ``fn(*args)`` to run on every rank of the shared ``world``-rank launch;
     returns a function giving the list of every rank's return value (launching the world
-    on first use). ``name`` starts with the registering module's ``__name__``."""
+    on first use). ``name`` starts with the registering module's ``__name__``;
+    ``extended``: the job of tests marked ``extended``."""
     if name in _JOBS.get(world, {}):
         raise ValueError(f"a job named {name!r} is already registered for {world} ranks")
     _JOBS.setdefault(world, {})[name] = (fn, tuple(args), timeout_s, after)
+    if extended:
+        _EXTENDED.add((world, name))
     return lambda: results(world, name)
 
 
@@ -76,11 +85,13 @@ def scratch_dir(prefix: str) -> str:
     return path
 
 
-def select_modules(modules: set[str]) -> None:
-    """The modules with a selected test (conftest's ``pytest_collection_finish``); starts
-    the worlds those modules need in the background (:func:`start_in_background`)."""
-    global _ACTIVE_MODULES
+def select_modules(modules: set[str], extended: set[str] = frozenset()) -> None:
+    """The modules with a selected test not marked ``extended``, and those with a selected
+    ``extended`` test (conftest's ``pytest_collection_finish``); starts the worlds their
+    jobs need in the background (:func:`start_in_background`)."""
+    global _ACTIVE_MODULES, _ACTIVE_EXTENDED
     _ACTIVE_MODULES = set(modules)
+    _ACTIVE_EXTENDED = set(extended)
     start_in_background()
 
 
@@ -96,7 +107,7 @@ def start_in_background() -> None:
     another one depends on (``after=``) is started first; :func:`results` waits for its
     world's launch."""
     global _POOL
-    worlds = [w for w in sorted(_JOBS) if any(_active(n) for n in _JOBS[w])]
+    worlds = [w for w in sorted(_JOBS) if any(_active(w, n) for n in _JOBS[w])]
     if not worlds or _POOL is not None:
         return
     _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="shared-ranks")
@@ -108,7 +119,7 @@ def start_in_background() -> None:
 
 
 def _run_world(world: int) -> None:
-    pending = [n for n in _JOBS[world] if _active(n)]
+    pending = [n for n in _JOBS[world] if _active(world, n)]
     if pending:
         _run(world, pending[0])
 
@@ -126,8 +137,11 @@ def results(world: int, name: str) -> list:
     return outcome
 
 
-def _active(name: str) -> bool:
-    return _ACTIVE_MODULES is None or any(_owned_by(name, m) for m in _ACTIVE_MODULES)
+def _active(world: int, name: str) -> bool:
+    if _ACTIVE_MODULES is None:
+        return True
+    modules = _ACTIVE_EXTENDED if (world, name) in _EXTENDED else _ACTIVE_MODULES
+    return any(_owned_by(name, m) for m in modules)
 
 
 def _owned_by(name: str, module: str) -> bool:
@@ -136,7 +150,7 @@ def _owned_by(name: str, module: str) -> bool:
 
 def _run(world: int, wanted: str) -> None:
     done = _RESULTS.setdefault(world, {})
-    pending = [n for n in _JOBS[world] if n not in done and (n == wanted or _active(n))]
+    pending = [n for n in _JOBS[world] if n not in done and (n == wanted or _active(world, n))]
     for name in pending:
         after = _JOBS[world][name][3]
         if after is not None and after[1] not in _RESULTS.get(after[0], {}):

@@ -7,12 +7,14 @@ import pytest
 import shared_ranks
 from examples.coverage import DEFAULT_RUNS, HF_TRANSFORMERS, coverage_job, is_equal, table
 
-# GPT-2, BERT and T5 under data 2 x tensor 2 train with their own loss in
-# test_keyword_inputs (the same split); here the other transformers are forced to it
-KEYWORD_TESTED = ("gpt2", "bert", "t5")
-RUNS = [run for run in DEFAULT_RUNS if run[1] == "auto" or run[0] not in KEYWORD_TESTED]
+# every model under "auto" here; the transformers forced to Megatron (data 2 x tensor 2)
+# in the extended suite (GPT-2, BERT and T5 under that split train with their own loss
+# in test_keyword_inputs)
+RUNS = [run for run in DEFAULT_RUNS if run[1] == "auto"]
+FORCED = [run for run in DEFAULT_RUNS if run[1] != "auto"]
 # the 4-rank launch is shared with other modules' jobs (tests/shared_ranks.py)
 _LAUNCHED = shared_ranks.register(4, __name__, coverage_job, (RUNS,), timeout_s=900)
+_FORCED = shared_ranks.register(4, __name__ + ":extended", coverage_job, (FORCED,), timeout_s=900, extended=True)
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +37,11 @@ def test_every_rank_reports_the_same_plan_and_verdict(rows):
 
 
 @pytest.mark.multiprocess
-def test_forced_megatron_splits_every_transformer(rows):
-    forced = [r for r in rows[0] if r["strategy"] != "auto"]
-    assert {r["model"] for r in forced} == set(HF_TRANSFORMERS) - set(KEYWORD_TESTED)
+@pytest.mark.extended
+def test_forced_megatron_splits_every_transformer():
+    forced = _FORCED()[0]
+    assert not [r for r in forced if not r["equal"]], table(forced)
+    assert {r["model"] for r in forced} == set(HF_TRANSFORMERS)
     for r in forced:
         assert r["mesh"] == {"data": 2, "tensor": 2} and "megatron" in r["strategies"], r["model"]
 

@@ -2,8 +2,8 @@
 
 Hugging Face models are called ``model(input_ids=..., attention_mask=..., labels=...)``
 and return their loss. Tier 2 (one 4-rank spawn): GPT-2, BERT (masked LM) and T5 called
-that way, with padding, against the single-device model under data, data x tensor,
-pipeline, D&SP and 3D plans. Tier 1 (one process): how keywords enter the graph, the
+that way, with padding, against the single-device model under data, data x tensor
+and pipeline plans (D&SP and 3D in the extended suite). Tier 1 (one process): how keywords enter the graph, the
 rewrite that makes a mean over counted targets a share of the whole batch's mean, and
 the errors of bad calls.
 """
@@ -27,29 +27,45 @@ WORLD_4 = [
     ("gpt2_labels", {"data": 4}),
     ("gpt2_labels", {"data": 2, "tensor": 2}),
     ("gpt2_labels", {"pipeline": 2, "data": 2, "microbatches": 2}),
-    ("gpt2_labels", {"data": 4, "subgrids": 2}),
-    ("gpt2_labels", {"x": 2, "y": 1, "z": 2}),
     ("bert_mlm", {"data": 2, "tensor": 2}),
     ("t5_labels", {"data": 2, "tensor": 2}),
+]
+# the D&SP and 3D families with the model's own loss: the extended suite
+EXTENDED = [
+    ("gpt2_labels", {"data": 4, "subgrids": 2}),
+    ("gpt2_labels", {"x": 2, "y": 1, "z": 2}),
 ]
 
 # the 4-rank launch is shared with other modules' jobs (tests/shared_ranks.py)
 _world_4 = shared_ranks.register(4, __name__, zoo_equivalence_job, (WORLD_4,), timeout_s=900)
+_extended = shared_ranks.register(4, __name__ + ":extended", zoo_equivalence_job, (EXTENDED,), timeout_s=900,
+                                  extended=True)
 
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("index", range(len(WORLD_4)), ids=[f"{m}-{s}" for m, s in WORLD_4])
 def test_own_loss_models_with_padding_train_like_the_single_device_model(index):
-    reports = _world_4()
-    for rank_reports in reports:  # every rank has the full outputs, loss and parameters
-        report = rank_reports[index]
+    _check(WORLD_4[index], [reports[index] for reports in _world_4()])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.extended
+@pytest.mark.parametrize("index", range(len(EXTENDED)), ids=[f"{m}-{s}" for m, s in EXTENDED])
+def test_own_loss_under_dsp_and_3d(index):
+    _check(EXTENDED[index], [reports[index] for reports in _extended()])
+
+
+def _check(case, reports) -> None:
+    """``reports``: every rank's report of ``case`` (every rank has the full outputs, loss
+    and parameters)."""
+    for report in reports:
         assert report["output"][1] < 1e-5, report  # logits, and the loss the output carries
         assert report["loss"][1] < 1e-5, report
         assert report["grad"][1] < 1e-5, report
         assert report["grad_norm"][1] < 1e-5, report
         assert report["param"][0] < 5e-4, report
-    model, strategy = WORLD_4[index]
-    report = reports[0][index]
+    model, strategy = case
+    report = reports[0]
     assert report["tracer"] == "export"
     if "tensor" in strategy and "pipeline" not in strategy:
         assert "megatron" in report["strategies"], report["plan"]

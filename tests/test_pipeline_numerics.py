@@ -2,7 +2,8 @@
 
 p = 2 (2 ranks) and p = 4 (4 ranks, alone and as pipeline 2 × data 2) with m = 4 and 8
 microbatches under GPipe, 1F1B and interleaved 1F1B (v = 2), and PTD-P pipeline 2 ×
-data 2 × tensor 2 on 8 ranks with §4.1's scatter/gather; on the plain-PyTorch
+data 2 × tensor 2 on 8 ranks with §4.1's scatter/gather (without it, and interleaved,
+in the extended suite); on the plain-PyTorch
 transformer and Hugging Face GPT-2 (torch.export; its tied embedding and head live on the
 first and the last stage, their gradients summed over both). Each case compares, in
 float64, the outputs, the loss and every gradient after one step over the whole batch,
@@ -33,22 +34,25 @@ CASES = {
         ("gpt2", {"pipeline": 4, "microbatches": 8}, R),
         ("gpt2", {"pipeline": 2, "data": 2, "microbatches": 4, "chunks": 2}, F)],
     8: [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2}, F),
-        ("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "scatter_gather": False}, F),
-        ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "chunks": 2}, F),
         ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 4}, R)],
 }
+# PTD-P without §4.1's scatter/gather, and interleaved with tensor 2: the extended suite
+EXTENDED = [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "scatter_gather": False}, F),
+            ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "chunks": 2}, F)]
 ALL = [(world, i) for world in CASES for i in range(len(CASES[world]))]
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
 _LAUNCHED = {world: shared_ranks.register(world, __name__, equivalence_job, (cases,), timeout_s=900)
              for world, cases in CASES.items()}
+_EXTENDED = shared_ranks.register(8, __name__ + ":extended", equivalence_job, (EXTENDED,), timeout_s=900,
+                                  extended=True)
 
 
 def _reports(world):
     return dict(enumerate(_LAUNCHED[world]()))
 
 
-def _case_id(world, i):
-    model, strategy, options = CASES[world][i]
+def _case_id(world, i, cases=None):
+    model, strategy, options = (cases if cases is not None else CASES[world])[i]
     text = "-".join(f"{k}{v}" for k, v in strategy.items())
     return f"{world}ranks-{model}-{text}{'-recompute' if options.get('recompute') else ''}"
 
@@ -56,17 +60,26 @@ def _case_id(world, i):
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world,index", ALL, ids=[_case_id(w, i) for w, i in ALL])
 def test_matches_single_device(world, index):
-    model, strategy, options = CASES[world][index]
+    _check(CASES[world][index], [reports[index] for reports in _LAUNCHED[world]()])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.extended
+@pytest.mark.parametrize("index", range(len(EXTENDED)), ids=[_case_id(8, i, EXTENDED) for i in range(len(EXTENDED))])
+def test_extended_cases_match_single_device(index):
+    _check(EXTENDED[index], [reports[index] for reports in _EXTENDED()])
+
+
+def _check(case, reports) -> None:
+    model, strategy, options = case
     p, v = strategy["pipeline"], strategy.get("chunks", 1)
     m, name = strategy["microbatches"], strategy.get("schedule", "interleaved" if v > 1 else "1f1b")
     data, tensor = strategy.get("data", 1), strategy.get("tensor", 1)
-    for rank, reports in _reports(world).items():
-        report = reports[index]
-        assert report["case"] == CASES[world][index]
+    for rank, report in enumerate(reports):
+        assert report["case"] == case
         assert report["mesh"] == {"pipeline": p, "data": data, "tensor": tensor}
         for what in ("output", "loss", "grad", "grad_norm", "param"):
-            assert report[what][1] < 1e-9, (rank, CASES[world][index], what, report[what],
-                                             report.get(f"worst_{what}"))
+            assert report[what][1] < 1e-9, (rank, case, what, report[what], report.get(f"worst_{what}"))
         position = rank // (data * tensor)
         # the rank ran exactly its schedule's order
         assert report["executed"] == " ".join(str(a) for a in schedule(name, p, m, position, v))
@@ -94,8 +107,9 @@ def test_order_on_ranks_is_figure_4():
 
 
 @pytest.mark.multiprocess
+@pytest.mark.extended
 def test_scatter_gather_halves_the_point_to_point_bytes():
     """megatron §4.1: with tensor 2 each tensor rank sends half the activation."""
-    for rank, reports in _reports(8).items():
-        with_sg, without = reports[0]["sent_bytes"], reports[1]["sent_bytes"]
+    for rank, (reports, extended) in enumerate(zip(_LAUNCHED[8](), _EXTENDED())):
+        with_sg, without = reports[0]["sent_bytes"], extended[0]["sent_bytes"]
         assert with_sg * 2 == without, (rank, with_sg, without)

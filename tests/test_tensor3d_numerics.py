@@ -8,13 +8,13 @@ fused Q/K/V projection cut per block). Each case compares the outputs, the loss 
 every gradient after one step, and every parameter after 3 AdamW steps, in float64
 (where the parallel and single-device sums differ only by rounding, ~1e-13). The overlap
 optimisations of axonn §IV are on by default; the transformer also runs with all of them
-off and with each one off alone; three cases recompute the split regions in backward
+off, and (marked ``extended``) with each one off alone; three cases recompute the split regions in backward
 (activation checkpointing), with and without the all-gather cache of axonn §IV-D.
 Bian's load-balanced cube (``{"cube": 2}``: 2x2x2, activations split over all 8 ranks,
 biases on the diagonal) runs the same models at batch 8 (z, then x and y split the
 rows), with the overlaps off and with recomputation. Each case also checks, from the
 runtime's counters, that each overlap switched on did its work and one switched off
-did not.
+did not. The cube times data 2 on 16 ranks runs in the extended suite.
 """
 import pytest
 
@@ -23,7 +23,9 @@ from autopar.testing import equivalence_job
 
 F64 = {"dtype": "float64"}
 GRIDS = [{"x": 2, "y": 2, "z": 2}, {"x": 2, "y": 1, "z": 2, "data": 2}, {"x": 1, "y": 2, "z": 2, "data": 2}]
-OVERLAPS = [False, {"all_reduce": False}, {"reduce_scatter": False}, {"all_gather": False}]
+# every overlap off runs in the main suite; each one off alone in the extended one
+OVERLAPS = [False]
+EACH_OVERLAP_OFF = [{"all_reduce": False}, {"reduce_scatter": False}, {"all_gather": False}]
 # GPT-2 (the export spelling) runs on the 3D grid, and on the 4D 1x2x2x2 grid with
 # recomputation below; its other 4D cases added nothing the transformer's do not check
 # the MLP's 2x1x2x2 case runs with recomputation only (below)
@@ -44,45 +46,58 @@ SPLIT_REGIONS = {"mlp": 2, "transformer": 4, "gpt2": 4}
 # the MLP (two split regions): 16 ranks on 2 cores, and the transformer's and GPT-2's
 # spellings are checked on the cube above; what this case adds is the data dimension
 CUBE_WITH_DATA = ("mlp", {"cube": 2, "data": 2}, {**F64, "batch": 16, "recompute": True})
+EXTENDED = [("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in EACH_OVERLAP_OFF]
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
 _LAUNCHED = {8: shared_ranks.register(8, __name__, equivalence_job, (CASES,), timeout_s=900),
-             16: shared_ranks.register(16, __name__, equivalence_job, ([CUBE_WITH_DATA],), timeout_s=900)}
+             16: shared_ranks.register(16, __name__, equivalence_job, ([CUBE_WITH_DATA],), timeout_s=900,
+                                       extended=True)}
+_EXTENDED = shared_ranks.register(8, __name__ + ":extended", equivalence_job, (EXTENDED,), timeout_s=900,
+                                  extended=True)
 
 
-def _reports():
-    return dict(enumerate(_LAUNCHED[8]()))
+def _case_id(c) -> str:
+    return f"{c[0]}-{c[1]}-{c[2].get('overlap', 'overlap on')}{'-recompute' if c[2].get('recompute') else ''}"
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("index", range(len(CASES)), ids=[
-    f"{c[0]}-{c[1]}-{c[2].get('overlap', 'overlap on')}{'-recompute' if c[2].get('recompute') else ''}"
-    for c in CASES])
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[_case_id(c) for c in CASES])
 def test_matches_single_device(index):
+    _check(CASES[index], [reports[index] for reports in _LAUNCHED[8]()])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.extended
+@pytest.mark.parametrize("index", range(len(EXTENDED)), ids=[_case_id(c) for c in EXTENDED])
+def test_each_overlap_switched_off_alone_matches_single_device(index):
+    _check(EXTENDED[index], [reports[index] for reports in _EXTENDED()])
+
+
+def _check(case, reports) -> None:
     from autopar.runtime.tensor3d import Overlap
-    for rank, reports in _reports().items():
-        report = reports[index]
-        assert report["case"] == CASES[index]
-        grid = CASES[index][1]
+    for rank, report in enumerate(reports):
+        assert report["case"] == case
+        grid = case[1]
         if "cube" in grid:
             grid = {"x": grid["cube"], "y": grid["cube"], "z": grid["cube"]}
         assert report["mesh"] == {"data": grid.get("data", 1), "z": grid["z"], "y": grid["y"], "x": grid["x"]}
-        assert report["strategies"] == {"cube3d" if "cube" in CASES[index][1] else "tensor3d"}
+        assert report["strategies"] == {"cube3d" if "cube" in case[1] else "tensor3d"}
         # Bian's diagonal vectors: a bias per split linear, held only where x = y
         x, y = rank % 2, rank // 2 % 2
-        off_diagonal = "cube" in CASES[index][1] and x != y
-        assert report["empty_params"] == (2 * SPLIT_REGIONS[CASES[index][0]] if off_diagonal else 0), report
+        off_diagonal = "cube" in case[1] and x != y
+        assert report["empty_params"] == (2 * SPLIT_REGIONS[case[0]] if off_diagonal else 0), report
         for what in ("output", "loss", "grad", "grad_norm", "param"):
-            assert report[what][1] < 1e-9, (rank, CASES[index], what, report[what], report.get(f"worst_{what}"))
-        options = CASES[index][2]
+            assert report[what][1] < 1e-9, (rank, case, what, report[what], report.get(f"worst_{what}"))
+        options = case[2]
         overlap, stats = Overlap.parse(options.get("overlap")), report["tensor3d_stats"]
-        assert (stats["prefetched"] > 0) == overlap.all_gather, (CASES[index], stats)
-        assert (stats["deferred"] > 0) == overlap.reduce_scatter, (CASES[index], stats)
+        assert (stats["prefetched"] > 0) == overlap.all_gather, (case, stats)
+        assert (stats["deferred"] > 0) == overlap.reduce_scatter, (case, stats)
         recompute = options.get("recompute", False)
-        assert report["recomputed"] == (SPLIT_REGIONS[CASES[index][0]] if recompute else 0)
-        assert (stats["cached"] > 0) == (recompute and overlap.cache), (CASES[index], stats)
+        assert report["recomputed"] == (SPLIT_REGIONS[case[0]] if recompute else 0)
+        assert (stats["cached"] > 0) == (recompute and overlap.cache), (case, stats)
 
 
 @pytest.mark.multiprocess
+@pytest.mark.extended
 def test_cube_with_data_on_16_ranks():
     """4D with Bian's cube: 2x2x2 times data 2 on 16 gloo ranks (the MLP at batch 16,
     with recomputation): weight shards and diagonal vectors summed over the cube, then
