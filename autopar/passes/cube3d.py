@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import torch.fx as fx
 
+from autopar.grid import Grid3D
 from autopar.ir import tensor_spec
 from autopar.passes import ops
 from autopar.passes.layout_propagation import LayoutPropagator, NoSplitRule, TensorParallelError
 from autopar.passes.sharding import Shard, normalize_dim
 from autopar.passes.tensor3d import _Rewriter3D
 from autopar.passes.tensor_parallel import PARAM_SHARDS
-from autopar.planning.grid3d import Grid3D
 from autopar.runtime import collectives as C
 from autopar.runtime import rng
 from autopar.runtime.cube3d import cube_vector, linear_cube

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import torch.fx as fx
 
+from autopar.grid import Grid3D
 from autopar.ir import tensor_spec
 from autopar.passes import ops
 from autopar.passes.layout_propagation import TensorParallelError
 from autopar.passes.sharding import Shard
 from autopar.passes.tensor_parallel import PARAM_SHARDS, _Rewriter
-from autopar.planning.grid3d import Grid3D
 from autopar.runtime import collectives as C
 from autopar.runtime.tensor3d import Grid3DShard, block_shape, linear_3d
 

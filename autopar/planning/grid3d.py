@@ -1,4 +1,5 @@
-"""AxoNN's 3D tensor-parallel grid and its communication model (Singh et al., §III-B, §V).
+"""The communication model of AxoNN's 3D tensor-parallel grid (Singh et al., §III-B, §V);
+the grid itself, :class:`autopar.grid.Grid3D`, lives with the rank grid.
 
 A ``Gx × Gy × Gz × Gdata`` grid; the rank of ``(x, y, z, d)`` is
 ``((d·Gz + z)·Gy + y)·Gx + x``: x innermost, then y, z and data, the hierarchy of axonn
@@ -30,63 +31,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.grid import GroupSpec, RankGrid
+from autopar.grid import Grid3D  # noqa: F401 - the grid's geometry lives with the rank grid
 from autopar.planning import cost as cm
 from autopar.planning.hardware import Hardware
-
-
-@dataclass(frozen=True)
-class Grid3D:
-    """``Gx × Gy × Gz × Gdata`` (axonn §III); every size at least 1."""
-
-    x: int
-    y: int
-    z: int
-    data: int = 1
-
-    def __post_init__(self):
-        for name in ("x", "y", "z", "data"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"Grid3D: G{name} = {getattr(self, name)} must be at least 1")
-
-    @property
-    def size(self) -> int:
-        return self.x * self.y * self.z * self.data
-
-    def stride(self, axis: str) -> int:
-        """Distance between consecutive ranks of an ``axis`` group (the x → y → z → data hierarchy)."""
-        return {"x": 1, "y": self.x, "z": self.x * self.y, "data": self.x * self.y * self.z}[axis]
-
-    def rank_grid(self) -> RankGrid:
-        """The grid's ranks as ``data × z × y × x`` (:mod:`autopar.grid`)."""
-        return RankGrid({"data": self.data, "z": self.z, "y": self.y, "x": self.x})
-
-    def group_specs(self) -> dict[str, GroupSpec]:
-        """The groups a 3D program names: one per axis, and ``replica`` (the ranks of one
-        (x, y), which split the batch over z and data, ordered by batch chunk ``data·Gz + z``)."""
-        return {**{axis: GroupSpec((axis,)) for axis in ("x", "y", "z", "data")}, "replica": GroupSpec(("data", "z"))}
-
-    def coordinates(self, rank: int) -> dict[str, int]:
-        coords = self.rank_grid().coordinates(rank)
-        return {axis: coords[axis] for axis in ("x", "y", "z", "data")}
-
-    def rank(self, x: int, y: int, z: int, data: int = 0) -> int:
-        return self.rank_grid().index(x=x, y=y, z=z, data=data)
-
-    def groups(self, axis: str) -> list[list[int]]:
-        """Every group of ``axis`` as a list of ranks ordered by their coordinate on it; the
-        groups ordered by their first rank."""
-        return sorted(self.rank_grid().groups((axis,)), key=lambda ranks: ranks[0])
-
-    def replica_groups(self) -> list[list[int]]:
-        """The ranks sharing one (x, y): they split the batch over z and data and hold the
-        same weight block and the same replicated parameters, ordered by batch chunk
-        (``data·Gz + z``)."""
-        return sorted(self.rank_grid().groups(("data", "z")), key=lambda ranks: ranks[0])
-
-    def swapped(self) -> "Grid3D":
-        """The grid a "transposed" layer sees: x and y exchange roles (axonn end of §III-B)."""
-        return Grid3D(self.y, self.x, self.z, self.data)
 
 
 @dataclass(frozen=True)

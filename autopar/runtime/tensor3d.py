@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
-from autopar.planning.grid3d import Grid3D
+from autopar.grid import Grid3D
 from autopar.runtime._swap import SwapGlobal
 from autopar.runtime.groups import get_group, rank_in, size_of
 from autopar.runtime.shards import cut_blocks, gather_blocks
