@@ -79,9 +79,6 @@ class RankGrid:
         dims = " x ".join(f"{n}={s}" for n, s in zip(self.names, self.shape))
         return f"RankGrid({dims})"
 
-    def degree(self, name: str) -> int:
-        return self.shape[self.names.index(name)] if name in self.names else 1
-
     def coordinates(self, index: int) -> dict[str, int]:
         """The coordinates of the grid's ``index``-th rank (the innermost varies fastest)."""
         if not 0 <= index < self.size:
@@ -115,10 +112,6 @@ class RankGrid:
         order = others + [self.names.index(d) for d in dims]
         width = math.prod(ranks.shape[self.names.index(d)] for d in dims)
         return ranks.permute(order).reshape(-1, width).tolist()
-
-    def group_of(self, rank: int, dims: Sequence[str], only=None) -> Optional[list[int]]:
-        """The group of ``rank`` (a global rank) along ``dims``; None if it is in none."""
-        return next((g for g in self.groups(dims, only) if rank in g), None)
 
     def process_groups(self, specs: Mapping[str, Optional[GroupSpec]], rank: int,
                        device_type: Optional[str] = None) -> dict[str, object]:
