@@ -300,9 +300,6 @@ class _ExportMemo:
         entries = [(kept, ep, info)] + list(self._entries.get(model, ()))
         self._entries[model] = entries[:self.per_model]
 
-    def clear(self) -> None:
-        self._entries = weakref.WeakKeyDictionary()
-
 
 _EXPORTS = _ExportMemo()
 

@@ -141,7 +141,8 @@ class RankGrid:
                 for members in self.groups(spec.dims, spec.only):  # every rank makes every group, in order
                     group = dist.new_group(members, sort_ranks=False)
                     if rank in members:
-                        mine[name] = made[spec] = group
+                        mine[name] = group
+                made[spec] = mine[name]
         return mine
 
 
@@ -186,13 +187,13 @@ class Grid3D:
     def groups(self, axis: str) -> list[list[int]]:
         """Every group of ``axis`` as a list of ranks ordered by their coordinate on it; the
         groups ordered by their first rank."""
-        return sorted(self.rank_grid().groups((axis,)), key=lambda ranks: ranks[0])
+        return self.rank_grid().groups((axis,))  # row-major over the other axes: by first rank
 
     def replica_groups(self) -> list[list[int]]:
         """The ranks sharing one (x, y): they split the batch over z and data and hold the
         same weight block and the same replicated parameters, ordered by batch chunk
         (``data·Gz + z``)."""
-        return sorted(self.rank_grid().groups(("data", "z")), key=lambda ranks: ranks[0])
+        return self.rank_grid().groups(("data", "z"))
 
     def swapped(self) -> "Grid3D":
         """The grid a "transposed" layer sees: x and y exchange roles (axonn end of §III-B)."""

@@ -78,9 +78,7 @@ def subgrid_groups(n: int, g: int, topology_aware: bool) -> tuple[list[list[int]
     Segment group ``p`` holds position ``p`` of every sub-grid, in sub-grid order; sub-grid
     ``s`` holds its ranks in position order (its data-parallel group)."""
     grid = RankGrid(subgrid_dims(n, g, topology_aware))
-    segments = sorted(grid.groups(("subgrid",)), key=lambda ranks: grid.coordinates(ranks[0])["position"])
-    subgrids = sorted(grid.groups(("position",)), key=lambda ranks: grid.coordinates(ranks[0])["subgrid"])
-    return segments, subgrids
+    return grid.groups(("subgrid",)), grid.groups(("position",))  # in order of the other coordinate
 
 
 def subgrid_group_specs(csub: bool) -> dict[str, GroupSpec]:
