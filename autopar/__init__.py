@@ -8,7 +8,7 @@ See ``docs/architecture.md`` for the stages and ``docs/user_guide.md`` for the c
 """
 from autopar.api import ParallelModule, compile, plan, rank_graph
 from autopar.capture import CaptureError, capture
-from autopar.planning.hardware import Hardware, get_hardware
+from autopar.cost.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
 from autopar.planning.planner import PlanError, Strategy
 from autopar.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint

@@ -32,12 +32,12 @@ from autopar.drawing import regions_dot
 from autopar.inputs import CallLayout
 from autopar.kernels import model_device, resolve_fusion
 from autopar.module import ParallelModule, example_signature
-from autopar.passes.analysis import analyse
-from autopar.passes.cube3d import planned_cube_shards
-from autopar.passes.manager import pass_disabled
-from autopar.passes.tensor3d import planned_grid3d_shards
-from autopar.passes.tensor_parallel import planned_param_shards
-from autopar.planning.hardware import Hardware, get_hardware
+from autopar.analysis.analyse import analyse
+from autopar.strategies.cube.rewrite import planned_cube_shards
+from autopar.analysis.manager import pass_disabled
+from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards
+from autopar.strategies.megatron.rewrite import planned_param_shards
+from autopar.cost.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
 from autopar.planning.planner import PlanError, Strategy, plan_graph
 from autopar.program import batch_of, local_batch, rank_graph_code, rewrite
@@ -84,7 +84,7 @@ def _attach_artifacts(plan_: Plan, gm: fx.GraphModule, model, example_inputs, lo
         graphs = {}
         for rank in range(min(plan_.world_size, max_ranks)):
             if plan_.pipeline:
-                from autopar.pipelined import pipeline_rank_code
+                from autopar.strategies.pipeline.program import pipeline_rank_code
                 graphs[rank] = pipeline_rank_code(model, plan_, rank, example_inputs, loss_fn, example_target,
                                                   example_kwargs=example_kwargs)
                 continue
@@ -115,10 +115,10 @@ def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequenc
     ``fusion``: run the fusion pass (None: when the plan was priced with fused kernels).
     Without ``loss_fn`` it returns the model's own loss when the output carries one, as
     ``pm.step`` runs it. A pipeline plan's rank runs several programs, one per stage: see
-    :func:`autopar.pipelined.stage_graphs` and ``pipeline_rank_code``."""
+    :func:`autopar.strategies.pipeline.program.stage_graphs` and ``pipeline_rank_code``."""
     if plan_.pipeline:
         raise PlanError("rank_graph: a pipeline plan gives each rank one program per stage; use "
-                        "autopar.pipelined.stage_graphs (or pipeline_rank_code for their code)")
+                        "autopar.strategies.pipeline.program.stage_graphs (or pipeline_rank_code for their code)")
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "rank_graph()")
     inputs, target = local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), flat, example_target)
@@ -150,7 +150,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     ``{"x": gx, "y": gy, "z": gz, "data": d}``. ``example_target`` lets the
     planner see the loss (e.g. vocab-parallel cross-entropy); without it the loss is
     captured at the first ``step``. ``overlap``: the 3D layers' overlap optimisations
-    (axonn §IV; True, False or a dict of :class:`autopar.runtime.tensor3d.Overlap`'s
+    (axonn §IV; True, False or a dict of :class:`autopar.strategies.tensor3d.runtime.Overlap`'s
     fields; all on by default). ``recompute``: recompute each split region's activations
     in backward instead of keeping them (activation checkpointing, megatron §3.5); None:
     as the plan says (the planner recomputes where keeping them does not fit).
@@ -198,8 +198,8 @@ def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, 
                       recompute: bool, fusion: bool = False):
     """A PTD-P plan's module: groups pipeline × data × tensor, tied-weight groups, and the
     pipeline positions that hold each parameter (from the cut of the global graph)."""
-    from autopar.passes.pipeline_stages import parameter_stages, partition
-    from autopar.pipelined import PipelineModule
+    from autopar.strategies.pipeline.stages import parameter_stages, partition
+    from autopar.strategies.pipeline.program import PipelineModule
     pp = plan_.pipeline
     p = pp["stages"]
     part = partition(gm, p * pp["chunks"], pp["assignment"])

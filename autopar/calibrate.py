@@ -32,7 +32,7 @@ of its placement model for that collective and group size.
 
 :func:`run_calibration` returns the :class:`Calibration` (the hardware, every
 measurement beside its fitted prediction, the fits and their errors);
-:func:`calibrate` returns just the :class:`~autopar.planning.hardware.Hardware`.
+:func:`calibrate` returns just the :class:`~autopar.cost.hardware.Hardware`.
 """
 from __future__ import annotations
 
@@ -52,8 +52,8 @@ import torch
 import torch.distributed as dist
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
-from autopar.planning import cost
-from autopar.planning.hardware import Hardware, get_hardware
+from autopar.cost import model as cost
+from autopar.cost.hardware import Hardware, get_hardware
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send")
 """The collectives measured, named as ``Hardware.measured`` and ``cost`` name them."""

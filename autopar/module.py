@@ -4,7 +4,7 @@ It holds a deep copy of the user's model whose split parameters are this rank's 
 builds a program per input signature (:func:`autopar.program.rewrite` on a capture at the
 local batch), runs forward and ``step`` under the plan's process groups and random
 states, and syncs gradients in buckets. A pipeline plan's module
-(:class:`autopar.pipelined.PipelineModule`) runs its stages through the pipeline executor.
+(:class:`autopar.strategies.pipeline.program.PipelineModule`) runs its stages through the pipeline executor.
 """
 
 import copy
@@ -19,14 +19,14 @@ from autopar._torch_compat import copy_export_specs, own_parameters
 from autopar.capture import MODEL_PREFIX, CaptureError, capture, wrap_model
 from autopar.inputs import CallLayout
 from autopar.ir import CAPTURE, ROOT_OUTPUT, TensorSpec
-from autopar.passes.data_parallel import LOSS_REDUCTION
-from autopar.passes.tensor_parallel import PARAM_SHARDS, ParamShard
+from autopar.strategies.data.rewrite import LOSS_REDUCTION
+from autopar.strategies.megatron.rewrite import PARAM_SHARDS, ParamShard
 from autopar.planning.plan import Plan
 from autopar.program import batch_of, local_batch, rank_graph_code, rewrite
 from autopar.runtime import groups as G
 from autopar.runtime import health
 from autopar.runtime import rng
-from autopar.runtime import tensor3d as T3
+from autopar.strategies.tensor3d import runtime as T3
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.runtime.shards import gather_full, local_shard
 from autopar.runtime.target_count import TARGET_COUNT, use_target_count

@@ -14,15 +14,15 @@ import torch
 import torch.fx as fx
 
 from autopar.ir import CAPTURE, PASSES_RUN
-from autopar.passes.analysis import analyse
-from autopar.passes.cube3d import cube3d_pass
-from autopar.passes.data_parallel import data_parallel_pass
-from autopar.passes.fusion import FUSION, fusion_pass
-from autopar.passes.manager import PassRunner, graph_code
-from autopar.passes.recompute import recompute_pass
-from autopar.passes.subgraph_parallel import csub_branch_program, subgraph_parallel_pass
-from autopar.passes.tensor3d import tensor3d_pass
-from autopar.passes.tensor_parallel import tensor_parallel_pass
+from autopar.analysis.analyse import analyse
+from autopar.strategies.cube.rewrite import cube3d_pass
+from autopar.strategies.data.rewrite import data_parallel_pass
+from autopar.transforms.fusion import FUSION, fusion_pass
+from autopar.analysis.manager import PassRunner, graph_code
+from autopar.transforms.recompute import recompute_pass
+from autopar.strategies.dsp.rewrite import csub_branch_program, subgraph_parallel_pass
+from autopar.strategies.tensor3d.rewrite import tensor3d_pass
+from autopar.strategies.megatron.rewrite import tensor_parallel_pass
 from autopar.planning.plan import Plan
 from autopar.planning.planner import PlanError
 

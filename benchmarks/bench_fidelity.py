@@ -162,7 +162,7 @@ def main(argv=None) -> int:
         if args.fit_only:
             return 0
     import autopar
-    from autopar.planning.hardware import get_hardware
+    from autopar.cost.hardware import get_hardware
     from autopar.runtime.launcher import launch
     if args.profile:
         profile = get_hardware(args.profile)

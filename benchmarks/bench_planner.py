@@ -36,8 +36,8 @@ def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batc
     import resource
 
     from autopar.capture import capture
-    from autopar.passes.analysis import analyse
-    from autopar.planning.hardware import get_hardware
+    from autopar.analysis.analyse import analyse
+    from autopar.cost.hardware import get_hardware
     from autopar.planning.planner import PlanError, plan_graph
     from examples.factories import gpt_meta
     model, inputs, loss, target = gpt_meta(layers, width, heads, batch)

@@ -9,8 +9,9 @@ import torch.fx as fx
 
 import autopar
 from autopar.ir import Region, add_region, regions
-from autopar.passes import analysis, attention
-from autopar.passes.manager import PassError, PassRunner
+from autopar.analysis import analyse as analysis
+from autopar.analysis import attention
+from autopar.analysis.manager import PassError, PassRunner
 import shared_ranks
 
 FAULTY_NODE = "softmax"  # the first attention core of examples.models.TinyTransformer

@@ -15,8 +15,8 @@ import pytest
 from autopar import cli
 from autopar.calibrate import (COLLECTIVES, FORMULA_OF, fit_alpha_beta, fit_matmul, nnls, run_calibration,
                                settings)
-from autopar.planning import cost
-from autopar.planning.hardware import get_hardware
+from autopar.cost import model as cost
+from autopar.cost.hardware import get_hardware
 
 
 def _formula(collective: str, group_size: int, nbytes: float, alpha_s: float, beta_bps: float) -> float:

@@ -24,9 +24,9 @@ import torch
 
 import autopar
 import shared_ranks
-from autopar.planning.grid3d import Grid3D
-from autopar.passes.tensor_parallel import ParamShard
-from autopar.runtime import tensor3d as T3
+from autopar.strategies.tensor3d.cost import Grid3D
+from autopar.strategies.megatron.rewrite import ParamShard
+from autopar.strategies.tensor3d import runtime as T3
 from autopar.runtime.checkpoint import boxes_of, local_chunks, scatter_back
 from autopar.runtime.shards import local_shard
 

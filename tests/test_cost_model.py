@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from expecttest import TestCase
 
 from autopar.capture import capture
-from autopar.planning import cost
-from autopar.planning.flops import NO_WORK, NodeWork, graph_work, node_work
-from autopar.planning.hardware import PRESETS, Hardware, get_hardware
+from autopar.cost import model as cost
+from autopar.analysis.flops import NO_WORK, NodeWork, graph_work, node_work
+from autopar.cost.hardware import PRESETS, Hardware, get_hardware
 
 SELENE = PRESETS["a100-selene"]
 # one node of 8 at 10 GB/s and no latency: the axonn equations as printed

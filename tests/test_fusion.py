@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import shared_ranks
 from autopar.capture import capture
-from autopar.passes.fusion import FUSION, fusion_pass
+from autopar.transforms.fusion import FUSION, fusion_pass
 from autopar.runtime import philox, rng
 
 triton = pytest.importorskip("triton")
@@ -324,7 +324,7 @@ def test_the_planner_prices_a_fused_chain_as_one_kernel():
     import dataclasses
 
     import autopar
-    from autopar.planning.hardware import get_hardware
+    from autopar.cost.hardware import get_hardware
     from examples.models import TinyTransformer, lm_loss
     x = torch.randint(0, 64, (8, 16))
     h100 = get_hardware("h100")
@@ -411,7 +411,7 @@ def test_transformers_fused_equal_unfused_on_two_ranks():
 
 def test_pipeline_stages_are_fused():
     import autopar
-    from autopar.pipelined import stage_graphs
+    from autopar.strategies.pipeline.program import stage_graphs
     from examples.models import gpt2, gpt2_loss
     x = torch.randint(0, 64, (8, 16))
     plan = autopar.plan(gpt2(), 2, (x,), gpt2_loss, strategy={"pipeline": 2, "microbatches": 4}, example_target=x)

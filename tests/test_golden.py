@@ -573,11 +573,11 @@ meshes weighed:
 def forward(self, input_0, target):
     model_stem = self.model.stem(input_0);  input_0 = None
     relu = torch.nn.functional.relu(model_stem, inplace = False);  model_stem = None
-    segmented_all_gather = autopar_runtime_subgraph_collectives_segmented_all_gather(relu, 'segment');  relu = None
+    segmented_all_gather = autopar_strategies_dsp_collectives_segmented_all_gather(relu, 'segment');  relu = None
     model_b2_0 = getattr(self.model.b2, "0")(segmented_all_gather);  segmented_all_gather = None
     model_b2_1 = getattr(self.model.b2, "1")(model_b2_0);  model_b2_0 = None
     model_b2_2 = getattr(self.model.b2, "2")(model_b2_1);  model_b2_1 = None
-    segmented_all_to_all = autopar_runtime_subgraph_collectives_segmented_all_to_all(model_b2_2, 1, [6, 6], 'segment');  model_b2_2 = None
+    segmented_all_to_all = autopar_strategies_dsp_collectives_segmented_all_to_all(model_b2_2, 1, [6, 6], 'segment');  model_b2_2 = None
     split = torch.functional.split(segmented_all_to_all, [6, 4, 2], 1);  segmented_all_to_all = None
     getitem = split[0]
     getitem_1 = split[1]
@@ -598,13 +598,13 @@ def forward(self, input_0, target):
 def forward(self, input_0, target):
     model_stem = self.model.stem(input_0);  input_0 = None
     relu = torch.nn.functional.relu(model_stem, inplace = False);  model_stem = None
-    segmented_all_gather = autopar_runtime_subgraph_collectives_segmented_all_gather(relu, 'segment');  relu = None
+    segmented_all_gather = autopar_strategies_dsp_collectives_segmented_all_gather(relu, 'segment');  relu = None
     model_b1 = self.model.b1(segmented_all_gather)
     model_b3_0 = getattr(self.model.b3, "0")(segmented_all_gather);  segmented_all_gather = None
     model_b3_1 = getattr(self.model.b3, "1")(model_b3_0);  model_b3_0 = None
     model_b3_2 = getattr(self.model.b3, "2")(model_b3_1);  model_b3_1 = None
     cat_1 = torch.cat([model_b1, model_b3_2], 1);  model_b1 = model_b3_2 = None
-    segmented_all_to_all = autopar_runtime_subgraph_collectives_segmented_all_to_all(cat_1, 1, [6, 6], 'segment');  cat_1 = None
+    segmented_all_to_all = autopar_strategies_dsp_collectives_segmented_all_to_all(cat_1, 1, [6, 6], 'segment');  cat_1 = None
     split = torch.functional.split(segmented_all_to_all, [6, 4, 2], 1);  segmented_all_to_all = None
     getitem = split[0]
     getitem_1 = split[1]
@@ -664,7 +664,7 @@ def forward(self, input_0, target):
     flatten_3 = transpose_3.flatten(2);  transpose_3 = None
     flatten_4 = transpose_2.flatten(2);  transpose_2 = None
     cat = torch.cat([flatten_2, flatten_3, flatten_4], 2);  flatten_2 = flatten_3 = flatten_4 = None
-    segmented_all_to_all_slice = autopar_runtime_subgraph_collectives_segmented_all_to_all_slice(cat, 1, [2, 2], 'segment');  cat = None
+    segmented_all_to_all_slice = autopar_strategies_dsp_collectives_segmented_all_to_all_slice(cat, 1, [2, 2], 'segment');  cat = None
     split_1 = segmented_all_to_all_slice.split([128, 128, 128], 2);  segmented_all_to_all_slice = None
     getitem_6 = split_1[0]
     unflatten = getitem_6.unflatten(2, (16, 8));  getitem_6 = None
@@ -677,7 +677,7 @@ def forward(self, input_0, target):
     masked_fill = mul.masked_fill(invert, -inf);  mul = invert = None
     softmax = torch.nn.functional.softmax(masked_fill, dim = -1, _stacklevel = 3, dtype = None);  masked_fill = None
     matmul_1 = softmax @ unflatten_2;  softmax = unflatten_2 = None
-    segmented_all_to_all = autopar_runtime_subgraph_collectives_segmented_all_to_all(matmul_1, 1, [2, 2], 'segment');  matmul_1 = None
+    segmented_all_to_all = autopar_strategies_dsp_collectives_segmented_all_to_all(matmul_1, 1, [2, 2], 'segment');  matmul_1 = None
     transpose_4 = segmented_all_to_all.transpose(1, 2);  segmented_all_to_all = None
     contiguous = transpose_4.contiguous();  transpose_4 = None
     view_3 = contiguous.view(getitem, getitem_1, getitem_2);  contiguous = getitem = getitem_1 = getitem_2 = None
@@ -744,13 +744,13 @@ def forward(self, input_0, target):
     new_ones = model_blocks_0_ln1.new_ones(getitem_1, getitem_1, dtype = torch.bool);  model_blocks_0_ln1 = None
     tril = new_ones.tril();  new_ones = None
     invert = ~tril;  tril = None
-    segment_share = autopar_runtime_subgraph_collectives_segment_share(truediv, 'segment');  truediv = None
-    segment_share_1 = autopar_runtime_subgraph_collectives_segment_share(invert, 'segment');  invert = None
+    segment_share = autopar_strategies_dsp_collectives_segment_share(truediv, 'segment');  truediv = None
+    segment_share_1 = autopar_strategies_dsp_collectives_segment_share(invert, 'segment');  invert = None
     flatten_2 = transpose.flatten(2);  transpose = None
     flatten_3 = transpose_3.flatten(2);  transpose_3 = None
     flatten_4 = transpose_2.flatten(2);  transpose_2 = None
     cat = torch.cat([flatten_2, flatten_3, flatten_4], 2);  flatten_2 = flatten_3 = flatten_4 = None
-    segmented_scatter = autopar_runtime_subgraph_collectives_segmented_scatter(cat, 1, [2, 2], 'segment');  cat = None
+    segmented_scatter = autopar_strategies_dsp_collectives_segmented_scatter(cat, 1, [2, 2], 'segment');  cat = None
     split_1 = segmented_scatter.split([128, 128, 128], 2);  segmented_scatter = None
     getitem_6 = split_1[0]
     unflatten = getitem_6.unflatten(2, (16, 8));  getitem_6 = None
@@ -763,7 +763,7 @@ def forward(self, input_0, target):
     masked_fill = mul.masked_fill(segment_share_1, -inf);  mul = segment_share_1 = None
     softmax = torch.nn.functional.softmax(masked_fill, dim = -1, _stacklevel = 3, dtype = None);  masked_fill = None
     matmul_1 = softmax @ unflatten_2;  softmax = unflatten_2 = None
-    segmented_gather = autopar_runtime_subgraph_collectives_segmented_gather(matmul_1, 1, [2, 2], 'segment');  matmul_1 = None
+    segmented_gather = autopar_strategies_dsp_collectives_segmented_gather(matmul_1, 1, [2, 2], 'segment');  matmul_1 = None
     transpose_4 = segmented_gather.transpose(1, 2);  segmented_gather = None
     contiguous = transpose_4.contiguous();  transpose_4 = None
     view_3 = contiguous.view(getitem, getitem_1, getitem_2);  contiguous = getitem = getitem_1 = getitem_2 = None
@@ -786,10 +786,10 @@ def forward(self, input_0, target):
         self.assertExpectedInline(rank1, """\
 # rank 1 of 4 (data=1, tensor=0; sub-grid 1, position 0, batch chunk 0); built by passes: analysis -> csub_branches
 def forward(self):
-    segment_share = autopar_runtime_subgraph_collectives_segment_share(None, 'segment', ('scalar',))
-    segment_share_1 = autopar_runtime_subgraph_collectives_segment_share(None, 'segment', ('tensor', [16, 16], torch.bool))
-    csub_placeholder = autopar_runtime_subgraph_collectives_csub_placeholder([2, 4, 384], torch.float32, None)
-    segmented_scatter = autopar_runtime_subgraph_collectives_segmented_scatter(csub_placeholder, 1, [2, 2], 'segment');  csub_placeholder = None
+    segment_share = autopar_strategies_dsp_collectives_segment_share(None, 'segment', ('scalar',))
+    segment_share_1 = autopar_strategies_dsp_collectives_segment_share(None, 'segment', ('tensor', [16, 16], torch.bool))
+    csub_placeholder = autopar_strategies_dsp_collectives_csub_placeholder([2, 4, 384], torch.float32, None)
+    segmented_scatter = autopar_strategies_dsp_collectives_segmented_scatter(csub_placeholder, 1, [2, 2], 'segment');  csub_placeholder = None
     split = segmented_scatter.split([128, 128, 128], 2);  segmented_scatter = None
     getitem = split[0]
     unflatten = getitem.unflatten(2, (16, 8));  getitem = None
@@ -802,7 +802,7 @@ def forward(self):
     masked_fill = mul.masked_fill(segment_share_1, -inf);  mul = segment_share_1 = None
     softmax = torch.nn.functional.softmax(masked_fill, dim = -1, _stacklevel = 3, dtype = None);  masked_fill = None
     matmul_1 = softmax @ unflatten_2;  softmax = unflatten_2 = None
-    segmented_gather = autopar_runtime_subgraph_collectives_segmented_gather(matmul_1, 1, [2, 2], 'segment');  matmul_1 = None
+    segmented_gather = autopar_strategies_dsp_collectives_segmented_gather(matmul_1, 1, [2, 2], 'segment');  matmul_1 = None
     return segmented_gather
     
 """)
@@ -841,25 +841,25 @@ def forward(self, input_0, target):
     scatter_to_tensor_region_1 = autopar_runtime_collectives_scatter_to_tensor_region(scatter_to_tensor_region, 0, 'x');  scatter_to_tensor_region = None
     model_body_0_weight = getattr(self.model.body, "0").weight
     model_body_0_bias = getattr(self.model.body, "0").bias
-    cube_vector = autopar_runtime_cube3d_cube_vector(model_body_0_bias, 32, 'y', 'x');  model_body_0_bias = None
+    cube_vector = autopar_strategies_cube_collectives_cube_vector(model_body_0_bias, 32, 'y', 'x');  model_body_0_bias = None
     model_body_2_weight_1 = getattr(self.model.body, "2").weight
-    linear_cube = autopar_runtime_cube3d_linear_cube(scatter_to_tensor_region_1, model_body_0_weight, cube_vector, (32, 16), 'y', 'x', False, prefetch = model_body_2_weight_1, checkpointed = False);  scatter_to_tensor_region_1 = model_body_0_weight = cube_vector = model_body_2_weight_1 = None
+    linear_cube = autopar_strategies_cube_collectives_linear_cube(scatter_to_tensor_region_1, model_body_0_weight, cube_vector, (32, 16), 'y', 'x', False, prefetch = model_body_2_weight_1, checkpointed = False);  scatter_to_tensor_region_1 = model_body_0_weight = cube_vector = model_body_2_weight_1 = None
     model_body_1 = getattr(self.model.body, "1")(linear_cube);  linear_cube = None
     model_body_2_weight = getattr(self.model.body, "2").weight
     model_body_2_bias = getattr(self.model.body, "2").bias
-    cube_vector_1 = autopar_runtime_cube3d_cube_vector(model_body_2_bias, 16, 'x', 'y');  model_body_2_bias = None
+    cube_vector_1 = autopar_strategies_cube_collectives_cube_vector(model_body_2_bias, 16, 'x', 'y');  model_body_2_bias = None
     model_body_3_weight_1 = getattr(self.model.body, "3").weight
-    linear_cube_1 = autopar_runtime_cube3d_linear_cube(model_body_1, model_body_2_weight, cube_vector_1, (16, 32), 'x', 'y', False, prefetch = model_body_3_weight_1, checkpointed = False);  model_body_1 = model_body_2_weight = cube_vector_1 = model_body_3_weight_1 = None
+    linear_cube_1 = autopar_strategies_cube_collectives_linear_cube(model_body_1, model_body_2_weight, cube_vector_1, (16, 32), 'x', 'y', False, prefetch = model_body_3_weight_1, checkpointed = False);  model_body_1 = model_body_2_weight = cube_vector_1 = model_body_3_weight_1 = None
     model_body_3_weight = getattr(self.model.body, "3").weight
     model_body_3_bias = getattr(self.model.body, "3").bias
-    cube_vector_2 = autopar_runtime_cube3d_cube_vector(model_body_3_bias, 32, 'y', 'x');  model_body_3_bias = None
+    cube_vector_2 = autopar_strategies_cube_collectives_cube_vector(model_body_3_bias, 32, 'y', 'x');  model_body_3_bias = None
     model_body_5_weight_1 = getattr(self.model.body, "5").weight
-    linear_cube_2 = autopar_runtime_cube3d_linear_cube(linear_cube_1, model_body_3_weight, cube_vector_2, (32, 16), 'y', 'x', False, prefetch = model_body_5_weight_1, checkpointed = False);  linear_cube_1 = model_body_3_weight = cube_vector_2 = model_body_5_weight_1 = None
+    linear_cube_2 = autopar_strategies_cube_collectives_linear_cube(linear_cube_1, model_body_3_weight, cube_vector_2, (32, 16), 'y', 'x', False, prefetch = model_body_5_weight_1, checkpointed = False);  linear_cube_1 = model_body_3_weight = cube_vector_2 = model_body_5_weight_1 = None
     model_body_4 = getattr(self.model.body, "4")(linear_cube_2);  linear_cube_2 = None
     model_body_5_weight = getattr(self.model.body, "5").weight
     model_body_5_bias = getattr(self.model.body, "5").bias
-    cube_vector_3 = autopar_runtime_cube3d_cube_vector(model_body_5_bias, 16, 'x', 'y');  model_body_5_bias = None
-    linear_cube_3 = autopar_runtime_cube3d_linear_cube(model_body_4, model_body_5_weight, cube_vector_3, (16, 32), 'x', 'y', False, prefetch = None, checkpointed = False);  model_body_4 = model_body_5_weight = cube_vector_3 = None
+    cube_vector_3 = autopar_strategies_cube_collectives_cube_vector(model_body_5_bias, 16, 'x', 'y');  model_body_5_bias = None
+    linear_cube_3 = autopar_strategies_cube_collectives_linear_cube(model_body_4, model_body_5_weight, cube_vector_3, (16, 32), 'x', 'y', False, prefetch = None, checkpointed = False);  model_body_4 = model_body_5_weight = cube_vector_3 = None
     gather_from_tensor_region_2 = autopar_runtime_collectives_gather_from_tensor_region(linear_cube_3, 1, 'y');  linear_cube_3 = None
     gather_from_tensor_region_3 = autopar_runtime_collectives_gather_from_tensor_region(gather_from_tensor_region_2, 0, 'x');  gather_from_tensor_region_2 = None
     model_head = self.model.head(gather_from_tensor_region_3);  gather_from_tensor_region_3 = None
@@ -902,20 +902,20 @@ def forward(self, input_0, target):
     model_body_0_weight = getattr(self.model.body, "0").weight
     model_body_0_bias = getattr(self.model.body, "0").bias
     model_body_2_weight_1 = getattr(self.model.body, "2").weight
-    linear_3d = autopar_runtime_tensor3d_linear_3d(scatter_to_tensor_region, model_body_0_weight, model_body_0_bias, (32, 16), 'y', 'x', False, prefetch = model_body_2_weight_1, checkpointed = False);  scatter_to_tensor_region = model_body_0_weight = model_body_0_bias = model_body_2_weight_1 = None
+    linear_3d = autopar_strategies_tensor3d_runtime_linear_3d(scatter_to_tensor_region, model_body_0_weight, model_body_0_bias, (32, 16), 'y', 'x', False, prefetch = model_body_2_weight_1, checkpointed = False);  scatter_to_tensor_region = model_body_0_weight = model_body_0_bias = model_body_2_weight_1 = None
     model_body_1 = getattr(self.model.body, "1")(linear_3d);  linear_3d = None
     model_body_2_weight = getattr(self.model.body, "2").weight
     model_body_2_bias = getattr(self.model.body, "2").bias
     model_body_3_weight_1 = getattr(self.model.body, "3").weight
-    linear_3d_1 = autopar_runtime_tensor3d_linear_3d(model_body_1, model_body_2_weight, model_body_2_bias, (16, 32), 'x', 'y', False, prefetch = model_body_3_weight_1, checkpointed = False);  model_body_1 = model_body_2_weight = model_body_2_bias = model_body_3_weight_1 = None
+    linear_3d_1 = autopar_strategies_tensor3d_runtime_linear_3d(model_body_1, model_body_2_weight, model_body_2_bias, (16, 32), 'x', 'y', False, prefetch = model_body_3_weight_1, checkpointed = False);  model_body_1 = model_body_2_weight = model_body_2_bias = model_body_3_weight_1 = None
     model_body_3_weight = getattr(self.model.body, "3").weight
     model_body_3_bias = getattr(self.model.body, "3").bias
     model_body_5_weight_1 = getattr(self.model.body, "5").weight
-    linear_3d_2 = autopar_runtime_tensor3d_linear_3d(linear_3d_1, model_body_3_weight, model_body_3_bias, (32, 16), 'y', 'x', False, prefetch = model_body_5_weight_1, checkpointed = False);  linear_3d_1 = model_body_3_weight = model_body_3_bias = model_body_5_weight_1 = None
+    linear_3d_2 = autopar_strategies_tensor3d_runtime_linear_3d(linear_3d_1, model_body_3_weight, model_body_3_bias, (32, 16), 'y', 'x', False, prefetch = model_body_5_weight_1, checkpointed = False);  linear_3d_1 = model_body_3_weight = model_body_3_bias = model_body_5_weight_1 = None
     model_body_4 = getattr(self.model.body, "4")(linear_3d_2);  linear_3d_2 = None
     model_body_5_weight = getattr(self.model.body, "5").weight
     model_body_5_bias = getattr(self.model.body, "5").bias
-    linear_3d_3 = autopar_runtime_tensor3d_linear_3d(model_body_4, model_body_5_weight, model_body_5_bias, (16, 32), 'x', 'y', False, prefetch = None, checkpointed = False);  model_body_4 = model_body_5_weight = model_body_5_bias = None
+    linear_3d_3 = autopar_strategies_tensor3d_runtime_linear_3d(model_body_4, model_body_5_weight, model_body_5_bias, (16, 32), 'x', 'y', False, prefetch = None, checkpointed = False);  model_body_4 = model_body_5_weight = model_body_5_bias = None
     gather_from_tensor_region_1 = autopar_runtime_collectives_gather_from_tensor_region(linear_3d_3, 1, 'y');  linear_3d_3 = None
     model_head = self.model.head(gather_from_tensor_region_1);  gather_from_tensor_region_1 = None
     cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'sum', label_smoothing = 0.0);  model_head = target = None
@@ -927,7 +927,7 @@ def forward(self, input_0, target):
     def test_transformer_pipeline(self):
         """PTD-P: pipeline 2 x tensor 2 with 4 microbatches (1F1B): the stage partition, the
         timeline, and rank 0's stage program (embedding and block 0, Megatron inside)."""
-        from autopar.pipelined import pipeline_rank_code
+        from autopar.strategies.pipeline.program import pipeline_rank_code
         model, inputs, loss_fn, target = transformer()
         plan = autopar.plan(model, 4, inputs, loss_fn, {"pipeline": 2, "tensor": 2, "microbatches": 4},
                             example_target=target)
@@ -1148,7 +1148,7 @@ class _ScaleMaskSoftmax(torch.nn.Module):
 
 def _fused_source(model, x) -> str:
     from autopar.capture import capture
-    from autopar.passes.fusion import FUSION, fusion_pass
+    from autopar.transforms.fusion import FUSION, fusion_pass
     gm = fusion_pass(capture(model, (x,)))
     kernel, = gm.meta[FUSION].kernels
     return kernel.source

@@ -5,7 +5,7 @@ the right numerics."""
 import pytest
 
 from autopar.grid import GroupSpec, RankGrid, subgrid_dims
-from autopar.planning.grid3d import Grid3D
+from autopar.strategies.tensor3d.cost import Grid3D
 from autopar.planning.plan import Cost, Plan
 
 

@@ -3,8 +3,8 @@ import dataclasses
 
 import pytest
 
-from autopar.planning.grid3d import Grid3D, cube_layer_comm, cube_volumes, group_bandwidth, layer_comm, layer_volumes
-from autopar.planning.hardware import get_hardware
+from autopar.strategies.tensor3d.cost import Grid3D, cube_layer_comm, cube_volumes, group_bandwidth, layer_comm, layer_volumes
+from autopar.cost.hardware import get_hardware
 
 # a cluster of 4 devices per node; no latency, as the paper's assumption 3 has it
 CLUSTER = dataclasses.replace(get_hardware("a100-selene"), devices_per_node=4, intra_node_latency_s=0.0,

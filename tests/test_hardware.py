@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from autopar.planning import cost
-from autopar.planning.hardware import PRESETS, Hardware, get_hardware
+from autopar.cost import model as cost
+from autopar.cost.hardware import PRESETS, Hardware, get_hardware
 
 # devices per node as the module docstring and docs/user_guide.md state them
 DEVICES_PER_NODE = {

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from autopar.capture import capture
 from autopar.ir import REGIONS
-from autopar.passes.analysis import analyse
+from autopar.analysis.analyse import analyse
 
 transformers = pytest.importorskip("transformers")
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import autopar
 from autopar.capture import ModelLossError, capture
 from autopar.ir import CAPTURE
-from autopar.passes.data_parallel import LOSS_REDUCTION, data_parallel_pass, loss_reduction
+from autopar.strategies.data.rewrite import LOSS_REDUCTION, data_parallel_pass, loss_reduction
 import shared_ranks
 from autopar.runtime.target_count import TARGET_COUNT, global_mean, use_target_count
 from autopar.testing import zoo_equivalence_job
@@ -252,7 +252,7 @@ def test_the_global_mean_says_what_is_missing_when_run_without_a_count():
 
 
 def test_pipeline_stages_take_keywords_and_the_last_averages_over_the_whole_batch():
-    from autopar.pipelined import pipeline_rank_code
+    from autopar.strategies.pipeline.program import pipeline_rank_code
     case = OWN_LOSS["gpt2_labels"]()
     torch.manual_seed(0)
     model = case.factory()

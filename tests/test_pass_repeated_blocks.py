@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from autopar.capture import propagate_specs
 from autopar.ir import REGION_OF, regions
-from autopar.passes.repeated_blocks import find_repeated_blocks_pass, format_regions
+from autopar.analysis.repeated_blocks import find_repeated_blocks_pass, format_regions
 
 from analysis_helpers import run_analysis_pass
 

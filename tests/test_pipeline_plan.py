@@ -7,8 +7,8 @@ import torch
 
 import autopar
 import shared_ranks
-from autopar.planning import pipeline as pp
-from autopar.planning.hardware import get_hardware
+from autopar.strategies.pipeline import cost as pp
+from autopar.cost.hardware import get_hardware
 from examples.models import TinyTransformer, gpt2, gpt2_loss, lm_loss
 
 
@@ -36,7 +36,7 @@ def test_in_flight_follows_the_schedule():
 
 def test_in_flight_closed_form_equals_the_schedules_action_lists():
     # the planner counts in closed form; the runtime's schedules are the truth
-    from autopar.runtime.schedules import schedule
+    from autopar.strategies.pipeline.schedules import schedule
 
     def simulated(name, p, m, v, rank):
         held, worst, at = [0] * v, -1, [0] * v

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from autopar.api import _global_graph
-from autopar.passes.pipeline_stages import StageError, balance, blocks_of, split
+from autopar.strategies.pipeline.stages import StageError, balance, blocks_of, split
 from examples.models import TinyTransformer, gpt2, gpt2_loss, lm_loss
 
 

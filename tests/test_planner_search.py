@@ -95,8 +95,8 @@ def test_why_not_names_the_binding_constraint():
 
 def test_identical_blocks_are_priced_once_and_progress_is_reported():
     from autopar.capture import capture
-    from autopar.passes.analysis import analyse
-    from autopar.planning.hardware import get_hardware
+    from autopar.analysis.analyse import analyse
+    from autopar.cost.hardware import get_hardware
     from autopar.planning.planner import _Model, plan_graph
     model, inputs, loss, target = _small(layers=12)
     gm = analyse(capture(model, inputs, loss, target))

@@ -18,8 +18,8 @@ import torch.nn as nn
 import autopar
 from autopar.capture import capture
 from autopar.ir import regions
-from autopar.passes.analysis import analyse
-from autopar.passes.tensor_parallel import regions_without_rules, tensor_parallel_pass
+from autopar.analysis.analyse import analyse
+from autopar.strategies.megatron.rewrite import regions_without_rules, tensor_parallel_pass
 import shared_ranks
 from examples.coverage import is_equal
 from examples.models import lm_loss

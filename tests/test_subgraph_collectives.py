@@ -16,9 +16,9 @@ import shared_ranks
 import torch.distributed as dist
 
 from autopar.grid import GroupSpec, RankGrid, subgrid_dims
-from autopar.planning.subgraph import subgrid_coordinates, subgrid_groups
+from autopar.strategies.dsp.cost import subgrid_coordinates, subgrid_groups
 from autopar.runtime import get_group, group_rank, set_groups, use_groups
-from autopar.runtime.subgraph_collectives import (
+from autopar.strategies.dsp.collectives import (
     common_batch_chunk,
     segmented_all_gather,
     segmented_all_to_all,

@@ -1,7 +1,7 @@
 """SUPER §V: message counts of the branch split/join for both rank orders (eqs 3-7)."""
 import pytest
 
-from autopar.planning.subgraph import (count_messages, split_messages, subgrid_coordinates, subgrid_groups,
+from autopar.strategies.dsp.cost import (count_messages, split_messages, subgrid_coordinates, subgrid_groups,
                                        rank_of)
 
 
@@ -51,10 +51,10 @@ def test_orders_and_groups():
 
 # ---------------------------------------------------------------- branch assignment and cost
 
-from autopar.planning import cost as cm  # noqa: E402
-from autopar.planning.flops import NodeWork  # noqa: E402
-from autopar.planning.hardware import get_hardware  # noqa: E402
-from autopar.planning.subgraph import assign_branches, dsp_region_cost  # noqa: E402
+from autopar.cost import model as cm  # noqa: E402
+from autopar.analysis.flops import NodeWork  # noqa: E402
+from autopar.cost.hardware import get_hardware  # noqa: E402
+from autopar.strategies.dsp.cost import assign_branches, dsp_region_cost  # noqa: E402
 
 
 def test_assignment_balances_unequal_branches_and_uneven_counts():

@@ -73,7 +73,7 @@ def test_each_overlap_switched_off_alone_matches_single_device(index):
 
 
 def _check(case, reports) -> None:
-    from autopar.runtime.tensor3d import Overlap
+    from autopar.strategies.tensor3d.runtime import Overlap
     for rank, report in enumerate(reports):
         assert report["case"] == case
         grid = case[1]

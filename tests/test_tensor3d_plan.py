@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import autopar
 from autopar.cli import main
-from autopar.planning.grid3d import Grid3D, grids_of
+from autopar.strategies.tensor3d.cost import Grid3D, grids_of
 from examples.factories import gpt2, mlp, transformer
 
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import shared_ranks
-from autopar.planning.grid3d import Grid3D
+from autopar.strategies.tensor3d.cost import Grid3D
 
 GRIDS = [(2, 2, 2), (1, 2, 4), (4, 2, 1)]
 
@@ -24,7 +24,7 @@ def _input_block(x, grid, c, in_axis):
 
 def _two_layers(grids):
     from autopar.runtime import groups as G
-    from autopar.runtime import tensor3d as T3
+    from autopar.strategies.tensor3d import runtime as T3
     torch.manual_seed(0)
     m, k, h, n = 8, 8, 16, 8
     x = torch.randn(m, k, dtype=torch.float64, requires_grad=True)
@@ -84,7 +84,7 @@ def test_algorithm_1_two_layers_on_8_ranks():
 
 
 def test_shapes_a_grid_does_not_divide_are_named():
-    from autopar.runtime import tensor3d as T3
+    from autopar.strategies.tensor3d import runtime as T3
     grid = Grid3D(3, 2, 2)
     with pytest.raises(ValueError, match=r"16 output features \(1 block\(s\)\) do not divide by Gx = 3"):
         T3.local_part(torch.zeros(16, 8), T3.Grid3DShard(0, False), grid, grid.coordinates(0))
@@ -93,7 +93,7 @@ def test_shapes_a_grid_does_not_divide_are_named():
 
 
 def test_overlap_options_parse_and_name_unknown_ones():
-    from autopar.runtime.tensor3d import Overlap
+    from autopar.strategies.tensor3d.runtime import Overlap
     assert Overlap.parse(None) == Overlap()
     assert Overlap.parse(False) == Overlap(False, False, False, False)
     assert Overlap.parse({"all_gather": False}) == Overlap(all_gather=False)

@@ -1,7 +1,7 @@
 """Generated kernels: the fusion IR (:mod:`.chain`), Triton source generation
 (:mod:`.codegen`), hand-written device helpers (:mod:`.triton_helpers`) and launching
 through autograd (:mod:`.runtime`). The pass that finds chains in a rank graph is
-:mod:`autopar.passes.fusion`. Triton is optional: imported only to run a kernel."""
+:mod:`autopar.transforms.fusion`. Triton is optional: imported only to run a kernel."""
 from __future__ import annotations
 
 import importlib.util

@@ -1,6 +1,6 @@
 """The fusion IR: one chain of pointwise and row-wise operations, independent of fx.
 
-A :class:`Chain` is what the fusion pass (:mod:`autopar.passes.fusion`) reads out of a
+A :class:`Chain` is what the fusion pass (:mod:`autopar.transforms.fusion`) reads out of a
 rank's graph and what :mod:`autopar.kernels.codegen` writes a Triton kernel for. Every
 value of a chain is a view of one contiguous iteration space of ``numel`` elements; a
 chain with a row reduction (softmax, layer norm) also has a row length ``n_cols`` (the

@@ -24,8 +24,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 
 from autopar.grid import GroupSpec, RankGrid, subgrid_dims
-from autopar.planning.grid3d import Grid3D
-from autopar.planning.subgraph import subgrid_group_specs
+from autopar.strategies.tensor3d.cost import Grid3D
+from autopar.strategies.dsp.cost import subgrid_group_specs
 
 PLAN_FORMAT_VERSION = 1
 MESH_ORDER = ("pipeline", "data", "z", "y", "x", "tensor")
@@ -347,11 +347,11 @@ class Plan:
         return "\n".join(lines)
 
     def timeline(self):
-        """The simulated schedule of a pipeline plan (:class:`autopar.planning.timeline.Timeline`,
+        """The simulated schedule of a pipeline plan (:class:`autopar.strategies.pipeline.timeline.Timeline`,
         with ``text()`` and ``svg()``), in units of one chunk's forward; None without a pipeline."""
         if not self.pipeline:
             return None
-        from autopar.planning.timeline import simulate
+        from autopar.strategies.pipeline.timeline import simulate
         pp = self.pipeline
         return simulate(pp["schedule"], pp["stages"], pp["microbatches"], pp["chunks"])
 

@@ -32,13 +32,13 @@ from typing import Any
 import torch.fx as fx
 
 from autopar.ir import CAPTURE, REGION_OF, regions, tensor_spec
-from autopar.passes.ops import is_embedding, match_linear
-from autopar.planning import cost as cm
-from autopar.planning.flops import graph_work
-from autopar.planning.grid3d import Grid3D, boundary_comm, cube_boundary_comm, cube_layer_comm, grids_of, layer_comm
-from autopar.planning.hardware import Hardware
+from autopar.analysis.ops import is_embedding, match_linear
+from autopar.cost import model as cm
+from autopar.analysis.flops import graph_work
+from autopar.strategies.tensor3d.cost import Grid3D, boundary_comm, cube_boundary_comm, cube_layer_comm, grids_of, layer_comm
+from autopar.cost.hardware import Hardware
 from autopar.planning.plan import Cost, MeshCandidate, Plan, RegionChoice
-from autopar.planning.subgraph import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
+from autopar.strategies.dsp.cost import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
 
 log = logging.getLogger("autopar.planning")
 
@@ -121,7 +121,7 @@ class Strategy:
     def _parse_pipeline(strategy: dict) -> "Strategy":
         """``{"pipeline": p, "microbatches": m, "schedule": "1f1b", "chunks": v, "data": d,
         "tensor": t, "scatter_gather": True}``: PTD-P (megatron §2-§4)."""
-        from autopar.runtime.schedules import SCHEDULES
+        from autopar.strategies.pipeline.schedules import SCHEDULES
         unknown = set(strategy) - {"pipeline", "data", "tensor"} - set(PIPELINE_KEYS)
         if unknown:
             raise PlanError(f"strategy: a pipeline combines with 'data' and 'tensor' (PTD-P) in this version, not "
@@ -187,7 +187,7 @@ def _fuse_work(gm: fx.GraphModule, work: dict) -> int:
     carries the chain's FLOPs and bytes; the others become free (no launch, no bytes,
     nothing saved for backward: the kernel's backward recomputes from its inputs).
     Returns the number of chains."""
-    from autopar.passes.fusion import fusible_chains
+    from autopar.transforms.fusion import fusible_chains
     chains = fusible_chains(gm)
     for nodes in chains:
         inside = set(nodes)
@@ -256,18 +256,18 @@ class _Model:
         self.pipeline_shapes: dict[int, object] = {}  # stage count -> _PipelineShape or its PlanError
         self.node_flops: dict[str, float] | None = None
         self._rule_gaps: dict[str, str] | None = None
-        from autopar.passes.data_parallel import batch_norm_arguments
+        from autopar.strategies.data.rewrite import batch_norm_arguments
         # batch norms that normalise over the batch (training mode): exact only when the
         # whole batch is synchronised at once (data parallelism, sync_batch_norm)
         self.batch_norms = [n.name for n in gm.graph.nodes if batch_norm_arguments(n) is not None]
 
     def rule_gaps(self) -> dict[str, str]:
         """Region id → why it stays replicated: it holds an op that no split rule covers
-        (:func:`autopar.passes.tensor_parallel.regions_without_rules`), so splitting it
+        (:func:`autopar.strategies.megatron.rewrite.regions_without_rules`), so splitting it
         would all-gather unpriced values mid-region. Found once per model, probing each
         region at the smallest degree that divides its sizes, and logged."""
         if self._rule_gaps is None:
-            from autopar.passes.tensor_parallel import regions_without_rules
+            from autopar.strategies.megatron.rewrite import regions_without_rules
             by_degree: dict[int, list[str]] = {}
             for r in self.regions:
                 sizes = [size for _, size in _region_sizes(r)]
@@ -447,9 +447,9 @@ def _price_3d(model: _Model, hw: Hardware, grid: Grid3D, forced: bool, split_all
     repeated blocks) entering and leaving the same way are priced once and the returned
     choices are those shared representatives; the winner is priced again with
     ``materialize=True`` for its per-region table."""
-    from autopar.passes.cube3d import check_rows, planned_cube_shards
-    from autopar.passes.layout_propagation import TensorParallelError
-    from autopar.passes.tensor3d import planned_grid3d_shards
+    from autopar.strategies.cube.rewrite import check_rows, planned_cube_shards
+    from autopar.strategies.propagation import TensorParallelError
+    from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards
     split_name = "cube3d" if cube else "tensor3d"
     planned = planned_cube_shards if cube else planned_grid3d_shards
     table = {n.name: n for n in model.gm.graph.nodes}
@@ -1019,9 +1019,9 @@ class _PipelineShape:
     blocks priced once), and the regions kept whole (tied across stages)."""
 
     def __init__(self, model: _Model, stages: int):
-        from autopar.passes.pipeline_stages import boundary_values, parameter_stages, partition
+        from autopar.strategies.pipeline.stages import boundary_values, parameter_stages, partition
         if model.node_flops is None:
-            from autopar.passes.fork_join import node_flops
+            from autopar.analysis.fork_join import node_flops
             model.node_flops = {n.name: float(node_flops(model.gm, n)) for n in model.gm.graph.nodes}
         self.part = part = partition(model.gm, stages, flops=model.node_flops)
         self.param_stages = parameter_stages(model.gm, part)
@@ -1068,7 +1068,7 @@ class _PipelineShape:
 
 
 def _pipeline_shape(model: _Model, stages: int) -> _PipelineShape:
-    from autopar.passes.pipeline_stages import StageError
+    from autopar.strategies.pipeline.stages import StageError
     cache = model.pipeline_shapes
     if stages not in cache:
         try:
@@ -1084,7 +1084,7 @@ def _pipeline_options(model: _Model, world: int) -> list[Strategy]:
     """The pipeline layouts ``"auto"`` weighs: p > 1 dividing the world and at most the
     number of blocks, every data x tensor of the rest, 1F1B, and interleaved with v = 2
     where there are 2p blocks."""
-    from autopar.passes.pipeline_stages import blocks_of
+    from autopar.strategies.pipeline.stages import blocks_of
     if model.batch_norms:  # microbatches would normalise over fewer rows (see _plan_graph)
         return []
     blocks = len(blocks_of(model.gm))
@@ -1110,7 +1110,7 @@ def _pipeline_label(option: Strategy) -> str:
 def _plan_pipeline(model: _Model, world: int, hw: Hardware, forced: Strategy, name: str) -> Plan:
     """A PTD-P plan: ``pipeline × data × tensor`` (megatron §2-§4), Megatron inside every
     stage wherever the tensor degree divides; the microbatch count is the given one or
-    the fastest predicted (megatron eq (1), :mod:`autopar.planning.pipeline`)."""
+    the fastest predicted (megatron eq (1), :mod:`autopar.strategies.pipeline.cost`)."""
     shape, numbers = _search_pipeline(model, world, hw, forced, name)
     return _pipeline_plan(model, world, hw, forced, name, shape, numbers)
 
@@ -1118,7 +1118,7 @@ def _plan_pipeline(model: _Model, world: int, hw: Hardware, forced: Strategy, na
 def _search_pipeline(model: _Model, world: int, hw: Hardware, forced: Strategy, name: str):
     """(pipeline shape, the numbers of :func:`_pipeline_numbers` at the best microbatch
     count) of one pipeline layout, its sizes checked."""
-    from autopar.planning import pipeline as pp
+    from autopar.strategies.pipeline import cost as pp
     p, data, tensor, shape, local = _pipeline_layout(model, world, forced, name)
     v, schedule = forced.chunks, forced.schedule
     if forced.microbatches is not None:
@@ -1163,7 +1163,7 @@ def _pipeline_numbers(model: _Model, hw: Hardware, shape: _PipelineShape, p: int
     the step with its bubble (megatron §2.2), the data and tied-weight all-reduces, and
     memory per rank with and without recomputation. ``recompute``: the blocks' forward
     runs twice (megatron §3.5) and the memory that counts is the recomputing one."""
-    from autopar.planning import pipeline as pp
+    from autopar.strategies.pipeline import cost as pp
     stages = p * v
     scale = data * m  # the work of one microbatch on one data rank is the batch's 1/(d·m)
     stage_s = [0.0] * stages       # forward + backward seconds of one microbatch per stage
@@ -1234,7 +1234,7 @@ def _pipeline_plan(model: _Model, world: int, hw: Hardware, forced: Strategy, na
                    n: dict) -> Plan:
     """The plan of one priced pipeline layout: its region table (per step: ``m``
     microbatches of each region), its cost and its pipeline details."""
-    from autopar.planning import pipeline as pp
+    from autopar.strategies.pipeline import cost as pp
     p, v, m, data, tensor, schedule = n["p"], n["v"], n["m"], n["data"], n["tensor"], n["schedule"]
     choices, _, _ = _price(model, hw, data * m, tensor, True, shape.keep_whole, n["recompute"])
     for c in choices[:-1]:  # the table reads per step: m microbatches of each region

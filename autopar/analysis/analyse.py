@@ -1,0 +1,36 @@
+"""The analysis pipeline: every analysis pass, in the order their results depend on.
+
+``vocab`` and ``attention`` claim their linears before ``linear_chains`` looks for MLPs;
+``fork_join`` and ``repeated_blocks`` are independent of the others. All of them only
+write metadata (see :mod:`autopar.ir`); the graph is unchanged.
+
+Analysis never stops a compile: the runner degrades (``PassRunner(degrade=True)``), so a
+pass that raises loses its regions with a warning, and each pass skips a candidate it
+cannot read with a warning naming the pass and the node
+(:func:`autopar.analysis.manager.examining`). What is not in a region is replicated, which
+is always correct; the rest of the model is still planned.
+"""
+from __future__ import annotations
+
+import torch.fx as fx
+
+from autopar.analysis.attention import find_attention_regions_pass
+from autopar.analysis.fork_join import find_fork_join_regions_pass
+from autopar.analysis.linear_chains import find_linear_chains_pass
+from autopar.analysis.manager import PassRunner
+from autopar.analysis.repeated_blocks import find_repeated_blocks_pass
+from autopar.analysis.vocab import find_vocab_region_pass
+
+ANALYSIS_PASSES = [
+    ("vocab", find_vocab_region_pass, {}),
+    ("attention", find_attention_regions_pass, {}),
+    ("linear_chains", find_linear_chains_pass, {}),
+    ("fork_join", find_fork_join_regions_pass, {}),
+    ("repeated_blocks", find_repeated_blocks_pass, {}),
+]
+
+
+def analyse(gm: fx.GraphModule, *, label: str = "analysis") -> fx.GraphModule:
+    """Run every analysis pass on ``gm`` and return it (with regions in ``gm.meta``);
+    ``label`` names the run in logs and dumps."""
+    return PassRunner(list(ANALYSIS_PASSES), degrade=True).run(gm, label=label)

@@ -1,0 +1,88 @@
+"""Analysis pass: the vocabulary region (token embedding, LM head and the loss after it).
+
+Megatron splits the vocabulary across tensor ranks (megatron §2.3): the embedding
+becomes a vocab-parallel lookup (each rank holds rows ``[v0, v1)``, looks up the ids it
+owns, and an all-reduce sums the rows), the LM head a column-parallel linear over the
+vocabulary, and cross-entropy is computed on the vocab-sharded logits without gathering
+them. When the head's weight is the embedding's (tied weights, as in GPT-2) both use
+the same row shard, so the region holds both.
+
+Example (GPT-2, export graph)::
+
+    vocab:embedding  vocab=128 tied embeddings=[embedding] head=linear_24
+"""
+from __future__ import annotations
+
+import logging
+
+import torch.fx as fx
+
+from autopar.ir import Region, add_region, clear_regions, tensor_spec
+from autopar.analysis.ops import is_embedding, match_linear
+
+log = logging.getLogger("autopar.analysis.vocab")
+
+
+def _from_input(node: fx.Node, limit: int = 8) -> bool:
+    """Whether ``node`` is (a view of) a graph input: token ids rather than positions."""
+    for _ in range(limit):
+        if node.op == "placeholder":
+            return True
+        inputs = node.all_input_nodes
+        if len(inputs) != 1:
+            return False
+        node = inputs[0]
+    return False
+
+
+def _param(gm: fx.GraphModule, name: str):
+    try:
+        return gm.get_parameter(name)
+    except AttributeError:
+        return None
+
+
+def find_vocab_region_pass(gm: fx.GraphModule) -> fx.GraphModule:
+    """Record the ``vocab`` region: token-embedding lookups and the LM head.
+
+    ``details``: ``embeddings`` (lookup node names), ``head`` (linear node name or None),
+    ``weight`` (embedding weight name), ``head_weight``, ``tied``, ``vocab_size``.
+    An untied head counts when its output width equals the vocabulary size.
+    """
+    clear_regions(gm, "vocab")
+    lookups, of_inputs = [], []
+    for node in gm.graph.nodes:
+        hit = is_embedding(node, gm)
+        if hit is not None:
+            lookups.append((node, hit[1]))
+            if _from_input(hit[0]):
+                of_inputs.append((node, hit[1]))
+    if not of_inputs:
+        return gm
+    weight_name = of_inputs[0][1]
+    weight = _param(gm, weight_name)
+    spec = tensor_spec(of_inputs[0][0])
+    vocab_size = weight.shape[0] if weight is not None else None
+    if vocab_size is None or spec is None:
+        return gm
+    # every lookup of the token table, also of ids computed from the inputs (T5's decoder
+    # looks up its labels shifted right): split rows serve all of them or none
+    embeddings = [n for n, w in lookups if w == weight_name or _param(gm, w) is weight]
+    head = None
+    for node in reversed(list(gm.graph.nodes)):
+        match = match_linear(node, gm)
+        if match is None:
+            continue
+        if match.weight_layout == "out_in" and (_param(gm, match.weight) is weight or match.out_features == vocab_size):
+            head = match
+        break  # only the last linear of the model can be the LM head
+    tied = head is not None and _param(gm, head.weight) is weight
+    add_region(gm, Region(
+        id=f"vocab:{embeddings[0].name}",
+        kind="vocab",
+        nodes=[n.name for n in embeddings] + ([head.node.name] if head else []),
+        details={"embeddings": [n.name for n in embeddings], "head": head.node.name if head else None,
+                 "weight": weight_name, "head_weight": head.weight if head else None,
+                 "tied": tied, "vocab_size": int(vocab_size), "hidden": int(weight.shape[1])},
+    ))
+    return gm

@@ -1,0 +1,311 @@
+"""Rewrite pass: data parallelism at the graph's outputs.
+
+Each rank's graph is captured at its local batch (global batch / data degree), so the
+body needs no change: the batch split happens when ``ParallelModule`` slices the inputs.
+What the rank graph must do is return what the single-device model returns: outputs
+whose first dimension is the local batch are all-gathered over the data group
+(``all_gather_batch``), and scalar outputs are reduced over it the way a loss reduces
+over the batch: averaged for a mean (the default when the reduction cannot be read off
+the graph), summed for a sum. A training graph keeps its loss local instead — backward
+starts from each rank's own loss, as in DDP — and records the reduction for the runtime,
+which reduces the reported value while backward runs.
+
+A loss that averages over the class-index targets it does not ignore (cross-entropy or
+NLL, ``reduction="mean"``, ``ignore_index`` -100: padding) would be averaged per rank,
+which is the single-device mean only when every rank ignores as many targets. Such a
+loss (an output of the graph) is rewritten to its sum divided by the count of the whole
+batch (:func:`global_mean_losses`, :mod:`autopar.runtime.target_count`), whose sum over
+the data ranks and microbatches is the single-device mean.
+
+Example: the output ``return model_2`` of an MLP on 2 data ranks becomes
+``all_gather_batch = all_gather_batch(model_2, 'data'); return all_gather_batch``.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autopar._torch_compat import argument_names, is_aten_op
+from autopar.ir import CAPTURE, LOSS_REDUCTION, SPEC, TensorSpec
+from autopar.analysis import ops
+from autopar.runtime import collectives as C
+from autopar.runtime.target_count import TARGET_COUNT, global_mean
+
+log = logging.getLogger("autopar.strategies.data.rewrite")
+
+
+class DataParallelError(ValueError):
+    pass
+
+
+_REDUCTION_ENUM = {0: "none", 1: "mean", 2: "sum"}  # aten's loss reduction argument
+_SUM = {torch.sum} | ops._targets("sum")
+_MEAN = {torch.mean} | ops._targets("mean")
+
+
+def loss_reduction(node: fx.Node) -> str:
+    """How the scalar ``node`` reduces over the batch: ``"sum"`` or ``"mean"`` (the
+    assumption when it cannot be read off the graph: losses are means by default). A
+    :func:`global_mean` is a sum: its parts on the ranks add up to the mean."""
+    if node.op == "call_function" and node.target is global_mean:
+        return "sum"
+    if node.op == "call_method" and node.target in ("sum", "mean"):
+        return node.target
+    if node.op == "call_function":
+        if node.target in _SUM:
+            return "sum"
+        if node.target in _MEAN:
+            return "mean"
+        reduction = node.kwargs.get("reduction")
+        names = argument_names(node.target)
+        if reduction is None and "reduction" in names:
+            if names.index("reduction") < len(node.args):
+                reduction = node.args[names.index("reduction")]
+        if reduction is None and node.target is C.vocab_parallel_cross_entropy and len(node.args) > 5:
+            reduction = node.args[5]
+        if isinstance(reduction, int):
+            reduction = _REDUCTION_ENUM.get(reduction)
+        if reduction == "sum":
+            return "sum"
+    if node.op == "call_module":
+        reduction = getattr(node.graph.owning_module.get_submodule(node.target), "reduction", None)
+        if reduction == "sum":
+            return "sum"
+    return "mean"
+
+
+# batch norm's arguments by spelling: (input, weight, bias, running_mean, running_var,
+# training, momentum, eps) as positions in the call, with the defaults
+_BN_ATEN = ops._targets("batch_norm")
+_BN_ORDER = {"aten": (0, 1, 2, 3, 4, 5, 6, 7), "functional": (0, 3, 4, 1, 2, 5, 6, 7)}
+_BN_NAMES = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps")
+_BN_DEFAULTS = {"weight": None, "bias": None, "training": False, "momentum": 0.1, "eps": 1e-5}
+
+
+def batch_norm_arguments(node: fx.Node) -> dict | None:
+    """The arguments of a batch norm that normalises over the batch (training mode, or
+    no running statistics), by name, or None when ``node`` is not one. Module calls give
+    ``module`` (the ``nn.BatchNorm*d``) and its attributes' names instead of nodes."""
+    if node.op == "call_module":
+        module = node.graph.owning_module.get_submodule(node.target)
+        if not isinstance(module, nn.modules.batchnorm._BatchNorm):
+            return None
+        if not (module.training or module.running_mean is None):
+            return None
+        return {"module": module, "input": node.args[0] if node.args else node.kwargs["input"]}
+    if node.op != "call_function" or not (node.target is F.batch_norm or node.target in _BN_ATEN):
+        return None
+    order = _BN_ORDER["functional" if node.target is F.batch_norm else "aten"]
+    values = dict(_BN_DEFAULTS)
+    for name, position in zip(_BN_NAMES, order):
+        if position < len(node.args):
+            values[name] = node.args[position]
+    values.update({k: v for k, v in node.kwargs.items() if k in _BN_NAMES})
+    if not (values["training"] or values.get("running_mean") is None):
+        return None
+    return values
+
+
+def sync_batch_norms(gm: fx.GraphModule, group: str) -> int:
+    """Make every batch-normalising batch norm compute its statistics over the whole
+    batch the ranks of ``group`` share (:func:`autopar.runtime.collectives.sync_batch_norm`):
+    per-rank statistics would make data parallelism differ from the single-device model
+    (and update the running statistics with each rank's own). Returns how many."""
+    count = 0
+    for node in list(gm.graph.nodes):
+        values = batch_norm_arguments(node)
+        if values is None:
+            continue
+        with gm.graph.inserting_before(node):
+            module = values.get("module")
+            if module is not None:
+                if module.momentum is None:
+                    raise DataParallelError(
+                        f"{node.format_node()}: {type(module).__name__} with momentum=None (a cumulative average) is "
+                        f"not supported under data parallelism; give it a momentum, or use strategy={{'data': 1}}")
+                attr = {name: (gm.graph.get_attr(f"{node.target}.{name}") if getattr(module, name) is not None
+                               else None) for name in ("weight", "bias", "running_mean", "running_var")}
+                if module.track_running_stats and module.num_batches_tracked is not None:
+                    tracked = gm.graph.get_attr(f"{node.target}.num_batches_tracked")
+                    gm.graph.call_method("add_", (tracked, 1))
+                args = (values["input"], attr["weight"], attr["bias"], attr["running_mean"], attr["running_var"],
+                        float(module.momentum), float(module.eps), group)
+            else:
+                args = (values["input"], values["weight"], values["bias"], values.get("running_mean"),
+                        values.get("running_var"), float(values["momentum"] or 0.0), float(values["eps"]), group)
+            new = gm.graph.call_function(C.sync_batch_norm, args)
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        count += 1
+    return count
+
+
+_MEAN_LOSSES = {F.cross_entropy, F.nll_loss, C.vocab_parallel_cross_entropy} | \
+    ops._targets("cross_entropy_loss", "nll_loss", "nll_loss_nd")
+_MEAN_LOSS_MODULES = (nn.CrossEntropyLoss, nn.NLLLoss)
+
+
+def _loss_arguments(node: fx.Node, gm: fx.GraphModule) -> dict | None:
+    """A cross-entropy or NLL loss's arguments by name (defaults filled in), or None."""
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        if type(module) not in _MEAN_LOSS_MODULES or len(node.args) + len(node.kwargs) != 2:
+            return None
+        values = dict(zip(("input", "target"), node.args), **node.kwargs)
+        return {**values, "weight": module.weight, "ignore_index": module.ignore_index,
+                "reduction": module.reduction, "label_smoothing": getattr(module, "label_smoothing", 0.0)}
+    if node.op != "call_function" or node.target not in _MEAN_LOSSES:
+        return None
+    try:
+        if is_aten_op(node.target):
+            names = ["input"] + argument_names(node.target)[1:]
+            values = dict(zip(names, node.args), **node.kwargs)
+            defaults = {"weight": None, "reduction": 1, "ignore_index": -100, "label_smoothing": 0.0}
+            return {**defaults, **values}
+        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
+    except (TypeError, ValueError):
+        return None
+    bound.apply_defaults()
+    values = dict(bound.arguments)
+    if node.target is C.vocab_parallel_cross_entropy:
+        values["input"] = values.pop("logits_shard")
+    return values
+
+
+def _set_sum_reduction(node: fx.Node, gm: fx.GraphModule) -> fx.Node:
+    """Make the loss ``node`` sum over its targets instead of averaging; returns the
+    node that now computes it (a module call becomes the functional call)."""
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        function = F.cross_entropy if isinstance(module, nn.CrossEntropyLoss) else F.nll_loss
+        extra = {"label_smoothing": module.label_smoothing} if function is F.cross_entropy and \
+            module.label_smoothing else {}
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(function, (*node.args,), {**node.kwargs, "ignore_index": module.ignore_index,
+                                                                   "reduction": "sum", **extra})
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        return new
+    summed = 2 if is_aten_op(node.target) else "sum"
+    names = argument_names(node.target) if is_aten_op(node.target) else list(inspect.signature(node.target).parameters)
+    position = names.index("reduction")
+    if "reduction" not in node.kwargs and position < len(node.args):
+        node.args = node.args[:position] + (summed,) + node.args[position + 1:]
+    else:
+        node.kwargs = {**node.kwargs, "reduction": summed}
+    return node
+
+
+def _target_count_program(gm: fx.GraphModule, target: fx.Node, ignore_index: int) -> fx.GraphModule | None:
+    """A program computing, from the graph inputs ``target`` is derived from, how many of
+    its targets are not ``ignore_index``; None when the targets depend on anything else
+    (a parameter, a module, a value carried from another pipeline stage)."""
+    inputs = set(gm.meta[CAPTURE].input_names) if CAPTURE in gm.meta else None
+    needed, stack = set(), [target]
+    while stack:
+        n = stack.pop()
+        if n in needed:
+            continue
+        needed.add(n)
+        stack.extend(n.all_input_nodes)
+    for n in needed:
+        if n.op == "call_module" or (n.op == "placeholder" and inputs is not None and n.name not in inputs):
+            return None
+        if n.op == "get_attr" and isinstance(getattr(gm, n.target, None), nn.Parameter):
+            return None
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in gm.graph.nodes:
+        if n in needed:
+            env[n] = graph.node_copy(n, lambda a: env[a])
+    counted = graph.call_function(torch.ne, (env[target], ignore_index))
+    graph.output(graph.call_function(torch.sum, (counted,)))
+    return fx.GraphModule(gm, graph, class_name="TargetCount")
+
+
+def global_mean_losses(gm: fx.GraphModule) -> int:
+    """Rewrite the graph's output loss that averages over its counted targets (a
+    cross-entropy or NLL over class indices, ``reduction="mean"``, no class weights,
+    read only by the output) into ``global_mean(the same loss summed)``, and record under
+    :data:`TARGET_COUNT` the program counting its targets from the graph inputs. Returns
+    how many losses were rewritten (0 or 1: a second one would need a count of its own
+    and is left as it is, with a warning)."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    found = []
+    for value in output.all_input_nodes:
+        arguments = _loss_arguments(value, gm)
+        if arguments is None or set(value.users) != {output}:
+            continue
+        target = arguments.get("target")
+        spec = target.meta.get(SPEC) if isinstance(target, fx.Node) else None
+        if arguments.get("reduction") not in ("mean", 1) or arguments.get("weight") is not None or \
+                arguments.get("size_average") is not None or arguments.get("reduce") is not None or \
+                not isinstance(spec, TensorSpec) or spec.dtype.is_floating_point:
+            continue  # a sum, class weights, legacy flags or probability targets: no count to share
+        found.append((value, target, int(arguments.get("ignore_index", -100))))
+    if len(found) > 1:
+        log.warning("data parallel: %d outputs average over their targets (%s); only the first is averaged over the "
+                    "whole batch, the others per rank", len(found), ", ".join(v.name for v, _, _ in found))
+    for value, target, ignore_index in found[:1]:
+        program = _target_count_program(gm, target, ignore_index)
+        if program is None:
+            log.warning("data parallel: the targets of %s are not computed from the graph inputs alone; it is "
+                        "averaged per rank, which equals the single-device mean only if every rank counts as many "
+                        "targets", value.format_node())
+            return 0
+        loss = _set_sum_reduction(value, gm)
+        with gm.graph.inserting_after(loss):
+            mean = gm.graph.call_function(global_mean, (loss,))
+        mean.meta.update({k: v for k, v in loss.meta.items() if k == SPEC})
+        output.replace_input_with(loss, mean)
+        gm.meta[TARGET_COUNT] = program
+        return 1
+    return 0
+
+
+def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = "data",
+                       reduce_scalars: bool = True, microbatches: int = 1) -> fx.GraphModule:
+    """Gather batch-major outputs over the data group; reduce scalar outputs over it
+    (``reduce_scalars``), or leave a training graph's loss local and record how it
+    reduces under :data:`LOSS_REDUCTION`. A loss averaged over its counted targets is
+    first rewritten to a share of the whole batch's mean (:func:`global_mean_losses`),
+    also when the batch is split into ``microbatches`` alone (a pipeline)."""
+    if degree == 1 and microbatches == 1:
+        return gm
+    global_mean_losses(gm)
+    if degree == 1:
+        gm.graph.lint()
+        gm.recompile()
+        return gm
+    sync_batch_norms(gm, group)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    for value in list(output.all_input_nodes):
+        spec = value.meta.get(SPEC)
+        if not isinstance(spec, TensorSpec):
+            continue
+        with gm.graph.inserting_before(output):
+            if spec.shape and spec.shape[0] == local_batch:
+                new = gm.graph.call_function(C.all_gather_batch, (value, group))
+            elif not spec.shape:
+                reduction = loss_reduction(value)
+                if not reduce_scalars:
+                    gm.meta[LOSS_REDUCTION] = reduction
+                    continue
+                reduce = C.sum_over_group if reduction == "sum" else C.average_over_group
+                new = gm.graph.call_function(reduce, (value, group))
+            else:
+                raise DataParallelError(
+                    f"output {value.format_node()} has shape {list(spec.shape)}, whose first dimension is not the "
+                    f"batch ({local_batch} per rank); data parallelism cannot reassemble it. Return batch-major "
+                    f"outputs, or use strategy={{'data': 1}}")
+        output.replace_input_with(value, new)
+    gm.graph.lint()
+    gm.recompile()
+    return gm

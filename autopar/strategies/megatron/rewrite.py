@@ -1,0 +1,333 @@
+"""Rewrite pass: Megatron tensor parallelism on one rank's graph (megatron §2.3).
+
+Reads the regions written by analysis and the strategy the plan chose for each; for
+every region planned as ``megatron`` it
+
+* splits the column linears' weights by output features (per block for a fused QKV
+  projection: rank ``r`` keeps ``[q_r, k_r, v_r]``) and inserts
+  ``copy_to_tensor_region`` (Megatron's *f*) on their input;
+* splits the row linear's weight by input features, removes its bias from the matmul
+  and inserts ``reduce_from_tensor_region`` (*g*) followed by the bias add, so the
+  bias is added once, after the reduction;
+* turns token-embedding lookups into ``vocab_parallel_embedding``, the LM head into a
+  column linear over the vocabulary and cross-entropy on vocab-split logits into
+  ``vocab_parallel_cross_entropy``;
+
+and carries the resulting layouts through every other node with
+:class:`~autopar.strategies.propagation.LayoutPropagator` (rewriting views that bake
+the head count in). A node no
+rule covers gets its split inputs all-gathered first (a logged fallback: correct, and
+visible in the rank graph). Values reaching the graph output are gathered, so the rank
+program returns full tensors.
+
+The pass records ``gm.meta[PARAM_SHARDS]``: parameter name → :class:`ParamShard`, from
+which the runtime cuts each rank's shard out of the user's full weights.
+"""
+from __future__ import annotations
+
+import logging
+import operator
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+
+from autopar.ir import PARAM_SHARDS, regions, tensor_spec
+from autopar.analysis import ops
+from autopar.strategies.propagation import LayoutPropagator, NoSplitRule, TensorParallelError
+from autopar.strategies.sharding import Shard
+from autopar.runtime import collectives as C
+from autopar.runtime import rng
+
+log = logging.getLogger("autopar.strategies.megatron.rewrite")
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class ParamShard:
+    """Parameter split along ``dim`` over the ``group`` mesh dimension, per block."""
+
+    dim: int
+    blocks: int = 1
+    group: str = "tensor"
+
+
+def tensor_parallel_pass(gm: fx.GraphModule, *, megatron_regions: list[str], degree: int, rank: int,
+                         group: str = "tensor") -> fx.GraphModule:
+    """Rewrite ``gm`` into tensor-parallel rank ``rank`` of ``degree`` (see module docstring).
+
+    ``megatron_regions`` are the ids of the regions the plan splits. With ``degree == 1``
+    the graph is returned unchanged (and no parameter is split).
+    """
+    gm.meta[PARAM_SHARDS] = {}
+    if degree == 1 or not megatron_regions:
+        return gm
+    rewriter = _Rewriter(gm, set(megatron_regions), degree, rank, group)
+    gm.meta[PARAM_SHARDS] = rewriter.shards
+    rewriter.run()
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+def planned_param_shards(gm: fx.GraphModule, *, megatron_regions: list[str], degree: int) -> dict[str, ParamShard]:
+    """The parameter splits :func:`tensor_parallel_pass` makes on any capture of this
+    model (they depend on the regions, not on shapes or the rank), without touching
+    ``gm``: the runtime cuts shards with them before any rank program exists."""
+    if degree == 1 or not megatron_regions:
+        return {}
+    return dict(_Rewriter(gm, set(megatron_regions), degree, 0, "tensor").shards)
+
+
+class _Rewriter(LayoutPropagator):
+    def __init__(self, gm: fx.GraphModule, chosen: set[str], degree: int, rank: int, group: str):
+        super().__init__(gm, degree, group)
+        self.rank = rank
+        self.shards: dict[str, ParamShard] = {}
+        self.columns: dict[str, int] = {}      # node name -> blocks
+        self.rows: set[str] = set()
+        self.embeddings: dict[str, int] = {}   # node name -> vocab size
+        known = {r.id: r for r in regions(gm)}
+        missing = sorted(chosen - set(known))
+        if missing:
+            raise TensorParallelError(f"the plan names regions {missing} that analysis did not find in this graph")
+        for rid, region in known.items():
+            if rid in chosen:
+                self._claim(region)
+
+    # ------------------------------------------------------------------ planning of shards
+    def _check(self, region, what: str, size: int) -> None:
+        if size % self.t:
+            raise TensorParallelError(
+                f"region {region.id}: {what} = {size} is not divisible by the tensor degree {self.t}; "
+                f"choose a tensor degree that divides it, or let the planner choose (strategy='auto')")
+
+    def _column(self, node_name: str, blocks: int = 1) -> None:
+        match = ops.match_linear(self._node(node_name), self.gm)
+        self.columns[node_name] = blocks
+        self.shards[match.weight] = ParamShard(match.out_dim_of_weight, blocks)
+        if match.bias:
+            self.shards[match.bias] = ParamShard(0, blocks)
+
+    def _row(self, node_name: str) -> None:
+        match = ops.match_linear(self._node(node_name), self.gm)
+        self.rows.add(node_name)
+        self.shards[match.weight] = ParamShard(match.in_dim_of_weight)
+
+    def _claim(self, region) -> None:
+        d = region.details
+        if region.kind == "linear_chain":
+            self._check(region, "hidden width", d["hidden"])
+            for name in d["column"]:
+                self._column(name, d.get("blocks", 1))
+            self._row(d["row"])
+        elif region.kind == "attention":
+            self._check(region, "attention heads", d["heads"])
+            self._check(region, "key/value heads", d["kv_heads"])
+            for name in dict.fromkeys((d["q_proj"], d["k_proj"], d["v_proj"])):
+                self._column(name, d["qkv_blocks"])
+            self._row(d["out_proj"])
+        elif region.kind == "vocab":
+            self._check(region, "vocabulary size", d["vocab_size"])
+            for name in d["embeddings"]:
+                self.embeddings[name] = d["vocab_size"]
+            self.shards[d["weight"]] = ParamShard(0)
+            if d["head"]:
+                self._column(d["head"])
+        else:
+            raise TensorParallelError(f"region {region.id}: Megatron tensor parallelism does not apply to "
+                                      f"{region.kind} regions")
+
+    def _node(self, name: str) -> fx.Node:
+        for n in self.graph.nodes:
+            if n.name == name:
+                return n
+        raise TensorParallelError(f"node {name} named by a region is missing from the graph")
+
+    # ------------------------------------------------------------------ graph helpers
+    def run(self) -> None:
+        for node in list(self.graph.nodes):
+            if node.op in ("placeholder", "get_attr"):
+                self.layout[node] = None
+            elif node.op == "output":
+                self._output(node)
+            elif node.name in self.columns:
+                self._rewrite_column(node)
+            elif node.name in self.rows:
+                self._rewrite_row(node)
+            elif node.name in self.embeddings:
+                self._rewrite_embedding(node)
+            elif ops.is_dropout(node, self.gm):
+                self._rewrite_dropout(node)
+            elif ops.is_cross_entropy(node, self.gm) and self._sharded_inputs(node):
+                self._rewrite_cross_entropy(node)
+            elif self._sharded_inputs(node):
+                try:
+                    self.layout[node] = self.propagate(node)
+                except (NoSplitRule, ValueError) as e:
+                    self._fallback(node, str(e))
+            else:
+                self.layout[node] = None
+
+    def _rewrite_column(self, node: fx.Node) -> None:
+        match = ops.match_linear(node, self.gm)
+        x = self._replicated(match.input, node.name)
+        node.replace_input_with(match.input, self._copy_to(x))
+        spec = tensor_spec(node)
+        self.layout[node] = Shard(len(spec.shape) - 1, self.columns[node.name])
+
+    def _rewrite_row(self, node: fx.Node) -> None:
+        match = ops.match_linear(node, self.gm)
+        x_layout = self.layout.get(match.input)
+        x = match.input
+        if x_layout != Shard(len(tensor_spec(x).shape) - 1):
+            x = self._scatter(self._replicated(x, node.name), len(tensor_spec(x).shape) - 1)
+        with self.graph.inserting_before(node):
+            if node.op == "call_module":
+                weight = self.graph.get_attr(match.weight)
+                product = self.graph.call_function(F.linear, (x, weight))
+            elif node.target in ops.ADDMM_FUNCTIONS:
+                product = self.graph.call_function(aten.mm.default, (x, node.args[2]))
+            elif match.spelling == "grouped_mm":  # the experts' row offsets stay
+                product = self.graph.call_function(node.target, (x,) + tuple(node.args[1:]), dict(node.kwargs))
+            else:  # F.linear / aten.linear without the bias, or a plain matmul
+                product = self.graph.call_function(node.target, (x, node.args[1]))
+            reduced = self.graph.call_function(C.reduce_from_tensor_region, (product, self.group))
+            result = reduced
+            if match.bias is not None:
+                bias = self.graph.get_attr(match.bias)
+                result = self.graph.call_function(operator.add, (reduced, bias))
+        for new in (product, reduced, result):
+            new.meta.update(node.meta)
+        node.replace_all_uses_with(result)
+        self.graph.erase_node(node)
+        for n in (product, reduced, result):
+            self.layout[n] = None
+
+    def _rewrite_embedding(self, node: fx.Node) -> None:
+        ids, weight_name = ops.is_embedding(node, self.gm)
+        vocab = self.embeddings[node.name]
+        local = vocab // self.t
+        padding_idx = None
+        if node.op == "call_module":
+            padding_idx = self.gm.get_submodule(node.target).padding_idx
+        elif node.target is F.embedding:
+            padding_idx = node.kwargs.get("padding_idx", node.args[2] if len(node.args) > 2 else None)
+        elif len(node.args) > 2 and node.args[2] != -1:
+            padding_idx = node.args[2]
+        with self.graph.inserting_before(node):
+            weight = self.graph.get_attr(weight_name)
+            lookup = self.graph.call_function(C.vocab_parallel_embedding,
+                                              (ids, weight, self.rank * local, self.group, padding_idx))
+        lookup.meta.update(node.meta)
+        node.replace_all_uses_with(lookup)
+        self.graph.erase_node(node)
+        self.layout[lookup] = None
+
+    def _rewrite_dropout(self, node: fx.Node) -> None:
+        x = node.args[0]
+        if node.op == "call_module":
+            mod = self.gm.get_submodule(node.target)
+            p, training = mod.p, mod.training
+        elif node.op == "call_method":
+            self._fallback(node, "dropout as a method")
+            return
+        elif node.target is F.dropout:
+            p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
+            training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
+        else:
+            p, training = node.args[1], node.args[2]
+        layout = self.layout.get(x)
+        fn = rng.replicated_dropout if layout is None else rng.sharded_dropout
+        with self.graph.inserting_before(node):
+            new = self.graph.call_function(fn, (x, p, training, self.group))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        self.graph.erase_node(node)
+        self.layout[new] = layout
+
+    def _rewrite_cross_entropy(self, node: fx.Node) -> None:
+        logits, target = node.args[0], node.args[1]
+        layout = self.layout.get(logits)
+        spec = tensor_spec(logits)
+        if node.op == "call_module":
+            mod = self.gm.get_submodule(node.target)
+            weight, ignore_index, reduction, smoothing = mod.weight, mod.ignore_index, mod.reduction, mod.label_smoothing
+        elif node.target is F.cross_entropy:
+            kw = node.kwargs
+            weight, ignore_index = kw.get("weight"), kw.get("ignore_index", -100)
+            reduction, smoothing = kw.get("reduction", "mean"), kw.get("label_smoothing", 0.0)
+            if kw.get("size_average") is not None or kw.get("reduce") is not None:
+                reduction = None
+        else:
+            args = list(node.args) + [None] * 6
+            weight = args[2]
+            reduction = {0: "none", 1: "mean", 2: "sum"}[args[3] if args[3] is not None else 1]
+            ignore_index = args[4] if args[4] is not None else -100
+            smoothing = args[5] or 0.0
+        usable = (isinstance(layout, Shard) and layout.blocks == 1 and len(spec.shape) == 2 and layout.dim == 1
+                  and weight is None and not smoothing and reduction in ("mean", "sum", "none"))
+        if not usable:
+            self._fallback(node, "cross-entropy form without a vocab-parallel rule")
+            return
+        with self.graph.inserting_before(node):
+            loss = self.graph.call_function(
+                C.vocab_parallel_cross_entropy,
+                (logits, target, self.rank * (spec.shape[1] // self.t), self.group, ignore_index, reduction))
+        loss.meta.update(node.meta)
+        node.replace_all_uses_with(loss)
+        self.graph.erase_node(node)
+        self.layout[loss] = None
+
+    # ------------------------------------------------------------------ propagation rules
+
+
+def regions_without_rules(gm: fx.GraphModule, region_ids: list[str], degree: int) -> dict[str, str]:
+    """The regions among ``region_ids`` that hold an op no split rule covers when they
+    are split ``degree`` ways, each with a reason naming the op and node: the planner
+    keeps them replicated (a region needs no rule then) rather than split with
+    all-gathers it did not price. Found by rewriting a copy of the graph (the modules are
+    shared, not copied) with all of them split, dropping the regions that fell back, and
+    again until none does."""
+    from autopar.ir import REGION_OF
+    left, found = list(region_ids), {}
+    while left and degree > 1:
+        graph = fx.Graph()
+        values: dict = {}
+        out = graph.graph_copy(gm.graph, values)
+        graph.output(out)
+        probe = fx.GraphModule(gm, graph)
+        probe.meta.update(gm.meta)
+        rewriter = _Rewriter(probe, set(left), degree, 0, "tensor")
+        rewriter.quiet = True  # the planner reports what it decides
+        try:
+            rewriter.run()
+        except TensorParallelError as e:  # a rule that refuses outright: find its region alone
+            if len(left) == 1:
+                found[left[0]] = str(e)
+                break
+            culprits = {rid: why for rid in left for why in [_refusal(gm, rid, degree)] if why}
+            if not culprits:  # refused only together: keep them all whole rather than guess
+                culprits = {rid: f"{e}; the region stays replicated within the tensor group" for rid in left}
+            found.update(culprits)
+            left = [rid for rid in left if rid not in culprits]
+            continue
+        new = {}
+        by_name = {n.name: n for n in probe.graph.nodes}
+        for name, op, why in rewriter.fallbacks:
+            for rid in by_name[name].meta.get(REGION_OF, {}).values():
+                if rid in left and rid not in new:
+                    what = f"node {name} ({op}) has no split rule" if why == "no split rule for this op" \
+                        else f"node {name} ({op}): {why}"
+                    new[rid] = f"{what}; the region stays replicated within the tensor group"
+        if not new:
+            break
+        found.update(new)
+        left = [rid for rid in left if rid not in new]
+    return found
+
+
+def _refusal(gm: fx.GraphModule, rid: str, degree: int) -> str | None:
+    return regions_without_rules(gm, [rid], degree).get(rid)

@@ -1,0 +1,263 @@
+"""Rewrite pass: cut a traced graph into pipeline stages at repeated-block boundaries
+(megatron §2.2; the blocks are the ``block`` regions of
+:mod:`autopar.analysis.repeated_blocks`).
+
+:func:`balance` chooses the cut: ``S`` contiguous groups of blocks minimising the most
+expensive stage, the nodes before the first block (the embedding) counted on the first
+stage and the nodes after the last (the head and the loss) on the last. :func:`split`
+then makes one GraphModule per stage:
+
+* a node belongs to the stage of its block; nodes before the first block to stage 0,
+  after the last to the last stage; any other node (a residual add between blocks) to
+  the latest stage among its inputs, so data only flows forward;
+* a stage's placeholders are the graph inputs it reads (every rank has the whole batch,
+  so inputs are never sent) and, first, the values earlier stages computed that it or a
+  later stage reads (the *carried* values, in graph order: the hidden state, and
+  anything like a mask the embedding stage built for every block);
+* its outputs are the carried values the next stage receives (its own and those it
+  passes on unchanged), or the graph's outputs on the last stage;
+* a parameter (``get_attr``) is copied into every stage that reads it: a weight tied
+  between the embedding and the head lives on the first and the last stage, whose
+  gradients the runtime sums (:attr:`Stage.params` says which stage reads which).
+
+Running the stages one after another, each on the previous one's outputs, computes
+exactly what the whole graph does (``tests/test_pipeline_stages.py``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch.fx as fx
+
+from autopar.ir import REGIONS, regions, tensor_spec
+from autopar.analysis.fork_join import node_flops
+
+
+class StageError(ValueError):
+    """A partition the model does not allow; the message names the argument."""
+
+
+@dataclass
+class Stage:
+    """One pipeline stage: its program and what flows in and out of it."""
+
+    index: int
+    module: fx.GraphModule
+    blocks: list[str]                 # the block regions it runs, in order
+    receives: list[str]               # carried values it takes from the stage before (names in the whole graph)
+    inputs: list[str]                 # the graph inputs it reads
+    sends: list[str]                  # carried values it gives the next stage ([] on the last)
+    params: list[str] = field(default_factory=list)  # qualified names of the parameters it reads
+    cost: float = 0.0                 # forward FLOPs
+    block_nodes: dict[str, list[str]] = field(default_factory=dict)  # its blocks' node names (one block alone
+    #                                   is no repetition: analysing the stage on its own would not find it)
+
+    def describe(self) -> str:
+        return (f"stage {self.index}: blocks {', '.join(self.blocks) or '-'}; receives {', '.join(self.receives) or '-'}"
+                f"; reads inputs {', '.join(self.inputs) or '-'}; sends {', '.join(self.sends) or '-'}; "
+                f"{len(self.params)} parameter(s); {self.cost:.3g} forward FLOPs")
+
+
+def blocks_of(gm: fx.GraphModule) -> list:
+    """The block regions of the largest group of repeated blocks, in graph order."""
+    found = regions(gm, "block")
+    if not found:
+        return []
+    groups: dict[str, list] = {}
+    for r in found:
+        groups.setdefault(r.details["group"], []).append(r)
+    group = max(groups.values(), key=len)
+    order = {n.name: i for i, n in enumerate(gm.graph.nodes)}
+    return sorted(group, key=lambda r: order[r.nodes[0]])
+
+
+def balance(costs: list[float], stages: int, before: float = 0.0, after: float = 0.0) -> list[int]:
+    """Stage index of each block: contiguous groups, at least one block per stage,
+    minimising the largest stage cost (``before`` added to the first, ``after`` to the
+    last); ties go to the earliest cut."""
+    n = len(costs)
+    if not 1 <= stages <= n:
+        raise StageError(f"pipeline: {stages} stages need at least {stages} repeated blocks to cut between; the "
+                         f"model has {n}. Use at most {n} stages (p·v for the interleaved schedule)")
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+
+    def cost(i: int, j: int, s: int) -> float:  # blocks i..j-1 on stage s
+        return prefix[j] - prefix[i] + (before if s == 0 else 0.0) + (after if s == stages - 1 else 0.0)
+
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(stages + 1)]  # best[s][j]: first j blocks on s stages
+    cut = [[0] * (n + 1) for _ in range(stages + 1)]
+    best[0][0] = 0.0
+    for s in range(1, stages + 1):
+        for j in range(s, n - (stages - s) + 1):
+            for i in range(s - 1, j):
+                value = max(best[s - 1][i], cost(i, j, s - 1))
+                if value < best[s][j] - 1e-12:
+                    best[s][j], cut[s][j] = value, i
+    assignment = [0] * n
+    j = n
+    for s in range(stages, 0, -1):
+        i = cut[s][j]
+        for b in range(i, j):
+            assignment[b] = s - 1
+        j = i
+    return assignment
+
+
+@dataclass
+class Partition:
+    """Which stage computes each node of a graph (before any program is built)."""
+
+    stages: int
+    blocks: list                      # the block regions, in graph order
+    assignment: list[int]             # each block's stage
+    stage_of: dict[str, int]          # computing node name -> stage
+    flops: dict[str, float]           # node name -> forward FLOPs
+
+    def nodes_of(self, stage: int) -> list[str]:
+        return [name for name, s in self.stage_of.items() if s == stage]
+
+    def stage_flops(self) -> list[float]:
+        out = [0.0] * self.stages
+        for name, s in self.stage_of.items():
+            out[s] += self.flops.get(name, 0.0)
+        return out
+
+
+def partition(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None,
+              flops: dict[str, float] | None = None) -> Partition:
+    """The stage of every computing node of ``gm`` (analysed: it has block regions) for
+    ``stages`` stages; ``assignment`` gives each block's stage (default :func:`balance`
+    by forward FLOPs; ``flops``: each node's, when the caller has them already)."""
+    blocks = blocks_of(gm)
+    if not blocks:
+        raise StageError("pipeline: the model has no repeated blocks (identical children of one ModuleList or "
+                         "Sequential) to cut between; pipelining needs them")
+    block_of = {name: b for b, r in enumerate(blocks) for name in r.nodes}
+    nodes = list(gm.graph.nodes)
+    first = min(i for i, n in enumerate(nodes) if n.name in block_of)
+    last = max(i for i, n in enumerate(nodes) if n.name in block_of)
+    if flops is None:
+        flops = {n.name: float(node_flops(gm, n)) for n in nodes}
+    if assignment is None:
+        costs = [sum(flops[name] for name in r.nodes) for r in blocks]
+        before = sum(flops[n.name] for n in nodes[:first])
+        after = sum(flops[n.name] for n in nodes[last + 1:])
+        assignment = balance(costs, stages, before, after)
+    elif len(assignment) != len(blocks) or sorted(set(assignment)) != list(range(stages)) or \
+            list(assignment) != sorted(assignment):
+        raise StageError(f"pipeline: the assignment {list(assignment)} must give each of the {len(blocks)} blocks a "
+                         f"stage, in order, using every stage 0..{stages - 1}")
+    stage: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        if n.op in ("placeholder", "get_attr", "output"):
+            continue
+        if n.name in block_of:
+            stage[n.name] = assignment[block_of[n.name]]
+        elif i < first:
+            stage[n.name] = 0
+        elif i > last:
+            stage[n.name] = stages - 1
+        else:  # between blocks: the latest stage among its inputs, so data only flows forward
+            stage[n.name] = max((stage[a.name] for a in n.all_input_nodes if a.name in stage), default=0)
+    return Partition(stages, blocks, list(assignment), stage, flops)
+
+
+def boundary_values(gm: fx.GraphModule, part: Partition) -> list[list[str]]:
+    """For each boundary ``s → s+1``, the names of the values carried across it (computed
+    at or before ``s`` and read after it), in graph order."""
+    nodes = list(gm.graph.nodes)
+    last_use: dict[str, int] = {}
+    for n in nodes:
+        at = part.stages - 1 if n.op == "output" else part.stage_of.get(n.name)
+        if at is None:
+            continue
+        for a in n.all_input_nodes:
+            last_use[a.name] = max(last_use.get(a.name, -1), at)
+    return [[n.name for n in nodes if n.name in part.stage_of and part.stage_of[n.name] <= s < last_use.get(n.name, -1)]
+            for s in range(part.stages - 1)]
+
+
+def parameter_stages(gm: fx.GraphModule, part: Partition) -> dict[str, set[int]]:
+    """Qualified parameter name → the stages that read it (a tied weight: several)."""
+    out: dict[str, set[int]] = {}
+    for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            for user in n.users:
+                if user.name in part.stage_of:
+                    out.setdefault(n.target, set()).add(part.stage_of[user.name])
+        elif n.op == "call_module" and n.name in part.stage_of:
+            for k, _ in gm.get_submodule(n.target).named_parameters():
+                out.setdefault(f"{n.target}.{k}", set()).add(part.stage_of[n.name])
+    params = dict(gm.named_parameters(remove_duplicate=False))
+    return {name: stages for name, stages in out.items() if name in params}
+
+
+def split(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None) -> list[Stage]:
+    """The stage programs of ``gm`` (analysed: it has block regions) for ``stages`` stages;
+    ``assignment`` gives each block's stage (default :func:`balance` by forward FLOPs)."""
+    part = partition(gm, stages, assignment)
+    blocks, assignment, flops = part.blocks, part.assignment, part.flops
+    nodes = list(gm.graph.nodes)
+    stage: dict[fx.Node, int] = {n: part.stage_of[n.name] for n in nodes if n.name in part.stage_of}
+    output = next(n for n in nodes if n.op == "output")
+    used_at: dict[fx.Node, set[int]] = {}
+    for n in nodes:
+        for a in n.all_input_nodes:
+            used_at.setdefault(a, set()).add(stages - 1 if n is output else stage[n])
+
+    out: list[Stage] = []
+    for s in range(stages):
+        carried_in = [n for n in nodes if n in stage and stage[n] < s and max(used_at.get(n, {-1})) >= s]
+        carried_out = [n for n in nodes if n in stage and stage[n] <= s and max(used_at.get(n, {-1})) > s]
+        mine = [n for n in nodes if stage.get(n) == s]
+        graph = fx.Graph()
+        env: dict[fx.Node, fx.Node] = {}
+        for n in carried_in:
+            env[n] = graph.placeholder(n.name)
+            env[n].meta.update(n.meta)
+        inputs = [n for n in nodes if n.op == "placeholder" and any(u in mine or (u is output and s == stages - 1)
+                                                                    for u in n.users)]
+        for n in inputs:
+            env[n] = graph.node_copy(n)
+        params = []
+
+        def value(a: fx.Node) -> fx.Node:
+            if a not in env:
+                if a.op != "get_attr":
+                    raise StageError(f"pipeline: stage {s} reads {a.name}, which no stage before it sends; this is a "
+                                     f"bug in the partition")
+                env[a] = graph.node_copy(a)  # just before its first reader
+                params.append(a.target)
+            return env[a]
+        for n in mine:
+            env[n] = graph.node_copy(n, value)
+            if n.op == "call_module":  # symbolic tracing: parameters behind module calls
+                params += [f"{n.target}.{k}" for k, _ in gm.get_submodule(n.target).named_parameters()]
+        if s == stages - 1:
+            graph.output(fx.map_arg(output.args[0], value))
+        else:
+            graph.output(tuple(env[n] for n in carried_out) if len(carried_out) != 1 else env[carried_out[0]])
+        graph.lint()
+        module = fx.GraphModule(gm, graph, class_name=f"Stage{s}")
+        module.meta.update({k: v for k, v in gm.meta.items() if not k.startswith(REGIONS)})
+        out.append(Stage(
+            index=s, module=module, blocks=[r.id for b, r in enumerate(blocks) if assignment[b] == s],
+            receives=[n.name for n in carried_in], inputs=[n.name for n in inputs],
+            sends=[] if s == stages - 1 else [n.name for n in carried_out],
+            params=sorted(dict.fromkeys(params)), cost=sum(flops[n.name] for n in mine),
+            block_nodes={r.id: list(r.nodes) for b, r in enumerate(blocks) if assignment[b] == s}))
+    for st in out:  # what the next stage receives is what this one sends
+        if st.index + 1 < stages and st.sends != out[st.index + 1].receives:
+            raise StageError(f"pipeline: stage {st.index} sends {st.sends} but stage {st.index + 1} receives "
+                             f"{out[st.index + 1].receives}; this is a bug in the partition")
+    return out
+
+
+def carried_bytes(stage: Stage, gm: fx.GraphModule) -> int:
+    """Bytes one microbatch sends from ``stage`` to the next (megatron §4.1: b·s·h for the
+    hidden state), from the capture's shapes."""
+    table = {n.name: n for n in gm.graph.nodes}
+    return sum(tensor_spec(table[name]).nbytes for name in stage.sends if tensor_spec(table[name]) is not None)

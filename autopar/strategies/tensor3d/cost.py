@@ -1,0 +1,195 @@
+"""The communication model of AxoNN's 3D tensor-parallel grid (Singh et al., §III-B, §V);
+the grid itself, :class:`autopar.grid.Grid3D`, lives with the rank grid.
+
+A ``Gx × Gy × Gz × Gdata`` grid; the rank of ``(x, y, z, d)`` is
+``((d·Gz + z)·Gy + y)·Gx + x``: x innermost, then y, z and data, the hierarchy of axonn
+§V-B, so the ranks of an x group are adjacent, a y group has stride ``Gx``, a z group
+``Gx·Gy`` and a data group ``Gx·Gy·Gz``.
+
+One linear layer ``O[m×n] = I[m×k] × W[k×n]`` (Algorithm 1) on rank ``g_{i,j,k}``:
+``I`` is split into row blocks over z and column blocks over y, ``W`` into row blocks
+over y and column blocks over x and each block further sharded over z (``Ŵ``). Forward:
+all-gather ``Ŵ`` over z, local matmul, all-reduce over y. Backward: the input gradient
+all-reduced over x, the weight gradient reduce-scattered over z. The output's columns are
+split over x, so the next layer is "transposed": x and y swap roles (end of §III-B).
+
+Per layer, the ring times of eqs 4-8 (here with the latency term α per step that
+:mod:`autopar.cost.model` adds to eqs 1-3, and the placement-aware bandwidth of eq 10
+through :func:`autopar.cost.model.group_link`)::
+
+    t_AG,z   = (Gz − 1) · k·n/(Gx·Gy·Gz) / β_z                  (4)
+    t_RS,z   = (Gz − 1)/Gz · k·n/(Gx·Gy) / β_z                  (5)
+    t_AR,y   = 2 (Gy − 1)/Gy · m·n/(Gz·Gx) / β_y                (6)
+    t_AR,x   = 2 (Gx − 1)/Gx · m·k/(Gz·Gy) / β_x                (7)
+    t_AR,data = 2 (Gdata − 1)/Gdata · k·n/(Gx·Gy·Gz) / β_data   (8)
+    t_comm = sum of (4)-(8)                                      (9)
+
+``m`` is the rows of one data-parallel replica (batch·sequence / Gdata); sizes are
+elements, multiplied by the element size for bytes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autopar.grid import Grid3D  # noqa: F401 - the grid's geometry lives with the rank grid
+from autopar.cost import model as cm
+from autopar.cost.hardware import Hardware
+
+
+@dataclass(frozen=True)
+class LayerComm:
+    """Predicted seconds of one layer's collectives (axonn eqs 4-8), by collective."""
+
+    all_gather_z: float
+    reduce_scatter_z: float
+    all_reduce_y: float
+    all_reduce_x: float
+    all_reduce_data: float
+    transposed: bool = False
+
+    @property
+    def forward_axis(self) -> str:
+        """The physical group of the forward all-reduce (eq 6): the layer's in axis."""
+        return "x" if self.transposed else "y"
+
+    @property
+    def backward_axis(self) -> str:
+        """The physical group of the input-gradient all-reduce (eq 7): the layer's out axis."""
+        return "y" if self.transposed else "x"
+
+    @property
+    def total(self) -> float:
+        """Eq 9."""
+        return self.all_gather_z + self.reduce_scatter_z + self.all_reduce_y + self.all_reduce_x + self.all_reduce_data
+
+    def by_group(self) -> dict[str, float]:
+        """Seconds on each physical group (a transposed layer's eq-6 all-reduce runs on x)."""
+        out = {"x": 0.0, "y": 0.0, "z": self.all_gather_z + self.reduce_scatter_z, "data": self.all_reduce_data}
+        out[self.forward_axis] += self.all_reduce_y
+        out[self.backward_axis] += self.all_reduce_x
+        return out
+
+
+def layer_volumes(m: int, k: int, n: int, grid: Grid3D, *, transposed: bool = False) -> dict[str, float]:
+    """The message size ``m`` (elements, as axonn eqs 1-3 define it) of each collective of
+    one layer ``[m×k] × [k×n]``; a transposed layer swaps Gx and Gy."""
+    g = grid.swapped() if transposed else grid
+    return {
+        "all_gather_z": k * n / (g.x * g.y * g.z),   # eq 4: each rank's shard Ŵ
+        "reduce_scatter_z": k * n / (g.x * g.y),     # eq 5: the weight block's gradient
+        "all_reduce_y": m * n / (g.z * g.x),         # eq 6: the output block
+        "all_reduce_x": m * k / (g.z * g.y),         # eq 7: the input block's gradient
+        "all_reduce_data": k * n / (g.x * g.y * g.z),  # eq 8: the shard's gradient
+    }
+
+
+def layer_comm(m: int, k: int, n: int, grid: Grid3D, hw: Hardware, *, transposed: bool = False,
+               element_bytes: int = 2) -> LayerComm:
+    """Eqs 4-8 for one layer on ``hw``, each group's bandwidth by eq 10 from its stride.
+
+    A transposed layer swaps the sizes of x and y (and so their bandwidths: its "x"
+    collectives run on the physical y groups)."""
+    v = {key: size * element_bytes for key, size in layer_volumes(m, k, n, grid, transposed=transposed).items()}
+    # the physical groups: a transposed layer all-reduces its output over x and its
+    # input gradient over y
+    out_axis, in_axis = ("x", "y") if transposed else ("y", "x")
+    size = {"x": grid.x, "y": grid.y}
+    return LayerComm(
+        all_gather_z=cm.all_gather_time(grid.z, v["all_gather_z"], hw, grid.stride("z")),
+        reduce_scatter_z=cm.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, grid.stride("z")),
+        all_reduce_y=cm.all_reduce_time(size[out_axis], v["all_reduce_y"], hw, grid.stride(out_axis)),
+        all_reduce_x=cm.all_reduce_time(size[in_axis], v["all_reduce_x"], hw, grid.stride(in_axis)),
+        all_reduce_data=cm.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride("data")),
+        transposed=transposed,
+    )
+
+
+def group_bandwidth(grid: Grid3D, axis: str, hw: Hardware) -> float:
+    """β of an ``axis`` group by axonn eq 10 (§V-B): intra-node when the product of the
+    sizes up to and including ``axis`` fits in a node, else the node-pair bandwidth
+    shared by the min(G_node, stride) rings crossing it."""
+    return cm.group_link(getattr(grid, axis), grid.stride(axis), hw)[0]
+
+
+def boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hardware) -> float:
+    """The re-layout where the data flow enters and leaves a 3D region (seconds on y):
+    the region's output, split over y by its last (transposed) layer, is all-gathered
+    over y in forward; the gradient of its input, cut to y blocks by the first (plain)
+    layers, is all-gathered over y in backward. ``in_bytes``/``out_bytes`` are the full
+    activations of all rows; each rank holds ``1/(Gz·Gdata·Gy)`` of them."""
+    if grid.y == 1:
+        return 0.0
+    share = grid.z * grid.data * grid.y
+    return (cm.all_gather_time(grid.y, out_bytes / share, hw, grid.stride("y"))
+            + cm.all_gather_time(grid.y, in_bytes / share, hw, grid.stride("y")))
+
+
+def cube_volumes(m: int, k: int, n: int, p: int, *, bias: bool = False) -> dict[str, float]:
+    """Elements each rank sends into every collective of one of Bian's cube layers
+    ``[m×k] × [k×n]`` on a ``p × p × p`` cube (``m`` the rows of one data replica;
+    all-gathers: the piece each rank gives, reduce-scatters: the buffer it reduces).
+
+    Each forward all-gather/reduce-scatter moves ``(mk + kn + mn)/p³`` per rank over p
+    ranks (bian §3.1.2); backward adds the gathered ``Ċ``, A gathered again, and the
+    reduce-scatters of ``Ȧ`` and ``Ḃ``."""
+    p3 = p ** 3
+    out = {
+        "all_gather_rows_out": m * k / p3,     # Alg 1 line 1: A_il over the out axis (again in backward)
+        "all_gather_z": k * n / p3,            # line 2: B_lj from the shards Ŵ over z (eq 4)
+        "reduce_scatter_rows_in": m * n / p ** 2,  # line 4: C_ilj over the in axis
+        "all_gather_rows_in": m * n / p3,      # Alg 2: Ċ_ij over the in axis
+        "reduce_scatter_rows_out": m * k / p ** 2,  # Alg 2 line 1: Ȧ over the out axis
+        "reduce_scatter_z": k * n / p ** 2,    # Alg 2 line 2: Ḃ over z (eq 5)
+        "all_reduce_data": k * n / p3,         # eq 8
+    }
+    if bias:  # Algorithms 7-8: the diagonal piece broadcast over the in axis, gathered over z; back again
+        out.update({"vector_in": n / p ** 2, "vector_z": n / p ** 2})
+    return out
+
+
+def cube_layer_comm(m: int, k: int, n: int, grid: Grid3D, hw: Hardware, *, transposed: bool = False,
+                    bias: bool = False, element_bytes: int = 2) -> dict[str, float]:
+    """Seconds of one cube layer's collectives by physical group (``x``, ``y``, ``z``,
+    ``data``), each group's bandwidth by axonn eq 10 from its stride; a transposed layer
+    exchanges x and y (in x, out y)."""
+    p = grid.x
+    v = {key: size * element_bytes for key, size in cube_volumes(m, k, n, p, bias=bias).items()}
+    in_axis, out_axis = ("x", "y") if transposed else ("y", "x")
+    s_in, s_out, s_z = grid.stride(in_axis), grid.stride(out_axis), grid.stride("z")
+    out = {"x": 0.0, "y": 0.0}
+    out[out_axis] += (2 * cm.all_gather_time(p, v["all_gather_rows_out"], hw, s_out)
+                      + cm.reduce_scatter_time(p, v["reduce_scatter_rows_out"], hw, s_out))
+    out[in_axis] += (cm.reduce_scatter_time(p, v["reduce_scatter_rows_in"], hw, s_in)
+                     + cm.all_gather_time(p, v["all_gather_rows_in"], hw, s_in))
+    out["z"] = (cm.all_gather_time(grid.z, v["all_gather_z"], hw, s_z)
+                + cm.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, s_z))
+    if bias:
+        out[in_axis] += 2 * cm.broadcast_time(p, v["vector_in"], hw, s_in)  # broadcast; reduce back
+        out["z"] += (cm.all_gather_time(grid.z, v["vector_z"], hw, s_z)
+                     + cm.reduce_scatter_time(grid.z, v["vector_z"] * grid.z, hw, s_z))
+    out["data"] = cm.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride("data"))
+    return out
+
+
+def cube_boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hardware) -> dict[str, float]:
+    """The cube's re-layout where the flow enters and leaves a region, by group: the
+    output (each rank ``1/(Gdata·p³)`` of it) all-gathered over y, then over x; the
+    input's gradient the same way in backward."""
+    p, d = grid.x, grid.data
+    if p == 1:
+        return {"x": 0.0, "y": 0.0}
+    y = sum(cm.all_gather_time(p, b / (d * p ** 3), hw, grid.stride("y")) for b in (in_bytes, out_bytes))
+    x = sum(cm.all_gather_time(p, b / (d * p ** 2), hw, grid.stride("x")) for b in (in_bytes, out_bytes))
+    return {"x": x, "y": y}
+
+
+def grids_of(world: int) -> list[Grid3D]:
+    """Every ``Gx × Gy × Gz × Gdata = world`` with at least one of x, y, z above 1, in a
+    fixed order (x, then y, then z ascending)."""
+    found = []
+    for x in range(1, world + 1):
+        for y in range(1, world // x + 1):
+            for z in range(1, world // (x * y) + 1):
+                if world % (x * y * z) == 0 and x * y * z > 1:
+                    found.append(Grid3D(x, y, z, world // (x * y * z)))
+    return found
