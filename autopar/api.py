@@ -31,7 +31,8 @@ from autopar.capture import capture
 from autopar.drawing import regions_dot
 from autopar.inputs import CallLayout
 from autopar.kernels import model_device, resolve_fusion
-from autopar.module import ParallelModule, example_signature
+from autopar.inputs import example_signature
+from autopar.module import ParallelModule
 from autopar.analysis.analyse import analyse
 from autopar.strategies.cube.rewrite import planned_cube_shards
 from autopar.analysis.manager import pass_disabled
@@ -173,10 +174,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
         recompute = plan_.recompute
     health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here
     if plan_.pipeline:
-        pm = _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute, fusion)
-        pm._examples = example_signature(flat_examples, example_target)
-        pm._layout = layout
-        return pm
+        return _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute, fusion,
+                                 call=layout, examples=example_signature(flat_examples, example_target))
     group_map = _make_groups(plan_, mesh, world)
     _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
@@ -187,19 +186,16 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     else:
         shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
             gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
-    pm = ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed, overlap=overlap,
-                        recompute=recompute, fusion=fusion)
-    pm._examples = example_signature(flat_examples, example_target)
-    pm._layout = layout
-    return pm
+    return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed, overlap=overlap,
+                          recompute=recompute, fusion=fusion, call=layout,
+                          examples=example_signature(flat_examples, example_target))
 
 
 def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, rank: int, loss_fn, seed: int,
-                      recompute: bool, fusion: bool = False):
+                      recompute: bool, fusion: bool = False, **call):
     """A PTD-P plan's module: groups pipeline × data × tensor, tied-weight groups, and the
     pipeline positions that hold each parameter (from the cut of the global graph)."""
     from autopar.strategies.pipeline.stages import parameter_stages, partition
-    from autopar.strategies.pipeline.program import PipelineModule
     pp = plan_.pipeline
     p = pp["stages"]
     part = partition(gm, p * pp["chunks"], pp["assignment"])
@@ -221,8 +217,8 @@ def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, 
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
     shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
         gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
-    return PipelineModule(model, plan_, rank, group_map, loss_fn, shards, holders=holders, seed=seed,
-                          recompute=recompute, fusion=fusion)
+    return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, holders=holders, seed=seed,
+                          recompute=recompute, fusion=fusion, **call)
 
 
 def _strategy_from_mesh(mesh, strategy):

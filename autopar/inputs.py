@@ -18,11 +18,11 @@ dimension (its first) differs from the other inputs'.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from autopar.capture import Keywords
+from autopar.capture import CaptureError, Keywords
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,3 +115,80 @@ def check_batch_dimensions(flat: Sequence[Any], names: Sequence[str], positional
 
 
 __all__ = ["CallLayout", "check_batch_dimensions"]
+
+
+def check_loss_arguments(loss_fn: Callable | None, target: Any) -> None:
+    """``step``'s loss: ``loss_fn`` with a ``target``, or the model's own without either."""
+    if loss_fn is not None and target is None:
+        raise ValueError("step(): compile was given a loss_fn, which needs the batch's target: call "
+                         "pm.step(..., target=y)")
+    if loss_fn is None and target is not None:
+        raise ValueError("step(): a target was given, but compile was given no loss_fn to compare the output with. "
+                         "Pass loss_fn=... (and example_target=...) to autopar.compile, or, for a model that "
+                         "computes its own loss, pass its labels as a keyword (labels=...) instead of target=")
+
+
+def example_signature(inputs: Sequence[Any], target: Any = None) -> tuple:
+    """What later calls must keep of the example: each input's (and the target's)
+    :func:`_signature`, ``(shape, dtype)`` of a tensor or the type's name otherwise."""
+    return tuple(signature(x) for x in inputs), (None if target is None else signature(target))
+
+
+def check_call_inputs(examples: tuple | None, inputs: tuple, target: Any, names: Sequence[str] | None = None) -> None:
+    """Inputs at call time may change shape (each rank's program is rebuilt for new
+    shapes under the same plan) but not their number, kind, dtype or rank: the plan was
+    made for the example's. ``inputs``: flat (positional, then keyword tensors), named
+    by ``names`` in messages. Raises ``ValueError`` naming the input otherwise."""
+    if examples is None or not examples[0]:
+        return
+    if len(inputs) != len(examples[0]):
+        raise ValueError(f"the model was called with {len(inputs)} input(s); it was compiled with "
+                         f"{len(examples[0])} example input(s). Pass the same inputs as example_inputs and "
+                         f"example_kwargs")
+    names = list(names) if names is not None and len(names) == len(inputs) else \
+        [f"input {i}" for i in range(len(inputs))]
+    checks = [(name, signature(x), want) for name, x, want in zip(names, inputs, examples[0])]
+    if target is not None and examples[1] is not None:
+        checks.append(("target", signature(target), examples[1]))
+    for what, got, want in checks:
+        if isinstance(got, str) or isinstance(want, str):  # not a tensor on one side
+            if got != want:
+                def kind(sig):
+                    return "a tensor" if isinstance(sig, tuple) else sig
+                raise ValueError(f"{what}: got {kind(got)}, the example was {kind(want)}")
+            continue
+        (shape, dtype), (example_shape, example_dtype) = got, want
+        if dtype != example_dtype:
+            raise ValueError(f"{what}: dtype {str(dtype).removeprefix('torch.')} differs from the example's "
+                             f"{str(example_dtype).removeprefix('torch.')}; autopar plans for the example's dtypes: "
+                             f"convert the input, or compile again with an example of this dtype")
+        if len(shape) != len(example_shape):
+            raise ValueError(f"{what}: shape {list(shape)} has {len(shape)} dimensions, the example's "
+                             f"{list(example_shape)} has {len(example_shape)}; give inputs of the example's rank")
+
+
+class new_shapes_explained:
+    """Re-raise a capture failure at call-time shapes that differ from the example's
+    with both shapes, so that the error says why the model was captured again."""
+
+    def __init__(self, examples: tuple | None, inputs: tuple):
+        self.examples, self.inputs = examples, inputs
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if kind is None or not issubclass(kind, CaptureError) or self.examples is None:
+            return False
+        got = [list(x.shape) for x in self.inputs if isinstance(x, torch.Tensor)]
+        want = [list(w[0]) for w in self.examples[0] if isinstance(w, tuple)]
+        if got == want:
+            return False
+        raise CaptureError(f"inputs of shapes {got} differ from the example's {want}: autopar builds each rank's "
+                           f"program again for new shapes (the plan is kept), and the model cannot run at these "
+                           f"shapes. Call it with shapes it supports, or compile with examples of these shapes.\n"
+                           f"{error}") from error
+
+
+def signature(x):
+    return (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else type(x).__name__

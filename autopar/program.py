@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.nn as nn
 
 from autopar.ir import CAPTURE, PASSES_RUN
 from autopar.analysis.analyse import analyse
@@ -116,3 +117,64 @@ def with_kernels(code: str, gm: fx.GraphModule) -> str:
     for kernel in report.kernels:
         out += "\n\n" + kernel.source
     return out
+
+
+def executable(gm: fx.GraphModule, root: nn.Module, class_name: str) -> fx.GraphModule:
+    """The rewritten ``gm`` as the program a rank runs: over ``root``'s module tree
+    (this rank's parameters), with every module, parameter and constant under one flat
+    name, and ``gm``'s metadata."""
+    _copy_missing_attributes(gm, gm.graph, root)
+    program = fx.GraphModule(_flat_root(root, gm.graph), gm.graph, class_name=class_name)
+    program.meta.update(gm.meta)
+    return program
+
+
+def _copy_missing_attributes(src: fx.GraphModule, graph: fx.Graph, dst: nn.Module) -> None:
+    """Give ``dst`` the constants a captured graph reads that the model lacks (export lifts
+    tensor constants onto the captured module as ``_tensor_constant0`` and the like)."""
+    for node in graph.nodes:
+        if node.op != "get_attr":
+            continue
+        try:
+            _getattr_path(dst, node.target)
+        except AttributeError:
+            owner_path, _, attr = node.target.rpartition(".")
+            owner = _getattr_path(dst, owner_path) if owner_path else dst
+            value = _getattr_path(src, node.target)
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                owner.register_buffer(attr, value, persistent=False)
+            else:
+                setattr(owner, attr, value)
+
+
+def _flat_root(root: nn.Module, graph: fx.Graph) -> nn.Module:
+    """A module giving every module, parameter and constant the graph reaches one flat
+    name, so the executed program does ``self.model_body_0(x)`` instead of walking
+    ``getattr(self.model.body, "0")`` on every call. The objects are ``root``'s own
+    (parameters are shared, not copied); the names in the graph are rewritten to match.
+    Dumped rank graphs keep the hierarchical names."""
+    flat = nn.Module()
+    names: dict[int, str] = {}  # object -> its flat name
+    for node in graph.nodes:
+        if node.op not in ("call_module", "get_attr"):
+            continue
+        value = _getattr_path(root, node.target)
+        if id(value) not in names:
+            alias = base = node.target.replace(".", "_")
+            suffix = 0
+            while hasattr(flat, alias):  # two paths that flatten to one name
+                suffix += 1
+                alias = f"{base}_{suffix}"
+            if isinstance(value, (nn.Module, nn.Parameter)):
+                setattr(flat, alias, value)
+            else:
+                flat.__dict__[alias] = value  # a buffer or constant, shared by reference
+            names[id(value)] = alias
+        node.target = names[id(value)]
+    return flat
+
+
+def _getattr_path(obj, path: str):
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj

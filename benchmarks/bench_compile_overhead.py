@@ -68,7 +68,7 @@ def breakdown(name: str, steps: int, warmup: int) -> str:
 
     * ``eager``: ``loss_fn(model(x), y).backward()``
     * ``graph``: the rank program (an ``fx.GraphModule``) called directly
-    * ``+lookup``: plus ``pm._program(...)`` (batch split, signature, program cache)
+    * ``+lookup``: plus ``pm.runner.program(...)`` (batch split, signature, program cache)
     * ``+context``: plus ``use_groups`` / ``use_random_states`` and ``finish()``
     * ``pm.step``: the real thing
     """
@@ -79,18 +79,19 @@ def breakdown(name: str, steps: int, warmup: int) -> str:
     pm = autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn, example_target=y,
                          strategy={"data": 1, "tensor": 1})
     pm.step(x, target=y)
-    program, _, _ = pm._program((x,), y)
+    program, _, _ = pm.runner.program((x,), y, pm.training)
 
     def lookup():
-        p, inputs, target = pm._program((x,), y)
+        p, inputs, target = pm.runner.program((x,), y, pm.training)
         p(*inputs, target).backward()
 
     def context():
-        p, inputs, target = pm._program((x,), y)
-        with G.use_groups(pm._groups), rng.use_random_states(pm._random):
+        p, inputs, target = pm.runner.program((x,), y, pm.training)
+        with G.use_groups(pm.process_groups), rng.use_random_states(pm.runner.state.random):
             loss = p(*inputs, target)
             loss.backward()
-            pm._buckets.finish()
+            for buckets in pm.gradient_buckets.values():
+                buckets.finish()
         return loss.detach()
 
     ladder = {

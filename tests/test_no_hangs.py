@@ -36,7 +36,7 @@ def _compile(model=None, mesh=None):
     torch.manual_seed(0)
     pm = autopar.compile(model or factory(), mesh, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
                          strategy=MESH)
-    for name, group in pm._groups.items():
+    for name, group in pm.process_groups.items():
         if group is not None:
             assert group_timeout(group) == datetime.timedelta(seconds=TIMEOUT_S), (name, group_timeout(group))
     return pm, inputs, target

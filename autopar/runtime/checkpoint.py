@@ -294,28 +294,27 @@ class Entry:
 
 
 def model_entries(pm) -> dict[str, Entry]:
-    """``name -> Entry`` for every entry of the model's state dict on this rank. Reads the
-    layout the ``ParallelModule`` (or ``PipelineModule``) installed: its parameter cuts,
-    D&SP owners and the pipeline's dropped parameters."""
-    dropped = getattr(pm, "_dropped", set())
-    owners = getattr(pm, "_owner", {})
+    """``name -> Entry`` for every entry of the model's state dict on this rank, from the
+    module's :class:`~autopar.layout.ParamLayout` (``pm.layout``): each parameter's cut,
+    whether this rank holds it (a pipeline's other stages) and whether its copy is
+    current (a D&SP branch on another sub-grid). Buffers are whole on every rank."""
+    layout = pm.layout
     out = {}
     for name, value in pm.root.model.state_dict(keep_vars=True).items():
-        if id(value) in dropped:  # another pipeline stage holds it
-            out[name] = Entry(None, tuple(pm._full_meta[name][0]))
-            continue
-        shard = pm._shard_of(value)
-        owner = owners.get(id(value))
-        current = owner is None or owner == pm._subgrid  # D&SP: only the owning sub-grid's copy is current
-        if shard is None:
-            out[name] = Entry(value, tuple(value.shape), None, current)
+        placement = layout.get(name)
+        if placement is None:
+            out[name] = Entry(value, tuple(value.shape))
+        elif not placement.held:
+            out[name] = Entry(None, placement.full_shape)
+        elif placement.cut is None:
+            out[name] = Entry(value, tuple(value.shape), None, layout.current(placement))
         else:
-            out[name] = Entry(value, tuple(pm._full_shapes[id(value)]), _cut(pm, shard), current, shard)
+            out[name] = Entry(value, placement.full_shape, _cut(layout, name), layout.current(placement), placement.cut)
     return out
 
 
-def _cut(pm, shard) -> Callable:
-    return lambda full: pm._local_part(full, shard)
+def _cut(layout, name: str) -> Callable:
+    return lambda full: layout.local_part(name, full)
 
 
 def _parameter_names(pm, entries: dict[str, Entry], optimizer) -> dict[int, str]:

@@ -1,6 +1,7 @@
-"""The model on one rank of a pipeline plan (PTD-P, megatron §2-§4): :class:`PipelineModule`.
+"""A rank's stages of a pipeline plan (PTD-P, megatron §2-§4): :class:`PipelineRunner`.
 
-``compile`` returns one when the plan has a ``pipeline``. A rank at pipeline position
+The :class:`~autopar.module.ParallelModule` of a plan with a ``pipeline`` runs through
+it. A rank at pipeline position
 ``r`` holds only the parameters its stages read (stages ``c·p + r``); the others are
 empty on it. ``step`` splits its data rank's share of the batch into ``m`` microbatches,
 runs the schedule (:class:`autopar.strategies.pipeline.executor.PipelineExecutor`), then, once,
@@ -31,9 +32,8 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.module import (ParallelModule, _check_loss_arguments, _copy_missing_attributes, _flat_root,
-                            _parameter_owners, _signature, check_call_inputs)
-from autopar.program import batch_of, local_batch
+from autopar.inputs import signature
+from autopar.program import batch_of, executable, local_batch
 from autopar._torch_compat import export_out_spec
 from autopar.capture import capture
 from autopar.inputs import CallLayout
@@ -47,11 +47,10 @@ from autopar.transforms.recompute import recompute_pass
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS, tensor_parallel_pass
 from autopar.planning.planner import PlanError
 from autopar.runtime import groups as G
-from autopar.runtime import health
 from autopar.runtime import rng
-from autopar.runtime.grad_sync import GradientBuckets
 from autopar.strategies.pipeline.executor import PipelineExecutor, StageProgram
 from autopar.runtime.target_count import use_target_count
+from autopar.strategies.placement import layout_name
 
 
 def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]]) -> fx.GraphModule:
@@ -151,171 +150,120 @@ def _stage_code(code: str, stage: int, rank: int) -> str:
     return code.replace(f"# rank {rank} of", f"# stage {stage} on rank {rank} of", 1)
 
 
-class PipelineModule(ParallelModule):
-    """A :class:`ParallelModule` whose rank runs some stages of a pipeline (module docstring)."""
+class PipelineRunner:
+    """Runs this rank's stages of a pipeline plan for :class:`autopar.module.ParallelModule`
+    (module docstring): the stage programs per input signature, the schedule
+    (:class:`~autopar.strategies.pipeline.executor.PipelineExecutor`), the gradient
+    synchronisation after the last microbatch and the loss on every rank."""
 
-    def __init__(self, model: nn.Module, plan_, rank: int, group_map: dict, loss_fn, shards, *, holders: dict,
-                 seed: int = 0, recompute: bool = False, fusion: bool = False):
-        super().__init__(model, plan_, rank, group_map, loss_fn, shards, seed=seed, recompute=recompute,
-                         fusion=fusion)
-        pp = plan_.pipeline
-        self._p, self._v, self._m = pp["stages"], pp["chunks"], pp["microbatches"]
-        self._position = plan_.rank_coordinates(rank)["pipeline"]
-        self._executor = PipelineExecutor(self._p, self._v, self._position,
-                                          dist.get_process_group_ranks(group_map["pipeline"]), pp["schedule"],
-                                          pp["scatter_gather"])
-        # which pipeline positions hold each parameter (unread ones: position 0)
-        by_id: dict[int, set[int]] = {}
-        for qualified, positions in holders.items():
-            by_id.setdefault(id(self.root.get_parameter(qualified)), set()).update(positions)
-        self._holders_by_name: dict[str, set[int]] = {}
-        self._full_meta: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
-        full = dict(model.named_parameters(remove_duplicate=False))
-        for name, p in self.root.model.named_parameters(remove_duplicate=False):
-            self._holders_by_name[name] = by_id.get(id(p), {0})
-            self._full_meta[name] = (tuple(full[name].shape), full[name].dtype)
-        # the norm keys of every parameter, fixed before dropping (every rank the same)
-        self._all_norm_keys = sorted({self._norm_groups(p) for p in self._unique_parameters()})
-        self._owner_position: dict[int, int] = {}
-        self._tied: list[tuple[nn.Parameter, str]] = []
-        self._dropped: set[int] = set()
-        owners = _parameter_owners(self.root)
-        for p in list(super()._unique_parameters()):
-            positions = by_id.get(id(p), {0})
-            if self._position not in positions:
-                empty = nn.Parameter(torch.empty(0, dtype=p.dtype), requires_grad=False)
-                for module, attr in owners[id(p)]:
-                    setattr(module, attr, empty)
-                self._dropped.add(id(empty))
-                continue
-            self._owner_position[id(p)] = min(positions)
-            if len(positions) > 1:
-                self._tied.append((p, G.tied_group_name(positions)))
-        # gradients accumulate over the microbatches; one average over the data ranks after
-        # the last backward
-        self._buckets.remove_hooks()
-        with G.use_groups(self._groups):
-            self._buckets = GradientBuckets(list(self._unique_parameters()), "data", hooks=False)
-        self._dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
-
-    @property
-    def pipeline_executor(self) -> PipelineExecutor:
-        """The schedule runner: its ``trace``, ``executed`` order, ``span`` and
-        transfer ``stats`` of the last step."""
-        return self._executor
-
-    # ------------------------------------------------------------------ parameters
-    def _unique_parameters(self):
-        dropped = getattr(self, "_dropped", set())
-        for p in super()._unique_parameters():
-            if id(p) not in dropped:
-                yield p
-
-    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
-        for name, p in super().named_parameters(prefix, recurse, remove_duplicate):
-            if id(p) not in self._dropped:
-                yield name, p
+    def __init__(self, state, model: nn.Module):
+        self.state = state
+        plan = state.plan
+        pp = plan.pipeline
+        self.p, self.v, self.m = pp["stages"], pp["chunks"], pp["microbatches"]
+        self.position = plan.rank_coordinates(state.rank)["pipeline"]
+        self.parts, self.chunk = plan.batch_parts(), plan.batch_chunk(state.rank)
+        self.executor = PipelineExecutor(self.p, self.v, self.position,
+                                         dist.get_process_group_ranks(state.groups["pipeline"]), pp["schedule"],
+                                         pp["scatter_gather"])
+        self.programs: dict[tuple, tuple[dict[int, StageProgram], list[str]]] = {}
+        self.dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+        # the parameters whose gradient is summed over the positions that read them
+        tied = {}
+        for name, param in state.root.named_parameters():
+            placement = state.layout.get(layout_name(name))
+            if placement is not None and placement.held and placement.tied:
+                tied[id(param)] = (param, placement.tied)
+        self.tied = list(tied.values())
 
     # ------------------------------------------------------------------ programs
-    def _stage_programs(self, inputs: tuple, target, rows: int, loss: bool = False
-                        ) -> tuple[dict[int, StageProgram], list[str]]:
+    def stage_programs(self, inputs: tuple, target, training: bool, loss: bool = False
+                       ) -> tuple[dict[int, StageProgram], list[str]]:
         """This rank's stage programs for (micro)batches shaped like ``inputs`` (flat), and
         the names of the graph inputs in order; ``loss``: the training programs."""
-        key = ("pipeline", tuple(_signature(x) for x in inputs), _signature(target), loss, self.training)
-        if key not in self._programs:
-            check_call_inputs(self._examples, inputs, target, self._layout.names())
-            user_model = self._user_model[0]
-            was_training = user_model.training
-            user_model.train(self.training)
-            try:
-                built, names, out_spec = stage_graphs(user_model, self.plan, self.rank, inputs, self._loss_fn, target,
-                                                      self._recompute, self._fusion, layout=self._layout,
-                                                      model_loss="required" if loss else None)
-            finally:
-                user_model.train(was_training)
+        state = self.state
+        key = ("pipeline", tuple(signature(x) for x in inputs), signature(target), loss, training)
+        if key not in self.programs:
+            built, names, out_spec = state.build(inputs, target, training, lambda: stage_graphs(
+                state.user_model, state.plan, state.rank, inputs, state.loss_fn, target, state.recompute,
+                state.fusion, layout=state.call, model_loss="required" if loss else None))
             programs = {}
             for s, (module, stage) in built.items():
                 for name, shard in module.meta.get(PARAM_SHARDS, {}).items():
-                    if self._shards.get(name) != shard:
+                    if state.shards.get(name) != shard:
                         raise RuntimeError(f"stage {s} splits {name} otherwise than the plan did; this is a bug")
-                _copy_missing_attributes(module, module.graph, self.root)
-                program = fx.GraphModule(_flat_root(self.root, module.graph), module.graph,
-                                         class_name=f"Rank{self.rank}Stage{s}")
-                program.meta.update(module.meta)
+                program = executable(module, state.root, f"Rank{state.rank}Stage{s}")
                 programs[s] = StageProgram.of(s, program, len(stage.receives), stage.inputs, module.meta[LAST],
                                               out_spec)
-            self._programs[key] = (programs, names)
-        return self._programs[key]
+            self.programs[key] = (programs, names)
+        return self.programs[key]
 
-    def rank_graph_code(self) -> str:
+    def code(self) -> str:
         """This rank's most recent stage programs as readable code."""
         from autopar.program import rank_graph_code
-        if not self._programs:
+        if not self.programs:
             raise RuntimeError("no program built yet: call the model or step() first")
-        programs, _ = list(self._programs.values())[-1]
-        return "\n".join(_stage_code(rank_graph_code(p.module, self.plan, self.rank), s, self.rank)
+        programs, _ = list(self.programs.values())[-1]
+        return "\n".join(_stage_code(rank_graph_code(p.module, self.state.plan, self.state.rank), s, self.state.rank)
                          for s, p in sorted(programs.items()))
 
     # ------------------------------------------------------------------ running
     def _last_stage_count(self, programs: dict[int, StageProgram], pieces: list[tuple]) -> torch.Tensor | None:
         """The whole batch's count of counted targets when the last stage (on this rank)
-        averages its loss over them: see :meth:`ParallelModule._target_count`."""
-        last = programs.get(self._p * self._v - 1)
-        return None if last is None else self._target_count(last.module, pieces, "data")
+        averages its loss over them: see :meth:`autopar.runner.RankState.target_count`."""
+        last = programs.get(self.p * self.v - 1)
+        return None if last is None else self.state.target_count(last.module, pieces, "data")
 
-    @health.guarded("forward()")
-    def forward(self, *inputs, **kwargs):
-        flat = self._layout.flatten(inputs, kwargs, "forward()")
-        local_inputs, _ = local_batch(self._data, self._chunk, flat, None)
-        programs, names = self._stage_programs(local_inputs, None, batch_of(local_inputs))
+    def forward(self, flat: tuple, training: bool):
+        state = self.state
+        local_inputs, _ = local_batch(self.parts, self.chunk, flat, None)
+        programs, names = self.stage_programs(local_inputs, None, training)
         count = self._last_stage_count(programs, [local_inputs])
-        with G.use_groups(self._groups), rng.use_random_states(self._random), use_target_count(count):
-            out = self._executor.forward_only(programs, dict(zip(names, local_inputs)))
+        with G.use_groups(state.groups), rng.use_random_states(state.random), use_target_count(count):
+            out = self.executor.forward_only(programs, dict(zip(names, local_inputs)))
             box = [out]
-            dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self._p - 1)
+            dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self.p - 1)
         return box[0]
 
-    @health.guarded("step()")
-    def step(self, *inputs, target=None, **kwargs):
+    def step(self, flat: tuple, target, training: bool):
         """Forward and backward of every microbatch in the schedule's order; gradients
-        synchronised after the last; returns the whole batch's loss on every rank. The
-        loss: as :meth:`ParallelModule.step` (``loss_fn``'s, or the model's own)."""
-        flat = self._layout.flatten(inputs, kwargs, "step()")
-        _check_loss_arguments(self._loss_fn, target)
-        local_inputs, local_target = local_batch(self._data, self._chunk, flat, target)
+        synchronised after the last; returns the whole batch's loss on every rank."""
+        state = self.state
+        local_inputs, local_target = local_batch(self.parts, self.chunk, flat, target)
         batch = batch_of(local_inputs)
-        m = self._m
+        m = self.m
         if batch is None or batch % m:
             raise PlanError(f"step(): the batch of each data rank ({batch}) is not divisible by the {m} microbatches "
-                            f"of the plan; give a batch that is a multiple of {m * self._data}, or plan with another "
+                            f"of the plan; give a batch that is a multiple of {m * self.parts}, or plan with another "
                             f"'microbatches'")
         pieces = _microbatches((*local_inputs, local_target), m, batch)
-        programs, names = self._stage_programs(pieces[0][:-1], pieces[0][-1], batch // m, loss=True)
+        programs, names = self.stage_programs(pieces[0][:-1], pieces[0][-1], training, loss=True)
         summed = self._loss_summed(programs)
         count = self._last_stage_count(programs, pieces)
+        data = self.parts
         # every microbatch's loss is a mean over its rows: 1/m of each is the batch's mean;
         # a summed loss needs no scale, but the data average divides by d (as in step())
-        scale = float(self._data) if summed and self._data > 1 else (1.0 if summed else 1.0 / m)
-        with G.use_groups(self._groups), rng.use_random_states(self._random), use_target_count(count):
-            losses = self._executor.train(programs, [dict(zip(names, piece)) for piece in pieces], scale)
-            self._buckets.finish()
-            for p, group_name in self._tied:
+        scale = float(data) if summed and data > 1 else (1.0 if summed else 1.0 / m)
+        with G.use_groups(state.groups), rng.use_random_states(state.random), use_target_count(count):
+            losses = self.executor.train(programs, [dict(zip(names, piece)) for piece in pieces], scale)
+            state.finish_buckets()
+            for p, group_name in self.tied:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
                 dist.all_reduce(p.grad, group=G.get_group(group_name))
             loss = torch.zeros((), dtype=torch.float64)
             if losses:
                 loss = torch.stack([x.double() for x in losses]).sum() / (1 if summed else m)
-                if self._data > 1:
+                if data > 1:
                     dist.all_reduce(loss, group=G.get_group("data"))
-                    loss = loss if summed else loss / self._data
-            dist.broadcast(loss, group=G.get_group("pipeline"), group_src=self._p - 1)
-        return loss.to(self._dtype)
+                    loss = loss if summed else loss / data
+            dist.broadcast(loss, group=G.get_group("pipeline"), group_src=self.p - 1)
+        return loss.to(self.dtype)
 
     def _loss_summed(self, programs: dict[int, StageProgram]) -> bool:
         """Whether the loss sums over the batch, read off the last stage's output node
         (False on the other ranks: only the last stage scales a loss)."""
-        last = programs.get(self._p * self._v - 1)
+        last = programs.get(self.p * self.v - 1)
         if last is None:
             return False
         output = next(n for n in last.module.graph.nodes if n.op == "output")
@@ -323,51 +271,3 @@ class PipelineModule(ParallelModule):
         if isinstance(value, (tuple, list)) and len(value) == 1:  # torch.export's flat outputs
             value = value[0]
         return isinstance(value, fx.Node) and loss_reduction(value) == "sum"
-
-    # ------------------------------------------------------------------ state
-    # grad_norm: each parameter counted on the first pipeline position that holds it (a
-    # tied weight once), every norm group then summed over the pipeline
-    _norm_across = ("pipeline",)
-
-    def _norm_keys(self):
-        return self._all_norm_keys  # fixed before the other stages' parameters were dropped
-
-    def _norm_gradient(self, p):
-        return p.grad.detach() if self._owner_position.get(id(p)) == self._position else None
-
-    def _gather(self, named):
-        """Full tensors by name: parameters from the first pipeline position that holds
-        them (gathered over its tensor group there), broadcast over the pipeline group."""
-        out = {}
-        with G.use_groups(self._groups):
-            pipeline = G.get_group("pipeline")
-            for name, (tensor, key) in named.items():
-                holders = self._holders_by_name.get(name)
-                if holders is None:  # a buffer: every rank has it
-                    out.update(super()._gather({name: (tensor, key)}))
-                    continue
-                owner = min(holders)
-                shape, dtype = self._full_meta[name]
-                if self._position == owner:
-                    value = super()._gather({name: (tensor if tensor is not None else torch.zeros_like(key), key)})
-                    value = value[name].to(dtype).contiguous()
-                else:
-                    value = torch.empty(shape, dtype=dtype)
-                dist.broadcast(value, group=pipeline, group_src=owner)
-                out[name] = value
-        return out
-
-    def load_full_state_dict(self, state_dict) -> None:
-        """As :meth:`ParallelModule.load_full_state_dict`, for the parameters held here."""
-        kept = {k: v for k, v in state_dict.items()
-                if self._position in self._holders_by_name.get(k, {self._position})}
-        own = self.root.model.state_dict(keep_vars=True)
-        missing = sorted(set(own) - set(state_dict))
-        if missing:
-            raise KeyError(f"load_full_state_dict: missing keys {missing[:5]}")
-        held = {k: v for k, v in own.items() if k in kept}
-        for name, value in held.items():
-            shard = self._shard_of(value)
-            local = self._local_part(kept[name], shard) if shard else kept[name]
-            with torch.no_grad():
-                value.copy_(local)

@@ -80,6 +80,25 @@ class Grid3DShard:
     def axes(self) -> tuple[str, str]:
         return _axes(self.transposed)
 
+    @property
+    def grid_weight(self) -> bool:
+        """Whether its gradient is summed over the whole grid by the layer (a weight's
+        reduce-scatter over z; the cube's diagonal vectors' reduce over the cube), so
+        the data ranks only add theirs (the 3D layout's weight bucket)."""
+        return not self.vector or self.cube
+
+    # the cut of :class:`autopar.layout.ParamLayout`
+    def local(self, full: torch.Tensor, seat) -> torch.Tensor:
+        return local_part(full, self, seat.grid, seat.coords)
+
+    def gather(self, local: torch.Tensor, seat, full_shape) -> torch.Tensor:
+        return gather_part(local.detach(), self, seat.grid, full_shape)
+
+    def norm_groups(self) -> tuple[str, ...]:
+        """A weight shard (and the cube's diagonal vectors) is split over the whole
+        grid; AxoNN's bias blocks only over their out axis."""
+        return (self.axes[1],) if self.vector and not self.cube else ("x", "y", "z")
+
 
 def block_of(full: torch.Tensor, shard: Grid3DShard, grid: Grid3D, coords: dict[str, int]) -> torch.Tensor:
     """The (out axis, in axis) block of a full parameter that ``coords`` owns."""

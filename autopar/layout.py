@@ -1,0 +1,202 @@
+"""The parameter layout: for every parameter of the model, how it is cut and where it lives.
+
+A :class:`ParamLayout` is made once per rank by the families of the plan
+(:func:`autopar.strategies.placement.build_layout`: each family that touches
+parameters places them) and read by everything that handles parameters:
+:class:`autopar.module.ParallelModule` (installing this rank's shards, the gradient
+buckets, ``grad_norm``, ``full_state_dict``/``load_full_state_dict``,
+``full_gradients``) and :mod:`autopar.runtime.checkpoint`. Nothing else needs to know
+which family split a parameter.
+
+For each parameter (by every name it has in the original model; tied parameters share
+one :class:`Placement`) it says:
+
+* ``cut``: how the full tensor is cut for this rank (a Megatron
+  :class:`~autopar.strategies.megatron.rewrite.ParamShard`, a 3D
+  :class:`~autopar.strategies.tensor3d.runtime.Grid3DShard`, or None: whole). A cut
+  knows how to take this rank's part of a full tensor (``local``), how to gather the
+  full tensor back (``gather``, a collective over the groups it is split over) and the
+  groups its norm is summed over (``norm_groups``);
+* ``held``: whether this rank holds a part at all (a pipeline rank holds only its
+  stages' parameters);
+* ``home``: ``(group, index)``, the member of a group whose copy is the one gathered
+  (broadcast from there) and counted in the norm: a D&SP branch's parameters on the
+  sub-grid that runs the branch, whose copies elsewhere are stale; a pipeline
+  parameter on the first position that reads it, whose copies on the other positions
+  are kept equal (``copies_current``);
+* ``bucket``: the :class:`Bucket` its gradient is reduced in (None: not reduced here);
+* ``norm_groups``: the groups its gradient's norm is summed over;
+* ``tied``: the group its gradient is summed over after the step (a weight several
+  pipeline stages read, as Megatron's embedding group).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol
+
+import torch
+import torch.distributed as dist
+
+from autopar.runtime.groups import get_group, size_of
+
+
+class Cut(Protocol):
+    """How a full parameter is cut for one rank (the families' shard classes)."""
+
+    def local(self, full: torch.Tensor, seat: "Seat") -> torch.Tensor:
+        """This rank's part of ``full``."""
+
+    def gather(self, local: torch.Tensor, seat: "Seat", full_shape: tuple[int, ...]) -> torch.Tensor:
+        """The full tensor from every rank's part (a collective over its groups)."""
+
+    def norm_groups(self) -> tuple[str, ...]:
+        """The groups over which the parameter is split (its norm is summed over them)."""
+
+
+@dataclass(frozen=True)
+class Seat:
+    """Where this rank sits in the plan: its coordinate and the size of each named
+    dimension of the rank grid, and the plan's 3D grid (None without one)."""
+
+    coords: dict[str, int]
+    sizes: dict[str, int]
+    grid: Any = None
+
+    def size(self, name: str) -> int:
+        return self.sizes.get(name, 1)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Gradients reduced together over ``group`` (a
+    :class:`~autopar.runtime.grad_sync.GradientBuckets`): summed and divided by
+    ``divisor`` (None: the group's size, an average); ``hooks``: launched as backward
+    produces them (False: all at ``finish``, after gradients written outside autograd or
+    accumulated over microbatches). Buckets finish in increasing ``order``; the one that
+    ``carries_loss`` reduces the step's loss in its last slot."""
+
+    group: str
+    divisor: int | None = None
+    hooks: bool = True
+    order: int = 2
+    carries_loss: bool = False
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one parameter is cut and where it lives on this rank (module docstring)."""
+
+    names: tuple[str, ...]
+    full_shape: tuple[int, ...]
+    dtype: torch.dtype
+    cut: Any = None
+    held: bool = True
+    home: tuple[str, int] | None = None
+    copies_current: bool = False
+    bucket: Bucket | None = None
+    norm_groups: tuple[str, ...] = ()
+    tied: str | None = None
+
+
+@dataclass
+class ParamLayout:
+    """Every parameter's :class:`Placement` on this rank (by each of its names), and the
+    rank's :class:`Seat`. Built by the families; read by the module and checkpoints."""
+
+    seat: Seat
+    placements: dict[str, Placement] = field(default_factory=dict)
+    loss_bucket: Bucket | None = None  # the bucket the step's loss travels in (None: the runner reduces it)
+
+    # ------------------------------------------------------------------ queries
+    def get(self, name: str) -> Placement | None:
+        return self.placements.get(name)
+
+    def unique(self) -> list[Placement]:
+        """Each parameter's placement once (tied names share one), in model order."""
+        seen: dict[tuple[str, ...], Placement] = {}
+        for p in self.placements.values():
+            seen.setdefault(p.names, p)
+        return list(seen.values())
+
+    def at_home(self, placement: Placement) -> bool:
+        """Whether this rank holds the copy that is gathered and counted (it is at the
+        parameter's home, or the parameter has none)."""
+        if not placement.held:
+            return False
+        if placement.home is None:
+            return True
+        group, index = placement.home
+        return self.seat.coords.get(group, 0) == index
+
+    def current(self, placement: Placement) -> bool:
+        """Whether this rank's copy is current (stepped by the optimizer, saved)."""
+        return placement.held and (placement.copies_current or self.at_home(placement))
+
+    def norm_keys(self) -> list[tuple[str, ...]]:
+        """Every parameter's norm groups, the same sorted list on every rank."""
+        return sorted({p.norm_groups for p in self.unique()})
+
+    def __str__(self) -> str:
+        lines = []
+        for p in self.unique():
+            where = "not held" if not p.held else ("home" if self.at_home(p) else
+                                                   f"{'current' if p.copies_current else 'stale'} copy of {p.home}")
+            bucket = f"bucket {p.bucket.group}" if p.bucket else "no bucket"
+            lines.append(f"{p.names[0]}: {list(p.full_shape)} cut {p.cut}; {where}; {bucket}; "
+                         f"norm over {p.norm_groups or '-'}" + (f"; tied over {p.tied}" if p.tied else ""))
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------------ cutting and gathering
+    def local_part(self, name: str, full: torch.Tensor) -> torch.Tensor:
+        """This rank's part of the full tensor ``full`` of parameter ``name`` (the whole
+        tensor when it is not cut)."""
+        placement = self.placements.get(name)
+        if placement is None or placement.cut is None:
+            return full
+        return placement.cut.local(full, self.seat)
+
+    def gather(self, name: str, local: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
+        """The full value of parameter ``name`` (or of a tensor laid out as it: a
+        gradient, an optimizer state) from this rank's ``local`` part (None: none here;
+        ``like`` is the local parameter). A collective over the parameter's cut groups
+        and its home group: every rank calls it for every name in the same order."""
+        placement = self.placements.get(name)
+        if placement is None:  # a buffer: whole on every rank
+            return None if local is None else local.detach().clone()
+        home_group = get_group(placement.home[0]) if placement.home else None
+        broadcast = home_group is not None and size_of(home_group) > 1
+        if local is None and not broadcast:
+            return None
+        value = None
+        if self.at_home(placement):
+            value = (local if local is not None else torch.zeros_like(like)).detach()
+            value = placement.cut.gather(value, self.seat, placement.full_shape) if placement.cut else value.clone()
+        if not broadcast:
+            return value
+        if value is None:
+            value = torch.empty(placement.full_shape, dtype=placement.dtype)
+        else:
+            value = value.to(placement.dtype).contiguous()
+        dist.broadcast(value, group=home_group, group_src=placement.home[1])
+        return value
+
+    def full_shape_error(self, name: str, full: torch.Tensor) -> str:
+        placement = self.placements.get(name)
+        shape = placement.full_shape if placement else None
+        return (f"load_full_state_dict: {name} has shape {list(full.shape)}; the original model's is "
+                f"{list(shape) if shape is not None else '?'}")
+
+
+def group_buckets(layout: ParamLayout, params: Iterable[tuple[str, torch.nn.Parameter]]
+                  ) -> list[tuple[Bucket, list[torch.nn.Parameter]]]:
+    """The parameters (``(name, parameter)`` in model order) of each bucket (the loss's
+    too, even when empty), by the buckets' ``order``: what :class:`~autopar.runtime.grad_sync.GradientBuckets` is made from."""
+    by_bucket: dict[Bucket, list] = {} if layout.loss_bucket is None else {layout.loss_bucket: []}
+    seen = set()
+    for name, p in params:
+        placement = layout.get(name)
+        if id(p) in seen or placement is None or not placement.held or placement.bucket is None:
+            continue
+        seen.add(id(p))
+        by_bucket.setdefault(placement.bucket, []).append(p)
+    return sorted(by_bucket.items(), key=lambda item: item[0].order)

@@ -1,0 +1,218 @@
+"""Running a rank's programs: the state a rank keeps (:class:`RankState`) and the runner
+of plans whose rank runs one program per input signature (:class:`ProgramRunner`: data,
+Megatron, D&SP, AxoNN 3D, Bian's cube). A pipeline plan's rank runs its stages through
+:class:`autopar.strategies.pipeline.program.PipelineRunner` instead; both are driven by
+:class:`autopar.module.ParallelModule`, which knows no family.
+
+A program is built on first use for each input signature and mode: a capture of the
+user's model at this rank's share of the batch, rewritten by the plan's passes
+(:func:`autopar.program.rewrite`), over a module tree holding this rank's parameters.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.fx as fx
+import torch.nn as nn
+
+from autopar._torch_compat import copy_export_specs
+from autopar.capture import capture
+from autopar.inputs import CallLayout, check_call_inputs, new_shapes_explained, signature
+from autopar.ir import CAPTURE, LOSS_REDUCTION, PARAM_SHARDS, ROOT_OUTPUT, TensorSpec
+from autopar.layout import Bucket, ParamLayout
+from autopar.program import batch_of, executable, local_batch, rank_graph_code, rewrite
+from autopar.runtime import groups as G
+from autopar.runtime import rng
+from autopar.runtime.grad_sync import GradientBuckets
+from autopar.runtime.target_count import TARGET_COUNT, use_target_count
+from autopar.strategies.tensor3d import runtime as T3
+
+
+@dataclass
+class RankState:
+    """What a rank keeps between calls, shared by the module and its runner: the plan,
+    the module tree holding this rank's parameters (``root``), their layout, the named
+    process groups, the dropout streams, the 3D layers' runtime state, the gradient
+    buckets (by the layout's :class:`~autopar.layout.Bucket`), and how to capture the
+    user's model again at new shapes (``user_model``, ``loss_fn``, ``call``: the
+    example's :class:`~autopar.inputs.CallLayout`; ``examples``: its signature)."""
+
+    plan: Any
+    rank: int
+    root: nn.Module
+    layout: ParamLayout
+    groups: dict
+    random: rng.RandomStates
+    runtime: T3.Tensor3DRuntime
+    buckets: dict[Bucket, GradientBuckets]
+    user_model: nn.Module
+    loss_fn: Callable | None
+    call: CallLayout = field(default_factory=CallLayout)
+    examples: tuple | None = None
+    recompute: bool = False
+    fusion: bool = False
+    shards: dict = field(default_factory=dict)
+
+    def build(self, inputs: tuple, target: Any, training: bool, make: Callable[[], Any]) -> Any:
+        """``make()`` (a capture of the user's model and its rewrite) for calls shaped like
+        ``inputs`` (flat, laid out by ``call``), with the user's model in mode
+        ``training`` meanwhile (export bakes the mode, e.g. dropout, into the graph);
+        a capture failure at new shapes names both shapes."""
+        check_call_inputs(self.examples, inputs, target, self.call.names())
+        was_training = self.user_model.training
+        self.user_model.train(training)
+        try:
+            with new_shapes_explained(self.examples, inputs):
+                return make()
+        finally:
+            self.user_model.train(was_training)
+
+    def loss_bucket(self) -> GradientBuckets | None:
+        """The bucket that carries the step's loss (the layout's ``loss_bucket``)."""
+        spec = self.layout.loss_bucket
+        return None if spec is None else self.buckets[spec]
+
+    def finish_buckets(self) -> None:
+        """Wait for every bucket but the loss's, in the layout's order."""
+        for spec, buckets in self.buckets.items():
+            if spec != self.layout.loss_bucket:
+                buckets.finish()
+
+    def target_count(self, program: fx.GraphModule, pieces: list[tuple], group: str) -> torch.Tensor | None:
+        """The whole batch's count of counted targets when ``program`` averages its loss
+        over them (``TARGET_COUNT``, :mod:`autopar.runtime.target_count`): the count
+        program on each of this rank's ``pieces`` (flat graph inputs, target last when
+        the program takes one), summed over ``group``, the ranks sharing the batch."""
+        counter = program.meta.get(TARGET_COUNT)
+        if counter is None:
+            return None
+        names = program.meta[CAPTURE].input_names
+        wanted = [n.name for n in counter.graph.nodes if n.op == "placeholder"]
+        count = None
+        for piece in pieces:
+            by_name = dict(zip(names, piece))
+            value = counter(*(by_name[name] for name in wanted))
+            count = value if count is None else count + value
+        with G.use_groups(self.groups):
+            if G.size_of(G.get_group(group)) > 1:
+                dist.all_reduce(count, group=G.get_group(group))
+        return count
+
+
+class ProgramRunner:
+    """One program per input signature on every rank (data, Megatron, D&SP, 3D, cube).
+
+    ``step`` weights a summed loss by the data degree (the average of d·∇L_r is ∑∇L_r)
+    and reduces the reported loss in the last gradient bucket. D&SP-cSub: ranks off
+    sub-grid 0 run only their branches (forward and backward of their program), and
+    sub-grid 0 shares the outputs and the loss over the segment group.
+    """
+
+    def __init__(self, state: RankState):
+        self.state = state
+        plan = state.plan
+        self.parts, self.chunk = plan.batch_parts(), plan.batch_chunk(state.rank)
+        self.csub = plan.csub
+        self.branch_only = plan.csub and plan.subgrid_coordinates(state.rank)[0] != 0
+        self.programs: dict[tuple, fx.GraphModule] = {}
+
+    def program(self, inputs: tuple, target: Any, training: bool, loss: bool = False
+                ) -> tuple[fx.GraphModule, tuple, Any]:
+        """The program for these inputs' shapes and mode (built on first use), with this
+        rank's share of the inputs and target. ``loss``: the training program (the
+        ``loss_fn``'s loss, or without one the model's own)."""
+        state = self.state
+        key = (tuple(signature(x) for x in inputs), signature(target), loss, training)
+        local_inputs, local_target = local_batch(self.parts, self.chunk, inputs, target)
+        if key not in self.programs:
+            args, kwargs = state.call.unflatten(local_inputs)
+            gm = state.build(inputs, target, training, lambda: capture(
+                state.user_model, args, state.loss_fn if target is not None else None, local_target,
+                example_kwargs=kwargs, model_loss="required" if loss and state.loss_fn is None else None))
+            gm = rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion)
+            if gm.meta.get(PARAM_SHARDS, {}) != state.shards:
+                raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
+            program = executable(gm, state.root, f"Rank{state.rank}Program")
+            copy_export_specs(gm, program)
+            self.programs[key] = program
+        return self.programs[key], local_inputs, local_target
+
+    def _count(self, program, pieces) -> torch.Tensor | None:
+        bucket = self.state.layout.loss_bucket
+        if self.branch_only or bucket is None:
+            return None
+        return self.state.target_count(program, pieces, bucket.group)
+
+    def forward(self, inputs: tuple, training: bool):
+        state = self.state
+        program, local_inputs, _ = self.program(inputs, None, training)
+        count = self._count(program, [local_inputs])
+        state.runtime.begin()
+        with G.use_groups(state.groups), rng.use_random_states(state.random), T3.use_runtime(state.runtime), \
+                use_target_count(count):
+            if self.branch_only:
+                program.forward()
+                return self._from_subgrid_0(None)
+            out = program.forward(*local_inputs)  # no hooks: skip nn.Module.__call__
+            return self._from_subgrid_0(out) if self.csub else out
+
+    def step(self, inputs: tuple, target: Any, training: bool) -> torch.Tensor:
+        state = self.state
+        program, local_inputs, local_target = self.program(inputs, target, training, loss=True)
+        data = self.parts
+        summed = program.meta.get(LOSS_REDUCTION) == "sum"
+        targets = () if local_target is None else (local_target,)
+        count = self._count(program, [local_inputs + targets])
+        state.runtime.begin()
+        with G.use_groups(state.groups), rng.use_random_states(state.random), T3.use_runtime(state.runtime), \
+                use_target_count(count):
+            if self.branch_only:  # cSub off sub-grid 0: the branches' forward and backward only
+                result = program.forward()
+                result.backward(torch.zeros_like(result))
+                state.finish_buckets()
+                return self._loss_from_subgrid_0(program, None)
+            loss = program.forward(*local_inputs, *targets)
+            carrier = state.loss_bucket()
+            if data > 1:
+                carrier.carry(loss)
+            loss.backward(torch.full_like(loss, data) if summed and data > 1 else None)
+            state.runtime.finish()  # deferred reduce-scatters land before any bucket reads Ŵ.grad
+            state.finish_buckets()
+            if data > 1:
+                averaged = carrier.finish().to(loss.dtype).reshape(loss.shape)
+                loss = averaged * data if summed else averaged
+            loss = loss.detach()
+            return self._loss_from_subgrid_0(program, loss) if self.csub else loss
+
+    def _from_subgrid_0(self, value):
+        """D&SP-cSub: sub-grid 0's ``value`` on every rank of its segment (outputs of any
+        structure; a forward-only path, so the pickling of ``broadcast_object_list`` is fine)."""
+        segment = G.get_group("segment")
+        if segment is None:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, group=segment, group_src=0)
+        return box[0]
+
+    def _loss_from_subgrid_0(self, program: fx.GraphModule, loss: torch.Tensor | None) -> torch.Tensor:
+        """D&SP-cSub: the whole batch's loss, computed on sub-grid 0, sent over the segment."""
+        segment = G.get_group("segment")
+        if segment is None:
+            return loss
+        if loss is None:
+            spec = program.meta[ROOT_OUTPUT]
+            if not isinstance(spec, TensorSpec):
+                raise RuntimeError(f"D&SP-cSub: the loss function returns {spec!r}, not one tensor; step() "
+                                   f"needs a tensor loss to send to the other sub-grids")
+            loss = torch.empty(spec.shape, dtype=spec.dtype)
+        dist.broadcast(loss, group=segment, group_src=0)
+        return loss
+
+    def code(self) -> str:
+        """The most recently built program as readable code."""
+        if not self.programs:
+            raise RuntimeError("no program built yet: call the model or step() first")
+        return rank_graph_code(list(self.programs.values())[-1], self.state.plan, self.state.rank)

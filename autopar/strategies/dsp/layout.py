@@ -1,0 +1,35 @@
+"""Where D&SP puts its parameters (SUPER §IV, docs/dsp_design.md).
+
+A branch's parameters are current on the sub-grid that runs it (their home in the
+``segment`` group, which holds one rank of every sub-grid): summed over that sub-grid
+and divided by the number of batch chunks; other sub-grids take part in no collective
+of them. Under D&SP-cSub the common layers run on sub-grid 0 only: their home is
+sub-grid 0 and the other sub-grids do not reduce them. The norm of both is summed over
+the segment (only the home's copy counts).
+"""
+from __future__ import annotations
+
+from autopar.layout import Bucket
+
+
+def place(builder) -> None:
+    plan = builder.plan
+    mine = builder.seat.coords["segment"]
+    branch = Bucket("subgrid", divisor=plan.batch_parts(), order=1)
+    in_branches = set()
+    for details in plan.dsp_regions().values():
+        for index, names in enumerate(details["branch_params"]):
+            home = details["assignment"][index]
+            for wrapper_name in names:
+                name = builder.named(wrapper_name)
+                in_branches.add(builder.placement(name).names)
+                builder.update(name, home=("segment", home), bucket=branch if home == mine else None,
+                               norm_groups=("segment",))
+    if plan.csub:
+        if mine != 0:
+            builder.loss_bucket = None  # sub-grid 0 reduces the loss and sends it
+        for name in builder.names():
+            placement = builder.placement(name)
+            if placement.names not in in_branches:
+                builder.update(name, home=("segment", 0), norm_groups=("segment",),
+                               bucket=placement.bucket if mine == 0 else None)

@@ -1,0 +1,123 @@
+"""Building a rank's :class:`~autopar.layout.ParamLayout` from the plan: every family
+that touches parameters places them, in turn, on a :class:`LayoutBuilder`.
+
+The base placement (every family's cut, from the rank programs' ``PARAM_SHARDS``:
+Megatron's :class:`~autopar.strategies.megatron.rewrite.ParamShard`, the 3D and cube
+:class:`~autopar.strategies.tensor3d.runtime.Grid3DShard`) averages every gradient over
+the data ranks, as DDP does. Then the families of the plan refine it:
+
+* AxoNN 3D and Bian's cube (:func:`autopar.strategies.tensor3d.layout.place`): weight
+  shards summed over the data ranks, the rest averaged over the replica group;
+* D&SP (:func:`autopar.strategies.dsp.layout.place`): a branch's parameters live on the
+  sub-grid that runs it;
+* PTD-P (:func:`autopar.strategies.pipeline.layout.place`): a parameter is held by the
+  pipeline positions whose stages read it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch.nn as nn
+
+from autopar.layout import Bucket, ParamLayout, Placement, Seat
+from autopar.strategies.dsp import layout as dsp_layout
+from autopar.strategies.pipeline import layout as pipeline_layout
+from autopar.strategies.tensor3d import layout as tensor3d_layout
+
+MODEL_PREFIX = "model."  # the captured wrapper's name for the user's model (autopar.capture)
+
+
+def seat_of(plan, rank: int) -> Seat:
+    """Rank ``rank``'s coordinates in the plan's rank grid: its mesh coordinates, and
+    ``segment``, its sub-grid under D&SP (its index in the segment group)."""
+    coords = dict(plan.rank_coordinates(rank))
+    coords["segment"] = plan.subgrid_coordinates(rank)[0]
+    sizes = {dim: plan.degree(dim) for dim in plan.mesh}
+    sizes["segment"] = plan.subgrids
+    return Seat(coords, sizes, plan.grid)
+
+
+def dropout_coordinates(plan, rank: int) -> tuple[int, int]:
+    """``(tensor index, batch index)`` of ``rank``'s dropout streams
+    (:class:`autopar.runtime.rng.RandomStates`): sharded values differ over the ranks
+    that split the activations (the tensor group; x on a 3D grid, x and y in Bian's
+    cube), replicated ones are equal on every rank holding the same rows."""
+    coords = plan.rank_coordinates(rank)
+    if plan.grid is None:
+        return coords["tensor"], coords["data"]
+    tensor = coords["x"] + plan.grid.x * coords["y"] if plan.form == "cube" else coords["x"]
+    return tensor, plan.batch_chunk(rank)
+
+
+def layout_name(root_name: str) -> str:
+    """A parameter's name in the layout: the original model's (the wrapper's prefix off)."""
+    return root_name[len(MODEL_PREFIX):] if root_name.startswith(MODEL_PREFIX) else root_name
+
+
+class LayoutBuilder:
+    """The placements being built: one per parameter object of ``root`` (the captured
+    wrapper's module tree, full-sized), under all of its names."""
+
+    def __init__(self, plan, rank: int, root: nn.Module, shards: dict):
+        self.plan, self.rank, self.root = plan, rank, root
+        self.seat = seat_of(plan, rank)
+        names: dict[int, list[str]] = {}
+        wrapper_names: dict[int, list[str]] = {}
+        params: dict[int, nn.Parameter] = {}
+        for name, p in root.named_parameters(remove_duplicate=False):
+            names.setdefault(id(p), []).append(layout_name(name))
+            wrapper_names.setdefault(id(p), []).append(name)
+            params[id(p)] = p
+        self._by_id: dict[int, Placement] = {}
+        for key, p in params.items():
+            cut = _one_cut(wrapper_names[key], shards)
+            self._by_id[key] = Placement(tuple(names[key]), tuple(p.shape), p.dtype, cut=cut,
+                                         bucket=Bucket("data", carries_loss=True),
+                                         norm_groups=cut.norm_groups() if cut is not None else ())
+        self._id_of = {name: key for key, ns in names.items() for name in ns}
+        self.loss_bucket: Bucket | None = Bucket("data", carries_loss=True)  # the step's loss travels in it
+
+    def names(self) -> list[str]:
+        """Each parameter's first name, in model order."""
+        return [p.names[0] for p in self._by_id.values()]
+
+    def placement(self, name: str) -> Placement:
+        """The placement of parameter ``name`` (any of its names in the layout)."""
+        return self._by_id[self._id_of[name]]
+
+    def update(self, name: str, **changes) -> None:
+        """Change fields of the placement of parameter ``name`` (any of its layout names)."""
+        key = self._id_of[name]
+        self._by_id[key] = dataclasses.replace(self._by_id[key], **changes)
+
+    def named(self, wrapper_name: str) -> str:
+        """The layout's name of the parameter the captured graphs call ``wrapper_name``."""
+        return self._by_id[id(self.root.get_parameter(wrapper_name))].names[0]
+
+    def build(self) -> ParamLayout:
+        return ParamLayout(self.seat, {name: p for p in self._by_id.values() for name in p.names}, self.loss_bucket)
+
+
+def _one_cut(names: list[str], shards: dict):
+    """The cut of a parameter from the shards by the wrapper's names; tied names must agree."""
+    cuts = {shards[n] for n in names if n in shards}
+    if len(cuts) > 1:
+        raise RuntimeError(f"parameter {names[0]} is split two different ways ({sorted(map(str, cuts))})")
+    return next(iter(cuts), None)
+
+
+def build_layout(plan, rank: int, root: nn.Module, shards: dict, *, holders: dict | None = None,
+                 deferred_reduce_scatter: bool = False) -> ParamLayout:
+    """Rank ``rank``'s parameter layout under ``plan``. ``root``: the wrapper around a
+    full-sized copy of the model; ``shards``: each split parameter's cut (by the
+    wrapper's names); ``holders``: under a pipeline, the positions that hold each
+    parameter; ``deferred_reduce_scatter``: the 3D layers write their weight gradients
+    after backward (AxoNN §IV-B), so those buckets wait for ``finish``."""
+    builder = LayoutBuilder(plan, rank, root, shards)
+    if plan.grid is not None:
+        tensor3d_layout.place(builder, deferred_reduce_scatter)
+    if plan.dsp_regions() or plan.csub:
+        dsp_layout.place(builder)
+    if plan.pipeline:
+        pipeline_layout.place(builder, holders or {})
+    return builder.build()

@@ -1,0 +1,25 @@
+"""Where AxoNN's 3D layers (and Bian's cube) put their parameters' gradients.
+
+The rows of a 3D grid are split over z and data (axonn §III): a weight shard ``Ŵ`` is
+summed over z by the layer's own reduce-scatter (the cube's diagonal vectors over the
+cube), so the data ranks only add theirs and divide by every batch chunk; every other
+parameter (biases, norms, replicated layers) is averaged over the ``replica`` group, the
+ranks of one (x, y) that split the batch.
+"""
+from __future__ import annotations
+
+from autopar.layout import Bucket
+
+
+def place(builder, deferred_reduce_scatter: bool) -> None:
+    """``deferred_reduce_scatter`` (AxoNN §IV-B): ``Ŵ.grad`` is written after backward by
+    the 3D runtime, so its bucket has no hooks and waits for ``finish``."""
+    parts = builder.plan.batch_parts()
+    weights = Bucket("data", divisor=parts, hooks=not (deferred_reduce_scatter and builder.plan.grid.z > 1), order=0)
+    builder.loss_bucket = Bucket("replica", carries_loss=True)
+    for name in builder.names():
+        cut = builder.placement(name).cut
+        if cut is not None and getattr(cut, "grid_weight", False):
+            builder.update(name, bucket=weights)
+        else:
+            builder.update(name, bucket=Bucket("replica", carries_loss=True))
