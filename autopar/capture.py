@@ -30,7 +30,6 @@ import keyword
 import linecache
 import logging
 import traceback
-import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
@@ -38,7 +37,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar._torch_compat import forward_hooks
+from autopar.capture_memo import EXPORTS, CaptureCall
 from autopar.ir import CAPTURE, SPEC, CaptureInfo, TensorSpec, spec_from_value
 from autopar.standard_layers import mha_fast_path_disabled
 from autopar.standard_layers import symbolic_trace as symbolic_trace_standard_layers
@@ -184,126 +183,6 @@ def wrap_model(model: nn.Module, loss_fn: Callable | None, n_inputs: int, keywor
     return Wrapped()
 
 
-# ---------------------------------------------------------------- the export memo
-
-_PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device)
-
-
-def _plain_attributes(obj) -> tuple:
-    """The plain values (numbers, strings, flags) among ``obj``'s attributes."""
-    return tuple((k, v) for k, v in vars(obj).items() if isinstance(v, _PLAIN))
-
-
-def _model_state(model: nn.Module) -> tuple:
-    """What a capture of ``model`` depends on besides its inputs: every submodule (its
-    class, identity, training flag, hooks, plain attributes and its Hugging Face config's
-    plain values), every parameter and buffer object under its name, and the grad and
-    autocast modes. Parameter *values* are not in it: the graph reads them as inputs."""
-    modules = []
-    for name, m in model.named_modules(remove_duplicate=False):
-        config = vars(m).get("config")
-        modules.append((name, type(m), id(m), _plain_attributes(m), forward_hooks(m), id(vars(m).get("forward")),
-                        _plain_attributes(config) if config is not None and hasattr(config, "__dict__") else ()))
-    tensors = tuple((name, id(t)) for name, t in model.named_parameters(remove_duplicate=False)) + \
-        tuple((name, id(t)) for name, t in model.named_buffers(remove_duplicate=False))
-    return (tuple(modules), tensors, torch.is_grad_enabled(), torch.is_autocast_enabled())
-
-
-def _signature(value):
-    """What a capture sees of an input: a tensor's shape, strides, dtype, device, layout
-    and grad flag (``torch.export`` traces fake tensors, so a graph cannot depend on the
-    values: a branch on one is refused while tracing); any other value as it is (ints and
-    flags are constants of the graph)."""
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.stride(), value.dtype, value.device, value.layout,
-                value.requires_grad)
-    if isinstance(value, (tuple, list)):
-        return type(value)(_signature(v) for v in value)
-    return value
-
-
-def _same_value(a, b) -> bool:
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
-    try:
-        return type(a) is type(b) and bool(a == b)
-    except Exception:  # noqa: BLE001 - a value that cannot be compared is not the same
-        return a is b
-
-
-@dataclasses.dataclass
-class _Call:
-    """One ``capture`` call, as the export memo compares calls."""
-
-    model: nn.Module | None
-    state: tuple
-    loss_fn: Any
-    tracer: str
-    model_loss: str | None
-    values: tuple  # positional inputs, keyword names and values, target (as _signature has them)
-
-    @staticmethod
-    def of(model, example_inputs: tuple, loss_fn, example_target, tracer: str, example_kwargs: dict,
-           model_loss: str | None) -> "_Call":
-        return _Call(model, _model_state(model), loss_fn, tracer, model_loss,
-                     _signature((example_inputs, tuple(example_kwargs), tuple(example_kwargs.values()),
-                                 example_target)))
-
-    def served_by(self, earlier: "_Call", with_loss: bool) -> bool:
-        """Whether ``earlier``'s graph is this call's: same model state, loss function,
-        tracer and inputs (:func:`_signature`); a graph of the model's own loss serves both
-        ``model_loss`` ``"required"`` and ``"if_present"``."""
-        if self.model_loss != earlier.model_loss:
-            if not (with_loss and {self.model_loss, earlier.model_loss} == {"required", "if_present"}):
-                return False
-        return (self.loss_fn is earlier.loss_fn and self.tracer == earlier.tracer and self.state == earlier.state
-                and _same_value(self.values, earlier.values))
-
-
-class _ExportMemo:
-    """The last few ``torch.export`` results of each live model, so that a capture that
-    repeats an earlier one (same model state, same input shapes and constants, same loss)
-    costs a fresh module of the exported program instead of a trace.
-
-    ``compile`` captures the global batch to plan on and the first ``step`` captures the
-    rank's share of it: when a rank sees the whole batch (no data parallelism: a tensor
-    or pipeline plan) the two are the same call, as are the captures of a second
-    ``compile`` of the same model. ``torch.export`` is most of what compiling costs on a
-    CPU (about 0.5 s for a two-layer GPT-2, several seconds on a busy machine), and every
-    rank pays it; a replay costs about a tenth. Input *values* need not be compared:
-    ``torch.export`` traces fake tensors, so a graph cannot depend on them (a branch on
-    one is refused). Entries go with their model (weakly keyed); each replay builds its
-    own module from the exported program, so a rewrite of one never touches another.
-    Only exports are kept: ``symbolic_trace`` is cheap.
-    """
-
-    def __init__(self, per_model: int = 4):
-        self.per_model = per_model
-        self._entries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self.hits = 0
-
-    def replay(self, call: _Call, args: tuple) -> fx.GraphModule | None:
-        """A fresh module of an earlier capture that serves ``call`` (None if none does);
-        ``args``: the call's graph inputs, to write ``SPEC`` from."""
-        for earlier, ep, info in self._entries.get(call.model, ()):
-            if call.served_by(earlier, info.with_loss):
-                self.hits += 1
-                gm = _unlifted(ep, args)
-                gm.meta[CAPTURE] = info
-                log.info("capture of %s replayed from an earlier capture of the same call", info.model_class)
-                return gm
-        return None
-
-    def keep(self, call: _Call, ep: torch.export.ExportedProgram, info: CaptureInfo) -> None:
-        model = call.model
-        kept = dataclasses.replace(call, model=None)  # the key holds the model, weakly
-        entries = [(kept, ep, info)] + list(self._entries.get(model, ()))
-        self._entries[model] = entries[:self.per_model]
-
-
-_EXPORTS = _ExportMemo()
-
-
 def capture(
     model: nn.Module,
     example_inputs: Sequence[Any],
@@ -330,16 +209,19 @@ def capture(
     if model_loss not in (None, "required", "if_present"):
         raise ValueError(f"capture: model_loss={model_loss!r}; use None, 'required' or 'if_present'")
     saved = {name: b.detach().clone() for name, b in model.named_buffers() if b.device.type != "meta"}
+    example_inputs, example_kwargs = tuple(example_inputs), dict(example_kwargs or {})
+    model_loss = None if loss_fn is not None else model_loss
     try:
-        call = _Call.of(model, tuple(example_inputs), loss_fn, example_target, tracer, dict(example_kwargs or {}),
-                        None if loss_fn is not None else model_loss)
-        gm = _EXPORTS.replay(call, _graph_args(tuple(example_inputs), dict(example_kwargs or {}), loss_fn,
-                                                example_target))
-        if gm is not None:
+        call = CaptureCall.of(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
+        found = EXPORTS.find(call)
+        if found is not None:
+            ep, info = found
+            gm = _unlifted(ep, _graph_args(example_inputs, example_kwargs, loss_fn, example_target))
+            gm.meta[CAPTURE] = info
+            log.info("capture of %s replayed from an earlier capture of the same call", info.model_class)
             return gm
         with no_generation_cache(model):
-            return _capture(model, tuple(example_inputs), loss_fn, example_target, tracer,
-                            dict(example_kwargs or {}), None if loss_fn is not None else model_loss, call)
+            return _capture(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss, call)
     finally:
         with torch.no_grad():
             for name, b in model.named_buffers():
@@ -376,7 +258,7 @@ def no_generation_cache(model: nn.Module):
 
 
 def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str, example_kwargs: dict,
-             model_loss: str | None, call: "_Call | None" = None) -> fx.GraphModule:
+             model_loss: str | None, call: CaptureCall | None = None) -> fx.GraphModule:
     with_loss = loss_fn is not None
     if with_loss and example_target is None:
         raise ValueError("capture: a loss_fn was given without example_target; pass the target tensor "
@@ -413,7 +295,7 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
     gm.meta[CAPTURE] = CaptureInfo("export", model_class, _placeholder_names(gm), _returns_loss(gm, root, model_loss),
                                    None if fx_error is None else _one_line(fx_error))
     if call is not None:
-        _EXPORTS.keep(call, ep, gm.meta[CAPTURE])
+        EXPORTS.keep(call, ep, gm.meta[CAPTURE])
     return gm
 
 

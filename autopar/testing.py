@@ -65,26 +65,57 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
     pm = autopar.compile(model, mesh, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
                          example_kwargs=kwargs, strategy=strategy, hardware=hardware, overlap=overlap,
                          recompute=recompute)
-
-    def reference_loss():
-        output = reference(*inputs, **kwargs)
-        return loss_fn(output, target) if loss_fn is not None else _own_loss(output)
-
-    def step():
-        return pm.step(*inputs, target=target, **kwargs) if loss_fn is not None else pm.step(*inputs, **kwargs)
+    twins = _Twins(pm, reference, inputs, kwargs, target, loss_fn)
     report: dict[str, Any] = {"mesh": dict(pm.plan.mesh), "plan": pm.plan.explain(), "tracer": pm.plan.tracer,
                               "strategies": {r.strategy for r in pm.plan.regions} - {"replicate"},
                               # parameters this rank holds no element of (the cube's off-diagonal vectors)
                               "empty_params": sum(p.numel() == 0 for p in pm.parameters())}
+    report["output"] = twins.output_diff()
+    max_norm = _compare_first_step(twins, report)
+    _train_and_compare_parameters(twins, report, max_norm, steps, lr)
+    _add_run_stats(pm, reference, report)
+    return report
 
-    with torch.no_grad():
-        out, ref_out = pm(*inputs, **kwargs), reference(*inputs, **kwargs)
-        report["output"] = _max_diff(_logits(out), _logits(ref_out))
-        if loss_fn is None:
-            report["output"] = max(report["output"], _max_diff(_own_loss(out), _own_loss(ref_out)))
 
-    loss = step()
-    ref_loss = reference_loss()
+class _Twins:
+    """The compiled model and its single-device reference, called alike."""
+
+    def __init__(self, pm, reference: torch.nn.Module, inputs: tuple, kwargs: dict[str, Any],
+                 target: torch.Tensor | None, loss_fn: Callable | None):
+        self.pm, self.reference = pm, reference
+        self.inputs, self.kwargs, self.target, self.loss_fn = inputs, kwargs, target, loss_fn
+
+    def output_diff(self) -> tuple[float, float]:
+        """The forward's outputs (logits, and the loss the model's output carries when it
+        computes its own) compared, without gradients."""
+        with torch.no_grad():
+            out, ref_out = self.pm(*self.inputs, **self.kwargs), self.reference(*self.inputs, **self.kwargs)
+            diff = _max_diff(_logits(out), _logits(ref_out))
+            if self.loss_fn is None:
+                diff = max(diff, _max_diff(_own_loss(out), _own_loss(ref_out)))
+        return diff
+
+    def step(self) -> torch.Tensor:
+        """One ``pm.step`` (forward and backward), its loss."""
+        if self.loss_fn is not None:
+            return self.pm.step(*self.inputs, target=self.target, **self.kwargs)
+        return self.pm.step(*self.inputs, **self.kwargs)
+
+    def reference_loss(self) -> torch.Tensor:
+        output = self.reference(*self.inputs, **self.kwargs)
+        return self.loss_fn(output, self.target) if self.loss_fn is not None else _own_loss(output)
+
+    def clip(self, max_norm: float) -> None:
+        self.pm.clip_grad_norm_(max_norm)
+        torch.nn.utils.clip_grad_norm_(self.reference.parameters(), max_norm)
+
+
+def _compare_first_step(twins: _Twins, report: dict[str, Any]) -> float:
+    """One step on both: the loss, every gradient (the worst one named) and the gradient
+    norms compared; both clipped to half the reference's norm, which is returned."""
+    pm, reference = twins.pm, twins.reference
+    loss = twins.step()
+    ref_loss = twins.reference_loss()
     ref_loss.backward()
     report["loss"] = _max_diff(loss, ref_loss)
     grads = pm.full_gradients()
@@ -101,33 +132,42 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
     report["grad_norm"] = max(_max_diff(pm.grad_norm(), ref_norm),
                               _max_diff(pm.grad_norm(float("inf")), torch.nn.utils.get_total_norm(ref_grads, "inf")))
     max_norm = 0.5 * float(ref_norm)
-    pm.clip_grad_norm_(max_norm)
-    torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm)
+    twins.clip(max_norm)
+    return max_norm
 
+
+def _train_and_compare_parameters(twins: _Twins, report: dict[str, Any], max_norm: float, steps: int,
+                                  lr: float) -> None:
+    """``steps`` AdamW steps on both (the first on the gradients already there), then every
+    entry of the state dict compared (the worst one named)."""
     # eps=1e-6 rather than 1e-8: some gradients are exactly zero in exact arithmetic (the
     # key bias of attention: softmax ignores a shift shared by all keys), and Adam's
     # normalisation would turn their rounding noise (~1e-10, different on both sides)
     # into steps of size lr.
-    optimizer = torch.optim.AdamW(pm.parameters(), lr=lr, eps=1e-6)
-    ref_optimizer = torch.optim.AdamW(reference.parameters(), lr=lr, eps=1e-6)
+    optimizer = torch.optim.AdamW(twins.pm.parameters(), lr=lr, eps=1e-6)
+    ref_optimizer = torch.optim.AdamW(twins.reference.parameters(), lr=lr, eps=1e-6)
     optimizer.step()
     ref_optimizer.step()
     for _ in range(steps - 1):
         optimizer.zero_grad()
         ref_optimizer.zero_grad()
-        step()
-        reference_loss().backward()
-        pm.clip_grad_norm_(max_norm)
-        torch.nn.utils.clip_grad_norm_(reference.parameters(), max_norm)
+        twins.step()
+        twins.reference_loss().backward()
+        twins.clip(max_norm)
         optimizer.step()
         ref_optimizer.step()
-    state = pm.full_state_dict()
+    state = twins.pm.full_state_dict()
     worst = (0.0, 0.0)
-    for name, value in reference.state_dict().items():
+    for name, value in twins.reference.state_dict().items():
         diff = _max_diff(state[name], value)
         if diff > worst:
             worst, report["worst_param"] = diff, name
     report["param"] = worst
+
+
+def _add_run_stats(pm, reference: torch.nn.Module, report: dict[str, Any]) -> None:
+    """What the 3-D layers and the pipeline counted while running (recomputations, sent
+    bytes, the parameters this rank holds)."""
     if pm.plan.grid is not None:
         report["tensor3d_stats"] = pm.tensor3d_stats
         report["recomputed"] = pm.rank_graph_code().count("= recompute_")
@@ -137,7 +177,6 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
         report["sent_bytes"] = pm.pipeline_executor.stats["sent_bytes"]
         report["held_params"] = sum(p.numel() for p in pm.parameters())
         report["all_params"] = sum(p.numel() for p in reference.parameters())
-    return report
 
 
 # ---------------------------------------------------------------------- cases run on ranks

@@ -13,8 +13,9 @@ import os
 import pytest
 
 from autopar import cli
-from autopar.calibrate import (COLLECTIVES, FORMULA_OF, fit_alpha_beta, fit_matmul, nnls, run_calibration,
-                               settings)
+from autopar.calibrate import run_calibration
+from autopar.calibrate_fit import FORMULA_OF, fit_alpha_beta, fit_matmul, nnls
+from autopar.calibrate_measure import COLLECTIVES, settings
 from autopar.cost import model as cost
 from autopar.cost.hardware import get_hardware
 

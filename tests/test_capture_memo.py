@@ -1,4 +1,4 @@
-"""The export memo (autopar/capture.py ``_ExportMemo``): a capture that repeats an
+"""The export memo (autopar/capture_memo.py ``ExportMemo``): a capture that repeats an
 earlier one of the same model (same state, same input shapes and constants, same loss)
 is replayed from the exported program instead of traced again; anything that can change
 the graph makes a fresh capture, and each replay is a module of its own."""
@@ -6,7 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autopar.capture import _EXPORTS, capture
+from autopar.capture import capture
+from autopar.capture_memo import EXPORTS
 from autopar.ir import CAPTURE, SPEC
 
 
@@ -41,9 +42,9 @@ def test_a_repeated_capture_is_replayed_and_each_replay_is_its_own_module():
     model, x, ones = _Branchy(), torch.randn(4, 8), torch.ones(4, 8)
     first = _capture(model, x, ones)
     assert first.meta[CAPTURE].tracer == "export"
-    hits = _EXPORTS.hits
+    hits = EXPORTS.hits
     second = _capture(model, torch.randn(4, 8), torch.zeros(4, 8))  # other values, same shapes
-    assert _EXPORTS.hits == hits + 1
+    assert EXPORTS.hits == hits + 1
     assert second is not first and second.graph is not first.graph
     assert _ops(second) == _ops(first) and second.meta[CAPTURE] == first.meta[CAPTURE]
     assert [n.meta.get(SPEC) for n in second.graph.nodes] == [n.meta.get(SPEC) for n in first.graph.nodes]
@@ -64,7 +65,7 @@ def test_a_repeated_capture_is_replayed_and_each_replay_is_its_own_module():
 def test_anything_that_can_change_the_graph_makes_a_fresh_capture():
     model, x, ones = _Branchy(), torch.randn(4, 8), torch.ones(4, 8)
     masked = _ops(_capture(model, x, ones))
-    hits = _EXPORTS.hits
+    hits = EXPORTS.hits
     assert _ops(_capture(model, torch.randn(6, 8), torch.ones(6, 8))) != masked  # other shapes: the other branch
     model.scale = 2.0  # a plain attribute the forward reads
     assert _ops(_capture(model, x, ones)) != masked
@@ -76,7 +77,7 @@ def test_anything_that_can_change_the_graph_makes_a_fresh_capture():
     _capture(model, x, ones, loss_fn=F.mse_loss, example_target=torch.randn(4, 8))  # with a loss
     with torch.no_grad():
         _capture(model, x, ones)  # another grad mode
-    assert _EXPORTS.hits == hits
+    assert EXPORTS.hits == hits
 
 
 def test_the_model_is_not_kept_alive_by_the_memo():

@@ -138,12 +138,12 @@ def _snapshot(beats, records):
     import json
     from types import SimpleNamespace
 
-    from autopar.runtime.health import _machine, _Snapshot
-    board = SimpleNamespace(rank=0, machine=_machine())
+    from autopar.runtime.failure_board import Snapshot, this_machine
+    board = SimpleNamespace(rank=0, machine=this_machine())
     now = time.time()
-    snapshot = _Snapshot(board, [None if b is None else {"t": now, "pid": b[0], "machine": board.machine,
-                                                          "state": "alive", "doing": b[1], "since": now}
-                                 for b in beats])
+    snapshot = Snapshot(board, [None if b is None else {"t": now, "pid": b[0], "machine": board.machine,
+                                                         "state": "alive", "doing": b[1], "since": now}
+                                for b in beats])
     snapshot.read_failures("".join(json.dumps(r) + "\n" for r in records))
     return snapshot
 

@@ -1,0 +1,237 @@
+"""What ``autopar calibrate`` times on every rank of a launched world.
+
+:func:`calibration_job` runs on each rank (one intra-op thread each, denormals flushed)
+and returns that rank's median seconds of every measurement: fp32 square matmuls, the
+launch latency of a 1-element add, a large ``copy_``, and each of :data:`COLLECTIVES`
+over every group size :func:`group_sizes` gives (groups of consecutive ranks, all
+groups of one size at once) at the message sizes :func:`settings` picks. Each sample
+starts after a barrier of all ranks; a collective sample is one call, a compute sample
+repeats the kernel to last a few milliseconds. Fitting the cost model to these medians
+is :mod:`autopar.calibrate_fit`'s; :mod:`autopar.calibrate` launches the job and fits.
+"""
+from __future__ import annotations
+
+import platform
+import socket
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send")
+"""The collectives measured, named as ``Hardware.measured`` and ``cost`` name them."""
+
+@dataclass(frozen=True)
+class Settings:
+    """What one calibration measures; :func:`settings` picks them for the full and quick runs."""
+
+    message_bytes: tuple[int, ...]
+    matmul_sizes: tuple[int, ...]
+    copy_bytes: int
+    repeats: int           # timed samples per collective point, one call each (after a warm-up call)
+    compute_repeats: int   # timed samples per compute point (after a warm-up call) ...
+    sample_s: float        # ... each repeating the kernel to last about this long
+
+
+def settings(quick: bool, device_type: str = "cpu") -> Settings:
+    """Full: 11 message sizes 4 B..4 MiB (×4 apart) timed 41 times each, matmuls 32..2048
+    timed in 11 samples of ~20 ms; quick: 6 sizes 4 B..4 MiB (×16 apart) timed 31 times,
+    matmuls 32..1024 in 7 samples of ~5 ms. GPUs get larger matmuls. Compute samples last
+    several scheduler time slices, so where ranks share cores (more ranks than cores, or
+    other load) the small kernels see the same sharing as the large ones."""
+    gpu = device_type == "cuda"
+    if quick:
+        return Settings(message_bytes=tuple(4 * 16 ** k for k in range(6)),
+                        matmul_sizes=(32, 64, 128, 256, 512, 1024) + ((2048, 4096) if gpu else ()),
+                        copy_bytes=64 << 20, repeats=31, compute_repeats=7, sample_s=5e-3)
+    return Settings(message_bytes=tuple(4 * 4 ** k for k in range(11)),
+                    matmul_sizes=(32, 64, 128, 256, 512, 1024, 2048) + ((4096, 8192) if gpu else ()),
+                    copy_bytes=256 << 20, repeats=41, compute_repeats=11, sample_s=20e-3)
+
+
+def group_sizes(world_size: int) -> list[int]:
+    """Every group size the planner can form on ``world_size`` ranks: the divisors ≥ 2."""
+    return [g for g in range(2, world_size + 1) if world_size % g == 0]
+
+
+def _device(backend: str) -> torch.device:
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_kernel(op: Callable[[], Any], device: torch.device, s: Settings) -> float:
+    """Median seconds per call of a compute kernel ``op`` over ``s.compute_repeats``
+    samples, each started after a barrier of all ranks and repeating ``op`` to last about
+    ``s.sample_s`` (a microsecond kernel is below the timer's resolution alone)."""
+    op()  # warm-up: first-call costs (allocations, caches)
+    _sync(device)
+    start = time.perf_counter()
+    op()
+    _sync(device)
+    inner = max(1, round(s.sample_s / max(time.perf_counter() - start, 1e-9)))
+    samples = []
+    for _ in range(s.compute_repeats):
+        dist.barrier()
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(inner):
+            op()
+        _sync(device)
+        samples.append((time.perf_counter() - start) / inner)
+    return statistics.median(samples)
+
+
+def _time_collectives(ops: list[Callable[[], Any]], device: torch.device, s: Settings) -> list[float]:
+    """Median seconds of one call of each of ``ops`` over ``s.repeats`` samples, each
+    started after a barrier of all ranks. Collectives in training are separated by
+    compute, so each call is timed alone rather than back to back; the ops take turns
+    (round-robin over the repeats), so a burst of other load on the machine spreads over
+    all message sizes instead of corrupting one."""
+    for op in ops:
+        op()  # warm-up: first-call costs (connections, allocations)
+    samples: list[list[float]] = [[] for _ in ops]
+    for _ in range(s.repeats):
+        for op, times in zip(ops, samples):
+            dist.barrier()
+            _sync(device)
+            start = time.perf_counter()
+            op()
+            _sync(device)
+            times.append(time.perf_counter() - start)
+    return [statistics.median(times) for times in samples]
+
+
+def _collective_op(name: str, group, group_ranks: list[int], nbytes: int,
+                   device: torch.device) -> tuple[Callable[[], Any], int]:
+    """The operation timing ``name`` on ``group`` near ``nbytes`` bytes and the message
+    size ``m`` it has in the formula's convention (all-gather: each rank's contribution;
+    the others: the buffer each rank holds; fp32 elements, split evenly over G)."""
+    size = len(group_ranks)
+    n = max(1, nbytes // 4)
+    zeros = lambda k: torch.zeros(k, dtype=torch.float32, device=device)  # noqa: E731 - zeros stay normal
+    if name == "all_reduce":
+        buf = zeros(n)
+        return (lambda: dist.all_reduce(buf, group=group)), 4 * n
+    if name == "all_gather":
+        inp, out = zeros(n), zeros(n * size)
+        return (lambda: all_gather_flat(out, inp, group=group)), 4 * n
+    if name in ("reduce_scatter", "all_to_all"):
+        n = max(size, n // size * size)
+        inp, out = zeros(n), zeros(n // size if name == "reduce_scatter" else n)
+        if name == "reduce_scatter":
+            return (lambda: reduce_scatter_flat(out, inp, group=group)), 4 * n
+        return (lambda: dist.all_to_all_single(out, inp, group=group)), 4 * n
+    if name == "broadcast":
+        buf = zeros(n)
+        return (lambda: dist.broadcast(buf, src=group_ranks[0], group=group)), 4 * n
+    if name == "send":  # one op = a round trip between the pair; the caller halves it
+        buf = zeros(n)
+        rank = dist.get_rank()
+        peer = group_ranks[1] if rank == group_ranks[0] else group_ranks[0]
+        if rank == group_ranks[0]:
+            def ping():
+                dist.send(buf, peer)
+                dist.recv(buf, peer)
+        else:
+            def ping():
+                dist.recv(buf, peer)
+                dist.send(buf, peer)
+        return ping, 4 * n
+    raise ValueError(f"unknown collective {name!r}; expected one of {COLLECTIVES}")
+
+
+def _memory_bytes(device: torch.device, world_size: int) -> float:
+    if device.type == "cuda":
+        return float(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return float(line.split()[1]) * 1024 / world_size
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _processor_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _time_matmul(n: int, gen: torch.Generator, device: torch.device, s: Settings) -> float:
+    """Median seconds of one fp32 ``n×n @ n×n`` (2n³ FLOPs), allocating its output as a
+    model's matmul does (and as the 1-element add that measures the launch latency does)."""
+    a = torch.randn(n, n, generator=gen).to(device)
+    b = torch.randn(n, n, generator=gen).to(device)
+    return _time_kernel(lambda: torch.mm(a, b), device, s)
+
+
+def _time_copy(nbytes: int, device: torch.device, s: Settings) -> float:
+    """Median seconds of ``dst.copy_(src)`` of ``nbytes`` (reads and writes 2·nbytes)."""
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    return _time_kernel(lambda: dst.copy_(src), device, s)
+
+
+def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
+    """Run on every rank of a launched world: this rank's medians (seconds) of every
+    measurement, keyed ``("matmul", n)``, ``("launch",)``, ``("copy", bytes)`` and
+    ``(collective, G, m)``, plus facts about the machine."""
+    torch.set_flush_denormal(True)
+    device = _device(backend)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    s = settings(quick, device.type)
+    medians: dict[tuple, float] = {}
+
+    # --- compute, on every rank at once (as training runs it)
+    gen = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(1, generator=gen).to(device), torch.randn(1, generator=gen).to(device)
+    medians[("launch",)] = _time_kernel(lambda: torch.add(x, y), device, s)
+    for n in s.matmul_sizes:
+        medians[("matmul", n)] = _time_matmul(n, gen, device, s)
+    medians[("copy", s.copy_bytes)] = _time_copy(s.copy_bytes, device, s)
+
+    # --- collectives: groups of consecutive ranks, every group of a size at once
+    for size in group_sizes(world):
+        group, members = None, None
+        for first in range(0, world, size):
+            ranks = list(range(first, first + size))
+            made = dist.group.WORLD if size == world else dist.new_group(ranks)  # on every rank, same order
+            if rank in ranks:
+                group, members = made, ranks
+        for name in COLLECTIVES[:-1]:
+            ops, sizes = zip(*(_collective_op(name, group, members, nbytes, device) for nbytes in s.message_bytes))
+            for m, t in zip(sizes, _time_collectives(list(ops), device, s)):
+                medians[(name, size, m)] = t
+    # point-to-point between pairs (0,1), (2,3), ...; a last odd rank only joins the barriers
+    pair = [rank - rank % 2, rank - rank % 2 + 1]
+    if pair[1] < world:
+        ops, sizes = zip(*(_collective_op("send", None, pair, nbytes, device) for nbytes in s.message_bytes))
+        for m, t in zip(sizes, _time_collectives(list(ops), device, s)):
+            medians[("send", 2, m)] = t / 2  # an op is a round trip
+    else:
+        _time_collectives([lambda: None] * len(s.message_bytes), device, s)
+    return {"medians": medians, "host": socket.gethostname(), "processor": _processor_name(device),
+            "memory_bytes": _memory_bytes(device, world), "device_type": device.type}
+
+
+__all__ = ["COLLECTIVES", "Settings", "calibration_job", "group_sizes", "settings"]
