@@ -989,7 +989,7 @@ def _no_plan_message(name: str, world: int, candidates: list[MeshCandidate]) -> 
     if len(candidates) <= 8:
         reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
         return f"no feasible plan for {name} on {world} ranks: {reasons}"
-    from autopar.planning.plan import closest_to_fitting, rejections
+    from autopar.planning.explain import closest_to_fitting, rejections
     closest = closest_to_fitting(candidates)
     near = f"; the closest: {closest.mesh}{' ' + closest.form if closest.form else ''} {closest.reason}" \
         if closest is not None else ""
