@@ -10,7 +10,7 @@ from autopar.api import ParallelModule, compile, plan, rank_graph
 from autopar.capture import CaptureError, capture
 from autopar.cost.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
-from autopar.planning.planner import PlanError, Strategy
+from autopar.planning.strategy import PlanError, Strategy
 from autopar.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from autopar.runtime.health import RankFailureError
 

@@ -40,7 +40,7 @@ from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards
 from autopar.strategies.megatron.rewrite import planned_param_shards
 from autopar.cost.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
-from autopar.planning.planner import PlanError, Strategy, plan_graph
+from autopar.planner import PlanError, Strategy, plan_graph
 from autopar.program import batch_of, local_batch, rank_graph_code, rewrite
 from autopar.runtime import groups as G
 from autopar.runtime import health

@@ -94,7 +94,7 @@ def _calibrate_main(args) -> int:
 
 def _progress_printer():
     """A search that runs more than a second prints how far it is, on stderr."""
-    from autopar.planning.planner import Progress
+    from autopar.planner import Progress
 
     def report(done: int, total: int, elapsed: float) -> None:
         end = "\n" if done == total else ""

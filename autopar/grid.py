@@ -53,6 +53,15 @@ class GroupSpec:
     only: Optional[tuple[str, tuple[int, ...]]] = None
 
 
+def subgrid_group_specs(csub: bool) -> dict[str, GroupSpec]:
+    """D&SP's groups on :func:`subgrid_dims`: ``segment`` (position ``p`` of
+    every sub-grid, in sub-grid order), ``subgrid`` (one sub-grid, in position order) and
+    ``data``, every rank in batch-chunk order ``p·g + s`` (under cSub the common layers
+    run on sub-grid 0 only: the sub-grid)."""
+    return {"data": GroupSpec(("position",)) if csub else GroupSpec(("position", "subgrid")),
+            "segment": GroupSpec(("subgrid",)), "subgrid": GroupSpec(("position",))}
+
+
 class RankGrid:
     """``dims`` (name -> size, outermost first) over ``members`` (global ranks, row-major
     over the dims; default ``range(size)``)."""

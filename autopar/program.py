@@ -25,7 +25,7 @@ from autopar.strategies.dsp.rewrite import csub_branch_program, subgraph_paralle
 from autopar.strategies.tensor3d.rewrite import tensor3d_pass
 from autopar.strategies.megatron.rewrite import tensor_parallel_pass
 from autopar.planning.plan import Plan
-from autopar.planning.planner import PlanError
+from autopar.planning.strategy import PlanError
 
 def batch_of(inputs: tuple) -> int | None:
     """The batch size: the first dimension of the first tensor input."""

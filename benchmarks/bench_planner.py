@@ -38,7 +38,7 @@ def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batc
     from autopar.capture import capture
     from autopar.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planning.planner import PlanError, plan_graph
+    from autopar.planner import PlanError, plan_graph
     from examples.factories import gpt_meta
     model, inputs, loss, target = gpt_meta(layers, width, heads, batch)
     t0 = time.perf_counter()
@@ -70,7 +70,7 @@ def _in_subprocess(*args) -> dict:
 
 def _baseline_rss() -> float:
     """Resident memory of a process that imported autopar and built nothing."""
-    code = ("import resource, autopar.planning.planner, examples.factories;"
+    code = ("import resource, autopar.planner, examples.factories;"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT,
                          env={**os.environ, "PYTHONPATH": REPO_ROOT}, check=True)

@@ -144,7 +144,7 @@ def _export_only_dsp():
     from autopar.capture import capture
     from autopar.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planning.planner import plan_graph
+    from autopar.planner import plan_graph
     from examples.models import Inception
     gm = analyse(capture(Inception(), (torch.randn(4, 3, 8, 8),), tracer="export"))
     plan_graph(gm, 2, get_hardware(None), {"data": 2, "subgrids": 2})

@@ -9,7 +9,7 @@ import expecttest
 import pytest
 
 import autopar
-from autopar.planning.planner import PlanError, Progress
+from autopar.planner import PlanError, Progress
 from examples.factories import gpt_meta
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,10 +97,11 @@ def test_identical_blocks_are_priced_once_and_progress_is_reported():
     from autopar.capture import capture
     from autopar.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planning.planner import _Model, plan_graph
+    from autopar.planner import plan_graph
+    from autopar.planning.model import ModelFacts
     model, inputs, loss, target = _small(layers=12)
     gm = analyse(capture(model, inputs, loss, target))
-    m = _Model(gm)
+    m = ModelFacts(gm)
     classes = {m.region_class[r.id] for r in m.regions}
     assert len(m.regions) == 2 * 12 + 1 and len(classes) == 3  # attention, MLP, vocab
     seen = []

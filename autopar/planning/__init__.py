@@ -1,9 +1,16 @@
-"""Planning: the hardware description, the cost model and the planner.
+"""Planning's data and shared facts, below the families and the search.
 
-* :mod:`autopar.cost.hardware` describes a machine (peak rates, bandwidths,
-  latencies, devices per node) and holds presets;
-* :mod:`autopar.analysis.flops` counts each graph node's work from its shapes;
-* :mod:`autopar.cost.model` turns work and message sizes into seconds and bytes with
-  the papers' formulas (sympy expressions, lambdified once);
-* ``plan`` and ``planner`` choose a strategy per region with that cost model.
+* :mod:`~autopar.planning.plan`: the :class:`Plan` (mesh, one strategy per region,
+  predicted costs, the configurations weighed), its JSON form and rank layout;
+  :mod:`~autopar.planning.explain` its explanations (``explain``, ``top``, ``why_not``);
+* :mod:`~autopar.planning.strategy`: :class:`Strategy`, a configuration of any family
+  (what a user may force, what a family offers), :class:`PlanError`, ``divisors``;
+* :mod:`~autopar.planning.model`: :class:`ModelFacts`, what the planner knows of one
+  analysed graph (work per node, regions and their classes, compute pricing memoised),
+  and the data-parallel gradient all-reduce every family pays.
+
+Nothing here imports a family at load time: each family's planning lives in its package
+(``autopar/strategies/<family>/planner.py``, behind :mod:`autopar.strategies.family`),
+and the search that loops over them is :mod:`autopar.planner`. The hardware and the
+α-β formulas are in :mod:`autopar.cost`, FLOP counting in :mod:`autopar.analysis.flops`.
 """

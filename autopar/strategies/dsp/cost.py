@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.grid import GroupSpec, RankGrid, subgrid_dims
+from autopar.grid import RankGrid, subgrid_dims
 from autopar.cost import model as cm
 from autopar.analysis.flops import NodeWork
 
@@ -79,15 +79,6 @@ def subgrid_groups(n: int, g: int, topology_aware: bool) -> tuple[list[list[int]
     ``s`` holds its ranks in position order (its data-parallel group)."""
     grid = RankGrid(subgrid_dims(n, g, topology_aware))
     return grid.groups(("subgrid",)), grid.groups(("position",))  # in order of the other coordinate
-
-
-def subgrid_group_specs(csub: bool) -> dict[str, GroupSpec]:
-    """D&SP's groups on :func:`autopar.grid.subgrid_dims`: ``segment`` (position ``p`` of
-    every sub-grid, in sub-grid order), ``subgrid`` (one sub-grid, in position order) and
-    ``data``, every rank in batch-chunk order ``p·g + s`` (under cSub the common layers
-    run on sub-grid 0 only: the sub-grid)."""
-    return {"data": GroupSpec(("position",)) if csub else GroupSpec(("position", "subgrid")),
-            "segment": GroupSpec(("subgrid",)), "subgrid": GroupSpec(("position",))}
 
 
 def count_messages(n: int, g: int, n_node: int, topology_aware: bool) -> MessageCounts:

@@ -1,7 +1,7 @@
 """The cost of a pipeline (megatron §2.2, §3): step time with its bubble, point-to-point
 volume per microbatch, activations in flight per schedule, and the microbatch size.
 
-Pure formulas over per-stage figures; :func:`autopar.planning.planner.plan_graph` walks
+Pure formulas over per-stage figures; :mod:`autopar.strategies.pipeline.planner` walks
 the graph for them. With ``p`` pipeline ranks, ``v`` chunks per rank and ``m``
 microbatches, rank ``r`` runs stages ``c·p + r`` (``c < v``); ``t_r`` is the time it
 spends on one microbatch over all its chunks (forward + backward, its tensor-parallel

@@ -45,7 +45,7 @@ from autopar.analysis.manager import PassRunner
 from autopar.strategies.pipeline.stages import split
 from autopar.transforms.recompute import recompute_pass
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS, tensor_parallel_pass
-from autopar.planning.planner import PlanError
+from autopar.planning.strategy import PlanError
 from autopar.runtime import groups as G
 from autopar.runtime import rng
 from autopar.strategies.pipeline.executor import PipelineExecutor, StageProgram

@@ -1,0 +1,327 @@
+"""The plan's explanations: :meth:`Plan.explain`'s table, :meth:`Plan.top`,
+:meth:`Plan.why_not` and the pipeline's part of the table.
+
+Plain functions of a :class:`autopar.planning.plan.Plan` (they read its fields and
+nothing else), kept apart from the data structure so that each stays short. The texts
+are golden (``tests/test_plan.py``, ``tests/test_planner_search.py``): change them on
+purpose only.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autopar.planning.plan import MeshCandidate, Plan
+
+
+def explain(plan: "Plan") -> str:
+    """A readable table: mesh, predicted step, per-region strategy and costs (:meth:`Plan.explain`)."""
+    mesh = " x ".join(f"{k}={v}" for k, v in plan.mesh.items())
+    lines = [
+        f"autopar plan: {plan.model} on {plan.world_size} rank(s), hardware {plan.hardware}, "
+        f"global batch {plan.global_batch}{' (forced)' if plan.forced else ''}",
+        f"mesh: {mesh}   " + (f"({'Bian cube' if plan.form == 'cube' else '3D grid'} Gx={plan.degree('x')} "
+                                f"Gy={plan.degree('y')} Gz={plan.degree('z')} "
+                                f"Gdata={plan.degree('data')}; rank = ((data*Gz + z)*Gy + y)*Gx + x)"
+                                if plan.grid is not None else
+                                f"(rank = (pipeline*{plan.degree('data')} + data)*{plan.degree('tensor')} + "
+                                f"tensor; tensor ranks adjacent, pipeline outermost)" if plan.pipeline else
+                                f"(rank = data*{plan.degree('tensor')} + tensor; tensor ranks adjacent)")
+        + (f"; {'D&SP-cSub' if plan.csub else 'D&SP'}: {plan.subgrids} sub-grids of "
+           f"{plan.world_size // plan.subgrids} rank(s), {'topology-aware' if plan.topology_aware else 'naive'} "
+           f"order" + (", common layers on sub-grid 0" if plan.csub else "") if plan.subgrids > 1 else ""),
+        f"predicted step {_ms(plan.step_s)}: compute {_ms(plan.total.compute_s)}, "
+        + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(plan.total.comm_s.items()))
+        + f"; memory per rank {_mb(plan.total.memory_bytes)}"
+        + ("; activations recomputed in backward to fit" if plan.recompute else "")
+        + ("; pointwise chains fused into generated kernels" if plan.fusion else ""),
+        *([f"model: {plan.flops_per_step:.4g} FLOP per step -> {plan.flops_per_device():.4g} FLOP/s per device "
+           f"predicted"] if plan.flops_per_step else []),
+        "",
+    ]
+    lines += _region_table(plan)
+    lines += _layouts(plan)
+    lines += _kept_whole(plan)
+    lines += _weighed(plan)
+    return "\n".join(lines)
+
+
+def _region_table(plan: "Plan") -> list[str]:
+    """One row per region (identical repeated ones folded): strategy, compute,
+    communication by group, memory, and the alternatives' predicted seconds."""
+    lines: list[str] = []
+    if plan.grid is not None:
+        groups = ["x", "y", "z", "data"]
+    else:
+        groups = ["tensor", "data"] + sorted({k for r in plan.regions for k in r.cost.comm_s} - {"tensor", "data"})
+    header = ("region", "kind", "strategy", "compute", *(f"comm {g}" for g in groups), "memory", "alternatives")
+    rows = [header]
+    for first, last, count, r in _runs(plan.regions):
+        alts = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(r.alternatives.items()) if k != r.strategy)
+        comm = (_ms(r.cost.comm_s.get(g, 0.0)) for g in groups)
+        name = r.region if count == 1 else f"{first} .. {last} (x{count}, each)"
+        rows.append((name, r.kind, r.strategy, _ms(r.cost.compute_s), *comm, _mb(r.cost.memory_bytes),
+                     alts or "-"))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
+    for i, row in enumerate(rows):
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
+def _layouts(plan: "Plan") -> list[str]:
+    """What the split regions do: D&SP's branches on sub-grids, the 3D or cube layers
+    and their boundaries, the pipeline's stages."""
+    lines: list[str] = []
+    split_branches = [r for r in plan.regions if r.strategy == "dsp"]
+    if split_branches:
+        lines.append("")
+        lines.append("branches on sub-grids:")
+        lines.extend(f"  {r.region}: {r.reason}" for r in split_branches)
+    layered = [r for r in plan.regions if r.strategy in ("tensor3d", "cube3d")]
+    if layered:
+        lines.append("")
+        if plan.regions_with("cube3d"):
+            lines.append("cube layers (Bian et al.; orientation by data flow; Algorithms 1/3: all-gather A's rows "
+                         "over the out axis and W over z, reduce-scatter the output's rows over the in axis; "
+                         "backward (2/4): all-gather dC over the in axis, reduce-scatter dA over the out axis "
+                         "and dW over z; biases on the diagonal ranks, Algorithms 7-8):")
+        else:
+            lines.append("3D layers (orientation by data flow; Algorithm 1: all-gather W over z, all-reduce the "
+                         "output over the in axis; backward: all-reduce dI over the out axis, reduce-scatter dW "
+                         "over z):")
+        for r in layered:
+            lines.append(f"  {r.region}: " + "; ".join(f"{layer['linear']} {layer['orientation']}"
+                                                      for layer in r.details.get("layers", [])))
+            lines.append(f"    boundary: {r.details.get('boundary', '-')}")
+    if plan.pipeline:
+        lines.append("")
+        lines.extend(pipeline_text(plan))
+    return lines
+
+
+def _kept_whole(plan: "Plan") -> list[str]:
+    """The regions a tensor or 3D plan left replicated, and why."""
+    lines: list[str] = []
+    kept_whole = [r for r in plan.regions if r.strategy == "replicate" and r.kind != "-"
+                  and (plan.degree("tensor") > 1 or plan.grid is not None)]
+    if kept_whole:
+        lines.append("")
+        lines.append("regions not split over the tensor group:")
+        for first, last, count, r in _runs(kept_whole, key=lambda r: r.reason):
+            lines.append(f"  {first if count == 1 else f'{first} .. {last} (x{count})'}: {r.reason}")
+    return lines
+
+
+def _weighed(plan: "Plan") -> list[str]:
+    """The configurations weighed: all of them, or the best eight and the rejections counted."""
+    lines: list[str] = []
+    if len(plan.candidates) > LONG_CANDIDATE_LIST:
+        lines.append("")
+        lines.append(top(plan, 8))
+        lines.append("rejected: " + rejections(plan.candidates))
+    elif plan.candidates:
+        lines.append("")
+        lines.append("meshes weighed:")
+        for c in plan.candidates:
+            mesh_c = _mesh_text(c)
+            mark = "*" if plan._same_layout(c) else " "
+            if c.feasible:
+                lines.append(f" {mark} {mesh_c}: step {_ms(c.step_s)}, memory {_mb(c.memory_bytes)}")
+            else:
+                lines.append(f" {mark} {mesh_c}: rejected: {c.reason}")
+    return lines
+
+
+def pipeline_text(plan: "Plan") -> list[str]:
+    """The pipeline part of :func:`explain`: stages, schedule, bubble, memory, timeline."""
+    pp = plan.pipeline
+    p, v, m = pp["stages"], pp["chunks"], pp["microbatches"]
+    lines = [f"pipeline (megatron sec. 2.2): {p * v} stages on {p} pipeline ranks"
+             + (f", {v} chunks per rank (stage c*{p} + r on rank r)" if v > 1 else "")
+             + f"; schedule {pp['schedule']}, {m} microbatch(es) of {pp['microbatch_size']} row(s); predicted "
+             f"bubble (p-1)/(v*m) = {pp['bubble_fraction']:.3f} ({_ms(pp['bubble_s'])}); scatter/gather "
+             f"{'on' if pp['scatter_gather'] else 'off'}"]
+    for s in range(p * v):
+        blocks = [b for b, a in zip(pp["blocks"], pp["assignment"]) if a == s]
+        ends = (" + embedding" if s == 0 else "") + (" + head and loss" if s == p * v - 1 else "")
+        sends = (f"; sends {pp['p2p_bytes'][s] / 2**10:.1f} KiB per microbatch" if s < p * v - 1 else "")
+        lines.append(f"  stage {s} (rank {s % p}): {', '.join(blocks)}{ends}; "
+                     f"{_ms(pp['stage_s'][s])} per microbatch{sends}")
+    if pp["tied"]:
+        lines.append(f"  tied parameters (gradients summed over their stages' ranks): {', '.join(pp['tied'])}")
+    shown = range(p) if p <= 8 else [0, 1, p - 2, p - 1]
+    lines.append("  per rank: " + "; ".join(
+        (f"... rank {r}" if p > 8 and r == p - 2 else f"rank {r}") + f" {_ms(pp['rank_s'][r])}/microbatch, "
+        f"{sum(pp['in_flight'][r])} in flight, {_mb(pp['memory_bytes'][r])} "
+        f"({_mb(pp['memory_bytes_recompute'][r])} recomputing)" for r in shown))
+    if p <= 8 and m * v <= 32:
+        lines.append("timeline (unit: one chunk's forward; backward = 2 units):")
+        lines.extend("  " + line for line in plan.timeline().text().splitlines())
+    else:
+        lines.append(f"timeline: {p} ranks x {m * v} chunk-passes, too wide to print here; plan.save() writes "
+                     f"timeline.txt and timeline.svg")
+    return lines
+
+
+def top(plan: "Plan", k: int = 5) -> str:
+    """The ``k`` fastest feasible configurations weighed, with the predicted step and
+    its communication split by group (``autopar plan --top K``)."""
+    feasible = sorted((c for c in plan.candidates if c.feasible), key=lambda c: (c.step_s, _mesh_text(c)))
+    groups = [g for g in ("tensor", "x", "y", "z", "pipeline", "data") if any(g in c.comm_s for c in feasible)]
+    header = ("#", "configuration", "step", *(f"comm {g}" for g in groups), "memory")
+    rows = [header]
+    for i, c in enumerate(feasible[:k], 1):
+        rows.append((str(i), _mesh_text(c), _ms(c.step_s), *(_ms(c.comm_s.get(g, 0.0)) for g in groups),
+                     _mb(c.memory_bytes)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [f"the {min(k, len(feasible))} best of {len(feasible)} feasible configuration(s) "
+             f"({len(plan.candidates) - len(feasible)} rejected):"]
+    for i, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def why_not(plan: "Plan", family: str) -> str:
+    """Why a family of strategies lost or was infeasible (``autopar plan --why-not``):
+    ``data``, ``megatron`` (or ``tensor``), ``dsp``, ``3d``, ``cube`` or ``pipeline``.
+    Names the binding constraint of an infeasible family (the most frequent reason,
+    and the configuration closest to fitting), or, for one that lost, its best
+    configuration against the chosen one, group by group."""
+    family = {"tensor": "megatron", "axonn": "3d", "ptd-p": "pipeline", "d&sp": "dsp"}.get(family.lower(),
+                                                                                        family.lower())
+    if family not in FAMILIES:
+        raise ValueError(f"why_not: unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+    mine = [c for c in plan.candidates if _family(c, plan.world_size) == family]
+    chosen = plan._chosen_candidate()
+    if not mine:
+        return f"{family}: not weighed: {FAMILY_ABSENT[family]}"
+    feasible = sorted((c for c in mine if c.feasible), key=lambda c: (c.step_s, _mesh_text(c)))
+    if chosen is not None and _family(chosen, plan.world_size) == family and feasible and \
+            feasible[0].step_s >= chosen.step_s * (1 - 1e-9):
+        return f"{family}: chosen: {_mesh_text(chosen)}, step {_ms(chosen.step_s)}"
+    if not feasible:
+        return f"{family}: infeasible: all {len(mine)} configuration(s) rejected: {rejections(mine)}" + \
+            (f"; the closest to fitting: {_mesh_text(c)}: {c.reason}" if (c := closest_to_fitting(mine)) else "")
+    best = feasible[0]
+    lines = [f"{family}: lost: its best, {_mesh_text(best)}, is predicted at {_ms(best.step_s)} per step "
+             f"against {_ms(plan.step_s)} for the plan ({best.step_s / plan.step_s:.2f}x)"]
+    if chosen is not None:
+        groups = sorted(set(best.comm_s) | set(chosen.comm_s))
+        rows = [("", "step", "compute+other", *groups, "memory")]
+        for label, c in (("plan", chosen), (family, best)):
+            rows.append((label, _ms(c.step_s), _ms(c.step_s - sum(c.comm_s.values())),
+                         *(_ms(c.comm_s.get(g, 0.0)) for g in groups), _mb(c.memory_bytes)))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines.extend("  " + "  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in rows)
+        worse = {g: best.comm_s.get(g, 0.0) - chosen.comm_s.get(g, 0.0) for g in groups}
+        worse["compute+other"] = (best.step_s - sum(best.comm_s.values())) - \
+            (chosen.step_s - sum(chosen.comm_s.values()))
+        g, by = max(sorted(worse.items()), key=lambda kv: kv[1])
+        lines.append(f"  the most it loses: {g} (+{_ms(by)})")
+    rejected = [c for c in mine if not c.feasible]
+    if rejected:
+        lines.append(f"  {len(rejected)} other {family} configuration(s) rejected: {rejections(rejected)}")
+    return "\n".join(lines)
+
+
+
+LONG_CANDIDATE_LIST = 40
+"""Beyond this many configurations weighed, explain() shows the best few and counts the rest."""
+
+FAMILIES = ("data", "megatron", "dsp", "3d", "cube", "pipeline")
+FAMILY_ABSENT = {
+    "data": "the batch is the only thing to split; it is always weighed unless a strategy was forced",
+    "megatron": "a strategy was forced, or the world has one rank",
+    "dsp": "the model has no multi-branch region (fork/join branches or attention heads), or a strategy was forced",
+    "3d": "the model has no linear chain or attention region, or a strategy was forced",
+    "cube": "a strategy was forced",
+    "pipeline": "the model has no repeated blocks to cut between stages, or a strategy was forced",
+}
+
+
+def _family(c: MeshCandidate, world: int) -> str:
+    if c.form.startswith("pipeline"):
+        return "pipeline"
+    if c.form == "cube":
+        return "cube"
+    if "x" in c.mesh:
+        return "3d"
+    if c.subgrids > 1:
+        return "dsp"
+    return "megatron" if c.mesh.get("tensor", 1) > 1 else "data"
+
+
+def reason_kind(reason: str) -> str:
+    """A rejection reason with its numbers taken out, to count rejections by kind."""
+    if reason.startswith("needs "):
+        return "memory"
+    return re.sub(r"\d+", "N", re.split(r"[;.] ", reason)[0])[:100]
+
+
+def rejections(candidates) -> str:
+    """The infeasible candidates counted by :func:`reason_kind`, most frequent first."""
+    kinds: dict[str, int] = {}
+    for c in candidates:
+        if not c.feasible:
+            kind = reason_kind(c.reason)
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return ", ".join(f"{k} ({n})" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))) or "none"
+
+
+def closest_to_fitting(candidates) -> "MeshCandidate | None":
+    """The infeasible candidate needing the least memory (None when none was sized)."""
+    sized = [c for c in candidates if not c.feasible and c.memory_bytes is not None]
+    return min(sized, key=lambda c: (c.memory_bytes, _mesh_text(c)), default=None)
+
+
+def _runs(regions, key=None):
+    """The rows of a region table, consecutive regions that read the same (identical
+    repeated blocks) folded into one: ``(first id, last id, count, representative)``."""
+    key = key or (lambda r: (r.kind, r.strategy, round(r.cost.compute_s, 12),
+                             tuple(sorted((k, round(v, 12)) for k, v in r.cost.comm_s.items())),
+                             round(r.cost.memory_bytes, 3),
+                             tuple(sorted((k, round(v, 12)) for k, v in r.alternatives.items())), r.reason))
+    runs: list[list] = []
+    for r in regions:
+        if runs and key(runs[-1][0]) == key(r) and r.kind != "-":
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    out = []
+    for run in runs:  # two rows read as easily as one; three and more are folded
+        if len(run) >= 3:
+            out.append((run[0].region, run[-1].region, len(run), run[0]))
+        else:
+            out.extend((r.region, r.region, 1, r) for r in run)
+    return out
+
+
+def _mesh_text(c: MeshCandidate) -> str:
+    if c.form == "cube":
+        if "x" not in c.mesh:
+            return "3D cube (Bian)"
+        return f"3D cube (Bian) p={c.mesh['x']} data={c.mesh['data']}"
+    if "x" in c.mesh:
+        text = f"3D x={c.mesh['x']} y={c.mesh['y']} z={c.mesh['z']} data={c.mesh['data']}"
+    else:
+        text = " x ".join(f"{k}={v}" for k, v in c.mesh.items())
+    if c.form.startswith("pipeline"):
+        text += f", {c.form}" + (f", {c.reason}" if c.feasible and c.reason else "")
+    if c.subgrids > 1:
+        text += (f", {'D&SP-cSub' if c.csub else 'D&SP'} {c.subgrids} sub-grids "
+                 f"({'topology-aware' if c.topology_aware else 'naive'})")
+    return text
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"
+
+
+def _mb(nbytes: float | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / 2**20:.2f} MiB"
+

@@ -1,0 +1,219 @@
+"""What the planner knows of one analysed graph, and the pricing every family shares.
+
+:class:`ModelFacts` reads a graph once: each node's work (``flops.graph_work``: a matmul
+is 2mkn, megatron appendix), fused chains priced as one kernel (megatron §4.2), the
+regions a tensor family can split with their split sizes and boundary bytes, parameters
+by region, and a *class* per region so that identical repeated blocks are priced once.
+Its :meth:`ModelFacts.seconds` is the step compute of a set of nodes (1 forward +
+backward per kernel, backward twice a matmul's forward, one forward more recomputing),
+memoised per work signature and scale; :meth:`ModelFacts.fact` and
+:meth:`ModelFacts.memo` hold what a family computes once per model (its own caches,
+named by the family).
+
+:func:`exposed_data_comm` is the data-parallel gradient all-reduce every family pays
+after the backward (axonn eq 3), minus what hides behind the backward pass.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch.fx as fx
+
+from autopar.analysis.flops import graph_work
+from autopar.analysis.ops import is_embedding, match_linear
+from autopar.cost import model as cm
+from autopar.cost.hardware import Hardware
+from autopar.ir import REGION_OF, regions, tensor_spec
+from autopar.transforms.fusion import fusible_chains
+
+TENSOR_KINDS = ("vocab", "attention", "linear_chain")
+GRADIENT_BUCKET_BYTES = 25 * 2**20
+
+
+def region_sizes(region) -> list[tuple[str, int]]:
+    """The sizes a tensor split of ``region`` must divide, named (heads, hidden width, vocabulary)."""
+    d = region.details
+    if region.kind == "attention":
+        return [("attention heads", d["heads"]), ("key/value heads", d["kv_heads"])]
+    if region.kind == "linear_chain":
+        return [("hidden width", d["hidden"])]
+    if region.kind == "vocab":
+        return [("vocabulary size", d["vocab_size"])]
+    return []
+
+
+def _boundary_bytes(gm: fx.GraphModule, region) -> float:
+    """Bytes of the activation entering the region's column linears (= its output size)."""
+    table = {n.name: n for n in gm.graph.nodes}
+    d = region.details
+    first = {"attention": d.get("q_proj"), "linear_chain": (d.get("column") or [None])[0],
+             "vocab": (d.get("embeddings") or [None])[0]}[region.kind]
+    node = table[first]
+    if region.kind == "vocab":
+        spec = tensor_spec(node)  # the looked-up rows [.., hidden]
+    else:
+        arg = next(iter(node.all_input_nodes))
+        spec = tensor_spec(arg)
+    return float(spec.nbytes) if spec is not None else 0.0
+
+
+def _fuse_work(gm: fx.GraphModule, work: dict) -> int:
+    """Price each chain the fusion pass would generate a kernel for as one kernel
+    (megatron §4.2): it reads the chain's inputs and writes the values read outside it
+    once, instead of every op reading and writing its own. The first kernel of the chain
+    carries the chain's FLOPs and bytes; the others become free (no launch, no bytes,
+    nothing saved for backward: the kernel's backward recomputes from its inputs).
+    Returns the number of chains."""
+    chains = fusible_chains(gm)
+    for nodes in chains:
+        inside = set(nodes)
+        kernels = [n for n in nodes if work.get(n.name) is not None and work[n.name].is_kernel]
+        if not kernels:
+            continue
+        read = {a for n in nodes for a in n.all_input_nodes if a not in inside}
+        written = [n for n in nodes if any(u not in inside for u in n.users)]
+        moved = sum(s.nbytes for a in read if (s := tensor_spec(a)) is not None) + \
+            sum(s.nbytes for n in written if (s := tensor_spec(n)) is not None)
+        flops = sum(work[n.name].flops for n in kernels)
+        work[kernels[0].name] = dataclasses.replace(work[kernels[0].name], flops=flops, bytes_moved=moved)
+        for n in kernels[1:]:
+            work[n.name] = dataclasses.replace(work[n.name], flops=0, bytes_moved=0, is_kernel=False)
+    return len(chains)
+
+
+class ModelFacts:
+    """Per-node work and per-region facts of one analysed graph, computed once."""
+
+    def __init__(self, gm: fx.GraphModule, fusion: bool = False):
+        self.gm = gm
+        self.work = graph_work(gm)
+        self.fused_chains = _fuse_work(gm, self.work) if fusion else 0
+        self.regions = [r for r in regions(gm) if r.kind in TENSOR_KINDS]
+        self.params = {name: p for name, p in gm.named_parameters(remove_duplicate=True)}
+        self.param_region: dict[str, str] = {}
+        for node in gm.graph.nodes:
+            rid = next((node.meta.get(REGION_OF, {}).get(k) for k in TENSOR_KINDS
+                        if node.meta.get(REGION_OF, {}).get(k)), None)
+            if rid is None:
+                continue
+            match = match_linear(node, gm)
+            names = [match.weight, match.bias] if match else []
+            emb = is_embedding(node, gm)
+            if emb:
+                names.append(emb[1])
+            for name in names:
+                if name:
+                    self.param_region.setdefault(name, rid)
+        self.node_region = {}
+        for r in self.regions:
+            for name in r.nodes:
+                self.node_region.setdefault(name, r.id)
+        self.boundary = {r.id: _boundary_bytes(gm, r) for r in self.regions}
+        spec0 = next((tensor_spec(n) for n in gm.graph.nodes if n.op == "placeholder"), None)
+        self.batch = spec0.shape[0] if spec0 is not None and spec0.shape else 1
+        self.table = {n.name: n for n in gm.graph.nodes}
+        # the search prices thousands of layouts: what depends only on a set of nodes is
+        # computed once per set and per scale (see ModelFacts.seconds)
+        self._node_bytes = {}
+        for name, w in self.work.items():
+            spec = tensor_spec(self.table[name]) if w.is_kernel and name in self.table else None
+            if spec is not None:
+                self._node_bytes[name] = float(spec.nbytes)
+        self._sigs: dict[tuple, int] = {}      # interned keys (region classes, work signatures) -> ids
+        self._sig_of: dict[tuple, int] = {}    # tuple of node names -> signature id
+        self._seconds: dict[tuple, float] = {}
+        self._bytes: dict[tuple, float] = {}
+        self._region_params = self._param_elems_by_region()
+        self.region_class = {r.id: self._class_of(r) for r in self.regions}
+        # what the families compute once per model (see fact and memo)
+        self._facts: dict[str, Any] = {}
+
+    def fact(self, name: str, compute: Callable[[], Any]) -> Any:
+        """A fact of this model a family computes once (``compute()``) and reads for every
+        configuration it prices, e.g. ``"megatron.rule_gaps"``; ``name`` starts with the
+        family's name."""
+        if name not in self._facts:
+            self._facts[name] = compute()
+        return self._facts[name]
+
+    def memo(self, name: str) -> dict:
+        """A family's memo of this model (a dict it fills as it prices), e.g. ``"3d.regions"``."""
+        return self.fact(name, dict)
+
+    def _param_elems_by_region(self) -> dict[str, int]:
+        seen, total = set(), {}
+        for name, rid in self.param_region.items():
+            p = self.params.get(name)
+            if p is not None and (rid, id(p)) not in seen:
+                seen.add((rid, id(p)))
+                total[rid] = total.get(rid, 0) + p.numel()
+        return total
+
+    def _class_of(self, region) -> int:
+        """Regions of identical repeated blocks get the same class: same kind, sizes, work,
+        node shapes and parameter count; the search prices one region per class."""
+        shapes = []
+        for name in region.nodes:
+            n = self.table[name]
+            what = type(self.gm.get_submodule(n.target)).__name__ if n.op == "call_module" else str(n.target)
+            spec = tensor_spec(n)
+            shapes.append((n.op, what, None if spec is None else tuple(spec.shape)))
+        key = (region.kind, tuple(region_sizes(region)), self.boundary[region.id],
+               self.region_param_elems(region.id), tuple(shapes))
+        return self._sigs.setdefault(("class", key), len(self._sigs))
+
+    def signature(self, names) -> int:
+        """An id shared by node sets with the same kernels (same work, same bytes)."""
+        key = tuple(names)
+        sig = self._sig_of.get(key)
+        if sig is None:
+            works = sorted((w.is_matmul, w.flops, w.bytes_moved, cm.passes_per_step(w), self._node_bytes.get(n, 0.0))
+                           for n in key if (w := self.work.get(n)) is not None and w.is_kernel)
+            sig = self._sigs.setdefault(("works", tuple(works)), len(self._sigs))
+            self._sig_of[key] = sig
+        return sig
+
+    def seconds(self, names, hw: Hardware, scale: float, recompute: bool = False) -> float:
+        """Step compute seconds of the nodes ``names`` with their work scaled by ``scale``
+        (1 forward + backward per kernel, one forward more when ``recompute``), memoised
+        per work signature and scale."""
+        sig = self.signature(names)
+        key = (sig, scale, hw, recompute)
+        t = self._seconds.get(key)
+        if t is None:
+            t = 0.0
+            for name in names:
+                w = self.work.get(name)
+                if w is None or not w.is_kernel:
+                    continue
+                forward = (cm.matmul_time(w.flops * scale, hw) if w.is_matmul
+                           else cm.memory_bound_time(w.bytes_moved * scale, hw))
+                t += forward * cm.passes_per_step(w, recompute=recompute)
+            self._seconds[key] = t
+        return t
+
+    def region_param_elems(self, rid: str) -> int:
+        return self._region_params.get(rid, 0)
+
+    def activation_bytes(self, names, scale: float) -> float:
+        """Bytes the kernels among ``names`` save for backward, times ``scale``."""
+        key = tuple(names)
+        total = self._bytes.get(key)
+        if total is None:
+            total = self._bytes[key] = sum(self._node_bytes.get(n, 0.0) for n in key)
+        return total * scale
+
+
+def exposed_data_comm(data: int, stride: int, grad_bytes: float, compute: float, hw: Hardware) -> float:
+    """The data-parallel gradient all-reduce (axonn eq 3 over the data group; ``stride``
+    between its ranks: the tensor degree, or g for a topology-aware sub-grid) left after
+    overlapping the backward pass bucket by bucket: what exceeds the backward compute
+    (about 2/3 of a step's), and at least the last bucket."""
+    if data == 1:
+        return 0.0
+    data_comm = cm.all_reduce_time(data, grad_bytes, hw, stride=stride)
+    last_bucket = cm.all_reduce_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=stride)
+    return max(data_comm - compute * 2 / 3, last_bucket)
+
+

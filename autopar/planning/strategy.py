@@ -1,0 +1,147 @@
+"""What a user may force, and the error a plan that cannot run raises.
+
+:class:`Strategy` is a configuration of every family in one frozen dataclass: the
+degrees of data × tensor (Megatron), D&SP's sub-grids (with their rank order and cSub),
+AxoNN's ``Gx × Gy × Gz × Gdata`` grid or Bian's ``p × p × p`` cube, and PTD-P's pipeline
+(stages, chunks, microbatches, schedule, scatter/gather). :meth:`Strategy.parse` reads
+what ``compile``/``plan`` are given (``"auto"``, ``"data"``, ``"tensor"`` or a dict of
+degrees); the planner's families offer their candidate configurations as Strategies too
+(:mod:`autopar.strategies.family`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from autopar.grid import Grid3D
+
+PIPELINE_KEYS = ("microbatches", "schedule", "chunks", "scatter_gather")
+
+
+class PlanError(ValueError):
+    """A forced strategy that cannot run; the message names the argument or region."""
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """Forced degrees. ``None`` for a degree means: whatever the world size leaves."""
+
+    data: int | None = None
+    tensor: int | None = None
+    subgrids: int = 1
+    topology_aware: bool = True
+    csub: bool = False
+    grid: Grid3D | None = None  # AxoNN's Gx x Gy x Gz x Gdata (3D/4D tensor parallelism)
+    cube: bool = False  # the grid is Bian's p x p x p cube form (its data degree: None = what the world leaves)
+    # pipeline parallelism (megatron §2.2): stages (pipeline ranks), chunks per rank,
+    # microbatches (None: the planner chooses), schedule, §4.1's scatter/gather
+    pipeline: int = 1
+    chunks: int = 1
+    microbatches: int | None = None
+    schedule: str = "1f1b"
+    scatter_gather: bool = True
+
+    @staticmethod
+    def parse(strategy: Any) -> "Strategy | None":
+        """``"auto"`` → None; ``"data"``; ``"tensor"``; ``{"data": 2, "tensor": 2}``; a Strategy."""
+        if strategy is None or strategy == "auto":
+            return None
+        if isinstance(strategy, Strategy):
+            return strategy
+        if strategy == "data":
+            return Strategy(tensor=1)
+        if strategy == "tensor":
+            return Strategy(data=1)
+        if isinstance(strategy, dict):
+            if "pipeline" in strategy:
+                return Strategy._parse_pipeline(strategy)
+            stray = set(strategy) & set(PIPELINE_KEYS)
+            if stray:
+                raise PlanError(f"strategy: {sorted(stray)} set up a pipeline; add 'pipeline': p (the number of "
+                                f"pipeline ranks)")
+            unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware", "csub", "x", "y", "z", "cube"}
+            if unknown:
+                raise PlanError(f"strategy: unknown mesh dimension(s) {sorted(unknown)}; this version plans "
+                                f"'data', 'tensor', D&SP 'subgrids' (with 'topology_aware' and 'csub'), the 3D "
+                                f"grid 'x', 'y', 'z' (with 'data') and Bian's 'cube' (with 'data')")
+            if "cube" in strategy:
+                if set(strategy) - {"cube", "data"}:
+                    raise PlanError(f"strategy: the cube form {strategy} combines only with 'data'; drop "
+                                    f"{sorted(set(strategy) - {'cube', 'data'})}")
+                p, data = int(strategy["cube"]), strategy.get("data")
+                if p < 2 or (data is not None and int(data) < 1):
+                    raise PlanError(f"strategy: cube={p}, data={data}: the cube's edge p must be at least 2 and "
+                                    f"the data degree at least 1")
+                return Strategy(None if data is None else int(data), 1, grid=Grid3D(p, p, p, int(data or 1)),
+                                cube=True)
+            if set(strategy) & {"x", "y", "z"}:
+                if set(strategy) - {"x", "y", "z", "data"}:
+                    raise PlanError(f"strategy: a 3D grid {strategy} combines only with 'data'; drop "
+                                    f"{sorted(set(strategy) - {'x', 'y', 'z', 'data'})}")
+                try:
+                    grid = Grid3D(*(int(strategy.get(a, 1)) for a in ("x", "y", "z", "data")))
+                except ValueError as e:
+                    raise PlanError(f"strategy: {e}") from None
+                return Strategy(grid.data, 1, grid=grid)
+            return Strategy(strategy.get("data"), strategy.get("tensor"), int(strategy.get("subgrids", 1)),
+                            bool(strategy.get("topology_aware", True)), bool(strategy.get("csub", False)))
+        raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor' or a dict like "
+                        f"{{'data': 2, 'tensor': 2}}")
+
+    @staticmethod
+    def _parse_pipeline(strategy: dict) -> "Strategy":
+        """``{"pipeline": p, "microbatches": m, "schedule": "1f1b", "chunks": v, "data": d,
+        "tensor": t, "scatter_gather": True}``: PTD-P (megatron §2-§4)."""
+        # the pipeline family's schedule names (a leaf module that imports nothing of
+        # planning); imported here so that planning imports no family at load time
+        from autopar.strategies.pipeline.schedules import SCHEDULES
+        unknown = set(strategy) - {"pipeline", "data", "tensor"} - set(PIPELINE_KEYS)
+        if unknown:
+            raise PlanError(f"strategy: a pipeline combines with 'data' and 'tensor' (PTD-P) in this version, not "
+                            f"{sorted(unknown)}; drop them")
+        p, v = int(strategy["pipeline"]), int(strategy.get("chunks", 1))
+        name = strategy.get("schedule", "interleaved" if v > 1 else "1f1b")
+        m = strategy.get("microbatches")
+        if p < 2 or v < 1 or (m is not None and int(m) < 1):
+            raise PlanError(f"strategy: pipeline={p}, chunks={v}, microbatches={m}: a pipeline needs at least 2 "
+                            f"ranks, and chunks and microbatches at least 1")
+        if name not in SCHEDULES:
+            raise PlanError(f"strategy: unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
+        if v > 1 and name != "interleaved":
+            raise PlanError(f"strategy: chunks={v} needs the interleaved schedule, not {name!r}")
+        return Strategy(strategy.get("data"), strategy.get("tensor"), pipeline=p, chunks=v,
+                        microbatches=None if m is None else int(m), schedule=name,
+                        scatter_gather=bool(strategy.get("scatter_gather", True)))
+
+    def kind(self) -> str:
+        """Which family a forced strategy is for: ``"pipeline"``, ``"cube"``, ``"3d"``,
+        ``"dsp"`` (sub-grids or cSub), else ``"mesh"``: data × tensor, pure data
+        parallelism or Megatron by the degrees :meth:`resolve` gives."""
+        if self.pipeline > 1:
+            return "pipeline"
+        if self.cube:
+            return "cube"
+        if self.grid is not None:
+            return "3d"
+        if self.subgrids > 1 or self.csub:
+            return "dsp"
+        return "mesh"
+
+    def resolve(self, world: int) -> tuple[int, int]:
+        """``(data, tensor)`` on ``world`` ranks, a degree left ``None`` filled in."""
+        data, tensor = self.data, self.tensor
+        if data is None and tensor is None:
+            data, tensor = world, 1
+        elif data is None:
+            data = world // tensor if world % tensor == 0 else 0
+        elif tensor is None:
+            tensor = world // data if world % data == 0 else 0
+        if data * tensor != world or data < 1 or tensor < 1:
+            raise PlanError(f"strategy: the forced degrees data={self.data} x tensor={self.tensor} do not match "
+                            f"the world size {world}; give degrees whose product is {world}")
+        return data, tensor
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending (the degrees a world of ``n`` ranks can take)."""
+    return [k for k in range(1, n + 1) if n % k == 0]

@@ -1,0 +1,48 @@
+"""Planning pure data parallelism: ``data = world``, every region replicated.
+
+This family is Megatron's ``data × tensor`` at ``tensor = 1``
+(:class:`autopar.strategies.megatron.planner.DataTensor`): the same pricing — compute
+over ``world`` batch shards plus the exposed gradient all-reduce (axonn eq 3), memory
+16 bytes per parameter plus the activations — offered as its own family so that
+``Plan.why_not("data")`` and a forced ``"data"`` name it. It is infeasible only when the
+world does not divide the batch or the model does not fit one device's memory.
+
+:func:`batch_norms` is a fact of this family the others read: batch norms that normalise
+over the rows they see in training mode are exact only when the whole batch is
+synchronised at once (data parallelism with ``sync_batch_norm``), so D&SP and pipelines
+(microbatches, branches on other rows) do not plan them.
+"""
+from __future__ import annotations
+
+from autopar.planning.model import ModelFacts
+from autopar.planning.strategy import PlanError
+from autopar.strategies.data.rewrite import batch_norm_arguments
+from autopar.strategies.megatron.planner import DataTensor
+
+
+def batch_norms(model: ModelFacts) -> list[str]:
+    """The nodes of batch norms that normalise over the batch (training mode)."""
+    return model.fact("data.batch_norms",
+                      lambda: [n.name for n in model.gm.graph.nodes if batch_norm_arguments(n) is not None])
+
+
+def check_batch_norms(model: ModelFacts, how: str) -> None:
+    """Raise for a forced strategy that runs batch norms on part of the batch (``how``
+    it does)."""
+    if batch_norms(model):
+        raise PlanError(f"strategy: {how}, and batch norm {batch_norms(model)[0]} normalises over the rows it sees "
+                        f"in training mode, so the result would differ from single-device training; use data and "
+                        f"tensor parallelism (autopar synchronises batch norm over the data ranks), or "
+                        f"GroupNorm/LayerNorm")
+
+
+class DataParallel(DataTensor):
+    """Pure data parallelism: the ``tensor = 1`` configuration of ``data × tensor``."""
+
+    name = "data"
+
+    def offers(self, tensor: int) -> bool:
+        return tensor == 1
+
+    def regions(self, model: ModelFacts) -> list:
+        return []  # it splits the batch, no region

@@ -1,0 +1,151 @@
+"""The interface between the planner and a parallelism family.
+
+A *family* is one way of splitting a model over ranks: pure data parallelism, Megatron's
+data × tensor, D&SP/cSub's branches on sub-grids, AxoNN's 3D/4D grid, Bian's cube, PTD-P's
+pipeline. Each lives in its package under ``autopar/strategies/`` (rewrite pass, cost
+formulas, collectives) and tells the planner, through the four methods of
+:class:`Family`, what it can do with one model on one world of ranks:
+
+``regions(model)``
+    The regions of the graph the family can split (D&SP: the multi-branch regions; 3D
+    and cube: attention and linear chains; pipeline: the repeated blocks it cuts
+    between). Pure; a family that finds none offers nothing.
+
+``candidates(ctx)``
+    The configurations the family offers on ``ctx.world`` ranks, each a
+    :class:`~autopar.planning.strategy.Strategy` with every degree filled in, in a fixed
+    order (the plan must not depend on hash seeds). Under a forced strategy
+    (``ctx.forced``) a family offers that one configuration if it is its own
+    (:meth:`Strategy.kind`), after checking it (raising :class:`PlanError` that names the
+    argument), and nothing otherwise. A configuration rejected without pricing (say, the
+    world is no ``p³ × d`` for the cube) may come back as an infeasible :class:`Priced`:
+    the search lists those first in the configurations weighed.
+
+``price(ctx, candidate)``
+    A :class:`Priced`: the predicted step time of the configuration and its parts
+    (compute, communication by group), memory per rank, and whether it is feasible, with
+    the reason when not (the batch does not divide, nothing can be split, it needs more
+    memory than ``ctx.hw`` has). The formulas are the papers': ring collectives
+    ``all-gather (G−1)·m/β``, ``reduce-scatter (G−1)/G·m/β``, ``all-reduce
+    2(G−1)/G·m/β`` (axonn eqs 1-3) with each group's bandwidth by its placement (axonn
+    eq 10); Megatron's f and g all-reduces (megatron §2.3); the 3D layer's collectives
+    (axonn eqs 4-9) and the cube's (bian Algorithms 1-8); D&SP's segmented messages
+    (super eqs 3-7); the pipeline's bubble ``(p−1)/(v·m)`` and point-to-point volume
+    (megatron §2.2, §4.1); compute from FLOPs (megatron appendix). A forced configuration
+    that cannot run raises :class:`PlanError` instead of coming back infeasible.
+
+``to_plan(ctx, priced)``
+    The :class:`~autopar.planning.plan.Plan` of a priced configuration, with its region
+    table (a family that priced identical blocks once for the search prices the winner
+    region by region here). The search fills in ``candidates`` and ``forced``.
+
+The planner (:mod:`autopar.planner`) enumerates: for each family of
+:data:`autopar.strategies.registry.FAMILIES`, its candidates; it prices each, and takes
+the fastest feasible one (ties to the earlier). Adding a family is adding a package with
+a ``planner.py`` whose family object goes into that registry.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from autopar.cost.hardware import Hardware
+from autopar.ir import CAPTURE
+from autopar.planning.model import ModelFacts
+from autopar.planning.plan import Cost, MeshCandidate, Plan, RegionChoice
+from autopar.planning.strategy import Strategy
+
+log = logging.getLogger("autopar.planning")
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What every family is asked about: one model on one world of ranks."""
+
+    model: ModelFacts
+    world: int
+    hw: Hardware
+    forced: Strategy | None  # None: "auto", the search weighs every family
+    name: str                # the model's name in the plan
+
+
+@dataclass
+class RegionTable:
+    """A configuration's region choices (the last row: the nodes outside regions), its
+    total cost per rank and predicted step seconds."""
+
+    regions: list[RegionChoice]
+    total: Cost
+    step_s: float
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One configuration, priced (or rejected): what the list of configurations weighed
+    shows (:meth:`candidate`) and what its family needs to make the plan.
+
+    ``step_s`` is the predicted step: compute plus the communication ``comm_s`` by
+    group (tensor, x, y, z, pipeline — point-to-point and bubble —, data); a pipeline's
+    is its schedule's (megatron §2.2), which ``comm_s`` splits the same way.
+    ``table`` is the region table the search priced (for the 3D forms: one
+    representative per class of identical regions); ``detail`` is what else the family
+    keeps for :meth:`Family.to_plan` (the pipeline's figures, the 3D pricing mode)."""
+
+    family: str
+    config: Strategy
+    mesh: dict[str, int]
+    step_s: float | None = None
+    memory_bytes: float | None = None
+    feasible: bool = False
+    reason: str = ""
+    comm_s: dict[str, float] = field(default_factory=dict)
+    form: str = ""  # "cube", "pipeline <schedule>[ v=..]" or ""
+    table: RegionTable | None = None
+    detail: object = None
+
+    def candidate(self) -> MeshCandidate:
+        """The row of the configurations weighed (:attr:`Plan.candidates`)."""
+        c = self.config
+        layout = {"subgrids": c.subgrids, "topology_aware": c.topology_aware, "csub": c.csub} if c.subgrids > 1 else {}
+        return MeshCandidate(dict(self.mesh), self.step_s, self.memory_bytes, self.feasible, self.reason,
+                             comm_s=dict(self.comm_s), form=self.form, **layout)
+
+
+class Family(Protocol):
+    """A parallelism family, as the planner sees it (see the module docstring)."""
+
+    name: str  # as ``Plan.why_not`` names it: data, megatron, dsp, 3d, cube, pipeline
+
+    def regions(self, model: ModelFacts) -> list: ...
+
+    def candidates(self, ctx: PlanContext) -> list[Strategy | Priced]: ...
+
+    def price(self, ctx: PlanContext, candidate: Strategy) -> Priced: ...
+
+    def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan: ...
+
+
+def rejected(family: str, config: Strategy, mesh: dict[str, int], reason: str, **figures) -> Priced:
+    """An infeasible configuration and why (``figures``: the step, memory, communication
+    and form it was priced at, if it was)."""
+    return Priced(family, config, mesh, feasible=False, reason=reason, **figures)
+
+
+def too_big(memory_bytes: float, hw: Hardware) -> str | None:
+    """Why ``memory_bytes`` per rank does not fit the device, or None when it does."""
+    if memory_bytes > hw.memory_bytes:
+        return f"needs {memory_bytes / 2**30:.1f} GiB per rank, device has {hw.memory_bytes / 2**30:.1f} GiB"
+    return None
+
+
+def mesh_plan(ctx: PlanContext, priced: Priced, table: RegionTable) -> Plan:
+    """The plan of a configuration without a pipeline: its mesh, D&SP layout, region
+    table and cost."""
+    c = priced.config
+    log.info("planned %s on %d ranks: %s, %.3f ms", ctx.name, ctx.world, priced.mesh, table.step_s * 1e3)
+    capture = ctx.model.gm.meta.get(CAPTURE)
+    return Plan(model=ctx.name, world_size=ctx.world, mesh=priced.mesh, hardware=ctx.hw.name,
+                global_batch=ctx.model.batch, regions=table.regions, total=table.total, step_s=table.step_s,
+                tracer=capture.tracer if capture else "", subgrids=c.subgrids, topology_aware=c.topology_aware,
+                csub=c.csub)

@@ -1,0 +1,206 @@
+"""Planning Megatron's ``data × tensor`` (megatron §2.3): the family and its pricing.
+
+For a factorisation ``world = data × tensor`` each region (vocab, attention, linear
+chain) is priced two ways — split Megatron-style over the tensor group, or replicated
+within it — and the cheaper is kept. Regions meet at replicated activations in 1D
+Megatron, so the per-region choice is the exact optimum of the factorisation. The step is
+
+    compute (1 forward + backward per kernel, :meth:`ModelFacts.seconds`, over d·t ranks
+    where split, d where replicated)
+  + tensor communication: per split region Megatron's g in forward and f in backward,
+    each an all-reduce of the region's boundary activation (megatron §2.3, axonn eq 3;
+    3 of them recomputing, megatron §3.5)
+  + the exposed part of the data-parallel gradient all-reduce
+    (:func:`autopar.planning.model.exposed_data_comm`, axonn eq 3 over the data group at
+    stride t).
+
+A factorisation is infeasible when the data degree does not divide the global batch or
+the memory per rank (16 bytes per parameter plus the activations kept for backward,
+``cost.training_memory``) exceeds the device's. When no region pays for its
+communication, every region the degree divides is split (a tensor group that splits
+nothing only repeats work); regions holding an op no split rule covers stay whole
+(:func:`rule_gaps`). A forced ``{"data": d, "tensor": t}`` splits every region Megatron
+can split and checks the sizes first (:func:`check_forced_sizes`).
+
+:func:`price_mesh` is shared: pure data parallelism is its ``tensor = 1``
+(:mod:`autopar.strategies.data.planner`), D&SP prices its common layers with it, and a
+pipeline prices each stage's regions with it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from autopar.cost import model as cm
+from autopar.cost.hardware import Hardware
+from autopar.planning.model import ModelFacts, exposed_data_comm, region_sizes
+from autopar.planning.plan import Cost, Plan, RegionChoice
+from autopar.planning.strategy import PlanError, Strategy, divisors
+from autopar.strategies.family import PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big
+from autopar.strategies.megatron.rewrite import regions_without_rules
+
+log = logging.getLogger("autopar.planning")
+
+
+def rule_gaps(model: ModelFacts) -> dict[str, str]:
+    """Region id → why it stays replicated: it holds an op that no split rule covers
+    (:func:`autopar.strategies.megatron.rewrite.regions_without_rules`), so splitting it
+    would all-gather unpriced values mid-region. Found once per model, probing each
+    region at the smallest degree that divides its sizes, and logged."""
+    return model.fact("megatron.rule_gaps", lambda: _find_rule_gaps(model))
+
+
+def _find_rule_gaps(model: ModelFacts) -> dict[str, str]:
+    by_degree: dict[int, list[str]] = {}
+    for r in model.regions:
+        sizes = [size for _, size in region_sizes(r)]
+        degree = next((k for k in range(2, max(sizes, default=1) + 1) if all(s % k == 0 for s in sizes)), 0)
+        if degree:
+            by_degree.setdefault(degree, []).append(r.id)
+    gaps: dict[str, str] = {}
+    for degree, ids in sorted(by_degree.items()):
+        gaps.update(regions_without_rules(model.gm, ids, degree))
+    for rid, why in gaps.items():
+        log.warning("region %s: %s", rid, why)
+    return gaps
+
+
+def check_forced_sizes(model: ModelFacts, data: int, tensor: int) -> None:
+    """A forced data degree must divide the batch, a forced tensor degree every region's
+    split sizes: name the argument or region otherwise."""
+    if model.batch % data:
+        raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by the data degree {data}; "
+                        f"give a batch that is a multiple of {data}, or another strategy")
+    for r in model.regions:
+        for what, size in region_sizes(r):
+            if tensor > 1 and size % tensor:
+                raise PlanError(f"region {r.id}: {what} = {size} is not divisible by the tensor degree "
+                                f"{tensor}; force a tensor degree that divides it or use strategy='auto'")
+
+
+def _choose(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, force_split: bool,
+            keep_whole: dict[str, str], recompute: bool) -> RegionChoice:
+    """One region split over the tensor group or replicated, whichever is cheaper (or as
+    forced); its memory is filled in by :func:`price_mesh`."""
+    divisible = all(size % tensor == 0 for _, size in region_sizes(r))
+    replicate = Cost(model.seconds(r.nodes, hw, 1 / data, recompute), {}, 0.0)
+    options = {"replicate": replicate}
+    if tensor > 1 and divisible:
+        comm = 2 * cm.all_reduce_time(tensor, model.boundary[r.id] / data, hw) * (1.5 if recompute else 1)
+        options["megatron"] = Cost(model.seconds(r.nodes, hw, 1 / (data * tensor), recompute),
+                                   {"tensor": comm}, 0.0)
+    seconds = {k: c.compute_s + c.total_comm_s for k, c in options.items()}
+    if r.id in keep_whole:
+        options = {"replicate": replicate}
+        seconds = {"replicate": replicate.compute_s}
+        chosen, reason = "replicate", keep_whole[r.id]
+    elif force_split and "megatron" in options:
+        chosen, reason = "megatron", "split wherever the tensor degree divides"
+    elif tensor == 1:
+        chosen, reason = "replicate", "tensor degree 1: data parallel only"
+    elif not divisible:
+        sizes = ", ".join(f"{n} {s}" for n, s in region_sizes(r))
+        chosen, reason = "replicate", f"{sizes} not divisible by tensor degree {tensor}"
+    else:
+        chosen = min(sorted(seconds), key=seconds.__getitem__)
+        reason = "cheapest predicted step time"
+    return RegionChoice(r.id, r.kind, chosen, options[chosen], seconds, reason)
+
+
+def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_split: bool,
+               keep_whole: dict[str, str] | None = None, recompute: bool = False) -> RegionTable:
+    """The region table, total cost and step of ``data × tensor``; ``keep_whole``:
+    region id → why it stays replicated whatever the tensor degree; ``recompute``: the
+    regions' forward runs twice (a pipeline's blocks, megatron §3.5)."""
+    keep_whole = {**(rule_gaps(model) if tensor > 1 else {}), **(keep_whole or {})}
+    choices: list[RegionChoice] = []
+    in_region: set[str] = set()
+    split_param_elems = 0
+    tensor_comm = activations = compute = 0.0
+    for r in model.regions:
+        in_region.update(r.nodes)
+        choice = _choose(model, hw, r, data, tensor, force_split, keep_whole, recompute)
+        split = choice.strategy == "megatron"
+        params = model.region_param_elems(r.id)
+        if split:
+            split_param_elems += params
+        act = model.activation_bytes(r.nodes, 1 / data / (tensor if split else 1))
+        activations += act
+        choice.cost.memory_bytes = cm.training_memory(params / tensor if split else params, act)
+        compute += choice.cost.compute_s
+        tensor_comm += choice.cost.comm_s.get("tensor", 0.0)
+        choices.append(choice)
+    outside = [n.name for n in model.gm.graph.nodes if n.name not in in_region]
+    outside_compute = model.seconds(outside, hw, 1 / data)
+    compute += outside_compute
+    total_params = sum(p.numel() for p in model.params.values())
+    local_params = total_params - split_param_elems + split_param_elems / tensor
+    outside_act = model.activation_bytes(outside, 1 / data)
+    activations += outside_act
+    exposed = exposed_data_comm(data, tensor, local_params * 4, compute, hw)
+    memory = cm.training_memory(local_params, activations)
+    outside_params = total_params - sum(model.region_param_elems(r.id) for r in model.regions)
+    choices.append(RegionChoice("(outside regions)", "-", "replicate",
+                                Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
+                                {}, "not in a splittable region"))
+    total = Cost(compute, {"tensor": tensor_comm, "data": exposed}, memory)
+    return RegionTable(choices, total, compute + tensor_comm + exposed)
+
+
+class DataTensor:
+    """``data × tensor`` on every tensor degree :meth:`offers` (the base of the data and
+    Megatron families: they differ only in the tensor degrees they take)."""
+
+    name = "megatron"
+
+    def offers(self, tensor: int) -> bool:
+        return tensor > 1
+
+    def regions(self, model: ModelFacts) -> list:
+        return list(model.regions)
+
+    def candidates(self, ctx: PlanContext) -> list[Strategy]:
+        if ctx.forced is None:
+            return [Strategy(ctx.world // t, t) for t in divisors(ctx.world) if self.offers(t)]
+        if ctx.forced.kind() != "mesh":
+            return []
+        data, tensor = ctx.forced.resolve(ctx.world)
+        if not self.offers(tensor):
+            return []
+        check_forced_sizes(ctx.model, data, tensor)
+        return [dataclasses.replace(ctx.forced, data=data, tensor=tensor)]
+
+    def price(self, ctx: PlanContext, config: Strategy) -> Priced:
+        model, data, tensor = ctx.model, config.data, config.tensor
+        mesh = {"data": data, "tensor": tensor}
+        if model.batch % data:
+            return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}")
+        table = price_mesh(model, ctx.hw, data, tensor, ctx.forced is not None)
+        if tensor > 1 and not any(c.strategy == "megatron" for c in table.regions):
+            # No region pays for its communication on its own, but a tensor group that
+            # splits nothing only repeats work: price splitting every region that divides.
+            table = price_mesh(model, ctx.hw, data, tensor, True)
+            gaps = [c.region for c in table.regions if c.region in rule_gaps(model)]
+            if not any(c.strategy == "megatron" for c in table.regions) and not (ctx.forced is not None and gaps):
+                return rejected(self.name, config, mesh, f"no region can be split over tensor={tensor}" +
+                                (f" (regions {gaps} hold ops with no split rule)" if gaps else ""))
+            # forced degrees whose regions all fell back: the tensor group replicates them
+        return judge(self.name, ctx, config, mesh, table)
+
+    def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
+        return mesh_plan(ctx, priced, priced.table)
+
+
+class Megatron(DataTensor):
+    """Megatron's tensor parallelism with data parallelism: ``tensor > 1``."""
+
+    name = "megatron"
+
+
+def judge(family: str, ctx: PlanContext, config: Strategy, mesh: dict[str, int], table: RegionTable) -> Priced:
+    """A priced data × tensor (or D&SP) configuration, feasible when its memory fits."""
+    why = too_big(table.total.memory_bytes, ctx.hw)
+    if why is not None:
+        return rejected(family, config, mesh, why, step_s=table.step_s, memory_bytes=table.total.memory_bytes)
+    return Priced(family, config, mesh, table.step_s, table.total.memory_bytes, True,
+                  comm_s=dict(table.total.comm_s), table=table)

@@ -1,0 +1,398 @@
+"""Planning PTD-P (megatron §2-§4): ``pipeline × data × tensor``, Megatron inside each stage.
+
+A configuration is a pipeline degree ``p`` (stages on ``p`` ranks, ``v`` chunks per rank
+with the interleaved schedule), ``data × tensor`` inside, a schedule (GPipe, 1F1B,
+interleaved 1F1B), a microbatch count ``m`` and whether the blocks recompute their
+activations (megatron §3.5). The graph is cut between repeated blocks, balanced by FLOPs
+(:func:`autopar.strategies.pipeline.stages.partition`); what no degree changes (the
+cut, the carried bytes, each stage's regions grouped by class) is found once per stage
+count (:class:`PipelineShape`). Per configuration (:func:`pipeline_numbers`):
+
+    per stage, seconds per microbatch of ``B/(d·m)`` rows: each region priced once per
+    class, split Megatron-style where the tensor degree divides (2 all-reduces of its
+    boundary, 3 recomputing, megatron §2.3) — a tied embedding/head stays whole —,
+    plus the nodes outside regions
+  + point-to-point sends of the carried activations: ``m/β + α`` of ``b·s·h``, ``/t``
+    plus an all-gather over the tensor group with scatter/gather (megatron §4.1)
+  → the step ``m·t + (p−1)·t/v`` of the slowest rank's ``t`` (megatron §2.2,
+    :func:`autopar.strategies.pipeline.cost.step_time`), plus the data all-reduce after
+    the last microbatch and the tied weights' all-reduce;
+    memory per rank: 16 bytes per parameter held plus the activations in flight per
+    schedule (:func:`autopar.strategies.pipeline.cost.activation_memory`).
+
+The microbatch count is the given one, or the fastest (every divisor of the per-data-rank
+batch; multiples of ``p`` interleaved, megatron eq (1)) that fits without recomputation,
+else the fastest that fits recomputing (:func:`search_pipeline`). ``"auto"`` weighs every
+``p > 1`` dividing the world with at most as many blocks, every ``data × tensor`` of the
+rest, 1F1B and (with ``2p`` blocks) interleaved with ``v = 2`` (:func:`pipeline_options`);
+never for a model with batch-normalising batch norms.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+
+from autopar.analysis.fork_join import node_flops
+from autopar.cost import model as cm
+from autopar.cost.hardware import Hardware
+from autopar.ir import CAPTURE, tensor_spec
+from autopar.planning.model import ModelFacts, region_sizes
+from autopar.planning.plan import Cost, Plan
+from autopar.planning.strategy import PlanError, Strategy, divisors
+from autopar.strategies.data.planner import batch_norms, check_batch_norms
+from autopar.strategies.family import PlanContext, Priced, rejected, too_big
+from autopar.strategies.megatron.planner import check_forced_sizes, price_mesh, rule_gaps
+from autopar.strategies.pipeline import cost as pp
+from autopar.strategies.pipeline.stages import (StageError, blocks_of, boundary_values, parameter_stages,
+                                                partition)
+
+log = logging.getLogger("autopar.planning")
+
+
+class PipelineShape:
+    """What pricing a pipeline of ``stages`` stages needs that no degree changes: the
+    partition, which stage reads each parameter, the carried bytes at the full batch,
+    each stage's nodes outside regions and its regions grouped by class (identical
+    blocks priced once), and the regions kept whole (tied across stages)."""
+
+    def __init__(self, model: ModelFacts, stages: int):
+        flops = model.fact("pipeline.node_flops",
+                           lambda: {n.name: float(node_flops(model.gm, n)) for n in model.gm.graph.nodes})
+        self.part = part = partition(model.gm, stages, flops=flops)
+        self.param_stages = parameter_stages(model.gm, part)
+        self.keep_whole: dict[str, str] = dict(rule_gaps(model))
+        names_of: dict[str, list[str]] = {}
+        for n, rid in model.param_region.items():
+            names_of.setdefault(rid, []).append(n)
+        for r in model.regions:
+            names = names_of.get(r.id, [])
+            spread = sorted(set().union(*(self.param_stages.get(n, set()) for n in names)) if names else set())
+            if len(spread) > 1:
+                self.keep_whole[r.id] = (f"its parameters are read by pipeline stages {spread} (tied); kept whole so "
+                                         f"that every stage holds them the same way")
+        self.region_stage = {r.id: part.stage_of.get(r.nodes[0], 0) for r in model.regions}
+        in_region = {name for r in model.regions for name in r.nodes}
+        self.outside = [tuple(n for n in part.nodes_of(s) if n not in in_region) for s in range(stages)]
+        self.outside_all = tuple(n for n in part.stage_of if n not in in_region)
+        groups: list[dict] = [{} for _ in range(stages)]
+        for r in model.regions:
+            spans = sorted({part.stage_of[n] for n in r.nodes if n in part.stage_of})
+            if len(spans) > 1:  # a tied embedding and head: each stage computes its own nodes
+                for s in spans:
+                    self.outside[s] += tuple(n for n in r.nodes if part.stage_of.get(n) == s)
+                continue
+            key = (model.region_class[r.id], r.id in self.keep_whole)
+            rep, count = groups[self.region_stage[r.id]].get(key, (r, 0))
+            groups[self.region_stage[r.id]][key] = (rep, count + 1)
+        self.groups = [list(g.values()) for g in groups]
+        # parameters grouped by (stages reading them, the split sizes of their region if it
+        # can be split): what a rank holds is a sum over a few groups
+        params: dict[tuple, float] = {}
+        sizes_of = {r.id: tuple(region_sizes(r)) for r in model.regions}
+        for pname, where in self.param_stages.items():
+            if pname not in model.params:
+                continue
+            rid = model.param_region.get(pname)
+            sizes = sizes_of[rid] if rid is not None and rid not in self.keep_whole else ()
+            key = (tuple(sorted(where)), sizes)
+            params[key] = params.get(key, 0.0) + model.params[pname].numel()
+        self.params = [(where, sizes, elems) for (where, sizes), elems in params.items()]
+        table = model.table
+        self.carried = [float(sum(tensor_spec(table[v]).nbytes for v in values if tensor_spec(table[v]) is not None))
+                        for values in boundary_values(model.gm, part)]
+
+
+def pipeline_shape(model: ModelFacts, stages: int) -> PipelineShape:
+    """The shape of a ``stages``-stage pipeline, found once per model and stage count;
+    raises :class:`PlanError` when the graph cannot be cut that way."""
+    cache = model.memo("pipeline.shapes")
+    if stages not in cache:
+        try:
+            cache[stages] = PipelineShape(model, stages)
+        except StageError as e:
+            cache[stages] = PlanError(str(e))
+    if isinstance(cache[stages], PlanError):
+        raise cache[stages]
+    return cache[stages]
+
+
+def pipeline_options(model: ModelFacts, world: int) -> list[Strategy]:
+    """The pipeline layouts ``"auto"`` weighs: p > 1 dividing the world and at most the
+    number of blocks, every data x tensor of the rest, 1F1B, and interleaved with v = 2
+    where there are 2p blocks."""
+    if batch_norms(model):  # microbatches would normalise over fewer rows
+        return []
+    blocks = len(blocks_of(model.gm))
+    out = []
+    for p in divisors(world):
+        if p < 2 or p > blocks:
+            continue
+        for t in divisors(world // p):
+            out.append(Strategy(world // p // t, t, pipeline=p))
+            if 2 * p <= blocks:
+                out.append(Strategy(world // p // t, t, pipeline=p, chunks=2, schedule="interleaved"))
+    return out
+
+
+def pipeline_mesh(layout: "Strategy | PipelineNumbers") -> dict[str, int]:
+    """The mesh of a pipeline configuration (its degrees resolved) or of its priced figures."""
+    if isinstance(layout, Strategy):
+        return {"pipeline": layout.pipeline, "data": layout.data, "tensor": layout.tensor}
+    return {"pipeline": layout.p, "data": layout.data, "tensor": layout.tensor}
+
+
+def pipeline_label(option: Strategy) -> str:
+    return f"pipeline {option.schedule}" + (f" v={option.chunks}" if option.chunks > 1 else "")
+
+
+@dataclass(frozen=True)
+class PipelineNumbers:
+    """The predicted figures of one pipeline layout at one microbatch count
+    (:func:`pipeline_numbers`)."""
+
+    shape: PipelineShape
+    p: int
+    v: int
+    m: int
+    schedule: str
+    data: int
+    tensor: int
+    scatter_gather: bool
+    step: float                 # the step: the pipeline's, the data and the tied all-reduces
+    bubble: float               # seconds of the bubble (megatron §2.2)
+    stage_s: list[float]        # forward + backward seconds of one microbatch per stage
+    carried: list[float]        # bytes sent after each stage per microbatch
+    rank_s: list[float]         # seconds per microbatch per pipeline rank (its stages and sends)
+    slow: int                   # the slowest rank
+    rank_p2p: list[float]       # its point-to-point part
+    rank_comm: list[float]      # its tensor-parallel part
+    data_s: float               # the data all-reduce after the last microbatch
+    tied_s: float               # the tied weights' all-reduce
+    memory: list[tuple[float, float]]  # per rank: bytes keeping the activations, and recomputing
+    memory_bytes: float         # the most of any rank, as the layout runs (recomputing or not)
+    recompute: bool
+    comm_s: dict[str, float]    # by group: tensor, pipeline (point-to-point and bubble), data
+
+
+@dataclass(frozen=True)
+class PipelineDetails:
+    """What a pipeline plan records of its pipeline (``Plan.pipeline``, as a dict: the
+    runtime and the plan JSON read it by key)."""
+
+    stages: int
+    chunks: int
+    microbatches: int
+    microbatch_size: int
+    schedule: str
+    scatter_gather: bool
+    recompute: bool
+    blocks: list[str]
+    assignment: list[int]
+    bubble_fraction: float
+    bubble_s: float
+    stage_s: list[float]
+    p2p_bytes: list[float]
+    rank_s: list[float]
+    in_flight: list[list[int]]
+    memory_bytes: list[float]
+    memory_bytes_recompute: list[float]
+    tied: list[str]
+
+
+def pipeline_layout(model: ModelFacts, world: int, config: Strategy) -> tuple[int, int, int, PipelineShape, int]:
+    """(p, data, tensor, pipeline shape, local batch) of a pipeline configuration, its sizes checked."""
+    p, v = config.pipeline, config.chunks
+    if world % p:
+        raise PlanError(f"strategy: pipeline={p} does not divide the world of {world} ranks; give a pipeline degree "
+                        f"that divides it")
+    data, tensor = Strategy(config.data, config.tensor).resolve(world // p)
+    shape = pipeline_shape(model, p * v)
+    check_forced_sizes(model, data, tensor)
+    return p, data, tensor, shape, model.batch // data
+
+
+def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, local: int) -> list[int]:
+    """The microbatch counts to weigh: the given one, checked, or every one the schedule allows."""
+    v, schedule, m = config.chunks, config.schedule, config.microbatches
+    if m is not None:
+        if local % m:
+            raise PlanError(f"strategy: microbatches={m} does not divide the batch of each data rank "
+                            f"({model.batch} / data {data} = {local}); give a microbatch count that divides {local}")
+        if schedule == "interleaved" and v > 1 and m % p:
+            raise PlanError(f"strategy: the interleaved schedule needs the number of microbatches to be a multiple "
+                            f"of the pipeline ranks (megatron §2.2.2); microbatches={m} is not a multiple of "
+                            f"pipeline={p}")
+        return [m]
+    counts = pp.microbatch_choices(local, p, v, schedule)
+    if not counts:
+        raise PlanError(f"strategy: the interleaved schedule needs a microbatch count that is a multiple of "
+                        f"pipeline={p} and divides the batch of each data rank ({local}); give a batch that "
+                        f"is a multiple of {p * data}")
+    return counts
+
+
+def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy) -> PipelineNumbers:
+    """The figures of one pipeline layout at its best microbatch count: the fastest
+    whose memory fits, recomputing the blocks' activations (megatron §3.5) only where
+    keeping them does not fit; none fitting: the smallest."""
+    p, data, tensor, shape, local = pipeline_layout(model, world, config)
+    best = smallest = None
+    for m in _microbatch_counts(model, config, p, data, local):
+        for recompute in (False, True):
+            numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, config.schedule, data, tensor,
+                                       config.scatter_gather, recompute)
+            fits = numbers.memory_bytes <= hw.memory_bytes
+            if fits and (best is None or numbers.step < best.step * (1 - 1e-9)):
+                best = numbers
+            if smallest is None or numbers.memory_bytes < smallest.memory_bytes * (1 - 1e-9):
+                smallest = numbers
+            if fits:
+                break
+    return best or smallest
+
+
+def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages: int, scale: int, tensor: int,
+                   recompute: bool) -> tuple[list[float], list[float], list[float]]:
+    """Per stage, for one microbatch (the batch's ``1/scale``): forward + backward
+    seconds, their tensor-parallel part, and the bytes saved for backward."""
+    stage_s, stage_comm, stage_act = [0.0] * stages, [0.0] * stages, [0.0] * stages
+    for s in range(stages):
+        for rep, count in shape.groups[s]:
+            divisible = tensor > 1 and rep.id not in shape.keep_whole and \
+                all(size % tensor == 0 for _, size in region_sizes(rep))
+            if divisible:
+                comm = 2 * cm.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw) * (1.5 if recompute else 1)
+                seconds = model.seconds(rep.nodes, hw, 1 / (scale * tensor), recompute) + comm
+                act = model.activation_bytes(rep.nodes, 1 / scale / tensor)
+                stage_comm[s] += comm * count
+            else:
+                seconds = model.seconds(rep.nodes, hw, 1 / scale, recompute)
+                act = model.activation_bytes(rep.nodes, 1 / scale)
+            stage_s[s] += seconds * count
+            stage_act[s] += act * count
+        stage_s[s] += model.seconds(shape.outside[s], hw, 1 / scale)  # the runtime recomputes blocks only
+        stage_act[s] += model.activation_bytes(shape.outside[s], 1 / scale)
+    return stage_s, stage_comm, stage_act
+
+
+def _rank_params(shape: PipelineShape, p: int, tensor: int) -> tuple[list[float], float]:
+    """Parameter elements per pipeline rank (split ones over the tensor group), and the
+    elements of the tied ones (read on several ranks)."""
+    rank_params = [0.0] * p
+    tied_elems = 0.0
+    for where, sizes, elems in shape.params:
+        if sizes and tensor > 1 and all(size % tensor == 0 for _, size in sizes):
+            elems = elems / tensor
+        ranks = {s % p for s in where}
+        for r in ranks:
+            rank_params[r] += elems
+        if len(ranks) > 1:
+            tied_elems += elems
+    return rank_params, tied_elems
+
+
+def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: int, v: int, m: int, schedule: str,
+                     data: int, tensor: int, scatter_gather: bool, recompute: bool = False) -> PipelineNumbers:
+    """The predicted figures of ``p`` ranks × ``v`` chunks with ``m`` microbatches of
+    ``B/(d·m)`` rows, each stage's regions priced once per class: per-stage seconds per
+    microbatch (compute, Megatron all-reduces), point-to-point sends, per-rank seconds,
+    the step with its bubble (megatron §2.2), the data and tied-weight all-reduces, and
+    memory per rank with and without recomputation. ``recompute``: the blocks' forward
+    runs twice (megatron §3.5) and the memory that counts is the recomputing one."""
+    stages = p * v
+    scale = data * m  # the work of one microbatch on one data rank is the batch's 1/(d·m)
+    stage_s, stage_comm, stage_act = _stage_figures(model, hw, shape, stages, scale, tensor, recompute)
+    carried = [b / scale for b in shape.carried]
+    inter_node = data * tensor >= hw.devices_per_node
+    sends = [cm.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
+             + (cm.all_gather_time(tensor, b / tensor, hw) if scatter_gather and tensor > 1 else 0.0)
+             for b in carried]
+    rank_s, rank_p2p, rank_comm = [], [], []
+    for r in range(p):
+        mine = [c * p + r for c in range(v)]
+        p2p = sum((sends[s] if s < stages - 1 else 0.0) + (sends[s - 1] if s > 0 else 0.0) for s in mine)
+        rank_p2p.append(p2p)
+        rank_comm.append(sum(stage_comm[s] for s in mine))
+        rank_s.append(sum(stage_s[s] for s in mine) + p2p)
+    pipe_step, bubble = pp.step_time(rank_s, p, m, v)
+    # gradients all-reduced over the data ranks after the last microbatch, tied ones
+    # summed over their stages' ranks
+    rank_params, tied_elems = _rank_params(shape, p, tensor)
+    data_s = max(cm.all_reduce_time(data, e * 4, hw, stride=tensor) for e in rank_params)
+    tied_s = cm.all_reduce_time(2, tied_elems * 4, hw, stride=data * tensor) if tied_elems else 0.0
+    memory = []
+    for r in range(p):
+        mine = [c * p + r for c in range(v)]
+        inputs = [carried[s - 1] if s > 0 else 0.0 for s in mine]
+        act = pp.activation_memory(schedule, p, m, v, r, [stage_act[s] for s in mine], inputs)
+        act_recompute = pp.activation_memory(schedule, p, m, v, r, [stage_act[s] for s in mine], inputs, True)
+        memory.append((cm.training_memory(rank_params[r], act), cm.training_memory(rank_params[r], act_recompute)))
+    slow = max(range(p), key=lambda r: rank_s[r])
+    return PipelineNumbers(
+        shape, p, v, m, schedule, data, tensor, scatter_gather, pipe_step + data_s + tied_s, bubble, stage_s, carried,
+        rank_s, slow, rank_p2p, rank_comm, data_s, tied_s, memory, max(mem[1 if recompute else 0] for mem in memory),
+        recompute, {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble, "data": data_s + tied_s})
+
+
+def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: PipelineNumbers) -> Plan:
+    """The plan of one priced pipeline layout: its region table (per step: ``m``
+    microbatches of each region), its cost and its pipeline details (the search adds
+    the configurations weighed)."""
+    shape, p, v, m, data, tensor = n.shape, n.p, n.v, n.m, n.data, n.tensor
+    choices = price_mesh(model, hw, data * m, tensor, True, shape.keep_whole, n.recompute).regions
+    for c in choices[:-1]:  # the table reads per step: m microbatches of each region
+        c.details = {**c.details, "stage": shape.region_stage[c.region]}
+        c.cost = Cost(c.cost.compute_s * m, {k: x * m for k, x in c.cost.comm_s.items()}, c.cost.memory_bytes)
+        c.alternatives = {k: x * m for k, x in c.alternatives.items()}
+    choices[-1].cost = Cost(model.seconds(shape.outside_all, hw, 1 / (data * m)) * m, {},
+                            choices[-1].cost.memory_bytes)
+    total = Cost((n.rank_s[n.slow] - n.rank_p2p[n.slow] - n.rank_comm[n.slow]) * m, dict(n.comm_s), n.memory_bytes)
+    part = shape.part
+    details = PipelineDetails(
+        p, v, m, model.batch // (data * m), n.schedule, n.scatter_gather and tensor > 1, n.recompute,
+        [r.id for r in part.blocks], list(part.assignment), (p - 1) / (v * m), n.bubble, n.stage_s, n.carried,
+        n.rank_s, [pp.in_flight(n.schedule, p, m, v, r) for r in range(p)], [mem for mem, _ in n.memory],
+        [mem for _, mem in n.memory],
+        sorted(k for k, where in shape.param_stages.items() if len({s % p for s in where}) > 1))
+    mesh = pipeline_mesh(n)
+    log.info("planned %s on %d ranks: %s, %.3f ms", name, world, mesh, n.step * 1e3)
+    capture = model.gm.meta.get(CAPTURE)
+    return Plan(model=name, world_size=world, mesh=mesh, hardware=hw.name, global_batch=model.batch,
+                regions=choices, total=total, step_s=n.step,
+                tracer=capture.tracer if capture else "", pipeline=asdict(details), recompute=n.recompute)
+
+
+class Pipeline:
+    """PTD-P: the pipeline family (see the module docstring)."""
+
+    name = "pipeline"
+
+    def regions(self, model: ModelFacts) -> list:
+        return blocks_of(model.gm)
+
+    def candidates(self, ctx: PlanContext) -> list[Strategy]:
+        if ctx.forced is None:
+            return pipeline_options(ctx.model, ctx.world)
+        if ctx.forced.kind() != "pipeline":
+            return []
+        check_batch_norms(ctx.model, "a pipeline runs microbatches")
+        return [ctx.forced]
+
+    def price(self, ctx: PlanContext, config: Strategy) -> Priced:
+        label = pipeline_label(config)
+        try:
+            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config)
+        except PlanError as e:
+            if ctx.forced is not None:
+                raise
+            return rejected(self.name, config, pipeline_mesh(config), str(e), form=label)
+        mesh = pipeline_mesh(n)  # a forced configuration's degrees resolved
+        figures = dict(step_s=n.step, memory_bytes=n.memory_bytes, comm_s=dict(n.comm_s), form=label)
+        why = too_big(n.memory_bytes, ctx.hw)
+        if why is not None and ctx.forced is None:  # a forced layout runs at its smallest
+            return rejected(self.name, config, mesh, why, **figures)
+        return Priced(self.name, config, mesh, feasible=True, detail=n,
+                      reason=f"m={n.m}" + (", recomputing" if n.recompute else ""), **figures)
+
+    def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
+        return pipeline_plan(ctx.model, ctx.world, ctx.hw, ctx.name, priced.detail)

@@ -1,0 +1,342 @@
+"""Planning AxoNN's 3D/4D tensor parallelism (axonn §III, §V) on a ``Gx × Gy × Gz × Gdata`` grid.
+
+Per 3D region (attention or linear chain) its linears' collectives by axonn eqs 4-7
+(``tensor3d.cost.layer_comm``, each group's bandwidth by eq 10), the boundary
+re-layout over y where the data flow enters and leaves the region
+(``tensor3d.cost.boundary_comm``; none between a transposed layer and the next region's
+plain layers that read it directly), the linears' compute over all ranks and the ops
+between them over x (they are replicated over y), rows over z and data. Everything else
+is replicated over x and y with its rows split over z and data. Gradients: 3D weight
+shards are all-reduced over data (eq 8), everything else over z and data (the
+``replica`` group); both overlap the backward pass as data parallelism does. Overlap
+inside a layer (axonn §IV) is not subtracted: like axonn's model, eq 9 ranks the grids
+by their full communication. A region is split or replicated, whichever is cheaper; a
+grid that splits nothing is priced again splitting every region it divides.
+
+The orientation of each linear follows the data flow (:func:`region_linears`): the ones
+reading the region's input are plain (in y, out x), the one reading their output
+transposed (in x, out y).
+
+The search prices one region per class of identical regions entering and leaving the
+same way (:func:`price_grid` with ``materialize=False``, memoised per grid), then the
+winning grid again region by region for its table. Bian's cube
+(:mod:`autopar.strategies.cube.planner`) is the same pricing with another
+:class:`Form3D`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autopar.cost import model as cm
+from autopar.cost.hardware import Hardware
+from autopar.grid import Grid3D
+from autopar.ir import tensor_spec
+from autopar.analysis.ops import match_linear
+from autopar.planning.model import ModelFacts, exposed_data_comm
+from autopar.planning.plan import Cost, Plan, RegionChoice
+from autopar.planning.strategy import PlanError, Strategy
+from autopar.strategies.family import PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big
+from autopar.strategies.propagation import TensorParallelError
+from autopar.strategies.tensor3d.cost import boundary_comm, grids_of, layer_comm
+from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards
+
+SPLIT_KINDS = ("attention", "linear_chain")
+
+
+def region_linears(region) -> list[tuple[str, bool]]:
+    """The linears of a 3D region with their orientation (transposed?) by data flow: the
+    ones reading the region's input are plain, the one reading their output transposed."""
+    d = region.details
+    if region.kind == "linear_chain":
+        return [(n, False) for n in d["column"]] + [(d["row"], True)]
+    return [(n, False) for n in dict.fromkeys((d["q_proj"], d["k_proj"], d["v_proj"]))] + [(d["out_proj"], True)]
+
+
+@dataclass(frozen=True)
+class Layout3D:
+    """How the splittable regions meet, the same for every grid: the row linears'
+    outputs, the plain linears, and per region whether it enters from a row output and
+    leaves only into plain linears (then that boundary needs no re-layout)."""
+
+    splittable: list
+    row_outputs: set
+    plain_linears: set
+    flags: dict[str, tuple[bool, bool]]
+
+
+def layout(model: ModelFacts) -> Layout3D:
+    return model.fact("3d.layout", lambda: _find_layout(model))
+
+
+def _find_layout(model: ModelFacts) -> Layout3D:
+    splittable = [r for r in model.regions if r.kind in SPLIT_KINDS]
+    row_outputs = {region_linears(r)[-1][0] for r in splittable}
+    plain = {name for r in splittable for name, transposed in region_linears(r) if not transposed}
+    flags = {}
+    for r in splittable:
+        linears = region_linears(r)
+        entry = match_linear(model.table[linears[0][0]], model.gm).input
+        flags[r.id] = (entry.name in row_outputs, all(u.name in plain for u in model.table[linears[-1][0]].users))
+    return Layout3D(splittable, row_outputs, plain, flags)
+
+
+class Form3D:
+    """AxoNN's 3D layer on the grid: what Bian's cube form
+    (:class:`autopar.strategies.cube.planner.CubeForm`) does differently it overrides."""
+
+    strategy = "tensor3d"  # the regions' strategy in the plan
+    label = "3D grid"      # in the reasons
+    form = ""              # the configuration's form in the plan's candidates
+    vectors_sharded = False  # whether bias/norm vectors count as 3D shards (gradients over data only)
+
+    def shards(self, model: ModelFacts, r, grid: Grid3D, parts: int) -> dict:
+        """The parameter cuts of region ``r``; raises TensorParallelError when it cannot be split."""
+        return planned_grid3d_shards(model.gm, regions=[r.id], grid=grid)
+
+    def layer_comm(self, rows: int, match, spec, grid: Grid3D, hw: Hardware, transposed: bool) -> dict[str, float]:
+        """Seconds by group of one linear (axonn eqs 4-8)."""
+        return layer_comm(rows, match.in_features, match.out_features, grid, hw, transposed=transposed,
+                          element_bytes=spec.dtype.itemsize).by_group()
+
+    def boundary(self, enters: float, leaves: float, grid: Grid3D, hw: Hardware) -> tuple[dict[str, float], str]:
+        """Seconds by group of the re-layouts where the flow enters and leaves, and their description."""
+        text = ("input " + ("cut to y blocks (backward all-gather over y)" if enters else
+                            "read split over y from the previous region (no re-layout)")
+                + ", output " + ("all-gathered over y" if leaves else
+                                 "read split over y by the next region (no re-layout)"))
+        return {"y": boundary_comm(enters, leaves, grid, hw)}, text
+
+    def row_split(self, grid: Grid3D) -> int:
+        """Over how many ranks of one batch chunk the ops between the linears split (x)."""
+        return grid.x
+
+    def vector_elems(self, numel: int, out_group: int, grid: Grid3D) -> float:
+        """The elements of a bias or norm vector a rank holds."""
+        return numel / out_group
+
+    def details(self) -> dict:
+        return {}
+
+
+AXONN = Form3D()
+
+
+@dataclass(frozen=True)
+class RegionPrice:
+    """One region's choice on a grid, with what the totals need: the parameter
+    elements a rank holds, its activation bytes, and the 3D shards among them."""
+
+    choice: RegionChoice
+    param_elems: float
+    activation_bytes: float
+    shard_elems: float
+
+
+class GridPricer:
+    """Prices the regions of one model on one grid in one form (see :func:`price_grid`)."""
+
+    def __init__(self, model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forced: bool, split_all: bool):
+        self.model, self.hw, self.grid, self.form = model, hw, grid, form
+        self.forced, self.split_all = forced, split_all
+        self.parts = grid.z * grid.data  # the batch chunks
+        self.label = f"{grid.x}x{grid.y}x{grid.z}x{grid.data}"
+        self.layout = layout(model)
+
+    def _shards(self, r) -> tuple[dict, str | None]:
+        """The region's parameter cuts, or why it stays replicated."""
+        if r.kind == "vocab":
+            return {}, "vocabulary regions stay replicated in 3D plans"
+        try:
+            return self.form.shards(self.model, r, self.grid, self.parts), None
+        except TensorParallelError as e:
+            if self.forced:
+                raise PlanError(f"strategy: grid {self.label}: {e}") from None
+            return {}, str(e)
+
+    def _split(self, r) -> tuple[Cost, list[dict], str]:
+        """The split region's cost (compute and communication by axis), its layers'
+        orientations and its boundary."""
+        model, grid, table = self.model, self.grid, self.model.table
+        linears = region_linears(r)
+        names = {n for n, _ in linears}
+        comm = {"x": 0.0, "y": 0.0, "z": 0.0}
+        layers = []
+        for name, transposed in linears:
+            match = match_linear(table[name], model.gm)
+            spec = tensor_spec(match.input)
+            rows = spec.numel // spec.shape[-1] // grid.data
+            for axis, seconds in self.form.layer_comm(rows, match, spec, grid, self.hw, transposed).items():
+                if axis != "data":  # eq 8 goes with the data all-reduce
+                    comm[axis] += seconds
+            layers.append({"linear": name, "orientation": "transposed (in x, out y)" if transposed
+                           else "plain (in y, out x)"})
+        first, last = table[linears[0][0]], table[linears[-1][0]]
+        entry = match_linear(first, model.gm).input
+        enters = 0.0 if entry.name in self.layout.row_outputs else tensor_spec(entry).nbytes
+        leaves = 0.0 if all(u.name in self.layout.plain_linears for u in last.users) else tensor_spec(last).nbytes
+        by_axis, boundary = self.form.boundary(enters, leaves, grid, self.hw)
+        for axis, seconds in by_axis.items():
+            comm[axis] += seconds
+        split = model.seconds([n for n in r.nodes if n in names], self.hw, 1 / grid.size)
+        between = model.seconds([n for n in r.nodes if n not in names], self.hw,
+                                1 / (self.form.row_split(grid) * self.parts))
+        return Cost(split + between, comm, 0.0), layers, boundary
+
+    def _held(self, r, shards: dict) -> tuple[float, float, float]:
+        """(parameter elements a rank holds, the 3D shards among them, bytes of the
+        all-gathered weight blocks kept from forward to backward) of a split region."""
+        grid, params = self.grid, self.model.params
+        per_rank = shard_part = gathered = 0.0
+        for name, shard in shards.items():
+            numel = params[name].numel()
+            if shard.vector:  # a diagonal rank of the cube holds 1/(p·Gz) of it, others none
+                per_rank += self.form.vector_elems(numel, grid.y if shard.transposed else grid.x, grid)
+            else:
+                per_rank += numel / (grid.x * grid.y * grid.z)
+                gathered += numel / (grid.x * grid.y)
+            if not shard.vector or self.form.vectors_sharded:
+                shard_part += numel / (grid.x * grid.y * grid.z)
+        per_rank += self.model.region_param_elems(r.id) - sum(params[n].numel() for n in shards)
+        return per_rank, shard_part, gathered * 4
+
+    def region(self, r) -> RegionPrice:
+        """Region ``r`` split over the grid or replicated, with its memory."""
+        model, form = self.model, self.form
+        replicate = Cost(model.seconds(r.nodes, self.hw, 1 / self.parts), {}, 0.0)
+        options = {"replicate": replicate}
+        shards, why_not = self._shards(r)
+        layers, boundary = [], ""
+        if why_not is None:
+            options[form.strategy], layers, boundary = self._split(r)
+        seconds = {k: c.compute_s + c.total_comm_s for k, c in options.items()}
+        if form.strategy in options and (self.forced or self.split_all):
+            chosen = form.strategy
+            reason = f"{form.label} {self.label}, " + ("forced" if self.forced else "split wherever it divides")
+        elif why_not is not None:
+            chosen, reason = "replicate", why_not
+        else:
+            chosen = min(sorted(seconds), key=seconds.__getitem__)
+            reason = f"{form.label} {self.label}: cheapest predicted step time"
+        c = options[chosen]
+        details = {}
+        if chosen == form.strategy:
+            per_rank, shard_part, gathered = self._held(r, shards)
+            act = model.activation_bytes(r.nodes, 1 / (form.row_split(self.grid) * self.parts)) + gathered
+            details = {"grid": self.label, "layers": layers, "boundary": boundary, **form.details()}
+        else:
+            per_rank, shard_part = float(model.region_param_elems(r.id)), 0.0
+            act = model.activation_bytes(r.nodes, 1 / self.parts)
+        c.memory_bytes = cm.training_memory(per_rank, act)
+        return RegionPrice(RegionChoice(r.id, r.kind, chosen, c, seconds, reason, details), per_rank, act, shard_part)
+
+
+def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forced: bool, split_all: bool = False,
+               materialize: bool = True) -> RegionTable:
+    """The region table, total cost and step of ``grid`` in ``form``. ``forced``: split
+    every region and raise on one the grid does not divide; ``split_all``: split every
+    region the grid divides, cheaper or not. ``materialize=False`` (the search over
+    grids): regions of one class (identical repeated blocks) entering and leaving the
+    same way are priced once and the choices are those shared representatives; the
+    winner is priced again with ``materialize=True`` for its per-region table."""
+    pricer = GridPricer(model, hw, grid, form, forced, split_all)
+    memo, flags = model.memo("3d.regions"), pricer.layout.flags
+    parts = pricer.parts
+    choices: list[RegionChoice] = []
+    in_region: set[str] = set()
+    comm = {"x": 0.0, "y": 0.0, "z": 0.0}
+    compute = activations = local_elems = shard_elems = 0.0
+    for r in model.regions:
+        in_region.update(r.nodes)
+        if materialize:
+            priced = pricer.region(r)
+        else:
+            key = (model.region_class[r.id], flags.get(r.id), grid, forced, split_all, form, hw)
+            priced = memo.get(key)
+            if priced is None:
+                priced = memo[key] = pricer.region(r)
+        local_elems += priced.param_elems
+        activations += priced.activation_bytes
+        shard_elems += priced.shard_elems
+        compute += priced.choice.cost.compute_s
+        for axis, v in priced.choice.cost.comm_s.items():
+            comm[axis] += v
+        choices.append(priced.choice)
+    outside = [n.name for n in model.gm.graph.nodes if n.name not in in_region]
+    outside_compute = model.seconds(outside, hw, 1 / parts)
+    compute += outside_compute
+    outside_params = sum(p.numel() for p in model.params.values()) - sum(model.region_param_elems(r.id)
+                                                                        for r in model.regions)
+    local_elems += outside_params
+    outside_act = model.activation_bytes(outside, 1 / parts)
+    activations += outside_act
+    if grid.z == 1:  # one group: the replica group is the data group
+        data = exposed_data_comm(grid.data, grid.x * grid.y, local_elems * 4, compute, hw)
+    else:
+        data = (exposed_data_comm(parts, grid.x * grid.y, (local_elems - shard_elems) * 4, compute, hw)
+                + exposed_data_comm(grid.data, grid.x * grid.y * grid.z, shard_elems * 4, compute, hw))
+    choices.append(RegionChoice("(outside regions)", "-", "replicate",
+                                Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
+                                {}, "not in a splittable region"))
+    total = Cost(compute, {**comm, "data": data}, cm.training_memory(local_elems, activations))
+    return RegionTable(choices, total, compute + sum(comm.values()) + data)
+
+
+def check_forced_grid(ctx: PlanContext, grid: Grid3D) -> None:
+    """A forced grid must have the world's ranks, split the batch's rows over Gz ×
+    Gdata, and find a region to split."""
+    if grid.size != ctx.world:
+        raise PlanError(f"strategy: the grid {grid.x}x{grid.y}x{grid.z}x{grid.data} has {grid.size} ranks, the "
+                        f"world {ctx.world}; give sizes whose product is {ctx.world}")
+    parts = grid.z * grid.data
+    if ctx.model.batch % parts:
+        raise PlanError(f"example_inputs: the batch {ctx.model.batch} is not divisible by Gz x Gdata = {parts}, "
+                        f"which split the rows; give a batch that is a multiple of {parts}, or another grid")
+    if not any(r.kind in SPLIT_KINDS for r in ctx.model.regions):
+        raise PlanError(f"strategy: a 3D grid needs a linear chain or attention region; {ctx.name} has none")
+
+
+class Tensor3D:
+    """AxoNN's 3D/4D family: every ``Gx × Gy × Gz × Gdata`` of the world."""
+
+    name = "3d"
+    form3d = AXONN
+
+    def regions(self, model: ModelFacts) -> list:
+        return [r for r in model.regions if r.kind in SPLIT_KINDS]
+
+    def candidates(self, ctx: PlanContext) -> list[Strategy]:
+        if ctx.forced is None:
+            return [Strategy(g.data, 1, grid=g) for g in grids_of(ctx.world)] if self.regions(ctx.model) else []
+        if ctx.forced.kind() != "3d":
+            return []
+        check_forced_grid(ctx, ctx.forced.grid)
+        return [ctx.forced]
+
+    def price(self, ctx: PlanContext, config: Strategy) -> Priced:
+        model, grid, form = ctx.model, config.grid, self.form3d
+        mesh = {"data": grid.data, "z": grid.z, "y": grid.y, "x": grid.x}
+        if model.batch % (grid.z * grid.data):
+            return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by Gz x Gdata = "
+                            f"{grid.z * grid.data}", form=form.form)
+        split_all = False
+        table = price_grid(model, ctx.hw, grid, form, ctx.forced is not None, split_all, materialize=False)
+        if not any(c.strategy == form.strategy for c in table.regions):
+            # as for Megatron: a grid that splits nothing only repeats work; price
+            # splitting every region it divides
+            split_all = True
+            table = price_grid(model, ctx.hw, grid, form, False, split_all, materialize=False)
+        if not any(c.strategy == form.strategy for c in table.regions):
+            why = next((c.reason for c in table.regions if c.kind in SPLIT_KINDS), "no region")
+            return rejected(self.name, config, mesh, f"no region split over the grid: {why}", form=form.form)
+        figures = dict(step_s=table.step_s, memory_bytes=table.total.memory_bytes, comm_s=dict(table.total.comm_s),
+                       form=form.form)
+        why = too_big(table.total.memory_bytes, ctx.hw)
+        if why is not None:
+            return rejected(self.name, config, mesh, why, **figures)
+        return Priced(self.name, config, mesh, feasible=True, table=table, detail=split_all, **figures)
+
+    def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
+        """The search priced each class of regions once; the winner gets its own table."""
+        forced = ctx.forced is not None and not priced.detail
+        table = price_grid(ctx.model, ctx.hw, priced.config.grid, self.form3d, forced, priced.detail)
+        return mesh_plan(ctx, priced, table)
