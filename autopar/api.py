@@ -29,19 +29,14 @@ import torch.nn as nn
 
 from autopar.capture import capture
 from autopar.drawing import regions_dot
-from autopar.inputs import CallLayout
+from autopar.inputs import CallLayout, example_signature
 from autopar.kernels import model_device, resolve_fusion
-from autopar.inputs import example_signature
 from autopar.module import ParallelModule
 from autopar.analysis.analyse import analyse
-from autopar.strategies.cube.rewrite import planned_cube_shards
-from autopar.analysis.manager import pass_disabled
-from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards
-from autopar.strategies.megatron.rewrite import planned_param_shards
 from autopar.cost.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
 from autopar.planner import PlanError, Strategy, plan_graph
-from autopar.program import batch_of, local_batch, rank_graph_code, rewrite
+from autopar.program import batch_of, local_batch, planned_shards, rank_graph_code, rewrite
 from autopar.runtime import groups as G
 from autopar.runtime import health
 
@@ -58,7 +53,7 @@ def plan(model: nn.Module, world_size: int, example_inputs: Sequence[Any] = (), 
     (default: the hardware's memory); plans that need more are infeasible. The returned
     plan can ``save(dir)`` itself with every rank's rewritten graph (built here, in this
     process: the rewrite needs no process group) and the region drawing. ``progress``: a
-    :class:`autopar.planning.planner.Progress` told of every configuration priced.
+    :class:`autopar.planner.Progress` told of every configuration priced.
     ``example_kwargs``: keyword inputs, as for :func:`compile`.
     """
     CallLayout.of(example_inputs, example_kwargs)  # the example's keyword inputs are usable
@@ -179,14 +174,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     group_map = _make_groups(plan_, mesh, world)
     _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
-    if plan_.form == "cube":
-        shards = planned_cube_shards(gm, regions=plan_.regions_with("cube3d"), grid=plan_.grid)
-    elif plan_.grid is not None:
-        shards = planned_grid3d_shards(gm, regions=plan_.regions_with("tensor3d"), grid=plan_.grid)
-    else:
-        shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
-            gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
-    return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, seed=seed, overlap=overlap,
+    return ParallelModule(model, plan_, rank, group_map, loss_fn, planned_shards(plan_, gm), seed=seed, overlap=overlap,
                           recompute=recompute, fusion=fusion, call=layout,
                           examples=example_signature(flat_examples, example_target))
 
@@ -215,9 +203,7 @@ def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, 
                                                         mesh.device_type if mesh is not None else None)
     _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
-    shards = {} if pass_disabled("tensor_parallel") else planned_param_shards(
-        gm, megatron_regions=plan_.regions_with("megatron"), degree=plan_.degree("tensor"))
-    return ParallelModule(model, plan_, rank, group_map, loss_fn, shards, holders=holders, seed=seed,
+    return ParallelModule(model, plan_, rank, group_map, loss_fn, planned_shards(plan_, gm), holders=holders, seed=seed,
                           recompute=recompute, fusion=fusion, **call)
 
 

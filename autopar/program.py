@@ -16,14 +16,11 @@ import torch.nn as nn
 
 from autopar.ir import CAPTURE, PASSES_RUN
 from autopar.analysis.analyse import analyse
-from autopar.strategies.cube.rewrite import cube3d_pass
-from autopar.strategies.data.rewrite import data_parallel_pass
 from autopar.transforms.fusion import FUSION, fusion_pass
 from autopar.analysis.manager import PassRunner, graph_code
 from autopar.transforms.recompute import recompute_pass
-from autopar.strategies.dsp.rewrite import csub_branch_program, subgraph_parallel_pass
-from autopar.strategies.tensor3d.rewrite import tensor3d_pass
-from autopar.strategies.megatron.rewrite import tensor_parallel_pass
+from autopar.strategies.family import RECOMPUTE, RankBuild, RankPass
+from autopar.strategies.registry import FAMILIES
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError
 
@@ -51,51 +48,39 @@ def local_batch(data: int, index: int, inputs: tuple, target: Any):
 
 
 def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None = None,
-             recompute: bool = False, fusion: bool = False) -> fx.GraphModule:
-    """Rank ``rank``'s program from a graph captured at its local batch. A training graph
-    (captured with its loss) keeps its loss local: ``ParallelModule.step`` reduces the
-    reported value over the data ranks while backward runs. In D&SP-cSub the ranks off
-    sub-grid 0 get a program of their branches only (``csub_branch_program``)."""
-    coords = plan_.rank_coordinates(rank)
-    parts = plan_.batch_parts()
+            recompute: bool = False, fusion: bool = False) -> fx.GraphModule:
+    """Rank ``rank``'s program from a graph captured at its local batch: analysis, then
+    the passes every family of the plan adds (:meth:`~autopar.strategies.family.Family.rank_passes`,
+    in phase order: D&SP's branches, the regions' split, recomputation of the split
+    regions under ``recompute``, the data-parallel pass), then fusion. A training graph
+    (captured with its loss) keeps its loss local: the runner reduces the reported value
+    over the data ranks while backward runs. In D&SP-cSub the ranks off sub-grid 0 get a
+    program of their branches only."""
     if local_batch is None:
-        local_batch = plan_.global_batch // parts
-    with_loss = gm.meta[CAPTURE].with_loss
-    dsp_regions = plan_.dsp_regions()
-    subgrid = plan_.subgrid_coordinates(rank)[0]
-    if plan_.grid is not None:
-        # one 3D form per plan: AxoNN's layers (tensor3d) or Bian's cube (cube3d)
-        cube = plan_.form == "cube"
-        split = plan_.regions_with("cube3d" if cube else "tensor3d")
-        passes = [
-            ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
-            ("cube3d", cube3d_pass, {"regions": split, "grid": plan_.grid, "rank": rank}) if cube else
-            ("tensor3d", tensor3d_pass, {"regions": split, "grid": plan_.grid, "rank": rank}),
-            *([("recompute", recompute_pass, {"regions": split})] if recompute else []),
-            ("data_parallel", data_parallel_pass, {"degree": parts, "local_batch": local_batch, "group": "replica",
-                                                    "reduce_scalars": not with_loss}),
-        ]
-    elif plan_.csub and subgrid != 0:
-        passes = [("analysis", analyse, {"label": f"rank{rank}_analysis"}),
-                  ("csub_branches", csub_branch_program, {"dsp_regions": dsp_regions, "subgrid": subgrid})]
-    else:
-        subgraph = [("subgraph_parallel", subgraph_parallel_pass, {"dsp_regions": dsp_regions, "subgrid": subgrid,
-                                                                   "csub": plan_.csub})]
-        passes = [
-            ("analysis", analyse, {"label": f"rank{rank}_analysis"}),
-            *(subgraph if dsp_regions else []),
-            ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": plan_.regions_with("megatron"),
-                                                        "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
-            *([("recompute", recompute_pass, {"regions": plan_.regions_with("megatron")})] if recompute else []),
-            ("data_parallel", data_parallel_pass, {"degree": parts, "local_batch": local_batch,
-                                                    "reduce_scalars": not with_loss}),
-        ]
+        local_batch = plan_.global_batch // plan_.batch_parts()
+    branch_only = plan_.csub and plan_.subgrid_coordinates(rank)[0] != 0
+    build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, branch_only)
+    steps = [p for family in FAMILIES for p in family.rank_passes(plan_, build)]
+    if recompute and not branch_only:
+        regions = [r for family in FAMILIES for r in family.recompute_regions(plan_)]
+        steps.append(RankPass(RECOMPUTE, "recompute", recompute_pass, {"regions": regions}))
+    passes = [("analysis", analyse, {"label": f"rank{rank}_analysis"})]
+    passes += [(p.name, p.fn, p.options) for p in sorted(steps, key=lambda p: p.phase)]
     if fusion:
         passes.append(("fusion", fusion_pass, {}))
     runner = PassRunner(passes)
     gm = runner.run(gm, label=f"rank{rank}")
     gm.meta[PASSES_RUN] = [r.name for r in runner.records]
     return gm
+
+
+def planned_shards(plan_: Plan, gm: fx.GraphModule) -> dict:
+    """Every parameter the plan's families split, and how (by the captured graph's
+    names): what each rank cuts before any rank program exists."""
+    shards = {}
+    for family in FAMILIES:
+        shards.update(family.planned_shards(plan_, gm))
+    return shards
 
 
 def rank_graph_code(gm: fx.GraphModule, plan_: Plan, rank: int) -> str:

@@ -167,6 +167,11 @@ class Plan:
             return f"pipeline {self.pipeline['schedule']}" + (f" v={v}" if v > 1 else "")
         return "cube" if self.regions_with("cube3d") else ""
 
+    def batch_group(self) -> str:
+        """The group of ranks that split the common layers' batch: ``data``, or on a 3D
+        grid ``replica`` (the ranks of one (x, y): z × data split the rows)."""
+        return "replica" if self.grid is not None else "data"
+
     @property
     def grid(self):
         """AxoNN's ``Gx × Gy × Gz × Gdata`` grid of a 3D plan, else None."""

@@ -39,6 +39,26 @@ formulas, collectives) and tells the planner, through the four methods of
     table (a family that priced identical blocks once for the search prices the winner
     region by region here). The search fills in ``candidates`` and ``forced``.
 
+The compiler asks the families of a plan four more things for each rank (they have
+defaults in :class:`CompileHooks`, so a family that does not touch a rank's program
+leaves them alone):
+
+``planned_shards(plan, gm)``
+    The cut of each parameter the family splits (by the captured graph's names):
+    Megatron's ``ParamShard``, the 3D grid's and the cube's ``Grid3DShard``.
+
+``rank_passes(plan, build)``
+    The :class:`RankPass` es the family adds to a rank's program
+    (:func:`autopar.program.rewrite` orders them by ``phase``: D&SP's branches, then
+    the split of the regions, then recomputation, then the data-parallel pass).
+
+``recompute_regions(plan)``
+    The regions whose activations are recomputed in backward under ``recompute``.
+
+``place(builder, build)``
+    Refine the parameter layout (:mod:`autopar.strategies.placement`): where the
+    family's parameters live and how their gradients are reduced.
+
 The planner (:mod:`autopar.planner`) enumerates: for each family of
 :data:`autopar.strategies.registry.FAMILIES`, its candidates; it prices each, and takes
 the fastest feasible one (ties to the earlier). Adding a family is adding a package with
@@ -112,6 +132,50 @@ class Priced:
                              comm_s=dict(self.comm_s), form=self.form, **layout)
 
 
+BRANCHES, SPLIT, RECOMPUTE, DATA = 10, 20, 30, 40  # the phases of a rank's passes
+
+
+@dataclass(frozen=True)
+class RankPass:
+    """A pass of a rank's program: ``fn(gm, **options)`` named ``name``, in ``phase``."""
+
+    phase: int
+    name: str
+    fn: object
+    options: dict
+
+
+@dataclass(frozen=True)
+class RankBuild:
+    """What the families are told when a rank's program and layout are built: the rank,
+    the batch of its program, whether the graph carries its loss, whether this rank runs
+    only its D&SP branches (cSub off sub-grid 0), and for the layout the pipeline's
+    ``holders`` and whether the 3D layers defer their reduce-scatters."""
+
+    rank: int
+    local_batch: int = 0
+    with_loss: bool = False
+    branch_only: bool = False
+    holders: dict | None = None
+    deferred_reduce_scatter: bool = False
+
+
+class CompileHooks:
+    """The compiler's side of a family, doing nothing (a family overrides what it does)."""
+
+    def planned_shards(self, plan: Plan, gm) -> dict:
+        return {}
+
+    def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
+        return []
+
+    def recompute_regions(self, plan: Plan) -> list[str]:
+        return []
+
+    def place(self, builder, build: RankBuild) -> None:
+        return None
+
+
 class Family(Protocol):
     """A parallelism family, as the planner sees it (see the module docstring)."""
 
@@ -124,6 +188,14 @@ class Family(Protocol):
     def price(self, ctx: PlanContext, candidate: Strategy) -> Priced: ...
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan: ...
+
+    def planned_shards(self, plan: Plan, gm) -> dict: ...
+
+    def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]: ...
+
+    def recompute_regions(self, plan: Plan) -> list[str]: ...
+
+    def place(self, builder, build: RankBuild) -> None: ...
 
 
 def rejected(family: str, config: Strategy, mesh: dict[str, int], reason: str, **figures) -> Priced:

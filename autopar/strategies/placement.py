@@ -1,10 +1,11 @@
 """Building a rank's :class:`~autopar.layout.ParamLayout` from the plan: every family
 that touches parameters places them, in turn, on a :class:`LayoutBuilder`.
 
-The base placement (every family's cut, from the rank programs' ``PARAM_SHARDS``:
-Megatron's :class:`~autopar.strategies.megatron.rewrite.ParamShard`, the 3D and cube
+The base placement (every family's cut, from ``planned_shards``: Megatron's
+:class:`~autopar.strategies.megatron.rewrite.ParamShard`, the 3D and cube
 :class:`~autopar.strategies.tensor3d.runtime.Grid3DShard`) averages every gradient over
-the data ranks, as DDP does. Then the families of the plan refine it:
+the data ranks, as DDP does. Then each family of the registry refines it where the plan
+uses it (:meth:`~autopar.strategies.family.Family.place`):
 
 * AxoNN 3D and Bian's cube (:func:`autopar.strategies.tensor3d.layout.place`): weight
   shards summed over the data ranks, the rest averaged over the replica group;
@@ -20,9 +21,8 @@ import dataclasses
 import torch.nn as nn
 
 from autopar.layout import Bucket, ParamLayout, Placement, Seat
-from autopar.strategies.dsp import layout as dsp_layout
-from autopar.strategies.pipeline import layout as pipeline_layout
-from autopar.strategies.tensor3d import layout as tensor3d_layout
+from autopar.strategies.family import RankBuild
+from autopar.strategies.registry import FAMILIES
 
 MODEL_PREFIX = "model."  # the captured wrapper's name for the user's model (autopar.capture)
 
@@ -112,12 +112,10 @@ def build_layout(plan, rank: int, root: nn.Module, shards: dict, *, holders: dic
     full-sized copy of the model; ``shards``: each split parameter's cut (by the
     wrapper's names); ``holders``: under a pipeline, the positions that hold each
     parameter; ``deferred_reduce_scatter``: the 3D layers write their weight gradients
-    after backward (AxoNN §IV-B), so those buckets wait for ``finish``."""
+    after backward (AxoNN §IV-B), so those buckets wait for ``finish``. Every family
+    of the registry places what is its own (:meth:`~autopar.strategies.family.Family.place`)."""
     builder = LayoutBuilder(plan, rank, root, shards)
-    if plan.grid is not None:
-        tensor3d_layout.place(builder, deferred_reduce_scatter)
-    if plan.dsp_regions() or plan.csub:
-        dsp_layout.place(builder)
-    if plan.pipeline:
-        pipeline_layout.place(builder, holders or {})
+    build = RankBuild(rank, holders=holders, deferred_reduce_scatter=deferred_reduce_scatter)
+    for family in FAMILIES:
+        family.place(builder, build)
     return builder.build()

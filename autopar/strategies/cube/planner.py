@@ -19,7 +19,7 @@ from autopar.ir import tensor_spec
 from autopar.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts
 from autopar.planning.strategy import PlanError, Strategy
-from autopar.strategies.cube.rewrite import check_rows, planned_cube_shards
+from autopar.strategies.cube.rewrite import check_rows, cube3d_pass, planned_cube_shards
 from autopar.strategies.family import PlanContext, Priced, rejected
 from autopar.strategies.tensor3d.cost import cube_boundary_comm, cube_layer_comm, grids_of
 from autopar.strategies.tensor3d.planner import Form3D, Tensor3D, check_forced_grid, region_linears
@@ -70,6 +70,14 @@ class Cube(Tensor3D):
 
     name = "cube"
     form3d = CUBE
+    plan_form = "cube"
+    region_strategy = "cube3d"
+
+    def shards_of(self, gm, *, regions, grid) -> dict:
+        return planned_cube_shards(gm, regions=regions, grid=grid)
+
+    def pass_fn(self):
+        return cube3d_pass
 
     def candidates(self, ctx: PlanContext) -> list[Strategy | Priced]:
         world, forced = ctx.world, ctx.forced

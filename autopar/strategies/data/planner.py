@@ -15,8 +15,10 @@ synchronised at once (data parallelism with ``sync_batch_norm``), so D&SP and pi
 from __future__ import annotations
 
 from autopar.planning.model import ModelFacts
+from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError
-from autopar.strategies.data.rewrite import batch_norm_arguments
+from autopar.strategies.data.rewrite import batch_norm_arguments, data_parallel_pass
+from autopar.strategies.family import DATA, RankBuild, RankPass
 from autopar.strategies.megatron.planner import DataTensor
 
 
@@ -46,3 +48,12 @@ class DataParallel(DataTensor):
 
     def regions(self, model: ModelFacts) -> list:
         return []  # it splits the batch, no region
+
+    def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
+        """Every plan's last split: the batch over ``plan.batch_group()`` (outputs
+        gathered, a training graph's loss left local for ``step`` to reduce)."""
+        if build.branch_only:
+            return []
+        return [RankPass(DATA, "data_parallel", data_parallel_pass, {
+            "degree": plan.batch_parts(), "local_batch": build.local_batch, "group": plan.batch_group(),
+            "reduce_scalars": not build.with_loss})]

@@ -35,7 +35,10 @@ from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.data.planner import batch_norms, check_batch_norms
 from autopar.strategies.dsp.cost import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
-from autopar.strategies.family import PlanContext, Priced, RegionTable, mesh_plan, rejected
+from autopar.strategies.dsp import layout as dsp_layout
+from autopar.strategies.dsp.rewrite import csub_branch_program, subgraph_parallel_pass
+from autopar.strategies.family import (BRANCHES, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
+                                       mesh_plan, rejected)
 from autopar.strategies.megatron.planner import check_forced_sizes, judge, price_mesh
 
 
@@ -173,10 +176,27 @@ def merge(model: ModelFacts, hw: Hardware, config: Strategy, table: RegionTable,
     return RegionTable(rows + list(split.values()) + [outside], total, total.compute_s + total.total_comm_s)
 
 
-class SubgraphParallel:
+class SubgraphParallel(CompileHooks):
     """D&SP and D&SP-cSub: ``g`` sub-grids of the data ranks (``tensor = 1``)."""
 
     name = "dsp"
+
+    def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
+        """The branches split over the sub-grids; under cSub off sub-grid 0, a program
+        of this sub-grid's branches only (the other families add nothing then)."""
+        dsp_regions = plan.dsp_regions()
+        if not dsp_regions:
+            return []
+        subgrid = plan.subgrid_coordinates(build.rank)[0]
+        if build.branch_only:
+            return [RankPass(BRANCHES, "csub_branches", csub_branch_program,
+                             {"dsp_regions": dsp_regions, "subgrid": subgrid})]
+        return [RankPass(BRANCHES, "subgraph_parallel", subgraph_parallel_pass,
+                         {"dsp_regions": dsp_regions, "subgrid": subgrid, "csub": plan.csub})]
+
+    def place(self, builder, build: RankBuild) -> None:
+        if plan_uses_dsp(builder.plan):
+            dsp_layout.place(builder)
 
     def regions(self, model: ModelFacts) -> list:
         return subgraph_regions(model.gm)
@@ -227,3 +247,7 @@ class SubgraphParallel:
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         return mesh_plan(ctx, priced, priced.table)
+
+
+def plan_uses_dsp(plan: Plan) -> bool:
+    return bool(plan.dsp_regions()) or plan.csub

@@ -36,8 +36,10 @@ from autopar.cost.hardware import Hardware
 from autopar.planning.model import ModelFacts, exposed_data_comm, region_sizes
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.strategies.family import PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big
-from autopar.strategies.megatron.rewrite import regions_without_rules
+from autopar.analysis.manager import pass_disabled
+from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
+                                       mesh_plan, rejected, too_big)
+from autopar.strategies.megatron.rewrite import planned_param_shards, regions_without_rules, tensor_parallel_pass
 
 log = logging.getLogger("autopar.planning")
 
@@ -147,7 +149,7 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
     return RegionTable(choices, total, compute + tensor_comm + exposed)
 
 
-class DataTensor:
+class DataTensor(CompileHooks):
     """``data × tensor`` on every tensor degree :meth:`offers` (the base of the data and
     Megatron families: they differ only in the tensor degrees they take)."""
 
@@ -192,9 +194,26 @@ class DataTensor:
 
 
 class Megatron(DataTensor):
-    """Megatron's tensor parallelism with data parallelism: ``tensor > 1``."""
+    """Megatron's tensor parallelism with data parallelism: ``tensor > 1``. Its rewrite
+    (:mod:`autopar.strategies.megatron.rewrite`) runs on every plan without a 3D grid
+    (it splits nothing on a tensor degree of 1), inside pipeline stages too."""
 
     name = "megatron"
+
+    def planned_shards(self, plan: Plan, gm) -> dict:
+        if plan.grid is not None or pass_disabled("tensor_parallel"):
+            return {}
+        return planned_param_shards(gm, megatron_regions=plan.regions_with("megatron"), degree=plan.degree("tensor"))
+
+    def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
+        if plan.grid is not None or build.branch_only:
+            return []
+        rank = plan.rank_coordinates(build.rank)["tensor"]
+        return [RankPass(SPLIT, "tensor_parallel", tensor_parallel_pass, {
+            "megatron_regions": plan.regions_with("megatron"), "degree": plan.degree("tensor"), "rank": rank})]
+
+    def recompute_regions(self, plan: Plan) -> list[str]:
+        return plan.regions_with("megatron") if plan.grid is None else []
 
 
 def judge(family: str, ctx: PlanContext, config: Strategy, mesh: dict[str, int], table: RegionTable) -> Priced:

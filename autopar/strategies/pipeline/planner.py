@@ -40,9 +40,10 @@ from autopar.planning.model import ModelFacts, region_sizes
 from autopar.planning.plan import Cost, Plan
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.data.planner import batch_norms, check_batch_norms
-from autopar.strategies.family import PlanContext, Priced, rejected, too_big
+from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
 from autopar.strategies.megatron.planner import check_forced_sizes, price_mesh, rule_gaps
 from autopar.strategies.pipeline import cost as pp
+from autopar.strategies.pipeline import layout as parameter_layout
 from autopar.strategies.pipeline.stages import (StageError, blocks_of, boundary_values, parameter_stages,
                                                 partition)
 
@@ -362,10 +363,15 @@ def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: Pip
                 tracer=capture.tracer if capture else "", pipeline=asdict(details), recompute=n.recompute)
 
 
-class Pipeline:
-    """PTD-P: the pipeline family (see the module docstring)."""
+class Pipeline(CompileHooks):
+    """PTD-P: the pipeline family (see the module docstring). Its rank programs are
+    the stages, rewritten by :class:`~autopar.strategies.pipeline.program.PipelineRunner`."""
 
     name = "pipeline"
+
+    def place(self, builder, build: RankBuild) -> None:
+        if builder.plan.pipeline:
+            parameter_layout.place(builder, build.holders or {})
 
     def regions(self, model: ModelFacts) -> list:
         return blocks_of(model.gm)

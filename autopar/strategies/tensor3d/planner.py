@@ -35,10 +35,12 @@ from autopar.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts, exposed_data_comm
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy
-from autopar.strategies.family import PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big
+from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
+                                       mesh_plan, rejected, too_big)
+from autopar.strategies.tensor3d import layout as tensor3d_layout
 from autopar.strategies.propagation import TensorParallelError
 from autopar.strategies.tensor3d.cost import boundary_comm, grids_of, layer_comm
-from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards
+from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards, tensor3d_pass
 
 SPLIT_KINDS = ("attention", "linear_chain")
 
@@ -295,11 +297,40 @@ def check_forced_grid(ctx: PlanContext, grid: Grid3D) -> None:
         raise PlanError(f"strategy: a 3D grid needs a linear chain or attention region; {ctx.name} has none")
 
 
-class Tensor3D:
+class Tensor3D(CompileHooks):
     """AxoNN's 3D/4D family: every ``Gx × Gy × Gz × Gdata`` of the world."""
 
     name = "3d"
     form3d = AXONN
+    plan_form = ""  # Plan.form of its plans
+    region_strategy = "tensor3d"  # RegionChoice.strategy of its split regions
+
+    def _mine(self, plan: Plan) -> bool:
+        return plan.grid is not None and plan.form == self.plan_form
+
+    def planned_shards(self, plan: Plan, gm) -> dict:
+        if not self._mine(plan):
+            return {}
+        return self.shards_of(gm, regions=plan.regions_with(self.region_strategy), grid=plan.grid)
+
+    def shards_of(self, gm, *, regions, grid) -> dict:
+        return planned_grid3d_shards(gm, regions=regions, grid=grid)
+
+    def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
+        if not self._mine(plan):
+            return []
+        return [RankPass(SPLIT, self.region_strategy, self.pass_fn(),
+                         {"regions": plan.regions_with(self.region_strategy), "grid": plan.grid, "rank": build.rank})]
+
+    def pass_fn(self):
+        return tensor3d_pass
+
+    def recompute_regions(self, plan: Plan) -> list[str]:
+        return plan.regions_with(self.region_strategy) if self._mine(plan) else []
+
+    def place(self, builder, build: RankBuild) -> None:
+        if self._mine(builder.plan):
+            tensor3d_layout.place(builder, build.deferred_reduce_scatter)
 
     def regions(self, model: ModelFacts) -> list:
         return [r for r in model.regions if r.kind in SPLIT_KINDS]
