@@ -36,7 +36,8 @@ from autopar.analysis.analyse import analyse
 from autopar.cost.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
 from autopar.planner import PlanError, Strategy, plan_graph
-from autopar.program import batch_of, local_batch, planned_shards, rank_graph_code, rewrite
+from autopar.executable import batch_of, local_batch, rank_graph_code
+from autopar.program import planned_shards, rewrite
 from autopar.runtime import groups as G
 from autopar.runtime import health
 

@@ -23,7 +23,8 @@ from autopar.capture import capture
 from autopar.inputs import CallLayout, check_call_inputs, new_shapes_explained, signature
 from autopar.ir import CAPTURE, LOSS_REDUCTION, PARAM_SHARDS, ROOT_OUTPUT, TensorSpec
 from autopar.layout import Bucket, ParamLayout
-from autopar.program import batch_of, executable, local_batch, rank_graph_code, rewrite
+from autopar.executable import batch_of, executable, local_batch, rank_graph_code
+from autopar.program import rewrite
 from autopar.runtime import groups as G
 from autopar.runtime import rng
 from autopar.runtime.grad_sync import GradientBuckets

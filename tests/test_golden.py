@@ -8,7 +8,7 @@ import expecttest
 import torch
 
 import autopar
-from autopar.program import rank_graph_code
+from autopar.executable import rank_graph_code
 from examples.factories import inception, mlp, transformer
 
 

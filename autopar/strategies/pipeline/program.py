@@ -33,7 +33,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.inputs import signature
-from autopar.program import batch_of, executable, local_batch
+from autopar.executable import batch_of, executable, local_batch, rank_graph_code
 from autopar._torch_compat import export_out_spec
 from autopar.capture import capture
 from autopar.inputs import CallLayout
@@ -134,7 +134,6 @@ def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_
                        example_kwargs=None) -> str:
     """Rank ``rank``'s stage programs as code (for plan dumps), captured at one
     microbatch of its data rank's share of the batch."""
-    from autopar.program import rank_graph_code
     m = plan_.pipeline["microbatches"]
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
@@ -200,7 +199,6 @@ class PipelineRunner:
 
     def code(self) -> str:
         """This rank's most recent stage programs as readable code."""
-        from autopar.program import rank_graph_code
         if not self.programs:
             raise RuntimeError("no program built yet: call the model or step() first")
         programs, _ = list(self.programs.values())[-1]
