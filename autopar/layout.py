@@ -142,7 +142,8 @@ class ParamLayout:
             where = "not held" if not p.held else ("home" if self.at_home(p) else
                                                    f"{'current' if p.copies_current else 'stale'} copy of {p.home}")
             bucket = f"bucket {p.bucket.group}" if p.bucket else "no bucket"
-            lines.append(f"{p.names[0]}: {list(p.full_shape)} cut {p.cut}; {where}; {bucket}; "
+            cut = "whole" if p.cut is None else f"cut {p.cut}"
+            lines.append(f"{p.names[0]}: {list(p.full_shape)} {cut}; {where}; {bucket}; "
                          f"norm over {p.norm_groups or '-'}" + (f"; tied over {p.tied}" if p.tied else ""))
         return "\n".join(lines)
 
