@@ -25,6 +25,11 @@ import torch.fx as fx
 SPEC = "autopar.spec"
 """``node.meta[SPEC]``: a :class:`TensorSpec`, a tuple of them (multi-output), or None."""
 
+WORK = "autopar.work"
+"""``node.meta[WORK]``: ``(spec, NodeWork)``, the node's forward work (FLOPs, bytes moved,
+matmul or not, kernel or not) counted by :mod:`autopar.analysis.flops` for the
+``node.meta[SPEC]`` it had then; counted again when the spec has changed since."""
+
 REGIONS = "autopar.regions"
 """``gm.meta[REGIONS]``: ``dict[str, Region]`` keyed by region id, in discovery order."""
 

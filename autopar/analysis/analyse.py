@@ -1,6 +1,7 @@
 """The analysis pipeline: every analysis pass, in the order their results depend on.
 
-``vocab`` and ``attention`` claim their linears before ``linear_chains`` looks for MLPs;
+``work`` counts every node's FLOPs and bytes into ``node.meta`` first (the fork/join and
+repeated-block passes and the planner read them). ``vocab`` and ``attention`` claim their linears before ``linear_chains`` looks for MLPs;
 ``fork_join`` and ``repeated_blocks`` are independent of the others. All of them only
 write metadata (see :mod:`autopar.ir`); the graph is unchanged.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from autopar.analysis.attention import find_attention_regions_pass
+from autopar.analysis.flops import count_work_pass
 from autopar.analysis.fork_join import find_fork_join_regions_pass
 from autopar.analysis.linear_chains import find_linear_chains_pass
 from autopar.analysis.manager import PassRunner
@@ -22,6 +24,7 @@ from autopar.analysis.repeated_blocks import find_repeated_blocks_pass
 from autopar.analysis.vocab import find_vocab_region_pass
 
 ANALYSIS_PASSES = [
+    ("work", count_work_pass, {}),
     ("vocab", find_vocab_region_pass, {}),
     ("attention", find_attention_regions_pass, {}),
     ("linear_chains", find_linear_chains_pass, {}),

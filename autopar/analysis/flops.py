@@ -19,6 +19,10 @@ Example (``nn.Linear(4, 8)`` on a ``[2, 4]`` input)::
     >>> node_work(linear_node, gm)
     NodeWork(flops=128, bytes_moved=256, is_matmul=True, is_kernel=True)
 
+:func:`count_work_pass` (the first analysis pass) writes each node's work into
+``node.meta[autopar.ir.WORK]``; the planner and the fork/join and repeated-block passes
+read it from there.
+
 Composite leaf modules (``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``) and
 unusual contractions (``einsum``) are counted by running them on meta tensors under
 ``torch.utils.flop_counter.FlopCounterMode``.
@@ -37,7 +41,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from autopar._torch_compat import schema_of
-from autopar.ir import SPEC, TensorSpec
+from autopar.ir import SPEC, WORK, TensorSpec
 from autopar.analysis.ops import is_grouped_mm
 
 log = logging.getLogger("autopar.analysis.flops")
@@ -265,7 +269,18 @@ def _module_work(node: fx.Node, module: nn.Module, out: list[TensorSpec]) -> Nod
 
 
 def node_work(node: fx.Node, gm: fx.GraphModule) -> NodeWork:
-    """The forward work of ``node`` (a node of ``gm``) from the shapes capture recorded."""
+    """The forward work of ``node`` (a node of ``gm``) from the shapes capture recorded,
+    kept in ``node.meta[WORK]`` for its current spec (counted once per node)."""
+    spec = node.meta.get(SPEC)
+    cached = node.meta.get(WORK)
+    if cached is not None and cached[0] is spec:
+        return cached[1]
+    work = _count(node, gm)
+    node.meta[WORK] = (spec, work)
+    return work
+
+
+def _count(node: fx.Node, gm: fx.GraphModule) -> NodeWork:
     if node.op not in ("call_function", "call_method", "call_module"):
         return NO_WORK
     out = _specs(node)
@@ -287,4 +302,16 @@ def graph_work(gm: fx.GraphModule) -> dict[str, NodeWork]:
     return {node.name: node_work(node, gm) for node in gm.graph.nodes}
 
 
-__all__ = ["NodeWork", "NO_WORK", "node_work", "graph_work"]
+def count_work_pass(gm: fx.GraphModule) -> fx.GraphModule:
+    """The analysis pass that writes ``node.meta[WORK]`` on every node whose work its
+    shapes tell (a node they do not is left without: whoever needs it counts it again
+    and reports why it cannot). The graph is unchanged."""
+    for node in gm.graph.nodes:
+        try:
+            node_work(node, gm)
+        except ValueError:
+            continue
+    return gm
+
+
+__all__ = ["NodeWork", "NO_WORK", "node_work", "graph_work", "count_work_pass"]
