@@ -13,8 +13,11 @@ Parameters stay ``get_attr`` reads of the outer graph and enter the sub-graph as
 so the sub-graph holds no parameter of its own. Dropout masks are replayed: autopar's
 rank-aware streams are snapshotted before the forward and restored around the
 recomputation (``torch.utils.checkpoint`` preserves only torch's default generators).
-The 3D layers inside learn that they are recomputed (``checkpointed=True``) so the
-runtime can keep their all-gathered weights for the second forward (axonn §IV-D).
+A call that can use knowing it is recomputed says so with a ``checkpointed=False``
+keyword (the 3D and cube layers, :func:`autopar.strategies.tensor3d.runtime.linear_3d`,
+put there by their rewrites); inside a recomputed region it becomes ``True``, so the
+runtime keeps their all-gathered weights for the second forward (axonn §IV-D). The
+pass knows no family.
 """
 from __future__ import annotations
 
@@ -29,8 +32,6 @@ import torch.utils.checkpoint
 
 from autopar.ir import REGION_OF
 from autopar.runtime import rng
-from autopar.strategies.cube.collectives import linear_cube
-from autopar.strategies.tensor3d.runtime import linear_3d
 
 log = logging.getLogger("autopar.transforms.recompute")
 
@@ -67,7 +68,7 @@ def _outline(gm: fx.GraphModule, rid: str) -> None:
         env[a].meta.update(a.meta)
     for n in span:
         env[n] = sub.node_copy(n, lambda a: env[a])
-        if n.target is linear_3d or n.target is linear_cube:
+        if "checkpointed" in n.kwargs:  # a call that keeps state for its recomputation
             env[n].kwargs = {**env[n].kwargs, "checkpointed": True}
     sub.output(tuple(env[o] for o in outputs))
     body = fx.GraphModule(gm, sub, class_name=f"Recompute_{_safe(rid)}")
