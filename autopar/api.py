@@ -40,6 +40,7 @@ from autopar.executable import batch_of, local_batch, rank_graph_code
 from autopar.program import planned_shards, rewrite
 from autopar.runtime import groups as G
 from autopar.runtime import health
+from autopar.strategies.pipeline.layout import parameter_holders
 
 log = logging.getLogger("autopar")
 
@@ -184,17 +185,7 @@ def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, 
                       recompute: bool, fusion: bool = False, **call):
     """A PTD-P plan's module: groups pipeline × data × tensor, tied-weight groups, and the
     pipeline positions that hold each parameter (from the cut of the global graph)."""
-    from autopar.strategies.pipeline.stages import parameter_stages, partition
-    pp = plan_.pipeline
-    p = pp["stages"]
-    part = partition(gm, p * pp["chunks"], pp["assignment"])
-    # by parameter object: a weight tied under two names (embedding and head modules) is
-    # held by the positions that read either
-    by_object: dict[int, set[int]] = {}
-    read = parameter_stages(gm, part)
-    for name, stages in read.items():
-        by_object.setdefault(id(gm.get_parameter(name)), set()).update(s % p for s in stages)
-    holders = {name: by_object[id(gm.get_parameter(name))] for name in read}
+    holders = parameter_holders(plan_, gm)
     if world == 1:
         raise PlanError("a pipeline plan needs a process group of its world size; launch the ranks first")
     if mesh is not None and mesh.ndim != 1:

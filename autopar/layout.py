@@ -174,10 +174,10 @@ class ParamLayout:
             value = placement.cut.gather(value, self.seat, placement.full_shape) if placement.cut else value.clone()
         if not broadcast:
             return value
-        if value is None:
-            value = torch.empty(placement.full_shape, dtype=placement.dtype)
+        if value is None:  # received: on the parameter's device, in its dtype now
+            value = torch.empty(placement.full_shape, dtype=like.dtype, device=like.device)
         else:
-            value = value.to(placement.dtype).contiguous()
+            value = value.to(like.dtype).contiguous()
         dist.broadcast(value, group=home_group, group_src=placement.home[1])
         return value
 

@@ -57,16 +57,18 @@ class RankState:
     fusion: bool = False
     shards: dict = field(default_factory=dict)
 
-    def build(self, inputs: tuple, target: Any, training: bool, make: Callable[[], Any]) -> Any:
+    def build(self, inputs: tuple, target: Any, training: bool, make: Callable[[], Any],
+              explain_shapes: bool = True) -> Any:
         """``make()`` (a capture of the user's model and its rewrite) for calls shaped like
         ``inputs`` (flat, laid out by ``call``), with the user's model in mode
         ``training`` meanwhile (export bakes the mode, e.g. dropout, into the graph);
-        a capture failure at new shapes names both shapes."""
+        ``explain_shapes``: a capture failure at shapes other than the example's names
+        both (not for microbatches, which always differ from the example)."""
         check_call_inputs(self.examples, inputs, target, self.call.names())
         was_training = self.user_model.training
         self.user_model.train(training)
         try:
-            with new_shapes_explained(self.examples, inputs):
+            with new_shapes_explained(self.examples if explain_shapes else None, inputs):
                 return make()
         finally:
             self.user_model.train(was_training)

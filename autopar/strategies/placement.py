@@ -75,6 +75,9 @@ class LayoutBuilder:
                                          bucket=Bucket("data", carries_loss=True),
                                          norm_groups=cut.norm_groups() if cut is not None else ())
         self._id_of = {name: key for key, ns in names.items() for name in ns}
+        unknown = sorted(set(shards) - {n for ns in wrapper_names.values() for n in ns})
+        if unknown:
+            raise RuntimeError(f"the plan splits {unknown[:3]}, which the model has no parameter of; this is a bug")
         self.loss_bucket: Bucket | None = Bucket("data", carries_loss=True)  # the step's loss travels in it
 
     def names(self) -> list[str]:

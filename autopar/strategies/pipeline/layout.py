@@ -10,8 +10,26 @@ group). Every norm is also summed over the pipeline.
 """
 from __future__ import annotations
 
+import torch.fx as fx
+
 from autopar.layout import Bucket
 from autopar.runtime.groups import tied_group_name
+from autopar.strategies.pipeline.stages import parameter_stages, partition
+
+
+def parameter_holders(plan, gm: fx.GraphModule) -> dict[str, set[int]]:
+    """The pipeline positions that hold each parameter the stages read, by the graph's
+    names, from the plan's cut of ``gm`` (the global graph). By parameter object: a
+    weight tied under two names (embedding and head modules) is held by the positions
+    that read either."""
+    pp = plan.pipeline
+    p = pp["stages"]
+    part = partition(gm, p * pp["chunks"], pp["assignment"])
+    by_object: dict[int, set[int]] = {}
+    read = parameter_stages(gm, part)
+    for name, stages in read.items():
+        by_object.setdefault(id(gm.get_parameter(name)), set()).update(s % p for s in stages)
+    return {name: by_object[id(gm.get_parameter(name))] for name in read}
 
 
 def place(builder, holders: dict[str, set[int]]) -> None:

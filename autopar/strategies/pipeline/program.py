@@ -185,7 +185,7 @@ class PipelineRunner:
         if key not in self.programs:
             built, names, out_spec = state.build(inputs, target, training, lambda: stage_graphs(
                 state.user_model, state.plan, state.rank, inputs, state.loss_fn, target, state.recompute,
-                state.fusion, layout=state.call, model_loss="required" if loss else None))
+                state.fusion, layout=state.call, model_loss="required" if loss else None), explain_shapes=False)
             programs = {}
             for s, (module, stage) in built.items():
                 for name, shard in module.meta.get(PARAM_SHARDS, {}).items():
