@@ -72,14 +72,13 @@ class Bucket:
     :class:`~autopar.runtime.grad_sync.GradientBuckets`): summed and divided by
     ``divisor`` (None: the group's size, an average); ``hooks``: launched as backward
     produces them (False: all at ``finish``, after gradients written outside autograd or
-    accumulated over microbatches). Buckets finish in increasing ``order``; the one that
-    ``carries_loss`` reduces the step's loss in its last slot."""
+    accumulated over microbatches). Buckets finish in increasing ``order``; the layout's
+    ``loss_bucket`` finishes last and reduces the step's loss in its last slot."""
 
     group: str
     divisor: int | None = None
     hooks: bool = True
     order: int = 2
-    carries_loss: bool = False
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,6 @@ class Placement:
 
     names: tuple[str, ...]
     full_shape: tuple[int, ...]
-    dtype: torch.dtype
     cut: Any = None
     held: bool = True
     home: tuple[str, int] | None = None
@@ -180,12 +178,6 @@ class ParamLayout:
             value = value.to(like.dtype).contiguous()
         dist.broadcast(value, group=home_group, group_src=placement.home[1])
         return value
-
-    def full_shape_error(self, name: str, full: torch.Tensor) -> str:
-        placement = self.placements.get(name)
-        shape = placement.full_shape if placement else None
-        return (f"load_full_state_dict: {name} has shape {list(full.shape)}; the original model's is "
-                f"{list(shape) if shape is not None else '?'}")
 
 
 def group_buckets(layout: ParamLayout, params: Iterable[tuple[str, torch.nn.Parameter]]

@@ -189,4 +189,4 @@ if __name__ == "__main__":
 
 def _loss_buckets(pm):
     """The data-parallel gradient buckets of a data plan (the one that carries the loss)."""
-    return next(b for spec, b in pm.gradient_buckets.items() if spec.carries_loss)
+    return pm.gradient_buckets[pm.layout.loss_bucket]

@@ -8,6 +8,7 @@ import torch
 import autopar
 from autopar.api import _global_graph
 from autopar.capture import wrap_model
+from autopar.layout import Bucket
 from autopar.program import planned_shards
 from autopar.strategies.pipeline.layout import parameter_holders
 from autopar.strategies.placement import build_layout
@@ -32,7 +33,7 @@ def test_megatron_cuts_the_split_parameters_and_averages_all_over_data():
     full = torch.arange(96 * 32.).view(96, 32)
     assert layout.local_part("blocks.0.attn.qkv.weight", full).shape == (48, 32)
     assert layout.get("blocks.0.ln1.weight").cut is None
-    assert {p.bucket.group for p in layout.unique()} == {"data"} and layout.loss_bucket.carries_loss
+    assert {p.bucket.group for p in layout.unique()} == {"data"} and layout.loss_bucket == Bucket("data")
     # a tied weight is one placement under both names
     assert layout.get("tok.weight") is layout.get("lm_head.weight")
     assert layout.norm_keys() == [(), ("tensor",)]

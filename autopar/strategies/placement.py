@@ -71,14 +71,13 @@ class LayoutBuilder:
         self._by_id: dict[int, Placement] = {}
         for key, p in params.items():
             cut = _one_cut(wrapper_names[key], shards)
-            self._by_id[key] = Placement(tuple(names[key]), tuple(p.shape), p.dtype, cut=cut,
-                                         bucket=Bucket("data", carries_loss=True),
+            self._by_id[key] = Placement(tuple(names[key]), tuple(p.shape), cut=cut, bucket=Bucket("data"),
                                          norm_groups=cut.norm_groups() if cut is not None else ())
         self._id_of = {name: key for key, ns in names.items() for name in ns}
         unknown = sorted(set(shards) - {n for ns in wrapper_names.values() for n in ns})
         if unknown:
             raise RuntimeError(f"the plan splits {unknown[:3]}, which the model has no parameter of; this is a bug")
-        self.loss_bucket: Bucket | None = Bucket("data", carries_loss=True)  # the step's loss travels in it
+        self.loss_bucket: Bucket | None = Bucket("data")  # the step's loss travels in it
 
     def names(self) -> list[str]:
         """Each parameter's first name, in model order."""

@@ -16,10 +16,10 @@ def place(builder, deferred_reduce_scatter: bool) -> None:
     the 3D runtime, so its bucket has no hooks and waits for ``finish``."""
     parts = builder.plan.batch_parts()
     weights = Bucket("data", divisor=parts, hooks=not (deferred_reduce_scatter and builder.plan.grid.z > 1), order=0)
-    builder.loss_bucket = Bucket("replica", carries_loss=True)
+    builder.loss_bucket = Bucket("replica")
     for name in builder.names():
         cut = builder.placement(name).cut
         if cut is not None and getattr(cut, "grid_weight", False):
             builder.update(name, bucket=weights)
         else:
-            builder.update(name, bucket=Bucket("replica", carries_loss=True))
+            builder.update(name, bucket=Bucket("replica"))
