@@ -20,11 +20,11 @@ import dataclasses
 
 import torch.nn as nn
 
+from autopar.capture import MODEL_PREFIX
 from autopar.layout import Bucket, ParamLayout, Placement, Seat
 from autopar.strategies.family import RankBuild
 from autopar.strategies.registry import FAMILIES
 
-MODEL_PREFIX = "model."  # the captured wrapper's name for the user's model (autopar.capture)
 
 
 def seat_of(plan, rank: int) -> Seat:
