@@ -198,12 +198,6 @@ class Grid3D:
         groups ordered by their first rank."""
         return self.rank_grid().groups((axis,))  # row-major over the other axes: by first rank
 
-    def replica_groups(self) -> list[list[int]]:
-        """The ranks sharing one (x, y): they split the batch over z and data and hold the
-        same weight block and the same replicated parameters, ordered by batch chunk
-        (``data·Gz + z``)."""
-        return self.rank_grid().groups(("data", "z"))
-
     def swapped(self) -> "Grid3D":
         """The grid a "transposed" layer sees: x and y exchange roles (axonn end of §III-B)."""
         return Grid3D(self.y, self.x, self.z, self.data)

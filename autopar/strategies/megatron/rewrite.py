@@ -39,8 +39,7 @@ from autopar.strategies.propagation import LayoutPropagator, NoSplitRule, Tensor
 from autopar.strategies.sharding import Shard
 from autopar.runtime import collectives as C
 from autopar.runtime import rng
-from autopar.runtime.groups import get_group
-from autopar.runtime.shards import cut_blocks, gather_blocks
+from autopar.runtime.shards import gather_full, local_shard
 
 log = logging.getLogger("autopar.strategies.megatron.rewrite")
 
@@ -58,12 +57,11 @@ class ParamShard:
     # the cut of :class:`autopar.layout.ParamLayout`
     def local(self, full: torch.Tensor, seat) -> torch.Tensor:
         """Rank's part of ``full``: part ``r`` of every block over the group (a view when possible)."""
-        return cut_blocks(full, self.dim, self.blocks, seat.size(self.group), seat.coords.get(self.group, 0))
+        return local_shard(full, self, seat.size(self.group), seat.coords.get(self.group, 0))
 
     def gather(self, local: torch.Tensor, seat, full_shape) -> torch.Tensor:
         """The full tensor, all-gathered over the group (a collective)."""
-        return local.clone() if seat.size(self.group) == 1 else \
-            gather_blocks(local, self.dim, self.blocks, get_group(self.group))
+        return gather_full(local, self, seat.size(self.group))
 
     def norm_groups(self) -> tuple[str, ...]:
         return (self.group,)
