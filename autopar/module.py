@@ -30,7 +30,7 @@ from autopar.runtime import health
 from autopar.runtime import rng
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.strategies.pipeline.program import PipelineRunner
-from autopar.strategies.placement import build_layout, dropout_coordinates, layout_name
+from autopar.strategies.placement import build_layout, dropout_coordinates, dropout_shards, layout_name
 from autopar.strategies.tensor3d import runtime as T3
 
 
@@ -64,8 +64,8 @@ class ParallelModule(nn.Module):
             buckets = {spec: GradientBuckets(params, spec.group, divisor=spec.divisor, hooks=spec.hooks)
                        for spec, params in group_buckets(layout, ((layout_name(n), p) for n, p in
                                                                      self.root.named_parameters(remove_duplicate=False)))}
-        self._state = RankState(plan_, rank, self.root, layout, group_map,
-                                rng.RandomStates(seed, *dropout_coordinates(plan_, rank)), runtime, buckets, model,
+        states = rng.RandomStates(seed, *dropout_coordinates(plan_, rank), dropout_shards(plan_, rank))
+        self._state = RankState(plan_, rank, self.root, layout, group_map, states, runtime, buckets, model,
                                 loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards))
         self.runner = PipelineRunner(self._state, model) if plan_.pipeline else ProgramRunner(self._state)
 

@@ -75,6 +75,8 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     for family, config in to_price:
         progress.tick()
         priced = family.price(ctx, config)
+        if not priced.listed:
+            continue
         weighed.append(priced)
         if priced.feasible and (best is None or priced.step_s < best[1].step_s * (1 - 1e-9)):
             best = (family, priced)

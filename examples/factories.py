@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from examples.models import MLP, Inception, TinyTransformer, Towers, gpt2 as _gpt2, gpt2_loss, lm_loss  # noqa: E402
+from examples.models import (MLP, Inception, StemTrunk, TinyTransformer, Towers, gpt2 as _gpt2, gpt2_loss,  # noqa: E402
+                            lm_loss)
 
 
 def mlp():
@@ -32,6 +33,11 @@ def inception():
     return Inception(), (torch.randn(8, 3, 8, 8),), F.cross_entropy, torch.randint(0, 5, (8,))
 
 
+def stem_trunk():
+    torch.manual_seed(0)
+    return StemTrunk(), (torch.randn(8, 3, 4, 4),), F.cross_entropy, torch.randint(0, 5, (8,))
+
+
 def training_case(model_name: str, batch: int | None = None, layers: int | None = None):
     """``(model factory, inputs, target, loss)`` of a named example, for training on ranks
     against a single-device copy (``autopar.testing``, ``examples/train.py``): the factory,
@@ -43,6 +49,9 @@ def training_case(model_name: str, batch: int | None = None, layers: int | None 
     if model_name == "inception":
         return Inception, (torch.randn(8, 3, 8, 8, generator=generator),), \
             torch.randint(0, 5, (8,), generator=generator), F.cross_entropy
+    if model_name == "stem_trunk":
+        return (lambda: StemTrunk(layers=layers or 2)), (torch.randn(batch or 8, 3, 4, 4, generator=generator),), \
+            torch.randint(0, 5, (batch or 8,), generator=generator), F.cross_entropy
     if model_name in ("towers", "towers4"):
         factory = Towers if model_name == "towers" else (lambda: Towers(towers=4))
         return factory, (torch.randn(8, 16, generator=generator),), \

@@ -4,7 +4,10 @@
 * :class:`TinyTransformer` — a GPT-style decoder (fused QKV attention written with
   explicit matmuls and a causal mask, MLP, LayerNorm, tied embedding and LM head),
   written the way people write them, with the head count baked into ``view`` calls;
-* :func:`gpt2` — Hugging Face ``GPT2LMHeadModel`` from a small config, random weights.
+* :func:`gpt2` — Hugging Face ``GPT2LMHeadModel`` from a small config, random weights;
+* :class:`Inception`, :class:`Towers` — multi-branch CNN and MLP towers (D&SP's regions);
+* :class:`StemTrunk` — a multi-branch convolutional stem feeding a transformer trunk
+  (the mixed plans' example: D&SP on the stem, Megatron or 3D on the trunk).
 """
 from __future__ import annotations
 
@@ -139,3 +142,33 @@ class Towers(nn.Module):
         for tower in self.towers[1:]:
             y = y + tower(h)
         return self.out(y)
+
+
+class StemTrunk(nn.Module):
+    """A multi-branch convolutional stem whose channels become the tokens of a
+    transformer trunk: an image ``[B, 3, H, W]`` → a stem convolution (``stem``
+    channels) → four branches of different cost concatenated over channels (``width`` in
+    all) → ``H·W`` tokens of
+    ``width`` → ``layers`` transformer blocks → mean over tokens → a classifier."""
+
+    def __init__(self, width: int = 32, heads: int = 4, layers: int = 2, classes: int = 5, side: int = 4,
+                 stem: int = 8):
+        super().__init__()
+        quarter = width // 4
+        self.stem = nn.Conv2d(3, stem, 3, padding=1)
+        self.b1 = nn.Conv2d(stem, quarter, 1)
+        self.b2 = nn.Sequential(nn.Conv2d(stem, stem, 1), nn.ReLU(), nn.Conv2d(stem, quarter, 3, padding=1))
+        self.b3 = nn.Sequential(nn.Conv2d(stem, stem // 2, 1), nn.ReLU(), nn.Conv2d(stem // 2, quarter, 5, padding=2))
+        self.b4 = nn.Sequential(nn.AvgPool2d(3, 1, padding=1), nn.Conv2d(stem, quarter, 1))
+        self.pos = nn.Parameter(torch.randn(side * side, width) * 0.02)
+        self.blocks = nn.ModuleList(Block(width, heads, side * side) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        h = F.relu(self.stem(x))
+        y = torch.cat([self.b1(h), self.b2(h), self.b3(h), self.b4(h)], dim=1)
+        tokens = y.flatten(2).transpose(1, 2) + self.pos
+        for block in self.blocks:
+            tokens = block(tokens)
+        return self.head(self.ln_f(tokens).mean(1))

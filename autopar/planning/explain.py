@@ -28,6 +28,9 @@ def explain(plan: "Plan") -> str:
                                 f"(rank = (pipeline*{plan.degree('data')} + data)*{plan.degree('tensor')} + "
                                 f"tensor; tensor ranks adjacent, pipeline outermost)" if plan.pipeline else
                                 f"(rank = data*{plan.degree('tensor')} + tensor; tensor ranks adjacent)")
+        + ("; mixed: each region its own family over the tensor group"
+           + (f", 3D regions on it as Gx={plan.tensor_grid['x']} x Gy={plan.tensor_grid['y']} "
+              f"(tensor = y*Gx + x)" if plan.tensor_grid else "") if plan.mixed else "")
         + (f"; {'D&SP-cSub' if plan.csub else 'D&SP'}: {plan.subgrids} sub-grids of "
            f"{plan.world_size // plan.subgrids} rank(s), {'topology-aware' if plan.topology_aware else 'naive'} "
            f"order" + (", common layers on sub-grid 0" if plan.csub else "") if plan.subgrids > 1 else ""),
@@ -38,6 +41,7 @@ def explain(plan: "Plan") -> str:
         + ("; pointwise chains fused into generated kernels" if plan.fusion else ""),
         *([f"model: {plan.flops_per_step:.4g} FLOP per step -> {plan.flops_per_device():.4g} FLOP/s per device "
            f"predicted"] if plan.flops_per_step else []),
+        *_single_family(plan),
         "",
     ]
     lines += _region_table(plan)
@@ -45,6 +49,19 @@ def explain(plan: "Plan") -> str:
     lines += _kept_whole(plan)
     lines += _weighed(plan)
     return "\n".join(lines)
+
+
+def _single_family(plan: "Plan") -> list[str]:
+    """Beside a mixed plan, the best plan of one family weighed (what mixing buys)."""
+    if not plan.mixed:
+        return []
+    single = [c for c in plan.candidates if c.feasible and not c.form.startswith("mixed")]
+    if not single:
+        return ["best single-family plan: none weighed (the mixed plan was forced)" if plan.forced else
+                "best single-family plan: none feasible"]
+    best = min(single, key=lambda c: (c.step_s, _mesh_text(c)))
+    return [f"best single-family plan: {_mesh_text(best)} ({_family(best, plan.world_size)}), step "
+            f"{_ms(best.step_s)}: {best.step_s / plan.step_s:.2f}x the mixed plan's"]
 
 
 def _region_table(plan: "Plan") -> list[str]:
@@ -186,6 +203,27 @@ def top(plan: "Plan", k: int = 5) -> str:
     return "\n".join(lines)
 
 
+def why_not_region(plan: "Plan", family: str, region: str) -> str:
+    """Why region ``region`` does not run under ``family`` in this plan: its chosen
+    strategy's predicted seconds against the family's, or why the family was not
+    offered for it."""
+    row = next((r for r in plan.regions if r.region == region), None)
+    if row is None:
+        raise ValueError(f"why_not: the plan has no region {region!r}; its regions are "
+                         f"{', '.join(r.region for r in plan.regions if r.kind != '-')}")
+    strategy = {"3d": "tensor3d", "tensor": "megatron", "cube": "cube3d", "d&sp": "dsp"}.get(family.lower(),
+                                                                                          family.lower())
+    if strategy == row.strategy:
+        return f"{region}: chosen: {strategy} ({row.reason})"
+    if strategy not in row.alternatives:
+        offered = ", ".join(sorted(row.alternatives)) or row.strategy
+        return f"{region}: {family} not weighed for this region (weighed: {offered}); {row.reason}"
+    mine, theirs = row.alternatives.get(row.strategy), row.alternatives[strategy]
+    ratio = f" ({theirs / mine:.2f}x)" if mine else ""
+    return (f"{region}: {family} lost: predicted {_ms(theirs)} against {_ms(mine)} for {row.strategy}{ratio}; "
+            f"{row.reason}")
+
+
 def why_not(plan: "Plan", family: str) -> str:
     """Why a family of strategies lost or was infeasible (``autopar plan --why-not``):
     ``data``, ``megatron`` (or ``tensor``), ``dsp``, ``3d``, ``cube`` or ``pipeline``.
@@ -233,7 +271,7 @@ def why_not(plan: "Plan", family: str) -> str:
 LONG_CANDIDATE_LIST = 40
 """Beyond this many configurations weighed, explain() shows the best few and counts the rest."""
 
-FAMILIES = ("data", "megatron", "dsp", "3d", "cube", "pipeline")
+FAMILIES = ("data", "megatron", "dsp", "3d", "cube", "pipeline", "mixed")
 FAMILY_ABSENT = {
     "data": "the batch is the only thing to split; it is always weighed unless a strategy was forced",
     "megatron": "a strategy was forced, or the world has one rank",
@@ -241,10 +279,13 @@ FAMILY_ABSENT = {
     "3d": "the model has no linear chain or attention region, or a strategy was forced",
     "cube": "a strategy was forced",
     "pipeline": "the model has no repeated blocks to cut between stages, or a strategy was forced",
+    "mixed": "no multi-branch region as wide as a tensor group and no 3D grid of one, or a strategy was forced",
 }
 
 
 def _family(c: MeshCandidate, world: int) -> str:
+    if c.form.startswith("mixed"):
+        return "mixed"
     if c.form.startswith("pipeline"):
         return "pipeline"
     if c.form == "cube":
@@ -312,6 +353,8 @@ def _mesh_text(c: MeshCandidate) -> str:
         text = " x ".join(f"{k}={v}" for k, v in c.mesh.items())
     if c.form.startswith("pipeline"):
         text += f", {c.form}" + (f", {c.reason}" if c.feasible and c.reason else "")
+    if c.form.startswith("mixed"):
+        text += f", {c.form}"
     if c.subgrids > 1:
         text += (f", {'D&SP-cSub' if c.csub else 'D&SP'} {c.subgrids} sub-grids "
                  f"({'topology-aware' if c.topology_aware else 'naive'})")

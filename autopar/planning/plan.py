@@ -34,6 +34,12 @@ ranks furthest apart, across nodes, megatron §3.2) or AxoNN's ``data × z × y 
 whose layout ``rank = ((d·Gz + z)·Gy + y)·Gx + x`` this order gives (axonn §V-B)."""
 
 
+def mixed_form(tensor_grid: dict) -> str:
+    """A mixed plan's form in the configurations weighed: ``"mixed"``, with its 3D
+    regions' grid of the tensor group (``"mixed 3d 2x2"``)."""
+    return "mixed" + (f" 3d {tensor_grid['x']}x{tensor_grid['y']}" if tensor_grid else "")
+
+
 @dataclass
 class Cost:
     """Predicted per-step cost of one region (or the whole model) on one rank."""
@@ -104,6 +110,10 @@ class Plan:
     recompute: bool = False  # the planner recomputes activations to fit memory (megatron §3.5)
     flops_per_step: float = 0.0  # the model's training FLOPs per step (forward x3, x4 recomputing)
     fusion: bool = False  # priced with pointwise chains fused into generated kernels (GPU hardware)
+    # a mixed plan (docs/mixed_plans.md): each region's own family over the tensor group;
+    # tensor_grid: the group's x × y layout its 3D regions use ({} without 3D regions)
+    mixed: bool = False
+    tensor_grid: dict = field(default_factory=dict)
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries
@@ -131,6 +141,8 @@ class Plan:
         §V) else ``subgrid × position``. ``members``: the global ranks, in grid order."""
         if self.subgrids > 1:
             dims = subgrid_dims(self.world_size, self.subgrids, self.topology_aware)
+        elif self.tensor_grid:  # the tensor index is y·Gx + x
+            dims = {"data": self.degree("data"), "y": self.tensor_grid["y"], "x": self.tensor_grid["x"]}
         elif self.grid is not None:
             dims = {axis: self.degree(axis) for axis in ("data", "z", "y", "x")}
         else:
@@ -147,6 +159,11 @@ class Plan:
         sub-grid order), ``subgrid`` (one sub-grid, in position order) and ``data`` (every
         rank in batch-chunk order ``p·g + s``; under cSub the sub-grid). None: no group."""
         one = GroupSpec
+        if self.mixed:  # Megatron and D&SP over the tensor group, 3D over its x and y
+            if not self.tensor_grid:
+                return {"data": one(("data",)), "tensor": one(("tensor",))}
+            return {"data": one(("data",)), "tensor": one(("y", "x")), "x": one(("x",)), "y": one(("y",)),
+                    "z": None, "replica": one(("data",))}
         if self.subgrids > 1:
             return {"tensor": None, **subgrid_group_specs(self.csub)}
         if self.grid is not None:
@@ -165,12 +182,22 @@ class Plan:
         if self.pipeline:
             v = self.pipeline["chunks"]
             return f"pipeline {self.pipeline['schedule']}" + (f" v={v}" if v > 1 else "")
+        if self.mixed:
+            return mixed_form(self.tensor_grid)
         return "cube" if self.regions_with("cube3d") else ""
 
     def batch_group(self) -> str:
         """The group of ranks that split the common layers' batch: ``data``, or on a 3D
         grid ``replica`` (the ranks of one (x, y): z × data split the rows)."""
         return "replica" if self.grid is not None else "data"
+
+    @property
+    def region_grid(self):
+        """The grid the plan's 3D regions run on: a 3D plan's :attr:`grid`, or in a mixed
+        plan the tensor group as ``Gx × Gy × 1`` over the data ranks; None without."""
+        if self.tensor_grid:
+            return Grid3D(self.tensor_grid["x"], self.tensor_grid["y"], 1, self.degree("data"))
+        return self.grid
 
     @property
     def grid(self):
@@ -289,10 +316,13 @@ class Plan:
         """Predicted FLOP/s per device: the model's training FLOPs over the step and the ranks."""
         return self.flops_per_step / self.step_s / self.world_size if self.step_s else 0.0
 
-    def why_not(self, family: str) -> str:
+    def why_not(self, family: str, region: str | None = None) -> str:
         """Why a family of strategies lost or was infeasible (``autopar plan --why-not``):
-        ``data``, ``megatron`` (or ``tensor``), ``dsp``, ``3d``, ``cube`` or ``pipeline``
-        (:func:`autopar.planning.explain.why_not`)."""
+        ``data``, ``megatron`` (or ``tensor``), ``dsp``, ``3d``, ``cube``, ``pipeline`` or
+        ``mixed`` (:func:`autopar.planning.explain.why_not`); with ``region``, why that
+        region does not run under it (:func:`autopar.planning.explain.why_not_region`)."""
+        if region is not None:
+            return explain.why_not_region(self, family, region)
         return explain.why_not(self, family)
 
     def _same_layout(self, c: MeshCandidate) -> bool:

@@ -10,16 +10,78 @@ degrees); the planner's families offer their candidate configurations as Strateg
 """
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
 from autopar.grid import Grid3D
 
 PIPELINE_KEYS = ("microbatches", "schedule", "chunks", "scatter_gather")
+REGION_KINDS = ("fork_join", "attention", "linear_chain", "vocab")
+PIN_FAMILIES = ("replicate", "megatron", "dsp", "3d", "cube")
 
 
 class PlanError(ValueError):
     """A forced strategy that cannot run; the message names the argument or region."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    """A region pinned to a family (``strategy={"regions": {PATTERN: SPEC}}``).
+
+    ``pattern`` is a glob over region names (``"linear_chain:blocks.*.mlp"``) or
+    ``"kind:K"`` for every region of kind K; ``family`` one of :data:`PIN_FAMILIES`;
+    ``subgrids`` D&SP's (0: the tensor degree), ``grid`` the 3D grid's ``(x, y, z)``
+    (None: the planner's)."""
+
+    pattern: str
+    family: str
+    subgrids: int = 0
+    csub: bool = False
+    grid: tuple[int, int, int] | None = None
+
+    def matches(self, region) -> bool:
+        if self.pattern.startswith("kind:"):
+            return region.kind == self.pattern[len("kind:"):]
+        return fnmatch.fnmatchcase(region.id, self.pattern)
+
+    def describe(self) -> str:
+        if self.family == "dsp":
+            return "dsp" + (f" subgrids={self.subgrids}" if self.subgrids else "") + (" csub" if self.csub else "")
+        if self.family == "3d" and self.grid is not None:
+            return "3d {}x{}x{}".format(*self.grid)
+        return self.family
+
+    @staticmethod
+    def parse(pattern: Any, spec: Any) -> "Pin":
+        """One ``PATTERN: SPEC`` of ``strategy["regions"]``; a :class:`PlanError` naming
+        the pattern when either cannot be read."""
+        if not isinstance(pattern, str) or not pattern:
+            raise PlanError(f"strategy['regions']: the pattern {pattern!r} is not a region name glob or 'kind:K'")
+        if pattern.startswith("kind:") and pattern[len("kind:"):] not in REGION_KINDS:
+            raise PlanError(f"strategy['regions'][{pattern!r}]: unknown region kind; use one of "
+                            f"{', '.join('kind:' + k for k in REGION_KINDS)}")
+        where = f"strategy['regions'][{pattern!r}]"
+        if isinstance(spec, str):
+            if spec not in ("replicate", "megatron", "cube", "dsp", "3d"):
+                raise PlanError(f"{where}: {spec!r} is no family; use 'replicate', 'megatron', 'cube', "
+                                f"{{'dsp': {{'subgrids': g}}}} or {{'3d': {{'x': gx, 'y': gy, 'z': gz}}}}")
+            return Pin(pattern, spec)
+        if isinstance(spec, dict) and len(spec) == 1:
+            (family, options), = spec.items()
+            options = options or {}
+            if family == "dsp" and isinstance(options, dict) and set(options) <= {"subgrids", "csub"}:
+                g = int(options.get("subgrids", 0))
+                if g < 0 or g == 1:
+                    raise PlanError(f"{where}: D&SP needs at least 2 sub-grids, got subgrids={g}")
+                return Pin(pattern, "dsp", g, bool(options.get("csub", False)))
+            if family == "3d" and isinstance(options, dict) and set(options) <= {"x", "y", "z"}:
+                grid = tuple(int(options.get(a, 1)) for a in ("x", "y", "z"))
+                if min(grid) < 1:
+                    raise PlanError(f"{where}: 3D grid sizes must be at least 1, got {options}")
+                return Pin(pattern, "3d", grid=grid)
+        raise PlanError(f"{where}: cannot read {spec!r}; a pin is 'replicate', 'megatron', 'cube', "
+                        f"{{'dsp': {{'subgrids': g, 'csub': False}}}} or {{'3d': {{'x': gx, 'y': gy, 'z': gz}}}}")
 
 
 @dataclass(frozen=True)
@@ -40,6 +102,11 @@ class Strategy:
     microbatches: int | None = None
     schedule: str = "1f1b"
     scatter_gather: bool = True
+    # a mixed plan (docs/mixed_plans.md): each region picks its own family over the
+    # tensor group; ``regions`` pins some (forced), ``grid`` is then the tensor group's
+    # x × y factorisation for 3D regions (z = 1)
+    mixed: bool = False
+    regions: tuple[Pin, ...] = ()
 
     @staticmethod
     def parse(strategy: Any) -> "Strategy | None":
@@ -53,6 +120,8 @@ class Strategy:
         if strategy == "tensor":
             return Strategy(data=1)
         if isinstance(strategy, dict):
+            if "regions" in strategy:
+                return Strategy._parse_pins(strategy)
             if "pipeline" in strategy:
                 return Strategy._parse_pipeline(strategy)
             stray = set(strategy) & set(PIPELINE_KEYS)
@@ -89,6 +158,37 @@ class Strategy:
                         f"{{'data': 2, 'tensor': 2}}")
 
     @staticmethod
+    def _parse_pins(strategy: dict) -> "Strategy":
+        """``{"data": d, "tensor": t, "regions": {PATTERN: SPEC}}``, or ``{"regions": ...}``
+        alone (the planner picks the mesh): a mixed plan with those regions pinned."""
+        pins = strategy["regions"]
+        if not isinstance(pins, dict) or not pins:
+            raise PlanError(f"strategy['regions']: expected a dict {{PATTERN: SPEC}}, got {pins!r}")
+        rest = set(strategy) - {"regions", "data", "tensor"}
+        if rest:
+            raise PlanError(f"strategy: region pins combine with 'data' and 'tensor' in this version (the other "
+                            f"families' degrees go into the pins), not {sorted(rest)}")
+        parsed = tuple(Pin.parse(k, v) for k, v in pins.items())
+        for pin in parsed:
+            if pin.family == "cube" or (pin.family == "3d" and pin.grid is not None and pin.grid[2] != 1):
+                raise PlanError(f"strategy['regions'][{pin.pattern!r}]: {pin.describe()} splits the rows over z; "
+                                f"a mixed plan meets at rows split over data only in this version; pin "
+                                f"{{'3d': {{'x': gx, 'y': gy}}}} (z = 1), or force the whole model onto the grid "
+                                f"({{'x': .., 'y': .., 'z': ..}} or {{'cube': p}})")
+            if pin.family == "dsp" and pin.csub:
+                raise PlanError(f"strategy['regions'][{pin.pattern!r}]: D&SP-cSub runs the common layers on one "
+                                f"sub-grid, which a mixed plan does not; force {{'subgrids': g, 'csub': True}} "
+                                f"for the whole model")
+        grids = {p.grid for p in parsed if p.grid is not None}
+        if len(grids) > 1:
+            raise PlanError(f"strategy['regions']: pins ask for 3D grids {sorted(grids)}; the regions of one plan "
+                            f"share one x × y grid of the tensor group in this version")
+        grid = next(iter(grids), None)
+        data, tensor = strategy.get("data"), strategy.get("tensor")
+        return Strategy(None if data is None else int(data), None if tensor is None else int(tensor),
+                        grid=None if grid is None else Grid3D(grid[0], grid[1], 1), mixed=True, regions=parsed)
+
+    @staticmethod
     def _parse_pipeline(strategy: dict) -> "Strategy":
         """``{"pipeline": p, "microbatches": m, "schedule": "1f1b", "chunks": v, "data": d,
         "tensor": t, "scatter_gather": True}``: PTD-P (megatron §2-§4)."""
@@ -114,11 +214,14 @@ class Strategy:
                         scatter_gather=bool(strategy.get("scatter_gather", True)))
 
     def kind(self) -> str:
-        """Which family a forced strategy is for: ``"pipeline"``, ``"cube"``, ``"3d"``,
+        """Which family a forced strategy is for: ``"pipeline"``, ``"mixed"`` (region
+        pins: :mod:`autopar.strategies.mixed`), ``"cube"``, ``"3d"``,
         ``"dsp"`` (sub-grids or cSub), else ``"mesh"``: data × tensor, pure data
         parallelism or Megatron by the degrees :meth:`resolve` gives."""
         if self.pipeline > 1:
             return "pipeline"
+        if self.mixed:
+            return "mixed"
         if self.cube:
             return "cube"
         if self.grid is not None:

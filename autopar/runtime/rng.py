@@ -59,19 +59,23 @@ class RandomStates:
 
     STREAMS = ("replicated", "sharded")
 
-    def __init__(self, seed: int, tensor_rank: int, data_rank: int):
+    def __init__(self, seed: int, tensor_rank: int, data_rank: int, shard_ranks: dict | None = None):
         self.seed, self.tensor_rank, self.data_rank = seed, tensor_rank, data_rank
         self.replicated_seed = _mix(seed, data_rank, _REPLICATED)
         self.sharded_seed = _mix(seed, data_rank, _SHARDED, tensor_rank)
+        # a mixed plan splits activations over more than one group (Megatron's over the
+        # tensor group, 3D regions' over x): group name -> this rank's shard index there
+        self.shard_seeds = {group: _mix(seed, data_rank, _SHARDED, index)
+                            for group, index in (shard_ranks or {}).items()}
         self._calls = {stream: 0 for stream in self.STREAMS}
 
-    def next_seed(self, stream: str) -> int:
+    def next_seed(self, stream: str, group: str | None = None) -> int:
         """The Philox seed of the next dropout site on ``stream`` (``"replicated"`` or
-        ``"sharded"``), in [2^62, 2^63): one integer width for every seed, so a Triton
-        kernel taking it is compiled once."""
+        ``"sharded"``; a sharded value split over ``group``), in [2^62, 2^63): one
+        integer width for every seed, so a Triton kernel taking it is compiled once."""
         if stream not in self._calls:
             raise ValueError(f"dropout stream {stream!r}: use one of {self.STREAMS}")
-        base = self.replicated_seed if stream == "replicated" else self.sharded_seed
+        base = self.replicated_seed if stream == "replicated" else self.shard_seeds.get(group, self.sharded_seed)
         call = self._calls[stream]
         self._calls[stream] = call + 1
         return _mix(base, call) | (1 << 62)
@@ -124,7 +128,7 @@ def get_random_states(group: str | None = None) -> RandomStates:
 def dropout_seed(stream: str, group: str) -> int:
     """The next seed of ``stream`` on this rank: a fused kernel's dropout site draws it in
     the graph where the unfused dropout stood, so both draw the same seeds in the same order."""
-    return get_random_states(group).next_seed(stream)
+    return get_random_states(group).next_seed(stream, group)
 
 
 def apply_dropout(x: torch.Tensor, p: float, seed: int) -> torch.Tensor:

@@ -123,6 +123,7 @@ class Priced:
     form: str = ""  # "cube", "pipeline <schedule>[ v=..]" or ""
     table: RegionTable | None = None
     detail: object = None
+    listed: bool = True  # False: the same plan as another family's configuration (not listed twice)
 
     def candidate(self) -> MeshCandidate:
         """The row of the configurations weighed (:attr:`Plan.candidates`)."""

@@ -29,12 +29,17 @@ from autopar.strategies.registry import FAMILIES
 
 def seat_of(plan, rank: int) -> Seat:
     """Rank ``rank``'s coordinates in the plan's rank grid: its mesh coordinates, and
-    ``segment``, its sub-grid under D&SP (its index in the segment group)."""
+    ``segment``, its sub-grid under D&SP (its index in the segment group); in a mixed
+    plan with 3D regions also its ``x``, ``y``, ``z`` in the tensor group's grid."""
     coords = dict(plan.rank_coordinates(rank))
     coords["segment"] = plan.subgrid_coordinates(rank)[0]
     sizes = {dim: plan.degree(dim) for dim in plan.mesh}
     sizes["segment"] = plan.subgrids
-    return Seat(coords, sizes, plan.grid)
+    grid = plan.region_grid
+    if plan.mixed and grid is not None:  # the 3D regions' coordinates in the tensor group
+        coords.update({axis: i for axis, i in grid.coordinates(rank).items() if axis != "data"})
+        sizes.update(x=grid.x, y=grid.y, z=1)
+    return Seat(coords, sizes, grid)
 
 
 def dropout_coordinates(plan, rank: int) -> tuple[int, int]:
@@ -47,6 +52,15 @@ def dropout_coordinates(plan, rank: int) -> tuple[int, int]:
         return coords["tensor"], coords["data"]
     tensor = coords["x"] + plan.grid.x * coords["y"] if plan.form == "cube" else coords["x"]
     return tensor, plan.batch_chunk(rank)
+
+
+def dropout_shards(plan, rank: int) -> dict[str, int]:
+    """In a mixed plan with 3D regions, the sharded dropout stream of a value split over
+    ``x`` (a 3D region's) follows the rank's x index, one split over the tensor group
+    (Megatron's) its tensor index; other plans have one split group ({})."""
+    if not (plan.mixed and plan.tensor_grid):
+        return {}
+    return {"x": plan.region_grid.coordinates(rank)["x"]}
 
 
 def layout_name(root_name: str) -> str:

@@ -149,6 +149,17 @@ def _gather_widths(x: torch.Tensor, dim: int, widths: Sequence[int], group) -> t
     return torch.cat([p[: math.prod(shape)].view(shape) for p, shape in zip(pieces, shapes)], dim)
 
 
+def _all_gather_widths(x: torch.Tensor, dim: int, widths: Sequence[int], group) -> torch.Tensor:
+    """Every group rank's ``x`` concatenated along ``dim`` in group order, on every rank
+    (gloo all-gathers equal sizes only: each flat piece is padded to the largest)."""
+    shapes = [_with_width(x.shape, dim, w) for w in widths]
+    longest = max(math.prod(shape) for shape in shapes)
+    flat = _padded_flat(x, longest)
+    pieces = [torch.empty_like(flat) for _ in shapes]
+    dist.all_gather(pieces, flat, group=group)
+    return torch.cat([p[: math.prod(shape)].view(shape) for p, shape in zip(pieces, shapes)], dim)
+
+
 def _broadcast(x: torch.Tensor, group) -> torch.Tensor:
     out = x.clone(memory_format=torch.contiguous_format) if rank_in(group) == ROOT else torch.empty(
         x.shape, dtype=x.dtype, device=x.device)
@@ -321,6 +332,32 @@ class _SegmentedGather(torch.autograd.Function):
         return _scatter_widths(grad, ctx.dim, ctx.widths, ctx.group), None, None, None, None
 
 
+# Branches over the tensor group of a mixed plan (docs/mixed_plans.md): the fork and join
+# values are replicated over the group; each rank runs its own branches on all rows.
+
+
+class _BranchAllGather(torch.autograd.Function):
+    """Each rank's branch outputs concatenated along ``dim`` in group order on every rank
+    forward; backward, each rank keeps the gradient of its own columns (the gradient of
+    a value replicated over the group is the same on every rank)."""
+
+    @staticmethod
+    def forward(ctx, x, dim, widths, group):
+        ctx.dim, ctx.widths, ctx.rank = dim, list(widths), rank_in(group)
+        return _all_gather_widths(x.contiguous(), dim, widths, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        start = sum(ctx.widths[: ctx.rank])
+        return grad.narrow(ctx.dim, start, ctx.widths[ctx.rank]).contiguous(), None, None, None
+
+
+def branch_all_gather(x: torch.Tensor, dim: int, widths: Sequence[int], group: str) -> torch.Tensor:
+    """The concat join of branches spread over ``group``: rank ``s`` gives ``widths[s]``
+    columns along ``dim``; every rank gets them all, in group order."""
+    return _call(_BranchAllGather, x, group, dim, list(widths))
+
+
 def segmented_broadcast(x: torch.Tensor, group: str) -> torch.Tensor:
     """D&SP-cSub split: broadcast from sub-grid 0 in forward (``x`` elsewhere is a placeholder
     of the root's shape), reduce (sum) of the gradient to sub-grid 0 in backward (no
@@ -425,6 +462,7 @@ GRAPH_FUNCTIONS = (
     csub_placeholder,
     segment_share,
     segment_gather_rows,
+    branch_all_gather,
 )
 """The graph-callable segmented collectives (leaves for ``fx.Tracer(autowrap_functions=...)``)."""
 

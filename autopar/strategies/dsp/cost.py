@@ -220,6 +220,39 @@ def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_byt
                         max(params))
 
 
+def dsp_tensor_cost(branch_works: list[list], branch_params: list[int], fork_bytes: float, join_bytes: float,
+                    join_op: str, data: int, t: int, hw) -> SubgraphCost:
+    """Price a fork/join region in a mixed plan: its branches spread over the ``t`` ranks
+    of the tensor group (each rank a sub-grid of one, SUPER §III-B with ``g = t`` inside
+    the model-parallel group), every rank on its data replica's ``B/data`` rows, the
+    activations replicated over the group on both sides of the region (where Megatron's
+    and the 3D regions meet, ``docs/mixed_plans.md``). Communication on the tensor
+    group (stride 1), by the same ring formulas (axonn eqs 1-3):
+
+    * fork: nothing forward (every rank holds the value); backward, each rank holds the
+      gradient of its own branches only: an all-reduce of the ``B/data``-row fork value
+      (Megatron's f, megatron §2.3);
+    * sum join: an all-reduce of the partial sums forward (Megatron's g), nothing backward;
+    * concat join: an all-gather of each rank's branch outputs forward (padded to the
+      widest rank's width), backward each rank keeps its own columns.
+
+    Branch parameters live on the rank that runs them; their gradients are averaged over
+    the data ranks only (priced with the rest by the data-parallel term)."""
+    branch_costs = [sum(cm.node_time(w, hw) * cm.passes_per_step(w) for w in _scaled(works, data))
+                    for works in branch_works]
+    assignment = assign_branches(branch_costs, t)
+    per_rank, params = [0.0] * t, [0] * t
+    for branch, s in enumerate(assignment):
+        per_rank[s] += branch_costs[branch]
+        params[s] += branch_params[branch]
+    fork = cm.all_reduce_time(t, fork_bytes / data, hw)
+    if join_op == "sum":
+        join = cm.all_reduce_time(t, join_bytes / data, hw)
+    else:
+        join = cm.all_gather_time(t, join_bytes / data / t, hw)
+    return SubgraphCost(max(per_rank), {"tensor": fork + join}, tuple(assignment), max(params))
+
+
 def dsp_heads_cost(core_works: list, bundle_bytes: float, out_bytes: float, n: int, g: int, hw, *,
                    topology_aware: bool = True, csub: bool = False) -> SubgraphCost:
     """Price attention heads as D&SP branches (SUPER Fig. 5): ``g`` sub-grids each run

@@ -6,6 +6,11 @@ and divided by the number of batch chunks; other sub-grids take part in no colle
 of them. Under D&SP-cSub the common layers run on sub-grid 0 only: their home is
 sub-grid 0 and the other sub-grids do not reduce them. The norm of both is summed over
 the segment (only the home's copy counts).
+
+In a mixed plan (:func:`place_over_tensor`) each rank of the tensor group is a sub-grid:
+a branch's parameters live on the tensor rank that runs it, on every row of its data
+replica, so their gradients are averaged over the data ranks like any replicated
+parameter's, and only that rank's copy counts in the norm over the tensor group.
 """
 from __future__ import annotations
 
@@ -33,3 +38,15 @@ def place(builder) -> None:
             if placement.names not in in_branches:
                 builder.update(name, home=("segment", 0), norm_groups=("segment",),
                                bucket=placement.bucket if mine == 0 else None)
+
+
+def place_over_tensor(builder) -> None:
+    """The branches of a mixed plan's D&SP regions on the ranks of the tensor group."""
+    mine = builder.seat.coords["tensor"]
+    for details in builder.plan.dsp_regions().values():
+        for index, names in enumerate(details["branch_params"]):
+            home = details["assignment"][index]
+            for wrapper_name in names:
+                name = builder.named(wrapper_name)
+                builder.update(name, home=("tensor", home), norm_groups=("tensor",),
+                               bucket=builder.placement(name).bucket if home == mine else None)

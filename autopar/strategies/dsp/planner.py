@@ -187,6 +187,10 @@ class SubgraphParallel(CompileHooks):
         dsp_regions = plan.dsp_regions()
         if not dsp_regions:
             return []
+        if plan.mixed:  # each rank of the tensor group is a sub-grid (docs/mixed_plans.md)
+            return [RankPass(BRANCHES, "subgraph_parallel", subgraph_parallel_pass, {
+                "dsp_regions": dsp_regions, "subgrid": plan.rank_coordinates(build.rank)["tensor"],
+                "group": "tensor", "over_tensor": True})]
         subgrid = plan.subgrid_coordinates(build.rank)[0]
         if build.branch_only:
             return [RankPass(BRANCHES, "csub_branches", csub_branch_program,
@@ -195,7 +199,9 @@ class SubgraphParallel(CompileHooks):
                          {"dsp_regions": dsp_regions, "subgrid": subgrid, "csub": plan.csub})]
 
     def place(self, builder, build: RankBuild) -> None:
-        if plan_uses_dsp(builder.plan):
+        if builder.plan.mixed:
+            dsp_layout.place_over_tensor(builder)
+        elif plan_uses_dsp(builder.plan):
             dsp_layout.place(builder)
 
     def regions(self, model: ModelFacts) -> list:

@@ -51,6 +51,7 @@ import torch.fx as fx
 from autopar.ir import REGIONS, ROOT_OUTPUT, SPEC, TensorSpec, regions, tensor_spec
 from autopar.strategies.dsp.cost import head_widths
 from autopar.strategies.dsp import collectives as S
+from autopar.runtime import collectives as C
 
 
 class SubgraphParallelError(ValueError):
@@ -182,8 +183,11 @@ def _emit_fork(graph: fx.Graph, cut: _Cut, values: list[fx.Node], mode: str, gro
     one placeholder of the fork's / bundle's shape). Returns what the kept nodes read in
     place of each fork input."""
     if not cut.heads:
-        fn = S.segmented_all_gather if mode == "dsp" else S.segmented_broadcast
+        fn = {"dsp": S.segmented_all_gather, "csub": S.segmented_broadcast, "tensor": C.copy_to_tensor_region}[mode]
         return [_call(graph, fn, (values[0], group))]
+    if mode == "tensor":
+        raise SubgraphParallelError(f"region {cut.region}: attention heads over the tensor group are Megatron's "
+                                    f"split (strategy 'megatron'), not D&SP")
     tails = _bundle_layout(cut)
     if len(values) == 1:
         bundle = values[0]
@@ -205,14 +209,15 @@ def _emit_join(graph: fx.Graph, cut: _Cut, outputs: list[fx.Node], mode: str, gr
         local = outputs[0]
         for value in outputs[1:]:
             local = _call(graph, operator.add, (local, value))
-        fn = S.segmented_reduce_scatter if mode == "dsp" else S.segmented_reduce
+        fn = {"dsp": S.segmented_reduce_scatter, "csub": S.segmented_reduce,
+              "tensor": C.reduce_from_tensor_region}[mode]
         result = _call(graph, fn, (local, group))
         if root:
             for value in cut.passthrough:
                 result = _call(graph, operator.add, (result, value))
         return result
     local = outputs[0] if len(outputs) == 1 else _call(graph, torch.cat, (outputs, cut.dim))
-    fn = S.segmented_all_to_all if mode == "dsp" else S.segmented_gather
+    fn = {"dsp": S.segmented_all_to_all, "csub": S.segmented_gather, "tensor": S.branch_all_gather}[mode]
     result = _call(graph, fn, (local, cut.dim, cut.widths, group))
     if root and cut.arrived != sorted(cut.arrived):  # back to the original branch order
         pieces = graph.call_function(torch.split, (result, [cut.branch_widths[b] for b in cut.arrived], cut.dim))
@@ -225,15 +230,18 @@ def _emit_join(graph: fx.Graph, cut: _Cut, outputs: list[fx.Node], mode: str, gr
 
 
 def subgraph_parallel_pass(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], subgrid: int,
-                           group: str = "segment", csub: bool = False) -> fx.GraphModule:
+                           group: str = "segment", csub: bool = False, over_tensor: bool = False) -> fx.GraphModule:
     """Keep sub-grid ``subgrid``'s branches of each region in ``dsp_regions`` (region id →
     the plan's details: ``subgrids``, ``assignment``) and insert the transitions: D&SP's
-    segmented collectives, or with ``csub`` those of D&SP-cSub on sub-grid 0."""
+    segmented collectives, with ``csub`` those of D&SP-cSub on sub-grid 0, or with
+    ``over_tensor`` (a mixed plan: each rank of the tensor group ``group`` a sub-grid,
+    the fork and join values replicated over it) Megatron's f and g around the branches
+    and :func:`~autopar.strategies.dsp.collectives.branch_all_gather` for a concat."""
     if not dsp_regions:
         return gm
     if csub and subgrid != 0:
         raise SubgraphParallelError(f"D&SP-cSub: sub-grid {subgrid} runs csub_branch_program, not this pass")
-    mode = "csub" if csub else "dsp"
+    mode = "tensor" if over_tensor else "csub" if csub else "dsp"
     for rid, choice in dsp_regions.items():
         _split_region(gm, _cut(gm, rid, choice, subgrid), mode, group)
     gm.graph.lint()
@@ -250,6 +258,8 @@ def _split_region(gm: fx.GraphModule, cut: _Cut, mode: str, group: str) -> None:
     with graph.inserting_before(anchor.next):  # in the order csub_branch_program receives them
         if mode == "csub":  # the other sub-grids receive every side input
             shared = {a: _call(graph, S.segment_share, (a, group), a.meta.get(SPEC)) for a in cut.side_inputs}
+        elif mode == "tensor":  # every rank holds every row: nothing to share
+            shared = {}
         else:  # D&SP: the kept nodes see g times the rows; per-sample side inputs follow
             shared = {a: _call(graph, S.segment_gather_rows, (a, group)) for a in cut.side_inputs
                       if a in cut.batched_sides}

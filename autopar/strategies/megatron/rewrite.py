@@ -74,11 +74,11 @@ def tensor_parallel_pass(gm: fx.GraphModule, *, megatron_regions: list[str], deg
     ``megatron_regions`` are the ids of the regions the plan splits. With ``degree == 1``
     the graph is returned unchanged (and no parameter is split).
     """
-    gm.meta[PARAM_SHARDS] = {}
+    gm.meta.setdefault(PARAM_SHARDS, {})  # a mixed plan's other split passes record theirs too
     if degree == 1 or not megatron_regions:
         return gm
     rewriter = _Rewriter(gm, set(megatron_regions), degree, rank, group)
-    gm.meta[PARAM_SHARDS] = rewriter.shards
+    gm.meta[PARAM_SHARDS].update(rewriter.shards)
     rewriter.run()
     gm.graph.lint()
     gm.recompile()

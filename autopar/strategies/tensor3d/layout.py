@@ -4,7 +4,9 @@ The rows of a 3D grid are split over z and data (axonn §III): a weight shard ``
 summed over z by the layer's own reduce-scatter (the cube's diagonal vectors over the
 cube), so the data ranks only add theirs and divide by every batch chunk; every other
 parameter (biases, norms, replicated layers) is averaged over the ``replica`` group, the
-ranks of one (x, y) that split the batch.
+ranks of one (x, y) that split the batch. In a mixed plan the grid is the tensor group
+as ``Gx × Gy × 1``: the rows are split over data only, as in the plan's other regions,
+so only the weight shards change bucket.
 """
 from __future__ import annotations
 
@@ -14,8 +16,15 @@ from autopar.layout import Bucket
 def place(builder, deferred_reduce_scatter: bool) -> None:
     """``deferred_reduce_scatter`` (AxoNN §IV-B): ``Ŵ.grad`` is written after backward by
     the 3D runtime, so its bucket has no hooks and waits for ``finish``."""
-    parts = builder.plan.batch_parts()
-    weights = Bucket("data", divisor=parts, hooks=not (deferred_reduce_scatter and builder.plan.grid.z > 1), order=0)
+    plan = builder.plan
+    parts = plan.batch_parts()
+    weights = Bucket("data", divisor=parts, hooks=not (deferred_reduce_scatter and plan.region_grid.z > 1), order=0)
+    if plan.mixed:  # z = 1: the rows are split over data only, as for every other region
+        for name in builder.names():
+            cut = builder.placement(name).cut
+            if cut is not None and getattr(cut, "grid_weight", False):
+                builder.update(name, bucket=weights)
+        return
     builder.loss_bucket = Bucket("replica")
     for name in builder.names():
         cut = builder.placement(name).cut

@@ -306,12 +306,15 @@ class Tensor3D(CompileHooks):
     region_strategy = "tensor3d"  # RegionChoice.strategy of its split regions
 
     def _mine(self, plan: Plan) -> bool:
+        """A plan on this family's grid, or a mixed plan with 3D regions (AxoNN's form only)."""
+        if plan.mixed:
+            return bool(plan.tensor_grid) and self.plan_form == ""
         return plan.grid is not None and plan.form == self.plan_form
 
     def planned_shards(self, plan: Plan, gm) -> dict:
         if not self._mine(plan):
             return {}
-        return self.shards_of(gm, regions=plan.regions_with(self.region_strategy), grid=plan.grid)
+        return self.shards_of(gm, regions=plan.regions_with(self.region_strategy), grid=plan.region_grid)
 
     def shards_of(self, gm, *, regions, grid) -> dict:
         return planned_grid3d_shards(gm, regions=regions, grid=grid)
@@ -320,7 +323,8 @@ class Tensor3D(CompileHooks):
         if not self._mine(plan):
             return []
         return [RankPass(SPLIT, self.region_strategy, self.pass_fn(),
-                         {"regions": plan.regions_with(self.region_strategy), "grid": plan.grid, "rank": build.rank})]
+                         {"regions": plan.regions_with(self.region_strategy), "grid": plan.region_grid,
+                          "rank": build.rank})]
 
     def pass_fn(self):
         return tensor3d_pass

@@ -42,11 +42,11 @@ from autopar.strategies.tensor3d.runtime import Grid3DShard, block_shape, linear
 
 def tensor3d_pass(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D, rank: int) -> fx.GraphModule:
     """Rewrite ``gm`` into rank ``rank`` of ``grid`` (see the module docstring)."""
-    gm.meta[PARAM_SHARDS] = {}
+    gm.meta.setdefault(PARAM_SHARDS, {})  # a mixed plan's other split passes record theirs too
     if not regions or grid.x * grid.y * grid.z == 1:
         return gm
     rewriter = _Rewriter3D(gm, set(regions), grid, grid.coordinates(rank)["x"])
-    gm.meta[PARAM_SHARDS] = rewriter.shards
+    gm.meta[PARAM_SHARDS].update(rewriter.shards)
     rewriter.run()
     rewriter.drop_unused_gathers()
     rewriter.link_prefetches()

@@ -1,0 +1,1 @@
+"""Mixed plans: each region its own family over one tensor group (docs/mixed_plans.md)."""

@@ -1,0 +1,491 @@
+"""Planning mixed plans: each region its own family over one tensor group (``docs/mixed_plans.md``).
+
+On ``world = data × tensor`` the ``t`` ranks of a tensor group are one model-parallel
+group that every region may use its own way:
+
+* ``replicate``: the region runs whole on every rank of the group;
+* ``megatron``: split over the ``t`` ranks (megatron §2.3);
+* ``tensor3d``: split over the group viewed as AxoNN's ``Gx × Gy × 1`` grid
+  (axonn §III; one ``x × y`` factorisation of ``t`` per plan, the configuration's);
+* ``dsp``: a multi-branch region's branches spread over the group, each rank a
+  sub-grid (SUPER §III-B with ``g = t``; ``dsp.cost.dsp_tensor_cost``).
+
+Every region keeps the rows of its data replica (the batch is split over the data
+ranks only) and meets its neighbours with the activation replicated over the group:
+Megatron's f and g, the 3D layers' entry cut and exit all-gather over y, D&SP's fork
+all-reduce and join all-gather are each region's conversion from and to that layout,
+priced inside its own cost. The one other boundary layout is AxoNN's: a 3D region's
+last (transposed) layer leaves its output split over y, which a 3D region whose first
+layers read it directly takes as it is (axonn end of §III-B), saving both re-layouts.
+The search is therefore a dynamic programme over the regions in graph order whose
+state is the layout the previous region left (replicated, or split over y by a 3D
+region): exact for chains of regions; regions on parallel branches of the region
+graph are never directly connected, so they meet at the replicated layout and the
+programme prices that. A multi-branch region is one step of the programme with two
+choices: D&SP (its inner regions run whole on their branch's rank) or open (its inner
+regions choose as any other). Identical repeated blocks are priced once (the option
+costs are memoised per class of region), so planning time grows linearly in layers.
+
+Pins (``strategy={"regions": {PATTERN: SPEC}}``, :class:`~autopar.planning.strategy.Pin`)
+restrict a region's choices to one; a pin that cannot run raises :class:`PlanError`
+naming the region.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from autopar.cost import model as cm
+from autopar.grid import Grid3D
+from autopar.analysis.ops import match_linear
+from autopar.ir import tensor_spec
+from autopar.planning.model import ModelFacts, exposed_data_comm, region_sizes
+from autopar.planning.plan import Cost, Plan, RegionChoice, mixed_form
+from autopar.planning.strategy import PlanError, Strategy, divisors
+from autopar.strategies.data.planner import batch_norms
+from autopar.strategies.dsp.cost import dsp_tensor_cost
+from autopar.strategies.dsp.planner import _branch_parameters, subgraph_regions
+from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected
+from autopar.strategies.megatron.planner import judge, rule_gaps
+from autopar.strategies.tensor3d.cost import boundary_comm
+from autopar.strategies.tensor3d.planner import AXONN, SPLIT_KINDS, GridPricer, Layout3D, region_linears
+
+
+@dataclass
+class Option:
+    """One way to run one region: its cost (compute, communication by group), the
+    parameter elements and activation bytes a rank holds, and the plan's details."""
+
+    cost: Cost
+    params: float
+    activations: float
+    details: dict = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass
+class Step:
+    """One step of the programme: a tensor region, or a multi-branch region (with the
+    tensor regions inside it)."""
+
+    region: object
+    options: dict[str, Option]
+    inner: list["Step"] = field(default_factory=list)
+
+    @property
+    def branching(self) -> bool:
+        return self.region.kind == "fork_join"
+
+
+class MixedPricer:
+    """The options of every region on one ``data × tensor`` (with one ``Gx × Gy`` grid of
+    the tensor group for 3D regions, or none) and the programme over them."""
+
+    def __init__(self, ctx: PlanContext, data: int, tensor: int, grid: Grid3D | None):
+        self.ctx, self.model, self.hw = ctx, ctx.model, ctx.hw
+        self.data, self.tensor, self.grid = data, tensor, grid
+        self.pins = ctx.forced.regions if ctx.forced is not None else ()
+        self.gaps = rule_gaps(self.model) if tensor > 1 else {}
+        self.memo = self.model.memo("mixed.options")
+        if grid is not None:
+            self.pricer = GridPricer(self.model, self.hw, grid, AXONN, False, True)
+            base = self.pricer.layout  # every boundary priced; the programme credits direct ones
+            self.pricer.layout = Layout3D(base.splittable, set(), set(), {})
+
+    # ------------------------------------------------------------------ one region's options
+    def pin_of(self, region):
+        return next((p for p in self.pins if p.matches(region)), None)
+
+    def options(self, r) -> dict[str, Option]:
+        key = (self.model.region_class[r.id], self.data, self.tensor, self.grid, self.hw, r.id in self.gaps)
+        found = self.memo.get(key)
+        if found is None:
+            found = self.memo[key] = self._options(r)
+        return {k: dataclasses.replace(o, cost=dataclasses.replace(o.cost, comm_s=dict(o.cost.comm_s)))
+                for k, o in found.items()}
+
+    def _options(self, r) -> dict[str, Option]:
+        model, hw, data, t = self.model, self.hw, self.data, self.tensor
+        params = float(model.region_param_elems(r.id))
+        out = {"replicate": Option(Cost(model.seconds(r.nodes, hw, 1 / data), {}, 0.0), params,
+                                   model.activation_bytes(r.nodes, 1 / data), reason="runs whole on every rank")}
+        if all(size % t == 0 for _, size in region_sizes(r)) and r.id not in self.gaps:
+            comm = 2 * cm.all_reduce_time(t, model.boundary[r.id] / data, hw)
+            out["megatron"] = Option(Cost(model.seconds(r.nodes, hw, 1 / (data * t)), {"tensor": comm}, 0.0),
+                                     params / t, model.activation_bytes(r.nodes, 1 / (data * t)),
+                                     reason=f"Megatron over tensor={t}")
+        if self.grid is not None and r.kind in SPLIT_KINDS:
+            priced = self.pricer.region(r)
+            if priced.choice.strategy == "tensor3d":
+                g = self.grid
+                out["tensor3d"] = Option(priced.choice.cost, priced.param_elems, priced.activation_bytes,
+                                         {**priced.choice.details, "grid": f"{g.x}x{g.y}x1x{g.data}"},
+                                         f"3D grid {g.x}x{g.y}x1 of the tensor group")
+        return out
+
+    def dsp_option(self, fj) -> Option | None:
+        """A multi-branch region's branches over the tensor ranks, or None when it cannot."""
+        model, hw, t, data = self.model, self.hw, self.tensor, self.data
+        d = fj.details
+        if (fj.kind != "fork_join" or len(d["branches"]) < t or d["side_inputs"]
+                or (d["passthrough"] and d["join_op"] == "concat")
+                or (d["join_op"] == "concat" and d["concat_dim"] == 0)
+                or any(len(names) != 1 for names in d["branch_outputs"])):
+            return None
+        works = [[model.work[n] for n in branch] for branch in d["branches"]]
+        params = [_branch_parameters(model.gm, branch) for branch in d["branches"]]
+        counts = [sum(model.params[p].numel() for p in names) for names in params]
+        table = model.table
+        fork, join = tensor_spec(table[d["fork"]]), tensor_spec(table[d["join"]])
+        cost = dsp_tensor_cost(works, counts, fork.nbytes, join.nbytes, d["join_op"], data, t, hw)
+        in_branches = {n for branch in d["branches"] for n in branch}
+        rest = [n for n in fj.nodes if n not in in_branches]
+        compute = cost.compute_s + model.seconds(rest, hw, 1 / data)
+        mine = [n for b, owner in enumerate(cost.assignment) if owner == 0 for n in d["branches"][b]]
+        share = ", ".join(f"t{s}:{[b for b, o in enumerate(cost.assignment) if o == s]}" for s in range(t))
+        return Option(Cost(compute, dict(cost.comm_s), 0.0), cost.branch_param_elems_per_rank,
+                      model.activation_bytes(mine + rest, 1 / data),
+                      {"subgrids": t, "assignment": list(cost.assignment), "branch_params": params,
+                       "over": "tensor"},
+                      f"D&SP: branches over the {t} tensor ranks ({share})")
+
+    # ------------------------------------------------------------------ the programme
+    def steps(self) -> list[Step]:
+        """The regions in graph order; each multi-branch region D&SP can split a step of
+        its own holding the tensor regions inside it."""
+        model = self.model
+        order = {n.name: i for i, n in enumerate(model.gm.graph.nodes)}
+        start = {r.id: min(order[n] for n in r.nodes) for r in model.regions}
+        branching = [fj for fj in subgraph_regions(model.gm) if fj.kind == "fork_join"] \
+            if self.tensor > 1 and not batch_norms(model) else []
+        placed: dict[str, Step] = {}
+        steps = []
+        for fj in branching:
+            members = set(fj.nodes)
+            inner = [Step(r, self.options(r)) for r in model.regions if set(r.nodes) <= members]
+            option = self.dsp_option(fj)
+            if option is None:
+                pin = self.pin_of(fj)
+                if pin is not None and pin.family != "replicate":
+                    raise PlanError(f"region {fj.id}: pinned to {pin.describe()} ({pin.pattern!r}), which cannot run "
+                                    f"it: its {len(fj.details['branches'])} branches cannot fill the tensor group "
+                                    f"of {self.tensor} ranks, or they read values from outside the region")
+                continue
+            step = Step(fj, {"dsp": option}, sorted(inner, key=lambda s: start[s.region.id]))
+            for s in inner:
+                placed[s.region.id] = step
+            steps.append((min(order[n] for n in fj.nodes), step))
+        for r in model.regions:
+            if r.id not in placed:
+                steps.append((start[r.id], Step(r, self.options(r))))
+        return [s for _, s in sorted(steps, key=lambda x: x[0])]
+
+    def allowed(self, step: Step) -> dict[str, Option]:
+        """The options a pin leaves, or a PlanError naming the region and why."""
+        pin = self.pin_of(step.region)
+        if pin is None:
+            return step.options
+        family = {"3d": "tensor3d"}.get(pin.family, pin.family)
+        if family == "replicate" and step.branching:  # a multi-branch region left open
+            return {}
+        if family in step.options:
+            return {family: step.options[family]}
+        r = step.region
+        if r.kind == "fork_join":
+            why = "a multi-branch region is split by D&SP ('dsp') or left to the regions inside it ('replicate')"
+        elif family == "dsp":
+            why = (f"it is no multi-branch region (a {r.kind})" if r.kind != "fork_join" else
+                   f"its {len(r.details['branches'])} branches cannot fill the tensor group of {self.tensor} "
+                   f"ranks, or they read values from outside the region")
+        elif family == "megatron":
+            sizes = ", ".join(f"{n} {s}" for n, s in region_sizes(r))
+            why = self.gaps.get(r.id) or f"{sizes or 'nothing'} not divisible by the tensor degree {self.tensor}"
+        elif family == "tensor3d":
+            why = (f"a {r.kind} region has no 3D layout" if r.kind not in SPLIT_KINDS else
+                   "the plan's grid does not divide its sizes" if self.grid is not None else "no 3D grid")
+        else:
+            why = "not offered"
+        raise PlanError(f"region {r.id}: pinned to {pin.describe()} ({pin.pattern!r}), which cannot run it: {why}")
+
+    def solve(self) -> tuple[list[tuple[Step, str]], float]:
+        """The programme: per step the option chosen (``"open"`` for a multi-branch region
+        whose inner regions choose for themselves), minimising the summed seconds with
+        the 3D boundary credits; ties to the option first in sorted order."""
+        flat: list[tuple[Step, list[tuple[str, Option | None]]]] = []
+        for step in self.steps():
+            allowed = self.allowed(step)
+            if not step.branching:
+                flat.append((step, sorted(allowed.items())))
+                continue
+            pinned = self.pin_of(step.region) is not None
+            inner_pins = [s.region.id for s in step.inner
+                          if (p := self.pin_of(s.region)) is not None and p.family != "replicate"]
+            if pinned and allowed and inner_pins:
+                inner = self.pin_of(self._region(inner_pins[0])).describe()
+                raise PlanError(f"region {step.region.id}: pinned to D&SP, which runs {inner_pins[0]} whole on one "
+                                f"rank, but {inner_pins[0]} is pinned to {inner}")
+            choices = [("dsp", allowed["dsp"])] if "dsp" in allowed and not inner_pins else []
+            if not (pinned and allowed):
+                choices.append(("open", None))
+            flat.append((step, sorted(choices, key=lambda c: c[0])))
+        # state key: (option, region id) of the step before -> (seconds, path, state)
+        best: dict[tuple, tuple[float, list, tuple]] = {("start", None): (0.0, [], ("start", None))}
+        for step, choices in flat:
+            nxt: dict[tuple, tuple[float, list, tuple]] = {}
+            for seconds, path, (prev, prev_region) in best.values():
+                for name, option in choices:
+                    if name == "open":
+                        cost, inner_path, last = self._open(step, prev, prev_region)
+                        state = last or ("replicate", None)
+                        total, new_path = seconds + cost, path + [(step, "open")] + inner_path
+                    else:
+                        total = seconds + _seconds(option) - self._credit(prev, prev_region, name, step.region)
+                        state, new_path = (name, step.region), path + [(step, name)]
+                    # only a 3D region's exit changes what the next step pays
+                    key = (state[0], state[1].id) if state[0] == "tensor3d" else ("other", None)
+                    if key not in nxt or total < nxt[key][0] * (1 - 1e-12):
+                        nxt[key] = (total, new_path, state)
+            best = nxt
+        seconds, path, _ = min(best.values(), key=lambda v: v[0])
+        return path, seconds
+
+    def _rest(self, step: Step) -> list[str]:
+        """A multi-branch region's nodes outside the tensor regions inside it."""
+        inner = {n for s in step.inner for n in s.region.nodes}
+        return [n for n in step.region.nodes if n not in inner]
+
+    def _region(self, rid: str):
+        return next(r for r in self.model.regions if r.id == rid)
+
+    def _open(self, step: Step, prev: str, prev_region):
+        """A multi-branch region left open: its nodes outside the inner regions on every
+        rank, and its inner regions in order, each its cheapest allowed option given the
+        one before (a small programme of its own)."""
+        total, path, last = self.model.seconds(self._rest(step), self.hw, 1 / self.data), [], None
+        p, pr = prev, prev_region
+        for s in step.inner:
+            allowed = self.allowed(s)
+            name, option = min(sorted(allowed.items()),
+                               key=lambda kv: _seconds(kv[1]) - self._credit(p, pr, kv[0], s.region))
+            total += _seconds(option) - self._credit(p, pr, name, s.region)
+            path.append((s, name))
+            p, pr, last = name, s.region, (name, s.region)
+        return total, path, last
+
+    def _credit(self, prev: str, prev_region, name: str, region) -> float:
+        """What two 3D regions save where the first's transposed layer feeds the second's
+        plain layers directly (axonn end of §III-B): the second's entry cut and, when
+        nothing else reads it, the first's exit all-gather."""
+        if prev != "tensor3d" or name != "tensor3d" or self.grid is None:
+            return 0.0
+        model = self.model
+        last = model.table[region_linears(prev_region)[-1][0]]
+        plain = [n for n, transposed in region_linears(region) if not transposed]
+        first = model.table[plain[0]]
+        entry = match_linear(first, model.gm).input
+        if entry is not last:
+            return 0.0
+        credit = boundary_comm(tensor_spec(entry).nbytes, 0.0, self.grid, self.hw)
+        if all(u.name in plain for u in last.users):
+            credit += boundary_comm(0.0, tensor_spec(last).nbytes, self.grid, self.hw)
+        return credit
+
+    # ------------------------------------------------------------------ the table
+    def table(self) -> RegionTable:
+        path, _ = self.solve()
+        model, hw, data, t = self.model, self.hw, self.data, self.tensor
+        rows, covered = [], set()
+        compute = activations = local = 0.0
+        comm: dict[str, float] = {}
+        inside_dsp: dict[str, str] = {}
+        for step, name in path:
+            r = step.region
+            if step.branching and name == "dsp":
+                for s in step.inner:
+                    inside_dsp[s.region.id] = r.id
+        for step, name in path:
+            r = step.region
+            if r.id in inside_dsp:
+                rows.append(RegionChoice(r.id, r.kind, "replicate", Cost(0.0, {}, 0.0), {},
+                                         f"inside D&SP region {inside_dsp[r.id]}: runs whole on its branch's rank"))
+                continue
+            if step.branching:
+                rest = self._rest(step)
+                alternatives = {"replicate": self._open(step, "start", None)[0], "dsp": _seconds(step.options["dsp"])}
+            else:
+                alternatives = {k: _seconds(o) for k, o in step.options.items()}
+            if name == "open":
+                cost = Cost(model.seconds(rest, hw, 1 / data), {}, 0.0)
+                option = Option(cost, 0.0, model.activation_bytes(rest, 1 / data))
+                strategy, reason = "replicate", "branches not split: the regions inside choose for themselves"
+                covered.update(rest)
+            else:
+                option = step.options[name]
+                strategy, reason = name, option.reason
+                covered.update(r.nodes)
+            details = dict(option.details)
+            if name == "tensor3d":  # the options are shared by a class of regions: this one's layers
+                details = {**self.pricer.region(r).choice.details, "grid": option.details["grid"],
+                           "boundary": self._boundary_text(path, step)}
+            pin = self.pin_of(r)
+            if pin is not None:
+                reason = f"pinned by {pin.pattern!r}: " + reason
+            elif name not in ("open",):
+                reason = (reason + "; cheapest predicted step time") if len(alternatives) > 1 else reason
+            option.cost.memory_bytes = cm.training_memory(option.params, option.activations)
+            rows.append(RegionChoice(r.id, r.kind, strategy, option.cost, alternatives, reason, details))
+            compute += option.cost.compute_s
+            for k, v in option.cost.comm_s.items():
+                comm[k] = comm.get(k, 0.0) + v
+            activations += option.activations
+            local += option.params
+        credits = sum(self._credit(a[1], a[0].region, b[1], b[0].region) for a, b in _pairs(path))
+        if credits:
+            comm["y"] = comm.get("y", 0.0) - credits
+        outside = [n.name for n in model.gm.graph.nodes if n.name not in covered
+                   and not any(n.name in r.nodes for r in model.regions)]
+        outside_compute = model.seconds(outside, hw, 1 / data)
+        compute += outside_compute
+        total_params = sum(p.numel() for p in model.params.values())
+        outside_params = total_params - sum(model.region_param_elems(r.id) for r in model.regions)
+        outside_params -= sum(sum(model.params[p].numel() for names in s.options["dsp"].details["branch_params"]
+                                  for p in names) - sum(model.region_param_elems(i.region.id) for i in s.inner)
+                              for s, name in path if s.branching and name == "dsp")
+        local += outside_params
+        outside_act = model.activation_bytes(outside, 1 / data)
+        activations += outside_act
+        rows.append(RegionChoice("(outside regions)", "-", "replicate",
+                                 Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)), {},
+                                 "not in a splittable region"))
+        comm["data"] = exposed_data_comm(data, t, local * 4, compute, hw)
+        total = Cost(compute, comm, cm.training_memory(local, activations))
+        return RegionTable(rows, total, compute + sum(comm.values()))
+
+    def _boundary_text(self, path, step) -> str:
+        names = [(s, n) for s, n in path if n != "open"]
+        index = next(i for i, (s, _) in enumerate(names) if s is step)
+        before = names[index - 1] if index else None
+        after = names[index + 1] if index + 1 < len(names) else None
+        enters = before is not None and self._credit(before[1], before[0].region, "tensor3d", step.region) > 0
+        leaves = after is not None and self._credit("tensor3d", step.region, after[1], after[0].region) > 0
+        return ("input " + ("read split over y from the previous 3D region" if enters else
+                            "cut to y blocks (backward all-gather over y)")
+                + ", output " + ("read split over y by the next 3D region" if leaves else "all-gathered over y"))
+
+
+def _seconds(option: Option) -> float:
+    return option.cost.compute_s + option.cost.total_comm_s
+
+
+def _pairs(path):
+    """Consecutive (step, option) pairs of the flat path, multi-branch rows skipped."""
+    flat = [(s, n) for s, n in path if n != "open"]
+    return zip(flat, flat[1:])
+
+
+class Mixed(CompileHooks):
+    """Mixed plans: per region replicate, Megatron, a 3D grid of the tensor group, or
+    D&SP over it (see the module docstring). Its plans run through the other families'
+    passes (each splits the regions the plan gives it) and layouts."""
+
+    name = "mixed"
+
+    def regions(self, model: ModelFacts) -> list:
+        return list(model.regions) + [r for r in subgraph_regions(model.gm) if r.kind == "fork_join"]
+
+    def _grids(self, ctx: PlanContext, data: int, t: int) -> list[Grid3D | None]:
+        """The tensor group's 3D layouts a configuration may take: none, and every
+        ``Gx × Gy = t`` with both above 1 (a pinned grid: that one)."""
+        pinned = ctx.forced.grid if ctx.forced is not None else None
+        if pinned is not None:
+            return [Grid3D(pinned.x, pinned.y, 1, data)] if pinned.x * pinned.y == t else []
+        if not any(r.kind in SPLIT_KINDS for r in ctx.model.regions):
+            return [None]
+        return [None] + [Grid3D(x, t // x, 1, data) for x in divisors(t) if 1 < x < t]
+
+    def candidates(self, ctx: PlanContext) -> list[Strategy]:
+        model, world, forced = ctx.model, ctx.world, ctx.forced
+        if forced is not None and forced.kind() != "mixed":
+            return []
+        if forced is None:
+            # the branches keep their data replica's rows (no batch baked into a view changes)
+            branching = [] if batch_norms(model) else [r for r in subgraph_regions(model.gm)
+                                                       if r.kind == "fork_join"]
+            out = []
+            for t in divisors(world):
+                if t == 1:
+                    continue
+                for grid in self._grids(ctx, world // t, t):
+                    # without a 3D grid and a multi-branch region wide enough this is Megatron's plan
+                    if grid is None and not any(len(r.details["branches"]) >= t for r in branching):
+                        continue
+                    out.append(Strategy(world // t, t, grid=grid, mixed=True))
+            return out
+        self._check_pins(ctx)
+        if forced.data is None and forced.tensor is None:
+            meshes = [(world // t, t) for t in divisors(world) if t > 1]
+        else:
+            meshes = [forced.resolve(world)]
+            if meshes[0][1] == 1:
+                raise PlanError("strategy: region pins split regions over the tensor group; give a tensor degree "
+                                "above 1 (or leave the degrees to the planner)")
+        out = []
+        for data, t in meshes:
+            for pin in forced.regions:
+                if pin.family == "dsp" and pin.subgrids and pin.subgrids != t and len(meshes) == 1:
+                    raise PlanError(f"strategy['regions'][{pin.pattern!r}]: D&SP in a mixed plan spreads the "
+                                    f"branches over the tensor group, so subgrids={pin.subgrids} must equal the "
+                                    f"tensor degree {t}")
+            if any(p.family == "dsp" and p.subgrids and p.subgrids != t for p in forced.regions):
+                continue
+            grids = self._grids(ctx, data, t)
+            if forced.grid is not None and not grids and len(meshes) == 1:
+                raise PlanError(f"strategy['regions']: the pinned 3D grid {forced.grid.x}x{forced.grid.y}x1 has "
+                                f"{forced.grid.x * forced.grid.y} ranks, the tensor group {t}; give x·y = {t}")
+            if any(p.family == "3d" for p in forced.regions) and forced.grid is None:
+                grids = [g for g in grids if g is not None]
+            out += [Strategy(data, t, grid=g, mixed=True, regions=forced.regions) for g in grids]
+        if not out:
+            raise PlanError(f"strategy['regions']: no mesh of {world} ranks takes these pins "
+                            f"({', '.join(p.pattern + ': ' + p.describe() for p in forced.regions)})")
+        return out
+
+    def _check_pins(self, ctx: PlanContext) -> None:
+        """Every pin names at least one region."""
+        regions = self.regions(ctx.model)
+        for pin in ctx.forced.regions:
+            if not any(pin.matches(r) for r in regions):
+                names = ", ".join(r.id for r in regions[:6]) + (" ..." if len(regions) > 6 else "")
+                raise PlanError(f"strategy['regions'][{pin.pattern!r}]: names no region of {ctx.name}; its "
+                                f"regions are {names or 'none'} (autopar.plan(...).explain() lists them)")
+
+    def price(self, ctx: PlanContext, config: Strategy) -> Priced:
+        model, data, t, grid = ctx.model, config.data, config.tensor, config.grid
+        mesh = {"data": data, "tensor": t}
+        form = mixed_form({"x": grid.x, "y": grid.y} if grid is not None else {})
+        if model.batch % data:
+            if ctx.forced is not None and ctx.forced.data is not None:
+                raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by the data degree {data}; "
+                                f"give a batch that is a multiple of {data}, or another strategy")
+            return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}",
+                            form=form)
+        try:
+            table = MixedPricer(ctx, data, t, grid).table()
+        except PlanError as e:
+            if ctx.forced is not None and ctx.forced.tensor is not None:
+                raise
+            return rejected(self.name, config, mesh, str(e), form=form)
+        uses = {c.strategy for c in table.regions}
+        # another family's plan, or the same mesh's without a grid: weighed there
+        if ctx.forced is None and (len(uses - {"replicate"}) < 2 or (grid is not None and "tensor3d" not in uses)):
+            return dataclasses.replace(rejected(self.name, config, mesh, "a single-family plan", form=form),
+                                       listed=False)
+        priced = judge(self.name, ctx, config, mesh, table)
+        return dataclasses.replace(priced, form=form)
+
+    def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
+        plan_ = mesh_plan(ctx, priced, priced.table)
+        grid = priced.config.grid
+        plan_.mixed = True
+        plan_.tensor_grid = {"x": grid.x, "y": grid.y} if grid is not None and plan_.regions_with("tensor3d") else {}
+        return plan_

@@ -1,0 +1,180 @@
+"""Mixed plans (docs/mixed_plans.md): each region its own family over one tensor group.
+
+On gloo ranks against the single-device model in float64 (outputs, loss, every gradient,
+the gradient norm, and the parameters after 3 AdamW steps):
+
+* a multi-branch convolutional stem feeding a transformer trunk (``StemTrunk``) with
+  D&SP on the stem and Megatron on the trunk, on ``data=2 × tensor=2``;
+* the same with the trunk on a ``2 × 2 × 1`` AxoNN grid of the tensor group, and with
+  three families at once (D&SP stem, Megatron attention, 3D MLPs), on ``tensor=4``;
+* two 3D regions back to back (the MLP), where the first's transposed layer feeds the
+  second's plain layer split over y with no re-layout (the programme's one non-trivial
+  boundary state).
+
+Without ranks: the branch concat's collective against single-process math is in the
+same launch; pins that cannot run are errors naming the region or pattern; the
+dynamic programme's boundary credit; the plan's JSON round trip.
+"""
+import pytest
+import torch
+import torch.distributed as dist
+
+import autopar
+import shared_ranks
+from autopar.executable import rank_graph_code
+from autopar.planning.plan import Plan
+from autopar.planning.strategy import PlanError
+from autopar.testing import equivalence_job
+from examples.factories import inception as inception_factory, mlp, stem_trunk, transformer
+from examples.models import StemTrunk
+
+F64 = {"dtype": "float64"}
+TRUNK_MEGATRON = {"kind:attention": "megatron", "kind:linear_chain": "megatron"}
+GRID_2X2 = {"3d": {"x": 2, "y": 2}}
+CASES = [
+    ("stem_trunk", {"data": 2, "tensor": 2, "regions": {"kind:fork_join": "dsp", **TRUNK_MEGATRON}}, F64),
+    ("stem_trunk", {"data": 1, "tensor": 4, "regions": {"kind:fork_join": "dsp", "kind:attention": GRID_2X2,
+                                                        "kind:linear_chain": GRID_2X2}}, F64),
+    ("stem_trunk", {"data": 1, "tensor": 4, "regions": {"kind:fork_join": "dsp", "kind:attention": "megatron",
+                                                        "kind:linear_chain": GRID_2X2}}, F64),
+    ("mlp", {"data": 1, "tensor": 4, "regions": {"kind:linear_chain": GRID_2X2}}, F64),
+]
+
+
+def conversion_job():
+    """The concat join of branches over the tensor group (``branch_all_gather``) and its
+    backward against single-process math, with uneven widths (every rank)."""
+    from autopar.runtime.groups import use_groups
+    from autopar.strategies.dsp.collectives import branch_all_gather
+    rank, world = dist.get_rank(), dist.get_world_size()
+    widths = [1 + (r % 3) for r in range(world)]
+    generator = torch.Generator().manual_seed(5)
+    pieces = [torch.randn(2, w, 3, generator=generator, dtype=torch.float64) for w in widths]
+    upstream = torch.randn(2, sum(widths), 3, generator=generator, dtype=torch.float64)
+    mine = pieces[rank].clone().requires_grad_(True)
+    with use_groups({"tensor": dist.group.WORLD}):
+        joined = branch_all_gather(mine, 1, widths, "tensor")
+    (joined * upstream).sum().backward()
+    start = sum(widths[:rank])
+    return {"forward": float((joined.detach() - torch.cat(pieces, 1)).abs().max()),
+            "backward": float((mine.grad - upstream[:, start:start + widths[rank]]).abs().max())}
+
+
+_EQUIVALENCE = shared_ranks.register(4, __name__, equivalence_job, (CASES,), timeout_s=600)
+_CONVERSION = shared_ranks.register(4, __name__ + ".conversion", conversion_job, (), timeout_s=60)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("index", range(len(CASES)), ids=["-".join(map(str, c[:1])) + f"-{i}" for i, c in
+                                                          enumerate(CASES)])
+def test_mixed_plan_matches_single_device(index):
+    for rank_reports in _EQUIVALENCE():
+        report = rank_reports[index]
+        for key in ("output", "loss", "grad", "grad_norm"):
+            assert report[key][1] < 1e-12, report
+        assert report["param"][0] < 1e-12, report
+    plan = _EQUIVALENCE()[0][index]["plan"]
+    assert "mixed: each region its own family over the tensor group" in plan
+
+
+@pytest.mark.multiprocess
+def test_branch_all_gather_and_its_backward_are_exact():
+    for report in _CONVERSION():
+        assert report == {"forward": 0.0, "backward": 0.0}
+
+
+def _plan(factory, world, strategy, **kw):
+    model, inputs, loss_fn, target = factory()
+    return autopar.plan(model, world, inputs, loss_fn, strategy, example_target=target, **kw)
+
+
+def test_forced_mixed_plan_uses_each_family_where_pinned():
+    plan = _plan(stem_trunk, 4, {"data": 1, "tensor": 4, "regions": {
+        "kind:fork_join": "dsp", "kind:attention": "megatron", "kind:linear_chain": GRID_2X2}})
+    by_kind = {}
+    for r in plan.regions:
+        by_kind.setdefault(r.kind, set()).add(r.strategy)
+    assert by_kind == {"fork_join": {"dsp"}, "attention": {"megatron"}, "linear_chain": {"tensor3d"},
+                       "-": {"replicate"}}
+    assert plan.mixed and plan.tensor_grid == {"x": 2, "y": 2} and plan.form == "mixed 3d 2x2"
+    assert Plan.from_json(plan.to_json()).to_json() == plan.to_json()
+    text = plan.explain()
+    assert "best single-family plan: none weighed (the mixed plan was forced)" in text
+    fork = next(r.region for r in plan.regions if r.kind == "fork_join")
+    assert plan.why_not("dsp", region=fork).startswith(f"{fork}: chosen: dsp")
+    attention = next(r.region for r in plan.regions if r.kind == "attention")
+    assert "3d lost" in plan.why_not("3d", region=attention)
+
+
+def test_three_d_regions_back_to_back_meet_split_over_y():
+    """The programme's state: the first chain's transposed layer leaves its output split
+    over y and the second chain's plain layer reads it so (axonn end of §III-B); the
+    rank program has no re-layout between them."""
+    plan = _plan(mlp, 4, {"data": 1, "tensor": 4, "regions": {"kind:linear_chain": GRID_2X2}})
+    chains = [r for r in plan.regions if r.kind == "linear_chain"]
+    assert [r.strategy for r in chains] == ["tensor3d", "tensor3d"]
+    assert "output read split over y by the next 3D region" in chains[0].details["boundary"]
+    assert "input read split over y from the previous 3D region" in chains[1].details["boundary"]
+    model, inputs, loss_fn, target = mlp()
+    code = rank_graph_code(autopar.rank_graph(model, plan, 0, inputs, loss_fn, target), plan, 0)
+    assert code.count("= autopar_runtime_collectives_scatter_to_tensor_region(") == 1
+    assert code.count("= autopar_runtime_collectives_gather_from_tensor_region(") == 1
+
+
+@pytest.mark.parametrize("strategy, message", [
+    ({"tensor": 2, "regions": {"linear_chain:nowhere.*": "megatron"}}, "names no region of"),
+    ({"tensor": 2, "regions": {"kind:fork_join": {"dsp": {"subgrids": 4}}}}, "must equal the tensor degree 2"),
+    ({"tensor": 4, "regions": {"kind:linear_chain": {"3d": {"x": 2, "y": 1}}}}, "x·y = 4"),
+    ({"tensor": 4, "regions": {"kind:linear_chain": {"3d": {"x": 2, "y": 2, "z": 2}}}}, "splits the rows over z"),
+    ({"tensor": 4, "regions": {"kind:attention": "cube"}}, "splits the rows over z"),
+    ({"tensor": 4, "regions": {"kind:attention": "dsp"}}, "it is no multi-branch region"),
+    ({"tensor": 4, "regions": {"kind:fork_join": "megatron"}}, "a multi-branch region is split by D&SP"),
+    ({"tensor": 4, "regions": {"kind:attention": "sideways"}}, "is no family"),
+    ({"tensor": 4, "regions": {"kind:blocks": "megatron"}}, "unknown region kind"),
+    ({"tensor": 4, "pipeline": 2, "regions": {"kind:attention": "megatron"}}, "not ['pipeline']"),
+])
+def test_pins_that_cannot_run_are_clear_errors(strategy, message):
+    with pytest.raises(PlanError, match=None) as caught:
+        _plan(stem_trunk, 4, {"data": 4 // strategy["tensor"] if "pipeline" not in strategy else 1, **strategy})
+    assert message in str(caught.value), caught.value
+
+
+def test_megatron_pin_on_an_indivisible_region_names_it():
+    # TinyTransformer: 4 heads, so a tensor degree of 8 does not divide them
+    model, inputs, loss_fn, target = transformer()
+    with pytest.raises(PlanError, match=r"region attention:.*pinned to megatron.*not divisible by the tensor "
+                                        r"degree 8"):
+        autopar.plan(model, 8, inputs, loss_fn, {"data": 1, "tensor": 8, "regions": {"kind:attention": "megatron"}},
+                     example_target=target)
+
+
+def test_auto_with_pins_alone_picks_the_mesh():
+    plan = _plan(stem_trunk, 4, {"regions": {"kind:fork_join": "dsp"}})
+    assert plan.mixed and plan.degree("tensor") in (2, 4)
+    assert {r.strategy for r in plan.regions if r.kind == "fork_join"} == {"dsp"}
+
+
+def test_a_dsp_pin_on_too_few_branches_names_the_region():
+    with pytest.raises(PlanError, match=r"region fork_join:.*pinned to dsp.*3 branches cannot fill the tensor "
+                                        r"group of 4 ranks"):
+        _plan(inception_factory, 4, {"data": 1, "tensor": 4, "regions": {"kind:fork_join": "dsp"}})
+
+
+def test_the_planner_picks_a_mixed_plan_where_it_is_predicted_fastest():
+    """A wide multi-branch stem before a transformer trunk on 8 A100s (on the meta device):
+    the trunk pays for Megatron over a tensor group of 2, and the stem's four branches
+    then run one half each on the group's ranks rather than twice; the plan says what the
+    best single-family plan would take."""
+    with torch.device("meta"):
+        model = StemTrunk(width=4096, heads=16, layers=2, side=16, stem=256)
+    x = torch.zeros(16, 3, 16, 16, device="meta")
+    y = torch.zeros(16, dtype=torch.long, device="meta")
+    plan = autopar.plan(model, 8, (x,), torch.nn.functional.cross_entropy, "auto", example_target=y,
+                        hardware="a100-selene")
+    assert plan.mixed and plan.mesh == {"data": 4, "tensor": 2}
+    strategies = {r.kind: r.strategy for r in plan.regions}
+    assert strategies["fork_join"] == "dsp" and strategies["attention"] == "megatron"
+    single = [c for c in plan.candidates if c.feasible and not c.form.startswith("mixed")]
+    assert min(c.step_s for c in single) > plan.step_s
+    assert "best single-family plan: " in plan.explain() and "x the mixed plan's" in plan.explain()
+    assert plan.why_not("mixed").startswith("mixed: chosen")
