@@ -87,6 +87,8 @@ class MixedPricer:
         self.pins = ctx.forced.regions if ctx.forced is not None else ()
         self.gaps = rule_gaps(self.model) if tensor > 1 else {}
         self.memo = self.model.memo("mixed.options")
+        self.links = self.model.memo("mixed.links")
+        self.credits = self.model.memo("mixed.credits")
         if grid is not None:
             self.pricer = GridPricer(self.model, self.hw, grid, AXONN, False, True)
             base = self.pricer.layout  # every boundary priced; the programme credits direct ones
@@ -94,6 +96,8 @@ class MixedPricer:
 
     # ------------------------------------------------------------------ one region's options
     def pin_of(self, region):
+        if not self.pins:
+            return None
         return next((p for p in self.pins if p.matches(region)), None)
 
     def options(self, r) -> dict[str, Option]:
@@ -101,8 +105,7 @@ class MixedPricer:
         found = self.memo.get(key)
         if found is None:
             found = self.memo[key] = self._options(r)
-        return {k: dataclasses.replace(o, cost=dataclasses.replace(o.cost, comm_s=dict(o.cost.comm_s)))
-                for k, o in found.items()}
+        return found  # shared by the class: read only (the table copies what it keeps)
 
     def _options(self, r) -> dict[str, Option]:
         model, hw, data, t = self.model, self.hw, self.data, self.tensor
@@ -278,22 +281,42 @@ class MixedPricer:
         nothing else reads it, the first's exit all-gather."""
         if prev != "tensor3d" or name != "tensor3d" or self.grid is None:
             return 0.0
-        model = self.model
-        last = model.table[region_linears(prev_region)[-1][0]]
-        plain = [n for n, transposed in region_linears(region) if not transposed]
-        first = model.table[plain[0]]
-        entry = match_linear(first, model.gm).input
-        if entry is not last:
+        link = self._link(prev_region, region)
+        if link is None:
             return 0.0
-        credit = boundary_comm(tensor_spec(entry).nbytes, 0.0, self.grid, self.hw)
-        if all(u.name in plain for u in last.users):
-            credit += boundary_comm(0.0, tensor_spec(last).nbytes, self.grid, self.hw)
+        key = (link, self.grid, self.hw)
+        credit = self.credits.get(key)
+        if credit is None:
+            in_bytes, out_bytes = link
+            credit = self.credits[key] = (boundary_comm(in_bytes, 0.0, self.grid, self.hw)
+                                          + boundary_comm(0.0, out_bytes, self.grid, self.hw))
         return credit
 
+    def _link(self, prev_region, region) -> tuple[float, float] | None:
+        """Whether ``region``'s plain layers read ``prev_region``'s transposed output
+        directly: ``(its bytes, the bytes of the exit gather saved)`` (the second 0 when
+        something else reads it too), else None. Found once per pair of regions."""
+        key = (prev_region.id, region.id)
+        if key not in self.links:
+            model = self.model
+            last = model.table[region_linears(prev_region)[-1][0]]
+            plain = [n for n, transposed in region_linears(region) if not transposed]
+            entry = match_linear(model.table[plain[0]], model.gm).input
+            if entry is not last:
+                self.links[key] = None
+            else:
+                nbytes = float(tensor_spec(last).nbytes)
+                self.links[key] = (nbytes, nbytes if all(u.name in plain for u in last.users) else 0.0)
+        return self.links[key]
+
     # ------------------------------------------------------------------ the table
-    def table(self) -> RegionTable:
+    def table(self, materialize: bool = True) -> RegionTable:
+        """The region table of the programme's choice; ``materialize=False`` (the search)
+        keeps the 3D regions' layer details of their class's representative."""
         path, _ = self.solve()
         model, hw, data, t = self.model, self.hw, self.data, self.tensor
+        # the families the programme chose (a multi-branch region left open adds none)
+        self.uses = {name for _, name in path if name != "open"}
         rows, covered = [], set()
         compute = activations = local = 0.0
         comm: dict[str, float] = {}
@@ -306,44 +329,31 @@ class MixedPricer:
         for step, name in path:
             r = step.region
             if r.id in inside_dsp:
-                rows.append(RegionChoice(r.id, r.kind, "replicate", Cost(0.0, {}, 0.0), {},
-                                         f"inside D&SP region {inside_dsp[r.id]}: runs whole on its branch's rank"))
+                if materialize:
+                    rows.append(RegionChoice(r.id, r.kind, "replicate", Cost(0.0, {}, 0.0), {},
+                                             f"inside D&SP region {inside_dsp[r.id]}: runs whole on its branch's "
+                                             f"rank"))
                 continue
-            if step.branching:
-                rest = self._rest(step)
-                alternatives = {"replicate": self._open(step, "start", None)[0], "dsp": _seconds(step.options["dsp"])}
-            else:
-                alternatives = {k: _seconds(o) for k, o in step.options.items()}
             if name == "open":
-                cost = Cost(model.seconds(rest, hw, 1 / data), {}, 0.0)
-                option = Option(cost, 0.0, model.activation_bytes(rest, 1 / data))
-                strategy, reason = "replicate", "branches not split: the regions inside choose for themselves"
+                rest = self._rest(step)
+                option = Option(Cost(model.seconds(rest, hw, 1 / data), {}, 0.0), 0.0,
+                                model.activation_bytes(rest, 1 / data),
+                                reason="branches not split: the regions inside choose for themselves")
                 covered.update(rest)
             else:
                 option = step.options[name]
-                strategy, reason = name, option.reason
                 covered.update(r.nodes)
-            details = dict(option.details)
-            if name == "tensor3d":  # the options are shared by a class of regions: this one's layers
-                details = {**self.pricer.region(r).choice.details, "grid": option.details["grid"],
-                           "boundary": self._boundary_text(path, step)}
-            pin = self.pin_of(r)
-            if pin is not None:
-                reason = f"pinned by {pin.pattern!r}: " + reason
-            elif name not in ("open",):
-                reason = (reason + "; cheapest predicted step time") if len(alternatives) > 1 else reason
-            option.cost.memory_bytes = cm.training_memory(option.params, option.activations)
-            rows.append(RegionChoice(r.id, r.kind, strategy, option.cost, alternatives, reason, details))
             compute += option.cost.compute_s
             for k, v in option.cost.comm_s.items():
                 comm[k] = comm.get(k, 0.0) + v
             activations += option.activations
             local += option.params
+            if materialize:
+                rows.append(self._row(path, step, name, option))
         credits = sum(self._credit(a[1], a[0].region, b[1], b[0].region) for a, b in _pairs(path))
         if credits:
             comm["y"] = comm.get("y", 0.0) - credits
-        outside = [n.name for n in model.gm.graph.nodes if n.name not in covered
-                   and not any(n.name in r.nodes for r in model.regions)]
+        outside = [n.name for n in model.gm.graph.nodes if n.name not in covered and n.name not in model.node_region]
         outside_compute = model.seconds(outside, hw, 1 / data)
         compute += outside_compute
         total_params = sum(p.numel() for p in model.params.values())
@@ -354,12 +364,33 @@ class MixedPricer:
         local += outside_params
         outside_act = model.activation_bytes(outside, 1 / data)
         activations += outside_act
-        rows.append(RegionChoice("(outside regions)", "-", "replicate",
-                                 Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)), {},
-                                 "not in a splittable region"))
+        if materialize:
+            rows.append(RegionChoice("(outside regions)", "-", "replicate",
+                                     Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
+                                     {}, "not in a splittable region"))
         comm["data"] = exposed_data_comm(data, t, local * 4, compute, hw)
         total = Cost(compute, comm, cm.training_memory(local, activations))
         return RegionTable(rows, total, compute + sum(comm.values()))
+
+    def _row(self, path, step: Step, name: str, option: Option) -> RegionChoice:
+        """One region's row of the plan: its choice, cost, alternatives and why."""
+        r = step.region
+        if step.branching:
+            alternatives = {"replicate": self._open(step, "start", None)[0], "dsp": _seconds(step.options["dsp"])}
+        else:
+            alternatives = {k: _seconds(o) for k, o in step.options.items()}
+        strategy, reason, details = ("replicate" if name == "open" else name), option.reason, dict(option.details)
+        if name == "tensor3d":  # options are shared by a class: this region's layers
+            details = {**self.pricer.region(r).choice.details, "grid": option.details["grid"],
+                       "boundary": self._boundary_text(path, step)}
+        pin = self.pin_of(r)
+        if pin is not None:
+            reason = f"pinned by {pin.pattern!r}: " + reason
+        elif name != "open" and len(alternatives) > 1:
+            reason += "; cheapest predicted step time"
+        cost = Cost(option.cost.compute_s, dict(option.cost.comm_s),
+                    cm.training_memory(option.params, option.activations))
+        return RegionChoice(r.id, r.kind, strategy, cost, alternatives, reason, details)
 
     def _boundary_text(self, path, step) -> str:
         names = [(s, n) for s, n in path if n != "open"]
@@ -470,12 +501,13 @@ class Mixed(CompileHooks):
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}",
                             form=form)
         try:
-            table = MixedPricer(ctx, data, t, grid).table()
+            pricer = MixedPricer(ctx, data, t, grid)
+            table = pricer.table(materialize=False)
         except PlanError as e:
             if ctx.forced is not None and ctx.forced.tensor is not None:
                 raise
             return rejected(self.name, config, mesh, str(e), form=form)
-        uses = {c.strategy for c in table.regions}
+        uses = pricer.uses
         # another family's plan, or the same mesh's without a grid: weighed there
         if ctx.forced is None and (len(uses - {"replicate"}) < 2 or (grid is not None and "tensor3d" not in uses)):
             return dataclasses.replace(rejected(self.name, config, mesh, "a single-family plan", form=form),
@@ -484,7 +516,8 @@ class Mixed(CompileHooks):
         return dataclasses.replace(priced, form=form)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
-        plan_ = mesh_plan(ctx, priced, priced.table)
+        c = priced.config
+        plan_ = mesh_plan(ctx, priced, MixedPricer(ctx, c.data, c.tensor, c.grid).table())
         grid = priced.config.grid
         plan_.mixed = True
         plan_.tensor_grid = {"x": grid.x, "y": grid.y} if grid is not None and plan_.regions_with("tensor3d") else {}
