@@ -26,29 +26,9 @@ from autopar._torch_compat import is_aten_op
 from autopar.ir import SPEC, Region, add_region, clear_regions, regions
 from autopar.analysis.manager import examining
 from autopar.analysis.fork_join import node_flops
+from autopar.analysis.naming import module_paths
 
 log = logging.getLogger("autopar.analysis.repeated_blocks")
-
-
-def module_paths(node: fx.Node) -> tuple[str, ...]:
-    """The module paths ``node`` was traced inside, outermost first, root excluded.
-
-    Both tracers write ``node.meta["nn_module_stack"]`` as ``{key: (path, class)}``; the
-    keys differ (``L__self__model.h.0`` under export, ``model.h.0@1`` for a second call
-    under symbolic_trace) while the path does not, so the path is read. Parameters read
-    through ``get_attr`` carry no stack under export, nor do nodes of a graph built by
-    hand; for those the owner is in the target's name.
-    """
-    stack = node.meta.get("nn_module_stack")
-    if node.op == "get_attr" or (node.op == "call_module" and not stack):  # hand-built graphs have no stack
-        parts = str(node.target).split(".")[:None if node.op == "call_module" else -1]
-        return tuple(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    paths: list[str] = []
-    for value in (stack or {}).values():
-        path = value[0] if isinstance(value, tuple) else str(value)
-        if path and path not in paths:
-            paths.append(path)
-    return tuple(paths)
 
 
 def _class_name(gm: fx.GraphModule, node: fx.Node, path: str) -> str:

@@ -1,0 +1,136 @@
+"""Region ids are ``<kind>:<module path>`` in the model's own names (autopar/analysis/naming.py).
+
+Users read plans, and match region names with patterns, against the model they know:
+``linear_chain:transformer.h.0.mlp``, not ``linear_chain:addmm_2``; the capture wrapper's
+``model.`` prefix is not theirs. The ids must also be the same in every capture of one
+model (both tracers, any batch size), since each rank finds the plan's regions by id in
+its own capture.
+"""
+from fnmatch import fnmatch
+
+import pytest
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autopar.analysis.analyse import analyse
+from autopar.analysis.linear_chains import find_linear_chains_pass
+from autopar.capture import capture, propagate_specs
+from autopar.ir import regions
+from examples import factories
+from examples.models import MLP
+
+
+def _ids(gm, kind=None):
+    return [r.id for r in regions(gm, kind)]
+
+
+def _hf_gpt2():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16)
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config)
+
+
+def _lm_loss(output, target):
+    return F.cross_entropy(output.logits.flatten(0, -2), target.flatten())
+
+
+def test_hugging_face_gpt2_regions_are_named_by_its_modules():
+    model = _hf_gpt2()
+    ids = torch.randint(0, 64, (2, 8))
+    gm = analyse(capture(model, (ids,), _lm_loss, ids))
+    assert _ids(gm, "vocab") == ["vocab:transformer.wte"]  # the token embedding, not the tied head
+    assert _ids(gm, "attention") == ["attention:transformer.h.0.attn", "attention:transformer.h.1.attn"]
+    assert _ids(gm, "linear_chain") == ["linear_chain:transformer.h.0.mlp", "linear_chain:transformer.h.1.mlp"]
+    # every name is a module of the user's model, reachable by its own name
+    for rid in _ids(gm, "attention") + _ids(gm, "linear_chain") + _ids(gm, "vocab"):
+        model.get_submodule(rid.split(":", 1)[1])
+    assert [rid for rid in _ids(gm) if fnmatch(rid, "linear_chain:transformer.h.*.mlp")] == _ids(gm, "linear_chain")
+
+
+@pytest.mark.parametrize("tracer", ["symbolic_trace", "export"])
+def test_example_transformer_names_under_both_tracers(tracer):
+    model, inputs, loss, target = factories.transformer()
+    gm = analyse(capture(model, inputs, loss, target, tracer=tracer))
+    assert _ids(gm, "vocab") == ["vocab:tok"]
+    assert _ids(gm, "attention") == ["attention:blocks.0.attn", "attention:blocks.1.attn"]
+    # fc and proj sit directly in the block: the block holds the chain
+    assert _ids(gm, "linear_chain") == ["linear_chain:blocks.0", "linear_chain:blocks.1"]
+
+
+@pytest.mark.parametrize("tracer", ["symbolic_trace", "export"])
+def test_inception_branches_meeting_in_the_root_take_the_first_branch_module(tracer):
+    model, inputs, loss, target = factories.inception()
+    gm = analyse(capture(model, inputs, loss, target, tracer=tracer))
+    assert _ids(gm, "fork_join") == ["fork_join:b1"]
+
+
+def test_two_chains_in_one_module_are_told_apart_in_graph_order():
+    model, inputs, loss, target = factories.mlp()
+    gm = analyse(capture(model, inputs, loss, target))
+    assert _ids(gm, "linear_chain") == ["linear_chain:body", "linear_chain:body#1"]
+    first, second = regions(gm, "linear_chain")
+    assert first.details["column"] == ["model_body_0"] and second.details["column"] == ["model_body_3"]
+
+
+class _TwoChains(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c, self.d = nn.Linear(8, 16), nn.Linear(16, 8), nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.d(torch.relu(self.c(self.b(torch.relu(self.a(x))))))
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ffn = _TwoChains()
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.ffn(x))
+
+
+def test_suffixes_in_a_nested_module_and_the_same_ids_at_another_batch():
+    names = ["linear_chain:ffn", "linear_chain:ffn#1"]
+    for batch, tracer in ((4, "symbolic_trace"), (2, "symbolic_trace"), (4, "export")):
+        gm = analyse(capture(_Block(), (torch.randn(batch, 8),), tracer=tracer))
+        assert _ids(gm, "linear_chain") == names, (batch, tracer)
+
+
+class _Holder(nn.Module):
+    """A user model whose own attribute is called ``model`` (as Hugging Face's Llama's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = MLP()
+
+    def forward(self, x):
+        return self.model(x)
+
+
+def test_only_the_capture_wrapper_prefix_is_taken_off():
+    x = torch.randn(8, 32)
+    captured = analyse(capture(_Holder(), (x,)))
+    assert _ids(captured, "linear_chain") == ["linear_chain:model.body", "linear_chain:model.body#1"]
+    traced = fx.symbolic_trace(_Holder())  # no capture wrapper: the paths are the graph's own
+    propagate_specs(traced, (x,))
+    find_linear_chains_pass(traced)
+    assert _ids(traced, "linear_chain") == ["linear_chain:model.body", "linear_chain:model.body#1"]
+
+
+def test_a_region_of_the_root_functional_code_falls_back_to_a_node_name():
+    class Functional(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Parameter(torch.randn(8, 16)), nn.Parameter(torch.randn(16, 8))
+
+        def forward(self, x):
+            return torch.relu(x @ self.a) @ self.b
+
+    gm = analyse(capture(Functional(), (torch.randn(2, 8),)))
+    assert _ids(gm, "linear_chain") == ["linear_chain:matmul"]
+
