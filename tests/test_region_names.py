@@ -134,3 +134,53 @@ def test_a_region_of_the_root_functional_code_falls_back_to_a_node_name():
     gm = analyse(capture(Functional(), (torch.randn(2, 8),)))
     assert _ids(gm, "linear_chain") == ["linear_chain:matmul"]
 
+
+class _PipelineBlock(nn.Module):
+    def __init__(self, w: int = 32):
+        super().__init__()
+        self.ln, self.fc, self.proj = nn.LayerNorm(w), nn.Linear(w, 4 * w), nn.Linear(4 * w, w)
+
+    def forward(self, x):
+        return x + self.proj(F.gelu(self.fc(self.ln(x))))
+
+
+class _Encoder(nn.Module):
+    """A chain before the blocks and one after, both held by ``enc`` itself."""
+
+    def __init__(self, w: int = 32):
+        super().__init__()
+        self.pre1, self.pre2 = nn.Linear(w, 2 * w), nn.Linear(2 * w, w)
+        self.blocks = nn.ModuleList([_PipelineBlock(w) for _ in range(2)])
+        self.post1, self.post2 = nn.Linear(w, 2 * w), nn.Linear(2 * w, w)
+
+    def forward(self, x):
+        x = self.pre2(torch.tanh(self.pre1(x)))
+        for block in self.blocks:
+            x = block(x)
+        return self.post2(torch.tanh(self.post1(x)))
+
+
+class _WithEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc, self.head = _Encoder(), nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.enc(x))
+
+
+def test_a_pipeline_stage_keeps_the_whole_graph_ids():
+    """The last stage holds ``linear_chain:enc#1`` without ``linear_chain:enc``: its own
+    analysis would call it ``linear_chain:enc``, and the plan's Megatron split for the
+    stage would name a region the stage does not have."""
+    import autopar
+    from autopar.strategies.pipeline.program import stage_graphs
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 32), torch.randint(0, 4, (8,))
+    plan = autopar.plan(_WithEncoder(), 4, (x,), F.cross_entropy, {"pipeline": 2, "tensor": 2}, example_target=y)
+    split = {r.region for r in plan.regions if r.strategy == "megatron"}
+    assert {"linear_chain:enc", "linear_chain:enc#1"} <= split, plan.explain()
+    last_rank = plan.world_size - 1
+    built, _, _ = stage_graphs(_WithEncoder(), plan, last_rank, (x,), F.cross_entropy, y)
+    (stage,) = built.values()
+    assert _ids(stage[0], "linear_chain") == ["linear_chain:enc.blocks.1", "linear_chain:enc#1"]

@@ -17,12 +17,13 @@ alike (the rewrite finds the plan's regions by these ids in each rank's graph).
 """
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 import torch.fx as fx
 
 from autopar.capture import MODEL_PREFIX
-from autopar.ir import CAPTURE
+from autopar.ir import CAPTURE, Region, add_region, clear_regions, regions
 
 _COMPUTING_OPS = ("call_function", "call_method", "call_module")
 
@@ -124,3 +125,40 @@ class RegionNames:
         """The id of a region of :attr:`kind` made of ``nodes`` (see :func:`region_path`)."""
         return self.id_for(region_path(gm, nodes))
 
+
+def adopt_region_ids(gm: fx.GraphModule, known: dict[tuple[str, str], str]) -> None:
+    """Give ``gm``'s regions the ids ``known`` names them by, keyed by ``(kind, first node
+    name)``: the ids the analysis of a larger graph that ``gm`` was cut from gave them.
+
+    A pipeline stage's graph holds only part of the model, so its own analysis can number
+    the regions of one module differently (``linear_chain:enc#1`` of the whole graph is
+    ``linear_chain:enc`` in a stage without ``linear_chain:enc``); node names survive the
+    cut, so the first node identifies the region. Regions ``known`` does not name keep
+    their id (with a further ``#k`` if a renamed one took it); fork/join parents follow.
+    Regions stay in order and nodes are tagged again (:func:`autopar.ir.add_region`).
+    """
+    found = regions(gm)
+
+    def key(r: Region) -> tuple[str, str]:
+        return r.kind, r.nodes[0] if r.nodes else ""
+
+    counts = Counter(key(r) for r in found)
+    matched = {r.id: known[key(r)] for r in found if key(r) in known and counts[key(r)] == 1}
+    taken = set(matched.values())
+    renamed: dict[str, str] = {}
+    for r in found:
+        rid, k = matched.get(r.id, r.id), 0
+        while r.id not in matched and rid in taken:
+            k += 1
+            rid = f"{r.id}#{k}"
+        taken.add(rid)
+        renamed[r.id] = rid
+    if all(old == new for old, new in renamed.items()):
+        return
+    for kind in {r.kind for r in found}:
+        clear_regions(gm, kind)
+    for r in found:
+        details = dict(r.details)
+        if details.get("parent") in renamed:
+            details["parent"] = renamed[details["parent"]]
+        add_region(gm, Region(renamed[r.id], r.kind, list(r.nodes), details))
