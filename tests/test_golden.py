@@ -947,8 +947,8 @@ linear_chain:blocks.1    linear_chain  megatron   0.057 ms  1.456 ms     0.000 m
 (outside regions)        -             replicate  0.161 ms  0.000 ms     0.000 ms   0.03 MiB  -
 
 pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.090 ms); scatter/gather on
-  stage 0 (rank 0): block:model.blocks.0 + embedding; 0.795 ms per microbatch; sends 2.0 KiB per microbatch
-  stage 1 (rank 1): block:model.blocks.1 + head and loss; 0.797 ms per microbatch
+  stage 0 (rank 0): block:blocks.0 + embedding; 0.795 ms per microbatch; sends 2.0 KiB per microbatch
+  stage 1 (rank 1): block:blocks.1 + head and loss; 0.797 ms per microbatch
   per rank: rank 0 1.088 ms/microbatch, 2 in flight, 0.21 MiB (0.17 MiB recomputing); rank 1 1.090 ms/microbatch, 1 in flight, 0.14 MiB (0.14 MiB recomputing)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  F2  .   .   B1  B1  F3  B2  B2  F4  B3  B3  .   B4  B4 |

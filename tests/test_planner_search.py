@@ -136,8 +136,8 @@ linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 m
 (outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.05 MiB  -
 
 pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 1 microbatch(es) of 2 row(s); predicted bubble (p-1)/(v*m) = 1.000 (0.301 ms); scatter/gather off
-  stage 0 (rank 0): block:model.blocks.0 + embedding; 0.089 ms per microbatch; sends 4.0 KiB per microbatch
-  stage 1 (rank 1): block:model.blocks.1 + head and loss; 0.092 ms per microbatch
+  stage 0 (rank 0): block:blocks.0 + embedding; 0.089 ms per microbatch; sends 4.0 KiB per microbatch
+  stage 1 (rank 1): block:blocks.1 + head and loss; 0.092 ms per microbatch
   per rank: rank 0 0.298 ms/microbatch, 1 in flight, 0.35 MiB (0.35 MiB recomputing); rank 1 0.301 ms/microbatch, 1 in flight, 0.31 MiB (0.32 MiB recomputing)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  .   .   .   B1  B1 |

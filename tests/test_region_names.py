@@ -44,8 +44,9 @@ def test_hugging_face_gpt2_regions_are_named_by_its_modules():
     assert _ids(gm, "vocab") == ["vocab:transformer.wte"]  # the token embedding, not the tied head
     assert _ids(gm, "attention") == ["attention:transformer.h.0.attn", "attention:transformer.h.1.attn"]
     assert _ids(gm, "linear_chain") == ["linear_chain:transformer.h.0.mlp", "linear_chain:transformer.h.1.mlp"]
+    assert _ids(gm, "block") == ["block:transformer.h.0", "block:transformer.h.1"]
     # every name is a module of the user's model, reachable by its own name
-    for rid in _ids(gm, "attention") + _ids(gm, "linear_chain") + _ids(gm, "vocab"):
+    for rid in _ids(gm):
         model.get_submodule(rid.split(":", 1)[1])
     assert [rid for rid in _ids(gm) if fnmatch(rid, "linear_chain:transformer.h.*.mlp")] == _ids(gm, "linear_chain")
 
@@ -58,6 +59,7 @@ def test_example_transformer_names_under_both_tracers(tracer):
     assert _ids(gm, "attention") == ["attention:blocks.0.attn", "attention:blocks.1.attn"]
     # fc and proj sit directly in the block: the block holds the chain
     assert _ids(gm, "linear_chain") == ["linear_chain:blocks.0", "linear_chain:blocks.1"]
+    assert _ids(gm, "block") == ["block:blocks.0", "block:blocks.1"]
 
 
 @pytest.mark.parametrize("tracer", ["symbolic_trace", "export"])

@@ -5,7 +5,7 @@ region names with patterns (``linear_chain:transformer.h.*.mlp``), so a region i
 the module that holds it, not by an fx node name (``linear_chain:addmm_2``)::
 
     HF GPT-2         vocab:transformer.wte  attention:transformer.h.0.attn
-                     linear_chain:transformer.h.0.mlp
+                     linear_chain:transformer.h.0.mlp  block:transformer.h.0
     Inception        fork_join:b1 (the branches meet in the root module: see region_path)
     MLP              linear_chain:body  linear_chain:body#1  (two chains in one Sequential)
 
