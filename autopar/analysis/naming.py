@@ -10,7 +10,7 @@ the module that holds it, not by an fx node name (``linear_chain:addmm_2``)::
     MLP              linear_chain:body  linear_chain:body#1  (two chains in one Sequential)
 
 Every analysis pass names its regions here: :func:`region_path` finds the module,
-:func:`RegionNames` makes the id unique in the graph. Both tracers produce the same
+:class:`RegionNames` makes the id unique in the graph. Both tracers produce the same
 paths (``node.meta["nn_module_stack"]``, see :func:`module_paths`), and a pipeline
 stage's graph keeps its nodes' metadata, so every capture of one model names its regions
 alike (the rewrite finds the plan's regions by these ids in each rank's graph).
