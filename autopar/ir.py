@@ -9,9 +9,11 @@ under the keys defined here and nothing else:
 * the planner reads the regions and writes a :class:`autopar.planning.plan.Plan`;
 * rewrite passes read the regions and the plan.
 
-A region's id is derived from node names (``attention:linear_3``), which the tracers
-produce deterministically, so the same model captured at another batch size (each
-rank captures at its local batch) has the same region ids.
+A region's id is ``<kind>:<module path>``, the module that holds it in the user model's
+own names (``attention:transformer.h.0.attn``; see :mod:`autopar.analysis.naming`).
+Module paths and graph order are the same in every capture of one model, so the same
+model captured at another batch size (each rank captures at its local batch) has the
+same region ids.
 """
 from __future__ import annotations
 

@@ -42,8 +42,8 @@ def test_a_candidate_that_raises_is_skipped_with_a_warning_naming_pass_and_node(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("'attention'" in w and f"node {FAULTY_NODE} " in w and "injected fault" in w for w in warnings), warnings
     planned = {r.region for r in plan.regions}
-    assert "attention:softmax" not in planned  # that core stays outside regions
-    assert {"attention:softmax_1", "linear_chain:model_blocks_0_fc", "vocab:model_tok"} <= planned
+    assert "attention:blocks.0.attn" not in planned  # that core stays outside regions
+    assert {"attention:blocks.1.attn", "linear_chain:blocks.0", "vocab:tok"} <= planned
 
 
 def _partial_then_raise(gm: fx.GraphModule) -> fx.GraphModule:
@@ -65,7 +65,7 @@ def test_a_pass_that_raises_loses_its_regions_and_the_later_passes_still_run(mon
     assert any("pass 'linear_chains' failed" in r.getMessage() and "the whole pass is broken" in r.getMessage()
                and "dropped" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     plan = autopar.plan(factory(), 2, inputs, loss, {"data": 1, "tensor": 2}, example_target=target)
-    assert {r.region for r in plan.regions if r.strategy == "megatron"} >= {"attention:softmax"}
+    assert {r.region for r in plan.regions if r.strategy == "megatron"} >= {"attention:blocks.0.attn"}
 
 
 def test_rewrite_passes_still_fail_loudly():
@@ -97,7 +97,7 @@ _LAUNCHED = shared_ranks.register(2, __name__, fault_injected_training_job, time
 @pytest.mark.multiprocess
 def test_a_fault_in_analysis_does_not_stop_auto_and_training_matches_single_device():
     for report in _LAUNCHED():
-        assert "attention:softmax " not in report["plan"] and "attention:softmax_1" in report["plan"]
+        assert "attention:blocks.0.attn " not in report["plan"] and "attention:blocks.1.attn " in report["plan"]
         for key in ("output", "loss", "grad"):
             abs_diff, rel_diff = report[key]
             assert abs_diff <= 1e-6 or rel_diff <= 1e-4, (key, report)

@@ -19,14 +19,14 @@ def _transformer(heads=4, width=32):
 
 def test_forced_tensor_degree_not_dividing_heads_names_region_and_sizes():
     model, inputs, loss, target = _transformer(heads=3, width=48)
-    with pytest.raises(autopar.PlanError, match=r"region attention:softmax: attention heads = 3 is not divisible "
+    with pytest.raises(autopar.PlanError, match=r"region attention:blocks.0.attn: attention heads = 3 is not divisible "
                                                 r"by the tensor degree 2"):
         autopar.plan(model, 2, inputs, loss, {"tensor": 2}, example_target=target)
 
 
 def test_forced_tensor_degree_not_dividing_hidden_width():
     model = nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 8))
-    with pytest.raises(autopar.PlanError, match=r"region linear_chain:model_0: hidden width = 6 is not divisible "
+    with pytest.raises(autopar.PlanError, match=r"region linear_chain:0: hidden width = 6 is not divisible "
                                                 r"by the tensor degree 4"):
         autopar.plan(model, 4, (torch.randn(4, 8),), strategy={"tensor": 4})
 
@@ -126,13 +126,13 @@ def test_call_time_batch_not_divisible_is_an_error_on_every_rank():
 def test_dsp_errors_name_region_and_limits():
     from examples.models import Towers
     x = torch.randn(8, 16)
-    with pytest.raises(autopar.PlanError, match=r"region fork_join:tanh: 3 branches cannot fill 4 sub-grids"):
+    with pytest.raises(autopar.PlanError, match=r"region fork_join:towers.0.0: 3 branches cannot fill 4 sub-grids"):
         autopar.plan(Towers(), 4, (x,), strategy={"data": 4, "subgrids": 4})
     with pytest.raises(autopar.PlanError, match=r"D&SP with subgrids=2 needs tensor=1"):
         autopar.plan(Towers(), 4, (x,), strategy={"data": 2, "tensor": 2, "subgrids": 2})
     with pytest.raises(autopar.PlanError, match=r"subgrids=2 asks for D&SP, but the model has no multi-branch region"):
         autopar.plan(MLP(), 2, (torch.randn(4, 32),), strategy={"data": 2, "subgrids": 2})
-    with pytest.raises(autopar.PlanError, match=r"region attention:softmax: 4 heads cannot fill 8 sub-grids"):
+    with pytest.raises(autopar.PlanError, match=r"region attention:blocks.0.attn: 4 heads cannot fill 8 sub-grids"):
         autopar.plan(TinyTransformer(), 8, (torch.randint(0, 64, (8, 16)),), strategy={"data": 8, "subgrids": 8})
     with pytest.raises(autopar.PlanError, match=r"csub=True \(D&SP-cSub\) needs subgrids > 1"):
         autopar.plan(Towers(), 2, (x,), strategy={"data": 2, "csub": True})
@@ -175,7 +175,7 @@ def test_region_with_an_op_without_split_rule_falls_back_to_replication(caplog):
     attention = next(r for r in plan.regions if r.kind == "attention")
     assert attention.strategy == "replicate"
     assert "node roll (aten.roll) has no split rule; the region stays replicated within the tensor group" in attention.reason
-    assert any("attention:scaled_dot_product_attention" in m and "roll" in m for m in caplog.messages)
+    assert any("attention:qkv" in m and "roll" in m for m in caplog.messages)
     assert [r.strategy for r in plan.regions if r.kind == "linear_chain"] == ["megatron"]  # the rest still splits
     assert "roll" in plan.explain()
 

@@ -28,11 +28,11 @@ mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
 predicted step 0.245 ms: compute 0.031 ms, data comm 0.215 ms, tensor comm 0.000 ms; memory per rank 0.14 MiB
 model: 4.086e+05 FLOP per step -> 8.334e+08 FLOP/s per device predicted
 
-region                     kind          strategy   compute   comm tensor  comm data  memory    alternatives
--------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
-linear_chain:model_body_0  linear_chain  replicate  0.012 ms  0.000 ms     0.000 ms   0.07 MiB  -
-linear_chain:model_body_3  linear_chain  replicate  0.012 ms  0.000 ms     0.000 ms   0.07 MiB  -
-(outside regions)          -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
+region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
+-------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
+linear_chain:body    linear_chain  replicate  0.012 ms  0.000 ms     0.000 ms   0.07 MiB  -
+linear_chain:body#1  linear_chain  replicate  0.012 ms  0.000 ms     0.000 ms   0.07 MiB  -
+(outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
 
 meshes weighed:
  * data=2 x tensor=1: step 0.245 ms, memory 0.14 MiB""")
@@ -60,11 +60,11 @@ mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 0.755 ms: compute 0.031 ms, data comm 0.000 ms, tensor comm 0.724 ms; memory per rank 0.07 MiB
 model: 4.086e+05 FLOP per step -> 2.707e+08 FLOP/s per device predicted
 
-region                     kind          strategy   compute   comm tensor  comm data  memory    alternatives
--------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-linear_chain:model_body_0  linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
-linear_chain:model_body_3  linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
-(outside regions)          -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
+region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
+-------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
+linear_chain:body    linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
+linear_chain:body#1  linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
+(outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
 
 meshes weighed:
  * data=1 x tensor=2: step 0.755 ms, memory 0.07 MiB""")
@@ -101,11 +101,11 @@ mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 1.191 ms: compute 0.030 ms, data comm 0.440 ms, tensor comm 0.722 ms; memory per rank 0.07 MiB
 model: 4.086e+05 FLOP per step -> 8.573e+07 FLOP/s per device predicted
 
-region                     kind          strategy   compute   comm tensor  comm data  memory    alternatives
--------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-linear_chain:model_body_0  linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
-linear_chain:model_body_3  linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
-(outside regions)          -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
+region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
+-------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
+linear_chain:body    linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
+linear_chain:body#1  linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
+(outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
 
 meshes weighed:
  * data=2 x tensor=2: step 1.191 ms, memory 0.07 MiB""")
@@ -143,14 +143,14 @@ mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
 predicted step 0.474 ms: compute 0.181 ms, data comm 0.292 ms, tensor comm 0.000 ms; memory per rank 0.66 MiB
 model: 1.121e+07 FLOP per step -> 1.184e+10 FLOP/s per device predicted
 
-region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
-------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
-vocab:model_tok                 vocab         replicate  0.010 ms  0.000 ms     0.000 ms   0.04 MiB  -
-attention:softmax               attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
-attention:softmax_1             attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
-linear_chain:model_blocks_0_fc  linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
-linear_chain:model_blocks_1_fc  linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
-(outside regions)               -             replicate  0.048 ms  0.000 ms     0.000 ms   0.05 MiB  -
+region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
+-----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
+vocab:tok                vocab         replicate  0.010 ms  0.000 ms     0.000 ms   0.04 MiB  -
+attention:blocks.0.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
+attention:blocks.1.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
+linear_chain:blocks.0    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
+linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
+(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.05 MiB  -
 
 meshes weighed:
  * data=2 x tensor=1: step 0.474 ms, memory 0.66 MiB""")
@@ -265,14 +265,14 @@ mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 2.079 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 1.882 ms; memory per rank 0.49 MiB
 model: 1.121e+07 FLOP per step -> 2.696e+09 FLOP/s per device predicted
 
-region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
-------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-vocab:model_tok                 vocab         megatron   0.010 ms  0.376 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
-attention:softmax               attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.051 ms
-attention:softmax_1             attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.051 ms
-linear_chain:model_blocks_0_fc  linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.10 MiB  replicate 0.036 ms
-linear_chain:model_blocks_1_fc  linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.10 MiB  replicate 0.036 ms
-(outside regions)               -             replicate  0.064 ms  0.000 ms     0.000 ms   0.09 MiB  -
+region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
+-----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
+vocab:tok                vocab         megatron   0.010 ms  0.376 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
+attention:blocks.0.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.051 ms
+attention:blocks.1.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.051 ms
+linear_chain:blocks.0    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.10 MiB  replicate 0.036 ms
+linear_chain:blocks.1    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.10 MiB  replicate 0.036 ms
+(outside regions)        -             replicate  0.064 ms  0.000 ms     0.000 ms   0.09 MiB  -
 
 meshes weighed:
  * data=1 x tensor=2: step 2.079 ms, memory 0.49 MiB""")
@@ -410,14 +410,14 @@ mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 2.525 ms: compute 0.155 ms, data comm 0.528 ms, tensor comm 1.841 ms; memory per rank 0.36 MiB
 model: 1.121e+07 FLOP per step -> 1.11e+09 FLOP/s per device predicted
 
-region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
-------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-vocab:model_tok                 vocab         megatron   0.008 ms  0.368 ms     0.000 ms   0.02 MiB  replicate 0.010 ms
-attention:softmax               attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.06 MiB  replicate 0.038 ms
-attention:softmax_1             attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.06 MiB  replicate 0.038 ms
-linear_chain:model_blocks_0_fc  linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
-linear_chain:model_blocks_1_fc  linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
-(outside regions)               -             replicate  0.048 ms  0.000 ms     0.000 ms   0.05 MiB  -
+region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
+-----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
+vocab:tok                vocab         megatron   0.008 ms  0.368 ms     0.000 ms   0.02 MiB  replicate 0.010 ms
+attention:blocks.0.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.06 MiB  replicate 0.038 ms
+attention:blocks.1.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.06 MiB  replicate 0.038 ms
+linear_chain:blocks.0    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
+linear_chain:blocks.1    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
+(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.05 MiB  -
 
 meshes weighed:
  * data=2 x tensor=2: step 2.525 ms, memory 0.36 MiB""")
@@ -560,11 +560,11 @@ model: 1.923e+06 FLOP per step -> 2.388e+08 FLOP/s per device predicted
 
 region             kind       strategy   compute   comm tensor  comm data  comm segment  comm subgrid  memory    alternatives
 -----------------  ---------  ---------  --------  -----------  ---------  ------------  ------------  --------  -------------
-fork_join:relu     fork_join  dsp        0.018 ms  0.000 ms     0.000 ms   0.374 ms      0.402 ms      0.00 MiB  data 0.033 ms
+fork_join:b1       fork_join  dsp        0.018 ms  0.000 ms     0.000 ms   0.374 ms      0.402 ms      0.00 MiB  data 0.033 ms
 (outside regions)  -          replicate  0.017 ms  0.000 ms     0.000 ms   0.000 ms      0.000 ms      0.04 MiB  -
 
 branches on sub-grids:
-  fork_join:relu: D&SP over 2 sub-grids (topology-aware order); branches s0:[1], s1:[0, 2]; messages per split/join 8 intra-node, 0 inter-node (2 per node)
+  fork_join:b1: D&SP over 2 sub-grids (topology-aware order); branches s0:[1], s1:[0, 2]; messages per split/join 8 intra-node, 0 inter-node (2 per node)
 
 meshes weighed:
  * data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 2.014 ms, memory 0.04 MiB""")
@@ -820,16 +820,16 @@ mesh: data=1 x z=2 x y=2 x x=2   (Bian cube Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((dat
 predicted step 8.880 ms: compute 0.029 ms, data comm 0.403 ms, x comm 1.622 ms, y comm 3.607 ms, z comm 3.219 ms; memory per rank 0.03 MiB
 model: 4.086e+05 FLOP per step -> 5.752e+06 FLOP/s per device predicted
 
-region                     kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
--------------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
-linear_chain:model_body_0  linear_chain  cube3d     0.011 ms  0.811 ms  1.803 ms  1.610 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
-linear_chain:model_body_3  linear_chain  cube3d     0.011 ms  0.811 ms  1.803 ms  1.610 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
-(outside regions)          -             replicate  0.007 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms   0.00 MiB  -
+region               kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
+-------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
+linear_chain:body    linear_chain  cube3d     0.011 ms  0.811 ms  1.803 ms  1.610 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
+linear_chain:body#1  linear_chain  cube3d     0.011 ms  0.811 ms  1.803 ms  1.610 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
+(outside regions)    -             replicate  0.007 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms   0.00 MiB  -
 
 cube layers (Bian et al.; orientation by data flow; Algorithms 1/3: all-gather A's rows over the out axis and W over z, reduce-scatter the output's rows over the in axis; backward (2/4): all-gather dC over the in axis, reduce-scatter dA over the out axis and dW over z; biases on the diagonal ranks, Algorithms 7-8):
-  linear_chain:model_body_0: model_body_0 plain (in y, out x); model_body_2 transposed (in x, out y)
+  linear_chain:body: model_body_0 plain (in y, out x); model_body_2 transposed (in x, out y)
     boundary: input cut to y column blocks and x row blocks (backward all-gathers over y and x), output read as A_ijl by the next region (no re-layout)
-  linear_chain:model_body_3: model_body_3 plain (in y, out x); model_body_5 transposed (in x, out y)
+  linear_chain:body#1: model_body_3 plain (in y, out x); model_body_5 transposed (in x, out y)
     boundary: input read as A_ijl from the previous region (no re-layout), output all-gathered over y, then x
 
 meshes weighed:
@@ -881,16 +881,16 @@ mesh: data=1 x z=2 x y=2 x x=2   (3D grid Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((data*
 predicted step 5.178 ms: compute 0.030 ms, data comm 0.403 ms, x comm 0.721 ms, y comm 2.406 ms, z comm 1.618 ms; memory per rank 0.03 MiB
 model: 4.086e+05 FLOP per step -> 9.864e+06 FLOP/s per device predicted
 
-region                     kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
--------------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
-linear_chain:model_body_0  linear_chain  tensor3d   0.012 ms  0.361 ms  1.203 ms  0.809 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
-linear_chain:model_body_3  linear_chain  tensor3d   0.012 ms  0.361 ms  1.203 ms  0.809 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
-(outside regions)          -             replicate  0.007 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms   0.00 MiB  -
+region               kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
+-------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
+linear_chain:body    linear_chain  tensor3d   0.012 ms  0.361 ms  1.203 ms  0.809 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
+linear_chain:body#1  linear_chain  tensor3d   0.012 ms  0.361 ms  1.203 ms  0.809 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
+(outside regions)    -             replicate  0.007 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms   0.00 MiB  -
 
 3D layers (orientation by data flow; Algorithm 1: all-gather W over z, all-reduce the output over the in axis; backward: all-reduce dI over the out axis, reduce-scatter dW over z):
-  linear_chain:model_body_0: model_body_0 plain (in y, out x); model_body_2 transposed (in x, out y)
+  linear_chain:body: model_body_0 plain (in y, out x); model_body_2 transposed (in x, out y)
     boundary: input cut to y blocks (backward all-gather over y), output read split over y by the next region (no re-layout)
-  linear_chain:model_body_3: model_body_3 plain (in y, out x); model_body_5 transposed (in x, out y)
+  linear_chain:body#1: model_body_3 plain (in y, out x); model_body_5 transposed (in x, out y)
     boundary: input read split over y from the previous region (no re-layout), output all-gathered over y
 
 meshes weighed:
@@ -937,18 +937,18 @@ mesh: pipeline=2 x data=1 x tensor=2   (rank = (pipeline*1 + data)*2 + tensor; t
 predicted step 5.450 ms: compute 0.274 ms, data comm 0.000 ms, pipeline comm 2.263 ms, tensor comm 2.913 ms; memory per rank 0.21 MiB
 model: 1.121e+07 FLOP per step -> 5.143e+08 FLOP/s per device predicted
 
-region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
-------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-vocab:model_tok                 vocab         replicate  0.032 ms  0.000 ms     0.000 ms   0.04 MiB  -
-attention:softmax               attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.05 MiB  replicate 0.129 ms
-attention:softmax_1             attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.05 MiB  replicate 0.129 ms
-linear_chain:model_blocks_0_fc  linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
-linear_chain:model_blocks_1_fc  linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
-(outside regions)               -             replicate  0.161 ms  0.000 ms     0.000 ms   0.03 MiB  -
+region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
+-----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
+vocab:tok                vocab         replicate  0.032 ms  0.000 ms     0.000 ms   0.04 MiB  -
+attention:blocks.0.attn  attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.05 MiB  replicate 0.129 ms
+attention:blocks.1.attn  attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.05 MiB  replicate 0.129 ms
+linear_chain:blocks.0    linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
+linear_chain:blocks.1    linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
+(outside regions)        -             replicate  0.161 ms  0.000 ms     0.000 ms   0.03 MiB  -
 
 pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.090 ms); scatter/gather on
-  stage 0 (rank 0): block:model.blocks.0 + embedding; 0.795 ms per microbatch; sends 2.0 KiB per microbatch
-  stage 1 (rank 1): block:model.blocks.1 + head and loss; 0.797 ms per microbatch
+  stage 0 (rank 0): block:blocks.0 + embedding; 0.795 ms per microbatch; sends 2.0 KiB per microbatch
+  stage 1 (rank 1): block:blocks.1 + head and loss; 0.797 ms per microbatch
   per rank: rank 0 1.088 ms/microbatch, 2 in flight, 0.21 MiB (0.17 MiB recomputing); rank 1 1.090 ms/microbatch, 1 in flight, 0.14 MiB (0.14 MiB recomputing)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  F2  .   .   B1  B1  F3  B2  B2  F4  B3  B3  .   B4  B4 |
@@ -956,7 +956,7 @@ timeline (unit: one chunk's forward; backward = 2 units):
   1f1b: p=2 m=4; step 15 units, compute 12 per rank, bubble 0.250 of the ideal time
 
 regions not split over the tensor group:
-  vocab:model_tok: its parameters are read by pipeline stages [0, 1] (tied); kept whole so that every stage holds them the same way
+  vocab:tok: its parameters are read by pipeline stages [0, 1] (tied); kept whole so that every stage holds them the same way
 
 meshes weighed:
  * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 5.450 ms, memory 0.21 MiB""")

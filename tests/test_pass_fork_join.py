@@ -124,16 +124,16 @@ class GoldenText(expecttest.TestCase):
     def test_inception_concat_of_three_conv_branches(self):
         gm = run_pass(Inception(), torch.randn(2, 3, 4, 4))
         self.assertExpectedInline(format_regions(gm), """\
-fork_join:input_0: concat(dim=1) at cat; branches [model_b1] | [model_b2a, relu, model_b2b] | [max_pool2d, model_b3]; flops [768, 9984, 768]; params [16, 164, 16]""")
+fork_join:b1: concat(dim=1) at cat; branches [model_b1] | [model_b2a, relu, model_b2b] | [max_pool2d, model_b3]; flops [768, 9984, 768]; params [16, 164, 16]""")
 
     def test_nested_regions_outer_then_inner(self):
         gm = run_pass(Nested(), torch.randn(2, 4))
         self.assertExpectedInline(format_regions(gm), """\
-fork_join:input_0: sum at add; branches [model_stem, relu, model_c1, model_c2, cat, model_proj] | [model_side]; flops [192, 64]; params [60, 20]
-fork_join:relu: concat(dim=1) at cat; branches [model_c1] | [model_c2]; flops [32, 32]; params [10, 10]; parent fork_join:input_0""")
+fork_join:stem: sum at add; branches [model_stem, relu, model_c1, model_c2, cat, model_proj] | [model_side]; flops [192, 64]; params [60, 20]
+fork_join:c1: concat(dim=1) at cat; branches [model_c1] | [model_c2]; flops [32, 32]; params [10, 10]; parent fork_join:stem""")
         # each node's tag names the innermost region holding it
         tags = {n.name: n.meta.get(REGION_OF, {}).get("fork_join") for n in gm.graph.nodes}
-        assert tags["model_c1"] == "fork_join:relu" and tags["model_side"] == "fork_join:input_0"
+        assert tags["model_c1"] == "fork_join:c1" and tags["model_side"] == "fork_join:stem"
 
 
 @pytest.mark.parametrize("tracer", TRACERS)
@@ -218,7 +218,7 @@ def test_graph_built_by_hand_with_matmuls_and_a_mask():
     find_fork_join_regions_pass(gm)  # a re-run replaces its own results
     assert gm.code == code
     r = only_region(gm)
-    assert r.id == "fork_join:x" and r.nodes == ["matmul", "matmul_1", "mul", "add"]
+    assert r.id == "fork_join:matmul" and r.nodes == ["matmul", "matmul_1", "mul", "add"]
     assert r.details["branches"] == [["matmul"], ["matmul_1", "mul"]]
     assert r.details["branch_outputs"] == [["matmul"], ["mul"]]
     assert r.details["branch_flops"] == [2 * 3 * 4 * 6] * 2 and r.details["branch_params"] == [24, 24]

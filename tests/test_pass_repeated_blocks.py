@@ -89,22 +89,22 @@ class GoldenText(expecttest.TestCase):
     def test_three_layer_stack(self):
         gm = run_pass(Stack([Layer() for _ in range(3)]), torch.randn(2, 5, 4), tracer="symbolic_trace")
         self.assertExpectedInline(format_regions(gm), """\
-block:model.layers.0: Layer group=model.layers index=0 signature=41cf88e0e6b7 nodes=17 params=600 flops=11840
-block:model.layers.1: Layer group=model.layers index=1 signature=41cf88e0e6b7 nodes=17 params=600 flops=11840
-block:model.layers.2: Layer group=model.layers index=2 signature=41cf88e0e6b7 nodes=17 params=600 flops=11840""")
+block:layers.0: Layer group=model.layers index=0 signature=41cf88e0e6b7 nodes=17 params=600 flops=11840
+block:layers.1: Layer group=model.layers index=1 signature=41cf88e0e6b7 nodes=17 params=600 flops=11840
+block:layers.2: Layer group=model.layers index=2 signature=41cf88e0e6b7 nodes=17 params=600 flops=11840""")
 
     def test_gpt2_layers(self):
         gm = run_pass(gpt2(), torch.randint(0, 64, (2, 8)))
         self.assertExpectedInline(format_regions(gm), """\
-block:model.transformer.h.0: GPT2Block group=model.transformer.h index=0 signature=413c1a82c310 nodes=52 params=12704 flops=409600
-block:model.transformer.h.1: GPT2Block group=model.transformer.h index=1 signature=413c1a82c310 nodes=52 params=12704 flops=409600""")
+block:transformer.h.0: GPT2Block group=model.transformer.h index=0 signature=413c1a82c310 nodes=52 params=12704 flops=409600
+block:transformer.h.1: GPT2Block group=model.transformer.h index=1 signature=413c1a82c310 nodes=52 params=12704 flops=409600""")
 
 
 @pytest.mark.parametrize("tracer", TRACERS)
 def test_three_layer_stack_under_both_tracers(tracer):
     gm = run_pass(Stack([Layer() for _ in range(3)]), torch.randn(2, 5, 4), tracer=tracer)
     found = regions(gm, "block")
-    assert [r.id for r in found] == ["block:model.layers.0", "block:model.layers.1", "block:model.layers.2"]
+    assert [r.id for r in found] == ["block:layers.0", "block:layers.1", "block:layers.2"]
     assert [r.details["index"] for r in found] == [0, 1, 2]
     assert {r.details["group"] for r in found} == {"model.layers"}
     assert len({r.details["signature"] for r in found}) == 1
@@ -122,7 +122,7 @@ def test_three_layer_stack_under_both_tracers(tracer):
 def test_gpt2_has_two_identical_layers():
     gm = run_pass(gpt2(), torch.randint(0, 64, (2, 8)))
     first, second = regions(gm, "block")
-    assert (first.id, second.id) == ("block:model.transformer.h.0", "block:model.transformer.h.1")
+    assert (first.id, second.id) == ("block:transformer.h.0", "block:transformer.h.1")
     assert first.details["signature"] == second.details["signature"]
     assert first.details["module_class"] == "GPT2Block" and first.details["group"] == "model.transformer.h"
     # 4·d² + ... per layer: ln 2·2d, attn 3d²+3d + d²+d, mlp 4d²+4d + 4d²+d

@@ -63,8 +63,8 @@ def test_linear_chain_gated_mlp_has_two_columns():
     gm = capture(GatedMLP(), (torch.randn(2, 8),))
     find_linear_chains_pass(gm)
     assert _only(gm, "linear_chain") == {
-        "linear_chain:model_w1": {"column": ["model_w1", "model_w3"], "row": "model_w2", "hidden": 16,
-                                  "pointwise": ["silu", "mul"]}}
+        "linear_chain:w1": {"column": ["model_w1", "model_w3"], "row": "model_w2", "hidden": 16,
+                            "pointwise": ["silu", "mul"]}}
 
 
 def test_linear_chain_matmul_spelling():
@@ -137,7 +137,7 @@ def test_attention_separate_projections_sdpa(tracer):
 def test_attention_fused_qkv_with_explicit_softmax():
     gm = capture(TinyTransformer(layers=1), (torch.randint(0, 64, (2, 8)),))
     find_attention_regions_pass(gm)
-    assert {k: v for k, v in _only(gm, "attention")["attention:softmax"].items() if k != "core"} == {
+    assert {k: v for k, v in _only(gm, "attention")["attention:blocks.0.attn"].items() if k != "core"} == {
         "q_proj": "model_blocks_0_attn_qkv", "k_proj": "model_blocks_0_attn_qkv", "v_proj": "model_blocks_0_attn_qkv",
         "out_proj": "model_blocks_0_attn_proj", "fused_qkv": True, "qkv_blocks": 3, "heads": 4, "kv_heads": 4,
         "head_dim": 8, "hidden": 32, "head_count_views": ["view", "view_1", "view_2"],
@@ -168,7 +168,7 @@ def test_vocab_region_untied_head():
 
     gm = capture(LM(), (torch.randint(0, 50, (2, 3)),))
     _unchanged(gm, find_vocab_region_pass)
-    assert _only(gm, "vocab") == {"vocab:model_emb": {
+    assert _only(gm, "vocab") == {"vocab:emb": {
         "embeddings": ["model_emb"], "head": "model_head", "weight": "model.emb.weight",
         "head_weight": "model.head.weight", "tied": False, "vocab_size": 50, "hidden": 8}}
 

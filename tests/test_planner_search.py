@@ -126,18 +126,18 @@ mesh: pipeline=2 x data=2 x tensor=1   (rank = (pipeline*2 + data)*1 + tensor; t
 predicted step 0.844 ms: compute 0.092 ms, data comm 0.241 ms, pipeline comm 0.510 ms, tensor comm 0.000 ms; memory per rank 0.35 MiB
 model: 1.121e+07 FLOP per step -> 3.322e+09 FLOP/s per device predicted
 
-region                          kind          strategy   compute   comm tensor  comm data  memory    alternatives
-------------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
-vocab:model_tok                 vocab         replicate  0.010 ms  0.000 ms     0.000 ms   0.04 MiB  -
-attention:softmax               attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
-attention:softmax_1             attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
-linear_chain:model_blocks_0_fc  linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
-linear_chain:model_blocks_1_fc  linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
-(outside regions)               -             replicate  0.048 ms  0.000 ms     0.000 ms   0.05 MiB  -
+region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
+-----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
+vocab:tok                vocab         replicate  0.010 ms  0.000 ms     0.000 ms   0.04 MiB  -
+attention:blocks.0.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
+attention:blocks.1.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
+linear_chain:blocks.0    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
+linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
+(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.05 MiB  -
 
 pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 1 microbatch(es) of 2 row(s); predicted bubble (p-1)/(v*m) = 1.000 (0.301 ms); scatter/gather off
-  stage 0 (rank 0): block:model.blocks.0 + embedding; 0.089 ms per microbatch; sends 4.0 KiB per microbatch
-  stage 1 (rank 1): block:model.blocks.1 + head and loss; 0.092 ms per microbatch
+  stage 0 (rank 0): block:blocks.0 + embedding; 0.089 ms per microbatch; sends 4.0 KiB per microbatch
+  stage 1 (rank 1): block:blocks.1 + head and loss; 0.092 ms per microbatch
   per rank: rank 0 0.298 ms/microbatch, 1 in flight, 0.35 MiB (0.35 MiB recomputing); rank 1 0.301 ms/microbatch, 1 in flight, 0.31 MiB (0.32 MiB recomputing)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  .   .   .   B1  B1 |

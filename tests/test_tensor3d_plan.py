@@ -59,7 +59,7 @@ def test_auto_weighs_grids_and_excludes_those_that_do_not_divide():
     # a grid that does not divide a region leaves it replicated (with the reason); one that
     # divides no region is excluded, saying why
     with pytest.raises(autopar.PlanError, match=r"'x': 3}: no region split over the grid: region "
-                                                r"linear_chain:model_body_0: hidden width = 64 is not divisible by "
+                                                r"linear_chain:body: hidden width = 64 is not divisible by "
                                                 r"Gx = 3"):
         _plan(mlp, 3)
     batch = next(c for c in grids if c.mesh["z"] * c.mesh["data"] == 8)
@@ -84,7 +84,7 @@ def test_forced_grid_a_size_does_not_divide_names_the_region():
     with pytest.raises(autopar.PlanError, match=r"region attention:\S+: attention heads = 4 is not divisible by "
                                                 r"Gx = 8"):
         _plan(transformer, 8, {"x": 8, "y": 1, "z": 1})
-    with pytest.raises(autopar.PlanError, match=r"grid 1x3x1x1: region linear_chain:model_body_0, linear "
+    with pytest.raises(autopar.PlanError, match=r"grid 1x3x1x1: region linear_chain:body, linear "
                                                 r"model_body_0 \(32 -> 64\): as a plain layer its output features "
                                                 r"must divide by Gx = 1 and its input features by Gy = 3"):
         _plan(mlp, 3, {"x": 1, "y": 3, "z": 1})

@@ -17,7 +17,7 @@ D&SP can treat heads as branches. The pass finds, for every attention core
 
 Example (a nanoGPT block captured with symbolic_trace)::
 
-    attention:scaled_dot_product_attention  heads=4 head_dim=16 hidden=64
+    attention:attn  heads=4 head_dim=16 hidden=64
         qkv=model.attn.c_attn (fused, 3 blocks)  out=model.attn.c_proj
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ import torch.fx as fx
 
 from autopar.ir import Region, add_region, clear_regions, tensor_spec
 from autopar.analysis.manager import examining
+from autopar.analysis.naming import RegionNames
 from autopar.analysis.ops import (CONCAT_FUNCTIONS, SLICE_FUNCTIONS, is_activation_matmul, is_dropout,
                                 is_pointwise, is_sdpa, is_select, is_softmax, is_view_like, match_linear,
                                 reshape_target)
@@ -155,10 +156,12 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
     three blocks, else 1: separate projections, or a fused one laid out head by head), ``heads``, ``kv_heads``, ``head_dim``, ``hidden``, ``core`` (node names of the
     per-head computation), ``core_inputs`` (the query, key and value the core reads, each
     ``[B, H, ..]``; the key may be transposed), ``head_count_views`` (views whose literal
-    shape holds the head count). The graph is not changed.
+    shape holds the head count). The graph is not changed. Ids name the module holding
+    the region (``attention:transformer.h.0.attn``), see :mod:`autopar.analysis.naming`.
     """
     clear_regions(gm, "attention")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    names = RegionNames("attention")
     for node in gm.graph.nodes:
         with examining("attention", node, "attention core"):
             found = _core_inputs(node)
@@ -202,7 +205,7 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
             ordered = sorted(members, key=order.__getitem__)
             head_views = [n.name for n in ordered if is_view_like(n) and _shape_literal_has(n, heads)]
             add_region(gm, Region(
-                id=f"attention:{node.name}",
+                id=names.of(gm, ordered),
                 kind="attention",
                 nodes=[n.name for n in ordered],
                 details={

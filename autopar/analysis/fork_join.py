@@ -9,7 +9,7 @@ The module also holds the per-node cost helpers the analysis passes share,
 
 Example (an Inception-style block on ``x: [2, 3, 4, 4]``, symbolic_trace)::
 
-    fork_join:input_0: concat(dim=1) at cat; branches [model_b1] | [model_b2a, relu, model_b2b]
+    fork_join:b1: concat(dim=1) at cat; branches [model_b1] | [model_b2a, relu, model_b2b]
         | [max_pool2d, model_b3]; flops [768, 9984, 768]; params [16, 164, 16]
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch.fx as fx
 
 from autopar.ir import SPEC, Region, TensorSpec, add_region, clear_regions, regions, tensor_spec
 from autopar.analysis.manager import examining
+from autopar.analysis.naming import RegionNames
 from autopar.analysis.ops import CONCAT_FUNCTIONS
 from autopar.analysis.flops import node_work
 
@@ -206,10 +207,12 @@ def find_fork_join_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
     None for sums), ``join_nodes``, ``branches`` (node names, branches in the join's
     operand order), ``branch_outputs``, ``branch_flops``, ``branch_params``,
     ``passthrough``, ``side_inputs`` (outside values read in a branch, e.g. a mask),
-    ``parent``. The graph is not changed. Example, ``cat([a(x), relu(b(x))], 1)`` with
+    ``parent``. The graph is not changed. Ids name the module holding the branches and the
+    join, or, when that is the model's root, the module of its first computing node (see
+    :mod:`autopar.analysis.naming`). Example, ``cat([a(x), relu(b(x))], 1)`` with
     ``a, b = Linear(4, 8)`` on ``x: [2, 4]``::
 
-        fork_join:input_0: concat(dim=1) at cat; branches [model_a] | [model_b, relu];
+        fork_join:a: concat(dim=1) at cat; branches [model_a] | [model_b, relu];
             flops [128, 128]; params [40, 40]
     """
     clear_regions(gm, "fork_join")
@@ -218,11 +221,12 @@ def find_fork_join_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
     output = next(iter(gm.graph.find_nodes(op="output")))
     post_dominator = nx.immediate_dominators(graph.reverse(copy=False), output)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    ids = RegionNames("fork_join")
     found = []
     for fork in gm.graph.nodes:
         if fork in graph and fork is not output and graph.out_degree(fork) >= 2:
             with examining("fork_join", fork, "fork"):
-                region = _region_at(gm, graph, dynamic, params, fork, post_dominator.get(fork), order)
+                region = _region_at(gm, graph, dynamic, params, fork, post_dominator.get(fork), order, ids)
                 if region is not None:
                     found.append(region)
     for region in found:
@@ -234,7 +238,8 @@ def find_fork_join_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
     return gm
 
 
-def _region_at(gm, graph: nx.DiGraph, dynamic, params, fork: fx.Node, meet: fx.Node | None, order):
+def _region_at(gm, graph: nx.DiGraph, dynamic, params, fork: fx.Node, meet: fx.Node | None, order,
+               ids: RegionNames):
     if meet is None or meet.op == "output":
         log.debug("fork %s: its branches meet only at the output", fork.name)
         return None
@@ -276,7 +281,7 @@ def _region_at(gm, graph: nx.DiGraph, dynamic, params, fork: fx.Node, meet: fx.N
         named = {k: v for n in branch for k, v in node_parameters(gm, n, dynamic, params).items()}
         counts.append(sum(named.values()))
     members = sorted(between | set(join_nodes), key=order.__getitem__)
-    return Region(id=f"fork_join:{fork.name}", kind="fork_join", nodes=[n.name for n in members], details=dict(
+    return Region(id=ids.of(gm, members), kind="fork_join", nodes=[n.name for n in members], details=dict(
         fork=fork.name, fork_kind="slice" if isinstance(fork.meta.get(SPEC), tuple) else "replicate",
         join=join_node.name, join_op=join_op, concat_dim=concat_dim,
         join_nodes=[n.name for n in sorted(join_nodes, key=order.__getitem__)],

@@ -21,9 +21,10 @@ MLP; the router stays outside (replicated), so every tensor rank routes alike.
 Linears already claimed by an attention or vocabulary region are skipped, so run
 :mod:`autopar.analysis.attention` and :mod:`autopar.analysis.vocab` first.
 
-Example (``nn.Sequential(Linear(8, 32), GELU(), Linear(32, 8))``)::
+Example (``nn.Sequential(Linear(8, 32), GELU(), Linear(32, 8))``; the chain spans the
+model's root, so it is named after its first layer, see :mod:`autopar.analysis.naming`)::
 
-    linear_chain:model_0  column=[model_0] row=model_2 hidden=32 pointwise=[model_1]
+    linear_chain:0  column=[model_0] row=model_2 hidden=32 pointwise=[model_1]
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import torch.fx as fx
 
 from autopar.ir import REGION_OF, SPEC, Region, add_region, clear_regions, tensor_spec
 from autopar.analysis.manager import examining
+from autopar.analysis.naming import RegionNames
 from autopar.analysis.ops import is_pointwise, is_view_like, match_linear
 
 log = logging.getLogger("autopar.analysis.linear_chains")
@@ -48,10 +50,13 @@ def find_linear_chains_pass(gm: fx.GraphModule) -> fx.GraphModule:
 
     ``details``: ``column`` (node names of the column-split linears), ``row`` (the
     row-split linear), ``hidden`` (the intermediate width that gets split),
-    ``pointwise`` (node names in between). The graph is not changed.
+    ``pointwise`` (node names in between). The graph is not changed. Ids name the
+    module holding the chain (``linear_chain:transformer.h.0.mlp``; a second chain in
+    one module is ``#1``), see :mod:`autopar.analysis.naming`.
     """
     clear_regions(gm, "linear_chain")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    names = RegionNames("linear_chain")
     for node in gm.graph.nodes:
         with examining("linear_chains", node, "linear"):
             first = match_linear(node, gm)
@@ -72,7 +77,7 @@ def find_linear_chains_pass(gm: fx.GraphModule) -> fx.GraphModule:
                 details["blocks"] = blocks
             if first.experts:
                 details["experts"] = first.experts
-            add_region(gm, Region(id=f"linear_chain:{node.name}", kind="linear_chain",
+            add_region(gm, Region(id=names.of(gm, members), kind="linear_chain",
                                   nodes=[n.name for n in members], details=details))
     return gm
 

@@ -8,10 +8,13 @@ region per child, its parameter count and forward FLOPs.
 
 Example (GPT-2 with two layers of width 32 on ``ids: [2, 8]``, captured through torch.export)::
 
-    block:model.transformer.h.0: GPT2Block group=model.transformer.h index=0 signature=413c1a82c310
+    block:transformer.h.0: GPT2Block group=model.transformer.h index=0 signature=413c1a82c310
         nodes=52 params=12704 flops=409600
-    block:model.transformer.h.1: GPT2Block group=model.transformer.h index=1 signature=413c1a82c310
+    block:transformer.h.1: GPT2Block group=model.transformer.h index=1 signature=413c1a82c310
         nodes=52 params=12704 flops=409600
+
+A block's id is its module path in the user's model (the capture wrapper's ``model.``
+off, :func:`autopar.analysis.naming.user_path`); ``details`` keep the graph's own paths.
 """
 from __future__ import annotations
 
@@ -26,29 +29,9 @@ from autopar._torch_compat import is_aten_op
 from autopar.ir import SPEC, Region, add_region, clear_regions, regions
 from autopar.analysis.manager import examining
 from autopar.analysis.fork_join import node_flops
+from autopar.analysis.naming import module_paths, user_path
 
 log = logging.getLogger("autopar.analysis.repeated_blocks")
-
-
-def module_paths(node: fx.Node) -> tuple[str, ...]:
-    """The module paths ``node`` was traced inside, outermost first, root excluded.
-
-    Both tracers write ``node.meta["nn_module_stack"]`` as ``{key: (path, class)}``; the
-    keys differ (``L__self__model.h.0`` under export, ``model.h.0@1`` for a second call
-    under symbolic_trace) while the path does not, so the path is read. Parameters read
-    through ``get_attr`` carry no stack under export, nor do nodes of a graph built by
-    hand; for those the owner is in the target's name.
-    """
-    stack = node.meta.get("nn_module_stack")
-    if node.op == "get_attr" or (node.op == "call_module" and not stack):  # hand-built graphs have no stack
-        parts = str(node.target).split(".")[:None if node.op == "call_module" else -1]
-        return tuple(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-    paths: list[str] = []
-    for value in (stack or {}).values():
-        path = value[0] if isinstance(value, tuple) else str(value)
-        if path and path not in paths:
-            paths.append(path)
-    return tuple(paths)
 
 
 def _class_name(gm: fx.GraphModule, node: fx.Node, path: str) -> str:
@@ -116,8 +99,8 @@ def find_repeated_blocks_pass(gm: fx.GraphModule) -> fx.GraphModule:
     in graph order. The graph is not changed.
 
     Example: ``nn.Sequential(Block(), Block(), Block())`` inside the captured wrapper gives
-    ``block:model.0``, ``block:model.1``, ``block:model.2``, all with group ``model`` and one
-    signature.
+    ``block:0``, ``block:1``, ``block:2`` (module paths ``model.0``, ...), all with group
+    ``model`` and one signature.
     """
     clear_regions(gm, "block")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -146,7 +129,7 @@ def find_repeated_blocks_pass(gm: fx.GraphModule) -> fx.GraphModule:
                 nodes = members[path]
                 params = sum(p.numel() for name, p in gm.named_parameters() if name.startswith(path + "."))
                 anchor = next(n for n in nodes if n.op != "get_attr")
-                blocks.append(Region(id=f"block:{path}", kind="block", nodes=[n.name for n in nodes], details={
+                blocks.append(Region(id=f"block:{user_path(gm, path)}", kind="block", nodes=[n.name for n in nodes], details={
                     "module_path": path, "index": index, "group": group,
                     "module_class": _class_name(gm, anchor, path), "signature": signature,
                     "params": params, "flops": sum(node_flops(gm, n) for n in nodes),

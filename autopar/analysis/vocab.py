@@ -7,9 +7,9 @@ vocabulary, and cross-entropy is computed on the vocab-sharded logits without ga
 them. When the head's weight is the embedding's (tied weights, as in GPT-2) both use
 the same row shard, so the region holds both.
 
-Example (GPT-2, export graph)::
+Example (GPT-2, export graph; the region is named after the token embedding's module)::
 
-    vocab:embedding  vocab=128 tied embeddings=[embedding] head=linear_24
+    vocab:transformer.wte  vocab=128 tied embeddings=[embedding] head=linear_24
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import logging
 import torch.fx as fx
 
 from autopar.ir import Region, add_region, clear_regions, tensor_spec
+from autopar.analysis.naming import region_path
 from autopar.analysis.ops import is_embedding, match_linear
 
 log = logging.getLogger("autopar.analysis.vocab")
@@ -47,7 +48,9 @@ def find_vocab_region_pass(gm: fx.GraphModule) -> fx.GraphModule:
 
     ``details``: ``embeddings`` (lookup node names), ``head`` (linear node name or None),
     ``weight`` (embedding weight name), ``head_weight``, ``tied``, ``vocab_size``.
-    An untied head counts when its output width equals the vocabulary size.
+    An untied head counts when its output width equals the vocabulary size. The id names
+    the token embedding's module (``vocab:transformer.wte``), see
+    :mod:`autopar.analysis.naming`.
     """
     clear_regions(gm, "vocab")
     lookups, of_inputs = [], []
@@ -78,7 +81,7 @@ def find_vocab_region_pass(gm: fx.GraphModule) -> fx.GraphModule:
         break  # only the last linear of the model can be the LM head
     tied = head is not None and _param(gm, head.weight) is weight
     add_region(gm, Region(
-        id=f"vocab:{embeddings[0].name}",
+        id=f"vocab:{region_path(gm, embeddings)}",
         kind="vocab",
         nodes=[n.name for n in embeddings] + ([head.node.name] if head else []),
         details={"embeddings": [n.name for n in embeddings], "head": head.node.name if head else None,

@@ -39,6 +39,7 @@ from autopar.capture import capture
 from autopar.inputs import CallLayout
 from autopar.ir import CAPTURE, LAST, PASSES_RUN, STAGE, Region, add_region, regions
 from autopar.analysis.analyse import analyse
+from autopar.analysis.naming import adopt_region_ids
 from autopar.strategies.data.rewrite import data_parallel_pass, loss_reduction
 from autopar.transforms.fusion import fusion_pass
 from autopar.analysis.manager import PassRunner
@@ -53,10 +54,16 @@ from autopar.runtime.target_count import use_target_count
 from autopar.strategies.placement import layout_name
 
 
-def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]]) -> fx.GraphModule:
+def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
+                      region_ids: dict[tuple[str, str], str] | None = None) -> fx.GraphModule:
     """Mark the stage's blocks as the whole graph's analysis found them: a stage of one
     block has no repetition of its own for the analysis to find, and recomputation goes
-    block by block."""
+    block by block. The stage's other regions take the whole graph's ids (``region_ids``:
+    ``(kind, first node name) -> id``; the plan names them so), which the stage's own
+    analysis can number otherwise: ``linear_chain:enc#1`` is the first chain of ``enc``
+    in a stage without the other (:func:`autopar.analysis.naming.adopt_region_ids`)."""
+    if region_ids:
+        adopt_region_ids(gm, region_ids)
     present = {r.id for r in regions(gm, "block")}
     names = {n.name for n in gm.graph.nodes}
     for rid, nodes in block_nodes.items():
@@ -66,14 +73,15 @@ def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]]) 
 
 
 def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last: bool, recompute: bool,
-                   block_nodes: dict[str, list[str]], fusion: bool = False) -> fx.GraphModule:
+                   block_nodes: dict[str, list[str]], fusion: bool = False,
+                   region_ids: dict[tuple[str, str], str] | None = None) -> fx.GraphModule:
     """One stage's program: the within-stage passes of the plan on its cut of the graph."""
     coords = plan_.rank_coordinates(rank)
     stage = gm.meta[STAGE]
     split_here = [r.region for r in plan_.regions if r.strategy == "megatron" and r.details.get("stage") == stage]
     passes = [
         ("analysis", analyse, {"label": f"rank{rank}_stage_analysis"}),
-        ("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes}),
+        ("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes, "region_ids": region_ids}),
         ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": split_here,
                                                     "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
         *([("recompute", recompute_pass, {"regions": list(block_nodes)})] if recompute else []),
@@ -117,6 +125,7 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
     pp = plan_.pipeline
     p = pp["stages"]
     stages = split(gm, p * pp["chunks"], pp["assignment"])
+    region_ids = {(r.kind, r.nodes[0]): r.id for r in regions(gm) if r.kind != "block" and r.nodes}
     position = plan_.rank_coordinates(rank)["pipeline"]
     rows = batch_of(tuple(inputs))
     out = {}
@@ -124,7 +133,8 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
         stage = stages[s]
         stage.module.meta[STAGE] = s
         last = s == len(stages) - 1
-        module = _rewrite_stage(stage.module, plan_, rank, rows, last, recompute, stage.block_nodes, fusion)
+        module = _rewrite_stage(stage.module, plan_, rank, rows, last, recompute, stage.block_nodes, fusion,
+                                region_ids)
         module.meta[LAST] = last
         out[s] = (module, stage)
     return out, names, out_spec
