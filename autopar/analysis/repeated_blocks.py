@@ -129,7 +129,8 @@ def find_repeated_blocks_pass(gm: fx.GraphModule) -> fx.GraphModule:
                 nodes = members[path]
                 params = sum(p.numel() for name, p in gm.named_parameters() if name.startswith(path + "."))
                 anchor = next(n for n in nodes if n.op != "get_attr")
-                blocks.append(Region(id=f"block:{user_path(gm, path)}", kind="block", nodes=[n.name for n in nodes], details={
+                rid = f"block:{user_path(gm, path)}"
+                blocks.append(Region(id=rid, kind="block", nodes=[n.name for n in nodes], details={
                     "module_path": path, "index": index, "group": group,
                     "module_class": _class_name(gm, anchor, path), "signature": signature,
                     "params": params, "flops": sum(node_flops(gm, n) for n in nodes),

@@ -136,28 +136,34 @@ def _scatter_widths(x: torch.Tensor, dim: int, widths: Sequence[int], group) -> 
     return out[: math.prod(shape)].view(shape)
 
 
+def _padded_piece(x: torch.Tensor, dim: int, widths: Sequence[int]) -> tuple[list, torch.Tensor]:
+    """Each rank's piece shape (``x``'s with ``widths[s]`` along ``dim``) and ``x`` flat,
+    padded to the largest piece (gloo gathers equal sizes only)."""
+    shapes = [_with_width(x.shape, dim, w) for w in widths]
+    return shapes, _padded_flat(x, max(math.prod(shape) for shape in shapes))
+
+
+def _unpadded_cat(pieces: list[torch.Tensor], shapes: list, dim: int) -> torch.Tensor:
+    return torch.cat([p[: math.prod(shape)].view(shape) for p, shape in zip(pieces, shapes)], dim)
+
+
 def _gather_widths(x: torch.Tensor, dim: int, widths: Sequence[int], group) -> torch.Tensor:
     """Every segment rank's ``x`` concatenated along ``dim`` on the root; zeros elsewhere."""
-    shapes = [_with_width(x.shape, dim, w) for w in widths]
-    longest = max(math.prod(shape) for shape in shapes)
-    flat = _padded_flat(x, longest)
+    shapes, flat = _padded_piece(x, dim, widths)
     is_root = rank_in(group) == ROOT
     pieces = [torch.empty_like(flat) for _ in shapes] if is_root else None
     dist.gather(flat, pieces, group=group, group_dst=ROOT)
     if not is_root:
         return x.new_zeros(_with_width(x.shape, dim, sum(widths)))
-    return torch.cat([p[: math.prod(shape)].view(shape) for p, shape in zip(pieces, shapes)], dim)
+    return _unpadded_cat(pieces, shapes, dim)
 
 
 def _all_gather_widths(x: torch.Tensor, dim: int, widths: Sequence[int], group) -> torch.Tensor:
-    """Every group rank's ``x`` concatenated along ``dim`` in group order, on every rank
-    (gloo all-gathers equal sizes only: each flat piece is padded to the largest)."""
-    shapes = [_with_width(x.shape, dim, w) for w in widths]
-    longest = max(math.prod(shape) for shape in shapes)
-    flat = _padded_flat(x, longest)
+    """Every group rank's ``x`` concatenated along ``dim`` in group order, on every rank."""
+    shapes, flat = _padded_piece(x, dim, widths)
     pieces = [torch.empty_like(flat) for _ in shapes]
     dist.all_gather(pieces, flat, group=group)
-    return torch.cat([p[: math.prod(shape)].view(shape) for p, shape in zip(pieces, shapes)], dim)
+    return _unpadded_cat(pieces, shapes, dim)
 
 
 def _broadcast(x: torch.Tensor, group) -> torch.Tensor:

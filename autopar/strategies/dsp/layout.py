@@ -20,16 +20,7 @@ from autopar.layout import Bucket
 def place(builder) -> None:
     plan = builder.plan
     mine = builder.seat.coords["segment"]
-    branch = Bucket("subgrid", divisor=plan.batch_parts(), order=1)
-    in_branches = set()
-    for details in plan.dsp_regions().values():
-        for index, names in enumerate(details["branch_params"]):
-            home = details["assignment"][index]
-            for wrapper_name in names:
-                name = builder.named(wrapper_name)
-                in_branches.add(builder.placement(name).names)
-                builder.update(name, home=("segment", home), bucket=branch if home == mine else None,
-                               norm_groups=("segment",))
+    in_branches = _branches(builder, "segment", Bucket("subgrid", divisor=plan.batch_parts(), order=1))
     if plan.csub:
         if mine != 0:
             builder.loss_bucket = None  # sub-grid 0 reduces the loss and sends it
@@ -42,11 +33,22 @@ def place(builder) -> None:
 
 def place_over_tensor(builder) -> None:
     """The branches of a mixed plan's D&SP regions on the ranks of the tensor group."""
-    mine = builder.seat.coords["tensor"]
+    _branches(builder, "tensor", None)
+
+
+def _branches(builder, group: str, bucket: Bucket | None) -> set:
+    """Each branch's parameters at home on the member of ``group`` whose sub-grid runs
+    the branch, reduced there in ``bucket`` (None: the bucket they have) and in no
+    bucket elsewhere; their norm summed over ``group``. Returns their names."""
+    mine = builder.seat.coords[group]
+    placed = set()
     for details in builder.plan.dsp_regions().values():
         for index, names in enumerate(details["branch_params"]):
             home = details["assignment"][index]
             for wrapper_name in names:
                 name = builder.named(wrapper_name)
-                builder.update(name, home=("tensor", home), norm_groups=("tensor",),
-                               bucket=builder.placement(name).bucket if home == mine else None)
+                placement = builder.placement(name)
+                placed.add(placement.names)
+                builder.update(name, home=(group, home), norm_groups=(group,),
+                               bucket=(bucket or placement.bucket) if home == mine else None)
+    return placed

@@ -24,6 +24,7 @@ batch norms (:func:`autopar.strategies.data.planner.batch_norms`).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 import torch.fx as fx
 
@@ -80,6 +81,43 @@ def branch_count(region) -> int:
     return region.details["heads"] if region.kind == "attention" else len(region.details["branches"])
 
 
+def unsplittable(region) -> str | None:
+    """Why the explicit branches of fork/join ``region`` cannot be split over sub-grids in
+    this version (None: they can)."""
+    d = region.details
+    if d["side_inputs"] or (d["passthrough"] and d["join_op"] == "concat"):
+        return (f"region {region.id}: its branches read values from outside the region ({d['side_inputs']}) or "
+                f"the concat takes a value no branch computes; D&SP does not split it in this version")
+    if d["join_op"] == "concat" and d["concat_dim"] == 0:
+        return f"region {region.id}: concatenates along the batch dimension; D&SP cannot split it"
+    return None
+
+
+@dataclass(frozen=True)
+class Branches:
+    """What pricing a fork/join region's branches reads: each branch's work (global batch)
+    and parameters (names, element counts), and the bytes of the fork and join values."""
+
+    works: list
+    params: list
+    counts: list
+    fork_bytes: float
+    join_bytes: float
+
+
+def branches_of(model: ModelFacts, region) -> Branches:
+    """The :class:`Branches` of ``region``, found once per model."""
+    memo = model.memo("dsp.branches")
+    if region.id not in memo:
+        d = region.details
+        params = [_branch_parameters(model.gm, branch) for branch in d["branches"]]
+        memo[region.id] = Branches([[model.work[n] for n in branch] for branch in d["branches"]], params,
+                                   [sum(model.params[p].numel() for p in names) for names in params],
+                                   float(tensor_spec(model.table[d["fork"]]).nbytes),
+                                   float(tensor_spec(model.table[d["join"]]).nbytes))
+    return memo[region.id]
+
+
 def price_subgraph(model: ModelFacts, hw: Hardware, data: int, g: int, topology_aware: bool, csub: bool):
     """D&SP (or D&SP-cSub) choices for the regions of :func:`subgraph_regions`, and the
     compute they replace in the common layers' pricing (SUPER §III-B/C; priced by
@@ -117,23 +155,16 @@ def price_subgraph(model: ModelFacts, hw: Hardware, data: int, g: int, topology_
             details = {"subgrids": g, "heads": widths, "branch_params": [], "topology_aware": topology_aware}
             params_per_rank = 0
         else:
-            if d["side_inputs"] or (d["passthrough"] and d["join_op"] == "concat"):
-                raise PlanError(f"region {r.id}: its branches read values from outside the region "
-                                f"({d['side_inputs']}) or the concat takes a value no branch computes; D&SP does "
-                                f"not split it in this version")
-            if d["join_op"] == "concat" and d["concat_dim"] == 0:
-                raise PlanError(f"region {r.id}: concatenates along the batch dimension; D&SP cannot split it")
-            works = [[model.work[n] for n in branch] for branch in d["branches"]]
-            params = [_branch_parameters(model.gm, branch) for branch in d["branches"]]
-            counts = [sum(model.params[p].numel() for p in names) for names in params]
-            fork = tensor_spec(table[d["fork"]])
-            join = tensor_spec(table[d["join"]])
-            cost = dsp_region_cost(works, counts, fork.nbytes, join.nbytes, d["join_op"], data, g, hw,
+            why = unsplittable(r)
+            if why is not None:
+                raise PlanError(why)
+            b = branches_of(model, r)
+            cost = dsp_region_cost(b.works, b.counts, b.fork_bytes, b.join_bytes, d["join_op"], data, g, hw,
                                    topology_aware=topology_aware, csub=csub)
             dp = model.seconds(r.nodes, hw, 1 / data)
             common = model.seconds(r.nodes, hw, 1 / common_parts)
             share = ", ".join(f"s{s}:{[b for b, o in enumerate(cost.assignment) if o == s]}" for s in range(g))
-            details = {"subgrids": g, "assignment": list(cost.assignment), "branch_params": params,
+            details = {"subgrids": g, "assignment": list(cost.assignment), "branch_params": b.params,
                        "topology_aware": topology_aware}
             params_per_rank = cost.branch_param_elems_per_rank
         details.update(intra_node_messages=messages.intra_node, inter_node_messages=messages.inter_node)

@@ -67,17 +67,30 @@ def _find_rule_gaps(model: ModelFacts) -> dict[str, str]:
     return gaps
 
 
-def check_forced_sizes(model: ModelFacts, data: int, tensor: int) -> None:
-    """A forced data degree must divide the batch, a forced tensor degree every region's
-    split sizes: name the argument or region otherwise."""
+def check_forced_batch(model: ModelFacts, data: int) -> None:
+    """A forced data degree must divide the batch."""
     if model.batch % data:
         raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by the data degree {data}; "
                         f"give a batch that is a multiple of {data}, or another strategy")
+
+
+def check_forced_sizes(model: ModelFacts, data: int, tensor: int) -> None:
+    """A forced data degree must divide the batch, a forced tensor degree every region's
+    split sizes: name the argument or region otherwise."""
+    check_forced_batch(model, data)
     for r in model.regions:
         for what, size in region_sizes(r):
             if tensor > 1 and size % tensor:
                 raise PlanError(f"region {r.id}: {what} = {size} is not divisible by the tensor degree "
                                 f"{tensor}; force a tensor degree that divides it or use strategy='auto'")
+
+
+def split_cost(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, recompute: bool = False) -> Cost:
+    """Region ``r`` split Megatron-style over ``tensor`` ranks on its ``B/data`` rows: its
+    compute over ``data·tensor`` and g's forward and f's backward all-reduce of its
+    boundary activation (megatron §2.3, axonn eq 3; 3 of them recomputing, §3.5)."""
+    comm = 2 * cm.all_reduce_time(tensor, model.boundary[r.id] / data, hw) * (1.5 if recompute else 1)
+    return Cost(model.seconds(r.nodes, hw, 1 / (data * tensor), recompute), {"tensor": comm}, 0.0)
 
 
 def _choose(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, force_split: bool,
@@ -88,9 +101,7 @@ def _choose(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, force_sp
     replicate = Cost(model.seconds(r.nodes, hw, 1 / data, recompute), {}, 0.0)
     options = {"replicate": replicate}
     if tensor > 1 and divisible:
-        comm = 2 * cm.all_reduce_time(tensor, model.boundary[r.id] / data, hw) * (1.5 if recompute else 1)
-        options["megatron"] = Cost(model.seconds(r.nodes, hw, 1 / (data * tensor), recompute),
-                                   {"tensor": comm}, 0.0)
+        options["megatron"] = split_cost(model, hw, r, data, tensor, recompute)
     seconds = {k: c.compute_s + c.total_comm_s for k, c in options.items()}
     if r.id in keep_whole:
         options = {"replicate": replicate}

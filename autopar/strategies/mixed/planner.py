@@ -44,9 +44,9 @@ from autopar.planning.plan import Cost, Plan, RegionChoice, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.data.planner import batch_norms
 from autopar.strategies.dsp.cost import dsp_tensor_cost
-from autopar.strategies.dsp.planner import _branch_parameters, subgraph_regions
+from autopar.strategies.dsp.planner import branches_of, subgraph_regions, unsplittable
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected
-from autopar.strategies.megatron.planner import judge, rule_gaps
+from autopar.strategies.megatron.planner import check_forced_batch, judge, rule_gaps, split_cost
 from autopar.strategies.tensor3d.cost import boundary_comm
 from autopar.strategies.tensor3d.planner import AXONN, SPLIT_KINDS, GridPricer, Layout3D, region_linears
 
@@ -113,9 +113,8 @@ class MixedPricer:
         out = {"replicate": Option(Cost(model.seconds(r.nodes, hw, 1 / data), {}, 0.0), params,
                                    model.activation_bytes(r.nodes, 1 / data), reason="runs whole on every rank")}
         if all(size % t == 0 for _, size in region_sizes(r)) and r.id not in self.gaps:
-            comm = 2 * cm.all_reduce_time(t, model.boundary[r.id] / data, hw)
-            out["megatron"] = Option(Cost(model.seconds(r.nodes, hw, 1 / (data * t)), {"tensor": comm}, 0.0),
-                                     params / t, model.activation_bytes(r.nodes, 1 / (data * t)),
+            out["megatron"] = Option(split_cost(model, hw, r, data, t), params / t,
+                                     model.activation_bytes(r.nodes, 1 / (data * t)),
                                      reason=f"Megatron over tensor={t}")
         if self.grid is not None and r.kind in SPLIT_KINDS:
             priced = self.pricer.region(r)
@@ -127,28 +126,27 @@ class MixedPricer:
         return out
 
     def dsp_option(self, fj) -> Option | None:
-        """A multi-branch region's branches over the tensor ranks, or None when it cannot."""
+        """A multi-branch region's branches over the tensor ranks, or None when it cannot
+        (priced once per region and mesh)."""
+        key = (fj.id, self.data, self.tensor, self.hw)
+        if key not in self.memo:
+            self.memo[key] = self._dsp_option(fj)
+        return self.memo[key]
+
+    def _dsp_option(self, fj) -> Option | None:
         model, hw, t, data = self.model, self.hw, self.tensor, self.data
         d = fj.details
-        if (fj.kind != "fork_join" or len(d["branches"]) < t or d["side_inputs"]
-                or (d["passthrough"] and d["join_op"] == "concat")
-                or (d["join_op"] == "concat" and d["concat_dim"] == 0)
-                or any(len(names) != 1 for names in d["branch_outputs"])):
+        if len(d["branches"]) < t or unsplittable(fj) or any(len(names) != 1 for names in d["branch_outputs"]):
             return None
-        works = [[model.work[n] for n in branch] for branch in d["branches"]]
-        params = [_branch_parameters(model.gm, branch) for branch in d["branches"]]
-        counts = [sum(model.params[p].numel() for p in names) for names in params]
-        table = model.table
-        fork, join = tensor_spec(table[d["fork"]]), tensor_spec(table[d["join"]])
-        cost = dsp_tensor_cost(works, counts, fork.nbytes, join.nbytes, d["join_op"], data, t, hw)
+        b = branches_of(model, fj)
+        cost = dsp_tensor_cost(b.works, b.counts, b.fork_bytes, b.join_bytes, d["join_op"], data, t, hw)
         in_branches = {n for branch in d["branches"] for n in branch}
         rest = [n for n in fj.nodes if n not in in_branches]
-        compute = cost.compute_s + model.seconds(rest, hw, 1 / data)
-        mine = [n for b, owner in enumerate(cost.assignment) if owner == 0 for n in d["branches"][b]]
-        share = ", ".join(f"t{s}:{[b for b, o in enumerate(cost.assignment) if o == s]}" for s in range(t))
-        return Option(Cost(compute, dict(cost.comm_s), 0.0), cost.branch_param_elems_per_rank,
-                      model.activation_bytes(mine + rest, 1 / data),
-                      {"subgrids": t, "assignment": list(cost.assignment), "branch_params": params,
+        mine = [n for branch, owner in enumerate(cost.assignment) if owner == 0 for n in d["branches"][branch]]
+        share = ", ".join(f"t{s}:{[i for i, o in enumerate(cost.assignment) if o == s]}" for s in range(t))
+        return Option(Cost(cost.compute_s + model.seconds(rest, hw, 1 / data), dict(cost.comm_s), 0.0),
+                      cost.branch_param_elems_per_rank, model.activation_bytes(mine + rest, 1 / data),
+                      {"subgrids": t, "assignment": list(cost.assignment), "branch_params": b.params,
                        "over": "tensor"},
                       f"D&SP: branches over the {t} tensor ranks ({share})")
 
@@ -156,16 +154,10 @@ class MixedPricer:
     def steps(self) -> list[Step]:
         """The regions in graph order; each multi-branch region D&SP can split a step of
         its own holding the tensor regions inside it."""
-        model = self.model
-        order = {n.name: i for i, n in enumerate(model.gm.graph.nodes)}
-        start = {r.id: min(order[n] for n in r.nodes) for r in model.regions}
-        branching = [fj for fj in subgraph_regions(model.gm) if fj.kind == "fork_join"] \
-            if self.tensor > 1 and not batch_norms(model) else []
-        placed: dict[str, Step] = {}
+        start, branching = _structure(self.model)
+        placed: set[str] = set()
         steps = []
-        for fj in branching:
-            members = set(fj.nodes)
-            inner = [Step(r, self.options(r)) for r in model.regions if set(r.nodes) <= members]
+        for first, fj, inner in branching:
             option = self.dsp_option(fj)
             if option is None:
                 pin = self.pin_of(fj)
@@ -174,14 +166,10 @@ class MixedPricer:
                                     f"it: its {len(fj.details['branches'])} branches cannot fill the tensor group "
                                     f"of {self.tensor} ranks, or they read values from outside the region")
                 continue
-            step = Step(fj, {"dsp": option}, sorted(inner, key=lambda s: start[s.region.id]))
-            for s in inner:
-                placed[s.region.id] = step
-            steps.append((min(order[n] for n in fj.nodes), step))
-        for r in model.regions:
-            if r.id not in placed:
-                steps.append((start[r.id], Step(r, self.options(r))))
-        return [s for _, s in sorted(steps, key=lambda x: x[0])]
+            steps.append((first, Step(fj, {"dsp": option}, [Step(r, self.options(r)) for r in inner])))
+            placed.update(r.id for r in inner)
+        steps += [(start[r.id], Step(r, self.options(r))) for r in self.model.regions if r.id not in placed]
+        return [step for _, step in sorted(steps, key=lambda x: x[0])]
 
     def allowed(self, step: Step) -> dict[str, Option]:
         """The options a pin leaves, or a PlanError naming the region and why."""
@@ -197,9 +185,7 @@ class MixedPricer:
         if r.kind == "fork_join":
             why = "a multi-branch region is split by D&SP ('dsp') or left to the regions inside it ('replicate')"
         elif family == "dsp":
-            why = (f"it is no multi-branch region (a {r.kind})" if r.kind != "fork_join" else
-                   f"its {len(r.details['branches'])} branches cannot fill the tensor group of {self.tensor} "
-                   f"ranks, or they read values from outside the region")
+            why = f"it is no multi-branch region (a {r.kind})"
         elif family == "megatron":
             sizes = ", ".join(f"{n} {s}" for n, s in region_sizes(r))
             why = self.gaps.get(r.id) or f"{sizes or 'nothing'} not divisible by the tensor degree {self.tensor}"
@@ -221,12 +207,12 @@ class MixedPricer:
                 flat.append((step, sorted(allowed.items())))
                 continue
             pinned = self.pin_of(step.region) is not None
-            inner_pins = [s.region.id for s in step.inner
+            inner_pins = [(s.region.id, p) for s in step.inner
                           if (p := self.pin_of(s.region)) is not None and p.family != "replicate"]
             if pinned and allowed and inner_pins:
-                inner = self.pin_of(self._region(inner_pins[0])).describe()
-                raise PlanError(f"region {step.region.id}: pinned to D&SP, which runs {inner_pins[0]} whole on one "
-                                f"rank, but {inner_pins[0]} is pinned to {inner}")
+                rid, pin = inner_pins[0]
+                raise PlanError(f"region {step.region.id}: pinned to D&SP, which runs {rid} whole on one rank, but "
+                                f"{rid} is pinned to {pin.describe()}")
             choices = [("dsp", allowed["dsp"])] if "dsp" in allowed and not inner_pins else []
             if not (pinned and allowed):
                 choices.append(("open", None))
@@ -256,9 +242,6 @@ class MixedPricer:
         """A multi-branch region's nodes outside the tensor regions inside it."""
         inner = {n for s in step.inner for n in s.region.nodes}
         return [n for n in step.region.nodes if n not in inner]
-
-    def _region(self, rid: str):
-        return next(r for r in self.model.regions if r.id == rid)
 
     def _open(self, step: Step, prev: str, prev_region):
         """A multi-branch region left open: its nodes outside the inner regions on every
@@ -353,14 +336,14 @@ class MixedPricer:
         credits = sum(self._credit(a[1], a[0].region, b[1], b[0].region) for a, b in _pairs(path))
         if credits:
             comm["y"] = comm.get("y", 0.0) - credits
-        outside = [n.name for n in model.gm.graph.nodes if n.name not in covered and n.name not in model.node_region]
+        outside = [n.name for n in model.gm.graph.nodes
+                   if n.name not in covered and n.name not in model.node_region]
         outside_compute = model.seconds(outside, hw, 1 / data)
         compute += outside_compute
-        total_params = sum(p.numel() for p in model.params.values())
-        outside_params = total_params - sum(model.region_param_elems(r.id) for r in model.regions)
-        outside_params -= sum(sum(model.params[p].numel() for names in s.options["dsp"].details["branch_params"]
-                                  for p in names) - sum(model.region_param_elems(i.region.id) for i in s.inner)
-                              for s, name in path if s.branching and name == "dsp")
+        # branch parameters outside the inner regions are a D&SP region's (its row holds them)
+        outside_params = _outside_params(model) - sum(
+            sum(branches_of(model, s.region).counts) - sum(model.region_param_elems(i.region.id) for i in s.inner)
+            for s, name in path if s.branching and name == "dsp")
         local += outside_params
         outside_act = model.activation_bytes(outside, 1 / data)
         activations += outside_act
@@ -404,6 +387,36 @@ class MixedPricer:
                 + ", output " + ("read split over y by the next 3D region" if leaves else "all-gathered over y"))
 
 
+def _structure(model: ModelFacts):
+    """Once per model: each tensor region's first node (graph order), and the multi-branch
+    regions (none with batch-normalising batch norms) as ``(first node, region, the
+    tensor regions inside it in graph order)``."""
+    def find():
+        order = {n.name: i for i, n in enumerate(model.gm.graph.nodes)}
+        start = {r.id: min(order[n] for n in r.nodes) for r in model.regions}
+        branching = []
+        for fj in _branching(model):
+            members = set(fj.nodes)
+            inner = sorted((r for r in model.regions if set(r.nodes) <= members), key=lambda r: start[r.id])
+            branching.append((min(order[n] for n in fj.nodes), fj, inner))
+        return start, branching
+    return model.fact("mixed.structure", find)
+
+
+def _branching(model: ModelFacts) -> list:
+    """The outermost fork/join regions D&SP may spread over the tensor ranks (none with
+    batch-normalising batch norms); their branches keep their data replica's rows, so
+    a batch baked into a view (torch.export) does not stop them."""
+    return model.fact("mixed.branching", lambda: [] if batch_norms(model) else
+                      [r for r in subgraph_regions(model.gm) if r.kind == "fork_join"])
+
+
+def _outside_params(model: ModelFacts) -> int:
+    """Parameter elements outside every tensor region (once per model)."""
+    return model.fact("mixed.outside_params", lambda: sum(p.numel() for p in model.params.values())
+                      - sum(model.region_param_elems(r.id) for r in model.regions))
+
+
 def _seconds(option: Option) -> float:
     return option.cost.compute_s + option.cost.total_comm_s
 
@@ -412,6 +425,19 @@ def _pairs(path):
     """Consecutive (step, option) pairs of the flat path, multi-branch rows skipped."""
     flat = [(s, n) for s, n in path if n != "open"]
     return zip(flat, flat[1:])
+
+
+def _pins_misfit(forced: Strategy, t: int) -> str | None:
+    """Why the pins cannot run on a tensor group of ``t`` ranks (None: they can)."""
+    for pin in forced.regions:
+        if pin.family == "dsp" and pin.subgrids and pin.subgrids != t:
+            return (f"strategy['regions'][{pin.pattern!r}]: D&SP in a mixed plan spreads the branches over the "
+                    f"tensor group, so subgrids={pin.subgrids} must equal the tensor degree {t}")
+    grid = forced.grid
+    if grid is not None and grid.x * grid.y != t:
+        return (f"strategy['regions']: the pinned 3D grid {grid.x}x{grid.y}x1 has {grid.x * grid.y} ranks, the "
+                f"tensor group {t}; give x·y = {t}")
+    return None
 
 
 class Mixed(CompileHooks):
@@ -428,8 +454,8 @@ class Mixed(CompileHooks):
         """The tensor group's 3D layouts a configuration may take: none, and every
         ``Gx × Gy = t`` with both above 1 (a pinned grid: that one)."""
         pinned = ctx.forced.grid if ctx.forced is not None else None
-        if pinned is not None:
-            return [Grid3D(pinned.x, pinned.y, 1, data)] if pinned.x * pinned.y == t else []
+        if pinned is not None:  # its x·y is t (_pins_misfit)
+            return [Grid3D(pinned.x, pinned.y, 1, data)]
         if not any(r.kind in SPLIT_KINDS for r in ctx.model.regions):
             return [None]
         return [None] + [Grid3D(x, t // x, 1, data) for x in divisors(t) if 1 < x < t]
@@ -439,9 +465,7 @@ class Mixed(CompileHooks):
         if forced is not None and forced.kind() != "mixed":
             return []
         if forced is None:
-            # the branches keep their data replica's rows (no batch baked into a view changes)
-            branching = [] if batch_norms(model) else [r for r in subgraph_regions(model.gm)
-                                                       if r.kind == "fork_join"]
+            branching = _branching(model)
             out = []
             for t in divisors(world):
                 if t == 1:
@@ -453,26 +477,23 @@ class Mixed(CompileHooks):
                     out.append(Strategy(world // t, t, grid=grid, mixed=True))
             return out
         self._check_pins(ctx)
-        if forced.data is None and forced.tensor is None:
-            meshes = [(world // t, t) for t in divisors(world) if t > 1]
-        else:
+        fixed = forced.data is not None or forced.tensor is not None
+        if fixed:
             meshes = [forced.resolve(world)]
+            check_forced_batch(model, meshes[0][0])
             if meshes[0][1] == 1:
                 raise PlanError("strategy: region pins split regions over the tensor group; give a tensor degree "
                                 "above 1 (or leave the degrees to the planner)")
+        else:
+            meshes = [(world // t, t) for t in divisors(world) if t > 1]
         out = []
         for data, t in meshes:
-            for pin in forced.regions:
-                if pin.family == "dsp" and pin.subgrids and pin.subgrids != t and len(meshes) == 1:
-                    raise PlanError(f"strategy['regions'][{pin.pattern!r}]: D&SP in a mixed plan spreads the "
-                                    f"branches over the tensor group, so subgrids={pin.subgrids} must equal the "
-                                    f"tensor degree {t}")
-            if any(p.family == "dsp" and p.subgrids and p.subgrids != t for p in forced.regions):
+            why = _pins_misfit(forced, t)
+            if why is not None:
+                if fixed:
+                    raise PlanError(why)
                 continue
             grids = self._grids(ctx, data, t)
-            if forced.grid is not None and not grids and len(meshes) == 1:
-                raise PlanError(f"strategy['regions']: the pinned 3D grid {forced.grid.x}x{forced.grid.y}x1 has "
-                                f"{forced.grid.x * forced.grid.y} ranks, the tensor group {t}; give x·y = {t}")
             if any(p.family == "3d" for p in forced.regions) and forced.grid is None:
                 grids = [g for g in grids if g is not None]
             out += [Strategy(data, t, grid=g, mixed=True, regions=forced.regions) for g in grids]
@@ -494,10 +515,7 @@ class Mixed(CompileHooks):
         model, data, t, grid = ctx.model, config.data, config.tensor, config.grid
         mesh = {"data": data, "tensor": t}
         form = mixed_form({"x": grid.x, "y": grid.y} if grid is not None else {})
-        if model.batch % data:
-            if ctx.forced is not None and ctx.forced.data is not None:
-                raise PlanError(f"example_inputs: the batch {model.batch} is not divisible by the data degree {data}; "
-                                f"give a batch that is a multiple of {data}, or another strategy")
+        if model.batch % data:  # a forced data degree was checked by candidates
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}",
                             form=form)
         try:
@@ -518,7 +536,7 @@ class Mixed(CompileHooks):
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         c = priced.config
         plan_ = mesh_plan(ctx, priced, MixedPricer(ctx, c.data, c.tensor, c.grid).table())
-        grid = priced.config.grid
+        grid = c.grid
         plan_.mixed = True
         plan_.tensor_grid = {"x": grid.x, "y": grid.y} if grid is not None and plan_.regions_with("tensor3d") else {}
         return plan_

@@ -17,18 +17,15 @@ def place(builder, deferred_reduce_scatter: bool) -> None:
     """``deferred_reduce_scatter`` (AxoNN §IV-B): ``Ŵ.grad`` is written after backward by
     the 3D runtime, so its bucket has no hooks and waits for ``finish``."""
     plan = builder.plan
-    parts = plan.batch_parts()
-    weights = Bucket("data", divisor=parts, hooks=not (deferred_reduce_scatter and plan.region_grid.z > 1), order=0)
-    if plan.mixed:  # z = 1: the rows are split over data only, as for every other region
-        for name in builder.names():
-            cut = builder.placement(name).cut
-            if cut is not None and getattr(cut, "grid_weight", False):
-                builder.update(name, bucket=weights)
-        return
-    builder.loss_bucket = Bucket("replica")
+    weights = Bucket("data", divisor=plan.batch_parts(), hooks=not (deferred_reduce_scatter and plan.region_grid.z > 1),
+                     order=0)
+    # in a mixed plan (z = 1) the rows are split over data only, as for every other region
+    others = None if plan.mixed else Bucket("replica")
+    if not plan.mixed:
+        builder.loss_bucket = Bucket("replica")
     for name in builder.names():
         cut = builder.placement(name).cut
         if cut is not None and getattr(cut, "grid_weight", False):
             builder.update(name, bucket=weights)
-        else:
-            builder.update(name, bucket=Bucket("replica"))
+        elif others is not None:
+            builder.update(name, bucket=others)
