@@ -12,11 +12,11 @@ from autopar.executable import rank_graph_code
 from examples.factories import inception, mlp, stem_trunk, transformer
 
 
-def _plan_and_graph(factory, world, strategy):
+def _plan_and_graph(factory, world, strategy, rank=0):
     model, inputs, loss_fn, target = factory()
     plan = autopar.plan(model, world, inputs, loss_fn, strategy, example_target=target)
-    gm = autopar.rank_graph(model, plan, 0, inputs, loss_fn, target)
-    return plan.explain(), rank_graph_code(gm, plan, 0)
+    gm = autopar.rank_graph(model, plan, rank, inputs, loss_fn, target)
+    return plan.explain(), rank_graph_code(gm, plan, rank)
 
 
 class TestGolden(expecttest.TestCase):
@@ -1134,13 +1134,9 @@ def scale_mask_softmax_7c66659371_bwd(in0_ptr, in1_ptr, gout0_ptr, gin0_ptr, n_r
     def test_mixed_stem_trunk(self):
         """A mixed plan (docs/mixed_plans.md): D&SP on the stem, Megatron attention, 3D MLPs
         over one tensor group of 4; rank 1 runs branch b2 only."""
-        table, _ = _plan_and_graph(stem_trunk, 4, {"data": 1, "tensor": 4, "regions": {
-            "kind:fork_join": "dsp", "kind:attention": "megatron", "kind:linear_chain": {"3d": {"x": 2, "y": 2}}}})
-        model, inputs, loss_fn, target = stem_trunk()
-        plan = autopar.plan(model, 4, inputs, loss_fn, {"data": 1, "tensor": 4, "regions": {
+        table, code = _plan_and_graph(stem_trunk, 4, {"data": 1, "tensor": 4, "regions": {
             "kind:fork_join": "dsp", "kind:attention": "megatron", "kind:linear_chain": {"3d": {"x": 2, "y": 2}}}},
-            example_target=target)
-        code = rank_graph_code(autopar.rank_graph(model, plan, 1, inputs, loss_fn, target), plan, 1)
+            rank=1)
         self.assertExpectedInline(table, """\
 autopar plan: StemTrunk on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=1 x tensor=4   (rank = data*4 + tensor; tensor ranks adjacent); mixed: each region its own family over the tensor group, 3D regions on it as Gx=2 x Gy=2 (tensor = y*Gx + x)
