@@ -19,11 +19,13 @@ one :class:`Placement`) it says:
   groups its norm is summed over (``norm_groups``);
 * ``held``: whether this rank holds a part at all (a pipeline rank holds only its
   stages' parameters);
-* ``home``: ``(group, index)``, the member of a group whose copy is the one gathered
-  (broadcast from there) and counted in the norm: a D&SP branch's parameters on the
-  sub-grid that runs the branch, whose copies elsewhere are stale; a pipeline
-  parameter on the first position that reads it, whose copies on the other positions
-  are kept equal (``copies_current``);
+* ``home``: ``((group, index), ...)``, the rank whose copy is the one gathered
+  (broadcast from there, over each group in turn) and counted in the norm: a D&SP
+  branch's parameters on the sub-grid (or tensor rank) that runs the branch, whose
+  copies elsewhere are stale; a pipeline parameter on the first position that reads
+  it, whose copies on the other positions are kept equal (``copies_current`` names
+  the groups over which the copies are current); both, for a D&SP branch in a
+  pipeline stage;
 * ``bucket``: the :class:`Bucket` its gradient is reduced in (None: not reduced here);
 * ``norm_groups``: the groups its gradient's norm is summed over;
 * ``tied``: the group its gradient is summed over after the step (a weight several
@@ -89,8 +91,8 @@ class Placement:
     full_shape: tuple[int, ...]
     cut: Any = None
     held: bool = True
-    home: tuple[str, int] | None = None
-    copies_current: bool = False
+    home: tuple[tuple[str, int], ...] = ()
+    copies_current: tuple[str, ...] = ()
     bucket: Bucket | None = None
     norm_groups: tuple[str, ...] = ()
     tied: str | None = None
@@ -119,16 +121,13 @@ class ParamLayout:
     def at_home(self, placement: Placement) -> bool:
         """Whether this rank holds the copy that is gathered and counted (it is at the
         parameter's home, or the parameter has none)."""
-        if not placement.held:
-            return False
-        if placement.home is None:
-            return True
-        group, index = placement.home
-        return self.seat.coords.get(group, 0) == index
+        return placement.held and all(self.seat.coords.get(group, 0) == index for group, index in placement.home)
 
     def current(self, placement: Placement) -> bool:
-        """Whether this rank's copy is current (stepped by the optimizer, saved)."""
-        return placement.held and (placement.copies_current or self.at_home(placement))
+        """Whether this rank's copy is current (stepped by the optimizer, saved): it is at
+        home in every group over which the copies are not kept equal."""
+        return placement.held and all(self.seat.coords.get(group, 0) == index for group, index in placement.home
+                                      if group not in placement.copies_current)
 
     def norm_keys(self) -> list[tuple[str, ...]]:
         """Every parameter's norm groups, the same sorted list on every rank."""
@@ -137,8 +136,9 @@ class ParamLayout:
     def __str__(self) -> str:
         lines = []
         for p in self.unique():
+            home = ", ".join(f"{g} {i}" for g, i in p.home)
             where = "not held" if not p.held else ("home" if self.at_home(p) else
-                                                   f"{'current' if p.copies_current else 'stale'} copy of {p.home}")
+                                                   f"{'current' if self.current(p) else 'stale'} copy of {home}")
             bucket = f"bucket {p.bucket.group}" if p.bucket else "no bucket"
             cut = "whole" if p.cut is None else f"cut {p.cut}"
             lines.append(f"{p.names[0]}: {list(p.full_shape)} {cut}; {where}; {bucket}; "
@@ -162,21 +162,25 @@ class ParamLayout:
         placement = self.placements.get(name)
         if placement is None:  # a buffer: whole on every rank
             return None if local is None else local.detach().clone()
-        home_group = get_group(placement.home[0]) if placement.home else None
-        broadcast = home_group is not None and size_of(home_group) > 1
-        if local is None and not broadcast:
+        homes = [(get_group(g), g, i) for g, i in placement.home]
+        homes = [(group, g, i) for group, g, i in homes if group is not None and size_of(group) > 1]
+        if local is None and not homes:
             return None
         value = None
+        # the home's copy, then broadcast over each home group in turn: after the k-th,
+        # every rank at home in the groups after k holds it
+        at = [all(self.seat.coords.get(g, 0) == i for _, g, i in homes[k:]) for k in range(len(homes) + 1)]
         if self.at_home(placement):
             value = (local if local is not None else torch.zeros_like(like)).detach()
             value = placement.cut.gather(value, self.seat, placement.full_shape) if placement.cut else value.clone()
-        if not broadcast:
-            return value
-        if value is None:  # received: on the parameter's device, in its dtype now
-            value = torch.empty(placement.full_shape, dtype=like.dtype, device=like.device)
-        else:
-            value = value.to(like.dtype).contiguous()
-        dist.broadcast(value, group=home_group, group_src=placement.home[1])
+        for k, (group, _, index) in enumerate(homes):
+            if not at[k + 1]:
+                continue
+            if value is None:  # received: on the parameter's device, in its dtype now
+                value = torch.empty(placement.full_shape, dtype=like.dtype, device=like.device)
+            else:
+                value = value.to(like.dtype).contiguous()
+            dist.broadcast(value, group=group, group_src=index)
         return value
 
 

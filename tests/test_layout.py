@@ -41,15 +41,15 @@ def test_megatron_cuts_the_split_parameters_and_averages_all_over_data():
 
 def test_dsp_branches_live_on_their_sub_grid_and_csub_common_layers_on_sub_grid_0():
     plan, layouts = _layouts(inception, 4, {"data": 4, "subgrids": 2}, [0, 1])
-    branch = next(name for name, p in layouts[0].placements.items() if p.home is not None)
-    home = layouts[0].get(branch).home
+    branch = next(name for name, p in layouts[0].placements.items() if p.home)
+    (home,) = layouts[0].get(branch).home
     assert home[0] == "segment"
     at_home, away = (layouts[0], layouts[1]) if home[1] == 0 else (layouts[1], layouts[0])
     assert at_home.at_home(at_home.get(branch)) and at_home.get(branch).bucket.group == "subgrid"
     assert not away.current(away.get(branch)) and away.get(branch).bucket is None
     assert at_home.get(branch).norm_groups == ("segment",)
     _, csub = _layouts(inception, 4, {"data": 4, "subgrids": 2, "csub": True}, [0, 1])
-    common = next(name for name, p in csub[0].placements.items() if p.home == ("segment", 0))
+    common = next(name for name, p in csub[0].placements.items() if p.home == (("segment", 0),))
     assert csub[0].get(common).bucket.group == "data" and csub[0].loss_bucket is not None
     assert csub[1].get(common).bucket is None and csub[1].loss_bucket is None
 
@@ -69,7 +69,7 @@ def test_a_pipeline_rank_holds_its_stages_and_ties_the_shared_weight():
     assert first.get("blocks.0.ln1.weight").held and not last.get("blocks.0.ln1.weight").held
     tied = first.get("tok.weight")
     assert tied.held and last.get("tok.weight").held and tied.tied == "tied:0,1"
-    assert tied.home == ("pipeline", 0) and tied.copies_current
+    assert tied.home == (("pipeline", 0),) and tied.copies_current == ("pipeline",)
     assert last.current(last.get("tok.weight")) and not last.at_home(last.get("tok.weight"))
     assert all("pipeline" in p.norm_groups for p in first.unique())
     assert first.loss_bucket is None and {p.bucket.hooks for p in first.unique() if p.held} == {False}

@@ -131,7 +131,9 @@ def test_three_d_regions_back_to_back_meet_split_over_y():
     ({"tensor": 4, "regions": {"kind:fork_join": "megatron"}}, "a multi-branch region is split by D&SP"),
     ({"tensor": 4, "regions": {"kind:attention": "sideways"}}, "is no family"),
     ({"tensor": 4, "regions": {"kind:blocks": "megatron"}}, "unknown region kind"),
-    ({"tensor": 4, "pipeline": 2, "regions": {"kind:attention": "megatron"}}, "not ['pipeline']"),
+    ({"tensor": 4, "pipeline": 2, "x": 2, "y": 1, "z": 2}, "inside pipeline stages is x × y × 1"),
+    ({"tensor": 2, "pipeline": 2, "subgrids": 2, "regions": {"kind:attention": "megatron"}}, "not ['subgrids']"),
+    ({"tensor": 2, "pipeline": 2, "x": 2, "y": 2}, "tensor=2 is not the 3D grid's x·y = 4"),
 ])
 def test_pins_that_cannot_run_are_clear_errors(strategy, message):
     with pytest.raises(PlanError, match=None) as caught:

@@ -133,8 +133,8 @@ def test_bad_input_is_named():
         _plan(2, {"pipeline": 2, "chunks": 2, "schedule": "gpipe"})
     with pytest.raises(autopar.PlanError, match=r"unknown schedule 'zigzag'"):
         _plan(2, {"pipeline": 2, "schedule": "zigzag"})
-    with pytest.raises(autopar.PlanError, match=r"a pipeline combines with 'data' and 'tensor' .* not \['x'\]"):
-        _plan(4, {"pipeline": 2, "x": 2})
+    with pytest.raises(autopar.PlanError, match=r"a pipeline combines with 'data', 'tensor', .* not \['subgrids'\]"):
+        _plan(4, {"pipeline": 2, "subgrids": 2})
     with pytest.raises(autopar.PlanError, match=r"\['microbatches'\] set up a pipeline; add 'pipeline'"):
         _plan(2, {"data": 2, "microbatches": 2})
 

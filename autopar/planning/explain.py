@@ -55,7 +55,7 @@ def _single_family(plan: "Plan") -> list[str]:
     """Beside a mixed plan, the best plan of one family weighed (what mixing buys)."""
     if not plan.mixed:
         return []
-    single = [c for c in plan.candidates if c.feasible and not c.form.startswith("mixed")]
+    single = [c for c in plan.candidates if c.feasible and "mixed" not in c.form]
     if not single:
         return ["best single-family plan: none weighed (the mixed plan was forced)" if plan.forced else
                 "best single-family plan: none feasible"]

@@ -72,6 +72,15 @@ class RegionChoice:
     details: dict = field(default_factory=dict)  # strategy-specific, e.g. D&SP's branch assignment
 
 
+def _in_stage(choice: RegionChoice, stage: int | None) -> bool:
+    """Whether a region runs in pipeline stage ``stage`` (None: any); a region whose
+    nodes several stages compute (a tied embedding and head) lists them all."""
+    if stage is None:
+        return True
+    where = choice.details.get("stage")
+    return where == stage or (isinstance(where, list) and stage in where)
+
+
 @dataclass
 class MeshCandidate:
     """One mesh factorisation the planner weighed."""
@@ -120,12 +129,14 @@ class Plan:
     def degree(self, dim: str) -> int:
         return self.mesh.get(dim, 1)
 
-    def regions_with(self, strategy: str) -> list[str]:
-        return [r.region for r in self.regions if r.strategy == strategy]
+    def regions_with(self, strategy: str, stage: int | None = None) -> list[str]:
+        """The regions run under ``strategy``; with ``stage``, those of that pipeline stage."""
+        return [r.region for r in self.regions if r.strategy == strategy and _in_stage(r, stage)]
 
-    def dsp_regions(self) -> dict[str, dict]:
-        """The regions split over sub-grids (D&SP or D&SP-cSub): id → the choice's details."""
-        return {r.region: r.details for r in self.regions if r.strategy == "dsp"}
+    def dsp_regions(self, stage: int | None = None) -> dict[str, dict]:
+        """The regions split over sub-grids (D&SP or D&SP-cSub): id → the choice's details
+        (with ``stage``, those of that pipeline stage)."""
+        return {r.region: r.details for r in self.regions if r.strategy == "dsp" and _in_stage(r, stage)}
 
     def subgrid_coordinates(self, rank: int) -> tuple[int, int]:
         """``(sub-grid, position in it)`` of ``rank`` under D&SP (``(0, data index)`` without)."""
@@ -142,7 +153,8 @@ class Plan:
         if self.subgrids > 1:
             dims = subgrid_dims(self.world_size, self.subgrids, self.topology_aware)
         elif self.tensor_grid:  # the tensor index is y·Gx + x
-            dims = {"data": self.degree("data"), "y": self.tensor_grid["y"], "x": self.tensor_grid["x"]}
+            dims = {**({"pipeline": self.degree("pipeline")} if self.pipeline else {}), "data": self.degree("data"),
+                    "y": self.tensor_grid["y"], "x": self.tensor_grid["x"]}
         elif self.grid is not None:
             dims = {axis: self.degree(axis) for axis in ("data", "z", "y", "x")}
         else:
@@ -159,20 +171,22 @@ class Plan:
         sub-grid order), ``subgrid`` (one sub-grid, in position order) and ``data`` (every
         rank in batch-chunk order ``p·g + s``; under cSub the sub-grid). None: no group."""
         one = GroupSpec
+        pipeline = {}
+        if self.pipeline:
+            pipeline = {"pipeline": one(("pipeline",)), "segment": None, "subgrid": None,
+                        **{tied_group_name(p): one(("pipeline",), ("pipeline", tuple(p)))
+                           for p in sorted({tuple(sorted(h)) for h in tied_positions if len(h) > 1})}}
         if self.mixed:  # Megatron and D&SP over the tensor group, 3D over its x and y
             if not self.tensor_grid:
-                return {"data": one(("data",)), "tensor": one(("tensor",))}
+                return {"data": one(("data",)), "tensor": one(("tensor",)), **pipeline}
             return {"data": one(("data",)), "tensor": one(("y", "x")), "x": one(("x",)), "y": one(("y",)),
-                    "z": None, "replica": one(("data",))}
+                    "z": None, "replica": one(("data",)), **pipeline}
         if self.subgrids > 1:
             return {"tensor": None, **subgrid_group_specs(self.csub)}
         if self.grid is not None:
             return {**self.grid.group_specs(), "tensor": None, "segment": None, "subgrid": None}
         if self.pipeline:
-            tied = {tied_group_name(p): one(("pipeline",), ("pipeline", tuple(p)))
-                    for p in sorted({tuple(sorted(h)) for h in tied_positions if len(h) > 1})}
-            return {"pipeline": one(("pipeline",)), "data": one(("data",)), "tensor": one(("tensor",)),
-                    "segment": None, "subgrid": None, **tied}
+            return {"data": one(("data",)), "tensor": one(("tensor",)), **pipeline}
         return {"data": one(("data",)), "tensor": one(("tensor",))}
 
     @property
@@ -181,7 +195,8 @@ class Plan:
         schedule (``"pipeline 1f1b"``, ``"pipeline interleaved v=2"``); else ``""``."""
         if self.pipeline:
             v = self.pipeline["chunks"]
-            return f"pipeline {self.pipeline['schedule']}" + (f" v={v}" if v > 1 else "")
+            return (f"pipeline {self.pipeline['schedule']}" + (f" v={v}" if v > 1 else "")
+                    + (f", {mixed_form(self.tensor_grid)}" if self.mixed else ""))
         if self.mixed:
             return mixed_form(self.tensor_grid)
         return "cube" if self.regions_with("cube3d") else ""
@@ -198,6 +213,12 @@ class Plan:
         if self.tensor_grid:
             return Grid3D(self.tensor_grid["x"], self.tensor_grid["y"], 1, self.degree("data"))
         return self.grid
+
+    def region_coordinates(self, rank: int) -> dict[str, int]:
+        """``rank``'s ``x``, ``y``, ``z``, ``data`` on :attr:`region_grid` (a pipeline's
+        position, outermost, left out)."""
+        grid = self.region_grid
+        return grid.coordinates(rank % grid.size)
 
     @property
     def grid(self):

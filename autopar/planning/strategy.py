@@ -120,10 +120,10 @@ class Strategy:
         if strategy == "tensor":
             return Strategy(data=1)
         if isinstance(strategy, dict):
-            if "regions" in strategy:
-                return Strategy._parse_pins(strategy)
             if "pipeline" in strategy:
                 return Strategy._parse_pipeline(strategy)
+            if "regions" in strategy:
+                return Strategy._parse_pins(strategy)
             stray = set(strategy) & set(PIPELINE_KEYS)
             if stray:
                 raise PlanError(f"strategy: {sorted(stray)} set up a pipeline; add 'pipeline': p (the number of "
@@ -161,13 +161,20 @@ class Strategy:
     def _parse_pins(strategy: dict) -> "Strategy":
         """``{"data": d, "tensor": t, "regions": {PATTERN: SPEC}}``, or ``{"regions": ...}``
         alone (the planner picks the mesh): a mixed plan with those regions pinned."""
-        pins = strategy["regions"]
-        if not isinstance(pins, dict) or not pins:
-            raise PlanError(f"strategy['regions']: expected a dict {{PATTERN: SPEC}}, got {pins!r}")
         rest = set(strategy) - {"regions", "data", "tensor"}
         if rest:
-            raise PlanError(f"strategy: region pins combine with 'data' and 'tensor' in this version (the other "
-                            f"families' degrees go into the pins), not {sorted(rest)}")
+            raise PlanError(f"strategy: region pins combine with 'data', 'tensor' and a pipeline's keys in this "
+                            f"version (the other families' degrees go into the pins), not {sorted(rest)}")
+        parsed, grid = Strategy._pins(strategy["regions"])
+        data, tensor = strategy.get("data"), strategy.get("tensor")
+        return Strategy(None if data is None else int(data), None if tensor is None else int(tensor),
+                        grid=grid, mixed=True, regions=parsed)
+
+    @staticmethod
+    def _pins(pins: Any) -> tuple[tuple[Pin, ...], Grid3D | None]:
+        """The pins of ``strategy["regions"]`` and the tensor group's 3D grid they ask for."""
+        if not isinstance(pins, dict) or not pins:
+            raise PlanError(f"strategy['regions']: expected a dict {{PATTERN: SPEC}}, got {pins!r}")
         parsed = tuple(Pin.parse(k, v) for k, v in pins.items())
         for pin in parsed:
             if pin.family == "cube" or (pin.family == "3d" and pin.grid is not None and pin.grid[2] != 1):
@@ -184,21 +191,22 @@ class Strategy:
             raise PlanError(f"strategy['regions']: pins ask for 3D grids {sorted(grids)}; the regions of one plan "
                             f"share one x × y grid of the tensor group in this version")
         grid = next(iter(grids), None)
-        data, tensor = strategy.get("data"), strategy.get("tensor")
-        return Strategy(None if data is None else int(data), None if tensor is None else int(tensor),
-                        grid=None if grid is None else Grid3D(grid[0], grid[1], 1), mixed=True, regions=parsed)
+        return parsed, None if grid is None else Grid3D(grid[0], grid[1], 1)
 
     @staticmethod
     def _parse_pipeline(strategy: dict) -> "Strategy":
         """``{"pipeline": p, "microbatches": m, "schedule": "1f1b", "chunks": v, "data": d,
-        "tensor": t, "scatter_gather": True}``: PTD-P (megatron §2-§4)."""
+        "tensor": t, "scatter_gather": True}``: PTD-P (megatron §2-§4), Megatron inside
+        the stages; with ``"regions": {PATTERN: SPEC}`` the stages' regions pinned as in
+        a mixed plan, the rest chosen per region; with ``"x", "y", "z": 1`` the tensor
+        group of every stage an ``x × y × 1`` 3D grid (the 3D regions split on it)."""
         # the pipeline family's schedule names (a leaf module that imports nothing of
         # planning); imported here so that planning imports no family at load time
         from autopar.strategies.pipeline.schedules import SCHEDULES
-        unknown = set(strategy) - {"pipeline", "data", "tensor"} - set(PIPELINE_KEYS)
+        unknown = set(strategy) - {"pipeline", "data", "tensor", "regions", "x", "y", "z"} - set(PIPELINE_KEYS)
         if unknown:
-            raise PlanError(f"strategy: a pipeline combines with 'data' and 'tensor' (PTD-P) in this version, not "
-                            f"{sorted(unknown)}; drop them")
+            raise PlanError(f"strategy: a pipeline combines with 'data', 'tensor', a 3D grid 'x', 'y', 'z' and "
+                            f"region pins 'regions' in this version, not {sorted(unknown)}; drop them")
         p, v = int(strategy["pipeline"]), int(strategy.get("chunks", 1))
         name = strategy.get("schedule", "interleaved" if v > 1 else "1f1b")
         m = strategy.get("microbatches")
@@ -209,9 +217,24 @@ class Strategy:
             raise PlanError(f"strategy: unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
         if v > 1 and name != "interleaved":
             raise PlanError(f"strategy: chunks={v} needs the interleaved schedule, not {name!r}")
-        return Strategy(strategy.get("data"), strategy.get("tensor"), pipeline=p, chunks=v,
+        pins, grid = Strategy._pins(strategy["regions"]) if "regions" in strategy else ((), None)
+        tensor = strategy.get("tensor")
+        if set(strategy) & {"x", "y", "z"}:
+            x, y, z = (int(strategy.get(a, 1)) for a in ("x", "y", "z"))
+            if z != 1 or x < 1 or y < 1 or x * y < 2:
+                raise PlanError(f"strategy: a 3D grid inside pipeline stages is x × y × 1 with x·y ≥ 2 (the rows "
+                                f"are split over data only) in this version, got x={x}, y={y}, z={z}")
+            if grid is not None and (grid.x, grid.y) != (x, y):
+                raise PlanError(f"strategy: the grid x={x}, y={y} and the pinned 3D grid {grid.x}x{grid.y}x1 differ")
+            if tensor is not None and int(tensor) != x * y:
+                raise PlanError(f"strategy: tensor={tensor} is not the 3D grid's x·y = {x * y}; drop 'tensor'")
+            grid, tensor = Grid3D(x, y, 1), x * y
+        if grid is not None and tensor is None:
+            tensor = grid.x * grid.y
+        return Strategy(strategy.get("data"), None if tensor is None else int(tensor), pipeline=p, chunks=v,
                         microbatches=None if m is None else int(m), schedule=name,
-                        scatter_gather=bool(strategy.get("scatter_gather", True)))
+                        scatter_gather=bool(strategy.get("scatter_gather", True)), grid=grid,
+                        mixed=bool(pins) or grid is not None, regions=pins)
 
     def kind(self) -> str:
         """Which family a forced strategy is for: ``"pipeline"``, ``"mixed"`` (region

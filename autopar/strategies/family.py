@@ -150,13 +150,15 @@ class RankPass:
 class RankBuild:
     """What the families are told when a rank's program and layout are built: the rank,
     the batch of its program, whether the graph carries its loss, whether this rank runs
-    only its D&SP branches (cSub off sub-grid 0), and for the layout the pipeline's
-    ``holders`` and whether the 3D layers defer their reduce-scatters."""
+    only its D&SP branches (cSub off sub-grid 0), under a pipeline the ``stage`` whose
+    program is built (a family splits only that stage's regions), and for the layout the
+    pipeline's ``holders`` and whether the 3D layers defer their reduce-scatters."""
 
     rank: int
     local_batch: int = 0
     with_loss: bool = False
     branch_only: bool = False
+    stage: int | None = None
     holders: dict | None = None
     deferred_reduce_scatter: bool = False
 

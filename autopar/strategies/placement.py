@@ -37,7 +37,7 @@ def seat_of(plan, rank: int) -> Seat:
     sizes["segment"] = plan.subgrids
     grid = plan.region_grid
     if plan.mixed and grid is not None:  # the 3D regions' coordinates in the tensor group
-        coords.update({axis: i for axis, i in grid.coordinates(rank).items() if axis != "data"})
+        coords.update({axis: i for axis, i in plan.region_coordinates(rank).items() if axis != "data"})
         sizes.update(x=grid.x, y=grid.y, z=1)
     return Seat(coords, sizes, grid)
 
@@ -60,7 +60,7 @@ def dropout_shards(plan, rank: int) -> dict[str, int]:
     (Megatron's) its tensor index; other plans have one split group ({})."""
     if not (plan.mixed and plan.tensor_grid):
         return {}
-    return {"x": plan.region_grid.coordinates(rank)["x"]}
+    return {"x": plan.region_coordinates(rank)["x"]}
 
 
 def layout_name(root_name: str) -> str:

@@ -27,7 +27,7 @@ def place(builder) -> None:
         for name in builder.names():
             placement = builder.placement(name)
             if placement.names not in in_branches:
-                builder.update(name, home=("segment", 0), norm_groups=("segment",),
+                builder.update(name, home=(("segment", 0),), norm_groups=("segment",),
                                bucket=placement.bucket if mine == 0 else None)
 
 
@@ -49,6 +49,6 @@ def _branches(builder, group: str, bucket: Bucket | None) -> set:
                 name = builder.named(wrapper_name)
                 placement = builder.placement(name)
                 placed.add(placement.names)
-                builder.update(name, home=(group, home), norm_groups=(group,),
+                builder.update(name, home=((group, home),), norm_groups=(group,),
                                bucket=(bucket or placement.bucket) if home == mine else None)
     return placed

@@ -215,7 +215,7 @@ class SubgraphParallel(CompileHooks):
     def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
         """The branches split over the sub-grids; under cSub off sub-grid 0, a program
         of this sub-grid's branches only (the other families add nothing then)."""
-        dsp_regions = plan.dsp_regions()
+        dsp_regions = plan.dsp_regions(build.stage)
         if not dsp_regions:
             return []
         if plan.mixed:  # each rank of the tensor group is a sub-grid (docs/mixed_plans.md)

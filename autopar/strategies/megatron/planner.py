@@ -221,7 +221,8 @@ class Megatron(DataTensor):
             return []
         rank = plan.rank_coordinates(build.rank)["tensor"]
         return [RankPass(SPLIT, "tensor_parallel", tensor_parallel_pass, {
-            "megatron_regions": plan.regions_with("megatron"), "degree": plan.degree("tensor"), "rank": rank})]
+            "megatron_regions": plan.regions_with("megatron", build.stage), "degree": plan.degree("tensor"),
+            "rank": rank})]
 
     def recompute_regions(self, plan: Plan) -> list[str]:
         return plan.regions_with("megatron") if plan.grid is None else []

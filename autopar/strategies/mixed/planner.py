@@ -81,11 +81,18 @@ class MixedPricer:
     """The options of every region on one ``data × tensor`` (with one ``Gx × Gy`` grid of
     the tensor group for 3D regions, or none) and the programme over them."""
 
-    def __init__(self, ctx: PlanContext, data: int, tensor: int, grid: Grid3D | None):
+    def __init__(self, ctx: PlanContext, data: int, tensor: int, grid: Grid3D | None,
+                 whole: dict[str, str] | None = None):
         self.ctx, self.model, self.hw = ctx, ctx.model, ctx.hw
         self.data, self.tensor, self.grid = data, tensor, grid
-        self.pins = ctx.forced.regions if ctx.forced is not None else ()
+        forced = ctx.forced
+        self.pins = forced.regions if forced is not None else ()
+        # a pipeline forced onto a grid without pins ({"pipeline": p, "x": .., "y": ..}):
+        # every region the grid can split is split on it, the rest replicated
+        self.grid_only = forced is not None and forced.pipeline > 1 and forced.grid is not None and not self.pins
         self.gaps = rule_gaps(self.model) if tensor > 1 else {}
+        # regions kept whole, and why (a pipeline's: tied across stages, or cut by a stage)
+        self.whole = whole or {}
         self.memo = self.model.memo("mixed.options")
         self.links = self.model.memo("mixed.links")
         self.credits = self.model.memo("mixed.credits")
@@ -101,7 +108,8 @@ class MixedPricer:
         return next((p for p in self.pins if p.matches(region)), None)
 
     def options(self, r) -> dict[str, Option]:
-        key = (self.model.region_class[r.id], self.data, self.tensor, self.grid, self.hw, r.id in self.gaps)
+        key = (self.model.region_class[r.id], self.data, self.tensor, self.grid, self.hw, r.id in self.gaps,
+               r.id in self.whole, self.grid_only)
         found = self.memo.get(key)
         if found is None:
             found = self.memo[key] = self._options(r)
@@ -111,8 +119,11 @@ class MixedPricer:
         model, hw, data, t = self.model, self.hw, self.data, self.tensor
         params = float(model.region_param_elems(r.id))
         out = {"replicate": Option(Cost(model.seconds(r.nodes, hw, 1 / data), {}, 0.0), params,
-                                   model.activation_bytes(r.nodes, 1 / data), reason="runs whole on every rank")}
-        if all(size % t == 0 for _, size in region_sizes(r)) and r.id not in self.gaps:
+                                   model.activation_bytes(r.nodes, 1 / data),
+                                   reason=self.whole.get(r.id, "runs whole on every rank"))}
+        if r.id in self.whole:
+            return out
+        if not self.grid_only and all(size % t == 0 for _, size in region_sizes(r)) and r.id not in self.gaps:
             out["megatron"] = Option(split_cost(model, hw, r, data, t), params / t,
                                      model.activation_bytes(r.nodes, 1 / (data * t)),
                                      reason=f"Megatron over tensor={t}")
@@ -123,12 +134,16 @@ class MixedPricer:
                 out["tensor3d"] = Option(priced.choice.cost, priced.param_elems, priced.activation_bytes,
                                          {**priced.choice.details, "grid": f"{g.x}x{g.y}x1x{g.data}"},
                                          f"3D grid {g.x}x{g.y}x1 of the tensor group")
+                if self.grid_only:  # forced onto the grid where it can run
+                    del out["replicate"]
         return out
 
     def dsp_option(self, fj) -> Option | None:
         """A multi-branch region's branches over the tensor ranks, or None when it cannot
         (priced once per region and mesh)."""
         key = (fj.id, self.data, self.tensor, self.hw)
+        if fj.id in self.whole or self.grid_only:
+            return None
         if key not in self.memo:
             self.memo[key] = self._dsp_option(fj)
         return self.memo[key]
@@ -162,9 +177,11 @@ class MixedPricer:
             if option is None:
                 pin = self.pin_of(fj)
                 if pin is not None and pin.family != "replicate":
+                    why = self.whole.get(fj.id) or (
+                        f"its {len(fj.details['branches'])} branches cannot fill the tensor group of {self.tensor} "
+                        f"ranks, or they read values from outside the region")
                     raise PlanError(f"region {fj.id}: pinned to {pin.describe()} ({pin.pattern!r}), which cannot run "
-                                    f"it: its {len(fj.details['branches'])} branches cannot fill the tensor group "
-                                    f"of {self.tensor} ranks, or they read values from outside the region")
+                                    f"it: {why}")
                 continue
             steps.append((first, Step(fj, {"dsp": option}, [Step(r, self.options(r)) for r in inner])))
             placed.update(r.id for r in inner)
@@ -186,6 +203,8 @@ class MixedPricer:
             why = "a multi-branch region is split by D&SP ('dsp') or left to the regions inside it ('replicate')"
         elif family == "dsp":
             why = f"it is no multi-branch region (a {r.kind})"
+        elif r.id in self.whole:
+            why = self.whole[r.id]
         elif family == "megatron":
             sizes = ", ".join(f"{n} {s}" for n, s in region_sizes(r))
             why = self.gaps.get(r.id) or f"{sizes or 'nothing'} not divisible by the tensor degree {self.tensor}"
@@ -385,6 +404,103 @@ class MixedPricer:
         return ("input " + ("read split over y from the previous 3D region" if enters else
                             "cut to y blocks (backward all-gather over y)")
                 + ", output " + ("read split over y by the next 3D region" if leaves else "all-gathered over y"))
+
+
+class StagePlans:
+    """A pipeline's stages as mixed plans (PTD-P with any family inside its stages,
+    ``docs/mixed_plans.md``): the programme of :class:`MixedPricer` over the whole graph
+    at one microbatch's rows (``scale = data·m``), its choices summed per stage. A stage
+    cut is a replicated boundary (the carried activation is sent whole), so the
+    programme's only cross-region credit, AxoNN's split-over-y link, is not taken across
+    it: the credits are left out of the stage figures (a conservative price). Regions
+    the pipeline keeps whole (tied across stages) and multi-branch regions a cut splits
+    are replicated. Recomputing (megatron §3.5) adds one more forward (a third of a
+    region's compute) and the all-reduce of g recomputed (half of a region's
+    communication), as Megatron's stages price it."""
+
+    def __init__(self, ctx: PlanContext, shape, tensor: int, grid: Grid3D | None):
+        self.ctx, self.shape, self.tensor, self.grid = ctx, shape, tensor, grid
+        model = ctx.model
+        stage_of = shape.part.stage_of
+        self.whole = dict(shape.keep_whole)
+        self.spanning = set()  # regions whose nodes several stages compute (in shape.outside)
+        for r in model.regions:
+            if len({stage_of[n] for n in r.nodes if n in stage_of}) > 1:
+                self.spanning.add(r.id)
+        for fj in _branching(model):
+            spans = sorted({stage_of[n] for n in fj.nodes if n in stage_of})
+            if len(spans) > 1:
+                self.whole[fj.id] = f"pipeline stages {spans} cut it; its branches run whole"
+        self.stage = {r.id: stage_of.get(min(r.nodes, key=_order(model)), 0)
+                      for r in list(model.regions) + _branching(model)}
+        self.uses: dict[int, set[str]] = {}  # per scale: the families the programme chose
+
+    def tensor_grid(self, scale: int) -> dict:
+        """The plan's ``tensor_grid`` at ``scale``: the grid, where a region uses it."""
+        g = self.grid
+        return {"x": g.x, "y": g.y} if g is not None and "tensor3d" in self.uses.get(scale, ()) else {}
+
+    def pricer(self, scale: int) -> MixedPricer:
+        g = self.grid
+        return MixedPricer(self.ctx, scale, self.tensor, None if g is None else Grid3D(g.x, g.y, 1, scale),
+                           self.whole)
+
+    def figures(self, scale: int, p: int, recompute: bool):
+        """Per stage (for one microbatch of ``1/scale`` of the batch): seconds, their
+        communication, the activation bytes saved; per pipeline rank the parameter
+        elements it holds, and the elements of the parameters several ranks hold."""
+        model, hw, shape = self.ctx.model, self.ctx.hw, self.shape
+        path, _ = self.pricer(scale).solve()
+        self.uses[scale] = {name for _, name in path}
+        stages = len(shape.outside)
+        stage_s, stage_comm, stage_act = [0.0] * stages, [0.0] * stages, [0.0] * stages
+        covered: set[str] = set()
+        factor: dict[str, float] = {}  # parameter (or region) -> the share of it a rank holds
+        for step, name in path:
+            r = step.region
+            if name == "open" or r.id in self.spanning:
+                continue  # their nodes outside the tensor regions are the stage's outside nodes
+            option = step.options[name]
+            comm = option.cost.total_comm_s * (1.5 if recompute else 1.0)
+            s = self.stage[r.id]
+            stage_s[s] += option.cost.compute_s * (4 / 3 if recompute else 1.0) + comm
+            stage_comm[s] += comm
+            stage_act[s] += option.activations
+            if step.branching:  # D&SP: the region's nodes and parameters are its option's
+                covered.update(r.nodes)
+                b = branches_of(model, r)
+                share = option.params / max(sum(b.counts), 1)
+                factor.update({name: share for names in b.params for name in names})
+            else:
+                factor.setdefault(r.id, option.params / max(model.region_param_elems(r.id), 1))
+        for s in range(stages):
+            rest = [n for n in shape.outside[s] if n not in covered]
+            stage_s[s] += model.seconds(rest, hw, 1 / scale)
+            stage_act[s] += model.activation_bytes(rest, 1 / scale)
+        rank_params, tied = [0.0] * p, 0.0
+        for pname, where in shape.param_stages.items():
+            if pname not in model.params:
+                continue
+            share = factor.get(pname, factor.get(model.param_region.get(pname), 1.0))
+            elems = model.params[pname].numel() * share
+            ranks = {st % p for st in where}
+            for rank in ranks:
+                rank_params[rank] += elems
+            if len(ranks) > 1:
+                tied += elems
+        return stage_s, stage_comm, stage_act, rank_params, tied
+
+    def table(self, scale: int) -> RegionTable:
+        """The region table at one microbatch's rows, each row with its ``stage``."""
+        table = self.pricer(scale).table()
+        for row in table.regions[:-1]:
+            row.details = {**row.details, "stage": self.stage.get(row.region, 0)}
+        return table
+
+
+def _order(model: ModelFacts):
+    order = model.fact("mixed.order", lambda: {n.name: i for i, n in enumerate(model.gm.graph.nodes)})
+    return order.__getitem__
 
 
 def _structure(model: ModelFacts):

@@ -42,6 +42,10 @@ def place(builder, holders: dict[str, set[int]]) -> None:
         placement = builder.placement(name)
         positions = positions_of.get(placement.names, {0})
         held = position in positions
-        builder.update(name, held=held, home=("pipeline", min(positions)), copies_current=True, bucket=accumulated if held else None,
+        # a D&SP branch's parameters (a mixed stage) keep their home rank of the tensor
+        # group, and no bucket off it
+        reduced = placement.bucket is not None
+        builder.update(name, held=held, home=placement.home + (("pipeline", min(positions)),),
+                       copies_current=("pipeline",), bucket=accumulated if held and reduced else None,
                        norm_groups=placement.norm_groups + ("pipeline",),
                        tied=tied_group_name(positions) if held and len(positions) > 1 else None)

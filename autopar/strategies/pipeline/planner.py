@@ -37,11 +37,12 @@ from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE, tensor_spec
 from autopar.planning.model import ModelFacts, region_sizes
-from autopar.planning.plan import Cost, Plan
+from autopar.planning.plan import Cost, Plan, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.data.planner import batch_norms, check_batch_norms
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
-from autopar.strategies.megatron.planner import check_forced_sizes, price_mesh, rule_gaps
+from autopar.strategies.megatron.planner import check_forced_batch, check_forced_sizes, price_mesh, rule_gaps
+from autopar.strategies.mixed.planner import StagePlans
 from autopar.strategies.pipeline import cost as pp
 from autopar.strategies.pipeline import layout as parameter_layout
 from autopar.strategies.pipeline.stages import (StageError, blocks_of, boundary_values, parameter_stages,
@@ -142,8 +143,15 @@ def pipeline_mesh(layout: "Strategy | PipelineNumbers") -> dict[str, int]:
     return {"pipeline": layout.p, "data": layout.data, "tensor": layout.tensor}
 
 
-def pipeline_label(option: Strategy) -> str:
-    return f"pipeline {option.schedule}" + (f" v={option.chunks}" if option.chunks > 1 else "")
+def pipeline_label(option: Strategy, tensor_grid: dict | None = None) -> str:
+    """A configuration's form: its schedule, and for stages of mixed plans their form
+    (``tensor_grid``: the grid its 3D regions use, None: the configuration's)."""
+    label = f"pipeline {option.schedule}" + (f" v={option.chunks}" if option.chunks > 1 else "")
+    if option.mixed:
+        if tensor_grid is None:
+            tensor_grid = {"x": option.grid.x, "y": option.grid.y} if option.grid is not None else {}
+        label += ", " + mixed_form(tensor_grid)
+    return label
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,7 @@ class PipelineNumbers:
     memory_bytes: float         # the most of any rank, as the layout runs (recomputing or not)
     recompute: bool
     comm_s: dict[str, float]    # by group: tensor, pipeline (point-to-point and bubble), data
+    inner: object = None        # a mixed configuration's stage plans (mixed.planner.StagePlans)
 
 
 @dataclass(frozen=True)
@@ -208,7 +217,10 @@ def pipeline_layout(model: ModelFacts, world: int, config: Strategy) -> tuple[in
                         f"that divides it")
     data, tensor = Strategy(config.data, config.tensor).resolve(world // p)
     shape = pipeline_shape(model, p * v)
-    check_forced_sizes(model, data, tensor)
+    if config.mixed:  # each region chooses (or is pinned); one that cannot split stays whole
+        check_forced_batch(model, data)
+    else:
+        check_forced_sizes(model, data, tensor)
     return p, data, tensor, shape, model.batch // data
 
 
@@ -232,16 +244,19 @@ def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, l
     return counts
 
 
-def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy) -> PipelineNumbers:
+def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy, stage_plans=None
+                    ) -> PipelineNumbers:
     """The figures of one pipeline layout at its best microbatch count: the fastest
     whose memory fits, recomputing the blocks' activations (megatron §3.5) only where
-    keeping them does not fit; none fitting: the smallest."""
+    keeping them does not fit; none fitting: the smallest. ``stage_plans(shape,
+    tensor)``: a mixed configuration's stage plans (None: Megatron inside the stages)."""
     p, data, tensor, shape, local = pipeline_layout(model, world, config)
+    inner = stage_plans(shape, tensor) if stage_plans is not None else None
     best = smallest = None
     for m in _microbatch_counts(model, config, p, data, local):
         for recompute in (False, True):
             numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, config.schedule, data, tensor,
-                                       config.scatter_gather, recompute)
+                                       config.scatter_gather, recompute, inner)
             fits = numbers.memory_bytes <= hw.memory_bytes
             if fits and (best is None or numbers.step < best.step * (1 - 1e-9)):
                 best = numbers
@@ -293,16 +308,23 @@ def _rank_params(shape: PipelineShape, p: int, tensor: int) -> tuple[list[float]
 
 
 def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: int, v: int, m: int, schedule: str,
-                     data: int, tensor: int, scatter_gather: bool, recompute: bool = False) -> PipelineNumbers:
+                     data: int, tensor: int, scatter_gather: bool, recompute: bool = False, inner=None
+                     ) -> PipelineNumbers:
     """The predicted figures of ``p`` ranks × ``v`` chunks with ``m`` microbatches of
     ``B/(d·m)`` rows, each stage's regions priced once per class: per-stage seconds per
     microbatch (compute, Megatron all-reduces), point-to-point sends, per-rank seconds,
     the step with its bubble (megatron §2.2), the data and tied-weight all-reduces, and
     memory per rank with and without recomputation. ``recompute``: the blocks' forward
-    runs twice (megatron §3.5) and the memory that counts is the recomputing one."""
+    runs twice (megatron §3.5) and the memory that counts is the recomputing one.
+    ``inner``: a mixed configuration's :class:`~autopar.strategies.mixed.planner.StagePlans`
+    (each region its own family), which gives the stages' and ranks' figures instead."""
     stages = p * v
     scale = data * m  # the work of one microbatch on one data rank is the batch's 1/(d·m)
-    stage_s, stage_comm, stage_act = _stage_figures(model, hw, shape, stages, scale, tensor, recompute)
+    if inner is not None:
+        stage_s, stage_comm, stage_act, rank_params, tied_elems = inner.figures(scale, p, recompute)
+    else:
+        stage_s, stage_comm, stage_act = _stage_figures(model, hw, shape, stages, scale, tensor, recompute)
+        rank_params, tied_elems = _rank_params(shape, p, tensor)
     carried = [b / scale for b in shape.carried]
     inter_node = data * tensor >= hw.devices_per_node
     sends = [cm.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
@@ -318,7 +340,6 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     pipe_step, bubble = pp.step_time(rank_s, p, m, v)
     # gradients all-reduced over the data ranks after the last microbatch, tied ones
     # summed over their stages' ranks
-    rank_params, tied_elems = _rank_params(shape, p, tensor)
     data_s = max(cm.all_reduce_time(data, e * 4, hw, stride=tensor) for e in rank_params)
     tied_s = cm.all_reduce_time(2, tied_elems * 4, hw, stride=data * tensor) if tied_elems else 0.0
     memory = []
@@ -332,7 +353,8 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     return PipelineNumbers(
         shape, p, v, m, schedule, data, tensor, scatter_gather, pipe_step + data_s + tied_s, bubble, stage_s, carried,
         rank_s, slow, rank_p2p, rank_comm, data_s, tied_s, memory, max(mem[1 if recompute else 0] for mem in memory),
-        recompute, {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble, "data": data_s + tied_s})
+        recompute, {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble, "data": data_s + tied_s},
+        inner)
 
 
 def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: PipelineNumbers) -> Plan:
@@ -340,9 +362,13 @@ def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: Pip
     microbatches of each region), its cost and its pipeline details (the search adds
     the configurations weighed)."""
     shape, p, v, m, data, tensor = n.shape, n.p, n.v, n.m, n.data, n.tensor
-    choices = price_mesh(model, hw, data * m, tensor, True, shape.keep_whole, n.recompute).regions
+    if n.inner is not None:  # each region's own family (its rows carry their stage)
+        choices = n.inner.table(data * m).regions
+    else:
+        choices = price_mesh(model, hw, data * m, tensor, True, shape.keep_whole, n.recompute).regions
+        for c in choices[:-1]:
+            c.details = {**c.details, "stage": shape.region_stage[c.region]}
     for c in choices[:-1]:  # the table reads per step: m microbatches of each region
-        c.details = {**c.details, "stage": shape.region_stage[c.region]}
         c.cost = Cost(c.cost.compute_s * m, {k: x * m for k, x in c.cost.comm_s.items()}, c.cost.memory_bytes)
         c.alternatives = {k: x * m for k, x in c.alternatives.items()}
     choices[-1].cost = Cost(model.seconds(shape.outside_all, hw, 1 / (data * m)) * m, {},
@@ -358,9 +384,13 @@ def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: Pip
     mesh = pipeline_mesh(n)
     log.info("planned %s on %d ranks: %s, %.3f ms", name, world, mesh, n.step * 1e3)
     capture = model.gm.meta.get(CAPTURE)
-    return Plan(model=name, world_size=world, mesh=mesh, hardware=hw.name, global_batch=model.batch,
-                regions=choices, total=total, step_s=n.step,
-                tracer=capture.tracer if capture else "", pipeline=asdict(details), recompute=n.recompute)
+    plan_ = Plan(model=name, world_size=world, mesh=mesh, hardware=hw.name, global_batch=model.batch,
+                 regions=choices, total=total, step_s=n.step,
+                 tracer=capture.tracer if capture else "", pipeline=asdict(details), recompute=n.recompute)
+    if n.inner is not None:
+        plan_.mixed = True
+        plan_.tensor_grid = n.inner.tensor_grid(data * m)
+    return plan_
 
 
 class Pipeline(CompileHooks):
@@ -386,13 +416,19 @@ class Pipeline(CompileHooks):
 
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         label = pipeline_label(config)
+        stage_plans = None
+        if config.mixed:  # each region its own family inside the stages
+            def stage_plans(shape, tensor):
+                return StagePlans(ctx, shape, tensor, config.grid)
         try:
-            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config)
+            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans)
         except PlanError as e:
             if ctx.forced is not None:
                 raise
             return rejected(self.name, config, pipeline_mesh(config), str(e), form=label)
         mesh = pipeline_mesh(n)  # a forced configuration's degrees resolved
+        if n.inner is not None:
+            label = pipeline_label(config, n.inner.tensor_grid(n.data * n.m))
         figures = dict(step_s=n.step, memory_bytes=n.memory_bytes, comm_s=dict(n.comm_s), form=label)
         why = too_big(n.memory_bytes, ctx.hw)
         if why is not None and ctx.forced is None:  # a forced layout runs at its smallest

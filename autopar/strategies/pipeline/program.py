@@ -45,7 +45,9 @@ from autopar.transforms.fusion import fusion_pass
 from autopar.analysis.manager import PassRunner
 from autopar.strategies.pipeline.stages import split
 from autopar.transforms.recompute import recompute_pass
-from autopar.strategies.megatron.rewrite import PARAM_SHARDS, tensor_parallel_pass
+from autopar.strategies.family import RankBuild
+from autopar.strategies.registry import FAMILIES
+from autopar.strategies.megatron.rewrite import PARAM_SHARDS
 from autopar.planning.strategy import PlanError
 from autopar.runtime import groups as G
 from autopar.runtime import rng
@@ -75,15 +77,19 @@ def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
 def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last: bool, recompute: bool,
                    block_nodes: dict[str, list[str]], fusion: bool = False,
                    region_ids: dict[tuple[str, str], str] | None = None) -> fx.GraphModule:
-    """One stage's program: the within-stage passes of the plan on its cut of the graph."""
-    coords = plan_.rank_coordinates(rank)
+    """One stage's program: the within-stage passes of the plan on its cut of the graph.
+    Every family but data parallelism adds the passes of its regions in this stage
+    (:meth:`~autopar.strategies.family.Family.rank_passes` with ``RankBuild.stage``):
+    Megatron inside a PTD-P stage, and in a mixed pipeline D&SP, Megatron or a 3D grid
+    per region. The data-parallel pass runs on the last stage only, over microbatches."""
     stage = gm.meta[STAGE]
-    split_here = [r.region for r in plan_.regions if r.strategy == "megatron" and r.details.get("stage") == stage]
+    build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, stage=stage)
+    steps = [p for family in FAMILIES if family.name not in ("data", "pipeline")
+             for p in family.rank_passes(plan_, build)]
     passes = [
         ("analysis", analyse, {"label": f"rank{rank}_stage_analysis"}),
         ("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes, "region_ids": region_ids}),
-        ("tensor_parallel", tensor_parallel_pass, {"megatron_regions": split_here,
-                                                    "degree": plan_.degree("tensor"), "rank": coords["tensor"]}),
+        *[(p.name, p.fn, p.options) for p in sorted(steps, key=lambda p: p.phase)],
         *([("recompute", recompute_pass, {"regions": list(block_nodes)})] if recompute else []),
         # the last stage's outputs are the model's: gathered over the data ranks as without
         # a pipeline; the carried values of the others stay local (the next stage's input)

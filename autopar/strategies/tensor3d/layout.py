@@ -6,7 +6,8 @@ cube), so the data ranks only add theirs and divide by every batch chunk; every 
 parameter (biases, norms, replicated layers) is averaged over the ``replica`` group, the
 ranks of one (x, y) that split the batch. In a mixed plan the grid is the tensor group
 as ``Gx × Gy × 1``: the rows are split over data only, as in the plan's other regions,
-so only the weight shards change bucket.
+so only the weight shards change bucket; inside pipeline stages not even they (the
+pipeline's bucket averages over data after the last microbatch, as z = 1 needs).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ def place(builder, deferred_reduce_scatter: bool) -> None:
     """``deferred_reduce_scatter`` (AxoNN §IV-B): ``Ŵ.grad`` is written after backward by
     the 3D runtime, so its bucket has no hooks and waits for ``finish``."""
     plan = builder.plan
+    if plan.pipeline:  # the pipeline places every gradient (strategies/pipeline/layout.py)
+        return
     weights = Bucket("data", divisor=plan.batch_parts(), hooks=not (deferred_reduce_scatter and plan.region_grid.z > 1),
                      order=0)
     # in a mixed plan (z = 1) the rows are split over data only, as for every other region

@@ -323,8 +323,8 @@ class Tensor3D(CompileHooks):
         if not self._mine(plan):
             return []
         return [RankPass(SPLIT, self.region_strategy, self.pass_fn(),
-                         {"regions": plan.regions_with(self.region_strategy), "grid": plan.region_grid,
-                          "rank": build.rank})]
+                         {"regions": plan.regions_with(self.region_strategy, build.stage),
+                          "grid": plan.region_grid, "rank": build.rank})]
 
     def pass_fn(self):
         return tensor3d_pass

@@ -45,7 +45,8 @@ def tensor3d_pass(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D, rank:
     gm.meta.setdefault(PARAM_SHARDS, {})  # a mixed plan's other split passes record theirs too
     if not regions or grid.x * grid.y * grid.z == 1:
         return gm
-    rewriter = _Rewriter3D(gm, set(regions), grid, grid.coordinates(rank)["x"])
+    # a pipeline's position is outside the grid (outermost)
+    rewriter = _Rewriter3D(gm, set(regions), grid, grid.coordinates(rank % grid.size)["x"])
     gm.meta[PARAM_SHARDS].update(rewriter.shards)
     rewriter.run()
     rewriter.drop_unused_gathers()
