@@ -96,12 +96,14 @@ def test_microbatch_count_follows_eq_1():
     assert costly.pipeline["microbatches"] < 16
 
 
-def test_tied_embedding_and_head_stay_whole_under_tensor_parallelism():
+def test_tied_embedding_and_head_split_the_vocabulary_on_both_ends_under_tensor_parallelism():
+    """Megatron keeps the tie with a split vocabulary: the vocab region runs on the first
+    stage (lookups) and the last (head), both over the tensor ranks with the same rows."""
     plan = _plan(4, {"pipeline": 2, "tensor": 2, "microbatches": 2}, model="gpt2")
     vocab = next(r for r in plan.regions if r.kind == "vocab")
-    assert vocab.strategy == "replicate" and "tied" in vocab.reason
+    assert vocab.strategy == "megatron" and vocab.details["stage"] == [0, 1]
     assert plan.pipeline["tied"] == ["model.lm_head.weight"]
-    assert {r.details["stage"] for r in plan.regions if r.strategy == "megatron"} == {0, 1}
+    assert plan.regions_with("megatron", 0)[0] == vocab.region and plan.regions_with("megatron", 1)[0] == vocab.region
 
 
 def test_plan_directory_has_the_timeline(tmp_path):

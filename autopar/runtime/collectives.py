@@ -246,7 +246,8 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
     def forward(ctx, logits, target, vocab_start, group, ignore_index, reduction, vocab_size):
         ctx.logits_shape, ctx.logits_dtype = logits.shape, logits.dtype
         local_vocab = logits.shape[-1]
-        logits = logits.reshape(-1, local_vocab).float()
+        # at least fp32 (half-precision logits are upcast; float64 stays float64)
+        logits = logits.reshape(-1, local_vocab).to(torch.promote_types(logits.dtype, torch.float32))
         target = target.reshape(-1)
         if vocab_size is not None and vocab_start + local_vocab > vocab_size:
             # Padded vocabulary entries must not enter the softmax.
@@ -279,7 +280,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         softmax, local_target, owned, counted = ctx.saved_tensors
-        scale = grad.float() * counted
+        scale = grad.to(softmax.dtype) * counted
         if ctx.reduction == "mean":
             # All targets ignored: the loss is nan (0/0) but, as in torch, the gradient is 0.
             scale = scale / ctx.count.clamp(min=1)

@@ -423,15 +423,14 @@ class StagePlans:
         model = ctx.model
         stage_of = shape.part.stage_of
         self.whole = dict(shape.keep_whole)
-        self.spanning = set()  # regions whose nodes several stages compute (in shape.outside)
-        for r in model.regions:
-            if len({stage_of[n] for n in r.nodes if n in stage_of}) > 1:
-                self.spanning.add(r.id)
+        # a tied embedding and head: its nodes on every stage it spans (shape.spanning)
+        self.spanning = {r.id: parts for r, parts in shape.spanning}
         for fj in _branching(model):
             spans = sorted({stage_of[n] for n in fj.nodes if n in stage_of})
             if len(spans) > 1:
                 self.whole[fj.id] = f"pipeline stages {spans} cut it; its branches run whole"
-        self.stage = {r.id: stage_of.get(min(r.nodes, key=_order(model)), 0)
+        self.stage = {r.id: sorted(self.spanning[r.id]) if r.id in self.spanning else
+                      stage_of.get(min(r.nodes, key=_order(model)), 0)
                       for r in list(model.regions) + _branching(model)}
         self.uses: dict[int, set[str]] = {}  # per scale: the families the programme chose
 
@@ -458,19 +457,26 @@ class StagePlans:
         factor: dict[str, float] = {}  # parameter (or region) -> the share of it a rank holds
         for step, name in path:
             r = step.region
-            if name == "open" or r.id in self.spanning:
-                continue  # their nodes outside the tensor regions are the stage's outside nodes
+            if name == "open":
+                continue  # its nodes outside the tensor regions are the stage's outside nodes
             option = step.options[name]
             comm = option.cost.total_comm_s * (1.5 if recompute else 1.0)
-            s = self.stage[r.id]
-            stage_s[s] += option.cost.compute_s * (4 / 3 if recompute else 1.0) + comm
-            stage_comm[s] += comm
-            stage_act[s] += option.activations
+            compute = option.cost.compute_s * (4 / 3 if recompute else 1.0)
+            parts = self.spanning.get(r.id)
+            if parts is None:
+                parts, shares = {self.stage[r.id]: r.nodes}, {self.stage[r.id]: 1.0}
+            else:  # each end its nodes' share of the compute, the communication shared
+                whole = model.seconds(r.nodes, hw, 1.0) or 1.0
+                shares = {st: model.seconds(nodes, hw, 1.0) / whole for st, nodes in parts.items()}
+            for st in parts:
+                stage_s[st] += compute * shares[st] + comm / len(parts)
+                stage_comm[st] += comm / len(parts)
+                stage_act[st] += option.activations * shares[st]
             if step.branching:  # D&SP: the region's nodes and parameters are its option's
                 covered.update(r.nodes)
                 b = branches_of(model, r)
                 share = option.params / max(sum(b.counts), 1)
-                factor.update({name: share for names in b.params for name in names})
+                factor.update({pn: share for names in b.params for pn in names})
             else:
                 factor.setdefault(r.id, option.params / max(model.region_param_elems(r.id), 1))
         for s in range(stages):

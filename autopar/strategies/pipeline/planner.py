@@ -41,7 +41,7 @@ from autopar.planning.plan import Cost, Plan, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.data.planner import batch_norms, check_batch_norms
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
-from autopar.strategies.megatron.planner import check_forced_batch, check_forced_sizes, price_mesh, rule_gaps
+from autopar.strategies.megatron.planner import check_forced_batch, check_forced_sizes, price_mesh, rule_gaps, split_cost
 from autopar.strategies.mixed.planner import StagePlans
 from autopar.strategies.pipeline import cost as pp
 from autopar.strategies.pipeline import layout as parameter_layout
@@ -69,23 +69,29 @@ class PipelineShape:
         for r in model.regions:
             names = names_of.get(r.id, [])
             spread = sorted(set().union(*(self.param_stages.get(n, set()) for n in names)) if names else set())
-            if len(spread) > 1:
+            if len(spread) > 1 and r.kind != "vocab":
                 self.keep_whole[r.id] = (f"its parameters are read by pipeline stages {spread} (tied); kept whole so "
                                          f"that every stage holds them the same way")
-        self.region_stage = {r.id: part.stage_of.get(r.nodes[0], 0) for r in model.regions}
-        in_region = {name for r in model.regions for name in r.nodes}
-        self.outside = [tuple(n for n in part.nodes_of(s) if n not in in_region) for s in range(stages)]
-        self.outside_all = tuple(n for n in part.stage_of if n not in in_region)
+        # per region its stage; a tied embedding and head (a vocab region both ends of the
+        # pipeline compute) every stage it spans, with its nodes there: split over the
+        # vocabulary on each, the same rows of the tied weight (megatron §2.3), whose
+        # gradient the tied group sums
+        self.region_stage: dict[str, int | list[int]] = {}
+        self.spanning: list[tuple[object, dict[int, list[str]]]] = []  # (region, its nodes per stage)
         groups: list[dict] = [{} for _ in range(stages)]
         for r in model.regions:
             spans = sorted({part.stage_of[n] for n in r.nodes if n in part.stage_of})
-            if len(spans) > 1:  # a tied embedding and head: each stage computes its own nodes
-                for s in spans:
-                    self.outside[s] += tuple(n for n in r.nodes if part.stage_of.get(n) == s)
+            if len(spans) > 1:
+                self.region_stage[r.id] = spans
+                self.spanning.append((r, {s: [n for n in r.nodes if part.stage_of.get(n) == s] for s in spans}))
                 continue
+            self.region_stage[r.id] = part.stage_of.get(r.nodes[0], 0)
             key = (model.region_class[r.id], r.id in self.keep_whole)
             rep, count = groups[self.region_stage[r.id]].get(key, (r, 0))
             groups[self.region_stage[r.id]][key] = (rep, count + 1)
+        in_region = {name for r in model.regions for name in r.nodes}
+        self.outside = [tuple(n for n in part.nodes_of(s) if n not in in_region) for s in range(stages)]
+        self.outside_all = tuple(n for n in part.stage_of if n not in in_region)
         self.groups = [list(g.values()) for g in groups]
         # parameters grouped by (stages reading them, the split sizes of their region if it
         # can be split): what a rank holds is a sum over a few groups
@@ -288,6 +294,15 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
             stage_act[s] += act * count
         stage_s[s] += model.seconds(shape.outside[s], hw, 1 / scale)  # the runtime recomputes blocks only
         stage_act[s] += model.activation_bytes(shape.outside[s], 1 / scale)
+    for r, parts in shape.spanning:
+        divisible = tensor > 1 and r.id not in shape.keep_whole and \
+            all(size % tensor == 0 for _, size in region_sizes(r))
+        # Megatron's vocab split: each end its nodes over t, the region's all-reduces shared by its ends
+        comm = split_cost(model, hw, r, scale, tensor).total_comm_s / len(parts) if divisible else 0.0
+        for s, nodes in parts.items():
+            stage_s[s] += model.seconds(nodes, hw, 1 / (scale * (tensor if divisible else 1))) + comm
+            stage_comm[s] += comm
+            stage_act[s] += model.activation_bytes(nodes, 1 / (scale * (tensor if divisible else 1)))
     return stage_s, stage_comm, stage_act
 
 
@@ -416,10 +431,8 @@ class Pipeline(CompileHooks):
 
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         label = pipeline_label(config)
-        stage_plans = None
-        if config.mixed:  # each region its own family inside the stages
-            def stage_plans(shape, tensor):
-                return StagePlans(ctx, shape, tensor, config.grid)
+        # a mixed configuration: each region its own family inside the stages
+        stage_plans = (lambda shape, tensor: StagePlans(ctx, shape, tensor, config.grid)) if config.mixed else None
         try:
             n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans)
         except PlanError as e:
