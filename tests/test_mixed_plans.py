@@ -9,7 +9,12 @@ the gradient norm, and the parameters after 3 AdamW steps):
   three families at once (D&SP stem, Megatron attention, 3D MLPs), on ``tensor=4``;
 * two 3D regions back to back (the MLP), where the first's transposed layer feeds the
   second's plain layer split over y with no re-layout (the programme's one non-trivial
-  boundary state).
+  boundary state);
+* pipelines of mixed stages: the stem's D&SP in the first stage and Megatron attention
+  in both (``pipeline=2 × tensor=2``); GPT-2 under PTD-P with the tied embedding and
+  head split over the vocabulary on both ends; on 8 ranks PTD-P with a ``2 × 2 × 1``
+  AxoNN grid inside the stages, and the D&SP stem in a pipeline with data parallelism
+  (``pipeline=2 × data=2 × tensor=2``), both over two microbatches.
 
 Without ranks: the branch concat's collective against single-process math is in the
 same launch; pins that cannot run are errors naming the region or pattern; the
@@ -38,6 +43,14 @@ CASES = [
     ("stem_trunk", {"data": 1, "tensor": 4, "regions": {"kind:fork_join": "dsp", "kind:attention": "megatron",
                                                         "kind:linear_chain": GRID_2X2}}, F64),
     ("mlp", {"data": 1, "tensor": 4, "regions": {"kind:linear_chain": GRID_2X2}}, F64),
+    ("stem_trunk", {"pipeline": 2, "tensor": 2, "regions": {"kind:fork_join": "dsp", "kind:attention": "megatron"}},
+     F64),
+    ("gpt2", {"pipeline": 2, "tensor": 2, "microbatches": 2}, F64),
+]
+CASES8 = [
+    ("transformer", {"pipeline": 2, "x": 2, "y": 2, "z": 1, "microbatches": 2}, F64),
+    ("stem_trunk", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2,
+                    "regions": {"kind:fork_join": "dsp", **TRUNK_MEGATRON}}, F64),
 ]
 
 
@@ -62,6 +75,7 @@ def conversion_job():
 
 _EQUIVALENCE = shared_ranks.register(4, __name__, equivalence_job, (CASES,), timeout_s=600)
 _CONVERSION = shared_ranks.register(4, __name__ + ".conversion", conversion_job, (), timeout_s=60)
+_EQUIVALENCE8 = shared_ranks.register(8, __name__, equivalence_job, (CASES8,), timeout_s=900)
 
 
 @pytest.mark.multiprocess
@@ -74,7 +88,23 @@ def test_mixed_plan_matches_single_device(index):
             assert report[key][1] < 1e-12, report
         assert report["param"][0] < 1e-12, report
     plan = _EQUIVALENCE()[0][index]["plan"]
-    assert "mixed: each region its own family over the tensor group" in plan
+    if "regions" in CASES[index][1]:
+        assert "mixed: each region its own family over the tensor group" in plan
+    else:  # Megatron inside the stages, its vocabulary split on both ends of the pipeline
+        assert [line.split()[2] for line in plan.splitlines() if line.startswith("vocab:")] == ["megatron"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("index", range(len(CASES8)), ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES8)])
+def test_mixed_pipeline_matches_single_device_on_8_ranks(index):
+    for rank_reports in _EQUIVALENCE8():
+        report = rank_reports[index]
+        for key in ("output", "loss", "grad", "grad_norm"):
+            assert report[key][1] < 1e-12, report
+        assert report["param"][0] < 1e-12, report
+        assert sorted(report["executed"].split()) == ["B0", "B1", "F0", "F1"]  # two microbatches
+    plan = _EQUIVALENCE8()[0][index]["plan"]
+    assert "pipeline 1f1b, mixed" in plan
 
 
 @pytest.mark.multiprocess
@@ -104,6 +134,21 @@ def test_forced_mixed_plan_uses_each_family_where_pinned():
     assert plan.why_not("dsp", region=fork).startswith(f"{fork}: chosen: dsp")
     attention = next(r.region for r in plan.regions if r.kind == "attention")
     assert "3d lost" in plan.why_not("3d", region=attention)
+
+
+def test_pipeline_of_mixed_stages_plans_each_stage_with_its_own_families():
+    plan = _plan(stem_trunk, 4, {"pipeline": 2, "tensor": 2, "regions": {"kind:fork_join": "dsp",
+                                                                         "kind:attention": "megatron"}})
+    fork = next(r for r in plan.regions if r.kind == "fork_join")
+    assert fork.strategy == "dsp" and fork.details["stage"] == 0
+    assert plan.dsp_regions(0) and not plan.dsp_regions(1)
+    assert [len(plan.regions_with("megatron", s)) for s in (0, 1)] == [1, 1]
+    assert plan.form == "pipeline 1f1b, mixed" and plan.mesh == {"pipeline": 2, "data": 1, "tensor": 2}
+    assert Plan.from_json(plan.to_json()).to_json() == plan.to_json()
+    grid = _plan(transformer, 8, {"pipeline": 2, "x": 2, "y": 2, "z": 1})
+    assert grid.form == "pipeline 1f1b, mixed 3d 2x2" and grid.tensor_grid == {"x": 2, "y": 2}
+    assert {r.strategy for r in grid.regions if r.kind in ("attention", "linear_chain")} == {"tensor3d"}
+    assert grid.rank_grid().coordinates(5) == {"pipeline": 1, "data": 0, "y": 0, "x": 1}
 
 
 def test_three_d_regions_back_to_back_meet_split_over_y():
