@@ -72,14 +72,24 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     to_price = [(family, c) for family, c in offered if not isinstance(c, Priced)]
     progress.total = len(to_price)
     best: tuple[Family, Priced] | None = None
-    for family, config in to_price:
-        progress.tick()
-        priced = family.price(ctx, config)
-        if not priced.listed:
-            continue
-        weighed.append(priced)
-        if priced.feasible and (best is None or priced.step_s < best[1].step_s * (1 - 1e-9)):
-            best = (family, priced)
+
+    def weigh(pairs):
+        nonlocal best
+        for family, config in pairs:
+            progress.tick()
+            priced = family.price(ctx, config)
+            if not priced.listed:
+                continue
+            weighed.append(priced)
+            if priced.feasible and (best is None or priced.step_s < best[1].step_s * (1 - 1e-9)):
+                best = (family, priced)
+
+    weigh(to_price)
+    # a second round: configurations a family derives from what the first priced
+    # (pipelines of mixed stages at the fastest pipeline layouts)
+    follow = [(family, c) for family in families for c in family.follow_ups(ctx, weighed)]
+    progress.total += len(follow)
+    weigh(follow)
     candidates = [p.candidate() for p in weighed]
     if best is None:
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))

@@ -3,7 +3,7 @@
 A *family* is one way of splitting a model over ranks: pure data parallelism, Megatron's
 data × tensor, D&SP/cSub's branches on sub-grids, AxoNN's 3D/4D grid, Bian's cube, PTD-P's
 pipeline. Each lives in its package under ``autopar/strategies/`` (rewrite pass, cost
-formulas, collectives) and tells the planner, through the four methods of
+formulas, collectives) and tells the planner, through the methods of
 :class:`Family`, what it can do with one model on one world of ranks:
 
 ``regions(model)``
@@ -33,6 +33,10 @@ formulas, collectives) and tells the planner, through the four methods of
     (super eqs 3-7); the pipeline's bubble ``(p−1)/(v·m)`` and point-to-point volume
     (megatron §2.2, §4.1); compute from FLOPs (megatron appendix). A forced configuration
     that cannot run raises :class:`PlanError` instead of coming back infeasible.
+
+``follow_ups(ctx, weighed)`` (optional, none by default)
+    Configurations derived from what every family's candidates priced at: a second
+    round of the search (the pipeline's mixed stages at its fastest layouts).
 
 ``to_plan(ctx, priced)``
     The :class:`~autopar.planning.plan.Plan` of a priced configuration, with its region
@@ -164,7 +168,13 @@ class RankBuild:
 
 
 class CompileHooks:
-    """The compiler's side of a family, doing nothing (a family overrides what it does)."""
+    """The compiler's side of a family, doing nothing (a family overrides what it does),
+    and the search's second round (:meth:`follow_ups`)."""
+
+    def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]:
+        """Configurations to price after every family's candidates were priced
+        (``weighed``), derived from them: none by default."""
+        return []
 
     def planned_shards(self, plan: Plan, gm) -> dict:
         return {}
@@ -191,6 +201,8 @@ class Family(Protocol):
     def price(self, ctx: PlanContext, candidate: Strategy) -> Priced: ...
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan: ...
+
+    def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]: ...
 
     def planned_shards(self, plan: Plan, gm) -> dict: ...
 

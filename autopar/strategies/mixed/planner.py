@@ -123,7 +123,8 @@ class MixedPricer:
                                    reason=self.whole.get(r.id, "runs whole on every rank"))}
         if r.id in self.whole:
             return out
-        if not self.grid_only and all(size % t == 0 for _, size in region_sizes(r)) and r.id not in self.gaps:
+        # forced onto a grid, a region the grid cannot split (a vocabulary) may still take Megatron
+        if (not self.grid_only or r.kind not in SPLIT_KINDS) and all(size % t == 0 for _, size in region_sizes(r)) and r.id not in self.gaps:
             out["megatron"] = Option(split_cost(model, hw, r, data, t), params / t,
                                      model.activation_bytes(r.nodes, 1 / (data * t)),
                                      reason=f"Megatron over tensor={t}")

@@ -29,6 +29,7 @@ never for a model with batch-normalising batch norms.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import asdict, dataclass
 
@@ -42,13 +43,18 @@ from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.data.planner import batch_norms, check_batch_norms
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
 from autopar.strategies.megatron.planner import check_forced_batch, check_forced_sizes, price_mesh, rule_gaps, split_cost
+from autopar.grid import Grid3D
+from autopar.strategies.dsp.planner import subgraph_regions
 from autopar.strategies.mixed.planner import StagePlans
+from autopar.strategies.tensor3d.planner import SPLIT_KINDS
 from autopar.strategies.pipeline import cost as pp
 from autopar.strategies.pipeline import layout as parameter_layout
 from autopar.strategies.pipeline.stages import (StageError, blocks_of, boundary_values, parameter_stages,
                                                 partition)
 
 log = logging.getLogger("autopar.planning")
+
+MIXED_AT = 3  # "auto" weighs pipelines of mixed stages at this many of the fastest pipeline layouts
 
 
 class PipelineShape:
@@ -442,12 +448,42 @@ class Pipeline(CompileHooks):
         mesh = pipeline_mesh(n)  # a forced configuration's degrees resolved
         if n.inner is not None:
             label = pipeline_label(config, n.inner.tensor_grid(n.data * n.m))
+            uses = n.inner.uses[n.data * n.m]
+            if ctx.forced is None and not uses & {"dsp", "tensor3d"}:  # Megatron inside the stages: weighed there
+                return dataclasses.replace(rejected(self.name, config, mesh, "a single-family plan", form=label),
+                                           listed=False)
         figures = dict(step_s=n.step, memory_bytes=n.memory_bytes, comm_s=dict(n.comm_s), form=label)
         why = too_big(n.memory_bytes, ctx.hw)
         if why is not None and ctx.forced is None:  # a forced layout runs at its smallest
             return rejected(self.name, config, mesh, why, **figures)
         return Priced(self.name, config, mesh, feasible=True, detail=n,
                       reason=f"m={n.m}" + (", recomputing" if n.recompute else ""), **figures)
+
+    def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]:
+        """Under ``"auto"``, pipelines of mixed stages (each region its own family,
+        ``docs/mixed_plans.md``) at the :data:`MIXED_AT` fastest feasible layouts of
+        Megatron inside the stages, at their microbatch count: the tensor group as a 3D
+        grid (every ``Gx × Gy = t``, both above 1) and, where a multi-branch region has
+        at least ``t`` branches, D&SP over it. Weighing them at every layout would
+        multiply the pipeline search (thousands of layouts at 3072 devices)."""
+        if ctx.forced is not None:
+            return []
+        model = ctx.model
+        tensor_kinds = any(r.kind in SPLIT_KINDS for r in model.regions)
+        widest = max((len(r.details["branches"]) for r in subgraph_regions(model.gm) if r.kind == "fork_join"),
+                     default=0)
+        mine = sorted((p for p in weighed if p.family == self.name and p.feasible and not p.config.mixed
+                       and p.detail.tensor > 1), key=lambda p: p.step_s)[:MIXED_AT]
+        out = []
+        for priced in mine:
+            n, c = priced.detail, priced.config
+            t = n.tensor
+            base = dataclasses.replace(c, data=n.data, tensor=t, microbatches=n.m, mixed=True)
+            grids = [None] if widest >= t and not batch_norms(model) else []
+            if tensor_kinds:
+                grids += [Grid3D(x, t // x, 1) for x in divisors(t) if 1 < x < t]
+            out += [dataclasses.replace(base, grid=g) for g in grids]
+        return out
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         return pipeline_plan(ctx.model, ctx.world, ctx.hw, ctx.name, priced.detail)
