@@ -221,7 +221,26 @@ def test_the_planner_picks_a_mixed_plan_where_it_is_predicted_fastest():
     assert plan.mixed and plan.mesh == {"data": 4, "tensor": 2}
     strategies = {r.kind: r.strategy for r in plan.regions}
     assert strategies["fork_join"] == "dsp" and strategies["attention"] == "megatron"
-    single = [c for c in plan.candidates if c.feasible and not c.form.startswith("mixed")]
+    single = [c for c in plan.candidates if c.feasible and "mixed" not in c.form]
     assert min(c.step_s for c in single) > plan.step_s
     assert "best single-family plan: " in plan.explain() and "x the mixed plan's" in plan.explain()
     assert plan.why_not("mixed").startswith("mixed: chosen")
+
+
+def test_auto_picks_a_pipeline_of_mixed_stages_where_it_is_predicted_fastest():
+    """8 trunk layers on 32 A100s: PTD-P whose first stage spreads the stem with D&SP
+    over the tensor group, Megatron on the trunk, beats every single-family plan (and
+    PTD-P with Megatron inside) in the second round of the search."""
+    with torch.device("meta"):
+        model = StemTrunk(width=4096, heads=16, layers=8, classes=1000, side=16, stem=256)
+    x = torch.zeros(64, 3, 16, 16, device="meta")
+    y = torch.zeros(64, dtype=torch.long, device="meta")
+    plan = autopar.plan(model, 32, (x,), torch.nn.functional.cross_entropy, "auto", example_target=y,
+                        hardware="a100-selene")
+    assert plan.pipeline and plan.mixed and plan.form.endswith(", mixed")
+    fork = next(r for r in plan.regions if r.kind == "fork_join")
+    assert fork.strategy == "dsp" and fork.details["stage"] == 0
+    assert {r.strategy for r in plan.regions if r.kind == "attention"} == {"megatron"}
+    single = [c for c in plan.candidates if c.feasible and "mixed" not in c.form]
+    assert min(c.step_s for c in single) > plan.step_s
+    assert "best single-family plan: pipeline=" in plan.explain()

@@ -167,7 +167,7 @@ meshes weighed:
    3D x=2 y=2 z=1 data=1: step 6.753 ms, memory 0.45 MiB
    3D x=4 y=1 z=1 data=1: step 9.885 ms, memory 0.36 MiB
  * pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1: step 0.844 ms, memory 0.35 MiB
-   pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=1: step 2.317 ms, memory 0.28 MiB
+   pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=1: step 2.689 ms, memory 0.26 MiB
 
 the 3 best of 22 feasible configuration(s) (1 rejected):
 #  configuration                                              step      comm tensor  comm x    comm y    comm z    comm pipeline  comm data  memory
