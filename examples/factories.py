@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from examples.models import (MLP, Inception, StemTrunk, TinyTransformer, Towers, gpt2 as _gpt2, gpt2_loss,  # noqa: E402
-                            lm_loss)
+from examples.models import (MLP, Inception, StemTrunk, TinyTransformer, Towers, TowerTrunk,  # noqa: E402
+                            gpt2 as _gpt2, gpt2_loss, lm_loss)
 
 
 def mlp():
@@ -64,6 +64,8 @@ def training_case(model_name: str, batch: int | None = None, layers: int | None 
     target = torch.randint(0, 64, (batch or 4, 16), generator=generator)
     if model_name == "transformer":
         return (lambda: TinyTransformer(layers=layers or 2)), (ids,), target, lm_loss
+    if model_name == "tower_trunk":
+        return (lambda: TowerTrunk(layers=layers or 2)), (ids,), target, lm_loss
     if model_name == "gpt2":
         return (lambda: _gpt2(layers=layers or 2)), (ids,), target, gpt2_loss
     raise ValueError(f"unknown example model {model_name!r}")

@@ -172,3 +172,46 @@ class StemTrunk(nn.Module):
         for block in self.blocks:
             tokens = block(tokens)
         return self.head(self.ln_f(tokens).mean(1))
+
+
+class TowerBlock(nn.Module):
+    """A transformer block whose MLP is a dense mixture of expert towers: ``towers``
+    MLPs of different widths read the same normalised input and their outputs are
+    summed (a fork/join region of linear chains)."""
+
+    def __init__(self, width: int, heads: int, block: int, towers: int = 4):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(width)
+        self.attn = CausalSelfAttention(width, heads, block)
+        self.ln2 = nn.LayerNorm(width)
+        self.towers = nn.ModuleList(
+            nn.Sequential(nn.Linear(width, (i + 1) * width), nn.GELU(), nn.Linear((i + 1) * width, width))
+            for i in range(towers))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        h = self.ln2(x)
+        y = self.towers[0](h)
+        for tower in self.towers[1:]:
+            y = y + tower(h)
+        return x + y
+
+
+class TowerTrunk(nn.Module):
+    """A language model of :class:`TowerBlock` s: attention between mixtures of expert
+    towers (token and position embeddings, ``layers`` blocks, a final norm, a head)."""
+
+    def __init__(self, vocab: int = 64, width: int = 32, heads: int = 4, layers: int = 2, block: int = 16,
+                 towers: int = 4):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(block, width)
+        self.blocks = nn.ModuleList(TowerBlock(width, heads, block, towers) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.size(1), device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
