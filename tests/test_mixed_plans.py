@@ -14,7 +14,9 @@ the gradient norm, and the parameters after 3 AdamW steps):
   in both (``pipeline=2 × tensor=2``); GPT-2 under PTD-P with the tied embedding and
   head split over the vocabulary on both ends; on 8 ranks PTD-P with a ``2 × 2 × 1``
   AxoNN grid inside the stages, and the D&SP stem in a pipeline with data parallelism
-  (``pipeline=2 × data=2 × tensor=2``), both over two microbatches.
+  (``pipeline=2 × data=2 × tensor=2``), both over two microbatches;
+* attention between dense mixtures of expert towers (``TowerTrunk``): D&SP of the towers
+  over the tensor group beside Megatron attention and vocabulary.
 
 Without ranks: the branch concat's collective against single-process math is in the
 same launch; pins that cannot run are errors naming the region or pattern; the
@@ -46,6 +48,8 @@ CASES = [
     ("stem_trunk", {"pipeline": 2, "tensor": 2, "regions": {"kind:fork_join": "dsp", "kind:attention": "megatron"}},
      F64),
     ("gpt2", {"pipeline": 2, "tensor": 2, "microbatches": 2}, F64),
+    ("tower_trunk", {"data": 2, "tensor": 2, "regions": {"kind:fork_join": "dsp", "kind:attention": "megatron",
+                                                         "kind:vocab": "megatron"}}, F64),
 ]
 CASES8 = [
     ("transformer", {"pipeline": 2, "x": 2, "y": 2, "z": 1, "microbatches": 2}, F64),
@@ -244,3 +248,23 @@ def test_auto_picks_a_pipeline_of_mixed_stages_where_it_is_predicted_fastest():
     single = [c for c in plan.candidates if c.feasible and "mixed" not in c.form]
     assert min(c.step_s for c in single) > plan.step_s
     assert "best single-family plan: pipeline=" in plan.explain()
+
+
+def test_auto_picks_a_mixed_plan_for_attention_between_expert_towers():
+    """A second model: TowerTrunk (4 blocks of attention then four summed MLP towers of
+    widths h..4h, h = 8192) on 8 A100s. Megatron splits the attention and the vocabulary;
+    D&SP spreads each block's towers over the tensor pair, one all-reduce at the join
+    instead of one per tower."""
+    from examples.models import TowerTrunk
+    with torch.device("meta"):
+        model = TowerTrunk(vocab=32000, width=8192, heads=32, layers=4, block=2048)
+    x = torch.zeros(8, 2048, dtype=torch.long, device="meta")
+    from examples.models import lm_loss
+    plan = autopar.plan(model, 8, (x,), lm_loss, "auto", example_target=x, hardware="a100-selene")
+    assert plan.mixed and not plan.pipeline and plan.mesh == {"data": 4, "tensor": 2}
+    kinds = {}
+    for r in plan.regions:
+        kinds.setdefault(r.kind, set()).add(r.strategy)
+    assert kinds["fork_join"] == {"dsp"} and kinds["attention"] == {"megatron"}
+    single = [c for c in plan.candidates if c.feasible and "mixed" not in c.form]
+    assert min(c.step_s for c in single) > plan.step_s
