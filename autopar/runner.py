@@ -136,7 +136,11 @@ class ProgramRunner:
                 state.user_model, args, state.loss_fn if target is not None else None, local_target,
                 example_kwargs=kwargs, model_loss="required" if loss and state.loss_fn is None else None))
             gm = rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion)
-            if gm.meta.get(PARAM_SHARDS, {}) != state.shards:
+            # every split the program makes is the plan's; a plan's split the program lacks
+            # is of a D&SP branch another sub-grid runs (not in this rank's program)
+            made = gm.meta.get(PARAM_SHARDS, {})
+            if any(state.shards.get(name) != shard for name, shard in made.items()) or \
+                    (not state.plan.tensor_subgrids and made != state.shards):
                 raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
             program = executable(gm, state.root, f"Rank{state.rank}Program")
             copy_export_specs(gm, program)

@@ -16,7 +16,9 @@ the gradient norm, and the parameters after 3 AdamW steps):
   AxoNN grid inside the stages, and the D&SP stem in a pipeline with data parallelism
   (``pipeline=2 × data=2 × tensor=2``), both over two microbatches;
 * attention between dense mixtures of expert towers (``TowerTrunk``): D&SP of the towers
-  over the tensor group beside Megatron attention and vocabulary.
+  over the tensor group beside Megatron attention and vocabulary; on 8 ranks
+  (``data=2 × tensor=4``) the towers over 2 sub-grids of 2 tensor ranks, each tower
+  Megatron-split inside its sub-grid.
 
 Without ranks: the branch concat's collective against single-process math is in the
 same launch; pins that cannot run are errors naming the region or pattern; the
@@ -53,6 +55,8 @@ CASES = [
 ]
 CASES8 = [
     ("transformer", {"pipeline": 2, "x": 2, "y": 2, "z": 1, "microbatches": 2}, F64),
+    ("tower_trunk", {"data": 2, "tensor": 4, "regions": {"kind:fork_join": {"dsp": {"subgrids": 2}},
+                                                         "kind:attention": "megatron"}}, F64),
     ("stem_trunk", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2,
                     "regions": {"kind:fork_join": "dsp", **TRUNK_MEGATRON}}, F64),
 ]
@@ -100,15 +104,16 @@ def test_mixed_plan_matches_single_device(index):
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("index", range(len(CASES8)), ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES8)])
-def test_mixed_pipeline_matches_single_device_on_8_ranks(index):
+def test_mixed_plan_matches_single_device_on_8_ranks(index):
     for rank_reports in _EQUIVALENCE8():
         report = rank_reports[index]
         for key in ("output", "loss", "grad", "grad_norm"):
             assert report[key][1] < 1e-12, report
         assert report["param"][0] < 1e-12, report
-        assert sorted(report["executed"].split()) == ["B0", "B1", "F0", "F1"]  # two microbatches
+        if "pipeline" in CASES8[index][1]:
+            assert sorted(report["executed"].split()) == ["B0", "B1", "F0", "F1"]  # two microbatches
     plan = _EQUIVALENCE8()[0][index]["plan"]
-    assert "pipeline 1f1b, mixed" in plan
+    assert "pipeline 1f1b, mixed" in plan or "over 2 sub-grids of 2 tensor ranks" in plan
 
 
 @pytest.mark.multiprocess
@@ -155,6 +160,26 @@ def test_pipeline_of_mixed_stages_plans_each_stage_with_its_own_families():
     assert grid.rank_grid().coordinates(5) == {"pipeline": 1, "data": 0, "y": 0, "x": 1}
 
 
+def test_dsp_sub_grids_of_the_tensor_group_split_their_branches_with_megatron():
+    """D&SP over 2 sub-grids of a tensor group of 4: the towers' chains are Megatron
+    regions over their sub-grid (group ``tensor_sub``); the rank grid names the
+    sub-grid and the place in it."""
+    from examples.factories import training_case
+    factory, inputs, target, loss_fn = training_case("tower_trunk")
+    plan = autopar.plan(factory(), 4, inputs, loss_fn, {"data": 1, "tensor": 4, "regions": {
+        "kind:fork_join": {"dsp": {"subgrids": 2}}, "kind:attention": "megatron"}}, example_target=target)
+    assert plan.tensor_subgrids == 2
+    towers = [r for r in plan.regions if ".towers." in r.region]
+    assert {r.strategy for r in towers} == {"megatron"}
+    assert {r.details["group"] for r in towers} == {"tensor_sub"} and {r.details["degree"] for r in towers} == {2}
+    assert plan.rank_grid().coordinates(3) == {"data": 0, "tensor_seg": 1, "tensor_sub": 1}
+    code = rank_graph_code(autopar.rank_graph(factory(), plan, 3, inputs, loss_fn, target), plan, 3)
+    assert "'tensor_sub'" in code and "'tensor_seg'" in code
+    with pytest.raises(PlanError, match="combine with no 3D grid"):
+        autopar.plan(factory(), 4, inputs, loss_fn, {"data": 1, "tensor": 4, "regions": {
+            "kind:fork_join": {"dsp": {"subgrids": 2}}, "kind:attention": GRID_2X2}}, example_target=target)
+
+
 def test_three_d_regions_back_to_back_meet_split_over_y():
     """The programme's state: the first chain's transposed layer leaves its output split
     over y and the second chain's plain layer reads it so (axonn end of §III-B); the
@@ -172,7 +197,7 @@ def test_three_d_regions_back_to_back_meet_split_over_y():
 
 @pytest.mark.parametrize("strategy, message", [
     ({"tensor": 2, "regions": {"linear_chain:nowhere.*": "megatron"}}, "names no region of"),
-    ({"tensor": 2, "regions": {"kind:fork_join": {"dsp": {"subgrids": 4}}}}, "must equal the tensor degree 2"),
+    ({"tensor": 2, "regions": {"kind:fork_join": {"dsp": {"subgrids": 4}}}}, "must divide the tensor degree 2"),
     ({"tensor": 4, "regions": {"kind:linear_chain": {"3d": {"x": 2, "y": 1}}}}, "x·y = 4"),
     ({"tensor": 4, "regions": {"kind:linear_chain": {"3d": {"x": 2, "y": 2, "z": 2}}}}, "splits the rows over z"),
     ({"tensor": 4, "regions": {"kind:attention": "cube"}}, "splits the rows over z"),

@@ -145,6 +145,17 @@ class Plan:
         coords = self.rank_grid().coordinates(rank)
         return coords["subgrid"], coords["position"]
 
+    @property
+    def tensor_subgrids(self) -> int:
+        """In a mixed plan whose D&SP regions use ``g`` sub-grids of several tensor ranks
+        each (``g < t``, their branches' regions Megatron-split over a sub-grid): ``g``;
+        else 0. The tensor index is then ``sub-grid · t/g + position``."""
+        if not self.mixed:
+            return 0
+        t = self.degree("tensor")
+        return next((r.details["subgrids"] for r in self.regions
+                     if r.strategy == "dsp" and 1 < r.details.get("subgrids", t) < t), 0)
+
     def rank_grid(self, members=None) -> RankGrid:
         """How this plan lays its ranks out (:mod:`autopar.grid`): ``data × tensor``,
         ``pipeline × data × tensor``, AxoNN's ``data × z × y × x`` (the cube's too), or
@@ -152,6 +163,10 @@ class Plan:
         §V) else ``subgrid × position``. ``members``: the global ranks, in grid order."""
         if self.subgrids > 1:
             dims = subgrid_dims(self.world_size, self.subgrids, self.topology_aware)
+        elif self.tensor_subgrids:  # the tensor index is sub-grid · t/g + position
+            g = self.tensor_subgrids
+            dims = {**({"pipeline": self.degree("pipeline")} if self.pipeline else {}), "data": self.degree("data"),
+                    "tensor_seg": g, "tensor_sub": self.degree("tensor") // g}
         elif self.tensor_grid:  # the tensor index is y·Gx + x
             dims = {**({"pipeline": self.degree("pipeline")} if self.pipeline else {}), "data": self.degree("data"),
                     "y": self.tensor_grid["y"], "x": self.tensor_grid["x"]}
@@ -177,6 +192,9 @@ class Plan:
                         **{tied_group_name(p): one(("pipeline",), ("pipeline", tuple(p)))
                            for p in sorted({tuple(sorted(h)) for h in tied_positions if len(h) > 1})}}
         if self.mixed:  # Megatron and D&SP over the tensor group, 3D over its x and y
+            if self.tensor_subgrids:  # D&SP over sub-grids of the group, Megatron inside one
+                return {"data": one(("data",)), "tensor": one(("tensor_seg", "tensor_sub")),
+                        "tensor_seg": one(("tensor_seg",)), "tensor_sub": one(("tensor_sub",)), **pipeline}
             if not self.tensor_grid:
                 return {"data": one(("data",)), "tensor": one(("tensor",)), **pipeline}
             return {"data": one(("data",)), "tensor": one(("y", "x")), "x": one(("x",)), "y": one(("y",)),

@@ -39,6 +39,11 @@ def seat_of(plan, rank: int) -> Seat:
     if plan.mixed and grid is not None:  # the 3D regions' coordinates in the tensor group
         coords.update({axis: i for axis, i in plan.region_coordinates(rank).items() if axis != "data"})
         sizes.update(x=grid.x, y=grid.y, z=1)
+    g = plan.tensor_subgrids
+    if g:  # D&SP's sub-grids of the tensor group: which one, and the place in it
+        size = plan.degree("tensor") // g
+        coords.update(tensor_seg=coords["tensor"] // size, tensor_sub=coords["tensor"] % size)
+        sizes.update(tensor_seg=g, tensor_sub=size)
     return Seat(coords, sizes, grid)
 
 
@@ -57,7 +62,12 @@ def dropout_coordinates(plan, rank: int) -> tuple[int, int]:
 def dropout_shards(plan, rank: int) -> dict[str, int]:
     """In a mixed plan with 3D regions, the sharded dropout stream of a value split over
     ``x`` (a 3D region's) follows the rank's x index, one split over the tensor group
-    (Megatron's) its tensor index; other plans have one split group ({})."""
+    (Megatron's) its tensor index; with D&SP sub-grids of several tensor ranks, one
+    split over a sub-grid (``tensor_sub``) the rank's place in it; other plans have one
+    split group ({})."""
+    g = plan.tensor_subgrids if plan.mixed else 0
+    if g:
+        return {"tensor_sub": plan.rank_coordinates(rank)["tensor"] % (plan.degree("tensor") // g)}
     if not (plan.mixed and plan.tensor_grid):
         return {}
     return {"x": plan.region_coordinates(rank)["x"]}

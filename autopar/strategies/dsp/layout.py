@@ -32,14 +32,17 @@ def place(builder) -> None:
 
 
 def place_over_tensor(builder) -> None:
-    """The branches of a mixed plan's D&SP regions on the ranks of the tensor group."""
-    _branches(builder, "tensor", None)
+    """The branches of a mixed plan's D&SP regions on the ranks of the tensor group, or
+    on its sub-grids (the ``tensor_seg`` member; each rank of the sub-grid holds its
+    Megatron shard of a split region's parameters)."""
+    _branches(builder, "tensor_seg" if builder.plan.tensor_subgrids else "tensor", None)
 
 
 def _branches(builder, group: str, bucket: Bucket | None) -> set:
     """Each branch's parameters at home on the member of ``group`` whose sub-grid runs
     the branch, reduced there in ``bucket`` (None: the bucket they have) and in no
-    bucket elsewhere; their norm summed over ``group``. Returns their names."""
+    bucket elsewhere; their norm summed over ``group`` (and the groups of their cut).
+    Returns their names."""
     mine = builder.seat.coords[group]
     placed = set()
     for details in builder.plan.dsp_regions().values():
@@ -49,6 +52,8 @@ def _branches(builder, group: str, bucket: Bucket | None) -> set:
                 name = builder.named(wrapper_name)
                 placement = builder.placement(name)
                 placed.add(placement.names)
-                builder.update(name, home=((group, home),), norm_groups=(group,),
+                # a split region's cut keeps its groups (a Megatron shard over the sub-grid)
+                norm = tuple(dict.fromkeys(placement.norm_groups + (group,)))
+                builder.update(name, home=((group, home),), norm_groups=norm,
                                bucket=(bucket or placement.bucket) if home == mine else None)
     return placed

@@ -218,10 +218,11 @@ class SubgraphParallel(CompileHooks):
         dsp_regions = plan.dsp_regions(build.stage)
         if not dsp_regions:
             return []
-        if plan.mixed:  # each rank of the tensor group is a sub-grid (docs/mixed_plans.md)
+        if plan.mixed:  # each rank of the tensor group a sub-grid, or g sub-grids of t/g (docs/mixed_plans.md)
+            tensor, g = plan.rank_coordinates(build.rank)["tensor"], plan.tensor_subgrids
+            subgrid, group = (tensor // (plan.degree("tensor") // g), "tensor_seg") if g else (tensor, "tensor")
             return [RankPass(BRANCHES, "subgraph_parallel", subgraph_parallel_pass, {
-                "dsp_regions": dsp_regions, "subgrid": plan.rank_coordinates(build.rank)["tensor"],
-                "group": "tensor", "over_tensor": True})]
+                "dsp_regions": dsp_regions, "subgrid": subgrid, "group": group, "over_tensor": True})]
         subgrid = plan.subgrid_coordinates(build.rank)[0]
         if build.branch_only:
             return [RankPass(BRANCHES, "csub_branches", csub_branch_program,

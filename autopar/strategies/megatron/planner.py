@@ -214,18 +214,44 @@ class Megatron(DataTensor):
     def planned_shards(self, plan: Plan, gm) -> dict:
         if plan.grid is not None or pass_disabled("tensor_parallel"):
             return {}
-        return planned_param_shards(gm, megatron_regions=plan.regions_with("megatron"), degree=plan.degree("tensor"))
+        shards = {}
+        for group, degree, regions, _ in split_groups(plan):
+            shards.update(planned_param_shards(gm, megatron_regions=regions, degree=degree, group=group))
+        return shards
 
     def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
         if plan.grid is not None or build.branch_only:
             return []
-        rank = plan.rank_coordinates(build.rank)["tensor"]
-        return [RankPass(SPLIT, "tensor_parallel", tensor_parallel_pass, {
-            "megatron_regions": plan.regions_with("megatron", build.stage), "degree": plan.degree("tensor"),
-            "rank": rank})]
+        tensor = plan.rank_coordinates(build.rank)["tensor"]
+        out = []
+        for group, degree, regions, subgrid in split_groups(plan, build.stage, tensor):
+            name = "tensor_parallel" if group == "tensor" else "tensor_parallel_subgrid"
+            out.append(RankPass(SPLIT, name, tensor_parallel_pass, {
+                "megatron_regions": regions, "degree": degree, "rank": tensor % degree, "group": group}))
+        return out
 
     def recompute_regions(self, plan: Plan) -> list[str]:
-        return plan.regions_with("megatron") if plan.grid is None else []
+        # the regions split over a D&SP sub-grid are not recomputed in this version
+        return split_groups(plan)[0][2] if plan.grid is None else []
+
+
+def split_groups(plan: Plan, stage: int | None = None, tensor: int | None = None) -> list[tuple]:
+    """``(group, degree, regions, sub-grid)`` of the plan's Megatron regions: over the
+    tensor group, then (a mixed plan whose D&SP regions use sub-grids of several tensor
+    ranks) those split over a sub-grid's ranks, ``tensor_sub``: every sub-grid's, or
+    with ``tensor`` (a rank's tensor index) only its own sub-grid's (the other
+    sub-grids' branches are not in its program)."""
+    details = {r.region: r.details for r in plan.regions}
+    names = plan.regions_with("megatron", stage)
+    out = [("tensor", plan.degree("tensor"), [n for n in names if "group" not in details[n]], None)]
+    g = plan.tensor_subgrids
+    if g:
+        size = plan.degree("tensor") // g
+        mine = None if tensor is None else tensor // size
+        sub = [n for n in names if details[n].get("group") == "tensor_sub"
+               and (mine is None or details[n]["subgrid"] == mine)]
+        out.append(("tensor_sub", size, sub, mine))
+    return out
 
 
 def judge(family: str, ctx: PlanContext, config: Strategy, mesh: dict[str, int], table: RegionTable) -> Priced:

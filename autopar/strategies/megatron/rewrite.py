@@ -85,13 +85,14 @@ def tensor_parallel_pass(gm: fx.GraphModule, *, megatron_regions: list[str], deg
     return gm
 
 
-def planned_param_shards(gm: fx.GraphModule, *, megatron_regions: list[str], degree: int) -> dict[str, ParamShard]:
+def planned_param_shards(gm: fx.GraphModule, *, megatron_regions: list[str], degree: int,
+                         group: str = "tensor") -> dict[str, ParamShard]:
     """The parameter splits :func:`tensor_parallel_pass` makes on any capture of this
     model (they depend on the regions, not on shapes or the rank), without touching
     ``gm``: the runtime cuts shards with them before any rank program exists."""
     if degree == 1 or not megatron_regions:
         return {}
-    return dict(_Rewriter(gm, set(megatron_regions), degree, 0, "tensor").shards)
+    return dict(_Rewriter(gm, set(megatron_regions), degree, 0, group).shards)
 
 
 class _Rewriter(LayoutPropagator):
@@ -120,14 +121,14 @@ class _Rewriter(LayoutPropagator):
     def _column(self, node_name: str, blocks: int = 1) -> None:
         match = ops.match_linear(self._node(node_name), self.gm)
         self.columns[node_name] = blocks
-        self.shards[match.weight] = ParamShard(match.out_dim_of_weight, blocks)
+        self.shards[match.weight] = ParamShard(match.out_dim_of_weight, blocks, self.group)
         if match.bias:
-            self.shards[match.bias] = ParamShard(0, blocks)
+            self.shards[match.bias] = ParamShard(0, blocks, self.group)
 
     def _row(self, node_name: str) -> None:
         match = ops.match_linear(self._node(node_name), self.gm)
         self.rows.add(node_name)
-        self.shards[match.weight] = ParamShard(match.in_dim_of_weight)
+        self.shards[match.weight] = ParamShard(match.in_dim_of_weight, 1, self.group)
 
     def _claim(self, region) -> None:
         d = region.details
@@ -146,7 +147,7 @@ class _Rewriter(LayoutPropagator):
             self._check(region, "vocabulary size", d["vocab_size"])
             for name in d["embeddings"]:
                 self.embeddings[name] = d["vocab_size"]
-            self.shards[d["weight"]] = ParamShard(0)
+            self.shards[d["weight"]] = ParamShard(0, 1, self.group)
             if d["head"]:
                 self._column(d["head"])
         else:

@@ -139,32 +139,67 @@ class MixedPricer:
                     del out["replicate"]
         return out
 
-    def dsp_option(self, fj) -> Option | None:
-        """A multi-branch region's branches over the tensor ranks, or None when it cannot
-        (priced once per region and mesh)."""
-        key = (fj.id, self.data, self.tensor, self.hw)
+    def dsp_option(self, fj, g: int | None = None) -> Option | None:
+        """A multi-branch region's branches over ``g`` sub-grids of the tensor group
+        (None: ``t``, each rank a sub-grid), or None when it cannot (priced once per
+        region, mesh and ``g``)."""
+        g = g or self.tensor
+        key = (fj.id, self.data, self.tensor, self.hw, g)
         if fj.id in self.whole or self.grid_only:
             return None
         if key not in self.memo:
-            self.memo[key] = self._dsp_option(fj)
+            self.memo[key] = self._dsp_option(fj, g)
         return self.memo[key]
 
-    def _dsp_option(self, fj) -> Option | None:
+    def _dsp_option(self, fj, g: int) -> Option | None:
+        """SUPER §III-B over the tensor group with ``g`` sub-grids. With ``g < t`` each
+        sub-grid has ``t/g`` ranks that split its branches' regions Megatron-style
+        (their compute over ``t/g``; each split region's f and g all-reduces over the
+        sub-grid, :func:`inner_split`), the branches spread as ``dsp_tensor_cost``
+        spreads them over ``g`` ranks."""
         model, hw, t, data = self.model, self.hw, self.tensor, self.data
         d = fj.details
-        if len(d["branches"]) < t or unsplittable(fj) or any(len(names) != 1 for names in d["branch_outputs"]):
+        if len(d["branches"]) < g or unsplittable(fj) or any(len(names) != 1 for names in d["branch_outputs"]):
             return None
         b = branches_of(model, fj)
-        cost = dsp_tensor_cost(b.works, b.counts, b.fork_bytes, b.join_bytes, d["join_op"], data, t, hw)
+        cost = dsp_tensor_cost(b.works, b.counts, b.fork_bytes, b.join_bytes, d["join_op"], data, g, hw)
         in_branches = {n for branch in d["branches"] for n in branch}
         rest = [n for n in fj.nodes if n not in in_branches]
         mine = [n for branch, owner in enumerate(cost.assignment) if owner == 0 for n in d["branches"][branch]]
-        share = ", ".join(f"t{s}:{[i for i, o in enumerate(cost.assignment) if o == s]}" for s in range(t))
-        return Option(Cost(cost.compute_s + model.seconds(rest, hw, 1 / data), dict(cost.comm_s), 0.0),
-                      cost.branch_param_elems_per_rank, model.activation_bytes(mine + rest, 1 / data),
-                      {"subgrids": t, "assignment": list(cost.assignment), "branch_params": b.params,
-                       "over": "tensor"},
-                      f"D&SP: branches over the {t} tensor ranks ({share})")
+        share = ", ".join(f"{'t' if g == t else 'sub-grid '}{s}:{[i for i, o in enumerate(cost.assignment) if o == s]}"
+                          for s in range(g))
+        compute, comm, params = cost.compute_s, dict(cost.comm_s), cost.branch_param_elems_per_rank
+        details = {"subgrids": g, "assignment": list(cost.assignment), "branch_params": b.params, "over": "tensor"}
+        what = f"D&SP: branches over the {t} tensor ranks ({share})"
+        if g < t:  # Megatron inside each sub-grid
+            inner = self.inner_split(fj, g, cost.assignment)
+            split = [r for r, _ in inner.values() if r is not None]
+            compute = compute - sum(model.seconds(r.nodes, hw, 1 / data) for r in split) / g * (1 - g / t)
+            comm["tensor"] = comm.get("tensor", 0.0) + sum(
+                split_cost(model, hw, r, data, t // g).total_comm_s for r in split) / g
+            params = params - sum(model.region_param_elems(r.id) for r in split) / g * (1 - g / t)
+            details["inner"] = {rid: s for rid, (r, s) in inner.items() if r is not None}
+            what = (f"D&SP: branches over {g} sub-grids of {t // g} tensor ranks ({share}), their regions split "
+                    f"Megatron-style inside a sub-grid")
+        return Option(Cost(compute + model.seconds(rest, hw, 1 / data), comm, 0.0), params,
+                      model.activation_bytes(mine + rest, 1 / data), details, what)
+
+    def inner_split(self, fj, g: int, assignment) -> dict:
+        """The tensor regions inside ``fj``'s branches when ``g < t`` sub-grids run them:
+        region id -> (the region, when Megatron splits it over its sub-grid's ``t/g``
+        ranks, else None; the sub-grid). A region splits where ``t/g`` divides its
+        sizes and no pin keeps it whole."""
+        t, out = self.tensor, {}
+        branch_of = {n: i for i, branch in enumerate(fj.details["branches"]) for n in branch}
+        for r in self.model.regions:
+            owners = {branch_of.get(n) for n in r.nodes}
+            if len(owners) != 1 or None in owners:
+                continue
+            pin = self.pin_of(r)
+            splits = (all(size % (t // g) == 0 for _, size in region_sizes(r)) and r.id not in self.gaps
+                      and (pin is None or pin.family == "megatron"))
+            out[r.id] = (r if splits else None, assignment[owners.pop()])
+        return out
 
     # ------------------------------------------------------------------ the programme
     def steps(self) -> list[Step]:
@@ -174,9 +209,9 @@ class MixedPricer:
         placed: set[str] = set()
         steps = []
         for first, fj, inner in branching:
-            option = self.dsp_option(fj)
+            pin = self.pin_of(fj)
+            option = self.dsp_option(fj, pin.subgrids if pin is not None and pin.family == "dsp" else None)
             if option is None:
-                pin = self.pin_of(fj)
                 if pin is not None and pin.family != "replicate":
                     why = self.whole.get(fj.id) or (
                         f"its {len(fj.details['branches'])} branches cannot fill the tensor group of {self.tensor} "
@@ -227,8 +262,11 @@ class MixedPricer:
                 flat.append((step, sorted(allowed.items())))
                 continue
             pinned = self.pin_of(step.region) is not None
+            # Megatron pins inside D&SP's sub-grids of several ranks split there
+            sub = "dsp" in step.options and step.options["dsp"].details["subgrids"] < self.tensor
             inner_pins = [(s.region.id, p) for s in step.inner
-                          if (p := self.pin_of(s.region)) is not None and p.family != "replicate"]
+                          if (p := self.pin_of(s.region)) is not None and p.family != "replicate"
+                          and not (sub and p.family == "megatron")]
             if pinned and allowed and inner_pins:
                 rid, pin = inner_pins[0]
                 raise PlanError(f"region {step.region.id}: pinned to D&SP, which runs {rid} whole on one rank, but "
@@ -323,20 +361,8 @@ class MixedPricer:
         rows, covered = [], set()
         compute = activations = local = 0.0
         comm: dict[str, float] = {}
-        inside_dsp: dict[str, str] = {}
         for step, name in path:
             r = step.region
-            if step.branching and name == "dsp":
-                for s in step.inner:
-                    inside_dsp[s.region.id] = r.id
-        for step, name in path:
-            r = step.region
-            if r.id in inside_dsp:
-                if materialize:
-                    rows.append(RegionChoice(r.id, r.kind, "replicate", Cost(0.0, {}, 0.0), {},
-                                             f"inside D&SP region {inside_dsp[r.id]}: runs whole on its branch's "
-                                             f"rank"))
-                continue
             if name == "open":
                 rest = self._rest(step)
                 option = Option(Cost(model.seconds(rest, hw, 1 / data), {}, 0.0), 0.0,
@@ -353,6 +379,8 @@ class MixedPricer:
             local += option.params
             if materialize:
                 rows.append(self._row(path, step, name, option))
+                if step.branching and name == "dsp":
+                    rows += self._inner_rows(step, option)
         credits = sum(self._credit(a[1], a[0].region, b[1], b[0].region) for a, b in _pairs(path))
         if credits:
             comm["y"] = comm.get("y", 0.0) - credits
@@ -394,6 +422,26 @@ class MixedPricer:
         cost = Cost(option.cost.compute_s, dict(option.cost.comm_s),
                     cm.training_memory(option.params, option.activations))
         return RegionChoice(r.id, r.kind, strategy, cost, alternatives, reason, details)
+
+    def _inner_rows(self, step: Step, option: Option) -> list[RegionChoice]:
+        """The rows of the tensor regions inside a D&SP region (priced in its row): whole
+        on their branch's rank, or with sub-grids of several ranks Megatron-split over
+        their sub-grid (``details``: the group ``tensor_sub``, the sub-grid, the degree)."""
+        rows, t = [], self.tensor
+        g = option.details["subgrids"]
+        inner = option.details.get("inner", {})
+        for s in step.inner:
+            r = s.region
+            if r.id in inner:
+                rows.append(RegionChoice(r.id, r.kind, "megatron", Cost(0.0, {}, 0.0), {},
+                                         f"inside D&SP region {step.region.id}: Megatron over sub-grid {inner[r.id]} "
+                                         f"({t // g} tensor ranks)",
+                                         {"group": "tensor_sub", "subgrid": inner[r.id], "degree": t // g}))
+            else:
+                where = "its branch's rank" if g == t else "every rank of its branch's sub-grid"
+                rows.append(RegionChoice(r.id, r.kind, "replicate", Cost(0.0, {}, 0.0), {},
+                                         f"inside D&SP region {step.region.id}: runs whole on {where}"))
+        return rows
 
     def _boundary_text(self, path, step) -> str:
         names = [(s, n) for s, n in path if n != "open"]
@@ -552,11 +600,16 @@ def _pairs(path):
 
 def _pins_misfit(forced: Strategy, t: int) -> str | None:
     """Why the pins cannot run on a tensor group of ``t`` ranks (None: they can)."""
-    for pin in forced.regions:
-        if pin.family == "dsp" and pin.subgrids and pin.subgrids != t:
-            return (f"strategy['regions'][{pin.pattern!r}]: D&SP in a mixed plan spreads the branches over the "
-                    f"tensor group, so subgrids={pin.subgrids} must equal the tensor degree {t}")
     grid = forced.grid
+    counts = {pin.subgrids for pin in forced.regions if pin.family == "dsp" and pin.subgrids}
+    for pin in forced.regions:
+        if pin.family == "dsp" and pin.subgrids and t % pin.subgrids:
+            return (f"strategy['regions'][{pin.pattern!r}]: D&SP in a mixed plan spreads the branches over "
+                    f"sub-grids of the tensor group, so subgrids={pin.subgrids} must divide the tensor degree {t}")
+        if pin.family == "dsp" and pin.subgrids and pin.subgrids < t and (grid is not None or len(counts) > 1):
+            return (f"strategy['regions'][{pin.pattern!r}]: D&SP sub-grids of several tensor ranks "
+                    f"(subgrids={pin.subgrids} < tensor {t}) take the tensor group's layout for the whole plan, "
+                    f"so they combine with no 3D grid and no other sub-grid count in this version")
     if grid is not None and grid.x * grid.y != t:
         return (f"strategy['regions']: the pinned 3D grid {grid.x}x{grid.y}x1 has {grid.x * grid.y} ranks, the "
                 f"tensor group {t}; give x·y = {t}")
@@ -619,6 +672,8 @@ class Mixed(CompileHooks):
             grids = self._grids(ctx, data, t)
             if any(p.family == "3d" for p in forced.regions) and forced.grid is None:
                 grids = [g for g in grids if g is not None]
+            if any(p.family == "dsp" and 0 < p.subgrids < t for p in forced.regions):
+                grids = [None]  # sub-grids of several ranks: no 3D grid beside them (_pins_misfit)
             out += [Strategy(data, t, grid=g, mixed=True, regions=forced.regions) for g in grids]
         if not out:
             raise PlanError(f"strategy['regions']: no mesh of {world} ranks takes these pins "
