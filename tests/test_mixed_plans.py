@@ -63,22 +63,78 @@ CASES8 = [
 
 
 def conversion_job():
-    """The concat join of branches over the tensor group (``branch_all_gather``) and its
-    backward against single-process math, with uneven widths (every rank)."""
+    """Every conversion a mixed plan inserts at a region boundary, forward and backward,
+    against single-process math on integer-valued float64 tensors (so every sum is
+    exact), over the tensor group (the 4 ranks) and over D&SP's sub-grid segments
+    (``tensor_seg``: ranks {0, 2} and {1, 3}). Each entry is ``(from layout, to layout)``
+    → the largest forward and backward error on this rank. A replicated value's
+    gradient is the same on every rank (the convention every family keeps); a value
+    split or partial over the group has one per rank."""
+    from autopar.runtime import collectives as C
     from autopar.runtime.groups import use_groups
     from autopar.strategies.dsp.collectives import branch_all_gather
     rank, world = dist.get_rank(), dist.get_world_size()
-    widths = [1 + (r % 3) for r in range(world)]
+    segments = [dist.new_group([0, 2]), dist.new_group([1, 3])]
     generator = torch.Generator().manual_seed(5)
-    pieces = [torch.randn(2, w, 3, generator=generator, dtype=torch.float64) for w in widths]
-    upstream = torch.randn(2, sum(widths), 3, generator=generator, dtype=torch.float64)
-    mine = pieces[rank].clone().requires_grad_(True)
-    with use_groups({"tensor": dist.group.WORLD}):
-        joined = branch_all_gather(mine, 1, widths, "tensor")
-    (joined * upstream).sum().backward()
-    start = sum(widths[:rank])
-    return {"forward": float((joined.detach() - torch.cat(pieces, 1)).abs().max()),
-            "backward": float((mine.grad - upstream[:, start:start + widths[rank]]).abs().max())}
+
+    def ints(*shape):
+        return torch.randint(-8, 8, shape, generator=generator).to(torch.float64)
+
+    def err(a, b):
+        return float((a - b).abs().max())
+
+    out = {}
+    with use_groups({"tensor": dist.group.WORLD, "tensor_seg": segments[rank % 2]}):
+        for group, members in (("tensor", list(range(world))), ("tensor_seg", [rank % 2, rank % 2 + 2])):
+            me = members.index(rank)
+            n = len(members)
+            # replicated -> entry of a split region (Megatron's f, D&SP's fork): identity,
+            # the gradients of every rank's use summed backward
+            x = ints(2, 6)
+            per_rank = [ints(2, 6) for _ in range(world)]
+            xr = x.clone().requires_grad_(True)
+            y = C.copy_to_tensor_region(xr, group)
+            (y * per_rank[rank]).sum().backward()
+            out[(group, "replicated", "copied into a split region")] = (
+                err(y.detach(), x), err(xr.grad, sum(per_rank[m] for m in members)))
+            # partial sums -> replicated (Megatron's g, a D&SP sum join): summed forward,
+            # the replicated gradient passed back
+            parts = [ints(2, 6) for _ in range(world)]
+            upstream = ints(2, 6)
+            pr = parts[rank].clone().requires_grad_(True)
+            y = C.reduce_from_tensor_region(pr, group)
+            (y * upstream).sum().backward()
+            out[(group, "partial sums", "replicated")] = (
+                err(y.detach(), sum(parts[m] for m in members)), err(pr.grad, upstream))
+            # replicated -> split on the hidden dimension (a 3D region's entry cut over y)
+            x = ints(2, 4 * n)
+            per_rank = [ints(2, 4) for _ in range(world)]
+            xr = x.clone().requires_grad_(True)
+            y = C.scatter_to_tensor_region(xr, 1, group)
+            (y * per_rank[rank]).sum().backward()
+            out[(group, "replicated", "split on hidden")] = (
+                err(y.detach(), x.chunk(n, 1)[me]), err(xr.grad, torch.cat([per_rank[m] for m in members], 1)))
+            # split on the hidden dimension -> replicated (a 3D region's exit all-gather over y)
+            pieces = [ints(2, 4) for _ in range(world)]
+            upstream = ints(2, 4 * n)
+            pr = pieces[rank].clone().requires_grad_(True)
+            y = C.gather_from_tensor_region(pr, 1, group)
+            (y * upstream).sum().backward()
+            out[(group, "split on hidden", "replicated")] = (
+                err(y.detach(), torch.cat([pieces[m] for m in members], 1)), err(pr.grad, upstream.chunk(n, 1)[me]))
+            # branches of uneven widths -> replicated concat (a D&SP concat join)
+            widths = [1 + (m % 3) for m in members]
+            pieces = [ints(2, w, 3) for w in widths]
+            upstream = ints(2, sum(widths), 3)
+            pr = pieces[me].clone().requires_grad_(True)
+            y = branch_all_gather(pr, 1, widths, group)
+            (y * upstream).sum().backward()
+            begin = sum(widths[:me])
+            out[(group, "branches (uneven widths)", "replicated concat")] = (
+                err(y.detach(), torch.cat(pieces, 1)), err(pr.grad, upstream[:, begin:begin + widths[me]]))
+    for g in segments:
+        dist.destroy_process_group(g)
+    return out
 
 
 _EQUIVALENCE = shared_ranks.register(4, __name__, equivalence_job, (CASES,), timeout_s=600)
@@ -117,9 +173,11 @@ def test_mixed_plan_matches_single_device_on_8_ranks(index):
 
 
 @pytest.mark.multiprocess
-def test_branch_all_gather_and_its_backward_are_exact():
+def test_every_boundary_conversion_and_its_backward_are_exact():
     for report in _CONVERSION():
-        assert report == {"forward": 0.0, "backward": 0.0}
+        assert len(report) == 10
+        for pair, errors in report.items():
+            assert errors == (0.0, 0.0), pair
 
 
 def _plan(factory, world, strategy, **kw):
@@ -231,9 +289,32 @@ def test_auto_with_pins_alone_picks_the_mesh():
 
 
 def test_a_dsp_pin_on_too_few_branches_names_the_region():
-    with pytest.raises(PlanError, match=r"region fork_join:.*pinned to dsp.*3 branches cannot fill the tensor "
-                                        r"group of 4 ranks"):
+    with pytest.raises(PlanError, match=r"region fork_join:.*pinned to dsp.*3 branches cannot fill 4 sub-grids "
+                                        r"of the tensor group"):
         _plan(inception_factory, 4, {"data": 1, "tensor": 4, "regions": {"kind:fork_join": "dsp"}})
+
+
+def test_a_dsp_pin_on_branches_with_dropout_names_the_dropout():
+    """Tensor ranks that run different branches would draw different numbers of dropout
+    masks, and every later mask of a replicated value would differ between them."""
+    import torch.nn as nn
+
+    class Dropping(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inp = nn.Linear(8, 8)
+            self.a = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.1))
+            self.b = nn.Linear(8, 8)
+            self.out = nn.Linear(8, 2)
+
+        def forward(self, x):
+            h = self.inp(x)
+            return self.out(self.a(h) + self.b(h))
+
+    x, y = torch.randn(4, 8), torch.randint(0, 2, (4,))
+    with pytest.raises(PlanError, match=r"pinned to dsp.*its branches hold dropout"):
+        autopar.plan(Dropping(), 2, (x,), torch.nn.functional.cross_entropy,
+                     {"data": 1, "tensor": 2, "regions": {"kind:fork_join": "dsp"}}, example_target=y)
 
 
 def test_the_planner_picks_a_mixed_plan_where_it_is_predicted_fastest():

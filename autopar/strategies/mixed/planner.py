@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from autopar.cost import model as cm
 from autopar.grid import Grid3D
-from autopar.analysis.ops import match_linear
+from autopar.analysis.ops import is_dropout, match_linear
 from autopar.ir import tensor_spec
 from autopar.planning.model import ModelFacts, exposed_data_comm, region_sizes
 from autopar.planning.plan import Cost, Plan, RegionChoice, mixed_form
@@ -159,7 +159,7 @@ class MixedPricer:
         spreads them over ``g`` ranks."""
         model, hw, t, data = self.model, self.hw, self.tensor, self.data
         d = fj.details
-        if len(d["branches"]) < g or unsplittable(fj) or any(len(names) != 1 for names in d["branch_outputs"]):
+        if self.dsp_blocker(fj, g) is not None:
             return None
         b = branches_of(model, fj)
         cost = dsp_tensor_cost(b.works, b.counts, b.fork_bytes, b.join_bytes, d["join_op"], data, g, hw)
@@ -183,6 +183,23 @@ class MixedPricer:
                     f"Megatron-style inside a sub-grid")
         return Option(Cost(compute + model.seconds(rest, hw, 1 / data), comm, 0.0), params,
                       model.activation_bytes(mine + rest, 1 / data), details, what)
+
+    def dsp_blocker(self, fj, g: int) -> str | None:
+        """Why D&SP cannot spread ``fj``'s branches over ``g`` sub-grids of the tensor
+        group (None: it can)."""
+        d = fj.details
+        if fj.id in self.whole:
+            return self.whole[fj.id]
+        if len(d["branches"]) < g:
+            return f"its {len(d['branches'])} branches cannot fill {g} sub-grids of the tensor group"
+        if unsplittable(fj) or any(len(names) != 1 for names in d["branch_outputs"]):
+            return "its branches read values from outside the region or have several outputs"
+        dropout = next((n for branch in d["branches"] for n in branch
+                        if is_dropout(self.model.table[n], self.model.gm)), None)
+        if dropout is not None:
+            return (f"its branches hold dropout ({dropout}): the tensor ranks run different branches, so they "
+                    f"would draw their later dropout masks from different points of the stream")
+        return None
 
     def inner_split(self, fj, g: int, assignment) -> dict:
         """The tensor regions inside ``fj``'s branches when ``g < t`` sub-grids run them:
@@ -213,9 +230,8 @@ class MixedPricer:
             option = self.dsp_option(fj, pin.subgrids if pin is not None and pin.family == "dsp" else None)
             if option is None:
                 if pin is not None and pin.family != "replicate":
-                    why = self.whole.get(fj.id) or (
-                        f"its {len(fj.details['branches'])} branches cannot fill the tensor group of {self.tensor} "
-                        f"ranks, or they read values from outside the region")
+                    g = pin.subgrids if pin.family == "dsp" and pin.subgrids else self.tensor
+                    why = self.dsp_blocker(fj, g) or "a grid-forced plan"
                     raise PlanError(f"region {fj.id}: pinned to {pin.describe()} ({pin.pattern!r}), which cannot run "
                                     f"it: {why}")
                 continue
