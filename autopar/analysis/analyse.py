@@ -33,7 +33,10 @@ ANALYSIS_PASSES = [
 ]
 
 
-def analyse(gm: fx.GraphModule, *, label: str = "analysis") -> fx.GraphModule:
+def analyse(gm: fx.GraphModule, *, label: str = "analysis", vocab: list | None = None) -> fx.GraphModule:
     """Run every analysis pass on ``gm`` and return it (with regions in ``gm.meta``);
-    ``label`` names the run in logs and dumps."""
-    return PassRunner(list(ANALYSIS_PASSES), degrade=True).run(gm, label=label)
+    ``label`` names the run in logs and dumps. ``vocab``: a pipeline stage's graph takes
+    its part of the whole graph's vocab regions (``find_vocab_region_pass(given=)``)."""
+    passes = [(name, fn, {"given": vocab} if name == "vocab" and vocab is not None else options)
+              for name, fn, options in ANALYSIS_PASSES]
+    return PassRunner(passes, degrade=True).run(gm, label=label)

@@ -43,7 +43,7 @@ def _param(gm: fx.GraphModule, name: str):
         return None
 
 
-def find_vocab_region_pass(gm: fx.GraphModule) -> fx.GraphModule:
+def find_vocab_region_pass(gm: fx.GraphModule, *, given: list[Region] | None = None) -> fx.GraphModule:
     """Record the ``vocab`` region: token-embedding lookups and the LM head.
 
     ``details``: ``embeddings`` (lookup node names), ``head`` (linear node name or None),
@@ -51,8 +51,19 @@ def find_vocab_region_pass(gm: fx.GraphModule) -> fx.GraphModule:
     An untied head counts when its output width equals the vocabulary size. The id names
     the token embedding's module (``vocab:transformer.wte``), see
     :mod:`autopar.analysis.naming`.
+
+    ``given``: the whole graph's vocab regions, for a pipeline stage's graph (a cut of
+    it): the stage's part of each (:func:`stage_part`) instead of a guess, which on a
+    stage without the head could take the stage's last linear for it.
     """
     clear_regions(gm, "vocab")
+    if given is not None:
+        names = {n.name for n in gm.graph.nodes}
+        for region in given:
+            part = stage_part(region, names)
+            if part is not None:
+                add_region(gm, part)
+        return gm
     lookups, of_inputs = [], []
     for node in gm.graph.nodes:
         hit = is_embedding(node, gm)
@@ -89,3 +100,20 @@ def find_vocab_region_pass(gm: fx.GraphModule) -> fx.GraphModule:
                  "tied": tied, "vocab_size": int(vocab_size), "hidden": int(weight.shape[1])},
     ))
     return gm
+
+
+def stage_part(region: Region, names: set[str]) -> Region | None:
+    """The part of the whole graph's vocab ``region`` in a stage whose nodes are
+    ``names`` (None: none of it): its lookups there, or its head there with the weight
+    as that graph reads it. A tied embedding and head on the first and last stages are
+    one region cut in two, each end split over the vocabulary with the same rows."""
+    here = [n for n in region.nodes if n in names]
+    if not here:
+        return None
+    d = dict(region.details)
+    d["embeddings"] = [n for n in d["embeddings"] if n in names]
+    if d["head"] not in names:
+        d["head"], d["head_weight"] = None, None
+    if not d["embeddings"] and d["head"] is not None:
+        d["weight"] = d["head_weight"]
+    return Region(region.id, "vocab", here, d)

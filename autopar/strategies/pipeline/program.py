@@ -37,7 +37,7 @@ from autopar.executable import batch_of, executable, local_batch, rank_graph_cod
 from autopar._torch_compat import export_out_spec
 from autopar.capture import capture
 from autopar.inputs import CallLayout
-from autopar.ir import CAPTURE, LAST, PASSES_RUN, STAGE, Region, add_region, clear_regions, regions
+from autopar.ir import CAPTURE, LAST, PASSES_RUN, STAGE, Region, add_region, regions
 from autopar.analysis.analyse import analyse
 from autopar.analysis.naming import adopt_region_ids
 from autopar.strategies.data.rewrite import data_parallel_pass, loss_reduction
@@ -57,17 +57,13 @@ from autopar.strategies.placement import layout_name
 
 
 def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
-                      region_ids: dict[tuple[str, str], str] | None = None,
-                      vocab: list[Region] = ()) -> fx.GraphModule:
+                      region_ids: dict[tuple[str, str], str] | None = None) -> fx.GraphModule:
     """Mark the stage's blocks as the whole graph's analysis found them: a stage of one
     block has no repetition of its own for the analysis to find, and recomputation goes
     block by block. The stage's other regions take the whole graph's ids (``region_ids``:
     ``(kind, first node name) -> id``; the plan names them so), which the stage's own
     analysis can number otherwise: ``linear_chain:enc#1`` is the first chain of ``enc``
-    in a stage without the other (:func:`autopar.analysis.naming.adopt_region_ids`).
-    The whole graph's ``vocab`` region is the stage's part of it: a tied embedding and
-    head on the first and last stages are one region cut in two, each end split over the
-    vocabulary with the same rows of the weight (its lookups here, or its head here)."""
+    in a stage without the other (:func:`autopar.analysis.naming.adopt_region_ids`)."""
     if region_ids:
         adopt_region_ids(gm, region_ids)
     present = {r.id for r in regions(gm, "block")}
@@ -75,19 +71,6 @@ def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
     for rid, nodes in block_nodes.items():
         if rid not in present:
             add_region(gm, Region(rid, "block", [n for n in nodes if n in names], {"from": "pipeline cut"}))
-    if vocab:
-        clear_regions(gm, "vocab")
-    for r in vocab:
-        here = [n for n in r.nodes if n in names]
-        if not here:
-            continue
-        d = dict(r.details)
-        d["embeddings"] = [n for n in d["embeddings"] if n in names]
-        if d["head"] not in names:
-            d["head"], d["head_weight"] = None, None
-        if not d["embeddings"] and d["head"] is not None:  # the head's end: its weight as this graph reads it
-            d["weight"] = d["head_weight"]
-        add_region(gm, Region(r.id, "vocab", here, d))
     return gm
 
 
@@ -104,8 +87,9 @@ def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last:
     steps = [p for family in FAMILIES if family.name not in ("data", "pipeline")
              for p in family.rank_passes(plan_, build)]
     passes = [
-        ("analysis", analyse, {"label": f"rank{rank}_stage_analysis"}),
-        ("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes, "region_ids": region_ids, "vocab": vocab}),
+        # the stage's part of the whole graph's vocab region (autopar.analysis.vocab.stage_part)
+        ("analysis", analyse, {"label": f"rank{rank}_stage_analysis", "vocab": list(vocab)}),
+        ("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes, "region_ids": region_ids}),
         *[(p.name, p.fn, p.options) for p in sorted(steps, key=lambda p: p.phase)],
         *([("recompute", recompute_pass, {"regions": list(block_nodes)})] if recompute else []),
         # the last stage's outputs are the model's: gathered over the data ranks as without
