@@ -374,3 +374,22 @@ def test_auto_picks_a_mixed_plan_for_attention_between_expert_towers():
     assert kinds["fork_join"] == {"dsp"} and kinds["attention"] == {"megatron"}
     single = [c for c in plan.candidates if c.feasible and "mixed" not in c.form]
     assert min(c.step_s for c in single) > plan.step_s
+
+
+def test_auto_spreads_towers_over_sub_grids_of_the_tensor_group_where_it_balances_them():
+    """TowerTrunk (h = 16384, 2 blocks) on 16 A100s: a tensor group of 4 is needed, and
+    the towers (widths h..4h) balance on 2 sub-grids of 2 ranks ({h, 4h} and {2h, 3h}),
+    each tower Megatron-split inside its sub-grid, better than one tower per rank or
+    Megatron over all 4."""
+    from examples.models import TowerTrunk, lm_loss
+    with torch.device("meta"):
+        model = TowerTrunk(vocab=32000, width=16384, heads=32, layers=2, block=2048)
+    x = torch.zeros(16, 2048, dtype=torch.long, device="meta")
+    plan = autopar.plan(model, 16, (x,), lm_loss, "auto", example_target=x, hardware="a100-selene")
+    assert plan.mesh == {"data": 4, "tensor": 4} and plan.tensor_subgrids == 2
+    assert plan.form == "mixed dsp 2 sub-grids"
+    towers = [r for r in plan.regions if ".towers." in r.region]
+    assert {(r.strategy, r.details["group"]) for r in towers} == {("megatron", "tensor_sub")}
+    single = [c for c in plan.candidates if c.feasible and "mixed" not in c.form]
+    assert min(c.step_s for c in single) > plan.step_s
+    assert "D&SP over 2 sub-grids of it" in plan.explain()

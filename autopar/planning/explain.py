@@ -30,7 +30,10 @@ def explain(plan: "Plan") -> str:
                                 f"(rank = data*{plan.degree('tensor')} + tensor; tensor ranks adjacent)")
         + ("; mixed: each region its own family over the tensor group"
            + (f", 3D regions on it as Gx={plan.tensor_grid['x']} x Gy={plan.tensor_grid['y']} "
-              f"(tensor = y*Gx + x)" if plan.tensor_grid else "") if plan.mixed else "")
+              f"(tensor = y*Gx + x)" if plan.tensor_grid else "")
+           + (f", D&SP over {plan.tensor_subgrids} sub-grids of it, their branches Megatron-split inside one "
+              f"(tensor = sub-grid*{plan.degree('tensor') // plan.tensor_subgrids} + place)"
+              if plan.tensor_subgrids else "") if plan.mixed else "")
         + (f"; {'D&SP-cSub' if plan.csub else 'D&SP'}: {plan.subgrids} sub-grids of "
            f"{plan.world_size // plan.subgrids} rank(s), {'topology-aware' if plan.topology_aware else 'naive'} "
            f"order" + (", common layers on sub-grid 0" if plan.csub else "") if plan.subgrids > 1 else ""),

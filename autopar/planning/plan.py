@@ -34,10 +34,12 @@ ranks furthest apart, across nodes, megatron §3.2) or AxoNN's ``data × z × y 
 whose layout ``rank = ((d·Gz + z)·Gy + y)·Gx + x`` this order gives (axonn §V-B)."""
 
 
-def mixed_form(tensor_grid: dict) -> str:
+def mixed_form(tensor_grid: dict, subgrids: int = 0) -> str:
     """A mixed plan's form in the configurations weighed: ``"mixed"``, with its 3D
-    regions' grid of the tensor group (``"mixed 3d 2x2"``)."""
-    return "mixed" + (f" 3d {tensor_grid['x']}x{tensor_grid['y']}" if tensor_grid else "")
+    regions' grid of the tensor group (``"mixed 3d 2x2"``) or its D&SP sub-grids of
+    several tensor ranks (``"mixed dsp 2 sub-grids"``)."""
+    return ("mixed" + (f" 3d {tensor_grid['x']}x{tensor_grid['y']}" if tensor_grid else "")
+            + (f" dsp {subgrids} sub-grids" if subgrids else ""))
 
 
 @dataclass
@@ -214,9 +216,9 @@ class Plan:
         if self.pipeline:
             v = self.pipeline["chunks"]
             return (f"pipeline {self.pipeline['schedule']}" + (f" v={v}" if v > 1 else "")
-                    + (f", {mixed_form(self.tensor_grid)}" if self.mixed else ""))
+                    + (f", {mixed_form(self.tensor_grid, self.tensor_subgrids)}" if self.mixed else ""))
         if self.mixed:
-            return mixed_form(self.tensor_grid)
+            return mixed_form(self.tensor_grid, self.tensor_subgrids)
         return "cube" if self.regions_with("cube3d") else ""
 
     def batch_group(self) -> str:

@@ -107,6 +107,9 @@ class Strategy:
     # x × y factorisation for 3D regions (z = 1)
     mixed: bool = False
     regions: tuple[Pin, ...] = ()
+    # a mixed plan's D&SP sub-grids of the tensor group (0: each tensor rank one; g < t:
+    # g sub-grids of t/g ranks, their branches Megatron-split inside)
+    tensor_subgrids: int = 0
 
     @staticmethod
     def parse(strategy: Any) -> "Strategy | None":

@@ -82,7 +82,7 @@ class MixedPricer:
     the tensor group for 3D regions, or none) and the programme over them."""
 
     def __init__(self, ctx: PlanContext, data: int, tensor: int, grid: Grid3D | None,
-                 whole: dict[str, str] | None = None):
+                 whole: dict[str, str] | None = None, subgrids: int = 0):
         self.ctx, self.model, self.hw = ctx, ctx.model, ctx.hw
         self.data, self.tensor, self.grid = data, tensor, grid
         forced = ctx.forced
@@ -93,6 +93,8 @@ class MixedPricer:
         self.gaps = rule_gaps(self.model) if tensor > 1 else {}
         # regions kept whole, and why (a pipeline's: tied across stages, or cut by a stage)
         self.whole = whole or {}
+        # D&SP's sub-grids of the tensor group (0: each rank one; g < t: g of t/g ranks)
+        self.subgrids = subgrids
         self.memo = self.model.memo("mixed.options")
         self.links = self.model.memo("mixed.links")
         self.credits = self.model.memo("mixed.credits")
@@ -143,7 +145,7 @@ class MixedPricer:
         """A multi-branch region's branches over ``g`` sub-grids of the tensor group
         (None: ``t``, each rank a sub-grid), or None when it cannot (priced once per
         region, mesh and ``g``)."""
-        g = g or self.tensor
+        g = g or self.subgrids or self.tensor
         key = (fj.id, self.data, self.tensor, self.hw, g)
         if fj.id in self.whole or self.grid_only:
             return None
@@ -667,6 +669,9 @@ class Mixed(CompileHooks):
                     if grid is None and not any(len(r.details["branches"]) >= t for r in branching):
                         continue
                     out.append(Strategy(world // t, t, grid=grid, mixed=True))
+                # D&SP over g sub-grids of t/g ranks, the branches Megatron-split inside
+                out += [Strategy(world // t, t, mixed=True, tensor_subgrids=g) for g in divisors(t)
+                        if 1 < g < t and any(len(r.details["branches"]) >= g for r in branching)]
             return out
         self._check_pins(ctx)
         fixed = forced.data is not None or forced.tensor is not None
@@ -688,9 +693,11 @@ class Mixed(CompileHooks):
             grids = self._grids(ctx, data, t)
             if any(p.family == "3d" for p in forced.regions) and forced.grid is None:
                 grids = [g for g in grids if g is not None]
-            if any(p.family == "dsp" and 0 < p.subgrids < t for p in forced.regions):
+            sub = next((p.subgrids for p in forced.regions if p.family == "dsp" and 0 < p.subgrids < t), 0)
+            if sub:
                 grids = [None]  # sub-grids of several ranks: no 3D grid beside them (_pins_misfit)
-            out += [Strategy(data, t, grid=g, mixed=True, regions=forced.regions) for g in grids]
+            out += [Strategy(data, t, grid=g, mixed=True, regions=forced.regions, tensor_subgrids=sub)
+                    for g in grids]
         if not out:
             raise PlanError(f"strategy['regions']: no mesh of {world} ranks takes these pins "
                             f"({', '.join(p.pattern + ': ' + p.describe() for p in forced.regions)})")
@@ -708,12 +715,12 @@ class Mixed(CompileHooks):
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         model, data, t, grid = ctx.model, config.data, config.tensor, config.grid
         mesh = {"data": data, "tensor": t}
-        form = mixed_form({"x": grid.x, "y": grid.y} if grid is not None else {})
+        form = mixed_form({"x": grid.x, "y": grid.y} if grid is not None else {}, config.tensor_subgrids)
         if model.batch % data:  # a forced data degree was checked by candidates
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}",
                             form=form)
         try:
-            pricer = MixedPricer(ctx, data, t, grid)
+            pricer = MixedPricer(ctx, data, t, grid, subgrids=config.tensor_subgrids)
             table = pricer.table(materialize=False)
         except PlanError as e:
             if ctx.forced is not None and ctx.forced.tensor is not None:
@@ -721,7 +728,9 @@ class Mixed(CompileHooks):
             return rejected(self.name, config, mesh, str(e), form=form)
         uses = pricer.uses
         # another family's plan, or the same mesh's without a grid: weighed there
-        if ctx.forced is None and (len(uses - {"replicate"}) < 2 or (grid is not None and "tensor3d" not in uses)):
+        # D&SP over sub-grids splits its branches with Megatron: two families when it is used
+        single = "dsp" not in uses if config.tensor_subgrids else len(uses - {"replicate"}) < 2
+        if ctx.forced is None and (single or (grid is not None and "tensor3d" not in uses)):
             return dataclasses.replace(rejected(self.name, config, mesh, "a single-family plan", form=form),
                                        listed=False)
         priced = judge(self.name, ctx, config, mesh, table)
@@ -729,7 +738,8 @@ class Mixed(CompileHooks):
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         c = priced.config
-        plan_ = mesh_plan(ctx, priced, MixedPricer(ctx, c.data, c.tensor, c.grid).table())
+        table = MixedPricer(ctx, c.data, c.tensor, c.grid, subgrids=c.tensor_subgrids).table()
+        plan_ = mesh_plan(ctx, priced, table)
         grid = c.grid
         plan_.mixed = True
         plan_.tensor_grid = {"x": grid.x, "y": grid.y} if grid is not None and plan_.regions_with("tensor3d") else {}
