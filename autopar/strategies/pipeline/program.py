@@ -21,9 +21,12 @@ of the whole batch, over every microbatch and data rank, so padding that differs
 between microbatches changes nothing (:mod:`autopar.runtime.target_count`).
 
 Each stage's program is built from the graph captured at the microbatch's shape: the
-graph is cut into stages (:func:`autopar.strategies.pipeline.stages.split`), and each of this
-rank's stages is rewritten by the passes of its regions' strategy (Megatron inside a
-stage) and, with ``recompute``, its blocks are recomputed in backward (megatron §3.5).
+graph is cut into stages (:func:`autopar.strategies.pipeline.stages.split`), each stage is
+analysed with its part of the whole graph's vocab region (a tied embedding and head
+span the first and last stages), and each of this rank's stages is rewritten by every
+family's passes for its own regions (Megatron inside a PTD-P stage; D&SP, Megatron or
+a 3D grid per region in a stage of a mixed plan, ``docs/mixed_plans.md``) and, with
+``recompute``, its blocks are recomputed in backward (megatron §3.5).
 """
 from __future__ import annotations
 
