@@ -1151,6 +1151,13 @@ attention:blocks.1.attn  attention     megatron   0.038 ms  2.455 ms     0.000 m
 linear_chain:blocks.1    linear_chain  tensor3d   0.028 ms  0.000 ms     0.000 ms   0.376 ms  1.382 ms  0.000 ms  0.11 MiB  megatron 2.478 ms, replicate 0.060 ms
 (outside regions)        -             replicate  0.104 ms  0.000 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.19 MiB  -
 
+boundaries (the conversions from and to the activation replicated over the tensor group; the region's communication per step):
+  fork_join:b1: fork (identity; backward all-reduce over tensor), join (all-gather of the branches' columns over tensor; backward the own columns): tensor 1.820 ms
+  attention:blocks.0.attn: entry f (identity; backward all-reduce over tensor), exit g (all-reduce over tensor; backward identity): tensor 2.455 ms
+  linear_chain:blocks.0: input cut to y blocks (backward all-gather over y), output all-gathered over y: x 0.376 ms, y 1.382 ms
+  attention:blocks.1.attn: entry f (identity; backward all-reduce over tensor), exit g (all-reduce over tensor; backward identity): tensor 2.455 ms
+  linear_chain:blocks.1: input cut to y blocks (backward all-gather over y), output all-gathered over y: x 0.376 ms, y 1.382 ms
+
 branches on sub-grids:
   fork_join:b1: pinned by 'kind:fork_join': D&SP: branches over the 4 tensor ranks (t0:[2], t1:[1], t2:[3], t3:[0])
 

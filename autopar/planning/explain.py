@@ -48,6 +48,7 @@ def explain(plan: "Plan") -> str:
         "",
     ]
     lines += _region_table(plan)
+    lines += _boundaries(plan)
     lines += _layouts(plan)
     lines += _kept_whole(plan)
     lines += _weighed(plan)
@@ -89,6 +90,33 @@ def _region_table(plan: "Plan") -> list[str]:
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     return lines
+
+
+def _boundaries(plan: "Plan") -> list[str]:
+    """In a mixed plan, each split region's conversions from and to the layout regions
+    meet at (the activation replicated over the tensor group), with their cost (the
+    row's communication; docs/mixed_plans.md has each conversion's formula)."""
+    if not plan.mixed:
+        return []
+    lines = ["", "boundaries (the conversions from and to the activation replicated over the tensor group; "
+             "the region's communication per step):"]
+    for first, last, count, r in _runs([r for r in plan.regions if r.strategy in ("megatron", "dsp", "tensor3d")
+                                        and r.cost.comm_s]):
+        where = first if count == 1 else f"{first} .. {last} (x{count}, each)"
+        comm = ", ".join(f"{g} {_ms(v)}" for g, v in sorted(r.cost.comm_s.items()) if v)
+        if r.strategy == "megatron":
+            group = r.details.get("group", "tensor")
+            text = (f"entry f (identity; backward all-reduce over {group}), exit g (all-reduce over {group}; "
+                    f"backward identity)")
+        elif r.strategy == "dsp":
+            group = "tensor_seg" if plan.tensor_subgrids else "tensor"
+            join = (f"all-reduce over {group}; backward identity" if r.details.get("join") == "sum" else
+                    f"all-gather of the branches' columns over {group}; backward the own columns")
+            text = f"fork (identity; backward all-reduce over {group}), join ({join})"
+        else:
+            text = r.details.get("boundary", "")
+        lines.append(f"  {where}: {text}: {comm or 'none'}")
+    return lines if len(lines) > 2 else []
 
 
 def _layouts(plan: "Plan") -> list[str]:

@@ -171,7 +171,8 @@ class MixedPricer:
         share = ", ".join(f"{'t' if g == t else 'sub-grid '}{s}:{[i for i, o in enumerate(cost.assignment) if o == s]}"
                           for s in range(g))
         compute, comm, params = cost.compute_s, dict(cost.comm_s), cost.branch_param_elems_per_rank
-        details = {"subgrids": g, "assignment": list(cost.assignment), "branch_params": b.params, "over": "tensor"}
+        details = {"subgrids": g, "assignment": list(cost.assignment), "branch_params": b.params, "over": "tensor",
+                   "join": d["join_op"]}
         what = f"D&SP: branches over the {t} tensor ranks ({share})"
         if g < t:  # Megatron inside each sub-grid
             inner = self.inner_split(fj, g, cost.assignment)
