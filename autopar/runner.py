@@ -137,10 +137,12 @@ class ProgramRunner:
                 example_kwargs=kwargs, model_loss="required" if loss and state.loss_fn is None else None))
             gm = rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion)
             # every split the program makes is the plan's; a plan's split the program lacks
-            # is of a D&SP branch another sub-grid runs (not in this rank's program)
+            # may only be a D&SP branch's that another sub-grid runs (not in this program)
             made = gm.meta.get(PARAM_SHARDS, {})
+            elsewhere = {name for d in state.plan.dsp_regions().values() for names in d["branch_params"]
+                         for name in names} if state.plan.tensor_subgrids else set()
             if any(state.shards.get(name) != shard for name, shard in made.items()) or \
-                    (not state.plan.tensor_subgrids and made != state.shards):
+                    set(state.shards) - set(made) - elsewhere:
                 raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
             program = executable(gm, state.root, f"Rank{state.rank}Program")
             copy_export_specs(gm, program)

@@ -266,6 +266,9 @@ def test_three_d_regions_back_to_back_meet_split_over_y():
     ({"tensor": 4, "pipeline": 2, "x": 2, "y": 1, "z": 2}, "inside pipeline stages is x × y × 1"),
     ({"tensor": 2, "pipeline": 2, "subgrids": 2, "regions": {"kind:attention": "megatron"}}, "not ['subgrids']"),
     ({"tensor": 2, "pipeline": 2, "x": 2, "y": 2}, "tensor=2 is not the 3D grid's x·y = 4"),
+    ({"tensor": 2, "pipeline": 2, "regions": {"kind:fork_join": {"dsp": {"subgrids": 4}}}}, "must divide the tensor"),
+    ({"tensor": 2, "pipeline": 2, "regions": {"linear_chain:nowhere.*": "megatron"}}, "names no region of"),
+    ({"tensor": 1, "data": 2, "pipeline": 2, "regions": {"kind:fork_join": "dsp"}}, "give 'tensor' above 1"),
 ])
 def test_pins_that_cannot_run_are_clear_errors(strategy, message):
     with pytest.raises(PlanError, match=None) as caught:

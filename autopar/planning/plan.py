@@ -158,6 +158,15 @@ class Plan:
         return next((r.details["subgrids"] for r in self.regions
                      if r.strategy == "dsp" and 1 < r.details.get("subgrids", t) < t), 0)
 
+    def tensor_subgrid_coordinates(self, rank: int) -> tuple[int, int]:
+        """``(sub-grid, place in it)`` of ``rank`` in the tensor group's D&SP sub-grids
+        (:attr:`tensor_subgrids`; ``(tensor index, 0)`` without them)."""
+        tensor, g = self.rank_coordinates(rank)["tensor"], self.tensor_subgrids
+        if not g:
+            return tensor, 0
+        size = self.degree("tensor") // g
+        return tensor // size, tensor % size
+
     def rank_grid(self, members=None) -> RankGrid:
         """How this plan lays its ranks out (:mod:`autopar.grid`): ``data × tensor``,
         ``pipeline × data × tensor``, AxoNN's ``data × z × y × x`` (the cube's too), or

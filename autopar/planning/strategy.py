@@ -165,6 +165,9 @@ class Strategy:
         """``{"data": d, "tensor": t, "regions": {PATTERN: SPEC}}``, or ``{"regions": ...}``
         alone (the planner picks the mesh): a mixed plan with those regions pinned."""
         rest = set(strategy) - {"regions", "data", "tensor"}
+        if rest & set(PIPELINE_KEYS):
+            raise PlanError(f"strategy: {sorted(rest & set(PIPELINE_KEYS))} set up a pipeline; add 'pipeline': p "
+                            f"(the number of pipeline ranks) beside the region pins")
         if rest:
             raise PlanError(f"strategy: region pins combine with 'data', 'tensor' and a pipeline's keys in this "
                             f"version (the other families' degrees go into the pins), not {sorted(rest)}")

@@ -41,9 +41,8 @@ def seat_of(plan, rank: int) -> Seat:
         sizes.update(x=grid.x, y=grid.y, z=1)
     g = plan.tensor_subgrids
     if g:  # D&SP's sub-grids of the tensor group: which one, and the place in it
-        size = plan.degree("tensor") // g
-        coords.update(tensor_seg=coords["tensor"] // size, tensor_sub=coords["tensor"] % size)
-        sizes.update(tensor_seg=g, tensor_sub=size)
+        coords["tensor_seg"], coords["tensor_sub"] = plan.tensor_subgrid_coordinates(rank)
+        sizes.update(tensor_seg=g, tensor_sub=plan.degree("tensor") // g)
     return Seat(coords, sizes, grid)
 
 
@@ -65,9 +64,8 @@ def dropout_shards(plan, rank: int) -> dict[str, int]:
     (Megatron's) its tensor index; with D&SP sub-grids of several tensor ranks, one
     split over a sub-grid (``tensor_sub``) the rank's place in it; other plans have one
     split group ({})."""
-    g = plan.tensor_subgrids if plan.mixed else 0
-    if g:
-        return {"tensor_sub": plan.rank_coordinates(rank)["tensor"] % (plan.degree("tensor") // g)}
+    if plan.tensor_subgrids:
+        return {"tensor_sub": plan.tensor_subgrid_coordinates(rank)[1]}
     if not (plan.mixed and plan.tensor_grid):
         return {}
     return {"x": plan.region_coordinates(rank)["x"]}

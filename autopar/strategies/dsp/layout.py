@@ -10,7 +10,11 @@ the segment (only the home's copy counts).
 In a mixed plan (:func:`place_over_tensor`) each rank of the tensor group is a sub-grid:
 a branch's parameters live on the tensor rank that runs it, on every row of its data
 replica, so their gradients are averaged over the data ranks like any replicated
-parameter's, and only that rank's copy counts in the norm over the tensor group.
+parameter's, and only that rank's copy counts in the norm over the tensor group. With
+``g < t`` sub-grids of the tensor group they live on their sub-grid (home in
+``tensor_seg``), each of its ranks holding its Megatron shard (norm over the shard's
+group and ``tensor_seg``). In a pipeline stage the pipeline adds its own home
+(:mod:`autopar.strategies.pipeline.layout`).
 """
 from __future__ import annotations
 

@@ -219,8 +219,8 @@ class SubgraphParallel(CompileHooks):
         if not dsp_regions:
             return []
         if plan.mixed:  # each rank of the tensor group a sub-grid, or g sub-grids of t/g (docs/mixed_plans.md)
-            tensor, g = plan.rank_coordinates(build.rank)["tensor"], plan.tensor_subgrids
-            subgrid, group = (tensor // (plan.degree("tensor") // g), "tensor_seg") if g else (tensor, "tensor")
+            subgrid = plan.tensor_subgrid_coordinates(build.rank)[0]
+            group = "tensor_seg" if plan.tensor_subgrids else "tensor"
             return [RankPass(BRANCHES, "subgraph_parallel", subgraph_parallel_pass, {
                 "dsp_regions": dsp_regions, "subgrid": subgrid, "group": group, "over_tensor": True})]
         subgrid = plan.subgrid_coordinates(build.rank)[0]

@@ -215,7 +215,7 @@ class Megatron(DataTensor):
         if plan.grid is not None or pass_disabled("tensor_parallel"):
             return {}
         shards = {}
-        for group, degree, regions, _ in split_groups(plan):
+        for group, degree, regions in split_groups(plan):
             shards.update(planned_param_shards(gm, megatron_regions=regions, degree=degree, group=group))
         return shards
 
@@ -223,11 +223,13 @@ class Megatron(DataTensor):
         if plan.grid is not None or build.branch_only:
             return []
         tensor = plan.rank_coordinates(build.rank)["tensor"]
+        subgrid, place = plan.tensor_subgrid_coordinates(build.rank)
         out = []
-        for group, degree, regions, subgrid in split_groups(plan, build.stage, tensor):
-            name = "tensor_parallel" if group == "tensor" else "tensor_parallel_subgrid"
-            out.append(RankPass(SPLIT, name, tensor_parallel_pass, {
-                "megatron_regions": regions, "degree": degree, "rank": tensor % degree, "group": group}))
+        for group, degree, regions in split_groups(plan, build.stage, subgrid):
+            whole = group == "tensor"
+            out.append(RankPass(SPLIT, "tensor_parallel" if whole else "tensor_parallel_subgrid", tensor_parallel_pass,
+                                {"megatron_regions": regions, "degree": degree, "rank": tensor if whole else place,
+                                 "group": group}))
         return out
 
     def recompute_regions(self, plan: Plan) -> list[str]:
@@ -235,22 +237,20 @@ class Megatron(DataTensor):
         return split_groups(plan)[0][2] if plan.grid is None else []
 
 
-def split_groups(plan: Plan, stage: int | None = None, tensor: int | None = None) -> list[tuple]:
-    """``(group, degree, regions, sub-grid)`` of the plan's Megatron regions: over the
-    tensor group, then (a mixed plan whose D&SP regions use sub-grids of several tensor
-    ranks) those split over a sub-grid's ranks, ``tensor_sub``: every sub-grid's, or
-    with ``tensor`` (a rank's tensor index) only its own sub-grid's (the other
-    sub-grids' branches are not in its program)."""
+def split_groups(plan: Plan, stage: int | None = None, subgrid: int | None = None) -> list[tuple]:
+    """``(group, degree, regions)`` of the plan's Megatron regions: over the tensor
+    group, then (a mixed plan whose D&SP regions use sub-grids of several tensor ranks)
+    those split over a sub-grid's ranks, ``tensor_sub``: every sub-grid's, or with
+    ``subgrid`` only that sub-grid's (the other sub-grids' branches are not in its
+    ranks' programs)."""
     details = {r.region: r.details for r in plan.regions}
     names = plan.regions_with("megatron", stage)
-    out = [("tensor", plan.degree("tensor"), [n for n in names if "group" not in details[n]], None)]
+    out = [("tensor", plan.degree("tensor"), [n for n in names if "group" not in details[n]])]
     g = plan.tensor_subgrids
     if g:
-        size = plan.degree("tensor") // g
-        mine = None if tensor is None else tensor // size
-        sub = [n for n in names if details[n].get("group") == "tensor_sub"
-               and (mine is None or details[n]["subgrid"] == mine)]
-        out.append(("tensor_sub", size, sub, mine))
+        out.append(("tensor_sub", plan.degree("tensor") // g,
+                    [n for n in names if details[n].get("group") == "tensor_sub"
+                     and (subgrid is None or details[n]["subgrid"] == subgrid)]))
     return out
 
 

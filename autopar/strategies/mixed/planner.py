@@ -8,7 +8,10 @@ group that every region may use its own way:
 * ``tensor3d``: split over the group viewed as AxoNN's ``Gx × Gy × 1`` grid
   (axonn §III; one ``x × y`` factorisation of ``t`` per plan, the configuration's);
 * ``dsp``: a multi-branch region's branches spread over the group, each rank a
-  sub-grid (SUPER §III-B with ``g = t``; ``dsp.cost.dsp_tensor_cost``).
+  sub-grid (SUPER §III-B with ``g = t``; ``dsp.cost.dsp_tensor_cost``), or over ``g < t``
+  sub-grids of ``t/g`` ranks whose branches' regions are Megatron-split inside their
+  sub-grid (a configuration's ``tensor_subgrids``; groups ``tensor_seg`` and
+  ``tensor_sub``).
 
 Every region keeps the rows of its data replica (the batch is split over the data
 ranks only) and meets its neighbours with the activation replicated over the group:
@@ -22,9 +25,13 @@ state is the layout the previous region left (replicated, or split over y by a 3
 region): exact for chains of regions; regions on parallel branches of the region
 graph are never directly connected, so they meet at the replicated layout and the
 programme prices that. A multi-branch region is one step of the programme with two
-choices: D&SP (its inner regions run whole on their branch's rank) or open (its inner
-regions choose as any other). Identical repeated blocks are priced once (the option
-costs are memoised per class of region), so planning time grows linearly in layers.
+choices: D&SP (its inner regions run whole on their branch's rank, or Megatron-split
+over their sub-grid) or open (its inner regions choose as any other). Identical
+repeated blocks are priced once (the option costs are memoised per class of region),
+so planning time grows linearly in layers.
+
+A pipeline's stages are mixed plans too (:class:`StagePlans`): the same programme at one
+microbatch's rows, its choices summed per stage for the pipeline family's schedule.
 
 Pins (``strategy={"regions": {PATTERN: SPEC}}``, :class:`~autopar.planning.strategy.Pin`)
 restrict a region's choices to one; a pin that cannot run raises :class:`PlanError`
@@ -486,8 +493,8 @@ class StagePlans:
     region's compute) and the all-reduce of g recomputed (half of a region's
     communication), as Megatron's stages price it."""
 
-    def __init__(self, ctx: PlanContext, shape, tensor: int, grid: Grid3D | None):
-        self.ctx, self.shape, self.tensor, self.grid = ctx, shape, tensor, grid
+    def __init__(self, ctx: PlanContext, shape, tensor: int, grid: Grid3D | None, subgrids: int = 0):
+        self.ctx, self.shape, self.tensor, self.grid, self.subgrids = ctx, shape, tensor, grid, subgrids
         model = ctx.model
         stage_of = shape.part.stage_of
         self.whole = dict(shape.keep_whole)
@@ -510,7 +517,7 @@ class StagePlans:
     def pricer(self, scale: int) -> MixedPricer:
         g = self.grid
         return MixedPricer(self.ctx, scale, self.tensor, None if g is None else Grid3D(g.x, g.y, 1, scale),
-                           self.whole)
+                           self.whole, self.subgrids)
 
     def figures(self, scale: int, p: int, recompute: bool):
         """Per stage (for one microbatch of ``1/scale`` of the batch): seconds, their
@@ -528,9 +535,10 @@ class StagePlans:
             if name == "open":
                 continue  # its nodes outside the tensor regions are the stage's outside nodes
             option = step.options[name]
-            comm = option.cost.total_comm_s * (1.5 if recompute else 1.0)
-            compute = option.cost.compute_s * (4 / 3 if recompute else 1.0)
             parts = self.spanning.get(r.id)
+            again = recompute and parts is None  # the runtime recomputes blocks only, not a tied vocabulary
+            comm = option.cost.total_comm_s * (1.5 if again else 1.0)
+            compute = option.cost.compute_s * (4 / 3 if again else 1.0)
             if parts is None:
                 parts, shares = {self.stage[r.id]: r.nodes}, {self.stage[r.id]: 1.0}
             else:  # each end its nodes' share of the compute, the communication shared
@@ -615,6 +623,32 @@ def _pairs(path):
     """Consecutive (step, option) pairs of the flat path, multi-branch rows skipped."""
     flat = [(s, n) for s, n in path if n != "open"]
     return zip(flat, flat[1:])
+
+
+def check_pins_name_regions(ctx: PlanContext) -> None:
+    """Every pin of the forced strategy names at least one region of the model."""
+    regions = list(ctx.model.regions) + _branching(ctx.model)
+    for pin in ctx.forced.regions:
+        if not any(pin.matches(r) for r in regions):
+            names = ", ".join(r.id for r in regions[:6]) + (" ..." if len(regions) > 6 else "")
+            raise PlanError(f"strategy['regions'][{pin.pattern!r}]: names no region of {ctx.name}; its "
+                            f"regions are {names or 'none'} (autopar.plan(...).explain() lists them)")
+
+
+def check_forced_stages(ctx: PlanContext, tensor: int) -> int:
+    """A pipeline forced with region pins or a grid inside its stages, on a tensor group
+    of ``tensor`` ranks: the checks a mixed plan's pins get (they name regions, their
+    sub-grids divide the group, their grid has ``x·y = t``), raising a PlanError naming
+    the pin; returns the D&SP sub-grid count the pins ask for (0: one rank each)."""
+    forced = ctx.forced
+    if tensor == 1:
+        raise PlanError("strategy: region pins and 3D grids inside pipeline stages split regions over the tensor "
+                        "group; give 'tensor' above 1")
+    check_pins_name_regions(ctx)
+    why = _pins_misfit(forced, tensor)
+    if why is not None:
+        raise PlanError(why)
+    return next((p.subgrids for p in forced.regions if p.family == "dsp" and 0 < p.subgrids < tensor), 0)
 
 
 def _pins_misfit(forced: Strategy, t: int) -> str | None:
@@ -705,13 +739,7 @@ class Mixed(CompileHooks):
         return out
 
     def _check_pins(self, ctx: PlanContext) -> None:
-        """Every pin names at least one region."""
-        regions = self.regions(ctx.model)
-        for pin in ctx.forced.regions:
-            if not any(pin.matches(r) for r in regions):
-                names = ", ".join(r.id for r in regions[:6]) + (" ..." if len(regions) > 6 else "")
-                raise PlanError(f"strategy['regions'][{pin.pattern!r}]: names no region of {ctx.name}; its "
-                                f"regions are {names or 'none'} (autopar.plan(...).explain() lists them)")
+        check_pins_name_regions(ctx)
 
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         model, data, t, grid = ctx.model, config.data, config.tensor, config.grid

@@ -45,7 +45,7 @@ from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBui
 from autopar.strategies.megatron.planner import check_forced_batch, check_forced_sizes, price_mesh, rule_gaps, split_cost
 from autopar.grid import Grid3D
 from autopar.strategies.dsp.planner import subgraph_regions
-from autopar.strategies.mixed.planner import StagePlans
+from autopar.strategies.mixed.planner import StagePlans, check_forced_stages
 from autopar.strategies.tensor3d.planner import SPLIT_KINDS
 from autopar.strategies.pipeline import cost as pp
 from autopar.strategies.pipeline import layout as parameter_layout
@@ -75,7 +75,10 @@ class PipelineShape:
         for r in model.regions:
             names = names_of.get(r.id, [])
             spread = sorted(set().union(*(self.param_stages.get(n, set()) for n in names)) if names else set())
-            if len(spread) > 1 and r.kind != "vocab":
+            # a vocabulary split on the stages that compute its ends keeps the tie; one whose
+            # weight another stage reads outside the region stays whole
+            ends = {part.stage_of[n] for n in r.nodes if n in part.stage_of}
+            if len(spread) > 1 and not (r.kind == "vocab" and set(spread) <= ends):
                 self.keep_whole[r.id] = (f"its parameters are read by pipeline stages {spread} (tied); kept whole so "
                                          f"that every stage holds them the same way")
         # per region its stage; a tied embedding and head (a vocab region both ends of the
@@ -156,13 +159,14 @@ def pipeline_mesh(layout: "Strategy | PipelineNumbers") -> dict[str, int]:
 
 
 def pipeline_label(option: Strategy, tensor_grid: dict | None = None) -> str:
-    """A configuration's form: its schedule, and for stages of mixed plans their form
-    (``tensor_grid``: the grid its 3D regions use, None: the configuration's)."""
+    """A configuration's form, as :attr:`Plan.form` reads: its schedule, and for stages
+    of mixed plans their form (``tensor_grid``: the grid its 3D regions use, None: the
+    configuration's; its D&SP sub-grids)."""
     label = f"pipeline {option.schedule}" + (f" v={option.chunks}" if option.chunks > 1 else "")
     if option.mixed:
         if tensor_grid is None:
             tensor_grid = {"x": option.grid.x, "y": option.grid.y} if option.grid is not None else {}
-        label += ", " + mixed_form(tensor_grid)
+        label += ", " + mixed_form(tensor_grid, option.tensor_subgrids)
     return label
 
 
@@ -433,12 +437,20 @@ class Pipeline(CompileHooks):
         if ctx.forced.kind() != "pipeline":
             return []
         check_batch_norms(ctx.model, "a pipeline runs microbatches")
-        return [ctx.forced]
+        forced = ctx.forced
+        if forced.mixed:  # the stages' pins checked as a mixed plan's
+            if ctx.world % forced.pipeline:
+                raise PlanError(f"strategy: pipeline={forced.pipeline} does not divide the world of {ctx.world} "
+                                f"ranks; give a pipeline degree that divides it")
+            data, tensor = Strategy(forced.data, forced.tensor).resolve(ctx.world // forced.pipeline)
+            forced = dataclasses.replace(forced, tensor_subgrids=check_forced_stages(ctx, tensor))
+        return [forced]
 
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         label = pipeline_label(config)
         # a mixed configuration: each region its own family inside the stages
-        stage_plans = (lambda shape, tensor: StagePlans(ctx, shape, tensor, config.grid)) if config.mixed else None
+        stage_plans = (lambda shape, tensor: StagePlans(ctx, shape, tensor, config.grid, config.tensor_subgrids)
+                       if config.mixed else None)
         try:
             n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans)
         except PlanError as e:
@@ -449,7 +461,9 @@ class Pipeline(CompileHooks):
         if n.inner is not None:
             label = pipeline_label(config, n.inner.tensor_grid(n.data * n.m))
             uses = n.inner.uses[n.data * n.m]
-            if ctx.forced is None and not uses & {"dsp", "tensor3d"}:  # Megatron inside the stages: weighed there
+            # Megatron inside the stages (weighed there), or a grid no region takes (the same without it)
+            if ctx.forced is None and (not uses & {"dsp", "tensor3d"}
+                                       or (config.grid is not None and "tensor3d" not in uses)):
                 return dataclasses.replace(rejected(self.name, config, mesh, "a single-family plan", form=label),
                                            listed=False)
         figures = dict(step_s=n.step, memory_bytes=n.memory_bytes, comm_s=dict(n.comm_s), form=label)

@@ -81,7 +81,7 @@ def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last:
                    block_nodes: dict[str, list[str]], fusion: bool = False,
                    region_ids: dict[tuple[str, str], str] | None = None, vocab: list[Region] = ()) -> fx.GraphModule:
     """One stage's program: the within-stage passes of the plan on its cut of the graph.
-    Every family but data parallelism adds the passes of its regions in this stage
+    Every family but data parallelism and the pipeline adds the passes of its regions in this stage
     (:meth:`~autopar.strategies.family.Family.rank_passes` with ``RankBuild.stage``):
     Megatron inside a PTD-P stage, and in a mixed pipeline D&SP, Megatron or a 3D grid
     per region. The data-parallel pass runs on the last stage only, over microbatches."""
