@@ -934,8 +934,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(plan.explain(), """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: pipeline=2 x data=1 x tensor=2   (rank = (pipeline*1 + data)*2 + tensor; tensor ranks adjacent, pipeline outermost)
-predicted step 6.358 ms: compute 0.272 ms, data comm 0.000 ms, pipeline comm 2.445 ms, tensor comm 3.641 ms; memory per rank 0.19 MiB
-model: 1.121e+07 FLOP per step -> 4.408e+08 FLOP/s per device predicted
+predicted step 6.356 ms: compute 0.271 ms, data comm 0.000 ms, pipeline comm 2.444 ms, tensor comm 3.641 ms; memory per rank 0.19 MiB
+model: 1.121e+07 FLOP per step -> 4.409e+08 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -946,17 +946,17 @@ linear_chain:blocks.0    linear_chain  megatron   0.057 ms  1.456 ms     0.000 m
 linear_chain:blocks.1    linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
 (outside regions)        -             replicate  0.161 ms  0.000 ms     0.000 ms   0.03 MiB  -
 
-pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.272 ms); scatter/gather on
-  stage 0 (rank 0): block:blocks.0 + embedding; 0.976 ms per microbatch; sends 2.0 KiB per microbatch
+pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.271 ms); scatter/gather on
+  stage 0 (rank 0): block:blocks.0 + embedding; 0.977 ms per microbatch; sends 2.0 KiB per microbatch
   stage 1 (rank 1): block:blocks.1 + head and loss; 0.978 ms per microbatch
-  per rank: rank 0 1.270 ms/microbatch, 2 in flight, 0.19 MiB (0.16 MiB recomputing); rank 1 1.272 ms/microbatch, 1 in flight, 0.13 MiB (0.14 MiB recomputing)
+  per rank: rank 0 1.270 ms/microbatch, 2 in flight, 0.19 MiB (0.16 MiB recomputing); rank 1 1.271 ms/microbatch, 1 in flight, 0.13 MiB (0.14 MiB recomputing)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  F2  .   .   B1  B1  F3  B2  B2  F4  B3  B3  .   B4  B4 |
   rank 1 | .   F1  B1  B1  F2  B2  B2  F3  B3  B3  F4  B4  B4  .   .  |
   1f1b: p=2 m=4; step 15 units, compute 12 per rank, bubble 0.250 of the ideal time
 
 meshes weighed:
- * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 6.358 ms, memory 0.19 MiB""")
+ * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 6.356 ms, memory 0.19 MiB""")
         self.assertExpectedInline(pipeline_rank_code(model, plan, 0, inputs, loss_fn, target), """\
 # stage 0 on rank 0 of 4 (pipeline=0, data=0, tensor=0); built by passes: pipeline_stages -> analysis -> stage_blocks -> tensor_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")

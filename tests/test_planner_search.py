@@ -123,8 +123,8 @@ class TestCliGolden(expecttest.TestCase):
         self.assertExpectedInline(out.getvalue(), """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4
 mesh: pipeline=2 x data=2 x tensor=1   (rank = (pipeline*2 + data)*1 + tensor; tensor ranks adjacent, pipeline outermost)
-predicted step 0.844 ms: compute 0.092 ms, data comm 0.241 ms, pipeline comm 0.510 ms, tensor comm 0.000 ms; memory per rank 0.35 MiB
-model: 1.121e+07 FLOP per step -> 3.322e+09 FLOP/s per device predicted
+predicted step 0.843 ms: compute 0.092 ms, data comm 0.241 ms, pipeline comm 0.510 ms, tensor comm 0.000 ms; memory per rank 0.35 MiB
+model: 1.121e+07 FLOP per step -> 3.324e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
@@ -138,7 +138,7 @@ linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 m
 pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 1 microbatch(es) of 2 row(s); predicted bubble (p-1)/(v*m) = 1.000 (0.301 ms); scatter/gather off
   stage 0 (rank 0): block:blocks.0 + embedding; 0.089 ms per microbatch; sends 4.0 KiB per microbatch
   stage 1 (rank 1): block:blocks.1 + head and loss; 0.092 ms per microbatch
-  per rank: rank 0 0.298 ms/microbatch, 1 in flight, 0.35 MiB (0.35 MiB recomputing); rank 1 0.301 ms/microbatch, 1 in flight, 0.31 MiB (0.32 MiB recomputing)
+  per rank: rank 0 0.299 ms/microbatch, 1 in flight, 0.35 MiB (0.35 MiB recomputing); rank 1 0.301 ms/microbatch, 1 in flight, 0.31 MiB (0.32 MiB recomputing)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  .   .   .   B1  B1 |
   rank 1 | .   F1  B1  B1  .   .  |
@@ -166,19 +166,19 @@ meshes weighed:
    3D x=2 y=1 z=2 data=1: step 5.368 ms, memory 0.33 MiB
    3D x=2 y=2 z=1 data=1: step 6.753 ms, memory 0.45 MiB
    3D x=4 y=1 z=1 data=1: step 9.885 ms, memory 0.36 MiB
- * pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1: step 0.844 ms, memory 0.35 MiB
+ * pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1: step 0.843 ms, memory 0.35 MiB
    pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=1: step 2.689 ms, memory 0.26 MiB
 
 the 3 best of 22 feasible configuration(s) (1 rejected):
 #  configuration                                              step      comm tensor  comm x    comm y    comm z    comm pipeline  comm data  memory
 -  ---------------------------------------------------------  --------  -----------  --------  --------  --------  -------------  ---------  --------
-1  pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1         0.844 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.510 ms       0.241 ms   0.35 MiB
+1  pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1         0.843 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.510 ms       0.241 ms   0.35 MiB
 2  data=4 x tensor=1                                          1.534 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       1.387 ms   0.54 MiB
 3  data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware)  1.576 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       0.649 ms   0.66 MiB
 
-why not 3d: lost: its best, 3D x=2 y=1 z=1 data=2, is predicted at 2.168 ms per step against 0.844 ms for the plan (2.57x)
+why not 3d: lost: its best, 3D x=2 y=1 z=1 data=2, is predicted at 2.168 ms per step against 0.843 ms for the plan (2.57x)
         step      compute+other  data      pipeline  tensor    x         y         z         memory
-  plan  0.844 ms  0.092 ms       0.241 ms  0.510 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms  0.35 MiB
+  plan  0.843 ms  0.092 ms       0.241 ms  0.510 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms  0.35 MiB
   3d    2.168 ms  0.157 ms       0.538 ms  0.000 ms  0.000 ms  1.473 ms  0.000 ms  0.000 ms  0.43 MiB
   the most it loses: x (+1.473 ms)
 """)

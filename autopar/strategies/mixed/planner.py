@@ -54,6 +54,7 @@ from autopar.strategies.dsp.cost import dsp_tensor_cost
 from autopar.strategies.dsp.planner import branches_of, subgraph_regions, unsplittable
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected
 from autopar.strategies.megatron.planner import check_forced_batch, judge, rule_gaps, split_cost
+from autopar.strategies.pipeline.cost import spread_over_ends
 from autopar.strategies.tensor3d.cost import boundary_comm
 from autopar.strategies.tensor3d.planner import AXONN, SPLIT_KINDS, GridPricer, Layout3D, region_linears
 
@@ -539,15 +540,12 @@ class StagePlans:
             again = recompute and parts is None  # the runtime recomputes blocks only, not a tied vocabulary
             comm = option.cost.total_comm_s * (1.5 if again else 1.0)
             compute = option.cost.compute_s * (4 / 3 if again else 1.0)
-            if parts is None:
-                parts, shares = {self.stage[r.id]: r.nodes}, {self.stage[r.id]: 1.0}
-            else:  # each end its nodes' share of the compute, the communication shared
-                whole = model.seconds(r.nodes, hw, 1.0) or 1.0
-                shares = {st: model.seconds(nodes, hw, 1.0) / whole for st, nodes in parts.items()}
-            for st in parts:
-                stage_s[st] += compute * shares[st] + comm / len(parts)
-                stage_comm[st] += comm / len(parts)
-                stage_act[st] += option.activations * shares[st]
+            ends = (spread_over_ends(model, hw, parts, compute, comm, option.activations) if parts is not None
+                    else [(self.stage[r.id], compute, comm, option.activations)])
+            for st, c, m, a in ends:
+                stage_s[st] += c + m
+                stage_comm[st] += m
+                stage_act[st] += a
             if step.branching:  # D&SP: the region's nodes and parameters are its option's
                 covered.update(r.nodes)
                 b = branches_of(model, r)

@@ -308,11 +308,13 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
         divisible = tensor > 1 and r.id not in shape.keep_whole and \
             all(size % tensor == 0 for _, size in region_sizes(r))
         # Megatron's vocab split: each end its nodes over t, the region's all-reduces shared by its ends
-        comm = split_cost(model, hw, r, scale, tensor).total_comm_s / len(parts) if divisible else 0.0
-        for s, nodes in parts.items():
-            stage_s[s] += model.seconds(nodes, hw, 1 / (scale * (tensor if divisible else 1))) + comm
-            stage_comm[s] += comm
-            stage_act[s] += model.activation_bytes(nodes, 1 / (scale * (tensor if divisible else 1)))
+        k = tensor if divisible else 1
+        comm = split_cost(model, hw, r, scale, tensor).total_comm_s if divisible else 0.0
+        for s, c, m, a in pp.spread_over_ends(model, hw, parts, model.seconds(r.nodes, hw, 1 / (scale * k)), comm,
+                                              model.activation_bytes(r.nodes, 1 / (scale * k))):
+            stage_s[s] += c + m
+            stage_comm[s] += m
+            stage_act[s] += a
     return stage_s, stage_comm, stage_act
 
 
