@@ -505,9 +505,10 @@ class StagePlans:
             spans = sorted({stage_of[n] for n in fj.nodes if n in stage_of})
             if len(spans) > 1:
                 self.whole[fj.id] = f"pipeline stages {spans} cut it; its branches run whole"
-        self.stage = {r.id: sorted(self.spanning[r.id]) if r.id in self.spanning else
-                      stage_of.get(min(r.nodes, key=_order(model)), 0)
-                      for r in list(model.regions) + _branching(model)}
+        # each region's stage as the pipeline found it (a list for a tied vocabulary's ends);
+        # a multi-branch region's, that of its first node in graph order
+        self.stage = dict(shape.region_stage)
+        self.stage.update({fj.id: stage_of.get(min(fj.nodes, key=_order(model)), 0) for fj in _branching(model)})
         self.uses: dict[int, set[str]] = {}  # per scale: the families the programme chose
 
     def tensor_grid(self, scale: int) -> dict:
