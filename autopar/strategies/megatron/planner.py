@@ -233,8 +233,9 @@ class Megatron(DataTensor):
         return out
 
     def recompute_regions(self, plan: Plan) -> list[str]:
-        # the regions split over a D&SP sub-grid are not recomputed in this version
-        return split_groups(plan)[0][2] if plan.grid is None else []
+        # with D&SP sub-grids, every sub-grid's regions (a rank's program has its own only;
+        # the recomputation skips the regions a program lacks)
+        return [rid for _, _, regions in split_groups(plan) for rid in regions] if plan.grid is None else []
 
 
 def split_groups(plan: Plan, stage: int | None = None, subgrid: int | None = None) -> list[tuple]:
