@@ -51,9 +51,17 @@ class DataParallel(DataTensor):
 
     def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
         """Every plan's last split: the batch over ``plan.batch_group()`` (outputs
-        gathered, a training graph's loss left local for ``step`` to reduce)."""
+        gathered, a training graph's loss left local for ``step`` to reduce). In a
+        pipeline only the last stage's outputs are the model's (the others' carried
+        values stay local, the next stage's input), its loss a share of the batch's over
+        the microbatches."""
         if build.branch_only:
             return []
-        return [RankPass(DATA, "data_parallel", data_parallel_pass, {
-            "degree": plan.batch_parts(), "local_batch": build.local_batch, "group": plan.batch_group(),
-            "reduce_scalars": not build.with_loss})]
+        options = {"degree": plan.batch_parts(), "local_batch": build.local_batch, "group": plan.batch_group(),
+                   "reduce_scalars": not build.with_loss}
+        if build.stage is not None:
+            pp = plan.pipeline
+            if build.stage != pp["stages"] * pp["chunks"] - 1:
+                return []
+            options["microbatches"] = pp["microbatches"]
+        return [RankPass(DATA, "data_parallel", data_parallel_pass, options)]

@@ -43,12 +43,12 @@ from autopar.inputs import CallLayout
 from autopar.ir import CAPTURE, LAST, PASSES_RUN, STAGE, Region, add_region, regions
 from autopar.analysis.analyse import analyse
 from autopar.analysis.naming import adopt_region_ids
-from autopar.strategies.data.rewrite import data_parallel_pass, loss_reduction
+from autopar.strategies.data.rewrite import loss_reduction
 from autopar.transforms.fusion import fusion_pass
 from autopar.analysis.manager import PassRunner
 from autopar.strategies.pipeline.stages import split
 from autopar.transforms.recompute import recompute_pass
-from autopar.strategies.family import RankBuild
+from autopar.strategies.family import RECOMPUTE, RankBuild, RankPass
 from autopar.strategies.registry import FAMILIES
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS
 from autopar.planning.strategy import PlanError
@@ -77,30 +77,24 @@ def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
     return gm
 
 
-def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, last: bool, recompute: bool,
+def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, recompute: bool,
                    block_nodes: dict[str, list[str]], fusion: bool = False,
                    region_ids: dict[tuple[str, str], str] | None = None, vocab: list[Region] = ()) -> fx.GraphModule:
     """One stage's program: the within-stage passes of the plan on its cut of the graph.
-    Every family but data parallelism and the pipeline adds the passes of its regions in this stage
+    Every family adds the passes of its regions in this stage
     (:meth:`~autopar.strategies.family.Family.rank_passes` with ``RankBuild.stage``):
     Megatron inside a PTD-P stage, and in a mixed pipeline D&SP, Megatron or a 3D grid
-    per region. The data-parallel pass runs on the last stage only, over microbatches."""
-    stage = gm.meta[STAGE]
-    build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, stage=stage)
-    steps = [p for family in FAMILIES if family.name not in ("data", "pipeline")
-             for p in family.rank_passes(plan_, build)]
+    per region; the data-parallel pass on the last stage only, over microbatches. With
+    ``recompute`` the stage's blocks recompute (megatron §3.5)."""
+    build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, stage=gm.meta[STAGE])
+    steps = [p for family in FAMILIES for p in family.rank_passes(plan_, build)]
+    if recompute:
+        steps.append(RankPass(RECOMPUTE, "recompute", recompute_pass, {"regions": list(block_nodes)}))
     passes = [
         # the stage's part of the whole graph's vocab region (autopar.analysis.vocab.stage_part)
         ("analysis", analyse, {"label": f"rank{rank}_stage_analysis", "vocab": list(vocab)}),
         ("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes, "region_ids": region_ids}),
         *[(p.name, p.fn, p.options) for p in sorted(steps, key=lambda p: p.phase)],
-        *([("recompute", recompute_pass, {"regions": list(block_nodes)})] if recompute else []),
-        # the last stage's outputs are the model's: gathered over the data ranks as without
-        # a pipeline; the carried values of the others stay local (the next stage's input)
-        *([("data_parallel", data_parallel_pass, {"degree": plan_.degree("data"), "local_batch": local_batch,
-                                                   "reduce_scalars": not gm.meta[CAPTURE].with_loss,
-                                                   "microbatches": plan_.pipeline["microbatches"]})]
-          if last else []),
         *([("fusion", fusion_pass, {})] if fusion else []),
     ]
     runner = PassRunner(passes)
@@ -144,7 +138,7 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
         stage = stages[s]
         stage.module.meta[STAGE] = s
         last = s == len(stages) - 1
-        module = _rewrite_stage(stage.module, plan_, rank, rows, last, recompute, stage.block_nodes, fusion,
+        module = _rewrite_stage(stage.module, plan_, rank, rows, recompute, stage.block_nodes, fusion,
                                 region_ids, vocab)
         module.meta[LAST] = last
         out[s] = (module, stage)
