@@ -174,13 +174,12 @@ class Plan:
         §V) else ``subgrid × position``. ``members``: the global ranks, in grid order."""
         if self.subgrids > 1:
             dims = subgrid_dims(self.world_size, self.subgrids, self.topology_aware)
-        elif self.tensor_subgrids:  # the tensor index is sub-grid · t/g + position
+        elif self.tensor_subgrids or self.tensor_grid:  # the tensor group laid out for its D&SP or 3D regions
+            outer = {"pipeline": self.degree("pipeline")} if self.pipeline else {}
             g = self.tensor_subgrids
-            dims = {**({"pipeline": self.degree("pipeline")} if self.pipeline else {}), "data": self.degree("data"),
-                    "tensor_seg": g, "tensor_sub": self.degree("tensor") // g}
-        elif self.tensor_grid:  # the tensor index is y·Gx + x
-            dims = {**({"pipeline": self.degree("pipeline")} if self.pipeline else {}), "data": self.degree("data"),
-                    "y": self.tensor_grid["y"], "x": self.tensor_grid["x"]}
+            tensor = ({"tensor_seg": g, "tensor_sub": self.degree("tensor") // g} if g else  # sub-grid · t/g + place
+                      {"y": self.tensor_grid["y"], "x": self.tensor_grid["x"]})  # y·Gx + x
+            dims = {**outer, "data": self.degree("data"), **tensor}
         elif self.grid is not None:
             dims = {axis: self.degree(axis) for axis in ("data", "z", "y", "x")}
         else:
@@ -204,12 +203,14 @@ class Plan:
                            for p in sorted({tuple(sorted(h)) for h in tied_positions if len(h) > 1})}}
         if self.mixed:  # Megatron and D&SP over the tensor group, 3D over its x and y
             if self.tensor_subgrids:  # D&SP over sub-grids of the group, Megatron inside one
-                return {"data": one(("data",)), "tensor": one(("tensor_seg", "tensor_sub")),
-                        "tensor_seg": one(("tensor_seg",)), "tensor_sub": one(("tensor_sub",)), **pipeline}
-            if not self.tensor_grid:
-                return {"data": one(("data",)), "tensor": one(("tensor",)), **pipeline}
-            return {"data": one(("data",)), "tensor": one(("y", "x")), "x": one(("x",)), "y": one(("y",)),
-                    "z": None, "replica": one(("data",)), **pipeline}
+                tensor = {"tensor": one(("tensor_seg", "tensor_sub")), "tensor_seg": one(("tensor_seg",)),
+                          "tensor_sub": one(("tensor_sub",))}
+            elif self.tensor_grid:
+                tensor = {"tensor": one(("y", "x")), "x": one(("x",)), "y": one(("y",)), "z": None,
+                          "replica": one(("data",))}
+            else:
+                tensor = {"tensor": one(("tensor",))}
+            return {"data": one(("data",)), **tensor, **pipeline}
         if self.subgrids > 1:
             return {"tensor": None, **subgrid_group_specs(self.csub)}
         if self.grid is not None:

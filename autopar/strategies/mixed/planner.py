@@ -134,7 +134,8 @@ class MixedPricer:
         if r.id in self.whole:
             return out
         # forced onto a grid, a region the grid cannot split (a vocabulary) may still take Megatron
-        if (not self.grid_only or r.kind not in SPLIT_KINDS) and all(size % t == 0 for _, size in region_sizes(r)) and r.id not in self.gaps:
+        divisible = all(size % t == 0 for _, size in region_sizes(r)) and r.id not in self.gaps
+        if divisible and (not self.grid_only or r.kind not in SPLIT_KINDS):
             out["megatron"] = Option(split_cost(model, hw, r, data, t), params / t,
                                      model.activation_bytes(r.nodes, 1 / (data * t)),
                                      reason=f"Megatron over tensor={t}")
@@ -219,7 +220,7 @@ class MixedPricer:
         sizes and no pin keeps it whole."""
         t, out = self.tensor, {}
         branch_of = {n: i for i, branch in enumerate(fj.details["branches"]) for n in branch}
-        for r in self.model.regions:
+        for r in _inner(self.model, fj):
             owners = {branch_of.get(n) for n in r.nodes}
             if len(owners) != 1 or None in owners:
                 continue
@@ -501,14 +502,15 @@ class StagePlans:
         self.whole = dict(shape.keep_whole)
         # a tied embedding and head: its nodes on every stage it spans (shape.spanning)
         self.spanning = {r.id: parts for r, parts in shape.spanning}
+        # each region's stage as the pipeline found it (a list for a tied vocabulary's ends);
+        # a multi-branch region's, that of its first node in graph order
+        self.stage = dict(shape.region_stage)
+        order = _order(model)
         for fj in _branching(model):
             spans = sorted({stage_of[n] for n in fj.nodes if n in stage_of})
             if len(spans) > 1:
                 self.whole[fj.id] = f"pipeline stages {spans} cut it; its branches run whole"
-        # each region's stage as the pipeline found it (a list for a tied vocabulary's ends);
-        # a multi-branch region's, that of its first node in graph order
-        self.stage = dict(shape.region_stage)
-        self.stage.update({fj.id: stage_of.get(min(fj.nodes, key=_order(model)), 0) for fj in _branching(model)})
+            self.stage[fj.id] = stage_of.get(min(fj.nodes, key=order.__getitem__), 0)
         self.uses: dict[int, set[str]] = {}  # per scale: the families the programme chose
 
     def tensor_grid(self, scale: int) -> dict:
@@ -579,9 +581,9 @@ class StagePlans:
         return table
 
 
-def _order(model: ModelFacts):
-    order = model.fact("mixed.order", lambda: {n.name: i for i, n in enumerate(model.gm.graph.nodes)})
-    return order.__getitem__
+def _order(model: ModelFacts) -> dict[str, int]:
+    """Each node's index in graph order (once per model)."""
+    return model.fact("mixed.order", lambda: {n.name: i for i, n in enumerate(model.gm.graph.nodes)})
 
 
 def _structure(model: ModelFacts):
@@ -589,7 +591,7 @@ def _structure(model: ModelFacts):
     regions (none with batch-normalising batch norms) as ``(first node, region, the
     tensor regions inside it in graph order)``."""
     def find():
-        order = {n.name: i for i, n in enumerate(model.gm.graph.nodes)}
+        order = _order(model)
         start = {r.id: min(order[n] for n in r.nodes) for r in model.regions}
         branching = []
         for fj in _branching(model):
@@ -598,6 +600,11 @@ def _structure(model: ModelFacts):
             branching.append((min(order[n] for n in fj.nodes), fj, inner))
         return start, branching
     return model.fact("mixed.structure", find)
+
+
+def _inner(model: ModelFacts, fj) -> list:
+    """The tensor regions inside multi-branch region ``fj``, in graph order."""
+    return next(inner for _, region, inner in _structure(model)[1] if region is fj)
 
 
 def _branching(model: ModelFacts) -> list:
@@ -624,9 +631,34 @@ def _pairs(path):
     return zip(flat, flat[1:])
 
 
+def tensor_grids(model: ModelFacts, t: int, data: int = 1) -> list[Grid3D]:
+    """The 3D layouts of a tensor group of ``t`` the model's 3D regions may take: every
+    ``Gx × Gy × 1 = t`` with both above 1 (none without attention or linear chains)."""
+    if not any(r.kind in SPLIT_KINDS for r in model.regions):
+        return []
+    return [Grid3D(x, t // x, 1, data) for x in divisors(t) if 1 < x < t]
+
+
+def widest_branching(model: ModelFacts) -> int:
+    """The most branches of a multi-branch region D&SP may spread over the tensor ranks
+    (0: none): a D&SP over the group needs as many as it has ranks."""
+    return max((len(r.details["branches"]) for r in _branching(model)), default=0)
+
+
+def _pinnable(model: ModelFacts) -> list:
+    """The regions a pin may name: the tensor regions and the multi-branch ones."""
+    return list(model.regions) + [r for r in subgraph_regions(model.gm) if r.kind == "fork_join"]
+
+
+def pinned_subgrids(forced: Strategy, t: int) -> int:
+    """The D&SP sub-grid count of several tensor ranks the pins ask for on a tensor group
+    of ``t`` (0: each rank one)."""
+    return next((p.subgrids for p in forced.regions if p.family == "dsp" and 0 < p.subgrids < t), 0)
+
+
 def check_pins_name_regions(ctx: PlanContext) -> None:
     """Every pin of the forced strategy names at least one region of the model."""
-    regions = list(ctx.model.regions) + _branching(ctx.model)
+    regions = _pinnable(ctx.model)
     for pin in ctx.forced.regions:
         if not any(pin.matches(r) for r in regions):
             names = ", ".join(r.id for r in regions[:6]) + (" ..." if len(regions) > 6 else "")
@@ -647,7 +679,7 @@ def check_forced_stages(ctx: PlanContext, tensor: int) -> int:
     why = _pins_misfit(forced, tensor)
     if why is not None:
         raise PlanError(why)
-    return next((p.subgrids for p in forced.regions if p.family == "dsp" and 0 < p.subgrids < tensor), 0)
+    return pinned_subgrids(forced, tensor)
 
 
 def _pins_misfit(forced: Strategy, t: int) -> str | None:
@@ -676,7 +708,7 @@ class Mixed(CompileHooks):
     name = "mixed"
 
     def regions(self, model: ModelFacts) -> list:
-        return list(model.regions) + [r for r in subgraph_regions(model.gm) if r.kind == "fork_join"]
+        return _pinnable(model)
 
     def _grids(self, ctx: PlanContext, data: int, t: int) -> list[Grid3D | None]:
         """The tensor group's 3D layouts a configuration may take: none, and every
@@ -684,30 +716,28 @@ class Mixed(CompileHooks):
         pinned = ctx.forced.grid if ctx.forced is not None else None
         if pinned is not None:  # its x·y is t (_pins_misfit)
             return [Grid3D(pinned.x, pinned.y, 1, data)]
-        if not any(r.kind in SPLIT_KINDS for r in ctx.model.regions):
-            return [None]
-        return [None] + [Grid3D(x, t // x, 1, data) for x in divisors(t) if 1 < x < t]
+        return [None] + tensor_grids(ctx.model, t, data)
 
     def candidates(self, ctx: PlanContext) -> list[Strategy]:
         model, world, forced = ctx.model, ctx.world, ctx.forced
         if forced is not None and forced.kind() != "mixed":
             return []
         if forced is None:
-            branching = _branching(model)
+            widest = widest_branching(model)
             out = []
             for t in divisors(world):
                 if t == 1:
                     continue
                 for grid in self._grids(ctx, world // t, t):
                     # without a 3D grid and a multi-branch region wide enough this is Megatron's plan
-                    if grid is None and not any(len(r.details["branches"]) >= t for r in branching):
+                    if grid is None and widest < t:
                         continue
                     out.append(Strategy(world // t, t, grid=grid, mixed=True))
                 # D&SP over g sub-grids of t/g ranks, the branches Megatron-split inside
                 out += [Strategy(world // t, t, mixed=True, tensor_subgrids=g) for g in divisors(t)
-                        if 1 < g < t and any(len(r.details["branches"]) >= g for r in branching)]
+                        if 1 < g < t and widest >= g]
             return out
-        self._check_pins(ctx)
+        check_pins_name_regions(ctx)
         fixed = forced.data is not None or forced.tensor is not None
         if fixed:
             meshes = [forced.resolve(world)]
@@ -727,7 +757,7 @@ class Mixed(CompileHooks):
             grids = self._grids(ctx, data, t)
             if any(p.family == "3d" for p in forced.regions) and forced.grid is None:
                 grids = [g for g in grids if g is not None]
-            sub = next((p.subgrids for p in forced.regions if p.family == "dsp" and 0 < p.subgrids < t), 0)
+            sub = pinned_subgrids(forced, t)
             if sub:
                 grids = [None]  # sub-grids of several ranks: no 3D grid beside them (_pins_misfit)
             out += [Strategy(data, t, grid=g, mixed=True, regions=forced.regions, tensor_subgrids=sub)
@@ -736,9 +766,6 @@ class Mixed(CompileHooks):
             raise PlanError(f"strategy['regions']: no mesh of {world} ranks takes these pins "
                             f"({', '.join(p.pattern + ': ' + p.describe() for p in forced.regions)})")
         return out
-
-    def _check_pins(self, ctx: PlanContext) -> None:
-        check_pins_name_regions(ctx)
 
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         model, data, t, grid = ctx.model, config.data, config.tensor, config.grid

@@ -42,11 +42,9 @@ from autopar.planning.plan import Cost, Plan, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.data.planner import batch_norms, check_batch_norms
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
-from autopar.strategies.megatron.planner import check_forced_batch, check_forced_sizes, price_mesh, rule_gaps, split_cost
-from autopar.grid import Grid3D
-from autopar.strategies.dsp.planner import subgraph_regions
-from autopar.strategies.mixed.planner import StagePlans, check_forced_stages
-from autopar.strategies.tensor3d.planner import SPLIT_KINDS
+from autopar.strategies.megatron.planner import (check_forced_batch, check_forced_sizes, price_mesh, rule_gaps,
+                                                 split_cost)
+from autopar.strategies.mixed.planner import StagePlans, check_forced_stages, tensor_grids, widest_branching
 from autopar.strategies.pipeline import cost as pp
 from autopar.strategies.pipeline import layout as parameter_layout
 from autopar.strategies.pipeline.stages import (StageError, blocks_of, boundary_values, parameter_stages,
@@ -441,10 +439,7 @@ class Pipeline(CompileHooks):
         check_batch_norms(ctx.model, "a pipeline runs microbatches")
         forced = ctx.forced
         if forced.mixed:  # the stages' pins checked as a mixed plan's
-            if ctx.world % forced.pipeline:
-                raise PlanError(f"strategy: pipeline={forced.pipeline} does not divide the world of {ctx.world} "
-                                f"ranks; give a pipeline degree that divides it")
-            data, tensor = Strategy(forced.data, forced.tensor).resolve(ctx.world // forced.pipeline)
+            _, _, tensor, _, _ = pipeline_layout(ctx.model, ctx.world, forced)
             forced = dataclasses.replace(forced, tensor_subgrids=check_forced_stages(ctx, tensor))
         return [forced]
 
@@ -484,10 +479,7 @@ class Pipeline(CompileHooks):
         multiply the pipeline search (thousands of layouts at 3072 devices)."""
         if ctx.forced is not None:
             return []
-        model = ctx.model
-        tensor_kinds = any(r.kind in SPLIT_KINDS for r in model.regions)
-        widest = max((len(r.details["branches"]) for r in subgraph_regions(model.gm) if r.kind == "fork_join"),
-                     default=0)
+        widest = widest_branching(ctx.model)
         mine = sorted((p for p in weighed if p.family == self.name and p.feasible and not p.config.mixed
                        and p.detail.tensor > 1), key=lambda p: p.step_s)[:MIXED_AT]
         out = []
@@ -495,9 +487,7 @@ class Pipeline(CompileHooks):
             n, c = priced.detail, priced.config
             t = n.tensor
             base = dataclasses.replace(c, data=n.data, tensor=t, microbatches=n.m, mixed=True)
-            grids = [None] if widest >= t and not batch_norms(model) else []
-            if tensor_kinds:
-                grids += [Grid3D(x, t // x, 1) for x in divisors(t) if 1 < x < t]
+            grids = ([None] if widest >= t else []) + tensor_grids(ctx.model, t)
             out += [dataclasses.replace(base, grid=g) for g in grids]
         return out
 
