@@ -76,14 +76,15 @@ def _label(strategy: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in strategy.items())
 
 
-def measure_job(strategies: list[dict], hardware, steps: int, warmup: int) -> list[float]:
-    """On every rank: compile each strategy, time ``steps`` training steps; rank 0's medians."""
+def measure_job(strategies: list[dict], hardware, steps: int, warmup: int, case=None) -> list[float]:
+    """On every rank: compile each strategy, time ``steps`` training steps; rank 0's medians.
+    ``case``: the ``model_case`` function to time (this one's by default)."""
     import torch.distributed as dist
 
     import autopar
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
-    factory, inputs, target, loss_fn = model_case()
+    factory, inputs, target, loss_fn = (case or model_case)()
     out = []
     for strategy in strategies:
         pm = autopar.compile(factory(), None, example_inputs=inputs, loss_fn=loss_fn, example_target=target,

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 
 from common import REPO_ROOT
 
@@ -59,31 +57,6 @@ def pins_of(plan) -> dict:
     return s
 
 
-def measure_job(strategies: list, steps: int, warmup: int) -> list[float]:
-    """On every rank: compile each strategy, time its training steps; the medians."""
-    import torch.distributed as dist
-
-    import autopar
-    torch.set_num_threads(1)
-    torch.set_flush_denormal(True)
-    factory, inputs, target, loss_fn = model_case()
-    out = []
-    for strategy in strategies:
-        pm = autopar.compile(factory(), None, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
-                             strategy=strategy)
-        times = []
-        for i in range(warmup + steps):
-            dist.barrier()
-            t0 = time.perf_counter()
-            pm.step(*inputs, target=target)
-            dist.barrier()
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
-        out.append(statistics.median(times))
-        del pm
-    return out
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=6)
@@ -94,7 +67,7 @@ def main(argv=None) -> int:
     import autopar
     from autopar.runtime.launcher import launch
     from autopar.planning.explain import _family, _mesh_text
-    from bench_fidelity import strategy_of  # benchmarks/ is on the path (this script's folder)
+    from bench_fidelity import measure_job, strategy_of  # benchmarks/ is on the path (this script's folder)
     factory, inputs, target, loss_fn = model_case()
     plan = autopar.plan(factory(), WORLD, inputs, loss_fn, example_target=target)
     print(f"auto on cpu-gloo: {plan.mesh}, {plan.form or 'single family'}, predicted {plan.step_s * 1e3:.1f} ms",
@@ -106,7 +79,8 @@ def main(argv=None) -> int:
         plan._chosen_candidate()), plan.step_s)]
     rows += [(f"{_family(c, WORLD)}: {_mesh_text(c)}", strategy_of(c), c.step_s)
              for c in single[:args.single] + ([] if data in single[:args.single] else [data])]
-    measured = launch(measure_job, WORLD, ([s for _, s, _ in rows], args.steps, args.warmup), timeout_s=3000)[0]
+    measured = launch(measure_job, WORLD, ([s for _, s, _ in rows], None, args.steps, args.warmup, model_case),
+                      timeout_s=3000)[0]
     best = min(measured)
     print(f"{'plan':96s} {'predicted':>10s} {'measured':>10s} {'/ fastest':>9s}")
     out = []
