@@ -259,9 +259,12 @@ def test_three_d_regions_back_to_back_meet_split_over_y():
 @pytest.mark.parametrize("strategy, message", [
     ({"tensor": 2, "regions": {"linear_chain:nowhere.*": "megatron"}}, "names no region of"),
     ({"tensor": 2, "regions": {"kind:fork_join": {"dsp": {"subgrids": 4}}}}, "must divide the tensor degree 2"),
-    ({"tensor": 4, "regions": {"kind:linear_chain": {"3d": {"x": 2, "y": 1}}}}, "x·y = 4"),
-    ({"tensor": 4, "regions": {"kind:linear_chain": {"3d": {"x": 2, "y": 2, "z": 2}}}}, "splits the rows over z"),
-    ({"tensor": 4, "regions": {"kind:attention": "cube"}}, "splits the rows over z"),
+    ({"tensor": 4, "regions": {"kind:linear_chain": {"3d": {"x": 2, "y": 1}}}}, "x·y·z = 4"),
+    ({"tensor": 4, "regions": {"kind:linear_chain": {"3d": {"x": 2, "y": 2, "z": 2}}}}, "has 8 ranks, the tensor "
+                                                                                        "group 4"),
+    ({"tensor": 4, "regions": {"kind:attention": "cube"}}, "Bian's cube has no per-region layout"),
+    ({"tensor": 2, "pipeline": 2, "regions": {"kind:attention": {"3d": {"x": 1, "y": 1, "z": 2}}}},
+     "which pipeline stages do not"),
     ({"tensor": 4, "regions": {"kind:attention": "dsp"}}, "it is no multi-branch region"),
     ({"tensor": 4, "regions": {"kind:fork_join": "megatron"}}, "a multi-branch region is split by D&SP"),
     ({"tensor": 4, "regions": {"kind:attention": "sideways"}}, "is no family"),

@@ -29,8 +29,11 @@ def explain(plan: "Plan") -> str:
                                 f"tensor; tensor ranks adjacent, pipeline outermost)" if plan.pipeline else
                                 f"(rank = data*{plan.degree('tensor')} + tensor; tensor ranks adjacent)")
         + ("; mixed: each region its own family over the tensor group"
-           + (f", 3D regions on it as Gx={plan.tensor_grid['x']} x Gy={plan.tensor_grid['y']} "
-              f"(tensor = y*Gx + x)" if plan.tensor_grid else "")
+           + ((f", 3D regions on it as Gx={plan.tensor_grid['x']} x Gy={plan.tensor_grid['y']} "
+               f"(tensor = y*Gx + x)" if plan.tensor_grid.get("z", 1) == 1 else
+               f", 3D regions on it as Gx={plan.tensor_grid['x']} x Gy={plan.tensor_grid['y']} x "
+               f"Gz={plan.tensor_grid['z']}, their rows split over z (tensor = (z*Gy + y)*Gx + x)")
+              if plan.tensor_grid else "")
            + (f", D&SP over {plan.tensor_subgrids} sub-grids of it, their branches Megatron-split inside one "
               f"(tensor = sub-grid*{plan.degree('tensor') // plan.tensor_subgrids} + place)"
               if plan.tensor_subgrids else "") if plan.mixed else "")

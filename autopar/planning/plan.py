@@ -36,9 +36,10 @@ whose layout ``rank = ((d·Gz + z)·Gy + y)·Gx + x`` this order gives (axonn §
 
 def mixed_form(tensor_grid: dict, subgrids: int = 0) -> str:
     """A mixed plan's form in the configurations weighed: ``"mixed"``, with its 3D
-    regions' grid of the tensor group (``"mixed 3d 2x2"``) or its D&SP sub-grids of
+    regions' grid of the tensor group (``"mixed 3d 2x2"``; ``"mixed 3d 2x1x2"`` with Gz > 1) or its D&SP sub-grids of
     several tensor ranks (``"mixed dsp 2 sub-grids"``)."""
-    return ("mixed" + (f" 3d {tensor_grid['x']}x{tensor_grid['y']}" if tensor_grid else "")
+    z = f"x{tensor_grid['z']}" if tensor_grid.get("z", 1) > 1 else ""
+    return ("mixed" + (f" 3d {tensor_grid['x']}x{tensor_grid['y']}{z}" if tensor_grid else "")
             + (f" dsp {subgrids} sub-grids" if subgrids else ""))
 
 
@@ -122,7 +123,8 @@ class Plan:
     flops_per_step: float = 0.0  # the model's training FLOPs per step (forward x3, x4 recomputing)
     fusion: bool = False  # priced with pointwise chains fused into generated kernels (GPU hardware)
     # a mixed plan (docs/mixed_plans.md): each region's own family over the tensor group;
-    # tensor_grid: the group's x × y layout its 3D regions use ({} without 3D regions)
+    # tensor_grid: the group's x × y (× z, given when above 1) layout its 3D regions use
+    # ({} without 3D regions)
     mixed: bool = False
     tensor_grid: dict = field(default_factory=dict)
     version: int = PLAN_FORMAT_VERSION
@@ -178,7 +180,8 @@ class Plan:
             outer = {"pipeline": self.degree("pipeline")} if self.pipeline else {}
             g = self.tensor_subgrids
             tensor = ({"tensor_seg": g, "tensor_sub": self.degree("tensor") // g} if g else  # sub-grid · t/g + place
-                      {"y": self.tensor_grid["y"], "x": self.tensor_grid["x"]})  # y·Gx + x
+                      {**({"z": self.tensor_grid["z"]} if self.tensor_grid.get("z", 1) > 1 else {}),
+                       "y": self.tensor_grid["y"], "x": self.tensor_grid["x"]})  # (z·Gy + y)·Gx + x
             dims = {**outer, "data": self.degree("data"), **tensor}
         elif self.grid is not None:
             dims = {axis: self.degree(axis) for axis in ("data", "z", "y", "x")}
@@ -205,6 +208,9 @@ class Plan:
             if self.tensor_subgrids:  # D&SP over sub-grids of the group, Megatron inside one
                 tensor = {"tensor": one(("tensor_seg", "tensor_sub")), "tensor_seg": one(("tensor_seg",)),
                           "tensor_sub": one(("tensor_sub",))}
+            elif self.tensor_grid.get("z", 1) > 1:  # 3D regions split their own rows over z
+                tensor = {"tensor": one(("z", "y", "x")), "x": one(("x",)), "y": one(("y",)), "z": one(("z",)),
+                          "replica": one(("data", "z"))}
             elif self.tensor_grid:
                 tensor = {"tensor": one(("y", "x")), "x": one(("x",)), "y": one(("y",)), "z": None,
                           "replica": one(("data",))}
@@ -239,9 +245,10 @@ class Plan:
     @property
     def region_grid(self):
         """The grid the plan's 3D regions run on: a 3D plan's :attr:`grid`, or in a mixed
-        plan the tensor group as ``Gx × Gy × 1`` over the data ranks; None without."""
+        plan the tensor group as ``Gx × Gy × Gz`` over the data ranks; None without."""
         if self.tensor_grid:
-            return Grid3D(self.tensor_grid["x"], self.tensor_grid["y"], 1, self.degree("data"))
+            g = self.tensor_grid
+            return Grid3D(g["x"], g["y"], g.get("z", 1), self.degree("data"))
         return self.grid
 
     def region_coordinates(self, rank: int) -> dict[str, int]:

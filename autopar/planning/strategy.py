@@ -104,7 +104,7 @@ class Strategy:
     scatter_gather: bool = True
     # a mixed plan (docs/mixed_plans.md): each region picks its own family over the
     # tensor group; ``regions`` pins some (forced), ``grid`` is then the tensor group's
-    # x × y factorisation for 3D regions (z = 1)
+    # x × y × z factorisation for 3D regions (z = 1 inside pipeline stages)
     mixed: bool = False
     regions: tuple[Pin, ...] = ()
     # a mixed plan's D&SP sub-grids of the tensor group (0: each tensor rank one; g < t:
@@ -183,11 +183,10 @@ class Strategy:
             raise PlanError(f"strategy['regions']: expected a dict {{PATTERN: SPEC}}, got {pins!r}")
         parsed = tuple(Pin.parse(k, v) for k, v in pins.items())
         for pin in parsed:
-            if pin.family == "cube" or (pin.family == "3d" and pin.grid is not None and pin.grid[2] != 1):
-                raise PlanError(f"strategy['regions'][{pin.pattern!r}]: {pin.describe()} splits the rows over z; "
-                                f"a mixed plan meets at rows split over data only in this version; pin "
-                                f"{{'3d': {{'x': gx, 'y': gy}}}} (z = 1), or force the whole model onto the grid "
-                                f"({{'x': .., 'y': .., 'z': ..}} or {{'cube': p}})")
+            if pin.family == "cube":
+                raise PlanError(f"strategy['regions'][{pin.pattern!r}]: Bian's cube has no per-region layout in "
+                                f"this version; pin AxoNN's grid {{'3d': {{'x': gx, 'y': gy, 'z': gz}}}}, or force "
+                                f"the whole model onto the cube ({{'cube': p}})")
             if pin.family == "dsp" and pin.csub:
                 raise PlanError(f"strategy['regions'][{pin.pattern!r}]: D&SP-cSub runs the common layers on one "
                                 f"sub-grid, which a mixed plan does not; force {{'subgrids': g, 'csub': True}} "
@@ -195,9 +194,9 @@ class Strategy:
         grids = {p.grid for p in parsed if p.grid is not None}
         if len(grids) > 1:
             raise PlanError(f"strategy['regions']: pins ask for 3D grids {sorted(grids)}; the regions of one plan "
-                            f"share one x × y grid of the tensor group in this version")
+                            f"share one x × y × z grid of the tensor group in this version")
         grid = next(iter(grids), None)
-        return parsed, None if grid is None else Grid3D(grid[0], grid[1], 1)
+        return parsed, None if grid is None else Grid3D(*grid)
 
     @staticmethod
     def _parse_pipeline(strategy: dict) -> "Strategy":
@@ -224,6 +223,10 @@ class Strategy:
         if v > 1 and name != "interleaved":
             raise PlanError(f"strategy: chunks={v} needs the interleaved schedule, not {name!r}")
         pins, grid = Strategy._pins(strategy["regions"]) if "regions" in strategy else ((), None)
+        if grid is not None and grid.z != 1:
+            raise PlanError(f"strategy['regions']: the pinned 3D grid {grid.x}x{grid.y}x{grid.z} splits its regions' "
+                            f"rows over z, which pipeline stages do not in this version (their rows are split over "
+                            f"data only); pin {{'3d': {{'x': gx, 'y': gy}}}} (z = 1)")
         tensor = strategy.get("tensor")
         if set(strategy) & {"x", "y", "z"}:
             x, y, z = (int(strategy.get(a, 1)) for a in ("x", "y", "z"))

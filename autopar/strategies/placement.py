@@ -38,7 +38,7 @@ def seat_of(plan, rank: int) -> Seat:
     grid = plan.region_grid
     if plan.mixed and grid is not None:  # the 3D regions' coordinates in the tensor group
         coords.update({axis: i for axis, i in plan.region_coordinates(rank).items() if axis != "data"})
-        sizes.update(x=grid.x, y=grid.y, z=1)
+        sizes.update(x=grid.x, y=grid.y, z=grid.z)
     g = plan.tensor_subgrids
     if g:  # D&SP's sub-grids of the tensor group: which one, and the place in it
         coords["tensor_seg"], coords["tensor_sub"] = plan.tensor_subgrid_coordinates(rank)
@@ -63,12 +63,14 @@ def dropout_shards(plan, rank: int) -> dict[str, int]:
     ``x`` (a 3D region's) follows the rank's x index, one split over the tensor group
     (Megatron's) its tensor index; with D&SP sub-grids of several tensor ranks, one
     split over a sub-grid (``tensor_sub``) the rank's place in it; other plans have one
-    split group ({})."""
+    split group ({}). With Gz > 1 a 3D region's rows are split over z as well, so its
+    stream follows ``x + Gx·z``."""
     if plan.tensor_subgrids:
         return {"tensor_sub": plan.tensor_subgrid_coordinates(rank)[1]}
     if not (plan.mixed and plan.tensor_grid):
         return {}
-    return {"x": plan.region_coordinates(rank)["x"]}
+    coords, grid = plan.region_coordinates(rank), plan.region_grid
+    return {"x": coords["x"] + grid.x * coords["z"]}  # rows split over z: each z block its own masks
 
 
 def layout_name(root_name: str) -> str:

@@ -43,6 +43,7 @@ _T = ops._targets("t")
 _SLICE = ops.SLICE_FUNCTIONS
 _CAT = ops.CONCAT_FUNCTIONS
 _SHAPE_ONLY = {torch.flatten, torch.squeeze, torch.unsqueeze} | ops._targets("flatten", "squeeze", "unsqueeze")
+_FACTORIES = {"new_ones", "new_zeros", "new_empty", "new_full"}
 _UNFLATTEN = {torch.unflatten} | ops._targets("unflatten")
 
 
@@ -134,6 +135,10 @@ class LayoutPropagator:
         if (kind == "call_method" and target == "size") or (kind == "call_function" and target is getattr
                                                              and node.args[1] == "shape"):
             return self._size(node, in_layout)
+        if kind == "call_method" and target in _FACTORIES:
+            return None  # a new tensor from the value's dtype and device only: nothing of it is read
+        if kind == "call_function" and target is global_size:
+            return self._global_size(node, in_layout)
         if (kind == "call_method" and target in _IDENTITY_METHODS) or (kind == "call_function" and target in _IDENTITY_FUNCTIONS):
             return self._only_first_split(node, in_layout)
         if ops.reshape_target(node) is not None:
@@ -183,6 +188,15 @@ class LayoutPropagator:
         node.replace_all_uses_with(new)
         self.graph.erase_node(node)
         self.layout[new] = None
+        return None
+
+    def _global_size(self, node: fx.Node, layout: Shard) -> None:
+        """Another pass's global size of a value this pass splits too (a mixed plan's 3D
+        region, rows over z and features over x): one size of another dimension is right
+        as it stands."""
+        dim = node.args[3] if len(node.args) > 3 else node.kwargs.get("dim")
+        if dim is None or normalize_dim(dim, len(tensor_spec(node.args[0]).shape)) == layout.dim:
+            raise NoSplitRule("a size of a value split twice")
         return None
 
     def _only_first_split(self, node: fx.Node, in_layout):

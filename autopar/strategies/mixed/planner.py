@@ -52,11 +52,27 @@ from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.data.planner import batch_norms
 from autopar.strategies.dsp.cost import dsp_tensor_cost
 from autopar.strategies.dsp.planner import branches_of, subgraph_regions, unsplittable
-from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected
+from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big
 from autopar.strategies.megatron.planner import check_forced_batch, judge, rule_gaps, split_cost
 from autopar.strategies.pipeline.cost import spread_over_ends
-from autopar.strategies.tensor3d.cost import boundary_comm
-from autopar.strategies.tensor3d.planner import AXONN, SPLIT_KINDS, GridPricer, Layout3D, region_linears
+from autopar.strategies.tensor3d.cost import boundary_comm, rows_boundary_comm
+from autopar.strategies.tensor3d.planner import SPLIT_KINDS, Form3D, GridPricer, Layout3D, region_linears
+
+
+class RowsOverZ(Form3D):
+    """AxoNN's layer in a mixed plan: on a grid with ``Gz > 1`` a 3D region cuts its rows
+    to z blocks where the flow enters and all-gathers them over z where it leaves
+    (``tensor3d.cost.rows_boundary_comm``), besides the y re-layouts."""
+
+    def boundary(self, enters: float, leaves: float, grid: Grid3D, hw) -> tuple[dict[str, float], str]:
+        by_axis, text = super().boundary(enters, leaves, grid, hw)
+        if grid.z > 1:
+            by_axis["z"] = rows_boundary_comm(enters, leaves, grid, hw)
+            text += "; rows cut to z blocks on entry (backward all-gather over z), all-gathered over z on exit"
+        return by_axis, text
+
+
+MIXED_AXONN = RowsOverZ()
 
 
 @dataclass
@@ -106,8 +122,9 @@ class MixedPricer:
         self.memo = self.model.memo("mixed.options")
         self.links = self.model.memo("mixed.links")
         self.credits = self.model.memo("mixed.credits")
+        self.gaps_between = self.model.memo("mixed.gaps")
         if grid is not None:
-            self.pricer = GridPricer(self.model, self.hw, grid, AXONN, False, True)
+            self.pricer = GridPricer(self.model, self.hw, grid, MIXED_AXONN, False, True)
             base = self.pricer.layout  # every boundary priced; the programme credits direct ones
             self.pricer.layout = Layout3D(base.splittable, set(), set(), {})
 
@@ -139,16 +156,44 @@ class MixedPricer:
             out["megatron"] = Option(split_cost(model, hw, r, data, t), params / t,
                                      model.activation_bytes(r.nodes, 1 / (data * t)),
                                      reason=f"Megatron over tensor={t}")
-        if self.grid is not None and r.kind in SPLIT_KINDS:
+        g = self.grid
+        if g is not None and r.kind in SPLIT_KINDS and self.rows_blocker(r) is None:
             priced = self.pricer.region(r)
             if priced.choice.strategy == "tensor3d":
-                g = self.grid
                 out["tensor3d"] = Option(priced.choice.cost, priced.param_elems, priced.activation_bytes,
-                                         {**priced.choice.details, "grid": f"{g.x}x{g.y}x1x{g.data}"},
-                                         f"3D grid {g.x}x{g.y}x1 of the tensor group")
+                                         {**priced.choice.details, "grid": f"{g.x}x{g.y}x{g.z}x{g.data}"},
+                                         f"3D grid {g.x}x{g.y}x{g.z} of the tensor group"
+                                         + (" (its rows split over z)" if g.z > 1 else ""))
                 if self.grid_only:  # forced onto the grid where it can run
                     del out["replicate"]
         return out
+
+    def can_mix(self) -> bool:
+        """Whether the programme could choose a mixed plan here at all (the search skips
+        it otherwise, as it would be listed as a single-family plan): with a grid, some
+        region takes it; with D&SP sub-grids, some multi-branch region takes them;
+        else the options offer two families. One region of each class is asked."""
+        offered = set()
+        for r in _representatives(self.model):
+            offered.update(k for k in self.options(r) if k != "replicate")
+        if self.grid is not None and "tensor3d" not in offered:
+            return False
+        dsp = any(self.dsp_option(fj) is not None for _, fj, _ in _structure(self.model)[1])
+        if self.subgrids:
+            return dsp
+        return len(offered) + dsp >= 2
+
+    def rows_blocker(self, r) -> str | None:
+        """Why the grid's z cannot split region ``r``'s rows (None: it can, or Gz = 1):
+        the rows of a data replica (dim 0 of the region's input) must divide by Gz."""
+        g = self.grid
+        if g is None or g.z == 1:
+            return None
+        first = match_linear(self.model.table[region_linears(r)[0][0]], self.model.gm).input
+        rows = tensor_spec(first).shape[0] // self.data
+        if rows % g.z:
+            return f"its {rows} rows per data rank (dim 0 of its input) do not divide by Gz = {g.z}"
+        return None
 
     def dsp_option(self, fj, g: int | None = None) -> Option | None:
         """A multi-branch region's branches over ``g`` sub-grids of the tensor group
@@ -274,7 +319,8 @@ class MixedPricer:
             why = self.gaps.get(r.id) or f"{sizes or 'nothing'} not divisible by the tensor degree {self.tensor}"
         elif family == "tensor3d":
             why = (f"a {r.kind} region has no 3D layout" if r.kind not in SPLIT_KINDS else
-                   "the plan's grid does not divide its sizes" if self.grid is not None else "no 3D grid")
+                   "no 3D grid" if self.grid is None else
+                   self.rows_blocker(r) or "the plan's grid does not divide its sizes")
         else:
             why = "not offered"
         raise PlanError(f"region {r.id}: pinned to {pin.describe()} ({pin.pattern!r}), which cannot run it: {why}")
@@ -347,19 +393,67 @@ class MixedPricer:
     def _credit(self, prev: str, prev_region, name: str, region) -> float:
         """What two 3D regions save where the first's transposed layer feeds the second's
         plain layers directly (axonn end of §III-B): the second's entry cut and, when
-        nothing else reads it, the first's exit all-gather."""
+        nothing else reads it, the first's exit all-gather (over y, and with Gz > 1 the
+        rows' over z too)."""
+        return sum(self._credits(prev, prev_region, name, region).values())
+
+    def _credits(self, prev: str, prev_region, name: str, region) -> dict[str, float]:
+        """:meth:`_credit` by group (``compute``: seconds of work saved)."""
         if prev != "tensor3d" or name != "tensor3d" or self.grid is None:
-            return 0.0
+            return {}
         link = self._link(prev_region, region)
+        grid, hw = self.grid, self.hw
         if link is None:
-            return 0.0
-        key = (link, self.grid, self.hw)
+            return self._kept_rows(prev_region, region) if grid.z > 1 else {}
+        key = (link, grid, hw)
         credit = self.credits.get(key)
         if credit is None:
             in_bytes, out_bytes = link
-            credit = self.credits[key] = (boundary_comm(in_bytes, 0.0, self.grid, self.hw)
-                                          + boundary_comm(0.0, out_bytes, self.grid, self.hw))
+            credit = self.credits[key] = {
+                "y": boundary_comm(in_bytes, 0.0, grid, hw) + boundary_comm(0.0, out_bytes, grid, hw),
+                **({"z": rows_boundary_comm(in_bytes, out_bytes, grid, hw)} if grid.z > 1 else {})}
         return credit
+
+    def _kept_rows(self, prev_region, region) -> dict[str, float]:
+        """Two 3D regions on a grid with ``Gz > 1`` with nodes outside every region between
+        them (a residual add, a layer norm): the rows stay split over z through them
+        (``tensor3d.rewrite._RowSplit``), which saves the first's exit all-gather over z,
+        the second's entry cut, and ``1 − 1/Gz`` of the nodes' work. Nodes of a
+        multi-branch region between them: no credit (its families read whole rows)."""
+        gap = self._gap(prev_region, region)
+        if gap is None:
+            return {}
+        grid, hw, model = self.grid, self.hw, self.model
+        sig, names, in_bytes, out_bytes = gap
+        key = ("rows", sig, in_bytes, out_bytes, grid, hw)
+        credit = self.credits.get(key)
+        if credit is None:
+            credit = self.credits[key] = {
+                "z": rows_boundary_comm(in_bytes, out_bytes, grid, hw),
+                "compute": model.seconds(names, hw, 1 / self.data) - model.seconds(names, hw, 1 / (self.data * grid.z))}
+        return credit
+
+    def _gap(self, prev_region, region):
+        """The nodes outside every region between two regions in graph order, as
+        ``(their work signature, their names, the bytes entering the second region, the
+        bytes leaving the first)``; None when they overlap or a multi-branch region's
+        nodes lie between them. Once per pair of regions."""
+        key = (prev_region.id, region.id)
+        if key not in self.gaps_between:
+            model = self.model
+            order, (_, branching) = _order(model), _structure(model)
+            end = max(order[n] for n in prev_region.nodes)
+            start = min(order[n] for n in region.nodes)
+            gap = [n for n in _names(model)[end + 1:start] if n not in model.node_region]
+            forked = {n for _, fj, _ in branching for n in fj.nodes}
+            if start <= end or forked.intersection(gap):
+                self.gaps_between[key] = None
+            else:
+                last = model.table[region_linears(prev_region)[-1][0]]
+                entry = match_linear(model.table[region_linears(region)[0][0]], model.gm).input
+                self.gaps_between[key] = (model.signature(gap), gap, float(tensor_spec(entry).nbytes),
+                                          float(tensor_spec(last).nbytes))
+        return self.gaps_between[key]
 
     def _link(self, prev_region, region) -> tuple[float, float] | None:
         """Whether ``region``'s plain layers read ``prev_region``'s transposed output
@@ -409,9 +503,12 @@ class MixedPricer:
                 rows.append(self._row(path, step, name, option))
                 if step.branching and name == "dsp":
                     rows += self._inner_rows(step, option)
-        credits = sum(self._credit(a[1], a[0].region, b[1], b[0].region) for a, b in _pairs(path))
-        if credits:
-            comm["y"] = comm.get("y", 0.0) - credits
+        for a, b in _pairs(path):
+            for axis, saved in self._credits(a[1], a[0].region, b[1], b[0].region).items():
+                if axis == "compute":
+                    compute -= saved
+                else:
+                    comm[axis] = comm.get(axis, 0.0) - saved
         outside = [n.name for n in model.gm.graph.nodes
                    if n.name not in covered and n.name not in model.node_region]
         outside_compute = model.seconds(outside, hw, 1 / data)
@@ -476,11 +573,21 @@ class MixedPricer:
         index = next(i for i, (s, _) in enumerate(names) if s is step)
         before = names[index - 1] if index else None
         after = names[index + 1] if index + 1 < len(names) else None
-        enters = before is not None and self._credit(before[1], before[0].region, "tensor3d", step.region) > 0
-        leaves = after is not None and self._credit("tensor3d", step.region, after[1], after[0].region) > 0
-        return ("input " + ("read split over y from the previous 3D region" if enters else
-                            "cut to y blocks (backward all-gather over y)")
-                + ", output " + ("read split over y by the next 3D region" if leaves else "all-gathered over y"))
+        enters = self._credits(before[1], before[0].region, "tensor3d", step.region) if before is not None else {}
+        leaves = self._credits("tensor3d", step.region, after[1], after[0].region) if after is not None else {}
+        z = self.grid.z > 1
+        if "y" in enters:
+            entry = "read split over y from the previous 3D region" + (" (rows over z)" if z else "")
+        else:
+            entry = ("cut to y blocks (backward all-gather over y)"
+                     + ("; rows kept split over z from the previous 3D region" if "z" in enters else
+                        "; rows cut to z blocks (backward all-gather over z)" if z else ""))
+        if "y" in leaves:
+            exit_ = "read split over y by the next 3D region"
+        else:
+            exit_ = "all-gathered over y" + (", its rows kept split over z to the next 3D region" if "z" in leaves
+                                             else ", then its rows over z" if z else "")
+        return f"input {entry}, output {exit_}"
 
 
 class StagePlans:
@@ -586,6 +693,36 @@ def _order(model: ModelFacts) -> dict[str, int]:
     return model.fact("mixed.order", lambda: {n.name: i for i, n in enumerate(model.gm.graph.nodes)})
 
 
+def _memory_floor(model: ModelFacts, data: int, t: int) -> float:
+    """Bytes every mixed plan on ``data × t`` holds at least (the search skips the
+    programme above the device's memory): each region outside the multi-branch ones
+    keeps at least ``1/t`` of its parameters and of its data replica's saved activations,
+    whatever its family (Megatron and 3D ``1/t``, replicated all)."""
+    def base():
+        forked = {n for _, fj, _ in _structure(model)[1] for n in fj.nodes}
+        in_branches = {name for names in _branch_params(model) for name in names}
+        params = sum(p.numel() for name, p in model.params.items() if name not in in_branches)
+        return params, model.activation_bytes([n for n in _names(model) if n not in forked], 1.0)
+    params, act = model.fact("mixed.floor", base)
+    return cm.training_memory(params / t, act / (data * t))
+
+
+def _branch_params(model: ModelFacts) -> list:
+    """The parameter names of every multi-branch region's branches."""
+    return [names for _, fj, _ in _structure(model)[1] for names in branches_of(model, fj).params]
+
+
+def _representatives(model: ModelFacts) -> list:
+    """One tensor region of each class of identical regions (once per model)."""
+    return model.fact("mixed.representatives",
+                      lambda: list({model.region_class[r.id]: r for r in model.regions}.values()))
+
+
+def _names(model: ModelFacts) -> list[str]:
+    """The node names in graph order (once per model)."""
+    return model.fact("mixed.names", lambda: list(model.table))
+
+
 def _structure(model: ModelFacts):
     """Once per model: each tensor region's first node (graph order), and the multi-branch
     regions (none with batch-normalising batch norms) as ``(first node, region, the
@@ -631,12 +768,23 @@ def _pairs(path):
     return zip(flat, flat[1:])
 
 
-def tensor_grids(model: ModelFacts, t: int, data: int = 1) -> list[Grid3D]:
+def tensor_grids(model: ModelFacts, t: int, data: int = 1, rows: bool = True) -> list[Grid3D]:
     """The 3D layouts of a tensor group of ``t`` the model's 3D regions may take: every
-    ``Gx × Gy × 1 = t`` with both above 1 (none without attention or linear chains)."""
+    ``Gx × Gy × 1 = t`` with both above 1 and, with ``rows`` (not inside pipeline
+    stages), every ``Gx × Gy × Gz = t`` with ``Gz > 1``, whose regions split their rows
+    over z (none without attention or linear chains)."""
     if not any(r.kind in SPLIT_KINDS for r in model.regions):
         return []
-    return [Grid3D(x, t // x, 1, data) for x in divisors(t) if 1 < x < t]
+    flat = [Grid3D(x, t // x, 1, data) for x in divisors(t) if 1 < x < t]
+    deep = [Grid3D(x, y, t // (x * y), data) for x in divisors(t) for y in divisors(t // x) if x * y < t]
+    return flat + (deep if rows else [])
+
+
+def grid_dict(grid: Grid3D | None) -> dict:
+    """A plan's ``tensor_grid`` for ``grid``: its x and y, and z where above 1."""
+    if grid is None:
+        return {}
+    return {"x": grid.x, "y": grid.y, **({"z": grid.z} if grid.z > 1 else {})}
 
 
 def widest_branching(model: ModelFacts) -> int:
@@ -694,9 +842,9 @@ def _pins_misfit(forced: Strategy, t: int) -> str | None:
             return (f"strategy['regions'][{pin.pattern!r}]: D&SP sub-grids of several tensor ranks "
                     f"(subgrids={pin.subgrids} < tensor {t}) take the tensor group's layout for the whole plan, "
                     f"so they combine with no 3D grid and no other sub-grid count in this version")
-    if grid is not None and grid.x * grid.y != t:
-        return (f"strategy['regions']: the pinned 3D grid {grid.x}x{grid.y}x1 has {grid.x * grid.y} ranks, the "
-                f"tensor group {t}; give x·y = {t}")
+    if grid is not None and grid.x * grid.y * grid.z != t:
+        return (f"strategy['regions']: the pinned 3D grid {grid.x}x{grid.y}x{grid.z} has {grid.x * grid.y * grid.z} "
+                f"ranks, the tensor group {t}; give x·y·z = {t}")
     return None
 
 
@@ -714,8 +862,8 @@ class Mixed(CompileHooks):
         """The tensor group's 3D layouts a configuration may take: none, and every
         ``Gx × Gy = t`` with both above 1 (a pinned grid: that one)."""
         pinned = ctx.forced.grid if ctx.forced is not None else None
-        if pinned is not None:  # its x·y is t (_pins_misfit)
-            return [Grid3D(pinned.x, pinned.y, 1, data)]
+        if pinned is not None:  # its x·y·z is t (_pins_misfit)
+            return [Grid3D(pinned.x, pinned.y, pinned.z, data)]
         return [None] + tensor_grids(ctx.model, t, data)
 
     def candidates(self, ctx: PlanContext) -> list[Strategy]:
@@ -770,12 +918,19 @@ class Mixed(CompileHooks):
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         model, data, t, grid = ctx.model, config.data, config.tensor, config.grid
         mesh = {"data": data, "tensor": t}
-        form = mixed_form({"x": grid.x, "y": grid.y} if grid is not None else {}, config.tensor_subgrids)
+        form = mixed_form(grid_dict(grid), config.tensor_subgrids)
         if model.batch % data:  # a forced data degree was checked by candidates
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}",
                             form=form)
         try:
             pricer = MixedPricer(ctx, data, t, grid, subgrids=config.tensor_subgrids)
+            if ctx.forced is None:
+                # not listed: the same mesh's single-family plans are, with their memory
+                floor = _memory_floor(model, data, t)
+                why = ("at least " + too_big(floor, ctx.hw) if too_big(floor, ctx.hw) is not None else
+                       None if pricer.can_mix() else "a single-family plan")
+                if why is not None:
+                    return dataclasses.replace(rejected(self.name, config, mesh, why, form=form), listed=False)
             table = pricer.table(materialize=False)
         except PlanError as e:
             if ctx.forced is not None and ctx.forced.tensor is not None:
@@ -797,5 +952,5 @@ class Mixed(CompileHooks):
         plan_ = mesh_plan(ctx, priced, table)
         grid = c.grid
         plan_.mixed = True
-        plan_.tensor_grid = {"x": grid.x, "y": grid.y} if grid is not None and plan_.regions_with("tensor3d") else {}
+        plan_.tensor_grid = grid_dict(grid) if plan_.regions_with("tensor3d") else {}
         return plan_

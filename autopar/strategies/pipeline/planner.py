@@ -487,7 +487,7 @@ class Pipeline(CompileHooks):
             n, c = priced.detail, priced.config
             t = n.tensor
             base = dataclasses.replace(c, data=n.data, tensor=t, microbatches=n.m, mixed=True)
-            grids = ([None] if widest >= t else []) + tensor_grids(ctx.model, t)
+            grids = ([None] if widest >= t else []) + tensor_grids(ctx.model, t, rows=False)
             out += [dataclasses.replace(base, grid=g) for g in grids]
         return out
 

@@ -124,6 +124,19 @@ def boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hardware)
             + cm.all_gather_time(grid.y, in_bytes / share, hw, grid.stride("y")))
 
 
+def rows_boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hardware) -> float:
+    """A mixed plan's 3D region on a grid with ``Gz > 1`` (seconds on z): its rows are cut
+    to z blocks where the flow enters (backward: the input's gradient all-gathered over z)
+    and all-gathered over z where it leaves, since the plan's other regions hold their data
+    replica's rows whole. Each rank gives ``1/(Gdata·Gz)`` of the full activations
+    (``in_bytes``/``out_bytes``, all rows) to each all-gather, ring times as eq 4's."""
+    if grid.z == 1:
+        return 0.0
+    share = grid.z * grid.data
+    return (cm.all_gather_time(grid.z, out_bytes / share, hw, grid.stride("z"))
+            + cm.all_gather_time(grid.z, in_bytes / share, hw, grid.stride("z")))
+
+
 def cube_volumes(m: int, k: int, n: int, p: int, *, bias: bool = False) -> dict[str, float]:
     """Elements each rank sends into every collective of one of Bian's cube layers
     ``[m×k] × [k×n]`` on a ``p × p × p`` cube (``m`` the rows of one data replica;

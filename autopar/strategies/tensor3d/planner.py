@@ -40,18 +40,9 @@ from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced,
 from autopar.strategies.tensor3d import layout as tensor3d_layout
 from autopar.strategies.propagation import TensorParallelError
 from autopar.strategies.tensor3d.cost import boundary_comm, grids_of, layer_comm
-from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards, tensor3d_pass
+from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards, region_linears, tensor3d_pass
 
 SPLIT_KINDS = ("attention", "linear_chain")
-
-
-def region_linears(region) -> list[tuple[str, bool]]:
-    """The linears of a 3D region with their orientation (transposed?) by data flow: the
-    ones reading the region's input are plain, the one reading their output transposed."""
-    d = region.details
-    if region.kind == "linear_chain":
-        return [(n, False) for n in d["column"]] + [(d["row"], True)]
-    return [(n, False) for n in dict.fromkeys((d["q_proj"], d["k_proj"], d["v_proj"]))] + [(d["out_proj"], True)]
 
 
 @dataclass(frozen=True)
@@ -324,7 +315,11 @@ class Tensor3D(CompileHooks):
             return []
         return [RankPass(SPLIT, self.region_strategy, self.pass_fn(),
                          {"regions": plan.regions_with(self.region_strategy, build.stage),
-                          "grid": plan.region_grid, "rank": build.rank})]
+                          "grid": plan.region_grid, "rank": build.rank, **self.pass_options(plan)})]
+
+    def pass_options(self, plan: Plan) -> dict:
+        """A mixed plan's 3D regions split their rows over z themselves."""
+        return {"rows_over_z": True} if plan.mixed else {}
 
     def pass_fn(self):
         return tensor3d_pass
