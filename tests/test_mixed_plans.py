@@ -40,6 +40,8 @@ from examples.models import StemTrunk
 F64 = {"dtype": "float64"}
 TRUNK_MEGATRON = {"kind:attention": "megatron", "kind:linear_chain": "megatron"}
 GRID_2X2 = {"3d": {"x": 2, "y": 2}}
+GRID_1X2X2 = {"3d": {"x": 1, "y": 2, "z": 2}}
+GRID_2X1X2 = {"3d": {"x": 2, "y": 1, "z": 2}}
 CASES = [
     ("stem_trunk", {"data": 2, "tensor": 2, "regions": {"kind:fork_join": "dsp", **TRUNK_MEGATRON}}, F64),
     ("stem_trunk", {"data": 1, "tensor": 4, "regions": {"kind:fork_join": "dsp", "kind:attention": GRID_2X2,
@@ -52,6 +54,12 @@ CASES = [
     ("gpt2", {"pipeline": 2, "tensor": 2, "microbatches": 2}, F64),
     ("tower_trunk", {"data": 2, "tensor": 2, "regions": {"kind:fork_join": "dsp", "kind:attention": "megatron",
                                                          "kind:vocab": "megatron"}}, F64),
+    # AxoNN grids with Gz > 1: the 3D regions split their rows over z, kept split between them
+    ("stem_trunk", {"data": 1, "tensor": 4, "regions": {"kind:fork_join": "dsp", "kind:attention": GRID_1X2X2,
+                                                        "kind:linear_chain": GRID_1X2X2}}, F64),
+    ("transformer", {"data": 1, "tensor": 4, "regions": {"kind:attention": GRID_2X1X2,
+                                                         "kind:linear_chain": GRID_2X1X2, "kind:vocab": "megatron"}},
+     F64),
 ]
 CASES8 = [
     ("transformer", {"pipeline": 2, "x": 2, "y": 2, "z": 1, "microbatches": 2}, F64),
@@ -122,6 +130,22 @@ def conversion_job():
             (y * upstream).sum().backward()
             out[(group, "split on hidden", "replicated")] = (
                 err(y.detach(), torch.cat([pieces[m] for m in members], 1)), err(pr.grad, upstream.chunk(n, 1)[me]))
+            # replicated -> rows split (a 3D region's entry cut to z blocks, Gz > 1)
+            x = ints(2 * n, 3)
+            per_rank = [ints(2, 3) for _ in range(world)]
+            xr = x.clone().requires_grad_(True)
+            y = C.scatter_to_tensor_region(xr, 0, group)
+            (y * per_rank[rank]).sum().backward()
+            out[(group, "replicated", "rows split")] = (
+                err(y.detach(), x.chunk(n, 0)[me]), err(xr.grad, torch.cat([per_rank[m] for m in members], 0)))
+            # rows split -> replicated (a 3D region's exit all-gather over z)
+            pieces = [ints(2, 3) for _ in range(world)]
+            upstream = ints(2 * n, 3)
+            pr = pieces[rank].clone().requires_grad_(True)
+            y = C.gather_from_tensor_region(pr, 0, group)
+            (y * upstream).sum().backward()
+            out[(group, "rows split", "replicated")] = (
+                err(y.detach(), torch.cat([pieces[m] for m in members], 0)), err(pr.grad, upstream.chunk(n, 0)[me]))
             # branches of uneven widths -> replicated concat (a D&SP concat join)
             widths = [1 + (m % 3) for m in members]
             pieces = [ints(2, w, 3) for w in widths]
@@ -178,7 +202,7 @@ def test_mixed_plan_matches_single_device_on_8_ranks(index):
 @pytest.mark.multiprocess
 def test_every_boundary_conversion_and_its_backward_are_exact():
     for report in _CONVERSION():
-        assert len(report) == 10
+        assert len(report) == 14
         for pair, errors in report.items():
             assert errors == (0.0, 0.0), pair
 
@@ -204,6 +228,35 @@ def test_forced_mixed_plan_uses_each_family_where_pinned():
     assert plan.why_not("dsp", region=fork).startswith(f"{fork}: chosen: dsp")
     attention = next(r.region for r in plan.regions if r.kind == "attention")
     assert "3d lost" in plan.why_not("3d", region=attention)
+
+
+def test_three_d_regions_with_rows_over_z_keep_them_split_between_them():
+    """On a ``2 × 1 × 2`` grid (Gz = 2) the trunk's 3D regions cut their rows to z blocks
+    once, at the first region's entry (its input and the residual beside it), and keep
+    them split through the residual adds and layer norms; the rows are gathered over z
+    once, before the vocabulary's head (Megatron's, which reads whole rows)."""
+    strategy = {"data": 1, "tensor": 4, "regions": {"kind:attention": GRID_2X1X2, "kind:linear_chain": GRID_2X1X2,
+                                                    "kind:vocab": "megatron"}}
+    plan = _plan(transformer, 4, strategy)
+    assert plan.tensor_grid == {"x": 2, "y": 1, "z": 2} and plan.form == "mixed 3d 2x1x2"
+    assert plan.region_grid.z == 2 and plan.rank_grid().coordinates(3) == {"data": 0, "z": 1, "y": 0, "x": 1}
+    assert Plan.from_json(plan.to_json()).to_json() == plan.to_json()
+    chains = [r for r in plan.regions if r.strategy == "tensor3d"]
+    assert "rows cut to z blocks" in chains[0].details["boundary"]
+    assert all("rows kept split over z from the previous 3D region" in r.details["boundary"] for r in chains[1:])
+    assert "their rows split over z" in plan.explain()
+    model, inputs, loss_fn, target = transformer()
+    code = rank_graph_code(autopar.rank_graph(model, plan, 3, inputs, loss_fn, target), plan, 3)
+    assert code.count(", 0, 'z')") == 3  # two cuts at the first entry, one gather before the head
+    assert code.count("autopar_runtime_collectives_gather_from_tensor_region(") == 1 + 4  # + each exit over y
+
+
+def test_rows_over_z_must_divide_a_data_replica():
+    model, inputs, loss_fn, target = transformer()
+    with pytest.raises(PlanError, match=r"region attention:\S+: pinned to 3d 1x1x8 .* its 4 rows per data rank "
+                                        r"\(dim 0 of its input\) do not divide by Gz = 8"):
+        autopar.plan(model, 8, inputs, loss_fn, {"data": 1, "tensor": 8, "regions": {
+            "kind:attention": {"3d": {"x": 1, "y": 1, "z": 8}}}}, example_target=target)
 
 
 def test_pipeline_of_mixed_stages_plans_each_stage_with_its_own_families():
@@ -383,6 +436,26 @@ def test_auto_picks_a_mixed_plan_for_attention_between_expert_towers():
     assert kinds["fork_join"] == {"dsp"} and kinds["attention"] == {"megatron"}
     single = [c for c in plan.candidates if c.feasible and "mixed" not in c.form]
     assert min(c.step_s for c in single) > plan.step_s
+
+
+def test_auto_picks_a_mixed_plan_with_a_3d_trunk_whose_rows_are_split_over_z():
+    """A GPT of width 8192 (4 layers, 32k vocabulary) at batch 8 on 16 A100s: the tensor
+    group of 8 as AxoNN's ``4 × 1 × 2`` grid for attention and MLPs (rows over z, kept
+    split between them) with the vocabulary Megatron-split, ahead of Megatron over 8
+    and of every whole-network 3D grid (which keeps the vocabulary whole)."""
+    from examples.models import TinyTransformer, lm_loss
+    with torch.device("meta"):
+        model = TinyTransformer(vocab=32000, width=8192, heads=64, layers=4, block=2048)
+    x = torch.zeros(8, 2048, dtype=torch.long, device="meta")
+    plan = autopar.plan(model, 16, (x,), lm_loss, "auto", example_target=x, hardware="a100-selene")
+    assert plan.mixed and plan.mesh == {"data": 2, "tensor": 8} and plan.form == "mixed 3d 4x1x2"
+    kinds = {}
+    for r in plan.regions:
+        kinds.setdefault(r.kind, set()).add(r.strategy)
+    assert kinds["vocab"] == {"megatron"} and kinds["attention"] == kinds["linear_chain"] == {"tensor3d"}
+    single = [c for c in plan.candidates if c.feasible and "mixed" not in c.form]
+    assert min(c.step_s for c in single) > plan.step_s
+    assert "best single-family plan: data=2 x tensor=8 (megatron)" in plan.explain()
 
 
 def test_auto_spreads_towers_over_sub_grids_of_the_tensor_group_where_it_balances_them():
