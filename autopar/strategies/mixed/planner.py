@@ -5,8 +5,9 @@ group that every region may use its own way:
 
 * ``replicate``: the region runs whole on every rank of the group;
 * ``megatron``: split over the ``t`` ranks (megatron §2.3);
-* ``tensor3d``: split over the group viewed as AxoNN's ``Gx × Gy × 1`` grid
-  (axonn §III; one ``x × y`` factorisation of ``t`` per plan, the configuration's);
+* ``tensor3d``: split over the group viewed as AxoNN's ``Gx × Gy × Gz`` grid
+  (axonn §III; one factorisation of ``t`` per plan, the configuration's; with ``Gz > 1``
+  the region splits its rows over z, :class:`RowsOverZ`);
 * ``dsp``: a multi-branch region's branches spread over the group, each rank a
   sub-grid (SUPER §III-B with ``g = t``; ``dsp.cost.dsp_tensor_cost``), or over ``g < t``
   sub-grids of ``t/g`` ranks whose branches' regions are Megatron-split inside their
@@ -17,14 +18,17 @@ Every region keeps the rows of its data replica (the batch is split over the dat
 ranks only) and meets its neighbours with the activation replicated over the group:
 Megatron's f and g, the 3D layers' entry cut and exit all-gather over y, D&SP's fork
 all-reduce and join all-gather are each region's conversion from and to that layout,
-priced inside its own cost. The one other boundary layout is AxoNN's: a 3D region's
+priced inside its own cost. The other boundary layouts are AxoNN's: a 3D region's
 last (transposed) layer leaves its output split over y, which a 3D region whose first
-layers read it directly takes as it is (axonn end of §III-B), saving both re-layouts.
+layers read it directly takes as it is (axonn end of §III-B), saving both re-layouts;
+and on a grid with ``Gz > 1`` the rows split over z, which stay split through the nodes
+between two 3D regions (the residual add, the layer norm), saving both row conversions
+and ``1 − 1/Gz`` of those nodes' work.
 The search is therefore a dynamic programme over the regions in graph order whose
-state is the layout the previous region left (replicated, or split over y by a 3D
-region): exact for chains of regions; regions on parallel branches of the region
-graph are never directly connected, so they meet at the replicated layout and the
-programme prices that. A multi-branch region is one step of the programme with two
+state is the layout the previous region left (replicated, or split over y or its rows
+over z by a 3D region): exact for chains of regions; regions on parallel branches of
+the region graph are never directly connected, so they meet at the replicated layout
+and the programme prices that. A multi-branch region is one step of the programme with two
 choices: D&SP (its inner regions run whole on their branch's rank, or Megatron-split
 over their sub-grid) or open (its inner regions choose as any other). Identical
 repeated blocks are priced once (the option costs are memoised per class of region),
