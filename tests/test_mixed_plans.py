@@ -114,38 +114,27 @@ def conversion_job():
             (y * upstream).sum().backward()
             out[(group, "partial sums", "replicated")] = (
                 err(y.detach(), sum(parts[m] for m in members)), err(pr.grad, upstream))
-            # replicated -> split on the hidden dimension (a 3D region's entry cut over y)
-            x = ints(2, 4 * n)
-            per_rank = [ints(2, 4) for _ in range(world)]
-            xr = x.clone().requires_grad_(True)
-            y = C.scatter_to_tensor_region(xr, 1, group)
-            (y * per_rank[rank]).sum().backward()
-            out[(group, "replicated", "split on hidden")] = (
-                err(y.detach(), x.chunk(n, 1)[me]), err(xr.grad, torch.cat([per_rank[m] for m in members], 1)))
-            # split on the hidden dimension -> replicated (a 3D region's exit all-gather over y)
-            pieces = [ints(2, 4) for _ in range(world)]
-            upstream = ints(2, 4 * n)
-            pr = pieces[rank].clone().requires_grad_(True)
-            y = C.gather_from_tensor_region(pr, 1, group)
-            (y * upstream).sum().backward()
-            out[(group, "split on hidden", "replicated")] = (
-                err(y.detach(), torch.cat([pieces[m] for m in members], 1)), err(pr.grad, upstream.chunk(n, 1)[me]))
-            # replicated -> rows split (a 3D region's entry cut to z blocks, Gz > 1)
-            x = ints(2 * n, 3)
-            per_rank = [ints(2, 3) for _ in range(world)]
-            xr = x.clone().requires_grad_(True)
-            y = C.scatter_to_tensor_region(xr, 0, group)
-            (y * per_rank[rank]).sum().backward()
-            out[(group, "replicated", "rows split")] = (
-                err(y.detach(), x.chunk(n, 0)[me]), err(xr.grad, torch.cat([per_rank[m] for m in members], 0)))
-            # rows split -> replicated (a 3D region's exit all-gather over z)
-            pieces = [ints(2, 3) for _ in range(world)]
-            upstream = ints(2 * n, 3)
-            pr = pieces[rank].clone().requires_grad_(True)
-            y = C.gather_from_tensor_region(pr, 0, group)
-            (y * upstream).sum().backward()
-            out[(group, "rows split", "replicated")] = (
-                err(y.detach(), torch.cat([pieces[m] for m in members], 0)), err(pr.grad, upstream.chunk(n, 0)[me]))
+            # a 3D region's entry cut and exit all-gather: over y on the hidden dimension, and
+            # with Gz > 1 over z on the rows
+            for dim, split in ((1, "split on hidden"), (0, "rows split")):
+                whole = (2 * n, 4) if dim == 0 else (2, 4 * n)
+                # replicated -> split: own block / all-gather of the gradient
+                x = ints(*whole)
+                per_rank = [ints(2, 4) for _ in range(world)]
+                xr = x.clone().requires_grad_(True)
+                y = C.scatter_to_tensor_region(xr, dim, group)
+                (y * per_rank[rank]).sum().backward()
+                out[(group, "replicated", split)] = (
+                    err(y.detach(), x.chunk(n, dim)[me]), err(xr.grad, torch.cat([per_rank[m] for m in members], dim)))
+                # split -> replicated: all-gather / own block of the gradient
+                pieces = [ints(2, 4) for _ in range(world)]
+                upstream = ints(*whole)
+                pr = pieces[rank].clone().requires_grad_(True)
+                y = C.gather_from_tensor_region(pr, dim, group)
+                (y * upstream).sum().backward()
+                out[(group, split, "replicated")] = (
+                    err(y.detach(), torch.cat([pieces[m] for m in members], dim)),
+                    err(pr.grad, upstream.chunk(n, dim)[me]))
             # branches of uneven widths -> replicated concat (a D&SP concat join)
             widths = [1 + (m % 3) for m in members]
             pieces = [ints(2, w, 3) for w in widths]

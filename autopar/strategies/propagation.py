@@ -9,8 +9,12 @@ Megatron's f (``copy_to_tensor_region``) when their gradient would be a partial 
 node no rule covers gets its split inputs all-gathered first — a logged fallback that
 is correct and visible in the rank graph. Values reaching the output are gathered.
 
-The tensor-parallel rewrite (:mod:`autopar.strategies.megatron.rewrite`) subclasses it and
-handles the nodes a region strategy decides (column/row linears, embeddings, the loss).
+Every walk is :meth:`LayoutPropagator.run`; a subclass claims the nodes its strategy
+decides through :meth:`LayoutPropagator.rewrite`: Megatron's rewrite
+(:mod:`autopar.strategies.megatron.rewrite`: column/row linears, embeddings, the loss;
+AxoNN's 3D and Bian's cube subclass it), the cube's row walk and a mixed plan's rows over
+z (:mod:`autopar.strategies.tensor3d.rewrite`). A size another walk scaled back to its
+global meaning is kept right by each later walk (:meth:`LayoutPropagator._global_size`).
 """
 from __future__ import annotations
 
@@ -121,6 +125,30 @@ class LayoutPropagator:
         for arg in self._sharded_inputs(node):
             node.replace_input_with(arg, self._gather(arg, self.layout[arg], "the graph output"))
 
+    # ------------------------------------------------------------------ the walk over the graph (run)
+    def run(self) -> None:
+        """Every node in graph order: inputs and attributes replicated, the output's split
+        values gathered, a node :meth:`rewrite` takes rewritten by it, a node reading split
+        values carried by its op's rule (:meth:`propagate`, or the logged fallback)."""
+        for node in list(self.graph.nodes):
+            if node.op in ("placeholder", "get_attr"):
+                self.layout[node] = None
+            elif node.op == "output":
+                self._output(node)
+            elif self.rewrite(node):
+                pass
+            elif not self._sharded_inputs(node):
+                self.layout[node] = None
+            else:
+                try:
+                    self.layout[node] = self.propagate(node)
+                except (NoSplitRule, ValueError) as e:
+                    self._fallback(node, str(e))
+
+    def rewrite(self, node: fx.Node) -> bool:
+        """A subclass's own rewrite of ``node`` (setting its layout); False: not its node."""
+        return False
+
     # ------------------------------------------------------------------ region rewrites
     def propagate(self, node: fx.Node):
         """The layout of ``node``'s output given its inputs' (rewriting its arguments), or
@@ -191,13 +219,19 @@ class LayoutPropagator:
         return None
 
     def _global_size(self, node: fx.Node, layout: Shard) -> None:
-        """Another pass's global size of a value this pass splits too (a mixed plan's 3D
-        region, rows over z and features over x): one size of another dimension is right
-        as it stands."""
+        """Another pass's global size of a value this pass splits too: a size of a
+        dimension this pass does not split is right as it stands; when this pass splits
+        the rows (dim 0) of a value the other split on another dimension, the size counts
+        them with ``rows`` (Bian's cube: columns over x, then rows over y)."""
+        x, split_dim = node.args[:2]
+        ndim = len(tensor_spec(x).shape)
         dim = node.args[3] if len(node.args) > 3 else node.kwargs.get("dim")
-        if dim is None or normalize_dim(dim, len(tensor_spec(node.args[0]).shape)) == layout.dim:
-            raise NoSplitRule("a size of a value split twice")
-        return None
+        if dim is not None and normalize_dim(dim, ndim) != layout.dim:
+            return None
+        if layout.dim == 0 and normalize_dim(split_dim, ndim) != 0 and node.kwargs.get("rows", 1) == 1:
+            node.kwargs = {**node.kwargs, "rows": self.t}
+            return None
+        raise NoSplitRule("a size of a value split twice along one dimension")
 
     def _only_first_split(self, node: fx.Node, in_layout):
         others = [a for a in self._sharded_inputs(node) if a is not node.args[0]]

@@ -34,14 +34,13 @@ import torch.fx as fx
 from autopar.grid import Grid3D
 from autopar.ir import tensor_spec
 from autopar.analysis import ops
-from autopar.strategies.propagation import LayoutPropagator, NoSplitRule, TensorParallelError
+from autopar.strategies.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.sharding import Shard, normalize_dim
 from autopar.strategies.tensor3d.rewrite import _Rewriter3D
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS
 from autopar.runtime import collectives as C
 from autopar.runtime import rng
 from autopar.strategies.cube.collectives import cube_vector, linear_cube
-from autopar.runtime.shapes import global_size
 from autopar.strategies.tensor3d.runtime import Grid3DShard
 
 
@@ -195,29 +194,18 @@ class _Rows(LayoutPropagator):
         super().__init__(gm, degree, "y")
         self.plain, self.transposed = plain, transposed
 
-    def run(self) -> None:
-        for node in list(self.graph.nodes):
-            if node.op in ("placeholder", "get_attr"):
-                self.layout[node] = None
-            elif node.op == "output":
-                self._output(node)
-            elif node in self.plain:
-                self.layout[node] = Shard(0)                                # C_ilj: rows over y
-            elif node in self.transposed:
-                if self.layout.get(node.args[0]) != Shard(0):               # it reads A_ijl
-                    node.replace_input_with(node.args[0], self._scatter(self._replicated(node.args[0], node.name), 0))
-                self.layout[node] = None  # rows over x: the exit gathers' business
-            elif not self._sharded_inputs(node):
-                self.layout[node] = None
-            elif node.target in _REGION_COLLECTIVES or node.target in _DROPOUTS:
-                self.layout[node] = self._along_rows(node)
-            elif node.target is global_size:
-                self.layout[node] = self._global_size(node)
-            else:
-                try:
-                    self.layout[node] = self.propagate(node)
-                except (NoSplitRule, ValueError) as e:
-                    self._fallback(node, str(e))
+    def rewrite(self, node: fx.Node) -> bool:
+        if node in self.plain:
+            self.layout[node] = Shard(0)                                # C_ilj: rows over y
+        elif node in self.transposed:
+            if self.layout.get(node.args[0]) != Shard(0):               # it reads A_ijl
+                node.replace_input_with(node.args[0], self._scatter(self._replicated(node.args[0], node.name), 0))
+            self.layout[node] = None  # rows over x: the exit gathers' business
+        elif (node.target in _REGION_COLLECTIVES or node.target in _DROPOUTS) and self._sharded_inputs(node):
+            self.layout[node] = self._along_rows(node)
+        else:  # a global size the column walk made takes the rows too (LayoutPropagator._global_size)
+            return False
+        return True
 
     def _along_rows(self, node: fx.Node):
         """The x-group collectives and dropouts the column walk placed act on columns (or
@@ -230,11 +218,3 @@ class _Rows(LayoutPropagator):
                 return None
         return self._only_first_split(node, self.layout.get(node.args[0]))
 
-    def _global_size(self, node: fx.Node):
-        """A size the column walk scaled back to its global meaning: the rows too."""
-        x, split_dim, degree = node.args[:3]
-        dim = node.args[3] if len(node.args) > 3 else node.kwargs.get("dim")
-        ndim = len(tensor_spec(x).shape)
-        if dim is None or normalize_dim(dim, ndim) == 0:
-            node.kwargs = {**node.kwargs, "rows": self.t}
-        return None

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from autopar.ir import PARAM_SHARDS, regions, tensor_spec
 from autopar.analysis import ops
-from autopar.strategies.propagation import LayoutPropagator, NoSplitRule, TensorParallelError
+from autopar.strategies.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.sharding import Shard
 from autopar.runtime import collectives as C
 from autopar.runtime import rng
@@ -161,29 +161,20 @@ class _Rewriter(LayoutPropagator):
         raise TensorParallelError(f"node {name} named by a region is missing from the graph")
 
     # ------------------------------------------------------------------ graph helpers
-    def run(self) -> None:
-        for node in list(self.graph.nodes):
-            if node.op in ("placeholder", "get_attr"):
-                self.layout[node] = None
-            elif node.op == "output":
-                self._output(node)
-            elif node.name in self.columns:
-                self._rewrite_column(node)
-            elif node.name in self.rows:
-                self._rewrite_row(node)
-            elif node.name in self.embeddings:
-                self._rewrite_embedding(node)
-            elif ops.is_dropout(node, self.gm):
-                self._rewrite_dropout(node)
-            elif ops.is_cross_entropy(node, self.gm) and self._sharded_inputs(node):
-                self._rewrite_cross_entropy(node)
-            elif self._sharded_inputs(node):
-                try:
-                    self.layout[node] = self.propagate(node)
-                except (NoSplitRule, ValueError) as e:
-                    self._fallback(node, str(e))
-            else:
-                self.layout[node] = None
+    def rewrite(self, node: fx.Node) -> bool:
+        if node.name in self.columns:
+            self._rewrite_column(node)
+        elif node.name in self.rows:
+            self._rewrite_row(node)
+        elif node.name in self.embeddings:
+            self._rewrite_embedding(node)
+        elif ops.is_dropout(node, self.gm):
+            self._rewrite_dropout(node)
+        elif ops.is_cross_entropy(node, self.gm) and self._sharded_inputs(node):
+            self._rewrite_cross_entropy(node)
+        else:
+            return False
+        return True
 
     def _rewrite_column(self, node: fx.Node) -> None:
         match = ops.match_linear(node, self.gm)

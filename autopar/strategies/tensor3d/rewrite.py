@@ -41,7 +41,7 @@ import torch.fx as fx
 from autopar.grid import Grid3D
 from autopar.ir import regions as analysis_regions, tensor_spec
 from autopar.analysis import ops
-from autopar.strategies.propagation import LayoutPropagator, NoSplitRule, TensorParallelError
+from autopar.strategies.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.sharding import Shard
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS, _Rewriter
 from autopar.runtime import collectives as C
@@ -247,30 +247,30 @@ class _RowSplit(LayoutPropagator):
         self.linears = {name for r in found if r.id in chosen for name, _ in region_linears(r)}
 
     def run(self) -> None:
-        for node in list(self.graph.nodes):
-            if node.op in ("placeholder", "get_attr"):
-                self.layout[node] = None
-            elif node.op == "output":
-                self._output(node)
-            elif node.name in self.linears:
-                self._linear(node)
-            elif not self._sharded_inputs(node):
-                self.layout[node] = None
-            elif node.name in self.others or node.target in _COLLECTIVES:  # another region reads whole rows
-                for arg in self._sharded_inputs(node):
-                    node.replace_input_with(arg, self._gather(arg, self.layout[arg], node.name))
-                self.layout[node] = None
-            elif ops.is_dropout(node, self.gm) and node.name in self.inside:
-                # the 3D pass draws it (its stream sharded over x and z)
-                self.layout[node] = self._only_first_split(node, self.layout.get(node.args[0]))
-            else:
-                try:
-                    self.layout[node] = self.propagate(node)
-                except (NoSplitRule, ValueError) as e:
-                    self.quiet = node.name not in self.inside  # leaving the split rows outside regions is planned
-                    self._fallback(node, str(e))
-                    self.quiet = False
+        super().run()
         self.graph.lint()
+
+    def rewrite(self, node: fx.Node) -> bool:
+        if node.name in self.linears:
+            self._linear(node)
+        elif not self._sharded_inputs(node):
+            return False
+        elif node.name in self.others or node.target in _COLLECTIVES:  # another region reads whole rows
+            for arg in self._sharded_inputs(node):
+                node.replace_input_with(arg, self._gather(arg, self.layout[arg], node.name))
+            self.layout[node] = None
+        elif ops.is_dropout(node, self.gm) and node.name in self.inside:
+            # the 3D pass draws it (its stream sharded over x and z)
+            self.layout[node] = self._only_first_split(node, self.layout.get(node.args[0]))
+        else:
+            return False
+        return True
+
+    def _fallback(self, node: fx.Node, why: str) -> None:
+        """Leaving the split rows outside the regions is planned: logged only inside."""
+        self.quiet = node.name not in self.inside
+        super()._fallback(node, why)
+        self.quiet = False
 
     def _linear(self, node: fx.Node) -> None:
         """A 3D layer: its input's rows this rank's z block (cut here when they are not
