@@ -171,6 +171,13 @@ def _add_run_stats(pm, reference: torch.nn.Module, report: dict[str, Any]) -> No
     if pm.plan.grid is not None:
         report["tensor3d_stats"] = pm.tensor3d_stats
         report["recomputed"] = pm.rank_graph_code().count("= recompute_")
+    if pm.plan.zero or pm.plan.microbatches > 1:  # the memory levers (docs/memory.md)
+        report["held_params"] = sum(p.numel() for p in pm.parameters())
+        report["all_params"] = sum(p.numel() for p in reference.parameters())
+        report["zero_stats"] = pm.zero_stats
+        report["recomputed"] = pm.rank_graph_code().count("= recompute_")
+        if not pm.plan.pipeline:  # the rows of the training program: a microbatch's
+            report["program_rows"] = sorted({key[0][0][0][0] for key in pm.runner.programs if key[2]})
     if pm.plan.pipeline:
         report["recomputed"] = pm.rank_graph_code().count("= recompute_")
         report["executed"] = pm.pipeline_executor.executed
@@ -189,7 +196,8 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     runs the comparison in that dtype; ``{"hardware": "a100-selene"}`` plans for that machine;
     ``{"overlap": {...}}`` sets the 3D layers' overlap switches; ``{"recompute": True}``
     recomputes the split regions in backward (activation checkpointing); ``{"batch": 8}``
-    sets the language models' batch, ``{"layers": 4}`` their number of blocks."""
+    sets the language models' batch, ``{"layers": 4}`` their number of blocks, ``{"vocab": 63}``
+    their vocabulary, ``{"tied": False}`` the transformer's own LM head (with a bias)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from examples.factories import training_case
@@ -198,7 +206,8 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         model_name, strategy = case[0], case[1]
         options = case[2] if len(case) > 2 else {}
         dtype = getattr(torch, options["dtype"]) if "dtype" in options else None
-        factory, inputs, target, loss_fn = training_case(model_name, options.get("batch"), options.get("layers"))
+        factory, inputs, target, loss_fn = training_case(model_name, options.get("batch"), options.get("layers"),
+                                                         options.get("vocab"), options.get("tied", True))
         mesh = None
         if isinstance(strategy, tuple) and strategy[0] == "mesh":
             mesh = init_device_mesh("cpu", strategy[1], mesh_dim_names=("data", "tensor"))

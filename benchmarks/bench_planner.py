@@ -31,8 +31,9 @@ DEVICES = (8, 64, 512, 3072)
 
 
 def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batch: int = 1536,
-              hardware: str = "a100-selene") -> dict:
-    """Time one planning in this process: (capture, analysis, search) seconds, the plan."""
+              hardware: str = "a100-selene", vocab: int = 51200) -> dict:
+    """Time one planning in this process: (capture, analysis, search) seconds, the plan
+    (``vocab``: 50,257 is GPT-2's real vocabulary, which no tensor degree divides: padded)."""
     import resource
 
     from autopar.capture import capture
@@ -40,7 +41,7 @@ def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batc
     from autopar.cost.hardware import get_hardware
     from autopar.planner import PlanError, plan_graph
     from examples.factories import gpt_meta
-    model, inputs, loss, target = gpt_meta(layers, width, heads, batch)
+    model, inputs, loss, target = gpt_meta(layers, width, heads, batch, vocab=vocab)
     t0 = time.perf_counter()
     gm = capture(model, inputs, loss, target)
     t1 = time.perf_counter()
@@ -57,7 +58,12 @@ def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batc
         weighed = re.search(r"all (\d+) configurations", error)
         return {**row, "mesh": {}, "pipeline": {}, "recompute": False, "step_s": None, "infeasible": True,
                 "candidates": int(weighed.group(1)) if weighed else error.count("; ") + 1}
-    return {**row, "mesh": plan.mesh, "recompute": plan.recompute, "step_s": plan.step_s,
+    flops = megatron_flops(batch, 2048, layers, width, vocab) / world / plan.step_s
+    padded = [r.details for r in plan.regions if r.details.get("padded_vocab")]
+    return {**row, "mesh": plan.mesh, "recompute": plan.recompute, "step_s": plan.step_s, "vocab": vocab,
+            "predicted_tflops": flops / 1e12, "plan_tflops": plan.flops_per_device() / 1e12,
+            "padded_vocab": padded[0]["padded_vocab"] if padded else None,
+            "vocab_split": any(r.kind == "vocab" and r.strategy != "replicate" for r in plan.regions),
             "pipeline": {k: plan.pipeline[k] for k in ("schedule", "chunks", "microbatches")}
             if plan.pipeline else {}, "candidates": len(plan.candidates)}
 
@@ -132,13 +138,15 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="one repeat, no Table 1")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--vocab", type=int, default=51200,
+                        help="vocabulary of the GPT models (50257: GPT-2's, padded to the tensor degree)")
     parser.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         kind, *numbers = args.one
         numbers = [int(x) for x in numbers]
         if kind == "time":
-            print(json.dumps(plan_once(*numbers)))
+            print(json.dumps(plan_once(*numbers, vocab=args.vocab)))
         else:
             layers, gpus, h, heads, batch = numbers
             print(json.dumps(plan_once(layers, gpus, h, heads, batch)))

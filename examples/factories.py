@@ -38,13 +38,17 @@ def stem_trunk():
     return StemTrunk(), (torch.randn(8, 3, 4, 4),), F.cross_entropy, torch.randint(0, 5, (8,))
 
 
-def training_case(model_name: str, batch: int | None = None, layers: int | None = None):
+def training_case(model_name: str, batch: int | None = None, layers: int | None = None, vocab: int | None = None,
+                  tied: bool = True):
     """``(model factory, inputs, target, loss)`` of a named example, for training on ranks
     against a single-device copy (``autopar.testing``, ``examples/train.py``): the factory,
     not a model, so every rank builds its own from the same seed. ``batch``: the language
     models' batch (4 by default; Bian's cube on 8 ranks needs 8: z, then x and y, split it)
     and the MLP's (8 by default);
-    ``layers``: their number of blocks (2 by default; a pipeline of 4 stages needs 4)."""
+    ``layers``: their number of blocks (2 by default; a pipeline of 4 stages needs 4);
+    ``vocab``: the language models' vocabulary (64 by default; 63 divides by no tensor
+    degree: a padded vocabulary); ``tied=False``: the transformer's LM head has its own
+    weight and a bias."""
     generator = torch.Generator().manual_seed(1)
     if model_name == "inception":
         return Inception, (torch.randn(8, 3, 8, 8, generator=generator),), \
@@ -60,14 +64,16 @@ def training_case(model_name: str, batch: int | None = None, layers: int | None 
         x = torch.randn(batch or 8, 32, generator=generator)
         y = torch.randint(0, 8, (batch or 8,), generator=generator)
         return MLP, (x,), y, F.cross_entropy
-    ids = torch.randint(0, 64, (batch or 4, 16), generator=generator)
-    target = torch.randint(0, 64, (batch or 4, 16), generator=generator)
+    vocab = vocab or 64
+    ids = torch.randint(0, vocab, (batch or 4, 16), generator=generator)
+    target = torch.randint(0, vocab, (batch or 4, 16), generator=generator)
     if model_name == "transformer":
-        return (lambda: TinyTransformer(layers=layers or 2)), (ids,), target, lm_loss
+        return (lambda: TinyTransformer(vocab=vocab, layers=layers or 2, tied=tied, head_bias=not tied)), (ids,), \
+            target, lm_loss
     if model_name == "tower_trunk":
-        return (lambda: TowerTrunk(layers=layers or 2)), (ids,), target, lm_loss
+        return (lambda: TowerTrunk(vocab=vocab, layers=layers or 2)), (ids,), target, lm_loss
     if model_name == "gpt2":
-        return (lambda: _gpt2(layers=layers or 2)), (ids,), target, gpt2_loss
+        return (lambda: _gpt2(layers=layers or 2, vocab=vocab)), (ids,), target, gpt2_loss
     raise ValueError(f"unknown example model {model_name!r}")
 
 

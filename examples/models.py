@@ -67,14 +67,18 @@ class Block(nn.Module):
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, vocab: int = 64, width: int = 32, heads: int = 4, layers: int = 2, block: int = 16):
+    """``tied=False``: the LM head has its own weight (and a bias with ``head_bias``)."""
+
+    def __init__(self, vocab: int = 64, width: int = 32, heads: int = 4, layers: int = 2, block: int = 16,
+                 tied: bool = True, head_bias: bool = False):
         super().__init__()
         self.tok = nn.Embedding(vocab, width)
         self.pos = nn.Embedding(block, width)
         self.blocks = nn.ModuleList(Block(width, heads, block) for _ in range(layers))
         self.ln_f = nn.LayerNorm(width)
-        self.lm_head = nn.Linear(width, vocab, bias=False)
-        self.lm_head.weight = self.tok.weight  # tied, as in GPT-2
+        self.lm_head = nn.Linear(width, vocab, bias=head_bias)
+        if tied:
+            self.lm_head.weight = self.tok.weight  # tied, as in GPT-2
 
     def forward(self, idx):
         T = idx.size(1)

@@ -54,8 +54,23 @@ def explain(plan: "Plan") -> str:
     lines += _boundaries(plan)
     lines += _layouts(plan)
     lines += _kept_whole(plan)
+    lines += _padded(plan)
     lines += _weighed(plan)
     return "\n".join(lines)
+
+
+def _padded(plan: "Plan") -> list[str]:
+    """The split vocabularies the tensor degree does not divide, and their padding."""
+    padded = [r for r in plan.regions if r.details.get("padded_vocab")]
+    if not padded:
+        return []
+    lines = ["", "padded vocabularies (as Megatron-LM's --make-vocab-size-divisible-by: the last ranks' rows past "
+             "the vocabulary are zero padding, their logits left out of the softmax and the loss):"]
+    for r in padded:
+        d = r.details
+        lines.append(f"  {r.region}: vocab {d['vocab']} padded to {d['padded_vocab']} ({d['rows_per_rank']} rows "
+                     f"per rank)")
+    return lines
 
 
 def _single_family(plan: "Plan") -> list[str]:

@@ -32,15 +32,41 @@ GRADIENT_BUCKET_BYTES = 25 * 2**20
 
 
 def region_sizes(region) -> list[tuple[str, int]]:
-    """The sizes a tensor split of ``region`` must divide, named (heads, hidden width, vocabulary)."""
+    """The sizes a tensor split of ``region`` must divide, named (heads, hidden width).
+    A vocabulary need not divide: one the degree does not divide is padded
+    (:func:`padded_vocab`), so a vocab region has none."""
     d = region.details
     if region.kind == "attention":
         return [("attention heads", d["heads"]), ("key/value heads", d["kv_heads"])]
     if region.kind == "linear_chain":
         return [("hidden width", d["hidden"])]
-    if region.kind == "vocab":
-        return [("vocabulary size", d["vocab_size"])]
     return []
+
+
+def padded_vocab(region, tensor: int) -> int | None:
+    """The padded vocabulary of a vocab ``region`` split over ``tensor`` ranks when
+    ``tensor`` does not divide it (Megatron-LM's ``--make-vocab-size-divisible-by``:
+    ``ceil(V / t)`` rows per rank), None when it divides or the region is no vocabulary."""
+    if region.kind != "vocab" or tensor <= 1 or region.details["vocab_size"] % tensor == 0:
+        return None
+    vocab = region.details["vocab_size"]
+    return -(-vocab // tensor) * tensor
+
+
+def split_factor(region, tensor: int) -> float:
+    """How much more than ``1/tensor`` of its work and parameters each rank of a split
+    of ``region`` holds: ``V'/V`` for a padded vocabulary (its padded rows are computed
+    and stored), 1 otherwise."""
+    padded = padded_vocab(region, tensor)
+    return padded / region.details["vocab_size"] if padded is not None else 1.0
+
+
+def padding_details(region, tensor: int) -> dict:
+    """A split region's plan details about its padding (``{}`` when none): the vocabulary
+    and its padded size, which :meth:`~autopar.planning.plan.Plan.explain` reports."""
+    padded = padded_vocab(region, tensor)
+    return {} if padded is None else {"vocab": region.details["vocab_size"], "padded_vocab": padded,
+                                      "rows_per_rank": padded // tensor}
 
 
 def _boundary_bytes(gm: fx.GraphModule, region) -> float:

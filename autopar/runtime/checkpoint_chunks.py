@@ -95,16 +95,18 @@ class Placement:
 def placements(shape, strides, full_shape: tuple[int, ...], cut: Callable) -> list[Placement]:
     """The boxes held by a local tensor of ``shape`` and ``strides`` that is ``cut(full)``
     for a full tensor of ``full_shape``: the cut applied to ``arange(numel)`` says which
-    element of the full tensor each local element is."""
+    element of the full tensor each local element is (``-1``: padding, saved nowhere)."""
     numel = _numel(full_shape)
     index = cut(torch.arange(numel).view(full_shape))
     if tuple(index.shape) != tuple(shape):
         raise RuntimeError(f"the cut of a {list(full_shape)} tensor gives {list(index.shape)}, the local tensor is "
                            f"{list(shape)}; this is a bug")
     memory_of = torch.full((numel,), -1, dtype=torch.long)  # full index -> local storage offset
-    memory_of[index.reshape(-1)] = _element_offsets(shape, strides)
+    index, offsets = index.reshape(-1), _element_offsets(shape, strides)
+    real = index >= 0  # a padded cut (a padded vocabulary) fills its padding with -1: no element of the full tensor
+    memory_of[index[real]] = offsets[real]
     held = (memory_of >= 0).nonzero().flatten()
-    if held.numel() != index.numel():
+    if held.numel() != int(real.sum()):
         raise RuntimeError(f"a local part of a {list(full_shape)} tensor holds an element twice; this is a bug")
     full_strides = _contiguous_strides(full_shape)
     return [_placement(offsets, sizes, memory_of[_box_indices(offsets, sizes, full_strides)].view(sizes))

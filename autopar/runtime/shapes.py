@@ -9,11 +9,13 @@ from __future__ import annotations
 import torch
 
 
-def global_size(x: torch.Tensor, split_dim: int, degree: int, dim: int | None = None, rows: int = 1):
+def global_size(x: torch.Tensor, split_dim: int, degree: int, dim: int | None = None, rows: int = 1,
+                length: int | None = None):
     """``x.size()`` / ``x.size(dim)`` of the full tensor whose rank-local part is ``x``
-    (``rows``: the rows, dim 0, are split that many ways as well: Bian's cube)."""
+    (``rows``: the rows, dim 0, are split that many ways as well: Bian's cube;
+    ``length``: the split dimension's single-device length, when it is padded)."""
     sizes = list(x.shape)
-    sizes[split_dim] *= degree
+    sizes[split_dim] = length if length is not None else sizes[split_dim] * degree
     sizes[0] *= rows
     return torch.Size(sizes) if dim is None else sizes[dim]
 
@@ -27,3 +29,9 @@ def blocks_in_order(x: torch.Tensor, dim: int, degree: int, blocks: int) -> torc
     dim = dim % x.dim()
     pieces = x.unflatten(dim, (degree, blocks, x.size(dim) // (degree * blocks)))
     return pieces.transpose(dim, dim + 1).flatten(dim, dim + 2)
+
+
+def padded_part(size: int, degree: int) -> int:
+    """Each rank's length of a dimension of ``size`` padded to a multiple of ``degree``
+    (a padded vocabulary's rows: ``ceil(size / degree)``)."""
+    return -(-size // degree)

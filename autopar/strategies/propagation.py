@@ -19,7 +19,9 @@ global meaning is kept right by each later walk (:meth:`LayoutPropagator._global
 from __future__ import annotations
 
 import logging
+import math
 import operator
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -32,7 +34,7 @@ from autopar.analysis import ops
 from autopar.strategies.sharding import (Shard, map_permute, map_reshape, map_transpose, normalize_dim,
                                      operand_dim_for, scale_literal)
 from autopar.runtime import collectives as C
-from autopar.runtime.shapes import blocks_in_order, global_size
+from autopar.runtime.shapes import blocks_in_order, global_size, padded_part
 
 log = logging.getLogger("autopar.strategies.megatron.rewrite")
 
@@ -90,6 +92,8 @@ class LayoutPropagator:
     def _gather(self, value: fx.Node, layout: Shard, reason: str) -> fx.Node:
         def gather() -> fx.Node:
             gathered = self._call(C.gather_from_tensor_region, (value, layout.dim, self.group), after=value)
+            if layout.size is not None:  # a padded split: the single-device length, the padding dropped
+                return self._call(torch.narrow, (gathered, layout.dim, 0, layout.size), after=gathered)
             if layout.blocks == 1:
                 return gathered
             # the ranks' pieces arrive rank-major; a block split wants them block-major
@@ -159,6 +163,8 @@ class LayoutPropagator:
             return in_layout[node.args[1]]
         if isinstance(in_layout, tuple):
             raise NoSplitRule("indexing into a split multi-output value")
+        if any(getattr(self.layout[a], "size", None) is not None for a in self._sharded_inputs(node)):
+            return self._padded(node, in_layout)
         target, kind = node.target, node.op
         if (kind == "call_method" and target == "size") or (kind == "call_function" and target is getattr
                                                              and node.args[1] == "shape"):
@@ -205,6 +211,60 @@ class LayoutPropagator:
             return self._pointwise(node)
         raise NoSplitRule("no split rule for this op")
 
+    def _padded(self, node: fx.Node, layout: Shard):
+        """A padded split (a padded vocabulary's logits, :class:`Shard` ``size``) is carried
+        only by data movement that keeps its dimension whole and never reads across it:
+        size queries, identity ops, reshapes that keep the dimension with what lies
+        inside it, selects, slices and transposes of other dimensions. Any other op
+        (softmax, a reduction, arithmetic with other values) reads it gathered, the
+        padding dropped, so no padded column enters what the single-device program
+        computes; the vocab-parallel cross-entropy masks them itself
+        (:func:`autopar.runtime.collectives.vocab_parallel_cross_entropy`)."""
+        layout = self._only_first_split(node, layout)
+        target, kind = node.target, node.op
+        if (kind == "call_method" and target == "size") or (kind == "call_function" and target is getattr
+                                                             and node.args[1] == "shape"):
+            return self._size(node, layout)
+        if (kind == "call_method" and target in _IDENTITY_METHODS) or \
+                (kind == "call_function" and target in _IDENTITY_FUNCTIONS):
+            return layout
+        if ops.reshape_target(node) is not None or (kind == "call_method" and target in ("flatten", "squeeze",
+                                                                                          "unsqueeze")) \
+                or (kind == "call_function" and target in _SHAPE_ONLY):
+            return self._padded_reshape(node, layout)
+        if ops.is_select(node):
+            return self._select(node, layout)
+        if (kind == "call_method" and target in ("transpose", "permute", "t")) or \
+                (kind == "call_function" and target in ops.TRANSPOSE_FUNCTIONS):
+            return self._transpose(node, layout)
+        if (kind == "call_method" and target == "narrow") or (kind == "call_function" and target in _SLICE):
+            return self._slice(node, layout)
+        raise NoSplitRule(f"a padded vocabulary split (length {layout.size}) is read only gathered by this op")
+
+    def _padded_reshape(self, node: fx.Node, layout: Shard) -> Shard:
+        """A reshape of a padded split keeps it when the split dimension stays one
+        dimension with the same dimensions inside it (``[B, T, V] -> [B·T, V]``); a
+        literal length there becomes each rank's padded length."""
+        src, out = tensor_spec(node.args[0]).shape, tensor_spec(node).shape
+        inner = math.prod(src[layout.dim:])
+        o = next((o for o in range(len(out)) if out[o] == src[layout.dim] and math.prod(out[o:]) == inner), None)
+        if o is None:
+            raise NoSplitRule(f"reshape {list(src)} -> {list(out)} does not keep the padded split of dim "
+                              f"{layout.dim} whole")
+        shape = ops.reshape_target(node)
+        if shape is not None and len(shape) == len(out):
+            value = shape[o]
+            if isinstance(value, fx.Node):
+                with self.graph.inserting_before(node):
+                    value = self.graph.call_function(padded_part, (value, self.t))
+            elif value != -1:
+                if value != layout.size:
+                    raise NoSplitRule(f"a reshape to length {value} of the padded split of length {layout.size}")
+                value = layout.local_size(self.t)
+            shape[o] = value
+            self._set_shape_args(node, shape)
+        return Shard(o, 1, layout.size)
+
     def _size(self, node: fx.Node, layout: Shard) -> None:
         """A size read off a split tensor keeps its global meaning (see runtime.shapes)."""
         dim = node.args[1] if node.op == "call_method" and len(node.args) > 1 else node.kwargs.get("dim")
@@ -212,7 +272,8 @@ class LayoutPropagator:
         if dim is not None and normalize_dim(dim, ndim) != layout.dim:
             return None  # an unsplit dimension: the local size is the global one
         with self.graph.inserting_before(node):
-            new = self.graph.call_function(global_size, (node.args[0], layout.dim, self.t, dim))
+            new = self.graph.call_function(global_size, (node.args[0], layout.dim, self.t, dim),
+                                           {} if layout.size is None else {"length": layout.size})
         node.replace_all_uses_with(new)
         self.graph.erase_node(node)
         self.layout[new] = None
@@ -277,7 +338,7 @@ class LayoutPropagator:
         dim = normalize_dim(node.args[1] if len(node.args) > 1 else node.kwargs["dim"], ndim)
         if dim == layout.dim:
             raise NoSplitRule("an index into the split dimension")
-        return Shard(layout.dim - (1 if dim < layout.dim else 0), layout.blocks)
+        return replace(layout, dim=layout.dim - (1 if dim < layout.dim else 0))
 
     def _scale(self, node: fx.Node, value):
         if isinstance(value, fx.Node):  # a size computed in the graph (symbolic tracing)

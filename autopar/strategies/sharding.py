@@ -17,19 +17,32 @@ Example: ``view(x, [2, 16, -1, 16])`` with ``x: float32[2, 16, 64]`` split as
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 
 @dataclass(frozen=True)
 class Shard:
-    """Split along ``dim`` into ``tensor degree`` parts (per block when ``blocks > 1``)."""
+    """Split along ``dim`` into ``tensor degree`` parts (per block when ``blocks > 1``).
+
+    ``size``: a padded split (the logits of a padded vocabulary, see
+    :class:`~autopar.strategies.megatron.rewrite.ParamShard`): ``dim`` is ``size`` long
+    in the single-device program, each rank holds ``ceil(size / t)`` of it and the last
+    ranks' tails are padding. Only data movement that keeps the dimension whole carries
+    such a split (:meth:`~autopar.strategies.propagation.LayoutPropagator.propagate`);
+    its gather drops the padding."""
 
     dim: int
     blocks: int = 1
+    size: int | None = None
 
     def __str__(self) -> str:
-        return f"Shard({self.dim})" if self.blocks == 1 else f"Shard({self.dim}, blocks={self.blocks})"
+        text = f"Shard({self.dim}" + (f", blocks={self.blocks}" if self.blocks != 1 else "")
+        return text + (f", padded from {self.size})" if self.size is not None else ")")
+
+    def local_size(self, degree: int) -> int | None:
+        """A padded split's length on each rank (None: not padded)."""
+        return None if self.size is None else -(-self.size // degree)
 
 
 Layout = Any  # Shard | None (replicated) | tuple of layouts (multi-output nodes)
@@ -109,13 +122,13 @@ def map_reshape(in_shape: Sequence[int], out_shape: Sequence[int], shard: Shard,
 
 
 def map_permute(perm: Sequence[int], shard: Shard) -> Shard:
-    return Shard(list(perm).index(shard.dim), shard.blocks)
+    return replace(shard, dim=list(perm).index(shard.dim))
 
 
 def map_transpose(d0: int, d1: int, ndim: int, shard: Shard) -> Shard:
     d0, d1 = normalize_dim(d0, ndim), normalize_dim(d1, ndim)
     dim = d1 if shard.dim == d0 else d0 if shard.dim == d1 else shard.dim
-    return Shard(dim, shard.blocks)
+    return replace(shard, dim=dim)
 
 
 def broadcast_dim(shard: Shard, out_ndim: int, in_ndim: int) -> int:

@@ -33,7 +33,8 @@ import logging
 
 from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
-from autopar.planning.model import ModelFacts, exposed_data_comm, region_sizes
+from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab, padding_details, region_sizes,
+                                    split_factor)
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.analysis.manager import pass_disabled
@@ -56,7 +57,8 @@ def _find_rule_gaps(model: ModelFacts) -> dict[str, str]:
     by_degree: dict[int, list[str]] = {}
     for r in model.regions:
         sizes = [size for _, size in region_sizes(r)]
-        degree = next((k for k in range(2, max(sizes, default=1) + 1) if all(s % k == 0 for s in sizes)), 0)
+        # (a region with no size to divide, a vocabulary, splits at any degree: padded)
+        degree = next((k for k in range(2, max(sizes, default=2) + 1) if all(s % k == 0 for s in sizes)), 0)
         if degree:
             by_degree.setdefault(degree, []).append(r.id)
     gaps: dict[str, str] = {}
@@ -88,9 +90,11 @@ def check_forced_sizes(model: ModelFacts, data: int, tensor: int) -> None:
 def split_cost(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, recompute: bool = False) -> Cost:
     """Region ``r`` split Megatron-style over ``tensor`` ranks on its ``B/data`` rows: its
     compute over ``data·tensor`` and g's forward and f's backward all-reduce of its
-    boundary activation (megatron §2.3, axonn eq 3; 3 of them recomputing, §3.5)."""
+    boundary activation (megatron §2.3, axonn eq 3; 3 of them recomputing, §3.5). A
+    padded vocabulary computes its ``V'/t`` rows per rank (:func:`split_factor`)."""
     comm = 2 * cm.all_reduce_time(tensor, model.boundary[r.id] / data, hw) * (1.5 if recompute else 1)
-    return Cost(model.seconds(r.nodes, hw, 1 / (data * tensor), recompute), {"tensor": comm}, 0.0)
+    scale = split_factor(r, tensor) / (data * tensor)
+    return Cost(model.seconds(r.nodes, hw, scale, recompute), {"tensor": comm}, 0.0)
 
 
 def _choose(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, force_split: bool,
@@ -117,7 +121,10 @@ def _choose(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, force_sp
     else:
         chosen = min(sorted(seconds), key=seconds.__getitem__)
         reason = "cheapest predicted step time"
-    return RegionChoice(r.id, r.kind, chosen, options[chosen], seconds, reason)
+    if chosen == "megatron" and padded_vocab(r, tensor):
+        reason += f"; vocab {r.details['vocab_size']} padded to {padded_vocab(r, tensor)}"
+    return RegionChoice(r.id, r.kind, chosen, options[chosen], seconds, reason,
+                        padding_details(r, tensor) if chosen == "megatron" else {})
 
 
 def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_split: bool,
@@ -134,10 +141,11 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
         in_region.update(r.nodes)
         choice = _choose(model, hw, r, data, tensor, force_split, keep_whole, recompute)
         split = choice.strategy == "megatron"
-        params = model.region_param_elems(r.id)
+        pad = split_factor(r, tensor) if split else 1  # a padded vocabulary's rows are held and computed
+        params = model.region_param_elems(r.id) * pad
         if split:
             split_param_elems += params
-        act = model.activation_bytes(r.nodes, 1 / data / (tensor if split else 1))
+        act = model.activation_bytes(r.nodes, pad / data / (tensor if split else 1))
         activations += act
         choice.cost.memory_bytes = cm.training_memory(params / tensor if split else params, act)
         compute += choice.cost.compute_s
@@ -147,7 +155,8 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
     outside_compute = model.seconds(outside, hw, 1 / data)
     compute += outside_compute
     total_params = sum(p.numel() for p in model.params.values())
-    local_params = total_params - split_param_elems + split_param_elems / tensor
+    unpadded = sum(model.region_param_elems(c.region) for c in choices if c.strategy == "megatron")
+    local_params = total_params - unpadded + split_param_elems / tensor
     outside_act = model.activation_bytes(outside, 1 / data)
     activations += outside_act
     exposed = exposed_data_comm(data, tensor, local_params * 4, compute, hw)

@@ -48,23 +48,57 @@ aten = torch.ops.aten
 
 @dataclass(frozen=True)
 class ParamShard:
-    """Parameter split along ``dim`` over the ``group`` mesh dimension, per block."""
+    """Parameter split along ``dim`` over the ``group`` mesh dimension, per block.
+
+    ``padded_to``: a vocabulary the degree does not divide (Megatron-LM's
+    ``--make-vocab-size-divisible-by``): ``dim`` is padded at its end to this length, a
+    multiple of the degree, before it is cut, so every rank holds ``padded_to / t`` rows,
+    rank ``r`` rows ``[r·V', (r+1)·V')`` of the padded table; the last ranks' tails are
+    the padding (zeros; ``-1`` when cutting an integer tensor, so that a checkpoint's
+    index arithmetic, :mod:`autopar.runtime.checkpoint_chunks`, sees them held by no
+    element). The padding never leaves the rank: :meth:`gather` drops it, so state
+    dicts, gradients, norms and checkpoints see the original ``V`` rows. It gets no
+    gradient (no id looks it up, the loss masks its logits), so it stays zero."""
 
     dim: int
     blocks: int = 1
     group: str = "tensor"
+    padded_to: int | None = None
 
     # the cut of :class:`autopar.layout.ParamLayout`
     def local(self, full: torch.Tensor, seat) -> torch.Tensor:
         """Rank's part of ``full``: part ``r`` of every block over the group (a view when possible)."""
-        return local_shard(full, self, seat.size(self.group), seat.coords.get(self.group, 0))
+        return local_shard(self.pad(full), self, seat.size(self.group), seat.coords.get(self.group, 0))
 
     def gather(self, local: torch.Tensor, seat, full_shape) -> torch.Tensor:
-        """The full tensor, all-gathered over the group (a collective)."""
-        return gather_full(local, self, seat.size(self.group))
+        """The full tensor, all-gathered over the group (a collective); a padded one
+        loses its padding."""
+        full = gather_full(local, self, seat.size(self.group))
+        if self.padded_to is not None:
+            full = full.narrow(self.dim, 0, full_shape[self.dim]).contiguous()
+        return full
+
+    def pad(self, full: torch.Tensor) -> torch.Tensor:
+        """``full`` with its ``dim`` padded to ``padded_to`` (itself when not padded)."""
+        if self.padded_to is None or full.shape[self.dim] == self.padded_to:
+            return full
+        if full.shape[self.dim] > self.padded_to:
+            raise ValueError(f"a {list(full.shape)} tensor is longer along dim {self.dim} than its padded length "
+                             f"{self.padded_to}")
+        shape = list(full.shape)
+        shape[self.dim] = self.padded_to - full.shape[self.dim]
+        fill = 0 if full.is_floating_point() or full.is_complex() else -1
+        return torch.cat([full, full.new_full(shape, fill)], self.dim)
 
     def norm_groups(self) -> tuple[str, ...]:
         return (self.group,)
+
+
+def padded_vocab(vocab: int, degree: int) -> int:
+    """The vocabulary ``vocab`` padded to a multiple of ``degree`` (itself when it divides):
+    Megatron-LM's ``_vocab_size_with_padding`` with ``make_vocab_size_divisible_by = 1``,
+    the least padding that lets every rank hold the same number of rows."""
+    return -(-vocab // degree) * degree
 
 
 def tensor_parallel_pass(gm: fx.GraphModule, *, megatron_regions: list[str], degree: int, rank: int,
@@ -101,6 +135,7 @@ class _Rewriter(LayoutPropagator):
         self.rank = rank
         self.shards: dict[str, ParamShard] = {}
         self.columns: dict[str, int] = {}      # node name -> blocks
+        self.padded: dict[str, int] = {}       # column node name -> its vocabulary, when padded
         self.rows: set[str] = set()
         self.embeddings: dict[str, int] = {}   # node name -> vocab size
         known = {r.id: r for r in regions(gm)}
@@ -118,12 +153,19 @@ class _Rewriter(LayoutPropagator):
                 f"region {region.id}: {what} = {size} is not divisible by the tensor degree {self.t}; "
                 f"choose a tensor degree that divides it, or let the planner choose (strategy='auto')")
 
-    def _column(self, node_name: str, blocks: int = 1) -> None:
+    def _column(self, node_name: str, blocks: int = 1, vocab: int | None = None) -> None:
+        """A column linear; ``vocab``: an LM head over a vocabulary the degree does not
+        divide, padded (its weight and bias cut with ``padded_to``, its logits a padded
+        :class:`Shard`)."""
         match = ops.match_linear(self._node(node_name), self.gm)
         self.columns[node_name] = blocks
-        self.shards[match.weight] = ParamShard(match.out_dim_of_weight, blocks, self.group)
+        padded_to = None
+        if vocab is not None:
+            self.padded[node_name] = vocab
+            padded_to = padded_vocab(vocab, self.t)
+        self.shards[match.weight] = ParamShard(match.out_dim_of_weight, blocks, self.group, padded_to)
         if match.bias:
-            self.shards[match.bias] = ParamShard(0, blocks, self.group)
+            self.shards[match.bias] = ParamShard(0, blocks, self.group, padded_to)
 
     def _row(self, node_name: str) -> None:
         match = ops.match_linear(self._node(node_name), self.gm)
@@ -144,12 +186,18 @@ class _Rewriter(LayoutPropagator):
                 self._column(name, d["qkv_blocks"])
             self._row(d["out_proj"])
         elif region.kind == "vocab":
-            self._check(region, "vocabulary size", d["vocab_size"])
+            # a vocabulary the degree does not divide is padded (Megatron-LM's
+            # --make-vocab-size-divisible-by): each rank holds ceil(V/t) rows
+            vocab = d["vocab_size"]
+            padded = vocab % self.t != 0
+            if padded:
+                log.debug("region %s: vocabulary %d padded to %d (%d rows per rank of %d)", region.id, vocab,
+                         padded_vocab(vocab, self.t), padded_vocab(vocab, self.t) // self.t, self.t)
             for name in d["embeddings"]:
-                self.embeddings[name] = d["vocab_size"]
-            self.shards[d["weight"]] = ParamShard(0, 1, self.group)
+                self.embeddings[name] = vocab
+            self.shards[d["weight"]] = ParamShard(0, 1, self.group, padded_vocab(vocab, self.t) if padded else None)
             if d["head"]:
-                self._column(d["head"])
+                self._column(d["head"], vocab=vocab if padded else None)
         else:
             raise TensorParallelError(f"region {region.id}: Megatron tensor parallelism does not apply to "
                                       f"{region.kind} regions")
@@ -181,7 +229,7 @@ class _Rewriter(LayoutPropagator):
         x = self._replicated(match.input, node.name)
         node.replace_input_with(match.input, self._copy_to(x))
         spec = tensor_spec(node)
-        self.layout[node] = Shard(len(spec.shape) - 1, self.columns[node.name])
+        self.layout[node] = Shard(len(spec.shape) - 1, self.columns[node.name], self.padded.get(node.name))
 
     def _rewrite_row(self, node: fx.Node) -> None:
         match = ops.match_linear(node, self.gm)
@@ -214,7 +262,7 @@ class _Rewriter(LayoutPropagator):
     def _rewrite_embedding(self, node: fx.Node) -> None:
         ids, weight_name = ops.is_embedding(node, self.gm)
         vocab = self.embeddings[node.name]
-        local = vocab // self.t
+        local = padded_vocab(vocab, self.t) // self.t  # rows per rank (the last ranks' tails padding)
         padding_idx = None
         if node.op == "call_module":
             padding_idx = self.gm.get_submodule(node.target).padding_idx
@@ -277,10 +325,13 @@ class _Rewriter(LayoutPropagator):
         if not usable:
             self._fallback(node, "cross-entropy form without a vocab-parallel rule")
             return
+        local = layout.local_size(self.t) or spec.shape[1] // self.t
         with self.graph.inserting_before(node):
+            # a padded vocabulary's columns past ``vocab_size`` are left out of the softmax
             loss = self.graph.call_function(
                 C.vocab_parallel_cross_entropy,
-                (logits, target, self.rank * (spec.shape[1] // self.t), self.group, ignore_index, reduction))
+                (logits, target, self.rank * local, self.group, ignore_index, reduction),
+                {} if layout.size is None else {"vocab_size": layout.size})
         loss.meta.update(node.meta)
         node.replace_all_uses_with(loss)
         self.graph.erase_node(node)

@@ -50,7 +50,8 @@ from autopar.cost import model as cm
 from autopar.grid import Grid3D
 from autopar.analysis.ops import is_dropout, match_linear
 from autopar.ir import tensor_spec
-from autopar.planning.model import ModelFacts, exposed_data_comm, region_sizes
+from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab, padding_details, region_sizes,
+                                    split_factor)
 from autopar.planning.plan import Cost, Plan, RegionChoice, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.data.planner import batch_norms
@@ -157,9 +158,12 @@ class MixedPricer:
         # forced onto a grid, a region the grid cannot split (a vocabulary) may still take Megatron
         divisible = all(size % t == 0 for _, size in region_sizes(r)) and r.id not in self.gaps
         if divisible and (not self.grid_only or r.kind not in SPLIT_KINDS):
-            out["megatron"] = Option(split_cost(model, hw, r, data, t), params / t,
-                                     model.activation_bytes(r.nodes, 1 / (data * t)),
-                                     reason=f"Megatron over tensor={t}")
+            pad = split_factor(r, t)  # a padded vocabulary's V'/t rows per rank
+            out["megatron"] = Option(split_cost(model, hw, r, data, t), params / t * pad,
+                                     model.activation_bytes(r.nodes, pad / (data * t)), padding_details(r, t),
+                                     reason=f"Megatron over tensor={t}" + (
+                                         f"; vocab {r.details['vocab_size']} padded to {padded_vocab(r, t)}"
+                                         if padded_vocab(r, t) else ""))
         g = self.grid
         if g is not None and r.kind in SPLIT_KINDS and self.rows_blocker(r) is None:
             priced = self.pricer.region(r)

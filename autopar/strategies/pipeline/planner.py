@@ -37,7 +37,7 @@ from autopar.analysis.fork_join import node_flops
 from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE, tensor_spec
-from autopar.planning.model import ModelFacts, region_sizes
+from autopar.planning.model import ModelFacts, region_sizes, split_factor
 from autopar.planning.plan import Cost, Plan, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.data.planner import batch_norms, check_batch_norms
@@ -101,17 +101,18 @@ class PipelineShape:
         self.outside_all = tuple(n for n in part.stage_of if n not in in_region)
         self.groups = [list(g.values()) for g in groups]
         # parameters grouped by (stages reading them, the split sizes of their region if it
-        # can be split): what a rank holds is a sum over a few groups
+        # can be split, None if not; its vocabulary, which is padded where t does not divide
+        # it): what a rank holds is a sum over a few groups
         params: dict[tuple, float] = {}
-        sizes_of = {r.id: tuple(region_sizes(r)) for r in model.regions}
+        split_of = {r.id: (tuple(region_sizes(r)), r.details.get("vocab_size") if r.kind == "vocab" else None)
+                    for r in model.regions if r.id not in self.keep_whole}
         for pname, where in self.param_stages.items():
             if pname not in model.params:
                 continue
             rid = model.param_region.get(pname)
-            sizes = sizes_of[rid] if rid is not None and rid not in self.keep_whole else ()
-            key = (tuple(sorted(where)), sizes)
+            key = (tuple(sorted(where)), *split_of.get(rid, (None, None)))
             params[key] = params.get(key, 0.0) + model.params[pname].numel()
-        self.params = [(where, sizes, elems) for (where, sizes), elems in params.items()]
+        self.params = [(where, sizes, vocab, elems) for (where, sizes, vocab), elems in params.items()]
         table = model.table
         self.carried = [float(sum(tensor_spec(table[v]).nbytes for v in values if tensor_spec(table[v]) is not None))
                         for values in boundary_values(model.gm, part)]
@@ -292,8 +293,9 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
                 all(size % tensor == 0 for _, size in region_sizes(rep))
             if divisible:
                 comm = 2 * cm.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw) * (1.5 if recompute else 1)
-                seconds = model.seconds(rep.nodes, hw, 1 / (scale * tensor), recompute) + comm
-                act = model.activation_bytes(rep.nodes, 1 / scale / tensor)
+                pad = split_factor(rep, tensor)  # a padded vocabulary's rows
+                seconds = model.seconds(rep.nodes, hw, pad / (scale * tensor), recompute) + comm
+                act = model.activation_bytes(rep.nodes, pad / scale / tensor)
                 stage_comm[s] += comm * count
             else:
                 seconds = model.seconds(rep.nodes, hw, 1 / scale, recompute)
@@ -306,7 +308,7 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
         divisible = tensor > 1 and r.id not in shape.keep_whole and \
             all(size % tensor == 0 for _, size in region_sizes(r))
         # Megatron's vocab split: each end its nodes over t, the region's all-reduces shared by its ends
-        k = tensor if divisible else 1
+        k = tensor / split_factor(r, tensor) if divisible else 1  # a padded vocabulary: V'/t rows per rank
         comm = split_cost(model, hw, r, scale, tensor).total_comm_s if divisible else 0.0
         for s, c, m, a in pp.spread_over_ends(model, hw, parts, model.seconds(r.nodes, hw, 1 / (scale * k)), comm,
                                               model.activation_bytes(r.nodes, 1 / (scale * k))):
@@ -321,9 +323,9 @@ def _rank_params(shape: PipelineShape, p: int, tensor: int) -> tuple[list[float]
     elements of the tied ones (read on several ranks)."""
     rank_params = [0.0] * p
     tied_elems = 0.0
-    for where, sizes, elems in shape.params:
-        if sizes and tensor > 1 and all(size % tensor == 0 for _, size in sizes):
-            elems = elems / tensor
+    for where, sizes, vocab, elems in shape.params:
+        if sizes is not None and tensor > 1 and all(size % tensor == 0 for _, size in sizes):
+            elems = elems / tensor * (-(-vocab // tensor) * tensor / vocab if vocab else 1)  # a padded vocabulary
         ranks = {s % p for s in where}
         for r in ranks:
             rank_params[r] += elems
