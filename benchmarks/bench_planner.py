@@ -1,6 +1,7 @@
 """The planner at scale: planning time and memory, and a sanity check against Megatron.
 
-    python benchmarks/bench_planner.py [--quick] [--repeats 3] [--json out.json]
+    python benchmarks/bench_planner.py [--quick] [--repeats 3] [--json out.json] [--vocab 50257]
+    python benchmarks/bench_planner.py --one time 96 3072 --vocab 50257   # one GPT-3 175B planning, JSON
 
 1. **Planning time** (capture on the meta device + analysis + search) of GPT-style models
    (``examples.factories.gpt_meta``) of 12, 24, 48 and 96 layers at GPT-3 175B's width
@@ -68,8 +69,9 @@ def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batc
             if plan.pipeline else {}, "candidates": len(plan.candidates)}
 
 
-def _in_subprocess(*args) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--one", *map(str, args)], capture_output=True, text=True,
+def _in_subprocess(*args, vocab: int = 51200) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--one", *map(str, args), "--vocab", str(vocab)],
+                         capture_output=True, text=True,
                          cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": REPO_ROOT}, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -83,12 +85,12 @@ def _baseline_rss() -> float:
     return float(out.stdout.strip())
 
 
-def planning_time(repeats: int, layers=LAYERS, devices=DEVICES) -> list[dict]:
+def planning_time(repeats: int, layers=LAYERS, devices=DEVICES, vocab: int = 51200) -> list[dict]:
     rows = []
     base = _baseline_rss()
     for world in devices:
         for n in layers:
-            runs = [_in_subprocess("time", n, world) for _ in range(repeats)]
+            runs = [_in_subprocess("time", n, world, vocab=vocab) for _ in range(repeats)]
             row = {k: statistics.median(r[k] for r in runs) for k in
                    ("capture_s", "analysis_s", "search_s", "total_s", "peak_rss_mib")}
             row.update(layers=n, world=world, mesh=runs[0]["mesh"], pipeline=runs[0]["pipeline"],
@@ -152,7 +154,7 @@ def main(argv=None) -> int:
             print(json.dumps(plan_once(layers, gpus, h, heads, batch)))
         return 0
     print("planning time, GPT-style models at h=12288 on a100-selene clusters:")
-    result = {"planning": planning_time(1 if args.quick else args.repeats)}
+    result = {"planning": planning_time(1 if args.quick else args.repeats, vocab=args.vocab)}
     if not args.quick:
         print("Megatron Table 1 on the a100-selene preset:")
         result["selene"] = selene_table()

@@ -20,7 +20,9 @@ the memory per rank (16 bytes per parameter plus the activations kept for backwa
 communication, every region the degree divides is split (a tensor group that splits
 nothing only repeats work); regions holding an op no split rule covers stay whole
 (:func:`rule_gaps`). A forced ``{"data": d, "tensor": t}`` splits every region Megatron
-can split and checks the sizes first (:func:`check_forced_sizes`).
+can split and checks the sizes first (:func:`check_forced_sizes`). A vocabulary ``t``
+does not divide is split padded, priced at ``ceil(V/t)`` rows per rank
+(:func:`autopar.planning.model.split_factor`); its row of the plan says so.
 
 :func:`price_mesh` is shared: pure data parallelism is its ``tensor = 1``
 (:mod:`autopar.strategies.data.planner`), D&SP prices its common layers with it, and a

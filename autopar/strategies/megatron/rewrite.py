@@ -11,7 +11,12 @@ every region planned as ``megatron`` it
   bias is added once, after the reduction;
 * turns token-embedding lookups into ``vocab_parallel_embedding``, the LM head into a
   column linear over the vocabulary and cross-entropy on vocab-split logits into
-  ``vocab_parallel_cross_entropy``;
+  ``vocab_parallel_cross_entropy``; a vocabulary ``V`` the degree ``t`` does not divide
+  is padded (Megatron-LM's ``--make-vocab-size-divisible-by``, :func:`padded_vocab`):
+  every rank holds ``ceil(V/t)`` rows (:class:`ParamShard` ``padded_to``, the last ranks'
+  tails zero), the logits are a padded :class:`~autopar.strategies.sharding.Shard`
+  (``size=V``) gathered without the padding, and the cross-entropy gets
+  ``vocab_size=V`` so the padded columns stay out of the softmax;
 
 and carries the resulting layouts through every other node with
 :class:`~autopar.strategies.propagation.LayoutPropagator` (rewriting views that bake
