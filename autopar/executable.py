@@ -40,6 +40,16 @@ def local_batch(data: int, index: int, inputs: tuple, target: Any):
     return tuple(take(x) for x in inputs), (take(target) if target is not None else None)
 
 
+def microbatches(values: tuple, m: int, batch: int) -> list[tuple]:
+    """``values`` split into ``m`` along the batch (tensors whose first dimension is it;
+    others, and None, repeated in each)."""
+    def take(x, i):
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == batch:
+            return x.chunk(m, 0)[i]
+        return x
+    return [tuple(take(x, i) for x in values) for i in range(m)]
+
+
 def rank_graph_code(gm: fx.GraphModule, plan_: Plan, rank: int) -> str:
     coords = ", ".join(f"{k}={v}" for k, v in plan_.rank_coordinates(rank).items() if k in plan_.mesh)
     if plan_.subgrids > 1:

@@ -29,7 +29,10 @@ one :class:`Placement`) it says:
 * ``bucket``: the :class:`Bucket` its gradient is reduced in (None: not reduced here);
 * ``norm_groups``: the groups its gradient's norm is summed over;
 * ``tied``: the group its gradient is summed over after the step (a weight several
-  pipeline stages read, as Megatron's embedding group).
+  pipeline stages read, as Megatron's embedding group);
+* ``zero``: under ZeRO (:mod:`autopar.strategies.data.zero`), the rows of the cut part
+  this data rank holds (a ``RowShard``): what the rank's module tree, the optimizer and
+  the checkpoints see; ``local_part`` and ``gather`` apply it after ``cut``.
 """
 from __future__ import annotations
 
@@ -81,6 +84,7 @@ class Bucket:
     divisor: int | None = None
     hooks: bool = True
     order: int = 2
+    zero: int = 0  # ZeRO's stage: the gradients go to the parameters' row shards (strategies/data/zero.py)
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,7 @@ class Placement:
     bucket: Bucket | None = None
     norm_groups: tuple[str, ...] = ()
     tied: str | None = None
+    zero: Any = None  # ZeRO's row shard of the cut part over the data group (strategies/data/zero.py)
 
 
 @dataclass
@@ -140,7 +145,7 @@ class ParamLayout:
             where = "not held" if not p.held else ("home" if self.at_home(p) else
                                                    f"{'current' if self.current(p) else 'stale'} copy of {home}")
             bucket = f"bucket {p.bucket.group}" if p.bucket else "no bucket"
-            cut = "whole" if p.cut is None else f"cut {p.cut}"
+            cut = ("whole" if p.cut is None else f"cut {p.cut}") + (f", {p.zero}" if p.zero is not None else "")
             lines.append(f"{p.names[0]}: {list(p.full_shape)} {cut}; {where}; {bucket}; "
                          f"norm over {p.norm_groups or '-'}" + (f"; tied over {p.tied}" if p.tied else ""))
         return "\n".join(lines)
@@ -150,9 +155,10 @@ class ParamLayout:
         """This rank's part of the full tensor ``full`` of parameter ``name`` (the whole
         tensor when it is not cut)."""
         placement = self.placements.get(name)
-        if placement is None or placement.cut is None:
+        if placement is None:
             return full
-        return placement.cut.local(full, self.seat)
+        part = full if placement.cut is None else placement.cut.local(full, self.seat)
+        return part if placement.zero is None else placement.zero.local(part)
 
     def gather(self, name: str, local: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor | None:
         """The full value of parameter ``name`` (or of a tensor laid out as it: a
@@ -172,6 +178,8 @@ class ParamLayout:
         at = [all(self.seat.coords.get(g, 0) == i for _, g, i in homes[k:]) for k in range(len(homes) + 1)]
         if self.at_home(placement):
             value = (local if local is not None else torch.zeros_like(like)).detach()
+            if placement.zero is not None:  # the data ranks' row shards, then the cut's parts
+                value = placement.zero.gather(value, self.cut_shape(placement))
             value = placement.cut.gather(value, self.seat, placement.full_shape) if placement.cut else value.clone()
         for k, (group, _, index) in enumerate(homes):
             if not at[k + 1]:
@@ -182,6 +190,13 @@ class ParamLayout:
                 value = value.to(like.dtype).contiguous()
             dist.broadcast(value, group=group, group_src=index)
         return value
+
+
+    def cut_shape(self, placement: Placement) -> tuple[int, ...]:
+        """The shape of this rank's cut part of a parameter (before ZeRO's row shard)."""
+        if placement.cut is None:
+            return placement.full_shape
+        return tuple(placement.cut.local(torch.empty(placement.full_shape, device="meta"), self.seat).shape)
 
 
 def group_buckets(layout: ParamLayout, params: Iterable[tuple[str, torch.nn.Parameter]]

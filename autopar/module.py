@@ -29,6 +29,7 @@ from autopar.runtime import groups as G
 from autopar.runtime import health
 from autopar.runtime import rng
 from autopar.runtime.grad_sync import GradientBuckets
+from autopar.strategies.data.zero import ZeroState
 from autopar.strategies.pipeline.program import PipelineRunner
 from autopar.strategies.placement import build_layout, dropout_coordinates, dropout_shards, layout_name
 from autopar.strategies.tensor3d import runtime as T3
@@ -59,31 +60,49 @@ class ParallelModule(nn.Module):
         layout = build_layout(plan_, rank, self.root, shards, holders=holders,
                               deferred_reduce_scatter=runtime.overlap.reduce_scatter)
         self.layout: ParamLayout = layout
-        self._install()
+        parts = self._install()
+        zero = ZeroState(layout, self.root) if plan_.zero else None  # over the installed shards
+        if zero is not None:
+            zero.init_full(parts)
+        # the parameters each bucket reduces: ZeRO-1/2's full parameters (their gradients
+        # go to the shards), every other one as the module tree holds it
+        full = zero.persistent_params() if zero is not None else {}
+        named = [(layout_name(n), full.get(self._first_name(n), p))
+                 for n, p in self.root.named_parameters(remove_duplicate=False)]
         with G.use_groups(group_map):
-            buckets = {spec: GradientBuckets(params, spec.group, divisor=spec.divisor, hooks=spec.hooks)
-                       for spec, params in group_buckets(layout, ((layout_name(n), p) for n, p in
-                                                                     self.root.named_parameters(remove_duplicate=False)))}
+            buckets = {spec: GradientBuckets(params, spec.group, divisor=spec.divisor, hooks=spec.hooks,
+                                             zero=spec.zero, shards=zero.bucket_shards() if spec.zero else None)
+                       for spec, params in group_buckets(layout, named)}
         states = rng.RandomStates(seed, *dropout_coordinates(plan_, rank), dropout_shards(plan_, rank))
         self._state = RankState(plan_, rank, self.root, layout, group_map, states, runtime, buckets, model,
-                                loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards))
+                                loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards), zero)
         self.runner = PipelineRunner(self._state, model) if plan_.pipeline else ProgramRunner(self._state)
 
-    def _install(self) -> None:
+    def _first_name(self, root_name: str) -> str:
+        placement = self.layout.get(layout_name(root_name))
+        return placement.names[0] if placement is not None else layout_name(root_name)
+
+    def _install(self) -> dict[str, torch.Tensor]:
         """Replace each parameter of ``self.root`` by what this rank holds of it: its part
-        of a cut one, an empty tensor where it holds none (another pipeline stage's)."""
+        of a cut one (under ZeRO, its rows of that part), an empty tensor where it holds
+        none (another pipeline stage's). Returns the cut parts of the ZeRO-sharded ones."""
         owners = _parameter_owners(self.root)
+        parts = {}
         for name, full in list(self.root.named_parameters()):
             placement = self.layout.get(layout_name(name))
-            if placement is None or (placement.held and placement.cut is None):
+            if placement is None or (placement.held and placement.cut is None and placement.zero is None):
                 continue
             if placement.held:
-                local = nn.Parameter(placement.cut.local(full.detach(), self.layout.seat).clone(),
-                                     requires_grad=full.requires_grad)
+                part = full.detach() if placement.cut is None else placement.cut.local(full.detach(), self.layout.seat)
+                if placement.zero is not None:
+                    parts[placement.names[0]] = part
+                    part = placement.zero.local(part)
+                local = nn.Parameter(part.clone(), requires_grad=full.requires_grad)
             else:
                 local = nn.Parameter(torch.empty(0, dtype=full.dtype), requires_grad=False)
             for module, attr in owners[id(full)]:
                 setattr(module, attr, local)
+        return parts
 
     # ------------------------------------------------------------------ running
     @health.guarded("forward()")
@@ -218,6 +237,13 @@ class ParallelModule(nn.Module):
         """The 3D layers' runtime state: its ``overlap`` switches, ``stats`` and
         ``exposed_s``, the seconds spent blocked in their collectives."""
         return self._state.runtime
+
+    @property
+    def zero_stats(self) -> dict[str, int] | None:
+        """Under ZeRO-3, how the full parameters were read since compile: ``gathered``
+        when needed, ``prefetched`` while the one before computed, ``regathered`` for
+        backward (docs/memory.md); None without ZeRO."""
+        return None if self._state.zero is None else dict(self._state.zero.stats)
 
     @property
     def pipeline_executor(self):

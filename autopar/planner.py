@@ -27,7 +27,7 @@ from autopar.planning.explain import closest_to_fitting, rejections
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import MeshCandidate, Plan
 from autopar.planning.strategy import PlanError, Strategy
-from autopar.strategies.family import Family, PlanContext, Priced
+from autopar.strategies.family import Family, PlanContext, Priced, rejected
 from autopar.strategies.registry import FAMILIES
 
 __all__ = ["PlanError", "Progress", "Strategy", "plan_graph"]
@@ -56,9 +56,14 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     ``progress`` hears of every configuration priced."""
     model = ModelFacts(gm, fusion=hw.fused_kernels)
     forced = Strategy.parse(strategy)
+    levers = forced
+    if forced is not None and forced.levers_only:  # the levers forced, every family weighed
+        forced = None
     capture = gm.meta.get(CAPTURE)
     name = model_name or (capture.model_class if capture else type(gm).__name__)
-    plan_ = search(PlanContext(model, world_size, hw, forced, name), progress or Progress(lambda *a: None))
+    ctx = PlanContext(model, world_size, hw, forced, name, levers)
+    plan_ = search(ctx, progress or Progress(lambda *a: None))
+    apply_levers(ctx, plan_)
     plan_.fusion = hw.fused_kernels
     forward = sum(w.flops for w in model.work.values() if w.is_kernel)
     plan_.flops_per_step = float(forward * (4 if plan_.recompute else 3))
@@ -80,6 +85,11 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
             priced = family.price(ctx, config)
             if not priced.listed:
                 continue
+            why = lever_conflict(ctx, priced)
+            if why is not None:
+                if ctx.forced is not None:
+                    raise PlanError(f"strategy: {why}")
+                priced = rejected(priced.family, priced.config, priced.mesh, why, form=priced.form)
             weighed.append(priced)
             if priced.feasible and (best is None or priced.step_s < best[1].step_s * (1 - 1e-9)):
                 best = (family, priced)
@@ -97,6 +107,49 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     plan_.forced = ctx.forced is not None
     plan_.candidates = candidates
     return plan_
+
+
+def lever_conflict(ctx: PlanContext, priced: Priced) -> str | None:
+    """Why the forced levers cannot ride on a configuration (None: they can): ZeRO needs
+    data ranks to shard over, in one group of equal programs."""
+    levers = ctx.levers
+    if levers is None or not levers.zero:
+        return None
+    mesh, c = priced.mesh, priced.config
+    if mesh.get("data", 1) < 2:
+        return (f"zero={levers.zero} shards over the data ranks, and {mesh} has {mesh.get('data', 1)}; give "
+                f"'data': d with d > 1, or drop 'zero'")
+    if c.subgrids > 1 or c.cube or (c.grid is not None and not c.mixed):
+        return (f"zero={levers.zero} with D&SP sub-grids or a whole-model 3D grid is not in this version (their "
+                f"data groups do not run equal programs); use zero with data, tensor, mixed or pipeline plans")
+    return None
+
+
+def apply_levers(ctx: PlanContext, plan_: Plan) -> None:
+    """The forced memory levers on the plan (docs/memory.md), checked against it: the
+    microbatches must divide each data rank's rows, ZeRO needs data ranks to shard over."""
+    levers = ctx.levers
+    if levers is None:
+        return
+    if levers.microbatches is not None and not plan_.pipeline:
+        m, parts = levers.microbatches, plan_.batch_parts()
+        rows = ctx.model.batch // parts if parts else 0
+        if rows % m:
+            raise PlanError(f"strategy: microbatches={m} does not divide the {rows} rows of each data rank (batch "
+                            f"{ctx.model.batch} over {parts} data ranks); give a number of microbatches that "
+                            f"divides {rows}, or a batch that is a multiple of {m * parts}")
+        if m > 1 and plan_.csub:
+            raise PlanError(f"strategy: microbatches={m} with D&SP-cSub is not in this version (the sub-grids off "
+                            f"sub-grid 0 run their branches on rows sub-grid 0 sends once per step); drop 'csub' "
+                            f"or 'microbatches'")
+        if m > 1:
+            from autopar.strategies.data.planner import check_batch_norms
+            check_batch_norms(ctx.model, f"microbatches={m} accumulates gradients over parts of the batch")
+        plan_.microbatches = m
+    if levers.zero:
+        plan_.zero = levers.zero
+    if levers.recompute is not None:
+        plan_.recompute = levers.recompute != "none"
 
 
 def _no_plan_message(name: str, world: int, candidates: list[MeshCandidate]) -> str:

@@ -24,18 +24,19 @@ from autopar.transforms.recompute import recompute_pass
 
 
 def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None = None,
-            recompute: bool = False, fusion: bool = False) -> fx.GraphModule:
+            recompute: bool = False, fusion: bool = False, zero_params: dict | None = None) -> fx.GraphModule:
     """Rank ``rank``'s program from a graph captured at its local batch: analysis, then
     the passes every family of the plan adds (:meth:`~autopar.strategies.family.Family.rank_passes`,
     in phase order: D&SP's branches, the regions' split, recomputation of the split
     regions under ``recompute``, the data-parallel pass), then fusion. A training graph
     (captured with its loss) keeps its loss local: the runner reduces the reported value
     over the data ranks while backward runs. In D&SP-cSub the ranks off sub-grid 0 get a
-    program of their branches only."""
+    program of their branches only. ``zero_params``: under ZeRO, the parameters the
+    rank's layout shards (read through all-gathers, :mod:`autopar.strategies.data.zero`)."""
     if local_batch is None:
         local_batch = plan_.global_batch // plan_.batch_parts()
     branch_only = plan_.csub and plan_.subgrid_coordinates(rank)[0] != 0
-    build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, branch_only)
+    build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, branch_only, zero_params=zero_params)
     steps = [p for family in FAMILIES for p in family.rank_passes(plan_, build)]
     if recompute and not branch_only:
         regions = [r for family in FAMILIES for r in family.recompute_regions(plan_)]

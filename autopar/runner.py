@@ -10,6 +10,7 @@ user's model at this rank's share of the batch, rewritten by the plan's passes
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -23,12 +24,14 @@ from autopar.capture import capture
 from autopar.inputs import CallLayout, check_call_inputs, new_shapes_explained, signature
 from autopar.ir import CAPTURE, LOSS_REDUCTION, PARAM_SHARDS, ROOT_OUTPUT, TensorSpec
 from autopar.layout import Bucket, ParamLayout
-from autopar.executable import batch_of, executable, local_batch, rank_graph_code
+from autopar.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
 from autopar.program import rewrite
 from autopar.runtime import groups as G
+from autopar.planning.strategy import PlanError
 from autopar.runtime import rng
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.runtime.target_count import TARGET_COUNT, use_target_count
+from autopar.strategies.data.zero import ZeroState, sharded_names, use_zero
 from autopar.strategies.tensor3d import runtime as T3
 
 
@@ -56,6 +59,31 @@ class RankState:
     recompute: bool = False
     fusion: bool = False
     shards: dict = field(default_factory=dict)
+    zero: ZeroState | None = None  # ZeRO's shards and gathers (strategies/data/zero.py), None without
+
+    def zero_params(self) -> dict | None:
+        """Under ZeRO, the parameters the layout shards (what the zero pass rewrites)."""
+        return sharded_names(self.layout) if self.zero is not None else None
+
+    def running(self):
+        """The context a rank program runs in: the plan's groups, the dropout streams, the
+        3D runtime and ZeRO's state (and its notes for backward)."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(G.use_groups(self.groups))
+        stack.enter_context(rng.use_random_states(self.random))
+        stack.enter_context(T3.use_runtime(self.runtime))
+        stack.enter_context(use_zero(self.zero))
+        if self.zero is not None:
+            stack.enter_context(self.zero.notes_for_backward())
+        return stack
+
+    def begin(self) -> None:
+        """Before a call's programs run: the 3D runtime forgets the last step's weights,
+        ZeRO-1/2 gathers the shards the optimizer changed (a collective)."""
+        self.runtime.begin()
+        if self.zero is not None:
+            with G.use_groups(self.groups):
+                self.zero.refresh()
 
     def build(self, inputs: tuple, target: Any, training: bool, make: Callable[[], Any],
               explain_shapes: bool = True) -> Any:
@@ -127,15 +155,23 @@ class ProgramRunner:
         """The program for these inputs' shapes and mode (built on first use), with this
         rank's share of the inputs and target. ``loss``: the training program (the
         ``loss_fn``'s loss, or without one the model's own)."""
-        state = self.state
-        key = (tuple(signature(x) for x in inputs), signature(target), loss, training)
         local_inputs, local_target = local_batch(self.parts, self.chunk, inputs, target)
+        return self.built(inputs, target, local_inputs, local_target, training, loss), local_inputs, local_target
+
+    def built(self, inputs: tuple, target: Any, local_inputs: tuple, local_target: Any, training: bool,
+              loss: bool, explain_shapes: bool = True) -> fx.GraphModule:
+        """The program that runs ``local_inputs`` (this rank's share of the call's
+        ``inputs``, or one microbatch of it), built on first use for their shapes."""
+        state = self.state
+        key = (tuple(signature(x) for x in local_inputs), signature(local_target), loss, training)
         if key not in self.programs:
             args, kwargs = state.call.unflatten(local_inputs)
             gm = state.build(inputs, target, training, lambda: capture(
                 state.user_model, args, state.loss_fn if target is not None else None, local_target,
-                example_kwargs=kwargs, model_loss="required" if loss and state.loss_fn is None else None))
-            gm = rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion)
+                example_kwargs=kwargs, model_loss="required" if loss and state.loss_fn is None else None),
+                explain_shapes=explain_shapes)
+            gm = rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion,
+                         state.zero_params())
             # every split the program makes is the plan's; a plan's split the program lacks
             # may only be a D&SP branch's that another sub-grid runs (not in this program)
             made = gm.meta.get(PARAM_SHARDS, {})
@@ -147,7 +183,7 @@ class ProgramRunner:
             program = executable(gm, state.root, f"Rank{state.rank}Program")
             copy_export_specs(gm, program)
             self.programs[key] = program
-        return self.programs[key], local_inputs, local_target
+        return self.programs[key]
 
     def _count(self, program, pieces) -> torch.Tensor | None:
         bucket = self.state.layout.loss_bucket
@@ -159,41 +195,69 @@ class ProgramRunner:
         state = self.state
         program, local_inputs, _ = self.program(inputs, None, training)
         count = self._count(program, [local_inputs])
-        state.runtime.begin()
-        with G.use_groups(state.groups), rng.use_random_states(state.random), T3.use_runtime(state.runtime), \
-                use_target_count(count):
+        state.begin()
+        with state.running(), use_target_count(count):
             if self.branch_only:
                 program.forward()
-                return self._from_subgrid_0(None)
-            out = program.forward(*local_inputs)  # no hooks: skip nn.Module.__call__
-            return self._from_subgrid_0(out) if self.csub else out
+                out = self._from_subgrid_0(None)
+            else:
+                out = program.forward(*local_inputs)  # no hooks: skip nn.Module.__call__
+                out = self._from_subgrid_0(out) if self.csub else out
+        if state.zero is not None:
+            state.zero.finish()
+        return out
 
     def step(self, inputs: tuple, target: Any, training: bool) -> torch.Tensor:
+        """Forward and backward of this rank's share of the batch, as the plan's
+        ``microbatches`` (gradient accumulation: the buckets launch during the last
+        microbatch's backward, once); the whole batch's loss."""
         state = self.state
-        program, local_inputs, local_target = self.program(inputs, target, training, loss=True)
+        m = state.plan.microbatches
+        local_inputs, local_target = local_batch(self.parts, self.chunk, inputs, target)
+        pieces = [(local_inputs, local_target)]
+        if m > 1:
+            rows = batch_of(local_inputs)
+            if rows is None or rows % m:
+                raise PlanError(f"step(): the batch of each data rank ({rows}) is not divisible by the {m} "
+                                f"microbatches of the plan; give a batch that is a multiple of {m * self.parts}, "
+                                f"or plan with another 'microbatches'")
+            pieces = [(p[:-1], p[-1]) for p in microbatches((*local_inputs, local_target), m, rows)]
+        program = self.built(inputs, target, *pieces[0], training, loss=True, explain_shapes=m == 1)
         data = self.parts
         summed = program.meta.get(LOSS_REDUCTION) == "sum"
-        targets = () if local_target is None else (local_target,)
-        count = self._count(program, [local_inputs + targets])
-        state.runtime.begin()
-        with G.use_groups(state.groups), rng.use_random_states(state.random), T3.use_runtime(state.runtime), \
-                use_target_count(count):
+        # a mean per microbatch: 1/m of each is the share's mean; a sum (or a share of the
+        # batch's mean over its counted targets) adds up as it is, and the data average
+        # divides by d (the average of d·∇L_r is ∑∇L_r)
+        weight = (float(data) if data > 1 else 1.0) if summed else 1.0 / m
+        flat = [p_in + (() if p_t is None else (p_t,)) for p_in, p_t in pieces]
+        count = self._count(program, flat)
+        state.begin()
+        with state.running(), use_target_count(count):
             if self.branch_only:  # cSub off sub-grid 0: the branches' forward and backward only
                 result = program.forward()
                 result.backward(torch.zeros_like(result))
                 state.finish_buckets()
                 return self._loss_from_subgrid_0(program, None)
-            loss = program.forward(*local_inputs, *targets)
             carrier = state.loss_bucket()
-            if data > 1:
-                carrier.carry(loss)
-            loss.backward(torch.full_like(loss, data) if summed and data > 1 else None)
-            state.runtime.finish()  # deferred reduce-scatters land before any bucket reads Ŵ.grad
+            total = None
+            for k, args in enumerate(flat):
+                last = k == len(flat) - 1
+                for buckets in state.buckets.values():  # launched during the last backward only
+                    buckets.enabled = last
+                loss = program.forward(*args)
+                part = loss.detach() if summed else loss.detach() / m
+                total = part if total is None else total + part
+                if last and data > 1:
+                    carrier.carry(total)
+                loss.backward(torch.full_like(loss, weight) if weight != 1.0 else None)
+                state.runtime.finish()  # deferred reduce-scatters land before any bucket reads Ŵ.grad
             state.finish_buckets()
+            if state.zero is not None:
+                state.zero.finish()
+            loss = total
             if data > 1:
                 averaged = carrier.finish().to(loss.dtype).reshape(loss.shape)
                 loss = averaged * data if summed else averaged
-            loss = loss.detach()
             return self._loss_from_subgrid_0(program, loss) if self.csub else loss
 
     def _from_subgrid_0(self, value):

@@ -14,6 +14,7 @@ and returns the largest absolute and relative differences with the plan used.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Callable
 
 import torch
@@ -45,7 +46,7 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
                                kwargs: dict[str, Any] | None = None, steps: int = 3, lr: float = 1e-2,
                                hardware: str | None = None, mesh=None,
                                dtype: torch.dtype | None = None, overlap: Any = None,
-                               recompute: bool = False) -> dict[str, Any]:
+                               recompute: bool | None = None) -> dict[str, Any]:
     """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "grad_norm",
     "param"}`` where each difference entry is ``(max abs, max relative)`` over all tensors
     compared. Every optimizer step clips the gradients to half the first step's norm on
@@ -174,6 +175,7 @@ def _add_run_stats(pm, reference: torch.nn.Module, report: dict[str, Any]) -> No
     if pm.plan.zero or pm.plan.microbatches > 1:  # the memory levers (docs/memory.md)
         report["held_params"] = sum(p.numel() for p in pm.parameters())
         report["all_params"] = sum(p.numel() for p in reference.parameters())
+        report["held_without_zero"] = sum(math.prod(pm.layout.cut_shape(p)) for p in pm.layout.unique() if p.held)
         report["zero_stats"] = pm.zero_stats
         report["recomputed"] = pm.rank_graph_code().count("= recompute_")
         if not pm.plan.pipeline:  # the rows of the training program: a microbatch's
@@ -214,7 +216,7 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
             strategy = "auto"
         report = compare_with_single_device(factory, inputs, target, loss_fn, strategy, mesh=mesh, dtype=dtype,
                                             hardware=options.get("hardware"), overlap=options.get("overlap"),
-                                            recompute=options.get("recompute", False))
+                                            recompute=options.get("recompute"))
         report["case"] = tuple(case)
         reports.append(report)
     return reports

@@ -10,7 +10,8 @@ an AdamW step, overwrite parameters and optimizer state with NaN, load, compare 
 state dict and the optimizer's local state bit for bit, then one more step must give the
 parameters of a step without the save and load): data parallel, Megatron
 ``data 2 × tensor 2``, the 3D grid ``2×2×1`` and Bian's cube ``2×2×2``, D&SP
-``data 2 × subgrids 2`` on towers, and a GPT-2 pipeline of 2 (its tied embedding and
+``data 2 × subgrids 2`` on towers, GPT-2 under ZeRO-3 on ``data 2 × tensor 2`` (each data
+rank writes its rows of its tensor part), and a GPT-2 pipeline of 2 (its tied embedding and
 head on both stages). A checkpoint saved under ``tensor 2 × data 2`` on 4 ranks is
 loaded into ``pipeline 2 × data 1`` on 2 ranks with a fresh optimizer: the full state
 dict equals the saved one and a step continues as the 4-rank run did. The stored files
@@ -209,7 +210,9 @@ def round_trip(model_name, strategy, path):
 
 def four_ranks_job(root):
     reports = {"megatron": round_trip("gpt2", {"data": 2, "tensor": 2}, f"{root}/megatron"),
-               "grid3d": round_trip("transformer", {"x": 2, "y": 2, "z": 1, "data": 1}, f"{root}/grid3d")}
+               "grid3d": round_trip("transformer", {"x": 2, "y": 2, "z": 1, "data": 1}, f"{root}/grid3d"),
+               # ZeRO-3: each data rank writes its rows of its tensor part, the optimizer's state too
+               "zero3": round_trip("gpt2", {"data": 2, "tensor": 2, "zero": 3}, f"{root}/zero3")}
     # the source of the cross-plan load: its state when saved and after one more step
     pm, optimizer, inputs, target = _build("transformer", {"data": 2, "tensor": 2})
     _train(pm, optimizer, inputs, target)
@@ -281,7 +284,7 @@ def _stored(path):
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world,family", [(2, "data"), (4, "megatron"), (4, "grid3d"), (8, "cube"), (2, "dsp"),
-                                          (2, "pipeline")])
+                                          (2, "pipeline"), (4, "zero3")])
 def test_round_trip(runs, world, family):
     reports, root = runs[world]
     for rank, report in enumerate(reports):

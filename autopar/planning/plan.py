@@ -120,6 +120,11 @@ class Plan:
     csub: bool = False  # D&SP-cSub (SUPER §III-C): the common layers run on sub-grid 0 only
     pipeline: dict = field(default_factory=dict)  # PTD-P: stages, schedule, microbatches... ({} without)
     recompute: bool = False  # the planner recomputes activations to fit memory (megatron §3.5)
+    # the memory levers (docs/memory.md): gradient accumulation of a plan without a
+    # pipeline (a step runs its batch as this many microbatches; a pipeline's are in
+    # ``pipeline``), and ZeRO's stage over the data group (0: off)
+    microbatches: int = 1
+    zero: int = 0
     flops_per_step: float = 0.0  # the model's training FLOPs per step (forward x3, x4 recomputing)
     fusion: bool = False  # priced with pointwise chains fused into generated kernels (GPU hardware)
     # a mixed plan (docs/mixed_plans.md): each region's own family over the tensor group;

@@ -10,13 +10,19 @@ degrees); the planner's families offer their candidate configurations as Strateg
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
 from autopar.grid import Grid3D
 
-PIPELINE_KEYS = ("microbatches", "schedule", "chunks", "scatter_gather")
+PIPELINE_KEYS = ("schedule", "chunks", "scatter_gather")
+LEVER_KEYS = ("microbatches", "zero", "recompute")
+"""Keys that combine with every family's (docs/memory.md): gradient accumulation over
+``microbatches`` (a pipeline's microbatches), ZeRO's stage of sharded data parallelism
+over the data group, and which activations are recomputed in backward."""
+RECOMPUTE_MODES = ("none", "selective", "full")
 REGION_KINDS = ("fork_join", "attention", "linear_chain", "vocab")
 PIN_FAMILIES = ("replicate", "megatron", "dsp", "3d", "cube")
 
@@ -110,6 +116,19 @@ class Strategy:
     # a mixed plan's D&SP sub-grids of the tensor group (0: each tensor rank one; g < t:
     # g sub-grids of t/g ranks, their branches Megatron-split inside)
     tensor_subgrids: int = 0
+    # the memory levers of every family (docs/memory.md); ``microbatches`` above is also
+    # the gradient accumulation of a plan without a pipeline. zero: ZeRO's stage over the
+    # data group (0 none, 1 optimizer state, 2 + gradients, 3 + parameters: FSDP);
+    # recompute: "none", "selective" (the attention core), "full" (every block), None:
+    # the planner's choice
+    zero: int | None = None
+    recompute: str | None = None
+    levers_only: bool = False  # {"zero": 3} alone: these levers, every family weighed
+
+    def levers(self) -> dict:
+        """The levers forced (:data:`LEVER_KEYS`), by key."""
+        out = {"microbatches": self.microbatches, "zero": self.zero, "recompute": self.recompute}
+        return {k: v for k, v in out.items() if v is not None}
 
     @staticmethod
     def parse(strategy: Any) -> "Strategy | None":
@@ -123,42 +142,75 @@ class Strategy:
         if strategy == "tensor":
             return Strategy(data=1)
         if isinstance(strategy, dict):
-            if "pipeline" in strategy:
-                return Strategy._parse_pipeline(strategy)
-            if "regions" in strategy:
-                return Strategy._parse_pins(strategy)
-            stray = set(strategy) & set(PIPELINE_KEYS)
-            if stray:
-                raise PlanError(f"strategy: {sorted(stray)} set up a pipeline; add 'pipeline': p (the number of "
-                                f"pipeline ranks)")
-            unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware", "csub", "x", "y", "z", "cube"}
-            if unknown:
-                raise PlanError(f"strategy: unknown mesh dimension(s) {sorted(unknown)}; this version plans "
-                                f"'data', 'tensor', D&SP 'subgrids' (with 'topology_aware' and 'csub'), the 3D "
-                                f"grid 'x', 'y', 'z' (with 'data') and Bian's 'cube' (with 'data')")
-            if "cube" in strategy:
-                if set(strategy) - {"cube", "data"}:
-                    raise PlanError(f"strategy: the cube form {strategy} combines only with 'data'; drop "
-                                    f"{sorted(set(strategy) - {'cube', 'data'})}")
-                p, data = int(strategy["cube"]), strategy.get("data")
-                if p < 2 or (data is not None and int(data) < 1):
-                    raise PlanError(f"strategy: cube={p}, data={data}: the cube's edge p must be at least 2 and "
-                                    f"the data degree at least 1")
-                return Strategy(None if data is None else int(data), 1, grid=Grid3D(p, p, p, int(data or 1)),
-                                cube=True)
-            if set(strategy) & {"x", "y", "z"}:
-                if set(strategy) - {"x", "y", "z", "data"}:
-                    raise PlanError(f"strategy: a 3D grid {strategy} combines only with 'data'; drop "
-                                    f"{sorted(set(strategy) - {'x', 'y', 'z', 'data'})}")
-                try:
-                    grid = Grid3D(*(int(strategy.get(a, 1)) for a in ("x", "y", "z", "data")))
-                except ValueError as e:
-                    raise PlanError(f"strategy: {e}") from None
-                return Strategy(grid.data, 1, grid=grid)
-            return Strategy(strategy.get("data"), strategy.get("tensor"), int(strategy.get("subgrids", 1)),
-                            bool(strategy.get("topology_aware", True)), bool(strategy.get("csub", False)))
+            levers = Strategy._levers(strategy)
+            family = {k: v for k, v in strategy.items() if k not in LEVER_KEYS}
+            if not family:  # levers alone: the planner picks the families
+                return Strategy(levers_only=True, **levers)
+            return dataclasses.replace(Strategy._parse_family(family), **levers)
         raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor' or a dict like "
                         f"{{'data': 2, 'tensor': 2}}")
+
+    @staticmethod
+    def _levers(strategy: dict) -> dict:
+        """The memory levers of ``strategy`` (:data:`LEVER_KEYS`), checked."""
+        out = {}
+        if "microbatches" in strategy:
+            m = strategy["microbatches"]
+            if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+                raise PlanError(f"strategy: microbatches={m!r}; give the number of microbatches a step runs "
+                                f"(an integer at least 1)")
+            out["microbatches"] = m
+        if "zero" in strategy:
+            z = strategy["zero"]
+            if isinstance(z, bool) or z not in (0, 1, 2, 3):
+                raise PlanError(f"strategy: zero={z!r}; ZeRO's stage is 0 (off), 1 (optimizer state sharded over "
+                                f"the data ranks), 2 (and gradients) or 3 (and parameters, as FSDP)")
+            out["zero"] = z
+        if "recompute" in strategy:
+            r = strategy["recompute"]
+            if r not in RECOMPUTE_MODES:
+                raise PlanError(f"strategy: recompute={r!r}; use 'none', 'selective' (the attention core) or "
+                                f"'full' (every block)")
+            out["recompute"] = r
+        return out
+
+    @staticmethod
+    def _parse_family(strategy: dict) -> "Strategy":
+        """A dict of one family's keys (the levers taken off)."""
+        if "pipeline" in strategy:
+            return Strategy._parse_pipeline(strategy)
+        if "regions" in strategy:
+            return Strategy._parse_pins(strategy)
+        stray = set(strategy) & set(PIPELINE_KEYS)
+        if stray:
+            raise PlanError(f"strategy: {sorted(stray)} set up a pipeline; add 'pipeline': p (the number of "
+                            f"pipeline ranks)")
+        unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware", "csub", "x", "y", "z", "cube"}
+        if unknown:
+            raise PlanError(f"strategy: unknown mesh dimension(s) {sorted(unknown)}; this version plans "
+                            f"'data', 'tensor', D&SP 'subgrids' (with 'topology_aware' and 'csub'), the 3D "
+                            f"grid 'x', 'y', 'z' (with 'data') and Bian's 'cube' (with 'data')")
+        if "cube" in strategy:
+            if set(strategy) - {"cube", "data"}:
+                raise PlanError(f"strategy: the cube form {strategy} combines only with 'data'; drop "
+                                f"{sorted(set(strategy) - {'cube', 'data'})}")
+            p, data = int(strategy["cube"]), strategy.get("data")
+            if p < 2 or (data is not None and int(data) < 1):
+                raise PlanError(f"strategy: cube={p}, data={data}: the cube's edge p must be at least 2 and "
+                                f"the data degree at least 1")
+            return Strategy(None if data is None else int(data), 1, grid=Grid3D(p, p, p, int(data or 1)),
+                            cube=True)
+        if set(strategy) & {"x", "y", "z"}:
+            if set(strategy) - {"x", "y", "z", "data"}:
+                raise PlanError(f"strategy: a 3D grid {strategy} combines only with 'data'; drop "
+                                f"{sorted(set(strategy) - {'x', 'y', 'z', 'data'})}")
+            try:
+                grid = Grid3D(*(int(strategy.get(a, 1)) for a in ("x", "y", "z", "data")))
+            except ValueError as e:
+                raise PlanError(f"strategy: {e}") from None
+            return Strategy(grid.data, 1, grid=grid)
+        return Strategy(strategy.get("data"), strategy.get("tensor"), int(strategy.get("subgrids", 1)),
+                        bool(strategy.get("topology_aware", True)), bool(strategy.get("csub", False)))
 
     @staticmethod
     def _parse_pins(strategy: dict) -> "Strategy":

@@ -92,10 +92,11 @@ def model_entries(pm) -> dict[str, Entry]:
             out[name] = Entry(value, tuple(value.shape))
         elif not placement.held:
             out[name] = Entry(None, placement.full_shape)
-        elif placement.cut is None:
+        elif placement.cut is None and placement.zero is None:
             out[name] = Entry(value, tuple(value.shape), None, layout.current(placement))
-        else:
-            out[name] = Entry(value, placement.full_shape, _cut(layout, name), layout.current(placement), placement.cut)
+        else:  # a family's cut, and under ZeRO the data rank's rows of it
+            out[name] = Entry(value, placement.full_shape, _cut(layout, name), layout.current(placement),
+                              (placement.cut, placement.zero))
     return out
 
 

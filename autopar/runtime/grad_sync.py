@@ -32,6 +32,7 @@ from typing import Iterable, Sequence
 import torch
 import torch.distributed as dist
 
+from autopar._torch_compat import reduce_scatter_flat
 from autopar.runtime.groups import get_group, size_of
 
 log = logging.getLogger("autopar.runtime")
@@ -71,6 +72,63 @@ class _Bucket:
             offset += p.numel()
 
 
+class _ShardedBucket(_Bucket):
+    """A bucket of ZeRO's (:mod:`autopar.strategies.data.zero`): its parameters' gradients
+    end in their row shards' (``shards``: per parameter, ``(shard parameter, RowShard)``).
+    ZeRO-2 reduce-scatters a buffer laid out rank by rank (every parameter's padded block
+    of rank 0, then of rank 1, ...), allocated at launch and freed at finish; ZeRO-1
+    all-reduces as a plain bucket and keeps its rows. Either way the full gradients are
+    dropped once read (``param.grad = None``)."""
+
+    def __init__(self, index: int, params: list[torch.nn.Parameter], shards: list, stage: int):
+        self.index, self.params, self.shards, self.stage = index, params, shards, stage
+        self.ready: set[int] = set()
+        self.work = None
+        self.buffer = self.out = None
+        self.extra = None
+
+    def flatten(self) -> None:
+        if self.stage == 1:
+            total = sum(p.numel() for p in self.params)
+            self.buffer = torch.empty(total, dtype=self.params[0].dtype, device=self.params[0].device)
+            _Bucket.flatten(self)
+        else:
+            pieces = []
+            for k in range(self.shards[0][1].size):
+                for p, (_, cut) in zip(self.params, self.shards):
+                    g = p.grad if p.grad is not None else torch.zeros_like(p)
+                    start, stop = cut.block(cut.rows, cut.size, k)
+                    pieces.append(cut.pad(g.detach()[start:stop]))
+            self.buffer = torch.cat(pieces)
+            self.out = self.buffer.new_empty(self.buffer.numel() // self.shards[0][1].size)
+        for p in self.params:
+            p.grad = None
+
+    def launch(self, group):
+        if self.stage == 1:
+            return dist.all_reduce(self.buffer, group=group, async_op=True)
+        return reduce_scatter_flat(self.out, self.buffer, group=group, async_op=True)
+
+    def unflatten_into_grads(self, divisor: int) -> None:
+        offset = 0
+        for p, (shard, cut) in zip(self.params, self.shards):
+            start, stop = cut.span
+            if self.stage == 1:
+                full = self.buffer[offset:offset + p.numel()].view_as(p)
+                piece = full[start:stop]
+                offset += p.numel()
+            else:
+                size = cut.chunk * p[0].numel() if p.dim() else 0
+                piece = self.out[offset:offset + size].view(cut.chunk, *p.shape[1:])[:stop - start]
+                offset += size
+            piece = piece / divisor
+            if shard.grad is None:
+                shard.grad = piece.clone()
+            else:
+                shard.grad.add_(piece)
+        self.buffer = self.out = None
+
+
 class GradientBuckets:
     """Average gradients over the group ``group_name``, bucketed and overlapped with backward.
 
@@ -88,6 +146,8 @@ class GradientBuckets:
         first_bucket_bytes: int | None = None,
         divisor: int | None = None,
         hooks: bool = True,
+        zero: int = 0,
+        shards: dict | None = None,
     ):
         if first_bucket_bytes is None:
             first_bucket_bytes = min(2**20, bucket_bytes)
@@ -103,6 +163,8 @@ class GradientBuckets:
         self._next_to_launch = 0
         self._handles = []
         self._lone: torch.Tensor | None = None  # a carried value when there are no buckets
+        # ZeRO (strategies/data/zero.py): the stage, and each parameter's (shard, RowShard)
+        self.zero, self._shards = zero, shards or {}
         # Deduplicated (a tied weight listed twice would otherwise be hooked twice).
         params = list({id(p): p for p in params if p.requires_grad}.values())
         self._params = params
@@ -136,7 +198,10 @@ class GradientBuckets:
         )
 
     def _add_bucket(self, params: list[torch.nn.Parameter], extra_slots: int = 0) -> None:
-        bucket = _Bucket(len(self.buckets), params, extra_slots)
+        if self.zero:
+            bucket = _ShardedBucket(len(self.buckets), params, [self._shards[id(p)] for p in params], self.zero)
+        else:
+            bucket = _Bucket(len(self.buckets), params, extra_slots)
         self.buckets.append(bucket)
         for p in params:
             self._bucket_of[id(p)] = bucket
@@ -165,7 +230,10 @@ class GradientBuckets:
 
     def _launch(self, bucket: _Bucket) -> None:
         bucket.flatten()
-        bucket.work = dist.all_reduce(bucket.buffer, group=self.group, async_op=True)
+        if isinstance(bucket, _ShardedBucket):
+            bucket.work = bucket.launch(self.group)
+        else:
+            bucket.work = dist.all_reduce(bucket.buffer, group=self.group, async_op=True)
         self._next_to_launch += 1
 
     @property
@@ -178,6 +246,8 @@ class GradientBuckets:
         :meth:`finish` returns its average over the group. Call before backward."""
         if self.world_size == 1:
             return
+        if self.zero:
+            raise RuntimeError("a ZeRO bucket carries no value: the layout's loss bucket is a plain one")
         if self.buckets:
             self.buckets[-1].extra.copy_(value.detach().reshape(1))
         else:  # nothing to train: the value travels alone
@@ -198,11 +268,16 @@ class GradientBuckets:
             self._launch(self.buckets[self._next_to_launch])
         for bucket in self.buckets:
             bucket.work.wait()
-            bucket.buffer.div_(self.divisor)
-            bucket.unflatten_into_grads()
+            if isinstance(bucket, _ShardedBucket):
+                bucket.unflatten_into_grads(self.divisor)
+            else:
+                bucket.buffer.div_(self.divisor)
+                bucket.unflatten_into_grads()
             bucket.work = None
             bucket.ready.clear()
         self._next_to_launch = 0
+        if self.zero:
+            return None
         if not self.buckets:
             return None if self._lone is None else self._lone / self.world_size
         return self.buckets[-1].extra * (self.divisor / self.world_size)

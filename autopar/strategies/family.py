@@ -92,6 +92,7 @@ class PlanContext:
     hw: Hardware
     forced: Strategy | None  # None: "auto", the search weighs every family
     name: str                # the model's name in the plan
+    levers: Strategy | None = None  # the memory levers forced (microbatches, zero, recompute), any family
 
 
 @dataclass
@@ -137,7 +138,7 @@ class Priced:
                              comm_s=dict(self.comm_s), form=self.form, **layout)
 
 
-BRANCHES, SPLIT, RECOMPUTE, DATA = 10, 20, 30, 40  # the phases of a rank's passes
+BRANCHES, SPLIT, ZERO, RECOMPUTE, DATA = 10, 20, 25, 30, 40  # the phases of a rank's passes
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,8 @@ class RankBuild:
     the batch of its program, whether the graph carries its loss, whether this rank runs
     only its D&SP branches (cSub off sub-grid 0), under a pipeline the ``stage`` whose
     program is built (a family splits only that stage's regions), and for the layout the
-    pipeline's ``holders`` and whether the 3D layers defer their reduce-scatters."""
+    pipeline's ``holders`` and whether the 3D layers defer their reduce-scatters; under
+    ZeRO the parameters the layout shards (``zero_params``: wrapper name → layout name)."""
 
     rank: int
     local_batch: int = 0
@@ -165,6 +167,7 @@ class RankBuild:
     stage: int | None = None
     holders: dict | None = None
     deferred_reduce_scatter: bool = False
+    zero_params: dict | None = None  # under ZeRO: the sharded parameters' names (strategies/data/zero.py)
 
 
 class CompileHooks:

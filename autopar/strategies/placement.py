@@ -13,6 +13,9 @@ uses it (:meth:`~autopar.strategies.family.Family.place`):
   sub-grid that runs it;
 * PTD-P (:func:`autopar.strategies.pipeline.layout.place`): a parameter is held by the
   pipeline positions whose stages read it.
+
+Last, under ZeRO (:func:`autopar.strategies.data.zero.place`), the parameters every
+family left averaged over the data ranks are cut into row shards over them.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import torch.nn as nn
 
 from autopar.capture import MODEL_PREFIX
 from autopar.layout import Bucket, ParamLayout, Placement, Seat
+from autopar.strategies.data.zero import place as zero_place
 from autopar.strategies.family import RankBuild
 from autopar.strategies.registry import FAMILIES
 
@@ -144,4 +148,6 @@ def build_layout(plan, rank: int, root: nn.Module, shards: dict, *, holders: dic
     build = RankBuild(rank, holders=holders, deferred_reduce_scatter=deferred_reduce_scatter)
     for family in FAMILIES:
         family.place(builder, build)
+    if getattr(plan, "zero", 0):  # ZeRO shards what the families average over the data ranks: last
+        zero_place(builder, plan.zero)
     return builder.build()

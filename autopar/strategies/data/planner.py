@@ -18,7 +18,8 @@ from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError
 from autopar.strategies.data.rewrite import batch_norm_arguments, data_parallel_pass
-from autopar.strategies.family import DATA, RankBuild, RankPass
+from autopar.strategies.data.zero import zero_pass
+from autopar.strategies.family import DATA, ZERO, RankBuild, RankPass
 from autopar.strategies.megatron.planner import DataTensor
 
 
@@ -54,14 +55,19 @@ class DataParallel(DataTensor):
         gathered, a training graph's loss left local for ``step`` to reduce). In a
         pipeline only the last stage's outputs are the model's (the others' carried
         values stay local, the next stage's input), its loss a share of the batch's over
-        the microbatches."""
+        the microbatches; with gradient accumulation too. Under ZeRO, first the reads of
+        the sharded parameters (:func:`autopar.strategies.data.zero.zero_pass`)."""
         if build.branch_only:
             return []
+        zero = [RankPass(ZERO, "zero", zero_pass, {"params": build.zero_params})] \
+            if plan.zero and build.zero_params else []
         options = {"degree": plan.batch_parts(), "local_batch": build.local_batch, "group": plan.batch_group(),
                    "reduce_scalars": not build.with_loss}
         if build.stage is not None:
             pp = plan.pipeline
             if build.stage != pp["stages"] * pp["chunks"] - 1:
-                return []
+                return zero
             options["microbatches"] = pp["microbatches"]
-        return [RankPass(DATA, "data_parallel", data_parallel_pass, options)]
+        else:
+            options["microbatches"] = plan.microbatches  # gradient accumulation (docs/memory.md)
+        return zero + [RankPass(DATA, "data_parallel", data_parallel_pass, options)]

@@ -281,6 +281,11 @@ def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, gro
         return gm
     global_mean_losses(gm)
     if degree == 1:
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        scalars = [v for v in output.all_input_nodes if isinstance(v.meta.get(SPEC), TensorSpec)
+                   and not v.meta[SPEC].shape]
+        if not reduce_scalars and scalars:  # the loss a step accumulates over microbatches
+            gm.meta[LOSS_REDUCTION] = loss_reduction(scalars[0])
         gm.graph.lint()
         gm.recompile()
         return gm

@@ -30,13 +30,15 @@ a 3D grid per region in a stage of a mixed plan, ``docs/mixed_plans.md``) and, w
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 import torch.fx as fx
 import torch.nn as nn
 
 from autopar.inputs import signature
-from autopar.executable import batch_of, executable, local_batch, rank_graph_code
+from autopar.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
 from autopar._torch_compat import export_out_spec
 from autopar.capture import capture
 from autopar.inputs import CallLayout
@@ -54,6 +56,7 @@ from autopar.strategies.megatron.rewrite import PARAM_SHARDS
 from autopar.planning.strategy import PlanError
 from autopar.runtime import groups as G
 from autopar.runtime import rng
+from autopar.strategies.data.zero import use_zero
 from autopar.strategies.pipeline.executor import PipelineExecutor, StageProgram
 from autopar.runtime.target_count import use_target_count
 from autopar.strategies.placement import layout_name
@@ -79,14 +82,15 @@ def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
 
 def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, recompute: bool,
                    block_nodes: dict[str, list[str]], fusion: bool = False,
-                   region_ids: dict[tuple[str, str], str] | None = None, vocab: list[Region] = ()) -> fx.GraphModule:
+                   region_ids: dict[tuple[str, str], str] | None = None, vocab: list[Region] = (),
+                   zero_params: dict | None = None) -> fx.GraphModule:
     """One stage's program: the within-stage passes of the plan on its cut of the graph.
     Every family adds the passes of its regions in this stage
     (:meth:`~autopar.strategies.family.Family.rank_passes` with ``RankBuild.stage``):
     Megatron inside a PTD-P stage, and in a mixed pipeline D&SP, Megatron or a 3D grid
     per region; the data-parallel pass on the last stage only, over microbatches. With
     ``recompute`` the stage's blocks recompute (megatron §3.5)."""
-    build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, stage=gm.meta[STAGE])
+    build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, stage=gm.meta[STAGE], zero_params=zero_params)
     steps = [p for family in FAMILIES for p in family.rank_passes(plan_, build)]
     if recompute:
         steps.append(RankPass(RECOMPUTE, "recompute", recompute_pass, {"regions": list(block_nodes)}))
@@ -103,18 +107,9 @@ def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, recom
     return gm
 
 
-def _microbatches(values: tuple, m: int, batch: int) -> list[tuple]:
-    """``values`` split into ``m`` along the batch (tensors whose first dimension is it)."""
-    def take(x, i):
-        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == batch:
-            return x.chunk(m, 0)[i]
-        return x
-    return [tuple(take(x, i) for x in values) for i in range(m)]
-
-
 def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None, target=None,
                  recompute: bool = False, fusion: bool = False, *, layout: CallLayout | None = None,
-                 model_loss: str | None = None):
+                 model_loss: str | None = None, zero_params: dict | None = None):
     """Rank ``rank``'s stage programs for (micro)batches shaped like ``inputs``:
     ``({stage: (GraphModule, Stage)}, graph input names, torch.export's output nesting)``.
     Captured here, cut into the plan's stages, each of the rank's stages rewritten.
@@ -139,14 +134,14 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
         stage.module.meta[STAGE] = s
         last = s == len(stages) - 1
         module = _rewrite_stage(stage.module, plan_, rank, rows, recompute, stage.block_nodes, fusion,
-                                region_ids, vocab)
+                                region_ids, vocab, zero_params)
         module.meta[LAST] = last
         out[s] = (module, stage)
     return out, names, out_spec
 
 
 def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_fn=None, example_target=None, *,
-                       example_kwargs=None) -> str:
+                       example_kwargs=None, zero_params: dict | None = None) -> str:
     """Rank ``rank``'s stage programs as code (for plan dumps), captured at one
     microbatch of its data rank's share of the batch."""
     m = plan_.pipeline["microbatches"]
@@ -154,9 +149,9 @@ def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_
     flat = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
     inputs, target = local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), flat, example_target)
     batch = batch_of(inputs)
-    piece = _microbatches((*inputs, target), m, batch)[0]
+    piece = microbatches((*inputs, target), m, batch)[0]
     built, _, _ = stage_graphs(model, plan_, rank, piece[:-1], loss_fn, piece[-1], fusion=plan_.fusion,
-                               layout=layout, model_loss="if_present")
+                               layout=layout, model_loss="if_present", zero_params=zero_params)
     return "\n".join(_stage_code(rank_graph_code(module, plan_, rank), s, rank) for s, (module, _) in sorted(built.items()))
 
 
@@ -200,7 +195,8 @@ class PipelineRunner:
         if key not in self.programs:
             built, names, out_spec = state.build(inputs, target, training, lambda: stage_graphs(
                 state.user_model, state.plan, state.rank, inputs, state.loss_fn, target, state.recompute,
-                state.fusion, layout=state.call, model_loss="required" if loss else None), explain_shapes=False)
+                state.fusion, layout=state.call, model_loss="required" if loss else None,
+                zero_params=state.zero_params()), explain_shapes=False)
             programs = {}
             for s, (module, stage) in built.items():
                 for name, shard in module.meta.get(PARAM_SHARDS, {}).items():
@@ -232,11 +228,31 @@ class PipelineRunner:
         local_inputs, _ = local_batch(self.parts, self.chunk, flat, None)
         programs, names = self.stage_programs(local_inputs, None, training)
         count = self._last_stage_count(programs, [local_inputs])
-        with G.use_groups(state.groups), rng.use_random_states(state.random), use_target_count(count):
+        self._refresh()
+        with self._running(), use_target_count(count):
             out = self.executor.forward_only(programs, dict(zip(names, local_inputs)))
             box = [out]
             dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self.p - 1)
+        if state.zero is not None:
+            state.zero.finish()
         return box[0]
+
+    def _refresh(self) -> None:
+        """ZeRO-1/2: the shards the optimizer changed gathered again (a collective)."""
+        if self.state.zero is not None:
+            with G.use_groups(self.state.groups):
+                self.state.zero.refresh()
+
+    def _running(self):
+        """The groups, dropout streams and ZeRO's state the stage programs run in."""
+        state = self.state
+        stack = contextlib.ExitStack()
+        stack.enter_context(G.use_groups(state.groups))
+        stack.enter_context(rng.use_random_states(state.random))
+        stack.enter_context(use_zero(state.zero))
+        if state.zero is not None:
+            stack.enter_context(state.zero.notes_for_backward())
+        return stack
 
     def step(self, flat: tuple, target, training: bool):
         """Forward and backward of every microbatch in the schedule's order; gradients
@@ -249,7 +265,7 @@ class PipelineRunner:
             raise PlanError(f"step(): the batch of each data rank ({batch}) is not divisible by the {m} microbatches "
                             f"of the plan; give a batch that is a multiple of {m * self.parts}, or plan with another "
                             f"'microbatches'")
-        pieces = _microbatches((*local_inputs, local_target), m, batch)
+        pieces = microbatches((*local_inputs, local_target), m, batch)
         programs, names = self.stage_programs(pieces[0][:-1], pieces[0][-1], training, loss=True)
         summed = self._loss_summed(programs)
         count = self._last_stage_count(programs, pieces)
@@ -257,9 +273,12 @@ class PipelineRunner:
         # every microbatch's loss is a mean over its rows: 1/m of each is the batch's mean;
         # a summed loss needs no scale, but the data average divides by d (as in step())
         scale = float(data) if summed and data > 1 else (1.0 if summed else 1.0 / m)
-        with G.use_groups(state.groups), rng.use_random_states(state.random), use_target_count(count):
+        self._refresh()
+        with self._running(), use_target_count(count):
             losses = self.executor.train(programs, [dict(zip(names, piece)) for piece in pieces], scale)
             state.finish_buckets()
+            if state.zero is not None:
+                state.zero.finish()
             for p, group_name in self.tied:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)

@@ -1,0 +1,431 @@
+"""Sharded data parallelism: ZeRO stages 1, 2 and 3 (FSDP) over the data group.
+
+Rajbhandari et al.'s ZeRO (and PyTorch's FSDP, which is ZeRO-3) partition what plain
+data parallelism replicates on every data rank. With ``strategy={..., "zero": s}``:
+
+* **ZeRO-1**: each data rank steps only its shard of every parameter, so the optimizer's
+  state (AdamW: two tensors per parameter) is ``1/d`` of it. Gradients are all-reduced
+  as without ZeRO, then each rank keeps its shard's rows; after the optimizer step the
+  shards are all-gathered into the full parameters the program reads.
+* **ZeRO-2**: as ZeRO-1, but the gradient buckets are reduce-scattered instead of
+  all-reduced (the same volume, ``(d−1)/d`` of the gradients each way), so a rank never
+  holds the averaged full gradient: each bucket's full gradients are freed once copied
+  into the bucket.
+* **ZeRO-3** (FSDP): the full parameters are not kept at all. The rank program reads
+  each one through an all-gather put right before its use (prefetching the next one
+  while this one computes) and freed after it; a tensor autograd would keep for
+  backward is kept as a note instead and all-gathered again when backward needs it;
+  backward reduce-scatters the gradient into the shard's.
+
+**The shard.** A parameter is cut along its first dimension into ``d`` row blocks of
+sizes differing by at most one (``RowShard``): data rank ``i`` holds block ``i`` of its
+tensor-parallel part (the cut of the other families comes first). ``pm.parameters()``
+are these shards: any ``torch.optim`` optimizer steps them, ``grad_norm`` sums their
+norms over the data group too, ``full_state_dict``, ``full_gradients`` and checkpoints
+gather or cut them through the parameter layout (:mod:`autopar.layout`, the placement's
+``zero``). A parameter with fewer rows than data ranks (a scalar, a short bias) stays
+whole on every rank and is all-reduced as without ZeRO, as DeepSpeed keeps small
+parameters persistent: all-gathering a few elements costs a collective's latency for
+nothing saved. ``pm.layout`` lists which parameters are sharded.
+
+Which parameters: those whose gradient the plan averages over the data group (the
+layout's ``data`` buckets), so ZeRO composes with Megatron's and the mixed plans' tensor
+splits and with a pipeline (sharded within each stage's data group). AxoNN's grid
+weights in a mixed plan, whose gradients the 3D runtime writes after backward, are kept
+persistent under ZeRO-3 (ZeRO-2 for them); the optimizer state is sharded all the same.
+
+**Why our own and not FSDP2.** ``fully_shard`` wraps ``nn.Module`` s, turns their
+parameters into DTensors and all-gathers in module forward hooks. A rank program here
+is a rewritten fx graph that reads parameters (``get_attr``) far from the module that
+owns them (Megatron's row linears, the 3D layers, export's ATen graphs read every
+parameter at the top) and already carries its own tensor-parallel cuts and collectives;
+FSDP's hooks would gather at the wrong place or not at all, and DTensor parameters would
+change what the rewritten ops receive. The graph pass :func:`zero_pass` instead puts
+each gather right before its use in the rank program, where the dump shows it::
+
+    fc1_weight = zero_param('model.fc1.weight', 'model.fc2.weight')   # gathers; prefetches fc2
+    linear = torch._C._nn.linear(x, fc1_weight, fc1_bias)
+
+and the runtime (:class:`ZeroState`) holds the shards, the full parameters of ZeRO-1/2,
+the prefetches and the notes kept for backward.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import weakref
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+import torch.fx as fx
+import torch.nn as nn
+
+from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
+from autopar.capture import MODEL_PREFIX
+from autopar.runtime.groups import get_group, size_of
+
+log = logging.getLogger("autopar.zero")
+
+STAGES = (1, 2, 3)
+
+
+# ---------------------------------------------------------------------------- the cut
+@dataclass(frozen=True)
+class RowShard:
+    """Rows ``[start, stop)`` of a parameter's first dimension (``rows`` of them) on data
+    rank ``index`` of ``size`` over ``group``: blocks of sizes differing by at most one,
+    the larger first. ``stage``: ZeRO's; ``persistent``: the full parameter is kept
+    between uses (ZeRO-1/2, or a grid weight under ZeRO-3); ``divisor``: what the summed
+    gradient is divided by (the data bucket's)."""
+
+    group: str
+    size: int
+    index: int
+    rows: int
+    stage: int
+    persistent: bool = True
+    divisor: int | None = None
+
+    @staticmethod
+    def block(rows: int, size: int, index: int) -> tuple[int, int]:
+        base, extra = divmod(rows, size)
+        start = index * base + min(index, extra)
+        return start, start + base + (1 if index < extra else 0)
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.block(self.rows, self.size, self.index)
+
+    @property
+    def chunk(self) -> int:
+        """The padded block every rank sends in an all-gather or reduce-scatter."""
+        return -(-self.rows // self.size)
+
+    def local(self, full: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of ``full`` (the tensor-parallel part), a view."""
+        start, stop = self.span
+        return full[start:stop]
+
+    def pad(self, block: torch.Tensor) -> torch.Tensor:
+        """``block`` padded with zero rows to :attr:`chunk` rows, flat."""
+        missing = self.chunk - block.shape[0]
+        if missing:
+            block = torch.cat([block, block.new_zeros((missing, *block.shape[1:]))])
+        return block.reshape(-1)
+
+    def unpad(self, flat: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """The full ``shape`` tensor from the ``size`` padded blocks laid end to end in ``flat``."""
+        blocks = flat.view(self.size, self.chunk, *shape[1:])
+        return torch.cat([blocks[i, :stop - start] for i, (start, stop) in
+                          enumerate(self.block(self.rows, self.size, k) for k in range(self.size))])
+
+    def gather(self, shard: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        """The full ``shape`` tensor from every rank's shard (an all-gather over the group)."""
+        out = shard.new_empty(self.size * self.chunk * _row_numel(shape))
+        all_gather_flat(out, self.pad(shard.detach()).contiguous(), group=get_group(self.group))
+        return self.unpad(out, shape)
+
+    def __str__(self) -> str:
+        start, stop = self.span
+        return f"zero-{self.stage} rows {start}:{stop} of {self.rows} over {self.group}"
+
+
+def _row_numel(shape) -> int:
+    n = 1
+    for s in shape[1:]:
+        n *= s
+    return n
+
+
+def shardable(shape: tuple[int, ...], size: int) -> bool:
+    """Whether a parameter of ``shape`` is sharded over ``size`` data ranks: it has at
+    least one row per rank (a scalar or a shorter tensor stays whole, module docstring)."""
+    return len(shape) > 0 and shape[0] >= size
+
+
+# ---------------------------------------------------------------------------- the layout
+def place(builder, stage: int) -> None:
+    """Shard every held parameter the plan averages over the data group (its bucket's
+    group is ``data``) with at least one row per data rank: the placement's ``zero``
+    cut, its bucket marked with the stage (ZeRO-3's gathered parameters have none: their
+    gradients are reduce-scattered in backward), its norm summed over data too. Runs
+    after every family placed its parameters (:func:`autopar.strategies.placement.build_layout`)."""
+    size = builder.seat.size("data")
+    index = builder.seat.coords.get("data", 0)
+    for name in builder.names():
+        p = builder.placement(name)
+        if not p.held or p.bucket is None or p.bucket.group != "data":
+            continue
+        local_shape = _local_shape(builder, name)
+        if not shardable(local_shape, size):
+            continue
+        persistent = stage < 3 or getattr(p.cut, "grid_weight", False)
+        divisor = p.bucket.divisor if p.bucket.divisor is not None else size
+        cut = RowShard("data", size, index, local_shape[0], stage, persistent, divisor)
+        bucket = dataclasses.replace(p.bucket, zero=stage) if persistent else None
+        builder.update(name, zero=cut, bucket=bucket, norm_groups=tuple(sorted({*p.norm_groups, "data"})))
+
+
+def _local_shape(builder, name: str) -> tuple[int, ...]:
+    """The shape of this rank's tensor-parallel part of parameter ``name``."""
+    p = builder.placement(name)
+    if p.cut is None:
+        return p.full_shape
+    return tuple(p.cut.local(torch.empty(p.full_shape, device="meta"), builder.seat).shape)
+
+
+# ---------------------------------------------------------------------------- the graph pass
+def zero_param(name: str, prefetch: Optional[str] = None) -> torch.Tensor:
+    """The full (tensor-parallel) parameter ``name`` of the rank program, from the
+    current :class:`ZeroState`; ``prefetch``: the next one the program reads, whose
+    all-gather starts now (ZeRO-3)."""
+    return _current().param(name, prefetch)
+
+
+def zero_module(path: str, names: tuple, prefetch: Optional[str], *args, **kwargs):
+    """Call the module at ``path`` with its sharded parameters ``names`` (``(attribute,
+    parameter name)``) as :func:`zero_param` gives them (``torch.func.functional_call``)."""
+    state = _current()
+    module = state.root.get_submodule(path)
+    params = {attr: state.param(name, prefetch if k == len(names) - 1 else None)
+              for k, (attr, name) in enumerate(names)}
+    return torch.func.functional_call(module, params, args, kwargs)
+
+
+def zero_pass(gm: fx.GraphModule, *, params: dict[str, str]) -> fx.GraphModule:
+    """Read each sharded parameter through :func:`zero_param` right before each node
+    that uses it (the read moves from the graph's top, where export puts it, to its use,
+    so that ZeRO-3 holds one layer's full parameters at a time), and call a module
+    holding sharded parameters through :func:`zero_module`. ``params``: the wrapper's
+    name of every sharded parameter (all its names, tied ones too) → its layout name.
+    Each read names the next one in graph order, to prefetch."""
+    graph = gm.graph
+    reads: list[fx.Node] = []
+    for node in list(graph.nodes):
+        if node.op == "get_attr" and node.target in params:
+            for user in list(node.users):
+                with graph.inserting_before(user):
+                    read = graph.call_function(zero_param, (params[node.target], None))
+                read.meta.update(node.meta)
+                user.replace_input_with(node, read)
+                reads.append(read)
+            graph.erase_node(node)
+        elif node.op == "call_module":
+            module = gm.get_submodule(node.target)
+            names = tuple((attr, params[f"{node.target}.{attr}"]) for attr, _ in module.named_parameters()
+                          if f"{node.target}.{attr}" in params)
+            if not names:
+                continue
+            with graph.inserting_before(node):
+                call = graph.call_function(zero_module, (node.target, names, None, *node.args), dict(node.kwargs))
+            call.meta.update(node.meta)
+            node.replace_all_uses_with(call)
+            graph.erase_node(node)
+            reads.append(call)
+    order = {n: k for k, n in enumerate(graph.nodes)}
+    reads.sort(key=order.__getitem__)
+    for read, following in zip(reads, reads[1:]):
+        nxt = following.args[0] if following.target is zero_param else following.args[1][0][1]
+        index = 1 if read.target is zero_param else 2
+        read.args = read.args[:index] + (nxt,) + read.args[index + 1:]
+    graph.lint()
+    gm.recompile()
+    return gm
+
+
+def sharded_names(layout) -> dict[str, str]:
+    """The wrapper's name (``model.<name>``) of every parameter ``layout`` shards → its
+    layout name (the first of its names): what :func:`zero_pass` rewrites."""
+    out = {}
+    for p in layout.unique():
+        if p.zero is not None:
+            out.update((MODEL_PREFIX + n, p.names[0]) for n in p.names)
+    return out
+
+
+# ---------------------------------------------------------------------------- the runtime
+_STATE: list["ZeroState"] = []
+
+
+def _current() -> "ZeroState":
+    if not _STATE:
+        raise RuntimeError("zero_param: no ZeRO state is current; the ParallelModule that runs this program sets it")
+    return _STATE[-1]
+
+
+class _Gather(torch.autograd.Function):
+    """The full parameter from the shards (all-gather); backward: its gradient
+    reduce-scattered over the data group, divided by the bucket's divisor, into the
+    shard's."""
+
+    @staticmethod
+    def forward(ctx, shard, full, cut, shape):
+        ctx.cut, ctx.shape = cut, shape
+        return full
+
+    @staticmethod
+    def backward(ctx, grad):
+        cut = ctx.cut
+        flat = torch.cat([cut.pad(grad[start:stop]) for start, stop in
+                          (cut.block(cut.rows, cut.size, k) for k in range(cut.size))])
+        out = flat.new_empty(cut.chunk * _row_numel(ctx.shape))
+        reduce_scatter_flat(out, flat.contiguous(), group=get_group(cut.group))
+        start, stop = cut.span
+        shard_grad = out.view(cut.chunk, *ctx.shape[1:])[:stop - start].div_(cut.divisor)
+        return shard_grad, None, None, None
+
+
+class ZeroState:
+    """What a rank's ZeRO keeps (module docstring): the shards (the module tree's
+    parameters), the persistent full parameters of ZeRO-1/2 with the shards' versions
+    they were gathered at, ZeRO-3's prefetched all-gathers and the full parameters live
+    in this forward (for the notes autograd keeps instead of them)."""
+
+    def __init__(self, layout, root: nn.Module):
+        self.root = root
+        self.cuts: dict[str, RowShard] = {}
+        self.shards: dict[str, nn.Parameter] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.full: dict[str, torch.Tensor] = {}   # persistent full parameters (ZeRO-1/2)
+        for wrapper, name in sharded_names(layout).items():
+            if name in self.cuts:
+                continue
+            self.cuts[name] = layout.get(name).zero
+            self.shards[name] = root.get_parameter(wrapper)
+        self._versions: int | None = None
+        self._prefetched: dict[str, tuple[Any, torch.Tensor]] = {}
+        self._live: dict[int, tuple[str, Any]] = {}  # storage pointer -> (name, weak ref to the full tensor)
+        self.stats = {"gathered": 0, "prefetched": 0, "regathered": 0}
+
+    def init_full(self, full_local: dict[str, torch.Tensor]) -> None:
+        """The persistent full parameters from this rank's tensor-parallel parts (at
+        install, no collective), and their shapes."""
+        for name, cut in self.cuts.items():
+            value = full_local[name]
+            self.shapes[name] = tuple(value.shape)
+            if cut.persistent:
+                self.full[name] = value.detach().clone().requires_grad_(self.shards[name].requires_grad)
+        self._versions = self._version_sum()
+
+    @property
+    def stage(self) -> int:
+        return next(iter(self.cuts.values())).stage if self.cuts else 0
+
+    def persistent_params(self) -> dict[str, torch.Tensor]:
+        """The full parameters kept between uses, by layout name (what the buckets reduce)."""
+        return dict(self.full)
+
+    def bucket_shards(self) -> dict[int, tuple[nn.Parameter, RowShard]]:
+        """``id(full parameter) -> (its shard, the cut)``: where a ZeRO bucket puts each gradient."""
+        return {id(full): (self.shards[name], self.cuts[name]) for name, full in self.full.items()}
+
+    # ------------------------------------------------------------------ step boundaries
+    def _version_sum(self) -> int:
+        return sum(p._version for p in self.shards.values())
+
+    def refresh(self) -> None:
+        """Before a program runs: all-gather the persistent full parameters again when any
+        shard changed since (an optimizer step, a load), decided over the data group so
+        that every rank gathers or none does. A collective when anything is sharded."""
+        if not self.full:
+            return
+        changed = torch.tensor([float(self._version_sum() != self._versions)])
+        group = get_group("data")
+        if size_of(group) > 1:
+            dist.all_reduce(changed, op=dist.ReduceOp.MAX, group=group)
+        if not changed.item():
+            return
+        with torch.no_grad():
+            for name, full in self.full.items():
+                full.copy_(self.cuts[name].gather(self.shards[name], self.shapes[name]))
+        self._versions = self._version_sum()
+
+    def finish(self) -> None:
+        """After backward: drop prefetches nobody read and the notes of this step."""
+        for work, _ in self._prefetched.values():
+            if work is not None:
+                work.wait()
+        self._prefetched.clear()
+        self._live.clear()
+
+    # ------------------------------------------------------------------ reading parameters
+    def param(self, name: str, prefetch: Optional[str] = None) -> torch.Tensor:
+        if name in self.full:
+            return self.full[name]
+        shard, cut, shape = self.shards[name], self.cuts[name], self.shapes[name]
+        found = self._prefetched.pop(name, None)
+        if found is not None:
+            work, flat = found
+            work.wait()
+            full = cut.unpad(flat, shape)
+            self.stats["prefetched"] += 1
+        else:
+            full = cut.gather(shard, shape)
+            self.stats["gathered"] += 1
+        if prefetch is not None and prefetch not in self.full and prefetch not in self._prefetched \
+                and not _in_backward():
+            self._launch(prefetch)
+        out = _Gather.apply(shard, full, cut, shape) if torch.is_grad_enabled() and shard.requires_grad else full
+        if out.numel():
+            self._live[out.untyped_storage().data_ptr()] = (name, weakref.ref(out))
+        return out
+
+    def _launch(self, name: str) -> None:
+        shard, cut, shape = self.shards[name], self.cuts[name], self.shapes[name]
+        flat = shard.new_empty(cut.size * cut.chunk * _row_numel(shape))
+        work = all_gather_flat(flat, cut.pad(shard.detach()).contiguous(), group=get_group(cut.group),
+                               async_op=True)
+        self._prefetched[name] = (work, flat)
+
+    # ------------------------------------------------------------------ what autograd keeps
+    @contextlib.contextmanager
+    def notes_for_backward(self):
+        """While a ZeRO-3 program runs forward: a full parameter (or a view of it) that
+        autograd keeps for backward is kept as a note (its name and view) and
+        all-gathered again when backward reads it, so that it is freed after its use."""
+        if not self.cuts or self.full and len(self.full) == len(self.cuts):
+            yield
+            return
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+            yield
+
+    def _pack(self, t: torch.Tensor):
+        if t.numel():
+            entry = self._live.get(t.untyped_storage().data_ptr())
+            if entry is not None and entry[1]() is not None and t.dtype == entry[1]().dtype:
+                return ("zero", entry[0], tuple(t.shape), t.stride(), t.storage_offset())
+        return t
+
+    def _unpack(self, packed):
+        if not (isinstance(packed, tuple) and packed and packed[0] == "zero"):
+            return packed
+        _, name, shape, stride, offset = packed
+        self.stats["regathered"] += 1
+        full = self.cuts[name].gather(self.shards[name], self.shapes[name])
+        return full.as_strided(shape, stride, offset)
+
+
+def _in_backward() -> bool:
+    """Whether autograd's engine is running backward on this thread (a recomputed
+    region's forward): no prefetch there, its next read is the next step's."""
+    task = getattr(torch._C, "_current_graph_task_id", None)
+    return task is not None and task() != -1
+
+
+class use_zero:
+    """Make ``state`` the one the rank program's :func:`zero_param` reads (None: none)."""
+
+    def __init__(self, state: Optional[ZeroState]):
+        self.state = state
+
+    def __enter__(self):
+        if self.state is not None:
+            _STATE.append(self.state)
+        return self
+
+    def __exit__(self, *exc):
+        if self.state is not None:
+            _STATE.pop()

@@ -1,0 +1,111 @@
+"""The memory levers of every plan (docs/memory.md): gradient accumulation, ZeRO and
+recomputation forced beside any family's keys.
+
+On gloo ranks against the single-device model in float64 (outputs, loss, every gradient,
+the gradient norm, the parameters after 3 AdamW steps):
+
+* gradient accumulation over 2 microbatches under data (GPT-2, an export graph), data ×
+  tensor, D&SP and an AxoNN grid: each training program runs a microbatch's rows;
+* ZeRO-1, -2 and -3 on ``data=4``, on ``data=2 × tensor=2`` and in a pipeline
+  (``pipeline=2 × data=2``): every rank holds a quarter (a half) of the parameters it
+  would hold without ZeRO, and ZeRO-3 reads them through all-gathers, prefetched;
+* ZeRO-3 with accumulation and full recomputation at once.
+
+Without ranks: the forcing keys and their errors, the row shards' arithmetic.
+"""
+import pytest
+import torch
+
+import autopar
+import shared_ranks
+from autopar.planning.strategy import PlanError, Strategy
+from autopar.strategies.data.zero import RowShard, shardable
+from autopar.testing import equivalence_job
+from examples.factories import inception, transformer
+
+F64 = {"dtype": "float64", "batch": 8}
+CASES = [
+    # gradient accumulation in every family without a pipeline
+    ("gpt2", {"data": 4, "microbatches": 2}, F64),
+    ("transformer", {"data": 2, "tensor": 2, "microbatches": 2}, F64),
+    ("towers", {"subgrids": 2, "microbatches": 2}, {"dtype": "float64"}),
+    ("transformer", {"x": 2, "y": 2, "z": 1, "data": 1, "microbatches": 2}, F64),
+    # ZeRO's stages on data, data × tensor and in a pipeline
+    *[("transformer", {"data": 4, "zero": z}, F64) for z in (1, 2, 3)],
+    *[("gpt2", {"data": 2, "tensor": 2, "zero": z}, F64) for z in (1, 2, 3)],
+    *[("transformer", {"pipeline": 2, "data": 2, "microbatches": 2, "zero": z}, F64) for z in (1, 2, 3)],
+    # all three levers at once
+    ("transformer", {"data": 2, "tensor": 2, "zero": 3, "microbatches": 2, "recompute": "full"}, F64),
+]
+_EQUIVALENCE = shared_ranks.register(4, __name__, equivalence_job, (CASES,), timeout_s=600)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_levers_match_single_device(index):
+    strategy = CASES[index][1]
+    for report in (reports[index] for reports in _EQUIVALENCE()):
+        for key in ("output", "loss", "grad", "grad_norm"):
+            assert report[key][1] < 1e-12, (key, report)
+        assert report["param"][0] < 1e-12, report
+        data = strategy.get("data", 4)
+        rows = 8 // data // strategy.get("microbatches", 1) if "subgrids" not in strategy else 1
+        if "microbatches" in strategy and "pipeline" not in strategy:
+            assert report["program_rows"] == [rows], report["program_rows"]  # a microbatch at a time
+        if "zero" in strategy:
+            # every parameter of these models has at least one row per data rank: a 1/d share
+            # of what the rank holds without ZeRO, but for blocks that do not divide evenly
+            assert report["held_params"] <= report["held_without_zero"] / data * 1.02 + 64, report
+            assert report["held_without_zero"] < report["all_params"] or data == 4
+            stats = report["zero_stats"]
+            if strategy["zero"] == 3:
+                assert stats["prefetched"] > 0 and stats["regathered"] > 0, stats
+            else:
+                assert stats == {"gathered": 0, "prefetched": 0, "regathered": 0}, stats
+        if strategy.get("recompute") == "full":
+            assert report["recomputed"] > 0
+
+
+# ---------------------------------------------------------------------- without ranks
+def test_row_shards_cover_every_row_once_and_round_trip():
+    for rows, size in [(8, 4), (5, 4), (4, 4), (7, 2), (96, 3)]:
+        spans = [RowShard.block(rows, size, i) for i in range(size)]
+        assert spans[0][0] == 0 and spans[-1][1] == rows
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+        assert max(b - a for a, b in spans) - min(b - a for a, b in spans) <= 1
+        assert min(b - a for a, b in spans) >= 1  # a shardable parameter leaves no rank empty
+        full = torch.arange(rows * 3.0).view(rows, 3)
+        cuts = [RowShard("data", size, i, rows, 2) for i in range(size)]
+        padded = torch.cat([c.pad(c.local(full)) for c in cuts])
+        assert torch.equal(cuts[0].unpad(padded, (rows, 3)), full)
+    assert not shardable((), 2) and not shardable((3,), 4) and shardable((4, 2), 4)
+
+
+@pytest.mark.parametrize("strategy,message", [
+    ({"data": 4, "microbatches": 0}, "microbatches=0"),
+    ({"data": 2, "tensor": 2, "microbatches": 3}, "microbatches=3 does not divide the 2 rows of each data rank"),
+    ({"data": 4, "zero": 4}, "zero=4"),
+    ({"data": 1, "tensor": 4, "zero": 1}, "has 1; give 'data': d with d > 1"),
+    ({"data": 4, "recompute": "attention"}, "recompute='attention'"),
+    ({"subgrids": 2, "csub": True, "microbatches": 2}, "D&SP-cSub"),
+    ({"x": 2, "y": 2, "z": 1, "data": 1, "zero": 1}, "has 1"),
+])
+def test_levers_that_cannot_run_are_clear_errors(strategy, message):
+    model, inputs, loss_fn, target = transformer()  # batch 4
+    if "subgrids" in strategy:
+        model, inputs, loss_fn, target = inception()
+    with pytest.raises(PlanError, match=message.replace("(", r"\(")):
+        autopar.plan(model, 4, inputs, loss_fn, strategy, example_target=target)
+
+
+def test_levers_ride_on_any_family_and_alone():
+    model, inputs, loss_fn, target = transformer()
+    plan = autopar.plan(model, 4, inputs, loss_fn, {"data": 2, "tensor": 2, "zero": 2, "microbatches": 2},
+                        example_target=target)
+    assert (plan.mesh, plan.zero, plan.microbatches) == ({"data": 2, "tensor": 2}, 2, 2)
+    assert autopar.planning.plan.Plan.from_json(plan.to_json()).zero == 2
+    alone = Strategy.parse({"zero": 3})
+    assert alone.levers_only and alone.levers() == {"zero": 3}
+    plan = autopar.plan(model, 4, inputs, loss_fn, {"zero": 3}, example_target=target)
+    assert plan.zero == 3 and plan.degree("data") > 1
+    assert Strategy.parse({"pipeline": 2, "microbatches": 4, "zero": 1}).microbatches == 4
