@@ -11,7 +11,8 @@ with the LM head tied to the embedding and with its own weight and bias:
   rows split over z, and ``2 × 2 × 1``), the vocabulary Megatron-split over the grid's
   four ranks (the whole-3D family keeps it replicated, priced);
 * PTD-P with the tied embedding and head split over the vocabulary on both ends of the
-  pipeline (``pipeline=2 × tensor=2``, two microbatches).
+  pipeline (``pipeline=2 × tensor=2``, two microbatches);
+* ZeRO-3 over ``data=2`` of the padded shards of ``tensor=2``.
 
 In the same launch: the padded rows stay zero in the parameters, their gradients and the
 optimizer's state; the state dict has the original 63 rows; a checkpoint saved on
@@ -44,6 +45,8 @@ CASES = [
     ("transformer", {"data": 1, "tensor": 4, "regions": {"kind:attention": GRID_2X2, "kind:linear_chain": GRID_2X2,
                                                          "kind:vocab": "megatron"}}, V63),
     ("transformer", {"pipeline": 2, "tensor": 2, "microbatches": 2}, V63),
+    # the padded shards under ZeRO-3's row shards over the data group
+    ("transformer", {"data": 2, "tensor": 2, "zero": 3}, UNTIED),
 ]
 
 
