@@ -149,8 +149,9 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     planner see the loss (e.g. vocab-parallel cross-entropy); without it the loss is
     captured at the first ``step``. ``overlap``: the 3D layers' overlap optimisations
     (axonn §IV; True, False or a dict of :class:`autopar.strategies.tensor3d.runtime.Overlap`'s
-    fields; all on by default). ``recompute``: recompute each split region's activations
-    in backward instead of keeping them (activation checkpointing, megatron §3.5); None:
+    fields; all on by default). ``recompute``: recompute each repeated block's activations
+    (a model without blocks: each split region's) in backward instead of keeping them
+    (activation checkpointing, megatron §3.5); None:
     as the plan says (the planner recomputes where keeping them does not fit).
     ``memory_limit``: bytes per device the plan may use (default: the hardware's).
     ``fusion``: run each rank's pointwise chains and softmax/layer-norm rows as generated

@@ -15,6 +15,7 @@ from autopar.analysis.manager import graph_code
 from autopar.ir import FUSION, PASSES_RUN
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError
+from autopar.transforms.recompute import rebound
 
 
 def batch_of(inputs: tuple) -> int | None:
@@ -76,6 +77,13 @@ def executable(gm: fx.GraphModule, root: nn.Module, class_name: str) -> fx.Graph
     (this rank's parameters), with every module, parameter and constant under one flat
     name, and ``gm``'s metadata."""
     _copy_missing_attributes(gm, gm.graph, root)
+    for node in gm.graph.nodes:  # a recomputed region's sub-graph reads the rank's modules too
+        body = getattr(node.target, "body", None) if node.op == "call_function" else None
+        if isinstance(body, fx.GraphModule):
+            graph = fx.Graph()
+            graph.output(graph.graph_copy(body.graph, {}))
+            node.target = rebound(node.target, fx.GraphModule(_flat_root(root, graph), graph,
+                                                              class_name=type(body).__name__))
     program = fx.GraphModule(_flat_root(root, gm.graph), gm.graph, class_name=class_name)
     program.meta.update(gm.meta)
     return program

@@ -172,6 +172,8 @@ def _add_run_stats(pm, reference: torch.nn.Module, report: dict[str, Any]) -> No
     if pm.plan.grid is not None:
         report["tensor3d_stats"] = pm.tensor3d_stats
         report["recomputed"] = pm.rank_graph_code().count("= recompute_")
+    if pm._state.recompute and not pm.plan.pipeline:
+        report["recomputed"] = pm.rank_graph_code().count("= recompute_")
     if pm.plan.zero or pm.plan.microbatches > 1:  # the memory levers (docs/memory.md)
         report["held_params"] = sum(p.numel() for p in pm.parameters())
         report["all_params"] = sum(p.numel() for p in reference.parameters())

@@ -137,8 +137,10 @@ def test_bad_input_is_named():
         _plan(2, {"pipeline": 2, "schedule": "zigzag"})
     with pytest.raises(autopar.PlanError, match=r"a pipeline combines with 'data', 'tensor', .* not \['subgrids'\]"):
         _plan(4, {"pipeline": 2, "subgrids": 2})
-    with pytest.raises(autopar.PlanError, match=r"\['microbatches'\] set up a pipeline; add 'pipeline'"):
-        _plan(2, {"data": 2, "microbatches": 2})
+    with pytest.raises(autopar.PlanError, match=r"\['schedule'\] set up a pipeline; add 'pipeline'"):
+        _plan(2, {"data": 2, "schedule": "1f1b"})
+    # without a pipeline, microbatches are gradient accumulation (docs/memory.md)
+    assert _plan(2, {"data": 2, "microbatches": 2}).microbatches == 2
 
 
 def _step_with_other_batch():

@@ -31,13 +31,18 @@ import torch.fx as fx
 import torch.utils.checkpoint
 
 from autopar.ir import REGION_OF
+from autopar.ir import regions as regions_of
 from autopar.runtime import rng
 
 log = logging.getLogger("autopar.transforms.recompute")
 
 
-def recompute_pass(gm: fx.GraphModule, *, regions: list[str]) -> fx.GraphModule:
-    """Outline each region of ``regions`` into a checkpointed call (see module docstring)."""
+def recompute_pass(gm: fx.GraphModule, *, regions: list[str], blocks: bool = False) -> fx.GraphModule:
+    """Outline each region of ``regions`` into a checkpointed call (see module docstring);
+    ``blocks``: the graph's repeated blocks instead where it has them (full recomputation,
+    megatron §3.5: a block's split regions recompute with it)."""
+    if blocks and regions_of(gm, "block"):
+        regions = [r.id for r in regions_of(gm, "block")]
     for rid in regions:
         _outline(gm, rid)
     gm.graph.lint()
@@ -48,17 +53,15 @@ def recompute_pass(gm: fx.GraphModule, *, regions: list[str]) -> fx.GraphModule:
 def _outline(gm: fx.GraphModule, rid: str) -> None:
     graph = gm.graph
     order = list(graph.nodes)
-    members = [n for n in order if rid in n.meta.get(REGION_OF, {}).values()]
+    # its computing nodes: a parameter read (export reads them all at the top of the
+    # graph) would stretch the span over everything before the region
+    members = [n for n in order if rid in n.meta.get(REGION_OF, {}).values()
+               and n.op in ("call_function", "call_method", "call_module")]
     if not members:
         return
     first, last = order.index(members[0]), order.index(members[-1])
     span = [n for n in order[first:last + 1] if n.op in ("call_function", "call_method", "call_module")]
     inside = set(span)
-    for n in span:
-        if n.op == "call_module" and any(True for _ in gm.get_submodule(n.target).parameters()):
-            log.warning("recompute: region %s is not recomputed: %s calls a module with parameters (%s)",
-                        rid, n.name, n.target)
-            return
     inputs = list(dict.fromkeys(a for n in span for a in n.all_input_nodes if a not in inside))
     outputs = [n for n in span if any(u not in inside for u in n.users)]
     sub = fx.Graph()
@@ -99,6 +102,13 @@ def _checkpointed(body: fx.GraphModule, name: str):
     run.__name__ = run.__qualname__ = name
     run.body = body  # the outlined sub-graph, for reading: print(fn.body.code)
     return run
+
+
+def rebound(fn, body: fx.GraphModule):
+    """The checkpointed call ``fn`` (of :func:`recompute_pass`) over ``body`` instead: the
+    same sub-graph reading the rank's module tree (:func:`autopar.executable.executable`),
+    not the capture's."""
+    return _checkpointed(body, fn.__name__)
 
 
 def _replay_contexts(states, snapshot):
