@@ -62,6 +62,7 @@ def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batc
     flops = megatron_flops(batch, 2048, layers, width, vocab) / world / plan.step_s
     padded = [r.details for r in plan.regions if r.details.get("padded_vocab")]
     return {**row, "mesh": plan.mesh, "recompute": plan.recompute, "step_s": plan.step_s, "vocab": vocab,
+            "microbatches": plan.microbatches, "zero": plan.zero,
             "predicted_tflops": flops / 1e12, "plan_tflops": plan.flops_per_device() / 1e12,
             "padded_vocab": padded[0]["padded_vocab"] if padded else None,
             "vocab_split": any(r.kind == "vocab" and r.strategy != "replicate" for r in plan.regions),
@@ -131,7 +132,9 @@ def _describe(r: dict) -> str:
     pp = r["pipeline"]
     if pp:
         mesh += f" {pp['schedule']}" + (f" v={pp['chunks']}" if pp["chunks"] > 1 else "") + f" m={pp['microbatches']}"
-    return mesh + (" recompute" if r["recompute"] else "")
+    levers = (f" m={r['microbatches']}" if r.get("microbatches", 1) > 1 else "") + \
+        (f" zero-{r['zero']}" if r.get("zero") else "")
+    return mesh + levers + (" recompute" if r["recompute"] else "")
 
 
 def main(argv=None) -> int:

@@ -112,3 +112,18 @@ def test_levers_ride_on_any_family_and_alone():
     plan = autopar.plan(model, 4, inputs, loss_fn, {"zero": 3}, example_target=target)
     assert plan.zero == 3 and plan.degree("data") > 1
     assert Strategy.parse({"pipeline": 2, "microbatches": 4, "zero": 1}).microbatches == 4
+
+
+def test_megatron_table_1_small_models_plan_data_parallel_with_accumulation():
+    """Megatron Table 1's 1.7B on 32 A100s ran as t=1 p=1 d=32 with gradient accumulation:
+    the whole batch of a data rank (16 sequences of 2048) does not fit, 4 microbatches do."""
+    from autopar.capture import capture
+    from autopar.analysis.analyse import analyse
+    from autopar.cost.hardware import get_hardware
+    from autopar.planner import plan_graph
+    from examples.factories import gpt_meta
+    model, inputs, loss, target = gpt_meta(24, 2304, 24, 512)
+    plan = plan_graph(analyse(capture(model, inputs, loss, target)), 32, get_hardware("a100-selene"))
+    assert plan.mesh == {"data": 32, "tensor": 1} and not plan.pipeline and not plan.recompute
+    assert plan.microbatches > 1 and plan.total.memory_bytes <= get_hardware("a100-selene").memory_bytes
+    assert f"gradients accumulated over {plan.microbatches} microbatches" in plan.explain()

@@ -77,12 +77,17 @@ def test_the_memory_limit_excludes_plans_that_do_not_fit():
 
 def test_why_not_names_the_binding_constraint():
     model, inputs, loss, target = _small()
-    plan = autopar.plan(model, 16, inputs, loss, example_target=target, hardware="a100-selene",
+    # at 0.25 GiB pure data parallelism fits only with ZeRO-3 sharding the whole model's state
+    zero = autopar.plan(model, 16, inputs, loss, example_target=target, hardware="a100-selene",
                         memory_limit=0.25 * 2**30)
-    # pure data parallelism holds the whole model per rank: memory binds
+    assert zero.mesh == {"data": 16, "tensor": 1} and zero.zero == 3
+    assert "ZeRO-3 over the data ranks (parameters, gradients and optimizer state sharded)" in zero.explain()
+    plan = autopar.plan(model, 16, inputs, loss, example_target=target, hardware="a100-selene",
+                        memory_limit=0.05 * 2**30)
+    # pure data parallelism, even accumulating and sharded, holds too much per rank: memory binds
     text = plan.why_not("data")
     assert text.startswith("data: infeasible") and "memory" in text and "the closest to fitting" in text
-    assert "GiB per rank, device has 0.2 GiB" in text
+    assert "GiB per rank, device has 0.1 GiB" in text
     assert plan.why_not(plan.form.split()[0] or "megatron").split(":")[1].strip() == "chosen"
     # without the limit the families compete on time: a losing one says where it loses
     free = autopar.plan(model, 16, inputs, loss, example_target=target, hardware="a100-selene")

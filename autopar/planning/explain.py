@@ -44,6 +44,11 @@ def explain(plan: "Plan") -> str:
         + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(plan.total.comm_s.items()))
         + f"; memory per rank {_mb(plan.total.memory_bytes)}"
         + ("; activations recomputed in backward to fit" if plan.recompute else "")
+        + (f"; gradients accumulated over {plan.microbatches} microbatches of "
+           f"{plan.global_batch // plan.batch_parts() // plan.microbatches} rows" if plan.microbatches > 1 else "")
+        + (f"; ZeRO-{plan.zero} over the data ranks ("
+           + {1: "optimizer state", 2: "optimizer state and gradients",
+              3: "parameters, gradients and optimizer state"}[plan.zero] + " sharded)" if plan.zero else "")
         + ("; pointwise chains fused into generated kernels" if plan.fusion else ""),
         *([f"model: {plan.flops_per_step:.4g} FLOP per step -> {plan.flops_per_device():.4g} FLOP/s per device "
            f"predicted"] if plan.flops_per_step else []),

@@ -103,6 +103,9 @@ class RegionTable:
     regions: list[RegionChoice]
     total: Cost
     step_s: float
+    param_elems: float = 0.0        # parameter elements on the rank (its tensor parts)
+    activation_bytes: float = 0.0   # bytes saved for backward on the rank
+    largest_params: float = 0.0     # the two largest parameters' elements (ZeRO-3 holds them gathered)
 
 
 @dataclass(frozen=True)
@@ -238,4 +241,4 @@ def mesh_plan(ctx: PlanContext, priced: Priced, table: RegionTable) -> Plan:
     return Plan(model=ctx.name, world_size=ctx.world, mesh=priced.mesh, hardware=ctx.hw.name,
                 global_batch=ctx.model.batch, regions=table.regions, total=table.total, step_s=table.step_s,
                 tracer=capture.tracer if capture else "", subgrids=c.subgrids, topology_aware=c.topology_aware,
-                csub=c.csub)
+                csub=c.csub, microbatches=c.microbatches or 1, zero=c.zero or 0)

@@ -168,7 +168,8 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
                                 Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
                                 {}, "not in a splittable region"))
     total = Cost(compute, {"tensor": tensor_comm, "data": exposed}, memory)
-    return RegionTable(choices, total, compute + tensor_comm + exposed)
+    largest = sum(sorted((p.numel() for p in model.params.values()), reverse=True)[:2])
+    return RegionTable(choices, total, compute + tensor_comm + exposed, local_params, activations, largest)
 
 
 class DataTensor(CompileHooks):
@@ -209,6 +210,7 @@ class DataTensor(CompileHooks):
                 return rejected(self.name, config, mesh, f"no region can be split over tensor={tensor}" +
                                 (f" (regions {gaps} hold ops with no split rule)" if gaps else ""))
             # forced degrees whose regions all fell back: the tensor group replicates them
+        table, config = with_levers(ctx, config, table, data, tensor)
         return judge(self.name, ctx, config, mesh, table)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
@@ -247,6 +249,52 @@ class Megatron(DataTensor):
         # with D&SP sub-grids, every sub-grid's regions (a rank's program has its own only;
         # the recomputation skips the regions a program lacks)
         return [rid for _, _, regions in split_groups(plan) for rid in regions] if plan.grid is None else []
+
+
+def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: int, tensor: int
+                ) -> tuple[RegionTable, Strategy]:
+    """The configuration with the memory levers (docs/memory.md) it runs with: those
+    forced, or, when the whole batch of each data rank does not fit, the fastest
+    accumulation and ZeRO stage that fit (:mod:`autopar.strategies.data.levers`); a
+    configuration that fits runs without (the levers only cost time). The region table
+    of ``m`` microbatches reads per step."""
+    from autopar.strategies.data import levers as L
+    from autopar.strategies.data.planner import batch_norms
+    model, hw, forced = ctx.model, ctx.hw, ctx.levers
+    rows = model.batch // data
+    fixed_m = forced.microbatches if forced is not None and forced.microbatches else None
+    fixed_z = forced.zero if forced is not None and forced.zero is not None else None
+    fits = table.total.memory_bytes <= hw.memory_bytes
+    if fixed_m is None and fixed_z is None and fits:
+        return table, config
+    ms = [fixed_m] if fixed_m else ([1] if batch_norms(model) or fits else [m for m in divisors(rows)])
+    zs = [fixed_z] if fixed_z is not None else ([0] + ([1, 2, 3] if data > 1 and not fits else []))
+    tables = {1: table}
+    options = []
+    for m in ms:
+        if rows % m:
+            continue
+        if m not in tables:
+            tables[m] = price_mesh(model, hw, data * m, tensor, any(c.strategy == "megatron" for c in table.regions))
+        one = tables[m]
+        for z in zs:
+            comm = {"tensor": one.total.comm_s.get("tensor", 0.0) * m,
+                    "data": L.zero_comm(one.param_elems, data, tensor, z, m, one.total.compute_s, hw)}
+            memory = L.state_bytes(one.param_elems, data, z, m, one.largest_params) + one.activation_bytes
+            options.append(L.LeverFigures(m, z, one.total.compute_s * m, comm, memory, one.activation_bytes))
+    if not options:
+        return table, config
+    best = L.best_levers(options, hw.memory_bytes)
+    one = tables[best.m]
+    rows_ = []
+    for c in one.regions:  # per step: m microbatches of each region
+        rows_.append(dataclasses.replace(c, cost=Cost(c.cost.compute_s * best.m,
+                                                      {k: x * best.m for k, x in c.cost.comm_s.items()},
+                                                      c.cost.memory_bytes),
+                                         alternatives={k: x * best.m for k, x in c.alternatives.items()}))
+    total = Cost(best.compute_s, dict(best.comm_s), best.memory_bytes)
+    table = RegionTable(rows_, total, best.step_s, one.param_elems, best.activation_bytes, one.largest_params)
+    return table, dataclasses.replace(config, microbatches=best.m if best.m > 1 else None, zero=best.zero or None)
 
 
 def split_groups(plan: Plan, stage: int | None = None, subgrid: int | None = None) -> list[tuple]:
