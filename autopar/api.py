@@ -130,7 +130,7 @@ def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequenc
 def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), loss_fn: Callable | None = None,
             strategy: Any = "auto", *, example_target: Any = None, example_kwargs: dict[str, Any] | None = None,
             hardware: str | Hardware | None = None, seed: int = 0, overlap: Any = None,
-            recompute: bool | None = None, memory_limit: float | None = None,
+            recompute: bool | str | None = None, memory_limit: float | None = None,
             fusion: bool | None = None) -> ParallelModule:
     """Make ``model`` run on the ranks of ``mesh`` (see the module docstring).
 
@@ -151,7 +151,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     (axonn §IV; True, False or a dict of :class:`autopar.strategies.tensor3d.runtime.Overlap`'s
     fields; all on by default). ``recompute``: recompute each repeated block's activations
     (a model without blocks: each split region's) in backward instead of keeping them
-    (activation checkpointing, megatron §3.5); None:
+    (activation checkpointing, megatron §3.5; also ``"full"``), ``"selective"`` only the
+    attention cores (softmax, dropout, the score matmuls), False / ``"none"`` nothing; None:
     as the plan says (the planner recomputes where keeping them does not fit).
     ``memory_limit``: bytes per device the plan may use (default: the hardware's).
     ``fusion``: run each rank's pointwise chains and softmax/layer-norm rows as generated
@@ -168,8 +169,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     gm = _global_graph(model, example_inputs, loss_fn, example_target, example_kwargs)
     plan_ = plan_graph(gm, world, _hardware(hardware, memory_limit), strategy)
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target, example_kwargs)
-    if recompute is None:
-        recompute = plan_.recompute
+    recompute = _recompute_mode(recompute, plan_)
     health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here
     if plan_.pipeline:
         return _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute, fusion,
@@ -183,7 +183,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
 
 
 def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, rank: int, loss_fn, seed: int,
-                      recompute: bool, fusion: bool = False, **call):
+                      recompute: bool | str, fusion: bool = False, **call):
     """A PTD-P plan's module: groups pipeline × data × tensor, tied-weight groups, and the
     pipeline positions that hold each parameter (from the cut of the global graph)."""
     holders = parameter_holders(plan_, gm)
@@ -198,6 +198,21 @@ def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, 
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
     return ParallelModule(model, plan_, rank, group_map, loss_fn, planned_shards(plan_, gm), holders=holders, seed=seed,
                           recompute=recompute, fusion=fusion, **call)
+
+
+def _recompute_mode(recompute, plan_: Plan) -> bool | str:
+    """``compile``'s ``recompute``: True / "full" (the blocks), "selective" (the attention
+    cores), False / "none"; None: as the plan says."""
+    if recompute is None:
+        return "selective" if plan_.selective_recompute else plan_.recompute
+    if recompute in (True, "full"):
+        return True
+    if recompute in (False, "none"):
+        return False
+    if recompute == "selective":
+        return "selective"
+    raise ValueError(f"recompute={recompute!r}: use True or 'full' (the blocks), 'selective' (the attention cores), "
+                     f"False or 'none', or None (as the plan says)")
 
 
 def _strategy_from_mesh(mesh, strategy):

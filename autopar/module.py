@@ -47,7 +47,7 @@ class ParallelModule(nn.Module):
     """
 
     def __init__(self, model: nn.Module, plan_: Plan, rank: int, group_map: dict, loss_fn: Callable | None,
-                 shards: dict, *, seed: int = 0, overlap: Any = None, recompute: bool = False, fusion: bool = False,
+                 shards: dict, *, seed: int = 0, overlap: Any = None, recompute: bool | str = False, fusion: bool = False,
                  holders: dict | None = None, call: CallLayout | None = None, examples: tuple | None = None):
         super().__init__()
         self.plan = plan_

@@ -149,7 +149,8 @@ def apply_levers(ctx: PlanContext, plan_: Plan) -> None:
     if levers.zero:
         plan_.zero = levers.zero
     if levers.recompute is not None:
-        plan_.recompute = levers.recompute != "none"
+        plan_.recompute = levers.recompute == "full"
+        plan_.selective_recompute = levers.recompute == "selective"
 
 
 def _no_plan_message(name: str, world: int, candidates: list[MeshCandidate]) -> str:

@@ -24,12 +24,12 @@ from autopar.transforms.recompute import recompute_pass
 
 
 def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None = None,
-            recompute: bool = False, fusion: bool = False, zero_params: dict | None = None) -> fx.GraphModule:
+            recompute: bool | str = False, fusion: bool = False, zero_params: dict | None = None) -> fx.GraphModule:
     """Rank ``rank``'s program from a graph captured at its local batch: analysis, then
     the passes every family of the plan adds (:meth:`~autopar.strategies.family.Family.rank_passes`,
     in phase order: D&SP's branches, the regions' split, ZeRO's reads, recomputation of
-    the blocks (or the split regions of a model without blocks) under ``recompute``, the
-    data-parallel pass), then fusion. A training graph
+    the blocks (or the split regions of a model without blocks) under ``recompute``, only
+    the attention cores under ``recompute="selective"``, the data-parallel pass), then fusion. A training graph
     (captured with its loss) keeps its loss local: the runner reduces the reported value
     over the data ranks while backward runs. In D&SP-cSub the ranks off sub-grid 0 get a
     program of their branches only. ``zero_params``: under ZeRO, the parameters the
@@ -41,7 +41,8 @@ def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None 
     steps = [p for family in FAMILIES for p in family.rank_passes(plan_, build)]
     if recompute and not branch_only:
         regions = [r for family in FAMILIES for r in family.recompute_regions(plan_)]
-        steps.append(RankPass(RECOMPUTE, "recompute", recompute_pass, {"regions": regions, "blocks": True}))
+        steps.append(RankPass(RECOMPUTE, "recompute", recompute_pass,
+                              {"regions": regions, "blocks": True, "selective": recompute == "selective"}))
     passes = [("analysis", analyse, {"label": f"rank{rank}_analysis"})]
     passes += [(p.name, p.fn, p.options) for p in sorted(steps, key=lambda p: p.phase)]
     if fusion:

@@ -56,7 +56,7 @@ class RankState:
     loss_fn: Callable | None
     call: CallLayout = field(default_factory=CallLayout)
     examples: tuple | None = None
-    recompute: bool = False
+    recompute: bool | str = False  # True: the blocks; "selective": the attention cores
     fusion: bool = False
     shards: dict = field(default_factory=dict)
     zero: ZeroState | None = None  # ZeRO's shards and gathers (strategies/data/zero.py), None without

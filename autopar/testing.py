@@ -46,7 +46,7 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
                                kwargs: dict[str, Any] | None = None, steps: int = 3, lr: float = 1e-2,
                                hardware: str | None = None, mesh=None,
                                dtype: torch.dtype | None = None, overlap: Any = None,
-                               recompute: bool | None = None) -> dict[str, Any]:
+                               recompute: bool | str | None = None) -> dict[str, Any]:
     """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "grad_norm",
     "param"}`` where each difference entry is ``(max abs, max relative)`` over all tensors
     compared. Every optimizer step clips the gradients to half the first step's norm on
@@ -172,8 +172,9 @@ def _add_run_stats(pm, reference: torch.nn.Module, report: dict[str, Any]) -> No
     if pm.plan.grid is not None:
         report["tensor3d_stats"] = pm.tensor3d_stats
         report["recomputed"] = pm.rank_graph_code().count("= recompute_")
-    if pm._state.recompute and not pm.plan.pipeline:
-        report["recomputed"] = pm.rank_graph_code().count("= recompute_")
+    if pm._state.recompute:
+        report["code"] = pm.rank_graph_code()
+        report["recomputed"] = report["code"].count("= recompute_")
     if pm.plan.zero or pm.plan.microbatches > 1:  # the memory levers (docs/memory.md)
         report["held_params"] = sum(p.numel() for p in pm.parameters())
         report["all_params"] = sum(p.numel() for p in reference.parameters())
@@ -199,7 +200,8 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     instead, whose shape fixes the degrees. A third element, ``{"dtype": "float64"}``,
     runs the comparison in that dtype; ``{"hardware": "a100-selene"}`` plans for that machine;
     ``{"overlap": {...}}`` sets the 3D layers' overlap switches; ``{"recompute": True}``
-    recomputes the split regions in backward (activation checkpointing); ``{"batch": 8}``
+    recomputes the blocks in backward (activation checkpointing; ``"selective"``: the
+    attention cores); ``{"batch": 8}``
     sets the language models' batch, ``{"layers": 4}`` their number of blocks, ``{"vocab": 63}``
     their vocabulary, ``{"tied": False}`` the transformer's own LM head (with a bias)."""
     from torch.distributed.device_mesh import init_device_mesh

@@ -9,7 +9,8 @@ the gradient norm, the parameters after 3 AdamW steps):
 * ZeRO-1, -2 and -3 on ``data=4``, on ``data=2 × tensor=2`` and in a pipeline
   (``pipeline=2 × data=2``): every rank holds a quarter (a half) of the parameters it
   would hold without ZeRO, and ZeRO-3 reads them through all-gathers, prefetched;
-* full recomputation of the blocks under pure data parallelism; ZeRO-3 with
+* full recomputation of the blocks under pure data parallelism; selective recomputation
+  of the attention cores (data × tensor, and a GPT-2 pipeline); ZeRO-3 with
   accumulation and full recomputation at once.
 
 Without ranks: the forcing keys and their errors, the row shards' arithmetic.
@@ -37,6 +38,9 @@ CASES = [
     *[("transformer", {"pipeline": 2, "data": 2, "microbatches": 2, "zero": z}, F64) for z in (1, 2, 3)],
     # full recomputation of the blocks (which call nn.Linear modules) under data parallelism
     ("transformer", {"data": 4, "recompute": "full"}, F64),
+    # selective recomputation: the attention cores only (an fx graph, and GPT-2's export graph under a pipeline)
+    ("transformer", {"data": 2, "tensor": 2, "recompute": "selective"}, F64),
+    ("gpt2", {"pipeline": 2, "data": 2, "microbatches": 2, "recompute": "selective"}, F64),
     # all three levers at once
     ("transformer", {"data": 2, "tensor": 2, "zero": 3, "microbatches": 2, "recompute": "full"}, F64),
 ]
@@ -67,6 +71,9 @@ def test_levers_match_single_device(index):
                 assert stats == {"gathered": 0, "prefetched": 0, "regathered": 0}, stats
         if strategy.get("recompute") == "full":
             assert report["recomputed"] == 2, report["recomputed"]  # one checkpointed call per block
+        if strategy.get("recompute") == "selective":  # one per attention core of the rank's program(s)
+            assert report["recomputed"] == (1 if "pipeline" in strategy else 2), report["recomputed"]
+            assert "recompute_attention" in report["code"] and "recompute_block" not in report["code"]
 
 
 # ---------------------------------------------------------------------- without ranks

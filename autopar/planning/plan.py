@@ -125,6 +125,7 @@ class Plan:
     # ``pipeline``), and ZeRO's stage over the data group (0: off)
     microbatches: int = 1
     zero: int = 0
+    selective_recompute: bool = False  # the attention cores recomputed in backward (not whole blocks)
     flops_per_step: float = 0.0  # the model's training FLOPs per step (forward x3, x4 recomputing)
     fusion: bool = False  # priced with pointwise chains fused into generated kernels (GPU hardware)
     # a mixed plan (docs/mixed_plans.md): each region's own family over the tensor group;

@@ -37,10 +37,20 @@ from autopar.runtime import rng
 log = logging.getLogger("autopar.transforms.recompute")
 
 
-def recompute_pass(gm: fx.GraphModule, *, regions: list[str], blocks: bool = False) -> fx.GraphModule:
+def recompute_pass(gm: fx.GraphModule, *, regions: list[str], blocks: bool = False,
+                   selective: bool = False) -> fx.GraphModule:
     """Outline each region of ``regions`` into a checkpointed call (see module docstring);
     ``blocks``: the graph's repeated blocks instead where it has them (full recomputation,
-    megatron §3.5: a block's split regions recompute with it)."""
+    megatron §3.5: a block's split regions recompute with it); ``selective``: only each
+    attention region's core instead, the score matmul, scaling, mask, softmax, dropout
+    and the context matmul (Korthikanti et al.'s selective recomputation: the activations
+    that grow with the sequence squared, cheap to recompute)."""
+    if selective:
+        for r in regions_of(gm, "attention"):
+            _outline(gm, f"{r.id}.core", set(r.details.get("core", ())))
+        gm.graph.lint()
+        gm.recompile()
+        return gm
     if blocks and regions_of(gm, "block"):
         regions = [r.id for r in regions_of(gm, "block")]
     for rid in regions:
@@ -50,12 +60,14 @@ def recompute_pass(gm: fx.GraphModule, *, regions: list[str], blocks: bool = Fal
     return gm
 
 
-def _outline(gm: fx.GraphModule, rid: str) -> None:
+def _outline(gm: fx.GraphModule, rid: str, names: set[str] | None = None) -> None:
+    """Outline the span of region ``rid`` (or of the nodes ``names``) into a checkpointed call."""
     graph = gm.graph
     order = list(graph.nodes)
     # its computing nodes: a parameter read (export reads them all at the top of the
     # graph) would stretch the span over everything before the region
-    members = [n for n in order if rid in n.meta.get(REGION_OF, {}).values()
+    members = [n for n in order if (n.name in names if names is not None else
+                                    rid in n.meta.get(REGION_OF, {}).values())
                and n.op in ("call_function", "call_method", "call_module")]
     if not members:
         return

@@ -80,7 +80,7 @@ def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
     return gm
 
 
-def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, recompute: bool,
+def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, recompute: bool | str,
                    block_nodes: dict[str, list[str]], fusion: bool = False,
                    region_ids: dict[tuple[str, str], str] | None = None, vocab: list[Region] = (),
                    zero_params: dict | None = None) -> fx.GraphModule:
@@ -92,8 +92,9 @@ def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, recom
     ``recompute`` the stage's blocks recompute (megatron §3.5)."""
     build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, stage=gm.meta[STAGE], zero_params=zero_params)
     steps = [p for family in FAMILIES for p in family.rank_passes(plan_, build)]
-    if recompute:
-        steps.append(RankPass(RECOMPUTE, "recompute", recompute_pass, {"regions": list(block_nodes)}))
+    if recompute:  # the blocks, or with "selective" their attention cores
+        steps.append(RankPass(RECOMPUTE, "recompute", recompute_pass,
+                              {"regions": list(block_nodes), "selective": recompute == "selective"}))
     passes = [
         # the stage's part of the whole graph's vocab region (autopar.analysis.vocab.stage_part)
         ("analysis", analyse, {"label": f"rank{rank}_stage_analysis", "vocab": list(vocab)}),
@@ -108,7 +109,7 @@ def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, recom
 
 
 def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None, target=None,
-                 recompute: bool = False, fusion: bool = False, *, layout: CallLayout | None = None,
+                 recompute: bool | str = False, fusion: bool = False, *, layout: CallLayout | None = None,
                  model_loss: str | None = None, zero_params: dict | None = None):
     """Rank ``rank``'s stage programs for (micro)batches shaped like ``inputs``:
     ``({stage: (GraphModule, Stage)}, graph input names, torch.export's output nesting)``.
