@@ -52,6 +52,7 @@ CASES = [
     ("transformer", "data 4, ZeRO-2", {"data": 4, "zero": 2}),
     ("transformer", "data 4, ZeRO-3", {"data": 4, "zero": 3}),
     ("transformer", "data 4, full recompute", {"data": 4, "recompute": "full"}),
+    ("transformer", "data 4, selective recompute", {"data": 4, "recompute": "selective"}),
     ("gpt2", "data 4", {"data": 4}),
     ("gpt2", "data 2 x tensor 2", {"data": 2, "tensor": 2}),
     ("gpt2", "pipeline 2 x data 2, m=2", {"pipeline": 2, "data": 2, "microbatches": 2}),
@@ -162,7 +163,7 @@ def main(argv=None) -> int:
     kib = lambda b: f"{b / 1024:8.0f}K"  # noqa: E731
     for r in rows:
         print(f"{r['model']:12s} {r['plan']:28s} {kib(r['params'])} {kib(r['grads'])} {kib(r['optimizer'])} "
-              f"{kib(r['activations'])} {kib(r['measured'])} {kib(r['predicted'])} {r['ratio']:6.2f}")
+              f"{kib(r['activations'])} {kib(r['measured'])} {kib(r['predicted'])} {r['ratio']:6.3f}")
     within = sum(0.8 <= r["ratio"] <= 1.2 for r in rows)
     print(f"within 20 %: {within} of {len(rows)}")
     if args.json:

@@ -140,20 +140,20 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
-predicted step 0.474 ms: compute 0.181 ms, data comm 0.292 ms, tensor comm 0.000 ms; memory per rank 0.66 MiB
+predicted step 0.474 ms: compute 0.181 ms, data comm 0.292 ms, tensor comm 0.000 ms; memory per rank 0.60 MiB
 model: 1.121e+07 FLOP per step -> 1.184e+10 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
 vocab:tok                vocab         replicate  0.010 ms  0.000 ms     0.000 ms   0.04 MiB  -
-attention:blocks.0.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
-attention:blocks.1.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.12 MiB  -
+attention:blocks.0.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.10 MiB  -
+attention:blocks.1.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.10 MiB  -
 linear_chain:blocks.0    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
 linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
-(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.05 MiB  -
+(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
 
 meshes weighed:
- * data=2 x tensor=1: step 0.474 ms, memory 0.66 MiB""")
+ * data=2 x tensor=1: step 0.474 ms, memory 0.60 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -262,20 +262,20 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 2.079 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 1.882 ms; memory per rank 0.49 MiB
+predicted step 2.079 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 1.882 ms; memory per rank 0.44 MiB
 model: 1.121e+07 FLOP per step -> 2.696e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-vocab:tok                vocab         megatron   0.010 ms  0.376 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
-attention:blocks.0.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.051 ms
-attention:blocks.1.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.051 ms
-linear_chain:blocks.0    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.10 MiB  replicate 0.036 ms
-linear_chain:blocks.1    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.10 MiB  replicate 0.036 ms
-(outside regions)        -             replicate  0.064 ms  0.000 ms     0.000 ms   0.09 MiB  -
+vocab:tok                vocab         megatron   0.010 ms  0.376 ms     0.000 ms   0.02 MiB  replicate 0.013 ms
+attention:blocks.0.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
+attention:blocks.1.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
+linear_chain:blocks.0    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
+linear_chain:blocks.1    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
+(outside regions)        -             replicate  0.064 ms  0.000 ms     0.000 ms   0.11 MiB  -
 
 meshes weighed:
- * data=1 x tensor=2: step 2.079 ms, memory 0.49 MiB""")
+ * data=1 x tensor=2: step 2.079 ms, memory 0.44 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -407,20 +407,20 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 2.525 ms: compute 0.155 ms, data comm 0.528 ms, tensor comm 1.841 ms; memory per rank 0.36 MiB
+predicted step 2.525 ms: compute 0.155 ms, data comm 0.528 ms, tensor comm 1.841 ms; memory per rank 0.33 MiB
 model: 1.121e+07 FLOP per step -> 1.11e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
 vocab:tok                vocab         megatron   0.008 ms  0.368 ms     0.000 ms   0.02 MiB  replicate 0.010 ms
-attention:blocks.0.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.06 MiB  replicate 0.038 ms
-attention:blocks.1.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.06 MiB  replicate 0.038 ms
+attention:blocks.0.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.05 MiB  replicate 0.038 ms
+attention:blocks.1.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.05 MiB  replicate 0.038 ms
 linear_chain:blocks.0    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
 linear_chain:blocks.1    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
-(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.05 MiB  -
+(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
 
 meshes weighed:
- * data=2 x tensor=2: step 2.525 ms, memory 0.36 MiB""")
+ * data=2 x tensor=2: step 2.525 ms, memory 0.33 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -555,19 +555,19 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: Inception on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=4 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent); D&SP: 2 sub-grids of 2 rank(s), topology-aware order
-predicted step 2.014 ms: compute 0.035 ms, data comm 1.202 ms, segment comm 0.374 ms, subgrid comm 0.402 ms, tensor comm 0.000 ms; memory per rank 0.04 MiB
+predicted step 2.014 ms: compute 0.035 ms, data comm 1.202 ms, segment comm 0.374 ms, subgrid comm 0.402 ms, tensor comm 0.000 ms; memory per rank 0.02 MiB
 model: 1.923e+06 FLOP per step -> 2.388e+08 FLOP/s per device predicted
 
 region             kind       strategy   compute   comm tensor  comm data  comm segment  comm subgrid  memory    alternatives
 -----------------  ---------  ---------  --------  -----------  ---------  ------------  ------------  --------  -------------
 fork_join:b1       fork_join  dsp        0.018 ms  0.000 ms     0.000 ms   0.374 ms      0.402 ms      0.00 MiB  data 0.033 ms
-(outside regions)  -          replicate  0.017 ms  0.000 ms     0.000 ms   0.000 ms      0.000 ms      0.04 MiB  -
+(outside regions)  -          replicate  0.017 ms  0.000 ms     0.000 ms   0.000 ms      0.000 ms      0.02 MiB  -
 
 branches on sub-grids:
   fork_join:b1: D&SP over 2 sub-grids (topology-aware order); branches s0:[1], s1:[0, 2]; messages per split/join 8 intra-node, 0 inter-node (2 per node)
 
 meshes weighed:
- * data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 2.014 ms, memory 0.04 MiB""")
+ * data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 2.014 ms, memory 0.02 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0; sub-grid 0, position 0, batch chunk 0); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
@@ -934,29 +934,29 @@ def forward(self, input_0, target):
         self.assertExpectedInline(plan.explain(), """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: pipeline=2 x data=1 x tensor=2   (rank = (pipeline*1 + data)*2 + tensor; tensor ranks adjacent, pipeline outermost)
-predicted step 6.356 ms: compute 0.271 ms, data comm 0.000 ms, pipeline comm 2.444 ms, tensor comm 3.641 ms; memory per rank 0.19 MiB
+predicted step 6.356 ms: compute 0.271 ms, data comm 0.000 ms, pipeline comm 2.444 ms, tensor comm 3.641 ms; memory per rank 0.17 MiB
 model: 1.121e+07 FLOP per step -> 4.409e+08 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
 vocab:tok                vocab         megatron   0.029 ms  1.456 ms     0.000 ms   0.02 MiB  replicate 0.032 ms
-attention:blocks.0.attn  attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.05 MiB  replicate 0.129 ms
-attention:blocks.1.attn  attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.05 MiB  replicate 0.129 ms
+attention:blocks.0.attn  attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.04 MiB  replicate 0.129 ms
+attention:blocks.1.attn  attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.04 MiB  replicate 0.129 ms
 linear_chain:blocks.0    linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
 linear_chain:blocks.1    linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
-(outside regions)        -             replicate  0.161 ms  0.000 ms     0.000 ms   0.03 MiB  -
+(outside regions)        -             replicate  0.161 ms  0.000 ms     0.000 ms   0.04 MiB  -
 
 pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.271 ms); scatter/gather on
   stage 0 (rank 0): block:blocks.0 + embedding; 0.977 ms per microbatch; sends 2.0 KiB per microbatch
   stage 1 (rank 1): block:blocks.1 + head and loss; 0.978 ms per microbatch
-  per rank: rank 0 1.270 ms/microbatch, 2 in flight, 0.19 MiB (0.16 MiB recomputing); rank 1 1.271 ms/microbatch, 1 in flight, 0.13 MiB (0.14 MiB recomputing)
+  per rank: rank 0 1.270 ms/microbatch, 2 in flight, 0.17 MiB (0.15 MiB recomputing); rank 1 1.271 ms/microbatch, 1 in flight, 0.13 MiB (0.13 MiB recomputing)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  F2  .   .   B1  B1  F3  B2  B2  F4  B3  B3  .   B4  B4 |
   rank 1 | .   F1  B1  B1  F2  B2  B2  F3  B3  B3  F4  B4  B4  .   .  |
   1f1b: p=2 m=4; step 15 units, compute 12 per rank, bubble 0.250 of the ideal time
 
 meshes weighed:
- * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 6.356 ms, memory 0.19 MiB""")
+ * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 6.356 ms, memory 0.17 MiB""")
         self.assertExpectedInline(pipeline_rank_code(model, plan, 0, inputs, loss_fn, target), """\
 # stage 0 on rank 0 of 4 (pipeline=0, data=0, tensor=0); built by passes: pipeline_stages -> analysis -> stage_blocks -> tensor_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -1138,18 +1138,18 @@ def scale_mask_softmax_7c66659371_bwd(in0_ptr, in1_ptr, gout0_ptr, gin0_ptr, n_r
         self.assertExpectedInline(table, """\
 autopar plan: StemTrunk on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=1 x tensor=4   (rank = data*4 + tensor; tensor ranks adjacent); mixed: each region its own family over the tensor group, 3D regions on it as Gx=2 x Gy=2 (tensor = y*Gx + x)
-predicted step 10.504 ms: compute 0.257 ms, data comm 0.000 ms, tensor comm 6.730 ms, x comm 0.753 ms, y comm 2.764 ms, z comm 0.000 ms; memory per rank 0.58 MiB
+predicted step 10.504 ms: compute 0.257 ms, data comm 0.000 ms, tensor comm 6.730 ms, x comm 0.753 ms, y comm 2.764 ms, z comm 0.000 ms; memory per rank 0.49 MiB
 model: 2.227e+07 FLOP per step -> 5.301e+08 FLOP/s per device predicted
 best single-family plan: none weighed (the mixed plan was forced)
 
 region                   kind          strategy   compute   comm tensor  comm data  comm x    comm y    comm z    memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  --------  --------  --------  -------------------------------------
-fork_join:b1             fork_join     dsp        0.021 ms  1.820 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.04 MiB  replicate 0.049 ms
-attention:blocks.0.attn  attention     megatron   0.038 ms  2.455 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.07 MiB  replicate 0.076 ms, tensor3d 1.733 ms
-linear_chain:blocks.0    linear_chain  tensor3d   0.028 ms  0.000 ms     0.000 ms   0.376 ms  1.382 ms  0.000 ms  0.11 MiB  megatron 2.478 ms, replicate 0.060 ms
-attention:blocks.1.attn  attention     megatron   0.038 ms  2.455 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.07 MiB  replicate 0.076 ms, tensor3d 1.733 ms
-linear_chain:blocks.1    linear_chain  tensor3d   0.028 ms  0.000 ms     0.000 ms   0.376 ms  1.382 ms  0.000 ms  0.11 MiB  megatron 2.478 ms, replicate 0.060 ms
-(outside regions)        -             replicate  0.104 ms  0.000 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.19 MiB  -
+fork_join:b1             fork_join     dsp        0.021 ms  1.820 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.02 MiB  replicate 0.049 ms
+attention:blocks.0.attn  attention     megatron   0.038 ms  2.455 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.05 MiB  replicate 0.076 ms, tensor3d 1.733 ms
+linear_chain:blocks.0    linear_chain  tensor3d   0.028 ms  0.000 ms     0.000 ms   0.376 ms  1.382 ms  0.000 ms  0.10 MiB  megatron 2.478 ms, replicate 0.060 ms
+attention:blocks.1.attn  attention     megatron   0.038 ms  2.455 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.05 MiB  replicate 0.076 ms, tensor3d 1.733 ms
+linear_chain:blocks.1    linear_chain  tensor3d   0.028 ms  0.000 ms     0.000 ms   0.376 ms  1.382 ms  0.000 ms  0.10 MiB  megatron 2.478 ms, replicate 0.060 ms
+(outside regions)        -             replicate  0.104 ms  0.000 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.17 MiB  -
 
 boundaries (the conversions from and to the activation replicated over the tensor group; the region's communication per step):
   fork_join:b1: fork (identity; backward all-reduce over tensor), join (all-gather of the branches' columns over tensor; backward the own columns): tensor 1.820 ms
@@ -1168,7 +1168,7 @@ branches on sub-grids:
     boundary: input cut to y blocks (backward all-gather over y), output all-gathered over y
 
 meshes weighed:
- * data=1 x tensor=4, mixed 3d 2x2: step 10.504 ms, memory 0.58 MiB""")
+ * data=1 x tensor=4, mixed 3d 2x2: step 10.504 ms, memory 0.49 MiB""")
         self.assertExpectedInline(code, """\
 # rank 1 of 4 (data=0, tensor=1); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> tensor3d -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")

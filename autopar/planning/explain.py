@@ -44,6 +44,7 @@ def explain(plan: "Plan") -> str:
         + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(plan.total.comm_s.items()))
         + f"; memory per rank {_mb(plan.total.memory_bytes)}"
         + ("; activations recomputed in backward to fit" if plan.recompute else "")
+        + ("; attention cores recomputed in backward (selective)" if plan.selective_recompute else "")
         + (f"; gradients accumulated over {plan.microbatches} microbatches of "
            f"{plan.global_batch // plan.batch_parts() // plan.microbatches} rows" if plan.microbatches > 1 else "")
         + (f"; ZeRO-{plan.zero} over the data ranks ("

@@ -108,6 +108,88 @@ def _fuse_work(gm: fx.GraphModule, work: dict) -> int:
     return len(chains)
 
 
+# ops whose backward keeps none of their tensors (a sum's, a copy's, a layout change's,
+# a mask's comparisons): spelled as torch, method and aten names
+_KEEPS_NOTHING = {"add", "add_", "iadd", "sub", "rsub", "neg", "cat", "concat", "stack", "split", "chunk", "clone",
+                  "contiguous", "expand", "expand_as", "repeat", "to", "type", "type_as", "float", "half", "bfloat16",
+                  "double", "_to_copy", "copy", "copy_", "flatten", "unflatten", "transpose", "permute", "view",
+                  "reshape", "t", "squeeze", "unsqueeze", "masked_fill", "where", "embedding", "new_ones", "new_zeros",
+                  "zeros", "ones", "zeros_like", "ones_like", "full", "arange", "tril", "triu", "eq", "ne", "lt", "le",
+                  "gt", "ge", "invert", "bitwise_not", "logical_not", "scalar_tensor", "sum", "mean", "slice",
+                  "select", "index_select", "alias", "detach", "lift_fresh_copy", "_unsafe_view", "clamp"}
+_NORMS = ("layer_norm", "group_norm", "rms_norm", "batch_norm", "LayerNorm", "GroupNorm", "RMSNorm", "BatchNorm")
+
+
+def _base_name(node: fx.Node, gm: fx.GraphModule) -> str:
+    """The op's name without namespace and overload: ``add`` for ``aten.add.Tensor``,
+    ``operator.add`` and ``x.add(y)``; a module's class name."""
+    if node.op == "call_module":
+        return type(gm.get_submodule(node.target)).__name__
+    if node.op == "call_method":
+        return str(node.target)
+    target = node.target
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return schema.name.split("::")[-1]
+    return getattr(target, "__name__", str(target))
+
+
+def saved_for_backward(gm: fx.GraphModule, work: dict) -> dict[str, float]:
+    """Bytes autograd keeps for backward, by the node whose value is kept (each value
+    once, parameters and graph inputs left out): a linear or matmul keeps its
+    activation inputs, a softmax its output, a norm its input, a dropout its mask (one
+    byte an element), a cross-entropy its logits' log-softmax, attention (SDPA) its
+    inputs and output, a product or quotient its tensor factors, any other pointwise op
+    its input; sums, copies, casts and layout changes keep nothing; an op not known
+    here keeps its output. Kernels fused into a chain keep nothing of their own (their
+    backward recomputes from the chain's inputs)."""
+    from autopar.analysis.ops import is_cross_entropy, is_dropout, is_pointwise, is_sdpa, is_softmax
+    kept: dict[str, float] = {}
+
+    def keep(value, fraction: float = 1.0) -> None:
+        if not isinstance(value, fx.Node) or value.op in ("get_attr", "placeholder"):
+            return
+        spec = tensor_spec(value)
+        if spec is not None:
+            kept[value.name] = max(kept.get(value.name, 0.0), float(spec.nbytes) * fraction)
+
+    for node in gm.graph.nodes:
+        w = work.get(node.name)
+        if w is None or not w.is_kernel:
+            continue
+        tensors = [a for a in node.all_input_nodes if tensor_spec(a) is not None]
+        name = _base_name(node, gm)
+        linear = match_linear(node, gm)
+        if linear is not None:
+            keep(linear.input)
+        elif is_sdpa(node):
+            for a in tensors:
+                keep(a)
+            keep(node)
+        elif w.is_matmul:
+            for a in tensors:
+                keep(a)
+        elif is_softmax(node) or "softmax" in name:
+            keep(node)
+        elif is_dropout(node, gm):
+            spec = tensor_spec(node)
+            keep(node, 1.0 / spec.dtype.itemsize if spec is not None and spec.dtype.itemsize else 1.0)
+        elif is_cross_entropy(node, gm):
+            keep(tensors[0] if tensors else None)
+        elif any(n in name for n in _NORMS):
+            keep(tensors[0] if tensors else None)
+        elif name.lstrip("_") in _KEEPS_NOTHING or name in _KEEPS_NOTHING:
+            continue
+        elif name in ("mul", "mul_", "div", "div_", "truediv", "matmul", "bmm", "mm"):
+            for a in tensors:
+                keep(a)
+        elif is_pointwise(node, gm):
+            keep(tensors[0] if tensors else node)
+        else:
+            keep(node)
+    return kept
+
+
 class ModelFacts:
     """Per-node work and per-region facts of one analysed graph, computed once."""
 
@@ -141,11 +223,7 @@ class ModelFacts:
         self.table = {n.name: n for n in gm.graph.nodes}
         # the search prices thousands of layouts: what depends only on a set of nodes is
         # computed once per set and per scale (see ModelFacts.seconds)
-        self._node_bytes = {}
-        for name, w in self.work.items():
-            spec = tensor_spec(self.table[name]) if w.is_kernel and name in self.table else None
-            if spec is not None:
-                self._node_bytes[name] = float(spec.nbytes)
+        self._node_bytes = saved_for_backward(gm, self.work)
         self._sigs: dict[tuple, int] = {}      # interned keys (region classes, work signatures) -> ids
         self._sig_of: dict[tuple, int] = {}    # tuple of node names -> signature id
         self._seconds: dict[tuple, float] = {}

@@ -228,8 +228,13 @@ def rejected(family: str, config: Strategy, mesh: dict[str, int], reason: str, *
 def too_big(memory_bytes: float, hw: Hardware) -> str | None:
     """Why ``memory_bytes`` per rank does not fit the device, or None when it does."""
     if memory_bytes > hw.memory_bytes:
-        return f"needs {memory_bytes / 2**30:.1f} GiB per rank, device has {hw.memory_bytes / 2**30:.1f} GiB"
+        return f"needs {_size(memory_bytes)} per rank, device has {_size(hw.memory_bytes)}"
     return None
+
+
+def _size(nbytes: float) -> str:
+    """Bytes as GiB with one decimal, or MiB below 1 GiB (so 41 MiB is not "0.0 GiB")."""
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
 
 
 def mesh_plan(ctx: PlanContext, priced: Priced, table: RegionTable) -> Plan:
@@ -241,4 +246,5 @@ def mesh_plan(ctx: PlanContext, priced: Priced, table: RegionTable) -> Plan:
     return Plan(model=ctx.name, world_size=ctx.world, mesh=priced.mesh, hardware=ctx.hw.name,
                 global_batch=ctx.model.batch, regions=table.regions, total=table.total, step_s=table.step_s,
                 tracer=capture.tracer if capture else "", subgrids=c.subgrids, topology_aware=c.topology_aware,
-                csub=c.csub, microbatches=c.microbatches or 1, zero=c.zero or 0)
+                csub=c.csub, microbatches=c.microbatches or 1, zero=c.zero or 0, recompute=c.recompute == "full",
+                selective_recompute=c.recompute == "selective")

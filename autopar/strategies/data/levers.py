@@ -40,8 +40,9 @@ PARAM_BYTES, GRAD_BYTES, STATE_BYTES = 4, 4, 8
 
 @dataclass(frozen=True)
 class LeverFigures:
-    """One lever setting priced: ``m`` microbatches, ZeRO stage ``zero``; compute and
-    communication by group (seconds per step), bytes per rank."""
+    """One lever setting priced: ``m`` microbatches, ZeRO stage ``zero``, recomputation
+    ``recompute`` ("none", "selective", "full"); compute and communication by group
+    (seconds per step), bytes per rank."""
 
     m: int
     zero: int
@@ -49,10 +50,48 @@ class LeverFigures:
     comm_s: dict
     memory_bytes: float
     activation_bytes: float
+    recompute: str = "none"
 
     @property
     def step_s(self) -> float:
         return self.compute_s + sum(self.comm_s.values())
+
+
+def recompute_figures(model, hw: Hardware, rows: float, tensor: int, activations: float, compute: float
+                      ) -> dict[str, tuple[float, float]]:
+    """``mode -> (activation bytes, compute seconds)`` of one microbatch of ``rows`` per
+    data rank whose activations without recomputation are ``activations`` and compute
+    ``compute``: ``"full"`` keeps each block's input and, while one block recomputes,
+    its activations, and runs the blocks' forward again (megatron §3.5); ``"selective"``
+    drops the attention cores' activations and runs their forward again (Korthikanti et
+    al.). Both scale the model's unsplit figures by the share of the blocks (cores) in
+    them, so a tensor split's own division carries over."""
+    from autopar.ir import regions, tensor_spec
+    nodes = [n.name for n in model.gm.graph.nodes]
+    scale = 1.0 / (model.batch / rows) if model.batch else 1.0
+    whole = model.activation_bytes(nodes, scale) or 1.0
+    out = {"none": (activations, compute)}
+    blocks = regions(model.gm, "block")
+    if blocks:
+        in_blocks = sum(model.activation_bytes(b.nodes, scale) for b in blocks)
+        inputs = 0.0
+        for b in blocks:
+            inside = set(b.nodes)
+            first = next((model.table[n] for n in b.nodes if model.table[n].op in
+                          ("call_function", "call_method", "call_module")), None)
+            args = [a for a in (first.all_input_nodes if first is not None else ())
+                    if a.name not in inside and a.op not in ("get_attr", "placeholder")]
+            inputs += sum(float(s.nbytes) * scale for a in args if (s := tensor_spec(a)) is not None)
+        share = in_blocks / whole
+        again = sum(model.seconds(b.nodes, hw, scale / tensor) for b in blocks) / 3
+        out["full"] = (activations * (1 - share) + inputs + activations * share / len(blocks), compute + again)
+    cores = [n for r in regions(model.gm, "attention") for n in r.details.get("core", ())]
+    if cores:
+        share = model.activation_bytes(cores, scale) / whole
+        again = model.seconds(cores, hw, scale / tensor) / 3
+        out["selective"] = (activations * (1 - share), compute + again)
+    return out
+
 
 
 def state_bytes(params: float, data: int, zero: int, m: int, largest: float = 0.0) -> float:

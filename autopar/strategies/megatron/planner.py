@@ -264,9 +264,11 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: in
     rows = model.batch // data
     fixed_m = forced.microbatches if forced is not None and forced.microbatches else None
     fixed_z = forced.zero if forced is not None and forced.zero is not None else None
+    fixed_r = forced.recompute if forced is not None and forced.recompute is not None else None
     fits = table.total.memory_bytes <= hw.memory_bytes
-    if fixed_m is None and fixed_z is None and fits:
+    if fixed_m is None and fixed_z is None and fixed_r is None and fits:
         return table, config
+    rs = [fixed_r] if fixed_r is not None else (["none"] if fits else ["none", "selective", "full"])
     ms = [fixed_m] if fixed_m else ([1] if batch_norms(model) or fits else [m for m in divisors(rows)])
     zs = [fixed_z] if fixed_z is not None else ([0] + ([1, 2, 3] if data > 1 and not fits else []))
     tables = {1: table}
@@ -277,11 +279,17 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: in
         if m not in tables:
             tables[m] = price_mesh(model, hw, data * m, tensor, any(c.strategy == "megatron" for c in table.regions))
         one = tables[m]
-        for z in zs:
-            comm = {"tensor": one.total.comm_s.get("tensor", 0.0) * m,
-                    "data": L.zero_comm(one.param_elems, data, tensor, z, m, one.total.compute_s, hw)}
-            memory = L.state_bytes(one.param_elems, data, z, m, one.largest_params) + one.activation_bytes
-            options.append(L.LeverFigures(m, z, one.total.compute_s * m, comm, memory, one.activation_bytes))
+        recomputing = L.recompute_figures(model, hw, rows / m, tensor, one.activation_bytes, one.total.compute_s)
+        for r in rs:
+            if r not in recomputing:
+                continue
+            act, compute = recomputing[r]
+            tensor_comm = one.total.comm_s.get("tensor", 0.0) * (1.5 if r == "full" else 1.0)  # g again, §3.5
+            for z in zs:
+                comm = {"tensor": tensor_comm * m,
+                        "data": L.zero_comm(one.param_elems, data, tensor, z, m, compute, hw)}
+                memory = L.state_bytes(one.param_elems, data, z, m, one.largest_params) + act
+                options.append(L.LeverFigures(m, z, compute * m, comm, memory, act, r))
     if not options:
         return table, config
     best = L.best_levers(options, hw.memory_bytes)
@@ -294,7 +302,8 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: in
                                          alternatives={k: x * best.m for k, x in c.alternatives.items()}))
     total = Cost(best.compute_s, dict(best.comm_s), best.memory_bytes)
     table = RegionTable(rows_, total, best.step_s, one.param_elems, best.activation_bytes, one.largest_params)
-    return table, dataclasses.replace(config, microbatches=best.m if best.m > 1 else None, zero=best.zero or None)
+    return table, dataclasses.replace(config, microbatches=best.m if best.m > 1 else None, zero=best.zero or None,
+                                      recompute=None if best.recompute == "none" else best.recompute)
 
 
 def split_groups(plan: Plan, stage: int | None = None, subgrid: int | None = None) -> list[tuple]:
