@@ -85,6 +85,7 @@ class Bucket:
     hooks: bool = True
     order: int = 2
     zero: int = 0  # ZeRO's stage: the gradients go to the parameters' row shards (strategies/data/zero.py)
+    armed: bool = False  # hooks count only parameters armed for their last backward (a pipeline's stages)
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,8 @@ class ParallelModule(nn.Module):
                  for n, p in self.root.named_parameters(remove_duplicate=False)]
         with G.use_groups(group_map):
             buckets = {spec: GradientBuckets(params, spec.group, divisor=spec.divisor, hooks=spec.hooks,
-                                             zero=spec.zero, shards=zero.bucket_shards() if spec.zero else None)
+                                             zero=spec.zero, shards=zero.bucket_shards() if spec.zero else None,
+                                             armed=spec.armed)
                        for spec, params in group_buckets(layout, named)}
         states = rng.RandomStates(seed, *dropout_coordinates(plan_, rank), dropout_shards(plan_, rank))
         self._state = RankState(plan_, rank, self.root, layout, group_map, states, runtime, buckets, model,

@@ -185,6 +185,7 @@ def _add_run_stats(pm, reference: torch.nn.Module, report: dict[str, Any]) -> No
             report["program_rows"] = sorted({key[0][0][0][0] for key in pm.runner.programs if key[2]})
     if pm.plan.pipeline:
         report["recomputed"] = pm.rank_graph_code().count("= recompute_")
+        report["buckets_in_backward"] = sum(b.launched_in_backward for b in pm.gradient_buckets.values())
         report["executed"] = pm.pipeline_executor.executed
         report["sent_bytes"] = pm.pipeline_executor.stats["sent_bytes"]
         report["held_params"] = sum(p.numel() for p in pm.parameters())

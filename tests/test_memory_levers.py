@@ -71,6 +71,8 @@ def test_levers_match_single_device(index):
                 assert stats == {"gathered": 0, "prefetched": 0, "regathered": 0}, stats
         if strategy.get("recompute") == "full":
             assert report["recomputed"] == 2, report["recomputed"]  # one checkpointed call per block
+        if "pipeline" in strategy:  # the data all-reduce launched during the last backwards (ZeRO's after)
+            assert (report["buckets_in_backward"] > 0) == ("zero" not in strategy), report["buckets_in_backward"]
         if strategy.get("recompute") == "selective":  # one per attention core of the rank's program(s)
             assert report["recomputed"] == (1 if "pipeline" in strategy else 2), report["recomputed"]
             assert "recompute_attention" in report["code"] and "recompute_block" not in report["code"]

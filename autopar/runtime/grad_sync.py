@@ -148,6 +148,7 @@ class GradientBuckets:
         hooks: bool = True,
         zero: int = 0,
         shards: dict | None = None,
+        armed: bool = False,
     ):
         if first_bucket_bytes is None:
             first_bucket_bytes = min(2**20, bucket_bytes)
@@ -165,6 +166,11 @@ class GradientBuckets:
         self._lone: torch.Tensor | None = None  # a carried value when there are no buckets
         # ZeRO (strategies/data/zero.py): the stage, and each parameter's (shard, RowShard)
         self.zero, self._shards = zero, shards or {}
+        # armed: a hook counts a parameter only once arm() named it (before the backward
+        # that gives its gradient its last microbatch: a pipeline stage's last), so the
+        # buckets launch during the last backwards instead of after the schedule
+        self._armed: set[int] | None = set() if armed else None
+        self.launched_in_backward = 0  # buckets launched by the hooks (overlapping backward) since construction
         # Deduplicated (a tied weight listed twice would otherwise be hooked twice).
         params = list({id(p): p for p in params if p.requires_grad}.values())
         self._params = params
@@ -206,8 +212,13 @@ class GradientBuckets:
         for p in params:
             self._bucket_of[id(p)] = bucket
 
+    def arm(self, params) -> None:
+        """Count ``params`` when their gradients are next ready (their last backward)."""
+        if self._armed is not None:
+            self._armed.update(id(p) for p in params if id(p) in self._bucket_of)
+
     def _on_grad_ready(self, param: torch.nn.Parameter) -> None:
-        if not self.enabled:
+        if not self.enabled or (self._armed is not None and id(param) not in self._armed):
             return
         bucket = self._bucket_of[id(param)]
         if id(param) in bucket.ready:
@@ -227,6 +238,7 @@ class GradientBuckets:
             if len(bucket.ready) < len(bucket.params):
                 return
             self._launch(bucket)
+            self.launched_in_backward += 1
 
     def _launch(self, bucket: _Bucket) -> None:
         bucket.flatten()
@@ -276,6 +288,8 @@ class GradientBuckets:
             bucket.work = None
             bucket.ready.clear()
         self._next_to_launch = 0
+        if self._armed is not None:
+            self._armed.clear()
         if self.zero:
             return None
         if not self.buckets:

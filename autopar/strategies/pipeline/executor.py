@@ -107,6 +107,9 @@ class PipelineExecutor:
         # track_memory: count the bytes autograd saves for backward per microbatch in flight
         # (parameters excluded) and keep the step's peak in peak_saved_bytes
         self.track_memory = False
+        # called with a stage's program before its last backward of the step (the runner
+        # arms its parameters' gradient buckets there)
+        self.before_last_backward = None
         self.peak_saved_bytes = 0
         self._saved: dict[tuple[int, int], dict[int, int]] = {}
 
@@ -165,7 +168,12 @@ class PipelineExecutor:
         losses: dict[int, torch.Tensor] = {}
         self.trace, self.waited_s = [], 0.0
         self.peak_saved_bytes, self._saved = 0, {}
-        for action in schedule(self.schedule_name, self.p, m, self.position, self.v):
+        actions = list(schedule(self.schedule_name, self.p, m, self.position, self.v))
+        last_backward = {}  # chunk -> its last backward action (the stage's gradients final after it)
+        for action in actions:
+            if action.kind != "F":
+                last_backward[action.chunk] = action
+        for action in actions:
             start = time.perf_counter()
             stage = action.chunk * self.p + self.position
             program = programs[stage]
@@ -176,6 +184,8 @@ class PipelineExecutor:
                 if program.last:
                     losses[action.microbatch] = state[(action.microbatch, stage)].loss.detach()
             else:
+                if last_backward.get(action.chunk) is action and self.before_last_backward is not None:
+                    self.before_last_backward(program)
                 self._backward(program, action, state.pop((action.microbatch, stage)), loss_scale)
                 self._saved.pop((action.microbatch, stage), None)
             self.trace.append((action, start, time.perf_counter()))

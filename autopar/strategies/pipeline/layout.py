@@ -36,7 +36,10 @@ def place(builder, holders: dict[str, set[int]]) -> None:
     """``holders``: the pipeline positions holding each parameter, by the wrapper's names."""
     position = builder.seat.coords["pipeline"]
     positions_of = {builder.placement(builder.named(name)).names: set(positions) for name, positions in holders.items()}
-    accumulated = Bucket("data", hooks=False)
+    # reduced once the stage's last microbatch has given a parameter its gradient: the
+    # runner arms a stage's parameters before that backward (the hooks then launch the
+    # buckets while the last backwards run)
+    accumulated = Bucket("data", armed=True)
     builder.loss_bucket = None  # the last stage reduces the loss and broadcasts it
     for name in builder.names():
         placement = builder.placement(name)

@@ -4,11 +4,14 @@ The :class:`~autopar.module.ParallelModule` of a plan with a ``pipeline`` runs t
 it. A rank at pipeline position
 ``r`` holds only the parameters its stages read (stages ``c·p + r``); the others are
 empty on it. ``step`` splits its data rank's share of the batch into ``m`` microbatches,
-runs the schedule (:class:`autopar.strategies.pipeline.executor.PipelineExecutor`), then, once,
-after the last microbatch's backward:
+runs the schedule (:class:`autopar.strategies.pipeline.executor.PipelineExecutor`), and:
 
-* averages the gradients over the data ranks (one bucketed all-reduce, no hooks: the
-  gradients of every microbatch must have accumulated first);
+* averages the gradients over the data ranks, bucket by bucket, once each: before a
+  stage's last backward of the step the runner *arms* its parameters, so a bucket
+  launches as soon as every parameter in it has its last microbatch's gradient, while
+  the remaining backwards run (the overlap of Megatron's data-parallel all-reduce);
+  what is left launches after the schedule. Under ZeRO-1/2 the buckets hold the full
+  copies, which are not armed: they reduce after the schedule;
 * sums the gradients of a weight that several stages read (GPT-2's tied embedding and
   head) over the ranks of those stages, as Megatron's embedding group does;
 * returns the whole batch's loss on every rank (reduced over the data ranks on the last
@@ -177,6 +180,7 @@ class PipelineRunner:
                                          dist.get_process_group_ranks(state.groups["pipeline"]), pp["schedule"],
                                          pp["scatter_gather"])
         self.programs: dict[tuple, tuple[dict[int, StageProgram], list[str]]] = {}
+        self.executor.before_last_backward = self._arm
         self.dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
         # the parameters whose gradient is summed over the positions that read them
         tied = {}
@@ -292,6 +296,13 @@ class PipelineRunner:
                     loss = loss if summed else loss / data
             dist.broadcast(loss, group=G.get_group("pipeline"), group_src=self.p - 1)
         return loss.to(self.dtype)
+
+    def _arm(self, program: StageProgram) -> None:
+        """Before a stage's last backward of the step: its parameters' gradients are final
+        after it, so the data buckets may launch them as they are ready."""
+        params = list(program.module.parameters())
+        for buckets in self.state.buckets.values():
+            buckets.arm(params)
 
     def _loss_summed(self, programs: dict[int, StageProgram]) -> bool:
         """Whether the loss sums over the batch, read off the last stage's output node
