@@ -195,9 +195,15 @@ class ParamLayout:
 
     def cut_shape(self, placement: Placement) -> tuple[int, ...]:
         """The shape of this rank's cut part of a parameter (before ZeRO's row shard)."""
-        if placement.cut is None:
-            return placement.full_shape
-        return tuple(placement.cut.local(torch.empty(placement.full_shape, device="meta"), self.seat).shape)
+        return cut_shape(placement, self.seat)
+
+
+def cut_shape(placement: Placement, seat: Seat) -> tuple[int, ...]:
+    """The shape of the part of ``placement``'s parameter that ``seat``'s cut keeps (the
+    full shape when it is whole), worked out on the meta device."""
+    if placement.cut is None:
+        return placement.full_shape
+    return tuple(placement.cut.local(torch.empty(placement.full_shape, device="meta"), seat).shape)
 
 
 def group_buckets(layout: ParamLayout, params: Iterable[tuple[str, torch.nn.Parameter]]

@@ -65,22 +65,25 @@ class RankState:
         """Under ZeRO, the parameters the layout shards (what the zero pass rewrites)."""
         return sharded_names(self.layout) if self.zero is not None else None
 
-    def running(self):
+    def running(self, three_d: bool = True):
         """The context a rank program runs in: the plan's groups, the dropout streams, the
-        3D runtime and ZeRO's state (and its notes for backward)."""
+        3D runtime (``three_d``; a pipeline's stages run without this module's) and ZeRO's
+        state (and its notes for backward)."""
         stack = contextlib.ExitStack()
         stack.enter_context(G.use_groups(self.groups))
         stack.enter_context(rng.use_random_states(self.random))
-        stack.enter_context(T3.use_runtime(self.runtime))
+        if three_d:
+            stack.enter_context(T3.use_runtime(self.runtime))
         stack.enter_context(use_zero(self.zero))
         if self.zero is not None:
             stack.enter_context(self.zero.notes_for_backward())
         return stack
 
-    def begin(self) -> None:
-        """Before a call's programs run: the 3D runtime forgets the last step's weights,
-        ZeRO-1/2 gathers the shards the optimizer changed (a collective)."""
-        self.runtime.begin()
+    def begin(self, three_d: bool = True) -> None:
+        """Before a call's programs run: the 3D runtime forgets the last step's weights
+        (``three_d``), ZeRO-1/2 gathers the shards the optimizer changed (a collective)."""
+        if three_d:
+            self.runtime.begin()
         if self.zero is not None:
             with G.use_groups(self.groups):
                 self.zero.refresh()

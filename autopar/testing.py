@@ -169,22 +169,20 @@ def _train_and_compare_parameters(twins: _Twins, report: dict[str, Any], max_nor
 def _add_run_stats(pm, reference: torch.nn.Module, report: dict[str, Any]) -> None:
     """What the 3-D layers and the pipeline counted while running (recomputations, sent
     bytes, the parameters this rank holds)."""
-    if pm.plan.grid is not None:
-        report["tensor3d_stats"] = pm.tensor3d_stats
-        report["recomputed"] = pm.rank_graph_code().count("= recompute_")
-    if pm._state.recompute:
+    if pm.plan.grid is not None or pm._state.recompute or pm.plan.zero or pm.plan.microbatches > 1 \
+            or pm.plan.pipeline:
         report["code"] = pm.rank_graph_code()
         report["recomputed"] = report["code"].count("= recompute_")
+    if pm.plan.grid is not None:
+        report["tensor3d_stats"] = pm.tensor3d_stats
     if pm.plan.zero or pm.plan.microbatches > 1:  # the memory levers (docs/memory.md)
         report["held_params"] = sum(p.numel() for p in pm.parameters())
         report["all_params"] = sum(p.numel() for p in reference.parameters())
         report["held_without_zero"] = sum(math.prod(pm.layout.cut_shape(p)) for p in pm.layout.unique() if p.held)
         report["zero_stats"] = pm.zero_stats
-        report["recomputed"] = pm.rank_graph_code().count("= recompute_")
         if not pm.plan.pipeline:  # the rows of the training program: a microbatch's
             report["program_rows"] = sorted({key[0][0][0][0] for key in pm.runner.programs if key[2]})
     if pm.plan.pipeline:
-        report["recomputed"] = pm.rank_graph_code().count("= recompute_")
         report["buckets_in_backward"] = sum(b.launched_in_backward for b in pm.gradient_buckets.values())
         report["executed"] = pm.pipeline_executor.executed
         report["sent_bytes"] = pm.pipeline_executor.stats["sent_bytes"]

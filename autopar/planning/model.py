@@ -21,7 +21,8 @@ from typing import Any, Callable
 import torch.fx as fx
 
 from autopar.analysis.flops import graph_work
-from autopar.analysis.ops import is_embedding, match_linear
+from autopar.analysis.ops import (is_cross_entropy, is_dropout, is_embedding, is_pointwise, is_sdpa, is_softmax,
+                                  match_linear)
 from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
 from autopar.ir import REGION_OF, regions, tensor_spec
@@ -143,7 +144,6 @@ def saved_for_backward(gm: fx.GraphModule, work: dict) -> dict[str, float]:
     its input; sums, copies, casts and layout changes keep nothing; an op not known
     here keeps its output. Kernels fused into a chain keep nothing of their own (their
     backward recomputes from the chain's inputs)."""
-    from autopar.analysis.ops import is_cross_entropy, is_dropout, is_pointwise, is_sdpa, is_softmax
     kept: dict[str, float] = {}
 
     def keep(value, fraction: float = 1.0) -> None:

@@ -93,13 +93,9 @@ class _ShardedBucket(_Bucket):
             self.buffer = torch.empty(total, dtype=self.params[0].dtype, device=self.params[0].device)
             _Bucket.flatten(self)
         else:
-            pieces = []
-            for k in range(self.shards[0][1].size):
-                for p, (_, cut) in zip(self.params, self.shards):
-                    g = p.grad if p.grad is not None else torch.zeros_like(p)
-                    start, stop = cut.block(cut.rows, cut.size, k)
-                    pieces.append(cut.pad(g.detach()[start:stop]))
-            self.buffer = torch.cat(pieces)
+            blocks = [cut.padded_blocks((p.grad if p.grad is not None else torch.zeros_like(p)).detach())
+                      for p, (_, cut) in zip(self.params, self.shards)]
+            self.buffer = torch.cat([per_param[k] for k in range(self.shards[0][1].size) for per_param in blocks])
             self.out = self.buffer.new_empty(self.buffer.numel() // self.shards[0][1].size)
         for p in self.params:
             p.grad = None

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
+from autopar.ir import regions, tensor_spec
 from autopar.planning.model import GRADIENT_BUCKET_BYTES, exposed_data_comm
 
 PARAM_BYTES, GRAD_BYTES, STATE_BYTES = 4, 4, 8
@@ -66,7 +67,6 @@ def recompute_figures(model, hw: Hardware, rows: float, tensor: int, activations
     drops the attention cores' activations and runs their forward again (Korthikanti et
     al.). Both scale the model's unsplit figures by the share of the blocks (cores) in
     them, so a tensor split's own division carries over."""
-    from autopar.ir import regions, tensor_spec
     nodes = [n.name for n in model.gm.graph.nodes]
     scale = 1.0 / (model.batch / rows) if model.batch else 1.0
     whole = model.activation_bytes(nodes, scale) or 1.0

@@ -65,6 +65,8 @@ import torch.nn as nn
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.capture import MODEL_PREFIX
+from autopar.layout import cut_shape
+from autopar.runtime._swap import SwapGlobal
 from autopar.runtime.groups import get_group, size_of
 
 log = logging.getLogger("autopar.zero")
@@ -108,6 +110,12 @@ class RowShard:
         """This rank's rows of ``full`` (the tensor-parallel part), a view."""
         start, stop = self.span
         return full[start:stop]
+
+    def padded_blocks(self, full: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's block of ``full``, padded and flat, in rank order (laid end to end,
+        what a reduce-scatter over the group takes)."""
+        return [self.pad(full[start:stop]) for start, stop in
+                (self.block(self.rows, self.size, k) for k in range(self.size))]
 
     def pad(self, block: torch.Tensor) -> torch.Tensor:
         """``block`` padded with zero rows to :attr:`chunk` rows, flat."""
@@ -159,7 +167,7 @@ def place(builder, stage: int) -> None:
         p = builder.placement(name)
         if not p.held or p.bucket is None or p.bucket.group != "data":
             continue
-        local_shape = _local_shape(builder, name)
+        local_shape = cut_shape(p, builder.seat)
         if not shardable(local_shape, size):
             continue
         persistent = stage < 3 or getattr(p.cut, "grid_weight", False)
@@ -167,14 +175,6 @@ def place(builder, stage: int) -> None:
         cut = RowShard("data", size, index, local_shape[0], stage, persistent, divisor)
         bucket = dataclasses.replace(p.bucket, zero=stage) if persistent else None
         builder.update(name, zero=cut, bucket=bucket, norm_groups=tuple(sorted({*p.norm_groups, "data"})))
-
-
-def _local_shape(builder, name: str) -> tuple[int, ...]:
-    """The shape of this rank's tensor-parallel part of parameter ``name``."""
-    p = builder.placement(name)
-    if p.cut is None:
-        return p.full_shape
-    return tuple(p.cut.local(torch.empty(p.full_shape, device="meta"), builder.seat).shape)
 
 
 # ---------------------------------------------------------------------------- the graph pass
@@ -247,13 +247,13 @@ def sharded_names(layout) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------- the runtime
-_STATE: list["ZeroState"] = []
+_STATE: "ZeroState | None" = None  # the one the running rank program reads (use_zero)
 
 
 def _current() -> "ZeroState":
-    if not _STATE:
+    if _STATE is None:
         raise RuntimeError("zero_param: no ZeRO state is current; the ParallelModule that runs this program sets it")
-    return _STATE[-1]
+    return _STATE
 
 
 class _Gather(torch.autograd.Function):
@@ -269,8 +269,7 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         cut = ctx.cut
-        flat = torch.cat([cut.pad(grad[start:stop]) for start, stop in
-                          (cut.block(cut.rows, cut.size, k) for k in range(cut.size))])
+        flat = torch.cat(cut.padded_blocks(grad))
         out = flat.new_empty(cut.chunk * _row_numel(ctx.shape))
         reduce_scatter_flat(out, flat.contiguous(), group=get_group(cut.group))
         start, stop = cut.span
@@ -309,10 +308,6 @@ class ZeroState:
             if cut.persistent:
                 self.full[name] = value.detach().clone().requires_grad_(self.shards[name].requires_grad)
         self._versions = self._version_sum()
-
-    @property
-    def stage(self) -> int:
-        return next(iter(self.cuts.values())).stage if self.cuts else 0
 
     def persistent_params(self) -> dict[str, torch.Tensor]:
         """The full parameters kept between uses, by layout name (what the buckets reduce)."""
@@ -386,7 +381,7 @@ class ZeroState:
         """While a ZeRO-3 program runs forward: a full parameter (or a view of it) that
         autograd keeps for backward is kept as a note (its name and view) and
         all-gathered again when backward reads it, so that it is freed after its use."""
-        if not self.cuts or self.full and len(self.full) == len(self.cuts):
+        if all(cut.persistent for cut in self.cuts.values()):  # nothing is gathered per use
             yield
             return
         with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
@@ -415,17 +410,10 @@ def _in_backward() -> bool:
     return task is not None and task() != -1
 
 
-class use_zero:
+class use_zero(SwapGlobal):
     """Make ``state`` the one the rank program's :func:`zero_param` reads (None: none)."""
 
+    __slots__ = ()
+
     def __init__(self, state: Optional[ZeroState]):
-        self.state = state
-
-    def __enter__(self):
-        if self.state is not None:
-            _STATE.append(self.state)
-        return self
-
-    def __exit__(self, *exc):
-        if self.state is not None:
-            _STATE.pop()
+        super().__init__(globals(), "_STATE", state)

@@ -40,6 +40,7 @@ from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab,
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.analysis.manager import pass_disabled
+from autopar.strategies.data import levers as L
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected, too_big)
 from autopar.strategies.megatron.rewrite import planned_param_shards, regions_without_rules, tensor_parallel_pass
@@ -258,8 +259,7 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: in
     accumulation and ZeRO stage that fit (:mod:`autopar.strategies.data.levers`); a
     configuration that fits runs without (the levers only cost time). The region table
     of ``m`` microbatches reads per step."""
-    from autopar.strategies.data import levers as L
-    from autopar.strategies.data.planner import batch_norms
+    from autopar.strategies.data.planner import batch_norms  # the data family builds on this module
     model, hw, forced = ctx.model, ctx.hw, ctx.levers
     rows = model.batch // data
     fixed_m = forced.microbatches if forced is not None and forced.microbatches else None

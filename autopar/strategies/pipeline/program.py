@@ -33,8 +33,6 @@ a 3D grid per region in a stage of a mixed plan, ``docs/mixed_plans.md``) and, w
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import torch.distributed as dist
 import torch.fx as fx
@@ -58,8 +56,6 @@ from autopar.strategies.registry import FAMILIES
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS
 from autopar.planning.strategy import PlanError
 from autopar.runtime import groups as G
-from autopar.runtime import rng
-from autopar.strategies.data.zero import use_zero
 from autopar.strategies.pipeline.executor import PipelineExecutor, StageProgram
 from autopar.runtime.target_count import use_target_count
 from autopar.strategies.placement import layout_name
@@ -233,31 +229,14 @@ class PipelineRunner:
         local_inputs, _ = local_batch(self.parts, self.chunk, flat, None)
         programs, names = self.stage_programs(local_inputs, None, training)
         count = self._last_stage_count(programs, [local_inputs])
-        self._refresh()
-        with self._running(), use_target_count(count):
+        state.begin(three_d=False)
+        with state.running(three_d=False), use_target_count(count):
             out = self.executor.forward_only(programs, dict(zip(names, local_inputs)))
             box = [out]
             dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self.p - 1)
         if state.zero is not None:
             state.zero.finish()
         return box[0]
-
-    def _refresh(self) -> None:
-        """ZeRO-1/2: the shards the optimizer changed gathered again (a collective)."""
-        if self.state.zero is not None:
-            with G.use_groups(self.state.groups):
-                self.state.zero.refresh()
-
-    def _running(self):
-        """The groups, dropout streams and ZeRO's state the stage programs run in."""
-        state = self.state
-        stack = contextlib.ExitStack()
-        stack.enter_context(G.use_groups(state.groups))
-        stack.enter_context(rng.use_random_states(state.random))
-        stack.enter_context(use_zero(state.zero))
-        if state.zero is not None:
-            stack.enter_context(state.zero.notes_for_backward())
-        return stack
 
     def step(self, flat: tuple, target, training: bool):
         """Forward and backward of every microbatch in the schedule's order; gradients
@@ -278,8 +257,8 @@ class PipelineRunner:
         # every microbatch's loss is a mean over its rows: 1/m of each is the batch's mean;
         # a summed loss needs no scale, but the data average divides by d (as in step())
         scale = float(data) if summed and data > 1 else (1.0 if summed else 1.0 / m)
-        self._refresh()
-        with self._running(), use_target_count(count):
+        state.begin(three_d=False)
+        with state.running(three_d=False), use_target_count(count):
             losses = self.executor.train(programs, [dict(zip(names, piece)) for piece in pieces], scale)
             state.finish_buckets()
             if state.zero is not None:
