@@ -56,7 +56,7 @@ class ParallelModule(nn.Module):
         self.root = wrap_model(copy.deepcopy(model), loss_fn, 0)
         # 3D layers' overlap state (axonn §IV): prefetched and cached weights, deferred
         # weight-gradient reduce-scatters
-        runtime = T3.Tensor3DRuntime(T3.Overlap.parse(overlap))
+        runtime = T3.Tensor3DRuntime(T3.Overlap.parse(overlap).with_cache_limit(plan_.gather_cache))
         layout = build_layout(plan_, rank, self.root, shards, holders=holders,
                               deferred_reduce_scatter=runtime.overlap.reduce_scatter)
         self.layout: ParamLayout = layout

@@ -9,7 +9,8 @@ every gradient after one step, and every parameter after 3 AdamW steps, in float
 (where the parallel and single-device sums differ only by rounding, ~1e-13). The overlap
 optimisations of axonn §IV are on by default; the transformer also runs with all of them
 off, and (marked ``extended``) with each one off alone; three cases recompute in backward (their blocks; the MLP's split regions)
-(activation checkpointing), with and without the all-gather cache of axonn §IV-D.
+(activation checkpointing), with and without the all-gather cache of axonn §IV-D, and
+with the cache bounded to one layer (the others gathered again in the recomputation).
 Bian's load-balanced cube (``{"cube": 2}``: 2x2x2, activations split over all 8 ranks,
 biases on the diagonal) runs the same models at batch 8 (z, then x and y split the
 rows), with the overlaps off and with recomputation. Each case also checks, from the
@@ -33,7 +34,7 @@ CASES = [(model, grid, F64) for model in ("mlp", "transformer", "gpt2") for grid
          if (model != "gpt2" or grid is GRIDS[0]) and (model, grid) != ("mlp", GRIDS[1])] + [
     ("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in OVERLAPS] + [
     ("transformer", GRIDS[0], {**F64, "recompute": True}),
-    ("mlp", GRIDS[1], {**F64, "recompute": True}),
+    ("mlp", GRIDS[1], {**F64, "recompute": True, "overlap": {"cache_layers": 1}}),
     ("gpt2", GRIDS[2], {**F64, "recompute": True, "overlap": {"cache": False}})]
 CUBE = {"cube": 2}
 CUBE_F64 = {**F64, "batch": 8}
@@ -96,6 +97,10 @@ def _check(case, reports) -> None:
         recompute = options.get("recompute", False)
         assert report["recomputed"] == (RECOMPUTED[case[0]] if recompute else 0)
         assert (stats["cached"] > 0) == (recompute and overlap.cache), (case, stats)
+        # a bounded cache: the layers past the bound gathered again when recomputed
+        assert (stats["regathered"] > 0) == (recompute and overlap.cache_layers is not None), (case, stats)
+        if overlap.cache_layers is not None:
+            assert stats["cached"] == stats["regathered"] // 3, (case, stats)  # 1 of the 4 layers, every step
 
 
 @pytest.mark.multiprocess

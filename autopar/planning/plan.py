@@ -126,6 +126,9 @@ class Plan:
     microbatches: int = 1
     zero: int = 0
     selective_recompute: bool = False  # the attention cores recomputed in backward (not whole blocks)
+    # under recomputation, the 3D layers whose all-gathered weights the cache keeps for
+    # the second forward (axonn §IV-D), at most this many at once; None: all of them
+    gather_cache: int | None = None
     flops_per_step: float = 0.0  # the model's training FLOPs per step (forward x3, x4 recomputing)
     fusion: bool = False  # priced with pointwise chains fused into generated kernels (GPU hardware)
     # a mixed plan (docs/mixed_plans.md): each region's own family over the tensor group;

@@ -33,12 +33,16 @@ Overlap (axonn §IV), each switchable through :class:`Overlap` and on by default
 * ``all_gather`` (§IV-C): each layer issues the next layer's weight all-gather (the next
   in the graph's topological order, named in the rank graph) before its own matmul;
 * ``cache`` (§IV-D): under activation checkpointing, the all-gathered weights of the
-  first forward are kept for the recomputation forward instead of gathered again.
+  first forward are kept for the recomputation forward instead of gathered again;
+  ``cache_layers`` bounds how many layers' weights are held at once (the paper cached
+  28 of 32 layers where all did not fit): the layers past it are gathered again when
+  backward recomputes them (``stats["regathered"]``). The planner sets the bound where
+  the cache does not fit (``Plan.gather_cache``, docs/memory.md).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 import torch
@@ -178,6 +182,7 @@ class Overlap:
     reduce_scatter: bool = True   # §IV-B ORS
     all_gather: bool = True       # §IV-C OAG
     cache: bool = True            # §IV-D all-gather outputs kept for recomputation
+    cache_layers: Optional[int] = None  # at most this many layers' weights cached at once (None: all)
 
     @staticmethod
     def parse(value) -> "Overlap":
@@ -192,8 +197,17 @@ class Overlap:
             if unknown:
                 raise ValueError(f"overlap: unknown option(s) {sorted(unknown)}; the options are "
                                  f"{sorted(asdict(Overlap()))}")
-            return Overlap(**{k: bool(v) for k, v in value.items()})
+            limit = value.get("cache_layers")
+            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+                raise ValueError(f"overlap['cache_layers']={limit!r}: give a number of layers >= 0, or None (all)")
+            return Overlap(**{k: v if k == "cache_layers" else bool(v) for k, v in value.items()})
         raise ValueError(f"overlap={value!r}: expected True, False or a dict of {sorted(asdict(Overlap()))}")
+
+    def with_cache_limit(self, layers: Optional[int]) -> "Overlap":
+        """The plan's bound on the cache (``Plan.gather_cache``) unless the user gave one."""
+        if layers is None or self.cache_layers is not None:
+            return self
+        return replace(self, cache_layers=layers)
 
 
 class Tensor3DRuntime:
@@ -205,11 +219,13 @@ class Tensor3DRuntime:
         self.overlap = overlap
         self._prefetched: dict[int, tuple] = {}   # id(Ŵ) -> (work, buffer)
         self._cached: dict[int, torch.Tensor] = {}
+        self._uncached: set[int] = set()  # checkpointed layers the full cache left out this step
         self._deferred: list[tuple] = []          # (Ŵ, work, gradient shard)
         # where each layer's W came from since construction (for tests and benchmarks):
         # gathered when needed, prefetched by the layer before (§IV-C), or cached for
-        # recomputation (§IV-D); reduce-scatters deferred to the end of backward (§IV-B)
-        self.stats = {"gathered": 0, "prefetched": 0, "cached": 0, "deferred": 0}
+        # recomputation; reduce-scatters deferred to the end of backward (§IV-B); weights
+        # gathered again in a recomputation because the cache was full (``cache_layers``)
+        self.stats = {"gathered": 0, "prefetched": 0, "cached": 0, "deferred": 0, "regathered": 0}
         # seconds this rank spent blocked in the 3D layers' collectives (synchronous ones
         # and waits on asynchronous ones): the communication overlap did not hide
         self.exposed_s = 0.0
@@ -218,6 +234,7 @@ class Tensor3DRuntime:
         """Forget the last step's gathered weights (the optimizer has changed them)."""
         self._drain_prefetches()
         self._cached.clear()
+        self._uncached.clear()
 
     def _drain_prefetches(self) -> None:
         for work, _ in self._prefetched.values():
@@ -244,7 +261,14 @@ class Tensor3DRuntime:
             self.stats["gathered"] += 1
         self.exposed_s += time.perf_counter() - start
         if checkpointed and self.overlap.cache and torch.is_grad_enabled():
-            self._cached[key] = w
+            limit = self.overlap.cache_layers
+            if key in self._uncached:  # the recomputation of a layer the full cache left out
+                self._uncached.discard(key)
+                self.stats["regathered"] += 1
+            elif limit is None or len(self._cached) < limit:
+                self._cached[key] = w
+            else:
+                self._uncached.add(key)
         return w
 
     def prefetch(self, w_hat: torch.Tensor) -> None:
@@ -277,6 +301,7 @@ class Tensor3DRuntime:
         self._drain_prefetches()
         self.exposed_s += time.perf_counter() - start
         self._cached.clear()
+        self._uncached.clear()
 
     @property
     def pending(self) -> int:
