@@ -93,6 +93,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
             weighed.append(priced)
             if priced.feasible and (best is None or priced.step_s < best[1].step_s * (1 - 1e-9)):
                 best = (family, priced)
+                ctx.best_s[0] = priced.step_s
 
     weigh(to_price)
     # a second round: configurations a family derives from what the first priced

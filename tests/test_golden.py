@@ -140,20 +140,20 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
-predicted step 0.474 ms: compute 0.181 ms, data comm 0.292 ms, tensor comm 0.000 ms; memory per rank 0.60 MiB
+predicted step 0.474 ms: compute 0.181 ms, data comm 0.292 ms, tensor comm 0.000 ms; memory per rank 0.59 MiB
 model: 1.121e+07 FLOP per step -> 1.184e+10 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
 vocab:tok                vocab         replicate  0.010 ms  0.000 ms     0.000 ms   0.04 MiB  -
-attention:blocks.0.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.10 MiB  -
-attention:blocks.1.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.10 MiB  -
+attention:blocks.0.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.09 MiB  -
+attention:blocks.1.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.09 MiB  -
 linear_chain:blocks.0    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
 linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
 (outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
 
 meshes weighed:
- * data=2 x tensor=1: step 0.474 ms, memory 0.60 MiB""")
+ * data=2 x tensor=1: step 0.474 ms, memory 0.59 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -262,7 +262,7 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 2.079 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 1.882 ms; memory per rank 0.44 MiB
+predicted step 2.079 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 1.882 ms; memory per rank 0.43 MiB
 model: 1.121e+07 FLOP per step -> 2.696e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
@@ -275,7 +275,7 @@ linear_chain:blocks.1    linear_chain  megatron   0.023 ms  0.376 ms     0.000 m
 (outside regions)        -             replicate  0.064 ms  0.000 ms     0.000 ms   0.11 MiB  -
 
 meshes weighed:
- * data=1 x tensor=2: step 2.079 ms, memory 0.44 MiB""")
+ * data=1 x tensor=2: step 2.079 ms, memory 0.43 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -407,20 +407,20 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 2.525 ms: compute 0.155 ms, data comm 0.528 ms, tensor comm 1.841 ms; memory per rank 0.33 MiB
+predicted step 2.525 ms: compute 0.155 ms, data comm 0.528 ms, tensor comm 1.841 ms; memory per rank 0.32 MiB
 model: 1.121e+07 FLOP per step -> 1.11e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
 vocab:tok                vocab         megatron   0.008 ms  0.368 ms     0.000 ms   0.02 MiB  replicate 0.010 ms
-attention:blocks.0.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.05 MiB  replicate 0.038 ms
-attention:blocks.1.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.05 MiB  replicate 0.038 ms
+attention:blocks.0.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
+attention:blocks.1.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
 linear_chain:blocks.0    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
 linear_chain:blocks.1    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
 (outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
 
 meshes weighed:
- * data=2 x tensor=2: step 2.525 ms, memory 0.33 MiB""")
+ * data=2 x tensor=2: step 2.525 ms, memory 0.32 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -1138,17 +1138,17 @@ def scale_mask_softmax_7c66659371_bwd(in0_ptr, in1_ptr, gout0_ptr, gin0_ptr, n_r
         self.assertExpectedInline(table, """\
 autopar plan: StemTrunk on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=1 x tensor=4   (rank = data*4 + tensor; tensor ranks adjacent); mixed: each region its own family over the tensor group, 3D regions on it as Gx=2 x Gy=2 (tensor = y*Gx + x)
-predicted step 10.504 ms: compute 0.257 ms, data comm 0.000 ms, tensor comm 6.730 ms, x comm 0.753 ms, y comm 2.764 ms, z comm 0.000 ms; memory per rank 0.49 MiB
+predicted step 10.504 ms: compute 0.257 ms, data comm 0.000 ms, tensor comm 6.730 ms, x comm 0.753 ms, y comm 2.764 ms, z comm 0.000 ms; memory per rank 0.45 MiB
 model: 2.227e+07 FLOP per step -> 5.301e+08 FLOP/s per device predicted
 best single-family plan: none weighed (the mixed plan was forced)
 
 region                   kind          strategy   compute   comm tensor  comm data  comm x    comm y    comm z    memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  --------  --------  --------  -------------------------------------
 fork_join:b1             fork_join     dsp        0.021 ms  1.820 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.02 MiB  replicate 0.049 ms
-attention:blocks.0.attn  attention     megatron   0.038 ms  2.455 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.05 MiB  replicate 0.076 ms, tensor3d 1.733 ms
-linear_chain:blocks.0    linear_chain  tensor3d   0.028 ms  0.000 ms     0.000 ms   0.376 ms  1.382 ms  0.000 ms  0.10 MiB  megatron 2.478 ms, replicate 0.060 ms
-attention:blocks.1.attn  attention     megatron   0.038 ms  2.455 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.05 MiB  replicate 0.076 ms, tensor3d 1.733 ms
-linear_chain:blocks.1    linear_chain  tensor3d   0.028 ms  0.000 ms     0.000 ms   0.376 ms  1.382 ms  0.000 ms  0.10 MiB  megatron 2.478 ms, replicate 0.060 ms
+attention:blocks.0.attn  attention     megatron   0.038 ms  2.455 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.04 MiB  replicate 0.076 ms, tensor3d 1.733 ms
+linear_chain:blocks.0    linear_chain  tensor3d   0.028 ms  0.000 ms     0.000 ms   0.376 ms  1.382 ms  0.000 ms  0.09 MiB  megatron 2.478 ms, replicate 0.060 ms
+attention:blocks.1.attn  attention     megatron   0.038 ms  2.455 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.04 MiB  replicate 0.076 ms, tensor3d 1.733 ms
+linear_chain:blocks.1    linear_chain  tensor3d   0.028 ms  0.000 ms     0.000 ms   0.376 ms  1.382 ms  0.000 ms  0.09 MiB  megatron 2.478 ms, replicate 0.060 ms
 (outside regions)        -             replicate  0.104 ms  0.000 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.17 MiB  -
 
 boundaries (the conversions from and to the activation replicated over the tensor group; the region's communication per step):
@@ -1168,7 +1168,7 @@ branches on sub-grids:
     boundary: input cut to y blocks (backward all-gather over y), output all-gathered over y
 
 meshes weighed:
- * data=1 x tensor=4, mixed 3d 2x2: step 10.504 ms, memory 0.49 MiB""")
+ * data=1 x tensor=4, mixed 3d 2x2: step 10.504 ms, memory 0.45 MiB""")
         self.assertExpectedInline(code, """\
 # rank 1 of 4 (data=0, tensor=1); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> tensor3d -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")

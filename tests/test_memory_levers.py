@@ -136,3 +136,29 @@ def test_megatron_table_1_small_models_plan_data_parallel_with_accumulation():
     assert plan.mesh == {"data": 32, "tensor": 1} and not plan.pipeline and not plan.recompute
     assert plan.microbatches > 1 and plan.total.memory_bytes <= get_hardware("a100-selene").memory_bytes
     assert f"gradients accumulated over {plan.microbatches} microbatches" in plan.explain()
+
+
+def test_axonn_cache_keeps_the_layers_that_fit():
+    """axonn §IV-D: under full recomputation the all-gather cache keeps the gathered
+    weights of the layers that fit (the paper: 28 of 32 layers); the rest are gathered
+    again when backward recomputes them. A 32-block GPT (hidden 8192) on a 4x4x4 grid:
+    with 80 GiB every block's weights are cached; with 3.5 blocks' worth less, 28 blocks'
+    (each block's four linears gather 12·8192²/16 weights, 192 MiB)."""
+    import dataclasses
+    from autopar.capture import capture
+    from autopar.analysis.analyse import analyse
+    from autopar.cost.hardware import get_hardware
+    from autopar.planner import plan_graph
+    from examples.factories import gpt_meta
+    facts = analyse(capture(*gpt_meta(32, 8192, 64, 16)))
+    strategy = {"x": 4, "y": 4, "z": 4, "data": 1, "recompute": "full"}
+    roomy = plan_graph(facts, 64, get_hardware("a100-selene"), strategy=strategy)
+    assert roomy.recompute and roomy.gather_cache is None  # every layer's weights cached
+    block = 12 * 8192 ** 2 / 16 * 4
+    limit = roomy.total.memory_bytes - 3.5 * block
+    tight = plan_graph(facts, 64, dataclasses.replace(get_hardware("a100-selene"), memory_bytes=limit),
+                       strategy=strategy)
+    assert tight.recompute and tight.gather_cache == 28 * 4 and tight.microbatches == 1
+    assert tight.step_s > roomy.step_s and tight.total.memory_bytes <= limit
+    assert "keeps at most 112 3D layers' gathered weights" in tight.explain()
+    assert autopar.planning.plan.Plan.from_json(tight.to_json()).gather_cache == 112

@@ -77,18 +77,18 @@ def test_the_memory_limit_excludes_plans_that_do_not_fit():
 
 def test_why_not_names_the_binding_constraint():
     model, inputs, loss, target = _small()
-    # at 0.25 GiB pure data parallelism fits with ZeRO sharding the model's state (and
-    # recomputation or accumulation as the planner weighs them)
+    # at 0.25 GiB the plan fits with ZeRO sharding the model's state over its data ranks
+    # (a 2-stage pipeline's, faster than pure data parallelism accumulating)
     zero = autopar.plan(model, 16, inputs, loss, example_target=target, hardware="a100-selene",
                         memory_limit=0.25 * 2**30)
-    assert zero.mesh == {"data": 16, "tensor": 1} and zero.zero >= 1
+    assert zero.degree("data") > 1 and zero.zero >= 1
     assert f"ZeRO-{zero.zero} over the data ranks" in zero.explain()
     plan = autopar.plan(model, 16, inputs, loss, example_target=target, hardware="a100-selene",
-                        memory_limit=0.04 * 2**30)
+                        memory_limit=0.038 * 2**30)
     # pure data parallelism, even accumulating and sharded, holds too much per rank: memory binds
     text = plan.why_not("data")
     assert text.startswith("data: infeasible") and "memory" in text and "the closest to fitting" in text
-    assert "MiB per rank, device has 41.0 MiB" in text
+    assert "MiB per rank, device has 38.9 MiB" in text
     assert plan.why_not(plan.form.split()[0] or "megatron").split(":")[1].strip() == "chosen"
     # without the limit the families compete on time: a losing one says where it loses
     free = autopar.plan(model, 16, inputs, loss, example_target=target, hardware="a100-selene")
@@ -129,14 +129,14 @@ class TestCliGolden(expecttest.TestCase):
         self.assertExpectedInline(out.getvalue(), """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4
 mesh: pipeline=2 x data=2 x tensor=1   (rank = (pipeline*2 + data)*1 + tensor; tensor ranks adjacent, pipeline outermost)
-predicted step 0.843 ms: compute 0.092 ms, data comm 0.241 ms, pipeline comm 0.510 ms, tensor comm 0.000 ms; memory per rank 0.32 MiB
+predicted step 0.843 ms: compute 0.092 ms, data comm 0.241 ms, pipeline comm 0.510 ms, tensor comm 0.000 ms; memory per rank 0.31 MiB
 model: 1.121e+07 FLOP per step -> 3.324e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
 vocab:tok                vocab         replicate  0.010 ms  0.000 ms     0.000 ms   0.04 MiB  -
-attention:blocks.0.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.10 MiB  -
-attention:blocks.1.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.10 MiB  -
+attention:blocks.0.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.09 MiB  -
+attention:blocks.1.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.09 MiB  -
 linear_chain:blocks.0    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
 linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
 (outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
@@ -144,7 +144,7 @@ linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 m
 pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 1 microbatch(es) of 2 row(s); predicted bubble (p-1)/(v*m) = 1.000 (0.301 ms); scatter/gather off
   stage 0 (rank 0): block:blocks.0 + embedding; 0.089 ms per microbatch; sends 4.0 KiB per microbatch
   stage 1 (rank 1): block:blocks.1 + head and loss; 0.092 ms per microbatch
-  per rank: rank 0 0.299 ms/microbatch, 1 in flight, 0.32 MiB (0.32 MiB recomputing); rank 1 0.301 ms/microbatch, 1 in flight, 0.29 MiB (0.29 MiB recomputing)
+  per rank: rank 0 0.299 ms/microbatch, 1 in flight, 0.31 MiB (0.31 MiB recomputing); rank 1 0.301 ms/microbatch, 1 in flight, 0.28 MiB (0.28 MiB recomputing)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  .   .   .   B1  B1 |
   rank 1 | .   F1  B1  B1  .   .  |
@@ -152,39 +152,39 @@ timeline (unit: one chunk's forward; backward = 2 units):
 
 meshes weighed:
    3D cube (Bian): rejected: Bian's cube form: 4 ranks are no p^3 x data with p >= 2
-   data=4 x tensor=1: step 1.534 ms, memory 0.52 MiB
-   data=2 x tensor=2: step 2.525 ms, memory 0.33 MiB
-   data=1 x tensor=4: step 12.308 ms, memory 0.28 MiB
-   data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 2.271 ms, memory 0.52 MiB
-   data=4 x tensor=1, D&SP 2 sub-grids (naive): step 3.171 ms, memory 0.52 MiB
-   data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware): step 1.576 ms, memory 0.60 MiB
-   data=4 x tensor=1, D&SP-cSub 2 sub-grids (naive): step 2.139 ms, memory 0.60 MiB
-   data=4 x tensor=1, D&SP 4 sub-grids (topology-aware): step 6.361 ms, memory 0.52 MiB
-   data=4 x tensor=1, D&SP 4 sub-grids (naive): step 6.361 ms, memory 0.52 MiB
-   data=4 x tensor=1, D&SP-cSub 4 sub-grids (topology-aware): step 5.136 ms, memory 0.78 MiB
-   data=4 x tensor=1, D&SP-cSub 4 sub-grids (naive): step 5.136 ms, memory 0.78 MiB
-   3D x=1 y=1 z=2 data=2: step 3.418 ms, memory 0.42 MiB
-   3D x=1 y=1 z=4 data=1: step 11.134 ms, memory 0.33 MiB
-   3D x=1 y=2 z=1 data=2: step 2.984 ms, memory 0.46 MiB
-   3D x=1 y=2 z=2 data=1: step 6.184 ms, memory 0.37 MiB
-   3D x=1 y=4 z=1 data=1: step 14.997 ms, memory 0.52 MiB
-   3D x=2 y=1 z=1 data=2: step 2.168 ms, memory 0.40 MiB
+   data=4 x tensor=1: step 1.534 ms, memory 0.51 MiB
+   data=2 x tensor=2: step 2.525 ms, memory 0.32 MiB
+   data=1 x tensor=4: step 12.308 ms, memory 0.27 MiB
+   data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 2.271 ms, memory 0.51 MiB
+   data=4 x tensor=1, D&SP 2 sub-grids (naive): step 3.171 ms, memory 0.51 MiB
+   data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware): step 1.576 ms, memory 0.59 MiB
+   data=4 x tensor=1, D&SP-cSub 2 sub-grids (naive): step 2.139 ms, memory 0.59 MiB
+   data=4 x tensor=1, D&SP 4 sub-grids (topology-aware): step 6.361 ms, memory 0.51 MiB
+   data=4 x tensor=1, D&SP 4 sub-grids (naive): step 6.361 ms, memory 0.51 MiB
+   data=4 x tensor=1, D&SP-cSub 4 sub-grids (topology-aware): step 5.136 ms, memory 0.75 MiB
+   data=4 x tensor=1, D&SP-cSub 4 sub-grids (naive): step 5.136 ms, memory 0.75 MiB
+   3D x=1 y=1 z=2 data=2: step 3.418 ms, memory 0.41 MiB
+   3D x=1 y=1 z=4 data=1: step 11.134 ms, memory 0.32 MiB
+   3D x=1 y=2 z=1 data=2: step 2.984 ms, memory 0.40 MiB
+   3D x=1 y=2 z=2 data=1: step 6.184 ms, memory 0.35 MiB
+   3D x=1 y=4 z=1 data=1: step 14.997 ms, memory 0.47 MiB
+   3D x=2 y=1 z=1 data=2: step 2.168 ms, memory 0.34 MiB
    3D x=2 y=1 z=2 data=1: step 5.368 ms, memory 0.30 MiB
-   3D x=2 y=2 z=1 data=1: step 6.753 ms, memory 0.39 MiB
-   3D x=4 y=1 z=1 data=1: step 9.885 ms, memory 0.33 MiB
- * pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1: step 0.843 ms, memory 0.32 MiB
-   pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=1: step 2.689 ms, memory 0.23 MiB
+   3D x=2 y=2 z=1 data=1: step 6.753 ms, memory 0.35 MiB
+   3D x=4 y=1 z=1 data=1: step 9.885 ms, memory 0.30 MiB
+ * pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1: step 0.843 ms, memory 0.31 MiB
+   pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=1: step 2.689 ms, memory 0.22 MiB
 
 the 3 best of 22 feasible configuration(s) (1 rejected):
 #  configuration                                              step      comm tensor  comm x    comm y    comm z    comm pipeline  comm data  memory
 -  ---------------------------------------------------------  --------  -----------  --------  --------  --------  -------------  ---------  --------
-1  pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1         0.843 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.510 ms       0.241 ms   0.32 MiB
-2  data=4 x tensor=1                                          1.534 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       1.387 ms   0.52 MiB
-3  data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware)  1.576 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       0.649 ms   0.60 MiB
+1  pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1         0.843 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.510 ms       0.241 ms   0.31 MiB
+2  data=4 x tensor=1                                          1.534 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       1.387 ms   0.51 MiB
+3  data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware)  1.576 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       0.649 ms   0.59 MiB
 
 why not 3d: lost: its best, 3D x=2 y=1 z=1 data=2, is predicted at 2.168 ms per step against 0.843 ms for the plan (2.57x)
         step      compute+other  data      pipeline  tensor    x         y         z         memory
-  plan  0.843 ms  0.092 ms       0.241 ms  0.510 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms  0.32 MiB
-  3d    2.168 ms  0.157 ms       0.538 ms  0.000 ms  0.000 ms  1.473 ms  0.000 ms  0.000 ms  0.40 MiB
+  plan  0.843 ms  0.092 ms       0.241 ms  0.510 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms  0.31 MiB
+  3d    2.168 ms  0.157 ms       0.538 ms  0.000 ms  0.000 ms  1.473 ms  0.000 ms  0.000 ms  0.34 MiB
   the most it loses: x (+1.473 ms)
 """)

@@ -44,6 +44,9 @@ def explain(plan: "Plan") -> str:
         + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(plan.total.comm_s.items()))
         + f"; memory per rank {_mb(plan.total.memory_bytes)}"
         + ("; activations recomputed in backward to fit" if plan.recompute else "")
+        + (f"; the all-gather cache keeps at most {plan.gather_cache} 3D layers' gathered weights for the "
+           f"recomputation (the rest gathered again, axonn §IV-D)" if plan.recompute and plan.gather_cache is not None
+           else "")
         + ("; attention cores recomputed in backward (selective)" if plan.selective_recompute else "")
         + (f"; gradients accumulated over {plan.microbatches} microbatches of "
            f"{plan.global_batch // plan.batch_parts() // plan.microbatches} rows" if plan.microbatches > 1 else "")

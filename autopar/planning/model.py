@@ -140,8 +140,8 @@ def saved_for_backward(gm: fx.GraphModule, work: dict) -> dict[str, float]:
     once, parameters and graph inputs left out): a linear or matmul keeps its
     activation inputs, a softmax its output, a norm its input, a dropout its mask (one
     byte an element), a cross-entropy its logits' log-softmax, attention (SDPA) its
-    inputs and output, a product or quotient its tensor factors, any other pointwise op
-    its input; sums, copies, casts and layout changes keep nothing; an op not known
+    inputs and output, a product or quotient of tensors its factors (by a number or a
+    constant 0-d tensor nothing), any other pointwise op its input; sums, copies, casts and layout changes keep nothing; an op not known
     here keeps its output. Kernels fused into a chain keep nothing of their own (their
     backward recomputes from the chain's inputs)."""
     kept: dict[str, float] = {}
@@ -180,7 +180,14 @@ def saved_for_backward(gm: fx.GraphModule, work: dict) -> dict[str, float]:
             keep(tensors[0] if tensors else None)
         elif name.lstrip("_") in _KEEPS_NOTHING or name in _KEEPS_NOTHING:
             continue
-        elif name in ("mul", "mul_", "div", "div_", "truediv", "matmul", "bmm", "mm"):
+        elif name in ("mul", "mul_", "div", "div_", "truediv"):
+            # a product keeps each factor for the other's gradient; by a number (or a
+            # constant 0-d tensor, as GPT-2's attention scale) it keeps nothing
+            big = [a for a in tensors if tensor_spec(a).numel > 1]
+            if len(big) > 1 or (big and any(a.op == "get_attr" for a in tensors if a not in big)):
+                for a in tensors:
+                    keep(a)
+        elif name in ("matmul", "bmm", "mm"):
             for a in tensors:
                 keep(a)
         elif is_pointwise(node, gm):
@@ -240,6 +247,12 @@ class ModelFacts:
         if name not in self._facts:
             self._facts[name] = compute()
         return self._facts[name]
+
+    @property
+    def largest_params(self) -> float:
+        """The two largest parameters' elements (ZeRO-3 holds them gathered)."""
+        return self.fact("largest_params",
+                         lambda: float(sum(sorted((p.numel() for p in self.params.values()), reverse=True)[:2])))
 
     def memo(self, name: str) -> dict:
         """A family's memo of this model (a dict it fills as it prices), e.g. ``"3d.regions"``."""

@@ -71,6 +71,7 @@ a ``planner.py`` whose family object goes into that registry.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -93,6 +94,10 @@ class PlanContext:
     forced: Strategy | None  # None: "auto", the search weighs every family
     name: str                # the model's name in the plan
     levers: Strategy | None = None  # the memory levers forced (microbatches, zero, recompute), any family
+    # the fastest feasible step priced so far ([seconds], the planner keeps it): a
+    # configuration slower than it without memory levers cannot win with them (they only
+    # cost time), so its levers are not weighed
+    best_s: list = field(default_factory=lambda: [math.inf])
 
 
 @dataclass
@@ -106,6 +111,9 @@ class RegionTable:
     param_elems: float = 0.0        # parameter elements on the rank (its tensor parts)
     activation_bytes: float = 0.0   # bytes saved for backward on the rank
     largest_params: float = 0.0     # the two largest parameters' elements (ZeRO-3 holds them gathered)
+    gathered_bytes: float = 0.0     # of the activations: the 3D layers' all-gathered weights kept for backward
+    gather_cache: int | None = None  # under recomputation, the 3D layers whose gathered weights are cached
+    note: str = ""                  # why its memory levers were not weighed (said when it does not fit)
 
 
 @dataclass(frozen=True)
@@ -225,10 +233,12 @@ def rejected(family: str, config: Strategy, mesh: dict[str, int], reason: str, *
     return Priced(family, config, mesh, feasible=False, reason=reason, **figures)
 
 
-def too_big(memory_bytes: float, hw: Hardware) -> str | None:
-    """Why ``memory_bytes`` per rank does not fit the device, or None when it does."""
+def too_big(memory_bytes: float, hw: Hardware, note: str = "") -> str | None:
+    """Why ``memory_bytes`` per rank does not fit the device, or None when it does;
+    ``note``: why the memory levers were not weighed (:attr:`RegionTable.note`)."""
     if memory_bytes > hw.memory_bytes:
-        return f"needs {_size(memory_bytes)} per rank, device has {_size(hw.memory_bytes)}"
+        return f"needs {_size(memory_bytes)} per rank, device has {_size(hw.memory_bytes)}" + (
+            f" ({note})" if note else "")
     return None
 
 
@@ -247,4 +257,5 @@ def mesh_plan(ctx: PlanContext, priced: Priced, table: RegionTable) -> Plan:
                 global_batch=ctx.model.batch, regions=table.regions, total=table.total, step_s=table.step_s,
                 tracer=capture.tracer if capture else "", subgrids=c.subgrids, topology_aware=c.topology_aware,
                 csub=c.csub, microbatches=c.microbatches or 1, zero=c.zero or 0, recompute=c.recompute == "full",
-                selective_recompute=c.recompute == "selective")
+                selective_recompute=c.recompute == "selective",
+                gather_cache=table.gather_cache if c.recompute == "full" else None)

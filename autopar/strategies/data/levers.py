@@ -1,9 +1,13 @@
-"""Pricing the memory levers of a ``data × tensor`` configuration (docs/memory.md):
-gradient accumulation over ``m`` microbatches and ZeRO's stage ``s`` over the data ranks.
+"""Pricing the memory levers of a configuration without a pipeline (docs/memory.md):
+gradient accumulation over ``m`` microbatches, ZeRO's stage ``s`` over the data ranks,
+activation recomputation (none, selective, full) and, under full recomputation of 3D
+layers, how many layers' all-gathered weights the cache keeps (axonn §IV-D).
 
-For a configuration the Megatron family priced at the whole batch of each data rank
-(:func:`autopar.strategies.megatron.planner.price_mesh`), each lever setting is priced
-from the same formulas at one microbatch's rows:
+:func:`weigh` is shared by the families: each describes its configuration as a
+:class:`LeverSpace` (its table at one microbatch, its data group's communication, the
+ZeRO stages it offers, what recomputing costs it), and each lever setting is priced
+from the family's own formulas at one microbatch's rows. For a data × tensor
+configuration (:func:`autopar.strategies.megatron.planner.price_mesh`):
 
 * **accumulation** (Megatron eq. 1: ``m = B / (d·b)`` microbatches of ``b`` rows): the
   compute and the tensor group's all-reduces are ``m`` times one microbatch's (kernels
@@ -24,12 +28,22 @@ from the same formulas at one microbatch's rows:
   compute is exposed), and again in backward and reduce-scatters its gradient (both
   synchronous in this runtime: exposed), per microbatch.
 
+The 3D family re-prices its grid at one microbatch (its data all-reduce in two parts,
+the replica group's and the 3D shards' over data) and offers recomputation with a
+bounded all-gather cache: under full recomputation a block's saved tensors go, and the
+cache keeps the gathered weights of the first ``k`` layers (``k`` from all down to
+none); the others are gathered again over z when backward recomputes them. Mixed plans
+re-price their programme at one microbatch; D&SP plans scale their table by ``1/m``
+(the sub-grid assignment is the batch's, so it is not priced again).
+
 :func:`best_levers` weighs every setting (or the forced ones) and keeps the fastest that
 fits in memory, or when none fits the one needing the least.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
@@ -52,6 +66,7 @@ class LeverFigures:
     memory_bytes: float
     activation_bytes: float
     recompute: str = "none"
+    gather_cache: Optional[int] = None  # 3D layers whose gathered weights are cached (None: all)
 
     @property
     def step_s(self) -> float:
@@ -67,10 +82,25 @@ def recompute_figures(model, hw: Hardware, rows: float, tensor: int, activations
     drops the attention cores' activations and runs their forward again (Korthikanti et
     al.). Both scale the model's unsplit figures by the share of the blocks (cores) in
     them, so a tensor split's own division carries over."""
+    out = {"none": (activations, compute)}
+    for mode, (share, kept, again, per_block) in _recompute_terms(model, hw, rows, tensor).items():
+        out[mode] = (activations * (1 - share) + kept + activations * share * per_block, compute + again)
+    return out
+
+
+def _recompute_terms(model, hw: Hardware, rows: float, tensor: int) -> dict[str, tuple]:
+    """Per mode, what :func:`recompute_figures` scales (memoised per model, rows and
+    split): the share of the activations dropped, bytes kept besides (the blocks'
+    inputs), seconds run again, and the share of the dropped ones held while one block
+    recomputes."""
+    memo = model.memo("levers.recompute")
+    key = (rows, tensor, hw)
+    if key in memo:
+        return memo[key]
     nodes = [n.name for n in model.gm.graph.nodes]
     scale = 1.0 / (model.batch / rows) if model.batch else 1.0
     whole = model.activation_bytes(nodes, scale) or 1.0
-    out = {"none": (activations, compute)}
+    out = {}
     blocks = regions(model.gm, "block")
     if blocks:
         in_blocks = sum(model.activation_bytes(b.nodes, scale) for b in blocks)
@@ -82,16 +112,14 @@ def recompute_figures(model, hw: Hardware, rows: float, tensor: int, activations
             args = [a for a in (first.all_input_nodes if first is not None else ())
                     if a.name not in inside and a.op not in ("get_attr", "placeholder")]
             inputs += sum(float(s.nbytes) * scale for a in args if (s := tensor_spec(a)) is not None)
-        share = in_blocks / whole
         again = sum(model.seconds(b.nodes, hw, scale / tensor) for b in blocks) / 3
-        out["full"] = (activations * (1 - share) + inputs + activations * share / len(blocks), compute + again)
+        out["full"] = (in_blocks / whole, inputs, again, 1.0 / len(blocks))
     cores = [n for r in regions(model.gm, "attention") for n in r.details.get("core", ())]
     if cores:
-        share = model.activation_bytes(cores, scale) / whole
         again = model.seconds(cores, hw, scale / tensor) / 3
-        out["selective"] = (activations * (1 - share), compute + again)
+        out["selective"] = (model.activation_bytes(cores, scale) / whole, 0.0, again, 0.0)
+    memo[key] = out
     return out
-
 
 
 def state_bytes(params: float, data: int, zero: int, m: int, largest: float = 0.0) -> float:
@@ -130,3 +158,197 @@ def best_levers(options: list[LeverFigures], memory_limit: float) -> LeverFigure
     if fitting:
         return min(fitting, key=lambda o: o.step_s)
     return min(options, key=lambda o: o.memory_bytes)
+
+
+@dataclass
+class Again:
+    """What one recomputation setting costs a family beyond :func:`recompute_figures`:
+    its non-data communication per microbatch and activation bytes added. A bounded
+    cache (3D layers, axonn §IV-D) adds ``cache_blocks`` steps: caching ``k`` of them adds
+    ``k · block_bytes`` and saves ``k · block_s`` of ``comm_s[axis]`` per microbatch;
+    :func:`weigh` keeps the most that fit (``layers_per_block`` gives the plan's bound in
+    layers)."""
+
+    comm_s: dict
+    extra_bytes: float = 0.0
+    cache_blocks: int = 0
+    block_bytes: float = 0.0
+    block_s: float = 0.0
+    axis: str = "z"
+    layers_per_block: int = 0
+
+
+def megatron_again(mode: str, one, comm_keys=("tensor",)) -> list[Again]:
+    """Megatron §3.5: full recomputation runs the forward's ``g`` all-reduces again,
+    half of a layer's tensor-group communication (x1.5); selective recomputes the
+    attention core, which communicates nothing."""
+    factor = 1.5 if mode == "full" else 1.0
+    return [Again({k: v * factor for k, v in one.total.comm_s.items() if k != "data"})]
+
+
+@dataclass
+class LeverSpace:
+    """One configuration as :func:`weigh` sees it: ``rows`` per data rank (accumulation
+    divides them), the ZeRO group's ``data`` ranks, the ``split`` of one row's compute
+    (the tensor degree, Gx·Gy), ``at(m)``: the table of one of ``m`` microbatches,
+    ``data_comm(one, zero, m, compute_one)``: the data group's exposed seconds per step,
+    ``zero_stages`` offered, ``again(mode, one)``: the settings of a recomputation mode
+    (:class:`Again`), ``accumulate``: whether accumulation is allowed (not with batch
+    norms)."""
+
+    rows: int
+    data: int
+    split: int
+    at: Callable[[int], object]
+    data_comm: Callable[[object, int, int, float], float]
+    zero_stages: tuple = (0, 1, 2, 3)
+    again: Callable[[str, object], list] = megatron_again
+    accumulate: bool = True
+
+
+def weigh(ctx, config, table, space: LeverSpace):
+    """The configuration with the memory levers it runs with (module docstring): those
+    forced, or, when the whole batch of each data rank does not fit, the fastest setting
+    that fits; a configuration that fits runs without (the levers only cost time). The
+    region table of ``m`` microbatches reads per step. Returns (table, config).
+
+    With the same recomputation mode and ZeRO stage more microbatches only cost time
+    (smaller kernels, less of the data all-reduce hidden): each pair is priced at the
+    fewest microbatches that fit, found from an estimate and confirmed by the family's
+    own pricing."""
+    from autopar.planning.plan import Cost
+    from autopar.planning.strategy import divisors
+    from autopar.strategies.family import RegionTable
+    model, hw, forced = ctx.model, ctx.hw, ctx.levers
+    fixed_m = forced.microbatches if forced is not None and forced.microbatches else None
+    fixed_z = forced.zero if forced is not None and forced.zero is not None else None
+    fixed_r = forced.recompute if forced is not None and forced.recompute is not None else None
+    fits = table.total.memory_bytes <= hw.memory_bytes
+    if fixed_m is None and fixed_z is None and fixed_r is None and fits:
+        return table, config
+    if forced is None and table.step_s >= ctx.best_s[0]:  # the levers only cost time: it cannot win
+        return dataclasses.replace(table, note=f"memory levers not weighed: {table.step_s * 1e3:.3f} ms without "
+                                               f"them, the best so far {ctx.best_s[0] * 1e3:.3f} ms"), config
+    rows, limit = space.rows, hw.memory_bytes
+    offered = [z for z in space.zero_stages if z == 0 or space.data > 1]
+    # the state alone does not fit, whatever the levers: only the least memory is weighed
+    hopeless = state_bytes(table.param_elems, space.data, max(offered), 1, table.largest_params) > limit
+    modes = [fixed_r] if fixed_r is not None else (["none"] if fits else ["none", "selective", "full"])
+    ms = [fixed_m] if fixed_m else ([1] if not space.accumulate or fits else divisors(rows))
+    zs = [fixed_z] if fixed_z is not None else ([0] + ([z for z in offered if z] if not fits else []))
+    tables = {1: table}
+
+    def priced(m: int, one, pairs: set) -> tuple[list, set]:
+        """The options of ``m`` microbatches whose table is ``one``, for the (mode,
+        stage) ``pairs``, and the pairs that fit."""
+        recomputing = recompute_figures(model, hw, rows / m, space.split, one.activation_bytes - one.gathered_bytes,
+                                        one.total.compute_s)
+        out, fitted = [], set()
+        for r in modes:
+            if r not in recomputing:
+                continue
+            act, compute = recomputing[r]
+            settings = space.again(r, one) if r != "none" else [Again(
+                {k: v for k, v in one.total.comm_s.items() if k != "data"}, one.gathered_bytes)]
+            for z in zs:
+                if (r, z) not in pairs:
+                    continue
+                data_s = space.data_comm(one, z, m, compute)
+                state = state_bytes(one.param_elems, space.data, z, m, one.largest_params)
+                for again in settings:
+                    k, bound = 0, None
+                    if again.cache_blocks:  # the most blocks' gathered weights that fit
+                        room = (limit - state - act - again.extra_bytes) / again.block_bytes
+                        k = int(min(again.cache_blocks, max(0.0, room)))
+                        bound = None if k == again.cache_blocks else k * again.layers_per_block
+                    comm = {key: v * m for key, v in again.comm_s.items()}
+                    if again.cache_blocks:
+                        comm[again.axis] = comm.get(again.axis, 0.0) - k * again.block_s * m
+                    comm["data"] = data_s
+                    kept = act + again.extra_bytes + k * again.block_bytes
+                    option = LeverFigures(m, z, compute * m, comm, state + kept, kept, r, bound)
+                    out.append(option)
+                    if option.memory_bytes <= limit:
+                        fitted.add((r, z))
+        return out, fitted
+
+    ms = [m for m in ms if rows % m == 0]
+    if not ms:  # a forced count that does not divide the rows: the planner says so (apply_levers)
+        return table, config
+    pairs = {(r, z) for r in modes for z in zs}
+    # Each (mode, stage) pair is fastest at the fewest microbatches that fit (more only
+    # cost time). The search estimates, from the whole batch's table read per
+    # microbatch (activations scale with the rows), where each pair first fits and how
+    # fast it is there; then prices for real, at the count of the fastest estimate,
+    # every pair, moving up a count while nothing fits there. None fitting anywhere: the
+    # most microbatches (the least memory), read off the whole batch's table when even
+    # the sharded state does not fit.
+    estimates = []
+    for m in ms:
+        if hopeless or not pairs - {(o.recompute, o.zero) for o in estimates}:
+            break
+        done = {(o.recompute, o.zero) for o in estimates}
+        found, fitted = priced(m, scaled(table, m, rows=False) if m > 1 else table, pairs - done)
+        estimates += [o for o in found if (o.recompute, o.zero) in fitted]
+    if hopeless and ms[-1] > 1:
+        tables[ms[-1]] = scaled(table, ms[-1])
+    options: list = []
+    fits_at: dict = {}
+
+    def exact(i: int) -> bool:
+        m = ms[i]
+        if m not in fits_at:
+            if m not in tables:
+                tables[m] = space.at(m)
+            found, fitted = priced(m, tables[m], pairs)
+            options.extend(found)
+            fits_at[m] = bool(fitted)
+        return fits_at[m]
+
+    first = ms.index(min(estimates, key=lambda o: o.step_s).m) if estimates else len(ms) - 1
+    if not exact(first) and first < len(ms) - 1 and exact(len(ms) - 1):
+        lo, hi = first, len(ms) - 1  # fits at hi, not at lo: the fewest that fit, by bisection
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if exact(mid) else (mid, hi)
+    if not options:
+        return table, config
+    best = best_levers(options, limit)
+    one = tables[best.m]
+    rows_ = []
+    for c in one.regions:  # per step: m microbatches of each region
+        rows_.append(dataclasses.replace(c, cost=Cost(c.cost.compute_s * best.m,
+                                                      {k: x * best.m for k, x in c.cost.comm_s.items()},
+                                                      c.cost.memory_bytes),
+                                         alternatives={k: x * best.m for k, x in c.alternatives.items()}))
+    total = Cost(best.compute_s, dict(best.comm_s), best.memory_bytes)
+    table = RegionTable(rows_, total, best.step_s, one.param_elems, best.activation_bytes, one.largest_params,
+                        gather_cache=best.gather_cache)
+    return table, dataclasses.replace(config, microbatches=best.m if best.m > 1 else None, zero=best.zero or None,
+                                      recompute=None if best.recompute == "none" else best.recompute)
+
+def chosen_levers(ctx, config):
+    """``ctx`` with the levers the search chose for ``config`` forced: a family prices its
+    winner's full table again with them."""
+    from autopar.planning.strategy import Strategy
+    levers = Strategy(microbatches=config.microbatches, zero=config.zero, recompute=config.recompute or "none",
+                      levers_only=True)
+    return dataclasses.replace(ctx, levers=levers)
+
+
+def scaled(table, m: int, rows: bool = True):
+    """``table`` read for one of ``m`` microbatches without pricing it again: compute,
+    communication and activations (not the 3D layers' gathered weights) divided by ``m``
+    (D&SP, whose sub-grid assignment is the whole batch's; :func:`weigh`'s estimates,
+    ``rows=False``: the totals only, the region rows left as they are)."""
+    from autopar.planning.plan import Cost
+    total = Cost(table.total.compute_s / m, {k: v / m for k, v in table.total.comm_s.items()},
+                 table.total.memory_bytes)
+    regions = table.regions
+    if rows:
+        regions = [dataclasses.replace(c, cost=Cost(c.cost.compute_s / m, {k: v / m for k, v in c.cost.comm_s.items()},
+                                                    c.cost.memory_bytes),
+                                       alternatives={k: v / m for k, v in c.alternatives.items()}) for c in regions]
+    return dataclasses.replace(table, regions=regions, total=total, step_s=table.step_s / m,
+                               activation_bytes=(table.activation_bytes - table.gathered_bytes) / m
+                               + table.gathered_bytes)

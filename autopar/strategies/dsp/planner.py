@@ -34,6 +34,7 @@ from autopar.ir import CAPTURE, regions, tensor_spec
 from autopar.planning.model import ModelFacts, exposed_data_comm
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
+from autopar.strategies.data import levers as L
 from autopar.strategies.data.planner import batch_norms, check_batch_norms
 from autopar.strategies.dsp.cost import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
 from autopar.strategies.dsp import layout as dsp_layout
@@ -204,7 +205,8 @@ def merge(model: ModelFacts, hw: Hardware, config: Strategy, table: RegionTable,
     common_parts = config.data // config.subgrids if config.csub else config.data
     total.comm_s["data"] = exposed_data_comm(common_parts, stride, (all_elems - branch_elems) * 4,
                                              total.compute_s, hw)
-    return RegionTable(rows + list(split.values()) + [outside], total, total.compute_s + total.total_comm_s)
+    return RegionTable(rows + list(split.values()) + [outside], total, total.compute_s + total.total_comm_s,
+                       table.param_elems, table.activation_bytes, table.largest_params)
 
 
 class SubgraphParallel(CompileHooks):
@@ -281,10 +283,32 @@ class SubgraphParallel(CompileHooks):
             if ctx.forced is not None:
                 raise
             return rejected(self.name, config, mesh, str(e))
-        return judge(self.name, ctx, config, mesh, merge(model, ctx.hw, config, table, dsp, replaced))
+        table = merge(model, ctx.hw, config, table, dsp, replaced)
+        table, config = with_levers(ctx, config, table)
+        return judge(self.name, ctx, config, mesh, table)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         return mesh_plan(ctx, priced, priced.table)
+
+
+def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable) -> tuple[RegionTable, Strategy]:
+    """The D&SP configuration with the memory levers it runs with
+    (:func:`autopar.strategies.data.levers.weigh`): accumulation and recomputation, its
+    table read per microbatch by :func:`autopar.strategies.data.levers.scaled`; no ZeRO
+    (the sub-grids' ranks hold different branches) and no accumulation under cSub."""
+    model, hw = ctx.model, ctx.hw
+    branch_elems = sum(model.params[name].numel() for c in table.regions if c.strategy == "dsp"
+                       for names in c.details["branch_params"] for name in names)
+    common = config.data // config.subgrids if config.csub else config.data
+    stride = config.subgrids if config.topology_aware and config.csub else 1
+
+    def data_comm(one, zero, m, compute):
+        return exposed_data_comm(common, stride, (one.param_elems - branch_elems) * 4, compute, hw)
+
+    space = L.LeverSpace(rows=model.batch // config.data, data=config.data, split=1,
+                         at=lambda m: L.scaled(table, m), data_comm=data_comm, zero_stages=(0,),
+                         accumulate=not config.csub and not batch_norms(model))
+    return L.weigh(ctx, config, table, space)
 
 
 def plan_uses_dsp(plan: Plan) -> bool:

@@ -169,8 +169,8 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
                                 Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
                                 {}, "not in a splittable region"))
     total = Cost(compute, {"tensor": tensor_comm, "data": exposed}, memory)
-    largest = sum(sorted((p.numel() for p in model.params.values()), reverse=True)[:2])
-    return RegionTable(choices, total, compute + tensor_comm + exposed, local_params, activations, largest)
+    return RegionTable(choices, total, compute + tensor_comm + exposed, local_params, activations,
+                       model.largest_params)
 
 
 class DataTensor(CompileHooks):
@@ -254,56 +254,18 @@ class Megatron(DataTensor):
 
 def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: int, tensor: int
                 ) -> tuple[RegionTable, Strategy]:
-    """The configuration with the memory levers (docs/memory.md) it runs with: those
-    forced, or, when the whole batch of each data rank does not fit, the fastest
-    accumulation and ZeRO stage that fit (:mod:`autopar.strategies.data.levers`); a
-    configuration that fits runs without (the levers only cost time). The region table
-    of ``m`` microbatches reads per step."""
+    """The configuration with the memory levers (docs/memory.md) it runs with
+    (:func:`autopar.strategies.data.levers.weigh`): each microbatch count re-priced by
+    :func:`price_mesh` at one microbatch's rows; ZeRO over the data ranks."""
     from autopar.strategies.data.planner import batch_norms  # the data family builds on this module
-    model, hw, forced = ctx.model, ctx.hw, ctx.levers
-    rows = model.batch // data
-    fixed_m = forced.microbatches if forced is not None and forced.microbatches else None
-    fixed_z = forced.zero if forced is not None and forced.zero is not None else None
-    fixed_r = forced.recompute if forced is not None and forced.recompute is not None else None
-    fits = table.total.memory_bytes <= hw.memory_bytes
-    if fixed_m is None and fixed_z is None and fixed_r is None and fits:
-        return table, config
-    rs = [fixed_r] if fixed_r is not None else (["none"] if fits else ["none", "selective", "full"])
-    ms = [fixed_m] if fixed_m else ([1] if batch_norms(model) or fits else [m for m in divisors(rows)])
-    zs = [fixed_z] if fixed_z is not None else ([0] + ([1, 2, 3] if data > 1 and not fits else []))
-    tables = {1: table}
-    options = []
-    for m in ms:
-        if rows % m:
-            continue
-        if m not in tables:
-            tables[m] = price_mesh(model, hw, data * m, tensor, any(c.strategy == "megatron" for c in table.regions))
-        one = tables[m]
-        recomputing = L.recompute_figures(model, hw, rows / m, tensor, one.activation_bytes, one.total.compute_s)
-        for r in rs:
-            if r not in recomputing:
-                continue
-            act, compute = recomputing[r]
-            tensor_comm = one.total.comm_s.get("tensor", 0.0) * (1.5 if r == "full" else 1.0)  # g again, §3.5
-            for z in zs:
-                comm = {"tensor": tensor_comm * m,
-                        "data": L.zero_comm(one.param_elems, data, tensor, z, m, compute, hw)}
-                memory = L.state_bytes(one.param_elems, data, z, m, one.largest_params) + act
-                options.append(L.LeverFigures(m, z, compute * m, comm, memory, act, r))
-    if not options:
-        return table, config
-    best = L.best_levers(options, hw.memory_bytes)
-    one = tables[best.m]
-    rows_ = []
-    for c in one.regions:  # per step: m microbatches of each region
-        rows_.append(dataclasses.replace(c, cost=Cost(c.cost.compute_s * best.m,
-                                                      {k: x * best.m for k, x in c.cost.comm_s.items()},
-                                                      c.cost.memory_bytes),
-                                         alternatives={k: x * best.m for k, x in c.alternatives.items()}))
-    total = Cost(best.compute_s, dict(best.comm_s), best.memory_bytes)
-    table = RegionTable(rows_, total, best.step_s, one.param_elems, best.activation_bytes, one.largest_params)
-    return table, dataclasses.replace(config, microbatches=best.m if best.m > 1 else None, zero=best.zero or None,
-                                      recompute=None if best.recompute == "none" else best.recompute)
+    model, hw = ctx.model, ctx.hw
+    split = any(c.strategy == "megatron" for c in table.regions)
+    space = L.LeverSpace(
+        rows=model.batch // data, data=data, split=tensor,
+        at=lambda m: price_mesh(model, hw, data * m, tensor, split),
+        data_comm=lambda one, z, m, compute: L.zero_comm(one.param_elems, data, tensor, z, m, compute, hw),
+        accumulate=not batch_norms(model))
+    return L.weigh(ctx, config, table, space)
 
 
 def split_groups(plan: Plan, stage: int | None = None, subgrid: int | None = None) -> list[tuple]:
@@ -325,7 +287,7 @@ def split_groups(plan: Plan, stage: int | None = None, subgrid: int | None = Non
 
 def judge(family: str, ctx: PlanContext, config: Strategy, mesh: dict[str, int], table: RegionTable) -> Priced:
     """A priced data × tensor (or D&SP) configuration, feasible when its memory fits."""
-    why = too_big(table.total.memory_bytes, ctx.hw)
+    why = too_big(table.total.memory_bytes, ctx.hw, table.note)
     if why is not None:
         return rejected(family, config, mesh, why, step_s=table.step_s, memory_bytes=table.total.memory_bytes)
     return Priced(family, config, mesh, table.step_s, table.total.memory_bytes, True,

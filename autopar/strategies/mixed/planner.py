@@ -54,6 +54,8 @@ from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab,
                                     split_factor)
 from autopar.planning.plan import Cost, Plan, RegionChoice, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
+from autopar.strategies.data import levers as L
+from autopar.strategies.data.levers import chosen_levers
 from autopar.strategies.data.planner import batch_norms
 from autopar.strategies.dsp.cost import dsp_tensor_cost
 from autopar.strategies.dsp.planner import branches_of, subgraph_regions, unsplittable
@@ -534,7 +536,7 @@ class MixedPricer:
                                      {}, "not in a splittable region"))
         comm["data"] = exposed_data_comm(data, t, local * 4, compute, hw)
         total = Cost(compute, comm, cm.training_memory(local, activations))
-        return RegionTable(rows, total, compute + sum(comm.values()))
+        return RegionTable(rows, total, compute + sum(comm.values()), local, activations, model.largest_params)
 
     def _row(self, path, step: Step, name: str, option: Option) -> RegionChoice:
         """One region's row of the plan: its choice, cost, alternatives and why."""
@@ -951,12 +953,34 @@ class Mixed(CompileHooks):
         if ctx.forced is None and (single or (grid is not None and "tensor3d" not in uses)):
             return dataclasses.replace(rejected(self.name, config, mesh, "a single-family plan", form=form),
                                        listed=False)
+        table, config = self.with_levers(ctx, config, table)
         priced = judge(self.name, ctx, config, mesh, table)
         return dataclasses.replace(priced, form=form)
+
+    def with_levers(self, ctx: PlanContext, config: Strategy, table: RegionTable, materialize: bool = False
+                    ) -> tuple[RegionTable, Strategy]:
+        """The mixed mesh with the memory levers it runs with
+        (:func:`autopar.strategies.data.levers.weigh`): each microbatch count's
+        programme priced again at one microbatch's rows; ZeRO over the data ranks."""
+        data, t, hw = config.data, config.tensor, ctx.hw
+
+        def at(m: int) -> RegionTable:
+            grid = config.grid
+            if grid is not None:
+                grid = Grid3D(grid.x, grid.y, grid.z, grid.data * m)
+            return MixedPricer(ctx, data * m, t, grid, subgrids=config.tensor_subgrids).table(materialize=materialize)
+
+        space = L.LeverSpace(
+            rows=ctx.model.batch // data, data=data, split=t, at=at,
+            data_comm=lambda one, z, m, compute: L.zero_comm(one.param_elems, data, t, z, m, compute, hw),
+            again=lambda mode, one: L.megatron_again(mode, one), accumulate=not batch_norms(ctx.model))
+        return L.weigh(ctx, config, table, space)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         c = priced.config
         table = MixedPricer(ctx, c.data, c.tensor, c.grid, subgrids=c.tensor_subgrids).table()
+        if c.microbatches or c.recompute or c.zero:  # the winner's table with the levers the search chose
+            table, _ = self.with_levers(chosen_levers(ctx, c), c, table, materialize=True)
         plan_ = mesh_plan(ctx, priced, table)
         grid = c.grid
         plan_.mixed = True

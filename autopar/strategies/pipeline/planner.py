@@ -197,6 +197,8 @@ class PipelineNumbers:
     recompute: bool
     comm_s: dict[str, float]    # by group: tensor, pipeline (point-to-point and bubble), data
     inner: object = None        # a mixed configuration's stage plans (mixed.planner.StagePlans)
+    rank_params: tuple = ()     # parameter elements per pipeline rank
+    zero: int = 0               # ZeRO's stage over the data ranks (docs/memory.md)
 
 
 @dataclass(frozen=True)
@@ -259,12 +261,14 @@ def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, l
     return counts
 
 
-def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy, stage_plans=None
-                    ) -> PipelineNumbers:
+def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy, stage_plans=None,
+                    zero: int | None = None) -> PipelineNumbers:
     """The figures of one pipeline layout at its best microbatch count: the fastest
-    whose memory fits, recomputing the blocks' activations (megatron §3.5) only where
-    keeping them does not fit; none fitting: the smallest. ``stage_plans(shape,
-    tensor)``: a mixed configuration's stage plans (None: Megatron inside the stages)."""
+    whose memory fits, recomputing the blocks' activations (megatron §3.5) or sharding
+    the state over the data ranks (ZeRO-1..3, :func:`with_zero`) only where keeping
+    them does not fit; none fitting: the smallest. ``stage_plans(shape, tensor)``: a
+    mixed configuration's stage plans (None: Megatron inside the stages); ``zero``: a
+    forced ZeRO stage (None: the search's choice)."""
     p, data, tensor, shape, local = pipeline_layout(model, world, config)
     inner = stage_plans(shape, tensor) if stage_plans is not None else None
     best = smallest = None
@@ -272,13 +276,21 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
         for recompute in (False, True):
             numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, config.schedule, data, tensor,
                                        config.scatter_gather, recompute, inner)
-            fits = numbers.memory_bytes <= hw.memory_bytes
-            if fits and (best is None or numbers.step < best.step * (1 - 1e-9)):
-                best = numbers
-            if smallest is None or numbers.memory_bytes < smallest.memory_bytes * (1 - 1e-9):
-                smallest = numbers
-            if fits:
-                break
+            stages = (zero,) if zero is not None else (0, 1, 2, 3) if data > 1 else (0,)
+            fitting = None
+            for z in stages:
+                option = with_zero(numbers, z, hw)
+                fits = option.memory_bytes <= hw.memory_bytes
+                if fits and (fitting is None or option.step < fitting.step * (1 - 1e-9)):
+                    fitting = option
+                if smallest is None or option.memory_bytes < smallest.memory_bytes * (1 - 1e-9):
+                    smallest = option
+                if fits and zero is None and z == 0:
+                    break  # what fits without ZeRO runs without it
+            if fitting is not None and (best is None or fitting.step < best.step * (1 - 1e-9)):
+                best = fitting
+            if fitting is not None and fitting.zero == 0:
+                break  # recomputing only where neither fits; ZeRO and recomputation are weighed
     return best or smallest
 
 
@@ -381,7 +393,29 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
         shape, p, v, m, schedule, data, tensor, scatter_gather, pipe_step + data_s + tied_s, bubble, stage_s, carried,
         rank_s, slow, rank_p2p, rank_comm, data_s, tied_s, memory, max(mem[1 if recompute else 0] for mem in memory),
         recompute, {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble, "data": data_s + tied_s},
-        inner)
+        inner, tuple(rank_params))
+
+
+def with_zero(n: PipelineNumbers, zero: int, hw: Hardware) -> PipelineNumbers:
+    """``n`` with ZeRO's stage ``zero`` over its data ranks (docs/memory.md): each
+    rank's parameters, gradients and optimizer state by
+    :func:`autopar.strategies.data.levers.state_bytes` (the gradients accumulate over the
+    microbatches, so ZeRO-2 keeps them whole until the reduce-scatter, as ZeRO-1), its data
+    communication by :func:`autopar.strategies.data.levers.zero_comm` after the schedule
+    (nothing overlapped: the pipeline's data all-reduce is priced after the schedule)."""
+    if not zero or n.data == 1:
+        return n
+    from autopar.strategies.data import levers as L  # the data family's home
+    memory = []
+    for params, (keep, again) in zip(n.rank_params, n.memory):
+        whole = cm.training_memory(params, 0.0)
+        sharded = L.state_bytes(params, n.data, zero, n.m)
+        memory.append((keep - whole + sharded, again - whole + sharded))
+    data_s = max(L.zero_comm(e, n.data, n.tensor, zero, n.m, 0.0, hw) for e in n.rank_params)
+    step = n.step - n.data_s + data_s
+    comm = {**n.comm_s, "data": n.comm_s["data"] - n.data_s + data_s}
+    return dataclasses.replace(n, memory=memory, memory_bytes=max(mem[1 if n.recompute else 0] for mem in memory),
+                               data_s=data_s, step=step, comm_s=comm, zero=zero)
 
 
 def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: PipelineNumbers) -> Plan:
@@ -413,7 +447,8 @@ def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: Pip
     capture = model.gm.meta.get(CAPTURE)
     plan_ = Plan(model=name, world_size=world, mesh=mesh, hardware=hw.name, global_batch=model.batch,
                  regions=choices, total=total, step_s=n.step,
-                 tracer=capture.tracer if capture else "", pipeline=asdict(details), recompute=n.recompute)
+                 tracer=capture.tracer if capture else "", pipeline=asdict(details), recompute=n.recompute,
+                 zero=n.zero)
     if n.inner is not None:
         plan_.mixed = True
         plan_.tensor_grid = n.inner.tensor_grid(data * m)
@@ -451,7 +486,8 @@ class Pipeline(CompileHooks):
         stage_plans = (lambda shape, tensor: StagePlans(ctx, shape, tensor, config.grid, config.tensor_subgrids)
                        if config.mixed else None)
         try:
-            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans)
+            zero = ctx.levers.zero if ctx.levers is not None and ctx.levers.zero is not None else None
+            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero)
         except PlanError as e:
             if ctx.forced is not None:
                 raise

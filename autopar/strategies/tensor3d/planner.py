@@ -30,9 +30,11 @@ from dataclasses import dataclass
 from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
 from autopar.grid import Grid3D
+from autopar.ir import regions as ir_regions
 from autopar.ir import tensor_spec
 from autopar.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts, exposed_data_comm
+from autopar.strategies.data import levers as L
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
@@ -123,6 +125,8 @@ class RegionPrice:
     param_elems: float
     activation_bytes: float
     shard_elems: float
+    gathered_bytes: float = 0.0  # of the activations: the layers' all-gathered weights
+    layers: int = 0              # 3D layers (linears split over the grid)
 
 
 class GridPricer:
@@ -139,12 +143,20 @@ class GridPricer:
         """The region's parameter cuts, or why it stays replicated."""
         if r.kind == "vocab":
             return {}, "vocabulary regions stay replicated in 3D plans"
-        try:
-            return self.form.shards(self.model, r, self.grid, self.parts), None
-        except TensorParallelError as e:
-            if self.forced:
-                raise PlanError(f"strategy: grid {self.label}: {e}") from None
-            return {}, str(e)
+        grid = self.grid
+        # memoised per region and grid, not its data degree (the cuts do not depend on
+        # it; the batch chunks do for the cube's row check: another form)
+        key = (r.id, grid.x, grid.y, grid.z, self.parts if self.form.form else None, self.form)
+        memo = self.model.memo("3d.shards")
+        if key not in memo:
+            try:
+                memo[key] = (self.form.shards(self.model, r, grid, self.parts), None)
+            except TensorParallelError as e:
+                memo[key] = ({}, str(e))
+        shards, why = memo[key]
+        if why is not None and self.forced:
+            raise PlanError(f"strategy: grid {self.label}: {why}")
+        return shards, why
 
     def _split(self, r) -> tuple[Cost, list[dict], str]:
         """The split region's cost (compute and communication by axis), its layers'
@@ -186,7 +198,8 @@ class GridPricer:
                 per_rank += self.form.vector_elems(numel, grid.y if shard.transposed else grid.x, grid)
             else:
                 per_rank += numel / (grid.x * grid.y * grid.z)
-                gathered += numel / (grid.x * grid.y)
+                if grid.z > 1:  # on one z rank the gathered block is the shard itself
+                    gathered += numel / (grid.x * grid.y)
             if not shard.vector or self.form.vectors_sharded:
                 shard_part += numel / (grid.x * grid.y * grid.z)
         per_rank += self.model.region_param_elems(r.id) - sum(params[n].numel() for n in shards)
@@ -212,15 +225,18 @@ class GridPricer:
             reason = f"{form.label} {self.label}: cheapest predicted step time"
         c = options[chosen]
         details = {}
+        gathered, n_layers = 0.0, 0
         if chosen == form.strategy:
             per_rank, shard_part, gathered = self._held(r, shards)
+            n_layers = len(layers)
             act = model.activation_bytes(r.nodes, 1 / (form.row_split(self.grid) * self.parts)) + gathered
             details = {"grid": self.label, "layers": layers, "boundary": boundary, **form.details()}
         else:
             per_rank, shard_part = float(model.region_param_elems(r.id)), 0.0
             act = model.activation_bytes(r.nodes, 1 / self.parts)
         c.memory_bytes = cm.training_memory(per_rank, act)
-        return RegionPrice(RegionChoice(r.id, r.kind, chosen, c, seconds, reason, details), per_rank, act, shard_part)
+        return RegionPrice(RegionChoice(r.id, r.kind, chosen, c, seconds, reason, details), per_rank, act, shard_part,
+                           gathered, n_layers)
 
 
 def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forced: bool, split_all: bool = False,
@@ -235,11 +251,10 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
     memo, flags = model.memo("3d.regions"), pricer.layout.flags
     parts = pricer.parts
     choices: list[RegionChoice] = []
-    in_region: set[str] = set()
     comm = {"x": 0.0, "y": 0.0, "z": 0.0}
-    compute = activations = local_elems = shard_elems = 0.0
+    compute = activations = local_elems = shard_elems = gathered = 0.0
+    layers = 0
     for r in model.regions:
-        in_region.update(r.nodes)
         if materialize:
             priced = pricer.region(r)
         else:
@@ -250,28 +265,68 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
         local_elems += priced.param_elems
         activations += priced.activation_bytes
         shard_elems += priced.shard_elems
+        gathered += priced.gathered_bytes
+        layers += priced.layers
         compute += priced.choice.cost.compute_s
         for axis, v in priced.choice.cost.comm_s.items():
             comm[axis] += v
         choices.append(priced.choice)
-    outside = [n.name for n in model.gm.graph.nodes if n.name not in in_region]
+    outside, outside_params = model.fact("3d.outside", lambda: _outside(model))
     outside_compute = model.seconds(outside, hw, 1 / parts)
     compute += outside_compute
-    outside_params = sum(p.numel() for p in model.params.values()) - sum(model.region_param_elems(r.id)
-                                                                        for r in model.regions)
     local_elems += outside_params
     outside_act = model.activation_bytes(outside, 1 / parts)
     activations += outside_act
-    if grid.z == 1:  # one group: the replica group is the data group
-        data = exposed_data_comm(grid.data, grid.x * grid.y, local_elems * 4, compute, hw)
-    else:
-        data = (exposed_data_comm(parts, grid.x * grid.y, (local_elems - shard_elems) * 4, compute, hw)
-                + exposed_data_comm(grid.data, grid.x * grid.y * grid.z, shard_elems * 4, compute, hw))
+    data = data_comm_3d(grid, local_elems, shard_elems, compute, hw)
     choices.append(RegionChoice("(outside regions)", "-", "replicate",
                                 Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
                                 {}, "not in a splittable region"))
     total = Cost(compute, {**comm, "data": data}, cm.training_memory(local_elems, activations))
-    return RegionTable(choices, total, compute + sum(comm.values()) + data)
+    return Table3D(choices, total, compute + sum(comm.values()) + data, local_elems, activations,
+                   gathered_bytes=gathered, shard_elems=shard_elems, layers=layers)
+
+
+@dataclass
+class Table3D(RegionTable):
+    """A grid's region table with what its levers need: the 3D shard elements (their
+    gradients reduced over data only) and the number of 3D layers."""
+
+    shard_elems: float = 0.0
+    layers: int = 0
+
+
+def data_comm_3d(grid: Grid3D, local_elems: float, shard_elems: float, compute: float, hw: Hardware) -> float:
+    """The data gradients' exposed seconds (axonn eq 8): the 3D shards over data, the
+    rest over z and data (the replica group); one group when z is 1."""
+    if grid.z == 1:  # one group: the replica group is the data group
+        return exposed_data_comm(grid.data, grid.x * grid.y, local_elems * 4, compute, hw)
+    return (exposed_data_comm(grid.z * grid.data, grid.x * grid.y, (local_elems - shard_elems) * 4, compute, hw)
+            + exposed_data_comm(grid.data, grid.x * grid.y * grid.z, shard_elems * 4, compute, hw))
+
+
+def cache_settings(one: "Table3D", blocks: int, z: int) -> list[L.Again]:
+    """Full recomputation of a 3D grid's blocks with the all-gather cache holding the
+    first ``k`` of ``blocks`` blocks' layers (axonn §IV-D: 28 of 32 where all did not
+    fit; :func:`autopar.strategies.data.levers.weigh` keeps the most that fit): the
+    forward's in-axis all-reduces run again (the layers' x and y communication x1.5,
+    megatron §3.5); the weights of an uncached block are gathered again over z (half of
+    its layers' z communication, the other half being the weight gradients'
+    reduce-scatter); the block being recomputed holds its own gathered weights."""
+    per_block = one.layers // blocks if blocks and one.layers % blocks == 0 else 0
+    comm = {k: v * (1.5 if k in ("x", "y") else 1.0) for k, v in one.total.comm_s.items() if k != "data"}
+    if not per_block or z == 1 or one.gathered_bytes == 0:
+        return [L.Again(comm, one.gathered_bytes / max(blocks, 1))]
+    block_s = 0.5 * comm.get("z", 0.0) / blocks
+    comm["z"] = comm.get("z", 0.0) + block_s * blocks  # none cached; each cached block saves block_s
+    return [L.Again(comm, one.gathered_bytes / blocks, cache_blocks=blocks, block_bytes=one.gathered_bytes / blocks,
+                    block_s=block_s, axis="z", layers_per_block=per_block)]
+
+def _outside(model: ModelFacts) -> tuple[list[str], float]:
+    """The nodes outside every region, and the parameter elements outside them."""
+    in_region = {n for r in model.regions for n in r.nodes}
+    outside = [n.name for n in model.gm.graph.nodes if n.name not in in_region]
+    return outside, sum(p.numel() for p in model.params.values()) - sum(model.region_param_elems(r.id)
+                                                                       for r in model.regions)
 
 
 def check_forced_grid(ctx: PlanContext, grid: Grid3D) -> None:
@@ -358,15 +413,47 @@ class Tensor3D(CompileHooks):
         if not any(c.strategy == form.strategy for c in table.regions):
             why = next((c.reason for c in table.regions if c.kind in SPLIT_KINDS), "no region")
             return rejected(self.name, config, mesh, f"no region split over the grid: {why}", form=form.form)
+        table, config = self.with_levers(ctx, config, table, form, split_all)
         figures = dict(step_s=table.step_s, memory_bytes=table.total.memory_bytes, comm_s=dict(table.total.comm_s),
                        form=form.form)
-        why = too_big(table.total.memory_bytes, ctx.hw)
+        why = too_big(table.total.memory_bytes, ctx.hw, table.note)
         if why is not None:
             return rejected(self.name, config, mesh, why, **figures)
         return Priced(self.name, config, mesh, feasible=True, table=table, detail=split_all, **figures)
 
+    def with_levers(self, ctx: PlanContext, config: Strategy, table: RegionTable, form: Form3D, split_all: bool,
+                    materialize: bool = False) -> tuple[RegionTable, Strategy]:
+        """The grid with the memory levers it runs with (:func:`autopar.strategies.data.levers.weigh`):
+        accumulation re-priced on a grid whose data axis takes the microbatches, full
+        recomputation with the all-gather cache bounded (:func:`cache_settings`); no ZeRO
+        (the 3D shards are split over z already)."""
+        from autopar.strategies.data.planner import batch_norms  # the data family builds on this module
+        model, hw, grid = ctx.model, ctx.hw, config.grid
+        forced = ctx.forced is not None and not split_all
+        blocks = len(ir_regions(model.gm, "block"))
+
+        def at(m: int):
+            return price_grid(model, hw, Grid3D(grid.x, grid.y, grid.z, grid.data * m), form, forced, split_all,
+                              materialize=materialize)
+
+        def data_comm(one, zero, m, compute):
+            return data_comm_3d(grid, one.param_elems, one.shard_elems, compute, hw)
+
+        def again(mode, one):
+            return cache_settings(one, blocks, grid.z) if mode == "full" else L.megatron_again(mode, one)
+
+        space = L.LeverSpace(rows=model.batch // (grid.z * grid.data), data=grid.data, split=grid.x * grid.y,
+                             at=at, data_comm=data_comm, zero_stages=(0,), again=again,
+                             accumulate=not batch_norms(model))
+        return L.weigh(ctx, config, table, space)
+
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
-        """The search priced each class of regions once; the winner gets its own table."""
+        """The search priced each class of regions once; the winner gets its own table
+        (with the levers the search chose)."""
         forced = ctx.forced is not None and not priced.detail
         table = price_grid(ctx.model, ctx.hw, priced.config.grid, self.form3d, forced, priced.detail)
+        if priced.config.microbatches or priced.config.recompute:
+            table, _ = self.with_levers(L.chosen_levers(ctx, priced.config), priced.config, table, self.form3d,
+                                        priced.detail, materialize=True)
         return mesh_plan(ctx, priced, table)
+
