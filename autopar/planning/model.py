@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+import torch
 import torch.fx as fx
 
 from autopar.analysis.flops import graph_work
@@ -135,13 +136,30 @@ def _base_name(node: fx.Node, gm: fx.GraphModule) -> str:
     return getattr(target, "__name__", str(target))
 
 
+_CONSTANT_MAKERS = {"full", "full_like", "scalar_tensor", "lift_fresh_copy", "tensor", "ones", "zeros", "ones_like",
+                   "zeros_like", "arange"}
+
+
+def _constant(node: fx.Node, gm: fx.GraphModule) -> bool:
+    """Whether ``node`` is a tensor no gradient flows to: a buffer or constant read
+    (not a parameter), or one made by a factory (``full``, ``ones``...)."""
+    if node.op == "get_attr":
+        try:
+            return not isinstance(gm.get_parameter(node.target), torch.nn.Parameter)
+        except AttributeError:
+            return True
+    if node.op == "placeholder":
+        return False
+    return _base_name(node, gm).lstrip("_") in _CONSTANT_MAKERS
+
+
 def saved_for_backward(gm: fx.GraphModule, work: dict) -> dict[str, float]:
     """Bytes autograd keeps for backward, by the node whose value is kept (each value
     once, parameters and graph inputs left out): a linear or matmul keeps its
     activation inputs, a softmax its output, a norm its input, a dropout its mask (one
     byte an element), a cross-entropy its logits' log-softmax, attention (SDPA) its
     inputs and output, a product or quotient of tensors its factors (by a number or a
-    constant 0-d tensor nothing), any other pointwise op its input; sums, copies, casts and layout changes keep nothing; an op not known
+    constant tensor nothing), any other pointwise op its input; sums, copies, casts and layout changes keep nothing; an op not known
     here keeps its output. Kernels fused into a chain keep nothing of their own (their
     backward recomputes from the chain's inputs)."""
     kept: dict[str, float] = {}
@@ -181,10 +199,10 @@ def saved_for_backward(gm: fx.GraphModule, work: dict) -> dict[str, float]:
         elif name.lstrip("_") in _KEEPS_NOTHING or name in _KEEPS_NOTHING:
             continue
         elif name in ("mul", "mul_", "div", "div_", "truediv"):
-            # a product keeps each factor for the other's gradient; by a number (or a
-            # constant 0-d tensor, as GPT-2's attention scale) it keeps nothing
-            big = [a for a in tensors if tensor_spec(a).numel > 1]
-            if len(big) > 1 or (big and any(a.op == "get_attr" for a in tensors if a not in big)):
+            # a product keeps each factor for the other's gradient; by a number or a
+            # constant tensor (GPT-2's 0-d attention scale, a buffer) it keeps nothing
+            learned = [a for a in tensors if not _constant(a, gm)]
+            if len(tensors) > 1 and learned:
                 for a in tensors:
                     keep(a)
         elif name in ("matmul", "bmm", "mm"):

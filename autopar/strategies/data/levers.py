@@ -36,8 +36,8 @@ none); the others are gathered again over z when backward recomputes them. Mixed
 re-price their programme at one microbatch; D&SP plans scale their table by ``1/m``
 (the sub-grid assignment is the batch's, so it is not priced again).
 
-:func:`best_levers` weighs every setting (or the forced ones) and keeps the fastest that
-fits in memory, or when none fits the one needing the least.
+:func:`weigh` keeps the fastest setting (or the forced one) that fits in memory, or
+when none fits the one needing the least (:func:`best_levers`).
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
 from autopar.ir import regions, tensor_spec
 from autopar.planning.model import GRADIENT_BUCKET_BYTES, exposed_data_comm
+from autopar.planning.strategy import PlanError
 
 PARAM_BYTES, GRAD_BYTES, STATE_BYTES = 4, 4, 8
 
@@ -152,8 +153,8 @@ def zero_comm(params: float, data: int, tensor: int, zero: int, m: int, compute_
 
 
 def best_levers(options: list[LeverFigures], memory_limit: float) -> LeverFigures:
-    """The fastest setting that fits in ``memory_limit`` (ties to the earlier: fewer
-    microbatches, lower stage), else the one needing the least memory."""
+    """The fastest setting that fits in ``memory_limit`` (ties to the earlier priced),
+    else the one needing the least memory."""
     fitting = [o for o in options if o.memory_bytes <= memory_limit]
     if fitting:
         return min(fitting, key=lambda o: o.step_s)
@@ -163,27 +164,29 @@ def best_levers(options: list[LeverFigures], memory_limit: float) -> LeverFigure
 @dataclass
 class Again:
     """What one recomputation setting costs a family beyond :func:`recompute_figures`:
-    its non-data communication per microbatch and activation bytes added. A bounded
-    cache (3D layers, axonn §IV-D) adds ``cache_blocks`` steps: caching ``k`` of them adds
-    ``k · block_bytes`` and saves ``k · block_s`` of ``comm_s[axis]`` per microbatch;
-    :func:`weigh` keeps the most that fit (``layers_per_block`` gives the plan's bound in
-    layers)."""
+    its non-data communication per microbatch and activation bytes added (3D layers'
+    gathered weights, which the recomputed blocks do not free: the all-gather cache
+    keeps them). A bounded cache (3D layers, axonn §IV-D) has ``cache_blocks`` steps:
+    caching ``k`` of them adds ``k · block_bytes`` and saves ``k · block_s`` of the z
+    communication per microbatch, and while ``k`` is short of all of them the block
+    being recomputed holds its own (one more ``block_bytes``); :func:`weigh` keeps the
+    most that fit (``layers_per_block`` gives the plan's bound in layers)."""
 
     comm_s: dict
     extra_bytes: float = 0.0
     cache_blocks: int = 0
     block_bytes: float = 0.0
     block_s: float = 0.0
-    axis: str = "z"
     layers_per_block: int = 0
 
 
-def megatron_again(mode: str, one, comm_keys=("tensor",)) -> list[Again]:
+def megatron_again(mode: str, one) -> list[Again]:
     """Megatron §3.5: full recomputation runs the forward's ``g`` all-reduces again,
     half of a layer's tensor-group communication (x1.5); selective recomputes the
-    attention core, which communicates nothing."""
+    attention core, which communicates nothing. 3D regions' gathered weights stay
+    (every layer's cached: mixed plans do not bound the cache)."""
     factor = 1.5 if mode == "full" else 1.0
-    return [Again({k: v * factor for k, v in one.total.comm_s.items() if k != "data"})]
+    return [Again({k: v * factor for k, v in one.total.comm_s.items() if k != "data"}, one.gathered_bytes)]
 
 
 @dataclass
@@ -194,7 +197,8 @@ class LeverSpace:
     ``data_comm(one, zero, m, compute_one)``: the data group's exposed seconds per step,
     ``zero_stages`` offered, ``again(mode, one)``: the settings of a recomputation mode
     (:class:`Again`), ``accumulate``: whether accumulation is allowed (not with batch
-    norms)."""
+    norms), ``fixed_axes``: communication that does not shrink with a microbatch's rows
+    (the 3D weights' all-gathers over z), kept whole in :func:`weigh`'s estimates."""
 
     rows: int
     data: int
@@ -204,6 +208,7 @@ class LeverSpace:
     zero_stages: tuple = (0, 1, 2, 3)
     again: Callable[[str, object], list] = megatron_again
     accumulate: bool = True
+    fixed_axes: tuple = ()
 
 
 def weigh(ctx, config, table, space: LeverSpace):
@@ -213,9 +218,11 @@ def weigh(ctx, config, table, space: LeverSpace):
     region table of ``m`` microbatches reads per step. Returns (table, config).
 
     With the same recomputation mode and ZeRO stage more microbatches only cost time
-    (smaller kernels, less of the data all-reduce hidden): each pair is priced at the
-    fewest microbatches that fit, found from an estimate and confirmed by the family's
-    own pricing."""
+    (smaller kernels, less of the data all-reduce hidden): the counts priced are those
+    where an estimate says some pair first fits, confirmed by the family's own pricing
+    (see the comments below). A configuration slower without levers than the best
+    feasible one priced so far (``ctx.best_s``) is not weighed: the levers only cost
+    time, so it cannot win; its table says so (``note``)."""
     from autopar.planning.plan import Cost
     from autopar.planning.strategy import divisors
     from autopar.strategies.family import RegionTable
@@ -256,16 +263,19 @@ def weigh(ctx, config, table, space: LeverSpace):
                 data_s = space.data_comm(one, z, m, compute)
                 state = state_bytes(one.param_elems, space.data, z, m, one.largest_params)
                 for again in settings:
-                    k, bound = 0, None
+                    k, bound, held = 0, None, 0.0
                     if again.cache_blocks:  # the most blocks' gathered weights that fit
-                        room = (limit - state - act - again.extra_bytes) / again.block_bytes
-                        k = int(min(again.cache_blocks, max(0.0, room)))
-                        bound = None if k == again.cache_blocks else k * again.layers_per_block
+                        n, size = again.cache_blocks, again.block_bytes
+                        free = limit - state - act - again.extra_bytes
+                        # all cached; else k cached and the block being recomputed its own
+                        k = n if n * size <= free else int(min(n - 1, max(0.0, free / size - 1)))
+                        bound = None if k == n else k * again.layers_per_block
+                        held = (k + (0 if k == n else 1)) * size
                     comm = {key: v * m for key, v in again.comm_s.items()}
                     if again.cache_blocks:
-                        comm[again.axis] = comm.get(again.axis, 0.0) - k * again.block_s * m
+                        comm["z"] = comm.get("z", 0.0) - k * again.block_s * m
                     comm["data"] = data_s
-                    kept = act + again.extra_bytes + k * again.block_bytes
+                    kept = act + again.extra_bytes + held
                     option = LeverFigures(m, z, compute * m, comm, state + kept, kept, r, bound)
                     out.append(option)
                     if option.memory_bytes <= limit:
@@ -277,21 +287,21 @@ def weigh(ctx, config, table, space: LeverSpace):
         return table, config
     pairs = {(r, z) for r in modes for z in zs}
     # Each (mode, stage) pair is fastest at the fewest microbatches that fit (more only
-    # cost time). The search estimates, from the whole batch's table read per
-    # microbatch (activations scale with the rows), where each pair first fits and how
-    # fast it is there; then prices for real, at the count of the fastest estimate,
-    # every pair, moving up a count while nothing fits there. None fitting anywhere: the
-    # most microbatches (the least memory), read off the whole batch's table when even
-    # the sharded state does not fit.
-    estimates = []
+    # cost time). The search estimates where each pair first fits from the whole batch's
+    # table read per microbatch (activations scale with the rows), then prices every
+    # pair for real at each of those counts; where none fits there, it bisects for the
+    # fewest that fit, up to the most microbatches (the least memory; read off the whole
+    # batch's table when even the sharded state does not fit).
+    first: dict = {}
     for m in ms:
-        if hopeless or not pairs - {(o.recompute, o.zero) for o in estimates}:
+        if hopeless or len(first) == len(pairs):
             break
-        done = {(o.recompute, o.zero) for o in estimates}
-        found, fitted = priced(m, scaled(table, m, rows=False) if m > 1 else table, pairs - done)
-        estimates += [o for o in found if (o.recompute, o.zero) in fitted]
+        estimate = scaled(table, m, rows=False, fixed=space.fixed_axes) if m > 1 else table
+        _, fitted = priced(m, estimate, pairs - set(first))
+        for pair in fitted:
+            first[pair] = m
     if hopeless and ms[-1] > 1:
-        tables[ms[-1]] = scaled(table, ms[-1])
+        tables[ms[-1]] = scaled(table, ms[-1], fixed=space.fixed_axes)
     options: list = []
     fits_at: dict = {}
 
@@ -299,15 +309,20 @@ def weigh(ctx, config, table, space: LeverSpace):
         m = ms[i]
         if m not in fits_at:
             if m not in tables:
-                tables[m] = space.at(m)
+                try:
+                    tables[m] = space.at(m)
+                except PlanError:  # a count the configuration cannot split its rows into
+                    fits_at[m] = False
+                    return False
             found, fitted = priced(m, tables[m], pairs)
             options.extend(found)
             fits_at[m] = bool(fitted)
         return fits_at[m]
 
-    first = ms.index(min(estimates, key=lambda o: o.step_s).m) if estimates else len(ms) - 1
-    if not exact(first) and first < len(ms) - 1 and exact(len(ms) - 1):
-        lo, hi = first, len(ms) - 1  # fits at hi, not at lo: the fewest that fit, by bisection
+    counts = sorted({ms.index(m) for m in first.values()}) or [len(ms) - 1]
+    fitting = [exact(i) for i in counts]
+    if not any(fitting) and counts[-1] < len(ms) - 1 and exact(len(ms) - 1):
+        lo, hi = counts[-1], len(ms) - 1  # fits at hi, not at lo: the fewest that fit, by bisection
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if exact(mid) else (mid, hi)
@@ -327,27 +342,31 @@ def weigh(ctx, config, table, space: LeverSpace):
     return table, dataclasses.replace(config, microbatches=best.m if best.m > 1 else None, zero=best.zero or None,
                                       recompute=None if best.recompute == "none" else best.recompute)
 
+
 def chosen_levers(ctx, config):
-    """``ctx`` with the levers the search chose for ``config`` forced: a family prices its
-    winner's full table again with them."""
+    """``ctx`` with the levers the search chose for ``config`` forced, all of them (one
+    microbatch and no ZeRO included): a family prices its winner's full table again
+    with them."""
     from autopar.planning.strategy import Strategy
-    levers = Strategy(microbatches=config.microbatches, zero=config.zero, recompute=config.recompute or "none",
-                      levers_only=True)
+    levers = Strategy(microbatches=config.microbatches or 1, zero=config.zero or 0,
+                      recompute=config.recompute or "none", levers_only=True)
     return dataclasses.replace(ctx, levers=levers)
 
 
-def scaled(table, m: int, rows: bool = True):
+def scaled(table, m: int, rows: bool = True, fixed: tuple = ()):
     """``table`` read for one of ``m`` microbatches without pricing it again: compute,
-    communication and activations (not the 3D layers' gathered weights) divided by ``m``
-    (D&SP, whose sub-grid assignment is the whole batch's; :func:`weigh`'s estimates,
-    ``rows=False``: the totals only, the region rows left as they are)."""
+    communication (but the ``fixed`` groups') and activations (but the 3D layers'
+    gathered weights) divided by ``m`` (D&SP, whose sub-grid assignment is the whole
+    batch's; :func:`weigh`'s estimates, ``rows=False``: the totals only, the region rows
+    left as they are)."""
     from autopar.planning.plan import Cost
-    total = Cost(table.total.compute_s / m, {k: v / m for k, v in table.total.comm_s.items()},
-                 table.total.memory_bytes)
+
+    def per(comm: dict) -> dict:
+        return {k: v if k in fixed else v / m for k, v in comm.items()}
+    total = Cost(table.total.compute_s / m, per(table.total.comm_s), table.total.memory_bytes)
     regions = table.regions
     if rows:
-        regions = [dataclasses.replace(c, cost=Cost(c.cost.compute_s / m, {k: v / m for k, v in c.cost.comm_s.items()},
-                                                    c.cost.memory_bytes),
+        regions = [dataclasses.replace(c, cost=Cost(c.cost.compute_s / m, per(c.cost.comm_s), c.cost.memory_bytes),
                                        alternatives={k: v / m for k, v in c.alternatives.items()}) for c in regions]
     return dataclasses.replace(table, regions=regions, total=total, step_s=table.step_s / m,
                                activation_bytes=(table.activation_bytes - table.gathered_bytes) / m

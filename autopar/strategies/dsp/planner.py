@@ -305,7 +305,7 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable) -> tuple
     def data_comm(one, zero, m, compute):
         return exposed_data_comm(common, stride, (one.param_elems - branch_elems) * 4, compute, hw)
 
-    space = L.LeverSpace(rows=model.batch // config.data, data=config.data, split=1,
+    space = L.LeverSpace(rows=model.batch // common, data=config.data, split=1,
                          at=lambda m: L.scaled(table, m), data_comm=data_comm, zero_stages=(0,),
                          accumulate=not config.csub and not batch_norms(model))
     return L.weigh(ctx, config, table, space)

@@ -55,7 +55,6 @@ from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab,
 from autopar.planning.plan import Cost, Plan, RegionChoice, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.data import levers as L
-from autopar.strategies.data.levers import chosen_levers
 from autopar.strategies.data.planner import batch_norms
 from autopar.strategies.dsp.cost import dsp_tensor_cost
 from autopar.strategies.dsp.planner import branches_of, subgraph_regions, unsplittable
@@ -92,6 +91,7 @@ class Option:
     activations: float
     details: dict = field(default_factory=dict)
     reason: str = ""
+    gathered: float = 0.0  # of the activations: a 3D region's all-gathered weights kept for backward
 
 
 @dataclass
@@ -173,7 +173,7 @@ class MixedPricer:
                 out["tensor3d"] = Option(priced.choice.cost, priced.param_elems, priced.activation_bytes,
                                          {**priced.choice.details, "grid": f"{g.x}x{g.y}x{g.z}x{g.data}"},
                                          f"3D grid {g.x}x{g.y}x{g.z} of the tensor group"
-                                         + (" (its rows split over z)" if g.z > 1 else ""))
+                                         + (" (its rows split over z)" if g.z > 1 else ""), priced.gathered_bytes)
                 if self.grid_only:  # forced onto the grid where it can run
                     del out["replicate"]
         return out
@@ -491,7 +491,7 @@ class MixedPricer:
         # the families the programme chose (a multi-branch region left open adds none)
         self.uses = {name for _, name in path if name != "open"}
         rows, covered = [], set()
-        compute = activations = local = 0.0
+        compute = activations = local = gathered = 0.0
         comm: dict[str, float] = {}
         for step, name in path:
             r = step.region
@@ -508,6 +508,7 @@ class MixedPricer:
             for k, v in option.cost.comm_s.items():
                 comm[k] = comm.get(k, 0.0) + v
             activations += option.activations
+            gathered += option.gathered
             local += option.params
             if materialize:
                 rows.append(self._row(path, step, name, option))
@@ -536,7 +537,8 @@ class MixedPricer:
                                      {}, "not in a splittable region"))
         comm["data"] = exposed_data_comm(data, t, local * 4, compute, hw)
         total = Cost(compute, comm, cm.training_memory(local, activations))
-        return RegionTable(rows, total, compute + sum(comm.values()), local, activations, model.largest_params)
+        return RegionTable(rows, total, compute + sum(comm.values()), local, activations, model.largest_params,
+                           gathered_bytes=gathered)
 
     def _row(self, path, step: Step, name: str, option: Option) -> RegionChoice:
         """One region's row of the plan: its choice, cost, alternatives and why."""
@@ -973,14 +975,14 @@ class Mixed(CompileHooks):
         space = L.LeverSpace(
             rows=ctx.model.batch // data, data=data, split=t, at=at,
             data_comm=lambda one, z, m, compute: L.zero_comm(one.param_elems, data, t, z, m, compute, hw),
-            again=lambda mode, one: L.megatron_again(mode, one), accumulate=not batch_norms(ctx.model))
+            accumulate=not batch_norms(ctx.model))
         return L.weigh(ctx, config, table, space)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         c = priced.config
         table = MixedPricer(ctx, c.data, c.tensor, c.grid, subgrids=c.tensor_subgrids).table()
         if c.microbatches or c.recompute or c.zero:  # the winner's table with the levers the search chose
-            table, _ = self.with_levers(chosen_levers(ctx, c), c, table, materialize=True)
+            table, _ = self.with_levers(L.chosen_levers(ctx, c), c, table, materialize=True)
         plan_ = mesh_plan(ctx, priced, table)
         grid = c.grid
         plan_.mixed = True

@@ -279,7 +279,7 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
             stages = (zero,) if zero is not None else (0, 1, 2, 3) if data > 1 else (0,)
             fitting = None
             for z in stages:
-                option = with_zero(numbers, z, hw)
+                option = with_zero(numbers, z, hw, model.largest_params)
                 fits = option.memory_bytes <= hw.memory_bytes
                 if fits and (fitting is None or option.step < fitting.step * (1 - 1e-9)):
                     fitting = option
@@ -396,20 +396,21 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
         inner, tuple(rank_params))
 
 
-def with_zero(n: PipelineNumbers, zero: int, hw: Hardware) -> PipelineNumbers:
+def with_zero(n: PipelineNumbers, zero: int, hw: Hardware, largest: float = 0.0) -> PipelineNumbers:
     """``n`` with ZeRO's stage ``zero`` over its data ranks (docs/memory.md): each
     rank's parameters, gradients and optimizer state by
     :func:`autopar.strategies.data.levers.state_bytes` (the gradients accumulate over the
     microbatches, so ZeRO-2 keeps them whole until the reduce-scatter, as ZeRO-1), its data
     communication by :func:`autopar.strategies.data.levers.zero_comm` after the schedule
-    (nothing overlapped: the pipeline's data all-reduce is priced after the schedule)."""
+    (nothing overlapped: the pipeline's data all-reduce is priced after the schedule);
+    ``largest``: the two largest parameters' elements, ZeRO-3 holds them gathered."""
     if not zero or n.data == 1:
         return n
     from autopar.strategies.data import levers as L  # the data family's home
     memory = []
     for params, (keep, again) in zip(n.rank_params, n.memory):
         whole = cm.training_memory(params, 0.0)
-        sharded = L.state_bytes(params, n.data, zero, n.m)
+        sharded = L.state_bytes(params, n.data, zero, n.m, largest)
         memory.append((keep - whole + sharded, again - whole + sharded))
     data_s = max(L.zero_comm(e, n.data, n.tensor, zero, n.m, 0.0, hw) for e in n.rank_params)
     step = n.step - n.data_s + data_s

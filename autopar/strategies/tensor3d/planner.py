@@ -311,15 +311,18 @@ def cache_settings(one: "Table3D", blocks: int, z: int) -> list[L.Again]:
     forward's in-axis all-reduces run again (the layers' x and y communication x1.5,
     megatron §3.5); the weights of an uncached block are gathered again over z (half of
     its layers' z communication, the other half being the weight gradients'
-    reduce-scatter); the block being recomputed holds its own gathered weights."""
+    reduce-scatter); while some block is uncached, the block being recomputed holds its
+    own gathered weights. Where the layers do not fall evenly into blocks, or there is
+    nothing to gather (Gz = 1), every layer's weights stay (unbounded)."""
     per_block = one.layers // blocks if blocks and one.layers % blocks == 0 else 0
     comm = {k: v * (1.5 if k in ("x", "y") else 1.0) for k, v in one.total.comm_s.items() if k != "data"}
     if not per_block or z == 1 or one.gathered_bytes == 0:
-        return [L.Again(comm, one.gathered_bytes / max(blocks, 1))]
+        return [L.Again(comm, one.gathered_bytes)]
     block_s = 0.5 * comm.get("z", 0.0) / blocks
     comm["z"] = comm.get("z", 0.0) + block_s * blocks  # none cached; each cached block saves block_s
-    return [L.Again(comm, one.gathered_bytes / blocks, cache_blocks=blocks, block_bytes=one.gathered_bytes / blocks,
-                    block_s=block_s, axis="z", layers_per_block=per_block)]
+    return [L.Again(comm, 0.0, cache_blocks=blocks, block_bytes=one.gathered_bytes / blocks, block_s=block_s,
+                    layers_per_block=per_block)]
+
 
 def _outside(model: ModelFacts) -> tuple[list[str], float]:
     """The nodes outside every region, and the parameter elements outside them."""
@@ -444,7 +447,7 @@ class Tensor3D(CompileHooks):
 
         space = L.LeverSpace(rows=model.batch // (grid.z * grid.data), data=grid.data, split=grid.x * grid.y,
                              at=at, data_comm=data_comm, zero_stages=(0,), again=again,
-                             accumulate=not batch_norms(model))
+                             accumulate=not batch_norms(model), fixed_axes=("z",))
         return L.weigh(ctx, config, table, space)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
@@ -456,4 +459,3 @@ class Tensor3D(CompileHooks):
             table, _ = self.with_levers(L.chosen_levers(ctx, priced.config), priced.config, table, self.form3d,
                                         priced.detail, materialize=True)
         return mesh_plan(ctx, priced, table)
-
