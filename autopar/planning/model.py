@@ -159,8 +159,8 @@ def saved_for_backward(gm: fx.GraphModule, work: dict) -> dict[str, float]:
     activation inputs, a softmax its output, a norm its input, a dropout its mask (one
     byte an element), a cross-entropy its logits' log-softmax, attention (SDPA) its
     inputs and output, a product or quotient of tensors its factors (by a number or a
-    constant tensor nothing), any other pointwise op its input; sums, copies, casts and layout changes keep nothing; an op not known
-    here keeps its output. Kernels fused into a chain keep nothing of their own (their
+    constant tensor nothing), any other pointwise op its input; sums, copies, casts and
+    layout changes keep nothing; an op not known here keeps its output. Kernels fused into a chain keep nothing of their own (their
     backward recomputes from the chain's inputs)."""
     kept: dict[str, float] = {}
 
