@@ -1,6 +1,6 @@
 """Fidelity of the cost model: predicted against measured step time on 4 gloo ranks.
 
-    python benchmarks/bench_fidelity.py [--profile cal.json] [--steps 6] [--json out.json]
+    python benchmarks/bench_fidelity.py [--profile cal.json] [--models tiny,gpt2,...] [--steps 6] [--json out.json]
 
 The planner weighs every configuration of a model (data, Megatron, D&SP, 3D/4D, the
 cube, pipelines); this benchmark forces each feasible one in turn, compiles it on the
@@ -10,9 +10,14 @@ together) and compares with the plan's predicted step. The predictions come from
 calibrated profile (``autopar calibrate --world 4``; measured here first unless
 ``--profile`` is given) and, for comparison, from the hand-measured ``cpu-gloo`` preset.
 
-Reported: Spearman's rank correlation between predicted and measured times over all
-plans (goal >= 0.8: the planner ranks plans as the machine does), and the median of
-|predicted - measured| / measured.
+Models (``--models``, default all): ``tiny`` (a 4-block GPT-style model, h = 128,
+batch 8 × 64 tokens) and the zoo of :mod:`examples.zoo` (Hugging Face GPT-2, BERT,
+Llama, T5, ViT; the examples' MLP, transformer, multi-branch CNN and towers).
+
+Reported per model and over all: Spearman's rank correlation between predicted and
+measured times over its feasible plans (goal >= 0.9: the planner ranks plans as the
+machine does), the median of |predicted - measured| / measured (goal <= 0.25), and
+``"auto"``'s plan measured against the fastest forced one (goal <= 1.05).
 
 First, the *fit check* (``--fit-only`` runs only it; ``--no-fit`` skips it): ``autopar
 calibrate --world 2 --quick``, one rank per core, then for every collective the
@@ -76,32 +81,53 @@ def _label(strategy: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in strategy.items())
 
 
+def zoo_case(name: str):
+    """``(factory, inputs, target, loss_fn, kwargs)`` of a model of the fidelity zoo."""
+    if name == "tiny":
+        return (*model_case(), {})
+    from examples.zoo import ZOO
+    c = ZOO[name]()
+    return c.factory, c.inputs, c.target, c.loss_fn, dict(c.kwargs)
+
+
+ZOO_MODELS = ("tiny", "gpt2", "bert", "llama", "t5", "vit", "mlp", "transformer", "inception", "towers")
+
+
 def measure_job(strategies: list[dict], hardware, steps: int, warmup: int, case=None) -> list[float]:
     """On every rank: compile each strategy, time ``steps`` training steps; rank 0's medians.
-    ``case``: the ``model_case`` function to time (this one's by default)."""
+    ``case``: the ``model_case`` function to time (this one's by default), or a zoo name."""
     import torch.distributed as dist
 
     import autopar
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
-    factory, inputs, target, loss_fn = (case or model_case)()
+    if isinstance(case, str):
+        factory, inputs, target, loss_fn, kwargs = zoo_case(case)
+    else:
+        (factory, inputs, target, loss_fn), kwargs = (case or model_case)(), {}
     out = []
     for strategy in strategies:
+        torch.manual_seed(0)
         pm = autopar.compile(factory(), None, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
-                             strategy=strategy, hardware=hardware)
+                             example_kwargs=kwargs, strategy=strategy, hardware=hardware)
         times = []
         for i in range(warmup + steps):
             for p in pm.parameters():
                 p.grad = None
             dist.barrier()
             t0 = time.perf_counter()
-            pm.step(*inputs, target=target)
+            pm.step(*inputs, target=target, **kwargs)
             dist.barrier()
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
         out.append(statistics.median(times))
         del pm
     return out
+
+
+def zoo_job(models: list[str], strategies: dict, hardware, steps: int, warmup: int) -> dict:
+    """Every model's strategies timed in one launch (rank 0's medians by model)."""
+    return {name: measure_job(strategies[name], hardware, steps, warmup, case=name) for name in models}
 
 
 FIT_BAND = (0.5, 2.0)
@@ -148,9 +174,39 @@ def spearman(a: list[float], b: list[float]) -> float:
     return cov / var if var else 0.0
 
 
+def plans_of(name: str, hardware):
+    """The feasible strategies of a model's ``"auto"`` plan on :data:`WORLD` ranks, and
+    the index of ``"auto"``'s choice among them."""
+    import autopar
+    factory, inputs, target, loss_fn, kwargs = zoo_case(name)
+    plan = autopar.plan(factory(), WORLD, inputs, loss_fn, example_target=target, example_kwargs=kwargs,
+                        hardware=hardware)
+    from autopar.planning.strategy import PlanError
+    feasible, strategies = [], []
+    for c in (c for c in plan.candidates if c.feasible):
+        s = strategy_of(c)
+        try:  # forced, a grid splits every region and refuses one it cannot (auto replicates it)
+            autopar.plan(factory(), WORLD, inputs, loss_fn, s, example_target=target, example_kwargs=kwargs,
+                         hardware=hardware)
+        except PlanError:
+            continue
+        feasible.append(c)
+        strategies.append(s)
+    chosen = min(range(len(feasible)), key=lambda i: feasible[i].step_s)
+    return strategies, chosen
+
+
+def predicted_steps(name: str, strategies: list[dict], hardware) -> list[float]:
+    import autopar
+    factory, inputs, target, loss_fn, kwargs = zoo_case(name)
+    return [autopar.plan(factory(), WORLD, inputs, loss_fn, s, example_target=target, example_kwargs=kwargs,
+                         hardware=hardware).step_s for s in strategies]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default=None, help="a calibrated profile (default: calibrate now)")
+    parser.add_argument("--models", default=",".join(ZOO_MODELS), help="comma-separated: " + ", ".join(ZOO_MODELS))
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", default=None)
@@ -162,7 +218,6 @@ def main(argv=None) -> int:
               flush=True)
         if args.fit_only:
             return 0
-    import autopar
     from autopar.cost.hardware import get_hardware
     from autopar.runtime.launcher import launch
     if args.profile:
@@ -172,28 +227,39 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         profile = calibrate(WORLD)
         print(f"calibrated {WORLD} gloo ranks in {time.perf_counter() - t0:.0f} s", flush=True)
-    factory, inputs, target, loss_fn = model_case()
-    plan = autopar.plan(factory(), WORLD, inputs, loss_fn, example_target=target, hardware=profile)
-    strategies = [strategy_of(c) for c in plan.candidates if c.feasible]
-    predicted = {}
-    for name, hw in (("calibrated", profile), ("cpu-gloo", get_hardware("cpu-gloo"))):
-        predicted[name] = [autopar.plan(factory(), WORLD, inputs, loss_fn, s, example_target=target,
-                                        hardware=hw).step_s for s in strategies]
-    print(f"{len(strategies)} feasible plans of TinyTransformer(4 blocks, h=128) on {WORLD} gloo ranks; "
-          f"measuring {args.steps} steps each", flush=True)
-    measured = launch(measure_job, WORLD, (strategies, profile, args.steps, args.warmup), timeout_s=3000)[0]
-    rows = []
-    print(f"{'configuration':64s} {'measured':>10s} {'calibrated':>11s} {'cpu-gloo':>10s}")
-    for s, m, pc, pg in zip(strategies, measured, predicted["calibrated"], predicted["cpu-gloo"]):
-        rows.append({"strategy": s, "measured_s": m, "predicted_s": pc, "predicted_preset_s": pg})
-        print(f"{_label(s):64s} {m * 1e3:8.1f}ms {pc * 1e3:9.1f}ms {pg * 1e3:8.1f}ms")
-    summary = {}
-    for name in ("calibrated", "cpu-gloo"):
-        pred = predicted[name]
-        summary[name] = {"spearman": spearman(pred, measured),
-                         "median_abs_rel_error": statistics.median(abs(p - m) / m for p, m in zip(pred, measured))}
-        print(f"{name:10s}: Spearman {summary[name]['spearman']:.3f} over {len(measured)} plans (goal >= 0.8), "
-              f"median |predicted - measured| / measured {summary[name]['median_abs_rel_error']:.2f}")
+    models = [m for m in args.models.split(",") if m]
+    strategies, chosen, predicted = {}, {}, {}
+    for name in models:
+        strategies[name], chosen[name] = plans_of(name, profile)
+        predicted[name] = {"calibrated": predicted_steps(name, strategies[name], profile),
+                           "cpu-gloo": predicted_steps(name, strategies[name], get_hardware("cpu-gloo"))}
+    total = sum(len(v) for v in strategies.values())
+    print(f"{total} feasible plans of {len(models)} models on {WORLD} gloo ranks; measuring {args.steps} steps each",
+          flush=True)
+    measured = launch(zoo_job, WORLD, (models, strategies, profile, args.steps, args.warmup), timeout_s=6000)[0]
+    rows, summary = [], {}
+    for name in models:
+        print(f"\n{name}: {len(strategies[name])} plans")
+        print(f"  {'configuration':62s} {'measured':>10s} {'calibrated':>11s} {'cpu-gloo':>10s}")
+        for i, (s, m) in enumerate(zip(strategies[name], measured[name])):
+            pc, pg = predicted[name]["calibrated"][i], predicted[name]["cpu-gloo"][i]
+            rows.append({"model": name, "strategy": s, "measured_s": m, "predicted_s": pc, "predicted_preset_s": pg,
+                         "auto": i == chosen[name]})
+            print(f"  {_label(s):62s} {m * 1e3:8.1f}ms {pc * 1e3:9.1f}ms {pg * 1e3:8.1f}ms"
+                  + ("   <- auto" if i == chosen[name] else ""))
+        meas = measured[name]
+        summary[name] = {"plans": len(meas), "auto_over_fastest": meas[chosen[name]] / min(meas)}
+        for kind in ("calibrated", "cpu-gloo"):
+            pred = predicted[name][kind]
+            summary[name][kind] = {"spearman": spearman(pred, meas) if len(meas) > 1 else 1.0,
+                                   "median_abs_rel_error": statistics.median(abs(p - m) / m
+                                                                             for p, m in zip(pred, meas))}
+    print(f"\n{'model':12s} {'plans':>5s} {'auto/fastest':>12s} {'Spearman':>9s} {'MdAPE':>6s}   (calibrated; "
+          f"goals 1.05, 0.9, 0.25)")
+    for name in models:
+        sm = summary[name]
+        print(f"{name:12s} {sm['plans']:5d} {sm['auto_over_fastest']:12.2f} {sm['calibrated']['spearman']:9.2f} "
+              f"{sm['calibrated']['median_abs_rel_error']:6.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "summary": summary, "profile": profile.name}, f, indent=2)
