@@ -123,6 +123,12 @@ class Calibration:
             f"  matmul saturation                  {hw.saturation_flops:10.3g} FLOP    {base.saturation_flops:10.3g} FLOP",
             f"  kernel launch                      {hw.kernel_launch_s * 1e6:10.2f} us      "
             f"{base.kernel_launch_s * 1e6:10.2f} us",
+            f"  host per kernel pass (fx+autograd) {hw.host_op_s * 1e6:10.2f} us      "
+            f"{base.host_op_s * 1e6:10.2f} us",
+            f"  host per collective call           {hw.collective_call_s * 1e6:10.2f} us      "
+            f"{base.collective_call_s * 1e6:10.2f} us",
+            f"  runtime per step (runner, buckets) {hw.step_overhead_s * 1e3:10.2f} ms      "
+            f"{base.step_overhead_s * 1e3:10.2f} ms",
             f"  memory bandwidth (copy)            {hw.memory_bandwidth / 1e9:10.2f} GB/s    "
             f"{base.memory_bandwidth / 1e9:10.2f} GB/s",
             f"  memory per rank                    {hw.memory_bytes / 2**30:10.2f} GiB     "
@@ -173,7 +179,20 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
     facts = {k: reports[0][k] for k in ("host", "processor", "device_type")}
 
     compute = _fit_compute(medians, base_hw)
+    # the runtime's own pieces: per kernel pass beyond the launch (an op is a forward and
+    # a backward pass), per collective call beyond the raw call
+    host_op_s = max(0.0, medians[("host_op",)] / 2 - compute.launch_s)
+    collective_call_s = max(0.0, medians[("collective_call",)] - medians[("collective_raw",)])
+    # a collective as training meets it, beyond its timed-alone fit: per group size
+    # (``measured["call"]``, read by cost._collective_time beside collective_call_s)
+    smallest = {}
+    for k, t in medians.items():
+        if k[0] == "all_reduce" and (k[1] not in smallest or k[2] < smallest[k[1]][0]):
+            smallest[k[1]] = (k[2], t)
+    calls = {str(g): [max(0.0, medians[("in_training", g)] - smallest[g][1]), 0.0]
+             for g in smallest if ("in_training", g) in medians}
     fits, measurements, measured = _fit_collectives(medians)
+    measured["call"] = calls
     intra = measured["all_reduce"]["2"]
     inter = measured["all_reduce"][str(max(group_sizes(world_size)))]
     memory_bytes = reports[0]["memory_bytes"]
@@ -194,7 +213,19 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
         inter_node_latency_s=inter[0],
         memory_bytes=memory_bytes,
         measured=measured,
+        host_op_s=host_op_s,
+        collective_call_s=collective_call_s,
+        pipeline_action_s=base_hw.pipeline_action_s,
+        host_cores=(os.cpu_count() or 0) if facts["device_type"] == "cpu" else 0,
+        measured_ranks=world_size,
     )
+    if ("runtime_step",) in medians:  # the runner's fixed cost: measured step less its prediction
+        import autopar
+        from autopar.calibrate_measure import runtime_case
+        model, inputs, loss, target = runtime_case(world_size)
+        predicted = autopar.plan(model, world_size, inputs, loss, {"data": world_size}, example_target=target,
+                                 hardware=hardware).step_s
+        hardware = dataclasses.replace(hardware, step_overhead_s=max(0.0, medians[("runtime_step",)] - predicted))
     return Calibration(hardware, base_hw, compute.rows(hardware) + measurements, fits, seconds, world_size, backend,
                        quick, facts)
 

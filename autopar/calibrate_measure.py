@@ -2,7 +2,9 @@
 
 :func:`calibration_job` runs on each rank (one intra-op thread each, denormals flushed)
 and returns that rank's median seconds of every measurement: fp32 square matmuls, the
-launch latency of a 1-element add, a large ``copy_``, and each of :data:`COLLECTIVES`
+launch latency of a 1-element add, a large ``copy_``, the host's cost per op of an fx
+program run forward and backward (:func:`_time_host_ops`), a tiny all-reduce called
+through autopar's autograd functions and raw (:func:`_time_collective_calls`), and each of :data:`COLLECTIVES`
 over every group size :func:`group_sizes` gives (groups of consecutive ranks, all
 groups of one size at once) at the message sizes :func:`settings` picks. Each sample
 starts after a barrier of all ranks; a collective sample is one call, a compute sample
@@ -192,6 +194,113 @@ def _time_copy(nbytes: int, device: torch.device, s: Settings) -> float:
     return _time_kernel(lambda: dst.copy_(src), device, s)
 
 
+class _Chain(torch.nn.Module):
+    """``n`` pointwise ops on a tiny tensor: what the rank's program pays per op besides
+    the kernel (fx's generated Python, dispatch, autograd's graph and its backward)."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = n
+
+    def forward(self, x):
+        for _ in range(self.n):
+            x = x * 1.0001
+        return x.sum()
+
+
+HOST_CHAIN = (32, 160)  # ops in the two chains timed; their difference cancels the fixed costs
+
+
+def _time_host_ops(device: torch.device, s: Settings) -> float:
+    """Median seconds per op of an fx-traced chain run forward and backward (each op one
+    forward and one backward kernel pass), from two chain lengths."""
+    import torch.fx as fx
+    x = torch.ones(4, device=device, requires_grad=True)
+    times = []
+    for n in HOST_CHAIN:
+        gm = fx.symbolic_trace(_Chain(n))
+        times.append(_time_kernel(lambda: gm(x).backward(), device, s))
+    return max(0.0, (times[1] - times[0]) / (HOST_CHAIN[1] - HOST_CHAIN[0]))
+
+
+def _time_in_training(group, device: torch.device, s: Settings) -> float:
+    """Seconds a tiny all-reduce over ``group`` adds to a loop of compute, per call: how
+    training meets a collective, each rank arriving from its own compute (where ranks
+    share cores, the other members may be descheduled then), less the same loop's
+    compute alone. Median over ``s.compute_repeats`` samples of 20 iterations."""
+    a = torch.ones(96, 96, device=device)
+    buf = torch.zeros(2, device=device)
+
+    def compute():
+        for _ in range(8):
+            torch.mm(a, a)
+
+    def loop(with_call: bool) -> float:
+        samples = []
+        for _ in range(s.compute_repeats):
+            dist.barrier()
+            _sync(device)
+            start = time.perf_counter()
+            for _ in range(20):
+                compute()
+                if with_call:
+                    dist.all_reduce(buf, group=group)
+            _sync(device)
+            samples.append((time.perf_counter() - start) / 20)
+        return statistics.median(samples)
+    loop(True)  # warm-up
+    return max(0.0, loop(True) - loop(False))
+
+
+def _time_collective_calls(device: torch.device, s: Settings) -> tuple[float, float]:
+    """Median seconds of a tiny all-reduce over the world called as training calls it
+    (autopar's autograd functions: the Megatron region's forward all-reduce and its
+    input's backward one, through a forward and backward), and of the same two
+    all-reduces called raw; both per call."""
+    from autopar.runtime import groups as G
+    from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
+    x = torch.ones(8, device=device, requires_grad=True)
+    buf = torch.ones(8, device=device)
+
+    def raw():
+        dist.all_reduce(buf)
+        dist.all_reduce(buf)
+
+    def ours():
+        reduce_from_tensor_region(copy_to_tensor_region(x, "tensor"), "tensor").sum().backward()
+
+    with G.use_groups({"tensor": dist.group.WORLD}):
+        ours_s, raw_s = _time_collectives([ours, raw], device, s)
+    return ours_s / 2, raw_s / 2
+
+
+def runtime_case(world: int):
+    """The model whose training step measures the runtime's fixed cost per step: one
+    small linear layer, two rows per rank, data parallel over the world."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    x, y = torch.randn(2 * world, 16), torch.randn(2 * world, 16)
+    return model, (x,), torch.nn.functional.mse_loss, y
+
+
+def _time_runtime_step(world: int, s: Settings) -> float:
+    """Median seconds of ``pm.step`` on :func:`runtime_case` compiled data parallel over
+    the world (each step after a barrier): what autopar's runner, hooks and buckets cost
+    a step besides the model's kernels and collectives, which the cost model prices."""
+    import autopar
+    model, inputs, loss, target = runtime_case(world)
+    pm = autopar.compile(model, None, example_inputs=inputs, loss_fn=loss, example_target=target,
+                         strategy={"data": world})
+    samples = []
+    for i in range(3 + s.compute_repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        pm.step(*inputs, target=target)
+        if i >= 3:
+            samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
 def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
     """Run on every rank of a launched world: this rank's medians (seconds) of every
     measurement, keyed ``("matmul", n)``, ``("launch",)``, ``("copy", bytes)`` and
@@ -209,6 +318,8 @@ def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
     for n in s.matmul_sizes:
         medians[("matmul", n)] = _time_matmul(n, gen, device, s)
     medians[("copy", s.copy_bytes)] = _time_copy(s.copy_bytes, device, s)
+    medians[("host_op",)] = _time_host_ops(device, s)
+    medians[("collective_call",)], medians[("collective_raw",)] = _time_collective_calls(device, s)
 
     # --- collectives: groups of consecutive ranks, every group of a size at once
     for size in group_sizes(world):
@@ -222,6 +333,7 @@ def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
             ops, sizes = zip(*(_collective_op(name, group, members, nbytes, device) for nbytes in s.message_bytes))
             for m, t in zip(sizes, _time_collectives(list(ops), device, s)):
                 medians[(name, size, m)] = t
+        medians[("in_training", size)] = _time_in_training(group, device, s)
     # point-to-point between pairs (0,1), (2,3), ...; a last odd rank only joins the barriers
     pair = [rank - rank % 2, rank - rank % 2 + 1]
     if pair[1] < world:
@@ -230,6 +342,8 @@ def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
             medians[("send", 2, m)] = t / 2  # an op is a round trip
     else:
         _time_collectives([lambda: None] * len(s.message_bytes), device, s)
+    if device.type == "cpu":
+        medians[("runtime_step",)] = _time_runtime_step(world, s)
     return {"medians": medians, "host": socket.gethostname(), "processor": _processor_name(device),
             "memory_bytes": _memory_bytes(device, world), "device_type": device.type}
 

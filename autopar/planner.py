@@ -16,6 +16,8 @@ the registry. ``docs/planner.md`` describes what is searched and how it is price
 """
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from typing import Any
 
@@ -61,7 +63,8 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
         forced = None
     capture = gm.meta.get(CAPTURE)
     name = model_name or (capture.model_class if capture else type(gm).__name__)
-    ctx = PlanContext(model, world_size, hw, forced, name, levers)
+    # ranks sharing a host's cores each get their share of it (Hardware.on_world)
+    ctx = PlanContext(model, world_size, hw.on_world(world_size), forced, name, levers)
     plan_ = search(ctx, progress or Progress(lambda *a: None))
     apply_levers(ctx, plan_)
     plan_.fusion = hw.fused_kernels
@@ -85,6 +88,8 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
             priced = family.price(ctx, config)
             if not priced.listed:
                 continue
+            if priced.step_s is not None and ctx.hw.step_overhead_s:  # the runner's fixed cost, every plan
+                priced = dataclasses.replace(priced, step_s=priced.step_s + ctx.hw.step_overhead_s)
             why = lever_conflict(ctx, priced)
             if why is not None:
                 if ctx.forced is not None:
@@ -105,6 +110,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     if best is None:
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))
     plan_ = best[0].to_plan(ctx, best[1])
+    plan_.step_s += ctx.hw.step_overhead_s
     plan_.forced = ctx.forced is not None
     plan_.candidates = candidates
     return plan_

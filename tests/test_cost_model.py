@@ -118,6 +118,60 @@ class Compute(TestCase):
         self.assertAlmostEqual(cost.pipeline_bubble_fraction(4, 8, 2), 3 / 16)
 
 
+class Overheads(TestCase):
+    """What a step pays besides FLOPs and bytes (docs/cost_model.md, "Overheads")."""
+
+    HOST = dataclasses.replace(FLAT, host_op_s=3e-6, collective_call_s=40e-6, pipeline_action_s=500e-6)
+
+    def test_per_kernel_pass_and_per_call(self):
+        # a 2e9-FLOP matmul at 0.8 x 312 TFLOP/s, saturation 1e8: (2e9 + 1e8)/(2.496e14) + 5 us launch + 3 us host
+        expected = (2e9 + SELENE.saturation_flops) / (SELENE.peak_flops * SELENE.matmul_efficiency) \
+            + SELENE.kernel_launch_s + 3e-6
+        self.assertAlmostEqual(cost.matmul_time(2e9, self.HOST), expected, places=12)
+        self.assertAlmostEqual(cost.memory_bound_time(1e6, self.HOST) - cost.memory_bound_time(1e6, FLAT), 3e-6,
+                               places=12)
+        # every collective call and send pays 40 us on the host; a group of one nothing
+        self.assertAlmostEqual(cost.all_reduce_time(4, 1e6, self.HOST), 150e-6 + 40e-6, places=12)
+        self.assertAlmostEqual(cost.all_gather_time(4, 1e6, self.HOST) - cost.all_gather_time(4, 1e6, FLAT), 40e-6,
+                               places=12)
+        self.assertEqual(cost.all_reduce_time(1, 1e6, self.HOST), 0.0)
+
+    def test_bucket_copies(self):
+        from autopar.planning.model import bucket_copy_s, exposed_data_comm
+        # 8 MB of gradients copied in and out of the buckets at 2 TB/s: 8 us
+        self.assertAlmostEqual(bucket_copy_s(8e6, SELENE), 2 * 8e6 / SELENE.memory_bandwidth, places=15)
+        self.assertEqual(exposed_data_comm(1, 1, 8e6, 1.0, SELENE), 0.0)  # no data ranks, no buckets
+        with_copies = exposed_data_comm(4, 1, 8e6, 1.0, SELENE)
+        self.assertAlmostEqual(with_copies - bucket_copy_s(8e6, SELENE),
+                               cost.all_reduce_time(4, min(8e6, 25 * 2**20), SELENE), places=12)
+
+    def test_ranks_sharing_cores(self):
+        # measured with 2 ranks on 2 cores; 4 ranks on the same 2 cores halve each one's share
+        cpu = dataclasses.replace(get_hardware("cpu-gloo"), host_cores=2, measured_ranks=2, host_op_s=2e-6)
+        self.assertEqual((cpu.sharing(1), cpu.sharing(2), cpu.sharing(4)), (1.0, 1.0, 2.0))
+        four = cpu.on_world(4)
+        self.assertEqual((four.peak_flops, four.memory_bandwidth), (cpu.peak_flops / 2, cpu.memory_bandwidth / 2))
+        self.assertEqual((four.kernel_launch_s, four.host_op_s), (cpu.kernel_launch_s * 2, 4e-6))
+        self.assertIs(cpu.on_world(2), cpu)  # as measured
+        self.assertIs(SELENE.on_world(1024), SELENE)  # a device per rank: nothing shared
+        # a profile measured on 4 ranks sharing 2 cores, planned for 2: each gets a core back
+        self.assertEqual(dataclasses.replace(cpu, measured_ranks=4).on_world(2).peak_flops, cpu.peak_flops * 2)
+        self.assertEqual(Hardware.from_json(json.loads(json.dumps(four.to_json()))), four)
+
+    def test_pipeline_actions(self):
+        from examples.factories import transformer
+        from autopar.analysis.analyse import analyse
+        from autopar.planner import plan_graph
+        model, inputs, loss, target = transformer()
+        gm = analyse(capture(model, inputs, loss, target))
+        strategy = {"pipeline": 2, "data": 2, "microbatches": 2}
+        base = plan_graph(gm, 4, FLAT, strategy).pipeline
+        busy = plan_graph(gm, 4, dataclasses.replace(FLAT, pipeline_action_s=500e-6), strategy).pipeline
+        # each stage's forward and backward of a microbatch: one action each, 0.5 ms
+        for a, b in zip(base["stage_s"], busy["stage_s"]):
+            self.assertAlmostEqual(b - a, 1e-3, places=12)
+
+
 class Presets(TestCase):
     def test_round_trip(self):
         for hw in PRESETS.values():

@@ -59,11 +59,47 @@ class Hardware:
     # (autopar.transforms.fusion: on for GPUs); the cost model then prices each chain as one
     # kernel that reads its inputs and writes its outputs once.
     fused_kernels: bool = False
+    # What a step pays besides FLOPs and bytes (docs/cost_model.md, "Overheads"), 0 where
+    # the device hides it behind its own work (a GPU's queue runs ahead of the host):
+    # host seconds per kernel pass beyond ``kernel_launch_s`` (the Python of the rank's
+    # program and autograd's bookkeeping, forward and backward alike), per collective
+    # call (autopar's autograd functions and hooks around the call), per pipeline action
+    # (the executor's work for one stage's forward or backward of one microbatch).
+    host_op_s: float = 0.0
+    collective_call_s: float = 0.0
+    pipeline_action_s: float = 0.0
+    step_overhead_s: float = 0.0  # per training step: the runner, its hooks and buckets (any plan)
+    # Ranks sharing the cores of one host (a CPU machine running every rank locally):
+    # ``host_cores`` cores (0: each rank has a device of its own), the figures measured
+    # with ``measured_ranks`` ranks running at once. On ``world`` local ranks each rank
+    # gets ``host_cores / world`` cores' worth where that is below one:
+    # :meth:`on_world` scales the compute and host figures by the ratio of the shares.
+    host_cores: int = 0
+    measured_ranks: int = 1
 
     def link(self, collective: str, group_size: int) -> "tuple[float, float] | None":
         """The calibrated (β, α) of ``collective`` over ``group_size`` ranks, or None."""
         fit = self.measured.get(collective, {}).get(str(group_size))
         return None if fit is None else (float(fit[1]), float(fit[0]))
+
+    def sharing(self, ranks: int) -> float:
+        """How many ranks share one core's time when ``ranks`` run on this host at once
+        (at least 1; 1 without ``host_cores``)."""
+        return max(1.0, ranks / self.host_cores) if self.host_cores else 1.0
+
+    def on_world(self, world: int) -> "Hardware":
+        """The figures each of ``world`` local ranks sees: compute rate and memory
+        bandwidth divided, launch and host overheads multiplied, by
+        ``sharing(world) / sharing(measured_ranks)`` (the contention when ranks share
+        cores, relative to when the figures were measured); itself when that is 1."""
+        factor = self.sharing(world) / self.sharing(self.measured_ranks)
+        if factor == 1.0:
+            return self
+        return dataclasses.replace(
+            self, peak_flops=self.peak_flops / factor, memory_bandwidth=self.memory_bandwidth / factor,
+            kernel_launch_s=self.kernel_launch_s * factor, host_op_s=self.host_op_s * factor,
+            collective_call_s=self.collective_call_s * factor, pipeline_action_s=self.pipeline_action_s * factor,
+            step_overhead_s=self.step_overhead_s * factor, measured_ranks=world)
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (JSON-serialisable) with one entry per field."""

@@ -151,11 +151,23 @@ def _collective_time(formula, group_size: int, nbytes: float, hw: Hardware, stri
                      name: str = "") -> float:
     """A lambdified collective formula on the link a group of ``group_size`` at ``stride``
     sees: the calibrated (β, α) of collective ``name`` at that group size where the
-    hardware has one (``autopar calibrate``), else :func:`group_link`; 0.0 for a group of one."""
+    hardware has one (``autopar calibrate``), else :func:`group_link`, plus the host's
+    ``collective_call_s`` per call (autopar's autograd function and hooks around it);
+    0.0 for a group of one."""
     if group_size == 1:
         return 0.0
     b, a = hw.link(name, group_size) or group_link(group_size, stride, hw)
-    return float(formula(group_size, nbytes, b, a))
+    return float(formula(group_size, nbytes, b, a)) + call_overhead(group_size, hw)
+
+
+def call_overhead(group_size: int, hw: Hardware) -> float:
+    """What a collective call over ``group_size`` ranks costs in training beyond its
+    formula: the host's ``collective_call_s`` (autopar's autograd functions around it)
+    and, where ``autopar calibrate`` measured it, the wait a call adds to a loop of
+    compute (``measured["call"]``: ranks arriving at different times, or descheduled
+    where they share cores), which a call timed alone after a barrier does not see."""
+    measured = hw.link("call", group_size)
+    return hw.collective_call_s + (measured[1] if measured is not None else 0.0)
 
 
 def all_gather_time(group_size: int, bytes_per_rank: float, hw: Hardware, stride: int = 1) -> float:
@@ -196,10 +208,10 @@ def point_to_point_time(nbytes: float, hw: Hardware, *, inter_node: bool = True)
         return 0.0
     fit = hw.link("send", 2)
     if fit is not None:
-        return float(_point_to_point(nbytes, *fit))
+        return float(_point_to_point(nbytes, *fit)) + call_overhead(2, hw)
     if inter_node:
-        return float(_point_to_point(nbytes, hw.inter_node_bandwidth, hw.inter_node_latency_s))
-    return float(_point_to_point(nbytes, hw.intra_node_bandwidth, hw.intra_node_latency_s))
+        return float(_point_to_point(nbytes, hw.inter_node_bandwidth, hw.inter_node_latency_s)) + call_overhead(2, hw)
+    return float(_point_to_point(nbytes, hw.intra_node_bandwidth, hw.intra_node_latency_s)) + call_overhead(2, hw)
 
 
 def pipeline_bubble_fraction(num_stages: int, num_microbatches: int, interleave_chunks: int = 1) -> float:
@@ -212,16 +224,18 @@ def pipeline_bubble_fraction(num_stages: int, num_microbatches: int, interleave_
 
 def matmul_time(flops: float, hw: Hardware) -> float:
     """Seconds for one matmul kernel of ``flops`` FLOPs (2mkn, Megatron PTD-P appendix):
-    flops / (peak·efficiency·flops/(flops+saturation)) + launch; 0 for 0 FLOPs."""
+    flops / (peak·efficiency·flops/(flops+saturation)) + launch, plus the host's
+    ``host_op_s`` per kernel pass; 0 for 0 FLOPs."""
     if flops <= 0:
         return 0.0
     return float(_matmul_time(flops, hw.peak_flops, hw.matmul_efficiency, hw.saturation_flops,
-                              hw.kernel_launch_s))
+                              hw.kernel_launch_s)) + hw.host_op_s
 
 
 def memory_bound_time(bytes_moved: float, hw: Hardware) -> float:
-    """Seconds for one memory-bound kernel moving ``bytes_moved`` bytes: bytes/bandwidth + launch."""
-    return float(_memory_bound_time(bytes_moved, hw.memory_bandwidth, hw.kernel_launch_s))
+    """Seconds for one memory-bound kernel moving ``bytes_moved`` bytes: bytes/bandwidth +
+    launch, plus the host's ``host_op_s`` per kernel pass."""
+    return float(_memory_bound_time(bytes_moved, hw.memory_bandwidth, hw.kernel_launch_s)) + hw.host_op_s
 
 
 def training_memory(param_elems: float, activation_bytes: float, *, param_bytes: float = 4,

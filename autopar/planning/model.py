@@ -344,11 +344,19 @@ def exposed_data_comm(data: int, stride: int, grad_bytes: float, compute: float,
     """The data-parallel gradient all-reduce (axonn eq 3 over the data group; ``stride``
     between its ranks: the tensor degree, or g for a topology-aware sub-grid) left after
     overlapping the backward pass bucket by bucket: what exceeds the backward compute
-    (about 2/3 of a step's), and at least the last bucket."""
+    (about 2/3 of a step's), and at least the last bucket; plus the buckets' copies
+    (:func:`bucket_copy_s`)."""
     if data == 1:
         return 0.0
     data_comm = cm.all_reduce_time(data, grad_bytes, hw, stride=stride)
     last_bucket = cm.all_reduce_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=stride)
-    return max(data_comm - compute * 2 / 3, last_bucket)
+    return max(data_comm - compute * 2 / 3, last_bucket) + bucket_copy_s(grad_bytes, hw)
+
+
+def bucket_copy_s(grad_bytes: float, hw: Hardware) -> float:
+    """The gradient buckets' copies (each gradient into its bucket, the average back):
+    two memory-bound passes over ``grad_bytes``, on the rank's own time (the host runs
+    them between backward kernels)."""
+    return 2 * grad_bytes / hw.memory_bandwidth if grad_bytes > 0 else 0.0
 
 

@@ -364,6 +364,8 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     else:
         stage_s, stage_comm, stage_act = _stage_figures(model, hw, shape, stages, scale, tensor, recompute)
         rank_params, tied_elems = _rank_params(shape, p, tensor)
+    # the executor's work per stage and microbatch: one forward action, one backward
+    stage_s = [s + 2 * hw.pipeline_action_s for s in stage_s]
     carried = [b / scale for b in shape.carried]
     inter_node = data * tensor >= hw.devices_per_node
     sends = [cm.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
