@@ -25,8 +25,8 @@ class TestGolden(expecttest.TestCase):
         self.assertExpectedInline(table, """\
 autopar plan: MLP on 2 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
-predicted step 0.245 ms: compute 0.031 ms, data comm 0.215 ms, tensor comm 0.000 ms; memory per rank 0.14 MiB
-model: 4.086e+05 FLOP per step -> 8.334e+08 FLOP/s per device predicted
+predicted step 0.250 ms: compute 0.031 ms, data comm 0.219 ms, tensor comm 0.000 ms; memory per rank 0.14 MiB
+model: 4.086e+05 FLOP per step -> 8.18e+08 FLOP/s per device predicted
 
 region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
@@ -35,7 +35,7 @@ linear_chain:body#1  linear_chain  replicate  0.012 ms  0.000 ms     0.000 ms   
 (outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
 
 meshes weighed:
- * data=2 x tensor=1: step 0.245 ms, memory 0.14 MiB""")
+ * data=2 x tensor=1: step 0.250 ms, memory 0.14 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
@@ -98,8 +98,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: MLP on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 1.191 ms: compute 0.030 ms, data comm 0.440 ms, tensor comm 0.722 ms; memory per rank 0.07 MiB
-model: 4.086e+05 FLOP per step -> 8.573e+07 FLOP/s per device predicted
+predicted step 1.194 ms: compute 0.030 ms, data comm 0.442 ms, tensor comm 0.722 ms; memory per rank 0.07 MiB
+model: 4.086e+05 FLOP per step -> 8.556e+07 FLOP/s per device predicted
 
 region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -108,7 +108,7 @@ linear_chain:body#1  linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   
 (outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
 
 meshes weighed:
- * data=2 x tensor=2: step 1.191 ms, memory 0.07 MiB""")
+ * data=2 x tensor=2: step 1.194 ms, memory 0.07 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
@@ -140,8 +140,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
-predicted step 0.474 ms: compute 0.181 ms, data comm 0.292 ms, tensor comm 0.000 ms; memory per rank 0.59 MiB
-model: 1.121e+07 FLOP per step -> 1.184e+10 FLOP/s per device predicted
+predicted step 0.489 ms: compute 0.181 ms, data comm 0.307 ms, tensor comm 0.000 ms; memory per rank 0.59 MiB
+model: 1.121e+07 FLOP per step -> 1.147e+10 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
@@ -153,7 +153,7 @@ linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 m
 (outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
 
 meshes weighed:
- * data=2 x tensor=1: step 0.474 ms, memory 0.59 MiB""")
+ * data=2 x tensor=1: step 0.489 ms, memory 0.59 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -407,8 +407,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 2.525 ms: compute 0.155 ms, data comm 0.528 ms, tensor comm 1.841 ms; memory per rank 0.32 MiB
-model: 1.121e+07 FLOP per step -> 1.11e+09 FLOP/s per device predicted
+predicted step 2.532 ms: compute 0.155 ms, data comm 0.536 ms, tensor comm 1.841 ms; memory per rank 0.32 MiB
+model: 1.121e+07 FLOP per step -> 1.107e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -420,7 +420,7 @@ linear_chain:blocks.1    linear_chain  megatron   0.017 ms  0.368 ms     0.000 m
 (outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
 
 meshes weighed:
- * data=2 x tensor=2: step 2.525 ms, memory 0.32 MiB""")
+ * data=2 x tensor=2: step 2.532 ms, memory 0.32 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -556,7 +556,7 @@ def forward(self, input_0, target):
 autopar plan: Inception on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=4 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent); D&SP: 2 sub-grids of 2 rank(s), topology-aware order
 predicted step 2.014 ms: compute 0.035 ms, data comm 1.202 ms, segment comm 0.374 ms, subgrid comm 0.402 ms, tensor comm 0.000 ms; memory per rank 0.02 MiB
-model: 1.923e+06 FLOP per step -> 2.388e+08 FLOP/s per device predicted
+model: 1.923e+06 FLOP per step -> 2.387e+08 FLOP/s per device predicted
 
 region             kind       strategy   compute   comm tensor  comm data  comm segment  comm subgrid  memory    alternatives
 -----------------  ---------  ---------  --------  -----------  ---------  ------------  ------------  --------  -------------
@@ -818,7 +818,7 @@ def forward(self):
 autopar plan: MLP on 8 rank(s), hardware cpu-gloo, global batch 8 (forced)
 mesh: data=1 x z=2 x y=2 x x=2   (Bian cube Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((data*Gz + z)*Gy + y)*Gx + x)
 predicted step 8.880 ms: compute 0.029 ms, data comm 0.403 ms, x comm 1.622 ms, y comm 3.607 ms, z comm 3.219 ms; memory per rank 0.03 MiB
-model: 4.086e+05 FLOP per step -> 5.752e+06 FLOP/s per device predicted
+model: 4.086e+05 FLOP per step -> 5.751e+06 FLOP/s per device predicted
 
 region               kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
 -------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
