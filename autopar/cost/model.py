@@ -17,6 +17,10 @@ The expressions print readably for explanations::
     >>> str(FORMULAS["all_reduce"])
     '2*alpha*(G - 1) + 2*m*(G - 1)/(G*beta)'
 
+Besides FLOPs and bytes, each kernel pass pays the host's ``host_op_s`` and each
+collective call :func:`call_overhead` (the hardware's overhead terms, docs/planner.md
+"Overheads"; 0 in the presets, measured by ``autopar calibrate``).
+
 The functions below take and return plain numbers and never call sympy; the search
 evaluates them millions of times.
 """
