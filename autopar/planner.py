@@ -111,6 +111,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))
     plan_ = best[0].to_plan(ctx, best[1])
     plan_.step_s += ctx.hw.step_overhead_s
+    plan_.step_overhead_s = ctx.hw.step_overhead_s
     plan_.forced = ctx.forced is not None
     plan_.candidates = candidates
     return plan_

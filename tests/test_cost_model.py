@@ -170,6 +170,12 @@ class Overheads(TestCase):
         # each stage's forward and backward of a microbatch: one action each, 0.5 ms
         for a, b in zip(base["stage_s"], busy["stage_s"]):
             self.assertAlmostEqual(b - a, 1e-3, places=12)
+        # the runner's fixed cost per step: on every plan, said in the explanation
+        plain = plan_graph(gm, 4, FLAT, {"data": 4})
+        fixed = plan_graph(gm, 4, dataclasses.replace(FLAT, step_overhead_s=2e-3), {"data": 4})
+        self.assertAlmostEqual(fixed.step_s - plain.step_s, 2e-3, places=12)
+        self.assertIn("runtime per step 2.000 ms", fixed.explain())
+        self.assertNotIn("runtime per step", plain.explain())
 
 
 class Presets(TestCase):

@@ -42,6 +42,7 @@ def explain(plan: "Plan") -> str:
            f"order" + (", common layers on sub-grid 0" if plan.csub else "") if plan.subgrids > 1 else ""),
         f"predicted step {_ms(plan.step_s)}: compute {_ms(plan.total.compute_s)}, "
         + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(plan.total.comm_s.items()))
+        + (f", runtime per step {_ms(plan.step_overhead_s)}" if plan.step_overhead_s else "")
         + f"; memory per rank {_mb(plan.total.memory_bytes)}"
         + ("; activations recomputed in backward to fit" if plan.recompute else "")
         + (f"; the all-gather cache keeps at most {plan.gather_cache} 3D layers' gathered weights for the "

@@ -129,6 +129,9 @@ class Plan:
     # under recomputation, the 3D layers whose all-gathered weights the cache keeps for
     # the second forward (axonn §IV-D), at most this many at once; None: all of them
     gather_cache: int | None = None
+    # of step_s: the runtime's fixed cost per step (Hardware.step_overhead_s, measured by
+    # autopar calibrate; 0 with the presets)
+    step_overhead_s: float = 0.0
     flops_per_step: float = 0.0  # the model's training FLOPs per step (forward x3, x4 recomputing)
     fusion: bool = False  # priced with pointwise chains fused into generated kernels (GPU hardware)
     # a mixed plan (docs/mixed_plans.md): each region's own family over the tensor group;
