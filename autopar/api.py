@@ -33,7 +33,8 @@ from autopar.inputs import CallLayout, example_signature
 from autopar.kernels import model_device, resolve_fusion
 from autopar.module import ParallelModule
 from autopar.analysis.analyse import analyse
-from autopar.cost.hardware import Hardware, get_hardware
+from autopar.cost import profiles
+from autopar.cost.hardware import Hardware
 from autopar.planning.plan import Plan
 from autopar.planner import PlanError, Strategy, plan_graph
 from autopar.executable import batch_of, local_batch, rank_graph_code
@@ -56,23 +57,30 @@ def plan(model: nn.Module, world_size: int, example_inputs: Sequence[Any] = (), 
     plan can ``save(dir)`` itself with every rank's rewritten graph (built here, in this
     process: the rewrite needs no process group) and the region drawing. ``progress``: a
     :class:`autopar.planner.Progress` told of every configuration priced.
-    ``example_kwargs``: keyword inputs, as for :func:`compile`.
+    ``example_kwargs``: keyword inputs, as for :func:`compile`. ``hardware``: a preset
+    name, a profile's path or a :class:`Hardware`; None: this machine's calibrated
+    profile where ``autopar calibrate`` cached one, else the ``cpu-gloo`` preset, said
+    in the plan's header (:mod:`autopar.cost.profiles`).
     """
     CallLayout.of(example_inputs, example_kwargs)  # the example's keyword inputs are usable
     gm = _global_graph(model, example_inputs, loss_fn, example_target, example_kwargs)
-    plan_ = plan_graph(gm, world_size, _hardware(hardware, memory_limit), strategy, progress=progress)
+    hw, source = _hardware(hardware, memory_limit)
+    plan_ = plan_graph(gm, world_size, hw, strategy, progress=progress)
+    plan_.hardware_source = source
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target, example_kwargs)
     return plan_
 
 
-def _hardware(hardware, memory_limit: float | None) -> Hardware:
-    hw = get_hardware(hardware)
+def _hardware(hardware, memory_limit: float | None) -> tuple[Hardware, str]:
+    """(the hardware to price with, where it came from): ``hardware`` as given, or with
+    None this machine's calibrated profile, else the default preset (cost.profiles)."""
+    hw, source = profiles.resolve(hardware)
     if memory_limit is None:
-        return hw
+        return hw, source
     if not memory_limit > 0:
         raise ValueError(f"memory_limit={memory_limit!r}: give the bytes per device a plan may use (> 0)")
     import dataclasses
-    return dataclasses.replace(hw, memory_bytes=float(memory_limit))
+    return dataclasses.replace(hw, memory_bytes=float(memory_limit)), source
 
 
 def _attach_artifacts(plan_: Plan, gm: fx.GraphModule, model, example_inputs, loss_fn, example_target,
@@ -155,6 +163,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     attention cores (softmax, dropout, the score matmuls), False / ``"none"`` nothing; None:
     as the plan says (the planner recomputes where keeping them does not fit).
     ``memory_limit``: bytes per device the plan may use (default: the hardware's).
+    ``hardware``: as for :func:`plan` (None: this machine's cached calibrated profile, else
+    the ``cpu-gloo`` preset).
     ``fusion``: run each rank's pointwise chains and softmax/layer-norm rows as generated
     Triton kernels (docs/fusion.md); None: on when the model is on CUDA and Triton is
     installed; True on the CPU needs ``TRITON_INTERPRET=1`` (for testing).
@@ -167,7 +177,9 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     check_dtypes(model)
     strategy = _strategy_from_mesh(mesh, strategy)
     gm = _global_graph(model, example_inputs, loss_fn, example_target, example_kwargs)
-    plan_ = plan_graph(gm, world, _hardware(hardware, memory_limit), strategy)
+    hw, source = _hardware(hardware, memory_limit)
+    plan_ = plan_graph(gm, world, hw, strategy)
+    plan_.hardware_source = source
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target, example_kwargs)
     recompute = _recompute_mode(recompute, plan_)
     health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here

@@ -48,8 +48,9 @@ from typing import Any
 
 import torch
 
-from autopar.calibrate_fit import fit_alpha_beta, fit_matmul, predict
-from autopar.calibrate_measure import COLLECTIVES, calibration_job, group_sizes, settings
+from autopar.calibrate_fit import fit_matmul, predict, robust_fit_alpha_beta, robust_summary
+from autopar.calibrate_measure import (COLLECTIVES, PIPELINE_MICROBATCHES, calibration_job, group_sizes,
+                                       pipeline_case, pipeline_strategy, runtime_case, settings)
 from autopar.cost import model as cost
 from autopar.cost.hardware import Hardware, get_hardware
 
@@ -79,6 +80,23 @@ class Fit:
     median_rel_error: float
     max_rel_error: float
     points: int
+    dropped: tuple = ()  # (m bytes, seconds) the robust fit left out (calibrate_fit.FIT_OUTLIER)
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """One round of an overhead term far from that rank's median of the term
+    (:func:`autopar.calibrate_fit.robust_summary`); the median kept does not use it."""
+
+    term: str
+    rank: int
+    round: int
+    value_s: float
+    median_s: float
+
+
+def _term_name(key: tuple) -> str:
+    return key[0] if len(key) == 1 else f"{key[0]}[{key[1]}]"
 
 
 @dataclass
@@ -95,6 +113,8 @@ class Calibration:
     backend: str
     quick: bool
     facts: dict = field(default_factory=dict)
+    outliers: list[Outlier] = field(default_factory=list)
+    rounds: dict = field(default_factory=dict)  # term → (median, smallest, largest) of the slowest rank's rounds
 
     def fit(self, collective: str, group_size: int) -> Fit:
         return next(f for f in self.fits if (f.collective, f.group_size) == (collective, group_size))
@@ -141,7 +161,21 @@ class Calibration:
         ]
         for f in self.fits:
             lines.append(f"{f.collective:<15} {f.group_size:>3} {f.alpha_s * 1e6:>9.1f} {f.beta_bps / 1e9:>10.3f} "
-                         f"{f.median_rel_error:>8.0%} {f.max_rel_error:>8.0%} {f.points:>7}")
+                         f"{f.median_rel_error:>8.0%} {f.max_rel_error:>8.0%} {f.points:>7}"
+                         + (f"  (left out: {', '.join(f'{m:g} B {t * 1e6:.0f} us' for m, t in f.dropped)})"
+                            if f.dropped else ""))
+        if self.rounds:
+            lines += ["", "overhead terms, per rank the median of its rounds, the slowest rank's (its rounds' range):"]
+            for term, (med, lo, hi) in self.rounds.items():
+                lines.append(f"  {term:<22} {med * 1e6:>10.1f} us   ({lo * 1e6:.1f} .. {hi * 1e6:.1f} us)")
+            lines.append(f"  -> pipeline action       {hw.pipeline_action_s * 1e6:>10.1f} us   "
+                         f"(per stage, forward or backward of one microbatch)")
+        if self.outliers:
+            lines += ["", f"outliers ({len(self.outliers)}: rounds far from their rank's median, which they do not "
+                          f"move; a busy machine):"]
+            for o in self.outliers:
+                lines.append(f"  {o.term:<22} rank {o.rank} round {o.round}: {o.value_s * 1e6:.1f} us "
+                             f"(its median {o.median_s * 1e6:.1f} us)")
         lines += [
             "",
             f"scalar fields: intra-node (all_reduce G=2) {hw.intra_node_latency_s * 1e6:.1f} us, "
@@ -176,13 +210,15 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
     for report in reports:  # the slowest rank's median of each measurement
         for key, value in report["medians"].items():
             medians[key] = max(value, medians.get(key, 0.0))
+    rounds, outliers = _overhead_rounds(reports)
+    medians.update({key: med for key, (med, _, _) in rounds.items()})
     facts = {k: reports[0][k] for k in ("host", "processor", "device_type")}
 
     compute = _fit_compute(medians, base_hw)
     # the runtime's own pieces: per kernel pass beyond the launch (an op is a forward and
     # a backward pass), per collective call beyond the raw call
     host_op_s = max(0.0, medians[("host_op",)] / 2 - compute.launch_s)
-    collective_call_s = max(0.0, medians[("collective_call",)] - medians[("collective_raw",)])
+    collective_call_s = max(0.0, medians[("collective_call",)])
     # a collective as training meets it, beyond its timed-alone fit: per group size
     # (``measured["call"]``, read by cost._collective_time beside collective_call_s)
     smallest = {}
@@ -219,15 +255,45 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
         host_cores=(os.cpu_count() or 0) if facts["device_type"] == "cpu" else 0,
         measured_ranks=world_size,
     )
-    if ("runtime_step",) in medians:  # the runner's fixed cost: measured step less its prediction
-        import autopar
-        from autopar.calibrate_measure import runtime_case
-        model, inputs, loss, target = runtime_case(world_size)
-        predicted = autopar.plan(model, world_size, inputs, loss, {"data": world_size}, example_target=target,
-                                 hardware=hardware).step_s
-        hardware = dataclasses.replace(hardware, step_overhead_s=max(0.0, medians[("runtime_step",)] - predicted))
+    if ("runtime_step",) in medians:
+        hardware = _runtime_terms(hardware, medians, world_size)
     return Calibration(hardware, base_hw, compute.rows(hardware) + measurements, fits, seconds, world_size, backend,
-                       quick, facts)
+                       quick, facts, outliers, {_term_name(k): v for k, v in rounds.items()})
+
+
+def _overhead_rounds(reports: list[dict]) -> tuple[dict[tuple, tuple[float, float, float]], list[Outlier]]:
+    """Per overhead term: per rank the median of its rounds (outliers reported), then the
+    slowest rank's (median, smallest round, largest round)."""
+    kept: dict[tuple, tuple[float, float, float]] = {}
+    outliers: list[Outlier] = []
+    for rank, report in enumerate(reports):
+        for key, values in report.get("rounds", {}).items():
+            med, far = robust_summary(values)
+            outliers += [Outlier(_term_name(key), rank, i, values[i], med) for i in far]
+            if key not in kept or med > kept[key][0]:
+                kept[key] = (med, min(values), max(values))
+    return kept, outliers
+
+
+def _runtime_terms(hardware: Hardware, medians: dict[tuple, float], world_size: int) -> Hardware:
+    """The runner's fixed cost per step (the data-parallel case's measured step less its
+    prediction) and the pipeline executor's cost per action (the pipeline case's extra
+    step time per extra microbatch beyond the predicted, over the two actions, forward and
+    backward, a stage adds per microbatch)."""
+    import autopar
+    model, inputs, loss, target = runtime_case(world_size)
+    predicted = autopar.plan(model, world_size, inputs, loss, {"data": world_size}, example_target=target,
+                             hardware=hardware).step_s
+    hardware = dataclasses.replace(hardware, step_overhead_s=max(0.0, medians[("runtime_step",)] - predicted))
+    k1, k2 = PIPELINE_MICROBATCHES[0], PIPELINE_MICROBATCHES[-1]
+    if ("pipeline_step", k2) in medians and k2 > k1:
+        model, inputs, loss, target = pipeline_case(world_size)
+        hardware = dataclasses.replace(hardware, pipeline_action_s=0.0)
+        p1, p2 = (autopar.plan(model, world_size, inputs, loss, pipeline_strategy(world_size, k),
+                               example_target=target, hardware=hardware).step_s for k in (k1, k2))
+        extra = (medians[("pipeline_step", k2)] - medians[("pipeline_step", k1)]) - (p2 - p1)
+        hardware = dataclasses.replace(hardware, pipeline_action_s=max(0.0, extra / (2 * (k2 - k1) * world_size)))
+    return hardware
 
 
 @dataclass(frozen=True)
@@ -274,11 +340,12 @@ def _fit_collectives(medians: dict[tuple, float]) -> tuple[list[Fit], list[Measu
     for collective in COLLECTIVES:
         for size in sorted({k[1] for k in medians if k[0] == collective}):
             points = sorted((k[2], t) for k, t in medians.items() if k[0] == collective and k[1] == size)
-            alpha_s, beta_bps = fit_alpha_beta(collective, size, points)
+            alpha_s, beta_bps, dropped = robust_fit_alpha_beta(collective, size, points)
             rows = [Measurement(collective, size, m, t, predict(collective, size, m, alpha_s, beta_bps))
                     for m, t in points]
-            errors = [r.rel_error for r in rows]
-            fits.append(Fit(collective, size, alpha_s, beta_bps, statistics.median(errors), max(errors), len(rows)))
+            errors = [r.rel_error for r in rows if (r.size, r.measured_s) not in dropped]
+            fits.append(Fit(collective, size, alpha_s, beta_bps, statistics.median(errors), max(errors), len(rows),
+                            tuple(dropped)))
             measurements += rows
             measured.setdefault(collective, {})[str(size)] = [alpha_s, beta_bps]
     return fits, measurements, measured
@@ -294,7 +361,7 @@ def _description(compute: _Compute, facts: dict, backend: str, world_size: int, 
         f"{cores} CPU cores) on {when}: torch {torch.__version__}, backend {backend}, {world_size} ranks "
         f"(one intra-op thread each, all measuring at once; per point the slowest rank's median of "
         f"{s.repeats} one-call samples for collectives, {s.compute_repeats} samples of ~{s.sample_s * 1e3:g} ms "
-        f"for compute). "
+        f"for compute; the overhead terms in {s.rounds} rounds, per rank their median, outliers reported). "
         f"fp32 matmuls n={s.matmul_sizes[0]}..{s.matmul_sizes[-1]} fitted to MATMUL_TIME: "
         f"{compute.rate / 1e9:.1f} GFLOP/s stored as peak (efficiency 1.0), saturation {compute.saturation:.3g} FLOP; "
         f"launch = median 1-element add {compute.launch_s * 1e6:.2f} us; memory bandwidth = copy_ of "
@@ -315,4 +382,4 @@ def calibrate(world_size: int = 4, *, backend: str = "gloo", base: "str | Hardwa
     return run_calibration(world_size, backend=backend, base=base, quick=quick, name=name).hardware
 
 
-__all__ = ["Calibration", "Fit", "Measurement", "calibrate", "run_calibration"]
+__all__ = ["Calibration", "Fit", "Measurement", "Outlier", "calibrate", "run_calibration"]

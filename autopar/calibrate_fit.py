@@ -4,12 +4,16 @@ Each (collective, group size) is fitted to that collective's own formula in
 ``cost.FORMULAS``, which is linear in α and 1/β: t = a(G)·α + b(G, m)·(1/β)
 (:func:`formula_coefficients`), by non-negative least squares (:func:`nnls`) on
 relative errors, each row divided by its measured time so 4-byte messages weigh as much
-as 4-MiB ones (:func:`fit_alpha_beta`). Matmul times are fitted to ``MATMUL_TIME`` with
-efficiency 1 (:func:`fit_matmul`).
+as 4-MiB ones (:func:`fit_alpha_beta`); :func:`robust_fit_alpha_beta` drops the points
+the fit misses by far more than the others (a burst of load on an oversubscribed
+machine) and says which. Matmul times are fitted to ``MATMUL_TIME`` with efficiency 1
+(:func:`fit_matmul`). The overhead terms, measured in rounds, are summarised by
+:func:`robust_summary`: the median and the rounds far from it.
 """
 from __future__ import annotations
 
 import functools
+import statistics
 from typing import Callable
 
 import sympy
@@ -80,6 +84,45 @@ def predict(collective: str, group_size: int, m: float, alpha_s: float, beta_bps
     return a_of(group_size, m) * alpha_s + b_of(group_size, m) / beta_bps
 
 
+OUTLIER_MADS = 3.0
+"""A round is an outlier when it is further from the median than this many scaled MADs
+(1.4826 · median absolute deviation, the normal σ's estimate) ..."""
+OUTLIER_FLOOR = (0.25, 2e-6)
+"""... and further than this fraction of the median and this many seconds (rounds that
+agree to within a few per cent are not outliers however small their MAD)."""
+
+
+def robust_summary(values: list[float]) -> tuple[float, list[int]]:
+    """(median, indices of the outliers) of one term's rounds; see :data:`OUTLIER_MADS`."""
+    med = statistics.median(values)
+    mad = 1.4826 * statistics.median(abs(v - med) for v in values)
+    bound = max(OUTLIER_MADS * mad, OUTLIER_FLOOR[0] * abs(med), OUTLIER_FLOOR[1])
+    return med, [i for i, v in enumerate(values) if abs(v - med) > bound]
+
+
+FIT_OUTLIER = (3.0, 0.5)
+"""A collective's point is dropped from its fit when its relative error exceeds both this
+multiple of the fit's median error and this fraction, worst first, at most a quarter of
+the points."""
+
+
+def robust_fit_alpha_beta(collective: str, group_size: int, points: list[tuple[float, float]]
+                          ) -> tuple[float, float, list[tuple[float, float]]]:
+    """:func:`fit_alpha_beta` without the points it misses by far (:data:`FIT_OUTLIER`),
+    refitted after each drop: (α, β, the dropped points)."""
+    kept, dropped = list(points), []
+    while True:
+        alpha_s, beta_bps = fit_alpha_beta(collective, group_size, kept)
+        errors = [abs(predict(collective, group_size, m, alpha_s, beta_bps) - t) / t for m, t in kept]
+        ordered = sorted(errors)
+        median = ordered[len(ordered) // 2]
+        worst = max(range(len(kept)), key=errors.__getitem__)
+        if (errors[worst] <= max(FIT_OUTLIER[0] * median, FIT_OUTLIER[1])
+                or len(dropped) + 1 > len(points) // 4 or len(kept) <= 3):
+            return alpha_s, beta_bps, dropped
+        dropped.append(kept.pop(worst))
+
+
 def fit_matmul(points: list[tuple[float, float]], launch_s: float) -> tuple[float, float]:
     """(rate FLOP/s, saturation FLOPs) from [(flops, seconds)]: ``MATMUL_TIME`` with efficiency
     1 is t = flops/rate + saturation/rate + launch, linear in 1/rate and saturation/rate."""
@@ -90,5 +133,6 @@ def fit_matmul(points: list[tuple[float, float]], launch_s: float) -> tuple[floa
     return 1.0 / inv_rate, sat_over_rate / inv_rate
 
 
-__all__ = ["ALPHA_FLOOR_S", "BETA_CEILING", "FORMULA_OF", "fit_alpha_beta", "fit_matmul", "formula_coefficients",
-           "nnls", "predict"]
+__all__ = ["ALPHA_FLOOR_S", "BETA_CEILING", "FIT_OUTLIER", "FORMULA_OF", "OUTLIER_FLOOR", "OUTLIER_MADS",
+           "fit_alpha_beta", "fit_matmul", "formula_coefficients", "nnls", "predict", "robust_fit_alpha_beta",
+           "robust_summary"]

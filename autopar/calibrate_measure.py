@@ -2,14 +2,22 @@
 
 :func:`calibration_job` runs on each rank (one intra-op thread each, denormals flushed)
 and returns that rank's median seconds of every measurement: fp32 square matmuls, the
-launch latency of a 1-element add, a large ``copy_``, the host's cost per op of an fx
-program run forward and backward (:func:`_time_host_ops`), a tiny all-reduce called
-through autopar's autograd functions and raw (:func:`_time_collective_calls`), and each of :data:`COLLECTIVES`
+launch latency of a 1-element add, a large ``copy_``, and each of :data:`COLLECTIVES`
 over every group size :func:`group_sizes` gives (groups of consecutive ranks, all
 groups of one size at once) at the message sizes :func:`settings` picks. Each sample
 starts after a barrier of all ranks; a collective sample is one call, a compute sample
-repeats the kernel to last a few milliseconds. Fitting the cost model to these medians
-is :mod:`autopar.calibrate_fit`'s; :mod:`autopar.calibrate` launches the job and fits.
+repeats the kernel to last a few milliseconds.
+
+The overhead terms are measured with the runtime's own pieces, in ``rounds`` rounds
+taking turns with the measurements above (so a burst of other load corrupts one round,
+which the fit reports as an outlier, rather than the figure): the host's cost per op of
+an fx program run forward and backward (:func:`_time_host_ops`), a tiny all-reduce
+called through autopar's autograd functions less the raw call
+(:func:`_time_collective_calls`), a tiny all-reduce met in a loop of compute per group
+size (:func:`_time_in_training`), ``pm.step`` of a one-linear model compiled data
+parallel (:func:`runtime_case`) and of a ``world``-stage pipeline at two microbatch
+counts (:func:`pipeline_case`). Fitting the cost model to these is
+:mod:`autopar.calibrate_fit`'s; :mod:`autopar.calibrate` launches the job and fits.
 """
 from __future__ import annotations
 
@@ -38,19 +46,21 @@ class Settings:
     repeats: int           # timed samples per collective point, one call each (after a warm-up call)
     compute_repeats: int   # timed samples per compute point (after a warm-up call) ...
     sample_s: float        # ... each repeating the kernel to last about this long
+    rounds: int = 5        # the overhead terms are measured this many times, spread over the run
 
 
 def settings(quick: bool, device_type: str = "cpu") -> Settings:
     """Full: 11 message sizes 4 B..4 MiB (×4 apart) timed 41 times each, matmuls 32..2048
-    timed in 11 samples of ~20 ms; quick: 6 sizes 4 B..4 MiB (×16 apart) timed 31 times,
-    matmuls 32..1024 in 7 samples of ~5 ms. GPUs get larger matmuls. Compute samples last
+    timed in 11 samples of ~20 ms, the overhead terms in 5 rounds; quick: 6 sizes 4 B..4 MiB
+    (×16 apart) timed 31 times, matmuls 32..1024 in 7 samples of ~5 ms, 3 rounds. GPUs
+    get larger matmuls. Compute samples last
     several scheduler time slices, so where ranks share cores (more ranks than cores, or
     other load) the small kernels see the same sharing as the large ones."""
     gpu = device_type == "cuda"
     if quick:
         return Settings(message_bytes=tuple(4 * 16 ** k for k in range(6)),
                         matmul_sizes=(32, 64, 128, 256, 512, 1024) + ((2048, 4096) if gpu else ()),
-                        copy_bytes=64 << 20, repeats=31, compute_repeats=7, sample_s=5e-3)
+                        copy_bytes=64 << 20, repeats=31, compute_repeats=7, sample_s=5e-3, rounds=3)
     return Settings(message_bytes=tuple(4 * 4 ** k for k in range(11)),
                     matmul_sizes=(32, 64, 128, 256, 512, 1024, 2048) + ((4096, 8192) if gpu else ()),
                     copy_bytes=256 << 20, repeats=41, compute_repeats=11, sample_s=20e-3)
@@ -283,58 +293,132 @@ def runtime_case(world: int):
     return model, (x,), torch.nn.functional.mse_loss, y
 
 
-def _time_runtime_step(world: int, s: Settings) -> float:
-    """Median seconds of ``pm.step`` on :func:`runtime_case` compiled data parallel over
-    the world (each step after a barrier): what autopar's runner, hooks and buckets cost
-    a step besides the model's kernels and collectives, which the cost model prices."""
+PIPELINE_MICROBATCHES = (1, 2)
+"""The pipeline case is timed at ``k × world`` microbatches for each k here; the extra
+step time per extra microbatch, beyond the predicted, is the executor's actions'."""
+
+
+def pipeline_case(world: int):
+    """The model whose training steps measure the pipeline executor's cost per action:
+    ``world`` small linear layers as ``world`` stages (1F1B), 2 rows per microbatch at the
+    largest count of :data:`PIPELINE_MICROBATCHES`."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(16, 16) for _ in range(world)))
+    rows = 2 * world * max(PIPELINE_MICROBATCHES)
+    x, y = torch.randn(rows, 16), torch.randn(rows, 16)
+    return model, (x,), torch.nn.functional.mse_loss, y
+
+
+def pipeline_strategy(world: int, k: int) -> dict:
+    return {"pipeline": world, "microbatches": k * world, "schedule": "1f1b"}
+
+
+def _compiled_cases(world: int) -> dict[tuple, Any]:
+    """The runtime's own cases, compiled once: the data-parallel step and the pipeline
+    at each microbatch count (keys as in :func:`calibration_job`'s medians)."""
     import autopar
     model, inputs, loss, target = runtime_case(world)
-    pm = autopar.compile(model, None, example_inputs=inputs, loss_fn=loss, example_target=target,
-                         strategy={"data": world})
+    cases = {("runtime_step",): (autopar.compile(model, None, example_inputs=inputs, loss_fn=loss,
+                                                 example_target=target, strategy={"data": world}), inputs, target)}
+    model, inputs, loss, target = pipeline_case(world)
+    for k in PIPELINE_MICROBATCHES:
+        pm = autopar.compile(model, None, example_inputs=inputs, loss_fn=loss, example_target=target,
+                             strategy=pipeline_strategy(world, k))
+        cases[("pipeline_step", k)] = (pm, inputs, target)
+    return cases
+
+
+def _time_step(pm, inputs, target, s: Settings) -> float:
+    """Median seconds of ``pm.step`` (each step after a barrier, two warm-up steps)."""
     samples = []
-    for i in range(3 + s.compute_repeats):
+    for i in range(2 + s.compute_repeats):
         dist.barrier()
         start = time.perf_counter()
         pm.step(*inputs, target=target)
-        if i >= 3:
+        if i >= 2:
             samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def _make_groups(world: int, rank: int) -> dict[int, tuple[Any, list[int]]]:
+    """For every group size: this rank's group of consecutive ranks and its members (every
+    group of every size made on every rank, in the same order)."""
+    groups = {}
+    for size in group_sizes(world):
+        for first in range(0, world, size):
+            ranks = list(range(first, first + size))
+            made = dist.group.WORLD if size == world else dist.new_group(ranks)
+            if rank in ranks:
+                groups[size] = (made, ranks)
+    return groups
+
+
+def _overhead_round(device: torch.device, s: Settings, groups: dict, cases: dict) -> dict[tuple, float]:
+    """One round of the overhead terms: per kernel pass, per collective call (ours less
+    raw, and raw), a tiny all-reduce in training per group size, the runtime's steps."""
+    values = {("host_op",): _time_host_ops(device, s)}
+    ours, raw = _time_collective_calls(device, s)
+    values[("collective_call",)], values[("collective_raw",)] = ours - raw, raw
+    for size, (group, _) in groups.items():
+        values[("in_training", size)] = _time_in_training(group, device, s)
+    for key, (pm, inputs, target) in cases.items():
+        values[key] = _time_step(pm, inputs, target, s)
+    return values
 
 
 def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
     """Run on every rank of a launched world: this rank's medians (seconds) of every
     measurement, keyed ``("matmul", n)``, ``("launch",)``, ``("copy", bytes)`` and
-    ``(collective, G, m)``, plus facts about the machine."""
+    ``(collective, G, m)``; the overhead terms' value in each of ``settings().rounds``
+    rounds spread over the run (``"rounds"``: key → list, keys ``("host_op",)``,
+    ``("collective_call",)`` — ours less raw —, ``("collective_raw",)``,
+    ``("in_training", G)``, and on CPUs ``("runtime_step",)``, ``("pipeline_step", k)``);
+    plus facts about the machine."""
     torch.set_flush_denormal(True)
     device = _device(backend)
     world, rank = dist.get_world_size(), dist.get_rank()
     s = settings(quick, device.type)
     medians: dict[tuple, float] = {}
+    groups = _make_groups(world, rank)
+    cases = _compiled_cases(world) if device.type == "cpu" else {}
+    rounds: dict[tuple, list[float]] = {}
 
-    # --- compute, on every rank at once (as training runs it)
+    def overhead_round():
+        for key, value in _overhead_round(device, s, groups, cases).items():
+            rounds.setdefault(key, []).append(value)
+
+    # the overhead rounds take turns with the other measurements, so a burst of other
+    # load on the machine corrupts one round (reported as an outlier), not every one
+    measure_steps: list[Callable[[], None]] = []
     gen = torch.Generator().manual_seed(rank)
     x, y = torch.randn(1, generator=gen).to(device), torch.randn(1, generator=gen).to(device)
-    medians[("launch",)] = _time_kernel(lambda: torch.add(x, y), device, s)
+    measure_steps.append(lambda: medians.__setitem__(("launch",), _time_kernel(lambda: torch.add(x, y), device, s)))
     for n in s.matmul_sizes:
-        medians[("matmul", n)] = _time_matmul(n, gen, device, s)
-    medians[("copy", s.copy_bytes)] = _time_copy(s.copy_bytes, device, s)
-    medians[("host_op",)] = _time_host_ops(device, s)
-    medians[("collective_call",)], medians[("collective_raw",)] = _time_collective_calls(device, s)
-
-    # --- collectives: groups of consecutive ranks, every group of a size at once
-    for size in group_sizes(world):
-        group, members = None, None
-        for first in range(0, world, size):
-            ranks = list(range(first, first + size))
-            made = dist.group.WORLD if size == world else dist.new_group(ranks)  # on every rank, same order
-            if rank in ranks:
-                group, members = made, ranks
+        measure_steps.append(lambda n=n: medians.__setitem__(("matmul", n), _time_matmul(n, gen, device, s)))
+    measure_steps.append(lambda: medians.__setitem__(("copy", s.copy_bytes), _time_copy(s.copy_bytes, device, s)))
+    for size, (group, members) in groups.items():  # every group of a size at once
         for name in COLLECTIVES[:-1]:
-            ops, sizes = zip(*(_collective_op(name, group, members, nbytes, device) for nbytes in s.message_bytes))
-            for m, t in zip(sizes, _time_collectives(list(ops), device, s)):
-                medians[(name, size, m)] = t
-        medians[("in_training", size)] = _time_in_training(group, device, s)
-    # point-to-point between pairs (0,1), (2,3), ...; a last odd rank only joins the barriers
+            def collective(name=name, size=size, group=group, members=members):
+                ops, sizes = zip(*(_collective_op(name, group, members, nbytes, device)
+                                   for nbytes in s.message_bytes))
+                for m, t in zip(sizes, _time_collectives(list(ops), device, s)):
+                    medians[(name, size, m)] = t
+            measure_steps.append(collective)
+    measure_steps.append(lambda: _time_sends(world, rank, device, s, medians))
+    every = max(1, len(measure_steps) // s.rounds)
+    for i, step in enumerate(measure_steps):
+        if i % every == 0 and len(rounds.get(("host_op",), [])) < s.rounds:
+            overhead_round()
+        step()
+    while len(rounds.get(("host_op",), [])) < s.rounds:
+        overhead_round()
+    return {"medians": medians, "rounds": rounds, "host": socket.gethostname(),
+            "processor": _processor_name(device), "memory_bytes": _memory_bytes(device, world),
+            "device_type": device.type}
+
+
+def _time_sends(world: int, rank: int, device: torch.device, s: Settings, medians: dict) -> None:
+    """Point-to-point between pairs (0,1), (2,3), ...; a last odd rank only joins the barriers."""
     pair = [rank - rank % 2, rank - rank % 2 + 1]
     if pair[1] < world:
         ops, sizes = zip(*(_collective_op("send", None, pair, nbytes, device) for nbytes in s.message_bytes))
@@ -342,10 +426,7 @@ def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
             medians[("send", 2, m)] = t / 2  # an op is a round trip
     else:
         _time_collectives([lambda: None] * len(s.message_bytes), device, s)
-    if device.type == "cpu":
-        medians[("runtime_step",)] = _time_runtime_step(world, s)
-    return {"medians": medians, "host": socket.gethostname(), "processor": _processor_name(device),
-            "memory_bytes": _memory_bytes(device, world), "device_type": device.type}
 
 
-__all__ = ["COLLECTIVES", "Settings", "calibration_job", "group_sizes", "settings"]
+__all__ = ["COLLECTIVES", "PIPELINE_MICROBATCHES", "Settings", "calibration_job", "group_sizes", "pipeline_case",
+           "pipeline_strategy", "runtime_case", "settings"]

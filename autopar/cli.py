@@ -62,6 +62,9 @@ def _add_calibrate_parser(sub) -> None:
     cmd.add_argument("--quick", action="store_true", help="fewer message sizes and matmuls (a few seconds)")
     cmd.add_argument("--name", default=None, help="the profile's name (default calibrated-<backend>-<world>)")
     cmd.add_argument("--base", default="cpu-gloo", help="preset to compare with in the table (default cpu-gloo)")
+    cmd.add_argument("--no-cache", action="store_true",
+                     help="do not store the profile as this machine's (by default autopar.compile and autopar plan "
+                          "without hardware= use the last profile autopar calibrate measured here)")
     cmd.add_argument("--points", action="store_true", help="also print every measurement beside its fitted value")
     cmd.add_argument("--points-json", default=None, metavar="FILE",
                      help="also save every measurement beside its fitted value as JSON")
@@ -89,6 +92,11 @@ def _calibrate_main(args) -> int:
             json.dump(result.points_json(), f, indent=2)
             f.write("\n")
     print(f"\nwrote {out}: use it with autopar plan --preset {out} or autopar.compile(..., hardware={out!r})")
+    if not args.no_cache:
+        from autopar.cost.profiles import save_profile
+        cached = save_profile(result.hardware, args.backend)
+        print(f"cached as this machine's profile {cached}: autopar.compile and autopar plan use it without "
+              f"hardware= (until the machine or torch changes)")
     return 0
 
 

@@ -17,6 +17,7 @@ the registry. ``docs/planner.md`` describes what is searched and how it is price
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import time
 from typing import Any
@@ -66,6 +67,7 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     # ranks sharing a host's cores each get their share of it (Hardware.on_world)
     ctx = PlanContext(model, world_size, hw.on_world(world_size), forced, name, levers)
     plan_ = search(ctx, progress or Progress(lambda *a: None))
+    _overheads(ctx, plan_)
     apply_levers(ctx, plan_)
     plan_.fusion = hw.fused_kernels
     forward = sum(w.flops for w in model.work.values() if w.is_kernel)
@@ -110,11 +112,41 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     if best is None:
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))
     plan_ = best[0].to_plan(ctx, best[1])
+    plan_._priced = best  # the winner, for _overheads (not saved)
     plan_.step_s += ctx.hw.step_overhead_s
     plan_.step_overhead_s = ctx.hw.step_overhead_s
     plan_.forced = ctx.forced is not None
     plan_.candidates = candidates
     return plan_
+
+
+def _overheads(ctx: PlanContext, plan_: Plan) -> None:
+    """The host overheads' part of the plan's prediction (the hardware's overhead terms,
+    docs/planner.md "Overheads"): the winning configuration priced again with those terms
+    at 0 (:meth:`Hardware.without_overheads`); each region's ``cost.overhead_s`` is its
+    compute and communication less the re-priced region's, the plan's ``overhead_s`` its
+    step less the re-priced step (the runner's fixed cost included). Left at 0 where the
+    hardware has no overhead terms, and where the re-pricing chose differently (levers
+    weighed again), which is said in the plan's ``overhead_s`` staying 0."""
+    best = getattr(plan_, "_priced", None)
+    bare = ctx.hw.without_overheads()
+    if best is None or bare == ctx.hw:
+        return
+    family, priced = best
+    again = family.price(dataclasses.replace(ctx, hw=bare, best_s=[math.inf]), priced.config)
+    if not again.feasible or again.mesh != priced.mesh:
+        return
+    plan0 = family.to_plan(dataclasses.replace(ctx, hw=bare), again)
+    same = (plan0.microbatches, plan0.zero, plan0.recompute, plan0.selective_recompute, plan0.pipeline.get(
+        "microbatches")) == (plan_.microbatches, plan_.zero, plan_.recompute, plan_.selective_recompute,
+                            plan_.pipeline.get("microbatches"))
+    if not same or [r.region for r in plan0.regions] != [r.region for r in plan_.regions]:
+        return
+    for r, r0 in zip(plan_.regions, plan0.regions):
+        seconds, bare_s = r.cost.compute_s + r.cost.total_comm_s, r0.cost.compute_s + r0.cost.total_comm_s
+        r.cost.overhead_s = max(0.0, seconds - bare_s)
+    plan_.total.overhead_s = sum(r.cost.overhead_s for r in plan_.regions)
+    plan_.overhead_s = max(0.0, plan_.step_s - plan0.step_s)
 
 
 def lever_conflict(ctx: PlanContext, priced: Priced) -> str | None:

@@ -11,6 +11,16 @@ os.environ.setdefault("PYTHONPATH", ROOT)
 # shapes); set before any kernel module is loaded, and inherited by spawned ranks
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# compile without hardware= prices with this machine's calibrated profile when one is
+# cached (autopar.cost.profiles); the tests' plans must not depend on whether the user
+# ran `autopar calibrate`, so they see an empty cache of their own (spawned ranks too)
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+os.environ["AUTOPAR_CACHE_DIR"] = tempfile.mkdtemp(prefix="autopar-test-cache-")
+atexit.register(shutil.rmtree, os.environ["AUTOPAR_CACHE_DIR"], True)
+
 
 def pytest_collection_finish(session):
     """The shared launches (tests/shared_ranks.py) run only the jobs of modules with a

@@ -74,16 +74,22 @@ def test_calibrate_needs_two_ranks():
 
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory):
-    """``autopar calibrate --world 2 --quick``: the profile, the measurements, the printed table."""
+    """``autopar calibrate --world 2 --quick``: the profile, the measurements, the printed
+    table, the profile cache it wrote (its own: the other tests' plans must not see it)."""
     tmp = tmp_path_factory.mktemp("calibrate")
     profile, points = str(tmp / "profile.json"), str(tmp / "points.json")
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        status = cli.main(["calibrate", "--world", "2", "--quick", "--out", profile, "--points-json", points])
+    before = os.environ["AUTOPAR_CACHE_DIR"]
+    os.environ["AUTOPAR_CACHE_DIR"] = str(tmp / "cache")
+    try:
+        with contextlib.redirect_stdout(printed):
+            status = cli.main(["calibrate", "--world", "2", "--quick", "--out", profile, "--points-json", points])
+    finally:
+        os.environ["AUTOPAR_CACHE_DIR"] = before
     assert status == 0
     with open(points) as f:
         rows = json.load(f)
-    return profile, rows, printed.getvalue()
+    return profile, rows, printed.getvalue(), str(tmp / "cache")
 
 
 multiprocess = pytest.mark.multiprocess
@@ -91,7 +97,7 @@ multiprocess = pytest.mark.multiprocess
 
 @multiprocess
 def test_cli_writes_a_profile_get_hardware_loads(calibrated):
-    profile, _, printed = calibrated
+    profile, _, printed, _ = calibrated
     with open(profile) as f:
         text = f.read()
     raw = json.loads(text)
@@ -129,7 +135,7 @@ def test_every_measurement_is_beside_the_fits_prediction(calibrated, collective)
     """The points table holds every message size, each predicted by the profile's formula.
     How close the fit comes to what the machine measured depends on how busy the machine
     is: that is benchmarks/bench_fidelity.py's fit check, not a test."""
-    profile, rows, _ = calibrated
+    profile, rows, _, _ = calibrated
     hw = get_hardware(profile)
     alpha_s, beta_bps = hw.measured[collective]["2"]
     mine = [r for r in rows if r["kind"] == collective]
@@ -160,6 +166,7 @@ def test_planner_prices_with_the_profile(calibrated):
                                                                   rel=1e-12)
     # the runtime's own pieces, measured: per kernel pass, per step; the ranks that shared the cores
     assert hw.host_op_s > 0 and hw.step_overhead_s >= 0 and hw.measured_ranks == 2 and hw.host_cores >= 1
+    assert math.isfinite(hw.pipeline_action_s) and hw.pipeline_action_s >= 0
     # and differently from the placement model where a fit differs from the scalar fields
     assert cost.all_gather_time(2, 1 << 20, hw) != pytest.approx(
         _formula("all_gather", 2, 1 << 20, hw.intra_node_latency_s, hw.intra_node_bandwidth), rel=1e-6)
@@ -176,3 +183,26 @@ def test_a_plan_takes_the_profile_path(calibrated):
     assert "calibrated-gloo-2" in plan.explain()
     assert os.path.isfile(calibrated[0])
 
+
+
+@multiprocess
+def test_calibrate_caches_the_profile_for_later_plans(calibrated, monkeypatch):
+    """The profile autopar calibrate measured is this machine's from then on: a plan
+    without hardware= prices with it and says so in its header; the table shows each
+    overhead term's rounds (and the pipeline executor's cost per action)."""
+    import torch
+    import autopar
+
+    profile, _, printed, cache = calibrated
+    assert "cached as this machine's profile" in printed and "overhead terms" in printed
+    assert "pipeline_step[2]" in printed and "-> pipeline action" in printed
+    monkeypatch.setenv("AUTOPAR_CACHE_DIR", cache)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    for _ in range(2):  # every later plan, not only the first
+        plan = autopar.plan(model, 2, (torch.randn(8, 16),), None, "data")
+        assert plan.hardware == "calibrated-gloo-2"
+        assert plan.hardware_source.startswith("this machine's calibrated profile, " + cache)
+        assert "(this machine's calibrated profile, " in plan.explain().splitlines()[0]
+    with open(profile) as f, open(plan.hardware_source.split(", ", 1)[1]) as g:
+        cached = json.load(g)
+        assert cached["hardware"] == json.load(f) and cached["backend"] == "gloo"  # the same profile, and where

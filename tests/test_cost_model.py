@@ -136,6 +136,36 @@ class Overheads(TestCase):
                                places=12)
         self.assertEqual(cost.all_reduce_time(1, 1e6, self.HOST), 0.0)
 
+    def test_the_plan_says_its_overheads_as_their_own_column(self):
+        """Each region's ``overhead_s`` is its priced seconds less the same region's
+        priced without the overhead terms; the plan's, its step less that step; linear
+        in the terms (twice the terms, twice the overhead); the presets show none."""
+        import torch
+        import autopar
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+        x = torch.randn(8, 16)
+        cpu = get_hardware("cpu-gloo")
+        plain = autopar.plan(model, 2, (x,), None, {"data": 1, "tensor": 2}, hardware=cpu)
+        self.assertEqual(plain.overhead_s, 0.0)
+        self.assertNotIn("of which host", plain.explain())
+        self.assertTrue(all(r.cost.overhead_s == 0.0 for r in plain.regions))
+        plans = {}
+        for k in (1, 2):
+            hw = dataclasses.replace(cpu, host_op_s=k * 3e-6, collective_call_s=k * 40e-6, step_overhead_s=k * 1e-3)
+            plans[k] = autopar.plan(model, 2, (x,), None, {"data": 1, "tensor": 2}, hardware=hw)
+        self.assertAlmostEqual(plans[1].overhead_s, plans[1].step_s - plain.step_s, places=12)
+        self.assertAlmostEqual(plans[2].overhead_s, 2 * plans[1].overhead_s, places=12)
+        for r, r0, r2 in zip(plans[1].regions, plain.regions, plans[2].regions):
+            seconds = lambda c: c.compute_s + c.total_comm_s  # noqa: E731
+            self.assertAlmostEqual(r.cost.overhead_s, seconds(r.cost) - seconds(r0.cost), places=12)
+            self.assertAlmostEqual(r2.cost.overhead_s, 2 * r.cost.overhead_s, places=12)
+        split = next(r for r in plans[1].regions if r.strategy == "megatron")
+        # its two tensor all-reduces (forward exit, backward entry) pay 40 us each, its kernels 3 us per pass
+        self.assertGreater(split.cost.overhead_s, 2 * 40e-6)
+        text = plans[1].explain()
+        self.assertIn("of which host", text)
+        self.assertIn(f"host overheads {plans[1].overhead_s * 1e3:.3f} ms", text)
+
     def test_bucket_copies(self):
         from autopar.planning.model import bucket_copy_s, exposed_data_comm
         # 8 MB of gradients copied in and out of the buckets at 2 TB/s: 8 us

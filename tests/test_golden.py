@@ -23,7 +23,7 @@ class TestGolden(expecttest.TestCase):
     def test_mlp_data(self):
         table, code = _plan_and_graph(mlp, 2, {"data": 2})
         self.assertExpectedInline(table, """\
-autopar plan: MLP on 2 rank(s), hardware cpu-gloo, global batch 8 (forced)
+autopar plan: MLP on 2 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
 predicted step 0.250 ms: compute 0.031 ms, data comm 0.219 ms, tensor comm 0.000 ms; memory per rank 0.14 MiB
 model: 4.086e+05 FLOP per step -> 8.18e+08 FLOP/s per device predicted
@@ -55,7 +55,7 @@ def forward(self, input_0, target):
     def test_mlp_tensor(self):
         table, code = _plan_and_graph(mlp, 2, {"tensor": 2})
         self.assertExpectedInline(table, """\
-autopar plan: MLP on 2 rank(s), hardware cpu-gloo, global batch 8 (forced)
+autopar plan: MLP on 2 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 0.755 ms: compute 0.031 ms, data comm 0.000 ms, tensor comm 0.724 ms; memory per rank 0.07 MiB
 model: 4.086e+05 FLOP per step -> 2.707e+08 FLOP/s per device predicted
@@ -96,7 +96,7 @@ def forward(self, input_0, target):
     def test_mlp_data_tensor(self):
         table, code = _plan_and_graph(mlp, 4, {"data": 2, "tensor": 2})
         self.assertExpectedInline(table, """\
-autopar plan: MLP on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
+autopar plan: MLP on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 1.194 ms: compute 0.030 ms, data comm 0.442 ms, tensor comm 0.722 ms; memory per rank 0.07 MiB
 model: 4.086e+05 FLOP per step -> 8.556e+07 FLOP/s per device predicted
@@ -138,7 +138,7 @@ def forward(self, input_0, target):
     def test_transformer_data(self):
         table, code = _plan_and_graph(transformer, 2, {"data": 2})
         self.assertExpectedInline(table, """\
-autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo, global batch 4 (forced)
+autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
 predicted step 0.489 ms: compute 0.181 ms, data comm 0.307 ms, tensor comm 0.000 ms; memory per rank 0.59 MiB
 model: 1.121e+07 FLOP per step -> 1.147e+10 FLOP/s per device predicted
@@ -260,7 +260,7 @@ def forward(self, input_0, target):
     def test_transformer_tensor(self):
         table, code = _plan_and_graph(transformer, 2, {"tensor": 2})
         self.assertExpectedInline(table, """\
-autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo, global batch 4 (forced)
+autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 2.079 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 1.882 ms; memory per rank 0.43 MiB
 model: 1.121e+07 FLOP per step -> 2.696e+09 FLOP/s per device predicted
@@ -405,7 +405,7 @@ def forward(self, input_0, target):
     def test_transformer_data_tensor(self):
         table, code = _plan_and_graph(transformer, 4, {"data": 2, "tensor": 2})
         self.assertExpectedInline(table, """\
-autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4 (forced)
+autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 2.532 ms: compute 0.155 ms, data comm 0.536 ms, tensor comm 1.841 ms; memory per rank 0.32 MiB
 model: 1.121e+07 FLOP per step -> 1.107e+09 FLOP/s per device predicted
@@ -553,7 +553,7 @@ def forward(self, input_0, target):
         # rank 0 is sub-grid 0, rank 1 sub-grid 1: they keep different branches
         table, code = _plan_and_graph(inception, 4, {"data": 4, "subgrids": 2})
         self.assertExpectedInline(table, """\
-autopar plan: Inception on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
+autopar plan: Inception on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=4 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent); D&SP: 2 sub-grids of 2 rank(s), topology-aware order
 predicted step 2.014 ms: compute 0.035 ms, data comm 1.202 ms, segment comm 0.374 ms, subgrid comm 0.402 ms, tensor comm 0.000 ms; memory per rank 0.02 MiB
 model: 1.923e+06 FLOP per step -> 2.387e+08 FLOP/s per device predicted
@@ -815,7 +815,7 @@ def forward(self):
         chain reads the first's output as its A_ijl, with no re-layout between them."""
         table, code = _plan_and_graph(mlp, 8, {"cube": 2})
         self.assertExpectedInline(table, """\
-autopar plan: MLP on 8 rank(s), hardware cpu-gloo, global batch 8 (forced)
+autopar plan: MLP on 8 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=1 x z=2 x y=2 x x=2   (Bian cube Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((data*Gz + z)*Gy + y)*Gx + x)
 predicted step 8.880 ms: compute 0.029 ms, data comm 0.403 ms, x comm 1.622 ms, y comm 3.607 ms, z comm 3.219 ms; memory per rank 0.03 MiB
 model: 4.086e+05 FLOP per step -> 5.751e+06 FLOP/s per device predicted
@@ -876,7 +876,7 @@ def forward(self, input_0, target):
         layer's issued ahead), the all-reduces inside linear_3d, the output gathered over y."""
         table, code = _plan_and_graph(mlp, 8, {"x": 2, "y": 2, "z": 2})
         self.assertExpectedInline(table, """\
-autopar plan: MLP on 8 rank(s), hardware cpu-gloo, global batch 8 (forced)
+autopar plan: MLP on 8 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=1 x z=2 x y=2 x x=2   (3D grid Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((data*Gz + z)*Gy + y)*Gx + x)
 predicted step 5.178 ms: compute 0.030 ms, data comm 0.403 ms, x comm 0.721 ms, y comm 2.406 ms, z comm 1.618 ms; memory per rank 0.03 MiB
 model: 4.086e+05 FLOP per step -> 9.864e+06 FLOP/s per device predicted
@@ -932,7 +932,7 @@ def forward(self, input_0, target):
         plan = autopar.plan(model, 4, inputs, loss_fn, {"pipeline": 2, "tensor": 2, "microbatches": 4},
                             example_target=target)
         self.assertExpectedInline(plan.explain(), """\
-autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4 (forced)
+autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: pipeline=2 x data=1 x tensor=2   (rank = (pipeline*1 + data)*2 + tensor; tensor ranks adjacent, pipeline outermost)
 predicted step 6.356 ms: compute 0.271 ms, data comm 0.000 ms, pipeline comm 2.444 ms, tensor comm 3.641 ms; memory per rank 0.17 MiB
 model: 1.121e+07 FLOP per step -> 4.409e+08 FLOP/s per device predicted
@@ -1136,7 +1136,7 @@ def scale_mask_softmax_7c66659371_bwd(in0_ptr, in1_ptr, gout0_ptr, gin0_ptr, n_r
             "kind:fork_join": "dsp", "kind:attention": "megatron", "kind:linear_chain": {"3d": {"x": 2, "y": 2}}}},
             rank=1)
         self.assertExpectedInline(table, """\
-autopar plan: StemTrunk on 4 rank(s), hardware cpu-gloo, global batch 8 (forced)
+autopar plan: StemTrunk on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=1 x tensor=4   (rank = data*4 + tensor; tensor ranks adjacent); mixed: each region its own family over the tensor group, 3D regions on it as Gx=2 x Gy=2 (tensor = y*Gx + x)
 predicted step 10.504 ms: compute 0.257 ms, data comm 0.000 ms, tensor comm 6.730 ms, x comm 0.753 ms, y comm 2.764 ms, z comm 0.000 ms; memory per rank 0.45 MiB
 model: 2.227e+07 FLOP per step -> 5.301e+08 FLOP/s per device predicted

@@ -127,7 +127,7 @@ class TestCliGolden(expecttest.TestCase):
             assert main(["plan", os.path.join(REPO, "examples", "factories.py") + ":transformer", "--world", "4",
                          "--no-save", "--top", "3", "--why-not", "3d"]) == 0
         self.assertExpectedInline(out.getvalue(), """\
-autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo, global batch 4
+autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4
 mesh: pipeline=2 x data=2 x tensor=1   (rank = (pipeline*2 + data)*1 + tensor; tensor ranks adjacent, pipeline outermost)
 predicted step 0.843 ms: compute 0.092 ms, data comm 0.241 ms, pipeline comm 0.510 ms, tensor comm 0.000 ms; memory per rank 0.31 MiB
 model: 1.121e+07 FLOP per step -> 3.324e+09 FLOP/s per device predicted

@@ -87,6 +87,13 @@ class Hardware:
         (at least 1; 1 without ``host_cores``)."""
         return max(1.0, ranks / self.host_cores) if self.host_cores else 1.0
 
+    def without_overheads(self) -> "Hardware":
+        """These figures with every host overhead term at 0 (the per-group-size
+        ``measured["call"]`` dropped): what is left is FLOPs and bytes."""
+        measured = {k: v for k, v in self.measured.items() if k != "call"}
+        return dataclasses.replace(self, host_op_s=0.0, collective_call_s=0.0, pipeline_action_s=0.0,
+                                   step_overhead_s=0.0, measured=measured)
+
     def on_world(self, world: int) -> "Hardware":
         """The figures each of ``world`` local ranks sees: compute rate and memory
         bandwidth divided, launch and host overheads multiplied, by

@@ -19,7 +19,9 @@ def explain(plan: "Plan") -> str:
     """A readable table: mesh, predicted step, per-region strategy and costs (:meth:`Plan.explain`)."""
     mesh = " x ".join(f"{k}={v}" for k, v in plan.mesh.items())
     lines = [
-        f"autopar plan: {plan.model} on {plan.world_size} rank(s), hardware {plan.hardware}, "
+        f"autopar plan: {plan.model} on {plan.world_size} rank(s), hardware {plan.hardware}"
+        + (f" ({plan.hardware_source})" if plan.hardware_source.startswith(("default", "this machine")) else "")
+        + ", "
         f"global batch {plan.global_batch}{' (forced)' if plan.forced else ''}",
         f"mesh: {mesh}   " + (f"({'Bian cube' if plan.form == 'cube' else '3D grid'} Gx={plan.degree('x')} "
                                 f"Gy={plan.degree('y')} Gz={plan.degree('z')} "
@@ -43,6 +45,8 @@ def explain(plan: "Plan") -> str:
         f"predicted step {_ms(plan.step_s)}: compute {_ms(plan.total.compute_s)}, "
         + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(plan.total.comm_s.items()))
         + (f", runtime per step {_ms(plan.step_overhead_s)}" if plan.step_overhead_s else "")
+        + (f" (of the step, host overheads {_ms(plan.overhead_s)}: per kernel pass, collective call, pipeline "
+           f"action and step)" if plan.overhead_s else "")
         + f"; memory per rank {_mb(plan.total.memory_bytes)}"
         + ("; activations recomputed in backward to fit" if plan.recompute else "")
         + (f"; the all-gather cache keeps at most {plan.gather_cache} 3D layers' gathered weights for the "
@@ -104,14 +108,16 @@ def _region_table(plan: "Plan") -> list[str]:
         groups = ["x", "y", "z", "data"]
     else:
         groups = ["tensor", "data"] + sorted({k for r in plan.regions for k in r.cost.comm_s} - {"tensor", "data"})
-    header = ("region", "kind", "strategy", "compute", *(f"comm {g}" for g in groups), "memory", "alternatives")
+    overhead = plan.overhead_s > 0  # the column of the host's part of compute + comm
+    header = ("region", "kind", "strategy", "compute", *(f"comm {g}" for g in groups),
+              *(("of which host",) if overhead else ()), "memory", "alternatives")
     rows = [header]
     for first, last, count, r in _runs(plan.regions):
         alts = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(r.alternatives.items()) if k != r.strategy)
         comm = (_ms(r.cost.comm_s.get(g, 0.0)) for g in groups)
         name = r.region if count == 1 else f"{first} .. {last} (x{count}, each)"
-        rows.append((name, r.kind, r.strategy, _ms(r.cost.compute_s), *comm, _mb(r.cost.memory_bytes),
-                     alts or "-"))
+        rows.append((name, r.kind, r.strategy, _ms(r.cost.compute_s), *comm,
+                     *((_ms(r.cost.overhead_s),) if overhead else ()), _mb(r.cost.memory_bytes), alts or "-"))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
     for i, row in enumerate(rows):
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())

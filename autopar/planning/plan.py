@@ -50,6 +50,9 @@ class Cost:
     compute_s: float = 0.0
     comm_s: dict[str, float] = field(default_factory=dict)  # by mesh dimension ("tensor", "data")
     memory_bytes: float = 0.0
+    # of compute_s and comm_s: the host's overheads (per kernel pass, per collective call;
+    # docs/planner.md "Overheads"), set on the chosen plan's regions by the planner
+    overhead_s: float = 0.0
 
     @property
     def total_comm_s(self) -> float:
@@ -59,7 +62,8 @@ class Cost:
         comm = dict(self.comm_s)
         for k, v in other.comm_s.items():
             comm[k] = comm.get(k, 0.0) + v
-        return Cost(self.compute_s + other.compute_s, comm, self.memory_bytes + other.memory_bytes)
+        return Cost(self.compute_s + other.compute_s, comm, self.memory_bytes + other.memory_bytes,
+                    self.overhead_s + other.overhead_s)
 
 
 @dataclass
@@ -132,6 +136,9 @@ class Plan:
     # of step_s: the runtime's fixed cost per step (Hardware.step_overhead_s, measured by
     # autopar calibrate; 0 with the presets)
     step_overhead_s: float = 0.0
+    # of step_s: every host overhead (per kernel pass, per collective call, per pipeline
+    # action, the runner's per step); 0 with the presets
+    overhead_s: float = 0.0
     flops_per_step: float = 0.0  # the model's training FLOPs per step (forward x3, x4 recomputing)
     fusion: bool = False  # priced with pointwise chains fused into generated kernels (GPU hardware)
     # a mixed plan (docs/mixed_plans.md): each region's own family over the tensor group;
@@ -139,6 +146,9 @@ class Plan:
     # ({} without 3D regions)
     mixed: bool = False
     tensor_grid: dict = field(default_factory=dict)
+    # where ``hardware`` came from (cost.profiles.resolve): "preset", "file PATH", "given",
+    # this machine's calibrated profile and its path, or the default preset and why
+    hardware_source: str = ""
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries
