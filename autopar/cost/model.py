@@ -238,8 +238,10 @@ def matmul_time(flops: float, hw: Hardware) -> float:
 
 def memory_bound_time(bytes_moved: float, hw: Hardware) -> float:
     """Seconds for one memory-bound kernel moving ``bytes_moved`` bytes: bytes/bandwidth +
-    launch, plus the host's ``host_op_s`` per kernel pass."""
-    return float(_memory_bound_time(bytes_moved, hw.memory_bandwidth, hw.kernel_launch_s)) + hw.host_op_s
+    launch, plus the host's ``host_op_s`` per kernel pass; the bandwidth is
+    ``memory_bandwidth·memory_efficiency`` (the efficiency 1 but in a fitted preset)."""
+    return float(_memory_bound_time(bytes_moved, hw.memory_bandwidth * hw.memory_efficiency,
+                                    hw.kernel_launch_s)) + hw.host_op_s
 
 
 def training_memory(param_elems: float, activation_bytes: float, *, param_bytes: float = 4,
