@@ -70,19 +70,20 @@ class RingFormulas(TestCase):
 class Placement(TestCase):
     def test_intra_and_inter_node(self):
         # 8 ranks per node, rank-major
-        self.assertEqual(cost.group_link(8, 1, SELENE), (300e9, 2e-6))    # one whole node
-        self.assertEqual(cost.group_link(4, 2, SELENE), (300e9, 2e-6))    # {0,2,4,6}
-        self.assertEqual(cost.group_link(16, 1, SELENE), (200e9, 5e-6))   # 2 nodes, one ring: all 8 NICs
-        self.assertEqual(cost.group_link(2, 8, SELENE), (25e9, 5e-6))     # {r, r+8}: 8 rings share the NICs
+        # (the preset's NCCL bus bandwidths: 235 GB/s NVLink, 20 GB/s per GPU's HCA)
+        self.assertEqual(cost.group_link(8, 1, SELENE), (235e9, 2e-6))    # one whole node
+        self.assertEqual(cost.group_link(4, 2, SELENE), (235e9, 2e-6))    # {0,2,4,6}
+        self.assertEqual(cost.group_link(16, 1, SELENE), (160e9, 5e-6))   # 2 nodes, one ring: all 8 NICs
+        self.assertEqual(cost.group_link(2, 8, SELENE), (20e9, 5e-6))     # {r, r+8}: 8 rings share the NICs
         self.assertEqual(cost.group_link(3, 1, SELENE)[1], 5e-6)          # groups of 3 straddle nodes
-        self.assertEqual(cost.group_link(1, 64, SELENE), (300e9, 2e-6))
+        self.assertEqual(cost.group_link(1, 64, SELENE), (235e9, 2e-6))
 
     def test_eq10_sharing(self):
-        # β = β_inter / min(G_node, stride), β_inter = 8 · 25 GB/s, capped by NVLink (300 GB/s)
+        # β = β_inter / min(G_node, stride), β_inter = 8 · 20 GB/s, capped by NVLink (235 GB/s)
         seen = {s: cost.group_link(32 // s, s, SELENE)[0] for s in (1, 2, 4, 8, 16)}
-        self.assertEqual(seen, {1: 200e9, 2: 100e9, 4: 50e9, 8: 25e9, 16: 25e9})
+        self.assertEqual(seen, {1: 160e9, 2: 80e9, 4: 40e9, 8: 20e9, 16: 20e9})
         beta_sym = cost.FORMULAS["placement_bandwidth"].subs(
-            {cost.beta_inter: 200e9, cost.G_node: 8, cost.G_inner: 4})
+            {cost.beta_inter: 160e9, cost.G_node: 8, cost.G_inner: 4})
         self.assertAlmostEqual(float(beta_sym), seen[4])
 
     def test_bad_group(self):
@@ -101,7 +102,8 @@ class Compute(TestCase):
         self.assertAlmostEqual(cost.matmul_time(big, SELENE) / (big / rate), 1.0, places=5)
 
     def test_memory_bound_and_training_memory(self):
-        self.assertAlmostEqual(cost.memory_bound_time(2039e6, SELENE), 1e-3 + 5e-6, places=12)
+        # 2039 MB at the preset's 2039 GB/s x memory_efficiency 0.16, plus a 5 us launch
+        self.assertAlmostEqual(cost.memory_bound_time(2039e6, SELENE), 1e-3 / 0.16 + 5e-6, places=12)
         self.assertEqual(cost.training_memory(1e6, 0), 16e6)  # 4 + 4 + 8 bytes per parameter
         self.assertEqual(cost.training_memory(10, 100, param_bytes=2, grad_bytes=2, optimizer_state_bytes=12), 260.0)
 
@@ -124,7 +126,8 @@ class Overheads(TestCase):
     HOST = dataclasses.replace(FLAT, host_op_s=3e-6, collective_call_s=40e-6, pipeline_action_s=500e-6)
 
     def test_per_kernel_pass_and_per_call(self):
-        # a 2e9-FLOP matmul at 0.8 x 312 TFLOP/s, saturation 1e8: (2e9 + 1e8)/(2.496e14) + 5 us launch + 3 us host
+        # a 2e9-FLOP matmul at the preset's efficiency x 312 TFLOP/s, saturation 1e8:
+        # (2e9 + 1e8)/(peak x efficiency) + 5 us launch + 3 us host
         expected = (2e9 + SELENE.saturation_flops) / (SELENE.peak_flops * SELENE.matmul_efficiency) \
             + SELENE.kernel_launch_s + 3e-6
         self.assertAlmostEqual(cost.matmul_time(2e9, self.HOST), expected, places=12)
@@ -232,7 +235,7 @@ class Presets(TestCase):
 
     def test_selene_figures(self):
         self.assertEqual((SELENE.peak_flops, SELENE.devices_per_node), (312e12, 8))
-        self.assertEqual((SELENE.intra_node_bandwidth, SELENE.inter_node_bandwidth), (300e9, 25e9))
+        self.assertEqual((SELENE.intra_node_bandwidth, SELENE.inter_node_bandwidth), (235e9, 20e9))
 
 
 class MLP(nn.Module):
