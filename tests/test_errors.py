@@ -56,6 +56,23 @@ def test_auto_skips_data_degrees_that_do_not_divide_the_batch():
     assert any("batch 6 not divisible by data degree 4" in c.reason for c in plan.candidates)
 
 
+def test_dsp_of_heads_with_a_position_bias_per_head_is_refused_at_planning():
+    """T5 adds a relative position bias with a row per head to the attention scores:
+    D&SP of heads (which splits only the query, key and value) is refused when planning,
+    naming the region and the value, and "auto" lists the D&SP configurations as
+    rejected for that reason, instead of a plan whose rewrite fails on the ranks."""
+    from examples.zoo import ZOO
+    from autopar.planning.strategy import PlanError
+    c = ZOO["t5"]()
+    with pytest.raises(PlanError, match=r"region attention:encoder\.block\.0\.layer\.0\.SelfAttention: .* row per "
+                                        r"head \(a position bias per head\)"):
+        autopar.plan(c.factory(), 4, c.inputs, c.loss_fn, {"data": 4, "tensor": 1, "subgrids": 2},
+                     example_target=c.target, example_kwargs=dict(c.kwargs))
+    plan = autopar.plan(c.factory(), 4, c.inputs, c.loss_fn, example_target=c.target, example_kwargs=dict(c.kwargs))
+    dsp = [m for m in plan.candidates if m.subgrids > 1]
+    assert dsp and all(not m.feasible and "position bias per head" in m.reason for m in dsp)
+
+
 def test_unknown_strategy_is_explained():
     with pytest.raises(autopar.PlanError, match=r"expected 'auto', 'data', 'tensor' or a dict"):
         autopar.plan(MLP(), 2, (torch.randn(4, 32),), strategy="pipeline-ish")

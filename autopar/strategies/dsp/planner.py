@@ -38,7 +38,7 @@ from autopar.strategies.data import levers as L
 from autopar.strategies.data.planner import batch_norms, check_batch_norms
 from autopar.strategies.dsp.cost import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
 from autopar.strategies.dsp import layout as dsp_layout
-from autopar.strategies.dsp.rewrite import csub_branch_program, subgraph_parallel_pass
+from autopar.strategies.dsp.rewrite import csub_branch_program, heads_unsplittable, subgraph_parallel_pass
 from autopar.strategies.family import (BRANCHES, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected)
 from autopar.strategies.megatron.planner import check_forced_sizes, judge, price_mesh
@@ -144,6 +144,9 @@ def price_subgraph(model: ModelFacts, hw: Hardware, data: int, g: int, topology_
             raise PlanError(f"region {r.id}: {branch_count(r)} {'heads' if r.kind == 'attention' else 'branches'} "
                             f"cannot fill {g} sub-grids; force subgrids <= {branch_count(r)}")
         if r.kind == "attention":
+            why = heads_unsplittable(r, table)
+            if why is not None:
+                raise PlanError(why)
             core = [model.work[n] for n in d["core"]]
             bundle = sum(tensor_spec(table[n]).nbytes for n in d["core_inputs"])
             out = tensor_spec(table[d["core"][-1]]).nbytes

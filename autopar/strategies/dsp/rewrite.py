@@ -121,9 +121,13 @@ def _cut(gm: fx.GraphModule, rid: str, choice: dict, subgrid: int) -> _Cut:
     return cut
 
 
-def _cut_heads(region, choice: dict, subgrid: int, table, order) -> _Cut:
+def heads_cut(region, table) -> tuple[list, list, list, set]:
+    """What splitting attention ``region``'s heads over sub-grids moves: (its core, the
+    core's inputs, the values the core reads from outside it, those of them with a row
+    per sample); raises :class:`SubgraphParallelError` where
+    this version cannot split them (the planner asks first, :func:`heads_unsplittable`)."""
     d = region.details
-    core = sorted((table[n] for n in d["core"]), key=order.__getitem__)
+    core = [table[n] for n in d["core"]]
     inputs = [table[n] for n in d["core_inputs"]]
     for x in inputs:
         spec = tensor_spec(x)
@@ -134,7 +138,9 @@ def _cut_heads(region, choice: dict, subgrid: int, table, order) -> _Cut:
         raise SubgraphParallelError(f"region {region.id}: {d['kv_heads']} key/value heads for {d['heads']} query "
                                     f"heads (grouped-query attention); D&SP splits equal head counts only")
     core_set = set(core)
-    for node in core[:-1]:
+    for node in core:
+        if node.name == d["core"][-1]:
+            continue
         outside = [u.name for u in node.users if u not in core_set]
         if outside:
             raise SubgraphParallelError(f"region {region.id}: the core value {node.name} is also read by {outside}; "
@@ -150,13 +156,30 @@ def _cut_heads(region, choice: dict, subgrid: int, table, order) -> _Cut:
                 if spec.shape[1] != 1:
                     raise SubgraphParallelError(
                         f"region {region.id}: the attention core reads {a.name} of shape {spec}, which has a row per "
-                        f"head; D&SP of heads splits only the query, key and value in this version")
+                        f"head (a position bias per head); D&SP of heads splits only the query, key and value in "
+                        f"this version")
                 if spec.shape[0] == rows:  # a mask per sample: gathered with the rows in D&SP
                     batched.add(a)
                 elif spec.shape[0] != 1:
                     raise SubgraphParallelError(f"region {region.id}: the attention core reads {a.name} of shape "
                                                 f"{spec}, neither per sample ({rows} rows) nor broadcast")
             sides.append(a)
+    return core, inputs, sides, batched
+
+
+def heads_unsplittable(region, table) -> str | None:
+    """Why D&SP cannot split attention ``region``'s heads in this version (None: it can)."""
+    try:
+        heads_cut(region, table)
+    except SubgraphParallelError as e:
+        return str(e)
+    return None
+
+
+def _cut_heads(region, choice: dict, subgrid: int, table, order) -> _Cut:
+    d = region.details
+    core, inputs, sides, batched = heads_cut(region, table)
+    core = sorted(core, key=order.__getitem__)
     widths = head_widths(d["heads"], choice["subgrids"])
     last = core[-1]
     return _Cut(region.id, True, inputs, sorted(sides, key=order.__getitem__), core, [last], last, "concat",
