@@ -229,6 +229,15 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
              for g in smallest if ("in_training", g) in medians}
     fits, measurements, measured = _fit_collectives(medians)
     measured["call"] = calls
+    # every measured point, which the cost model interpolates between (the fit is for
+    # sizes past the largest and for the scalar fields)
+    measured["table"] = {}
+    for k, t in sorted(medians.items(), key=lambda kv: str(kv[0])):
+        if k[0] in COLLECTIVES:
+            measured["table"].setdefault(k[0], {}).setdefault(str(k[1]), []).append([float(k[2]), t])
+    for by_size in measured["table"].values():
+        for points in by_size.values():
+            points.sort()
     intra = measured["all_reduce"]["2"]
     inter = measured["all_reduce"][str(max(group_sizes(world_size)))]
     memory_bytes = reports[0]["memory_bytes"]

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch.fx as fx
 
+from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE
 from autopar.planning.explain import closest_to_fitting, rejections
@@ -90,8 +91,9 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
             priced = family.price(ctx, config)
             if not priced.listed:
                 continue
-            if priced.step_s is not None and ctx.hw.step_overhead_s:  # the runner's fixed cost, every plan
-                priced = dataclasses.replace(priced, step_s=priced.step_s + ctx.hw.step_overhead_s)
+            fixed = per_step_s(ctx, priced.mesh, priced.config)
+            if priced.step_s is not None and fixed:  # the runner's fixed cost, every plan
+                priced = dataclasses.replace(priced, step_s=priced.step_s + fixed)
             why = lever_conflict(ctx, priced)
             if why is not None:
                 if ctx.forced is not None:
@@ -113,11 +115,28 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))
     plan_ = best[0].to_plan(ctx, best[1])
     plan_._priced = best  # the winner, for _overheads (not saved)
-    plan_.step_s += ctx.hw.step_overhead_s
+    fixed = per_step_s(ctx, best[1].mesh, best[1].config)
+    plan_.step_s += fixed
+    if fixed > ctx.hw.step_overhead_s:  # the targets' count, the batch group's communication
+        comm = dict(plan_.total.comm_s)
+        comm["data"] = comm.get("data", 0.0) + fixed - ctx.hw.step_overhead_s
+        plan_.total = dataclasses.replace(plan_.total, comm_s=comm)
     plan_.step_overhead_s = ctx.hw.step_overhead_s
     plan_.forced = ctx.forced is not None
     plan_.candidates = candidates
     return plan_
+
+
+def per_step_s(ctx: PlanContext, mesh: dict, config) -> float:
+    """What every step of a configuration pays besides its regions and schedule: the
+    runner's fixed cost (``Hardware.step_overhead_s``) and, where the loss averages over
+    counted targets and the batch is split, the all-reduce of the count over the ranks
+    splitting it (:mod:`autopar.runtime.target_count`, 8 bytes)."""
+    parts = mesh.get("data", 1) * mesh.get("z", 1)
+    if getattr(config, "csub", False) and getattr(config, "subgrids", 1) > 1:
+        parts //= config.subgrids
+    count = cm.all_reduce_time(parts, 8, ctx.hw) if parts > 1 and ctx.model.counts_targets else 0.0
+    return ctx.hw.step_overhead_s + count
 
 
 def _overheads(ctx: PlanContext, plan_: Plan) -> None:
@@ -133,10 +152,12 @@ def _overheads(ctx: PlanContext, plan_: Plan) -> None:
     if best is None or bare == ctx.hw:
         return
     family, priced = best
-    again = family.price(dataclasses.replace(ctx, hw=bare, best_s=[math.inf]), priced.config)
+    bare_ctx = dataclasses.replace(ctx, hw=bare, best_s=[math.inf])
+    again = family.price(bare_ctx, priced.config)
     if not again.feasible or again.mesh != priced.mesh:
         return
-    plan0 = family.to_plan(dataclasses.replace(ctx, hw=bare), again)
+    plan0 = family.to_plan(bare_ctx, again)
+    plan0.step_s += per_step_s(bare_ctx, again.mesh, again.config)
     same = (plan0.microbatches, plan0.zero, plan0.recompute, plan0.selective_recompute, plan0.pipeline.get(
         "microbatches")) == (plan_.microbatches, plan_.zero, plan_.recompute, plan_.selective_recompute,
                             plan_.pipeline.get("microbatches"))

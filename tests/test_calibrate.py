@@ -155,15 +155,23 @@ def test_planner_prices_with_the_profile(calibrated):
                               ("reduce_scatter", cost.reduce_scatter_time), ("all_to_all", cost.all_to_all_time),
                               ("broadcast", cost.broadcast_time)):
         alpha_s, beta_bps = hw.measured[collective]["2"]
-        # the fit's formula, plus what a call costs in training beyond it (the autograd
-        # functions around it, the wait met in a loop of compute): both measured
+        # the measured points, interpolated (past the largest: its time plus the fit's
+        # growth), plus what a call costs in training beyond them (the autograd
+        # functions around it, the wait met in a loop of compute): all measured
         overhead = cost.call_overhead(2, hw)
         assert overhead == hw.collective_call_s + hw.measured["call"]["2"][0] and overhead >= 0
-        assert price(2, 1 << 20, hw) == pytest.approx(_formula(collective, 2, 1 << 20, alpha_s, beta_bps) + overhead,
-                                                      rel=1e-12)
+        table = hw.measured["table"][collective]["2"]
+        assert [m for m, _ in table] == sorted(m for m, _ in table) and len(table) == len(settings(True).message_bytes)
+        (m0, t0), (m1, t1) = table[-2], table[-1]
+        middle = (m0 + m1) / 2
+        assert price(2, middle, hw) == pytest.approx((t0 + t1) / 2 + overhead, rel=1e-12)
+        assert price(2, m1, hw) == pytest.approx(t1 + overhead, rel=1e-12)
+        past = 4 * m1
+        grown = _formula(collective, 2, past, alpha_s, beta_bps) - _formula(collective, 2, m1, alpha_s, beta_bps)
+        assert price(2, past, hw) == pytest.approx(t1 + grown + overhead, rel=1e-9)
     alpha_s, beta_bps = hw.measured["send"]["2"]
-    assert cost.point_to_point_time(1 << 20, hw) == pytest.approx((1 << 20) / beta_bps + alpha_s + overhead,
-                                                                  rel=1e-12)
+    (m1, t1) = hw.measured["table"]["send"]["2"][-1]
+    assert cost.point_to_point_time(4 * m1, hw) == pytest.approx(t1 + 3 * m1 / beta_bps + overhead, rel=1e-9)
     # the runtime's own pieces, measured: per kernel pass, per step; the ranks that shared the cores
     assert hw.host_op_s > 0 and hw.step_overhead_s >= 0 and hw.measured_ranks == 2 and hw.host_cores >= 1
     assert math.isfinite(hw.pipeline_action_s) and hw.pipeline_action_s >= 0

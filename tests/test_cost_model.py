@@ -169,6 +169,27 @@ class Overheads(TestCase):
         self.assertIn("of which host", text)
         self.assertIn(f"host overheads {plans[1].overhead_s * 1e3:.3f} ms", text)
 
+    def test_a_loss_over_counted_targets_pays_the_counts_all_reduce(self):
+        """A cross-entropy averaged over its targets (ignore_index) counts them over the
+        ranks splitting the batch each step (runtime.target_count): one 8-byte
+        all-reduce over the data group, in the plan's data communication; a mean
+        squared error counts nothing, and a plan that does not split the batch neither."""
+        import torch
+        import autopar
+        model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+        x, labels = torch.randn(8, 16), torch.randint(0, 16, (8,))
+        cpu = get_hardware("cpu-gloo")
+        ce = autopar.plan(model, 4, (x,), torch.nn.functional.cross_entropy, {"data": 4}, example_target=labels)
+        mse = autopar.plan(model, 4, (x,), torch.nn.functional.mse_loss, {"data": 4}, example_target=torch.randn(8, 16))
+        count = cost.all_reduce_time(4, 8, cpu)
+        self.assertAlmostEqual(ce.step_s - mse.step_s, count, delta=1e-7)  # the two losses differ by ns
+        self.assertAlmostEqual(ce.total.comm_s["data"] - mse.total.comm_s["data"], count, places=12)
+        whole = autopar.plan(model, 4, (x,), torch.nn.functional.cross_entropy, {"data": 1, "tensor": 4},
+                             example_target=labels)
+        unsplit = autopar.plan(model, 4, (x,), torch.nn.functional.mse_loss, {"data": 1, "tensor": 4},
+                               example_target=torch.randn(8, 16))
+        self.assertAlmostEqual(whole.step_s, unsplit.step_s, delta=1e-7)
+
     def test_bucket_copies(self):
         from autopar.planning.model import bucket_copy_s, exposed_data_comm
         # 8 MB of gradients copied in and out of the buckets at 2 TB/s: 8 us

@@ -25,8 +25,8 @@ class TestGolden(expecttest.TestCase):
         self.assertExpectedInline(table, """\
 autopar plan: MLP on 2 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
-predicted step 0.250 ms: compute 0.031 ms, data comm 0.219 ms, tensor comm 0.000 ms; memory per rank 0.14 MiB
-model: 4.086e+05 FLOP per step -> 8.18e+08 FLOP/s per device predicted
+predicted step 0.430 ms: compute 0.031 ms, data comm 0.399 ms, tensor comm 0.000 ms; memory per rank 0.14 MiB
+model: 4.086e+05 FLOP per step -> 4.754e+08 FLOP/s per device predicted
 
 region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
@@ -35,7 +35,7 @@ linear_chain:body#1  linear_chain  replicate  0.012 ms  0.000 ms     0.000 ms   
 (outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
 
 meshes weighed:
- * data=2 x tensor=1: step 0.250 ms, memory 0.14 MiB""")
+ * data=2 x tensor=1: step 0.430 ms, memory 0.14 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
@@ -98,8 +98,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: MLP on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 1.194 ms: compute 0.030 ms, data comm 0.442 ms, tensor comm 0.722 ms; memory per rank 0.07 MiB
-model: 4.086e+05 FLOP per step -> 8.556e+07 FLOP/s per device predicted
+predicted step 1.374 ms: compute 0.030 ms, data comm 0.622 ms, tensor comm 0.722 ms; memory per rank 0.07 MiB
+model: 4.086e+05 FLOP per step -> 7.435e+07 FLOP/s per device predicted
 
 region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -108,7 +108,7 @@ linear_chain:body#1  linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   
 (outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
 
 meshes weighed:
- * data=2 x tensor=2: step 1.194 ms, memory 0.07 MiB""")
+ * data=2 x tensor=2: step 1.374 ms, memory 0.07 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
@@ -140,8 +140,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
-predicted step 0.489 ms: compute 0.181 ms, data comm 0.307 ms, tensor comm 0.000 ms; memory per rank 0.59 MiB
-model: 1.121e+07 FLOP per step -> 1.147e+10 FLOP/s per device predicted
+predicted step 0.669 ms: compute 0.181 ms, data comm 0.487 ms, tensor comm 0.000 ms; memory per rank 0.59 MiB
+model: 1.121e+07 FLOP per step -> 8.385e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
@@ -153,7 +153,7 @@ linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 m
 (outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
 
 meshes weighed:
- * data=2 x tensor=1: step 0.489 ms, memory 0.59 MiB""")
+ * data=2 x tensor=1: step 0.669 ms, memory 0.59 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -407,8 +407,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 2.532 ms: compute 0.155 ms, data comm 0.536 ms, tensor comm 1.841 ms; memory per rank 0.32 MiB
-model: 1.121e+07 FLOP per step -> 1.107e+09 FLOP/s per device predicted
+predicted step 2.712 ms: compute 0.155 ms, data comm 0.716 ms, tensor comm 1.841 ms; memory per rank 0.32 MiB
+model: 1.121e+07 FLOP per step -> 1.033e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -420,7 +420,7 @@ linear_chain:blocks.1    linear_chain  megatron   0.017 ms  0.368 ms     0.000 m
 (outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
 
 meshes weighed:
- * data=2 x tensor=2: step 2.532 ms, memory 0.32 MiB""")
+ * data=2 x tensor=2: step 2.712 ms, memory 0.32 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -555,8 +555,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: Inception on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=4 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent); D&SP: 2 sub-grids of 2 rank(s), topology-aware order
-predicted step 2.014 ms: compute 0.035 ms, data comm 1.202 ms, segment comm 0.374 ms, subgrid comm 0.402 ms, tensor comm 0.000 ms; memory per rank 0.02 MiB
-model: 1.923e+06 FLOP per step -> 2.387e+08 FLOP/s per device predicted
+predicted step 3.214 ms: compute 0.035 ms, data comm 2.402 ms, segment comm 0.374 ms, subgrid comm 0.402 ms, tensor comm 0.000 ms; memory per rank 0.02 MiB
+model: 1.923e+06 FLOP per step -> 1.496e+08 FLOP/s per device predicted
 
 region             kind       strategy   compute   comm tensor  comm data  comm segment  comm subgrid  memory    alternatives
 -----------------  ---------  ---------  --------  -----------  ---------  ------------  ------------  --------  -------------
@@ -567,7 +567,7 @@ branches on sub-grids:
   fork_join:b1: D&SP over 2 sub-grids (topology-aware order); branches s0:[1], s1:[0, 2]; messages per split/join 8 intra-node, 0 inter-node (2 per node)
 
 meshes weighed:
- * data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 2.014 ms, memory 0.02 MiB""")
+ * data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 3.214 ms, memory 0.02 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0; sub-grid 0, position 0, batch chunk 0); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
@@ -817,8 +817,8 @@ def forward(self):
         self.assertExpectedInline(table, """\
 autopar plan: MLP on 8 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=1 x z=2 x y=2 x x=2   (Bian cube Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((data*Gz + z)*Gy + y)*Gx + x)
-predicted step 8.880 ms: compute 0.029 ms, data comm 0.403 ms, x comm 1.622 ms, y comm 3.607 ms, z comm 3.219 ms; memory per rank 0.03 MiB
-model: 4.086e+05 FLOP per step -> 5.751e+06 FLOP/s per device predicted
+predicted step 9.060 ms: compute 0.029 ms, data comm 0.583 ms, x comm 1.622 ms, y comm 3.607 ms, z comm 3.219 ms; memory per rank 0.03 MiB
+model: 4.086e+05 FLOP per step -> 5.637e+06 FLOP/s per device predicted
 
 region               kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
 -------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
@@ -833,7 +833,7 @@ cube layers (Bian et al.; orientation by data flow; Algorithms 1/3: all-gather A
     boundary: input read as A_ijl from the previous region (no re-layout), output all-gathered over y, then x
 
 meshes weighed:
- * 3D cube (Bian) p=2 data=1: step 8.880 ms, memory 0.03 MiB""")
+ * 3D cube (Bian) p=2 data=1: step 9.060 ms, memory 0.03 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 8 (data=0, z=0, y=0, x=0); built by passes: analysis -> cube3d -> data_parallel
 def forward(self, input_0, target):
@@ -878,8 +878,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: MLP on 8 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=1 x z=2 x y=2 x x=2   (3D grid Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((data*Gz + z)*Gy + y)*Gx + x)
-predicted step 5.178 ms: compute 0.030 ms, data comm 0.403 ms, x comm 0.721 ms, y comm 2.406 ms, z comm 1.618 ms; memory per rank 0.03 MiB
-model: 4.086e+05 FLOP per step -> 9.864e+06 FLOP/s per device predicted
+predicted step 5.358 ms: compute 0.030 ms, data comm 0.583 ms, x comm 0.721 ms, y comm 2.406 ms, z comm 1.618 ms; memory per rank 0.03 MiB
+model: 4.086e+05 FLOP per step -> 9.532e+06 FLOP/s per device predicted
 
 region               kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
 -------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
@@ -894,7 +894,7 @@ linear_chain:body#1  linear_chain  tensor3d   0.012 ms  0.361 ms  1.203 ms  0.80
     boundary: input read split over y from the previous region (no re-layout), output all-gathered over y
 
 meshes weighed:
- * 3D x=2 y=2 z=2 data=1: step 5.178 ms, memory 0.03 MiB""")
+ * 3D x=2 y=2 z=2 data=1: step 5.358 ms, memory 0.03 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 8 (data=0, z=0, y=0, x=0); built by passes: analysis -> tensor3d -> data_parallel
 def forward(self, input_0, target):

@@ -123,6 +123,18 @@ def test_levers_ride_on_any_family_and_alone():
     assert Strategy.parse({"pipeline": 2, "microbatches": 4, "zero": 1}).microbatches == 4
 
 
+def test_forced_recomputation_is_priced_in_a_pipeline():
+    """A pipeline forced to recompute its blocks is priced recomputing them (a second
+    forward in each backward), not priced without and marked afterwards; forcing "none"
+    prices it keeping them."""
+    model, inputs, loss_fn, target = transformer()
+    kept, full = (autopar.plan(model, 4, inputs, loss_fn, {"pipeline": 2, "microbatches": 2, "recompute": mode},
+                               example_target=target) for mode in ("none", "full"))
+    assert full.recompute and not kept.recompute
+    assert full.step_s > kept.step_s and full.flops_per_step == 4 / 3 * kept.flops_per_step
+    assert full.total.memory_bytes < kept.total.memory_bytes
+
+
 def test_megatron_table_1_small_models_plan_data_parallel_with_accumulation():
     """Megatron Table 1's 1.7B on 32 A100s ran as t=1 p=1 d=32 with gradient accumulation:
     the whole batch of a data rank (16 sequences of 2048) does not fit, 4 microbatches do."""

@@ -129,8 +129,8 @@ class TestCliGolden(expecttest.TestCase):
         self.assertExpectedInline(out.getvalue(), """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4
 mesh: pipeline=2 x data=2 x tensor=1   (rank = (pipeline*2 + data)*1 + tensor; tensor ranks adjacent, pipeline outermost)
-predicted step 0.843 ms: compute 0.092 ms, data comm 0.241 ms, pipeline comm 0.510 ms, tensor comm 0.000 ms; memory per rank 0.31 MiB
-model: 1.121e+07 FLOP per step -> 3.324e+09 FLOP/s per device predicted
+predicted step 1.023 ms: compute 0.092 ms, data comm 0.421 ms, pipeline comm 0.510 ms, tensor comm 0.000 ms; memory per rank 0.31 MiB
+model: 1.121e+07 FLOP per step -> 2.739e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
@@ -152,39 +152,39 @@ timeline (unit: one chunk's forward; backward = 2 units):
 
 meshes weighed:
    3D cube (Bian): rejected: Bian's cube form: 4 ranks are no p^3 x data with p >= 2
-   data=4 x tensor=1: step 1.549 ms, memory 0.51 MiB
-   data=2 x tensor=2: step 2.532 ms, memory 0.32 MiB
+   data=4 x tensor=1: step 2.749 ms, memory 0.51 MiB
+   data=2 x tensor=2: step 2.712 ms, memory 0.32 MiB
    data=1 x tensor=4: step 12.308 ms, memory 0.27 MiB
-   data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 2.285 ms, memory 0.51 MiB
-   data=4 x tensor=1, D&SP 2 sub-grids (naive): step 3.185 ms, memory 0.51 MiB
-   data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware): step 1.591 ms, memory 0.59 MiB
-   data=4 x tensor=1, D&SP-cSub 2 sub-grids (naive): step 2.154 ms, memory 0.59 MiB
-   data=4 x tensor=1, D&SP 4 sub-grids (topology-aware): step 6.376 ms, memory 0.51 MiB
-   data=4 x tensor=1, D&SP 4 sub-grids (naive): step 6.376 ms, memory 0.51 MiB
+   data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 3.485 ms, memory 0.51 MiB
+   data=4 x tensor=1, D&SP 2 sub-grids (naive): step 4.386 ms, memory 0.51 MiB
+   data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware): step 1.771 ms, memory 0.59 MiB
+   data=4 x tensor=1, D&SP-cSub 2 sub-grids (naive): step 2.334 ms, memory 0.59 MiB
+   data=4 x tensor=1, D&SP 4 sub-grids (topology-aware): step 7.576 ms, memory 0.51 MiB
+   data=4 x tensor=1, D&SP 4 sub-grids (naive): step 7.576 ms, memory 0.51 MiB
    data=4 x tensor=1, D&SP-cSub 4 sub-grids (topology-aware): step 5.136 ms, memory 0.75 MiB
    data=4 x tensor=1, D&SP-cSub 4 sub-grids (naive): step 5.136 ms, memory 0.75 MiB
-   3D x=1 y=1 z=2 data=2: step 3.426 ms, memory 0.41 MiB
-   3D x=1 y=1 z=4 data=1: step 11.136 ms, memory 0.32 MiB
-   3D x=1 y=2 z=1 data=2: step 2.992 ms, memory 0.40 MiB
-   3D x=1 y=2 z=2 data=1: step 6.186 ms, memory 0.35 MiB
+   3D x=1 y=1 z=2 data=2: step 4.626 ms, memory 0.41 MiB
+   3D x=1 y=1 z=4 data=1: step 12.336 ms, memory 0.32 MiB
+   3D x=1 y=2 z=1 data=2: step 3.172 ms, memory 0.40 MiB
+   3D x=1 y=2 z=2 data=1: step 6.366 ms, memory 0.35 MiB
    3D x=1 y=4 z=1 data=1: step 14.997 ms, memory 0.47 MiB
-   3D x=2 y=1 z=1 data=2: step 2.176 ms, memory 0.34 MiB
-   3D x=2 y=1 z=2 data=1: step 5.369 ms, memory 0.30 MiB
+   3D x=2 y=1 z=1 data=2: step 2.356 ms, memory 0.34 MiB
+   3D x=2 y=1 z=2 data=1: step 5.549 ms, memory 0.30 MiB
    3D x=2 y=2 z=1 data=1: step 6.753 ms, memory 0.35 MiB
    3D x=4 y=1 z=1 data=1: step 9.885 ms, memory 0.30 MiB
- * pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1: step 0.843 ms, memory 0.31 MiB
+ * pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1: step 1.023 ms, memory 0.31 MiB
    pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=1: step 2.689 ms, memory 0.22 MiB
 
 the 3 best of 22 feasible configuration(s) (1 rejected):
 #  configuration                                              step      comm tensor  comm x    comm y    comm z    comm pipeline  comm data  memory
 -  ---------------------------------------------------------  --------  -----------  --------  --------  --------  -------------  ---------  --------
-1  pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1         0.843 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.510 ms       0.241 ms   0.31 MiB
-2  data=4 x tensor=1                                          1.549 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       1.402 ms   0.51 MiB
-3  data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware)  1.591 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       0.664 ms   0.59 MiB
+1  pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1         1.023 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.510 ms       0.241 ms   0.31 MiB
+2  data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware)  1.771 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       0.664 ms   0.59 MiB
+3  data=4 x tensor=1, D&SP-cSub 2 sub-grids (naive)           2.334 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       0.307 ms   0.59 MiB
 
-why not 3d: lost: its best, 3D x=2 y=1 z=1 data=2, is predicted at 2.176 ms per step against 0.843 ms for the plan (2.58x)
+why not 3d: lost: its best, 3D x=2 y=1 z=1 data=2, is predicted at 2.356 ms per step against 1.023 ms for the plan (2.30x)
         step      compute+other  data      pipeline  tensor    x         y         z         memory
-  plan  0.843 ms  0.092 ms       0.241 ms  0.510 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms  0.31 MiB
-  3d    2.176 ms  0.157 ms       0.546 ms  0.000 ms  0.000 ms  1.473 ms  0.000 ms  0.000 ms  0.34 MiB
+  plan  1.023 ms  0.272 ms       0.241 ms  0.510 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms  0.31 MiB
+  3d    2.356 ms  0.337 ms       0.546 ms  0.000 ms  0.000 ms  1.473 ms  0.000 ms  0.000 ms  0.34 MiB
   the most it loses: x (+1.473 ms)
 """)

@@ -55,7 +55,9 @@ class Hardware:
     # ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send") →
     # group size (a string, JSON keys) → [α seconds per step, β bytes/s] fitted to that
     # collective's own formula (cost.FORMULAS). Where an entry exists it replaces the
-    # placement model of cost.group_link for that collective and group size.
+    # placement model of cost.group_link for that collective and group size. Its "table"
+    # entry holds the measured points, collective → group size → [[m bytes, seconds], ...],
+    # which the cost model interpolates between (cost.measured_table), the fit past them.
     measured: dict = field(default_factory=dict, hash=False)
     # Whether compiled programs run their pointwise chains as generated Triton kernels
     # (autopar.transforms.fusion: on for GPUs); the cost model then prices each chain as one
@@ -135,8 +137,13 @@ class Hardware:
         values = {}
         for f in dataclasses.fields(Hardware):
             if f.name == "measured":
+                measured = d.get("measured", {})
                 values[f.name] = {str(c): {str(g): [float(a), float(b)] for g, (a, b) in fits.items()}
-                                  for c, fits in d.get("measured", {}).items()}
+                                  for c, fits in measured.items() if c != "table"}
+                if "table" in measured:  # measured points: collective → G → [[m bytes, seconds], ...]
+                    values[f.name]["table"] = {
+                        str(c): {str(g): sorted([float(m), float(t)] for m, t in points) for g, points in by.items()}
+                        for c, by in measured["table"].items()}
                 continue
             if f.name not in d:
                 continue  # an optional field written by an older autopar: its default

@@ -309,6 +309,16 @@ class ModelFacts:
             self._sig_of[key] = sig
         return sig
 
+    @property
+    def counts_targets(self) -> bool:
+        """Whether the loss averages over counted targets, which a plan splitting the
+        batch counts over its ranks with an all-reduce per step (``data.rewrite.counts_targets``)."""
+        memo = self.memo("counts_targets")
+        if "value" not in memo:
+            from autopar.strategies.data.rewrite import counts_targets
+            memo["value"] = counts_targets(self.gm)
+        return memo["value"]
+
     def seconds(self, names, hw: Hardware, scale: float, recompute: bool = False) -> float:
         """Step compute seconds of the nodes ``names`` with their work scaled by ``scale``
         (1 forward + backward per kernel, one forward more when ``recompute``), memoised

@@ -230,13 +230,9 @@ def _target_count_program(gm: fx.GraphModule, target: fx.Node, ignore_index: int
     return fx.GraphModule(gm, graph, class_name="TargetCount")
 
 
-def global_mean_losses(gm: fx.GraphModule) -> int:
-    """Rewrite the graph's output loss that averages over its counted targets (a
-    cross-entropy or NLL over class indices, ``reduction="mean"``, no class weights,
-    read only by the output) into ``global_mean(the same loss summed)``, and record under
-    :data:`TARGET_COUNT` the program counting its targets from the graph inputs. Returns
-    how many losses were rewritten (0 or 1: a second one would need a count of its own
-    and is left as it is, with a warning)."""
+def _counted_losses(gm: fx.GraphModule) -> list[tuple[fx.Node, fx.Node, int]]:
+    """The graph's output losses that average over their counted targets: (loss, target,
+    ignore_index) for each (see :func:`global_mean_losses`)."""
     output = next(n for n in gm.graph.nodes if n.op == "output")
     found = []
     for value in output.all_input_nodes:
@@ -250,9 +246,28 @@ def global_mean_losses(gm: fx.GraphModule) -> int:
                 not isinstance(spec, TensorSpec) or spec.dtype.is_floating_point:
             continue  # a sum, class weights, legacy flags or probability targets: no count to share
         found.append((value, target, int(arguments.get("ignore_index", -100))))
+    return found
+
+
+def counts_targets(gm: fx.GraphModule) -> bool:
+    """Whether a plan that splits the batch counts the targets over its ranks each step
+    (:func:`global_mean_losses` would rewrite a loss: one small all-reduce per step)."""
+    found = _counted_losses(gm)
+    return bool(found) and _target_count_program(gm, found[0][1], found[0][2]) is not None
+
+
+def global_mean_losses(gm: fx.GraphModule) -> int:
+    """Rewrite the graph's output loss that averages over its counted targets (a
+    cross-entropy or NLL over class indices, ``reduction="mean"``, no class weights,
+    read only by the output) into ``global_mean(the same loss summed)``, and record under
+    :data:`TARGET_COUNT` the program counting its targets from the graph inputs. Returns
+    how many losses were rewritten (0 or 1: a second one would need a count of its own
+    and is left as it is, with a warning)."""
+    found = _counted_losses(gm)
     if len(found) > 1:
         log.warning("data parallel: %d outputs average over their targets (%s); only the first is averaged over the "
                     "whole batch, the others per rank", len(found), ", ".join(v.name for v, _, _ in found))
+    output = next(n for n in gm.graph.nodes if n.op == "output")
     for value, target, ignore_index in found[:1]:
         program = _target_count_program(gm, target, ignore_index)
         if program is None:

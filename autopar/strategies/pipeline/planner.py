@@ -262,20 +262,22 @@ def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, l
 
 
 def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy, stage_plans=None,
-                    zero: int | None = None) -> PipelineNumbers:
+                    zero: int | None = None, recompute: bool | None = None) -> PipelineNumbers:
     """The figures of one pipeline layout at its best microbatch count: the fastest
     whose memory fits, recomputing the blocks' activations (megatron §3.5) or sharding
     the state over the data ranks (ZeRO-1..3, :func:`with_zero`) only where keeping
     them does not fit; none fitting: the smallest. ``stage_plans(shape, tensor)``: a
     mixed configuration's stage plans (None: Megatron inside the stages); ``zero``: a
-    forced ZeRO stage (None: the search's choice)."""
+    forced ZeRO stage, ``recompute``: forced full recomputation of the blocks or none
+    (None: the search's choice for both)."""
     p, data, tensor, shape, local = pipeline_layout(model, world, config)
     inner = stage_plans(shape, tensor) if stage_plans is not None else None
     best = smallest = None
+    modes = (False, True) if recompute is None else (recompute,)
     for m in _microbatch_counts(model, config, p, data, local):
-        for recompute in (False, True):
+        for mode in modes:
             numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, config.schedule, data, tensor,
-                                       config.scatter_gather, recompute, inner)
+                                       config.scatter_gather, mode, inner)
             stages = (zero,) if zero is not None else (0, 1, 2, 3) if data > 1 else (0,)
             fitting = None
             for z in stages:
@@ -490,7 +492,11 @@ class Pipeline(CompileHooks):
                        if config.mixed else None)
         try:
             zero = ctx.levers.zero if ctx.levers is not None and ctx.levers.zero is not None else None
-            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero)
+            # a forced "full" prices the blocks recomputed, "none" (and "selective", which a
+            # pipeline does not weigh) without; unforced, the search weighs both
+            mode = ctx.levers.recompute if ctx.levers is not None else None
+            recompute = None if mode is None else mode == "full"
+            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero, recompute)
         except PlanError as e:
             if ctx.forced is not None:
                 raise
