@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan_cmd.add_argument("factory", help="FILE.py:FUNCTION returning (model, example_inputs, loss_fn[, target])")
     plan_cmd.add_argument("--world", type=int, required=True, help="number of ranks to plan for")
     plan_cmd.add_argument("--preset", default=None, help="hardware preset name or JSON file, e.g. a profile written "
-                                                         "by autopar calibrate (default cpu-gloo)")
+                                                         "by autopar calibrate (default: this machine's calibrated "
+                                                         "profile if autopar calibrate cached one, else cpu-gloo)")
     plan_cmd.add_argument("--strategy", default="auto",
                           help="auto, data, tensor, data=2,tensor=2, a 3D grid x=2,y=2,z=2[,data=1], cube=2, or a "
                                "pipeline pipeline=4[,microbatches=8,schedule=gpipe|1f1b|interleaved,chunks=2,"

@@ -1,12 +1,16 @@
 """Fidelity of the cost model: predicted against measured step time on 4 gloo ranks.
 
-    python benchmarks/bench_fidelity.py [--profile cal.json] [--models tiny,gpt2,...] [--steps 6] [--json out.json]
+    python benchmarks/bench_fidelity.py [--profile cal.json] [--models tiny,gpt2,...] [--steps 10] [--json out.json]
 
 The planner weighs every configuration of a model (data, Megatron, D&SP, 3D/4D, the
 cube, pipelines); this benchmark forces each feasible one in turn, compiles it on the
 same 4 local gloo ranks, times training steps (``pm.step``: forward + backward + the
-gradient synchronisation; median over ``--steps`` after warm-up, all ranks starting
-together) and compares with the plan's predicted step. The predictions come from a
+gradient synchronisation, all ranks starting together; every plan of a model compiled
+first, then ``--steps`` rounds in which each plan runs one step in turn, the median over
+the rounds after warm-up) and compares with the plan's predicted step. The rounds are
+interleaved so that a slow spell of the machine spreads over every plan; the median
+disagreement between a plan's odd and even rounds is reported as the run-to-run noise
+(4 ranks share 2 cores: a plan's step moves by 10-40 % from one run to the next). The predictions come from a
 calibrated profile (``autopar calibrate --world 4``; measured here first unless
 ``--profile`` is given) and, for comparison, from the hand-measured ``cpu-gloo`` preset.
 
@@ -93,9 +97,14 @@ def zoo_case(name: str):
 ZOO_MODELS = ("tiny", "gpt2", "bert", "llama", "t5", "vit", "mlp", "transformer", "inception", "towers")
 
 
-def measure_job(strategies: list[dict], hardware, steps: int, warmup: int, case=None) -> list[float]:
-    """On every rank: compile each strategy, time ``steps`` training steps; rank 0's medians.
-    ``case``: the ``model_case`` function to time (this one's by default), or a zoo name."""
+def measure_job(strategies: list[dict], hardware, steps: int, warmup: int, case=None,
+                halves: bool = False) -> list:
+    """On every rank: compile every strategy, then time ``steps`` rounds in which each
+    plan runs one training step in turn (interleaved, so a slow spell of the machine
+    spreads over every plan instead of landing on one); rank 0's medians. ``case``: the
+    ``model_case`` function to time (this one's by default), or a zoo name. ``halves``:
+    also each plan's medians over the odd and the even rounds (``(median, odd, even)``
+    per plan), whose disagreement is the run-to-run noise a prediction cannot beat."""
     import torch.distributed as dist
 
     import autopar
@@ -105,29 +114,38 @@ def measure_job(strategies: list[dict], hardware, steps: int, warmup: int, case=
         factory, inputs, target, loss_fn, kwargs = zoo_case(case)
     else:
         (factory, inputs, target, loss_fn), kwargs = (case or model_case)(), {}
-    out = []
+    compiled = []
     for strategy in strategies:
         torch.manual_seed(0)
-        pm = autopar.compile(factory(), None, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
-                             example_kwargs=kwargs, strategy=strategy, hardware=hardware)
-        times = []
-        for i in range(warmup + steps):
-            for p in pm.parameters():
-                p.grad = None
-            dist.barrier()
-            t0 = time.perf_counter()
-            pm.step(*inputs, target=target, **kwargs)
-            dist.barrier()
-            if i >= warmup:
-                times.append(time.perf_counter() - t0)
-        out.append(statistics.median(times))
-        del pm
-    return out
+        compiled.append(autopar.compile(factory(), None, example_inputs=inputs, loss_fn=loss_fn,
+                                        example_target=target, example_kwargs=kwargs, strategy=strategy,
+                                        hardware=hardware))
+
+    def timed(pm) -> float:
+        for p in pm.parameters():
+            p.grad = None
+        dist.barrier()
+        t0 = time.perf_counter()
+        pm.step(*inputs, target=target, **kwargs)
+        dist.barrier()
+        return time.perf_counter() - t0
+
+    for pm in compiled:
+        for _ in range(warmup):
+            timed(pm)
+    times: list[list[float]] = [[] for _ in compiled]
+    for _ in range(steps):
+        for pm, samples in zip(compiled, times):
+            samples.append(timed(pm))
+    del compiled
+    if halves:
+        return [(statistics.median(t), statistics.median(t[0::2]), statistics.median(t[1::2])) for t in times]
+    return [statistics.median(t) for t in times]
 
 
 def zoo_job(models: list[str], strategies: dict, hardware, steps: int, warmup: int) -> dict:
     """Every model's strategies timed in one launch (rank 0's medians by model)."""
-    return {name: measure_job(strategies[name], hardware, steps, warmup, case=name) for name in models}
+    return {name: measure_job(strategies[name], hardware, steps, warmup, case=name, halves=True) for name in models}
 
 
 FIT_BAND = (0.5, 2.0)
@@ -207,7 +225,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default=None, help="a calibrated profile (default: calibrate now)")
     parser.add_argument("--models", default=",".join(ZOO_MODELS), help="comma-separated: " + ", ".join(ZOO_MODELS))
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=10, help="timed rounds, each plan one step per round")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--json", default=None)
     parser.add_argument("--fit-only", action="store_true", help="only the fit check on 2 ranks")
@@ -236,7 +254,9 @@ def main(argv=None) -> int:
     total = sum(len(v) for v in strategies.values())
     print(f"{total} feasible plans of {len(models)} models on {WORLD} gloo ranks; measuring {args.steps} steps each",
           flush=True)
-    measured = launch(zoo_job, WORLD, (models, strategies, profile, args.steps, args.warmup), timeout_s=6000)[0]
+    timed = launch(zoo_job, WORLD, (models, strategies, profile, args.steps, args.warmup), timeout_s=6000)[0]
+    measured = {name: [m for m, _, _ in by_plan] for name, by_plan in timed.items()}
+    noise = {name: [abs(odd / even - 1) for _, odd, even in by_plan] for name, by_plan in timed.items()}
     rows, summary = [], {}
     for name in models:
         print(f"\n{name}: {len(strategies[name])} plans")
@@ -248,18 +268,20 @@ def main(argv=None) -> int:
             print(f"  {_label(s):62s} {m * 1e3:8.1f}ms {pc * 1e3:9.1f}ms {pg * 1e3:8.1f}ms"
                   + ("   <- auto" if i == chosen[name] else ""))
         meas = measured[name]
-        summary[name] = {"plans": len(meas), "auto_over_fastest": meas[chosen[name]] / min(meas)}
+        summary[name] = {"plans": len(meas), "auto_over_fastest": meas[chosen[name]] / min(meas),
+                         "noise": statistics.median(noise[name]),
+                         "close_to_fastest": sum(m <= 1.05 * min(meas) for m in meas)}
         for kind in ("calibrated", "cpu-gloo"):
             pred = predicted[name][kind]
             summary[name][kind] = {"spearman": spearman(pred, meas) if len(meas) > 1 else 1.0,
                                    "median_abs_rel_error": statistics.median(abs(p - m) / m
                                                                              for p, m in zip(pred, meas))}
-    print(f"\n{'model':12s} {'plans':>5s} {'auto/fastest':>12s} {'Spearman':>9s} {'MdAPE':>6s}   (calibrated; "
-          f"goals 1.05, 0.9, 0.25)")
+    print(f"\n{'model':12s} {'plans':>5s} {'auto/fastest':>12s} {'Spearman':>9s} {'MdAPE':>6s} {'noise':>6s}   "
+          f"(calibrated; goals 1.05, 0.9, 0.25; noise: median |odd rounds / even rounds - 1| of a plan)")
     for name in models:
         sm = summary[name]
         print(f"{name:12s} {sm['plans']:5d} {sm['auto_over_fastest']:12.2f} {sm['calibrated']['spearman']:9.2f} "
-              f"{sm['calibrated']['median_abs_rel_error']:6.2f}")
+              f"{sm['calibrated']['median_abs_rel_error']:6.2f} {sm['noise']:6.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "summary": summary, "profile": profile.name}, f, indent=2)

@@ -126,9 +126,9 @@ def megatron_strategy(t: int, p: int, gpus: int, batch: int) -> dict:
     d = gpus // (t * p)
     b = MEGATRON_MICROBATCH.get(p, 1)
     if p == 1:
-        return {"data": d, "tensor": t, "microbatches": batch // (d * b), "recompute": "full"}
+        return {"data": d, "tensor": t, "microbatches": batch // (d * b), "recompute": "full", "zero": 0}
     return {"pipeline": p, "data": d, "tensor": t, "chunks": 2, "schedule": "interleaved",
-            "microbatches": batch // (d * b), "recompute": "full"}
+            "microbatches": batch // (d * b), "recompute": "full", "zero": 0}
 
 
 def _terms(plan) -> dict:
@@ -138,32 +138,18 @@ def _terms(plan) -> dict:
 
 def plan_megatron(layers: int, gpus: int, width: int, heads: int, batch: int, t: int, p: int,
                   hardware: str = "a100-selene", vocab: int = 51200) -> dict:
-    """Megatron's configuration forced: its predicted step, TFLOP/s and cost terms. A
-    pipeline's forced ``recompute`` is priced through ``pipeline_numbers`` here: the
-    pipeline search weighs recomputation itself and keeps the faster that fits, so the
-    forced plan (whose layout is the one reported) can come back priced without it."""
+    """Megatron's configuration forced (recomputing every block, no ZeRO, as its runs):
+    its predicted step, TFLOP/s and cost terms."""
     from autopar.capture import capture
     from autopar.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
     from autopar.planner import plan_graph
-    from autopar.planning.model import ModelFacts
-    from autopar.planning.strategy import Strategy
-    from autopar.strategies.pipeline import planner as pp
     from examples.factories import gpt_meta
     hw = get_hardware(hardware)
     gm = analyse(capture(*gpt_meta(layers, width, heads, batch, vocab=vocab)))
-    strategy = megatron_strategy(t, p, gpus, batch)
-    plan = plan_graph(gm, gpus, hw, strategy)
+    plan = plan_graph(gm, gpus, hw, megatron_strategy(t, p, gpus, batch))
+    assert plan.recompute and not plan.zero, (plan.recompute, plan.zero)
     step, terms = plan.step_s, _terms(plan)
-    if p > 1:
-        model = ModelFacts(gm, fusion=hw.fused_kernels)
-        config = Strategy.parse(strategy)
-        _, data, tensor, shape, _ = pp.pipeline_layout(model, gpus, config)
-        n = pp.pipeline_numbers(model, hw, shape, p, config.chunks, config.microbatches, config.schedule, data,
-                                tensor, config.scatter_gather, True)
-        n = pp.with_zero(n, 0, hw, model.largest_params)
-        step = n.step
-        terms = {"compute": n.step - sum(n.comm_s.values()), **n.comm_s}
     return {"step_s": step, "tflops": megatron_flops(batch, 2048, layers, width, vocab) / gpus / step / 1e12,
             "terms": terms}
 

@@ -17,6 +17,12 @@ The expressions print readably for explanations::
     >>> str(FORMULAS["all_reduce"])
     '2*alpha*(G - 1) + 2*m*(G - 1)/(G*beta)'
 
+Where ``autopar calibrate`` measured a collective at several message sizes
+(``Hardware.measured["table"]``), its time is interpolated between the measured points
+(:func:`measured_table`): a backend switches algorithms with the size (gloo's all-reduce
+over 4 ranks takes 0.7 ms for 4 bytes and 3.5 ms from 64 bytes to 256 KiB), which no
+single α-β line follows; the fitted formula prices sizes past the largest point.
+
 Besides FLOPs and bytes, each kernel pass pays the host's ``host_op_s`` and each
 collective call :func:`call_overhead` (the hardware's overhead terms, docs/planner.md
 "Overheads"; 0 in the presets, measured by ``autopar calibrate``).
