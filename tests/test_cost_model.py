@@ -212,6 +212,27 @@ class Overheads(TestCase):
         self.assertEqual(dataclasses.replace(cpu, measured_ranks=4).on_world(2).peak_flops, cpu.peak_flops * 2)
         self.assertEqual(Hardware.from_json(json.loads(json.dumps(four.to_json()))), four)
 
+    def test_a_pipeline_computes_with_the_cores_its_waiting_stages_leave(self):
+        """4 ranks on 2 cores, figures measured with all 4 computing: a 2-stage pipeline
+        with 1 microbatch keeps each stage busy half the step (m/(m + p - 1)), so 2 ranks
+        compute at a time, each on a core: its compute priced at twice the rate; a data
+        plan (every rank busy) as measured; a device per rank (host_cores 0) unchanged."""
+        shared = dataclasses.replace(get_hardware("cpu-gloo"), host_cores=2, measured_ranks=4)
+        self.assertEqual(shared.while_busy(2).peak_flops, 2 * shared.peak_flops)
+        self.assertEqual(shared.while_busy(4.0).peak_flops, shared.peak_flops)
+        import autopar
+        from examples.factories import transformer
+        model, inputs, loss_fn, target = transformer()
+        own = dataclasses.replace(shared, host_cores=0)
+        pipe = {"pipeline": 2, "data": 2, "microbatches": 1}
+        one = {k: autopar.plan(model, 4, inputs, loss_fn, pipe, example_target=target, hardware=hw)
+               for k, hw in (("shared", shared), ("own", own))}
+        self.assertLess(one["shared"].total.compute_s, one["own"].total.compute_s)
+        self.assertLess(one["shared"].step_s, one["own"].step_s)
+        data = [autopar.plan(model, 4, inputs, loss_fn, {"data": 4}, example_target=target, hardware=hw).step_s
+                for hw in (shared, own)]
+        self.assertEqual(data[0], data[1])
+
     def test_pipeline_actions(self):
         from examples.factories import transformer
         from autopar.analysis.analyse import analyse

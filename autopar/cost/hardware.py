@@ -109,14 +109,22 @@ class Hardware:
         bandwidth divided, launch and host overheads multiplied, by
         ``sharing(world) / sharing(measured_ranks)`` (the contention when ranks share
         cores, relative to when the figures were measured); itself when that is 1."""
-        factor = self.sharing(world) / self.sharing(self.measured_ranks)
+        return self._shared(self.sharing(world) / self.sharing(self.measured_ranks), world)
+
+    def while_busy(self, ranks: float) -> "Hardware":
+        """These figures (for ``measured_ranks`` ranks computing at once) when only
+        ``ranks`` of them compute at a time on average, the others waiting (a pipeline's
+        stages outside their turn): each computing rank gets more of the shared cores."""
+        return self._shared(self.sharing(ranks) / self.sharing(self.measured_ranks), self.measured_ranks)
+
+    def _shared(self, factor: float, ranks: int) -> "Hardware":
         if factor == 1.0:
             return self
         return dataclasses.replace(
             self, peak_flops=self.peak_flops / factor, memory_bandwidth=self.memory_bandwidth / factor,
             kernel_launch_s=self.kernel_launch_s * factor, host_op_s=self.host_op_s * factor,
             collective_call_s=self.collective_call_s * factor, pipeline_action_s=self.pipeline_action_s * factor,
-            step_overhead_s=self.step_overhead_s * factor, measured_ranks=world)
+            step_overhead_s=self.step_overhead_s * factor, measured_ranks=ranks)
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (JSON-serialisable) with one entry per field."""

@@ -360,6 +360,10 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     ``inner``: a mixed configuration's :class:`~autopar.strategies.mixed.planner.StagePlans`
     (each region its own family), which gives the stages' and ranks' figures instead."""
     stages = p * v
+    # ranks sharing a host's cores: a stage computes only in its turn, on average a
+    # fraction v·m / (v·m + p − 1) of the step (the bubble's complement, megatron §2.2),
+    # so the ranks computing at once get more of the cores than the whole world would
+    hw = hw.while_busy(p * data * tensor * v * m / (v * m + p - 1)) if hw.host_cores and p > 1 else hw
     scale = data * m  # the work of one microbatch on one data rank is the batch's 1/(d·m)
     if inner is not None:
         stage_s, stage_comm, stage_act, rank_params, tied_elems = inner.figures(scale, p, recompute)
