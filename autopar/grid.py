@@ -14,6 +14,14 @@ positions that share a tied weight). :meth:`RankGrid.process_groups` creates the
 grid's own dimensions through one ``DeviceMesh`` (PyTorch's piece, which on NCCL can
 split communicators), the others with ``new_group`` in one fixed order on every rank.
 Nothing else in autopar computes rank coordinates or creates a process group.
+
+Groups outlive the program that asked for them: a process that compiles many plans (a
+benchmark, a user trying strategies, a recompile for a new shape) gets the group of the
+same ranks (and the same timeout) it made before, from :func:`cached_group` and
+:func:`cached_mesh`, instead of a new one each compile: torch keeps every group it made
+until ``destroy_process_group``, and a gloo group holds its own threads (about nine per
+compile on four ranks before the cache). The cache empties itself when the default
+group changes (a new ``init_process_group``).
 :class:`Grid3D` is AxoNN's grid (and Bian's cube's) as a rank grid.
 
 Example (2 data × 2 tensor; members are global ranks)::
@@ -60,6 +68,48 @@ def subgrid_group_specs(csub: bool) -> dict[str, GroupSpec]:
     run on sub-grid 0 only: the sub-grid)."""
     return {"data": GroupSpec(("position",)) if csub else GroupSpec(("position", "subgrid")),
             "segment": GroupSpec(("subgrid",)), "subgrid": GroupSpec(("position",))}
+
+
+_CACHE: dict = {"world": None, "groups": {}}
+
+
+def _cache() -> dict:
+    """This process's groups by key, emptied when the default group is not the one
+    they were made under (the group object is held, so its id cannot be reused)."""
+    import torch.distributed as dist
+    world = dist.group.WORLD
+    if _CACHE["world"] is not world:
+        _CACHE["world"], _CACHE["groups"] = world, {}
+    return _CACHE["groups"]
+
+
+def _default_timeout():
+    from torch.distributed import distributed_c10d
+    return distributed_c10d.default_pg_timeout, distributed_c10d.default_pg_nccl_timeout
+
+
+def cached_group(members: Sequence[int]):
+    """``dist.new_group(members, sort_ranks=False)``, made once per process for these
+    members (in this order) and the default timeout in force (``new_groups_timeout``).
+    Every rank calls it for every group, in the same order, as ``new_group`` requires;
+    every rank's cache holds the same keys, so they make or reuse together."""
+    import torch.distributed as dist
+    groups = _cache()
+    key = ("group", tuple(members), _default_timeout())
+    if key not in groups:
+        groups[key] = dist.new_group(list(members), sort_ranks=False)
+    return groups[key]
+
+
+def cached_mesh(device: str, ranks: torch.Tensor, names: tuple[str, ...]):
+    """A ``DeviceMesh`` over ``ranks`` (its shape the mesh's) named ``names``, made once
+    per process for these ranks, names, device and default timeout (see :func:`cached_group`)."""
+    from torch.distributed.device_mesh import DeviceMesh
+    groups = _cache()
+    key = ("mesh", device, tuple(ranks.shape), tuple(ranks.flatten().tolist()), names, _default_timeout())
+    if key not in groups:
+        groups[key] = DeviceMesh(device, ranks, mesh_dim_names=names)
+    return groups[key]
 
 
 class RankGrid:
@@ -129,7 +179,8 @@ class RankGrid:
         group of one rank, for a spec of None, or where ``rank`` is in no group of that
         name. The grid's own dimensions come from one ``DeviceMesh`` over it
         (``device_type``: the mesh's; default ``cuda`` under NCCL, else ``cpu``); a spec
-        seen before gets the same group."""
+        seen before gets the same group, and so does one of the same ranks another
+        compile in this process made (:func:`cached_group`)."""
         import torch.distributed as dist
         mine: dict[str, object] = {}
         made: dict[GroupSpec, object] = {}
@@ -141,14 +192,13 @@ class RankGrid:
                 mine[name] = made[spec]
             elif spec.only is None and len(spec.dims) == 1:
                 if mesh is None:
-                    from torch.distributed.device_mesh import DeviceMesh
                     device = device_type or ("cuda" if dist.get_backend() == "nccl" else "cpu")
-                    mesh = DeviceMesh(device, self._ranks, mesh_dim_names=self.names)
+                    mesh = cached_mesh(device, self._ranks, self.names)
                 mine[name] = made[spec] = mesh.get_group(spec.dims[0])
             else:
                 mine[name] = None
                 for members in self.groups(spec.dims, spec.only):  # every rank makes every group, in order
-                    group = dist.new_group(members, sort_ranks=False)
+                    group = cached_group(members)
                     if rank in members:
                         mine[name] = group
                 made[spec] = mine[name]

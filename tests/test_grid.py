@@ -4,6 +4,8 @@ placements; the multi-rank tests check that the process groups made from them ca
 the right numerics."""
 import pytest
 
+import shared_ranks
+
 from autopar.grid import GroupSpec, RankGrid, subgrid_dims
 from autopar.strategies.tensor3d.cost import Grid3D
 from autopar.planning.plan import Cost, Plan
@@ -90,3 +92,51 @@ def test_a_spec_restricted_to_some_coordinates():
     assert GroupSpec(("subgrid",), ("subgrid", (0, 3))) != GroupSpec(("subgrid",))
     with pytest.raises(ValueError, match=r"3 sub-grids do not divide 8 ranks"):
         subgrid_dims(8, 3, True)
+
+
+# ----------------------------------------------------------------- groups made once per process
+
+def recompile_job():
+    """Compile the same model three times under two layouts on 4 ranks: the second and
+    third compiles of a layout find the process groups the first made (autopar.grid's
+    cache), so no new gloo group (and none of its threads) is made, and each compile
+    still trains like the first."""
+    import os
+
+    import torch
+    import torch.nn as nn
+
+    import autopar
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    def build():
+        torch.manual_seed(0)
+        return nn.Sequential(*[nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8)) for _ in range(2)])
+
+    x, y = torch.randn(8, 8), torch.randn(8, 8)
+    out = []
+    for strategy in ({"data": 2, "tensor": 2}, {"pipeline": 2, "data": 2}):
+        groups, losses, counts = [], [], []
+        for _ in range(3):
+            pm = autopar.compile(build(), None, example_inputs=(x,), loss_fn=nn.functional.mse_loss,
+                                 example_target=y, strategy=strategy)
+            losses.append(float(pm.step(x, target=y)))
+            groups.append({k: id(v) for k, v in pm._state.groups.items() if v is not None})
+            counts.append(threads())
+            del pm
+        out.append((groups, losses, counts))
+    return out
+
+
+_RECOMPILE = shared_ranks.register(4, __name__ + ".recompile", recompile_job, (), timeout_s=300)
+
+
+def test_recompiling_reuses_the_process_groups():
+    for rank, layouts in enumerate(_RECOMPILE()):
+        for groups, losses, counts in layouts:
+            assert groups[0], f"rank {rank}: the layout registered no process group"
+            assert groups[1] == groups[0] and groups[2] == groups[0], f"rank {rank}: {groups}"
+            assert losses[1] == losses[0] and losses[2] == losses[0], f"rank {rank}: {losses}"
+            assert counts[2] == counts[1], f"rank {rank}: threads {counts} grew on a recompile"
