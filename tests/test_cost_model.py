@@ -139,6 +139,27 @@ class Overheads(TestCase):
                                places=12)
         self.assertEqual(cost.all_reduce_time(1, 1e6, self.HOST), 0.0)
 
+    def test_a_view_costs_the_host_per_pass(self):
+        """A view launches no kernel but is a Python call and an autograd node: forward
+        and backward each pay ``host_op_s`` (and the recomputing forward once more);
+        free in the presets, where the term is 0."""
+        import torch
+        from autopar.analysis.flops import VIEW_WORK
+
+        class Reshaping(torch.nn.Module):
+            def forward(self, x):
+                return x.view(2, 8).transpose(0, 1).flatten() * 2
+
+        gm = capture(Reshaping(), (torch.randn(4, 4),))
+        views = [n for n in gm.graph.nodes if node_work(n, gm) == VIEW_WORK]
+        self.assertEqual(len(views), 3, [n.format_node() for n in gm.graph.nodes])
+        works = list(graph_work(gm).values())
+        with_views = cost.step_compute_time(works, self.HOST)
+        kernels_only = cost.step_compute_time([w for w in works if w.is_kernel], self.HOST)
+        self.assertAlmostEqual(with_views - kernels_only, 3 * 2 * 3e-6, places=12)
+        self.assertAlmostEqual(cost.step_compute_time([VIEW_WORK], self.HOST, recompute=True), 3 * 3e-6, places=12)
+        self.assertEqual(cost.step_compute_time([VIEW_WORK], FLAT), 0.0)
+
     def test_the_plan_says_its_overheads_as_their_own_column(self):
         """Each region's ``overhead_s`` is its priced seconds less the same region's
         priced without the overhead terms; the plan's, its step less that step; linear

@@ -12,7 +12,8 @@ Conventions (forward only; :mod:`autopar.cost.model` applies the backward factor
 * attention ``softmax(QKᵀ)V``: 2·b·h·s_q·s_k·d + 2·b·h·s_q·s_k·d_v (= 4bh·s_q·s_k·d);
 * convolution: 2·numel(out)·C_in/groups·∏kernel (transposed: 2·numel(in)·C_out/groups·∏kernel);
 * any other kernel is memory-bound: FLOPs = numel of its output, bytes = inputs + outputs;
-* views, ``getitem`` of a tuple, placeholders, parameters and size queries are no kernel.
+* views, ``getitem`` of a tuple, placeholders, parameters and size queries are no kernel;
+  a view (``is_view``) still costs the host a Python call and an autograd node per pass.
 
 Example (``nn.Linear(4, 8)`` on a ``[2, 4]`` input)::
 
@@ -56,9 +57,13 @@ class NodeWork:
     bytes_moved: int    # bytes read + written (inputs + outputs); 0 for views
     is_matmul: bool     # compute-bound: timed by cost.matmul_time
     is_kernel: bool     # launches a kernel (False for views, getitem, placeholders, get_attr, size queries)
+    # a view (reshape, transpose, flatten...): no kernel, but a Python call and an autograd
+    # node, so a pass costs the host's per-op overhead (cost.node_time)
+    is_view: bool = False
 
 
 NO_WORK = NodeWork(0, 0, False, False)
+VIEW_WORK = NodeWork(0, 0, False, False, True)
 
 
 def _aten(*names: str) -> set:
@@ -230,7 +235,7 @@ def _function_work(node: fx.Node, out: list[TensorSpec]) -> NodeWork:
     if target in _COPY:
         return _pointwise(node, out)
     if target in _VIEW_FUNCTIONS or _is_view_op(target):
-        return _pointwise(node, out) if _casts(node, out) else NO_WORK
+        return _pointwise(node, out) if _casts(node, out) else VIEW_WORK
     if target in _COMPOSITE_FUNCTIONS or getattr(target, "overloadpacket", None) in flop_registry:
         return _composite(node, out, target)
     return _pointwise(node, out)
@@ -243,7 +248,7 @@ def _method_work(node: fx.Node, out: list[TensorSpec]) -> NodeWork:
     if name in _CAST_METHODS:
         return _pointwise(node, out) if _casts(node, out) else NO_WORK
     if name in _VIEW_METHODS:
-        return NO_WORK
+        return VIEW_WORK
     if name == "contiguous" or name == "clone":
         return _pointwise(node, out)
     return _pointwise(node, out)
@@ -252,8 +257,10 @@ def _method_work(node: fx.Node, out: list[TensorSpec]) -> NodeWork:
 def _module_work(node: fx.Node, module: nn.Module, out: list[TensorSpec]) -> NodeWork:
     state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
     state_bytes = sum(t.numel() * t.element_size() for t in state.values())
-    if isinstance(module, _VIEW_MODULES):
+    if isinstance(module, nn.Identity):
         return NO_WORK
+    if isinstance(module, _VIEW_MODULES):
+        return VIEW_WORK
     if isinstance(module, nn.Linear):
         return _kernel(node, out, 2 * out[0].numel * module.in_features, True, state_bytes)
     if isinstance(module, nn.modules.conv._ConvNd):
@@ -314,4 +321,4 @@ def count_work_pass(gm: fx.GraphModule) -> fx.GraphModule:
     return gm
 
 
-__all__ = ["NodeWork", "NO_WORK", "node_work", "graph_work", "count_work_pass"]
+__all__ = ["NodeWork", "NO_WORK", "VIEW_WORK", "node_work", "graph_work", "count_work_pass"]

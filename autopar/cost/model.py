@@ -23,7 +23,7 @@ Where ``autopar calibrate`` measured a collective at several message sizes
 over 4 ranks takes 0.7 ms for 4 bytes and 3.5 ms from 64 bytes to 256 KiB), which no
 single α-β line follows; the fitted formula prices sizes past the largest point.
 
-Besides FLOPs and bytes, each kernel pass pays the host's ``host_op_s`` and each
+Besides FLOPs and bytes, each kernel pass (and each pass of a view) pays the host's ``host_op_s`` and each
 collective call :func:`call_overhead` (the hardware's overhead terms, docs/planner.md
 "Overheads"; 0 in the presets, measured by ``autopar calibrate``).
 
@@ -311,7 +311,11 @@ def passes_per_step(work, *, recompute: bool = False) -> int:
 
 def node_time(work, hw: Hardware) -> float:
     """Forward seconds of one node: matmul_time for matmuls, memory_bound_time for other
-    kernels, 0 for views, placeholders and other non-kernels."""
+    kernels, the host's ``host_op_s`` for a view (no kernel, but a Python call and an
+    autograd node: on the 2-core machine a view costs 10 µs forward and backward where a
+    multiply costs 14 µs), 0 for placeholders and other non-kernels."""
+    if work.is_view:
+        return hw.host_op_s
     if not work.is_kernel:
         return 0.0
     if work.is_matmul:
@@ -324,7 +328,7 @@ def step_compute_time(works: Iterable, hw: Hardware, *, recompute: bool = False)
     (``NodeWork`` values, e.g. ``graph_work(gm).values()``): matmuls ×(1+2[+1]), other kernels ×(1+1[+1])."""
     total = 0.0
     for work in works:
-        if work.is_kernel:
+        if work.is_kernel or work.is_view:
             total += node_time(work, hw) * passes_per_step(work, recompute=recompute)
     return total
 

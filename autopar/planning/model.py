@@ -303,8 +303,9 @@ class ModelFacts:
         key = tuple(names)
         sig = self._sig_of.get(key)
         if sig is None:
-            works = sorted((w.is_matmul, w.flops, w.bytes_moved, cm.passes_per_step(w), self._node_bytes.get(n, 0.0))
-                           for n in key if (w := self.work.get(n)) is not None and w.is_kernel)
+            works = sorted((w.is_matmul, w.is_view, w.flops, w.bytes_moved, cm.passes_per_step(w),
+                            self._node_bytes.get(n, 0.0))
+                           for n in key if (w := self.work.get(n)) is not None and (w.is_kernel or w.is_view))
             sig = self._sigs.setdefault(("works", tuple(works)), len(self._sigs))
             self._sig_of[key] = sig
         return sig
@@ -321,7 +322,8 @@ class ModelFacts:
 
     def seconds(self, names, hw: Hardware, scale: float, recompute: bool = False) -> float:
         """Step compute seconds of the nodes ``names`` with their work scaled by ``scale``
-        (1 forward + backward per kernel, one forward more when ``recompute``), memoised
+        (1 forward + backward per kernel, one forward more when ``recompute``; a view
+        costs the host's per-op overhead per pass, unscaled), memoised
         per work signature and scale."""
         sig = self.signature(names)
         key = (sig, scale, hw, recompute)
@@ -330,9 +332,9 @@ class ModelFacts:
             t = 0.0
             for name in names:
                 w = self.work.get(name)
-                if w is None or not w.is_kernel:
+                if w is None or not (w.is_kernel or w.is_view):
                     continue
-                forward = (cm.matmul_time(w.flops * scale, hw) if w.is_matmul
+                forward = (hw.host_op_s if w.is_view else cm.matmul_time(w.flops * scale, hw) if w.is_matmul
                            else cm.memory_bound_time(w.bytes_moved * scale, hw))
                 t += forward * cm.passes_per_step(w, recompute=recompute)
             self._seconds[key] = t
