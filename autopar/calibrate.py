@@ -147,6 +147,7 @@ class Calibration:
             f"{base.host_op_s * 1e6:10.2f} us",
             f"  host per collective call           {hw.collective_call_s * 1e6:10.2f} us      "
             f"{base.collective_call_s * 1e6:10.2f} us",
+            f"  asynchronous collectives exposed   {hw.async_exposed:10.2f}         {base.async_exposed:10.2f}",
             f"  runtime per step (runner, buckets) {hw.step_overhead_s * 1e3:10.2f} ms      "
             f"{base.step_overhead_s * 1e3:10.2f} ms",
             f"  memory bandwidth (copy)            {hw.memory_bandwidth / 1e9:10.2f} GB/s    "
@@ -263,6 +264,7 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
         pipeline_action_s=base_hw.pipeline_action_s,
         host_cores=(os.cpu_count() or 0) if facts["device_type"] == "cpu" else 0,
         measured_ranks=world_size,
+        async_exposed=min(1.0, max(0.0, medians.get(("async_exposed",), 1.0))),
     )
     if ("runtime_step",) in medians:
         hardware = _runtime_terms(hardware, medians, world_size)

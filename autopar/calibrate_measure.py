@@ -14,7 +14,8 @@ which the fit reports as an outlier, rather than the figure): the host's cost pe
 an fx program run forward and backward (:func:`_time_host_ops`), a tiny all-reduce
 called through autopar's autograd functions less the raw call
 (:func:`_time_collective_calls`), a tiny all-reduce met in a loop of compute per group
-size (:func:`_time_in_training`), ``pm.step`` of a one-linear model compiled data
+size (:func:`_time_in_training`), tiny all-gathers in flight together against one after
+another (:func:`_time_async_exposed`), ``pm.step`` of a one-linear model compiled data
 parallel (:func:`runtime_case`) and of a ``world``-stage pipeline at two microbatch
 counts (:func:`pipeline_case`). Fitting the cost model to these is
 :mod:`autopar.calibrate_fit`'s; :mod:`autopar.calibrate` launches the job and fits.
@@ -262,6 +263,40 @@ def _time_in_training(group, device: torch.device, s: Settings) -> float:
     return max(0.0, loop(True) - loop(False))
 
 
+ASYNC_CALLS = 8  # tiny all-gathers in flight at once in the asynchronous measurement
+
+
+def _time_async_exposed(device: torch.device, s: Settings) -> float:
+    """Of :data:`ASYNC_CALLS` tiny all-gathers over the world, the time when issued
+    asynchronously together and then waited for, over the time issued one after another
+    (medians of ``s.compute_repeats`` samples): how much of an asynchronous collective's
+    time a step still waits for when several are in flight (AxoNN's runtime, axonn §IV)."""
+    world = dist.get_world_size()
+    x = torch.ones(16, device=device)
+    outs = [torch.empty(world * 16, device=device) for _ in range(ASYNC_CALLS)]
+
+    def together():
+        for work in [dist.all_gather_into_tensor(o, x, async_op=True) for o in outs]:
+            work.wait()
+
+    def one_by_one():
+        for o in outs:
+            dist.all_gather_into_tensor(o, x)
+
+    def timed(fn) -> float:
+        samples = []
+        for _ in range(s.compute_repeats):
+            dist.barrier()
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            samples.append(time.perf_counter() - start)
+        return statistics.median(samples)
+    together()  # warm-up
+    return timed(together) / max(timed(one_by_one), 1e-9)
+
+
 def _time_collective_calls(device: torch.device, s: Settings) -> tuple[float, float]:
     """Median seconds of a tiny all-reduce over the world called as training calls it
     (autopar's autograd functions: the Megatron region's forward all-reduce and its
@@ -361,6 +396,7 @@ def _overhead_round(device: torch.device, s: Settings, groups: dict, cases: dict
     values[("collective_call",)], values[("collective_raw",)] = ours - raw, raw
     for size, (group, _) in groups.items():
         values[("in_training", size)] = _time_in_training(group, device, s)
+    values[("async_exposed",)] = _time_async_exposed(device, s)
     for key, (pm, inputs, target) in cases.items():
         values[key] = _time_step(pm, inputs, target, s)
     return values
@@ -372,7 +408,7 @@ def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
     ``(collective, G, m)``; the overhead terms' value in each of ``settings().rounds``
     rounds spread over the run (``"rounds"``: key → list, keys ``("host_op",)``,
     ``("collective_call",)`` — ours less raw —, ``("collective_raw",)``,
-    ``("in_training", G)``, and on CPUs ``("runtime_step",)``, ``("pipeline_step", k)``);
+    ``("in_training", G)``, ``("async_exposed",)``, and on CPUs ``("runtime_step",)``, ``("pipeline_step", k)``);
     plus facts about the machine."""
     torch.set_flush_denormal(True)
     device = _device(backend)

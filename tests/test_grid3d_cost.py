@@ -40,6 +40,20 @@ def test_one_transformer_layer_matches_eqs_4_to_8_by_hand():
     assert t.total == pytest.approx(sum(t.by_group().values()))                                # eq 9
 
 
+def test_the_asynchronous_collectives_count_their_exposed_fraction():
+    """The runtime issues eqs 4, 5 and 7 asynchronously (axonn §IV): with several in
+    flight a step waits for ``async_exposed`` of their time (measured by calibrate); the
+    forward all-reduce (eq 6) and the data all-reduce (eq 8, priced as data parallelism's
+    exposed part) are unchanged. 1 in the presets."""
+    m, k, n, grid = 2048, 1024, 3 * 1024, Grid3D(2, 2, 2, 2)
+    assert get_hardware("a100-selene").async_exposed == 1.0 and get_hardware("cpu-gloo").async_exposed == 1.0
+    full = layer_comm(m, k, n, grid, CLUSTER)
+    half = layer_comm(m, k, n, grid, dataclasses.replace(CLUSTER, async_exposed=0.5))
+    for name in ("all_gather_z", "reduce_scatter_z", "all_reduce_x"):
+        assert getattr(half, name) == pytest.approx(getattr(full, name) / 2) and getattr(full, name) > 0
+    assert half.all_reduce_y == full.all_reduce_y and half.all_reduce_data == full.all_reduce_data
+
+
 def test_a_transposed_layer_swaps_x_and_y():
     # the output projection after QKV: its input is split over x, so x and y exchange roles
     m, k, n = 2048, 1024, 1024

@@ -86,6 +86,13 @@ class Hardware:
     # graph leaves out (dropout masks, layer norms, a fused softmax's fp32 work) and
     # kernels that reach a fraction of the bandwidth (a100-selene: Megatron PTD-P §5.8).
     memory_efficiency: float = 1.0
+    # The fraction of an asynchronously issued collective's time a step still waits for:
+    # several collectives in flight at once (AxoNN's prefetched all-gathers, deferred
+    # reduce-scatters, backward all-reduces, axonn §IV) share their latencies. Measured by
+    # ``autopar calibrate`` (k tiny all-gathers issued together then waited, over the same
+    # k one after another: 0.6-0.7 on 4 gloo ranks sharing 2 cores); 1 in the presets, as
+    # axonn eq 9 prices a grid's full communication.
+    async_exposed: float = 1.0
 
     def link(self, collective: str, group_size: int) -> "tuple[float, float] | None":
         """The calibrated (β, α) of ``collective`` over ``group_size`` ranks, or None."""

@@ -85,7 +85,9 @@ def layer_volumes(m: int, k: int, n: int, grid: Grid3D, *, transposed: bool = Fa
 
 def layer_comm(m: int, k: int, n: int, grid: Grid3D, hw: Hardware, *, transposed: bool = False,
                element_bytes: int = 2) -> LayerComm:
-    """Eqs 4-8 for one layer on ``hw``, each group's bandwidth by eq 10 from its stride.
+    """Eqs 4-8 for one layer on ``hw``, each group's bandwidth by eq 10 from its stride;
+    the collectives the runtime issues asynchronously (eqs 4, 5, 7) at the fraction
+    ``hw.async_exposed`` of their time.
 
     A transposed layer swaps the sizes of x and y (and so their bandwidths: its "x"
     collectives run on the physical y groups)."""
@@ -94,11 +96,15 @@ def layer_comm(m: int, k: int, n: int, grid: Grid3D, hw: Hardware, *, transposed
     # input gradient over y
     out_axis, in_axis = ("x", "y") if transposed else ("y", "x")
     size = {"x": grid.x, "y": grid.y}
+    # issued asynchronously by the runtime (axonn §IV: the all-gather prefetched, the
+    # reduce-scatter deferred, the backward all-reduce beside the weight gradient): the
+    # part a step waits for, ``hw.async_exposed`` (1 in the presets: eq 9 as it stands)
+    hidden = hw.async_exposed
     return LayerComm(
-        all_gather_z=cm.all_gather_time(grid.z, v["all_gather_z"], hw, grid.stride("z")),
-        reduce_scatter_z=cm.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, grid.stride("z")),
+        all_gather_z=hidden * cm.all_gather_time(grid.z, v["all_gather_z"], hw, grid.stride("z")),
+        reduce_scatter_z=hidden * cm.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, grid.stride("z")),
         all_reduce_y=cm.all_reduce_time(size[out_axis], v["all_reduce_y"], hw, grid.stride(out_axis)),
-        all_reduce_x=cm.all_reduce_time(size[in_axis], v["all_reduce_x"], hw, grid.stride(in_axis)),
+        all_reduce_x=hidden * cm.all_reduce_time(size[in_axis], v["all_reduce_x"], hw, grid.stride(in_axis)),
         all_reduce_data=cm.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride("data")),
         transposed=transposed,
     )

@@ -9,8 +9,10 @@ between them over x (they are replicated over y), rows over z and data. Everythi
 is replicated over x and y with its rows split over z and data. Gradients: 3D weight
 shards are all-reduced over data (eq 8), everything else over z and data (the
 ``replica`` group); both overlap the backward pass as data parallelism does. Overlap
-inside a layer (axonn §IV) is not subtracted: like axonn's model, eq 9 ranks the grids
-by their full communication. A region is split or replicated, whichever is cheaper; a
+inside a layer (axonn §IV) is priced only as far as the hardware measured it: the
+collectives the runtime issues asynchronously (the z all-gather and reduce-scatter, the
+backward all-reduce) count ``Hardware.async_exposed`` of their time (1 in the presets,
+where eq 9 ranks the grids by their full communication as axonn's model does). A region is split or replicated, whichever is cheaper; a
 grid that splits nothing is priced again splitting every region it divides.
 
 The orientation of each linear follows the data flow (:func:`region_linears`): the ones
