@@ -95,6 +95,14 @@ class Outlier:
     median_s: float
 
 
+def _term_value(term: str, value: float, width: int = 0) -> str:
+    """A round's value as printed: a ratio for ``async_exposed`` (time together over
+    time one after another), else microseconds."""
+    if term == "async_exposed":
+        return f"{value:>{width}.2f}" + ("   " if width else "")
+    return f"{value * 1e6:>{width}.1f} us"
+
+
 def _term_name(key: tuple) -> str:
     return key[0] if len(key) == 1 else f"{key[0]}[{key[1]}]"
 
@@ -168,15 +176,16 @@ class Calibration:
         if self.rounds:
             lines += ["", "overhead terms, per rank the median of its rounds, the slowest rank's (its rounds' range):"]
             for term, (med, lo, hi) in self.rounds.items():
-                lines.append(f"  {term:<22} {med * 1e6:>10.1f} us   ({lo * 1e6:.1f} .. {hi * 1e6:.1f} us)")
+                lines.append(f"  {term:<22} {_term_value(term, med, 10)}   ({_term_value(term, lo)} .. "
+                             f"{_term_value(term, hi)})")
             lines.append(f"  -> pipeline action       {hw.pipeline_action_s * 1e6:>10.1f} us   "
                          f"(per stage, forward or backward of one microbatch)")
         if self.outliers:
             lines += ["", f"outliers ({len(self.outliers)}: rounds far from their rank's median, which they do not "
                           f"move; a busy machine):"]
             for o in self.outliers:
-                lines.append(f"  {o.term:<22} rank {o.rank} round {o.round}: {o.value_s * 1e6:.1f} us "
-                             f"(its median {o.median_s * 1e6:.1f} us)")
+                lines.append(f"  {o.term:<22} rank {o.rank} round {o.round}: {_term_value(o.term, o.value_s)} "
+                             f"(its median {_term_value(o.term, o.median_s)})")
         lines += [
             "",
             f"scalar fields: intra-node (all_reduce G=2) {hw.intra_node_latency_s * 1e6:.1f} us, "

@@ -53,7 +53,7 @@ class Settings:
 def settings(quick: bool, device_type: str = "cpu") -> Settings:
     """Full: 11 message sizes 4 B..4 MiB (×4 apart) timed 41 times each, matmuls 32..2048
     timed in 11 samples of ~20 ms, the overhead terms in 5 rounds; quick: 6 sizes 4 B..4 MiB
-    (×16 apart) timed 31 times, matmuls 32..1024 in 7 samples of ~5 ms, 3 rounds. GPUs
+    (×16 apart) timed 15 times, matmuls 32..1024 in 5 samples of ~5 ms, 3 rounds. GPUs
     get larger matmuls. Compute samples last
     several scheduler time slices, so where ranks share cores (more ranks than cores, or
     other load) the small kernels see the same sharing as the large ones."""
@@ -61,7 +61,7 @@ def settings(quick: bool, device_type: str = "cpu") -> Settings:
     if quick:
         return Settings(message_bytes=tuple(4 * 16 ** k for k in range(6)),
                         matmul_sizes=(32, 64, 128, 256, 512, 1024) + ((2048, 4096) if gpu else ()),
-                        copy_bytes=64 << 20, repeats=31, compute_repeats=7, sample_s=5e-3, rounds=3)
+                        copy_bytes=64 << 20, repeats=15, compute_repeats=5, sample_s=5e-3, rounds=3)
     return Settings(message_bytes=tuple(4 * 4 ** k for k in range(11)),
                     matmul_sizes=(32, 64, 128, 256, 512, 1024, 2048) + ((4096, 8192) if gpu else ()),
                     copy_bytes=256 << 20, repeats=41, compute_repeats=11, sample_s=20e-3)

@@ -24,8 +24,11 @@ atexit.register(shutil.rmtree, os.environ["AUTOPAR_CACHE_DIR"], True)
 
 def pytest_collection_finish(session):
     """The shared launches (tests/shared_ranks.py) run only the jobs of modules with a
-    selected test (a job of ``extended`` tests only when one of those is selected)."""
+    selected test (a job of ``extended`` tests only when one of those is selected);
+    ``--collect-only`` runs none."""
     import shared_ranks
+    if session.config.option.collectonly:
+        return
     tests = [item for item in session.items if getattr(item, "module", None)]
     extended = {item.module.__name__ for item in tests if item.get_closest_marker("extended")}
     shared_ranks.select_modules({item.module.__name__ for item in tests if not item.get_closest_marker("extended")},

@@ -2,8 +2,8 @@
 
 p = 2 (2 ranks) and p = 4 (4 ranks, alone and as pipeline 2 × data 2) with m = 4 and 8
 microbatches under GPipe, 1F1B and interleaved 1F1B (v = 2), and PTD-P pipeline 2 ×
-data 2 × tensor 2 on 8 ranks with §4.1's scatter/gather (without it, and interleaved,
-in the extended suite); on the plain-PyTorch
+data 2 × tensor 2 on 8 ranks with §4.1's scatter/gather (without it, interleaved, and
+with recomputation, in the extended suite); on the plain-PyTorch
 transformer and Hugging Face GPT-2 (torch.export; its tied embedding and head live on the
 first and the last stage, their gradients summed over both). Each case compares, in
 float64, the outputs, the loss and every gradient after one step over the whole batch,
@@ -33,12 +33,13 @@ CASES = {
         ("gpt2", {"pipeline": 4, "microbatches": 4, "chunks": 2}, F8),
         ("gpt2", {"pipeline": 4, "microbatches": 8}, R),
         ("gpt2", {"pipeline": 2, "data": 2, "microbatches": 4, "chunks": 2}, F)],
-    8: [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2}, F),
-        ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 4}, R)],
+    8: [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2}, F)],
 }
-# PTD-P without §4.1's scatter/gather, and interleaved with tensor 2: the extended suite
+# PTD-P without §4.1's scatter/gather, interleaved, and with recomputation, with tensor 2:
+# the extended suite
 EXTENDED = [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "scatter_gather": False}, F),
-            ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "chunks": 2}, F)]
+            ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "chunks": 2}, F),
+            ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 4}, R)]
 ALL = [(world, i) for world in CASES for i in range(len(CASES[world]))]
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
 _LAUNCHED = {world: shared_ranks.register(world, __name__, equivalence_job, (cases,), timeout_s=900)

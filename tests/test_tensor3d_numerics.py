@@ -8,8 +8,9 @@ fused Q/K/V projection cut per block). Each case compares the outputs, the loss 
 every gradient after one step, and every parameter after 3 AdamW steps, in float64
 (where the parallel and single-device sums differ only by rounding, ~1e-13). The overlap
 optimisations of axonn §IV are on by default; the transformer also runs with all of them
-off, and (marked ``extended``) with each one off alone; three cases recompute in backward (their blocks; the MLP's split regions)
-(activation checkpointing), with and without the all-gather cache of axonn §IV-D, and
+off, and (marked ``extended``, with the transformer's 4D grids and the MLP's 1x2x2x2)
+with each one off alone; three cases recompute in backward (their blocks; the MLP's split
+regions) (activation checkpointing), with and without the all-gather cache of axonn §IV-D, and
 with the cache bounded to one layer (the others gathered again in the recomputation).
 Bian's load-balanced cube (``{"cube": 2}``: 2x2x2, activations split over all 8 ranks,
 biases on the diagonal) runs the same models at batch 8 (z, then x and y split the
@@ -30,8 +31,12 @@ EACH_OVERLAP_OFF = [{"all_reduce": False}, {"reduce_scatter": False}, {"all_gath
 # GPT-2 (the export spelling) runs on the 3D grid, and on the 4D 1x2x2x2 grid with
 # recomputation below; its other 4D cases added nothing the transformer's do not check
 # the MLP's 2x1x2x2 case runs with recomputation only (below)
+# the transformer's 4D grids and the MLP's 1x2x2x2: the extended suite (the MLP's 2x1x2x2
+# and GPT-2's 1x2x2x2 cases with recomputation below run the 4D paths in the main one)
+FOUR_D = [("transformer", GRIDS[1], F64), ("transformer", GRIDS[2], F64), ("mlp", GRIDS[2], F64)]
 CASES = [(model, grid, F64) for model in ("mlp", "transformer", "gpt2") for grid in GRIDS
-         if (model != "gpt2" or grid is GRIDS[0]) and (model, grid) != ("mlp", GRIDS[1])] + [
+         if (model != "gpt2" or grid is GRIDS[0]) and (model, grid) != ("mlp", GRIDS[1])
+         and (model, grid, F64) not in FOUR_D] + [
     ("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in OVERLAPS] + [
     ("transformer", GRIDS[0], {**F64, "recompute": True}),
     ("mlp", GRIDS[1], {**F64, "recompute": True, "overlap": {"cache_layers": 1}}),
@@ -49,7 +54,7 @@ RECOMPUTED = {"mlp": 2, "transformer": 2, "gpt2": 2}
 # the MLP (two split regions): 16 ranks on 2 cores, and the transformer's and GPT-2's
 # spellings are checked on the cube above; what this case adds is the data dimension
 CUBE_WITH_DATA = ("mlp", {"cube": 2, "data": 2}, {**F64, "batch": 16, "recompute": True})
-EXTENDED = [("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in EACH_OVERLAP_OFF]
+EXTENDED = [("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in EACH_OVERLAP_OFF] + FOUR_D
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
 _LAUNCHED = {8: shared_ranks.register(8, __name__, equivalence_job, (CASES,), timeout_s=900),
              16: shared_ranks.register(16, __name__, equivalence_job, ([CUBE_WITH_DATA],), timeout_s=900,
@@ -71,7 +76,7 @@ def test_matches_single_device(index):
 @pytest.mark.multiprocess
 @pytest.mark.extended
 @pytest.mark.parametrize("index", range(len(EXTENDED)), ids=[_case_id(c) for c in EXTENDED])
-def test_each_overlap_switched_off_alone_matches_single_device(index):
+def test_each_overlap_switched_off_alone_and_the_other_4d_grids_match_single_device(index):
     _check(EXTENDED[index], [reports[index] for reports in _EXTENDED()])
 
 
