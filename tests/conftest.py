@@ -22,6 +22,15 @@ os.environ["AUTOPAR_CACHE_DIR"] = tempfile.mkdtemp(prefix="autopar-test-cache-")
 atexit.register(shutil.rmtree, os.environ["AUTOPAR_CACHE_DIR"], True)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The tests that read a shared launch's results (tests/shared_ranks.py) run after the
+    others, each group in its collected order: the single-process tests then run while the
+    worlds work in the background, instead of waiting behind the first test that needs one."""
+    import shared_ranks
+    items.sort(key=lambda item: bool(item.get_closest_marker("multiprocess") and getattr(item, "module", None)
+                                     and shared_ranks.registers_jobs(item.module.__name__)))
+
+
 def pytest_collection_finish(session):
     """The shared launches (tests/shared_ranks.py) run only the jobs of modules with a
     selected test (a job of ``extended`` tests only when one of those is selected);

@@ -77,6 +77,11 @@ def register(world: int, name: str, fn: Callable, args: tuple = (), *, timeout_s
     return lambda: results(world, name)
 
 
+def registers_jobs(module: str) -> bool:
+    """Whether ``module`` registered a job of some world."""
+    return any(_owned_by(name, module) for jobs in _JOBS.values() for name in jobs)
+
+
 def scratch_dir(prefix: str) -> str:
     """A directory for a job's files, made at registration (before any fixture exists)
     and removed when the session ends."""
@@ -157,6 +162,7 @@ def _run(world: int, wanted: str) -> None:
             _run(*after)
     while pending:
         jobs = [(n, _JOBS[world][n][0], _JOBS[world][n][1]) for n in pending]
+        start = time.perf_counter()
         try:
             per_rank = launch(run_jobs, world, (jobs,), timeout_s=min(_MAX_TIMEOUT_S, sum(_JOBS[world][n][2]
                                                                                          for n in pending)))
@@ -164,6 +170,11 @@ def _run(world: int, wanted: str) -> None:
             for n in pending:
                 done[n] = _Failed(f"the shared launch of {world} ranks running {pending} failed: {error}")
             return
+        finally:
+            if os.environ.get("AUTOPAR_TEST_JOB_TIMES"):  # profiling the suite, no assertion
+                print(f"shared_ranks: the launch of {world} ranks ({len(pending)} jobs) took "
+                      f"{time.perf_counter() - start:.1f} s, ending {time.strftime('%H:%M:%S')}",
+                      file=sys.stderr, flush=True)
         finished = 0  # jobs every rank ran without an error, in order
         while finished < len(pending) and all(len(r) > finished and r[finished][0] == "ok" for r in per_rank):
             done[pending[finished]] = [r[finished][1] for r in per_rank]
