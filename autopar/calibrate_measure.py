@@ -206,30 +206,52 @@ def _time_copy(nbytes: int, device: torch.device, s: Settings) -> float:
 
 
 class _Chain(torch.nn.Module):
-    """``n`` pointwise ops on a tiny tensor: what the rank's program pays per op besides
-    the kernel (fx's generated Python, dispatch, autograd's graph and its backward)."""
+    """``n`` ops on a tiny tensor: what the rank's program pays per op besides the kernel
+    (fx's generated Python, dispatch, autograd's graph and its backward). The ops take
+    turns as a transformer's graph mixes them (a linear, a layer norm, a GeLU, a softmax,
+    a product and a residual sum): 13.9 µs an op forward and backward in one process on
+    the 2-core machine, where a chain of products alone costs 7.5 µs and priced the
+    fidelity zoo's data-parallel plans at 0.5-0.8 of their measured step
+    (docs/benchmarks.md §8, the fourth session)."""
 
     def __init__(self, n: int):
         super().__init__()
         self.n = n
+        self.weight = torch.nn.Parameter(torch.full((4, 4), 0.25))
+        self.norm = torch.nn.Parameter(torch.ones(4))
 
     def forward(self, x):
-        for _ in range(self.n):
-            x = x * 1.0001
+        F = torch.nn.functional
+        for i in range(self.n):
+            kind = i % len(CHAIN_OPS)
+            if kind == 0:
+                x = F.linear(x, self.weight)
+            elif kind == 1:
+                x = F.layer_norm(x, (4,), self.norm)
+            elif kind == 2:
+                x = F.gelu(x)
+            elif kind == 3:
+                x = F.softmax(x, -1)
+            elif kind == 4:
+                x = x * 1.0001
+            else:
+                x = x + 1.0
         return x.sum()
 
 
-HOST_CHAIN = (32, 160)  # ops in the two chains timed; their difference cancels the fixed costs
+CHAIN_OPS = ("linear", "layer_norm", "gelu", "softmax", "mul", "add")
+# ops in the two chains timed (whole turns of CHAIN_OPS); their difference cancels the fixed costs
+HOST_CHAIN = (36, 156)
 
 
 def _time_host_ops(device: torch.device, s: Settings) -> float:
     """Median seconds per op of an fx-traced chain run forward and backward (each op one
     forward and one backward kernel pass), from two chain lengths."""
     import torch.fx as fx
-    x = torch.ones(4, device=device, requires_grad=True)
+    x = torch.ones(2, 4, device=device, requires_grad=True)
     times = []
     for n in HOST_CHAIN:
-        gm = fx.symbolic_trace(_Chain(n))
+        gm = fx.symbolic_trace(_Chain(n).to(device))
         times.append(_time_kernel(lambda: gm(x).backward(), device, s))
     return max(0.0, (times[1] - times[0]) / (HOST_CHAIN[1] - HOST_CHAIN[0]))
 

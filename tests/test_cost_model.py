@@ -254,6 +254,26 @@ class Overheads(TestCase):
                 for hw in (shared, own)]
         self.assertEqual(data[0], data[1])
 
+    def test_csub_common_layers_compute_with_the_cores_the_other_subgrids_leave(self):
+        """D&SP-cSub runs the common layers on sub-grid 0 only: with 4 ranks on 2 cores
+        and 2 sub-grids, the 2 ranks of sub-grid 0 compute them a core each while the
+        others wait, so those layers are priced at twice the rate the figures (measured
+        with all 4 computing) give; D&SP (common layers on every rank) as measured."""
+        import autopar
+        from examples.factories import transformer
+        model, inputs, loss_fn, target = transformer()
+        shared = dataclasses.replace(get_hardware("cpu-gloo"), host_cores=2, measured_ranks=4, host_op_s=10e-6)
+        own = dataclasses.replace(shared, host_cores=0)
+
+        def outside(strategy, hw):
+            plan = autopar.plan(model, 4, inputs, loss_fn, strategy, example_target=target, hardware=hw)
+            return next(c.cost.compute_s for c in plan.regions if c.region == "(outside regions)")
+
+        csub = {"data": 4, "subgrids": 2, "csub": True}
+        self.assertAlmostEqual(outside(csub, shared), outside(csub, own) / 2, places=12)
+        dsp = {"data": 4, "subgrids": 2}
+        self.assertEqual(outside(dsp, shared), outside(dsp, own))
+
     def test_pipeline_actions(self):
         from examples.factories import transformer
         from autopar.analysis.analyse import analyse

@@ -119,12 +119,15 @@ def branches_of(model: ModelFacts, region) -> Branches:
     return memo[region.id]
 
 
-def price_subgraph(model: ModelFacts, hw: Hardware, data: int, g: int, topology_aware: bool, csub: bool):
+def price_subgraph(model: ModelFacts, hw: Hardware, data: int, g: int, topology_aware: bool, csub: bool,
+                   common_hw: Hardware | None = None):
     """D&SP (or D&SP-cSub) choices for the regions of :func:`subgraph_regions`, and the
     compute they replace in the common layers' pricing (SUPER §III-B/C; priced by
     ``dsp.cost.dsp_region_cost`` and ``dsp.cost.dsp_heads_cost``). The common layers
-    split the batch ``data`` ways, or ``data / g`` ways in cSub (on sub-grid 0)."""
+    split the batch ``data`` ways, or ``data / g`` ways in cSub (on sub-grid 0), priced
+    with ``common_hw`` (default ``hw``)."""
     common_parts = data // g if csub else data
+    common_hw = common_hw or hw
     found = subgraph_regions(model.gm)
     if not found:
         raise PlanError(f"strategy: subgrids={g} asks for D&SP, but the model has no multi-branch region (several "
@@ -152,7 +155,7 @@ def price_subgraph(model: ModelFacts, hw: Hardware, data: int, g: int, topology_
             out = tensor_spec(table[d["core"][-1]]).nbytes
             cost = dsp_heads_cost(core, bundle, out, data, g, hw, topology_aware=topology_aware, csub=csub)
             dp = model.seconds(d["core"], hw, 1 / data)
-            common = model.seconds(d["core"], hw, 1 / common_parts)
+            common = model.seconds(d["core"], common_hw, 1 / common_parts)
             widths = head_widths(d["heads"], g)
             starts = [sum(widths[:s]) for s in range(g)]
             share = ", ".join(f"s{s}:heads {starts[s]}-{starts[s] + widths[s] - 1}" for s in range(g))
@@ -166,7 +169,7 @@ def price_subgraph(model: ModelFacts, hw: Hardware, data: int, g: int, topology_
             cost = dsp_region_cost(b.works, b.counts, b.fork_bytes, b.join_bytes, d["join_op"], data, g, hw,
                                    topology_aware=topology_aware, csub=csub)
             dp = model.seconds(r.nodes, hw, 1 / data)
-            common = model.seconds(r.nodes, hw, 1 / common_parts)
+            common = model.seconds(r.nodes, common_hw, 1 / common_parts)
             share = ", ".join(f"s{s}:{[b for b, o in enumerate(cost.assignment) if o == s]}" for s in range(g))
             details = {"subgrids": g, "assignment": list(cost.assignment), "branch_params": b.params,
                        "topology_aware": topology_aware}
@@ -279,9 +282,13 @@ class SubgraphParallel(CompileHooks):
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}")
         # cSub: the common layers are data parallel over sub-grid 0 only
         common_parts = data // g if config.csub else data
-        table = price_mesh(model, ctx.hw, common_parts, 1, ctx.forced is not None)
+        # cSub: only sub-grid 0's ranks run the common layers while the others wait for
+        # their split, so where ranks share a host's cores those get the waiting ranks'
+        # share (as a pipeline's stages in their turn, Hardware.while_busy)
+        common_hw = ctx.hw.while_busy(common_parts) if config.csub and ctx.hw.host_cores else ctx.hw
+        table = price_mesh(model, common_hw, common_parts, 1, ctx.forced is not None)
         try:
-            dsp, replaced = price_subgraph(model, ctx.hw, data, g, config.topology_aware, config.csub)
+            dsp, replaced = price_subgraph(model, ctx.hw, data, g, config.topology_aware, config.csub, common_hw)
         except PlanError as e:
             if ctx.forced is not None:
                 raise
