@@ -5,12 +5,13 @@
 The planner weighs every configuration of a model (data, Megatron, D&SP, 3D/4D, the
 cube, pipelines); this benchmark forces each feasible one in turn, compiles it on the
 same 4 local gloo ranks, times training steps (``pm.step``: forward + backward + the
-gradient synchronisation, all ranks starting together; every plan of a model compiled
-first, then ``--steps`` rounds in which each plan runs one step in turn, the median over
-the rounds after warm-up) and compares with the plan's predicted step. The rounds are
-interleaved so that a slow spell of the machine spreads over every plan; the median
-disagreement between a plan's odd and even rounds is reported as the run-to-run noise
-(4 ranks share 2 cores: a plan's step moves by 10-40 % from one run to the next). The predictions come from a
+gradient synchronisation, all ranks starting together; each model in fresh processes of
+its own, every plan of the model compiled first, then ``--steps`` rounds in which each
+plan runs one step in turn, the median over the rounds after warm-up) and compares with
+the plan's predicted step. The rounds are interleaved so that a slow spell of the
+machine spreads over every plan; the median disagreement between a plan's odd and even
+rounds is reported as the run-to-run noise (4 ranks share 2 cores: a plan's step moves
+by 10-40 % from one run to the next). The predictions come from a
 calibrated profile (``autopar calibrate --world 4``; measured here first unless
 ``--profile`` is given) and, for comparison, from the hand-measured ``cpu-gloo`` preset.
 
@@ -254,7 +255,13 @@ def main(argv=None) -> int:
     total = sum(len(v) for v in strategies.values())
     print(f"{total} feasible plans of {len(models)} models on {WORLD} gloo ranks; measuring {args.steps} steps each",
           flush=True)
-    timed = launch(zoo_job, WORLD, (models, strategies, profile, args.steps, args.warmup), timeout_s=6000)[0]
+    # each model in a launch of its own: in one launch for the whole zoo a model's plans
+    # measured up to 1.5x slower after another model's (GPT-2's data 4: 21.7 ms after the
+    # tiny GPT's 25 plans, 14.8 ms in fresh processes), which no prediction can follow
+    timed = {}
+    for name in models:
+        timed.update(launch(zoo_job, WORLD, ([name], strategies, profile, args.steps, args.warmup),
+                            timeout_s=6000)[0])
     measured = {name: [m for m, _, _ in by_plan] for name, by_plan in timed.items()}
     noise = {name: [abs(odd / even - 1) for _, odd, even in by_plan] for name, by_plan in timed.items()}
     rows, summary = [], {}
