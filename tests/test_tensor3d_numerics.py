@@ -14,7 +14,8 @@ regions) (activation checkpointing), with and without the all-gather cache of ax
 with the cache bounded to one layer (the others gathered again in the recomputation).
 Bian's load-balanced cube (``{"cube": 2}``: 2x2x2, activations split over all 8 ranks,
 biases on the diagonal) runs the same models at batch 8 (z, then x and y split the
-rows), with the overlaps off and with recomputation. Each case also checks, from the
+rows), with GPT-2's blocks recomputed (with the overlaps off and the MLP recomputed in
+the extended suite). Each case also checks, from the
 runtime's counters, that each overlap switched on did its work and one switched off
 did not. The cube times data 2 on 16 ranks runs in the extended suite.
 """
@@ -43,10 +44,10 @@ CASES = [(model, grid, F64) for model in ("mlp", "transformer", "gpt2") for grid
     ("gpt2", GRIDS[2], {**F64, "recompute": True, "overlap": {"cache": False}})]
 CUBE = {"cube": 2}
 CUBE_F64 = {**F64, "batch": 8}
-CASES += [("transformer", CUBE, CUBE_F64)] + [  # the MLP and GPT-2: with recomputation
-    ("transformer", CUBE, {**CUBE_F64, "overlap": False}),
-    ("mlp", CUBE, {**CUBE_F64, "recompute": True}),
+CASES += [("transformer", CUBE, CUBE_F64)] + [  # GPT-2: with recomputation, some overlaps off
     ("gpt2", CUBE, {**CUBE_F64, "recompute": True, "overlap": {"cache": False, "all_reduce": False}})]
+# the cube with every overlap off, and the MLP's split regions recomputed on it: the extended suite
+CUBE_EXTENDED = [("transformer", CUBE, {**CUBE_F64, "overlap": False}), ("mlp", CUBE, {**CUBE_F64, "recompute": True})]
 SPLIT_REGIONS = {"mlp": 2, "transformer": 4, "gpt2": 4}
 # full recomputation outlines the blocks (the MLP has none: its split regions)
 RECOMPUTED = {"mlp": 2, "transformer": 2, "gpt2": 2}
@@ -54,7 +55,8 @@ RECOMPUTED = {"mlp": 2, "transformer": 2, "gpt2": 2}
 # the MLP (two split regions): 16 ranks on 2 cores, and the transformer's and GPT-2's
 # spellings are checked on the cube above; what this case adds is the data dimension
 CUBE_WITH_DATA = ("mlp", {"cube": 2, "data": 2}, {**F64, "batch": 16, "recompute": True})
-EXTENDED = [("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in EACH_OVERLAP_OFF] + FOUR_D
+EXTENDED = [("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in EACH_OVERLAP_OFF] + FOUR_D \
+    + CUBE_EXTENDED
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
 _LAUNCHED = {8: shared_ranks.register(8, __name__, equivalence_job, (CASES,), timeout_s=900),
              16: shared_ranks.register(16, __name__, equivalence_job, ([CUBE_WITH_DATA],), timeout_s=900,
