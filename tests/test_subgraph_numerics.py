@@ -1,7 +1,8 @@
 """D&SP and D&SP-cSub on real gloo ranks against the single-device model (SUPER §III-B/C).
 
 Three models, each with both modes, on 2 and 4 ranks, with 2 and 4 sub-grids, in the
-topology-aware and the naive rank order:
+topology-aware and the naive rank order (on 4 ranks the CNN's and the towers' naive
+order, and float32 runs of float64 cases, in the extended suite):
 
 * an Inception-style CNN: three conv branches of different cost joined by a concat over
   channels (explicit branches);
@@ -42,10 +43,10 @@ WORLD_2 = [
     ("transformer", {"data": 2, "subgrids": 2, "csub": True}, F64),
 ]
 WORLD_4 = [
-    ("inception", {"data": 4, "subgrids": 2}), ("towers", {"data": 4, "subgrids": 2, "topology_aware": False}),
-    ("transformer", {"data": 4, "subgrids": 2, "csub": True}),
-    *_both_orders("inception", 4, 2, False), *_both_orders("inception", 4, 2, True),
-    *_both_orders("towers", 4, 2, False), *_both_orders("towers", 4, 2, True),
+    # both rank orders on the transformer (the naive order of the CNN and the towers, and
+    # float32 runs of the float64 cases: the extended suite)
+    *_both_orders("inception", 4, 2, False)[:1], *_both_orders("inception", 4, 2, True)[:1],
+    *_both_orders("towers", 4, 2, False)[:1], *_both_orders("towers", 4, 2, True)[:1],
     *_both_orders("transformer", 4, 2, False), *_both_orders("transformer", 4, 2, True),
     # Hugging Face GPT-2 (captured by torch.export; sdpa with a per-sample mask, tied head)
     ("gpt2", {"data": 4, "subgrids": 2}, F64), ("gpt2", {"data": 4, "subgrids": 2, "csub": True,
@@ -58,9 +59,18 @@ WORLD_4 = [
     ("inception", "auto", {"dtype": "float64", "hardware": "a100-selene"}),
 ]
 
+WORLD_4_EXTENDED = [
+    ("inception", {"data": 4, "subgrids": 2}), ("towers", {"data": 4, "subgrids": 2, "topology_aware": False}),
+    ("transformer", {"data": 4, "subgrids": 2, "csub": True}),
+    *_both_orders("inception", 4, 2, False)[1:], *_both_orders("inception", 4, 2, True)[1:],
+    *_both_orders("towers", 4, 2, False)[1:], *_both_orders("towers", 4, 2, True)[1:],
+]
+
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
 _LAUNCHED = {world: shared_ranks.register(world, __name__, equivalence_job, (cases,), timeout_s=600)
              for world, cases in ((2, WORLD_2), (4, WORLD_4))}
+_EXTENDED = shared_ranks.register(4, __name__ + ":extended", equivalence_job, (WORLD_4_EXTENDED,), timeout_s=600,
+                                  extended=True)
 
 
 def _reports(world, cases):
@@ -96,3 +106,11 @@ def test_dsp_world_4(index):
     if WORLD_4[index][1] == "auto":
         plan = _reports(4, WORLD_4)[0][index]["plan"]
         assert "2 sub-grids of 2 rank(s), topology-aware order" in plan or "D&SP over 2 sub-grids of it" in plan, plan
+
+
+@pytest.mark.multiprocess
+@pytest.mark.extended
+@pytest.mark.parametrize("index", range(len(WORLD_4_EXTENDED)), ids=[_name(c) for c in WORLD_4_EXTENDED])
+def test_dsp_world_4_extended(index):
+    for rank_reports in _EXTENDED():
+        _check(rank_reports[index])
