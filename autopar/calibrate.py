@@ -11,7 +11,7 @@ runtime runs them; denormals flushed) and, on every rank at once, times
 * kernel launch latency: the median of a 1-element ``torch.add``;
 * memory bandwidth: a large ``copy_`` (bytes read + written over time, the convention
   of ``cost.MEMORY_BOUND_TIME``);
-* all_reduce, all_gather, reduce_scatter, all_to_all and broadcast over every group
+* all_reduce, all_gather, reduce_scatter, all_to_all, broadcast and scatter over every group
   size G ≥ 2 that divides the world (groups of consecutive ranks, all groups of one size
   running at once, as the groups of one mesh dimension do in training), message sizes
   from 4 B to 4 MiB, and a point-to-point ``send`` between pairs of ranks (half a

@@ -22,7 +22,7 @@ import torch
 from autopar.cost import model as cost
 
 FORMULA_OF = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-              "all_to_all": "all_to_all", "broadcast": "broadcast", "send": "point_to_point"}
+              "all_to_all": "all_to_all", "broadcast": "broadcast", "scatter": "scatter", "send": "point_to_point"}
 """Each measured collective's key in ``cost.FORMULAS``."""
 
 ALPHA_FLOOR_S = 1e-9

@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "scatter", "send")
 """The collectives measured, named as ``Hardware.measured`` and ``cost`` name them."""
 
 @dataclass(frozen=True)
@@ -148,6 +148,11 @@ def _collective_op(name: str, group, group_ranks: list[int], nbytes: int,
     if name == "broadcast":
         buf = zeros(n)
         return (lambda: dist.broadcast(buf, src=group_ranks[0], group=group)), 4 * n
+    if name == "scatter":  # the root's whole buffer, a piece to each rank (D&SP-cSub's slice; a gather costs the same)
+        n = max(size, n // size * size)
+        out = zeros(n // size)
+        pieces = [zeros(n // size) for _ in range(size)] if dist.get_rank() == group_ranks[0] else None
+        return (lambda: dist.scatter(out, pieces, src=group_ranks[0], group=group)), 4 * n
     if name == "send":  # one op = a round trip between the pair; the caller halves it
         buf = zeros(n)
         rank = dist.get_rank()

@@ -140,7 +140,7 @@ def test_every_measurement_is_beside_the_fits_prediction(calibrated, collective)
     alpha_s, beta_bps = hw.measured[collective]["2"]
     mine = [r for r in rows if r["kind"] == collective]
     # 4 B..4 MiB; a collective that splits the buffer over the 2 ranks holds at least one fp32 element each
-    split = collective in ("reduce_scatter", "all_to_all")
+    split = collective in ("reduce_scatter", "all_to_all", "scatter")
     assert [r["size"] for r in mine] == [max(m, 4 * 2) if split else m for m in settings(quick=True).message_bytes]
     for r in mine:  # the table's predictions are the profile's formula
         assert r["predicted_s"] == pytest.approx(_formula(collective, 2, r["size"], alpha_s, beta_bps), rel=1e-9)
@@ -153,7 +153,7 @@ def test_planner_prices_with_the_profile(calibrated):
     hw = get_hardware(calibrated[0])
     for collective, price in (("all_reduce", cost.all_reduce_time), ("all_gather", cost.all_gather_time),
                               ("reduce_scatter", cost.reduce_scatter_time), ("all_to_all", cost.all_to_all_time),
-                              ("broadcast", cost.broadcast_time)):
+                              ("broadcast", cost.broadcast_time), ("scatter", cost.scatter_time)):
         alpha_s, beta_bps = hw.measured[collective]["2"]
         # the measured points, interpolated (past the largest: its time plus the fit's
         # growth), plus what a call costs in training beyond them (the autograd
