@@ -83,6 +83,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _after_barrier(fn: Callable[[], Any], device: torch.device) -> float:
+    """Seconds of one ``fn()`` started after a barrier of all ranks, the device synchronised
+    before and after."""
+    dist.barrier()
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
 def _time_kernel(op: Callable[[], Any], device: torch.device, s: Settings) -> float:
     """Median seconds per call of a compute kernel ``op`` over ``s.compute_repeats``
     samples, each started after a barrier of all ranks and repeating ``op`` to last about
@@ -93,16 +104,10 @@ def _time_kernel(op: Callable[[], Any], device: torch.device, s: Settings) -> fl
     op()
     _sync(device)
     inner = max(1, round(s.sample_s / max(time.perf_counter() - start, 1e-9)))
-    samples = []
-    for _ in range(s.compute_repeats):
-        dist.barrier()
-        _sync(device)
-        start = time.perf_counter()
+    def repeated():
         for _ in range(inner):
             op()
-        _sync(device)
-        samples.append((time.perf_counter() - start) / inner)
-    return statistics.median(samples)
+    return statistics.median(_after_barrier(repeated, device) / inner for _ in range(s.compute_repeats))
 
 
 def _time_collectives(ops: list[Callable[[], Any]], device: torch.device, s: Settings) -> list[float]:
@@ -116,12 +121,7 @@ def _time_collectives(ops: list[Callable[[], Any]], device: torch.device, s: Set
     samples: list[list[float]] = [[] for _ in ops]
     for _ in range(s.repeats):
         for op, times in zip(ops, samples):
-            dist.barrier()
-            _sync(device)
-            start = time.perf_counter()
-            op()
-            _sync(device)
-            times.append(time.perf_counter() - start)
+            times.append(_after_barrier(op, device))
     return [statistics.median(times) for times in samples]
 
 
@@ -226,25 +226,17 @@ class _Chain(torch.nn.Module):
         self.norm = torch.nn.Parameter(torch.ones(4))
 
     def forward(self, x):
-        F = torch.nn.functional
         for i in range(self.n):
-            kind = i % len(CHAIN_OPS)
-            if kind == 0:
-                x = F.linear(x, self.weight)
-            elif kind == 1:
-                x = F.layer_norm(x, (4,), self.norm)
-            elif kind == 2:
-                x = F.gelu(x)
-            elif kind == 3:
-                x = F.softmax(x, -1)
-            elif kind == 4:
-                x = x * 1.0001
-            else:
-                x = x + 1.0
+            x = CHAIN_OPS[i % len(CHAIN_OPS)](self, x)
         return x.sum()
 
 
-CHAIN_OPS = ("linear", "layer_norm", "gelu", "softmax", "mul", "add")
+CHAIN_OPS = (lambda c, x: torch.nn.functional.linear(x, c.weight),
+             lambda c, x: torch.nn.functional.layer_norm(x, (4,), c.norm),
+             lambda c, x: torch.nn.functional.gelu(x),
+             lambda c, x: torch.nn.functional.softmax(x, -1),
+             lambda c, x: x * 1.0001,
+             lambda c, x: x + 1.0)
 # ops in the two chains timed (whole turns of CHAIN_OPS); their difference cancels the fixed costs
 HOST_CHAIN = (36, 156)
 
@@ -274,18 +266,12 @@ def _time_in_training(group, device: torch.device, s: Settings) -> float:
             torch.mm(a, a)
 
     def loop(with_call: bool) -> float:
-        samples = []
-        for _ in range(s.compute_repeats):
-            dist.barrier()
-            _sync(device)
-            start = time.perf_counter()
+        def twenty():
             for _ in range(20):
                 compute()
                 if with_call:
                     dist.all_reduce(buf, group=group)
-            _sync(device)
-            samples.append((time.perf_counter() - start) / 20)
-        return statistics.median(samples)
+        return statistics.median(_after_barrier(twenty, device) / 20 for _ in range(s.compute_repeats))
     loop(True)  # warm-up
     return max(0.0, loop(True) - loop(False))
 
@@ -311,15 +297,7 @@ def _time_async_exposed(device: torch.device, s: Settings) -> float:
             dist.all_gather_into_tensor(o, x)
 
     def timed(fn) -> float:
-        samples = []
-        for _ in range(s.compute_repeats):
-            dist.barrier()
-            _sync(device)
-            start = time.perf_counter()
-            fn()
-            _sync(device)
-            samples.append(time.perf_counter() - start)
-        return statistics.median(samples)
+        return statistics.median(_after_barrier(fn, device) for _ in range(s.compute_repeats))
     together()  # warm-up
     return timed(together) / max(timed(one_by_one), 1e-9)
 
@@ -435,7 +413,8 @@ def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
     ``(collective, G, m)``; the overhead terms' value in each of ``settings().rounds``
     rounds spread over the run (``"rounds"``: key → list, keys ``("host_op",)``,
     ``("collective_call",)`` — ours less raw —, ``("collective_raw",)``,
-    ``("in_training", G)``, ``("async_exposed",)``, and on CPUs ``("runtime_step",)``, ``("pipeline_step", k)``);
+    ``("in_training", G)``, ``("async_exposed",)``, and on CPUs ``("runtime_step",)``,
+    ``("pipeline_step", k)``);
     plus facts about the machine."""
     torch.set_flush_denormal(True)
     device = _device(backend)

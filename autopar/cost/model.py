@@ -23,9 +23,9 @@ Where ``autopar calibrate`` measured a collective at several message sizes
 over 4 ranks takes 0.7 ms for 4 bytes and 3.5 ms from 64 bytes to 256 KiB), which no
 single α-β line follows; the fitted formula prices sizes past the largest point.
 
-Besides FLOPs and bytes, each kernel pass (and each pass of a view) pays the host's ``host_op_s`` and each
-collective call :func:`call_overhead` (the hardware's overhead terms, docs/planner.md
-"Overheads"; 0 in the presets, measured by ``autopar calibrate``).
+Besides FLOPs and bytes, each kernel pass (and each pass of a view) pays the host's
+``host_op_s`` and each collective call :func:`call_overhead` (the hardware's overhead
+terms, docs/planner.md "Overheads"; 0 in the presets, measured by ``autopar calibrate``).
 
 The functions below take and return plain numbers and never call sympy; the search
 evaluates them millions of times.

@@ -329,15 +329,9 @@ class ModelFacts:
         key = (sig, scale, hw, recompute)
         t = self._seconds.get(key)
         if t is None:
-            t = 0.0
-            for name in names:
-                w = self.work.get(name)
-                if w is None or not (w.is_kernel or w.is_view):
-                    continue
-                forward = (hw.host_op_s if w.is_view else cm.matmul_time(w.flops * scale, hw) if w.is_matmul
-                           else cm.memory_bound_time(w.bytes_moved * scale, hw))
-                t += forward * cm.passes_per_step(w, recompute=recompute)
-            self._seconds[key] = t
+            works = (dataclasses.replace(w, flops=w.flops * scale, bytes_moved=w.bytes_moved * scale)
+                     for name in names if (w := self.work.get(name)) is not None)
+            t = self._seconds[key] = cm.step_compute_time(works, hw, recompute=recompute)
         return t
 
     def region_param_elems(self, rid: str) -> int:

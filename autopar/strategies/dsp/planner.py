@@ -120,14 +120,13 @@ def branches_of(model: ModelFacts, region) -> Branches:
 
 
 def price_subgraph(model: ModelFacts, hw: Hardware, data: int, g: int, topology_aware: bool, csub: bool,
-                   common_hw: Hardware | None = None):
+                   common_hw: Hardware):
     """D&SP (or D&SP-cSub) choices for the regions of :func:`subgraph_regions`, and the
     compute they replace in the common layers' pricing (SUPER §III-B/C; priced by
     ``dsp.cost.dsp_region_cost`` and ``dsp.cost.dsp_heads_cost``). The common layers
     split the batch ``data`` ways, or ``data / g`` ways in cSub (on sub-grid 0), priced
-    with ``common_hw`` (default ``hw``)."""
+    with ``common_hw``."""
     common_parts = data // g if csub else data
-    common_hw = common_hw or hw
     found = subgraph_regions(model.gm)
     if not found:
         raise PlanError(f"strategy: subgrids={g} asks for D&SP, but the model has no multi-branch region (several "

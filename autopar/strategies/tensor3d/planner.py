@@ -12,8 +12,9 @@ shards are all-reduced over data (eq 8), everything else over z and data (the
 inside a layer (axonn §IV) is priced only as far as the hardware measured it: the
 collectives the runtime issues asynchronously (the z all-gather and reduce-scatter, the
 backward all-reduce) count ``Hardware.async_exposed`` of their time (1 in the presets,
-where eq 9 ranks the grids by their full communication as axonn's model does). A region is split or replicated, whichever is cheaper; a
-grid that splits nothing is priced again splitting every region it divides.
+where eq 9 ranks the grids by their full communication as axonn's model does). A region
+is split or replicated, whichever is cheaper; a grid that splits nothing is priced again
+splitting every region it divides.
 
 The orientation of each linear follows the data flow (:func:`region_linears`): the ones
 reading the region's input are plain (in y, out x), the one reading their output
