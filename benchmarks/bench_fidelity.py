@@ -13,7 +13,9 @@ machine spreads over every plan; the median disagreement between a plan's odd an
 rounds is reported as the run-to-run noise (4 ranks share 2 cores: a plan's step moves
 by 10-40 % from one run to the next). The predictions come from a
 calibrated profile (``autopar calibrate --world 4``; measured here first unless
-``--profile`` is given) and, for comparison, from the hand-measured ``cpu-gloo`` preset.
+``--profile`` is given; with ``--calibrate-each``, measured again just before each model's
+launch, so that the machine's drift between spells, 1.2-1.3x over ten minutes on the VM,
+stays out of the error) and, for comparison, from the hand-measured ``cpu-gloo`` preset.
 
 Models (``--models``, default all): ``tiny`` (a 4-block GPT-style model, h = 128,
 batch 8 × 64 tokens) and the zoo of :mod:`examples.zoo` (Hugging Face GPT-2, BERT,
@@ -231,6 +233,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--fit-only", action="store_true", help="only the fit check on 2 ranks")
     parser.add_argument("--no-fit", action="store_true", help="skip the fit check on 2 ranks")
+    parser.add_argument("--calibrate-each", action="store_true",
+                        help="calibrate (4 ranks) again just before each model's launch and price that model's "
+                             "plans with it: the VM's drift between spells then stays out of the error")
     args = parser.parse_args(argv)
     if not args.no_fit:
         print(f"fit check: every collective within {FIT_BAND[0]}-{FIT_BAND[1]}: {'yes' if fit_check() else 'NO'}\n",
@@ -241,6 +246,8 @@ def main(argv=None) -> int:
     from autopar.runtime.launcher import launch
     if args.profile:
         profile = get_hardware(args.profile)
+    elif args.calibrate_each:
+        profile = None
     else:
         from autopar.calibrate import calibrate
         t0 = time.perf_counter()
@@ -248,20 +255,30 @@ def main(argv=None) -> int:
         print(f"calibrated {WORLD} gloo ranks in {time.perf_counter() - t0:.0f} s", flush=True)
     models = [m for m in args.models.split(",") if m]
     strategies, chosen, predicted = {}, {}, {}
-    for name in models:
-        strategies[name], chosen[name] = plans_of(name, profile)
-        predicted[name] = {"calibrated": predicted_steps(name, strategies[name], profile),
+
+    def price(name: str, hardware) -> None:
+        strategies[name], chosen[name] = plans_of(name, hardware)
+        predicted[name] = {"calibrated": predicted_steps(name, strategies[name], hardware),
                            "cpu-gloo": predicted_steps(name, strategies[name], get_hardware("cpu-gloo"))}
-    total = sum(len(v) for v in strategies.values())
-    print(f"{total} feasible plans of {len(models)} models on {WORLD} gloo ranks; measuring {args.steps} steps each",
-          flush=True)
+    if not args.calibrate_each:
+        for name in models:
+            price(name, profile)
+        total = sum(len(v) for v in strategies.values())
+        print(f"{total} feasible plans of {len(models)} models on {WORLD} gloo ranks; measuring {args.steps} steps "
+              f"each", flush=True)
     # each model in a launch of its own: in one launch for the whole zoo a model's plans
     # measured up to 1.5x slower after another model's (GPT-2's data 4: 21.7 ms after the
     # tiny GPT's 25 plans, 14.8 ms in fresh processes), which no prediction can follow
-    timed = {}
+    timed, profiles = {}, {}
     for name in models:
-        timed.update(launch(zoo_job, WORLD, ([name], strategies, profile, args.steps, args.warmup),
-                            timeout_s=6000)[0])
+        if args.calibrate_each:  # the machine as it is now, for this model's plans
+            from autopar.calibrate import calibrate
+            profiles[name] = calibrate(WORLD)
+            price(name, profiles[name])
+            print(f"{name}: calibrated again (host per op {profiles[name].host_op_s * 1e6:.1f} us, collective "
+                  f"call {profiles[name].collective_call_s * 1e6:.0f} us); {len(strategies[name])} plans", flush=True)
+        timed.update(launch(zoo_job, WORLD, ([name], strategies, profiles.get(name, profile), args.steps,
+                                             args.warmup), timeout_s=6000)[0])
     measured = {name: [m for m, _, _ in by_plan] for name, by_plan in timed.items()}
     noise = {name: [abs(odd / even - 1) for _, odd, even in by_plan] for name, by_plan in timed.items()}
     rows, summary = [], {}
@@ -291,7 +308,8 @@ def main(argv=None) -> int:
               f"{sm['calibrated']['median_abs_rel_error']:6.2f} {sm['noise']:6.2f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "summary": summary, "profile": profile.name}, f, indent=2)
+            json.dump({"rows": rows, "summary": summary, "profile": profile.name if profile else "per model",
+                       "profiles": {k: v.to_json() for k, v in profiles.items()}}, f, indent=2)
     return 0
 
 
