@@ -36,8 +36,8 @@ def nnls(rows: list[list[float]], targets: list[float]) -> list[float]:
     by solving the unconstrained problem on every subset of columns (the optimum is the
     unconstrained solution on its own support) and keeping the best feasible one."""
     k = len(rows[0])
-    A = torch.tensor(rows, dtype=torch.float64)
-    y = torch.tensor(targets, dtype=torch.float64)
+    A = torch.tensor(rows, dtype=torch.float64, device="cpu")
+    y = torch.tensor(targets, dtype=torch.float64, device="cpu")
     best, best_x = float("inf"), [0.0] * k
     for mask in range(1, 1 << k):
         cols = [j for j in range(k) if mask >> j & 1]
@@ -49,7 +49,7 @@ def nnls(rows: list[list[float]], targets: list[float]) -> list[float]:
         x = [0.0] * k
         for j, v in zip(cols, sol.tolist()):
             x[j] = v
-        residual = float(((A @ torch.tensor(x, dtype=torch.float64)) - y).square().sum())
+        residual = float(((A @ torch.tensor(x, dtype=torch.float64, device="cpu")) - y).square().sum())
         if residual < best:
             best, best_x = residual, x
     return best_x

@@ -198,8 +198,8 @@ def _processor_name(device: torch.device) -> str:
 def _time_matmul(n: int, gen: torch.Generator, device: torch.device, s: Settings) -> float:
     """Median seconds of one fp32 ``n×n @ n×n`` (2n³ FLOPs), allocating its output as a
     model's matmul does (and as the 1-element add that measures the launch latency does)."""
-    a = torch.randn(n, n, generator=gen).to(device)
-    b = torch.randn(n, n, generator=gen).to(device)
+    a = torch.randn(n, n, generator=gen, device="cpu").to(device)  # the CPU generator's draws, then moved
+    b = torch.randn(n, n, generator=gen, device="cpu").to(device)
     return _time_kernel(lambda: torch.mm(a, b), device, s)
 
 
@@ -222,8 +222,8 @@ class _Chain(torch.nn.Module):
     def __init__(self, n: int):
         super().__init__()
         self.n = n
-        self.weight = torch.nn.Parameter(torch.full((4, 4), 0.25))
-        self.norm = torch.nn.Parameter(torch.ones(4))
+        self.weight = torch.nn.Parameter(torch.full((4, 4), 0.25, device="cpu"))  # moved to the measured device
+        self.norm = torch.nn.Parameter(torch.ones(4, device="cpu"))
 
     def forward(self, x):
         for i in range(self.n):
@@ -329,7 +329,7 @@ def runtime_case(world: int):
     small linear layer, two rows per rank, data parallel over the world."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 16))
-    x, y = torch.randn(2 * world, 16), torch.randn(2 * world, 16)
+    x, y = torch.randn(2 * world, 16, device="cpu"), torch.randn(2 * world, 16, device="cpu")  # gloo only
     return model, (x,), torch.nn.functional.mse_loss, y
 
 
@@ -345,7 +345,7 @@ def pipeline_case(world: int):
     torch.manual_seed(0)
     model = torch.nn.Sequential(*(torch.nn.Linear(16, 16) for _ in range(world)))
     rows = 2 * world * max(PIPELINE_MICROBATCHES)
-    x, y = torch.randn(rows, 16), torch.randn(rows, 16)
+    x, y = torch.randn(rows, 16, device="cpu"), torch.randn(rows, 16, device="cpu")
     return model, (x,), torch.nn.functional.mse_loss, y
 
 
@@ -433,7 +433,8 @@ def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
     # load on the machine corrupts one round (reported as an outlier), not every one
     measure_steps: list[Callable[[], None]] = []
     gen = torch.Generator().manual_seed(rank)
-    x, y = torch.randn(1, generator=gen).to(device), torch.randn(1, generator=gen).to(device)
+    x = torch.randn(1, generator=gen, device="cpu").to(device)
+    y = torch.randn(1, generator=gen, device="cpu").to(device)
     measure_steps.append(lambda: medians.__setitem__(("launch",), _time_kernel(lambda: torch.add(x, y), device, s)))
     for n in s.matmul_sizes:
         measure_steps.append(lambda n=n: medians.__setitem__(("matmul", n), _time_matmul(n, gen, device, s)))

@@ -131,7 +131,7 @@ class RankGrid:
     def _ranks(self) -> torch.Tensor:
         """The members as one tensor of the grid's shape (made on first use)."""
         if self._tensor is None:
-            self._tensor = torch.tensor(self.members, dtype=torch.long).view(self.shape)
+            self._tensor = torch.tensor(self.members, dtype=torch.long, device="cpu").view(self.shape)
         return self._tensor
 
     def __repr__(self) -> str:
@@ -166,7 +166,7 @@ class RankGrid:
         ranks = self._ranks
         if only is not None:
             dim, keep = only
-            ranks = ranks.index_select(self.names.index(dim), torch.tensor(list(keep), dtype=torch.long))
+            ranks = ranks.index_select(self.names.index(dim), torch.tensor(list(keep), dtype=torch.long, device="cpu"))
         others = [i for i, n in enumerate(self.names) if n not in dims]
         order = others + [self.names.index(d) for d in dims]
         width = math.prod(ranks.shape[self.names.index(d)] for d in dims)

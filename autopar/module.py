@@ -27,7 +27,7 @@ from autopar.planning.plan import Plan
 from autopar.runner import ProgramRunner, RankState
 from autopar.runtime import groups as G
 from autopar.runtime import health
-from autopar.runtime import rng
+from autopar.runtime import devices, rng
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.strategies.data.zero import ZeroState
 from autopar.strategies.pipeline.program import PipelineRunner
@@ -75,8 +75,10 @@ class ParallelModule(nn.Module):
                                              armed=spec.armed)
                        for spec, params in group_buckets(layout, named)}
         states = rng.RandomStates(seed, *dropout_coordinates(plan_, rank), dropout_shards(plan_, rank))
+        device = devices.rank_device(model.parameters(), examples or ())
+        devices.check_backend_device(device)
         self._state = RankState(plan_, rank, self.root, layout, group_map, states, runtime, buckets, model,
-                                loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards), zero)
+                                loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards), zero, device)
         self.runner = PipelineRunner(self._state, model) if plan_.pipeline else ProgramRunner(self._state)
 
     def _first_name(self, root_name: str) -> str:
@@ -100,7 +102,7 @@ class ParallelModule(nn.Module):
                     part = placement.zero.local(part)
                 local = nn.Parameter(part.clone(), requires_grad=full.requires_grad)
             else:
-                local = nn.Parameter(torch.empty(0, dtype=full.dtype), requires_grad=False)
+                local = nn.Parameter(torch.empty(0, dtype=full.dtype, device=full.device), requires_grad=False)
             for module, attr in owners[id(full)]:
                 setattr(module, attr, local)
         return parts
@@ -172,10 +174,10 @@ class ParallelModule(nn.Module):
             key = placement.norm_groups if placement is not None else ()
             partial[key] = combine(partial[key], value) if key in partial else value
         op = dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM
-        total = torch.zeros((), dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=self._state.device)
         with G.use_groups(self._state.groups):
             for key in self.layout.norm_keys():  # every key in a fixed order on every rank
-                value = partial.get(key, torch.zeros((), dtype=torch.float64)).clone()
+                value = partial.get(key, torch.zeros((), dtype=torch.float64, device=self._state.device)).clone()
                 for name in key:
                     group = G.get_group(name)
                     if G.size_of(group) > 1:

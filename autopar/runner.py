@@ -28,7 +28,7 @@ from autopar.executable import batch_of, executable, local_batch, microbatches, 
 from autopar.program import rewrite
 from autopar.runtime import groups as G
 from autopar.planning.strategy import PlanError
-from autopar.runtime import rng
+from autopar.runtime import devices, rng
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.runtime.target_count import TARGET_COUNT, use_target_count
 from autopar.strategies.data.zero import ZeroState, sharded_names, use_zero
@@ -60,17 +60,21 @@ class RankState:
     fusion: bool = False
     shards: dict = field(default_factory=dict)
     zero: ZeroState | None = None  # ZeRO's shards and gathers (strategies/data/zero.py), None without
+    # where the runtime's own tensors go when no value is at hand (autopar.runtime.devices)
+    device: torch.device = devices.CPU
 
     def zero_params(self) -> dict | None:
         """Under ZeRO, the parameters the layout shards (what the zero pass rewrites)."""
         return sharded_names(self.layout) if self.zero is not None else None
 
     def running(self, three_d: bool = True):
-        """The context a rank program runs in: the plan's groups, the dropout streams, the
+        """The context a rank program runs in: the plan's groups, the rank's device (for
+        the runtime's buffers, :mod:`autopar.runtime.devices`), the dropout streams, the
         3D runtime (``three_d``; a pipeline's stages run without this module's) and ZeRO's
         state (and its notes for backward)."""
         stack = contextlib.ExitStack()
         stack.enter_context(G.use_groups(self.groups))
+        stack.enter_context(devices.use_device(self.device))
         stack.enter_context(rng.use_random_states(self.random))
         if three_d:
             stack.enter_context(T3.use_runtime(self.runtime))
@@ -283,7 +287,7 @@ class ProgramRunner:
             if not isinstance(spec, TensorSpec):
                 raise RuntimeError(f"D&SP-cSub: the loss function returns {spec!r}, not one tensor; step() "
                                    f"needs a tensor loss to send to the other sub-grids")
-            loss = torch.empty(spec.shape, dtype=spec.dtype)
+            loss = torch.empty(spec.shape, dtype=spec.dtype, device=devices.current())
         dist.broadcast(loss, group=segment, group_src=0)
         return loss
 

@@ -13,6 +13,7 @@ and returns the largest absolute and relative differences with the plan used.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from typing import Any, Callable
@@ -46,14 +47,21 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
                                kwargs: dict[str, Any] | None = None, steps: int = 3, lr: float = 1e-2,
                                hardware: str | None = None, mesh=None,
                                dtype: torch.dtype | None = None, overlap: Any = None,
-                               recompute: bool | str | None = None) -> dict[str, Any]:
+                               recompute: bool | str | None = None, default_device: str | None = None,
+                               device: torch.device | str | None = None) -> dict[str, Any]:
     """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "grad_norm",
     "param"}`` where each difference entry is ``(max abs, max relative)`` over all tensors
     compared. Every optimizer step clips the gradients to half the first step's norm on
     both sides (``pm.clip_grad_norm_``), so ``param`` checks the norm helpers as well.
     ``kwargs``: keyword inputs (``example_kwargs``); ``loss_fn=None`` (and no target):
     the model computes its own loss (``labels`` among the keywords), which ``step`` trains
-    on; then ``"output"`` covers the loss in the forward's output too."""
+    on; then ``"output"`` covers the loss in the forward's output too. ``default_device``:
+    every call into the compiled model (forward, step, norms, clipping, state) runs with
+    ``torch.device(default_device)`` as the default device (``"meta"``: a tensor autopar
+    creates without naming its device lands there and the step fails, the CPU guard of
+    :mod:`autopar.runtime.devices`); the model, inputs and optimizer stay where they are.
+    ``device``: the model, inputs and target are moved there first (a GPU run), the
+    single-device reference alike."""
     torch.manual_seed(0)
     model = model_factory()
     kwargs = dict(kwargs or {})
@@ -62,11 +70,16 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
         inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
         kwargs = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                   for k, v in kwargs.items()}
+    if device is not None:
+        model = model.to(device)
+        inputs = tuple(x.to(device) for x in inputs)
+        kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        target = target.to(device) if target is not None else None
     reference = copy.deepcopy(model)
     pm = autopar.compile(model, mesh, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
                          example_kwargs=kwargs, strategy=strategy, hardware=hardware, overlap=overlap,
                          recompute=recompute)
-    twins = _Twins(pm, reference, inputs, kwargs, target, loss_fn)
+    twins = _Twins(pm, reference, inputs, kwargs, target, loss_fn, default_device)
     report: dict[str, Any] = {"mesh": dict(pm.plan.mesh), "plan": pm.plan.explain(), "tracer": pm.plan.tracer,
                               "strategies": {r.strategy for r in pm.plan.regions} - {"replicate"},
                               # parameters this rank holds no element of (the cube's off-diagonal vectors)
@@ -82,15 +95,22 @@ class _Twins:
     """The compiled model and its single-device reference, called alike."""
 
     def __init__(self, pm, reference: torch.nn.Module, inputs: tuple, kwargs: dict[str, Any],
-                 target: torch.Tensor | None, loss_fn: Callable | None):
+                 target: torch.Tensor | None, loss_fn: Callable | None, default_device: str | None = None):
         self.pm, self.reference = pm, reference
         self.inputs, self.kwargs, self.target, self.loss_fn = inputs, kwargs, target, loss_fn
+        self.default_device = default_device
+
+    def guarded(self):
+        """The context calls into the compiled model run in (its default device set)."""
+        return torch.device(self.default_device) if self.default_device else contextlib.nullcontext()
 
     def output_diff(self) -> tuple[float, float]:
         """The forward's outputs (logits, and the loss the model's output carries when it
         computes its own) compared, without gradients."""
         with torch.no_grad():
-            out, ref_out = self.pm(*self.inputs, **self.kwargs), self.reference(*self.inputs, **self.kwargs)
+            with self.guarded():
+                out = self.pm(*self.inputs, **self.kwargs)
+            ref_out = self.reference(*self.inputs, **self.kwargs)
             diff = _max_diff(_logits(out), _logits(ref_out))
             if self.loss_fn is None:
                 diff = max(diff, _max_diff(_own_loss(out), _own_loss(ref_out)))
@@ -98,16 +118,18 @@ class _Twins:
 
     def step(self) -> torch.Tensor:
         """One ``pm.step`` (forward and backward), its loss."""
-        if self.loss_fn is not None:
-            return self.pm.step(*self.inputs, target=self.target, **self.kwargs)
-        return self.pm.step(*self.inputs, **self.kwargs)
+        with self.guarded():
+            if self.loss_fn is not None:
+                return self.pm.step(*self.inputs, target=self.target, **self.kwargs)
+            return self.pm.step(*self.inputs, **self.kwargs)
 
     def reference_loss(self) -> torch.Tensor:
         output = self.reference(*self.inputs, **self.kwargs)
         return self.loss_fn(output, self.target) if self.loss_fn is not None else _own_loss(output)
 
     def clip(self, max_norm: float) -> None:
-        self.pm.clip_grad_norm_(max_norm)
+        with self.guarded():
+            self.pm.clip_grad_norm_(max_norm)
         torch.nn.utils.clip_grad_norm_(self.reference.parameters(), max_norm)
 
 
@@ -119,7 +141,8 @@ def _compare_first_step(twins: _Twins, report: dict[str, Any]) -> float:
     ref_loss = twins.reference_loss()
     ref_loss.backward()
     report["loss"] = _max_diff(loss, ref_loss)
-    grads = pm.full_gradients()
+    with twins.guarded():
+        grads = pm.full_gradients()
     worst = (0.0, 0.0)
     for name, p in reference.named_parameters():
         diff = _max_diff(grads[name], p.grad)
@@ -130,8 +153,10 @@ def _compare_first_step(twins: _Twins, report: dict[str, Any]) -> float:
     # both sides before every optimizer step (so the parameters check it too)
     ref_grads = [p.grad for p in reference.parameters() if p.grad is not None]
     ref_norm = torch.nn.utils.get_total_norm(ref_grads)
-    report["grad_norm"] = max(_max_diff(pm.grad_norm(), ref_norm),
-                              _max_diff(pm.grad_norm(float("inf")), torch.nn.utils.get_total_norm(ref_grads, "inf")))
+    with twins.guarded():
+        norms = pm.grad_norm(), pm.grad_norm(float("inf"))
+    report["grad_norm"] = max(_max_diff(norms[0], ref_norm),
+                              _max_diff(norms[1], torch.nn.utils.get_total_norm(ref_grads, "inf")))
     max_norm = 0.5 * float(ref_norm)
     twins.clip(max_norm)
     return max_norm
@@ -157,7 +182,8 @@ def _train_and_compare_parameters(twins: _Twins, report: dict[str, Any], max_nor
         twins.clip(max_norm)
         optimizer.step()
         ref_optimizer.step()
-    state = twins.pm.full_state_dict()
+    with twins.guarded():
+        state = twins.pm.full_state_dict()
     worst = (0.0, 0.0)
     for name, value in twins.reference.state_dict().items():
         diff = _max_diff(state[name], value)
@@ -200,7 +226,9 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     runs the comparison in that dtype; ``{"hardware": "a100-selene"}`` plans for that machine;
     ``{"overlap": {...}}`` sets the 3D layers' overlap switches; ``{"recompute": True}``
     recomputes the blocks in backward (activation checkpointing; ``"selective"``: the
-    attention cores); ``{"batch": 8}``
+    attention cores); ``{"device": "cuda"}`` runs model and inputs on the rank's GPU;
+    ``{"default_device": "meta"}`` calls the compiled model under that
+    default device (the device guard), ``{"steps": 1}`` takes fewer optimizer steps; ``{"batch": 8}``
     sets the language models' batch, ``{"layers": 4}`` their number of blocks, ``{"vocab": 63}``
     their vocabulary, ``{"tied": False}`` the transformer's own LM head (with a bias)."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -219,10 +247,22 @@ def equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
             strategy = "auto"
         report = compare_with_single_device(factory, inputs, target, loss_fn, strategy, mesh=mesh, dtype=dtype,
                                             hardware=options.get("hardware"), overlap=options.get("overlap"),
-                                            recompute=options.get("recompute"))
+                                            recompute=options.get("recompute"),
+                                            default_device=options.get("default_device"),
+                                            steps=options.get("steps", 3), device=_rank_device(options))
         report["case"] = tuple(case)
         reports.append(report)
     return reports
+
+
+def _rank_device(options: dict) -> torch.device | None:
+    """``{"device": "cuda"}``: this rank's GPU (ranks share the machine's GPUs in turn: one GPU
+    serves every rank under gloo, NCCL needs one each); else None (the CPU)."""
+    if options.get("device") != "cuda":
+        return None
+    import torch.distributed as dist
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    return torch.device("cuda", rank % torch.cuda.device_count())
 
 
 def zoo_equivalence_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:

@@ -32,10 +32,10 @@ def boxes_of(indices: torch.Tensor, shape: tuple[int, ...]) -> list[tuple[tuple[
     if indices.numel() == 0:
         return []
     last = shape[-1]
-    starts_new = torch.ones(indices.numel(), dtype=torch.bool)
+    starts_new = torch.ones(indices.numel(), dtype=torch.bool, device=indices.device)
     starts_new[1:] = (indices[1:] != indices[:-1] + 1) | (indices[1:] % last == 0)
     starts = starts_new.nonzero().flatten()
-    lengths = torch.diff(starts, append=torch.tensor([indices.numel()])).tolist()
+    lengths = torch.diff(starts, append=torch.tensor([indices.numel()], device=indices.device)).tolist()
     coords, rest = [], indices[starts]
     for size in reversed(shape):
         coords.append(rest % size)
@@ -97,11 +97,11 @@ def placements(shape, strides, full_shape: tuple[int, ...], cut: Callable) -> li
     for a full tensor of ``full_shape``: the cut applied to ``arange(numel)`` says which
     element of the full tensor each local element is (``-1``: padding, saved nowhere)."""
     numel = _numel(full_shape)
-    index = cut(torch.arange(numel).view(full_shape))
+    index = cut(torch.arange(numel, device="cpu").view(full_shape))
     if tuple(index.shape) != tuple(shape):
         raise RuntimeError(f"the cut of a {list(full_shape)} tensor gives {list(index.shape)}, the local tensor is "
                            f"{list(shape)}; this is a bug")
-    memory_of = torch.full((numel,), -1, dtype=torch.long)  # full index -> local storage offset
+    memory_of = torch.full((numel,), -1, dtype=torch.long, device="cpu")  # full index -> local storage offset
     index, offsets = index.reshape(-1), _element_offsets(shape, strides)
     real = index >= 0  # a padded cut (a padded vocabulary) fills its padding with -1: no element of the full tensor
     memory_of[index[real]] = offsets[real]
@@ -160,11 +160,11 @@ def _box_indices(offsets, sizes, strides) -> torch.Tensor:
 
 def _element_offsets(shape, strides) -> torch.Tensor:
     """``sum(i_d · strides[d])`` for every index of ``shape``, row-major, flat."""
-    offsets = torch.zeros((), dtype=torch.long)
+    offsets = torch.zeros((), dtype=torch.long, device="cpu")
     for d, (size, stride) in enumerate(zip(shape, strides)):
         view = [1] * len(shape)
         view[d] = size
-        offsets = offsets + (torch.arange(size) * stride).view(view)
+        offsets = offsets + (torch.arange(size, device="cpu") * stride).view(view)
     return offsets.expand(tuple(shape)).reshape(-1)
 
 

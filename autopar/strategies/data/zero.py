@@ -327,7 +327,8 @@ class ZeroState:
         that every rank gathers or none does. A collective when anything is sharded."""
         if not self.full:
             return
-        changed = torch.tensor([float(self._version_sum() != self._versions)])
+        device = next(iter(self.full.values())).device  # the flag goes where the parameters are
+        changed = torch.tensor([float(self._version_sum() != self._versions)], device=device)
         group = get_group("data")
         if size_of(group) > 1:
             dist.all_reduce(changed, op=dist.ReduceOp.MAX, group=group)

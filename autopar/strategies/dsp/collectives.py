@@ -47,6 +47,7 @@ import torch.distributed as dist
 import torch.fx
 
 from autopar.grid import RankGrid, subgrid_dims
+from autopar.runtime import devices
 from autopar.runtime.groups import get_group, rank_in, size_of
 
 ROOT = 0  # the segment rank of sub-grid 0, which holds the common layers in D&SP-cSub
@@ -415,7 +416,7 @@ def csub_placeholder(shape: Sequence[int], dtype: torch.dtype, after: Optional[t
     broadcast or scatter (only its shape and dtype are read); chained ``after`` the
     previous region's join result so that backward visits the regions in order."""
     if after is None or not after.requires_grad:
-        return torch.empty(list(shape), dtype=dtype)
+        return torch.empty(list(shape), dtype=dtype, device=devices.current())
     return _After.apply(after, list(shape), dtype)
 
 
@@ -435,12 +436,14 @@ def segment_share(value, group: str, like: Optional[tuple] = None):
         like = ("tensor", list(value.shape), value.dtype) if isinstance(value, torch.Tensor) else ("scalar",)
     if like[0] == "scalar":
         code = (2 if isinstance(value, bool) else 1 if isinstance(value, int) else 0) if root else 0
-        buffer = torch.tensor([float(value), code] if root else [0.0, 0.0], dtype=torch.float64)
+        buffer = torch.tensor([float(value), code] if root else [0.0, 0.0], dtype=torch.float64,
+                              device=devices.current())
         dist.broadcast(buffer, group=process_group, group_src=ROOT)
         return value if root else _SCALAR_TYPES[int(buffer[1])](buffer[0].item())
     _, shape, dtype = like
     wire = torch.uint8 if dtype == torch.bool else dtype  # gloo has no bool reductions; send bytes
-    buffer = value.detach().to(wire).contiguous() if root else torch.empty(list(shape), dtype=wire)
+    buffer = value.detach().to(wire).contiguous() if root else torch.empty(list(shape), dtype=wire,
+                                                                             device=devices.current())
     dist.broadcast(buffer, group=process_group, group_src=ROOT)
     return value if root else buffer.to(dtype)
 

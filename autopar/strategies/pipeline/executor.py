@@ -40,7 +40,7 @@ import torch.fx as fx
 
 from autopar._torch_compat import all_gather_flat, tree_unflatten
 from autopar.ir import tensor_spec
-from autopar.runtime import groups as G
+from autopar.runtime import devices, groups as G
 from autopar.strategies.pipeline.schedules import Action, schedule
 
 
@@ -129,7 +129,8 @@ class PipelineExecutor:
     def _send(self, x: torch.Tensor, stage: int, microbatch: int, backward: bool, index: int) -> None:
         flat = _wire(x.detach()).contiguous().reshape(-1)
         part, _ = self._slice(flat)
-        part = part.clone()
+        wire = devices.wire_device(part.device)
+        part = part.clone() if wire == part.device else part.to(wire)  # kept until the send completes
         dst = self._rank_of(stage)
         work = dist.isend(part, dst, tag=self._tag(microbatch, stage, backward, index))
         self._sends.append((work, part))
@@ -139,12 +140,14 @@ class PipelineExecutor:
     def _recv(self, shape, dtype, stage_from: int, stage_to: int, microbatch: int, backward: bool,
               index: int) -> torch.Tensor:
         wire = torch.uint8 if dtype == torch.bool else dtype
-        flat = torch.empty(int(torch.Size(shape).numel()), dtype=wire)
+        device = devices.current()  # the rank's: the values the stage runs on
+        flat = torch.empty(int(torch.Size(shape).numel()), dtype=wire, device=device)
         part, sliced = self._slice(flat)
-        buffer = torch.empty_like(part)
+        buffer = torch.empty(part.shape, dtype=wire, device=devices.wire_device(device))
         start = time.perf_counter()
         dist.recv(buffer, self._rank_of(stage_from), tag=self._tag(microbatch, stage_to, backward, index))
         self.waited_s += time.perf_counter() - start
+        buffer = buffer.to(device)
         self.stats["received"] += 1
         if sliced:
             all_gather_flat(flat, buffer, group=G.get_group("tensor"))

@@ -55,7 +55,7 @@ from autopar.strategies.family import RECOMPUTE, RankBuild, RankPass
 from autopar.strategies.registry import FAMILIES
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS
 from autopar.planning.strategy import PlanError
-from autopar.runtime import groups as G
+from autopar.runtime import devices, groups as G
 from autopar.strategies.pipeline.executor import PipelineExecutor, StageProgram
 from autopar.runtime.target_count import use_target_count
 from autopar.strategies.placement import layout_name
@@ -267,7 +267,7 @@ class PipelineRunner:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
                 dist.all_reduce(p.grad, group=G.get_group(group_name))
-            loss = torch.zeros((), dtype=torch.float64)
+            loss = torch.zeros((), dtype=torch.float64, device=devices.current())
             if losses:
                 loss = torch.stack([x.double() for x in losses]).sum() / (1 if summed else m)
                 if data > 1:
