@@ -12,7 +12,12 @@ Chains (megatron §4.2 / §5.8), each in bf16 and fp32, each a small ``nn.Module
   ``replicated_dropout`` into one graph without recompiling (today it recompiles on every
   new seed). The row's note says which ran;
 * ``scale_mask_softmax``: ``softmax((s * scale).masked_fill(~causal, -inf), -1)``,
-  s [8, 32, 1024, 1024], causal a bool [T, T] lower triangle.
+  s [8, 32, 1024, 1024], causal a bool [T, T] lower triangle;
+* Llama's (7B widths): ``add_rms_norm``: ``h = x + residual``, returns ``(h, rms_norm(h) * w)``
+  written as Hugging Face's LlamaRMSNorm (the fp32 round trip, ``pow(2).mean(-1,
+  keepdim=True)``, ``rsqrt``), x [16384, 4096]; ``swiglu``: ``silu(gate) * up``, [8192,
+  11008]; ``rotary``: ``q * cos + rotate_half(q) * sin`` with q [8, 32, 1024, 128] and cos,
+  sin [8, 1024, 128] broadcast over the heads.
 
 autopar's side is ``fusion_pass(capture(module, inputs))``; its outputs (and, for
 fwd+bwd, the input and parameter gradients) are checked against eager before timing,
@@ -46,14 +51,15 @@ from autopar.transforms.fusion import FUSION, fusion_pass
 from autopar.runtime import rng
 
 BW_GOAL, SPEED_GOAL = 0.80, 1.0   # share of copy bandwidth; autopar / torch.compile time
-CHAINS = ["bias_gelu", "bias_gelu_tanh", "bias_dropout_add_ln", "scale_mask_softmax"]
+CHAINS = ["bias_gelu", "bias_gelu_tanh", "bias_dropout_add_ln", "scale_mask_softmax", "add_rms_norm", "swiglu",
+          "rotary"]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 CASES = [f"{c}-{d}" for c in CHAINS for d in DTYPES]
 DEVICE = "cuda"
 RTOL = {torch.bfloat16: 3e-2, torch.float32: 1e-3}   # relative to the largest magnitude
 NEEDS_CUDA = ("bench_fusion: skipped, needs a CUDA device (it times autopar's fused Triton kernels, eager "
-              "and torch.compile of bias+GeLU, bias+dropout+add+layer norm and scale+mask+softmax as a "
-              "share of the measured copy bandwidth)")
+              "and torch.compile of bias+GeLU, bias+dropout+add+layer norm, scale+mask+softmax, Llama's "
+              "add+RMS norm, SwiGLU and rotary embedding as a share of the measured copy bandwidth)")
 
 
 class BiasGelu(nn.Module):
@@ -90,6 +96,43 @@ class ScaleMaskSoftmax(nn.Module):
         return torch.softmax((s * self.scale).masked_fill(~self.causal, float("-inf")), -1)
 
 
+class AddRMSNorm(nn.Module):
+    """The residual add and Llama's RMS norm as Hugging Face writes it (LlamaRMSNorm)."""
+
+    def __init__(self, hidden: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(hidden))
+        self.eps = eps
+
+    def forward(self, x, residual):
+        h = x + residual
+        dtype = h.dtype
+        hidden = h.to(torch.float32)
+        variance = hidden.pow(2).mean(-1, keepdim=True)
+        hidden = hidden * torch.rsqrt(variance + self.eps)
+        return h, self.weight * hidden.to(dtype)
+
+
+class SwiGLU(nn.Module):
+    def forward(self, gate, up):
+        return F.silu(gate) * up
+
+
+def rotate_half(x):
+    """Hugging Face's rotate_half (modeling_llama)."""
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Rotary(nn.Module):
+    """Llama's apply_rotary_pos_emb on the queries: cos, sin [B, T, D] over the heads."""
+
+    def forward(self, q, cos, sin):
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        return q * cos + rotate_half(q) * sin
+
+
 def build(chain: str, quick: bool) -> tuple[nn.Module, list[tuple]]:
     """(module in fp32 on the CPU, the input shapes) of a chain."""
     if chain.startswith("bias_gelu"):
@@ -101,6 +144,15 @@ def build(chain: str, quick: bool) -> tuple[nn.Module, list[tuple]]:
     if chain == "scale_mask_softmax":
         b, h, t = (2, 8, 256) if quick else (8, 32, 1024)
         return ScaleMaskSoftmax(t, 1 / math.sqrt(128)), [(b, h, t, t)]
+    if chain == "add_rms_norm":
+        tokens, hidden = (1024, 1024) if quick else (16384, 4096)
+        return AddRMSNorm(hidden), [(tokens, hidden)] * 2
+    if chain == "swiglu":
+        tokens, inner = (1024, 2816) if quick else (8192, 11008)
+        return SwiGLU(), [(tokens, inner)] * 2
+    if chain == "rotary":
+        b, h, t, d = (2, 8, 256, 128) if quick else (8, 32, 1024, 128)
+        return Rotary(), [(b, h, t, d), (b, t, d), (b, t, d)]
     raise KeyError(chain)
 
 

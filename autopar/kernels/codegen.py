@@ -14,6 +14,12 @@ written at full size in fp32 and summed over the broadcast dimensions by the cal
 Row kernels (chains with a softmax or a layer norm) compute ``ROWS`` rows of ``n_cols``
 per program in a [ROWS, BLOCK] tile; a row reduction yields a [ROWS, 1] value ("row"
 class), and a gradient flowing from the tile into such a value is summed over the row.
+
+``rotate_half(x)`` (rotary embeddings) loads its input at the rotated column,
+``(col + n_cols/2) mod n_cols``, with the sign of ``cat(-x2, x1)``. Its input's gradient
+at column ``j`` is ``-sign(j)`` times the gradient of its output at the rotated column:
+the backward kernel computes the whole body (loads, forward, reverse sweep) a second time
+at the rotated columns (names suffixed ``_r``) and reads that gradient from it.
 """
 from __future__ import annotations
 
@@ -103,7 +109,9 @@ OPS: dict[str, Rule] = {
                   lambda g, c, a, b, out: [(1, f"tl.where({c}, {g}, 0.0)"), (2, f"tl.where({c}, 0.0, {g})")]),
     "view": Rule(lambda a: a, lambda g, a, out: [(0, g)]),
     "cast": Rule(lambda a: a, lambda g, a, out: [(0, g)]),  # rounds to Op.dtype (see _Emitter.forward)
-    "dropout_mask": Rule(lambda seed, p: f"th.dropout_keep({seed}, offs, {threshold(float(p))})", None),
+    "dropout_mask": Rule(lambda seed, p: f"th.dropout_keep({seed}, OFFS, {threshold(float(p))})", None),
+    # forward and backward written by _Emitter (a load at the rotated column; see the module docstring)
+    "rotate_half": Rule(lambda x: x, None),
     "rowsum": Rule(lambda a: ROWSUM.format(x=a), lambda g, a, out: [(0, g)], reduces=True),
     "rowmean": Rule(lambda a: f"{ROWSUM.format(x=a)} / n_cols", lambda g, a, out: [(0, f"{g} / n_cols")],
                     reduces=True),
@@ -147,24 +155,44 @@ def _cls(value: str, classes: dict[str, str]) -> str:
     return classes.get(value, "scalar")
 
 
-class _Emitter:
-    """Writes the kernel body: loads, the forward ops, and (backward) the reverse sweep."""
+def index_expr(i, offs: str) -> str:
+    """Where tensor input ``i`` is read for the element at flat offset ``offs`` of the
+    iteration space: there (full), ``offs mod numel`` (trailing), or by its strides over
+    the reader's dimensions, 0 on the broadcast ones (broadcast; sizes given at run time)."""
+    if i.kind == "full":
+        return offs
+    if i.kind == "trailing":
+        return f"{offs} % {i.name}_numel"
+    return " + ".join(f"(({offs} // {i.name}_d{d}) % {i.name}_z{d}) * {i.name}_t{d}" for d in range(i.ndim))
 
-    def __init__(self, chain: Chain):
+
+class _Emitter:
+    """Writes the kernel body: loads, the forward ops, and (backward) the reverse sweep.
+    ``offs``: the iteration space's offsets the body computes at; ``suffix``: appended to
+    its names; ``rotated``: the offsets and sign ``rotate_half`` reads with there (the
+    body at the rotated columns reads the unrotated ones, with the opposite sign)."""
+
+    def __init__(self, chain: Chain, offs: str = "offs", suffix: str = "",
+                 rotated: tuple[str, str] = ("offs_rot", "sign_rot")):
         self.chain = chain
         self.lines: list[str] = []
         self.classes: dict[str, str] = {}   # value -> "tile" | "row" (constants: "scalar")
+        self.offs, self.suffix, self.rotated = offs, suffix, rotated
+        self.params = {i.name for i in chain.scalars + chain.seeds}
 
     def arg(self, a) -> str:
-        return a if isinstance(a, str) else const(a)
+        if not isinstance(a, str):
+            return const(a)
+        return a if a in self.params else a + self.suffix
 
     def load_inputs(self) -> None:
         for i in self.chain.tensors:
-            index = "offs" if i.kind == "full" else f"offs % {i.name}_numel"
+            index = index_expr(i, self.offs)
+            name = i.name + self.suffix
             if i.dtype == "bool":
-                self.lines.append(f"{i.name} = tl.load({i.name}_ptr + {index}, mask=valid, other=0) != 0")
+                self.lines.append(f"{name} = tl.load({i.name}_ptr + {index}, mask=valid, other=0) != 0")
             else:
-                self.lines.append(f"{i.name} = tl.load({i.name}_ptr + {index}, mask=valid, other=0.0)"
+                self.lines.append(f"{name} = tl.load({i.name}_ptr + {index}, mask=valid, other=0.0)"
                                   f".to(tl.float32)")
             self.classes[i.name] = "tile"
 
@@ -172,7 +200,13 @@ class _Emitter:
         for op in self.chain.ops:
             rule = OPS[op.op]
             args = [self.arg(a) for a in op.args]
-            if op.op == "cast":
+            if op.op == "rotate_half":   # its input at the rotated column of the row, signed as cat(-x2, x1)
+                offs, sign = self.rotated
+                source = op.args[0]
+                expr = f"tl.load({source}_ptr + {offs}, mask=valid, other=0.0).to(tl.float32) * {sign}"
+            elif op.op == "dropout_mask":
+                expr = rule.forward(*args).replace("OFFS", self.offs)
+            elif op.op == "cast":
                 expr = args[0]
                 # the unfused input holds its dtype's value; the cast then rounds to its own
                 expr = _rounded(_rounded(args[0], self._dtype(op.args[0])), op.dtype)
@@ -189,17 +223,19 @@ class _Emitter:
                 self.classes[op.out] = "tile" if "tile" in arg_classes else ("row" if "row" in arg_classes
                                                                               else "scalar")
             comment = f"  # {op.what}" if op.what else ""
-            self.lines.append(f"{op.out} = {expr}{comment}")
+            self.lines.append(f"{op.out}{self.suffix} = {expr}{comment}")
 
-    def backward(self) -> dict[str, str]:
-        """Emit the reverse sweep; returns the gradient variable of each input (when any flows)."""
+    def backward(self, rotated_grads: dict[str, str] | None = None) -> dict[str, str]:
+        """Emit the reverse sweep; returns the gradient variable of each input (when any
+        flows). ``rotated_grads``: the gradients of the same sweep at the rotated columns,
+        which ``rotate_half`` passes on to its input (None in that sweep itself)."""
         grads: dict[str, str] = {}
 
         def accumulate(target: str, expr: str, expr_class: str) -> None:
             target_class = _cls(target, self.classes)
             if target_class == "row" and expr_class == "tile":
                 expr = ROWSUM.format(x=expr)
-            name = f"g_{target}"
+            name = f"g_{target}{self.suffix}"
             if target in grads:
                 self.lines.append(f"{name} = {name} + {expr}")
             else:
@@ -209,19 +245,23 @@ class _Emitter:
                 grads[target] = name
 
         for k, out in enumerate(self.chain.outputs):
-            self.lines.append(f"gout{k} = tl.load(gout{k}_ptr + offs, mask=valid, other=0.0).to(tl.float32)")
-            accumulate(out.value, f"gout{k}", "tile")
+            self.lines.append(f"gout{k}{self.suffix} = tl.load(gout{k}_ptr + {self.offs}, mask=valid, other=0.0)"
+                              f".to(tl.float32)")
+            accumulate(out.value, f"gout{k}{self.suffix}", "tile")
         for op in reversed(self.chain.ops):
             rule = OPS[op.op]
+            if op.op == "rotate_half" and rotated_grads is not None and op.out in rotated_grads:
+                accumulate(op.args[0], f"-sign_rot * {rotated_grads[op.out]}", "tile")
+                continue
             if op.out not in grads or rule.backward is None:
                 continue
             args = [self.arg(a) for a in op.args]
             if op.op == "pow":
-                contributions = rule.backward(grads[op.out], args[0], float(op.args[1]), op.out)
+                contributions = rule.backward(grads[op.out], args[0], float(op.args[1]), op.out + self.suffix)
             elif op.op == "cast":   # the gradient reaches the cast's input in that input's dtype
                 contributions = [(0, _rounded(grads[op.out], self._dtype(op.args[0])))]
             else:
-                contributions = rule.backward(grads[op.out], *args, op.out)
+                contributions = rule.backward(grads[op.out], *args, op.out + self.suffix)
             for index, expr in contributions:
                 target = op.args[index]
                 if not isinstance(target, str) or not self._differentiable(target):
@@ -243,18 +283,29 @@ class _Emitter:
         return producer.op not in ("dropout_mask", "rowmax")
 
 
+def _rotates(chain: Chain) -> bool:
+    return any(o.op == "rotate_half" for o in chain.ops)
+
+
 def _prologue(chain: Chain) -> list[str]:
     if chain.rows:
-        return ["rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]",
-                "cols = tl.arange(0, BLOCK)[None, :]",
-                "valid = (rows < n_rows) & (cols < n_cols)",
-                "offs = rows * n_cols + cols"]
+        lines = ["rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]",
+                 "cols = tl.arange(0, BLOCK)[None, :]",
+                 "valid = (rows < n_rows) & (cols < n_cols)",
+                 "offs = rows * n_cols + cols"]
+        if _rotates(chain):
+            lines += ["offs_rot = rows * n_cols + (cols + n_cols // 2) % n_cols",
+                      "sign_rot = tl.where(cols < n_cols // 2, -1.0, 1.0)"]
+        return lines
     return ["offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
             "valid = offs < numel"]
 
 
 def _sizes(chain: Chain) -> list[str]:
     trailing = [f"{i.name}_numel" for i in chain.tensors if i.kind == "trailing"]
+    for i in chain.tensors:   # a broadcast input's index: per reader dimension its divisor, size and stride
+        if i.kind == "broadcast":
+            trailing += [f"{i.name}_{c}{d}" for d in range(i.ndim) for c in "dzt"]
     space = ["n_rows", "n_cols"] if chain.rows else ["numel"]
     consts = ["ROWS: tl.constexpr", "BLOCK: tl.constexpr"] if chain.rows else ["BLOCK: tl.constexpr"]
     return [*space, *trailing, *consts]
@@ -282,15 +333,23 @@ def forward_source(chain: Chain, name: str) -> str:
 
 
 def backward_source(chain: Chain, name: str) -> str:
+    body = _prologue(chain)
+    rotated_grads = None
+    if _rotates(chain):   # the same sweep at the rotated columns first: rotate_half's gradient reads it
+        r = _Emitter(chain, offs="offs_rot", suffix="_r", rotated=("offs", "-sign_rot"))
+        r.load_inputs()
+        r.forward()
+        rotated_grads = r.backward()
+        body += r.lines
     e = _Emitter(chain)
     e.load_inputs()
     e.forward()
-    grads = e.backward()
+    grads = e.backward(rotated_grads)
     seeds = [s.name for s in chain.scalars + chain.seeds]
     diff = [i for i in chain.tensors if i.differentiable]
     params = ([f"{i.name}_ptr" for i in chain.tensors] + [f"gout{k}_ptr" for k in range(len(chain.outputs))]
               + [f"g{i.name}_ptr" for i in diff] + seeds + _sizes(chain))
-    body = _prologue(chain) + e.lines
+    body += e.lines
     for i in diff:
         value = grads.get(i.name, "0.0")
         if chain.rows and _cls(i.name, e.classes) == "tile" and value != "0.0":

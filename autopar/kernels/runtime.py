@@ -68,7 +68,8 @@ class FusedKernel:
         if numel >= codegen.MAX_NUMEL:
             raise ValueError(f"fused kernel {self.name}: {numel} elements; generated kernels index with int32")
         for i, t in zip(chain.tensors, tensors):
-            if (i.kind == "full" and t.numel() != numel) or (i.kind == "trailing" and numel % max(1, t.numel())):
+            if (i.kind == "full" and t.numel() != numel) or (i.kind == "trailing" and numel % max(1, t.numel())) \
+                    or (i.kind == "broadcast" and not _broadcasts(t.shape, self.output_shape(i.reader, tensors))):
                 raise ValueError(f"fused kernel {self.name}: input {i.name} ({i.kind}) has shape {list(t.shape)}, "
                                  f"the iteration space {numel} elements; the graph's shapes changed after fusion")
         if chain.rows:
@@ -86,6 +87,15 @@ class FusedKernel:
         for i, t in zip(chain.tensors, tensors):
             if i.kind == "trailing":
                 sizes[f"{i.name}_numel"] = t.numel()
+            if i.kind == "broadcast":   # per reader dimension: divisor, size, the input's stride (0: broadcast)
+                reader = self.output_shape(i.reader, tensors)
+                shape = (1,) * (len(reader) - t.dim()) + tuple(t.shape)
+                stride, divisor = 1, 1
+                for d in reversed(range(len(reader))):
+                    sizes[f"{i.name}_d{d}"], sizes[f"{i.name}_z{d}"] = divisor, reader[d]
+                    sizes[f"{i.name}_t{d}"] = stride if shape[d] == reader[d] else 0
+                    divisor *= reader[d]
+                    stride *= shape[d]
         return grid, sizes
 
     @property
@@ -110,6 +120,10 @@ class FusedKernel:
         tensors = args[:n]
         values = tuple(float(v) for v in args[n:n + k]) + tuple(int(s) for s in args[n + k:])
         return tuple(_FusedFunction.apply(self, values, *tensors))
+
+
+def _broadcasts(shape, reader) -> bool:
+    return len(shape) <= len(reader) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(reader)))
 
 
 def _launch(function, grid, *args, **sizes) -> None:
@@ -144,6 +158,8 @@ class _FusedFunction(torch.autograd.Function):
         ctx.kernel, ctx.seeds, ctx.grid, ctx.sizes = kernel, seeds, grid, sizes
         ctx.save_for_backward(*flat)
         ctx.shapes = [t.shape for t in tensors]
+        ctx.readers = [kernel.output_shape(i.reader, tensors) if i.kind == "broadcast" else None
+                       for i in chain.tensors]
         return tuple(o.view(kernel.output_shape(out.shape_rule, tensors)) for o, out in zip(outs, chain.outputs))
 
     @staticmethod
@@ -171,6 +187,8 @@ class _FusedFunction(torch.autograd.Function):
             if i.kind == "trailing":
                 numel = max(1, flat[k].numel())
                 buf = buf.view(-1, numel).sum(0).to(TORCH_DTYPES[i.dtype])
+            if i.kind == "broadcast":   # summed over the dimensions it was broadcast along
+                buf = buf.view(ctx.readers[k]).sum_to_size(shape).to(TORCH_DTYPES[i.dtype])
             grads[k] = buf.view(shape)
         return (None, None, *grads)
 

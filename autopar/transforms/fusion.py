@@ -6,15 +6,17 @@ It runs last, on each rank's rewritten graph, so collectives and matmuls are alr
 place and bound every chain. Steps:
 
 1. **Classify** every node (:func:`.fusible.recognise`): a fusible op (pointwise
-   arithmetic and activations, casts, views with literal shapes, masked_fill, softmax
-   over the last dimension, layer norm over the last dimension, autopar's rank-aware
-   dropout) or not. Matmuls, collectives, plain ``F.dropout`` (not rank-aware) and
-   everything else are boundaries.
+   arithmetic and activations, casts, views with literal shapes, masked_fill, softmax,
+   layer norm and RMS norm over the last dimension, means and sums over it that keep it
+   (row values: Llama's RMS norm written out), rotary embeddings' ``rotate_half``,
+   autopar's rank-aware dropout) or not. Matmuls, collectives, plain ``F.dropout`` (not
+   rank-aware) and everything else are boundaries.
 2. **Split biases** off linears whose output only feeds fusible ops, so the bias add
    moves into the kernel (Megatron's ``skip_bias_add``): ``addmm(b, x, w)`` becomes
    ``mm(x, w) + b``.
 3. **Grow chains** in graph order (:class:`.fusible.Chains`): a fusible node joins the
-   chains of its fusible producers when it has as many elements and the merged chain
+   chains of its fusible producers when it has as many elements (or one per row: a row
+   reduction and what reads it) and the merged chain
    can still be placed: every input of the chain (and every dropout site's seed) is
    computed before the first node outside the chain that reads one of its values. That
    one test keeps the graph acyclic (a path chain → outside → chain would break it) and
@@ -25,7 +27,8 @@ place and bound every chain. Steps:
    why it stays unfused: an unsupported dtype, broadcast, exponent or row length.
 5. **Rewrite**: each dropout site keeps a ``dropout_seed`` node where it stood (so seeds
    are drawn in the unfused order and masks are equal), one ``fused_kernel`` call
-   replaces the chain, and ``getitem`` nodes hand its outputs to their readers.
+   replaces the chain, and ``getitem`` nodes hand its outputs to their readers; the
+   slices and negation a ``rotate_half`` absorbed are erased once nothing reads them.
 
 What was fused and what was not, with reasons, is in ``gm.meta[FUSION]``.
 """
@@ -219,6 +222,10 @@ def fusion_pass(gm: fx.GraphModule, *, min_ops: int = 2) -> fx.GraphModule:
             report.kernels.append(kernel)
         report.uses.append((kernel.name, [n.name for n in nodes]))
         _replace(gm, nodes, builder, out_nodes, kernel.name, fused_kernel, replaced)
+        for node in nodes:   # a rotate_half's slices and negation, dead once the kernel replaced it
+            for absorbed in recs[node].attrs.get("absorbs", ()):
+                if not absorbed.users:
+                    graph.erase_node(absorbed)
     graph.lint()
     gm.recompile()
     gm.meta[FUSION] = report
