@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-extended venv clean bench
+.PHONY: demo test test-extended test-gpu venv clean bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ test: $(STAMP)
 # they repeat paths `make test` checks on other cases; CI runs them after `make test`
 test-extended: $(STAMP)
 	$(PY) -m pytest -q -m extended tests
+
+# on a machine with CUDA: the gpu-marked tests, generated kernels compiled for the GPU
+# (not interpreted); elsewhere they are skipped
+test-gpu: $(STAMP)
+	TRITON_INTERPRET=0 $(PY) -m pytest -q -m gpu tests/test_gpu.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
