@@ -73,11 +73,10 @@ CASES = [
     ("transformer", {"data": 2, "tensor": 2}, META),                               # data + Megatron
     ("transformer", {"data": 4, "zero": 1}, META),                                 # ZeRO's refresh flag
     ("transformer", {"data": 4, "subgrids": 2, "csub": True}, META),               # cSub placeholders
-    ("transformer", {"x": 2, "y": 2, "z": 1, "data": 1}, META),                    # AxoNN's 3D
     ("transformer", {"pipeline": 2, "tensor": 2, "microbatches": 2}, META),        # receive buffers, all-gather
 ]
-# Bian's cube makes its buffers with new_empty (the static check above); its 8 ranks are not
-# launched for this
+# AxoNN's grid and Bian's cube make their buffers with new_empty and empty_like of the values
+# they serve (the static check above)
 
 _LAUNCHED = shared_ranks.register(4, __name__, equivalence_job, (CASES,), timeout_s=600)
 

@@ -48,7 +48,8 @@ SCRIPT = textwrap.dedent(r'''
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("ending", ["destroy", "stop"])
+# "stop" is what launch does at the end of every shared launch of the suite: the extended suite
+@pytest.mark.parametrize("ending", ["destroy", pytest.param("stop", marks=pytest.mark.extended)])
 def test_torchrun_job_exits_with_code_0_on_every_rank(tmp_path, ending):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(root=ROOT))
