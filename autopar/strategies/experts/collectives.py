@@ -1,0 +1,138 @@
+"""Expert parallelism's collectives: a routed mixture-of-experts layer's tokens sent to
+the ranks that hold their experts, and the experts' outputs sent back.
+
+An *expert group* of ``P`` ranks holds the layer's ``E`` experts, ``E / P`` each: rank
+``r`` of the group holds experts ``[r E/P, (r+1) E/P)`` (``P`` divides ``E``). Every rank
+of the group routes its own tokens (its share of the batch): token ``t`` goes to its
+``k`` experts ``top_k_index[t]`` with weights ``top_k_weights[t]``.
+
+* :func:`dispatch`: each (token, slot) pair is sent to the rank holding its expert, with
+  one ``all_to_all_single`` of variable counts (the counts exchanged first with a small
+  all-to-all). No capacity, no token dropped: the layer computes what the single-device
+  layer computes, in any routing (GShard and Switch drop tokens beyond a capacity; this
+  is Megatron-Core's "dropless" all-to-all dispatcher and DeepSpeed-MoE's
+  ``drop_tokens=False``). The rank receives the rows its experts process and each row's
+  local expert id.
+* the experts run on the rows they received (any expert function: Hugging Face's grouped
+  matmul over the rank's expert slices, a ``ModuleList``'s MLPs);
+* :func:`combine`: the conjugate all-to-all sends each output row back to the rank whose
+  token it is; there the rows are put back in (token, slot) order, weighted by the
+  routing weights and summed over the ``k`` slots, as Hugging Face's experts do
+  (``(out * w).view(T, k, H).sum(1)``).
+
+Both all-to-alls are differentiable (:class:`_AllToAllRows`: the backward of an
+all-to-all is the all-to-all with send and receive counts swapped), so a token's gradient
+comes back from the ranks its experts ran on, and an expert's weight gradient sums over
+every token of the group routed to it. The expert weights are replicated only across
+expert groups: their gradients are reduced over the ranks holding the same experts, not
+over the whole data group.
+
+Gloo accepts ``all_to_all_single`` with uneven split sizes (and refuses ``all_to_all`` of
+unequal tensors); NCCL takes both.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from autopar.runtime.groups import get_group, size_of
+
+
+def _group(group):
+    """A process group given by name (the plan's, :mod:`autopar.runtime.groups`) or as itself."""
+    return get_group(group) if isinstance(group, str) else group
+
+
+@dataclass
+class Routing:
+    """How one call's (token, slot) pairs went out, for :func:`combine`: ``order`` sorts
+    the ``tokens × top_k`` pairs by destination rank (stable: within a rank in token
+    order), ``sent[j]`` pairs went to group rank ``j``, ``received[j]`` came from it."""
+    order: torch.Tensor
+    sent: list[int]
+    received: list[int]
+    tokens: int
+    top_k: int
+
+    @property
+    def rows(self) -> int:
+        """Rows this rank's experts processed (the measured load, against the uniform
+        ``tokens × top_k`` the planner assumes)."""
+        return sum(self.received)
+
+
+class _AllToAllRows(torch.autograd.Function):
+    """Rows of ``x`` (first dimension) to the group's ranks, ``send[j]`` to rank ``j``;
+    ``recv[j]`` rows back from each. Backward: the same exchange reversed. ``anchor``
+    (gets a zero gradient) keeps the exchange in every rank's backward when ``x`` does not
+    need one here: a rank whose experts received no rows returns outputs that depend on
+    nothing, yet its peers' backward all-to-all waits for it."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, anchor, send: list[int], recv: list[int], group):
+        ctx.send, ctx.recv, ctx.group = send, recv, group
+        ctx.anchor = None if anchor is None else (anchor.shape, anchor.dtype, anchor.device)
+        out = x.new_empty((sum(recv), *x.shape[1:]))
+        dist.all_to_all_single(out, x.contiguous(), recv, send, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        out = grad.new_empty((sum(ctx.send), *grad.shape[1:]))
+        dist.all_to_all_single(out, grad.contiguous(), ctx.send, ctx.recv, group=ctx.group)
+        anchor = None if ctx.anchor is None else torch.zeros(ctx.anchor[0], dtype=ctx.anchor[1],
+                                                             device=ctx.anchor[2])
+        return out, anchor, None, None, None
+
+
+def all_to_all_rows(x: torch.Tensor, send: list[int], recv: list[int], group,
+                    anchor: torch.Tensor | None = None) -> torch.Tensor:
+    """Differentiable all-to-all of ``x``'s rows with variable counts (see :class:`_AllToAllRows`)."""
+    return _AllToAllRows.apply(x, anchor, list(send), list(recv), _group(group))
+
+
+def dispatch(x: torch.Tensor, top_k_index: torch.Tensor, num_experts: int, group
+             ) -> tuple[torch.Tensor, torch.Tensor, Routing]:
+    """Send each (token, slot) pair's row of ``x`` ``[tokens, hidden]`` to the rank of
+    ``group`` holding its expert ``top_k_index[token, slot]``. Returns the rows this rank
+    received ``[R, hidden]`` (grouped by source rank, in their token order), each row's
+    expert id local to this rank (``0 .. E/P - 1``), and the :class:`Routing` that
+    :func:`combine` reverses."""
+    process_group = _group(group)
+    ranks = size_of(process_group)
+    if num_experts % ranks:
+        raise ValueError(f"expert parallelism over {ranks} ranks: {num_experts} experts are not divisible by {ranks}; "
+                         f"give an expert degree that divides the expert count")
+    per_rank = num_experts // ranks
+    tokens, top_k = top_k_index.shape
+    ids = top_k_index.reshape(-1)
+    destination = torch.div(ids, per_rank, rounding_mode="floor")
+    order = torch.sort(destination, stable=True).indices
+    sent_counts = torch.bincount(destination, minlength=ranks)
+    received_counts = torch.empty_like(sent_counts)
+    dist.all_to_all_single(received_counts, sent_counts, group=process_group)
+    sent, received = sent_counts.tolist(), received_counts.tolist()
+    rows = all_to_all_rows(x[torch.div(order, top_k, rounding_mode="floor")], sent, received, process_group)
+    local_ids = (ids[order] - destination[order] * per_rank).contiguous()
+    received_ids = local_ids.new_empty(sum(received))
+    dist.all_to_all_single(received_ids, local_ids, received, sent, group=process_group)
+    return rows, received_ids, Routing(order, sent, received, tokens, top_k)
+
+
+def combine(out_rows: torch.Tensor, routing: Routing, top_k_weights: torch.Tensor, group,
+            rows: torch.Tensor | None = None) -> torch.Tensor:
+    """The experts' output rows (in the order :func:`dispatch` received them) sent back to
+    their tokens' ranks, weighted by ``top_k_weights`` ``[tokens, k]`` and summed over the
+    ``k`` slots: ``[tokens, hidden]``. ``rows``: what :func:`dispatch` returned, so that
+    both all-to-alls run in this rank's backward even when its experts received nothing
+    (and their output depends on nothing)."""
+    back = all_to_all_rows(out_rows, routing.received, routing.sent, group, anchor=rows)
+    pairs = back[torch.argsort(routing.order)]   # (token, slot) order again
+    hidden = out_rows.shape[1:]
+    weighted = pairs.view(routing.tokens, routing.top_k, *hidden) * top_k_weights.unsqueeze(-1).to(pairs.dtype)
+    return weighted.sum(1)
+
+
+__all__ = ["Routing", "all_to_all_rows", "combine", "dispatch"]
