@@ -73,7 +73,7 @@ STAGE = "autopar.stage"
 LAST = "autopar.last"
 """``gm.meta[LAST]``: whether a stage program is the pipeline's last (it computes the loss)."""
 
-REGION_KINDS = ("vocab", "attention", "linear_chain", "fork_join", "block")
+REGION_KINDS = ("vocab", "attention", "linear_chain", "fork_join", "block", "experts")
 
 
 @dataclass(frozen=True)

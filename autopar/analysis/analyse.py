@@ -2,6 +2,7 @@
 
 ``work`` counts every node's FLOPs and bytes into ``node.meta`` first (the fork/join and
 repeated-block passes and the planner read them). ``vocab`` and ``attention`` claim their linears before ``linear_chains`` looks for MLPs;
+``experts`` reads the router, dispatch and combine around the expert chains ``linear_chains`` found;
 ``fork_join`` and ``repeated_blocks`` are independent of the others. All of them only
 write metadata (see :mod:`autopar.ir`); the graph is unchanged.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from autopar.analysis.attention import find_attention_regions_pass
+from autopar.analysis.experts import find_routed_experts_pass
 from autopar.analysis.flops import count_work_pass
 from autopar.analysis.fork_join import find_fork_join_regions_pass
 from autopar.analysis.linear_chains import find_linear_chains_pass
@@ -28,6 +30,7 @@ ANALYSIS_PASSES = [
     ("vocab", find_vocab_region_pass, {}),
     ("attention", find_attention_regions_pass, {}),
     ("linear_chains", find_linear_chains_pass, {}),
+    ("experts", find_routed_experts_pass, {}),
     ("fork_join", find_fork_join_regions_pass, {}),
     ("repeated_blocks", find_repeated_blocks_pass, {}),
 ]

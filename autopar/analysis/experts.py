@@ -1,0 +1,215 @@
+"""Analysis pass: routed mixture-of-experts layers (issue 24).
+
+A routed expert layer sends each token to ``k`` of ``E`` experts its router picks. The
+experts themselves are a ``linear_chain`` region with ``details["experts"] = E`` (3-D
+weights applied by a grouped matmul, :mod:`autopar.analysis.linear_chains`); this pass
+reads around them, in the captured graph, what expert parallelism needs (docs/experts.md):
+
+* the **router**: the linear of ``E`` outputs whose scores (``softmax`` or ``sigmoid``,
+  after casts and views) a ``topk(k)`` reads; its values, renormalised over the ``k``
+  slots or not, are the routing weights, its indices the experts;
+* the **dispatch**: what takes the indices to the grouped matmul's offsets and the
+  tokens to its rows (Hugging Face: ``sort`` of the expert ids, ``histc``, ``cumsum``,
+  an index by ``perm // k``);
+* the **combine**: from the down projection to the sum over the ``k`` slots
+  (``(out * w)[inverse].view(T, k, H).sum(1)``);
+* **shared experts** (Qwen2-MoE, DeepSeek): MLPs (``linear_chain`` regions without
+  experts) that read the router's input and whose output, gated or not, is added to the
+  combine's: a parallel branch beside the routed experts.
+
+It records one ``experts`` region per layer, its nodes the router's, the dispatch's, the
+experts' and the combine's, ``details``: ``experts``, ``top_k``, ``router`` (the linear's
+node), ``router_weight`` (its parameter), ``scores`` (``"softmax"``/``"sigmoid"``),
+``normalized``, ``chain`` (the experts' ``linear_chain`` id), ``input`` (the tokens the
+router reads), ``combine`` (the node whose value is the layer's routed output) and
+``shared`` (the shared experts' ``linear_chain`` ids). An expert chain whose router it
+cannot read (no ``topk`` before its offsets, a router of another width) gets no region,
+with a warning that names the chain and says the layer stays in its data or tensor plan.
+
+Only regions of this kind are written; the planner does not price them yet (the expert
+family is the next step), so every plan is what it was without this pass.
+"""
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+import torch
+import torch.fx as fx
+
+from autopar._torch_compat import is_aten_op
+from autopar.analysis.manager import examining
+from autopar.analysis.ops import match_linear
+from autopar.ir import Region, add_region, clear_regions, regions, tensor_spec
+
+log = logging.getLogger("autopar.analysis.experts")
+
+_TOPK = {torch.topk}
+_SCORES = {torch.softmax: "softmax", torch.nn.functional.softmax: "softmax", torch.sigmoid: "sigmoid",
+           torch.nn.functional.sigmoid: "sigmoid"}
+_PASS_THROUGH = ("to", "_to_copy", "view", "reshape", "_unsafe_view", "float", "type_as", "contiguous", "clone")
+
+
+def _name(node: fx.Node) -> str:
+    """The op's name whatever the spelling (``aten.topk.default``, ``torch.topk``, ``x.topk``)."""
+    if node.op == "call_method":
+        return str(node.target)
+    if is_aten_op(node.target):
+        return getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
+    return getattr(node.target, "__name__", "")
+
+
+def _is_topk(node: fx.Node) -> bool:
+    return node.op in ("call_function", "call_method") and (node.target in _TOPK or _name(node) == "topk")
+
+
+def _scores(node: fx.Node) -> str | None:
+    if node.op not in ("call_function", "call_method"):
+        return None
+    return _SCORES.get(node.target) or {"softmax": "softmax", "_softmax": "softmax", "sigmoid": "sigmoid"}.get(
+        _name(node))
+
+
+def _ancestors(start: fx.Node, limit: int = 64):
+    """``start``'s producers, nearest first (breadth first, at most ``limit`` nodes)."""
+    seen, queue = {start}, deque([start])
+    while queue and len(seen) < limit:
+        for arg in queue.popleft().all_input_nodes:
+            if arg not in seen:
+                seen.add(arg)
+                queue.append(arg)
+                yield arg
+
+
+def _offsets(node: fx.Node) -> fx.Node | None:
+    """The group offsets a grouped matmul reads (its third argument, or ``offs=``)."""
+    offs = node.args[2] if len(node.args) > 2 else node.kwargs.get("offs")
+    return offs if isinstance(offs, fx.Node) else None
+
+
+def _router(topk: fx.Node, gm: fx.GraphModule):
+    """(router linear match, score function) read back from ``topk``'s input through
+    casts and views, or (None, None)."""
+    scores, node = None, topk.args[0]
+    for _ in range(8):
+        if not isinstance(node, fx.Node):
+            return None, None
+        found = match_linear(node, gm)
+        if found is not None:
+            return found, scores
+        scores = scores or _scores(node)
+        if not (_scores(node) or _name(node) in _PASS_THROUGH) or not node.args:
+            return None, None
+        node = node.args[0]
+    return None, None
+
+
+def _combine(row: fx.Node, top_k: int) -> fx.Node | None:
+    """The sum over the ``k`` slots after the down projection ``row`` (its users, breadth
+    first): a sum over dimension 1 of a ``[tokens, k, hidden]`` view."""
+    seen, queue = {row}, deque([row])
+    while queue and len(seen) < 32:
+        for user in queue.popleft().users:
+            if user in seen:
+                continue
+            seen.add(user)
+            if _name(user) == "sum":
+                dims = user.args[1] if len(user.args) > 1 else user.kwargs.get("dim")
+                dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+                source = user.args[0]
+                shape = tensor_spec(source).shape if isinstance(source, fx.Node) and tensor_spec(source) else ()
+                if dims == [1] and len(shape) == 3 and shape[1] == top_k:
+                    return user
+            queue.append(user)
+    return None
+
+
+def _between(first: fx.Node, last: fx.Node, order: dict) -> set[fx.Node]:
+    """The nodes on a path from ``first`` to ``last`` (both included)."""
+    ancestors = {last} | set(_ancestors(last, limit=10_000))
+    out, queue = {first}, deque([first])
+    while queue:
+        for user in queue.popleft().users:
+            if user not in out and user in ancestors and order[user] <= order[last]:
+                out.add(user)
+                queue.append(user)
+    return out
+
+
+def _shared(gm: fx.GraphModule, router_input: fx.Node, combine: fx.Node) -> list[str]:
+    """The ``linear_chain`` regions without experts that read the router's input (up to
+    views) and whose output meets the combine's in an add."""
+    table = {n.name: n for n in gm.graph.nodes}
+    bases = {router_input} | {a for a in _ancestors(router_input, limit=4) if _name(a) in _PASS_THROUGH}
+    downstream = {combine}
+    queue = deque([combine])
+    while queue and len(downstream) < 16:   # the routed output's casts and views up to the add
+        for user in queue.popleft().users:
+            if user not in downstream:
+                downstream.add(user)
+                queue.append(user)
+    shared = []
+    for chain in regions(gm, "linear_chain"):
+        if chain.details.get("experts"):
+            continue
+        column = table[chain.details["column"][0]]
+        source = column.args[0] if column.args else None
+        if source not in bases and not (isinstance(source, fx.Node) and set(_ancestors(source, 4)) & bases):
+            continue
+        row = table[chain.details["row"]]
+        reached = {row} | {u for u in _descendants(row, 8)}
+        if any(_name(n) == "add" and set(n.all_input_nodes) & downstream for n in reached):
+            shared.append(chain.id)
+    return shared
+
+
+def _descendants(node: fx.Node, limit: int):
+    seen, queue = {node}, deque([node])
+    while queue and len(seen) < limit:
+        for user in queue.popleft().users:
+            if user not in seen:
+                seen.add(user)
+                queue.append(user)
+                yield user
+
+
+def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
+    """Record one ``experts`` region per routed mixture-of-experts layer of ``gm`` (see
+    the module docstring). Run after :mod:`autopar.analysis.linear_chains`."""
+    clear_regions(gm, "experts")
+    table = {n.name: n for n in gm.graph.nodes}
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for chain in regions(gm, "linear_chain"):
+        experts = chain.details.get("experts")
+        if not experts:
+            continue
+        column, row = table[chain.details["column"][0]], table[chain.details["row"]]
+        with examining("experts", column, "routed experts"):
+            offsets = _offsets(column)
+            topk = next((a for a in _ancestors(offsets) if _is_topk(a)), None) if offsets is not None else None
+            router, scores = _router(topk, gm) if topk is not None else (None, None)
+            if router is None or router.out_features != experts:
+                log.warning("experts: %s has %d experts but no router the analysis can read (a linear of %d "
+                            "outputs whose scores a topk reads, before the grouped matmul's offsets); the layer "
+                            "stays in its data or tensor plan", chain.id, experts, experts)
+                continue
+            top_k = topk.args[1] if len(topk.args) > 1 else topk.kwargs.get("k")
+            combine = _combine(row, int(top_k))
+            if combine is None:
+                log.warning("experts: %s: no sum over the %s slots after its down projection; the layer stays in "
+                            "its data or tensor plan", chain.id, top_k)
+                continue
+            values = [u for u in topk.users if u.args[1:] == (0,)]
+            normalized = any(_name(u) in ("div", "div_", "truediv") for v in values for u in v.users)
+            members = _between(router.node, combine, order) | {table[n] for n in chain.nodes}
+            shared = _shared(gm, router.input, combine)
+            details = {"experts": experts, "top_k": int(top_k), "router": router.node.name,
+                       "router_weight": router.weight, "scores": scores or "none", "normalized": normalized,
+                       "chain": chain.id, "input": router.input.name, "combine": combine.name, "shared": shared}
+            path = chain.id.split(":", 1)[1].rsplit(".experts", 1)[0]
+            add_region(gm, Region(id=f"experts:{path}", kind="experts",
+                                  nodes=[n.name for n in sorted(members, key=order.__getitem__)], details=details))
+    return gm
+
+
+__all__ = ["find_routed_experts_pass"]

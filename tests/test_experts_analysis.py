@@ -1,0 +1,87 @@
+"""The analysis of routed mixture-of-experts layers (autopar/analysis/experts.py) on
+Hugging Face models captured as a user's would be: Mixtral (top-2 of 4, renormalised
+weights) and Qwen2-MoE (top-2 of 8, with a gated shared expert beside the routed ones);
+a layer whose router it cannot read keeps no region, says so, and still plans."""
+import logging
+
+import torch
+import torch.nn as nn
+
+from autopar.analysis.analyse import analyse
+from autopar.capture import capture
+from autopar.ir import regions, tensor_spec
+
+
+def _analysed(model, ids):
+    return analyse(capture(model, (ids,)))
+
+
+def test_mixtral_layers_are_routed_expert_regions():
+    from transformers import MixtralConfig, MixtralForCausalLM
+    torch.manual_seed(0)
+    model = MixtralForCausalLM(MixtralConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, max_position_embeddings=16, num_local_experts=4, num_experts_per_tok=2, use_cache=False))
+    gm = _analysed(model, torch.randint(0, 64, (2, 8)))
+    found = {r.id: r.details for r in regions(gm, "experts")}
+    assert set(found) == {"experts:model.layers.0.mlp", "experts:model.layers.1.mlp"}
+    layer = found["experts:model.layers.0.mlp"]
+    assert {k: layer[k] for k in ("experts", "top_k", "scores", "normalized", "chain", "shared")} == {
+        "experts": 4, "top_k": 2, "scores": "softmax", "normalized": True,
+        "chain": "linear_chain:model.layers.0.mlp.experts", "shared": []}
+    assert layer["router_weight"] == "model.model.layers.0.mlp.gate.weight"
+    nodes = {n.name: n for n in gm.graph.nodes}
+    region = regions(gm, "experts")[0]
+    assert layer["router"] in region.nodes and layer["combine"] in region.nodes
+    # the combine is the sum over the 2 slots of [tokens, 2, hidden]
+    assert tuple(tensor_spec(nodes[layer["combine"]]).shape) == (16, 32)
+
+
+def test_qwen2_moe_shared_expert_is_a_parallel_branch():
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+    torch.manual_seed(0)
+    model = Qwen2MoeForCausalLM(Qwen2MoeConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, moe_intermediate_size=16, shared_expert_intermediate_size=48, num_experts=8,
+        num_experts_per_tok=2, max_position_embeddings=16, use_cache=False, decoder_sparse_step=1))
+    gm = _analysed(model, torch.randint(0, 64, (2, 8)))
+    (region,) = regions(gm, "experts")
+    assert region.details["experts"] == 8 and region.details["top_k"] == 2
+    assert region.details["normalized"] is False   # Qwen2-MoE's norm_topk_prob defaults to False
+    assert region.details["shared"] == ["linear_chain:model.layers.0.mlp.shared_expert"]
+
+
+class HashRouted(nn.Module):
+    """Mixtral's experts (grouped matmul) routed by the token id, not by a learned
+    router: nothing for expert parallelism's planner to read."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import MixtralConfig
+        from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+        config = MixtralConfig(hidden_size=16, intermediate_size=32, num_local_experts=4)
+        config._experts_implementation = "grouped_mm"
+        self.embed = nn.Embedding(64, 16)
+        self.experts = MixtralExperts(config)
+        self.head = nn.Linear(16, 64)
+
+    def forward(self, ids):
+        hidden = self.embed(ids).view(-1, 16)
+        flat = ids.reshape(-1)
+        index = torch.stack([flat % 4, (flat + 1) % 4], -1)
+        out = self.experts(hidden, index, torch.full(index.shape, 0.5))
+        return self.head(out).view(*ids.shape, 64)
+
+
+def test_a_router_the_analysis_cannot_read_leaves_the_layer_to_its_plan(caplog):
+    import autopar
+    torch.manual_seed(0)
+    ids = torch.randint(0, 64, (2, 8))
+    with caplog.at_level(logging.WARNING, logger="autopar.analysis.experts"):
+        gm = _analysed(HashRouted(), ids)
+    assert not regions(gm, "experts")
+    chain = next(r for r in regions(gm, "linear_chain") if r.details.get("experts"))
+    assert f"{chain.id} has 4 experts but no router the analysis can read" in caplog.text
+    assert "stays in its data or tensor plan" in caplog.text
+    plan = autopar.plan(HashRouted(), 2, (ids,), lambda out, t: out.float().mean(), "data", example_target=ids)
+    assert dict(plan.mesh) == {"data": 2, "tensor": 1}
