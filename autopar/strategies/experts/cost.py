@@ -1,0 +1,95 @@
+"""What expert parallelism costs one routed mixture-of-experts layer, per rank and step,
+beside data parallelism (``degree`` 1), in the cost model's terms (:mod:`autopar.cost.model`).
+
+A layer of ``E`` experts, each a (gated) MLP ``hidden → inner → hidden``, routes each of a
+data rank's ``T`` tokens to ``k`` experts. **Planning assumption: uniform routing** (every
+expert receives ``T·k/E`` of each rank's rows; the measured load, ``Routing.rows``, is
+reported at run time). Over an expert group of ``P`` ranks (``P`` divides ``E`` and the
+data degree ``d``):
+
+* **compute**: a rank's experts process ``T·k`` rows whatever ``P`` (its ``E/P`` experts
+  receive ``T·k/E`` rows from each of ``P`` ranks): the up (gate and up: ``g = 2`` when
+  gated) and down projections, ``2·T·k·(g+1)·H·I`` FLOPs forward, twice that backward
+  (Megatron PTD-P appendix), priced as matmuls;
+* **all-to-all**: the dispatch and the combine, forward and backward: 4 all-to-alls of a
+  ``T·k·H·b``-byte buffer per rank over the ``P`` ranks (``(P−1)/P`` of it leaves the rank;
+  :data:`autopar.cost.model.ALL_TO_ALL`); none at ``P = 1``;
+* **gradients**: the ``E/P`` experts' weights are replicated over ``d/P`` ranks (the ranks
+  holding the same experts) and all-reduced there: ``(E/P)·(g+1)·H·I`` elements (AxoNN eq 3);
+  at ``P = d`` nothing; data parallelism all-reduces all ``E`` experts over ``d``;
+* **memory**: the ``E/P`` experts' parameters, gradients and AdamW state
+  (:func:`autopar.cost.model.training_memory`), and the rows the experts save for
+  backward.
+
+What expert parallelism trades, then: its all-to-alls against a ``P``-fold smaller
+gradient all-reduce over a ``P``-fold smaller group, and ``P``-fold less expert memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autopar.cost import model as cm
+from autopar.cost.hardware import Hardware
+
+
+@dataclass(frozen=True)
+class MoELayer:
+    """A routed layer's sizes: ``tokens`` per data rank and step, ``hidden``, ``inner``
+    (each expert's intermediate width), ``experts``, ``top_k``, gated experts (SwiGLU:
+    gate and up projections), ``bytes`` per element."""
+    tokens: int
+    hidden: int
+    inner: int
+    experts: int
+    top_k: int
+    gated: bool = True
+    bytes: int = 4
+
+    @property
+    def expert_params(self) -> int:
+        """Elements of one expert's weights: (gate and) up ``[inner, hidden]``, down ``[hidden, inner]``."""
+        return ((2 if self.gated else 1) + 1) * self.hidden * self.inner
+
+
+@dataclass(frozen=True)
+class ExpertNumbers:
+    """One layer's predicted seconds per step on one rank under expert degree ``degree``
+    (1: data parallelism) and data degree ``data``, and its memory."""
+    degree: int
+    data: int
+    rows: float                 # rows the rank's experts process per step (uniform routing)
+    compute_s: float
+    all_to_all_bytes: float     # the buffer each rank holds for one all-to-all
+    all_to_all_s: float         # the 4 all-to-alls (dispatch, combine; forward and backward)
+    gradient_s: float           # the experts' gradient all-reduce over the ranks holding the same experts
+    params_per_rank: int
+    memory_bytes: float
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.all_to_all_s + self.gradient_s
+
+
+def expert_layer_numbers(layer: MoELayer, degree: int, data: int, hw: Hardware) -> ExpertNumbers:
+    """The predicted figures of ``layer`` over expert groups of ``degree`` ranks inside a
+    data group of ``data`` (see the module docstring); ``degree`` 1 is data parallelism."""
+    if degree < 1 or layer.experts % degree or data % degree:
+        raise ValueError(f"expert degree {degree}: it must divide the {layer.experts} experts and the data degree "
+                         f"{data}")
+    rows = float(layer.tokens * layer.top_k)
+    up = (2 if layer.gated else 1) * layer.hidden * layer.inner
+    down = layer.hidden * layer.inner
+    forward = cm.matmul_time(2 * rows * up, hw) + cm.matmul_time(2 * rows * down, hw)
+    backward = 2 * (cm.matmul_time(2 * rows * up, hw) + cm.matmul_time(2 * rows * down, hw))
+    buffer = rows * layer.hidden * layer.bytes
+    all_to_all = 4 * cm.all_to_all_time(degree, buffer, hw) if degree > 1 else 0.0
+    local = layer.experts // degree
+    replicas = data // degree
+    gradient = cm.all_reduce_time(replicas, local * layer.expert_params * layer.bytes, hw, stride=degree)
+    saved = rows * (layer.hidden + (2 if layer.gated else 1) * layer.inner + layer.inner) * layer.bytes
+    params = local * layer.expert_params
+    return ExpertNumbers(degree, data, rows, forward + backward, buffer, all_to_all, gradient, params,
+                         cm.training_memory(params, saved))
+
+
+__all__ = ["ExpertNumbers", "MoELayer", "expert_layer_numbers"]
