@@ -10,7 +10,15 @@ same input; a step is ``zero_grad`` + forward + backward, no optimizer step:
 Goal: autopar ≤ 1.03 × eager. The small cases are there to make the per-step Python
 overhead visible; the large ones are what the goal is about.
 
+On a GPU (issue 23): ``--device cuda --dtype bf16 --fusion --cases gpt2-124m llama-1b``
+runs Hugging Face GPT-2 small (124M) and a Llama-style model of ~1B parameters (16
+layers, hidden 2048, 32 heads, 8 key/value heads, SwiGLU 8192, vocabulary 32000) with
+model and batch on the GPU, every step ending in ``torch.cuda.synchronize()``; ``--fusion``
+adds a third side, autopar with its generated kernels (goal: faster than eager). Not run
+yet: no GPU has been lent.
+
     python benchmarks/bench_compile_overhead.py [--steps 40] [--quick] [--cases CASE ...]
+    python benchmarks/bench_compile_overhead.py --device cuda --dtype bf16 --fusion --cases gpt2-124m llama-1b
     python benchmarks/bench_compile_overhead.py --breakdown mlp-small   # where pm.step's overhead goes
     python benchmarks/bench_compile_overhead.py --profile mlp-small     # cProfile of the autopar side
 """
@@ -33,31 +41,75 @@ CASES = ["mlp-small", "transformer-small", "mlp-1024", "transformer-256x4"]
 QUICK_CASES = ["mlp-small", "transformer-small"]
 
 
-def sides(name: str):
-    model, x, y, loss_fn = make_case(name)
-    pm = autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn, example_target=y,
-                         strategy={"data": 1, "tensor": 1})
-    model_params = list(model.parameters())
-    pm_params = list(pm.parameters())
-    check_close(name, pm.step(x, target=y), loss_fn(model(x), y))
+GPU_CASES = ["gpt2-124m", "llama-1b"]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
-    def step_autopar():
-        zero_grad(pm_params)
-        pm.step(x, target=y)
+
+def gpu_case(name: str):
+    """(model, input, target, loss_fn) of the one-GPU cases, from seed 0: batch 8 × 512 tokens."""
+    from examples.zoo import logits_loss
+    torch.manual_seed(0)
+    if name == "gpt2-124m":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        model = GPT2LMHeadModel(GPT2Config(use_cache=False, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        vocab = model.config.vocab_size
+    elif name == "llama-1b":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=8192,
+                                             num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+                                             max_position_embeddings=1024, use_cache=False))
+        vocab = 32000
+    else:
+        raise KeyError(f"unknown case {name!r}")
+    ids = torch.randint(0, vocab, (8, 512))
+    return model, ids, torch.randint(0, vocab, (8, 512)), logits_loss
+
+
+def sides(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32, fusion: bool = False):
+    model, x, y, loss_fn = gpu_case(name) if name in GPU_CASES else make_case(name)
+    model = model.to(device=device, dtype=dtype)
+    x, y = x.to(device), y.to(device)
+    if x.is_floating_point():
+        x, y = x.to(dtype), y.to(dtype)
+    compiled = {"autopar": autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn, example_target=y,
+                                           strategy={"data": 1, "tensor": 1}, fusion=False)}
+    if fusion:
+        compiled["autopar fused"] = autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn,
+                                                    example_target=y, strategy={"data": 1, "tensor": 1},
+                                                    fusion=True)
+    model_params = list(model.parameters())
+    loose = dtype != torch.float32
+    for label, pm in compiled.items():
+        check_close(f"{name} ({label})", pm.step(x, target=y), loss_fn(model(x), y), rtol=2e-2 if loose else 1e-4)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+
+    def step_of(pm):
+        params = list(pm.parameters())
+
+        def step():
+            zero_grad(params)
+            pm.step(x, target=y)
+            sync()   # the GPU's work inside the timed step
+        return step
 
     def step_eager():
         zero_grad(model_params)
         loss_fn(model(x), y).backward()
+        sync()
 
-    return {"autopar": step_autopar, "eager": step_eager}
+    return {**{label: step_of(pm) for label, pm in compiled.items()}, "eager": step_eager}
 
 
-def run(steps: int, warmup: int, quick: bool = False, cases: list[str] | None = None, threads: int = 1) -> list:
+def run(steps: int, warmup: int, quick: bool = False, cases: list[str] | None = None, threads: int = 1,
+        device: str = "cpu", dtype: torch.dtype = torch.float32, fusion: bool = False) -> list:
     torch.set_num_threads(threads)
     rows = []
     for name in cases or (QUICK_CASES if quick else CASES):
-        times = interleaved(sides(name), *steps_for(name, steps, warmup, quick))
+        times = interleaved(sides(name, device, dtype, fusion), *steps_for(name, steps, warmup, quick))
         rows.append(compare("compile_overhead", name, times, ours="autopar", baseline="eager", goal=GOAL))
+        if fusion:
+            rows.append(compare("compile_overhead", f"{name} fused", times, ours="autopar fused",
+                                baseline="eager", goal=1.0))
     return rows
 
 
@@ -133,7 +185,13 @@ def main(argv=None) -> list:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as on the ranks)")
     p.add_argument("--profile", metavar="CASE", help="print a cProfile of the autopar side of CASE and exit")
     p.add_argument("--breakdown", metavar="CASE", help="print where pm.step's overhead goes for CASE and exit")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda: model and batch on that device")
+    p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="the model's dtype (default fp32)")
+    p.add_argument("--fusion", action="store_true", help="add a side: autopar with its generated Triton kernels")
     args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench_compile_overhead: --device cuda needs a CUDA device; none here")
+        return []
     if args.breakdown:
         torch.set_num_threads(args.threads)
         print(breakdown(args.breakdown, max(args.steps, 200), max(args.warmup, 20)))
@@ -143,9 +201,11 @@ def main(argv=None) -> list:
         print(profile(args.profile))
         return []
     steps, warmup = steps_of(args)
-    rows = run(steps, warmup, args.quick, cases_of(args.cases, args.quick, CASES, QUICK_CASES), args.threads)
+    default = QUICK_CASES if args.quick else (GPU_CASES if args.device == "cuda" else CASES)
+    selected = cases_of(args.cases, args.quick, CASES + GPU_CASES, QUICK_CASES) if args.cases else default
+    rows = run(steps, warmup, args.quick, selected, args.threads, args.device, DTYPES[args.dtype], args.fusion)
     print_rows(f"compile overhead: autopar on 1 rank vs eager ({steps} steps, {warmup} warm-up, "
-               f"{args.threads} thread(s))", rows)
+               f"{args.threads} thread(s), {args.device}, {args.dtype})", rows)
     write_json(args.json, rows)
     return rows
 
