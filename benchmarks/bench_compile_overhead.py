@@ -113,7 +113,7 @@ def run(steps: int, warmup: int, quick: bool = False, cases: list[str] | None = 
     return rows
 
 
-def breakdown(name: str, steps: int, warmup: int) -> str:
+def breakdown(name: str, steps: int, warmup: int, device: str = "cpu", dtype: torch.dtype = torch.float32) -> str:
     """Where the per-step overhead goes: a ladder from eager to ``pm.step``, each rung
     adding one piece of what ``ParallelModule.step`` does, timed interleaved (backward
     included everywhere, no zero_grad).
@@ -127,10 +127,15 @@ def breakdown(name: str, steps: int, warmup: int) -> str:
     from autopar.runtime import groups as G
     from autopar.runtime import rng
 
-    model, x, y, loss_fn = make_case(name)
+    model, x, y, loss_fn = gpu_case(name) if name in GPU_CASES else make_case(name)
+    model = model.to(device=device, dtype=dtype)
+    x, y = x.to(device), y.to(device)
+    if x.is_floating_point():
+        x, y = x.to(dtype), y.to(dtype)
     pm = autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn, example_target=y,
                          strategy={"data": 1, "tensor": 1})
     pm.step(x, target=y)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     program, _, _ = pm.runner.program((x,), y, pm.training)
 
     def lookup():
@@ -153,6 +158,7 @@ def breakdown(name: str, steps: int, warmup: int) -> str:
         "+context": context,
         "pm.step": lambda: pm.step(x, target=y),
     }
+    ladder = {rung: (lambda fn=fn: (fn(), sync())) for rung, fn in ladder.items()}   # the device's work included
     times = interleaved(ladder, steps, warmup)
     eager = quartiles(times["eager"])[1]
     lines = [f"{name}: per-step cost of each piece of pm.step (median of {steps}, microseconds)"]
@@ -194,7 +200,7 @@ def main(argv=None) -> list:
         return []
     if args.breakdown:
         torch.set_num_threads(args.threads)
-        print(breakdown(args.breakdown, max(args.steps, 200), max(args.warmup, 20)))
+        print(breakdown(args.breakdown, max(args.steps, 200), max(args.warmup, 20), args.device, DTYPES[args.dtype]))
         return []
     if args.profile:
         torch.set_num_threads(args.threads)
