@@ -21,8 +21,9 @@ It records one ``experts`` region per layer, its nodes the router's, the dispatc
 experts' and the combine's, ``details``: ``experts``, ``top_k``, ``router`` (the linear's
 node), ``router_weight`` (its parameter), ``scores`` (``"softmax"``/``"sigmoid"``),
 ``normalized``, ``chain`` (the experts' ``linear_chain`` id), ``input`` (the tokens the
-router reads), ``combine`` (the node whose value is the layer's routed output) and
-``shared`` (the shared experts' ``linear_chain`` ids). An expert chain whose router it
+router reads), ``index`` and ``weights`` (the top-k experts and their weights, ``[tokens,
+k]``), ``combine`` (the node whose value is the layer's routed output) and ``shared`` (the
+shared experts' ``linear_chain`` ids). An expert chain whose router it
 cannot read (no ``topk`` before its offsets, a router of another width) gets no region,
 with a warning that names the chain and says the layer stays in its data or tensor plan.
 
@@ -124,6 +125,19 @@ def _combine(row: fx.Node, top_k: int) -> fx.Node | None:
     return None
 
 
+def _weights(values: fx.Node) -> fx.Node:
+    """The routing weights ``[tokens, k]`` as the combine reads them: the top-k values after
+    their renormalisation and casts (``values / values.sum(-1, keepdim=True)``)."""
+    shape, node = tensor_spec(values).shape, values
+    while True:
+        step = next((u for u in node.users if u.args and u.args[0] is node and tensor_spec(u) is not None
+                     and tensor_spec(u).shape == shape
+                     and _name(u) in ("div", "div_", "truediv", "mul", "to", "_to_copy", "type_as")), None)
+        if step is None:
+            return node
+        node = step
+
+
 def _between(first: fx.Node, last: fx.Node, order: dict) -> set[fx.Node]:
     """The nodes on a path from ``first`` to ``last`` (both included)."""
     ancestors = {last} | set(_ancestors(last, limit=10_000))
@@ -200,12 +214,19 @@ def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
                             "its data or tensor plan", chain.id, top_k)
                 continue
             values = [u for u in topk.users if u.args[1:] == (0,)]
+            indices = [u for u in topk.users if u.args[1:] == (1,)]
+            if len(values) != 1 or len(indices) != 1:
+                log.warning("experts: %s: its router's topk is not read as (values, indices); the layer stays in its "
+                            "data or tensor plan", chain.id)
+                continue
             normalized = any(_name(u) in ("div", "div_", "truediv") for v in values for u in v.users)
+            weights = _weights(values[0])
             members = _between(router.node, combine, order) | {table[n] for n in chain.nodes}
             shared = _shared(gm, router.input, combine)
             details = {"experts": experts, "top_k": int(top_k), "router": router.node.name,
                        "router_weight": router.weight, "scores": scores or "none", "normalized": normalized,
-                       "chain": chain.id, "input": router.input.name, "combine": combine.name, "shared": shared}
+                       "chain": chain.id, "input": router.input.name, "index": indices[0].name,
+                       "weights": weights.name, "combine": combine.name, "shared": shared}
             path = chain.id.split(":", 1)[1].rsplit(".experts", 1)[0]
             add_region(gm, Region(id=f"experts:{path}", kind="experts",
                                   nodes=[n.name for n in sorted(members, key=order.__getitem__)], details=details))

@@ -1,0 +1,118 @@
+"""Expert parallelism's rewrite of one rank's graph: a routed layer's experts run where
+they are held.
+
+For an ``experts`` region (:mod:`autopar.analysis.experts`) the pass replaces everything
+between the router's outputs and the layer's routed output (the sort by expert, the
+grouped matmuls over all ``E`` experts, the un-sort and the sum over the ``k`` slots) by
+one call of :func:`expert_parallel_mlp`: the tokens :func:`~.collectives.dispatch`-ed to
+the ranks of the expert group that hold their experts, each rank's ``E/P`` experts on the
+rows it received, and the outputs :func:`~.collectives.combine`-d back, weighted and
+summed over the slots. The router (its linear, scores, ``topk``, renormalisation) stays
+in the graph, replicated, so every rank routes its own tokens as the single-device model
+would. The experts' parameters the call reads are this rank's slices of the 3-D weights
+(``[E/P, ...]``: the layout cuts them on the experts' dimension; the caller installs
+them). What the pass cannot read (an activation other than SiLU, GeLU or ReLU between
+the projections, an ungated expert) raises: rewrites fail loudly.
+
+Not yet reached from ``compile``: the rank grid's expert and replica groups, the
+layout's cut and the planner's ``"experts"`` degree come next (docs/experts.md).
+"""
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+
+from autopar.analysis.ops import match_linear
+from autopar.ir import SPEC, Region, regions
+from autopar.strategies.experts.collectives import combine, dispatch
+
+ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu}
+
+
+def _project(x: torch.Tensor, weight: torch.Tensor, layout: str) -> torch.Tensor:
+    """``x`` times one expert's weight: ``[out, in]`` used transposed (``experts_out_in``)
+    or ``[in, out]`` (``experts_in_out``)."""
+    return x @ (weight.t() if layout == "experts_out_in" else weight)
+
+
+def local_experts(rows: torch.Tensor, ids: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
+                  activation: str, layouts: tuple[str, str]) -> torch.Tensor:
+    """This rank's experts (``gate_up`` ``[E/P, ...]``, ``down`` ``[E/P, ...]``) on the rows
+    it received, each by the expert ``ids`` names: ``down(act(gate) * up)`` with the gated
+    projection cut in two halves (gate first), as Hugging Face's experts compute it."""
+    act = ACTIVATIONS[activation]
+    outputs = []
+    order = []
+    for expert in range(gate_up.shape[0]):
+        picked = (ids == expert).nonzero().squeeze(1)
+        gate, up = _project(rows[picked], gate_up[expert], layouts[0]).chunk(2, dim=-1)
+        outputs.append(_project(act(gate) * up, down[expert], layouts[1]))
+        order.append(picked)
+    if not outputs:
+        return rows.new_zeros(rows.shape)
+    out = torch.cat(outputs)
+    return out[torch.argsort(torch.cat(order))]   # the rows' order again
+
+
+def expert_parallel_mlp(hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor, gate_up: torch.Tensor,
+                        down: torch.Tensor, *, experts: int, group: str, activation: str,
+                        layouts: tuple[str, str]) -> torch.Tensor:
+    """A routed layer's output ``[tokens, hidden]`` with its experts spread over ``group``
+    (dispatch, this rank's experts, combine): what the layer computes on one device."""
+    rows, ids, routing = dispatch(hidden, index.long(), experts, group)
+    out = local_experts(rows, ids, gate_up, down, activation, layouts)
+    return combine(out, routing, weights, group, rows)
+
+
+torch.fx.wrap("expert_parallel_mlp")
+
+
+def _activation(gm: fx.GraphModule, chain_nodes: list[fx.Node]) -> str:
+    for node in chain_nodes:
+        name = getattr(getattr(node.target, "overloadpacket", None), "__name__", None) or getattr(
+            node.target, "__name__", str(node.target))
+        if name in ACTIVATIONS:
+            return name
+    raise ValueError(f"expert parallelism: the experts {[n.name for n in chain_nodes]} have no SiLU, GeLU or ReLU "
+                     f"between their projections; this rewrite handles gated experts with one of those")
+
+
+def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str) -> fx.GraphModule:
+    """Replace ``region``'s experts by :func:`expert_parallel_mlp` over the named process
+    ``group`` (see the module docstring); the graph's expert parameters must already be
+    this rank's slices. Returns ``gm``, recompiled."""
+    graph, d = gm.graph, region.details
+    table = {n.name: n for n in graph.nodes}
+    chain = next(r for r in regions(gm, "linear_chain") if r.id == d["chain"])
+    up, down = match_linear(table[chain.details["column"][0]], gm), match_linear(table[chain.details["row"]], gm)
+    if chain.details.get("blocks") != 2:
+        raise ValueError(f"expert parallelism: {chain.id} is not a gated expert (gate and up in one projection cut "
+                         f"in two); this rewrite handles gated experts")
+    activation = _activation(gm, [table[n] for n in chain.details["pointwise"]])
+    output = table[d["combine"]]
+    with graph.inserting_before(output):
+        gate_up_w, down_w = graph.get_attr(up.weight), graph.get_attr(down.weight)
+        call = graph.call_function(expert_parallel_mlp,
+                                   (table[d["input"]], table[d["index"]], table[d["weights"]], gate_up_w, down_w),
+                                   {"experts": d["experts"], "group": group, "activation": activation,
+                                    "layouts": (up.weight_layout, down.weight_layout)})
+    call.meta[SPEC] = output.meta.get(SPEC)
+    output.replace_all_uses_with(call)
+    doomed, erased = [table[n] for n in reversed(region.nodes)], set()
+    while doomed:   # what only fed the replaced part, then what only fed that (index helpers, transposes)
+        freed = []
+        for node in doomed:
+            if node in erased or node.users or node.op in ("placeholder", "output", "get_attr") or node is call:
+                continue
+            inputs = node.all_input_nodes
+            graph.erase_node(node)
+            erased.add(node)
+            freed += [a for a in inputs if a.op == "call_function" and not a.is_impure()]
+        doomed = [n for n in dict.fromkeys(freed) if n not in erased and not n.users]
+    graph.lint()
+    gm.recompile()
+    return gm
+
+
+__all__ = ["expert_parallel_mlp", "expert_parallel_pass", "local_experts"]
