@@ -275,7 +275,7 @@ class ProgramRunner:
             return value
         box = [value]
         dist.broadcast_object_list(box, group=segment, group_src=0)
-        return box[0]
+        return devices.to_rank_device(box[0], self.state.device)   # unpickled on the sender's device
 
     def _loss_from_subgrid_0(self, program: fx.GraphModule, loss: torch.Tensor | None) -> torch.Tensor:
         """D&SP-cSub: the whole batch's loss, computed on sub-grid 0, sent over the segment."""

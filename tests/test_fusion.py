@@ -413,6 +413,46 @@ def test_llama_kernels_in_bf16_match_unfused_to_bf16_precision(case):
     _check(model, tuple(x.to(bf16) for x in inputs), case, rtol=2e-2)
 
 
+class _ComputedNormShape(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(1.0 + 0.1 * torch.randn(8))
+
+    def forward(self, x):   # the normalized shape computed in the graph under symbolic tracing
+        return F.rms_norm(x * 2.0, x.shape[-1:], self.w) + F.layer_norm(x, x.shape[-1:]) + 1.0
+
+
+class _MeanReadOutside(nn.Module):
+    def forward(self, x):   # the row mean is an output: the softmax chain still fuses
+        h = torch.exp(x * 2)
+        return torch.softmax(h, -1), h.mean(-1, keepdim=True)
+
+
+class _RotateComputed(nn.Module):
+    def forward(self, q, cos, sin):   # the rotated value is computed first: it stays out of the rotary kernel
+        q = q * 2 + 1
+        return q * cos.unsqueeze(1) + _rotate_half(q) * sin.unsqueeze(1)
+
+
+@pytest.mark.parametrize("case", ["computed norm shape", "row mean read outside", "rotated value computed"])
+def test_reviewed_row_and_rotary_edge_cases_match_unfused(case):
+    """What a review of the row and rotary kernels found: a normalized shape the graph
+    computes (not recognised, no crash), a row reduction read outside its chain (the
+    chain around it still fuses), a rotation of a value the chain computes (it is loaded,
+    not rotated in registers)."""
+    torch.manual_seed(0)
+    angles = torch.randn(2, 5, 4)
+    model, inputs, pattern = {
+        "computed norm shape": (_ComputedNormShape(), (torch.randn(3, 8),), None),
+        "row mean read outside": (_MeanReadOutside(), (torch.randn(4, 8),), "scale_exp_softmax"),
+        "rotated value computed": (_RotateComputed(), (torch.randn(2, 4, 5, 8), torch.cat((angles, angles), -1).cos(),
+                                                      torch.cat((angles, angles), -1).sin()), "rotary"),
+    }[case]
+    report = _check(model, inputs, pattern)
+    if case == "rotated value computed":
+        assert len(report.uses) == 2, report.summary()   # q * 2 + 1, then the rotary
+
+
 def test_an_unfusable_chain_falls_back_with_the_reason_logged(caplog):
     class Leaky(nn.Module):
         def forward(self, x):

@@ -198,9 +198,10 @@ KERNELS: dict[str, FusedKernel] = {}
 
 
 def register(chain: Chain) -> FusedKernel:
-    """Generate ``chain``'s module (once per distinct source and output shapes: identical
-    blocks share one kernel) and return its kernel."""
-    draft = codegen.module_source(chain, "KERNEL") + repr([o.shape_rule for o in chain.outputs])
+    """Generate ``chain``'s module (once per distinct source, output shapes and broadcast
+    readers: identical blocks share one kernel) and return its kernel."""
+    draft = codegen.module_source(chain, "KERNEL") + repr([o.shape_rule for o in chain.outputs]) + repr(
+        [i.reader for i in chain.tensors])   # a broadcast input's index reads its reader's shape
     name = f"{chain.pattern}_{hashlib.sha1(draft.encode()).hexdigest()[:10]}"
     kernel = KERNELS.get(name)
     if kernel is None:

@@ -70,6 +70,14 @@ def wire_device(device: torch.device, group=None) -> torch.device:
     return CPU if str(backend) == "gloo" else device
 
 
+def to_rank_device(value, device: torch.device):
+    """``value`` (outputs of any structure) with its tensors on ``device``: what
+    ``broadcast_object_list`` hands a rank is unpickled on the sender's device (another GPU
+    index under NCCL)."""
+    from torch.utils._pytree import tree_map
+    return tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) and x.device != device else x, value)
+
+
 def check_backend_device(device: torch.device, group=None) -> None:
     """Refuse, with what to do, a rank whose values are on the CPU under NCCL (NCCL
     communicates GPU tensors only)."""
@@ -82,4 +90,4 @@ def check_backend_device(device: torch.device, group=None) -> None:
             f"(model.to(f'cuda:{{local_rank}}')) or initialise the process group with backend='gloo'")
 
 
-__all__ = ["CPU", "check_backend_device", "current", "rank_device", "use_device", "wire_device"]
+__all__ = ["CPU", "check_backend_device", "current", "rank_device", "to_rank_device", "use_device", "wire_device"]

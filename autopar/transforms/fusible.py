@@ -230,6 +230,16 @@ def _softmax(args: list, kwargs: dict, spec: TensorSpec) -> Rec | None:
     return Rec("softmax", [args[0]])
 
 
+def _literal_shape(shape) -> tuple:
+    """A normalized shape written as integers (an int or a list of them); ``()`` for one
+    the graph computes (``x.shape[-1:]`` under symbolic tracing), which no kernel is made for."""
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        return (shape,)
+    if isinstance(shape, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        return tuple(shape)
+    return ()
+
+
 def _layer_norm(node, gm, args, kwargs, spec) -> Rec | None:
     """Layer norm over the last dimension; a module's weight and bias by parameter name."""
     if node.op == "call_module":
@@ -238,7 +248,7 @@ def _layer_norm(node, gm, args, kwargs, spec) -> Rec | None:
         weight = f"{node.target}.weight" if module.weight is not None else None
         bias = f"{node.target}.bias" if module.bias is not None else None
     else:
-        shape = tuple(args[1])
+        shape = _literal_shape(args[1] if len(args) > 1 else kwargs.get("normalized_shape"))
         weight = args[2] if len(args) > 2 else kwargs.get("weight")
         bias = args[3] if len(args) > 3 else kwargs.get("bias")
         eps = args[4] if len(args) > 4 else kwargs.get("eps", 1e-5)
@@ -258,7 +268,7 @@ def _rms_norm(node, gm, args, kwargs, spec) -> Rec | None:
         shape, eps = tuple(module.normalized_shape), module.eps
         weight = f"{node.target}.weight" if module.weight is not None else None
     else:
-        shape = tuple(args[1]) if len(args) > 1 else tuple(kwargs.get("normalized_shape", ()))
+        shape = _literal_shape(args[1] if len(args) > 1 else kwargs.get("normalized_shape"))
         weight = args[2] if len(args) > 2 else kwargs.get("weight")
         eps = args[3] if len(args) > 3 else kwargs.get("eps")
     if len(shape) != 1 or shape[0] != spec.shape[-1] or not _tensor_arg(args[0]):
@@ -395,6 +405,12 @@ class Chains:
                     first_reader = min(first_reader, self.pos[u])
         return last_input < first_reader
 
+    def rotations_load_inputs(self, nodes: set[fx.Node]) -> bool:
+        """Whether every ``rotate_half`` among ``nodes`` rotates a value from outside them
+        (its kernel loads its input at the rotated column: a value the chain computes is
+        not in memory)."""
+        return all(self.recs[n].kind != "rotate_half" or self.recs[n].args[0] not in nodes for n in nodes)
+
     def grow(self) -> list[list[fx.Node]]:
         """The chains, each in graph order, in the order they were started."""
         next_id = 0
@@ -407,7 +423,11 @@ class Chains:
             if rec.kind in ("rowmean", "rowsum") or (tensors and all(a in self.row_values for a in tensors)):
                 self.row_values.add(node)
             producers = []
-            for a in (() if rec.kind == "rotate_half" else tensors):   # it loads an input, not a chain's value
+            # a row reduction joins its producer's chain only when every reader of its value is
+            # fusible (a row value cannot be a kernel's output) and its rows fit a row kernel
+            alone = rec.kind == "rotate_half" or (rec.kind in ("rowmean", "rowsum") and (
+                any(u not in self.recs for u in node.users) or tensor_spec(tensors[0]).shape[-1] > MAX_ROW))
+            for a in (() if alone else tensors):   # rotate_half loads an input, never a chain's value
                 cid = self.chain_of.get(a)
                 # as many elements, or a row reduction of a chain's value, or a value of the
                 # chain's shape reading a row value (rows of one length: checked when built)
@@ -419,7 +439,7 @@ class Chains:
             joined = None
             for candidate in ([producers] if len(producers) > 1 else []) + [[c] for c in producers]:
                 nodes = {n for c in candidate for n in self.members[c]} | {node}
-                if self.placeable(nodes):
+                if self.placeable(nodes) and self.rotations_load_inputs(nodes):
                     joined = candidate
                     break
             if joined is None:
@@ -452,6 +472,8 @@ def worth(nodes: list[fx.Node], recs: dict, min_ops: int) -> bool:
 
 
 ROW_KINDS = ("softmax", "layer_norm", "rms_norm", "rowmean", "rowsum")
+MAX_ROW = 16384
+"""The longest row a row kernel holds in registers (``codegen.check``)."""
 """Recognised kinds that reduce over rows: a chain with one is computed a tile of rows at a time."""
 
 

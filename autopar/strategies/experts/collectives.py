@@ -127,11 +127,15 @@ def combine(out_rows: torch.Tensor, routing: Routing, top_k_weights: torch.Tenso
     their tokens' ranks, weighted by ``top_k_weights`` ``[tokens, k]`` and summed over the
     ``k`` slots: ``[tokens, hidden]``. ``rows``: what :func:`dispatch` returned, so that
     both all-to-alls run in this rank's backward even when its experts received nothing
-    (and their output depends on nothing)."""
+    (and their output depends on nothing). The anchor needs gradients to flow to the
+    tokens: with a frozen trunk (tokens that need no gradient) and an expert function that
+    returns a detached value for no rows, a rank would skip its backward all-to-all;
+    :func:`~.rewrite.local_experts` keeps its output connected to the rows."""
     back = all_to_all_rows(out_rows, routing.received, routing.sent, group, anchor=rows)
     pairs = back[torch.argsort(routing.order)]   # (token, slot) order again
     hidden = out_rows.shape[1:]
-    weighted = pairs.view(routing.tokens, routing.top_k, *hidden) * top_k_weights.unsqueeze(-1).to(pairs.dtype)
+    weights = top_k_weights.reshape(routing.tokens, routing.top_k, *([1] * len(hidden))).to(pairs.dtype)
+    weighted = pairs.view(routing.tokens, routing.top_k, *hidden) * weights
     return weighted.sum(1)
 
 

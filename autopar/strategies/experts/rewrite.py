@@ -73,6 +73,9 @@ def _activation(gm: fx.GraphModule, chain_nodes: list[fx.Node]) -> str:
         name = getattr(getattr(node.target, "overloadpacket", None), "__name__", None) or getattr(
             node.target, "__name__", str(node.target))
         if name in ACTIVATIONS:
+            if node.kwargs.get("approximate", "none") != "none" or (name == "gelu" and len(node.args) > 1):
+                raise ValueError(f"expert parallelism: {node.name} is an approximate GeLU; this rewrite computes "
+                                 f"SiLU, exact GeLU and ReLU")
             return name
     raise ValueError(f"expert parallelism: the experts {[n.name for n in chain_nodes]} have no SiLU, GeLU or ReLU "
                      f"between their projections; this rewrite handles gated experts with one of those")
@@ -89,6 +92,9 @@ def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str) -> fx.G
     if chain.details.get("blocks") != 2:
         raise ValueError(f"expert parallelism: {chain.id} is not a gated expert (gate and up in one projection cut "
                          f"in two); this rewrite handles gated experts")
+    if up.bias is not None or down.bias is not None:
+        raise ValueError(f"expert parallelism: {chain.id}'s experts have biases; this rewrite handles experts "
+                         f"without (as Mixtral's)")
     activation = _activation(gm, [table[n] for n in chain.details["pointwise"]])
     output = table[d["combine"]]
     with graph.inserting_before(output):

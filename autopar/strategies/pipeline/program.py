@@ -236,7 +236,7 @@ class PipelineRunner:
             dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self.p - 1)
         if state.zero is not None:
             state.zero.finish()
-        return box[0]
+        return devices.to_rank_device(box[0], state.device)   # unpickled on the sender's device
 
     def step(self, flat: tuple, target, training: bool):
         """Forward and backward of every microbatch in the schedule's order; gradients
