@@ -1042,7 +1042,7 @@ import triton.language as tl
 from autopar.kernels import triton_helpers as th
 
 @triton.jit
-def bias_gelu_a5f6b69e28_fwd(in0_ptr, in1_ptr, out0_ptr, numel, in1_numel, BLOCK: tl.constexpr):
+def bias_gelu_1e0d57d174_fwd(in0_ptr, in1_ptr, out0_ptr, numel, in1_numel, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = offs < numel
     in0 = tl.load(in0_ptr + offs, mask=valid, other=0.0).to(tl.float32)
@@ -1053,7 +1053,7 @@ def bias_gelu_a5f6b69e28_fwd(in0_ptr, in1_ptr, out0_ptr, numel, in1_numel, BLOCK
 
 
 @triton.jit
-def bias_gelu_a5f6b69e28_bwd(in0_ptr, in1_ptr, gout0_ptr, gin0_ptr, gin1_ptr, numel, in1_numel, BLOCK: tl.constexpr):
+def bias_gelu_1e0d57d174_bwd(in0_ptr, in1_ptr, gout0_ptr, gin0_ptr, gin1_ptr, numel, in1_numel, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = offs < numel
     in0 = tl.load(in0_ptr + offs, mask=valid, other=0.0).to(tl.float32)
@@ -1085,7 +1085,7 @@ import triton.language as tl
 from autopar.kernels import triton_helpers as th
 
 @triton.jit
-def scale_mask_softmax_7c66659371_fwd(in0_ptr, in1_ptr, out0_ptr, n_rows, n_cols, in1_numel, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+def scale_mask_softmax_25ab1d9193_fwd(in0_ptr, in1_ptr, out0_ptr, n_rows, n_cols, in1_numel, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
     cols = tl.arange(0, BLOCK)[None, :]
     valid = (rows < n_rows) & (cols < n_cols)
@@ -1103,7 +1103,7 @@ def scale_mask_softmax_7c66659371_fwd(in0_ptr, in1_ptr, out0_ptr, n_rows, n_cols
 
 
 @triton.jit
-def scale_mask_softmax_7c66659371_bwd(in0_ptr, in1_ptr, gout0_ptr, gin0_ptr, n_rows, n_cols, in1_numel, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+def scale_mask_softmax_25ab1d9193_bwd(in0_ptr, in1_ptr, gout0_ptr, gin0_ptr, n_rows, n_cols, in1_numel, ROWS: tl.constexpr, BLOCK: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]
     cols = tl.arange(0, BLOCK)[None, :]
     valid = (rows < n_rows) & (cols < n_cols)
