@@ -24,7 +24,6 @@ from examples.zoo import OWN_LOSS
 # ---------------------------------------------------------------------- tier 2: 4 gloo ranks
 
 WORLD_4 = [
-    ("gpt2_labels", {"data": 4}),
     ("gpt2_labels", {"data": 2, "tensor": 2}),
     ("gpt2_labels", {"pipeline": 2, "data": 2, "microbatches": 2}),
     ("bert_mlm", {"data": 2, "tensor": 2}),
@@ -32,6 +31,7 @@ WORLD_4 = [
 ]
 # the D&SP and 3D families with the model's own loss: the extended suite
 EXTENDED = [
+    ("gpt2_labels", {"data": 4}),   # the data path: in the data x tensor and pipeline x data cases too
     ("gpt2_labels", {"data": 4, "subgrids": 2}),
     ("gpt2_labels", {"x": 2, "y": 1, "z": 2}),
 ]
