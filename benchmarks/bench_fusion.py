@@ -97,20 +97,16 @@ class ScaleMaskSoftmax(nn.Module):
 
 
 class AddRMSNorm(nn.Module):
-    """The residual add and Llama's RMS norm as Hugging Face writes it (LlamaRMSNorm)."""
+    """The residual add and Hugging Face's LlamaRMSNorm itself."""
 
-    def __init__(self, hidden: int, eps: float = 1e-6):
+    def __init__(self, hidden: int):
         super().__init__()
-        self.weight = nn.Parameter(1.0 + 0.1 * torch.randn(hidden))
-        self.eps = eps
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+        self.norm = LlamaRMSNorm(hidden)
 
     def forward(self, x, residual):
         h = x + residual
-        dtype = h.dtype
-        hidden = h.to(torch.float32)
-        variance = hidden.pow(2).mean(-1, keepdim=True)
-        hidden = hidden * torch.rsqrt(variance + self.eps)
-        return h, self.weight * hidden.to(dtype)
+        return h, self.norm(h)
 
 
 class SwiGLU(nn.Module):
@@ -118,17 +114,11 @@ class SwiGLU(nn.Module):
         return F.silu(gate) * up
 
 
-def rotate_half(x):
-    """Hugging Face's rotate_half (modeling_llama)."""
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
-
-
 class Rotary(nn.Module):
     """Llama's apply_rotary_pos_emb on the queries: cos, sin [B, T, D] over the heads."""
 
     def forward(self, q, cos, sin):
+        from transformers.models.llama.modeling_llama import rotate_half
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         return q * cos + rotate_half(q) * sin
 

@@ -210,10 +210,9 @@ def test_rms_norm_matches_unfused():
 
 
 def _rotate_half(x):
-    """Hugging Face's rotate_half (modeling_llama), as written there."""
-    x1 = x[..., : x.shape[-1] // 2]
-    x2 = x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
+    """Hugging Face's rotate_half (modeling_llama), the function itself."""
+    from transformers.models.llama.modeling_llama import rotate_half
+    return rotate_half(x)
 
 
 class Rotary(nn.Module):

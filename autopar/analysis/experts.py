@@ -71,15 +71,17 @@ def _scores(node: fx.Node) -> str | None:
         _name(node))
 
 
-def _ancestors(start: fx.Node, limit: int = 64):
-    """``start``'s producers, nearest first (breadth first, at most ``limit`` nodes)."""
+def _walk(start: fx.Node, limit: int, forward: bool = False):
+    """``start``'s producers (``forward``: its readers), nearest first: breadth first, at
+    most ``limit`` nodes."""
     seen, queue = {start}, deque([start])
     while queue and len(seen) < limit:
-        for arg in queue.popleft().all_input_nodes:
-            if arg not in seen:
-                seen.add(arg)
-                queue.append(arg)
-                yield arg
+        node = queue.popleft()
+        for other in (node.users if forward else node.all_input_nodes):
+            if other not in seen:
+                seen.add(other)
+                queue.append(other)
+                yield other
 
 
 def _offsets(node: fx.Node) -> fx.Node | None:
@@ -108,20 +110,14 @@ def _router(topk: fx.Node, gm: fx.GraphModule):
 def _combine(row: fx.Node, top_k: int) -> fx.Node | None:
     """The sum over the ``k`` slots after the down projection ``row`` (its users, breadth
     first): a sum over dimension 1 of a ``[tokens, k, hidden]`` view."""
-    seen, queue = {row}, deque([row])
-    while queue and len(seen) < 32:
-        for user in queue.popleft().users:
-            if user in seen:
-                continue
-            seen.add(user)
-            if _name(user) == "sum":
-                dims = user.args[1] if len(user.args) > 1 else user.kwargs.get("dim")
-                dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
-                source = user.args[0]
-                shape = tensor_spec(source).shape if isinstance(source, fx.Node) and tensor_spec(source) else ()
-                if dims == [1] and len(shape) == 3 and shape[1] == top_k:
-                    return user
-            queue.append(user)
+    for user in _walk(row, 32, forward=True):
+        if _name(user) == "sum":
+            dims = user.args[1] if len(user.args) > 1 else user.kwargs.get("dim")
+            dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+            source = user.args[0]
+            shape = tensor_spec(source).shape if isinstance(source, fx.Node) and tensor_spec(source) else ()
+            if dims == [1] and len(shape) == 3 and shape[1] == top_k:
+                return user
     return None
 
 
@@ -140,7 +136,7 @@ def _weights(values: fx.Node) -> fx.Node:
 
 def _between(first: fx.Node, last: fx.Node, order: dict) -> set[fx.Node]:
     """The nodes on a path from ``first`` to ``last`` (both included)."""
-    ancestors = {last} | set(_ancestors(last, limit=10_000))
+    ancestors = {last} | set(_walk(last, 10_000))
     out, queue = {first}, deque([first])
     while queue:
         for user in queue.popleft().users:
@@ -154,37 +150,21 @@ def _shared(gm: fx.GraphModule, router_input: fx.Node, combine: fx.Node) -> list
     """The ``linear_chain`` regions without experts that read the router's input (up to
     views) and whose output meets the combine's in an add."""
     table = {n.name: n for n in gm.graph.nodes}
-    bases = {router_input} | {a for a in _ancestors(router_input, limit=4) if _name(a) in _PASS_THROUGH}
-    downstream = {combine}
-    queue = deque([combine])
-    while queue and len(downstream) < 16:   # the routed output's casts and views up to the add
-        for user in queue.popleft().users:
-            if user not in downstream:
-                downstream.add(user)
-                queue.append(user)
+    bases = {router_input} | {a for a in _walk(router_input, 4) if _name(a) in _PASS_THROUGH}
+    downstream = {combine, *_walk(combine, 16, forward=True)}   # the routed output's casts and views up to the add
     shared = []
     for chain in regions(gm, "linear_chain"):
         if chain.details.get("experts"):
             continue
         column = table[chain.details["column"][0]]
         source = column.args[0] if column.args else None
-        if source not in bases and not (isinstance(source, fx.Node) and set(_ancestors(source, 4)) & bases):
+        if source not in bases and not (isinstance(source, fx.Node) and set(_walk(source, 4)) & bases):
             continue
         row = table[chain.details["row"]]
-        reached = {row} | {u for u in _descendants(row, 8)}
+        reached = {row, *_walk(row, 8, forward=True)}
         if any(_name(n) == "add" and set(n.all_input_nodes) & downstream for n in reached):
             shared.append(chain.id)
     return shared
-
-
-def _descendants(node: fx.Node, limit: int):
-    seen, queue = {node}, deque([node])
-    while queue and len(seen) < limit:
-        for user in queue.popleft().users:
-            if user not in seen:
-                seen.add(user)
-                queue.append(user)
-                yield user
 
 
 def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
@@ -200,7 +180,7 @@ def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
         column, row = table[chain.details["column"][0]], table[chain.details["row"]]
         with examining("experts", column, "routed experts"):
             offsets = _offsets(column)
-            topk = next((a for a in _ancestors(offsets) if _is_topk(a)), None) if offsets is not None else None
+            topk = next((a for a in _walk(offsets, 64) if _is_topk(a)), None) if offsets is not None else None
             router, scores = _router(topk, gm) if topk is not None else (None, None)
             if router is None or router.out_features != experts:
                 log.warning("experts: %s has %d experts but no router the analysis can read (a linear of %d "

@@ -123,6 +123,9 @@ class Unsupported(ValueError):
     """The chain has something the generated kernels do not handle; the message says what."""
 
 
+MAX_ROW = 16384
+"""The longest row a row kernel holds in registers."""
+
 MAX_NUMEL = 2**31 - 2**16
 """Offsets are int32: the last program's block (up to 65536 wide) must not wrap."""
 
@@ -138,8 +141,8 @@ def check(chain: Chain) -> None:
                               f"1.5, -1; the derivative needs the exponent minus one too)")
     if chain.numel >= MAX_NUMEL:
         raise Unsupported(f"{chain.numel} elements: generated kernels index with int32")
-    if chain.rows and chain.n_cols > 16384:
-        raise Unsupported(f"rows of {chain.n_cols} elements: a row kernel holds a row in registers (≤ 16384)")
+    if chain.rows and chain.n_cols > MAX_ROW:
+        raise Unsupported(f"rows of {chain.n_cols} elements: a row kernel holds a row in registers (≤ {MAX_ROW})")
 
 
 def _rounded(expr: str, dtype: str) -> str:

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from autopar._torch_compat import is_aten_op
 from autopar.ir import SPEC, TensorSpec, tensor_spec
+from autopar.kernels.codegen import MAX_ROW
 from autopar.runtime import rng
 
 
@@ -472,8 +473,6 @@ def worth(nodes: list[fx.Node], recs: dict, min_ops: int) -> bool:
 
 
 ROW_KINDS = ("softmax", "layer_norm", "rms_norm", "rowmean", "rowsum")
-MAX_ROW = 16384
-"""The longest row a row kernel holds in registers (``codegen.check``)."""
 """Recognised kinds that reduce over rows: a chain with one is computed a tile of rows at a time."""
 
 
