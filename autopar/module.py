@@ -110,6 +110,7 @@ class ParallelModule(nn.Module):
     # ------------------------------------------------------------------ running
     @health.guarded("forward()")
     def forward(self, *inputs, **kwargs):
+        self._reset_expert_load()
         return self.runner.forward(self._state.call.flatten(inputs, kwargs, "forward()"), self.training)
 
     @health.guarded("step()")
@@ -132,7 +133,39 @@ class ParallelModule(nn.Module):
         """
         flat = self._state.call.flatten(inputs, kwargs, "step()")
         check_loss_arguments(self._state.loss_fn, target)
+        self._reset_expert_load()
         return self.runner.step(flat, target, self.training)
+
+    def _expert_layers(self) -> list[str]:
+        return [r.region for r in self.plan.regions if r.kind == "experts" and r.strategy == "experts"]
+
+    def _reset_expert_load(self) -> None:
+        if self.plan.experts > 1:
+            from autopar.strategies.experts.collectives import reset_load
+            reset_load(self._expert_layers())
+
+    def expert_load(self) -> dict[str, list[int]]:
+        """Under expert parallelism, the rows each MoE layer's experts processed in the last
+        forward or step on each rank of this rank's expert group (all-gathered: a
+        collective, every rank calls it), by region id; also written into the plan's
+        region details (``measured_tokens_per_rank``), which ``explain()`` shows beside the
+        uniform routing's prediction. {} without expert parallelism."""
+        if self.plan.experts <= 1:
+            return {}
+        import torch.distributed as dist
+        from autopar.strategies.experts.collectives import LOAD
+        # the layers this rank's programs ran (a pipeline rank: its stages'; the same on
+        # every rank of its expert group, which sits at one pipeline position)
+        layers = [layer for layer in self._expert_layers() if layer in LOAD]
+        group = self._state.groups.get("experts")
+        mine = torch.tensor([LOAD.get(layer, 0) for layer in layers], dtype=torch.long, device=self._state.device)
+        parts = [torch.empty_like(mine) for _ in range(self.plan.experts)]
+        dist.all_gather(parts, mine, group=group)
+        out = {layer: [int(p[i]) for p in parts] for i, layer in enumerate(layers)}
+        for r in self.plan.regions:
+            if r.region in out:
+                r.details["measured_tokens_per_rank"] = out[r.region]
+        return out
 
     # ------------------------------------------------------------------ parameters and state
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):

@@ -208,6 +208,12 @@ def _add_run_stats(pm, reference: torch.nn.Module, report: dict[str, Any]) -> No
         report["zero_stats"] = pm.zero_stats
         if not pm.plan.pipeline:  # the rows of the training program: a microbatch's
             report["program_rows"] = sorted({key[0][0][0][0] for key in pm.runner.programs if key[2]})
+    if pm.plan.experts > 1:  # expert parallelism: its rank program, the measured load, the plan's text
+        report["code"] = pm.rank_graph_code()
+        report["expert_load"] = pm.expert_load()
+        report["explain"] = pm.plan.explain()
+        report["held_params"] = sum(p.numel() for p in pm.parameters())
+        report["all_params"] = sum(p.numel() for p in reference.parameters())
     if pm.plan.pipeline:
         report["buckets_in_backward"] = sum(b.launched_in_backward for b in pm.gradient_buckets.values())
         report["executed"] = pm.pipeline_executor.executed

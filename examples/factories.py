@@ -9,6 +9,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from examples.models import (MLP, Inception, StemTrunk, TinyTransformer, Towers, TowerTrunk,  # noqa: E402
                             gpt2 as _gpt2, gpt2_loss, lm_loss)
+from examples.zoo import logits_loss  # noqa: E402
 
 
 def mlp():
@@ -26,6 +27,13 @@ def gpt2():
     torch.manual_seed(0)
     ids = torch.randint(0, 64, (4, 16))
     return _gpt2(), (ids,), gpt2_loss, torch.randint(0, 64, (4, 16))
+
+
+def mixtral():
+    """Hugging Face Mixtral (2 layers, top-2 of 4 experts) from a config, random weights."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 64, (4, 8))
+    return moe_model("mixtral"), (ids,), logits_loss, torch.randint(0, 64, (4, 8))
 
 
 def inception():
@@ -74,7 +82,31 @@ def training_case(model_name: str, batch: int | None = None, layers: int | None 
         return (lambda: TowerTrunk(vocab=vocab, layers=layers or 2)), (ids,), target, lm_loss
     if model_name == "gpt2":
         return (lambda: _gpt2(layers=layers or 2, vocab=vocab)), (ids,), target, gpt2_loss
+    if model_name in MOE_MODELS:
+        return (lambda: moe_model(model_name, layers=layers or 2, vocab=vocab)), (ids,), target, logits_loss
     raise ValueError(f"unknown example model {model_name!r}")
+
+
+MOE_MODELS = ("mixtral", "mixtral8", "qwen2_moe")
+"""Hugging Face mixture-of-experts models from configs (random weights): Mixtral top-2 of
+4 and of 8 experts, Qwen2-MoE (top-2 of 4 routed experts and a gated shared expert)."""
+
+
+def moe_model(name: str, layers: int = 2, vocab: int = 64, aux: bool = False):
+    """A small HF MoE model (:data:`MOE_MODELS`) in float32 (torch's grouped matmul, which
+    their experts call, takes no float64); ``aux``: it returns its router logits and adds
+    the load-balancing loss to its own loss (``output_router_logits``)."""
+    from transformers import MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM
+    common = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=32, use_cache=False,
+                  output_router_logits=aux, router_aux_loss_coef=0.1)
+    if name == "qwen2_moe":
+        return Qwen2MoeForCausalLM(Qwen2MoeConfig(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+                                                  shared_expert_intermediate_size=48, intermediate_size=48,
+                                                  norm_topk_prob=True, **common))
+    experts = 8 if name == "mixtral8" else 4
+    return MixtralForCausalLM(MixtralConfig(intermediate_size=48, num_local_experts=experts, num_experts_per_tok=2,
+                                            **common))
 
 
 # Megatron PTD-P Table 1 (§5.1): parameters (billions), heads, hidden size, layers,

@@ -9,7 +9,7 @@ import torch
 
 import autopar
 from autopar.executable import rank_graph_code
-from examples.factories import inception, mlp, stem_trunk, transformer
+from examples.factories import inception, mixtral, mlp, stem_trunk, transformer
 
 
 def _plan_and_graph(factory, world, strategy, rank=0):
@@ -51,6 +51,48 @@ def forward(self, input_0, target):
     return global_mean
     
 """)
+
+    def test_mixtral_experts(self):
+        """Expert parallelism (docs/experts.md): the plan, and the lines of rank 3's program
+        that run a routed layer (the router kept, the experts one call over the group)."""
+        table, code = _plan_and_graph(mixtral, 4, {"data": 4, "experts": 2}, rank=3)
+        self.assertExpectedInline(table, """\
+autopar plan: MixtralForCausalLM on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
+mesh: data=4 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
+predicted step 4.484 ms: compute 0.316 ms, data comm 3.441 ms, experts comm 0.728 ms, tensor comm 0.000 ms; memory per rank 0.52 MiB
+model: 5.548e+06 FLOP per step -> 3.093e+08 FLOP/s per device predicted
+
+region                                   kind          strategy   compute   comm tensor  comm data  comm experts  memory    alternatives
+---------------------------------------  ------------  ---------  --------  -----------  ---------  ------------  --------  ------------------
+vocab:model.embed_tokens                 vocab         replicate  0.007 ms  0.000 ms     0.000 ms   0.000 ms      0.06 MiB  -
+attention:model.layers.0.self_attn       attention     replicate  0.044 ms  0.000 ms     0.000 ms   0.000 ms      0.05 MiB  -
+attention:model.layers.1.self_attn       attention     replicate  0.044 ms  0.000 ms     0.000 ms   0.000 ms      0.05 MiB  -
+linear_chain:model.layers.0.mlp.experts  linear_chain  experts    0.017 ms  0.000 ms     0.000 ms   0.000 ms      0.14 MiB  replicate 0.017 ms
+linear_chain:model.layers.1.mlp.experts  linear_chain  experts    0.017 ms  0.000 ms     0.000 ms   0.000 ms      0.14 MiB  replicate 0.017 ms
+experts:model.layers.0.mlp               experts       experts    0.000 ms  0.000 ms     0.000 ms   0.364 ms      0.00 MiB  replicate 1.340 ms
+experts:model.layers.1.mlp               experts       experts    0.000 ms  0.000 ms     0.000 ms   0.364 ms      0.00 MiB  replicate 1.340 ms
+(outside regions)                        -             replicate  0.186 ms  0.000 ms     0.000 ms   0.000 ms      0.04 MiB  -
+
+expert parallelism: expert groups of 2 consecutive data ranks (data indices [[0, 1], [2, 3]]); each MoE layer's experts spread over a group, tokens dispatched and combined by all-to-all (dropless), expert gradients reduced over the 2 rank(s) holding the same experts
+  experts:model.layers.0.mlp: 4 experts, top-2, 2 per rank (place 0: experts 0..1, place 1: experts 2..3); rows per rank and step predicted 16 (uniform routing); all-to-all of 2.0 KiB per rank, 4 per step: 0.364 ms
+  experts:model.layers.1.mlp: 4 experts, top-2, 2 per rank (place 0: experts 0..1, place 1: experts 2..3); rows per rank and step predicted 16 (uniform routing); all-to-all of 2.0 KiB per rank, 4 per step: 0.364 ms
+
+meshes weighed:
+ * data=4 x tensor=1, experts 2: step 4.484 ms, memory 0.52 MiB""")
+        lines = code.splitlines()
+        layer = [line.strip() for line in lines if "expert_parallel_mlp" in line or "topk" in line]
+        self.assertExpectedInline("\n".join([lines[0]] + layer), """\
+# rank 3 of 4 (data=3, tensor=0); built by passes: analysis -> tensor_parallel -> expert_parallel -> data_parallel
+topk = torch.ops.aten.topk.default(softmax, 2);  softmax = None
+getitem = topk[0]
+getitem_1 = topk[1];  topk = None
+expert_parallel_mlp = autopar_strategies_experts_rewrite_expert_parallel_mlp(reshape_4, getitem_1, div_, model_model_layers_0_mlp_experts_gate_up_proj_1, model_model_layers_0_mlp_experts_down_proj_1, experts = 4, group = 'experts', activation = 'silu', layouts = ('experts_out_in', 'experts_out_in'), tensor = None, layer = 'experts:model.layers.0.mlp');  reshape_4 = getitem_1 = div_ = model_model_layers_0_mlp_experts_gate_up_proj_1 = model_model_layers_0_mlp_experts_down_proj_1 = None
+to_14 = torch.ops.aten.to.dtype(expert_parallel_mlp, torch.float32);  expert_parallel_mlp = None
+topk_1 = torch.ops.aten.topk.default(softmax_1, 2);  softmax_1 = None
+getitem_6 = topk_1[0]
+getitem_7 = topk_1[1];  topk_1 = None
+expert_parallel_mlp_1 = autopar_strategies_experts_rewrite_expert_parallel_mlp(reshape_12, getitem_7, div__1, model_model_layers_1_mlp_experts_gate_up_proj_1, model_model_layers_1_mlp_experts_down_proj_1, experts = 4, group = 'experts', activation = 'silu', layouts = ('experts_out_in', 'experts_out_in'), tensor = None, layer = 'experts:model.layers.1.mlp');  reshape_12 = getitem_7 = div__1 = model_model_layers_1_mlp_experts_gate_up_proj_1 = model_model_layers_1_mlp_experts_down_proj_1 = None
+to_23 = torch.ops.aten.to.dtype(expert_parallel_mlp_1, torch.float32);  expert_parallel_mlp_1 = None""")
 
     def test_mlp_tensor(self):
         table, code = _plan_and_graph(mlp, 2, {"tensor": 2})

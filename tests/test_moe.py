@@ -70,9 +70,9 @@ def _diff(a, b) -> float:
 
 
 def _aux_job(strategy) -> dict:
-    """Loss and gradients of one ``pm.step`` with the aux loss against the single device:
-    the whole batch's loss, and the mean of the 4 batch shards' losses (what data
-    parallelism computes, as DDP does: the load-balancing loss is not a mean over rows)."""
+    """Loss and gradients of one ``pm.step`` with the aux loss against the single device's
+    whole batch; ``aux_matters``: how far the mean of the 4 batch shards' losses (what
+    DDP computes: the load-balancing loss is not a mean over rows) is from it."""
     import copy
 
     import autopar
@@ -85,7 +85,7 @@ def _aux_job(strategy) -> dict:
     whole = loss_with_aux(reference(x), y)
     shards = [loss_with_aux(reference(x[i:i + 1]), y[i:i + 1]) for i in range(4)]
     per_shard = torch.stack(shards).mean()
-    expected = per_shard if pm.plan.degree("data") == 4 else whole
+    expected = whole
     expected.backward()
     grads = pm.full_gradients()
     return {"mesh": dict(pm.plan.mesh), "loss": _diff(loss, expected),
@@ -134,7 +134,7 @@ def moe_job(cases) -> list[dict]:
 
 
 # "auto" picks one of these plans on 4 ranks (checked by hand); every plan is run explicitly
-# (data parallelism trains Mixtral in the aux-loss case, against the replicas' mean)
+# (data parallelism trains Mixtral in the aux-loss case, against the whole batch's)
 CASES = [{"tensor": 2}, {"pipeline": 2}, ("aux", {"tensor": 4}), ("aux", "data"), ("fused", {"tensor": 4})]
 
 
@@ -189,9 +189,11 @@ def test_router_aux_loss_is_the_single_device_one_without_data_parallelism(rows)
 
 
 @pytest.mark.multiprocess
-def test_router_aux_loss_under_data_parallelism_is_the_mean_over_replicas(rows):
-    """Each replica's load-balancing loss is of its own rows (as with DDP); autopar
-    averages the replicas' losses, which differs from the whole batch's aux loss."""
+def test_router_aux_loss_under_data_parallelism_is_the_whole_batchs(rows):
+    """Each replica's load-balancing statistics are of its own rows; autopar makes them
+    the whole batch's (their mean over the data ranks, strategies/data/rewrite.py
+    ``sync_router_statistics``), so the loss and gradients are the single device's, not
+    the mean of the replicas' losses (which DDP would give)."""
     data = next(r for r in rows[0] if r["case"] == ("aux", "data"))
     assert data["mesh"] == {"data": 4, "tensor": 1}
     assert data["aux_matters"] > 1e-4  # the two readings really differ on this batch

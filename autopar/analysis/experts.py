@@ -213,4 +213,73 @@ def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
     return gm
 
 
-__all__ = ["find_routed_experts_pass"]
+_REDUCTIONS = ("histc", "bincount", "sum", "mean", "scatter_add", "scatter_add_", "index_add", "index_add_")
+_BOOKKEEPING = ("cumsum", "_grouped_mm", "grouped_mm", "sort", "argsort", "repeat_interleave")
+
+
+def _reduces_tokens(node: fx.Node, tokens: int) -> bool:
+    """Whether ``node`` reduces a value whose first dimension holds the ``tokens`` (a
+    multiple of them: views that merged the slots in) over that dimension."""
+    name = _name(node)
+    if name not in _REDUCTIONS or not node.args or not isinstance(node.args[0], fx.Node):
+        return False
+    if name.startswith(("scatter", "index")):
+        # a scatter/index add into a tensor without the tokens: the source's rows summed into it
+        source = node.args[3] if len(node.args) > 3 else node.kwargs.get("src", node.kwargs.get("source"))
+        target = tensor_spec(node.args[0])
+        source_spec = tensor_spec(source) if isinstance(source, fx.Node) else None
+        return target is not None and source_spec is not None and bool(source_spec.shape) and bool(target.shape) \
+            and source_spec.shape[0] % tokens == 0 and target.shape[0] != source_spec.shape[0]
+    spec = tensor_spec(node.args[0])
+    out = tensor_spec(node)
+    if spec is None or out is None or not spec.shape or spec.shape[0] % tokens:
+        return False
+    if name in ("histc", "bincount"):
+        return True
+    if name in ("sum", "mean"):
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if dims is None or dims == []:
+            return True
+        dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+        return any(d % len(spec.shape) == 0 for d in dims)
+    return False
+
+
+def router_statistics(gm: fx.GraphModule) -> list[str]:
+    """The nodes that reduce routers' scores over the tokens into statistics the model
+    then uses (a load-balancing loss: Switch Transformer eqs 4-6, Hugging Face's
+    ``load_balancing_loss_func``, the fraction of tokens routed to each expert and the
+    mean router probability): reductions over the first (token) dimension downstream of a
+    ``topk``'s scores, whose results do not feed the dispatch's bookkeeping (``cumsum``
+    into grouped-matmul offsets, sorts); and the reductions over a batch input they are
+    divided by (the count of unmasked tokens). Split over data ranks, each must be the
+    mean over the ranks (:func:`autopar.runtime.collectives.batch_statistic`) for the
+    loss to equal the single-device model's."""
+    found: dict[fx.Node, None] = {}
+    for topk in (n for n in gm.graph.nodes if _is_topk(n)):
+        scores = topk.args[0]
+        spec = tensor_spec(scores) if isinstance(scores, fx.Node) else None
+        if spec is None or len(spec.shape) != 2:
+            continue
+        tokens = spec.shape[0]
+        for node in _walk(scores, 400, forward=True):
+            if node.op != "call_function" or not _reduces_tokens(node, tokens):
+                continue
+            if any(_name(u) in _BOOKKEEPING for u in _walk(node, 64, forward=True)):
+                continue
+            found[node] = None
+    for node in list(found):   # the denominators: a reduction over a batch input the statistic is divided by
+        for user in _walk(node, 16, forward=True):
+            if _name(user) not in ("div", "div_", "truediv") or len(user.args) < 2 or \
+                    not isinstance(user.args[1], fx.Node):
+                continue
+            for other in [user.args[1], *_walk(user.args[1], 16)]:
+                spec = tensor_spec(other.args[0]) if other.args and isinstance(other.args[0], fx.Node) else None
+                if other not in found and _name(other) in ("sum", "mean") and spec is not None and spec.shape \
+                        and not (set(_walk(other, 64)) & set(found)):
+                    found[other] = None
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    return [n.name for n in sorted(found, key=order.__getitem__)]
+
+
+__all__ = ["find_routed_experts_pass", "router_statistics"]

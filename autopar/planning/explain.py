@@ -67,10 +67,44 @@ def explain(plan: "Plan") -> str:
     lines += _region_table(plan)
     lines += _boundaries(plan)
     lines += _layouts(plan)
+    lines += _experts(plan)
     lines += _kept_whole(plan)
     lines += _padded(plan)
     lines += _weighed(plan)
     return "\n".join(lines)
+
+
+def _experts(plan: "Plan") -> list[str]:
+    """Expert parallelism's part (docs/experts.md): the expert groups, and per MoE region
+    its placement, the rows per rank the planner assumed (uniform routing) and the last
+    measured ones (``ParallelModule.expert_load``), its all-to-all volume and seconds."""
+    rows = [r for r in plan.regions if r.kind == "experts"]
+    if plan.experts <= 1 or not rows:
+        return []
+    e, d = plan.experts, plan.degree("data")
+    groups = [list(range(g * e, (g + 1) * e)) for g in range(d // e)]
+    lines = ["", f"expert parallelism: expert groups of {e} consecutive data ranks (data indices {groups}); each "
+                 f"MoE layer's experts spread over a group, tokens dispatched and combined by all-to-all (dropless), "
+                 f"expert gradients reduced over the {d // e} rank(s) holding the same experts"
+                 + ("; experts Megatron-split over the tensor group inside" if plan.degree("tensor") > 1 else "")]
+    for r in rows:
+        x = r.details
+        if r.strategy != "experts":
+            lines.append(f"  {r.region}: {x['experts']} experts, top-{x['top_k']}: not expert-parallel ({r.reason})")
+            continue
+        placement = ", ".join(f"place {i}: experts {a}..{b - 1}" for i, (a, b) in enumerate(x["placement"]))
+        measured = x.get("measured_tokens_per_rank")
+        lines.append(f"  {r.region}: {x['experts']} experts, top-{x['top_k']}, {x['experts_per_rank']} per rank "
+                     f"({placement}); rows per rank and step predicted {x['tokens_per_rank']:.0f} (uniform routing)"
+                     + (f", measured {measured} (last step, the expert group's ranks)" if measured else "")
+                     + f"; all-to-all of {_bytes(x['all_to_all_bytes'])} per rank, 4 per step: "
+                     f"{_ms(x['all_to_all_s'])}")
+    return lines
+
+
+def _bytes(nbytes: float) -> str:
+    """Bytes in KiB below 1 MiB, else MiB."""
+    return f"{nbytes / 2**10:.1f} KiB" if nbytes < 2**20 else _mb(nbytes)
 
 
 def _padded(plan: "Plan") -> list[str]:
@@ -252,7 +286,8 @@ def top(plan: "Plan", k: int = 5) -> str:
     """The ``k`` fastest feasible configurations weighed, with the predicted step and
     its communication split by group (``autopar plan --top K``)."""
     feasible = sorted((c for c in plan.candidates if c.feasible), key=lambda c: (c.step_s, _mesh_text(c)))
-    groups = [g for g in ("tensor", "x", "y", "z", "pipeline", "data") if any(g in c.comm_s for c in feasible)]
+    groups = [g for g in ("tensor", "x", "y", "z", "pipeline", "experts", "data")
+              if any(g in c.comm_s for c in feasible)]
     header = ("#", "configuration", "step", *(f"comm {g}" for g in groups), "memory")
     rows = [header]
     for i, c in enumerate(feasible[:k], 1):
@@ -336,7 +371,7 @@ def why_not(plan: "Plan", family: str) -> str:
 LONG_CANDIDATE_LIST = 40
 """Beyond this many configurations weighed, explain() shows the best few and counts the rest."""
 
-FAMILIES = ("data", "megatron", "dsp", "3d", "cube", "pipeline", "mixed")
+FAMILIES = ("data", "megatron", "dsp", "3d", "cube", "pipeline", "mixed", "experts")
 FAMILY_ABSENT = {
     "data": "the batch is the only thing to split; it is always weighed unless a strategy was forced",
     "megatron": "a strategy was forced, or the world has one rank",
@@ -345,10 +380,14 @@ FAMILY_ABSENT = {
     "cube": "a strategy was forced",
     "pipeline": "the model has no repeated blocks to cut between stages, or a strategy was forced",
     "mixed": "no multi-branch region as wide as a tensor group and no 3D grid of one, or a strategy was forced",
+    "experts": "the model has no routed mixture-of-experts layer, no data degree above 1 that an expert count "
+               "shares a divisor with, or a strategy without 'experts' was forced",
 }
 
 
 def _family(c: MeshCandidate, world: int) -> str:
+    if "experts" in c.form:
+        return "experts"
     if c.form.startswith("mixed"):
         return "mixed"
     if c.form.startswith("pipeline"):
@@ -418,7 +457,7 @@ def _mesh_text(c: MeshCandidate) -> str:
         text = " x ".join(f"{k}={v}" for k, v in c.mesh.items())
     if c.form.startswith("pipeline"):
         text += f", {c.form}" + (f", {c.reason}" if c.feasible and c.reason else "")
-    if c.form.startswith("mixed"):
+    if c.form.startswith("mixed") or c.form.startswith("experts"):
         text += f", {c.form}"
     if c.subgrids > 1:
         text += (f", {'D&SP-cSub' if c.csub else 'D&SP'} {c.subgrids} sub-grids "

@@ -149,6 +149,9 @@ class Plan:
     # where ``hardware`` came from (cost.profiles.resolve): "preset", "file PATH", "given",
     # this machine's calibrated profile and its path, or the default preset and why
     hardware_source: str = ""
+    # expert parallelism (docs/experts.md): the MoE regions' experts over expert groups of
+    # this many consecutive data ranks (1: none); the regions that use it say "experts"
+    experts: int = 1
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries
@@ -209,9 +212,37 @@ class Plan:
             dims = {axis: self.degree(axis) for axis in ("data", "z", "y", "x")}
         else:
             dims = {dim: self.degree(dim) for dim in MESH_ORDER if dim in self.mesh or dim in ("data", "tensor")}
+        if self.experts > 1:  # the data ranks as expert groups of consecutive ones: data = replica·E + e
+            dims = {k: v for name, size in dims.items() for k, v in (
+                (("expert_replica", size // self.experts), ("experts", self.experts)) if name == "data"
+                else ((name, size),))}
         return RankGrid(dims, members)
 
+    def expert_coordinates(self, rank: int) -> tuple[int, int]:
+        """``(expert replica, place in the expert group)`` of ``rank`` under expert
+        parallelism: its data index ``replica·E + place`` (``(data index, 0)`` without)."""
+        data = self.rank_coordinates(rank)["data"]
+        e = max(self.experts, 1)
+        return data // e, data % e
+
     def group_specs(self, tied_positions=()) -> dict[str, GroupSpec | None]:
+        """The process groups of :meth:`family_group_specs`; under expert parallelism the
+        data dimension is the expert groups' ``expert_replica × experts`` (every group over
+        ``data`` spans both, in data order), with ``experts`` (an expert group:
+        consecutive data ranks) and ``expert_replica`` (the ranks holding the same experts,
+        over which their gradients are reduced)."""
+        specs = self.family_group_specs(tied_positions)
+        if self.experts <= 1:
+            return specs
+        def split(spec):
+            if spec is None or "data" not in spec.dims:
+                return spec
+            dims = tuple(d for dim in spec.dims for d in (("expert_replica", "experts") if dim == "data" else (dim,)))
+            return GroupSpec(dims, spec.only)
+        return {**{name: split(spec) for name, spec in specs.items()},
+                "experts": GroupSpec(("experts",)), "expert_replica": GroupSpec(("expert_replica",))}
+
+    def family_group_specs(self, tied_positions=()) -> dict[str, GroupSpec | None]:
         """The process groups this plan's rank programs name (``autopar.runtime.groups``),
         as groups of :meth:`rank_grid`: Megatron's ``data`` and ``tensor``; PTD-P's
         ``pipeline``, ``data``, ``tensor`` and a ``tied:<positions>`` group per set of
@@ -250,7 +281,14 @@ class Plan:
     @property
     def form(self) -> str:
         """``"cube"`` when the grid runs Bian's cube form (``cube3d`` regions); a pipeline's
-        schedule (``"pipeline 1f1b"``, ``"pipeline interleaved v=2"``); else ``""``."""
+        schedule (``"pipeline 1f1b"``, ``"pipeline interleaved v=2"``); else ``""``; then
+        ``"experts P"`` under expert parallelism (``"pipeline 1f1b, experts 2"``)."""
+        base = self._family_form()
+        if self.experts > 1:
+            return (base + ", " if base else "") + f"experts {self.experts}"
+        return base
+
+    def _family_form(self) -> str:
         if self.pipeline:
             v = self.pipeline["chunks"]
             return (f"pipeline {self.pipeline['schedule']}" + (f" v={v}" if v > 1 else "")

@@ -23,7 +23,7 @@ LEVER_KEYS = ("microbatches", "zero", "recompute")
 ``microbatches`` (a pipeline's microbatches), ZeRO's stage of sharded data parallelism
 over the data group, and which activations are recomputed in backward."""
 RECOMPUTE_MODES = ("none", "selective", "full")
-REGION_KINDS = ("fork_join", "attention", "linear_chain", "vocab")
+REGION_KINDS = ("fork_join", "attention", "linear_chain", "vocab", "experts")
 PIN_FAMILIES = ("replicate", "megatron", "dsp", "3d", "cube")
 
 
@@ -124,6 +124,12 @@ class Strategy:
     zero: int | None = None
     recompute: str | None = None
     levers_only: bool = False  # {"zero": 3} alone: these levers, every family weighed
+    # expert parallelism (docs/experts.md): the routed experts of the MoE regions over
+    # expert groups of this many consecutive data ranks (1: none; None: the planner's
+    # choice), on top of a data × tensor plan or a pipeline; ``expert_pins``: (pattern, E)
+    # of the region pins {"regions": {"kind:experts": {"experts": E}}} (E = 1: "replicate")
+    experts: int | None = 1
+    expert_pins: tuple[tuple[str, int], ...] = ()
 
     def levers(self) -> dict:
         """The levers forced (:data:`LEVER_KEYS`), by key."""
@@ -143,10 +149,14 @@ class Strategy:
             return Strategy(data=1)
         if isinstance(strategy, dict):
             levers = Strategy._levers(strategy)
-            family = {k: v for k, v in strategy.items() if k not in LEVER_KEYS}
-            if not family:  # levers alone: the planner picks the families
-                return Strategy(levers_only=True, **levers)
-            return dataclasses.replace(Strategy._parse_family(family), **levers)
+            family, experts = Strategy._experts({k: v for k, v in strategy.items() if k not in LEVER_KEYS})
+            if not family and experts.get("experts", 1) == 1:  # levers alone: the planner picks the families
+                return Strategy(levers_only=True, **levers, **experts)
+            parsed = Strategy._parse_family(family) if family else Strategy()
+            if experts and parsed.kind() not in ("mesh", "pipeline"):
+                raise PlanError(f"strategy: expert parallelism combines with data, tensor and pipeline plans in this "
+                                f"version, not with {parsed.kind()!r}; drop 'experts' or those keys")
+            return dataclasses.replace(parsed, **levers, **experts)
         raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor' or a dict like "
                         f"{{'data': 2, 'tensor': 2}}")
 
@@ -173,6 +183,48 @@ class Strategy:
                                 f"'full' (every block)")
             out["recompute"] = r
         return out
+
+    @staticmethod
+    def _experts(strategy: dict) -> tuple[dict, dict]:
+        """``strategy`` less its expert parallelism (the ``"experts"`` degree and the region
+        pins ``{"experts": E}``, or ``"replicate"`` on ``"kind:experts"``), and the
+        Strategy fields those give (``{}`` without)."""
+        rest, degree, pins = dict(strategy), None, []
+        if "experts" in rest:
+            degree = rest.pop("experts")
+            if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
+                raise PlanError(f"strategy: experts={degree!r}; give the expert degree, the number of data ranks "
+                                f"each MoE layer's experts are spread over (an integer at least 1)")
+        regions = rest.get("regions")
+        if isinstance(regions, dict):
+            others = {}
+            for pattern, spec in regions.items():
+                if isinstance(spec, dict) and set(spec) == {"experts"}:
+                    e = spec["experts"]
+                    if isinstance(e, bool) or not isinstance(e, int) or e < 1:
+                        raise PlanError(f"strategy['regions'][{pattern!r}]: experts={e!r}; give the expert degree "
+                                        f"(an integer at least 1)")
+                    pins.append((pattern, e))
+                elif pattern == "kind:experts":
+                    if spec != "replicate":
+                        raise PlanError(f"strategy['regions']['kind:experts']: cannot read {spec!r}; an MoE region "
+                                        f"is pinned to {{'experts': E}} or 'replicate'")
+                    pins.append((pattern, 1))
+                else:
+                    others[pattern] = spec
+            if others:
+                rest["regions"] = others
+            else:
+                del rest["regions"]
+        degrees = {e for _, e in pins if e > 1} | ({degree} if degree is not None and degree > 1 else set())
+        if len(degrees) > 1:
+            raise PlanError(f"strategy: expert degrees {sorted(degrees)} asked for; the MoE regions of one plan "
+                            f"share one expert degree in this version")
+        if degree is None and not pins:
+            return rest, {}
+        if degree is None:
+            degree = next(iter(degrees), 1)
+        return rest, {"experts": degree, "expert_pins": tuple(pins)}
 
     @staticmethod
     def _parse_family(strategy: dict) -> "Strategy":
@@ -301,7 +353,11 @@ class Strategy:
         """Which family a forced strategy is for: ``"pipeline"``, ``"mixed"`` (region
         pins: :mod:`autopar.strategies.mixed`), ``"cube"``, ``"3d"``,
         ``"dsp"`` (sub-grids or cSub), else ``"mesh"``: data × tensor, pure data
-        parallelism or Megatron by the degrees :meth:`resolve` gives."""
+        parallelism or Megatron by the degrees :meth:`resolve` gives; ``"experts"`` with
+        an expert degree above 1 (:mod:`autopar.strategies.experts`, on the family of
+        :meth:`base`)."""
+        if self.experts is not None and self.experts > 1:
+            return "experts"
         if self.pipeline > 1:
             return "pipeline"
         if self.mixed:
@@ -313,6 +369,10 @@ class Strategy:
         if self.subgrids > 1 or self.csub:
             return "dsp"
         return "mesh"
+
+    def base(self) -> "Strategy":
+        """This configuration without expert parallelism (the family it rides on)."""
+        return dataclasses.replace(self, experts=1, expert_pins=())
 
     def resolve(self, world: int) -> tuple[int, int]:
         """``(data, tensor)`` on ``world`` ranks, a degree left ``None`` filled in."""

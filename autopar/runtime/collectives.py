@@ -195,6 +195,35 @@ class _SumOverGroup(torch.autograd.Function):
         return grad * ctx.size, None
 
 
+class _BatchStatistic(torch.autograd.Function):
+    """The mean over the group of a statistic each rank reduced over its rows (forward
+    all-reduce / G), its gradient averaged over the group in backward (all-reduce / G).
+
+    For a value a model reduces over the batch and then uses non-linearly (a mixture of
+    experts' load-balancing loss: the fraction of tokens routed to each expert times its
+    mean router probability): every rank computes on the global statistic, and each
+    rank's share of the statistic receives the mean of the ranks' gradients, so that the
+    data ranks' averaged gradients are the single-device model's (a sum of equal-sized
+    shards divided by the local row count becomes the global sum over the global count;
+    a ratio of two such statistics the ratio of the global sums)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group: Optional[ProcessGroup]) -> torch.Tensor:
+        ctx.group = group
+        return _all_reduce(x, group) / size_of(group)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return _all_reduce(grad.contiguous(), ctx.group) / size_of(ctx.group), None
+
+
+def batch_statistic(x: torch.Tensor, group: str) -> torch.Tensor:
+    """``x``, a rank's statistic over its rows, as the mean over ``group`` (:class:`_BatchStatistic`)."""
+    if not x.is_floating_point():
+        return _all_reduce(x.clone(), get_group(group)) // size_of(get_group(group))
+    return _BatchStatistic.apply(x, get_group(group))
+
+
 def average_over_group(x: torch.Tensor, group: str) -> torch.Tensor:
     """Mean of ``x`` over the ranks of ``group`` (see :class:`_AverageOverGroup`)."""
     return _AverageOverGroup.apply(x, get_group(group))
@@ -406,6 +435,7 @@ GRAPH_FUNCTIONS = (
     vocab_parallel_embedding,
     vocab_parallel_cross_entropy,
     sync_batch_norm,
+    batch_statistic,
 )
 """The graph-callable collectives; pass as ``fx.Tracer(autowrap_functions=...)`` to keep
 them as leaves when a rewritten program is traced again."""

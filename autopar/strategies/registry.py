@@ -3,7 +3,8 @@
 The order is part of the plan: the configurations weighed are listed in it, and a tie
 goes to the earlier configuration (data before Megatron's smaller tensor degrees before
 larger ones, D&SP, AxoNN's grids, Bian's cube, PTD-P, then mixed plans, so that a mixed
-plan is taken only when it is predicted faster than every single-family one). A new family is a package under
+plan is taken only when it is predicted faster than every single-family one; expert
+parallelism last: it rides on the data, Megatron and pipeline configurations). A new family is a package under
 ``autopar/strategies/`` with a ``planner.py`` implementing
 :class:`autopar.strategies.family.Family`, and one entry here.
 """
@@ -12,10 +13,12 @@ from __future__ import annotations
 from autopar.strategies.cube.planner import Cube
 from autopar.strategies.data.planner import DataParallel
 from autopar.strategies.dsp.planner import SubgraphParallel
+from autopar.strategies.experts.planner import ExpertParallel
 from autopar.strategies.family import Family
 from autopar.strategies.megatron.planner import Megatron
 from autopar.strategies.mixed.planner import Mixed
 from autopar.strategies.pipeline.planner import Pipeline
 from autopar.strategies.tensor3d.planner import Tensor3D
 
-FAMILIES: tuple[Family, ...] = (DataParallel(), Megatron(), SubgraphParallel(), Tensor3D(), Cube(), Pipeline(), Mixed())
+FAMILIES: tuple[Family, ...] = (DataParallel(), Megatron(), SubgraphParallel(), Tensor3D(), Cube(), Pipeline(), Mixed(),
+                                 ExpertParallel())

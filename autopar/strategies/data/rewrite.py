@@ -23,6 +23,7 @@ Example: the output ``return model_2`` of an MLP on 2 data ranks becomes
 from __future__ import annotations
 
 import inspect
+import math
 import logging
 
 import torch
@@ -109,6 +110,65 @@ def batch_norm_arguments(node: fx.Node) -> dict | None:
     if not (values["training"] or values.get("running_mean") is None):
         return None
     return values
+
+
+_ROW_WISE = ("to", "_to_copy", "linear", "softmax", "_softmax", "float", "contiguous", "alias", "clone", "detach",
+             "type_as", "view", "reshape", "_unsafe_view")
+
+
+def batch_major_rows(node: fx.Node, local_batch: int) -> bool:
+    """Whether ``node``'s rows are the batch's, batch-major: ``[local_batch · n, ...]``
+    made by row-wise ops (casts, a linear, a softmax over the last dimension) from a view
+    that merged the leading dimensions ``[local_batch, n, ...]`` (a router's logits over
+    every token, ``gate(hidden.view(-1, H))``): gathered over the data ranks along the
+    rows, they are the single-device value."""
+    for _ in range(16):
+        spec = node.meta.get(SPEC)
+        name = getattr(getattr(node.target, "overloadpacket", None), "__name__", None) or getattr(
+            node.target, "__name__", str(node.target))
+        if not isinstance(spec, TensorSpec) or not spec.shape or node.op != "call_function" or \
+                name not in _ROW_WISE or not node.args or not isinstance(node.args[0], fx.Node):
+            return False
+        if name == "softmax" or name == "_softmax":
+            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+            if dim not in (-1, len(spec.shape) - 1):
+                return False
+        source = node.args[0].meta.get(SPEC)
+        if not isinstance(source, TensorSpec) or not source.shape:
+            return False
+        if name in ("view", "reshape", "_unsafe_view") and source.shape[0] != spec.shape[0]:
+            leading = [math.prod(source.shape[:j]) for j in range(2, len(source.shape) + 1)]
+            return source.shape[0] == local_batch and spec.shape[0] in leading
+        if source.shape[0] != spec.shape[0]:
+            return False
+        node = node.args[0]
+    return False
+
+
+def sync_router_statistics(gm: fx.GraphModule, group: str, microbatches: int = 1) -> list[str]:
+    """Make the statistics a mixture of experts' load-balancing loss reduces over the
+    tokens (:func:`autopar.analysis.experts.router_statistics`) the whole batch's: each
+    becomes its mean over the data ranks (:func:`autopar.runtime.collectives.batch_statistic`),
+    so the auxiliary loss and its gradients equal the single-device model's. With
+    gradient accumulation the statistics are each microbatch's (as Megatron-LM computes
+    them), which differs from one pass over the whole batch: a warning says so. Returns
+    the nodes synchronised."""
+    from autopar.analysis.experts import router_statistics
+    names = router_statistics(gm)
+    if not names:
+        return names
+    if microbatches > 1:
+        log.warning("the routers' load-balancing statistics %s are computed per microbatch of %d (gradient "
+                    "accumulation or a pipeline), not over the whole batch: the auxiliary loss differs from one "
+                    "pass over the batch", names, microbatches)
+    table = {n.name: n for n in gm.graph.nodes}
+    for name in names:
+        node = table[name]
+        with gm.graph.inserting_after(node):
+            synced = gm.graph.call_function(C.batch_statistic, (node, group))
+        synced.meta[SPEC] = node.meta.get(SPEC)
+        node.replace_all_uses_with(synced, delete_user_cb=lambda user: user is not synced)
+    return names
 
 
 def sync_batch_norms(gm: fx.GraphModule, group: str) -> int:
@@ -305,13 +365,14 @@ def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, gro
         gm.recompile()
         return gm
     sync_batch_norms(gm, group)
+    sync_router_statistics(gm, group, microbatches)
     output = next(n for n in gm.graph.nodes if n.op == "output")
     for value in list(output.all_input_nodes):
         spec = value.meta.get(SPEC)
         if not isinstance(spec, TensorSpec):
             continue
         with gm.graph.inserting_before(output):
-            if spec.shape and spec.shape[0] == local_batch:
+            if spec.shape and (spec.shape[0] == local_batch or batch_major_rows(value, local_batch)):
                 new = gm.graph.call_function(C.all_gather_batch, (value, group))
             elif not spec.shape:
                 reduction = loss_reduction(value)

@@ -40,6 +40,21 @@ import torch.distributed as dist
 from autopar.runtime.groups import get_group, size_of
 
 
+LOAD: dict[str, int] = {}
+"""Rows each MoE layer's experts processed on this rank since :func:`reset_load` (the
+last forward or step of the compiled model), by region id: the measured load beside the
+planner's uniform ``tokens × top_k`` (``ParallelModule.expert_load``)."""
+
+
+def record_load(layer: str, rows: int) -> None:
+    LOAD[layer] = LOAD.get(layer, 0) + int(rows)
+
+
+def reset_load(layers) -> None:
+    for layer in layers:
+        LOAD.pop(layer, None)
+
+
 def _group(group):
     """A process group given by name (the plan's, :mod:`autopar.runtime.groups`) or as itself."""
     return get_group(group) if isinstance(group, str) else group
@@ -139,4 +154,4 @@ def combine(out_rows: torch.Tensor, routing: Routing, top_k_weights: torch.Tenso
     return weighted.sum(1)
 
 
-__all__ = ["Routing", "all_to_all_rows", "combine", "dispatch"]
+__all__ = ["LOAD", "Routing", "all_to_all_rows", "combine", "dispatch", "record_load", "reset_load"]

@@ -25,7 +25,8 @@ import torch.nn.functional as F
 
 from autopar.analysis.ops import match_linear
 from autopar.ir import SPEC, Region, regions
-from autopar.strategies.experts.collectives import combine, dispatch
+from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
+from autopar.strategies.experts.collectives import combine, dispatch, record_load
 
 ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu}
 
@@ -57,12 +58,23 @@ def local_experts(rows: torch.Tensor, ids: torch.Tensor, gate_up: torch.Tensor, 
 
 def expert_parallel_mlp(hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor, gate_up: torch.Tensor,
                         down: torch.Tensor, *, experts: int, group: str, activation: str,
-                        layouts: tuple[str, str]) -> torch.Tensor:
+                        layouts: tuple[str, str], tensor: str | None = None, layer: str = "") -> torch.Tensor:
     """A routed layer's output ``[tokens, hidden]`` with its experts spread over ``group``
-    (dispatch, this rank's experts, combine): what the layer computes on one device."""
+    (dispatch, this rank's experts, combine): what the layer computes on one device.
+
+    ``tensor``: the experts are also Megatron-split over that group (each rank holds its
+    columns of the gated projection, its rows of the down projection): the tokens and
+    routing weights enter through Megatron's f (identity forward, all-reduce backward) and
+    the combined output leaves through g (all-reduce forward), megatron §2.3. ``layer``:
+    the region id the rows it processes are counted under (:data:`.collectives.LOAD`)."""
+    if tensor is not None:
+        hidden, weights = copy_to_tensor_region(hidden, tensor), copy_to_tensor_region(weights, tensor)
     rows, ids, routing = dispatch(hidden, index.long(), experts, group)
+    if layer:
+        record_load(layer, routing.rows)
     out = local_experts(rows, ids, gate_up, down, activation, layouts)
-    return combine(out, routing, weights, group, rows)
+    out = combine(out, routing, weights, group, rows)
+    return reduce_from_tensor_region(out, tensor) if tensor is not None else out
 
 
 torch.fx.wrap("expert_parallel_mlp")
@@ -81,13 +93,11 @@ def _activation(gm: fx.GraphModule, chain_nodes: list[fx.Node]) -> str:
                      f"between their projections; this rewrite handles gated experts with one of those")
 
 
-def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str) -> fx.GraphModule:
-    """Replace ``region``'s experts by :func:`expert_parallel_mlp` over the named process
-    ``group`` (see the module docstring); the graph's expert parameters must already be
-    this rank's slices. Returns ``gm``, recompiled."""
-    graph, d = gm.graph, region.details
-    table = {n.name: n for n in graph.nodes}
-    chain = next(r for r in regions(gm, "linear_chain") if r.id == d["chain"])
+def expert_weights(gm: fx.GraphModule, region: Region) -> tuple:
+    """The experts' (gated projection, down projection) matches of ``region``
+    (:func:`autopar.analysis.ops.match_linear`), checked: gated, no biases."""
+    table = {n.name: n for n in gm.graph.nodes}
+    chain = next(r for r in regions(gm, "linear_chain") if r.id == region.details["chain"])
     up, down = match_linear(table[chain.details["column"][0]], gm), match_linear(table[chain.details["row"]], gm)
     if chain.details.get("blocks") != 2:
         raise ValueError(f"expert parallelism: {chain.id} is not a gated expert (gate and up in one projection cut "
@@ -95,6 +105,31 @@ def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str) -> fx.G
     if up.bias is not None or down.bias is not None:
         raise ValueError(f"expert parallelism: {chain.id}'s experts have biases; this rewrite handles experts "
                          f"without (as Mixtral's)")
+    return up, down, chain
+
+
+def expert_shards(gm: fx.GraphModule, region: Region, tensor: bool) -> dict:
+    """The cut of ``region``'s expert weights (by the graph's parameter names): dimension
+    0 over the expert group; with ``tensor``, the gated projection's output width (gate
+    and up blocks) and the down projection's input width over the tensor group."""
+    from autopar.strategies.experts.layout import ExpertShard
+    up, down, _ = expert_weights(gm, region)
+    if not tensor:
+        return {up.weight: ExpertShard(), down.weight: ExpertShard()}
+    out_dim = {"experts_out_in": 1, "experts_in_out": 2}
+    return {up.weight: ExpertShard(out_dim[up.weight_layout], 2),
+            down.weight: ExpertShard(3 - out_dim[down.weight_layout])}
+
+
+def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str, tensor: str | None = None
+                         ) -> fx.GraphModule:
+    """Replace ``region``'s experts by :func:`expert_parallel_mlp` over the named process
+    ``group`` (see the module docstring), Megatron-split over ``tensor`` when named; the
+    graph's expert parameters must already be this rank's slices (:func:`expert_shards`).
+    Returns ``gm``, recompiled."""
+    graph, d = gm.graph, region.details
+    table = {n.name: n for n in graph.nodes}
+    up, down, chain = expert_weights(gm, region)
     activation = _activation(gm, [table[n] for n in chain.details["pointwise"]])
     output = table[d["combine"]]
     with graph.inserting_before(output):
@@ -102,7 +137,8 @@ def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str) -> fx.G
         call = graph.call_function(expert_parallel_mlp,
                                    (table[d["input"]], table[d["index"]], table[d["weights"]], gate_up_w, down_w),
                                    {"experts": d["experts"], "group": group, "activation": activation,
-                                    "layouts": (up.weight_layout, down.weight_layout)})
+                                    "layouts": (up.weight_layout, down.weight_layout), "tensor": tensor,
+                                    "layer": region.id})
     call.meta[SPEC] = output.meta.get(SPEC)
     output.replace_all_uses_with(call)
     doomed, erased = [table[n] for n in reversed(region.nodes)], set()
@@ -121,4 +157,19 @@ def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str) -> fx.G
     return gm
 
 
-__all__ = ["expert_parallel_mlp", "expert_parallel_pass", "local_experts"]
+def expert_parallel_regions_pass(gm: fx.GraphModule, *, regions_: list[str], group: str = "experts",
+                                 tensor: str | None = None) -> fx.GraphModule:
+    """A rank program's pass: :func:`expert_parallel_pass` on each of the plan's expert
+    parallel regions (by id) this graph holds (a pipeline stage holds some)."""
+    from autopar.strategies.megatron.rewrite import PARAM_SHARDS
+    found = {r.id: r for r in regions(gm, "experts")}
+    made = gm.meta.setdefault(PARAM_SHARDS, {})   # the other split passes record theirs too
+    for rid in regions_:
+        if rid in found:
+            made.update(expert_shards(gm, found[rid], tensor is not None))
+            expert_parallel_pass(gm, found[rid], group, tensor)
+    return gm
+
+
+__all__ = ["expert_parallel_mlp", "expert_parallel_pass", "expert_parallel_regions_pass", "expert_shards",
+           "expert_weights", "local_experts"]

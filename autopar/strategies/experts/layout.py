@@ -1,0 +1,73 @@
+"""Where expert parallelism puts the experts' weights (:mod:`autopar.layout`).
+
+A routed layer's experts are 3-D weights ``[E, ...]`` (Hugging Face's ``gate_up_proj``
+and ``down_proj``). Under an expert degree ``P`` rank ``e`` of an expert group (``P``
+consecutive data ranks) holds experts ``[e·E/P, (e+1)·E/P)``: :class:`ExpertShard` cuts
+dimension 0 over the ``experts`` group, and with tensor parallelism inside the experts
+also the inner width over ``tensor`` (the gated projection per block: gate and up
+halves, as Megatron's column split; the down projection's input width, as its row
+split). ``gather`` all-gathers the tensor parts, then the expert groups' (what
+``full_state_dict`` and checkpoints see); the norm sums over both groups.
+
+:func:`place` sends the experts' gradients to the ``expert_replica`` group (the ``d/P``
+ranks holding the same experts) divided by the data degree ``d``: every rank's expert
+gradient already sums its expert group's tokens (the all-to-all's backward), so the sum
+over the replicas, over ``d``, is the gradient of the global batch's mean loss.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from autopar.runtime.shards import gather_full, local_shard
+from autopar.strategies.megatron.rewrite import ParamShard
+
+
+@dataclass(frozen=True)
+class ExpertShard:
+    """The experts' dimension 0 cut over ``experts``; ``inner``: the dimension of the
+    experts' inner width cut over ``tensor`` (``blocks`` of it: 2 for a gated
+    projection's gate and up), None when the experts are not tensor-split."""
+
+    inner: int | None = None
+    blocks: int = 1
+
+    def __str__(self) -> str:
+        inner = f", dim {self.inner} over tensor" + (f" in {self.blocks} blocks" if self.blocks > 1 else "") \
+            if self.inner is not None else ""
+        return f"ExpertShard(dim 0 over experts{inner})"
+
+    def _tensor(self) -> ParamShard | None:
+        return None if self.inner is None else ParamShard(self.inner, self.blocks, "tensor")
+
+    def local(self, full: torch.Tensor, seat) -> torch.Tensor:
+        """This rank's experts (and its tensor part of each)."""
+        part = local_shard(full, ParamShard(0, 1, "experts"), seat.size("experts"), seat.coords.get("experts", 0))
+        tensor = self._tensor()
+        if tensor is not None and seat.size("tensor") > 1:
+            part = local_shard(part, tensor, seat.size("tensor"), seat.coords.get("tensor", 0))
+        return part
+
+    def gather(self, local: torch.Tensor, seat, full_shape) -> torch.Tensor:
+        """Every expert, whole: the tensor parts all-gathered, then the expert groups' (collectives)."""
+        tensor = self._tensor()
+        if tensor is not None and seat.size("tensor") > 1:
+            local = gather_full(local, tensor, seat.size("tensor"))
+        return gather_full(local, ParamShard(0, 1, "experts"), seat.size("experts"))
+
+    def norm_groups(self) -> tuple[str, ...]:
+        return ("experts",) + (("tensor",) if self.inner is not None else ())
+
+
+def place(builder, weights: list[str]) -> None:
+    """The experts' weights (layout names) reduced over ``expert_replica``, over the data degree."""
+    data = builder.plan.degree("data")
+    for name in weights:
+        p = builder.placement(name)
+        if p.bucket is not None:
+            builder.update(name, bucket=dataclasses.replace(p.bucket, group="expert_replica", divisor=data))
+
+
+__all__ = ["ExpertShard", "place"]

@@ -1,0 +1,409 @@
+"""Planning expert parallelism: the family that spreads routed experts over the data ranks.
+
+Expert parallelism rides on a plan of another family: data × tensor (data parallelism,
+Megatron) or a pipeline. For an expert degree ``P`` (dividing the data degree and every
+MoE layer's expert count) the data ranks form expert groups of ``P`` consecutive ranks;
+each MoE region (:mod:`autopar.analysis.experts`) chooses between
+
+* ``"experts"``: its experts spread over the group (``E/P`` per rank), the tokens
+  dispatched and combined by all-to-all (:mod:`.collectives`), the experts Megatron-split
+  over the tensor group inside when the plan has one, their gradients reduced over the
+  ``d/P`` ranks holding the same experts;
+* what the base plan does with its experts' chain (replicated over the data ranks, or
+  Megatron-split over the tensor group),
+
+whichever is cheaper (:mod:`.cost`'s terms, uniform routing assumed), or as pinned
+(``{"regions": {"kind:experts": {"experts": P}}}`` or ``"replicate"``), or every MoE
+region under a forced ``{"data": d, "experts": P}``.
+
+* ``candidates``: under a forced expert degree, the base family's configurations with it
+  (every data × tensor mesh whose data degree ``P`` divides when no degree is given);
+  nothing under ``"auto"``, where
+* ``follow_ups`` offers every data and Megatron configuration priced (feasible, or too
+  big: the experts' memory shrinks ``P``-fold) at every expert degree that divides its
+  data degree and the expert counts. A pipeline with experts is forced only
+  (``{"pipeline": 2, "data": 2, "experts": 2}``): its stages are priced by the pipeline
+  family, the all-to-alls added on the critical path.
+* ``price``: the base family's price, then each MoE region's choice: its experts' chain
+  re-priced (compute over ``d·t``, Megatron's f and g inside when ``t > 1``), the
+  all-to-alls (4 per layer per step, :func:`autopar.cost.model.all_to_all_time`), the
+  data-parallel gradient all-reduce less the experts' weights, which are all-reduced over
+  their replicas instead, and the memory less ``(1 − 1/P)`` of the experts' weights.
+* ``to_plan``: the base plan, its MoE regions' rows added (placement, predicted rows per
+  rank, all-to-all bytes and seconds), their chains' rows marked ``"experts"`` (so
+  Megatron leaves them to this family), ``plan.experts = P``.
+
+The compile hooks cut the experts' weights (:class:`.layout.ExpertShard`), send their
+gradients to ``expert_replica`` (:func:`.layout.place`) and rewrite each rank's MoE
+regions (:func:`.rewrite.expert_parallel_regions_pass`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from autopar.cost import model as cm
+from autopar.ir import regions as graph_regions, tensor_spec
+from autopar.planning.model import ModelFacts, exposed_data_comm
+from autopar.planning.plan import Cost, Plan, RegionChoice
+from autopar.planning.strategy import PlanError, Strategy, divisors
+from autopar.strategies.experts.layout import ExpertShard, place as place_experts
+from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
+from autopar.strategies.family import SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, rejected, too_big
+
+BASES = ("data", "megatron")  # the families whose configurations "auto" weighs with experts
+
+
+def moe_regions(model: ModelFacts) -> list:
+    """The model's MoE regions (:mod:`autopar.analysis.experts`) whose experts this
+    family's rewrite handles (gated, no biases); found once per model."""
+    def find():
+        out = []
+        for r in graph_regions(model.gm, "experts"):
+            try:
+                expert_weights(model.gm, r)
+            except ValueError:
+                continue
+            out.append(r)
+        return out
+    return model.fact("experts.regions", find)
+
+
+def expert_degrees(model: ModelFacts, data: int) -> list[int]:
+    """The expert degrees above 1 that divide ``data`` and every MoE layer's expert count."""
+    counts = [r.details["experts"] for r in moe_regions(model)]
+    if not counts:
+        return []
+    g = math.gcd(data, *counts)
+    return [p for p in divisors(g) if p > 1]
+
+
+def _base_family(config: Strategy):
+    from autopar.strategies.registry import FAMILIES
+    name = "pipeline" if config.pipeline > 1 else ("megatron" if (config.tensor or 1) > 1 else "data")
+    return next(f for f in FAMILIES if f.name == name)
+
+
+def _pinned(config: Strategy, region) -> int | None:
+    """The expert degree a pin gives ``region`` (1: replicate), None when no pin matches."""
+    from autopar.planning.strategy import Pin
+    for pattern, degree in config.expert_pins:
+        if Pin(pattern, "replicate").matches(region):
+            return degree
+    return None
+
+
+def check_forced(model: ModelFacts, config: Strategy, data: int | None) -> None:
+    """A forced expert degree: the model has MoE regions, the degree divides each one's
+    experts and the data degree; every pin matches a region. A :class:`PlanError` names
+    what does not."""
+    p = config.experts
+    found = graph_regions(model.gm, "experts")
+    if not found:
+        raise PlanError(f"strategy: experts={p}, but the model has no routed mixture-of-experts layer the analysis "
+                        f"can read (a router's topk before a grouped matmul of 3-D expert weights, "
+                        f"docs/experts.md); drop 'experts'")
+    usable = {r.id for r in moe_regions(model)}
+    for r in found:
+        if p > 1 and r.details["experts"] % p and _pinned(config, r) != 1:
+            raise PlanError(f"region {r.id}: its {r.details['experts']} experts are not divisible by the expert "
+                            f"degree {p}; force an expert degree that divides {r.details['experts']}, or pin the "
+                            f"region 'replicate'")
+        if r.id not in usable and _pinned(config, r) != 1 and p > 1:
+            try:
+                expert_weights(model.gm, r)
+            except ValueError as e:
+                raise PlanError(f"region {r.id}: {e}; pin it 'replicate' ({{'regions': {{{r.id!r}: "
+                                f"'replicate'}}}}) or drop 'experts'") from None
+    for pattern, _ in config.expert_pins:
+        if not any(_pinned(dataclasses.replace(config, expert_pins=((pattern, 1),)), r) for r in found):
+            raise PlanError(f"strategy['regions'][{pattern!r}]: matches no MoE region; the model's are "
+                            f"{[r.id for r in found]}")
+    if data is not None and p > 1 and data % p:
+        raise PlanError(f"strategy: experts={p} does not divide the data degree {data}; the expert groups are "
+                        f"{p} consecutive data ranks: give a data degree that is a multiple of {p}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerFigures:
+    """One MoE region's predicted figures per rank and step under expert degree ``degree``."""
+    region: str
+    chain: str
+    degree: int
+    experts: int
+    top_k: int
+    rows: float               # the rows the rank's experts process per step (uniform routing)
+    all_to_all_bytes: float   # the buffer of one all-to-all, per rank
+    all_to_all_s: float       # the 4 all-to-alls (dispatch and combine, forward and backward)
+    tensor_s: float           # Megatron's f and g around the experts when tensor-split
+    compute_s: float          # the experts' chain
+    gradient_s: float         # the experts' weights all-reduced over their replicas
+    params_before: float      # the chain's parameter elements on the rank in the base plan
+    params_after: float       # with expert parallelism
+    base_s: float             # the base plan's chain (compute, communication, its data all-reduce)
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.all_to_all_s + self.tensor_s + self.gradient_s
+
+
+def layer_figures(model: ModelFacts, hw, region, chain_choice: RegionChoice, degree: int, data: int,
+                  tensor: int) -> LayerFigures:
+    """``region`` under ``degree`` beside what the base plan's ``chain_choice`` costs."""
+    d = region.details
+    spec = tensor_spec(model.table[d["input"]])
+    tokens, hidden = spec.shape[0] / data, spec.shape[-1]
+    itemsize = getattr(spec.dtype, "itemsize", 4)
+    rows = tokens * d["top_k"]
+    buffer = rows * hidden * itemsize
+    chain = next(r for r in model.regions if r.id == d["chain"])
+    params = model.region_param_elems(chain.id)
+    split = chain_choice.strategy == "megatron"
+    before = params / (tensor if split else 1)
+    after = params / (degree * tensor)
+    compute = model.seconds(chain.nodes, hw, 1 / (data * tensor))
+    a2a = 4 * cm.all_to_all_time(degree, buffer, hw) if degree > 1 else 0.0
+    tensor_s = 2 * cm.all_reduce_time(tensor, tokens * hidden * itemsize, hw) if tensor > 1 else 0.0
+    gradient = cm.all_reduce_time(data // degree, after * 4, hw, stride=degree * tensor)
+    base = (chain_choice.cost.compute_s + chain_choice.cost.total_comm_s
+            + cm.all_reduce_time(data, before * 4, hw, stride=tensor))
+    return LayerFigures(region.id, chain.id, degree, d["experts"], d["top_k"], rows, buffer, a2a, tensor_s, compute,
+                        gradient, before, after, base)
+
+
+class ExpertParallel(CompileHooks):
+    """Expert parallelism on a data × tensor or pipeline plan (the module docstring)."""
+
+    name = "experts"
+
+    def regions(self, model: ModelFacts) -> list:
+        return moe_regions(model)
+
+    # ------------------------------------------------------------------ the search
+    def candidates(self, ctx: PlanContext) -> list:
+        forced = ctx.forced
+        if forced is None or forced.kind() != "experts":
+            return []
+        base = forced.base()
+        check_forced(ctx.model, forced, base.data)
+        if base.pipeline > 1 or base.data is not None or base.tensor is not None:
+            if base.pipeline <= 1:
+                data, tensor = base.resolve(ctx.world)
+                base = dataclasses.replace(base, data=data, tensor=tensor)
+            base_ctx = dataclasses.replace(ctx, forced=base)
+            return [self._wrap(c, forced) for c in _base_family(base).candidates(base_ctx)]
+        # only the expert degree given: every data × tensor mesh it divides
+        return [dataclasses.replace(forced, data=ctx.world // t, tensor=t) for t in divisors(ctx.world)
+                if (ctx.world // t) % forced.experts == 0]
+
+    @staticmethod
+    def _wrap(c, forced: Strategy):
+        if isinstance(c, Priced):
+            return dataclasses.replace(c, family="experts", config=dataclasses.replace(
+                c.config, experts=forced.experts, expert_pins=forced.expert_pins))
+        return dataclasses.replace(c, experts=forced.experts, expert_pins=forced.expert_pins)
+
+    def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]:
+        """Under ``"auto"`` (or levers and ``"replicate"`` pins alone), every data and
+        Megatron configuration priced, feasible or too big, at each expert degree."""
+        if ctx.forced is not None or not moe_regions(ctx.model):
+            return []
+        pins = ctx.levers.expert_pins if ctx.levers is not None else ()
+        out = []
+        for p in weighed:
+            if p.family not in BASES or not (p.feasible or p.reason.startswith("needs")) or p.config.zero:
+                continue
+            data = p.mesh.get("data", 1)
+            for degree in expert_degrees(ctx.model, data):
+                out.append(dataclasses.replace(p.config, data=data, tensor=p.mesh.get("tensor", 1), experts=degree,
+                                               expert_pins=pins))
+        return out
+
+    def price(self, ctx: PlanContext, config: Strategy) -> Priced:
+        base_config = config.base()
+        family = _base_family(base_config)
+        base_ctx = dataclasses.replace(ctx, forced=base_config if ctx.forced is not None else None)
+        base = family.price(base_ctx, base_config)
+        mesh = dict(base.mesh)
+        form = _form(base.form, config.experts)
+        if not base.feasible and not base.reason.startswith("needs"):
+            return rejected(self.name, config, mesh, base.reason, form=form)
+        data, tensor = mesh.get("data", 1), mesh.get("tensor", 1)
+        if data % config.experts:
+            return rejected(self.name, config, mesh, f"expert degree {config.experts} does not divide data {data}",
+                            form=form)
+        if base.config.zero or (ctx.levers is not None and ctx.levers.zero):
+            why = "ZeRO with expert parallelism is not in this version (the experts' weights are not row-sharded)"
+            if ctx.forced is not None:
+                raise PlanError(f"strategy: {why}; drop 'zero' or 'experts'")
+            return rejected(self.name, config, mesh, why, form=form)
+        if base_config.pipeline > 1:
+            return self._price_pipeline(ctx, config, base, form)
+        return self._price_mesh(ctx, config, base, data, tensor, form)
+
+    def _choose(self, ctx: PlanContext, config: Strategy, choices: dict, data: int, tensor: int
+                ) -> list[tuple[object, LayerFigures, bool, str]]:
+        """Each MoE region, its figures under the degree, whether it takes it, and why."""
+        out = []
+        for r in moe_regions(ctx.model):
+            pin = _pinned(config, r)
+            chain = choices.get(r.details["chain"])
+            if chain is None:
+                continue
+            f = layer_figures(ctx.model, ctx.hw, r, chain, config.experts, data, tensor)
+            if r.details["experts"] % config.experts:
+                out.append((r, f, False, f"{r.details['experts']} experts not divisible by {config.experts}"))
+            elif pin is not None:
+                out.append((r, f, pin > 1, "pinned"))
+            elif ctx.forced is not None:
+                out.append((r, f, True, "forced: every MoE region"))
+            else:
+                out.append((r, f, f.step_s < f.base_s, "cheapest predicted step time"))
+        return out
+
+    def _price_mesh(self, ctx: PlanContext, config: Strategy, base: Priced, data: int, tensor: int,
+                    form: str) -> Priced:
+        table = base.table
+        choices = {c.region: c for c in table.regions}
+        picked = self._choose(ctx, config, choices, data, tensor)
+        taken = []
+        compute, comm = table.total.compute_s, dict(table.total.comm_s)
+        params = table.param_elems
+        for r, f, take, reason in picked:
+            if not take:
+                continue
+            old = choices[f.chain]
+            compute += f.compute_s - old.cost.compute_s
+            for k, v in old.cost.comm_s.items():
+                comm[k] = comm.get(k, 0.0) - v
+            comm["tensor"] = comm.get("tensor", 0.0) + f.tensor_s
+            comm["experts"] = comm.get("experts", 0.0) + f.all_to_all_s
+            params += f.params_after - f.params_before
+            taken.append(f)
+        if not taken:   # the base configuration's plan again: not listed twice
+            return dataclasses.replace(rejected(self.name, config, dict(base.mesh), "no MoE region is cheaper with "
+                                                "expert parallelism", form=form), listed=False)
+        # the data ranks' gradient all-reduce without the experts', then theirs over the replicas
+        rest = (params - sum(f.params_after for f in taken)) * 4
+        comm["data"] = exposed_data_comm(data, tensor, rest, compute, ctx.hw)
+        slack = max(0.0, compute * 2 / 3 - cm.all_reduce_time(data, rest, ctx.hw, stride=tensor))
+        comm["data"] += max(0.0, sum(f.gradient_s for f in taken) - slack)
+        saved = cm.training_memory(sum(f.params_before - f.params_after for f in taken), 0)
+        memory = table.total.memory_bytes - saved
+        step = compute + sum(comm.values())
+        detail = {"base": base, "layers": [(f, take, reason) for _, f, take, reason in picked]}
+        figures = dict(step_s=step, memory_bytes=memory, comm_s=comm, form=form)
+        why = too_big(memory, ctx.hw, table.note)
+        if why is not None:
+            return rejected(self.name, config, dict(base.mesh), why, **figures)
+        new_table = dataclasses.replace(table, total=Cost(compute, comm, memory), step_s=step, param_elems=params)
+        return Priced(self.name, config, dict(base.mesh), feasible=True, table=new_table, detail=detail, **figures)
+
+    def _price_pipeline(self, ctx: PlanContext, config: Strategy, base: Priced, form: str) -> Priced:
+        """A pipeline's stages with their MoE regions expert-parallel: the base schedule's
+        step plus each layer's all-to-alls, lengthened as the schedule lengthens a stage's
+        work (``(m + p − 1)/m`` of a stage's share, megatron §2.2)."""
+        n = base.detail
+        data, tensor = n.data, n.tensor
+        model = ctx.model
+        from autopar.strategies.megatron.planner import price_mesh
+        choices = {c.region: c for c in price_mesh(model, ctx.hw, data, tensor, True, n.shape.keep_whole).regions}
+        picked = self._choose(ctx, dataclasses.replace(config, expert_pins=config.expert_pins or (("kind:experts",
+                                                                                                    config.experts),)),
+                              choices, data, tensor)
+        a2a = sum(f.all_to_all_s + f.tensor_s for _, f, take, _ in picked if take) * (n.m + n.p - 1) / (n.m * n.p)
+        comm = dict(base.comm_s)
+        comm["experts"] = a2a
+        memory = base.memory_bytes - cm.training_memory(
+            sum(f.params_before - f.params_after for _, f, take, _ in picked if take) / n.p, 0)
+        detail = {"base": base, "layers": [(f, take, reason) for _, f, take, reason in picked]}
+        return Priced(self.name, config, dict(base.mesh), step_s=base.step_s + a2a, memory_bytes=memory, feasible=True,
+                      comm_s=comm, form=form, detail=detail, reason=base.reason)
+
+    def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
+        config = priced.config
+        base = priced.detail["base"]
+        family = _base_family(config.base())
+        base_ctx = dataclasses.replace(ctx, forced=config.base() if ctx.forced is not None else None)
+        if priced.table is not None:   # its rows copied: the base's priced table stays as it was
+            table = priced.table
+            base = dataclasses.replace(base, table=dataclasses.replace(
+                table, regions=[dataclasses.replace(c, cost=dataclasses.replace(c.cost, comm_s=dict(c.cost.comm_s)),
+                                                    details=dict(c.details)) for c in table.regions]))
+        plan_ = family.to_plan(base_ctx, base)
+        plan_.experts = config.experts
+        if config.base().pipeline > 1:
+            plan_.step_s = priced.step_s
+            plan_.total = dataclasses.replace(plan_.total, comm_s=dict(priced.comm_s),
+                                              memory_bytes=priced.memory_bytes)
+        rows = {c.region: c for c in plan_.regions}
+        added = []
+        for f, take, reason in priced.detail["layers"]:
+            chain = rows.get(f.chain)
+            if chain is None:
+                continue
+            stage = chain.details.get("stage")
+            where = {"stage": stage} if stage is not None else {}
+            alternatives = {"experts": f.step_s, chain.strategy: f.base_s}
+            if take:
+                chain.strategy = "experts"
+                chain.reason = f"expert parallel ({f.region})"
+                chain.cost = Cost(f.compute_s, {"tensor": f.tensor_s} if f.tensor_s else {},
+                                  cm.training_memory(f.params_after, 0))
+                chain.details = {**where, "layer": f.region}
+            groups = config.experts
+            details = {**where, "degree": groups if take else 1, "experts": f.experts, "top_k": f.top_k,
+                       "experts_per_rank": f.experts // groups if take else f.experts,
+                       "placement": ([[e * (f.experts // groups), (e + 1) * (f.experts // groups)]
+                                      for e in range(groups)] if take else []),
+                       "tokens_per_rank": f.rows if take else 0.0,
+                       "all_to_all_bytes": f.all_to_all_bytes if take else 0.0,
+                       "all_to_all_s": f.all_to_all_s if take else 0.0,
+                       "tensor_inside": take and (plan_.degree("tensor") > 1)}
+            added.append(RegionChoice(f.region, "experts", "experts" if take else "replicate",
+                                      Cost(0.0, {"experts": f.all_to_all_s} if take else {}, 0.0),
+                                      alternatives, reason if take else f"{reason}: the base plan's experts",
+                                      details))
+        plan_.regions = plan_.regions[:-1] + added + plan_.regions[-1:]
+        return plan_
+
+    # ------------------------------------------------------------------ the compile hooks
+    @staticmethod
+    def _layers(plan: Plan, stage: int | None = None) -> list[str]:
+        from autopar.planning.plan import _in_stage
+        return [r.region for r in plan.regions if r.kind == "experts" and r.strategy == "experts"
+                and _in_stage(r, stage)]
+
+    def planned_shards(self, plan: Plan, gm) -> dict:
+        if plan.experts <= 1:
+            return {}
+        found = {r.id: r for r in graph_regions(gm, "experts")}
+        shards = {}
+        for rid in self._layers(plan):
+            shards.update(expert_shards(gm, found[rid], plan.degree("tensor") > 1))
+        return shards
+
+    def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
+        if plan.experts <= 1 or build.branch_only:
+            return []
+        layers = self._layers(plan, build.stage)
+        if not layers:
+            return []
+        return [RankPass(SPLIT, "expert_parallel", expert_parallel_regions_pass,
+                         {"regions_": layers, "group": "experts",
+                          "tensor": "tensor" if plan.degree("tensor") > 1 else None})]
+
+    def place(self, builder, build: RankBuild) -> None:
+        plan = builder.plan
+        if getattr(plan, "experts", 1) <= 1:
+            return
+        weights = [name for name in builder.names() if isinstance(builder.placement(name).cut, ExpertShard)]
+        place_experts(builder, weights)
+
+
+def _form(base: str, degree: int) -> str:
+    """The configuration's form: the base's, then ``experts P``."""
+    return (base + ", " if base else "") + f"experts {degree}"
+
+
+__all__ = ["ExpertParallel", "check_forced", "expert_degrees", "layer_figures", "moe_regions"]
