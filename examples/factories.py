@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from examples.models import (MLP, Inception, StemTrunk, TinyTransformer, Towers, TowerTrunk,  # noqa: E402
-                            gpt2 as _gpt2, gpt2_loss, lm_loss)
+from examples.models import (MLP, Inception, ListMoETransformer, StemTrunk, TinyTransformer, Towers,  # noqa: E402
+                            TowerTrunk, gpt2 as _gpt2, gpt2_loss, lm_loss)
 from examples.zoo import logits_loss  # noqa: E402
 
 
@@ -82,6 +82,8 @@ def training_case(model_name: str, batch: int | None = None, layers: int | None 
         return (lambda: TowerTrunk(vocab=vocab, layers=layers or 2)), (ids,), target, lm_loss
     if model_name == "gpt2":
         return (lambda: _gpt2(layers=layers or 2, vocab=vocab)), (ids,), target, gpt2_loss
+    if model_name == "list_moe":
+        return (lambda: ListMoETransformer(vocab=vocab, layers=layers or 2)), (ids,), target, lm_loss
     if model_name in MOE_MODELS:
         return (lambda: moe_model(model_name, layers=layers or 2, vocab=vocab)), (ids,), target, logits_loss
     raise ValueError(f"unknown example model {model_name!r}")

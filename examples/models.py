@@ -219,3 +219,59 @@ class TowerTrunk(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln_f(x))
+
+
+class ExpertMLP(nn.Module):
+    """One expert: a SwiGLU MLP of standard linears (with biases: any module serves)."""
+
+    def __init__(self, width: int, hidden: int):
+        super().__init__()
+        self.w1, self.w3 = nn.Linear(width, hidden), nn.Linear(width, hidden)
+        self.w2 = nn.Linear(hidden, width)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class ListMoE(nn.Module):
+    """A routed mixture-of-experts layer written with a ``ModuleList``, as users write it:
+    a softmax router, top-k, renormalised weights, and a loop over the experts that runs
+    each on the tokens routed to it (``torch.where``) and ``index_add``s its weighted
+    output."""
+
+    def __init__(self, width: int = 32, hidden: int = 48, experts: int = 4, top_k: int = 2):
+        super().__init__()
+        self.top_k = top_k
+        self.gate = nn.Linear(width, experts, bias=False)
+        self.experts = nn.ModuleList([ExpertMLP(width, hidden) for _ in range(experts)])
+
+    def forward(self, x):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        weights, index = torch.topk(F.softmax(self.gate(x), dim=-1), self.top_k, dim=-1)
+        weights = weights / weights.sum(-1, keepdim=True)
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            token, slot = torch.where(index == e)
+            out = out.index_add(0, token, expert(x[token]) * weights[token, slot, None])
+        return out.reshape(shape)
+
+
+class ListMoETransformer(nn.Module):
+    """Embedding, 2 pre-norm blocks of causal attention and a :class:`ListMoE`, a head."""
+
+    def __init__(self, vocab: int = 64, width: int = 32, layers: int = 2, experts: int = 4):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.attn = nn.ModuleList([CausalSelfAttention(width, 4, 16) for _ in range(layers)])
+        self.norm1 = nn.ModuleList([nn.LayerNorm(width) for _ in range(layers)])
+        self.norm2 = nn.ModuleList([nn.LayerNorm(width) for _ in range(layers)])
+        self.moe = nn.ModuleList([ListMoE(width, experts=experts) for _ in range(layers)])
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        for attn, n1, n2, moe in zip(self.attn, self.norm1, self.norm2, self.moe):
+            h = h + attn(n1(h))
+            h = h + moe(n2(h))
+        return self.head(h)

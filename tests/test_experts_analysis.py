@@ -85,3 +85,19 @@ def test_a_router_the_analysis_cannot_read_leaves_the_layer_to_its_plan(caplog):
     assert "stays in its data or tensor plan" in caplog.text
     plan = autopar.plan(HashRouted(), 2, (ids,), lambda out, t: out.float().mean(), "data", example_target=ids)
     assert dict(plan.mesh) == {"data": 2, "tensor": 1}
+
+
+def test_a_module_list_of_experts_is_a_routed_layer():
+    """Experts written as a ``ModuleList`` of standard layers with a loop over them
+    (``examples/models.ListMoE``): one region per layer, its experts' chains and modules in
+    expert order, no shared expert (the experts' own chains read the router's input too)."""
+    from examples.models import ListMoETransformer
+    torch.manual_seed(0)
+    gm = _analysed(ListMoETransformer(), torch.randint(0, 64, (2, 8)))
+    found = {r.id: r.details for r in regions(gm, "experts")}
+    assert set(found) == {"experts:moe.0", "experts:moe.1"}
+    layer = found["experts:moe.1"]
+    assert layer["form"] == "module_list" and layer["experts"] == 4 and layer["top_k"] == 2
+    assert layer["modules"] == [f"model.moe.1.experts.{e}" for e in range(4)]
+    assert layer["chains"] == [f"linear_chain:moe.1.experts.{e}" for e in range(4)]
+    assert layer["router_weight"] == "model.moe.1.gate.weight" and layer["normalized"] and layer["shared"] == []

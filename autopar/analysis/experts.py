@@ -27,8 +27,15 @@ shared experts' ``linear_chain`` ids). An expert chain whose router it
 cannot read (no ``topk`` before its offsets, a router of another width) gets no region,
 with a warning that names the chain and says the layer stays in its data or tensor plan.
 
-Only regions of this kind are written; the planner does not price them yet (the expert
-family is the next step), so every plan is what it was without this pass.
+Experts written as separate modules (a ``ModuleList``) and a loop over them
+(``token, slot = where(index == e)``; the expert on ``x[token]``; its output weighted
+and ``index_add``-ed into the layer's output) give a region too, ``details["form"] =
+"module_list"``, with every expert's chain (``chains``) and module path (``modules``) in
+expert order.
+
+:func:`router_statistics` finds what a load-balancing loss reduces over the tokens
+(the data family makes those the whole batch's). The expert family
+(:mod:`autopar.strategies.experts.planner`) prices and rewrites the regions.
 """
 from __future__ import annotations
 
@@ -146,15 +153,16 @@ def _between(first: fx.Node, last: fx.Node, order: dict) -> set[fx.Node]:
     return out
 
 
-def _shared(gm: fx.GraphModule, router_input: fx.Node, combine: fx.Node) -> list[str]:
-    """The ``linear_chain`` regions without experts that read the router's input (up to
-    views) and whose output meets the combine's in an add."""
+def _shared(gm: fx.GraphModule, router_input: fx.Node, combine: fx.Node, own: tuple = ()) -> list[str]:
+    """The ``linear_chain`` regions without experts (and not among ``own``, a layer's
+    expert modules) that read the router's input (up to views) and whose output meets
+    the combine's in an add."""
     table = {n.name: n for n in gm.graph.nodes}
     bases = {router_input} | {a for a in _walk(router_input, 4) if _name(a) in _PASS_THROUGH}
     downstream = {combine, *_walk(combine, 16, forward=True)}   # the routed output's casts and views up to the add
     shared = []
     for chain in regions(gm, "linear_chain"):
-        if chain.details.get("experts"):
+        if chain.details.get("experts") or chain.id in own:
             continue
         column = table[chain.details["column"][0]]
         source = column.args[0] if column.args else None
@@ -167,12 +175,102 @@ def _shared(gm: fx.GraphModule, router_input: fx.Node, combine: fx.Node) -> list
     return shared
 
 
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _module_path(gm: fx.GraphModule, chain, table: dict) -> str:
+    """The module holding a chain's linears (their weights' longest common module path)."""
+    paths = []
+    for name in [*chain.details["column"], chain.details["row"]]:
+        found = match_linear(table[name], gm)
+        if found is not None:
+            paths.append(found.weight.split(".")[:-2])
+    common = paths[0] if paths else []
+    for path in paths[1:]:
+        common = [a for a, b in zip(common, path) if a == b][:len(common)]
+        while common and path[:len(common)] != common:
+            common = common[:-1]
+    return ".".join(common)
+
+
+def _module_list_layer(gm: fx.GraphModule, topk: fx.Node, chains: dict, table: dict):
+    """A routed layer whose experts are separate modules (a ``ModuleList``), written as a
+    loop over the experts: ``token, slot = where(index == e)``, the expert on
+    ``x[token]``, its output weighted by ``weights[token, slot]`` and ``index_add``-ed
+    into the layer's output. Returns ``(x, [(chain, index_add)] in expert order)`` or None."""
+    indices = [u for u in topk.users if u.args[1:] == (1,)]
+    if len(indices) != 1:
+        return None
+    found: dict[int, tuple] = {}
+    source = None
+    for eq in indices[0].users:
+        if _name(eq) != "eq" or len(eq.args) < 2 or _int(eq.args[1]) is None:
+            continue
+        where = next((u for u in eq.users if _name(u) in ("where", "nonzero_numpy") and len(u.args) == 1), None)
+        token = next((u for u in (where.users if where is not None else ()) if u.args[1:] == (0,)), None)
+        if token is None:
+            continue
+        rows = next((u for u in token.users if _name(u) in ("getitem", "index") and u.args[1] in (token, [token])
+                     and isinstance(u.args[0], fx.Node)), None)
+        chain = next((c for c in chains.values() if rows is not None and any(
+            table[n].args and table[n].args[0] is rows for n in c.details["column"])), None)
+        add = next((u for u in token.users if _name(u) in ("index_add", "index_add_")), None)
+        if rows is None or chain is None or add is None or (source is not None and rows.args[0] is not source):
+            return None
+        source = rows.args[0]
+        found[_int(eq.args[1])] = (chain, add)
+    if not found or sorted(found) != list(range(len(found))):
+        return None
+    return source, [found[e] for e in range(len(found))]
+
+
+def _module_list_layers(gm: fx.GraphModule, table: dict, order: dict) -> None:
+    """One ``experts`` region (``details["form"] = "module_list"``) per routed layer of
+    separate expert modules (:func:`_module_list_layer`)."""
+    chains = {r.id: r for r in regions(gm, "linear_chain") if not r.details.get("experts")}
+    for topk in [n for n in gm.graph.nodes if _is_topk(n)]:
+        with examining("experts", topk, "routed experts (separate modules)"):
+            layer = _module_list_layer(gm, topk, chains, table)
+            if layer is None:
+                continue
+            source, experts = layer
+            router, scores = _router(topk, gm)
+            if router is None or router.out_features != len(experts):
+                log.warning("experts: %d expert modules (%s ..) routed by %s, but no router the analysis can read "
+                            "(a linear of %d outputs whose scores the topk reads); the layer stays in its data or "
+                            "tensor plan", len(experts), experts[0][0].id, topk.name, len(experts))
+                continue
+            adds = {add for _, add in experts}
+            combine = next((a for a in adds if not any(u in adds for u in a.users)), None)
+            values = [u for u in topk.users if u.args[1:] == (0,)]
+            if combine is None or len(values) != 1:
+                continue
+            top_k = _int(topk.args[1] if len(topk.args) > 1 else topk.kwargs.get("k"))
+            members = _between(router.node, combine, order)
+            for chain, _ in experts:
+                members |= {table[n] for n in chain.nodes}
+            path = _module_path(gm, experts[0][0], table).rsplit(".", 2)[0]   # the block holding the list
+            details = {"experts": len(experts), "top_k": top_k, "router": router.node.name,
+                       "router_weight": router.weight, "scores": scores or "none",
+                       "normalized": any(_name(u) in ("div", "div_", "truediv") for u in values[0].users),
+                       "chain": experts[0][0].id, "chains": [c.id for c, _ in experts], "form": "module_list",
+                       "modules": [_module_path(gm, c, table) for c, _ in experts], "input": source.name,
+                       "index": [u for u in topk.users if u.args[1:] == (1,)][0].name,
+                       "weights": _weights(values[0]).name, "combine": combine.name,
+                       "shared": _shared(gm, router.input, combine, tuple(c.id for c, _ in experts))}
+            prefix = path[len("model."):] if path.startswith("model.") else path
+            add_region(gm, Region(id=f"experts:{prefix}", kind="experts",
+                                  nodes=[n.name for n in sorted(members, key=order.__getitem__)], details=details))
+
+
 def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
     """Record one ``experts`` region per routed mixture-of-experts layer of ``gm`` (see
     the module docstring). Run after :mod:`autopar.analysis.linear_chains`."""
     clear_regions(gm, "experts")
     table = {n.name: n for n in gm.graph.nodes}
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    _module_list_layers(gm, table, order)
     for chain in regions(gm, "linear_chain"):
         experts = chain.details.get("experts")
         if not experts:

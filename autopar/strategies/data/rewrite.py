@@ -121,8 +121,11 @@ def batch_major_rows(node: fx.Node, local_batch: int) -> bool:
     made by row-wise ops (casts, a linear, a softmax over the last dimension) from a view
     that merged the leading dimensions ``[local_batch, n, ...]`` (a router's logits over
     every token, ``gate(hidden.view(-1, H))``): gathered over the data ranks along the
-    rows, they are the single-device value."""
+    rows, they are the single-device value. A pipeline stage's input carries what
+    :func:`mark_batch_major_rows` found on the whole graph."""
     for _ in range(16):
+        if node.meta.get(BATCH_MAJOR_ROWS):
+            return True
         spec = node.meta.get(SPEC)
         name = getattr(getattr(node.target, "overloadpacket", None), "__name__", None) or getattr(
             node.target, "__name__", str(node.target))
@@ -143,6 +146,20 @@ def batch_major_rows(node: fx.Node, local_batch: int) -> bool:
             return False
         node = node.args[0]
     return False
+
+
+BATCH_MAJOR_ROWS = "autopar_batch_major_rows"
+
+
+def mark_batch_major_rows(gm: fx.GraphModule, local_batch: int) -> None:
+    """Mark the nodes whose rows are the batch's (:func:`batch_major_rows`) on a whole
+    graph, before a pipeline cuts it: a later stage receives such a value as an input,
+    whose producer it cannot see."""
+    for node in gm.graph.nodes:
+        spec = node.meta.get(SPEC)
+        if isinstance(spec, TensorSpec) and spec.shape and spec.shape[0] != local_batch \
+                and batch_major_rows(node, local_batch):
+            node.meta[BATCH_MAJOR_ROWS] = True
 
 
 def sync_router_statistics(gm: fx.GraphModule, group: str, microbatches: int = 1) -> list[str]:

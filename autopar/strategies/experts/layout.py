@@ -70,4 +70,26 @@ def place(builder, weights: list[str]) -> None:
             builder.update(name, bucket=dataclasses.replace(p.bucket, group="expert_replica", divisor=data))
 
 
-__all__ = ["ExpertShard", "place"]
+def place_modules(builder, modules: list[str], degree: int) -> None:
+    """A layer of separate expert modules (``modules``: their paths in the captured
+    wrapper, in expert order): expert ``e``'s parameters are held by the rank at place
+    ``e // (E/P)`` of each expert group (its home there: ``full_state_dict`` broadcasts
+    them from it), reduced over ``expert_replica`` over the data degree, their norm
+    summed over the expert group."""
+    from autopar.strategies.placement import layout_name
+    data, place = builder.plan.degree("data"), builder.seat.coords.get("experts", 0)
+    per_rank = len(modules) // degree
+    prefixes = [(layout_name(path) + ".", e // per_rank) for e, path in enumerate(modules)]
+    for name in builder.names():
+        owner = next((o for prefix, o in prefixes if name.startswith(prefix)), None)
+        if owner is None:
+            continue
+        p = builder.placement(name)
+        held = p.held and owner == place
+        bucket = dataclasses.replace(p.bucket, group="expert_replica", divisor=data) \
+            if p.bucket is not None and held else None
+        builder.update(name, held=held, home=p.home + (("experts", owner),), bucket=bucket,
+                       norm_groups=tuple(sorted({*p.norm_groups, "experts"})))
+
+
+__all__ = ["ExpertShard", "place", "place_modules"]

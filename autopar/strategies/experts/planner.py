@@ -47,7 +47,7 @@ from autopar.ir import regions as graph_regions, tensor_spec
 from autopar.planning.model import ModelFacts, exposed_data_comm
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.strategies.experts.layout import ExpertShard, place as place_experts
+from autopar.strategies.experts.layout import ExpertShard, place as place_experts, place_modules
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
 from autopar.strategies.family import SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, rejected, too_big
 
@@ -128,7 +128,7 @@ def check_forced(model: ModelFacts, config: Strategy, data: int | None) -> None:
 class LayerFigures:
     """One MoE region's predicted figures per rank and step under expert degree ``degree``."""
     region: str
-    chain: str
+    chains: tuple[str, ...]   # the experts' chain (a ModuleList: one per expert)
     degree: int
     experts: int
     top_k: int
@@ -147,27 +147,31 @@ class LayerFigures:
         return self.compute_s + self.all_to_all_s + self.tensor_s + self.gradient_s
 
 
-def layer_figures(model: ModelFacts, hw, region, chain_choice: RegionChoice, degree: int, data: int,
+def layer_figures(model: ModelFacts, hw, region, chain_choice: list[RegionChoice], degree: int, data: int,
                   tensor: int) -> LayerFigures:
-    """``region`` under ``degree`` beside what the base plan's ``chain_choice`` costs."""
+    """``region`` under ``degree`` beside what the base plan's rows of its experts'
+    chains (``chain_choice``) cost."""
     d = region.details
     spec = tensor_spec(model.table[d["input"]])
     tokens, hidden = spec.shape[0] / data, spec.shape[-1]
     itemsize = getattr(spec.dtype, "itemsize", 4)
     rows = tokens * d["top_k"]
     buffer = rows * hidden * itemsize
-    chain = next(r for r in model.regions if r.id == d["chain"])
-    params = model.region_param_elems(chain.id)
-    split = chain_choice.strategy == "megatron"
-    before = params / (tensor if split else 1)
-    after = params / (degree * tensor)
-    compute = model.seconds(chain.nodes, hw, 1 / (data * tensor))
+    ids = d.get("chains", [d["chain"]])
+    chains = [r for r in model.regions if r.id in ids]
+    nodes = [n for c in chains for n in c.nodes]
+    params = sum(model.region_param_elems(c.id) for c in chains)
+    before = sum(model.region_param_elems(c.region) / (tensor if c.strategy == "megatron" else 1)
+                 for c in chain_choice)
+    inside = tensor if d.get("form") != "module_list" else 1   # separate modules run whole on each tensor rank
+    after = params / (degree * inside)
+    compute = model.seconds(nodes, hw, 1 / (data * inside))
     a2a = 4 * cm.all_to_all_time(degree, buffer, hw) if degree > 1 else 0.0
-    tensor_s = 2 * cm.all_reduce_time(tensor, tokens * hidden * itemsize, hw) if tensor > 1 else 0.0
+    tensor_s = 2 * cm.all_reduce_time(tensor, tokens * hidden * itemsize, hw) if inside > 1 else 0.0
     gradient = cm.all_reduce_time(data // degree, after * 4, hw, stride=degree * tensor)
-    base = (chain_choice.cost.compute_s + chain_choice.cost.total_comm_s
+    base = (sum(c.cost.compute_s + c.cost.total_comm_s for c in chain_choice)
             + cm.all_reduce_time(data, before * 4, hw, stride=tensor))
-    return LayerFigures(region.id, chain.id, degree, d["experts"], d["top_k"], rows, buffer, a2a, tensor_s, compute,
+    return LayerFigures(region.id, tuple(ids), degree, d["experts"], d["top_k"], rows, buffer, a2a, tensor_s, compute,
                         gradient, before, after, base)
 
 
@@ -247,10 +251,10 @@ class ExpertParallel(CompileHooks):
         out = []
         for r in moe_regions(ctx.model):
             pin = _pinned(config, r)
-            chain = choices.get(r.details["chain"])
-            if chain is None:
+            chains = [choices[c] for c in r.details.get("chains", [r.details["chain"]]) if c in choices]
+            if not chains:
                 continue
-            f = layer_figures(ctx.model, ctx.hw, r, chain, config.experts, data, tensor)
+            f = layer_figures(ctx.model, ctx.hw, r, chains, config.experts, data, tensor)
             if r.details["experts"] % config.experts:
                 out.append((r, f, False, f"{r.details['experts']} experts not divisible by {config.experts}"))
             elif pin is not None:
@@ -272,10 +276,11 @@ class ExpertParallel(CompileHooks):
         for r, f, take, reason in picked:
             if not take:
                 continue
-            old = choices[f.chain]
-            compute += f.compute_s - old.cost.compute_s
-            for k, v in old.cost.comm_s.items():
-                comm[k] = comm.get(k, 0.0) - v
+            for old in (choices[c] for c in f.chains if c in choices):
+                compute -= old.cost.compute_s
+                for k, v in old.cost.comm_s.items():
+                    comm[k] = comm.get(k, 0.0) - v
+            compute += f.compute_s
             comm["tensor"] = comm.get("tensor", 0.0) + f.tensor_s
             comm["experts"] = comm.get("experts", 0.0) + f.all_to_all_s
             params += f.params_after - f.params_before
@@ -337,29 +342,33 @@ class ExpertParallel(CompileHooks):
             plan_.total = dataclasses.replace(plan_.total, comm_s=dict(priced.comm_s),
                                               memory_bytes=priced.memory_bytes)
         rows = {c.region: c for c in plan_.regions}
+        found = {r.id: r for r in graph_regions(ctx.model.gm, "experts")}
         added = []
         for f, take, reason in priced.detail["layers"]:
-            chain = rows.get(f.chain)
-            if chain is None:
+            chains = [rows[c] for c in f.chains if c in rows]
+            if not chains:
                 continue
-            stage = chain.details.get("stage")
+            stage = chains[0].details.get("stage")
             where = {"stage": stage} if stage is not None else {}
-            alternatives = {"experts": f.step_s, chain.strategy: f.base_s}
+            alternatives = {"experts": f.step_s, chains[0].strategy: f.base_s}
             if take:
-                chain.strategy = "experts"
-                chain.reason = f"expert parallel ({f.region})"
-                chain.cost = Cost(f.compute_s, {"tensor": f.tensor_s} if f.tensor_s else {},
-                                  cm.training_memory(f.params_after, 0))
-                chain.details = {**where, "layer": f.region}
+                for i, chain in enumerate(chains):   # the layer's figures on its first chain's row
+                    chain.strategy = "experts"
+                    chain.reason = f"expert parallel ({f.region})"
+                    chain.cost = Cost(f.compute_s, {"tensor": f.tensor_s} if f.tensor_s else {},
+                                      cm.training_memory(f.params_after, 0)) if i == 0 else Cost()
+                    chain.details = {**where, "layer": f.region}
             groups = config.experts
-            details = {**where, "degree": groups if take else 1, "experts": f.experts, "top_k": f.top_k,
+            region = found[f.region].details
+            form = {"form": "module_list", "modules": region["modules"]} if region.get("form") == "module_list" else {}
+            details = {**where, **form, "degree": groups if take else 1, "experts": f.experts, "top_k": f.top_k,
                        "experts_per_rank": f.experts // groups if take else f.experts,
                        "placement": ([[e * (f.experts // groups), (e + 1) * (f.experts // groups)]
                                       for e in range(groups)] if take else []),
                        "tokens_per_rank": f.rows if take else 0.0,
                        "all_to_all_bytes": f.all_to_all_bytes if take else 0.0,
                        "all_to_all_s": f.all_to_all_s if take else 0.0,
-                       "tensor_inside": take and (plan_.degree("tensor") > 1)}
+                       "tensor_inside": take and plan_.degree("tensor") > 1 and not form}
             added.append(RegionChoice(f.region, "experts", "experts" if take else "replicate",
                                       Cost(0.0, {"experts": f.all_to_all_s} if take else {}, 0.0),
                                       alternatives, reason if take else f"{reason}: the base plan's experts",
@@ -391,7 +400,8 @@ class ExpertParallel(CompileHooks):
             return []
         return [RankPass(SPLIT, "expert_parallel", expert_parallel_regions_pass,
                          {"regions_": layers, "group": "experts",
-                          "tensor": "tensor" if plan.degree("tensor") > 1 else None})]
+                          "tensor": "tensor" if plan.degree("tensor") > 1 else None,
+                          "place": plan.expert_coordinates(build.rank)[1], "degree": plan.experts})]
 
     def place(self, builder, build: RankBuild) -> None:
         plan = builder.plan
@@ -399,6 +409,9 @@ class ExpertParallel(CompileHooks):
             return
         weights = [name for name in builder.names() if isinstance(builder.placement(name).cut, ExpertShard)]
         place_experts(builder, weights)
+        for r in plan.regions:
+            if r.kind == "experts" and r.strategy == "experts" and r.details.get("form") == "module_list":
+                place_modules(builder, r.details["modules"], plan.experts)
 
 
 def _form(base: str, degree: int) -> str:

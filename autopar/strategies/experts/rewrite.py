@@ -12,10 +12,16 @@ in the graph, replicated, so every rank routes its own tokens as the single-devi
 would. The experts' parameters the call reads are this rank's slices of the 3-D weights
 (``[E/P, ...]``: the layout cuts them on the experts' dimension; the caller installs
 them). What the pass cannot read (an activation other than SiLU, GeLU or ReLU between
-the projections, an ungated expert) raises: rewrites fail loudly.
+the projections, an ungated expert) raises: rewrites fail loudly. With a tensor group the
+rank's experts are also Megatron-split (f and g around the call).
 
-Not yet reached from ``compile``: the rank grid's expert and replica groups, the
-layout's cut and the planner's ``"experts"`` degree come next (docs/experts.md).
+A layer of separate expert modules (a ``ModuleList`` and a loop over the experts,
+``details["form"] = "module_list"``) is replaced the same way by
+:func:`expert_parallel_modules`, which runs the rank's own expert modules whole (any
+module: biases, any activation) on the rows dispatched to them.
+
+The plan reaches it through :class:`~autopar.strategies.experts.planner.ExpertParallel`'s
+rank pass (:func:`expert_parallel_regions_pass`, docs/experts.md).
 """
 from __future__ import annotations
 
@@ -77,7 +83,27 @@ def expert_parallel_mlp(hidden: torch.Tensor, index: torch.Tensor, weights: torc
     return reduce_from_tensor_region(out, tensor) if tensor is not None else out
 
 
+def expert_parallel_modules(hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor, *modules,
+                            experts: int, group: str, layer: str = "") -> torch.Tensor:
+    """A routed layer of separate expert modules (a ``ModuleList``) with its experts spread
+    over ``group``: ``modules`` are this rank's ``E/P`` experts (any module: biases, any
+    activation), each run on the rows dispatched to it; the result is what the layer's
+    loop over every expert computes on one device (the weighted outputs summed over the
+    ``k`` slots)."""
+    rows, ids, routing = dispatch(hidden, index.long(), experts, group)
+    if layer:
+        record_load(layer, routing.rows)
+    outputs, order = [], []
+    for j, module in enumerate(modules):
+        picked = (ids == j).nonzero().squeeze(1)
+        outputs.append(module(rows[picked]))
+        order.append(picked)
+    out = torch.cat(outputs)[torch.argsort(torch.cat(order))] if outputs else rows.new_zeros(rows.shape)
+    return combine(out, routing, weights, group, rows)
+
+
 torch.fx.wrap("expert_parallel_mlp")
+torch.fx.wrap("expert_parallel_modules")
 
 
 def _activation(gm: fx.GraphModule, chain_nodes: list[fx.Node]) -> str:
@@ -95,7 +121,10 @@ def _activation(gm: fx.GraphModule, chain_nodes: list[fx.Node]) -> str:
 
 def expert_weights(gm: fx.GraphModule, region: Region) -> tuple:
     """The experts' (gated projection, down projection) matches of ``region``
-    (:func:`autopar.analysis.ops.match_linear`), checked: gated, no biases."""
+    (:func:`autopar.analysis.ops.match_linear`), checked: gated, no biases. A layer of
+    separate expert modules needs no check (its modules run as they are): ``()``."""
+    if region.details.get("form") == "module_list":
+        return ()
     table = {n.name: n for n in gm.graph.nodes}
     chain = next(r for r in regions(gm, "linear_chain") if r.id == region.details["chain"])
     up, down = match_linear(table[chain.details["column"][0]], gm), match_linear(table[chain.details["row"]], gm)
@@ -113,6 +142,8 @@ def expert_shards(gm: fx.GraphModule, region: Region, tensor: bool) -> dict:
     0 over the expert group; with ``tensor``, the gated projection's output width (gate
     and up blocks) and the down projection's input width over the tensor group."""
     from autopar.strategies.experts.layout import ExpertShard
+    if region.details.get("form") == "module_list":
+        return {}   # whole modules, held by their rank (strategies/experts/layout.place_modules)
     up, down, _ = expert_weights(gm, region)
     if not tensor:
         return {up.weight: ExpertShard(), down.weight: ExpertShard()}
@@ -121,24 +152,35 @@ def expert_shards(gm: fx.GraphModule, region: Region, tensor: bool) -> dict:
             down.weight: ExpertShard(3 - out_dim[down.weight_layout])}
 
 
-def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str, tensor: str | None = None
-                         ) -> fx.GraphModule:
+def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str, tensor: str | None = None,
+                         place: int = 0, degree: int = 1) -> fx.GraphModule:
     """Replace ``region``'s experts by :func:`expert_parallel_mlp` over the named process
     ``group`` (see the module docstring), Megatron-split over ``tensor`` when named; the
     graph's expert parameters must already be this rank's slices (:func:`expert_shards`).
-    Returns ``gm``, recompiled."""
+    A layer of separate expert modules calls :func:`expert_parallel_modules` with the
+    modules of the rank at ``place`` in the group of ``degree`` (they run whole: no tensor split
+    inside). Returns ``gm``, recompiled."""
     graph, d = gm.graph, region.details
     table = {n.name: n for n in graph.nodes}
-    up, down, chain = expert_weights(gm, region)
-    activation = _activation(gm, [table[n] for n in chain.details["pointwise"]])
     output = table[d["combine"]]
-    with graph.inserting_before(output):
-        gate_up_w, down_w = graph.get_attr(up.weight), graph.get_attr(down.weight)
-        call = graph.call_function(expert_parallel_mlp,
-                                   (table[d["input"]], table[d["index"]], table[d["weights"]], gate_up_w, down_w),
-                                   {"experts": d["experts"], "group": group, "activation": activation,
-                                    "layouts": (up.weight_layout, down.weight_layout), "tensor": tensor,
-                                    "layer": region.id})
+    if d.get("form") == "module_list":
+        per_rank = d["experts"] // degree
+        mine = d["modules"][place * per_rank:(place + 1) * per_rank]
+        with graph.inserting_before(output):
+            modules = [graph.get_attr(path) for path in mine]
+            call = graph.call_function(expert_parallel_modules,
+                                       (table[d["input"]], table[d["index"]], table[d["weights"]], *modules),
+                                       {"experts": d["experts"], "group": group, "layer": region.id})
+    else:
+        up, down, chain = expert_weights(gm, region)
+        activation = _activation(gm, [table[n] for n in chain.details["pointwise"]])
+        with graph.inserting_before(output):
+            gate_up_w, down_w = graph.get_attr(up.weight), graph.get_attr(down.weight)
+            call = graph.call_function(expert_parallel_mlp,
+                                       (table[d["input"]], table[d["index"]], table[d["weights"]], gate_up_w, down_w),
+                                       {"experts": d["experts"], "group": group, "activation": activation,
+                                        "layouts": (up.weight_layout, down.weight_layout), "tensor": tensor,
+                                        "layer": region.id})
     call.meta[SPEC] = output.meta.get(SPEC)
     output.replace_all_uses_with(call)
     doomed, erased = [table[n] for n in reversed(region.nodes)], set()
@@ -158,7 +200,7 @@ def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str, tensor:
 
 
 def expert_parallel_regions_pass(gm: fx.GraphModule, *, regions_: list[str], group: str = "experts",
-                                 tensor: str | None = None) -> fx.GraphModule:
+                                 tensor: str | None = None, place: int = 0, degree: int = 1) -> fx.GraphModule:
     """A rank program's pass: :func:`expert_parallel_pass` on each of the plan's expert
     parallel regions (by id) this graph holds (a pipeline stage holds some)."""
     from autopar.strategies.megatron.rewrite import PARAM_SHARDS
@@ -167,9 +209,9 @@ def expert_parallel_regions_pass(gm: fx.GraphModule, *, regions_: list[str], gro
     for rid in regions_:
         if rid in found:
             made.update(expert_shards(gm, found[rid], tensor is not None))
-            expert_parallel_pass(gm, found[rid], group, tensor)
+            expert_parallel_pass(gm, found[rid], group, tensor, place, degree)
     return gm
 
 
-__all__ = ["expert_parallel_mlp", "expert_parallel_pass", "expert_parallel_regions_pass", "expert_shards",
-           "expert_weights", "local_experts"]
+__all__ = ["expert_parallel_mlp", "expert_parallel_modules", "expert_parallel_pass", "expert_parallel_regions_pass",
+           "expert_shards", "expert_weights", "local_experts"]

@@ -46,7 +46,7 @@ from autopar.inputs import CallLayout
 from autopar.ir import CAPTURE, LAST, PASSES_RUN, STAGE, Region, add_region, regions
 from autopar.analysis.analyse import analyse
 from autopar.analysis.naming import adopt_region_ids
-from autopar.strategies.data.rewrite import loss_reduction
+from autopar.strategies.data.rewrite import loss_reduction, mark_batch_major_rows
 from autopar.transforms.fusion import fusion_pass
 from autopar.analysis.manager import PassRunner
 from autopar.strategies.pipeline.stages import split
@@ -123,11 +123,12 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
     out_spec = export_out_spec(gm)
     pp = plan_.pipeline
     p = pp["stages"]
+    rows = batch_of(tuple(inputs))
+    mark_batch_major_rows(gm, rows)   # outputs a later stage receives from an earlier one
     stages = split(gm, p * pp["chunks"], pp["assignment"])
     region_ids = {(r.kind, r.nodes[0]): r.id for r in regions(gm) if r.kind != "block" and r.nodes}
     vocab = regions(gm, "vocab")
     position = plan_.rank_coordinates(rank)["pipeline"]
-    rows = batch_of(tuple(inputs))
     out = {}
     for s in range(position, len(stages), p):
         stage = stages[s]
