@@ -4,6 +4,7 @@ mixture-of-experts layer, measured on 4 gloo ranks and predicted by the cost mod
 for layers of real models.
 
     python benchmarks/bench_experts.py [--steps 20] [--warmup 3] [--profile cal.json] [--quick]
+    python benchmarks/bench_experts.py --compile [--profile cal.json]
 
 Measured (4 local gloo ranks, each routing its own tokens through Hugging Face Mixtral's
 experts, float32, one training step = forward + backward of the layer + the experts'
@@ -112,13 +113,80 @@ def measure_job(tokens: int, hidden: int, inner: int, experts: int, top_k: int, 
     return {"medians": medians, "loads": every_load}
 
 
+COMPILED = ({"data": 4}, {"data": 4, "experts": 2}, {"data": 4, "experts": 4}, "auto")
+
+
+def compile_job(steps: int, warmup: int, hardware, quick: bool) -> dict:
+    """A Hugging Face Mixtral through ``autopar.compile`` under data parallelism, expert
+    degrees 2 and 4, and ``"auto"``: each side's training step (``pm.step``: forward,
+    backward, gradient synchronisation), interleaved, rank 0's medians, beside the plan's
+    predicted step."""
+    import copy
+    import torch.distributed as dist
+    import autopar
+    from examples.zoo import logits_loss
+    from transformers import MixtralConfig, MixtralForCausalLM
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    width, inner, experts = (64, 128, 8) if quick else (128, 512, 8)
+    model = MixtralForCausalLM(MixtralConfig(
+        vocab_size=256, hidden_size=width, intermediate_size=inner, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, num_local_experts=experts, num_experts_per_tok=2, use_cache=False))
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 256, (8, 32), generator=g)
+    sides = {}
+    for strategy in COMPILED:
+        pm = autopar.compile(copy.deepcopy(model), example_inputs=(ids,), loss_fn=logits_loss, example_target=ids,
+                             strategy=strategy, hardware=hardware)
+        sides[str(strategy)] = pm
+    times = {name: [] for name in sides}
+    for repetition in range(warmup + steps):
+        for name, pm in sides.items():
+            dist.barrier()
+            start = time.perf_counter()
+            pm.step(ids, target=ids)
+            dist.barrier()
+            if repetition >= warmup:
+                times[name].append(time.perf_counter() - start)
+            for p in pm.parameters():
+                p.grad = None
+    loads = {name: pm.expert_load() for name, pm in sides.items()}
+    return {"medians": {name: statistics.median(t) for name, t in times.items()},
+            "predicted": {name: pm.plan.step_s for name, pm in sides.items()},
+            "forms": {name: f"{pm.plan.mesh} {pm.plan.form}".strip() for name, pm in sides.items()},
+            "loads": loads, "model": f"Mixtral, 2 layers, {experts} experts {width} -> {inner}, top-2, batch 8 x 32"}
+
+
+def compiled(args) -> int:
+    from autopar.runtime.launcher import launch
+    steps = 5 if args.quick else args.steps
+    result = launch(compile_job, WORLD, (steps, args.warmup, args.profile, args.quick), timeout_s=1800)[0]
+    print(f"{result['model']} through autopar.compile on {WORLD} gloo ranks; {steps} interleaved steps, medians; "
+          f"predicted with {args.profile or 'the machine profile (or the cpu-gloo preset)'}")
+    print(f"{'strategy':30s} {'plan':32s} {'measured':>10s} {'/ data':>7s} {'predicted':>10s} {'/ data':>7s}  "
+          f"rows per rank (last step)")
+    base, predicted_base = result["medians"][str(COMPILED[0])], result["predicted"][str(COMPILED[0])]
+    for name, measured in result["medians"].items():
+        predicted = result["predicted"][name]
+        load = next(iter(result["loads"][name].values()), "-")
+        print(f"{name:30s} {result['forms'][name]:32s} {measured * 1e3:8.2f}ms {measured / base:7.2f} "
+              f"{predicted * 1e3:8.2f}ms {predicted / predicted_base:7.2f}  {load}")
+    fastest = min((n for n in result["medians"] if n != "auto"), key=result["medians"].get)
+    print(f"auto chose {result['forms']['auto']}; measured fastest of the forced: {fastest}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--profile", default=None, help="a calibrated profile (default: the cpu-gloo preset)")
     parser.add_argument("--quick", action="store_true", help="a smaller layer, 5 steps: a smoke run")
+    parser.add_argument("--compile", action="store_true", help="a whole Mixtral through autopar.compile: data, "
+                                                              "expert degrees 2 and 4, auto")
     args = parser.parse_args(argv)
+    if args.compile:
+        return compiled(args)
     from autopar.cost.hardware import get_hardware
     from autopar.runtime.launcher import launch
     from autopar.strategies.experts.cost import MoELayer, expert_layer_numbers
