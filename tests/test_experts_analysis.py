@@ -101,3 +101,42 @@ def test_a_module_list_of_experts_is_a_routed_layer():
     assert layer["modules"] == [f"model.moe.1.experts.{e}" for e in range(4)]
     assert layer["chains"] == [f"linear_chain:moe.1.experts.{e}" for e in range(4)]
     assert layer["router_weight"] == "model.moe.1.gate.weight" and layer["normalized"] and layer["shared"] == []
+
+
+class TopkMetric(nn.Module):
+    """Not a mixture of experts: a top-k over softmax scores feeding a summed loss and a
+    count (a top-k accuracy): nothing for the router statistics to synchronise."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(16, 8)
+
+    def forward(self, x, target):
+        scores = self.head(x).softmax(-1)
+        _, top = scores.topk(2, -1)
+        hits = (top == target[:, None]).float().sum()
+        return (scores ** 2).sum() + 0.0 * hits
+
+
+def test_router_statistics_are_the_load_balancing_losss_only():
+    """The statistics a load-balancing loss reduces over the tokens (one value per expert,
+    and the count of unmasked tokens they are divided by) are found in Mixtral's graph;
+    nothing in a model whose top-k feeds a summed loss, nor the combine of a layer of
+    expert modules where the example routes no token to an expert."""
+    from autopar.analysis.experts import router_statistics
+    from examples.factories import moe_model
+    from examples.models import ListMoETransformer
+    torch.manual_seed(0)
+    ids = torch.randint(0, 64, (2, 6))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    gm = analyse(capture(moe_model("mixtral", aux=True), (), example_kwargs={
+        "input_ids": ids, "attention_mask": mask, "labels": ids}, model_loss="required"))
+    names = router_statistics(gm)
+    nodes = {n.name: n for n in gm.graph.nodes}
+    kinds = sorted({nodes[n].target.overloadpacket.__name__ for n in names})
+    assert len(names) == 6 and kinds == ["scatter_add_", "sum"], (names, kinds)   # 2 layers x (count, prob, mask)
+    metric = analyse(capture(TopkMetric(), (torch.randn(8, 16), torch.randint(0, 8, (8,)))))
+    assert router_statistics(metric) == []
+    model = ListMoETransformer(experts=8)
+    sparse = analyse(capture(model, (torch.randint(0, 64, (1, 2)),)))   # 4 (token, slot) pairs for 8 experts
+    assert router_statistics(sparse) == []

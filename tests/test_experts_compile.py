@@ -44,7 +44,8 @@ def aux_job() -> list:
     kwargs = {"input_ids": ids, "attention_mask": mask, "labels": ids}
     reports = []
     # (plain data parallelism's aux loss: tests/test_moe.py)
-    for name, strategy in (("mixtral", {"data": 4, "experts": 2}), ("qwen2_moe", {"data": 2, "tensor": 2, "experts": 2})):
+    for name, strategy in (("mixtral", {"data": 4, "experts": 2}),
+                           ("qwen2_moe", {"data": 2, "tensor": 2, "experts": 2})):
         report = compare_with_single_device(lambda: moe_model(name, aux=True), (), None, None, strategy,
                                             kwargs=kwargs)
         report["case"] = (name, strategy)

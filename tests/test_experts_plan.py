@@ -129,6 +129,14 @@ def test_bad_input_is_refused_with_what_to_do():
                      example_target=ids)
 
 
+def test_one_region_pinned_replicate_keeps_its_experts_whole():
+    plan = _plan(4, {"data": 4, "experts": 2, "regions": {"experts:model.layers.0.mlp": "replicate"}})
+    rows = {r.region: r for r in plan.regions if r.kind == "experts"}
+    assert rows["experts:model.layers.0.mlp"].strategy == "replicate"
+    assert rows["experts:model.layers.1.mlp"].strategy == "experts"
+    assert Strategy.parse({"experts": 1}).expert_pins == (("kind:experts", 1),)
+
+
 def test_replicate_pins_keep_the_experts_data_parallel():
     plan = _plan(4, {"regions": {"kind:experts": "replicate"}})
     assert plan.experts == 1 and not any(c.form.startswith("experts") and c.feasible and

@@ -218,6 +218,19 @@ def _module_list_layer(gm: fx.GraphModule, topk: fx.Node, chains: dict, table: d
         add = next((u for u in token.users if _name(u) in ("index_add", "index_add_")), None)
         if rows is None or chain is None or add is None or (source is not None and rows.args[0] is not source):
             return None
+        # the expert is its chain and nothing else: every op from its rows to its output
+        # (what the weighting multiplies) is the chain's, so the module the rewrite calls
+        # computes what the loop computed
+        row = table[chain.details["row"]]
+        weighted = add.args[3] if len(add.args) > 3 else add.kwargs.get("source")
+        order = {n: i for i, n in enumerate(gm.graph.nodes)}
+        span = _between(rows, row, order) - {rows}
+        if not (isinstance(weighted, fx.Node) and row in weighted.all_input_nodes) or \
+                not span <= {table[n] for n in chain.nodes}:
+            log.warning("experts: %s: the expert's forward between its rows and its weighted output holds ops outside "
+                        "its MLP chain (%s); the layer stays in its data or tensor plan", chain.id,
+                        sorted(n.name for n in span - {table[n] for n in chain.nodes})[:4])
+            return None
         source = rows.args[0]
         found[_int(eq.args[1])] = (chain, add)
     if not found or sorted(found) != list(range(len(found))):
@@ -315,31 +328,47 @@ _REDUCTIONS = ("histc", "bincount", "sum", "mean", "scatter_add", "scatter_add_"
 _BOOKKEEPING = ("cumsum", "_grouped_mm", "grouped_mm", "sort", "argsort", "repeat_interleave")
 
 
-def _reduces_tokens(node: fx.Node, tokens: int) -> bool:
+def _reduces_tokens(node: fx.Node, tokens: int, experts: int) -> bool:
     """Whether ``node`` reduces a value whose first dimension holds the ``tokens`` (a
-    multiple of them: views that merged the slots in) over that dimension."""
+    multiple of them: views that merged the slots in) over that dimension into one value
+    per expert (``[experts]``: a count or a mean probability per expert)."""
     name = _name(node)
-    if name not in _REDUCTIONS or not node.args or not isinstance(node.args[0], fx.Node):
+    out = tensor_spec(node)
+    if name not in _REDUCTIONS or not node.args or not isinstance(node.args[0], fx.Node) or out is None \
+            or tuple(out.shape) != (experts,):
         return False
     if name.startswith(("scatter", "index")):
         # a scatter/index add into a tensor without the tokens: the source's rows summed into it
         source = node.args[3] if len(node.args) > 3 else node.kwargs.get("src", node.kwargs.get("source"))
-        target = tensor_spec(node.args[0])
         source_spec = tensor_spec(source) if isinstance(source, fx.Node) else None
-        return target is not None and source_spec is not None and bool(source_spec.shape) and bool(target.shape) \
-            and source_spec.shape[0] % tokens == 0 and target.shape[0] != source_spec.shape[0]
+        return source_spec is not None and bool(source_spec.shape) and source_spec.shape[0] > 0 \
+            and source_spec.shape[0] % tokens == 0
     spec = tensor_spec(node.args[0])
-    out = tensor_spec(node)
-    if spec is None or out is None or not spec.shape or spec.shape[0] % tokens:
+    if spec is None or not spec.shape or spec.shape[0] % tokens:
         return False
-    if name in ("histc", "bincount"):
+    return name in ("histc", "bincount") or _over_rows(node, len(spec.shape))
+
+
+def _over_rows(node: fx.Node, ndim: int) -> bool:
+    """Whether a ``sum``/``mean`` reduces its input's first dimension (or every one)."""
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    if dims is None or dims == []:
         return True
-    if name in ("sum", "mean"):
-        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-        if dims is None or dims == []:
+    dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    return any(isinstance(d, int) and d % ndim == 0 for d in dims)
+
+
+def _scored(topk: fx.Node) -> bool:
+    """Whether ``topk`` picks from router scores: a softmax or sigmoid, through casts."""
+    node = topk.args[0]
+    for _ in range(4):
+        if not isinstance(node, fx.Node):
+            return False
+        if _scores(node):
             return True
-        dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
-        return any(d % len(spec.shape) == 0 for d in dims)
+        if _name(node) not in _PASS_THROUGH or not node.args:
+            return False
+        node = node.args[0]
     return False
 
 
@@ -347,33 +376,36 @@ def router_statistics(gm: fx.GraphModule) -> list[str]:
     """The nodes that reduce routers' scores over the tokens into statistics the model
     then uses (a load-balancing loss: Switch Transformer eqs 4-6, Hugging Face's
     ``load_balancing_loss_func``, the fraction of tokens routed to each expert and the
-    mean router probability): reductions over the first (token) dimension downstream of a
-    ``topk``'s scores, whose results do not feed the dispatch's bookkeeping (``cumsum``
-    into grouped-matmul offsets, sorts); and the reductions over a batch input they are
-    divided by (the count of unmasked tokens). Split over data ranks, each must be the
-    mean over the ranks (:func:`autopar.runtime.collectives.batch_statistic`) for the
-    loss to equal the single-device model's."""
+    mean router probability): downstream of a ``topk`` of softmax or sigmoid scores
+    ``[tokens, E]``, reductions over the first (token) dimension into one value per
+    expert (``[E]``) that do not feed the dispatch's bookkeeping (``cumsum`` into
+    grouped-matmul offsets, sorts); and the reductions over the token rows of a batch
+    input they are divided by (the count of unmasked tokens). Split over data ranks, each
+    must be the mean over the ranks (:func:`autopar.runtime.collectives.batch_statistic`)
+    for the loss to equal the single-device model's."""
     found: dict[fx.Node, None] = {}
-    for topk in (n for n in gm.graph.nodes if _is_topk(n)):
-        scores = topk.args[0]
-        spec = tensor_spec(scores) if isinstance(scores, fx.Node) else None
+    tokens_of: dict[fx.Node, int] = {}
+    for topk in (n for n in gm.graph.nodes if _is_topk(n) and _scored(n)):
+        spec = tensor_spec(topk.args[0])
         if spec is None or len(spec.shape) != 2:
             continue
-        tokens = spec.shape[0]
-        for node in _walk(scores, 400, forward=True):
-            if node.op != "call_function" or not _reduces_tokens(node, tokens):
+        tokens, experts = spec.shape
+        for node in _walk(topk.args[0], 400, forward=True):
+            if node.op not in ("call_function", "call_method") or not _reduces_tokens(node, tokens, experts):
                 continue
             if any(_name(u) in _BOOKKEEPING for u in _walk(node, 64, forward=True)):
                 continue
             found[node] = None
+            tokens_of[node] = tokens
     for node in list(found):   # the denominators: a reduction over a batch input the statistic is divided by
         for user in _walk(node, 16, forward=True):
             if _name(user) not in ("div", "div_", "truediv") or len(user.args) < 2 or \
                     not isinstance(user.args[1], fx.Node):
                 continue
-            for other in [user.args[1], *_walk(user.args[1], 16)]:
+            for other in [user.args[1], *_walk(user.args[1], 2000)]:   # (a sum over every layer: deep)
                 spec = tensor_spec(other.args[0]) if other.args and isinstance(other.args[0], fx.Node) else None
                 if other not in found and _name(other) in ("sum", "mean") and spec is not None and spec.shape \
+                        and spec.shape[0] % tokens_of[node] == 0 and _over_rows(other, len(spec.shape)) \
                         and not (set(_walk(other, 64)) & set(found)):
                     found[other] = None
     order = {n: i for i, n in enumerate(gm.graph.nodes)}

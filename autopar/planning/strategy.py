@@ -205,9 +205,9 @@ class Strategy:
                         raise PlanError(f"strategy['regions'][{pattern!r}]: experts={e!r}; give the expert degree "
                                         f"(an integer at least 1)")
                     pins.append((pattern, e))
-                elif pattern == "kind:experts":
+                elif pattern == "kind:experts" or (isinstance(pattern, str) and pattern.startswith("experts:")):
                     if spec != "replicate":
-                        raise PlanError(f"strategy['regions']['kind:experts']: cannot read {spec!r}; an MoE region "
+                        raise PlanError(f"strategy['regions'][{pattern!r}]: cannot read {spec!r}; an MoE region "
                                         f"is pinned to {{'experts': E}} or 'replicate'")
                     pins.append((pattern, 1))
                 else:
@@ -222,6 +222,8 @@ class Strategy:
                             f"share one expert degree in this version")
         if degree is None and not pins:
             return rest, {}
+        if degree == 1 and not pins:   # {"experts": 1}: no expert parallelism anywhere
+            pins = [("kind:experts", 1)]
         if degree is None:
             degree = next(iter(degrees), 1)
         return rest, {"experts": degree, "expert_pins": tuple(pins)}

@@ -219,8 +219,8 @@ class _BatchStatistic(torch.autograd.Function):
 
 def batch_statistic(x: torch.Tensor, group: str) -> torch.Tensor:
     """``x``, a rank's statistic over its rows, as the mean over ``group`` (:class:`_BatchStatistic`)."""
-    if not x.is_floating_point():
-        return _all_reduce(x.clone(), get_group(group)) // size_of(get_group(group))
+    if not x.is_floating_point():   # counts: their mean is fractional
+        x = x.to(torch.get_default_dtype())
     return _BatchStatistic.apply(x, get_group(group))
 
 

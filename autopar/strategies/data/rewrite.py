@@ -127,9 +127,16 @@ def batch_major_rows(node: fx.Node, local_batch: int) -> bool:
         if node.meta.get(BATCH_MAJOR_ROWS):
             return True
         spec = node.meta.get(SPEC)
-        name = getattr(getattr(node.target, "overloadpacket", None), "__name__", None) or getattr(
-            node.target, "__name__", str(node.target))
-        if not isinstance(spec, TensorSpec) or not spec.shape or node.op != "call_function" or \
+        if node.op == "call_module":   # a traced nn.Linear (symbolic tracing keeps the module)
+            module = node.graph.owning_module.get_submodule(node.target)
+            name = "linear" if isinstance(module, nn.Linear) else type(module).__name__
+        elif node.op == "call_method":
+            name = str(node.target)
+        else:
+            name = getattr(getattr(node.target, "overloadpacket", None), "__name__", None) or getattr(
+                node.target, "__name__", str(node.target))
+        if not isinstance(spec, TensorSpec) or not spec.shape or node.op not in ("call_function", "call_method",
+                                                                                "call_module") or \
                 name not in _ROW_WISE or not node.args or not isinstance(node.args[0], fx.Node):
             return False
         if name == "softmax" or name == "_softmax":
