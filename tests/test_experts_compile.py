@@ -2,8 +2,8 @@
 single-device model (issue 24): Hugging Face Mixtral (top-2 of 4 and of 8 experts) under
 expert degrees 2 and 4, with Megatron tensor parallelism inside the experts, inside a
 2-stage pipeline; a model whose experts are a ``ModuleList`` of standard layers
-(``examples/models.ListMoETransformer``, float64, within 1e-12); Qwen2-MoE (a gated shared expert beside the routed ones); the models'
-own load-balancing loss with a padding mask, under expert parallelism (with tensor
+(``examples/models.ListMoETransformer``, float64, within 1e-12); Qwen2-MoE (a gated
+shared expert beside the routed ones); the models' own load-balancing loss with a padding mask, under expert parallelism (with tensor
 parallelism for Qwen2-MoE; plain data parallelism's is in tests/test_moe.py).
 Compared: the outputs, the loss, every gradient, the gradient norms and every parameter
 after 3 AdamW steps (float32: torch's grouped matmul, which the experts call, takes no
