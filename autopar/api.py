@@ -329,10 +329,16 @@ def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
         group = group_map.get(name)
         if group is None or G.size_of(group) == 1:
             continue
-        bad = [r for r, theirs in _gather_from_ranks(text, group).items() if theirs != text]
+        everyone = _gather_from_ranks(text, group)
+        bad = [r for r, theirs in everyone.items() if theirs != text]
         if bad:
+            mine, theirs = text.splitlines(), str(everyone[bad[0]]).splitlines()
+            line = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+            where = (f"; the plans' JSON first differs at line {line + 1}: here {mine[line:line + 1]}, on rank "
+                     f"{bad[0]} {theirs[line:line + 1]}")
             raise PlanError(f"ranks {bad} planned differently from rank {dist.get_rank()} (different model, inputs "
-                            f"or autopar version); give every rank the same model, example inputs and strategy")
+                            f"or autopar version){where}; give every rank the same model, example inputs and "
+                            f"strategy")
 
 
 def _make_groups(plan_: Plan, mesh, world: int) -> dict:
