@@ -32,9 +32,9 @@ EXTENDED = [
 ]
 
 
-def aux_job() -> list:
+def aux_job(cases) -> list:
     """The models' own loss (cross-entropy plus 0.1 x the load-balancing loss over a
-    padded batch) under expert parallelism and plain data parallelism."""
+    padded batch) under expert parallelism."""
     from examples.factories import moe_model
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(0, 64, (4, 12), generator=g)
@@ -44,8 +44,7 @@ def aux_job() -> list:
     kwargs = {"input_ids": ids, "attention_mask": mask, "labels": ids}
     reports = []
     # (plain data parallelism's aux loss: tests/test_moe.py)
-    for name, strategy in (("mixtral", {"data": 4, "experts": 2}),
-                           ("qwen2_moe", {"data": 2, "tensor": 2, "experts": 2})):
+    for name, strategy in cases:
         report = compare_with_single_device(lambda: moe_model(name, aux=True), (), None, None, strategy,
                                             kwargs=kwargs)
         report["case"] = (name, strategy)
@@ -54,7 +53,11 @@ def aux_job() -> list:
 
 
 _MAIN = shared_ranks.register(4, __name__, equivalence_job, (CASES,), timeout_s=600)
-_AUX = shared_ranks.register(4, __name__ + ".aux", aux_job, timeout_s=600)
+_AUX = shared_ranks.register(4, __name__ + ".aux", aux_job, ([("mixtral", {"data": 4, "experts": 2})],),
+                             timeout_s=600)
+_AUX_EXTENDED = shared_ranks.register(4, __name__ + ".aux_extended", aux_job,
+                                      ([("qwen2_moe", {"data": 2, "tensor": 2, "experts": 2})],), timeout_s=600,
+                                      extended=True)
 _EXTENDED = shared_ranks.register(4, __name__ + ".extended", equivalence_job, (EXTENDED,), timeout_s=600,
                                   extended=True)
 
@@ -94,13 +97,19 @@ def test_expert_parallel_equals_the_single_device_model(index):
 
 @pytest.mark.multiprocess
 def test_the_load_balancing_loss_equals_the_single_device_models():
-    per_rank = _AUX()
-    for index in range(2):
-        reports = [r[index] for r in per_rank]
-        for report in reports:
-            _check(report)
-        if "experts" in reports[0]["case"][1]:
-            _check_experts(reports, 2)
+    reports = [r[0] for r in _AUX()]
+    for report in reports:
+        _check(report)
+    _check_experts(reports, 2)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.extended
+def test_the_load_balancing_loss_with_tensor_parallel_experts_and_a_shared_expert():
+    reports = [r[0] for r in _AUX_EXTENDED()]
+    for report in reports:
+        _check(report)
+    _check_experts(reports, 2)
 
 
 @pytest.mark.multiprocess

@@ -4,8 +4,8 @@ captured on each rank's share of the batch, its routed layers rewritten to dispa
 tokens to the rank holding their expert (one expert per rank), against the
 single-device model on the same share: the loss, every replicated parameter's gradient,
 and the experts' gradients summed over the ranks (each expert sees every rank's tokens
-routed to it), within float32 rounding (1e-5 of the largest value). Not yet through
-``compile`` (the family's planner and layout come next).
+routed to it), within float32 rounding (1e-5 of the largest value). The pass alone, its
+slices made by hand (extended suite); through ``compile``: tests/test_experts_compile.py.
 """
 import copy
 
@@ -72,10 +72,12 @@ def rewrite_job() -> dict:
             "grouped_mm_left": code.count("grouped_mm")}
 
 
-_LAUNCHED = shared_ranks.register(4, __name__, rewrite_job, timeout_s=300)
+# the rewrite alone (tests/test_experts_compile.py runs it through compile in make test)
+_LAUNCHED = shared_ranks.register(4, __name__, rewrite_job, timeout_s=300, extended=True)
 
 
 @pytest.mark.multiprocess
+@pytest.mark.extended
 def test_mixtral_with_one_expert_per_rank_equals_the_single_device_model():
     for report in _LAUNCHED():
         assert report["layers"] == 2 and report["calls"] == 2 and report["grouped_mm_left"] == 0, report
