@@ -89,16 +89,19 @@ def training_case(model_name: str, batch: int | None = None, layers: int | None 
     raise ValueError(f"unknown example model {model_name!r}")
 
 
-MOE_MODELS = ("mixtral", "mixtral8", "qwen2_moe")
+MOE_MODELS = ("mixtral", "mixtral8", "qwen2_moe", "deepseek_v3")
 """Hugging Face mixture-of-experts models from configs (random weights): Mixtral top-2 of
-4 and of 8 experts, Qwen2-MoE (top-2 of 4 routed experts and a gated shared expert)."""
+4 and of 8 experts, Qwen2-MoE (top-2 of 4 routed experts and a gated shared expert),
+DeepSeek-V3 (sigmoid scores with a correction bias, group-limited top-2 of 8 experts in 2
+groups, a shared expert, scaled weights; its first layer dense)."""
 
 
 def moe_model(name: str, layers: int = 2, vocab: int = 64, aux: bool = False):
     """A small HF MoE model (:data:`MOE_MODELS`) in float32 (torch's grouped matmul, which
     their experts call, takes no float64); ``aux``: it returns its router logits and adds
     the load-balancing loss to its own loss (``output_router_logits``)."""
-    from transformers import MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM
+    from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, MixtralConfig, MixtralForCausalLM,
+                              Qwen2MoeConfig, Qwen2MoeForCausalLM)
     common = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=32, use_cache=False,
                   output_router_logits=aux, router_aux_loss_coef=0.1)
@@ -106,6 +109,12 @@ def moe_model(name: str, layers: int = 2, vocab: int = 64, aux: bool = False):
         return Qwen2MoeForCausalLM(Qwen2MoeConfig(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
                                                   shared_expert_intermediate_size=48, intermediate_size=48,
                                                   norm_topk_prob=True, **common))
+    if name == "deepseek_v3":
+        return DeepseekV3ForCausalLM(DeepseekV3Config(
+            intermediate_size=48, moe_intermediate_size=16, first_k_dense_replace=1, n_routed_experts=8,
+            num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1, q_lora_rank=None, kv_lora_rank=16,
+            qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, **{**common, "num_hidden_layers": layers + 1,
+                                                                       "num_key_value_heads": 4}))
     experts = 8 if name == "mixtral8" else 4
     return MixtralForCausalLM(MixtralConfig(intermediate_size=48, num_local_experts=experts, num_experts_per_tok=2,
                                             **common))

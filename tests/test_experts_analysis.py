@@ -140,3 +140,24 @@ def test_router_statistics_are_the_load_balancing_losss_only():
     model = ListMoETransformer(experts=8)
     sparse = analyse(capture(model, (torch.randint(0, 64, (1, 2)),)))   # 4 (token, slot) pairs for 8 experts
     assert router_statistics(sparse) == []
+
+
+def test_deepseek_v3_sigmoid_router_with_group_limited_routing():
+    """DeepSeek-V3 picks its experts by sigmoid scores plus a correction bias among the
+    best groups (a masked_fill), weights them by the uncorrected scores gathered at the
+    picks, renormalised and scaled, and computes its router in float32 (a cast weight)."""
+    from examples.factories import moe_model
+    torch.manual_seed(0)
+    gm = _analysed(moe_model("deepseek_v3"), torch.randint(0, 64, (2, 8)))
+    found = regions(gm, "experts")   # layers 1 and 2: the first is dense
+    assert [r.id for r in found] == ["experts:model.layers.1.mlp", "experts:model.layers.2.mlp"]
+    region = found[0]
+    d = region.details
+    assert region.id == "experts:model.layers.1.mlp" and d["experts"] == 8 and d["top_k"] == 2
+    assert d["scores"] == "sigmoid" and d["normalized"] is True
+    assert d["router_weight"] == "model.model.layers.1.mlp.gate.weight"
+    nodes = {n.name: n for n in gm.graph.nodes}
+    assert any(getattr(n.target, "__name__", "") == "gather" or "gather" in str(n.target)
+               for n in [nodes[d["weights"]], *nodes[d["weights"]].all_input_nodes,
+                         *[a for b in nodes[d["weights"]].all_input_nodes for a in b.all_input_nodes]])
+    assert d["shared"] == ["linear_chain:model.layers.1.mlp.shared_experts"]

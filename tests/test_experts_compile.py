@@ -3,8 +3,10 @@ single-device model (issue 24): Hugging Face Mixtral (top-2 of 4 and of 8 expert
 expert degrees 2 and 4, with Megatron tensor parallelism inside the experts, inside a
 2-stage pipeline; a model whose experts are a ``ModuleList`` of standard layers
 (``examples/models.ListMoETransformer``, float64, within 1e-12); Qwen2-MoE (a gated
-shared expert beside the routed ones); the models' own load-balancing loss with a padding mask, under expert parallelism (with tensor
-parallelism for Qwen2-MoE; plain data parallelism's is in tests/test_moe.py).
+shared expert beside the routed ones); DeepSeek-V3 (sigmoid scores, a correction bias,
+group-limited routing, a shared expert); the models' own load-balancing loss with a
+padding mask, under expert parallelism (with tensor parallelism for Qwen2-MoE; plain
+data parallelism's is in tests/test_moe.py).
 Compared: the outputs, the loss, every gradient, the gradient norms and every parameter
 after 3 AdamW steps (float32: torch's grouped matmul, which the experts call, takes no
 float64; the tolerances are float32 rounding through 3 Adam steps, as plain data
@@ -29,6 +31,7 @@ EXTENDED = [
     ("mixtral", {"pipeline": 2, "data": 2, "experts": 2}),
     ("qwen2_moe", {"regions": {"kind:experts": {"experts": 2}}}),
     ("list_moe", {"data": 2, "tensor": 2, "experts": 2}, {"dtype": "float64"}),
+    ("deepseek_v3", {"data": 4, "experts": 4}),
 ]
 
 

@@ -86,12 +86,12 @@ meshes weighed:
 topk = torch.ops.aten.topk.default(softmax, 2);  softmax = None
 getitem = topk[0]
 getitem_1 = topk[1];  topk = None
-expert_parallel_mlp = autopar_strategies_experts_rewrite_expert_parallel_mlp(reshape_4, getitem_1, div_, model_model_layers_0_mlp_experts_gate_up_proj_1, model_model_layers_0_mlp_experts_down_proj_1, experts = 4, group = 'experts', activation = 'silu', layouts = ('experts_out_in', 'experts_out_in'), tensor = None, layer = 'experts:model.layers.0.mlp');  reshape_4 = getitem_1 = div_ = model_model_layers_0_mlp_experts_gate_up_proj_1 = model_model_layers_0_mlp_experts_down_proj_1 = None
+expert_parallel_mlp = autopar_strategies_experts_rewrite_expert_parallel_mlp(view_3, getitem_1, div_, model_model_layers_0_mlp_experts_gate_up_proj_1, model_model_layers_0_mlp_experts_down_proj_1, experts = 4, group = 'experts', activation = 'silu', layouts = ('experts_out_in', 'experts_out_in'), tensor = None, layer = 'experts:model.layers.0.mlp');  view_3 = getitem_1 = div_ = model_model_layers_0_mlp_experts_gate_up_proj_1 = model_model_layers_0_mlp_experts_down_proj_1 = None
 to_14 = torch.ops.aten.to.dtype(expert_parallel_mlp, torch.float32);  expert_parallel_mlp = None
 topk_1 = torch.ops.aten.topk.default(softmax_1, 2);  softmax_1 = None
 getitem_6 = topk_1[0]
 getitem_7 = topk_1[1];  topk_1 = None
-expert_parallel_mlp_1 = autopar_strategies_experts_rewrite_expert_parallel_mlp(reshape_12, getitem_7, div__1, model_model_layers_1_mlp_experts_gate_up_proj_1, model_model_layers_1_mlp_experts_down_proj_1, experts = 4, group = 'experts', activation = 'silu', layouts = ('experts_out_in', 'experts_out_in'), tensor = None, layer = 'experts:model.layers.1.mlp');  reshape_12 = getitem_7 = div__1 = model_model_layers_1_mlp_experts_gate_up_proj_1 = model_model_layers_1_mlp_experts_down_proj_1 = None
+expert_parallel_mlp_1 = autopar_strategies_experts_rewrite_expert_parallel_mlp(view_8, getitem_7, div__1, model_model_layers_1_mlp_experts_gate_up_proj_1, model_model_layers_1_mlp_experts_down_proj_1, experts = 4, group = 'experts', activation = 'silu', layouts = ('experts_out_in', 'experts_out_in'), tensor = None, layer = 'experts:model.layers.1.mlp');  view_8 = getitem_7 = div__1 = model_model_layers_1_mlp_experts_gate_up_proj_1 = model_model_layers_1_mlp_experts_down_proj_1 = None
 to_23 = torch.ops.aten.to.dtype(expert_parallel_mlp_1, torch.float32);  expert_parallel_mlp_1 = None""")
 
     def test_mlp_tensor(self):

@@ -47,7 +47,7 @@ import torch.fx as fx
 
 from autopar._torch_compat import is_aten_op
 from autopar.analysis.manager import examining
-from autopar.analysis.ops import match_linear
+from autopar.analysis.ops import LINEAR_FUNCTIONS, LinearMatch, match_linear
 from autopar.ir import Region, add_region, clear_regions, regions, tensor_spec
 
 log = logging.getLogger("autopar.analysis.experts")
@@ -97,6 +97,24 @@ def _offsets(node: fx.Node) -> fx.Node | None:
     return offs if isinstance(offs, fx.Node) else None
 
 
+def _router_linear(node: fx.Node, gm: fx.GraphModule):
+    """``node`` as a linear (:func:`autopar.analysis.ops.match_linear`), also when its
+    weight is cast first (DeepSeek-V3's router computes in float32: ``linear(x.float(),
+    W.float())``)."""
+    found = match_linear(node, gm)
+    if found is not None or node.op != "call_function" or node.target not in LINEAR_FUNCTIONS or len(node.args) < 2:
+        return found
+    x, w = node.args[0], node.args[1]
+    if not (isinstance(x, fx.Node) and isinstance(w, fx.Node) and _name(w) in ("to", "_to_copy") and w.args
+            and isinstance(w.args[0], fx.Node) and w.args[0].op == "get_attr") or len(node.args) > 2:
+        return None
+    spec = tensor_spec(w.args[0])
+    if spec is None or len(spec.shape) != 2:
+        return None
+    out_f, in_f = spec.shape
+    return LinearMatch(node, x, str(w.args[0].target), None, "out_in", in_f, out_f, "aten.linear")
+
+
 def _router(topk: fx.Node, gm: fx.GraphModule):
     """(router linear match, score function) read back from ``topk``'s input through
     casts and views, or (None, None)."""
@@ -104,14 +122,48 @@ def _router(topk: fx.Node, gm: fx.GraphModule):
     for _ in range(8):
         if not isinstance(node, fx.Node):
             return None, None
-        found = match_linear(node, gm)
+        found = _router_linear(node, gm)
         if found is not None:
             return found, scores
         scores = scores or _scores(node)
-        if not (_scores(node) or _name(node) in _PASS_THROUGH) or not node.args:
+        # casts and views; DeepSeek-V3's score correction bias (an add) and group-limited
+        # routing (a masked_fill of the groups not picked) choose, but do not weight
+        if not (_scores(node) or _name(node) in _PASS_THROUGH + ("add", "masked_fill")) or not node.args:
             return None, None
         node = node.args[0]
     return None, None
+
+
+def _experts_input(column: fx.Node) -> fx.Node | None:
+    """The tokens ``[tokens, hidden]`` the experts' rows are taken from: what the index
+    feeding the grouped matmul's input (through casts) indexes."""
+    node = column.args[0] if column.args else None
+    for _ in range(4):
+        if not isinstance(node, fx.Node):
+            return None
+        if _name(node) in ("index", "getitem") and node.args and isinstance(node.args[0], fx.Node):
+            return node.args[0]
+        if _name(node) not in _PASS_THROUGH or not node.args:
+            return None
+        node = node.args[0]
+    return None
+
+
+def _routing_weights(topk: fx.Node, indices: fx.Node, combine: fx.Node) -> tuple[fx.Node, bool] | None:
+    """The routing weights ``[tokens, k]`` the combine reads, and whether they are
+    renormalised over the slots: the top-k values (Mixtral, Qwen), or the scores gathered
+    at the top-k indices (DeepSeek-V3 picks by corrected scores and weights by the
+    uncorrected ones), after their renormalisation, scaling and casts."""
+    ancestors = set(_walk(combine, 5000))
+    values = [u for u in topk.users if u.args[1:] == (0,)]
+    gathered = [u for u in indices.users if _name(u) == "gather"]
+    for start in values + gathered:
+        weights = _weights(start)
+        if weights in ancestors:
+            path = [weights, *_walk(weights, 8)]
+            cut = path.index(start) if start in path else len(path)
+            return weights, any(_name(n) in ("div", "div_", "truediv") for n in path[:cut])
+    return None
 
 
 def _combine(row: fx.Node, top_k: int) -> fx.Node | None:
@@ -304,19 +356,20 @@ def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
                 log.warning("experts: %s: no sum over the %s slots after its down projection; the layer stays in "
                             "its data or tensor plan", chain.id, top_k)
                 continue
-            values = [u for u in topk.users if u.args[1:] == (0,)]
             indices = [u for u in topk.users if u.args[1:] == (1,)]
-            if len(values) != 1 or len(indices) != 1:
-                log.warning("experts: %s: its router's topk is not read as (values, indices); the layer stays in its "
-                            "data or tensor plan", chain.id)
+            found = _routing_weights(topk, indices[0], combine) if len(indices) == 1 else None
+            if found is None:
+                log.warning("experts: %s: its routing weights (the top-k values, or the scores gathered at the top-k "
+                            "indices) are not what its combine reads; the layer stays in its data or tensor plan",
+                            chain.id)
                 continue
-            normalized = any(_name(u) in ("div", "div_", "truediv") for v in values for u in v.users)
-            weights = _weights(values[0])
+            weights, normalized = found
+            source = _experts_input(column) or router.input
             members = _between(router.node, combine, order) | {table[n] for n in chain.nodes}
             shared = _shared(gm, router.input, combine)
             details = {"experts": experts, "top_k": int(top_k), "router": router.node.name,
                        "router_weight": router.weight, "scores": scores or "none", "normalized": normalized,
-                       "chain": chain.id, "input": router.input.name, "index": indices[0].name,
+                       "chain": chain.id, "input": source.name, "index": indices[0].name,
                        "weights": weights.name, "combine": combine.name, "shared": shared}
             path = chain.id.split(":", 1)[1].rsplit(".experts", 1)[0]
             add_region(gm, Region(id=f"experts:{path}", kind="experts",
