@@ -43,6 +43,7 @@ def test_strategies_that_cannot_be_read_name_the_argument(strategy, message):
 def test_forced_expert_parallelism_plans_every_moe_region_and_its_groups():
     plan = _plan(4, {"data": 4, "experts": 2})
     assert plan.experts == 2 and plan.mesh == {"data": 4, "tensor": 1} and plan.form == "experts 2"
+    assert plan._chosen_candidate() is not None
     rows = {r.region: r for r in plan.regions}
     layer = rows["experts:model.layers.0.mlp"]
     assert layer.strategy == "experts" and layer.kind == "experts"
@@ -113,6 +114,17 @@ def test_auto_weighs_expert_degrees_and_takes_them_where_they_pay():
     # tiny experts: their all-to-alls cost more than the all-reduce they save
     small = _meta_mixtral(48, 32, 8, 4)
     assert small.experts == 1 and small.why_not("experts").startswith("experts: lost")
+
+
+def test_auto_weighs_experts_inside_the_fastest_pipelines():
+    plan = _plan(4, "auto")
+    assert "pipeline 1f1b, experts 2" in {c.form for c in plan.candidates if c.feasible}
+    forced = _plan(4, {"pipeline": 2, "data": 2, "experts": 2})
+    assert forced.form == "pipeline 1f1b, experts 2" and forced.pipeline["stages"] == 2
+    # the plan's step is the one its configuration was weighed at (the runner's fixed cost counted once)
+    assert forced._chosen_candidate() is not None
+    assert abs(forced.step_s - forced.total.compute_s - sum(forced.total.comm_s.values())) < 1e-9
+    assert all(r.details.get("stage") is not None for r in forced.regions if r.kind == "experts")
 
 
 def test_bad_input_is_refused_with_what_to_do():

@@ -21,9 +21,9 @@ region under a forced ``{"data": d, "experts": P}``.
   nothing under ``"auto"``, where
 * ``follow_ups`` offers every data and Megatron configuration priced (feasible, or too
   big: the experts' memory shrinks ``P``-fold) at every expert degree that divides its
-  data degree and the expert counts. A pipeline with experts is forced only
-  (``{"pipeline": 2, "data": 2, "experts": 2}``): its stages are priced by the pipeline
-  family, the all-to-alls added on the critical path.
+  data degree and the expert counts, and the 3 fastest pipelines at their layout
+  (``{"pipeline": 2, "data": 2, "experts": 2}`` forces one): their stages are priced by
+  the pipeline family, the all-to-alls added on the critical path.
 * ``price``: the base family's price, then each MoE region's choice: its experts' chain
   re-priced (compute over ``d·t``, Megatron's f and g inside when ``t > 1``), the
   all-to-alls (4 per layer per step, :func:`autopar.cost.model.all_to_all_time`), the
@@ -52,6 +52,7 @@ from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, exp
 from autopar.strategies.family import SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, rejected, too_big
 
 BASES = ("data", "megatron")  # the families whose configurations "auto" weighs with experts
+PIPELINES_AT = 3  # and the fastest pipelines: weighing every layout would multiply the pipeline search
 
 
 def moe_regions(model: ModelFacts) -> list:
@@ -209,7 +210,9 @@ class ExpertParallel(CompileHooks):
 
     def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]:
         """Under ``"auto"`` (or levers and ``"replicate"`` pins alone), every data and
-        Megatron configuration priced, feasible or too big, at each expert degree."""
+        Megatron configuration priced, feasible or too big, at each expert degree; and the
+        :data:`PIPELINES_AT` fastest feasible pipelines (Megatron inside their stages) at
+        their layout and microbatch count."""
         if ctx.forced is not None or not moe_regions(ctx.model):
             return []
         pins = ctx.levers.expert_pins if ctx.levers is not None else ()
@@ -221,6 +224,13 @@ class ExpertParallel(CompileHooks):
             for degree in expert_degrees(ctx.model, data):
                 out.append(dataclasses.replace(p.config, data=data, tensor=p.mesh.get("tensor", 1), experts=degree,
                                                expert_pins=pins))
+        pipelines = sorted((p for p in weighed if p.family == "pipeline" and p.feasible and not p.config.mixed
+                            and not p.config.zero), key=lambda p: p.step_s)[:PIPELINES_AT]
+        for p in pipelines:
+            n = p.detail
+            for degree in expert_degrees(ctx.model, n.data):
+                out.append(dataclasses.replace(p.config, data=n.data, tensor=n.tensor, microbatches=n.m,
+                                               experts=degree, expert_pins=pins))
         return out
 
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
@@ -337,8 +347,8 @@ class ExpertParallel(CompileHooks):
                                                     details=dict(c.details)) for c in table.regions]))
         plan_ = family.to_plan(base_ctx, base)
         plan_.experts = config.experts
-        if config.base().pipeline > 1:
-            plan_.step_s = priced.step_s
+        if config.base().pipeline > 1:   # the schedule's step and the all-to-alls (the search adds its fixed cost)
+            plan_.step_s += priced.comm_s.get("experts", 0.0)
             plan_.total = dataclasses.replace(plan_.total, comm_s=dict(priced.comm_s),
                                               memory_bytes=priced.memory_bytes)
         rows = {c.region: c for c in plan_.regions}
