@@ -332,7 +332,7 @@ def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
         everyone = _gather_from_ranks(text, group)
         bad = [r for r, theirs in everyone.items() if theirs != text]
         if bad:
-            mine, theirs = text.splitlines(), str(everyone[bad[0]]).splitlines()
+            mine, theirs = text.splitlines(), everyone[bad[0]].splitlines()
             line = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
             where = (f"; the plans' JSON first differs at line {line + 1}: here {mine[line:line + 1]}, on rank "
                      f"{bad[0]} {theirs[line:line + 1]}")

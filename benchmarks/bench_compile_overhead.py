@@ -14,8 +14,7 @@ On a GPU (issue 23): ``--device cuda --dtype bf16 --fusion --cases gpt2-124m lla
 runs Hugging Face GPT-2 small (124M) and a Llama-style model of ~1B parameters (16
 layers, hidden 2048, 32 heads, 8 key/value heads, SwiGLU 8192, vocabulary 32000) with
 model and batch on the GPU, every step ending in ``torch.cuda.synchronize()``; ``--fusion``
-adds a third side, autopar with its generated kernels (goal: faster than eager). Not run
-yet: no GPU has been lent.
+adds a third side, autopar with its generated kernels (goal: faster than eager).
 
     python benchmarks/bench_compile_overhead.py [--steps 40] [--quick] [--cases CASE ...]
     python benchmarks/bench_compile_overhead.py --device cuda --dtype bf16 --fusion --cases gpt2-124m llama-1b
@@ -65,23 +64,32 @@ def gpu_case(name: str):
     return model, ids, torch.randint(0, vocab, (8, 512)), logits_loss
 
 
-def sides(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32, fusion: bool = False):
+def placed_case(name: str, device: str, dtype: torch.dtype):
+    """``(model, x, y, loss_fn, sync)`` of a case on ``device`` in ``dtype``; ``sync`` waits
+    for the GPU's work (nothing on the CPU)."""
     model, x, y, loss_fn = gpu_case(name) if name in GPU_CASES else make_case(name)
     model = model.to(device=device, dtype=dtype)
     x, y = x.to(device), y.to(device)
     if x.is_floating_point():
         x, y = x.to(dtype), y.to(dtype)
-    compiled = {"autopar": autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn, example_target=y,
-                                           strategy={"data": 1, "tensor": 1}, fusion=False)}
-    if fusion:
-        compiled["autopar fused"] = autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn,
-                                                    example_target=y, strategy={"data": 1, "tensor": 1},
-                                                    fusion=True)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    return model, x, y, loss_fn, sync
+
+
+def _compiled(model, x, y, loss_fn, fusion: bool):
+    """The model compiled on one rank, without or with its generated kernels."""
+    return autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn, example_target=y,
+                           strategy={"data": 1, "tensor": 1}, fusion=fusion)
+
+
+def sides(name: str, device: str = "cpu", dtype: torch.dtype = torch.float32, fusion: bool = False):
+    model, x, y, loss_fn, sync = placed_case(name, device, dtype)
+    compiled = {label: _compiled(model, x, y, loss_fn, fused)
+                for label, fused in (("autopar", False), ("autopar fused", True)) if fused <= fusion}
     model_params = list(model.parameters())
     loose = dtype != torch.float32
     for label, pm in compiled.items():
         check_close(f"{name} ({label})", pm.step(x, target=y), loss_fn(model(x), y), rtol=2e-2 if loose else 1e-4)
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
 
     def step_of(pm):
         params = list(pm.parameters())
@@ -127,15 +135,9 @@ def breakdown(name: str, steps: int, warmup: int, device: str = "cpu", dtype: to
     from autopar.runtime import groups as G
     from autopar.runtime import rng
 
-    model, x, y, loss_fn = gpu_case(name) if name in GPU_CASES else make_case(name)
-    model = model.to(device=device, dtype=dtype)
-    x, y = x.to(device), y.to(device)
-    if x.is_floating_point():
-        x, y = x.to(dtype), y.to(dtype)
-    pm = autopar.compile(model, None, example_inputs=(x,), loss_fn=loss_fn, example_target=y,
-                         strategy={"data": 1, "tensor": 1})
+    model, x, y, loss_fn, sync = placed_case(name, device, dtype)
+    pm = _compiled(model, x, y, loss_fn, fusion=False)   # the unfused program, as sides()' "autopar"
     pm.step(x, target=y)
-    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     program, _, _ = pm.runner.program((x,), y, pm.training)
 
     def lookup():
@@ -207,8 +209,9 @@ def main(argv=None) -> list:
         print(profile(args.profile))
         return []
     steps, warmup = steps_of(args)
-    default = QUICK_CASES if args.quick else (GPU_CASES if args.device == "cuda" else CASES)
-    selected = cases_of(args.cases, args.quick, CASES + GPU_CASES, QUICK_CASES) if args.cases else default
+    selected = cases_of(args.cases, args.quick, CASES + GPU_CASES, QUICK_CASES)
+    if args.device == "cuda" and not args.quick and not args.cases:
+        selected = list(GPU_CASES)
     rows = run(steps, warmup, args.quick, selected, args.threads, args.device, DTYPES[args.dtype], args.fusion)
     print_rows(f"compile overhead: autopar on 1 rank vs eager ({steps} steps, {warmup} warm-up, "
                f"{args.threads} thread(s), {args.device}, {args.dtype})", rows)

@@ -117,10 +117,14 @@ class SwiGLU(nn.Module):
 class Rotary(nn.Module):
     """Llama's apply_rotary_pos_emb on the queries: cos, sin [B, T, D] over the heads."""
 
-    def forward(self, q, cos, sin):
+    def __init__(self):
+        super().__init__()
         from transformers.models.llama.modeling_llama import rotate_half
+        self.rotate_half = rotate_half
+
+    def forward(self, q, cos, sin):
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-        return q * cos + rotate_half(q) * sin
+        return q * cos + self.rotate_half(q) * sin
 
 
 def build(chain: str, quick: bool) -> tuple[nn.Module, list[tuple]]:

@@ -76,14 +76,17 @@ def _check(report: dict) -> None:
 
 
 def _check_experts(reports: list, degree: int) -> None:
+    """Every rank's report within tolerance, the expert-parallel program, the held share,
+    the measured load and the plan's text."""
+    for report in reports:
+        _check(report)
     code = reports[0]["code"]
     assert ("expert_parallel_mlp" in code or "expert_parallel_modules" in code) and "grouped_mm" not in code \
         and "index_add" not in code, reports[0]["case"]
     # each rank holds 1/degree of the experts (and its share of what the tensor group splits)
     assert all(r["held_params"] < r["all_params"] for r in reports)
     load = reports[0]["expert_load"]
-    assert load and all(len(rows) == degree for rows in load.values())
-    # every (token, slot) pair of the expert group's ranks was processed by one of them
+    assert load and all(len(rows) == degree for rows in load.values())   # the expert group's ranks
     assert "expert parallelism: expert groups of" in reports[0]["explain"]
     assert "measured" in reports[0]["explain"]
 
@@ -92,34 +95,23 @@ def _check_experts(reports: list, degree: int) -> None:
 @pytest.mark.parametrize("index", range(len(CASES)))
 def test_expert_parallel_equals_the_single_device_model(index):
     reports = [per_rank[index] for per_rank in _MAIN()]
-    for report in reports:
-        _check(report)
     _check_experts(reports, CASES[index][1].get("experts", 2))
     assert "experts" in reports[0]["plan"]
 
 
 @pytest.mark.multiprocess
 def test_the_load_balancing_loss_equals_the_single_device_models():
-    reports = [r[0] for r in _AUX()]
-    for report in reports:
-        _check(report)
-    _check_experts(reports, 2)
+    _check_experts([r[0] for r in _AUX()], 2)
 
 
 @pytest.mark.multiprocess
 @pytest.mark.extended
 def test_the_load_balancing_loss_with_tensor_parallel_experts_and_a_shared_expert():
-    reports = [r[0] for r in _AUX_EXTENDED()]
-    for report in reports:
-        _check(report)
-    _check_experts(reports, 2)
+    _check_experts([r[0] for r in _AUX_EXTENDED()], 2)
 
 
 @pytest.mark.multiprocess
 @pytest.mark.extended
 @pytest.mark.parametrize("index", range(len(EXTENDED)))
 def test_expert_parallel_in_a_pipeline_and_at_degree_four(index):
-    reports = [per_rank[index] for per_rank in _EXTENDED()]
-    for report in reports:
-        _check(report)
-    _check_experts(reports, EXTENDED[index][1].get("experts", 2))
+    _check_experts([per_rank[index] for per_rank in _EXTENDED()], EXTENDED[index][1].get("experts", 2))

@@ -45,9 +45,8 @@ from collections import deque
 import torch
 import torch.fx as fx
 
-from autopar._torch_compat import is_aten_op
 from autopar.analysis.manager import examining
-from autopar.analysis.ops import LINEAR_FUNCTIONS, LinearMatch, match_linear
+from autopar.analysis.ops import LINEAR_FUNCTIONS, LinearMatch, call_name, match_linear
 from autopar.ir import Region, add_region, clear_regions, regions, tensor_spec
 
 log = logging.getLogger("autopar.analysis.experts")
@@ -58,24 +57,15 @@ _SCORES = {torch.softmax: "softmax", torch.nn.functional.softmax: "softmax", tor
 _PASS_THROUGH = ("to", "_to_copy", "view", "reshape", "_unsafe_view", "float", "type_as", "contiguous", "clone")
 
 
-def _name(node: fx.Node) -> str:
-    """The op's name whatever the spelling (``aten.topk.default``, ``torch.topk``, ``x.topk``)."""
-    if node.op == "call_method":
-        return str(node.target)
-    if is_aten_op(node.target):
-        return getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
-    return getattr(node.target, "__name__", "")
-
-
 def _is_topk(node: fx.Node) -> bool:
-    return node.op in ("call_function", "call_method") and (node.target in _TOPK or _name(node) == "topk")
+    return node.op in ("call_function", "call_method") and (node.target in _TOPK or call_name(node) == "topk")
 
 
 def _scores(node: fx.Node) -> str | None:
     if node.op not in ("call_function", "call_method"):
         return None
     return _SCORES.get(node.target) or {"softmax": "softmax", "_softmax": "softmax", "sigmoid": "sigmoid"}.get(
-        _name(node))
+        call_name(node))
 
 
 def _walk(start: fx.Node, limit: int, forward: bool = False):
@@ -105,7 +95,7 @@ def _router_linear(node: fx.Node, gm: fx.GraphModule):
     if found is not None or node.op != "call_function" or node.target not in LINEAR_FUNCTIONS or len(node.args) < 2:
         return found
     x, w = node.args[0], node.args[1]
-    if not (isinstance(x, fx.Node) and isinstance(w, fx.Node) and _name(w) in ("to", "_to_copy") and w.args
+    if not (isinstance(x, fx.Node) and isinstance(w, fx.Node) and call_name(w) in ("to", "_to_copy") and w.args
             and isinstance(w.args[0], fx.Node) and w.args[0].op == "get_attr") or len(node.args) > 2:
         return None
     spec = tensor_spec(w.args[0])
@@ -128,7 +118,7 @@ def _router(topk: fx.Node, gm: fx.GraphModule):
         scores = scores or _scores(node)
         # casts and views; DeepSeek-V3's score correction bias (an add) and group-limited
         # routing (a masked_fill of the groups not picked) choose, but do not weight
-        if not (_scores(node) or _name(node) in _PASS_THROUGH + ("add", "masked_fill")) or not node.args:
+        if not (_scores(node) or call_name(node) in _PASS_THROUGH + ("add", "masked_fill")) or not node.args:
             return None, None
         node = node.args[0]
     return None, None
@@ -141,9 +131,9 @@ def _experts_input(column: fx.Node) -> fx.Node | None:
     for _ in range(4):
         if not isinstance(node, fx.Node):
             return None
-        if _name(node) in ("index", "getitem") and node.args and isinstance(node.args[0], fx.Node):
+        if call_name(node) in ("index", "getitem") and node.args and isinstance(node.args[0], fx.Node):
             return node.args[0]
-        if _name(node) not in _PASS_THROUGH or not node.args:
+        if call_name(node) not in _PASS_THROUGH or not node.args:
             return None
         node = node.args[0]
     return None
@@ -156,13 +146,13 @@ def _routing_weights(topk: fx.Node, indices: fx.Node, combine: fx.Node) -> tuple
     uncorrected ones), after their renormalisation, scaling and casts."""
     ancestors = set(_walk(combine, 5000))
     values = [u for u in topk.users if u.args[1:] == (0,)]
-    gathered = [u for u in indices.users if _name(u) == "gather"]
+    gathered = [u for u in indices.users if call_name(u) == "gather"]
     for start in values + gathered:
         weights = _weights(start)
         if weights in ancestors:
             path = [weights, *_walk(weights, 8)]
             cut = path.index(start) if start in path else len(path)
-            return weights, any(_name(n) in ("div", "div_", "truediv") for n in path[:cut])
+            return weights, any(call_name(n) in ("div", "div_", "truediv") for n in path[:cut])
     return None
 
 
@@ -170,7 +160,7 @@ def _combine(row: fx.Node, top_k: int) -> fx.Node | None:
     """The sum over the ``k`` slots after the down projection ``row`` (its users, breadth
     first): a sum over dimension 1 of a ``[tokens, k, hidden]`` view."""
     for user in _walk(row, 32, forward=True):
-        if _name(user) == "sum":
+        if call_name(user) == "sum":
             dims = user.args[1] if len(user.args) > 1 else user.kwargs.get("dim")
             dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
             source = user.args[0]
@@ -187,7 +177,7 @@ def _weights(values: fx.Node) -> fx.Node:
     while True:
         step = next((u for u in node.users if u.args and u.args[0] is node and tensor_spec(u) is not None
                      and tensor_spec(u).shape == shape
-                     and _name(u) in ("div", "div_", "truediv", "mul", "to", "_to_copy", "type_as")), None)
+                     and call_name(u) in ("div", "div_", "truediv", "mul", "to", "_to_copy", "type_as")), None)
         if step is None:
             return node
         node = step
@@ -210,7 +200,7 @@ def _shared(gm: fx.GraphModule, router_input: fx.Node, combine: fx.Node, own: tu
     expert modules) that read the router's input (up to views) and whose output meets
     the combine's in an add."""
     table = {n.name: n for n in gm.graph.nodes}
-    bases = {router_input} | {a for a in _walk(router_input, 4) if _name(a) in _PASS_THROUGH}
+    bases = {router_input} | {a for a in _walk(router_input, 4) if call_name(a) in _PASS_THROUGH}
     downstream = {combine, *_walk(combine, 16, forward=True)}   # the routed output's casts and views up to the add
     shared = []
     for chain in regions(gm, "linear_chain"):
@@ -222,7 +212,7 @@ def _shared(gm: fx.GraphModule, router_input: fx.Node, combine: fx.Node, own: tu
             continue
         row = table[chain.details["row"]]
         reached = {row, *_walk(row, 8, forward=True)}
-        if any(_name(n) == "add" and set(n.all_input_nodes) & downstream for n in reached):
+        if any(call_name(n) == "add" and set(n.all_input_nodes) & downstream for n in reached):
             shared.append(chain.id)
     return shared
 
@@ -246,7 +236,7 @@ def _module_path(gm: fx.GraphModule, chain, table: dict) -> str:
     return ".".join(common)
 
 
-def _module_list_layer(gm: fx.GraphModule, topk: fx.Node, chains: dict, table: dict):
+def _module_list_layer(gm: fx.GraphModule, topk: fx.Node, chains: dict, table: dict, order: dict):
     """A routed layer whose experts are separate modules (a ``ModuleList``), written as a
     loop over the experts: ``token, slot = where(index == e)``, the expert on
     ``x[token]``, its output weighted by ``weights[token, slot]`` and ``index_add``-ed
@@ -257,17 +247,17 @@ def _module_list_layer(gm: fx.GraphModule, topk: fx.Node, chains: dict, table: d
     found: dict[int, tuple] = {}
     source = None
     for eq in indices[0].users:
-        if _name(eq) != "eq" or len(eq.args) < 2 or _int(eq.args[1]) is None:
+        if call_name(eq) != "eq" or len(eq.args) < 2 or _int(eq.args[1]) is None:
             continue
-        where = next((u for u in eq.users if _name(u) in ("where", "nonzero_numpy") and len(u.args) == 1), None)
+        where = next((u for u in eq.users if call_name(u) in ("where", "nonzero_numpy") and len(u.args) == 1), None)
         token = next((u for u in (where.users if where is not None else ()) if u.args[1:] == (0,)), None)
         if token is None:
             continue
-        rows = next((u for u in token.users if _name(u) in ("getitem", "index") and u.args[1] in (token, [token])
+        rows = next((u for u in token.users if call_name(u) in ("getitem", "index") and u.args[1] in (token, [token])
                      and isinstance(u.args[0], fx.Node)), None)
         chain = next((c for c in chains.values() if rows is not None and any(
             table[n].args and table[n].args[0] is rows for n in c.details["column"])), None)
-        add = next((u for u in token.users if _name(u) in ("index_add", "index_add_")), None)
+        add = next((u for u in token.users if call_name(u) in ("index_add", "index_add_")), None)
         if rows is None or chain is None or add is None or (source is not None and rows.args[0] is not source):
             return None
         # the expert is its chain and nothing else: every op from its rows to its output
@@ -275,7 +265,6 @@ def _module_list_layer(gm: fx.GraphModule, topk: fx.Node, chains: dict, table: d
         # computes what the loop computed
         row = table[chain.details["row"]]
         weighted = add.args[3] if len(add.args) > 3 else add.kwargs.get("source")
-        order = {n: i for i, n in enumerate(gm.graph.nodes)}
         span = _between(rows, row, order) - {rows}
         if not (isinstance(weighted, fx.Node) and row in weighted.all_input_nodes) or \
                 not span <= {table[n] for n in chain.nodes}:
@@ -296,7 +285,7 @@ def _module_list_layers(gm: fx.GraphModule, table: dict, order: dict) -> None:
     chains = {r.id: r for r in regions(gm, "linear_chain") if not r.details.get("experts")}
     for topk in [n for n in gm.graph.nodes if _is_topk(n)]:
         with examining("experts", topk, "routed experts (separate modules)"):
-            layer = _module_list_layer(gm, topk, chains, table)
+            layer = _module_list_layer(gm, topk, chains, table, order)
             if layer is None:
                 continue
             source, experts = layer
@@ -318,7 +307,7 @@ def _module_list_layers(gm: fx.GraphModule, table: dict, order: dict) -> None:
             path = _module_path(gm, experts[0][0], table).rsplit(".", 2)[0]   # the block holding the list
             details = {"experts": len(experts), "top_k": top_k, "router": router.node.name,
                        "router_weight": router.weight, "scores": scores or "none",
-                       "normalized": any(_name(u) in ("div", "div_", "truediv") for u in values[0].users),
+                       "normalized": any(call_name(u) in ("div", "div_", "truediv") for u in values[0].users),
                        "chain": experts[0][0].id, "chains": [c.id for c, _ in experts], "form": "module_list",
                        "modules": [_module_path(gm, c, table) for c, _ in experts], "input": source.name,
                        "index": [u for u in topk.users if u.args[1:] == (1,)][0].name,
@@ -385,7 +374,7 @@ def _reduces_tokens(node: fx.Node, tokens: int, experts: int) -> bool:
     """Whether ``node`` reduces a value whose first dimension holds the ``tokens`` (a
     multiple of them: views that merged the slots in) over that dimension into one value
     per expert (``[experts]``: a count or a mean probability per expert)."""
-    name = _name(node)
+    name = call_name(node)
     out = tensor_spec(node)
     if name not in _REDUCTIONS or not node.args or not isinstance(node.args[0], fx.Node) or out is None \
             or tuple(out.shape) != (experts,):
@@ -419,7 +408,7 @@ def _scored(topk: fx.Node) -> bool:
             return False
         if _scores(node):
             return True
-        if _name(node) not in _PASS_THROUGH or not node.args:
+        if call_name(node) not in _PASS_THROUGH or not node.args:
             return False
         node = node.args[0]
     return False
@@ -446,18 +435,18 @@ def router_statistics(gm: fx.GraphModule) -> list[str]:
         for node in _walk(topk.args[0], 400, forward=True):
             if node.op not in ("call_function", "call_method") or not _reduces_tokens(node, tokens, experts):
                 continue
-            if any(_name(u) in _BOOKKEEPING for u in _walk(node, 64, forward=True)):
+            if any(call_name(u) in _BOOKKEEPING for u in _walk(node, 64, forward=True)):
                 continue
             found[node] = None
             tokens_of[node] = tokens
     for node in list(found):   # the denominators: a reduction over a batch input the statistic is divided by
         for user in _walk(node, 16, forward=True):
-            if _name(user) not in ("div", "div_", "truediv") or len(user.args) < 2 or \
+            if call_name(user) not in ("div", "div_", "truediv") or len(user.args) < 2 or \
                     not isinstance(user.args[1], fx.Node):
                 continue
             for other in [user.args[1], *_walk(user.args[1], 2000)]:   # (a sum over every layer: deep)
                 spec = tensor_spec(other.args[0]) if other.args and isinstance(other.args[0], fx.Node) else None
-                if other not in found and _name(other) in ("sum", "mean") and spec is not None and spec.shape \
+                if other not in found and call_name(other) in ("sum", "mean") and spec is not None and spec.shape \
                         and spec.shape[0] % tokens_of[node] == 0 and _over_rows(other, len(spec.shape)) \
                         and not (set(_walk(other, 64)) & set(found)):
                     found[other] = None

@@ -299,6 +299,16 @@ def is_dropout(node: fx.Node, gm: fx.GraphModule | None = None) -> bool:
     return node.op == "call_function" and node.target in DROPOUT_FUNCTIONS
 
 
+def call_name(node: fx.Node) -> str:
+    """The op's bare name whatever the spelling (``aten.topk.default``, ``torch.topk``,
+    ``x.topk``: ``"topk"``); ``""`` for modules, placeholders and attributes."""
+    if node.op == "call_method":
+        return str(node.target)
+    if is_aten_op(node.target):
+        return getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
+    return getattr(node.target, "__name__", "") if node.op == "call_function" else ""
+
+
 def op_name(node: fx.Node) -> str:
     """A short, spelling-independent name for messages: ``aten.addmm``, ``F.linear``, ``Linear``."""
     if node.op == "call_module":

@@ -43,6 +43,14 @@ def mixed_form(tensor_grid: dict, subgrids: int = 0) -> str:
             + (f" dsp {subgrids} sub-grids" if subgrids else ""))
 
 
+def experts_form(base: str, experts: int) -> str:
+    """A form with expert parallelism's ``experts P`` after the base's (``"experts 2"``,
+    ``"pipeline 1f1b, experts 2"``); the base alone without it."""
+    if experts <= 1:
+        return base
+    return (base + ", " if base else "") + f"experts {experts}"
+
+
 @dataclass
 class Cost:
     """Predicted per-step cost of one region (or the whole model) on one rank."""
@@ -283,10 +291,7 @@ class Plan:
         """``"cube"`` when the grid runs Bian's cube form (``cube3d`` regions); a pipeline's
         schedule (``"pipeline 1f1b"``, ``"pipeline interleaved v=2"``); else ``""``; then
         ``"experts P"`` under expert parallelism (``"pipeline 1f1b, experts 2"``)."""
-        base = self._family_form()
-        if self.experts > 1:
-            return (base + ", " if base else "") + f"experts {self.experts}"
-        return base
+        return experts_form(self._family_form(), self.experts)
 
     def _family_form(self) -> str:
         if self.pipeline:

@@ -26,6 +26,7 @@ from typing import Iterable, Iterator
 
 import torch
 import torch.distributed as dist
+from torch.utils._pytree import tree_map_only
 
 CPU = torch.device("cpu")
 _current: list[torch.device] = []
@@ -74,8 +75,7 @@ def to_rank_device(value, device: torch.device):
     """``value`` (outputs of any structure) with its tensors on ``device``: what
     ``broadcast_object_list`` hands a rank is unpickled on the sender's device (another GPU
     index under NCCL)."""
-    from torch.utils._pytree import tree_map
-    return tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) and x.device != device else x, value)
+    return tree_map_only(torch.Tensor, lambda x: x.to(device), value)
 
 
 def check_backend_device(device: torch.device, group=None) -> None:

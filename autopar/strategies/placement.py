@@ -43,7 +43,7 @@ def seat_of(plan, rank: int) -> Seat:
     if plan.mixed and grid is not None:  # the 3D regions' coordinates in the tensor group
         coords.update({axis: i for axis, i in plan.region_coordinates(rank).items() if axis != "data"})
         sizes.update(x=grid.x, y=grid.y, z=grid.z)
-    if getattr(plan, "experts", 1) > 1:  # expert parallelism: the expert group and the place in it
+    if plan.experts > 1:  # expert parallelism: the expert group and the place in it
         coords["expert_replica"], coords["experts"] = plan.expert_coordinates(rank)
         sizes.update(expert_replica=plan.degree("data") // plan.experts, experts=plan.experts)
     g = plan.tensor_subgrids

@@ -130,14 +130,10 @@ def batch_major_rows(node: fx.Node, local_batch: int) -> bool:
         if node.op == "call_module":   # a traced nn.Linear (symbolic tracing keeps the module)
             module = node.graph.owning_module.get_submodule(node.target)
             name = "linear" if isinstance(module, nn.Linear) else type(module).__name__
-        elif node.op == "call_method":
-            name = str(node.target)
         else:
-            name = getattr(getattr(node.target, "overloadpacket", None), "__name__", None) or getattr(
-                node.target, "__name__", str(node.target))
-        if not isinstance(spec, TensorSpec) or not spec.shape or node.op not in ("call_function", "call_method",
-                                                                                "call_module") or \
-                name not in _ROW_WISE or not node.args or not isinstance(node.args[0], fx.Node):
+            name = ops.call_name(node)
+        if not isinstance(spec, TensorSpec) or not spec.shape or name not in _ROW_WISE or not node.args \
+                or not isinstance(node.args[0], fx.Node):
             return False
         if name == "softmax" or name == "_softmax":
             dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")

@@ -70,6 +70,12 @@ class ExpertNumbers:
         return self.compute_s + self.all_to_all_s + self.gradient_s
 
 
+def dispatch_combine_time(degree: int, buffer_bytes: float, hw: Hardware) -> float:
+    """A layer's 4 all-to-alls per step (dispatch and combine, forward and backward) of a
+    ``buffer_bytes`` buffer per rank over an expert group of ``degree``; 0 at degree 1."""
+    return 4 * cm.all_to_all_time(degree, buffer_bytes, hw) if degree > 1 else 0.0
+
+
 def expert_layer_numbers(layer: MoELayer, degree: int, data: int, hw: Hardware) -> ExpertNumbers:
     """The predicted figures of ``layer`` over expert groups of ``degree`` ranks inside a
     data group of ``data`` (see the module docstring); ``degree`` 1 is data parallelism."""
@@ -82,7 +88,7 @@ def expert_layer_numbers(layer: MoELayer, degree: int, data: int, hw: Hardware) 
     forward = cm.matmul_time(2 * rows * up, hw) + cm.matmul_time(2 * rows * down, hw)
     backward = 2 * (cm.matmul_time(2 * rows * up, hw) + cm.matmul_time(2 * rows * down, hw))
     buffer = rows * layer.hidden * layer.bytes
-    all_to_all = 4 * cm.all_to_all_time(degree, buffer, hw) if degree > 1 else 0.0
+    all_to_all = dispatch_combine_time(degree, buffer, hw)
     local = layer.experts // degree
     replicas = data // degree
     gradient = cm.all_reduce_time(replicas, local * layer.expert_params * layer.bytes, hw, stride=degree)
@@ -92,4 +98,4 @@ def expert_layer_numbers(layer: MoELayer, degree: int, data: int, hw: Hardware) 
                          cm.training_memory(params, saved))
 
 
-__all__ = ["ExpertNumbers", "MoELayer", "expert_layer_numbers"]
+__all__ = ["ExpertNumbers", "MoELayer", "dispatch_combine_time", "expert_layer_numbers"]

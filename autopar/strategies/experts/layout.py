@@ -25,6 +25,14 @@ from autopar.runtime.shards import gather_full, local_shard
 from autopar.strategies.megatron.rewrite import ParamShard
 
 
+_EXPERTS = ParamShard(0, 1, "experts")   # the experts' dimension over the expert group
+
+
+def _replica_bucket(bucket, data: int):
+    """``bucket`` reduced over the ranks holding the same experts, over the data degree."""
+    return dataclasses.replace(bucket, group="expert_replica", divisor=data)
+
+
 @dataclass(frozen=True)
 class ExpertShard:
     """The experts' dimension 0 cut over ``experts``; ``inner``: the dimension of the
@@ -44,7 +52,7 @@ class ExpertShard:
 
     def local(self, full: torch.Tensor, seat) -> torch.Tensor:
         """This rank's experts (and its tensor part of each)."""
-        part = local_shard(full, ParamShard(0, 1, "experts"), seat.size("experts"), seat.coords.get("experts", 0))
+        part = local_shard(full, _EXPERTS, seat.size("experts"), seat.coords.get("experts", 0))
         tensor = self._tensor()
         if tensor is not None and seat.size("tensor") > 1:
             part = local_shard(part, tensor, seat.size("tensor"), seat.coords.get("tensor", 0))
@@ -55,7 +63,7 @@ class ExpertShard:
         tensor = self._tensor()
         if tensor is not None and seat.size("tensor") > 1:
             local = gather_full(local, tensor, seat.size("tensor"))
-        return gather_full(local, ParamShard(0, 1, "experts"), seat.size("experts"))
+        return gather_full(local, _EXPERTS, seat.size("experts"))
 
     def norm_groups(self) -> tuple[str, ...]:
         return ("experts",) + (("tensor",) if self.inner is not None else ())
@@ -67,7 +75,7 @@ def place(builder, weights: list[str]) -> None:
     for name in weights:
         p = builder.placement(name)
         if p.bucket is not None:
-            builder.update(name, bucket=dataclasses.replace(p.bucket, group="expert_replica", divisor=data))
+            builder.update(name, bucket=_replica_bucket(p.bucket, data))
 
 
 def place_modules(builder, modules: list[str], degree: int) -> None:
@@ -86,8 +94,7 @@ def place_modules(builder, modules: list[str], degree: int) -> None:
             continue
         p = builder.placement(name)
         held = p.held and owner == place
-        bucket = dataclasses.replace(p.bucket, group="expert_replica", divisor=data) \
-            if p.bucket is not None and held else None
+        bucket = _replica_bucket(p.bucket, data) if p.bucket is not None and held else None
         builder.update(name, held=held, home=p.home + (("experts", owner),), bucket=bucket,
                        norm_groups=tuple(sorted({*p.norm_groups, "experts"})))
 

@@ -45,10 +45,12 @@ import math
 from autopar.cost import model as cm
 from autopar.ir import regions as graph_regions, tensor_spec
 from autopar.planning.model import ModelFacts, exposed_data_comm
-from autopar.planning.plan import Cost, Plan, RegionChoice
-from autopar.planning.strategy import PlanError, Strategy, divisors
+from autopar.planning.plan import Cost, Plan, RegionChoice, _in_stage, experts_form
+from autopar.planning.strategy import Pin, PlanError, Strategy, divisors
+from autopar.strategies.experts.cost import dispatch_combine_time
 from autopar.strategies.experts.layout import ExpertShard, place as place_experts, place_modules
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
+from autopar.strategies.megatron.planner import price_mesh
 from autopar.strategies.family import SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, rejected, too_big
 
 BASES = ("data", "megatron")  # the families whose configurations "auto" weighs with experts
@@ -85,13 +87,14 @@ def _base_family(config: Strategy):
     return next(f for f in FAMILIES if f.name == name)
 
 
+def _matches(pattern: str, region) -> bool:
+    """Whether a region pin's ``pattern`` (a glob over region ids, or ``kind:K``) names ``region``."""
+    return Pin(pattern, "replicate").matches(region)
+
+
 def _pinned(config: Strategy, region) -> int | None:
     """The expert degree a pin gives ``region`` (1: replicate), None when no pin matches."""
-    from autopar.planning.strategy import Pin
-    for pattern, degree in config.expert_pins:
-        if Pin(pattern, "replicate").matches(region):
-            return degree
-    return None
+    return next((degree for pattern, degree in config.expert_pins if _matches(pattern, region)), None)
 
 
 def check_forced(model: ModelFacts, config: Strategy, data: int | None) -> None:
@@ -117,7 +120,7 @@ def check_forced(model: ModelFacts, config: Strategy, data: int | None) -> None:
                 raise PlanError(f"region {r.id}: {e}; pin it 'replicate' ({{'regions': {{{r.id!r}: "
                                 f"'replicate'}}}}) or drop 'experts'") from None
     for pattern, _ in config.expert_pins:
-        if not any(_pinned(dataclasses.replace(config, expert_pins=((pattern, 1),)), r) for r in found):
+        if not any(_matches(pattern, r) for r in found):
             raise PlanError(f"strategy['regions'][{pattern!r}]: matches no MoE region; the model's are "
                             f"{[r.id for r in found]}")
     if data is not None and p > 1 and data % p:
@@ -167,7 +170,7 @@ def layer_figures(model: ModelFacts, hw, region, chain_choice: list[RegionChoice
     inside = tensor if d.get("form") != "module_list" else 1   # separate modules run whole on each tensor rank
     after = params / (degree * inside)
     compute = model.seconds(nodes, hw, 1 / (data * inside))
-    a2a = 4 * cm.all_to_all_time(degree, buffer, hw) if degree > 1 else 0.0
+    a2a = dispatch_combine_time(degree, buffer, hw)
     tensor_s = 2 * cm.all_reduce_time(tensor, tokens * hidden * itemsize, hw) if inside > 1 else 0.0
     gradient = cm.all_reduce_time(data // degree, after * 4, hw, stride=degree * tensor)
     base = (sum(c.cost.compute_s + c.cost.total_comm_s for c in chain_choice)
@@ -239,7 +242,7 @@ class ExpertParallel(CompileHooks):
         base_ctx = dataclasses.replace(ctx, forced=base_config if ctx.forced is not None else None)
         base = family.price(base_ctx, base_config)
         mesh = dict(base.mesh)
-        form = _form(base.form, config.experts)
+        form = experts_form(base.form, config.experts)
         if not base.feasible and not base.reason.startswith("needs"):
             return rejected(self.name, config, mesh, base.reason, form=form)
         data, tensor = mesh.get("data", 1), mesh.get("tensor", 1)
@@ -255,9 +258,10 @@ class ExpertParallel(CompileHooks):
             return self._price_pipeline(ctx, config, base, form)
         return self._price_mesh(ctx, config, base, data, tensor, form)
 
-    def _choose(self, ctx: PlanContext, config: Strategy, choices: dict, data: int, tensor: int
-                ) -> list[tuple[object, LayerFigures, bool, str]]:
-        """Each MoE region, its figures under the degree, whether it takes it, and why."""
+    def _choose(self, ctx: PlanContext, config: Strategy, choices: dict, data: int, tensor: int,
+                every: bool = False) -> list[tuple[LayerFigures, bool, str]]:
+        """Each MoE region's figures under the degree, whether it takes it, and why;
+        ``every``: each region the pins leave takes it (a pipeline's stages)."""
         out = []
         for r in moe_regions(ctx.model):
             pin = _pinned(config, r)
@@ -266,13 +270,13 @@ class ExpertParallel(CompileHooks):
                 continue
             f = layer_figures(ctx.model, ctx.hw, r, chains, config.experts, data, tensor)
             if r.details["experts"] % config.experts:
-                out.append((r, f, False, f"{r.details['experts']} experts not divisible by {config.experts}"))
+                out.append((f, False, f"{r.details['experts']} experts not divisible by {config.experts}"))
             elif pin is not None:
-                out.append((r, f, pin > 1, "pinned"))
-            elif ctx.forced is not None:
-                out.append((r, f, True, "forced: every MoE region"))
+                out.append((f, pin > 1, "pinned"))
+            elif ctx.forced is not None or every:
+                out.append((f, True, "forced: every MoE region" if ctx.forced is not None else "in a pipeline stage"))
             else:
-                out.append((r, f, f.step_s < f.base_s, "cheapest predicted step time"))
+                out.append((f, f.step_s < f.base_s, "cheapest predicted step time"))
         return out
 
     def _price_mesh(self, ctx: PlanContext, config: Strategy, base: Priced, data: int, tensor: int,
@@ -283,7 +287,7 @@ class ExpertParallel(CompileHooks):
         taken = []
         compute, comm = table.total.compute_s, dict(table.total.comm_s)
         params = table.param_elems
-        for r, f, take, reason in picked:
+        for f, take, _ in picked:
             if not take:
                 continue
             for old in (choices[c] for c in f.chains if c in choices):
@@ -306,7 +310,7 @@ class ExpertParallel(CompileHooks):
         saved = cm.training_memory(sum(f.params_before - f.params_after for f in taken), 0)
         memory = table.total.memory_bytes - saved
         step = compute + sum(comm.values())
-        detail = {"base": base, "layers": [(f, take, reason) for _, f, take, reason in picked]}
+        detail = {"base": base, "layers": picked}
         figures = dict(step_s=step, memory_bytes=memory, comm_s=comm, form=form)
         why = too_big(memory, ctx.hw, table.note)
         if why is not None:
@@ -321,17 +325,14 @@ class ExpertParallel(CompileHooks):
         n = base.detail
         data, tensor = n.data, n.tensor
         model = ctx.model
-        from autopar.strategies.megatron.planner import price_mesh
         choices = {c.region: c for c in price_mesh(model, ctx.hw, data, tensor, True, n.shape.keep_whole).regions}
-        picked = self._choose(ctx, dataclasses.replace(config, expert_pins=config.expert_pins or (("kind:experts",
-                                                                                                    config.experts),)),
-                              choices, data, tensor)
-        a2a = sum(f.all_to_all_s + f.tensor_s for _, f, take, _ in picked if take) * (n.m + n.p - 1) / (n.m * n.p)
+        picked = self._choose(ctx, config, choices, data, tensor, every=True)
+        taken = [f for f, take, _ in picked if take]
+        a2a = sum(f.all_to_all_s + f.tensor_s for f in taken) * (n.m + n.p - 1) / (n.m * n.p)
         comm = dict(base.comm_s)
         comm["experts"] = a2a
-        memory = base.memory_bytes - cm.training_memory(
-            sum(f.params_before - f.params_after for _, f, take, _ in picked if take) / n.p, 0)
-        detail = {"base": base, "layers": [(f, take, reason) for _, f, take, reason in picked]}
+        memory = base.memory_bytes - cm.training_memory(sum(f.params_before - f.params_after for f in taken) / n.p, 0)
+        detail = {"base": base, "layers": picked}
         return Priced(self.name, config, dict(base.mesh), step_s=base.step_s + a2a, memory_bytes=memory, feasible=True,
                       comm_s=comm, form=form, detail=detail, reason=base.reason)
 
@@ -389,7 +390,6 @@ class ExpertParallel(CompileHooks):
     # ------------------------------------------------------------------ the compile hooks
     @staticmethod
     def _layers(plan: Plan, stage: int | None = None) -> list[str]:
-        from autopar.planning.plan import _in_stage
         return [r.region for r in plan.regions if r.kind == "experts" and r.strategy == "experts"
                 and _in_stage(r, stage)]
 
@@ -415,18 +415,13 @@ class ExpertParallel(CompileHooks):
 
     def place(self, builder, build: RankBuild) -> None:
         plan = builder.plan
-        if getattr(plan, "experts", 1) <= 1:
+        if plan.experts <= 1:
             return
         weights = [name for name in builder.names() if isinstance(builder.placement(name).cut, ExpertShard)]
         place_experts(builder, weights)
         for r in plan.regions:
             if r.kind == "experts" and r.strategy == "experts" and r.details.get("form") == "module_list":
                 place_modules(builder, r.details["modules"], plan.experts)
-
-
-def _form(base: str, degree: int) -> str:
-    """The configuration's form: the base's, then ``experts P``."""
-    return (base + ", " if base else "") + f"experts {degree}"
 
 
 __all__ = ["ExpertParallel", "check_forced", "expert_degrees", "layer_figures", "moe_regions"]

@@ -29,7 +29,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from autopar.analysis.ops import match_linear
+from autopar.analysis.ops import call_name, match_linear
 from autopar.ir import SPEC, Region, regions
 from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
 from autopar.strategies.experts.collectives import combine, dispatch, record_load
@@ -43,23 +43,39 @@ def _project(x: torch.Tensor, weight: torch.Tensor, layout: str) -> torch.Tensor
     return x @ (weight.t() if layout == "experts_out_in" else weight)
 
 
+def by_expert(rows: torch.Tensor, ids: torch.Tensor, count: int, run) -> torch.Tensor:
+    """``run(j, rows of expert j)`` for each of this rank's ``count`` experts, the outputs
+    put back in the rows' order (zeros of the rows' shape when the rank holds none)."""
+    outputs, order = [], []
+    for expert in range(count):
+        picked = (ids == expert).nonzero().squeeze(1)
+        outputs.append(run(expert, rows[picked]))
+        order.append(picked)
+    if not outputs:
+        return rows.new_zeros(rows.shape)
+    return torch.cat(outputs)[torch.argsort(torch.cat(order))]
+
+
 def local_experts(rows: torch.Tensor, ids: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
                   activation: str, layouts: tuple[str, str]) -> torch.Tensor:
     """This rank's experts (``gate_up`` ``[E/P, ...]``, ``down`` ``[E/P, ...]``) on the rows
     it received, each by the expert ``ids`` names: ``down(act(gate) * up)`` with the gated
     projection cut in two halves (gate first), as Hugging Face's experts compute it."""
     act = ACTIVATIONS[activation]
-    outputs = []
-    order = []
-    for expert in range(gate_up.shape[0]):
-        picked = (ids == expert).nonzero().squeeze(1)
-        gate, up = _project(rows[picked], gate_up[expert], layouts[0]).chunk(2, dim=-1)
-        outputs.append(_project(act(gate) * up, down[expert], layouts[1]))
-        order.append(picked)
-    if not outputs:
-        return rows.new_zeros(rows.shape)
-    out = torch.cat(outputs)
-    return out[torch.argsort(torch.cat(order))]   # the rows' order again
+
+    def run(expert, x):
+        gate, up = _project(x, gate_up[expert], layouts[0]).chunk(2, dim=-1)
+        return _project(act(gate) * up, down[expert], layouts[1])
+    return by_expert(rows, ids, gate_up.shape[0], run)
+
+
+def _routed(hidden, index, weights, experts: int, group: str, layer: str, run_local) -> torch.Tensor:
+    """Dispatch ``hidden``'s (token, slot) rows to their experts' ranks, ``run_local(rows,
+    ids)`` there, combine back; the rows received counted under ``layer``."""
+    rows, ids, routing = dispatch(hidden, index.long(), experts, group)
+    if layer:
+        record_load(layer, routing.rows)
+    return combine(run_local(rows, ids), routing, weights, group, rows)
 
 
 def expert_parallel_mlp(hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor, gate_up: torch.Tensor,
@@ -75,11 +91,8 @@ def expert_parallel_mlp(hidden: torch.Tensor, index: torch.Tensor, weights: torc
     the region id the rows it processes are counted under (:data:`.collectives.LOAD`)."""
     if tensor is not None:
         hidden, weights = copy_to_tensor_region(hidden, tensor), copy_to_tensor_region(weights, tensor)
-    rows, ids, routing = dispatch(hidden, index.long(), experts, group)
-    if layer:
-        record_load(layer, routing.rows)
-    out = local_experts(rows, ids, gate_up, down, activation, layouts)
-    out = combine(out, routing, weights, group, rows)
+    out = _routed(hidden, index, weights, experts, group, layer,
+                  lambda rows, ids: local_experts(rows, ids, gate_up, down, activation, layouts))
     return reduce_from_tensor_region(out, tensor) if tensor is not None else out
 
 
@@ -90,16 +103,8 @@ def expert_parallel_modules(hidden: torch.Tensor, index: torch.Tensor, weights: 
     activation), each run on the rows dispatched to it; the result is what the layer's
     loop over every expert computes on one device (the weighted outputs summed over the
     ``k`` slots)."""
-    rows, ids, routing = dispatch(hidden, index.long(), experts, group)
-    if layer:
-        record_load(layer, routing.rows)
-    outputs, order = [], []
-    for j, module in enumerate(modules):
-        picked = (ids == j).nonzero().squeeze(1)
-        outputs.append(module(rows[picked]))
-        order.append(picked)
-    out = torch.cat(outputs)[torch.argsort(torch.cat(order))] if outputs else rows.new_zeros(rows.shape)
-    return combine(out, routing, weights, group, rows)
+    return _routed(hidden, index, weights, experts, group, layer,
+                   lambda rows, ids: by_expert(rows, ids, len(modules), lambda j, x: modules[j](x)))
 
 
 torch.fx.wrap("expert_parallel_mlp")
@@ -108,8 +113,7 @@ torch.fx.wrap("expert_parallel_modules")
 
 def _activation(gm: fx.GraphModule, chain_nodes: list[fx.Node]) -> str:
     for node in chain_nodes:
-        name = getattr(getattr(node.target, "overloadpacket", None), "__name__", None) or getattr(
-            node.target, "__name__", str(node.target))
+        name = call_name(node)
         if name in ACTIVATIONS:
             if node.kwargs.get("approximate", "none") != "none" or (name == "gelu" and len(node.args) > 1):
                 raise ValueError(f"expert parallelism: {node.name} is an approximate GeLU; this rewrite computes "
