@@ -123,6 +123,8 @@ def check_forced(model: ModelFacts, config: Strategy, data: int | None) -> None:
         if not any(_matches(pattern, r) for r in found):
             raise PlanError(f"strategy['regions'][{pattern!r}]: matches no MoE region; the model's are "
                             f"{[r.id for r in found]}")
+    if p > 1 and all(_pinned(config, r) == 1 for r in found):
+        raise PlanError(f"strategy: experts={p}, and every MoE region is pinned 'replicate'; drop 'experts' or a pin")
     if data is not None and p > 1 and data % p:
         raise PlanError(f"strategy: experts={p} does not divide the data degree {data}; the expert groups are "
                         f"{p} consecutive data ranks: give a data degree that is a multiple of {p}")
@@ -328,6 +330,9 @@ class ExpertParallel(CompileHooks):
         choices = {c.region: c for c in price_mesh(model, ctx.hw, data, tensor, True, n.shape.keep_whole).regions}
         picked = self._choose(ctx, config, choices, data, tensor, every=True)
         taken = [f for f, take, _ in picked if take]
+        if not taken:   # every region pinned whole: the base pipeline's plan again, not listed twice
+            return dataclasses.replace(rejected(self.name, config, dict(base.mesh), "no MoE region is expert-"
+                                                "parallel", form=form), listed=False)
         a2a = sum(f.all_to_all_s + f.tensor_s for f in taken) * (n.m + n.p - 1) / (n.m * n.p)
         comm = dict(base.comm_s)
         comm["experts"] = a2a
