@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-extended test-gpu venv clean bench
+.PHONY: demo test test-extended test-gpu gpu-check gpu-wheels venv clean bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,22 @@ test-extended: $(STAMP)
 test-gpu: $(STAMP)
 	TRITON_INTERPRET=0 $(PY) -m pytest -q -m gpu tests/test_gpu.py
 
+# every GPU test and benchmark in one command, each step under its own limit (8 minutes
+# together on an H100), results under $$OUT or gpu-results/ (benchmarks/gpu_check.py). It
+# runs with the interpreter given, not .venv: on a GPU machine, the Python that already has
+# torch with CUDA (`make gpu-check PYTHON=python3`). Without CUDA it says what it would run.
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py
+
+# wheels of what the GPU machine's Python lacks (it reaches no registry), into .whl/, which
+# gpu-check installs into a private directory before its steps
+GPU_WHEELS := expecttest==0.3.0 pydot==4.0.1
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)
+
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info gpu-results .whl

@@ -3,7 +3,7 @@
 :func:`calibrate` launches ``world_size`` local ranks (one intra-op thread each, as the
 runtime runs them; denormals flushed) and, on every rank at once, times
 
-* fp32 square matmuls from 32 to 2048 (8192 on a GPU), fitted to
+* square matmuls (fp32, or bf16 with ``dtype="bf16"``) from 32 to 2048 (8192 on a GPU), fitted to
   ``cost.MATMUL_TIME`` = (flops + saturation)/rate + launch by least squares: the
   fitted rate is stored as ``peak_flops`` with ``matmul_efficiency`` 1.0 (the base
   preset's peak is not kept: it is a datasheet figure where one exists, while the fit
@@ -15,7 +15,8 @@ runtime runs them; denormals flushed) and, on every rank at once, times
   size G ≥ 2 that divides the world (groups of consecutive ranks, all groups of one size
   running at once, as the groups of one mesh dimension do in training), message sizes
   from 4 B to 4 MiB, and a point-to-point ``send`` between pairs of ranks (half a
-  send/recv round trip).
+  send/recv round trip). One rank (a single GPU) times no collective: the base preset's
+  network figures stand in.
 
 Each sample starts after a barrier so all ranks start together. A collective sample is
 one call (in training, collectives are separated by compute, not back to back), and the
@@ -49,7 +50,7 @@ from typing import Any
 import torch
 
 from autopar.calibrate_fit import fit_matmul, predict, robust_fit_alpha_beta, robust_summary
-from autopar.calibrate_measure import (COLLECTIVES, PIPELINE_MICROBATCHES, calibration_job, group_sizes,
+from autopar.calibrate_measure import (COLLECTIVES, MATMUL_DTYPES, PIPELINE_MICROBATCHES, calibration_job, group_sizes,
                                        pipeline_case, pipeline_strategy, runtime_case, settings)
 from autopar.cost import model as cost
 from autopar.cost.hardware import Hardware, get_hardware
@@ -186,11 +187,14 @@ class Calibration:
             for o in self.outliers:
                 lines.append(f"  {o.term:<22} rank {o.rank} round {o.round}: {_term_value(o.term, o.value_s)} "
                              f"(its median {_term_value(o.term, o.median_s)})")
+        where = (f"intra-node (all_reduce G=2) {hw.intra_node_latency_s * 1e6:.1f} us, "
+                 f"{hw.intra_node_bandwidth / 1e9:.3f} GB/s; inter-node (all_reduce G={self.world_size})"
+                 if self.world_size > 1 else
+                 f"({base.name}'s: one rank times no collective) intra-node {hw.intra_node_latency_s * 1e6:.1f} us, "
+                 f"{hw.intra_node_bandwidth / 1e9:.3f} GB/s; inter-node")
         lines += [
             "",
-            f"scalar fields: intra-node (all_reduce G=2) {hw.intra_node_latency_s * 1e6:.1f} us, "
-            f"{hw.intra_node_bandwidth / 1e9:.3f} GB/s; inter-node (all_reduce G={self.world_size}) "
-            f"{hw.inter_node_latency_s * 1e6:.1f} us, {hw.inter_node_bandwidth / 1e9:.3f} GB/s; "
+            f"scalar fields: {where} {hw.inter_node_latency_s * 1e6:.1f} us, {hw.inter_node_bandwidth / 1e9:.3f} GB/s; "
             f"{base.name}: {base.intra_node_latency_s * 1e6:.1f} us, {base.intra_node_bandwidth / 1e9:.3f} GB/s; "
             f"{base.inter_node_latency_s * 1e6:.1f} us, {base.inter_node_bandwidth / 1e9:.3f} GB/s",
         ]
@@ -203,17 +207,23 @@ class Calibration:
 
 
 def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | Hardware" = "cpu-gloo",
-                    quick: bool = False, name: str | None = None, timeout_s: float | None = None) -> Calibration:
+                    quick: bool = False, name: str | None = None, timeout_s: float | None = None,
+                    dtype: str = "fp32") -> Calibration:
     """Launch ``world_size`` ranks on ``backend``, measure, fit; see the module docstring.
     ``base`` is the preset the table compares with and whose figures stand in for any the
-    fit cannot give. ``name`` defaults to ``calibrated-{backend}-{world_size}``."""
+    fit cannot give. ``name`` defaults to ``calibrated-{backend}-{world_size}``. ``dtype``
+    (``"fp32"`` or ``"bf16"``) is the matmuls' (a GPU's presets give its bf16 peak). One
+    rank (``world_size=1``, a single GPU) times compute alone: the network figures are
+    ``base``'s."""
     from autopar.runtime.launcher import launch
 
-    if world_size < 2:
-        raise ValueError(f"calibrate needs at least 2 ranks to time collectives, got world_size={world_size}")
+    if world_size < 1:
+        raise ValueError(f"calibrate needs at least 1 rank, got world_size={world_size}")
+    if dtype not in MATMUL_DTYPES:
+        raise ValueError(f"calibrate: dtype={dtype!r}; one of {sorted(MATMUL_DTYPES)}")
     base_hw = get_hardware(base)
     started = time.perf_counter()
-    reports = launch(calibration_job, world_size, (backend, quick), backend=backend,
+    reports = launch(calibration_job, world_size, (backend, quick, dtype), backend=backend,
                      timeout_s=timeout_s or (300.0 if quick else 900.0))
     seconds = time.perf_counter() - started
     medians: dict[tuple, float] = {}
@@ -248,20 +258,25 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
     for by_size in measured["table"].values():
         for points in by_size.values():
             points.sort()
-    intra = measured["all_reduce"]["2"]
-    inter = measured["all_reduce"][str(max(group_sizes(world_size)))]
+    if world_size == 1:  # one device: no collective to time; the base preset's network stands in
+        intra = (base_hw.intra_node_latency_s, base_hw.intra_node_bandwidth)
+        inter = (base_hw.inter_node_latency_s, base_hw.inter_node_bandwidth)
+        measured = {"call": {}, "table": {}}
+    else:
+        intra = measured["all_reduce"]["2"]
+        inter = measured["all_reduce"][str(max(group_sizes(world_size)))]
     memory_bytes = reports[0]["memory_bytes"]
     if memory_bytes != memory_bytes:  # nan: no /proc/meminfo
         memory_bytes = base_hw.memory_bytes
     hardware = Hardware(
         name=name or f"calibrated-{backend}-{world_size}",
-        description=_description(compute, facts, backend, world_size, quick),
+        description=_description(compute, facts, backend, world_size, quick, base_hw.name, dtype),
         peak_flops=compute.rate,
         matmul_efficiency=1.0,
         saturation_flops=compute.saturation,
         memory_bandwidth=compute.memory_bandwidth,
         kernel_launch_s=compute.launch_s,
-        devices_per_node=world_size,
+        devices_per_node=world_size if world_size > 1 else base_hw.devices_per_node,
         intra_node_bandwidth=intra[1],
         inter_node_bandwidth=inter[1],
         intra_node_latency_s=intra[0],
@@ -371,7 +386,8 @@ def _fit_collectives(medians: dict[tuple, float]) -> tuple[list[Fit], list[Measu
     return fits, measurements, measured
 
 
-def _description(compute: _Compute, facts: dict, backend: str, world_size: int, quick: bool) -> str:
+def _description(compute: _Compute, facts: dict, backend: str, world_size: int, quick: bool, base: str,
+                 dtype: str = "fp32") -> str:
     """The profile's description: where and how it was measured, and what was fitted."""
     s = settings(quick, facts["device_type"])
     cores = os.cpu_count()
@@ -382,24 +398,25 @@ def _description(compute: _Compute, facts: dict, backend: str, world_size: int, 
         f"(one intra-op thread each, all measuring at once; per point the slowest rank's median of "
         f"{s.repeats} one-call samples for collectives, {s.compute_repeats} samples of ~{s.sample_s * 1e3:g} ms "
         f"for compute; the overhead terms in {s.rounds} rounds, per rank their median, outliers reported). "
-        f"fp32 matmuls n={s.matmul_sizes[0]}..{s.matmul_sizes[-1]} fitted to MATMUL_TIME: "
+        f"{dtype} matmuls n={s.matmul_sizes[0]}..{s.matmul_sizes[-1]} fitted to MATMUL_TIME: "
         f"{compute.rate / 1e9:.1f} GFLOP/s stored as peak (efficiency 1.0), saturation {compute.saturation:.3g} FLOP; "
         f"launch = median 1-element add {compute.launch_s * 1e6:.2f} us; memory bandwidth = copy_ of "
         f"{s.copy_bytes >> 20} MiB (read + write) {compute.memory_bandwidth / 1e9:.2f} GB/s; memory = "
         f"{'device memory' if facts['device_type'] == 'cuda' else 'MemTotal / ranks'}. "
-        f"Collectives over groups of consecutive ranks, G in {group_sizes(world_size)}, "
-        f"{s.message_bytes[0]} B..{s.message_bytes[-1] >> 20} MiB, fitted per (collective, G) to cost.FORMULAS "
-        f"by relative-error NNLS (field measured); intra-node = all_reduce G=2, inter-node = all_reduce "
-        f"G={max(group_sizes(world_size))}, devices_per_node = {world_size}.")
+        + (f"Collectives over groups of consecutive ranks, G in {group_sizes(world_size)}, "
+           f"{s.message_bytes[0]} B..{s.message_bytes[-1] >> 20} MiB, fitted per (collective, G) to cost.FORMULAS "
+           f"by relative-error NNLS (field measured); intra-node = all_reduce G=2, inter-node = all_reduce "
+           f"G={max(group_sizes(world_size))}, devices_per_node = {world_size}." if world_size > 1 else
+           f"One rank: no collective timed; the network figures and devices_per_node are {base}'s."))
 
 
 def calibrate(world_size: int = 4, *, backend: str = "gloo", base: "str | Hardware" = "cpu-gloo",
-              quick: bool = False, name: str | None = None) -> Hardware:
+              quick: bool = False, name: str | None = None, dtype: str = "fp32") -> Hardware:
     """Measure the live backend on ``world_size`` local ranks and return the fitted
     :class:`Hardware` (``json.dump(hw.to_json(), f)`` makes it a profile for
     ``autopar.compile(..., hardware=PATH)``). :func:`run_calibration` also returns the
     measurements and the fits' errors."""
-    return run_calibration(world_size, backend=backend, base=base, quick=quick, name=name).hardware
+    return run_calibration(world_size, backend=backend, base=base, quick=quick, name=name, dtype=dtype).hardware
 
 
 __all__ = ["Calibration", "Fit", "Measurement", "Outlier", "calibrate", "run_calibration"]

@@ -195,11 +195,12 @@ def _processor_name(device: torch.device) -> str:
     return platform.processor() or platform.machine()
 
 
-def _time_matmul(n: int, gen: torch.Generator, device: torch.device, s: Settings) -> float:
-    """Median seconds of one fp32 ``n×n @ n×n`` (2n³ FLOPs), allocating its output as a
+def _time_matmul(n: int, gen: torch.Generator, device: torch.device, s: Settings,
+                 dtype: torch.dtype = torch.float32) -> float:
+    """Median seconds of one ``n×n @ n×n`` in ``dtype`` (2n³ FLOPs), allocating its output as a
     model's matmul does (and as the 1-element add that measures the launch latency does)."""
-    a = torch.randn(n, n, generator=gen, device="cpu").to(device)  # the CPU generator's draws, then moved
-    b = torch.randn(n, n, generator=gen, device="cpu").to(device)
+    a = torch.randn(n, n, generator=gen, device="cpu").to(device, dtype)  # the CPU generator's draws, then moved
+    b = torch.randn(n, n, generator=gen, device="cpu").to(device, dtype)
     return _time_kernel(lambda: torch.mm(a, b), device, s)
 
 
@@ -355,11 +356,14 @@ def pipeline_strategy(world: int, k: int) -> dict:
 
 def _compiled_cases(world: int) -> dict[tuple, Any]:
     """The runtime's own cases, compiled once: the data-parallel step and the pipeline
-    at each microbatch count (keys as in :func:`calibration_job`'s medians)."""
+    at each microbatch count (keys as in :func:`calibration_job`'s medians); one rank has no
+    pipeline to time."""
     import autopar
     model, inputs, loss, target = runtime_case(world)
     cases = {("runtime_step",): (autopar.compile(model, None, example_inputs=inputs, loss_fn=loss,
                                                  example_target=target, strategy={"data": world}), inputs, target)}
+    if world < 2:
+        return cases
     model, inputs, loss, target = pipeline_case(world)
     for k in PIPELINE_MICROBATCHES:
         pm = autopar.compile(model, None, example_inputs=inputs, loss_fn=loss, example_target=target,
@@ -407,7 +411,10 @@ def _overhead_round(device: torch.device, s: Settings, groups: dict, cases: dict
     return values
 
 
-def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
+MATMUL_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def calibration_job(backend: str, quick: bool, dtype: str = "fp32") -> dict[str, Any]:
     """Run on every rank of a launched world: this rank's medians (seconds) of every
     measurement, keyed ``("matmul", n)``, ``("launch",)``, ``("copy", bytes)`` and
     ``(collective, G, m)``; the overhead terms' value in each of ``settings().rounds``
@@ -415,7 +422,7 @@ def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
     ``("collective_call",)`` — ours less raw —, ``("collective_raw",)``,
     ``("in_training", G)``, ``("async_exposed",)``, and on CPUs ``("runtime_step",)``,
     ``("pipeline_step", k)``);
-    plus facts about the machine."""
+    plus facts about the machine. Matmuls are timed in ``dtype`` (:data:`MATMUL_DTYPES`)."""
     torch.set_flush_denormal(True)
     device = _device(backend)
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -437,7 +444,8 @@ def calibration_job(backend: str, quick: bool) -> dict[str, Any]:
     y = torch.randn(1, generator=gen, device="cpu").to(device)
     measure_steps.append(lambda: medians.__setitem__(("launch",), _time_kernel(lambda: torch.add(x, y), device, s)))
     for n in s.matmul_sizes:
-        measure_steps.append(lambda n=n: medians.__setitem__(("matmul", n), _time_matmul(n, gen, device, s)))
+        measure_steps.append(lambda n=n: medians.__setitem__(("matmul", n),
+                                                                    _time_matmul(n, gen, device, s, MATMUL_DTYPES[dtype])))
     measure_steps.append(lambda: medians.__setitem__(("copy", s.copy_bytes), _time_copy(s.copy_bytes, device, s)))
     for size, (group, members) in groups.items():  # every group of a size at once
         for name in COLLECTIVES[:-1]:

@@ -55,7 +55,8 @@ def _add_calibrate_parser(sub) -> None:
                                      "local ranks, fit the cost model's figures (alpha and beta per collective "
                                      "and group size), print the fits and write a profile for "
                                      "autopar plan --preset / autopar.compile(hardware=...).")
-    cmd.add_argument("--world", type=int, default=4, help="number of local ranks to measure with (default 4)")
+    cmd.add_argument("--world", type=int, default=4, help="number of local ranks to measure with (default 4; 1 times "
+                                                          "compute alone, the network figures then --base's)")
     cmd.add_argument("--backend", default="gloo", help="torch.distributed backend: gloo (CPU) or nccl (one GPU "
                                                        "per rank); default gloo")
     cmd.add_argument("--out", default=None, help="profile JSON to write (default <name>.json)")
@@ -65,6 +66,8 @@ def _add_calibrate_parser(sub) -> None:
     cmd.add_argument("--no-cache", action="store_true",
                      help="do not store the profile as this machine's (by default autopar.compile and autopar plan "
                           "without hardware= use the last profile autopar calibrate measured here)")
+    cmd.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"],
+                     help="the matmuls' dtype (default fp32; a GPU preset's peak is its bf16 one)")
     cmd.add_argument("--points", action="store_true", help="also print every measurement beside its fitted value")
     cmd.add_argument("--points-json", default=None, metavar="FILE",
                      help="also save every measurement beside its fitted value as JSON")
@@ -78,7 +81,7 @@ def _calibrate_main(args) -> int:
 
     try:
         result = run_calibration(args.world, backend=args.backend, base=args.base, quick=args.quick,
-                                 name=args.name)
+                                 name=args.name, dtype=args.dtype)
     except (ValueError, LaunchError) as e:
         print(f"autopar calibrate: {e}", file=sys.stderr)
         return 2

@@ -67,7 +67,11 @@ def gpu_case(name: str):
 def placed_case(name: str, device: str, dtype: torch.dtype):
     """``(model, x, y, loss_fn, sync)`` of a case on ``device`` in ``dtype``; ``sync`` waits
     for the GPU's work (nothing on the CPU)."""
-    model, x, y, loss_fn = gpu_case(name) if name in GPU_CASES else make_case(name)
+    if name in GPU_CASES:  # built where it runs: a 1B model's initialisation on the host alone takes seconds
+        with torch.device(device):
+            model, x, y, loss_fn = gpu_case(name)
+    else:
+        model, x, y, loss_fn = make_case(name)
     model = model.to(device=device, dtype=dtype)
     x, y = x.to(device), y.to(device)
     if x.is_floating_point():
@@ -193,6 +197,8 @@ def main(argv=None) -> list:
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as on the ranks)")
     p.add_argument("--profile", metavar="CASE", help="print a cProfile of the autopar side of CASE and exit")
     p.add_argument("--breakdown", metavar="CASE", help="print where pm.step's overhead goes for CASE and exit")
+    p.add_argument("--breakdown-steps", type=int, default=200, metavar="N",
+                   help="timed steps per rung of --breakdown (default 200; 20 warm-up)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda: model and batch on that device")
     p.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help="the model's dtype (default fp32)")
     p.add_argument("--fusion", action="store_true", help="add a side: autopar with its generated Triton kernels")
@@ -202,7 +208,8 @@ def main(argv=None) -> list:
         return []
     if args.breakdown:
         torch.set_num_threads(args.threads)
-        print(breakdown(args.breakdown, max(args.steps, 200), max(args.warmup, 20), args.device, DTYPES[args.dtype]))
+        print(breakdown(args.breakdown, args.breakdown_steps, min(20, max(2, args.breakdown_steps // 10)), args.device,
+                        DTYPES[args.dtype]))
         return []
     if args.profile:
         torch.set_num_threads(args.threads)

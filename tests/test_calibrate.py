@@ -64,9 +64,25 @@ def test_matmul_fit_recovers_rate_and_saturation():
     assert got_saturation == pytest.approx(saturation, rel=1e-4)
 
 
-def test_calibrate_needs_two_ranks():
-    with pytest.raises(ValueError, match="at least 2 ranks"):
-        run_calibration(1)
+def test_calibrate_refuses_no_ranks_and_unknown_dtypes():
+    with pytest.raises(ValueError, match="at least 1 rank"):
+        run_calibration(0)
+    with pytest.raises(ValueError, match="dtype='fp8'"):
+        run_calibration(1, dtype="fp8")
+
+
+@pytest.mark.multiprocess
+def test_one_rank_times_compute_and_keeps_the_base_network():
+    """One device (a single GPU): compute measured in the dtype asked for, no collective
+    timed, the base preset's network figures kept and said to be its."""
+    result = run_calibration(1, quick=True, base="h100", dtype="bf16", name="one")
+    hw, base = result.hardware, result.base
+    assert not result.fits and not [m for m in result.measurements if m.kind not in ("matmul", "copy", "launch")]
+    assert (hw.intra_node_bandwidth, hw.inter_node_bandwidth, hw.devices_per_node) == \
+        (base.intra_node_bandwidth, base.inter_node_bandwidth, base.devices_per_node)
+    assert hw.peak_flops != base.peak_flops and hw.memory_bandwidth != base.memory_bandwidth
+    assert "bf16 matmuls" in hw.description and "network figures and devices_per_node are h100's" in hw.description
+    assert "h100's: one rank times no collective" in result.table()
 
 
 # ---------------------------------------------------------------- one real calibration
