@@ -13,6 +13,9 @@
   (:func:`export_out_spec`, :func:`copy_export_specs`; ``tree_unflatten`` nests outputs).
 * A module's own parameters (not its children's) are ``module._parameters``; its forward
   hooks ``_forward_pre_hooks``/``_forward_hooks`` (:func:`own_parameters`, :func:`forward_hooks`).
+* A process group whose ranks are numbered in the order given, not sorted
+  (:func:`new_group_in_order`): ``new_group(sort_ranks=False)`` from torch 2.13; before it
+  ``new_group`` always sorted, through the module-level name ``sorted``.
 """
 from __future__ import annotations
 
@@ -106,6 +109,29 @@ class new_groups_timeout:
         from torch.distributed import distributed_c10d
         for name, value in self.saved.items():
             setattr(distributed_c10d, name, value)
+
+
+_sorted_lock = __import__("threading").Lock()
+
+
+def new_group_in_order(members: list[int]):
+    """``dist.new_group(members)`` whose group rank ``i`` is ``members[i]``. torch 2.13 has
+    ``sort_ranks=False``; older releases sort ``members`` unconditionally, with the builtin
+    ``sorted`` looked up in ``distributed_c10d``'s globals, which this shadows by the
+    identity while the group is made (every rank makes its groups in the same order)."""
+    import inspect
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+    if "sort_ranks" in inspect.signature(dist.new_group).parameters:
+        return dist.new_group(list(members), sort_ranks=False)
+    if list(members) == sorted(members):
+        return dist.new_group(list(members))
+    with _sorted_lock:
+        distributed_c10d.sorted = list
+        try:
+            return dist.new_group(list(members))
+        finally:
+            del distributed_c10d.sorted
 
 
 def export_out_spec(gm):

@@ -89,15 +89,15 @@ def _default_timeout():
 
 
 def cached_group(members: Sequence[int]):
-    """``dist.new_group(members, sort_ranks=False)``, made once per process for these
-    members (in this order) and the default timeout in force (``new_groups_timeout``).
+    """``dist.new_group(members, sort_ranks=False)`` (:func:`~autopar._torch_compat.new_group_in_order`),
+    made once per process for these members (in this order) and the default timeout in force (``new_groups_timeout``).
     Every rank calls it for every group, in the same order, as ``new_group`` requires;
     every rank's cache holds the same keys, so they make or reuse together."""
-    import torch.distributed as dist
+    from autopar._torch_compat import new_group_in_order
     groups = _cache()
     key = ("group", tuple(members), _default_timeout())
     if key not in groups:
-        groups[key] = dist.new_group(list(members), sort_ranks=False)
+        groups[key] = new_group_in_order(list(members))
     return groups[key]
 
 
