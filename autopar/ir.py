@@ -55,6 +55,11 @@ reduces over the batch (the runtime weights its backward to match)."""
 FUSION = "autopar.fusion"
 """``gm.meta[FUSION]``: the fusion pass's ``FusionReport`` (its generated kernels)."""
 
+BATCH_COUPLINGS = "autopar.batch_couplings"
+"""``gm.meta[BATCH_COUPLINGS]``: the nodes where rows of the batch meet, a list of
+:class:`autopar.analysis.batch_rows.Coupling` in graph order (``[]``: splitting the batch
+is exact), written by the analysis."""
+
 TARGET_COUNT = "autopar.target_count"
 """``gm.meta[TARGET_COUNT]``: an ``fx.GraphModule`` taking (by name) the graph inputs its
 loss's targets are computed from and returning how many of them count (not ignored);

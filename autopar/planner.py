@@ -94,7 +94,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
             fixed = per_step_s(ctx, priced.mesh, priced.config)
             if priced.step_s is not None and fixed:  # the runner's fixed cost, every plan
                 priced = dataclasses.replace(priced, step_s=priced.step_s + fixed)
-            why = lever_conflict(ctx, priced)
+            why = lever_conflict(ctx, priced) or batch_conflict(ctx, priced)
             if why is not None:
                 if ctx.forced is not None:
                     raise PlanError(f"strategy: {why}")
@@ -114,6 +114,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     if best is None:
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))
     plan_ = best[0].to_plan(ctx, best[1])
+    plan_.batch_couplings = [c.to_json() for c in ctx.model.batch_couplings]
     plan_._priced = best  # the winner, for _overheads (not saved)
     fixed = per_step_s(ctx, best[1].mesh, best[1].config)
     plan_.step_s += fixed
@@ -129,14 +130,42 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
 
 def per_step_s(ctx: PlanContext, mesh: dict, config) -> float:
     """What every step of a configuration pays besides its regions and schedule: the
-    runner's fixed cost (``Hardware.step_overhead_s``) and, where the loss averages over
-    counted targets and the batch is split, the all-reduce of the count over the ranks
-    splitting it (:mod:`autopar.runtime.target_count`, 8 bytes)."""
+    runner's fixed cost (``Hardware.step_overhead_s``) and, where the batch is split over
+    ``parts`` ranks: the all-reduce of the count where the loss averages over counted
+    targets (:mod:`autopar.runtime.target_count`, 8 bytes), and the exact remedies where
+    rows of the batch meet (:mod:`autopar.analysis.batch_rows`): a pairwise score's
+    operands all-gathered forward and their gradients reduce-scattered backward (axonn
+    eqs 1-2), a batch statistic all-reduced forward and backward (axonn eq 3)."""
     parts = mesh.get("data", 1) * mesh.get("z", 1)
     if getattr(config, "csub", False) and getattr(config, "subgrids", 1) > 1:
         parts //= config.subgrids
     count = cm.all_reduce_time(parts, 8, ctx.hw) if parts > 1 and ctx.model.counts_targets else 0.0
+    if parts > 1:
+        for c in ctx.model.batch_couplings:
+            if c.remedy == "gather":
+                count += cm.all_gather_time(parts, c.nbytes / parts, ctx.hw) + \
+                    cm.reduce_scatter_time(parts, c.nbytes, ctx.hw)
+            elif c.remedy == "all_reduce":
+                count += 2 * cm.all_reduce_time(parts, c.nbytes, ctx.hw)
     return ctx.hw.step_overhead_s + count
+
+
+def batch_conflict(ctx: PlanContext, priced: Priced) -> str | None:
+    """Why a configuration's split of the batch would not equal the single device where
+    rows of the batch meet (:func:`autopar.analysis.batch_rows.split_conflict`), or None."""
+    found = ctx.model.batch_couplings
+    if not found:
+        return None
+    from autopar.analysis.batch_rows import split_conflict
+    mesh, c = priced.mesh, priced.config
+    pipeline = mesh.get("pipeline", 1) > 1 or c.pipeline > 1
+    microbatches = c.microbatches or 1
+    if ctx.levers is not None and ctx.levers.microbatches:
+        microbatches = max(microbatches, ctx.levers.microbatches)
+    branches = c.subgrids > 1 or bool(c.tensor_subgrids) or \
+        any(getattr(r, "strategy", "").startswith("dsp") for r in (priced.table.regions if priced.table else []))
+    return split_conflict(found, data=mesh.get("data", 1), rows_z=mesh.get("z", 1), microbatches=microbatches,
+                          branches=branches, pipeline=pipeline)
 
 
 def _overheads(ctx: PlanContext, plan_: Plan) -> None:

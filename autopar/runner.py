@@ -172,9 +172,12 @@ class ProgramRunner:
         state = self.state
         key = (tuple(signature(x) for x in local_inputs), signature(local_target), loss, training)
         if key not in self.programs:
-            args, kwargs = state.call.unflatten(local_inputs)
+            shown_inputs, shown_target = local_inputs, local_target
+            if any(c.get("remedy") == "gather" for c in state.plan.batch_couplings):
+                shown_inputs, shown_target = _first_rows(inputs, local_inputs), _first_rows((target,), (local_target,))[0]
+            args, kwargs = state.call.unflatten(shown_inputs)
             gm = state.build(inputs, target, training, lambda: capture(
-                state.user_model, args, state.loss_fn if target is not None else None, local_target,
+                state.user_model, args, state.loss_fn if target is not None else None, shown_target,
                 example_kwargs=kwargs, model_loss="required" if loss and state.loss_fn is None else None),
                 explain_shapes=explain_shapes)
             gm = rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion,
@@ -296,3 +299,20 @@ class ProgramRunner:
         if not self.programs:
             raise RuntimeError("no program built yet: call the model or step() first")
         return rank_graph_code(list(self.programs.values())[-1], self.state.plan, self.state.rank)
+
+
+def _first_rows(whole: tuple, share: tuple) -> tuple:
+    """``share`` (a rank's rows of ``whole``) with the values of the batch's first rows:
+    what a rank captures its program with where its rows are scored against every row
+    (:mod:`autopar.analysis.batch_rows`). A loss reading targets that index the whole
+    batch (the labels of a contrastive loss, ``4..7`` on the second of two ranks) fails on
+    the rank's own scores before the rewrite gathers them; the program depends on shapes
+    alone, which the first rows share."""
+    out = []
+    for w, s in zip(whole, share):
+        if isinstance(w, torch.Tensor) and isinstance(s, torch.Tensor) and w.dim() > 0 and s.dim() == w.dim() \
+                and s.shape[1:] == w.shape[1:] and s.shape[0] < w.shape[0]:
+            out.append(w[:s.shape[0]])
+        else:
+            out.append(s)
+    return tuple(out)

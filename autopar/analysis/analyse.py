@@ -3,7 +3,8 @@
 ``work`` counts every node's FLOPs and bytes into ``node.meta`` first (the fork/join and
 repeated-block passes and the planner read them). ``vocab`` and ``attention`` claim their linears before ``linear_chains`` looks for MLPs;
 ``experts`` reads the router, dispatch and combine around the expert chains ``linear_chains`` found;
-``fork_join`` and ``repeated_blocks`` are independent of the others. All of them only
+``fork_join`` and ``repeated_blocks`` are independent of the others; ``batch_rows`` finds
+where rows of the batch meet (:mod:`autopar.analysis.batch_rows`). All of them only
 write metadata (see :mod:`autopar.ir`); the graph is unchanged.
 
 Analysis never stops a compile: the runner degrades (``PassRunner(degrade=True)``), so a
@@ -17,6 +18,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from autopar.analysis.attention import find_attention_regions_pass
+from autopar.analysis.batch_rows import find_batch_couplings_pass
 from autopar.analysis.experts import find_routed_experts_pass
 from autopar.analysis.flops import count_work_pass
 from autopar.analysis.fork_join import find_fork_join_regions_pass
@@ -33,6 +35,7 @@ ANALYSIS_PASSES = [
     ("experts", find_routed_experts_pass, {}),
     ("fork_join", find_fork_join_regions_pass, {}),
     ("repeated_blocks", find_repeated_blocks_pass, {}),
+    ("batch_rows", find_batch_couplings_pass, {}),
 ]
 
 

@@ -320,6 +320,13 @@ class ModelFacts:
             memo["value"] = counts_targets(self.gm)
         return memo["value"]
 
+    @property
+    def batch_couplings(self) -> list:
+        """Where rows of the batch meet (:mod:`autopar.analysis.batch_rows`): what a plan
+        that splits the batch must make exact, or cannot run."""
+        from autopar.analysis.batch_rows import couplings
+        return couplings(self.gm)
+
     def seconds(self, names, hw: Hardware, scale: float, recompute: bool = False) -> float:
         """Step compute seconds of the nodes ``names`` with their work scaled by ``scale``
         (1 forward + backward per kernel, one forward more when ``recompute``; a view

@@ -29,6 +29,7 @@ import torch.fx
 from torch.autograd.function import once_differentiable
 from torch.distributed import ProcessGroup
 
+from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.runtime.groups import get_group, rank_in, size_of
 
 
@@ -215,6 +216,50 @@ class _BatchStatistic(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         return _all_reduce(grad.contiguous(), ctx.group) / size_of(ctx.group), None
+
+
+class _GatherRows(torch.autograd.Function):
+    """All-gather of every rank's rows along dim 0 in forward; in backward the gradients
+    the ranks computed for the whole batch's rows are summed and each rank keeps its own
+    rows' (a reduce-scatter of the sum).
+
+    For a score between this rank's rows and every row of the batch (a contrastive loss
+    over a data-parallel batch): each rank's loss reads every rank's rows, so a row's
+    gradient is the sum of what every rank's loss sends it (open_clip's
+    ``gather_features(gather_with_grad=True)``; ``torch.distributed.nn.all_gather``)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, group: Optional[ProcessGroup]) -> torch.Tensor:
+        ctx.group = group
+        x = x.contiguous()
+        out = x.new_empty((x.shape[0] * size_of(group), *x.shape[1:]))
+        all_gather_flat(out, x, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.contiguous()
+        out = grad.new_empty((grad.shape[0] // size_of(ctx.group), *grad.shape[1:]))
+        reduce_scatter_flat(out, grad, group=ctx.group)
+        return out, None
+
+
+def gather_rows(x: torch.Tensor, group: str) -> torch.Tensor:
+    """Every rank's rows of ``x`` (dim 0) in rank order forward; backward, the sum over the
+    ranks of their gradients for this rank's rows (:class:`_GatherRows`)."""
+    process_group = get_group(group)
+    if size_of(process_group) == 1:
+        return x
+    return _GatherRows.apply(x, process_group)
+
+
+def global_rows(positions: torch.Tensor, local_rows: int, group: str) -> torch.Tensor:
+    """Row positions counted on this rank's share (``arange(local_rows)``) as positions in
+    the whole batch: offset by the rank's first row, ``rank_in(group) · local_rows``."""
+    process_group = get_group(group)
+    if size_of(process_group) == 1:
+        return positions
+    return positions + rank_in(process_group) * local_rows
 
 
 def batch_statistic(x: torch.Tensor, group: str) -> torch.Tensor:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import inspect
 import math
 import logging
+import operator
 
 import torch
 import torch.fx as fx
@@ -226,6 +227,133 @@ def sync_batch_norms(gm: fx.GraphModule, group: str) -> int:
     return count
 
 
+def sync_batch_couplings(gm: fx.GraphModule, group: str, local_batch: int, degree: int,
+                         planned: list | None = None) -> list[str]:
+    """Make every node where rows of the batch meet (:mod:`autopar.analysis.batch_rows`,
+    found on this rank's graph) compute what the single device computes, with the data
+    ranks of ``group`` holding the batch's parts:
+
+    * a pairwise score ``a @ b.T`` becomes this rank's rows against every row
+      (``a_r @ gather_rows(b).T``) and, where a reader transposes it, every row against this
+      rank's (``gather_rows(a) @ b_r.T``, transposed), the pointwise ops between replayed on
+      both; row positions its cross-entropy reads as targets are offset by the rank's first
+      row (:func:`~autopar.runtime.collectives.gather_rows`, ``global_rows``);
+    * a mean over the batch inside the model becomes the mean over the ranks of each rank's
+      (``batch_statistic``, forward and backward); a sum, that times the degree;
+    * a masked mean's numerator and denominator both become their means over the ranks.
+
+    ``planned``: the couplings the plan was made with (JSON dicts); each with a remedy must
+    be found here, and none without one may be (:class:`DataParallelError` otherwise).
+    Returns the names of the nodes rewritten."""
+    from autopar.analysis.batch_rows import couplings
+    found = {c.node: c for c in couplings(gm)}
+    if planned is not None:
+        for c in planned:
+            if c.get("remedy") and c["node"] not in found:
+                raise DataParallelError(
+                    f"the plan makes {c['node']} ({c['kind']}, module {c.get('module') or '?'}) exact over the data "
+                    f"ranks, and this rank's graph has no such node; re-plan, or use strategy={{'data': 1}}")
+    refused = [c for c in found.values() if not c.exact]
+    if refused:
+        raise DataParallelError(f"rows of the batch meet at {refused[0].describe()}; data parallelism would not equal "
+                                f"the single device")
+    table = {n.name: n for n in gm.graph.nodes}
+    done = []
+    for c in found.values():
+        if c.kind == "pairwise":
+            _gather_pairwise(gm, table, c, group, local_batch, degree)
+        elif c.kind in ("batch_mean", "batch_sum"):
+            _batch_statistic(gm, table[c.node], group, degree if c.kind == "batch_sum" else 1)
+        elif c.kind == "masked_mean":
+            for part in (c.details["numerator"], c.details["denominator"]):
+                _batch_statistic(gm, table[part], group, 1)
+        else:
+            raise DataParallelError(f"{c.describe()}: no rewrite for a coupling of kind {c.kind!r}")
+        done.append(c.node)
+    return done
+
+
+def _batch_statistic(gm: fx.GraphModule, node: fx.Node, group: str, scale: int) -> None:
+    with gm.graph.inserting_after(node):
+        synced = gm.graph.call_function(C.batch_statistic, (node, group))
+    synced.meta[SPEC] = node.meta.get(SPEC)
+    last = synced
+    if scale != 1:
+        with gm.graph.inserting_after(synced):
+            last = gm.graph.call_function(operator.mul, (synced, scale))
+        last.meta[SPEC] = node.meta.get(SPEC)
+    node.replace_all_uses_with(last, delete_user_cb=lambda user: user is not synced)
+
+
+def _gather_pairwise(gm: fx.GraphModule, table: dict, c, group: str, local_batch: int, degree: int) -> None:
+    """See :func:`sync_batch_couplings`. Every value of the scores' chain gets two forms:
+    ``rows[x]``, this rank's rows of it against every row (what its readers take), and
+    ``cols[x]``, every row against this rank's (a transpose's rows); a transpose swaps them."""
+    graph = gm.graph
+    score = table[c.node]
+    a, src = table[c.details["rows"]], table[c.details["columns"]]
+    chain = [table[n] for n in dict.fromkeys(c.details["chain"])]
+    transposes = set(c.details["transposes"])
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    chain.sort(key=order.__getitem__)
+    members = set(chain)
+
+    def spec_with(node: fx.Node, rows: int, cols: int):
+        spec = node.meta.get(SPEC)
+        return TensorSpec((rows, cols), spec.dtype) if isinstance(spec, TensorSpec) else spec
+
+    with graph.inserting_before(score):
+        gathered_a = graph.call_function(C.gather_rows, (a, group))
+        gathered_b = graph.call_function(C.gather_rows, (src, group))
+        env = {src: gathered_b}
+        for name in c.details["columns_path"]:   # the right operand's casts and transpose, on every row
+            step = table[name]
+            env[step] = graph.node_copy(step, lambda x: env.get(x, x))
+        right = env.get(score.args[1], gathered_b)
+        whole = local_batch * degree
+        for node, source in ((gathered_a, a), (gathered_b, src)):
+            spec = source.meta.get(SPEC)
+            node.meta[SPEC] = TensorSpec((whole, *spec.shape[1:]), spec.dtype) if isinstance(spec, TensorSpec) else spec
+    rows, cols = {}, {}
+    with graph.inserting_after(score):
+        rows[score] = graph.call_function(score.target, (score.args[0], right, *score.args[2:]), dict(score.kwargs))
+        rows[score].meta[SPEC] = spec_with(score, local_batch, whole)
+    with graph.inserting_after(rows[score]):
+        cols[score] = graph.call_function(score.target, (gathered_a, score.args[1], *score.args[2:]),
+                                          dict(score.kwargs))
+        cols[score].meta[SPEC] = spec_with(score, whole, local_batch)
+    for node in chain:
+        if node is score:
+            continue
+        for form, other, flip in ((rows, cols, node.name in transposes), (cols, rows, node.name in transposes)):
+            pick = (other if flip else form)
+            with graph.inserting_after(node):
+                new = graph.node_copy(node, lambda x: pick[x] if x in members else x)
+            form[node] = new
+        rows[node].meta[SPEC] = spec_with(node, local_batch, whole)
+        cols[node].meta[SPEC] = spec_with(node, whole, local_batch)
+    # readers outside the chain take this rank's rows; targets counted on the share become the batch's
+    offsets = set(c.details.get("offset_targets", []))
+    for node in chain:
+        for user in list(node.users):
+            if user in members or user in rows.values() or user in cols.values():
+                continue
+            user.replace_input_with(node, rows[node])
+            target = user.args[1] if len(user.args) > 1 else user.kwargs.get("target")
+            if isinstance(target, fx.Node) and target.name in offsets:
+                with graph.inserting_before(user):
+                    placed = graph.call_function(C.global_rows, (target, local_batch, group))
+                placed.meta[SPEC] = target.meta.get(SPEC)
+                user.replace_input_with(target, placed)
+    for node in reversed(chain):   # the single-device chain on this rank's rows alone: unread now
+        if not node.users:
+            graph.erase_node(node)
+    for form in (cols, rows):
+        for node in reversed(list(form.values())):
+            if not node.users:
+                graph.erase_node(node)
+
+
 _MEAN_LOSSES = {F.cross_entropy, F.nll_loss, C.vocab_parallel_cross_entropy} | \
     ops._targets("cross_entropy_loss", "nll_loss", "nll_loss_nd")
 _MEAN_LOSS_MODULES = (nn.CrossEntropyLoss, nn.NLLLoss)
@@ -310,6 +438,19 @@ def _target_count_program(gm: fx.GraphModule, target: fx.Node, ignore_index: int
     return fx.GraphModule(gm, graph, class_name="TargetCount")
 
 
+def _positions(node: fx.Node) -> bool:
+    """Whether ``node`` is an ``arange`` (cast, moved, offset to the batch's rows)."""
+    for _ in range(6):
+        if ops.call_name(node) == "arange":
+            return True
+        if node.op == "call_function" and node.target is C.global_rows or \
+                ops.call_name(node) in ("to", "_to_copy", "long", "contiguous"):
+            node = node.args[0]
+            continue
+        return False
+    return False
+
+
 def _counted_losses(gm: fx.GraphModule) -> list[tuple[fx.Node, fx.Node, int]]:
     """The graph's output losses that average over their counted targets: (loss, target,
     ignore_index) for each (see :func:`global_mean_losses`)."""
@@ -350,6 +491,8 @@ def global_mean_losses(gm: fx.GraphModule) -> int:
     output = next(n for n in gm.graph.nodes if n.op == "output")
     for value, target, ignore_index in found[:1]:
         program = _target_count_program(gm, target, ignore_index)
+        if program is None and _positions(target):
+            return 0   # targets arange(rows): none is ignored, every rank counts its rows
         if program is None:
             log.warning("data parallel: the targets of %s are not computed from the graph inputs alone; it is "
                         "averaged per rank, which equals the single-device mean only if every rank counts as many "
@@ -366,12 +509,15 @@ def global_mean_losses(gm: fx.GraphModule) -> int:
 
 
 def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = "data",
-                       reduce_scalars: bool = True, microbatches: int = 1) -> fx.GraphModule:
+                       reduce_scalars: bool = True, microbatches: int = 1,
+                       couplings: list | None = None) -> fx.GraphModule:
     """Gather batch-major outputs over the data group; reduce scalar outputs over it
     (``reduce_scalars``), or leave a training graph's loss local and record how it
     reduces under :data:`LOSS_REDUCTION`. A loss averaged over its counted targets is
     first rewritten to a share of the whole batch's mean (:func:`global_mean_losses`),
-    also when the batch is split into ``microbatches`` alone (a pipeline)."""
+    also when the batch is split into ``microbatches`` alone (a pipeline). Where rows of
+    the batch meet, the exact remedies run first (:func:`sync_batch_couplings`;
+    ``couplings``: the plan's, checked against this graph's)."""
     if degree == 1 and microbatches == 1:
         return gm
     global_mean_losses(gm)
@@ -386,6 +532,7 @@ def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, gro
         return gm
     sync_batch_norms(gm, group)
     sync_router_statistics(gm, group, microbatches)
+    sync_batch_couplings(gm, group, local_batch, degree, couplings)
     output = next(n for n in gm.graph.nodes if n.op == "output")
     for value in list(output.all_input_nodes):
         spec = value.meta.get(SPEC)

@@ -1,0 +1,164 @@
+"""Models whose rows of the batch meet (docs/batch_rows.md): what a split of the batch
+must gather, reduce over the ranks, or refuse.
+
+Each ``*_case()`` returns ``(factory, inputs, target, loss_fn, kwargs)``: ``factory()``
+builds the model from seed 0, ``inputs``/``kwargs`` are one global batch, and the loss is
+``loss_fn(model(*inputs, **kwargs), target)``, or the model's own when ``loss_fn`` is None.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+BATCH = 8
+
+
+def clip_config():
+    from transformers import CLIPConfig
+    return CLIPConfig(text_config=dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                       num_attention_heads=2, max_position_embeddings=16, bos_token_id=0,
+                                       eos_token_id=63, pad_token_id=1),
+                      vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, image_size=16, patch_size=8),
+                      projection_dim=16)
+
+
+def _clip_batch(batch: int = BATCH):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(2, 63, (batch, 7), generator=g)
+    ids[:, -1] = 63   # the end-of-text token CLIP pools at
+    return ids, torch.randn(batch, 3, 16, 16, generator=g)
+
+
+class ClipLogits(nn.Module):
+    """Hugging Face ``CLIPModel`` returning its image-to-text logits (for a loss given
+    the labels as the target)."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import CLIPModel
+        torch.manual_seed(0)
+        self.clip = CLIPModel(clip_config())
+
+    def forward(self, input_ids, pixel_values):
+        return self.clip(input_ids=input_ids, pixel_values=pixel_values).logits_per_image
+
+
+class ClipWithLoss(nn.Module):
+    """Hugging Face ``CLIPModel(..., return_loss=True)``: its contrastive loss, with the
+    ``arange(batch)`` labels made inside the model, and its image-to-text logits (as a
+    ``ModelOutput`` with ``loss`` and ``logits``)."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import CLIPModel
+        torch.manual_seed(0)
+        self.clip = CLIPModel(clip_config())
+
+    def forward(self, input_ids, pixel_values):
+        from transformers.modeling_outputs import SequenceClassifierOutput
+        out = self.clip(input_ids=input_ids, pixel_values=pixel_values, return_loss=True)
+        return SequenceClassifierOutput(loss=out.loss, logits=out.logits_per_image)
+
+
+def clip_case(batch: int = BATCH):
+    """HF ``CLIPModel(return_loss=True)``: the contrastive loss with ``arange(batch)``
+    labels made inside the model."""
+    ids, pixels = _clip_batch(batch)
+    return ClipWithLoss, (), None, None, {"input_ids": ids, "pixel_values": pixels}
+
+
+def clip_target_case(batch: int = BATCH):
+    """The same model's logits with the labels passed as the target (``arange(batch)``)."""
+    ids, pixels = _clip_batch(batch)
+
+    def loss(logits, labels):
+        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+    return ClipLogits, (ids, pixels), torch.arange(batch), loss, {}
+
+
+class DualEncoder(nn.Module):
+    """A retrieval dual encoder: queries and documents through two MLP towers, scored
+    against every document of the batch (in-batch negatives)."""
+
+    def __init__(self, width: int = 16, dim: int = 8):
+        super().__init__()
+        self.query = nn.Sequential(nn.Linear(width, 32), nn.GELU(), nn.Linear(32, dim))
+        self.doc = nn.Sequential(nn.Linear(width, 32), nn.GELU(), nn.Linear(32, dim))
+        self.temperature = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, queries, docs):
+        q = F.normalize(self.query(queries), dim=-1)
+        d = F.normalize(self.doc(docs), dim=-1)
+        scores = q @ d.t() / self.temperature
+        labels = torch.arange(q.shape[0], device=q.device)
+        return F.cross_entropy(scores, labels)
+
+
+def dual_encoder_case(batch: int = BATCH):
+    g = torch.Generator().manual_seed(2)
+
+    def factory():
+        torch.manual_seed(0)
+        return DualEncoder()
+    return factory, (torch.randn(batch, 16, generator=g), torch.randn(batch, 16, generator=g)), None, None, {}
+
+
+class CentredMLP(nn.Module):
+    """An MLP whose hidden layer is centred over the batch (``h - h.mean(0)``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        return self.fc2(h - h.mean(0, keepdim=True))
+
+
+def centred_case(batch: int = BATCH):
+    g = torch.Generator().manual_seed(3)
+
+    def factory():
+        torch.manual_seed(0)
+        return CentredMLP()
+    return factory, (torch.randn(batch, 16, generator=g),), torch.randn(batch, 4, generator=g), F.mse_loss, {}
+
+
+class MaskedLM(nn.Module):
+    """A Llama-style causal LM (HF ``LlamaModel``, 2 layers) with the loss written by hand as
+    a masked mean over the tokens: ``(per_token * mask).sum() / mask.sum()``."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import LlamaConfig, LlamaModel
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+        self.model = LlamaModel(config)
+        self.head = nn.Linear(32, 64, bias=False)
+
+    def forward(self, ids, mask, labels):
+        hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        logits = self.head(hidden)
+        per_token = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none").view(labels.shape)
+        weights = mask.to(per_token.dtype)
+        return (per_token * weights).sum() / weights.sum()
+
+
+LENGTHS = (12, 1, 3, 12, 2, 12, 1, 5)   # tokens per row: very uneven, so each part counts its own number
+
+
+def masked_lm_case(batch: int = BATCH):
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 64, (batch, 12), generator=g)
+    mask = torch.zeros(batch, 12, dtype=torch.long)
+    for row, n in enumerate(LENGTHS[:batch]):
+        mask[row, :n] = 1
+    labels = torch.randint(0, 64, (batch, 12), generator=g)
+    return MaskedLM, (ids, mask, labels), None, None, {}
+
+
+CASES = {"clip": clip_case, "clip_target": clip_target_case, "dual_encoder": dual_encoder_case,
+         "centred": centred_case, "masked_lm": masked_lm_case}
