@@ -16,10 +16,10 @@ BATCH = 8
 
 def clip_config():
     from transformers import CLIPConfig
-    return CLIPConfig(text_config=dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+    return CLIPConfig(text_config=dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                        num_attention_heads=2, max_position_embeddings=16, bos_token_id=0,
                                        eos_token_id=63, pad_token_id=1),
-                      vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                          num_attention_heads=2, image_size=16, patch_size=8),
                       projection_dim=16)
 
@@ -162,3 +162,23 @@ def masked_lm_case(batch: int = BATCH):
 
 CASES = {"clip": clip_case, "clip_target": clip_target_case, "dual_encoder": dual_encoder_case,
          "centred": centred_case, "masked_lm": masked_lm_case}
+
+
+def equivalence_job(cases: list) -> list:
+    """On every rank of a launched job: for each ``(case name, strategy)`` the report of
+    :func:`autopar.testing.compare_with_single_device` in float64, or ``{"error": ...}``
+    with the :class:`~autopar.planning.strategy.PlanError` a refused plan raised (planning
+    is the same on every rank, so every rank refuses alike)."""
+    from autopar.planning.strategy import PlanError
+    from autopar.testing import compare_with_single_device
+    reports = []
+    for name, strategy in cases:
+        factory, inputs, target, loss_fn, kwargs = CASES[name]()
+        try:
+            report = compare_with_single_device(factory, inputs, target, loss_fn, strategy, kwargs=kwargs,
+                                                dtype=torch.float64)
+        except PlanError as e:
+            report = {"error": str(e)}
+        report["case"] = (name, strategy)
+        reports.append(report)
+    return reports

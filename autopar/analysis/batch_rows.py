@@ -75,7 +75,7 @@ import torch.nn.functional as F
 from autopar._torch_compat import argument_names, is_aten_op
 from autopar.analysis import ops
 from autopar.analysis.naming import module_paths, user_path
-from autopar.ir import BATCH_COUPLINGS, SPEC, TensorSpec
+from autopar.ir import BATCH_COUPLINGS, SPEC, TensorSpec, regions
 
 log = logging.getLogger("autopar.analysis.batch_rows")
 
@@ -1020,8 +1020,8 @@ def _loss_path(walk: _Walk, start: fx.Node) -> tuple[bool, list[fx.Node]]:
             if user.op == "output":
                 continue
             name = bare_name(user)
-            if name not in _LINEAR_SCALAR:
-                return False, ratios
+            if name not in _LINEAR_SCALAR or (walk.rows(user) is not None and walk.rows(user).dims):
+                return False, ratios   # combined with the rows again: used inside the model
             if name in ("mul", "div", "true_divide"):
                 others = [a for a in user.all_input_nodes if a is not n]
                 if name in ("div", "true_divide") and user.args and user.args[0] is not n:
@@ -1191,13 +1191,9 @@ def _check_pairwise(walk: _Walk, node: fx.Node) -> None:
     details = {"rows": a.name, "columns": src.name if src is not None else None, "columns_path": b_path[::-1],
                "chain": chain, "transposes": transposes, "offset_targets": sorted(set(offsets))}
     why = "a product pairs every row of the batch with every row (a contrastive or retrieval score)"
-    if problems:
-        walk.found.append(Coupling(node.name, ops.op_name(node), "pairwise", walk.module(node),
-                                   f"{why}; {problems[0]}", remedy=None, nbytes=float(nbytes), details=details))
-    else:
-        walk.found.append(Coupling(node.name, ops.op_name(node), "pairwise", walk.module(node),
-                                   f"{why}: each rank's rows are scored against every row, the operands "
-                                   f"all-gathered", remedy="gather", nbytes=float(nbytes), details=details))
+    walk.found.append(Coupling(node.name, ops.op_name(node), "pairwise", walk.module(node),
+                               f"{why}; {problems[0]}" if problems else why, remedy=None if problems else "gather",
+                               nbytes=float(nbytes), details=details))
 
 
 def _held_table(node: fx.Node) -> bool:
@@ -1256,6 +1252,12 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
     for node in walk.pairwise:
         _check_pairwise(walk, node)
     _classify_reductions(walk)
+    # A routed MoE layer's dispatch (autopar.analysis.experts: its tokens sorted by expert,
+    # gathered, counted, run through their experts and put back in place) permutes the
+    # layer's own rows; with dropless routing each row's output depends on that row alone,
+    # so its sort, indexes and counts are not rows of the batch meeting.
+    dispatch = {n for r in regions(gm, "experts") for n in r.nodes}
+    walk.found = [c for c in walk.found if c.node not in dispatch]
     order = {n.name: i for i, n in enumerate(gm.graph.nodes)}
     walk.found.sort(key=lambda c: order.get(c.node, 0))
     gm.meta[BATCH_COUPLINGS] = walk.found
@@ -1319,9 +1321,21 @@ def split_conflict(found: list[Coupling], *, data: int = 1, rows_z: int = 1, mic
     return None
 
 
+REMEDIES = {"gather": "each data rank scores its rows against every row: the operands all-gathered, their "
+                      "gradients reduce-scattered, row-position targets offset",
+            "all_reduce": "the statistic is the mean over the data ranks of each rank's (all-reduce forward and "
+                          "backward)"}
+
+
+def remedy_text(c: Coupling) -> str:
+    """What a plan that splits the batch over data ranks does at ``c``."""
+    if not c.exact:
+        return "no exact split: plans that split the batch are refused"
+    return REMEDIES[c.remedy]
+
+
 def describe_all(found: list[Coupling]) -> list[str]:
-    return [f"{c.kind}: {c.describe()} -> " + (f"{c.remedy}" if c.exact else "refused for batch splits")
-            for c in found]
+    return [f"{c.kind}: {c.describe()} -> {remedy_text(c)}" for c in found]
 
 
 __all__ = ["BATCH_COUPLINGS", "Coupling", "Rows", "batch_size", "couplings", "describe_all",

@@ -70,8 +70,25 @@ def explain(plan: "Plan") -> str:
     lines += _experts(plan)
     lines += _kept_whole(plan)
     lines += _padded(plan)
+    lines += _batch_rows(plan)
     lines += _weighed(plan)
     return "\n".join(lines)
+
+
+def _batch_rows(plan: "Plan") -> list[str]:
+    """Where rows of the batch meet (docs/batch_rows.md) and what this plan does there."""
+    if not plan.batch_couplings:
+        return []
+    from autopar.analysis.batch_rows import Coupling, remedy_text
+    split = plan.batch_parts() > 1
+    lines = ["", f"rows of the batch meet at {len(plan.batch_couplings)} node(s) (docs/batch_rows.md); this plan "
+             + (f"splits the batch over {plan.batch_parts()} data ranks:" if split else "keeps the batch whole:")]
+    for data in plan.batch_couplings:
+        c = Coupling.from_json(data)
+        done = remedy_text(c) if split else "nothing to do: every rank sees the whole batch"
+        lines.append(f"  {c.kind:<12} {c.describe()}")
+        lines.append(f"  {'':<12} -> {done}" + (f" ({_bytes(c.nbytes)} per step)" if split and c.exact else ""))
+    return lines
 
 
 def _experts(plan: "Plan") -> list[str]:
