@@ -60,6 +60,10 @@ BATCH_COUPLINGS = "autopar.batch_couplings"
 :class:`autopar.analysis.batch_rows.Coupling` in graph order (``[]``: splitting the batch
 is exact), written by the analysis."""
 
+LOSS_TERMS = "autopar.loss_terms"
+"""``gm.meta[LOSS_TERMS]``: ``[(node name, "mean" | "sum")]``, the reductions over the batch
+the graph's loss is a linear combination of (written with :data:`BATCH_COUPLINGS`)."""
+
 TARGET_COUNT = "autopar.target_count"
 """``gm.meta[TARGET_COUNT]``: an ``fx.GraphModule`` taking (by name) the graph inputs its
 loss's targets are computed from and returning how many of them count (not ignored);

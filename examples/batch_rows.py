@@ -160,8 +160,32 @@ def masked_lm_case(batch: int = BATCH):
     return MaskedLM, (ids, mask, labels), None, None, {}
 
 
+def _mlp_factory():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def summed_loss_case(batch: int = BATCH):
+    """A loss that sums over the batch, scaled: each part's share adds up (not averages)."""
+    g = torch.Generator().manual_seed(5)
+
+    def loss(out, target):
+        return F.mse_loss(out, target, reduction="sum") / 7.0
+    return _mlp_factory, (torch.randn(batch, 4, generator=g),), torch.randn(batch, 3, generator=g), loss, {}
+
+
+def mean_plus_sum_case(batch: int = BATCH):
+    """A mean over the batch plus a penalty summed over it."""
+    g = torch.Generator().manual_seed(6)
+
+    def loss(out, target):
+        return F.mse_loss(out, target) + 0.01 * out.pow(2).sum()
+    return _mlp_factory, (torch.randn(batch, 4, generator=g),), torch.randn(batch, 3, generator=g), loss, {}
+
+
 CASES = {"clip": clip_case, "clip_target": clip_target_case, "dual_encoder": dual_encoder_case,
-         "centred": centred_case, "masked_lm": masked_lm_case}
+         "centred": centred_case, "masked_lm": masked_lm_case, "summed_loss": summed_loss_case,
+         "mean_plus_sum": mean_plus_sum_case}
 
 
 def equivalence_job(cases: list) -> list:

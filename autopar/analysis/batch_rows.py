@@ -56,7 +56,10 @@ them when forced, naming the node (:func:`split_conflict`).
 Ops with no rule are assumed to keep rows apart when their output keeps the batch
 dimensions where their input had them (a warning names them); otherwise they are a
 coupling of kind ``unknown``. The result is ``gm.meta[BATCH_COUPLINGS]``, a list of
-:class:`Coupling` in graph order; the graph is unchanged.
+:class:`Coupling` in graph order, and ``gm.meta[LOSS_TERMS]``: the reductions over the
+batch the loss is a linear combination of, each a ``"mean"`` or a ``"sum"`` (the data pass
+weighs a sum's share by the number of parts when the loss also holds a mean, so that
+averaging the parts' losses gives the single device's); the graph is unchanged.
 """
 from __future__ import annotations
 
@@ -75,7 +78,7 @@ import torch.nn.functional as F
 from autopar._torch_compat import argument_names, is_aten_op
 from autopar.analysis import ops
 from autopar.analysis.naming import module_paths, user_path
-from autopar.ir import BATCH_COUPLINGS, SPEC, TensorSpec, regions
+from autopar.ir import BATCH_COUPLINGS, LOSS_TERMS, SPEC, TensorSpec, regions
 
 log = logging.getLogger("autopar.analysis.batch_rows")
 
@@ -318,6 +321,7 @@ class _Walk:
         self.found: list[Coupling] = []
         self.unknown: list[str] = []
         self.reductions: list[tuple[fx.Node, str]] = []   # reductions over the batch: (node, sum|mean|other)
+        self.loss_terms: list[tuple[str, str]] = []       # of those, the loss's: (node name, sum|mean)
         self.pairwise: list[fx.Node] = []
 
     # ------------------------------------------------------------ helpers
@@ -1068,6 +1072,11 @@ def _classify_reductions(walk: _Walk) -> None:
             continue
         is_loss, ratios = _loss_path(walk, node)
         if is_loss and not ratios:
+            if kind == "other":
+                walk.couple(node, "reduce", f"the loss reduces over the batch with {ops.op_name(node)}, which is "
+                                            f"not a mean or a sum of its parts'")
+            else:
+                walk.loss_terms.append((node.name, kind))
             continue
         if is_loss and ratios:
             ratio = ratios[0]
@@ -1238,6 +1247,7 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
     """Write :data:`~autopar.ir.BATCH_COUPLINGS` (a list of :class:`Coupling`) on ``gm``."""
     batch = batch_size(gm)
     gm.meta[BATCH_COUPLINGS] = []
+    gm.meta[LOSS_TERMS] = []
     if not batch or batch < 2:
         return gm
     walk = _Walk(gm, batch)
@@ -1261,6 +1271,7 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
     order = {n.name: i for i, n in enumerate(gm.graph.nodes)}
     walk.found.sort(key=lambda c: order.get(c.node, 0))
     gm.meta[BATCH_COUPLINGS] = walk.found
+    gm.meta[LOSS_TERMS] = walk.loss_terms
     if walk.unknown:
         log.warning("batch rows: %d op(s) have no batch rule; autopar takes them to keep the rows of the batch "
                     "apart (their output keeps the batch dimension): %s", len(walk.unknown),

@@ -508,6 +508,33 @@ def global_mean_losses(gm: fx.GraphModule) -> int:
     return 0
 
 
+def weigh_summed_terms(gm: fx.GraphModule, parts: int) -> list[str]:
+    """A loss the data pass averages over the ``parts`` of the batch (ranks, microbatches)
+    that holds sums over the batch (``mse_loss(reduction="sum") / 7``, a mean plus a summed
+    penalty): each sum term is multiplied by ``parts``, so that the parts' average of
+    ``mean_r + parts · sum_r`` is the single device's ``mean + sum`` (its gradients too).
+    A loss that is a sum alone and that the data pass reads as one (:func:`loss_reduction`)
+    is summed over the parts already and left as it is. Returns the terms weighed."""
+    from autopar.ir import LOSS_TERMS
+    terms = gm.meta.get(LOSS_TERMS) or []
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    scalars = [v for v in output.all_input_nodes if isinstance(v.meta.get(SPEC), TensorSpec) and not v.meta[SPEC].shape]
+    if not scalars or loss_reduction(scalars[0]) == "sum" or parts == 1:
+        return []
+    table = {n.name: n for n in gm.graph.nodes}
+    weighed = []
+    for name, kind in terms:
+        node = table.get(name)
+        if kind != "sum" or node is None:
+            continue
+        with gm.graph.inserting_after(node):
+            scaled = gm.graph.call_function(operator.mul, (node, float(parts)))
+        scaled.meta[SPEC] = node.meta.get(SPEC)
+        node.replace_all_uses_with(scaled, delete_user_cb=lambda user: user is not scaled)
+        weighed.append(name)
+    return weighed
+
+
 def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = "data",
                        reduce_scalars: bool = True, microbatches: int = 1,
                        couplings: list | None = None) -> fx.GraphModule:
@@ -521,6 +548,7 @@ def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, gro
     if degree == 1 and microbatches == 1:
         return gm
     global_mean_losses(gm)
+    weigh_summed_terms(gm, degree * microbatches)
     if degree == 1:
         output = next(n for n in gm.graph.nodes if n.op == "output")
         scalars = [v for v in output.all_input_nodes if isinstance(v.meta.get(SPEC), TensorSpec)

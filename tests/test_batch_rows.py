@@ -1,0 +1,214 @@
+"""Rows of the batch that meet (docs/batch_rows.md): every split of the batch is exact or
+refused, naming the node.
+
+Tier 1 (one process): the analysis finds each kind of meeting on small models and none on
+the suite's models (a sequence as long as the batch included); the planner refuses the
+splits it cannot make exact and prices the ones it can; explain says what it did.
+Tier 2 (gloo ranks): a CLIP-style contrastive model (Hugging Face ``CLIPModel`` with its
+labels made inside, and with the labels passed as the target), a retrieval dual encoder,
+an MLP centred over the batch and a Llama-style LM with a hand-written masked mean over
+very uneven padding, and losses that sum over the batch (alone, scaled, or beside a mean,
+with gradient accumulation) equal the single device (float64: outputs, loss, every gradient,
+parameters after 3 AdamW steps) under data parallelism on 2 ranks and under ``"auto"``
+and the other families on 4, or are refused with a PlanError naming the node.
+"""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import autopar
+import shared_ranks
+from autopar.analysis.batch_rows import couplings, find_batch_couplings_pass
+from autopar.capture import capture
+from autopar.planning.strategy import PlanError
+from examples import batch_rows as cases
+
+
+def _found(model, *inputs, loss_fn=None, target=None):
+    gm = capture(model, inputs, loss_fn, target)
+    return [(c.kind, c.exact) for c in couplings(find_batch_couplings_pass(gm))]
+
+
+class _Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(self.fc(x))
+
+
+X = torch.randn(6, 8)
+
+
+@pytest.mark.parametrize("fn, kind, exact", [
+    (lambda h: h @ h.t(), "pairwise", True),                       # read whole by the output
+    (lambda h: h - h.mean(0), "batch_mean", True),
+    (lambda h: h / h.sum(0, keepdim=True), "batch_sum", True),
+    (lambda h: F.softmax(h, dim=0), "scan", False),
+    (lambda h: h.cumsum(0), "scan", False),
+    (lambda h: h[0], "index", False),
+    (lambda h: h[:3], "index", False),
+    (lambda h: torch.cat([h, h.flip(1)]), "concat", False),
+    (lambda h: h.sort(dim=0).values, "scan", False),
+    (lambda h: h / h.var(0), "reduce", False),
+    (lambda h: h.t() @ h, "contract", False),
+    (lambda h: h[:, None, :] - h[None, :, :], "outer", False),
+    (lambda h: h * torch.arange(h.shape[0])[:, None], "positional", False),
+    (lambda h: h.chunk(2)[0], "index", False),
+], ids=["pairwise", "centred", "normalised-by-sum", "softmax-rows", "cumsum", "first-row", "slice", "cat",
+        "sort", "var", "gram", "outer", "positions", "chunk"])
+def test_each_kind_of_meeting_is_found(fn, kind, exact):
+    assert (kind, exact) in _found(_Fn(fn), X)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda h: F.softmax(h, -1), lambda h: h - h.mean(-1, keepdim=True), lambda h: F.layer_norm(h, (8,)),
+    lambda h: h.view(3, 2, 8).sum(1), lambda h: h[:, :4], lambda h: torch.cat([h, h], dim=1),
+    lambda h: h.unsqueeze(1).expand(6, 3, 8).reshape(18, 8), lambda h: h.t().t(),
+], ids=["softmax", "centred-features", "layer-norm", "pairs-of-rows-folded", "columns", "cat-features",
+        "repeat-rows-major", "transpose-back"])
+def test_rows_kept_apart_are_not_a_meeting(fn):
+    assert _found(_Fn(fn), X) == []
+
+
+def test_the_loss_terms_say_which_are_sums():
+    from autopar.ir import LOSS_TERMS
+    gm = capture(nn.Linear(8, 3), (X,), lambda o, t: F.mse_loss(o, t) + 0.1 * o.pow(2).sum(), torch.randn(6, 3))
+    find_batch_couplings_pass(gm)
+    assert sorted(kind for _, kind in gm.meta[LOSS_TERMS]) == ["mean", "sum"]
+    gm = capture(nn.Linear(8, 3), (X,), lambda o, t: (o - t).abs().amax(), torch.randn(6, 3))
+    assert [c.kind for c in couplings(find_batch_couplings_pass(gm))] == ["reduce"]
+
+
+def test_the_loss_reduction_is_not_a_meeting_a_masked_mean_is():
+    model = nn.Linear(8, 3)
+    assert _found(model, X, loss_fn=F.cross_entropy, target=torch.randint(0, 3, (6,))) == []
+    assert _found(model, X, loss_fn=lambda o, t: F.mse_loss(o, t, reduction="sum") / 7.0,
+                  target=torch.randn(6, 3)) == []
+
+    def masked(out, target):
+        mask = (target >= 0).float()
+        return (F.cross_entropy(out, target.clamp(min=0), reduction="none") * mask).sum() / mask.sum()
+    assert _found(model, X, loss_fn=masked, target=torch.tensor([0, 1, -1, 2, -1, 1])) == [("masked_mean", True)]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "t5_labels", "resnet", "bert_mlm"])
+def test_the_suites_models_have_no_meeting(name):
+    """The zoo's models split the batch as before; T5 at batch 8 has a sequence of 8 too, so
+    its relative-position aranges are as long as the batch."""
+    from examples.zoo import OWN_LOSS, ZOO
+    case = (ZOO.get(name) or OWN_LOSS[name])()
+    gm = capture(case.factory(), case.inputs, case.loss_fn, case.target, example_kwargs=case.kwargs,
+                 model_loss="required" if case.loss_fn is None else None)
+    assert couplings(find_batch_couplings_pass(gm)) == []
+
+
+def test_the_contrastive_models_are_read_as_exact_pairwise_scores():
+    for name in ("clip", "clip_target", "dual_encoder"):
+        factory, inputs, target, loss_fn, kwargs = cases.CASES[name]()
+        gm = capture(factory(), inputs, loss_fn, target, example_kwargs=kwargs,
+                     model_loss="required" if loss_fn is None else None)
+        found = couplings(find_batch_couplings_pass(gm))
+        assert [(c.kind, c.remedy) for c in found] == [("pairwise", "gather")], (name, found)
+        if name != "clip_target":   # labels arange(batch) made inside: offset by the rank's first row
+            assert found[0].details["offset_targets"], found[0]
+
+
+def _plan(name, world, strategy):
+    factory, inputs, target, loss_fn, kwargs = cases.CASES[name]()
+    return autopar.plan(factory(), world, inputs, loss_fn, strategy, example_target=target, example_kwargs=kwargs)
+
+
+@pytest.mark.parametrize("strategy, split", [
+    ({"data": 4, "microbatches": 2}, "2 microbatches"),
+    ({"data": 4, "subgrids": 2}, "D&SP's branches"),
+    ({"x": 2, "y": 1, "z": 2}, "rows over z = 2"),
+])
+def test_splits_without_an_exact_remedy_are_refused_naming_the_node(strategy, split):
+    with pytest.raises(PlanError, match=rf"rows of the batch meet at matmul .module clip.*{split}"):
+        _plan("clip", 4, strategy)
+
+
+def test_a_meeting_without_remedy_refuses_every_batch_split_and_auto_keeps_the_batch_whole():
+    class Sorted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(8, 16), nn.Linear(16, 8)
+
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(x))).sort(dim=0).values
+    args = (Sorted(), 4, (torch.randn(8, 8),), F.mse_loss)
+    with pytest.raises(PlanError, match=r"rows of the batch meet at sort.*4 data ranks.*keep the batch whole"):
+        autopar.plan(*args, {"data": 4}, example_target=torch.randn(8, 8))
+    plan = autopar.plan(*args, "auto", example_target=torch.randn(8, 8))
+    assert plan.batch_parts() == 1 and plan.microbatches == 1 and not plan.pipeline, plan.mesh
+    assert "rows of the batch meet at 1 node(s)" in plan.explain() and "keeps the batch whole" in plan.explain()
+
+
+def test_the_plan_prices_and_explains_the_gather():
+    plan = _plan("clip", 4, {"data": 4})
+    text = plan.explain()
+    assert "rows of the batch meet at 1 node(s)" in text and "splits the batch over 4 data ranks" in text
+    assert "operands all-gathered" in text
+    assert plan.batch_couplings[0]["kind"] == "pairwise" and plan.batch_couplings[0]["remedy"] == "gather"
+    saved = autopar.planning.plan.Plan.from_json(plan.to_json())
+    assert saved.batch_couplings == plan.batch_couplings
+
+
+# ---------------------------------------------------------------------- tier 2: gloo ranks
+
+WORLD_2 = [("clip", {"data": 2}), ("clip_target", {"data": 2}), ("dual_encoder", {"data": 2}),
+           ("centred", {"data": 2}), ("masked_lm", {"data": 2}), ("summed_loss", {"data": 2}),
+           ("mean_plus_sum", {"data": 2, "microbatches": 2})]
+WORLD_4 = [("clip", "auto"), ("dual_encoder", "auto"), ("masked_lm", {"data": 2, "tensor": 2}),
+           ("masked_lm", {"pipeline": 2, "data": 2})]
+EXTENDED = [("clip_target", "auto"), ("centred", "auto"), ("masked_lm", "auto"), ("clip", {"data": 2, "tensor": 2}),
+            ("dual_encoder", {"data": 4, "zero": 1}), ("centred", {"data": 4, "microbatches": 2}),
+            ("clip", {"pipeline": 2, "microbatches": 2})]
+
+_world_2 = shared_ranks.register(2, __name__, cases.equivalence_job, (WORLD_2,), timeout_s=600)
+_world_4 = shared_ranks.register(4, __name__, cases.equivalence_job, (WORLD_4,), timeout_s=600)
+_extended = shared_ranks.register(4, __name__ + ":extended", cases.equivalence_job, (EXTENDED,), timeout_s=900,
+                                  extended=True)
+
+REFUSED = {("masked_lm", "{'pipeline': 2, 'data': 2}"): "a pipeline's stages over 2 data ranks",
+           ("centred", "{'data': 4, 'microbatches': 2}"): "not across 2 microbatches",
+           ("clip", "{'pipeline': 2, 'microbatches': 2}"): "not across 2 microbatches"}
+
+
+def _check(case, reports):
+    name, strategy = case
+    refused = REFUSED.get((name, str(strategy)))
+    for report in reports:
+        if refused:
+            assert "error" in report and "rows of the batch meet at" in report["error"] and refused in \
+                report["error"], report
+            continue
+        assert "error" not in report, report
+        for key in ("output", "loss", "grad", "param"):
+            assert report[key][1] < 1e-11, (key, report[key], report.get("worst_" + key), report["mesh"])
+        assert report["grad_norm"][1] < 1e-12, report["grad_norm"]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("index", range(len(WORLD_2)), ids=[f"{m}-{s}" for m, s in WORLD_2])
+def test_two_ranks_split_the_batch_exactly(index):
+    """Before the analysis, CLIP under data 2 ran without an error and its loss was the mean
+    of two per-rank contrastive losses (87% off the single device's)."""
+    _check(WORLD_2[index], [reports[index] for reports in _world_2()])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("index", range(len(WORLD_4)), ids=[f"{m}-{s}" for m, s in WORLD_4])
+def test_four_ranks_equal_or_refuse(index):
+    _check(WORLD_4[index], [reports[index] for reports in _world_4()])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.extended
+@pytest.mark.parametrize("index", range(len(EXTENDED)), ids=[f"{m}-{s}" for m, s in EXTENDED])
+def test_four_ranks_every_family(index):
+    _check(EXTENDED[index], [reports[index] for reports in _extended()])
