@@ -173,7 +173,7 @@ class ProgramRunner:
         key = (tuple(signature(x) for x in local_inputs), signature(local_target), loss, training)
         if key not in self.programs:
             shown_inputs, shown_target = local_inputs, local_target
-            if any(c.get("remedy") == "gather" for c in state.plan.batch_couplings):
+            if any(c.get("remedy") == "gather" for c in state.plan.batch_couplings or ()):
                 shown_inputs, shown_target = _first_rows(inputs, local_inputs), _first_rows((target,), (local_target,))[0]
             args, kwargs = state.call.unflatten(shown_inputs)
             gm = state.build(inputs, target, training, lambda: capture(

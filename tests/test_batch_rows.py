@@ -58,8 +58,10 @@ X = torch.randn(6, 8)
     (lambda h: h[:, None, :] - h[None, :, :], "outer", False),
     (lambda h: h * torch.arange(h.shape[0])[:, None], "positional", False),
     (lambda h: h.chunk(2)[0], "index", False),
+    (lambda h: h.flip(0), "scan", False),
+    (lambda h: h.roll(1, 0), "scan", False),
 ], ids=["pairwise", "centred", "normalised-by-sum", "softmax-rows", "cumsum", "first-row", "slice", "cat",
-        "sort", "var", "gram", "outer", "positions", "chunk"])
+        "sort", "var", "gram", "outer", "positions", "chunk", "flip", "roll"])
 def test_each_kind_of_meeting_is_found(fn, kind, exact):
     assert (kind, exact) in _found(_Fn(fn), X)
 

@@ -156,7 +156,8 @@ _EXTRA_POINTWISE = {"floor_divide", "where", "masked_fill", "clamp", "clip", "ge
                     "logical_and", "logical_or", "isnan", "isinf", "isfinite", "sin", "cos", "pow", "add", "sub",
                     "mul", "div", "true_divide", "eq", "ne", "lt", "le", "gt", "ge", "bitwise_not", "masked_fill_",
                     "add_", "mul_", "sub_", "div_", "clamp_", "tril", "triu", "__and__", "__or__", "__xor__",
-                    "__invert__", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_xor"}
+                    "__invert__", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_xor",
+                    "log_sigmoid", "logsigmoid", "softsign", "tanhshrink", "hardshrink", "softshrink"}
 _REDUCTIONS = {"sum": "sum", "nansum": "sum", "mean": "mean", "nanmean": "mean", "amax": "other", "amin": "other",
                "max": "other", "min": "other", "prod": "other", "std": "other", "var": "other",
                "std_mean": "other", "var_mean": "other", "norm": "other", "linalg_vector_norm": "other",
@@ -167,7 +168,8 @@ _REDUCTIONS = {"sum": "sum", "nansum": "sum", "mean": "mean", "nanmean": "mean",
 _ALONG = {"softmax": (0, None), "_softmax": (0, None), "log_softmax": (0, None), "_log_softmax": (0, None),
           "cumsum": (0, None), "cumprod": (0, None), "cummax": (0, None), "cummin": (0, None),
           "logcumsumexp": (0, None), "sort": (0, -1), "argsort": (0, -1), "topk": (1, -1), "kthvalue": (1, -1),
-          "diff": (1, -1), "glu": (0, -1), "normalize": (1, 1), "cosine_similarity": (1, 1)}
+          "diff": (1, -1), "glu": (0, -1), "normalize": (1, 1), "cosine_similarity": (1, 1), "flip": (0, None),
+          "roll": (1, None), "fliplr": (0, 1), "flipud": (0, 0)}
 _LOSSES = {"cross_entropy_loss", "cross_entropy", "nll_loss", "nll_loss_nd", "nll_loss2d", "mse_loss", "l1_loss",
            "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
            "soft_margin_loss", "poisson_nll_loss", "hinge_embedding_loss", "margin_ranking_loss",
@@ -922,6 +924,8 @@ class _Walk:
         dim = _arg(node, index + 1, "dim", default)
         if name in ("roll", "flip"):
             dim = _arg(node, 2 if name == "roll" else 1, "dims", None)
+            if name == "roll" and dim is None:
+                dim = list(range(len(_shape(x) or ())))   # rolled flat: every dimension
         return self._along_dim(node, self.rows(x), _shape(x), dim, name)
 
     def _normalize_last(self, node: fx.Node, r: Rows | None, shape, k: int):

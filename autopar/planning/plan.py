@@ -161,8 +161,9 @@ class Plan:
     # this many consecutive data ranks (1: none); the regions that use it say "experts"
     experts: int = 1
     # where rows of the batch meet (autopar.analysis.batch_rows.Coupling as JSON dicts) and
-    # what the plan does about each: the remedy runs under a batch split, else none is split
-    batch_couplings: list = field(default_factory=list)
+    # what the plan does about each: the remedy runs under a batch split, else none is split;
+    # None: not known (a plan saved before the analysis existed: each rank reads its own graph)
+    batch_couplings: list | None = None
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries

@@ -247,12 +247,20 @@ def sync_batch_couplings(gm: fx.GraphModule, group: str, local_batch: int, degre
     Returns the names of the nodes rewritten."""
     from autopar.analysis.batch_rows import couplings
     found = {c.node: c for c in couplings(gm)}
-    if planned is not None:
+    if planned is not None:   # the plan's (found on the whole batch) decide; this graph must hold them
         for c in planned:
-            if c.get("remedy") and c["node"] not in found:
+            if c.get("remedy") and (c["node"] not in found or found[c["node"]].kind != c["kind"]):
                 raise DataParallelError(
                     f"the plan makes {c['node']} ({c['kind']}, module {c.get('module') or '?'}) exact over the data "
-                    f"ranks, and this rank's graph has no such node; re-plan, or use strategy={{'data': 1}}")
+                    f"ranks, and this rank's graph (at {local_batch} rows) has no such node; re-plan, or use "
+                    f"strategy={{'data': 1}}")
+        kept = {c["node"] for c in planned}
+        extra = [c for name, c in found.items() if name not in kept]
+        if extra:
+            log.warning("data parallel: at its %d rows this rank's graph shows rows meeting at %s, which the plan "
+                        "(made on the whole batch) does not; the plan's reading is kept", local_batch,
+                        ", ".join(c.node for c in extra))
+        found = {name: c for name, c in found.items() if name in kept}
     refused = [c for c in found.values() if not c.exact]
     if refused:
         raise DataParallelError(f"rows of the batch meet at {refused[0].describe()}; data parallelism would not equal "
