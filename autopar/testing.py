@@ -9,7 +9,10 @@ single-device reference, then compares
 * the loss and every parameter's gradient after one ``pm.step``,
 * every parameter after ``steps`` AdamW steps on both,
 
-and returns the largest absolute and relative differences with the plan used.
+and returns, per kind, the largest absolute difference and the largest relative error over
+every tensor of that kind (each tensor's relative error is its largest difference over
+its reference's largest magnitude, see :func:`_relative`), the tensor with the largest
+relative error, and the plan used.
 """
 from __future__ import annotations
 
@@ -23,13 +26,82 @@ import torch
 import autopar
 
 
+ZERO_BELOW = {"grad": 1e-6, "param": 1e-4}
+"""Per kind, the fraction of the largest reference value of that kind (over every gradient;
+over every floating-point entry of the state dict) below which a tensor is zero at the
+comparison's resolution, and is measured against that largest value instead of its own.
+Such a tensor is all zero, or exactly zero in exact arithmetic and computed as rounding
+noise: the key bias of attention gets no gradient (softmax ignores a shift shared by all
+keys), so its computed gradient is noise (1e-13..5e-9 of the largest gradient in float32),
+which the parallel model and the reference round differently; a parameter with that
+gradient (a key bias initialised to zero, as BERT and ViT do) is moved by Adam's
+normalisation of the noise only (up to ~1e-6 of the largest parameter after 3 steps in
+float32). The smallest gradients that are not noise sit at ~3e-6 of the largest (BERT's
+query bias), the smallest parameters at ~4e-4 (ResNet's normalisation biases)."""
+
+
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
-    a, b = a.detach().double(), b.detach().double()
+    """``(max |a - b|, max |b|)`` of one tensor ``a`` against its reference ``b``: entries
+    equal on both sides (infinities included) or NaN on both differ by 0, a NaN or an
+    infinity on one side only by inf; ``max |b|`` is over ``b``'s finite entries."""
+    wide = torch.complex128 if a.is_complex() or b.is_complex() else torch.float64
+    a, b = a.detach().to(device="cpu", dtype=wide), b.detach().to(device="cpu", dtype=wide)
     if a.shape != b.shape:
         raise AssertionError(f"shape {list(a.shape)} != {list(b.shape)}")
-    abs_diff = (a - b).abs().max().item() if a.numel() else 0.0
-    scale = b.abs().max().item() if b.numel() else 0.0
-    return abs_diff, abs_diff / max(scale, 1e-12)
+    if not a.numel():
+        return 0.0, 0.0
+    same = (a == b) | (a.isnan() & b.isnan())
+    diff = torch.where(same, 0.0, (a - b).abs().nan_to_num(nan=math.inf))
+    finite = b[b.isfinite()]
+    return diff.max().item(), finite.abs().max().item() if finite.numel() else 0.0
+
+
+def _relative(abs_diff: float, scale: float, largest: float, zero_below: float) -> float:
+    """One tensor's relative error: its largest difference over its reference's largest
+    magnitude ``scale``, or over ``largest`` (the kind's largest) where ``scale`` is below
+    ``zero_below`` of it (:data:`ZERO_BELOW`). With nothing to scale by (every reference
+    of the kind all zero) an exact match is 0 and any difference inf."""
+    if scale < zero_below * largest:
+        scale = largest
+    if scale > 0:
+        return abs_diff / scale
+    return 0.0 if abs_diff == 0 else math.inf
+
+
+def _fingerprint(t: torch.Tensor) -> tuple[float, float]:
+    """A tensor in two numbers (its sum and its sum of squares, in float64): what this
+    rank computed, compared between ranks (they must agree exactly)."""
+    t = t.detach().to(device="cpu", dtype=torch.complex128 if t.is_complex() else torch.float64)
+    return t.sum().item(), t.abs().square().sum().item()
+
+
+def _compare(pairs: dict[str, tuple[Any, Any]], report: dict[str, Any], kind: str) -> None:
+    """Every named ``(result, reference)`` pair of one ``kind`` compared:
+    ``report[kind] = (max abs, max relative)``, each the largest over every tensor (the two
+    may come from different tensors; the relative error of each tensor is
+    :func:`_relative`'s), ``report["worst_" + kind]`` the tensor with the largest relative
+    error, and ``report["computed"][kind]`` each result's :func:`_fingerprint`."""
+    diffs: dict[str, tuple[float, float, bool]] = {}
+    computed = report.setdefault("computed", {}).setdefault(kind, {})
+    for name, (a, b) in pairs.items():
+        if a is None and b is None:
+            continue
+        if a is None or b is None:  # a gradient on one side only: the other's is zero
+            a = torch.zeros_like(b) if a is None else a
+            b = torch.zeros_like(a) if b is None else b
+        a, b = torch.as_tensor(a), torch.as_tensor(b)
+        diffs[name] = (*_max_diff(a, b), b.is_floating_point() or b.is_complex())
+        computed[name] = _fingerprint(a)
+    largest = max((scale for _, scale, floating in diffs.values() if floating), default=0.0)
+    zero_below = ZERO_BELOW.get(kind, 0.0)
+    worst_abs, worst_rel, worst_name = 0.0, 0.0, None
+    for name, (abs_diff, scale, floating) in diffs.items():
+        rel = _relative(abs_diff, scale, largest if floating else scale, zero_below)
+        worst_abs = max(worst_abs, abs_diff)
+        if worst_name is None or rel > worst_rel:
+            worst_rel, worst_name = rel, name
+    report[kind] = (worst_abs, worst_rel)
+    report["worst_" + kind] = worst_name
 
 
 def _logits(out: Any) -> torch.Tensor:
@@ -50,9 +122,16 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
                                recompute: bool | str | None = None, default_device: str | None = None,
                                device: torch.device | str | None = None) -> dict[str, Any]:
     """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "grad_norm",
-    "param"}`` where each difference entry is ``(max abs, max relative)`` over all tensors
-    compared. Every optimizer step clips the gradients to half the first step's norm on
-    both sides (``pm.clip_grad_norm_``), so ``param`` checks the norm helpers as well.
+    "param"}`` where each difference entry is ``(max abs, max relative)``, each the largest
+    over every tensor of that kind (``output``: the logits and the model's own loss;
+    ``grad_norm``: the 2-norm and the inf-norm; ``param``: every state dict entry); a
+    tensor's relative error is ``max |a - b| / max |b|`` over its own entries, a tensor that
+    is zero at the comparison's resolution (:data:`ZERO_BELOW`) measured against its kind's
+    largest. ``worst_<kind>`` names the tensor with the largest relative error of each kind,
+    and ``computed[kind][name]`` fingerprints what this rank's compiled model computed
+    (ranks that compute the same agree on it exactly). Every optimizer step clips the
+    gradients to half the first step's norm on both sides (``pm.clip_grad_norm_``), so
+    ``param`` checks the norm helpers as well.
     ``kwargs``: keyword inputs (``example_kwargs``); ``loss_fn=None`` (and no target):
     the model computes its own loss (``labels`` among the keywords), which ``step`` trains
     on; then ``"output"`` covers the loss in the forward's output too. ``default_device``:
@@ -84,7 +163,7 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
                               "strategies": {r.strategy for r in pm.plan.regions} - {"replicate"},
                               # parameters this rank holds no element of (the cube's off-diagonal vectors)
                               "empty_params": sum(p.numel() == 0 for p in pm.parameters())}
-    report["output"] = twins.output_diff()
+    _compare(twins.outputs(), report, "output")
     max_norm = _compare_first_step(twins, report)
     _train_and_compare_parameters(twins, report, max_norm, steps, lr)
     _add_run_stats(pm, reference, report)
@@ -104,17 +183,17 @@ class _Twins:
         """The context calls into the compiled model run in (its default device set)."""
         return torch.device(self.default_device) if self.default_device else contextlib.nullcontext()
 
-    def output_diff(self) -> tuple[float, float]:
+    def outputs(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """The forward's outputs (logits, and the loss the model's output carries when it
-        computes its own) compared, without gradients."""
+        computes its own), each beside the reference's, without gradients."""
         with torch.no_grad():
             with self.guarded():
                 out = self.pm(*self.inputs, **self.kwargs)
             ref_out = self.reference(*self.inputs, **self.kwargs)
-            diff = _max_diff(_logits(out), _logits(ref_out))
+            pairs = {"logits": (_logits(out), _logits(ref_out))}
             if self.loss_fn is None:
-                diff = max(diff, _max_diff(_own_loss(out), _own_loss(ref_out)))
-        return diff
+                pairs["loss"] = (_own_loss(out), _own_loss(ref_out))
+        return pairs
 
     def step(self) -> torch.Tensor:
         """One ``pm.step`` (forward and backward), its loss."""
@@ -140,23 +219,18 @@ def _compare_first_step(twins: _Twins, report: dict[str, Any]) -> float:
     loss = twins.step()
     ref_loss = twins.reference_loss()
     ref_loss.backward()
-    report["loss"] = _max_diff(loss, ref_loss)
+    _compare({"loss": (loss, ref_loss)}, report, "loss")
     with twins.guarded():
         grads = pm.full_gradients()
-    worst = (0.0, 0.0)
-    for name, p in reference.named_parameters():
-        diff = _max_diff(grads[name], p.grad)
-        if diff > worst:
-            worst, report["worst_grad"] = diff, name
-    report["grad"] = worst
+    _compare({name: (grads[name], p.grad) for name, p in reference.named_parameters()}, report, "grad")
     # the gradient norm as the single-device model has it, then clipping to half of it on
     # both sides before every optimizer step (so the parameters check it too)
     ref_grads = [p.grad for p in reference.parameters() if p.grad is not None]
     ref_norm = torch.nn.utils.get_total_norm(ref_grads)
     with twins.guarded():
         norms = pm.grad_norm(), pm.grad_norm(float("inf"))
-    report["grad_norm"] = max(_max_diff(norms[0], ref_norm),
-                              _max_diff(norms[1], torch.nn.utils.get_total_norm(ref_grads, "inf")))
+    _compare({"2-norm": (norms[0], ref_norm), "inf-norm": (norms[1], torch.nn.utils.get_total_norm(ref_grads, "inf"))},
+           report, "grad_norm")
     max_norm = 0.5 * float(ref_norm)
     twins.clip(max_norm)
     return max_norm
@@ -184,12 +258,7 @@ def _train_and_compare_parameters(twins: _Twins, report: dict[str, Any], max_nor
         ref_optimizer.step()
     with twins.guarded():
         state = twins.pm.full_state_dict()
-    worst = (0.0, 0.0)
-    for name, value in twins.reference.state_dict().items():
-        diff = _max_diff(state[name], value)
-        if diff > worst:
-            worst, report["worst_param"] = diff, name
-    report["param"] = worst
+    _compare({name: (state[name], value) for name, value in twins.reference.state_dict().items()}, report, "param")
 
 
 def _add_run_stats(pm, reference: torch.nn.Module, report: dict[str, Any]) -> None:

@@ -7,11 +7,17 @@ in ``make test``. Each model is run with the plan ``"auto"`` picks and, for the 
 Face transformers, again with Megatron forced (``data=2 x tensor=2``), so the tensor
 rewrite meets every model's attention and MLP spelling.
 
-A run is *equal* when outputs, loss and gradients agree to 1e-4 relative (or 1e-6
-absolute) and the parameters after 3 AdamW steps to 1e-4 relative or absolute: a
-parameter whose exact gradient is zero (the key bias of attention, as softmax ignores a
-shift shared by all keys) moves by rounding noise that Adam normalises, so its relative
-difference alone says nothing.
+A run is *equal* when every tensor's relative error (``autopar.testing``: its largest
+difference over its reference's largest magnitude) is within :data:`TOLERANCE` in float32:
+the outputs, the loss and the gradient norms (2 and inf) to 2e-6, every gradient to 1e-5,
+every parameter after 3 AdamW steps to 1e-3. Collectives only reorder sums, which leaves
+outputs, loss and norms within ~3e-7 and gradients within ~4e-6 (ResNet's BatchNorm
+weight under data parallelism; most within 1e-6). The parameters are looser because Adam
+normalises each entry's gradient: an entry whose gradient is near zero moves by that
+gradient's rounding (the key bias inside a fused in-projection: ~4e-4 of the tensor). A
+tensor that is zero at the comparison's resolution (a key bias on its own, whose exact
+gradient is zero, softmax ignoring a shift shared by all keys) is measured against the
+largest of its kind (``autopar.testing.ZERO_BELOW``).
 """
 from __future__ import annotations
 
@@ -31,9 +37,13 @@ DEFAULT_RUNS = [(name, "auto") for name in ("gpt2", "bert", "llama", "t5", "vit"
                                              "inception", "towers")] + [(name, MEGATRON) for name in HF_TRANSFORMERS]
 
 
+TOLERANCE = {"output": 2e-6, "loss": 2e-6, "grad_norm": 2e-6, "grad": 1e-5, "param": 1e-3}
+"""The largest relative error over every tensor of each kind that a float32 run may show
+and be equal to the single-device one (the module's docstring says why)."""
+
+
 def is_equal(report: dict[str, Any]) -> bool:
-    close = all(a <= 1e-6 or r <= 1e-4 for a, r in (report[k] for k in ("output", "loss", "grad")))
-    return close and (report["param"][0] <= 1e-4 or report["param"][1] <= 1e-4)
+    return all(report[kind][1] <= bound for kind, bound in TOLERANCE.items())
 
 
 def _plan_summary(report: dict[str, Any]) -> str:
@@ -57,7 +67,8 @@ def coverage_job(runs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
         try:
             report = compare_with_single_device(case.factory, case.inputs, case.target, case.loss_fn, strategy,
                                                 kwargs=case.kwargs, steps=3)
-            row.update({k: report[k] for k in ("tracer", "mesh", "strategies", "output", "loss", "grad", "param")})
+            row.update({k: report[k] for k in ("tracer", "mesh", "strategies", "output", "loss", "grad", "grad_norm",
+                                               "param", "worst_grad", "worst_param")})
             row["plan"] = _plan_summary(report)
             row["equal"] = is_equal(report)
         except Exception as e:  # noqa: BLE001 - reported per model

@@ -13,6 +13,7 @@ from autopar.analysis import analyse as analysis
 from autopar.analysis import attention
 from autopar.analysis.manager import PassError, PassRunner
 import shared_ranks
+from examples.coverage import is_equal
 
 FAULTY_NODE = "softmax"  # the first attention core of examples.models.TinyTransformer
 
@@ -87,7 +88,8 @@ def fault_injected_training_job() -> dict:
         report = compare_with_single_device(factory, inputs, target, loss, "auto")
     finally:
         attention._core_inputs = read
-    return {k: report[k] for k in ("mesh", "output", "loss", "grad", "param")} | {"plan": report["plan"]}
+    kept = ("mesh", "output", "loss", "grad", "grad_norm", "param", "worst_grad", "worst_param", "plan")
+    return {k: report[k] for k in kept}
 
 
 # the 2-rank launch is shared with other modules' jobs (tests/shared_ranks.py)
@@ -98,7 +100,4 @@ _LAUNCHED = shared_ranks.register(2, __name__, fault_injected_training_job, time
 def test_a_fault_in_analysis_does_not_stop_auto_and_training_matches_single_device():
     for report in _LAUNCHED():
         assert "attention:blocks.0.attn " not in report["plan"] and "attention:blocks.1.attn " in report["plan"]
-        for key in ("output", "loss", "grad"):
-            abs_diff, rel_diff = report[key]
-            assert abs_diff <= 1e-6 or rel_diff <= 1e-4, (key, report)
-        assert report["param"][0] <= 1e-4 or report["param"][1] <= 1e-4, report
+        assert is_equal(report), report  # every tensor within the coverage suite's float32 tolerances

@@ -54,7 +54,11 @@ def test_hugging_face_models_are_captured_by_export_and_examples_by_symbolic_tra
 
 
 def test_equality_criterion_rejects_a_real_difference():
-    good = {"output": (0.0, 0.0), "loss": (1e-7, 1e-7), "grad": (1e-8, 2e-7), "param": (2e-6, 1.0)}
+    good = {"output": (0.0, 0.0), "loss": (1e-7, 1e-7), "grad": (1e-8, 2e-7), "grad_norm": (1e-8, 1e-7),
+            "param": (2e-6, 1e-4)}
     assert is_equal(good)
     assert not is_equal({**good, "grad": (1e-3, 1e-2)})
-    assert not is_equal({**good, "param": (1e-3, 1e-3)})
+    # a small gradient 1% off: tiny in absolute terms, and still a wrong gradient
+    assert not is_equal({**good, "grad": (1e-9, 1e-2)})
+    assert not is_equal({**good, "grad_norm": (1e-7, 1e-5)})
+    assert not is_equal({**good, "param": (1e-5, 1e-2)})

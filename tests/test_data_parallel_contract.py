@@ -1,12 +1,13 @@
 """The user's contract on 4 gloo ranks in one launch: gradients accumulated over several
-steps, a loss that sums over the batch, inputs without a batch dimension, a mesh whose
-dimensions are named (tensor, data), full state dicts loaded into shards and gathered
-back, and a disabled rewrite."""
+steps, a loss that sums over the batch, inputs without a batch dimension, a 4 x 1 mesh whose
+dimensions are named (tensor, data) (read by its order it would be data 4 x tensor 1),
+full state dicts loaded into shards and gathered back, and a disabled rewrite."""
 import copy
 import os
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
@@ -80,8 +81,10 @@ def _job():
                          strategy={"data": 4})
     results["mask_output"] = torch.allclose(pm(xm, mask), reference(xm, mask), atol=1e-6)
 
-    # a 2-D mesh named (tensor, data): the names, not the order, say which is which
-    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("tensor", "data"))
+    # a 2-D mesh named (tensor, data): the names, not the order, say which is which. It is
+    # 4 x 1, not 2 x 2, so that reading the dimensions by position (or swapping the names)
+    # gives data 4 x tensor 1 instead of tensor 4 x data 1
+    mesh = init_device_mesh("cpu", (4, 1), mesh_dim_names=("tensor", "data"))
     ids, target = torch.randint(0, 64, (4, 16)), torch.randint(0, 64, (4, 16))
     model = TinyTransformer()
     reference = copy.deepcopy(model)
@@ -90,6 +93,9 @@ def _job():
     lm_loss(reference(ids), target).backward()
     results["tensor_data_mesh"] = _grads_close(pm, reference)
     results["mesh_degrees"] = dict(pm.plan.mesh)
+    groups = pm.process_groups
+    results["mesh_groups"] = {name: dist.get_process_group_ranks(groups[name]) if name in groups else None
+                              for name in ("tensor", "data")}
 
     # a full state dict loads into the shards and gathers back unchanged
     torch.manual_seed(5)
@@ -136,4 +142,8 @@ def test_contract(results, check):
 
 @pytest.mark.multiprocess
 def test_named_mesh_degrees(results):
-    assert results[0]["mesh_degrees"] == {"data": 2, "tensor": 2}
+    """The 4 x 1 mesh named (tensor, data) is tensor 4 x data 1: every rank's tensor group
+    is the whole mesh (the 4 ranks its first dimension runs over)."""
+    for rank_results in results:
+        assert rank_results["mesh_degrees"] == {"data": 1, "tensor": 4}, rank_results["mesh_degrees"]
+        assert rank_results["mesh_groups"]["tensor"] == [0, 1, 2, 3], rank_results["mesh_groups"]

@@ -4,8 +4,9 @@ Each world size is launched once (spawning costs seconds; tests/shared_ranks.py 
 the launch with other modules' jobs) and runs every case; the parametrised tests then
 check one case each. Tolerances (fp32):
 
-* outputs, loss, gradients: relative 1e-5 of the largest reference value — collectives
-  change the order of summation, nothing else;
+* outputs, loss, every gradient and the gradient norms: relative 1e-5, each tensor to its
+  own largest reference value (autopar.testing) — collectives change the order of
+  summation, nothing else (seen: up to ~7e-7);
 * parameters after 3 AdamW steps (lr 1e-2): absolute 5e-4. The key bias of attention has
   an exactly-zero gradient in exact arithmetic (softmax ignores a shift shared by all
   keys); Adam normalises its rounding noise, which differs on both sides, into steps of
@@ -66,3 +67,34 @@ def test_world_4(index):
         expected = {"data": strategy.get("data", 4 // strategy.get("tensor", 1)),
                     "tensor": strategy.get("tensor", 4 // strategy.get("data", 1))}
         assert reports[0][index]["mesh"] == expected
+
+
+# ------------------------------------------------------------ the comparison itself, no ranks
+
+def test_the_comparison_takes_the_largest_relative_error_over_every_tensor():
+    """A small gradient 1% off is the worst even where a large one differs by more in
+    absolute terms; a tensor zero at the comparison's resolution (an exactly-zero
+    gradient computed as rounding noise, an all-zero one) is measured against the
+    largest of its kind; a NaN on one side is infinitely wrong."""
+    import math
+
+    import torch
+
+    from autopar.testing import _compare
+    big, small = torch.linspace(-1, 1, 100, dtype=torch.float64), torch.linspace(-1e-4, 1e-4, 10, dtype=torch.float64)
+    report = {}
+    _compare({"big": (big * (1 + 1e-5), big), "small": (small * 1.01, small)}, report, "grad")
+    assert report["worst_grad"] == "small" and report["grad"][1] == pytest.approx(1e-2, rel=1e-6)
+    assert report["grad"][0] == pytest.approx(1e-5)  # the largest absolute difference is the big one's
+    noise, zero = torch.full((4,), 1e-9, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    report = {}
+    _compare({"big": (big, big), "noise": (noise, -noise), "zero": (zero + 1e-9, zero)}, report, "grad")
+    assert report["grad"][1] == pytest.approx(2e-9) and report["worst_grad"] == "noise"
+    report = {}
+    _compare({"loss": (torch.tensor(float("nan")), torch.tensor(1.0))}, report, "loss")
+    assert report["loss"] == (math.inf, math.inf)
+    report = {}  # nothing to scale by: equal is 0, anything else inf
+    _compare({"a": (zero, zero)}, report, "loss")
+    assert report["loss"] == (0.0, 0.0)
+    # what each rank computed, fingerprinted
+    assert report["computed"]["loss"]["a"] == (0.0, 0.0)

@@ -7,7 +7,8 @@ with recomputation, in the extended suite); on the plain-PyTorch
 transformer and Hugging Face GPT-2 (torch.export; its tied embedding and head live on the
 first and the last stage, their gradients summed over both). Each case compares, in
 float64, the outputs, the loss and every gradient after one step over the whole batch,
-the gradient norm, and every parameter after 3 AdamW steps; GPT-2 also runs with its
+the gradient norm, and every parameter after 3 AdamW steps, each tensor to what float64
+achieves (:data:`TOLERANCE`); GPT-2 also runs with its
 blocks recomputed in backward (megatron §3.5). Every rank also reports the order in
 which it ran its forwards and backwards, compared with the paper's Figure 4 for p = 4,
 m = 8 and v = 1, 2.
@@ -41,6 +42,13 @@ EXTENDED = [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, 
             ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "chunks": 2}, F),
             ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 4}, R)]
 ALL = [(world, i) for world in CASES for i in range(len(CASES[world]))]
+# the largest relative error over every tensor of each kind (autopar.testing). The
+# parallel and single-device sums differ only in their order: outputs, loss, gradients
+# and their norms agree to ~1e-15 (largest seen 1.3e-15, a GPT-2 LayerNorm weight's
+# gradient); the parameters after 3 AdamW steps to ~1e-13 (largest 6.7e-13), Adam
+# normalising each entry's gradient, which magnifies the rounding of entries whose gradient
+# is near zero
+TOLERANCE = {"output": 1e-14, "loss": 1e-14, "grad": 1e-14, "grad_norm": 1e-14, "param": 2e-12}
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
 _LAUNCHED = {world: shared_ranks.register(world, __name__, equivalence_job, (cases,), timeout_s=900)
              for world, cases in CASES.items()}
@@ -79,8 +87,8 @@ def _check(case, reports) -> None:
     for rank, report in enumerate(reports):
         assert report["case"] == case
         assert report["mesh"] == {"pipeline": p, "data": data, "tensor": tensor}
-        for what in ("output", "loss", "grad", "grad_norm", "param"):
-            assert report[what][1] < 1e-9, (rank, case, what, report[what], report.get(f"worst_{what}"))
+        for what, bound in TOLERANCE.items():
+            assert report[what][1] < bound, (rank, case, what, report[what], report.get(f"worst_{what}"))
         position = rank // (data * tensor)
         # the rank ran exactly its schedule's order
         assert report["executed"] == " ".join(str(a) for a in schedule(name, p, m, position, v))

@@ -241,7 +241,7 @@ def rows():
 def test_trains_like_the_single_device_model(rows, index):
     row = rows[0][index]
     assert "error" not in row, row.get("traceback")
-    assert is_equal(row), {k: row[k] for k in ("output", "loss", "grad", "param")}
+    assert is_equal(row), {k: (row[k], row["worst_" + k]) for k in ("output", "loss", "grad", "grad_norm", "param")}
     name, strategy = CASES[index]
     expected = {"x": "tensor3d", "subgrids": "dsp"}
     family = next((f for key, f in expected.items() if isinstance(strategy, dict) and key in strategy), None)

@@ -6,7 +6,8 @@ Grids (Gx, Gy, Gz, Gdata): 2x2x2x1, 2x1x2x2 and 1x2x2x2 (axonn §III; the last t
 Hugging Face GPT-2 (captured by torch.export: ``Conv1D`` weights stored [in, out], a
 fused Q/K/V projection cut per block). Each case compares the outputs, the loss and
 every gradient after one step, and every parameter after 3 AdamW steps, in float64
-(where the parallel and single-device sums differ only by rounding, ~1e-13). The overlap
+(where the parallel and single-device sums differ only by rounding: each tensor to
+:data:`TOLERANCE`). The overlap
 optimisations of axonn §IV are on by default; the transformer also runs with all of them
 off, and (marked ``extended``, with the transformer's 4D grids and the MLP's 1x2x2x2)
 with each one off alone; three cases recompute in backward (their blocks; the MLP's split
@@ -57,6 +58,11 @@ RECOMPUTED = {"mlp": 2, "transformer": 2, "gpt2": 2}
 CUBE_WITH_DATA = ("mlp", {"cube": 2, "data": 2}, {**F64, "batch": 16, "recompute": True})
 EXTENDED = [("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in EACH_OVERLAP_OFF] + FOUR_D \
     + CUBE_EXTENDED
+# the largest relative error over every tensor of each kind (autopar.testing): outputs,
+# loss, gradients and their norms agree to ~1e-15 (largest seen 1.4e-15), the parameters
+# after 3 AdamW steps to ~1e-13 (largest 4.2e-13: Adam normalises each entry's gradient,
+# which magnifies the rounding of entries whose gradient is near zero)
+TOLERANCE = {"output": 1e-14, "loss": 1e-14, "grad": 1e-14, "grad_norm": 1e-14, "param": 2e-12}
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
 _LAUNCHED = {8: shared_ranks.register(8, __name__, equivalence_job, (CASES,), timeout_s=900),
              16: shared_ranks.register(16, __name__, equivalence_job, ([CUBE_WITH_DATA],), timeout_s=900,
@@ -95,8 +101,8 @@ def _check(case, reports) -> None:
         x, y = rank % 2, rank // 2 % 2
         off_diagonal = "cube" in case[1] and x != y
         assert report["empty_params"] == (2 * SPLIT_REGIONS[case[0]] if off_diagonal else 0), report
-        for what in ("output", "loss", "grad", "grad_norm", "param"):
-            assert report[what][1] < 1e-9, (rank, case, what, report[what], report.get(f"worst_{what}"))
+        for what, bound in TOLERANCE.items():
+            assert report[what][1] < bound, (rank, case, what, report[what], report.get(f"worst_{what}"))
         options = case[2]
         overlap, stats = Overlap.parse(options.get("overlap")), report["tensor3d_stats"]
         assert (stats["prefetched"] > 0) == overlap.all_gather, (case, stats)
@@ -118,8 +124,8 @@ def test_cube_with_data_on_16_ranks():
     over data; everything matches the single device."""
     for rank, (report,) in enumerate(_LAUNCHED[16]()):
         assert report["mesh"] == {"data": 2, "z": 2, "y": 2, "x": 2} and report["strategies"] == {"cube3d"}
-        for what in ("output", "loss", "grad", "grad_norm", "param"):
-            assert report[what][1] < 1e-9, (rank, what, report[what])
+        for what, bound in TOLERANCE.items():
+            assert report[what][1] < bound, (rank, what, report[what], report.get(f"worst_{what}"))
         x, y = rank % 2, rank // 2 % 2
         regions = SPLIT_REGIONS["mlp"]
         assert report["empty_params"] == (0 if x == y else 2 * regions) and report["recomputed"] == RECOMPUTED["mlp"]
