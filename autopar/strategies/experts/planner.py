@@ -19,16 +19,22 @@ region under a forced ``{"data": d, "experts": P}``.
 * ``candidates``: under a forced expert degree, the base family's configurations with it
   (every data × tensor mesh whose data degree ``P`` divides when no degree is given);
   nothing under ``"auto"``, where
-* ``follow_ups`` offers every data and Megatron configuration priced (feasible, or too
-  big: the experts' memory shrinks ``P``-fold) at every expert degree that divides its
-  data degree and the expert counts, and the 3 fastest pipelines at their layout
-  (``{"pipeline": 2, "data": 2, "experts": 2}`` forces one): their stages are priced by
-  the pipeline family, the all-to-alls added on the critical path.
-* ``price``: the base family's price, then each MoE region's choice: its experts' chain
-  re-priced (compute over ``d·t``, Megatron's f and g inside when ``t > 1``), the
-  all-to-alls (4 per layer per step, :func:`autopar.cost.model.all_to_all_time`), the
-  data-parallel gradient all-reduce less the experts' weights, which are all-reduced over
-  their replicas instead, and the memory less ``(1 − 1/P)`` of the experts' weights.
+* ``follow_ups`` offers every data and Megatron configuration priced (feasible, with or
+  without ZeRO, or too big: the experts' memory shrinks ``P``-fold) at every expert
+  degree that divides its data degree and the expert counts, and the 3 fastest pipelines
+  (feasible first, then too big) at their layout (``{"pipeline": 2, "data": 2,
+  "experts": 2}`` forces one): their stages are priced by the pipeline family without
+  ZeRO, its microbatch count chosen with the experts' saving counted, the all-to-alls
+  added on the critical path.
+* ``price``: the base family's region table on the whole batch (before its memory
+  levers: a base too big for memory is priced all the same), then each MoE region's
+  choice (every region when the base does not fit): its experts' chain re-priced
+  (compute over ``d·t``, Megatron's f and g inside when ``t > 1``), the all-to-alls (4
+  per layer per step, :func:`autopar.cost.model.all_to_all_time`), the data-parallel
+  gradient all-reduce less the experts' weights, which are all-reduced over their
+  replicas instead, and the memory less ``(1 − 1/P)`` of the experts' weights; then the
+  memory levers (microbatches, recomputation; ZeRO is not run with expert parallelism)
+  weighed on that, as for the base families (:func:`autopar.strategies.data.levers.weigh`).
 * ``to_plan``: the base plan, its MoE regions' rows added (placement, predicted rows per
   rank, all-to-all bytes and seconds), their chains' rows marked ``"experts"`` (so
   Megatron leaves them to this family), ``plan.experts = P``.
@@ -51,7 +57,9 @@ from autopar.strategies.experts.cost import dispatch_combine_time
 from autopar.strategies.experts.layout import ExpertShard, place as place_experts, place_modules
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
 from autopar.strategies.megatron.planner import price_mesh
-from autopar.strategies.family import SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, rejected, too_big
+from autopar.strategies.data import levers as L
+from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
+                                       rejected, too_big)
 
 BASES = ("data", "megatron")  # the families whose configurations "auto" weighs with experts
 PIPELINES_AT = 3  # and the fastest pipelines: weighing every layout would multiply the pipeline search
@@ -154,12 +162,13 @@ class LayerFigures:
 
 
 def layer_figures(model: ModelFacts, hw, region, chain_choice: list[RegionChoice], degree: int, data: int,
-                  tensor: int) -> LayerFigures:
+                  tensor: int, microbatches: int = 1) -> LayerFigures:
     """``region`` under ``degree`` beside what the base plan's rows of its experts'
-    chains (``chain_choice``) cost."""
+    chains (``chain_choice``) cost; with ``microbatches``, one microbatch's compute and
+    communication (the gradient all-reduce and the memory stay the step's)."""
     d = region.details
     spec = tensor_spec(model.table[d["input"]])
-    tokens, hidden = spec.shape[0] / data, spec.shape[-1]
+    tokens, hidden = spec.shape[0] / (data * microbatches), spec.shape[-1]
     itemsize = getattr(spec.dtype, "itemsize", 4)
     rows = tokens * d["top_k"]
     buffer = rows * hidden * itemsize
@@ -171,7 +180,7 @@ def layer_figures(model: ModelFacts, hw, region, chain_choice: list[RegionChoice
                  for c in chain_choice)
     inside = tensor if d.get("form") != "module_list" else 1   # separate modules run whole on each tensor rank
     after = params / (degree * inside)
-    compute = model.seconds(nodes, hw, 1 / (data * inside))
+    compute = model.seconds(nodes, hw, 1 / (data * microbatches * inside))
     a2a = dispatch_combine_time(degree, buffer, hw)
     tensor_s = 2 * cm.all_reduce_time(tensor, tokens * hidden * itemsize, hw) if inside > 1 else 0.0
     gradient = cm.all_reduce_time(data // degree, after * 4, hw, stride=degree * tensor)
@@ -179,6 +188,25 @@ def layer_figures(model: ModelFacts, hw, region, chain_choice: list[RegionChoice
             + cm.all_reduce_time(data, before * 4, hw, stride=tensor))
     return LayerFigures(region.id, tuple(ids), degree, d["experts"], d["top_k"], rows, buffer, a2a, tensor_s, compute,
                         gradient, before, after, base)
+
+
+def experts_data_comm(params: float, layers: list[LayerFigures], data: int, tensor: int, compute: float,
+                      hw) -> float:
+    """The data group's exposed seconds per step with the MoE regions ``layers``
+    expert-parallel, ``params`` parameter elements on the rank: every gradient but the
+    experts' all-reduced over the data ranks, overlapped with backward
+    (:func:`autopar.planning.model.exposed_data_comm`), then the experts' over their
+    replicas in what of backward that leaves; ``compute``: one microbatch's seconds."""
+    rest = (params - sum(f.params_after for f in layers)) * 4
+    comm = exposed_data_comm(data, tensor, rest, compute, hw)
+    slack = max(0.0, compute * 2 / 3 - cm.all_reduce_time(data, rest, hw, stride=tensor))
+    return comm + max(0.0, sum(f.gradient_s for f in layers) - slack)
+
+
+def _mesh_of(config: Strategy) -> dict[str, int]:
+    """The mesh of a configuration as given (its degrees, pipeline first when it has one)."""
+    mesh = {"data": config.data, "tensor": config.tensor}
+    return {"pipeline": config.pipeline, **mesh} if config.pipeline > 1 else mesh
 
 
 class ExpertParallel(CompileHooks):
@@ -215,55 +243,49 @@ class ExpertParallel(CompileHooks):
 
     def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]:
         """Under ``"auto"`` (or levers and ``"replicate"`` pins alone), every data and
-        Megatron configuration priced, feasible or too big, at each expert degree; and the
-        :data:`PIPELINES_AT` fastest feasible pipelines (Megatron inside their stages) at
-        their layout and microbatch count."""
+        Megatron configuration priced, feasible (with ZeRO too: expert parallelism weighs
+        its own levers, without it) or too big, at each expert degree; and the
+        :data:`PIPELINES_AT` fastest pipelines (Megatron inside their stages; feasible
+        first, then too big) at their layout, the microbatch count searched again."""
         if ctx.forced is not None or not moe_regions(ctx.model):
             return []
         pins = ctx.levers.expert_pins if ctx.levers is not None else ()
+
+        def sized(p: Priced) -> bool:   # feasible, or rejected for memory alone
+            return p.feasible or p.reason.startswith("needs")
         out = []
         for p in weighed:
-            if p.family not in BASES or not (p.feasible or p.reason.startswith("needs")) or p.config.zero:
+            if p.family not in BASES or not sized(p):
                 continue
             data = p.mesh.get("data", 1)
             for degree in expert_degrees(ctx.model, data):
-                out.append(dataclasses.replace(p.config, data=data, tensor=p.mesh.get("tensor", 1), experts=degree,
-                                               expert_pins=pins))
-        pipelines = sorted((p for p in weighed if p.family == "pipeline" and p.feasible and not p.config.mixed
-                            and not p.config.zero), key=lambda p: p.step_s)[:PIPELINES_AT]
-        for p in pipelines:
-            n = p.detail
-            for degree in expert_degrees(ctx.model, n.data):
-                out.append(dataclasses.replace(p.config, data=n.data, tensor=n.tensor, microbatches=n.m,
-                                               experts=degree, expert_pins=pins))
+                out.append(Strategy(data, p.mesh.get("tensor", 1), experts=degree, expert_pins=pins))
+        pipelines = sorted((p for p in weighed if p.family == "pipeline" and sized(p) and not p.config.mixed),
+                           key=lambda p: (not p.feasible, p.step_s if p.step_s is not None else math.inf))
+        for p in pipelines[:PIPELINES_AT]:
+            data, tensor = p.mesh["data"], p.mesh["tensor"]
+            for degree in expert_degrees(ctx.model, data):
+                out.append(dataclasses.replace(p.config, data=data, tensor=tensor, microbatches=None, zero=None,
+                                               recompute=None, experts=degree, expert_pins=pins))
         return out
 
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         base_config = config.base()
         family = _base_family(base_config)
-        base_ctx = dataclasses.replace(ctx, forced=base_config if ctx.forced is not None else None)
-        base = family.price(base_ctx, base_config)
-        mesh = dict(base.mesh)
-        form = experts_form(base.form, config.experts)
-        if not base.feasible and not base.reason.startswith("needs"):
-            return rejected(self.name, config, mesh, base.reason, form=form)
-        data, tensor = mesh.get("data", 1), mesh.get("tensor", 1)
-        if data % config.experts:
-            return rejected(self.name, config, mesh, f"expert degree {config.experts} does not divide data {data}",
-                            form=form)
-        if base.config.zero or (ctx.levers is not None and ctx.levers.zero):
+        if ctx.levers is not None and ctx.levers.zero:
             why = "ZeRO with expert parallelism is not in this version (the experts' weights are not row-sharded)"
             if ctx.forced is not None:
                 raise PlanError(f"strategy: {why}; drop 'zero' or 'experts'")
-            return rejected(self.name, config, mesh, why, form=form)
+            return rejected(self.name, config, _mesh_of(base_config), why, form=experts_form("", config.experts))
         if base_config.pipeline > 1:
-            return self._price_pipeline(ctx, config, base, form)
-        return self._price_mesh(ctx, config, base, data, tensor, form)
+            return self._price_pipeline(ctx, config, family)
+        return self._price_mesh(ctx, config, family)
 
     def _choose(self, ctx: PlanContext, config: Strategy, choices: dict, data: int, tensor: int,
-                every: bool = False) -> list[tuple[LayerFigures, bool, str]]:
+                every: str | None = None) -> list[tuple[LayerFigures, bool, str]]:
         """Each MoE region's figures under the degree, whether it takes it, and why;
-        ``every``: each region the pins leave takes it (a pipeline's stages)."""
+        ``every``: each region the pins leave takes it, for that reason (a pipeline's
+        stages; a base that does not fit in memory)."""
         out = []
         for r in moe_regions(ctx.model):
             pin = _pinned(config, r)
@@ -276,23 +298,75 @@ class ExpertParallel(CompileHooks):
             elif pin is not None:
                 out.append((f, pin > 1, "pinned"))
             elif ctx.forced is not None or every:
-                out.append((f, True, "forced: every MoE region" if ctx.forced is not None else "in a pipeline stage"))
+                out.append((f, True, "forced: every MoE region" if ctx.forced is not None else every))
             else:
                 out.append((f, f.step_s < f.base_s, "cheapest predicted step time"))
         return out
 
-    def _price_mesh(self, ctx: PlanContext, config: Strategy, base: Priced, data: int, tensor: int,
-                    form: str) -> Priced:
-        table = base.table
-        choices = {c.region: c for c in table.regions}
-        picked = self._choose(ctx, config, choices, data, tensor)
-        taken = []
-        compute, comm = table.total.compute_s, dict(table.total.comm_s)
-        params = table.param_elems
-        for f, take, _ in picked:
-            if not take:
+    def _price_mesh(self, ctx: PlanContext, config: Strategy, family) -> Priced:
+        """A data × tensor configuration with expert parallelism: the base's region table
+        on the whole batch (before its memory levers), each MoE region's choice, then the
+        memory levers weighed on the configuration with its experts spread
+        (:func:`autopar.strategies.data.levers.weigh`, without ZeRO): the base may need
+        more memory than the device has, which the experts' ``(1 − 1/P)`` saving and the
+        levers may bring within it."""
+        from autopar.strategies.data.planner import batch_norms
+        model, hw = ctx.model, ctx.hw
+        base_config = config.base()
+        data, tensor = base_config.data, base_config.tensor
+        mesh = {"data": data, "tensor": tensor}
+        form = experts_form("", config.experts)
+        if data % config.experts:
+            return rejected(self.name, config, mesh, f"expert degree {config.experts} does not divide data {data}",
+                            form=form)
+        base_ctx = dataclasses.replace(ctx, forced=base_config if ctx.forced is not None else None)
+        whole = family.table(base_ctx, base_config)
+        if isinstance(whole, Priced):   # the batch does not divide, or nothing splits
+            return rejected(self.name, config, mesh, whole.reason, form=form)
+        over = too_big(whole.total.memory_bytes, hw)
+        picked = self._choose(ctx, config, {c.region: c for c in whole.regions}, data, tensor,
+                              every=f"the base {over}: every MoE region expert-parallel" if over else None)
+        taken = {f.region for f, take, _ in picked if take}
+        if not taken:   # the base configuration's plan again: not listed twice
+            return dataclasses.replace(rejected(self.name, config, mesh, "no MoE region is cheaper with expert "
+                                                "parallelism", form=form), listed=False)
+        split = any(c.strategy == "megatron" for c in whole.regions)
+
+        def at(m: int) -> RegionTable:   # one of m microbatches, its MoE regions expert-parallel
+            one = whole if m == 1 else price_mesh(model, hw, data * m, tensor, split)
+            return self._experts_table(ctx, config, one, taken, data, tensor, m)
+
+        layers = [f for f, take, _ in picked if take]
+        space = L.LeverSpace(
+            rows=model.batch // data, data=data, split=tensor, at=at,
+            data_comm=lambda one, z, m, compute: experts_data_comm(one.param_elems, layers, data, tensor, compute, hw),
+            zero_stages=(0,), accumulate=not batch_norms(model))
+        table, levered = L.weigh(ctx, config, at(1), space)
+        figures = dict(step_s=table.step_s, memory_bytes=table.total.memory_bytes, comm_s=dict(table.total.comm_s),
+                       form=form)
+        why = too_big(table.total.memory_bytes, hw, table.note)
+        if why is not None:
+            return rejected(self.name, levered, mesh, why, **figures)
+        base = Priced(family.name, levered.base(), mesh, table.step_s, table.total.memory_bytes, True,
+                      comm_s=dict(table.total.comm_s), table=table)
+        return Priced(self.name, levered, mesh, feasible=True, table=table, detail={"base": base, "layers": picked},
+                      **figures)
+
+    def _experts_table(self, ctx: PlanContext, config: Strategy, one: RegionTable, taken: set, data: int,
+                       tensor: int, m: int) -> RegionTable:
+        """``one`` (the base's table of one of ``m`` microbatches) with the MoE regions
+        ``taken`` expert-parallel: their chains' compute and communication replaced by
+        the layer's, the experts' parameters spread, the data all-reduce re-priced
+        (:func:`experts_data_comm`)."""
+        choices = {c.region: c for c in one.regions}
+        compute, comm = one.total.compute_s, dict(one.total.comm_s)
+        params, saved, layers = one.param_elems, 0.0, []
+        for r in moe_regions(ctx.model):
+            chains = [choices[c] for c in r.details.get("chains", [r.details["chain"]]) if c in choices]
+            if r.id not in taken or not chains:
                 continue
-            for old in (choices[c] for c in f.chains if c in choices):
+            f = layer_figures(ctx.model, ctx.hw, r, chains, config.experts, data, tensor, m)
+            for old in chains:
                 compute -= old.cost.compute_s
                 for k, v in old.cost.comm_s.items():
                     comm[k] = comm.get(k, 0.0) - v
@@ -300,46 +374,55 @@ class ExpertParallel(CompileHooks):
             comm["tensor"] = comm.get("tensor", 0.0) + f.tensor_s
             comm["experts"] = comm.get("experts", 0.0) + f.all_to_all_s
             params += f.params_after - f.params_before
-            taken.append(f)
-        if not taken:   # the base configuration's plan again: not listed twice
-            return dataclasses.replace(rejected(self.name, config, dict(base.mesh), "no MoE region is cheaper with "
-                                                "expert parallelism", form=form), listed=False)
-        # the data ranks' gradient all-reduce without the experts', then theirs over the replicas
-        rest = (params - sum(f.params_after for f in taken)) * 4
-        comm["data"] = exposed_data_comm(data, tensor, rest, compute, ctx.hw)
-        slack = max(0.0, compute * 2 / 3 - cm.all_reduce_time(data, rest, ctx.hw, stride=tensor))
-        comm["data"] += max(0.0, sum(f.gradient_s for f in taken) - slack)
-        saved = cm.training_memory(sum(f.params_before - f.params_after for f in taken), 0)
-        memory = table.total.memory_bytes - saved
-        step = compute + sum(comm.values())
-        detail = {"base": base, "layers": picked}
-        figures = dict(step_s=step, memory_bytes=memory, comm_s=comm, form=form)
-        why = too_big(memory, ctx.hw, table.note)
-        if why is not None:
-            return rejected(self.name, config, dict(base.mesh), why, **figures)
-        new_table = dataclasses.replace(table, total=Cost(compute, comm, memory), step_s=step, param_elems=params)
-        return Priced(self.name, config, dict(base.mesh), feasible=True, table=new_table, detail=detail, **figures)
+            saved += f.params_before - f.params_after
+            layers.append(f)
+        comm["data"] = experts_data_comm(params, layers, data, tensor, compute, ctx.hw)
+        memory = one.total.memory_bytes - cm.training_memory(saved, 0)
+        return dataclasses.replace(one, total=Cost(compute, comm, memory), step_s=compute + sum(comm.values()),
+                                   param_elems=params)
 
-    def _price_pipeline(self, ctx: PlanContext, config: Strategy, base: Priced, form: str) -> Priced:
-        """A pipeline's stages with their MoE regions expert-parallel: the base schedule's
-        step plus each layer's all-to-alls, lengthened as the schedule lengthens a stage's
-        work (``(m + p − 1)/m`` of a stage's share, megatron §2.2)."""
-        n = base.detail
-        data, tensor = n.data, n.tensor
+    def _price_pipeline(self, ctx: PlanContext, config: Strategy, family) -> Priced:
+        """A pipeline's stages with their MoE regions expert-parallel: the base layout
+        priced without ZeRO (which expert parallelism does not run with), its microbatch
+        count and recomputation searched with the experts' memory saving counted; the
+        base schedule's step plus each layer's all-to-alls, lengthened as the schedule
+        lengthens a stage's work (``(m + p − 1)/m`` of a stage's share, megatron §2.2)."""
+        from autopar.strategies.pipeline.planner import pipeline_label, pipeline_layout, pipeline_mesh
         model = ctx.model
-        choices = {c.region: c for c in price_mesh(model, ctx.hw, data, tensor, True, n.shape.keep_whole).regions}
-        picked = self._choose(ctx, config, choices, data, tensor, every=True)
+        base_config = config.base()
+        form = experts_form(pipeline_label(base_config), config.experts)
+        try:
+            p, data, tensor, shape, _ = pipeline_layout(model, ctx.world, base_config)
+        except PlanError as e:
+            if ctx.forced is not None:
+                raise
+            return rejected(self.name, config, pipeline_mesh(base_config), str(e), form=form)
+        mesh = {"pipeline": p, "data": data, "tensor": tensor}
+        if data % config.experts:
+            return rejected(self.name, config, mesh, f"expert degree {config.experts} does not divide data {data}",
+                            form=form)
+        choices = {c.region: c for c in price_mesh(model, ctx.hw, data, tensor, True, shape.keep_whole).regions}
+        picked = self._choose(ctx, config, choices, data, tensor, every="in a pipeline stage")
         taken = [f for f, take, _ in picked if take]
         if not taken:   # every region pinned whole: the base pipeline's plan again, not listed twice
-            return dataclasses.replace(rejected(self.name, config, dict(base.mesh), "no MoE region is expert-"
-                                                "parallel", form=form), listed=False)
+            return dataclasses.replace(rejected(self.name, config, mesh, "no MoE region is expert-parallel",
+                                                form=form), listed=False)
+        saved = cm.training_memory(sum(f.params_before - f.params_after for f in taken) / p, 0)
+        levers = dataclasses.replace(ctx.levers or Strategy(levers_only=True), zero=0)
+        base_ctx = dataclasses.replace(ctx, forced=base_config if ctx.forced is not None else None, levers=levers)
+        base = family.price(base_ctx, base_config, allowance=saved)
+        if not base.feasible:
+            memory = base.memory_bytes - saved if base.memory_bytes is not None else None
+            why = too_big(memory, ctx.hw) if memory is not None else None
+            return rejected(self.name, config, dict(base.mesh), why or base.reason, form=form, memory_bytes=memory)
+        n = base.detail
         a2a = sum(f.all_to_all_s + f.tensor_s for f in taken) * (n.m + n.p - 1) / (n.m * n.p)
         comm = dict(base.comm_s)
         comm["experts"] = a2a
-        memory = base.memory_bytes - cm.training_memory(sum(f.params_before - f.params_after for f in taken) / n.p, 0)
         detail = {"base": base, "layers": picked}
-        return Priced(self.name, config, dict(base.mesh), step_s=base.step_s + a2a, memory_bytes=memory, feasible=True,
-                      comm_s=comm, form=form, detail=detail, reason=base.reason)
+        return Priced(self.name, dataclasses.replace(config, microbatches=n.m), dict(base.mesh),
+                      step_s=base.step_s + a2a, memory_bytes=base.memory_bytes - saved, feasible=True, comm_s=comm,
+                      form=experts_form(base.form, config.experts), detail=detail, reason=base.reason)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         config = priced.config

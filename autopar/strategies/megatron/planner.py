@@ -196,7 +196,10 @@ class DataTensor(CompileHooks):
         check_forced_sizes(ctx.model, data, tensor)
         return [dataclasses.replace(ctx.forced, data=data, tensor=tensor)]
 
-    def price(self, ctx: PlanContext, config: Strategy) -> Priced:
+    def table(self, ctx: PlanContext, config: Strategy) -> RegionTable | Priced:
+        """The region table of ``config`` on the whole batch of each data rank, before
+        the memory levers, or its rejection (the batch does not divide, nothing splits);
+        the experts family builds on it."""
         model, data, tensor = ctx.model, config.data, config.tensor
         mesh = {"data": data, "tensor": tensor}
         if model.batch % data:
@@ -211,8 +214,14 @@ class DataTensor(CompileHooks):
                 return rejected(self.name, config, mesh, f"no region can be split over tensor={tensor}" +
                                 (f" (regions {gaps} hold ops with no split rule)" if gaps else ""))
             # forced degrees whose regions all fell back: the tensor group replicates them
-        table, config = with_levers(ctx, config, table, data, tensor)
-        return judge(self.name, ctx, config, mesh, table)
+        return table
+
+    def price(self, ctx: PlanContext, config: Strategy) -> Priced:
+        table = self.table(ctx, config)
+        if isinstance(table, Priced):
+            return table
+        table, config = with_levers(ctx, config, table, config.data, config.tensor)
+        return judge(self.name, ctx, config, {"data": config.data, "tensor": config.tensor}, table)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         return mesh_plan(ctx, priced, priced.table)

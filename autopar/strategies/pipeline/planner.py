@@ -262,14 +262,17 @@ def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, l
 
 
 def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy, stage_plans=None,
-                    zero: int | None = None, recompute: bool | None = None) -> PipelineNumbers:
+                    zero: int | None = None, recompute: bool | None = None, allowance: float = 0.0
+                    ) -> PipelineNumbers:
     """The figures of one pipeline layout at its best microbatch count: the fastest
     whose memory fits, recomputing the blocks' activations (megatron §3.5) or sharding
     the state over the data ranks (ZeRO-1..3, :func:`with_zero`) only where keeping
     them does not fit; none fitting: the smallest. ``stage_plans(shape, tensor)``: a
     mixed configuration's stage plans (None: Megatron inside the stages); ``zero``: a
     forced ZeRO stage, ``recompute``: forced full recomputation of the blocks or none
-    (None: the search's choice for both)."""
+    (None: the search's choice for both); ``allowance``: bytes per rank another family
+    frees from these figures (expert parallelism's spread experts), counted when judging
+    what fits."""
     p, data, tensor, shape, local = pipeline_layout(model, world, config)
     inner = stage_plans(shape, tensor) if stage_plans is not None else None
     best = smallest = None
@@ -282,7 +285,7 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
             fitting = None
             for z in stages:
                 option = with_zero(numbers, z, hw, model.largest_params)
-                fits = option.memory_bytes <= hw.memory_bytes
+                fits = option.memory_bytes - allowance <= hw.memory_bytes
                 if fits and (fitting is None or option.step < fitting.step * (1 - 1e-9)):
                     fitting = option
                 if smallest is None or option.memory_bytes < smallest.memory_bytes * (1 - 1e-9):
@@ -489,7 +492,9 @@ class Pipeline(CompileHooks):
             forced = dataclasses.replace(forced, tensor_subgrids=check_forced_stages(ctx, tensor))
         return [forced]
 
-    def price(self, ctx: PlanContext, config: Strategy) -> Priced:
+    def price(self, ctx: PlanContext, config: Strategy, allowance: float = 0.0) -> Priced:
+        """``allowance``: bytes per rank expert parallelism frees from the figures priced
+        here (:func:`search_pipeline`); the memory reported is without it."""
         label = pipeline_label(config)
         # a mixed configuration: each region its own family inside the stages
         stage_plans = (lambda shape, tensor: StagePlans(ctx, shape, tensor, config.grid, config.tensor_subgrids)
@@ -500,7 +505,7 @@ class Pipeline(CompileHooks):
             # pipeline does not weigh) without; unforced, the search weighs both
             mode = ctx.levers.recompute if ctx.levers is not None else None
             recompute = None if mode is None else mode == "full"
-            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero, recompute)
+            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero, recompute, allowance)
         except PlanError as e:
             if ctx.forced is not None:
                 raise
@@ -515,7 +520,7 @@ class Pipeline(CompileHooks):
                 return dataclasses.replace(rejected(self.name, config, mesh, "a single-family plan", form=label),
                                            listed=False)
         figures = dict(step_s=n.step, memory_bytes=n.memory_bytes, comm_s=dict(n.comm_s), form=label)
-        why = too_big(n.memory_bytes, ctx.hw)
+        why = too_big(n.memory_bytes - allowance, ctx.hw)
         if why is not None and ctx.forced is None:  # a forced layout runs at its smallest
             return rejected(self.name, config, mesh, why, **figures)
         return Priced(self.name, config, mesh, feasible=True, detail=n,
