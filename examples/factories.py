@@ -89,11 +89,13 @@ def training_case(model_name: str, batch: int | None = None, layers: int | None 
     raise ValueError(f"unknown example model {model_name!r}")
 
 
-MOE_MODELS = ("mixtral", "mixtral8", "qwen2_moe", "deepseek_v3")
+MOE_MODELS = ("mixtral", "mixtral8", "qwen2_moe", "deepseek_v3", "gpt_oss")
 """Hugging Face mixture-of-experts models from configs (random weights): Mixtral top-2 of
 4 and of 8 experts, Qwen2-MoE (top-2 of 4 routed experts and a gated shared expert),
 DeepSeek-V3 (sigmoid scores with a correction bias, group-limited top-2 of 8 experts in 2
-groups, a shared expert, scaled weights; its first layer dense)."""
+groups, a shared expert, scaled weights; its first layer dense), GPT-OSS (a router with a
+bias, softmax over the top-2 of 4 logits, experts with biases and the clamped SwiGLU on
+interleaved gate/up columns, attention sinks, sliding and full attention layers)."""
 
 
 def moe_model(name: str, layers: int = 2, vocab: int = 64, aux: bool = False):
@@ -115,9 +117,34 @@ def moe_model(name: str, layers: int = 2, vocab: int = 64, aux: bool = False):
             num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1, q_lora_rank=None, kv_lora_rank=16,
             qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8, **{**common, "num_hidden_layers": layers + 1,
                                                                        "num_key_value_heads": 4}))
+    if name == "gpt_oss":
+        return gpt_oss_model(layers, vocab, aux)
     experts = 8 if name == "mixtral8" else 4
     return MixtralForCausalLM(MixtralConfig(intermediate_size=48, num_local_experts=experts, num_experts_per_tok=2,
                                             **common))
+
+
+def gpt_oss_model(layers: int = 2, vocab: int = 64, aux: bool = False):
+    """A small Hugging Face GPT-OSS (hidden 64, 4 heads of 16 over 2 key/value heads, top-2
+    of 4 experts, a sliding window of 8 on its even layers, YaRN rotary). Its experts'
+    biases start at zero and its sinks near zero; they are drawn here instead (the
+    model's own generator state), and the SwiGLU's clamp is low enough to cut some
+    gates and ups, so each part of its experts and attention shows in the comparison."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+    config = GptOssConfig(
+        vocab_size=vocab, hidden_size=64, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
+        max_position_embeddings=32, swiglu_limit=0.3, use_cache=False, output_router_logits=aux,
+        router_aux_loss_coef=0.1, rope_parameters={"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0,
+                                                   "beta_slow": 1.0, "truncate": False, "rope_theta": 150000.0,
+                                                   "original_max_position_embeddings": 8})
+    model = GptOssForCausalLM(config)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 1.0)
+            layer.mlp.experts.gate_up_proj_bias.normal_(0.0, 0.1)
+            layer.mlp.experts.down_proj_bias.normal_(0.0, 0.1)
+    return model
 
 
 # Megatron PTD-P Table 1 (§5.1): parameters (billions), heads, hidden size, layers,

@@ -13,7 +13,12 @@ D&SP can treat heads as branches. The pass finds, for every attention core
 * the output projection consuming the merged heads;
 * the head count and head size from the core's input shape ``[B, H, T, d]``;
 * the views whose literal shape bakes the head count in (``view(b, t, 12, 64)``), which
-  the tensor-parallel rewrite must change to the local head count.
+  the tensor-parallel rewrite must change to the local head count;
+* attention sinks (Hugging Face GPT-OSS): a learned logit per head joined to each row of
+  the scores before the softmax (``cat([scores, sinks.reshape(1, H, 1, 1).expand(..)],
+  -1)``, the softmax's stabilising max taken over both) and dropped after it
+  (``probs[..., :-1]``); the parameter ``[H]`` is per head, so a head split cuts it with
+  the heads (``details["sinks"]``).
 
 Example (a nanoGPT block captured with symbolic_trace)::
 
@@ -29,7 +34,7 @@ import torch.fx as fx
 from autopar.ir import Region, add_region, clear_regions, tensor_spec
 from autopar.analysis.manager import examining
 from autopar.analysis.naming import RegionNames
-from autopar.analysis.ops import (CONCAT_FUNCTIONS, SLICE_FUNCTIONS, is_activation_matmul, is_dropout,
+from autopar.analysis.ops import (CONCAT_FUNCTIONS, SLICE_FUNCTIONS, call_name, is_activation_matmul, is_dropout,
                                 is_pointwise, is_sdpa, is_select, is_softmax, is_view_like, match_linear,
                                 reshape_target)
 
@@ -111,30 +116,65 @@ def _walk_forward_to_linear(node: fx.Node, gm: fx.GraphModule, seen: list[fx.Nod
     return None
 
 
-def _core_inputs(core: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node, list[fx.Node]] | None:
-    """(q, k, v, core nodes) for an sdpa node or a softmax between two activation matmuls."""
+_SINK_PATH = ("expand", "reshape", "view", "_unsafe_view", "unsqueeze", "to", "_to_copy", "type_as", "clone",
+              "contiguous", "alias")
+
+
+def _sink(piece) -> fx.Node | None:
+    """The parameter a value joined to the attention scores is made of, through views,
+    expands and casts (attention sinks: ``sinks.reshape(1, -1, 1, 1).expand(B, -1, T, -1)``),
+    when it is a 1-D parameter (its length, one per head, is checked by the caller)."""
+    node = piece
+    for _ in range(8):
+        if not isinstance(node, fx.Node):
+            return None
+        if node.op == "get_attr":
+            spec = tensor_spec(node)
+            return node if spec is not None and len(spec.shape) == 1 else None
+        if call_name(node) not in _SINK_PATH or not node.args:
+            return None
+        node = node.args[0]
+    return None
+
+
+def _core_inputs(core: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node, list[fx.Node], fx.Node | None] | None:
+    """(q, k, v, core nodes, sinks parameter or None) for an sdpa node or a softmax
+    between two activation matmuls."""
     if is_sdpa(core):
         q, k, v = core.args[:3]
-        return q, k, v, [core]
+        return q, k, v, [core], None
     if not is_softmax(core):
         return None
-    # scores = q @ k^T, possibly scaled/masked before the softmax
+    # scores = q @ k^T, possibly scaled/masked before the softmax (and joined to sinks)
     nodes = [core]
-    scores = core.args[0]
+    scores, sink = core.args[0], None
     for _ in range(8):
         if not isinstance(scores, fx.Node) or not scores.args:
             return None  # reached a parameter or input: no q @ k^T behind this softmax
         if is_activation_matmul(scores):
             break
         nodes.append(scores)
+        if scores.op == "call_function" and scores.target in CONCAT_FUNCTIONS:
+            # attention sinks: one more logit per head and row, joined along the keys
+            pieces = scores.args[0]
+            dim = scores.args[1] if len(scores.args) > 1 else scores.kwargs.get("dim", 0)
+            spec = tensor_spec(scores)
+            if sink is not None or not isinstance(pieces, (list, tuple)) or len(pieces) != 2 or spec is None \
+                    or dim not in (-1, len(spec.shape) - 1):
+                return None
+            sink = _sink(pieces[1])
+            if sink is None:
+                return None
+            scores = pieces[0]
+            continue
         scores = scores.args[0]
     else:
         return None
     nodes.append(scores)
     q, kt = scores.args[0], scores.args[1]
-    # context = probs @ v, possibly after dropout
+    # context = probs @ v, possibly after dropout (and after the sinks' column is dropped)
     ctx = core
-    for _ in range(4):
+    for _ in range(6 if sink is not None else 4):
         users = list(ctx.users)
         if len(users) != 1:
             return None
@@ -145,7 +185,7 @@ def _core_inputs(core: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node, list[fx.Node
     else:
         return None
     nodes.append(ctx)
-    return q, kt, ctx.args[1], nodes
+    return q, kt, ctx.args[1], nodes, sink
 
 
 def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
@@ -156,7 +196,8 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
     three blocks, else 1: separate projections, or a fused one laid out head by head), ``heads``, ``kv_heads``, ``head_dim``, ``hidden``, ``core`` (node names of the
     per-head computation), ``core_inputs`` (the query, key and value the core reads, each
     ``[B, H, ..]``; the key may be transposed), ``head_count_views`` (views whose literal
-    shape holds the head count). The graph is not changed. Ids name the module holding
+    shape holds the head count), ``sinks`` (only with attention sinks: the ``[H]``
+    parameter of the sinks' logits). The graph is not changed. Ids name the module holding
     the region (``attention:transformer.h.0.attn``), see :mod:`autopar.analysis.naming`.
     """
     clear_regions(gm, "attention")
@@ -167,7 +208,7 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
             found = _core_inputs(node)
             if found is None:
                 continue
-            q, k, v, core_nodes = found
+            q, k, v, core_nodes, sink = found
             paths: dict[str, list[fx.Node]] = {"q": [], "k": [], "v": []}
             projections = {}
             for name, value in (("q", q), ("k", k), ("v", v)):
@@ -183,6 +224,10 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
                 log.info("attention core %s: query is not [B, H, T, d], not a region", node.name)
                 continue
             heads, head_dim = q_spec.shape[1], q_spec.shape[3]
+            if sink is not None and tuple(tensor_spec(sink).shape) != (heads,):
+                log.info("attention core %s: joins a parameter of %s values to its scores, not one per head, not "
+                         "a region", node.name, list(tensor_spec(sink).shape))
+                continue
             # k may be transposed for the explicit matmul form ([B, H, d, T]); heads stay at dim 1
             kv_heads = k_spec.shape[1] if k_spec is not None and len(k_spec.shape) == 4 else heads
             fused = len({p.node for p in projections.values()}) == 1
@@ -215,6 +260,7 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
                     "head_dim": head_dim, "hidden": out_proj.out_features,
                     "core": [n.name for n in core_nodes], "head_count_views": head_views,
                     "core_inputs": [x.name for x in (q, k, v)],
+                    **({"sinks": str(sink.target)} if sink is not None else {}),
                 },
             ))
     return gm

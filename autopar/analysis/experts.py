@@ -5,9 +5,10 @@ experts themselves are a ``linear_chain`` region with ``details["experts"] = E``
 weights applied by a grouped matmul, :mod:`autopar.analysis.linear_chains`); this pass
 reads around them, in the captured graph, what expert parallelism needs (docs/experts.md):
 
-* the **router**: the linear of ``E`` outputs whose scores (``softmax`` or ``sigmoid``,
-  after casts and views) a ``topk(k)`` reads; its values, renormalised over the ``k``
-  slots or not, are the routing weights, its indices the experts;
+* the **router**: the linear of ``E`` outputs (a bias or not) whose scores (``softmax``
+  or ``sigmoid``, after casts and views), or logits, a ``topk(k)`` reads; its values,
+  renormalised over the ``k`` slots (divided by their sum, or their softmax: GPT-OSS) or
+  not, are the routing weights, its indices the experts;
 * the **dispatch**: what takes the indices to the grouped matmul's offsets and the
   tokens to its rows (Hugging Face: ``sort`` of the expert ids, ``histc``, ``cumsum``,
   an index by ``perm // k``);
@@ -15,17 +16,27 @@ reads around them, in the captured graph, what expert parallelism needs (docs/ex
   (``(out * w)[inverse].view(T, k, H).sum(1)``);
 * **shared experts** (Qwen2-MoE, DeepSeek): MLPs (``linear_chain`` regions without
   experts) that read the router's input and whose output, gated or not, is added to the
-  combine's: a parallel branch beside the routed experts.
+  combine's: a parallel branch beside the routed experts;
+* the **experts** themselves: their biases (``out + bias[expert_ids]`` after a grouped
+  matmul, Hugging Face GPT-OSS) and the activation between their projections, read and
+  then checked by running the captured ops against what the expert-parallel call
+  computes (:func:`expert_activation`, :func:`gated`: SiLU, exact or tanh GeLU, ReLU, or
+  GPT-OSS's clamped SwiGLU; gate and up as halves or alternating columns).
 
 It records one ``experts`` region per layer, its nodes the router's, the dispatch's, the
 experts' and the combine's, ``details``: ``experts``, ``top_k``, ``router`` (the linear's
 node), ``router_weight`` (its parameter), ``scores`` (``"softmax"``/``"sigmoid"``),
-``normalized``, ``chain`` (the experts' ``linear_chain`` id), ``input`` (the tokens the
+``normalized`` (the top-k values divided by their sum, or their softmax over the slots),
+``chain`` (the experts' ``linear_chain`` id), ``input`` (the tokens the
 router reads), ``index`` and ``weights`` (the top-k experts and their weights, ``[tokens,
-k]``), ``combine`` (the node whose value is the layer's routed output) and ``shared`` (the
-shared experts' ``linear_chain`` ids). An expert chain whose router it
-cannot read (no ``topk`` before its offsets, a router of another width) gets no region,
-with a warning that names the chain and says the layer stays in its data or tensor plan.
+k]``), ``combine`` (the node whose value is the layer's routed output), ``shared`` (the
+shared experts' ``linear_chain`` ids), ``router_bias``, ``gate_up_bias`` and ``down_bias``
+(parameter names, or None), ``activation`` (``{"name": ...}``, with ``alpha`` and ``limit``
+for the clamped SwiGLU), ``interleaved`` (gate and up columns alternate) and ``unread``
+(why the expert-parallel call cannot compute these experts; None when it can). An
+expert chain whose router it cannot read (no ``topk`` before its offsets, a router of
+another width) gets no region, with a warning that names the chain and says the layer
+stays in its data or tensor plan.
 
 Experts written as separate modules (a ``ModuleList``) and a loop over them
 (``token, slot = where(index == e)``; the expert on ``x[token]``; its output weighted
@@ -44,7 +55,9 @@ from collections import deque
 
 import torch
 import torch.fx as fx
+import torch.nn.functional as F
 
+from autopar.analysis.linear_chains import expert_bias
 from autopar.analysis.manager import examining
 from autopar.analysis.ops import LINEAR_FUNCTIONS, LinearMatch, call_name, match_linear
 from autopar.ir import Region, add_region, clear_regions, regions, tensor_spec
@@ -152,7 +165,7 @@ def _routing_weights(topk: fx.Node, indices: fx.Node, combine: fx.Node) -> tuple
         if weights in ancestors:
             path = [weights, *_walk(weights, 8)]
             cut = path.index(start) if start in path else len(path)
-            return weights, any(call_name(n) in ("div", "div_", "truediv") for n in path[:cut])
+            return weights, any(call_name(n) in ("div", "div_", "truediv") or _over_slots(n) for n in path[:cut])
     return None
 
 
@@ -172,15 +185,27 @@ def _combine(row: fx.Node, top_k: int) -> fx.Node | None:
 
 def _weights(values: fx.Node) -> fx.Node:
     """The routing weights ``[tokens, k]`` as the combine reads them: the top-k values after
-    their renormalisation and casts (``values / values.sum(-1, keepdim=True)``)."""
+    their renormalisation and casts (``values / values.sum(-1, keepdim=True)``), or their
+    softmax over the ``k`` slots (GPT-OSS picks the top-k router logits and weights them
+    by it)."""
     shape, node = tensor_spec(values).shape, values
     while True:
         step = next((u for u in node.users if u.args and u.args[0] is node and tensor_spec(u) is not None
                      and tensor_spec(u).shape == shape
-                     and call_name(u) in ("div", "div_", "truediv", "mul", "to", "_to_copy", "type_as")), None)
+                     and (call_name(u) in ("div", "div_", "truediv", "mul", "to", "_to_copy", "type_as")
+                          or _over_slots(u))), None)
         if step is None:
             return node
         node = step
+
+
+def _over_slots(node: fx.Node) -> bool:
+    """A softmax over the last dimension of a ``[tokens, k]`` value (the slots)."""
+    if _scores(node) != "softmax":
+        return False
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    spec = tensor_spec(node)
+    return spec is not None and len(spec.shape) == 2 and dim in (-1, 1)
 
 
 def _between(first: fx.Node, last: fx.Node, order: dict) -> set[fx.Node]:
@@ -318,6 +343,150 @@ def _module_list_layers(gm: fx.GraphModule, table: dict, order: dict) -> None:
                                   nodes=[n.name for n in sorted(members, key=order.__getitem__)], details=details))
 
 
+_GATES = {"silu": F.silu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
+
+
+def gated(h: torch.Tensor, activation, interleaved: bool = False) -> torch.Tensor:
+    """What a gated expert computes between its projections from the gated projection's
+    output ``h`` (its bias added): gate and up taken apart (halves, gate first; or
+    alternating columns when ``interleaved``), then ``act(gate) * up`` for ``activation``
+    ``"silu"``, ``"gelu"``, ``"gelu_tanh"`` or ``"relu"``, or, for ``("clamped_swiglu",
+    alpha, limit)``, GPT-OSS's clamped SwiGLU: the gate clamped above at ``limit``, the up
+    to ``[-limit, limit]``, ``(up + 1) * gate * sigmoid(alpha * gate)``, op for op as
+    Hugging Face computes it."""
+    gate, up = (h[..., ::2], h[..., 1::2]) if interleaved else h.chunk(2, dim=-1)
+    if isinstance(activation, (tuple, list)):
+        name, alpha, limit = activation
+        if name != "clamped_swiglu":
+            raise ValueError(f"unknown expert activation {activation!r}")
+        gate = gate.clamp(min=None, max=limit)
+        up = up.clamp(min=-limit, max=limit)
+        return (up + 1) * (gate * torch.sigmoid(gate * alpha))
+    return _GATES[activation](gate) * up
+
+
+def activation_argument(activation: dict):
+    """A region's ``details["activation"]`` as :func:`gated` takes it: the name, or
+    ``("clamped_swiglu", alpha, limit)``."""
+    if activation["name"] == "clamped_swiglu":
+        return ("clamped_swiglu", activation["alpha"], activation["limit"])
+    return activation["name"]
+
+
+def _scalar(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _swiglu_constants(nodes: list[fx.Node]) -> tuple[float, float] | None:
+    """``(alpha, limit)`` of a clamped SwiGLU among ``nodes``: the upper clamp of the gate,
+    the clamp of the up to ``[-limit, limit]``, and the scale inside the sigmoid."""
+    bounds = []
+    for node in nodes:
+        if call_name(node) in ("clamp", "clip"):
+            low = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
+            high = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
+            bounds.append((None if low is None else _scalar(low), _scalar(high)))
+    limits = {high for low, high in bounds if low is None and high is not None}
+    if len(limits) != 1:
+        return None
+    limit = limits.pop()
+    if (-limit, limit) not in bounds:
+        return None
+    alphas = {_scalar(a) for n in nodes if call_name(n) == "mul" and any(_scores(u) == "sigmoid" for u in n.users)
+              for a in n.args[1:2]}
+    alphas.discard(None)
+    return (alphas.pop(), limit) if len(alphas) == 1 else None
+
+
+def _subgraph(start: fx.Node, inside: list[fx.Node], end: fx.Node) -> fx.GraphModule | None:
+    """The ops ``inside`` (in graph order) as a module of one input, ``start``'s value, and
+    one output, ``end``'s; None when they read anything else (a parameter, another value)."""
+    graph = fx.Graph()
+    env = {start: graph.placeholder("x")}
+    for node in inside:
+        if any(a not in env for a in node.all_input_nodes):
+            return None
+        env[node] = graph.node_copy(node, env.__getitem__)
+    if end not in env:
+        return None
+    graph.output(env[end])
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def expert_activation(chain, start: fx.Node, end: fx.Node, table: dict) -> dict | None:
+    """The activation of gated experts (a ``linear_chain`` with 2 blocks) between their
+    gated projection's output ``start`` (its bias added) and the down projection's input
+    ``end``: ``{"name": "silu" | "gelu" | "gelu_tanh" | "relu"}`` or ``{"name":
+    "clamped_swiglu", "alpha": a, "limit": l}`` (:func:`gated`), or None when none is what
+    the captured ops compute. Read, then checked: the ops are run on a random value (spread
+    past the clamp's limit) against :func:`gated` with the chain's gate/up layout."""
+    inside = [table[n] for n in chain.details["pointwise"] if table[n] is not start]
+    fn = _subgraph(start, inside, end)
+    spec = tensor_spec(start)
+    if fn is None or spec is None or chain.details.get("blocks") != 2:
+        return None
+    candidates = []
+    constants = _swiglu_constants(inside)
+    if constants is not None:
+        candidates.append(({"name": "clamped_swiglu", "alpha": constants[0], "limit": constants[1]},
+                           3 * abs(constants[1])))
+    candidates += [({"name": name}, 3.0) for name in _GATES]
+    interleaved = bool(chain.details.get("interleaved"))
+    exact = spec.dtype in (torch.float32, torch.float64)
+    generator = torch.Generator().manual_seed(0)
+    # a few rows: the chain is pointwise over them (a real model routes millions of rows)
+    rows = (min(spec.shape[0], 16), *spec.shape[1:]) if spec.shape else ()
+    for activation, spread in candidates:
+        x = (torch.randn(rows, generator=generator, dtype=torch.float32, device="cpu") * spread).to(spec.dtype)
+        try:
+            with torch.no_grad():
+                got = fn(x.clone())
+        except Exception:  # noqa: BLE001 - ops that do not run on their own: unread
+            return None
+        want = gated(x, activation_argument(activation), interleaved)
+        if isinstance(got, torch.Tensor) and got.shape == want.shape and torch.allclose(
+                got.float(), want.float(), rtol=1e-5 if exact else 2e-2, atol=1e-6 if exact else 1e-2):
+            return activation
+    return None
+
+
+def _expert_parameters(gm: fx.GraphModule, chain, combine: fx.Node, table: dict, order: dict) -> dict:
+    """The experts' parameters, by what they are: ``gate_up`` and ``down`` (the 3-D weights),
+    ``gate_up_bias`` and ``down_bias`` (``[E, width]``, each row's expert's added after its
+    grouped matmul; None without), ``activation`` (:func:`expert_activation`) and
+    ``interleaved``; ``unread``: why the expert-parallel call cannot compute these experts
+    (None: it can)."""
+    column, row = table[chain.details["column"][0]], table[chain.details["row"]]
+    up, down = match_linear(column, gm), match_linear(row, gm)
+    out = {"gate_up": up.weight, "down": down.weight, "gate_up_bias": chain.details.get("column_bias"),
+           "down_bias": None, "activation": None, "interleaved": bool(chain.details.get("interleaved")),
+           "unread": None}
+    added = expert_bias(down)
+    if added is not None:
+        out["down_bias"] = added[0]
+    if chain.details.get("blocks") != 2:
+        out["unread"] = (f"{chain.id} is not a gated expert (gate and up in one projection cut in two); this rewrite "
+                         f"handles gated experts")
+        return out
+    start = next((table[n] for n in chain.details["pointwise"] if table[n] in column.users), column) \
+        if out["gate_up_bias"] else column
+    out["activation"] = expert_activation(chain, start, down.input, table)
+    if out["activation"] is None:
+        out["unread"] = (f"the experts {[column.name, *chain.details['pointwise'], row.name]} compute no activation "
+                         f"this rewrite knows between their projections (SiLU, GeLU exact or tanh, ReLU gating the "
+                         f"up half, or GPT-OSS's clamped SwiGLU)")
+        return out
+    # every parameter the layer reads from its gated projection to its output is one of these
+    known = {out[k] for k in ("gate_up", "down", "gate_up_bias", "down_bias") if out[k]}
+    read = {str(a.target) for n in _between(column, combine, order) for a in n.all_input_nodes if a.op == "get_attr"}
+    read |= {str(g.args[0].target) for n in _between(column, combine, order) for g in n.all_input_nodes
+             if call_name(g) == "index" and isinstance(g.args[0], fx.Node) and g.args[0].op == "get_attr"}
+    if read - known:
+        out["unread"] = (f"{chain.id}: the layer reads {sorted(read - known)} between its experts and its output, "
+                         f"which the expert-parallel call does not take")
+    return out
+
+
 def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
     """Record one ``experts`` region per routed mixture-of-experts layer of ``gm`` (see
     the module docstring). Run after :mod:`autopar.analysis.linear_chains`."""
@@ -356,10 +525,13 @@ def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
             source = _experts_input(column) or router.input
             members = _between(router.node, combine, order) | {table[n] for n in chain.nodes}
             shared = _shared(gm, router.input, combine)
+            parameters = _expert_parameters(gm, chain, combine, table, order)
             details = {"experts": experts, "top_k": int(top_k), "router": router.node.name,
-                       "router_weight": router.weight, "scores": scores or "none", "normalized": normalized,
-                       "chain": chain.id, "input": source.name, "index": indices[0].name,
-                       "weights": weights.name, "combine": combine.name, "shared": shared}
+                       "router_weight": router.weight, "router_bias": router.bias, "scores": scores or "none",
+                       "normalized": normalized, "chain": chain.id, "input": source.name, "index": indices[0].name,
+                       "weights": weights.name, "combine": combine.name, "shared": shared,
+                       **{k: parameters[k] for k in ("gate_up_bias", "down_bias", "activation", "interleaved",
+                                                     "unread")}}
             path = chain.id.split(":", 1)[1].rsplit(".experts", 1)[0]
             add_region(gm, Region(id=f"experts:{path}", kind="experts",
                                   nodes=[n.name for n in sorted(members, key=order.__getitem__)], details=details))
@@ -454,4 +626,4 @@ def router_statistics(gm: fx.GraphModule) -> list[str]:
     return [n.name for n in sorted(found, key=order.__getitem__)]
 
 
-__all__ = ["find_routed_experts_pass", "router_statistics"]
+__all__ = ["activation_argument", "expert_activation", "find_routed_experts_pass", "gated", "router_statistics"]

@@ -51,6 +51,7 @@ _CAT = ops.CONCAT_FUNCTIONS
 _SHAPE_ONLY = {torch.flatten, torch.squeeze, torch.unsqueeze} | ops._targets("flatten", "squeeze", "unsqueeze")
 _FACTORIES = {"new_ones", "new_zeros", "new_empty", "new_full"}
 _UNFLATTEN = {torch.unflatten} | ops._targets("unflatten")
+_EXTREMES = {torch.max, torch.min, torch.amax, torch.amin} | ops._targets("max", "min", "amax", "amin")
 
 
 class TensorParallelError(ValueError):
@@ -67,6 +68,9 @@ class LayoutPropagator:
     def __init__(self, gm: fx.GraphModule, degree: int, group: str):
         self.gm, self.graph, self.t, self.group = gm, gm.graph, degree, group
         self.layout: dict[fx.Node, Any] = {}
+        # parameters the graph reads already split (by name): a per-head parameter cut with
+        # its heads (attention sinks), an expert bias cut with its columns; the rest whole
+        self.param_layouts: dict[str, Shard] = {}
         self.cache: dict[tuple, fx.Node] = {}
         # (node name, op, why) of every node no rule covered (see _fallback)
         self.fallbacks: list[tuple[str, str, str]] = []
@@ -135,7 +139,9 @@ class LayoutPropagator:
         values gathered, a node :meth:`rewrite` takes rewritten by it, a node reading split
         values carried by its op's rule (:meth:`propagate`, or the logged fallback)."""
         for node in list(self.graph.nodes):
-            if node.op in ("placeholder", "get_attr"):
+            if node.op == "get_attr":
+                self.layout[node] = self.param_layouts.get(str(node.target))
+            elif node.op == "placeholder":
                 self.layout[node] = None
             elif node.op == "output":
                 self._output(node)
@@ -196,6 +202,13 @@ class LayoutPropagator:
             return self._expand(node, in_layout)
         if (kind == "call_method" and target in ("split", "chunk", "unbind")) or (kind == "call_function" and target in _SPLIT_FUNCTIONS):
             return self._split(node, in_layout)
+        if (kind == "call_method" and target in ("max", "min", "amax", "amin")) or \
+                (kind == "call_function" and target in _EXTREMES):
+            return self._extreme(node, in_layout)
+        if kind == "call_function" and target is ops.aten.index.Tensor:
+            return self._index(node, in_layout)
+        if kind == "call_function" and ops.call_name(node) in ("add_", "sub_", "mul_", "div_"):
+            return self._in_place(node, in_layout)
         if (kind == "call_method" and target in ("softmax", "log_softmax")) or (kind == "call_function" and target in _SOFTMAX_FUNCTIONS):
             ndim = len(tensor_spec(node).shape)
             dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
@@ -367,13 +380,65 @@ class LayoutPropagator:
 
     def _slice(self, node: fx.Node, layout: Shard) -> Shard:
         """A slice (``aten.slice``, ``narrow``) of an unsplit dimension keeps the split, as
-        rotary embeddings slice the head dimension of head-split queries and keys."""
+        rotary embeddings slice the head dimension of head-split queries and keys. A
+        strided slice of the whole split dimension from one of its first ``step``
+        positions (``x[..., ::2]``, ``x[..., 1::2]``: GPT-OSS's alternating gate and up
+        columns) keeps it too when each rank's part is a whole number of steps: every rank
+        takes the same positions of its own part."""
         layout = self._only_first_split(node, layout)
         ndim = len(tensor_spec(node.args[0]).shape)
         dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
         if normalize_dim(dim, ndim) == layout.dim:
+            if node.op == "call_function" and ops.call_name(node) == "slice" and layout.blocks == 1 \
+                    and layout.size is None:
+                start, end, step = (list(node.args[2:5]) + [None, None, 1])[:3]
+                width = tensor_spec(node.args[0]).shape[layout.dim]
+                if isinstance(step, int) and step > 1 and (start or 0) in range(step) \
+                        and (end is None or end >= width) and (width // self.t) % step == 0 and width % self.t == 0:
+                    return layout
             raise NoSplitRule("a slice of the split dimension")
         return layout
+
+    def _extreme(self, node: fx.Node, layout: Shard):
+        """``max``/``min``/``amax``/``amin`` over dimensions other than the split one keep
+        the split (the softmax's stabilising max of head-split scores); ``max.dim`` gives
+        values and indices, split alike. Over the split dimension, or over every one: no
+        rule."""
+        layout = self._only_first_split(node, layout)
+        ndim = len(tensor_spec(node.args[0]).shape)
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if dims is None or dims == [] or dims == ():
+            raise NoSplitRule("a reduction over every dimension")
+        if isinstance(dims, fx.Node) or not isinstance(dims, (int, list, tuple)):
+            raise NoSplitRule("an elementwise max or min of two values")
+        dims = [normalize_dim(d, ndim) for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+        if layout.dim in dims:
+            raise NoSplitRule("a reduction over the split dimension")
+        keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        out = replace(layout, dim=layout.dim if keep else layout.dim - sum(d < layout.dim for d in dims))
+        return (out, out) if isinstance(node.meta.get(SPEC), tuple) else out
+
+    def _in_place(self, node: fx.Node, layout) -> Shard:
+        """An in-place pointwise op (``out.add_(bias[ids])``, as Hugging Face adds the
+        experts' biases) on a split value: the pointwise rule, when it keeps the written
+        value's split (a replicated value cannot take a split one in place)."""
+        if layout is None or isinstance(layout, tuple):
+            raise NoSplitRule("an in-place op writing a replicated value with a split one")
+        out = self._pointwise(node)
+        if out != layout:
+            raise NoSplitRule("an in-place op that would change its value's split")
+        return out
+
+    def _index(self, node: fx.Node, layout: Shard) -> Shard:
+        """``x[ids]``: rows of ``x`` picked along its first dimension by one index tensor
+        (an expert's bias for each of its rows) keep a split of a later dimension, which
+        moves to where it lands after the index's dimensions."""
+        layout = self._only_first_split(node, layout)
+        indices = node.args[1] if len(node.args) > 1 else ()
+        if layout.dim == 0 or len(indices) != 1 or not isinstance(indices[0], fx.Node) \
+                or self.layout.get(indices[0]) is not None or tensor_spec(indices[0]) is None:
+            raise NoSplitRule("an index into the split dimension, or by more than one index")
+        return replace(layout, dim=layout.dim - 1 + len(tensor_spec(indices[0]).shape))
 
     def _cat(self, node: fx.Node) -> Shard:
         """A concatenation along an unsplit dimension of values split alike keeps the

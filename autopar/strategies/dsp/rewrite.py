@@ -137,6 +137,9 @@ def heads_cut(region, table) -> tuple[list, list, list, set]:
     if d["kv_heads"] != d["heads"]:
         raise SubgraphParallelError(f"region {region.id}: {d['kv_heads']} key/value heads for {d['heads']} query "
                                     f"heads (grouped-query attention); D&SP splits equal head counts only")
+    if d.get("sinks"):
+        raise SubgraphParallelError(f"region {region.id}: attention sinks ({d['sinks']}, a logit per head joined to "
+                                    f"the scores); D&SP of heads splits only the query, key and value in this version")
     core_set = set(core)
     for node in core:
         if node.name == d["core"][-1]:

@@ -1,12 +1,15 @@
 """Where expert parallelism puts the experts' weights (:mod:`autopar.layout`).
 
 A routed layer's experts are 3-D weights ``[E, ...]`` (Hugging Face's ``gate_up_proj``
-and ``down_proj``). Under an expert degree ``P`` rank ``e`` of an expert group (``P``
-consecutive data ranks) holds experts ``[e·E/P, (e+1)·E/P)``: :class:`ExpertShard` cuts
-dimension 0 over the ``experts`` group, and with tensor parallelism inside the experts
-also the inner width over ``tensor`` (the gated projection per block: gate and up
-halves, as Megatron's column split; the down projection's input width, as its row
-split). ``gather`` all-gathers the tensor parts, then the expert groups' (what
+and ``down_proj``), and, when they have biases, 2-D ones ``[E, width]`` (GPT-OSS's
+``gate_up_proj_bias`` and ``down_proj_bias``). Under an expert degree ``P`` rank ``e`` of
+an expert group (``P`` consecutive data ranks) holds experts ``[e·E/P, (e+1)·E/P)``:
+:class:`ExpertShard` cuts dimension 0 over the ``experts`` group, and with tensor
+parallelism inside the experts also the inner width over ``tensor`` (the gated
+projection per block: gate and up halves, as Megatron's column split, or one
+contiguous cut when gate and up columns alternate; its bias alike; the down
+projection's input width, as its row split, its bias whole on every tensor rank).
+``gather`` all-gathers the tensor parts, then the expert groups' (what
 ``full_state_dict`` and checkpoints see); the norm sums over both groups.
 
 :func:`place` sends the experts' gradients to the ``expert_replica`` group (the ``d/P``

@@ -11,9 +11,17 @@ summed over the slots. The router (its linear, scores, ``topk``, renormalisation
 in the graph, replicated, so every rank routes its own tokens as the single-device model
 would. The experts' parameters the call reads are this rank's slices of the 3-D weights
 (``[E/P, ...]``: the layout cuts them on the experts' dimension; the caller installs
-them). What the pass cannot read (an activation other than SiLU, GeLU or ReLU between
-the projections, an ungated expert) raises: rewrites fail loudly. With a tensor group the
-rank's experts are also Megatron-split (f and g around the call).
+them), their biases too when they have them (``[E/P, width]``: Hugging Face GPT-OSS adds
+each row's expert's bias after both projections). Between the projections the call
+computes the activation the analysis read and checked (``details["activation"]``:
+SiLU, exact or tanh GeLU or ReLU gating the up half, or GPT-OSS's clamped SwiGLU;
+gate and up as halves or alternating columns, :func:`autopar.analysis.experts.gated`).
+What the analysis could not read (another activation, an ungated expert, a parameter
+the call does not take; ``details["unread"]``) raises: rewrites fail loudly. With a
+tensor group the rank's experts are also Megatron-split (f and g around the call): the
+gated projection and its bias by columns, the down projection by rows, its bias whole
+on every tensor rank and added by the first (its gradient summed over the tensor group
+by f), so the reduced output holds it once.
 
 A layer of separate expert modules (a ``ModuleList`` and a loop over the experts,
 ``details["form"] = "module_list"``) is replaced the same way by
@@ -27,14 +35,13 @@ from __future__ import annotations
 
 import torch
 import torch.fx as fx
-import torch.nn.functional as F
 
-from autopar.analysis.ops import call_name, match_linear
+from autopar.analysis.experts import activation_argument, gated
+from autopar.analysis.ops import match_linear
 from autopar.ir import SPEC, Region, regions
 from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
+from autopar.runtime.groups import group_rank
 from autopar.strategies.experts.collectives import combine, dispatch, record_load
-
-ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu}
 
 
 def _project(x: torch.Tensor, weight: torch.Tensor, layout: str) -> torch.Tensor:
@@ -57,15 +64,19 @@ def by_expert(rows: torch.Tensor, ids: torch.Tensor, count: int, run) -> torch.T
 
 
 def local_experts(rows: torch.Tensor, ids: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
-                  activation: str, layouts: tuple[str, str]) -> torch.Tensor:
-    """This rank's experts (``gate_up`` ``[E/P, ...]``, ``down`` ``[E/P, ...]``) on the rows
-    it received, each by the expert ``ids`` names: ``down(act(gate) * up)`` with the gated
-    projection cut in two halves (gate first), as Hugging Face's experts compute it."""
-    act = ACTIVATIONS[activation]
-
+                  activation, layouts: tuple[str, str], gate_up_bias: torch.Tensor | None = None,
+                  down_bias: torch.Tensor | None = None, interleaved: bool = False) -> torch.Tensor:
+    """This rank's experts (``gate_up`` ``[E/P, ...]``, ``down`` ``[E/P, ...]``, their biases
+    ``[E/P, width]`` when given) on the rows it received, each by the expert ``ids`` names:
+    ``down(act(gate) * up + ...)`` as Hugging Face's experts compute it, the activation and
+    the gate/up layout as :func:`autopar.analysis.experts.gated` takes them (halves, gate
+    first, or alternating columns when ``interleaved``)."""
     def run(expert, x):
-        gate, up = _project(x, gate_up[expert], layouts[0]).chunk(2, dim=-1)
-        return _project(act(gate) * up, down[expert], layouts[1])
+        h = _project(x, gate_up[expert], layouts[0])
+        if gate_up_bias is not None:
+            h = h + gate_up_bias[expert]
+        out = _project(gated(h, activation, interleaved), down[expert], layouts[1])
+        return out if down_bias is None else out + down_bias[expert]
     return by_expert(rows, ids, gate_up.shape[0], run)
 
 
@@ -79,20 +90,32 @@ def _routed(hidden, index, weights, experts: int, group: str, layer: str, run_lo
 
 
 def expert_parallel_mlp(hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor, gate_up: torch.Tensor,
-                        down: torch.Tensor, *, experts: int, group: str, activation: str,
-                        layouts: tuple[str, str], tensor: str | None = None, layer: str = "") -> torch.Tensor:
+                        down: torch.Tensor, *, experts: int, group: str, activation,
+                        layouts: tuple[str, str], tensor: str | None = None, layer: str = "",
+                        gate_up_bias: torch.Tensor | None = None, down_bias: torch.Tensor | None = None,
+                        interleaved: bool = False) -> torch.Tensor:
     """A routed layer's output ``[tokens, hidden]`` with its experts spread over ``group``
     (dispatch, this rank's experts, combine): what the layer computes on one device.
+    ``gate_up_bias``, ``down_bias``: the rank's experts' biases (``[E/P, width]``);
+    ``activation`` and ``interleaved``: what :func:`autopar.analysis.experts.gated` takes.
 
     ``tensor``: the experts are also Megatron-split over that group (each rank holds its
-    columns of the gated projection, its rows of the down projection): the tokens and
-    routing weights enter through Megatron's f (identity forward, all-reduce backward) and
-    the combined output leaves through g (all-reduce forward), megatron §2.3. ``layer``:
+    columns of the gated projection and of its bias, its rows of the down projection): the
+    tokens and routing weights enter through Megatron's f (identity forward, all-reduce
+    backward) and the combined output leaves through g (all-reduce forward), megatron
+    §2.3. The down projection's bias, whole on every tensor rank, is added by the group's
+    first rank (the others add it times zero) after its own f, so g's sum holds it once
+    and f's backward gives every tensor rank the first rank's gradient of it. ``layer``:
     the region id the rows it processes are counted under (:data:`.collectives.LOAD`)."""
     if tensor is not None:
         hidden, weights = copy_to_tensor_region(hidden, tensor), copy_to_tensor_region(weights, tensor)
+        if down_bias is not None:
+            down_bias = copy_to_tensor_region(down_bias, tensor)
+            if group_rank(tensor) != 0:
+                down_bias = down_bias * 0.0
     out = _routed(hidden, index, weights, experts, group, layer,
-                  lambda rows, ids: local_experts(rows, ids, gate_up, down, activation, layouts))
+                  lambda rows, ids: local_experts(rows, ids, gate_up, down, activation, layouts, gate_up_bias,
+                                                  down_bias, interleaved))
     return reduce_from_tensor_region(out, tensor) if tensor is not None else out
 
 
@@ -111,49 +134,48 @@ torch.fx.wrap("expert_parallel_mlp")
 torch.fx.wrap("expert_parallel_modules")
 
 
-def _activation(gm: fx.GraphModule, chain_nodes: list[fx.Node]) -> str:
-    for node in chain_nodes:
-        name = call_name(node)
-        if name in ACTIVATIONS:
-            if node.kwargs.get("approximate", "none") != "none" or (name == "gelu" and len(node.args) > 1):
-                raise ValueError(f"expert parallelism: {node.name} is an approximate GeLU; this rewrite computes "
-                                 f"SiLU, exact GeLU and ReLU")
-            return name
-    raise ValueError(f"expert parallelism: the experts {[n.name for n in chain_nodes]} have no SiLU, GeLU or ReLU "
-                     f"between their projections; this rewrite handles gated experts with one of those")
-
-
 def expert_weights(gm: fx.GraphModule, region: Region) -> tuple:
     """The experts' (gated projection, down projection) matches of ``region``
-    (:func:`autopar.analysis.ops.match_linear`), checked: gated, no biases. A layer of
-    separate expert modules needs no check (its modules run as they are): ``()``."""
+    (:func:`autopar.analysis.ops.match_linear`) and their chain, checked: what the
+    analysis read of them (gated, an activation :func:`local_experts` computes, no
+    parameter besides the weights and their biases) raises ``ValueError`` with its reason
+    when unread (``details["unread"]``). A layer of separate expert modules needs no
+    check (its modules run as they are): ``()``."""
     if region.details.get("form") == "module_list":
         return ()
     table = {n.name: n for n in gm.graph.nodes}
     chain = next(r for r in regions(gm, "linear_chain") if r.id == region.details["chain"])
     up, down = match_linear(table[chain.details["column"][0]], gm), match_linear(table[chain.details["row"]], gm)
-    if chain.details.get("blocks") != 2:
-        raise ValueError(f"expert parallelism: {chain.id} is not a gated expert (gate and up in one projection cut "
-                         f"in two); this rewrite handles gated experts")
-    if up.bias is not None or down.bias is not None:
-        raise ValueError(f"expert parallelism: {chain.id}'s experts have biases; this rewrite handles experts "
-                         f"without (as Mixtral's)")
+    why = region.details.get("unread")
+    if why is None and region.details.get("activation") is None:
+        why = f"{chain.id}: the analysis read no activation of its experts"
+    if why is not None:
+        raise ValueError(f"expert parallelism: {why}")
     return up, down, chain
 
 
 def expert_shards(gm: fx.GraphModule, region: Region, tensor: bool) -> dict:
-    """The cut of ``region``'s expert weights (by the graph's parameter names): dimension
-    0 over the expert group; with ``tensor``, the gated projection's output width (gate
-    and up blocks) and the down projection's input width over the tensor group."""
+    """The cut of ``region``'s expert weights and biases (by the graph's parameter names):
+    dimension 0 over the expert group; with ``tensor``, the gated projection's output
+    width (gate and up blocks, or a contiguous cut when they alternate: each gate beside
+    its up) and its bias alike, and the down projection's input width over the tensor
+    group (its bias, of the output width, whole on every tensor rank)."""
     from autopar.strategies.experts.layout import ExpertShard
     if region.details.get("form") == "module_list":
         return {}   # whole modules, held by their rank (strategies/experts/layout.place_modules)
     up, down, _ = expert_weights(gm, region)
-    if not tensor:
-        return {up.weight: ExpertShard(), down.weight: ExpertShard()}
-    out_dim = {"experts_out_in": 1, "experts_in_out": 2}
-    return {up.weight: ExpertShard(out_dim[up.weight_layout], 2),
-            down.weight: ExpertShard(3 - out_dim[down.weight_layout])}
+    d = region.details
+    out = {up.weight: ExpertShard(), down.weight: ExpertShard()}
+    if tensor:
+        out_dim = {"experts_out_in": 1, "experts_in_out": 2}
+        blocks = 1 if d.get("interleaved") else 2
+        out = {up.weight: ExpertShard(out_dim[up.weight_layout], blocks),
+               down.weight: ExpertShard(3 - out_dim[down.weight_layout])}
+    if d.get("gate_up_bias"):
+        out[d["gate_up_bias"]] = ExpertShard(1, 1 if d.get("interleaved") else 2) if tensor else ExpertShard()
+    if d.get("down_bias"):
+        out[d["down_bias"]] = ExpertShard()
+    return out
 
 
 def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str, tensor: str | None = None,
@@ -177,14 +199,18 @@ def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str, tensor:
                                        {"experts": d["experts"], "group": group, "layer": region.id})
     else:
         up, down, chain = expert_weights(gm, region)
-        activation = _activation(gm, [table[n] for n in chain.details["pointwise"]])
         with graph.inserting_before(output):
             gate_up_w, down_w = graph.get_attr(up.weight), graph.get_attr(down.weight)
+            kwargs = {"experts": d["experts"], "group": group, "activation": activation_argument(d["activation"]),
+                      "layouts": (up.weight_layout, down.weight_layout), "tensor": tensor, "layer": region.id}
+            for key in ("gate_up_bias", "down_bias"):
+                if d.get(key):
+                    kwargs[key] = graph.get_attr(d[key])
+            if d.get("interleaved"):
+                kwargs["interleaved"] = True
             call = graph.call_function(expert_parallel_mlp,
                                        (table[d["input"]], table[d["index"]], table[d["weights"]], gate_up_w, down_w),
-                                       {"experts": d["experts"], "group": group, "activation": activation,
-                                        "layouts": (up.weight_layout, down.weight_layout), "tensor": tensor,
-                                        "layer": region.id})
+                                       kwargs)
     call.meta[SPEC] = output.meta.get(SPEC)
     output.replace_all_uses_with(call)
     doomed, erased = [table[n] for n in reversed(region.nodes)], set()

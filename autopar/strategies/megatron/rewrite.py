@@ -5,7 +5,9 @@ every region planned as ``megatron`` it
 
 * splits the column linears' weights by output features (per block for a fused QKV
   projection: rank ``r`` keeps ``[q_r, k_r, v_r]``) and inserts
-  ``copy_to_tensor_region`` (Megatron's *f*) on their input;
+  ``copy_to_tensor_region`` (Megatron's *f*) on their input; parameters read beside
+  them that belong to their columns or heads are cut alike (attention sinks, one
+  logit per head; experts' biases added to the gated projection's columns);
 * splits the row linear's weight by input features, removes its bias from the matmul
   and inserts ``reduce_from_tensor_region`` (*g*) followed by the bias add, so the
   bias is added once, after the reduction;
@@ -172,6 +174,13 @@ class _Rewriter(LayoutPropagator):
         if match.bias:
             self.shards[match.bias] = ParamShard(0, blocks, self.group, padded_to)
 
+    def _split_parameter(self, name: str, dim: int, blocks: int = 1) -> None:
+        """A parameter the graph reads directly, not through a linear (attention sinks, the
+        experts' column bias), cut along ``dim`` like the columns or heads it goes with:
+        the rank program reads it already split (:attr:`param_layouts`)."""
+        self.shards[name] = ParamShard(dim, blocks, self.group)
+        self.param_layouts[name] = Shard(dim, blocks)
+
     def _row(self, node_name: str) -> None:
         match = ops.match_linear(self._node(node_name), self.gm)
         self.rows.add(node_name)
@@ -181,8 +190,12 @@ class _Rewriter(LayoutPropagator):
         d = region.details
         if region.kind == "linear_chain":
             self._check(region, "hidden width", d["hidden"])
+            # gate and up columns that alternate (GPT-OSS) are cut contiguously: each gate beside its up
+            blocks = 1 if d.get("interleaved") else d.get("blocks", 1)
             for name in d["column"]:
-                self._column(name, d.get("blocks", 1))
+                self._column(name, blocks)
+            if d.get("column_bias"):   # experts' bias [E, out], added to each row's expert's columns
+                self._split_parameter(d["column_bias"], 1, blocks)
             self._row(d["row"])
         elif region.kind == "attention":
             self._check(region, "attention heads", d["heads"])
@@ -190,6 +203,8 @@ class _Rewriter(LayoutPropagator):
             for name in dict.fromkeys((d["q_proj"], d["k_proj"], d["v_proj"])):
                 self._column(name, d["qkv_blocks"])
             self._row(d["out_proj"])
+            if d.get("sinks"):   # a logit per head: each rank holds its heads'
+                self._split_parameter(d["sinks"], 0)
         elif region.kind == "vocab":
             # a vocabulary the degree does not divide is padded (Megatron-LM's
             # --make-vocab-size-divisible-by): each rank holds ceil(V/t) rows

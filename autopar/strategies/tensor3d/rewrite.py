@@ -138,6 +138,10 @@ class _Rewriter3D(_Rewriter):
         self.columns[node_name] = blocks
         self._cut(node_name, False, blocks)
 
+    def _split_parameter(self, name: str, dim: int, blocks: int = 1) -> None:
+        """Attention sinks stay whole on the grid: the propagation slices their expanded
+        logits to the rank's heads where they meet the scores (its backward all-gathers)."""
+
     def _row(self, node_name: str) -> None:
         self.rows.add(node_name)
         self._cut(node_name, True, 1)
