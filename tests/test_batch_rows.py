@@ -108,6 +108,18 @@ def test_the_suites_models_have_no_meeting(name):
     assert couplings(find_batch_couplings_pass(gm)) == []
 
 
+def test_a_sequence_as_long_as_the_batch_is_not_the_batch():
+    """Positions along the sequence (``arange(T)``, the causal mask, rotary tables) are as long
+    as the batch when T = B: they must not be read as the batch's rows."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32))
+    ids = torch.randint(0, 64, (16, 16))
+    gm = capture(model, (), example_kwargs={"input_ids": ids, "labels": ids}, model_loss="required")
+    assert couplings(find_batch_couplings_pass(gm)) == []
+
+
 def test_the_contrastive_models_are_read_as_exact_pairwise_scores():
     for name in ("clip", "clip_target", "dual_encoder"):
         factory, inputs, target, loss_fn, kwargs = cases.CASES[name]()

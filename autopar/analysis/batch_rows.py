@@ -94,12 +94,35 @@ class Rows:
 
     dims: frozenset = frozenset()
     pos: frozenset = frozenset()
-    mixed: frozenset = frozenset()   # of ``dims``: the batch folded with an outer dimension
+    inner: frozenset = frozenset()   # (dim, elements per row inside it): the batch folded inside another dimension
+    perm: bool = False               # the rows (or positions) in an order of the rank's own (a sort)
+    inverse: bool = False            # positions that undo such an order
 
     @staticmethod
-    def of(dims=(), pos=(), mixed=()) -> "Rows | None":
+    def of(dims=(), pos=(), inner=(), perm=False, inverse=False) -> "Rows | None":
         dims, pos = frozenset(dims), frozenset(pos)
-        return Rows(dims, pos, frozenset(mixed) & dims) if dims or pos else None
+        inner = frozenset((d, f) for d, f in inner if d in dims)
+        return Rows(dims, pos, inner, perm, inverse) if dims or pos else None
+
+    def moved(self, where: dict) -> "Rows | None":
+        """These rows with dimension ``d`` now at ``where[d]`` (dimensions not in it dropped)."""
+        return Rows.of({where[d] for d in self.dims if d in where}, {where[d] for d in self.pos if d in where},
+                       {(where[d], f) for d, f in self.inner if d in where}, self.perm, self.inverse)
+
+    def shifted(self, by: int) -> "Rows | None":
+        return self.moved({d: d + by for d in self.dims | self.pos})
+
+    def without(self, dims) -> "Rows | None":
+        """These rows with ``dims`` reduced away (kept as size 1: no shift)."""
+        dims = set(dims)
+        return Rows.of(self.dims - dims, self.pos - dims, self.inner, self.perm, self.inverse)
+
+    def factor(self, dim: int, size: int, batch: int) -> int | None:
+        """Elements per row of the batch inside dimension ``dim`` of ``size`` (None: unknown)."""
+        for d, f in self.inner:
+            if d == dim:
+                return f
+        return size // batch if batch and size % batch == 0 else None
 
 
 @dataclass
@@ -264,53 +287,46 @@ def _norm_dims(dims, ndim: int) -> list[int] | None:
     return sorted({d % ndim if ndim else 0 for d in dims})
 
 
-def _regroup(src: tuple, dst: tuple, dims: frozenset, batch: int, mixed: frozenset = frozenset()) -> tuple[set, set]:
-    """The dimensions of ``dst`` (a view of ``src``) that hold ``src``'s ``dims``, and those
-    of them where the batch is not the outermost factor (``mixed``: rows interleaved with
-    another dimension, ``[T, B] -> [T·B]``). A batch dimension holds the batch as its
-    outermost factor of size ``batch`` unless it is in ``mixed``, where it may be anywhere
-    (every output dimension it spans is taken)."""
-    out, out_mixed = set(), set()
-    i = j = 0
-    while i < len(src) or j < len(dst):
-        gi, gj = [i], [j]
-        a = src[i] if i < len(src) else 1
-        b = dst[j] if j < len(dst) else 1
-        i += 1
-        j += 1
-        while a != b:
-            if a < b and i < len(src):
-                a *= src[i]
-                gi.append(i)
-                i += 1
-            elif j < len(dst):
-                b *= dst[j]
-                gj.append(j)
-                j += 1
-            else:
-                break
-        gi = [k for k in gi if k < len(src)]
-        gj = [k for k in gj if k < len(dst)]
-        hit = [k for k in gi if k in dims]
-        if not hit:
-            continue
-        stride_src = {k: math.prod(src[m] for m in gi if m > k) for k in gi}
-        stride_dst = {k: math.prod(dst[m] for m in gj if m > k) for k in gj}
-        live_dst = [k for k in gj if dst[k] != 1] or gj[:1]
-        for k in hit:
-            outer = k not in mixed and batch and src[k] % batch == 0
-            lo = stride_src[k] * (src[k] // batch) if outer else stride_src[k]
-            hi = stride_src[k] * src[k]
-            covered = [m for m in live_dst if stride_dst[m] < hi and stride_dst[m] * dst[m] > lo]
-            out.update(covered)
-            if len(covered) > 1 or not outer:
-                out_mixed.update(covered)
+def _regroup(src: tuple, dst: tuple, r: "Rows", batch: int) -> "Rows | None":
+    """``r`` (rows of a value of shape ``src``) on a view of it of shape ``dst``. Each batch
+    dimension holds ``batch`` rows of ``factor`` elements, with more outside them when the
+    batch is folded inside another dimension (``[T, B] -> [T·B]``); the view keeps that span
+    of the flat elements, whichever output dimension holds it. A span that ends up across
+    several output dimensions marks them all (and they meet rows if read apart)."""
+    dims, inner, pos = set(), set(), set()
+
+    def place(k: int, factor: int | None, out_dims: set, out_inner: set | None):
+        i = j = 0
+        stride_src = math.prod(src[k + 1:])
+        lo, hi = stride_src * (factor if factor else 1), stride_src * src[k]
+        if factor:
+            hi = lo * batch if lo * batch <= stride_src * src[k] else hi
+        # the flat span [lo, hi) of one batch index step .. the whole batch, in dst's strides
+        for m in range(len(dst)):
+            stride = math.prod(dst[m + 1:])
+            top = stride * dst[m]
+            if dst[m] == 1:
                 continue
-            m = covered[0] if covered else live_dst[0]
-            # outermost in its output dimension: the batch's block starts that dimension's span
-            if stride_dst[m] * dst[m] != hi:
-                out_mixed.add(m)
-    return out, out_mixed
+            if stride <= lo and hi <= top and lo % stride == 0 and factor:
+                out_dims.add(m)
+                if out_inner is not None:
+                    f = lo // stride
+                    if f * batch != dst[m]:
+                        out_inner.add((m, f))
+                return
+        for m in range(len(dst)):   # across several dimensions: every one it covers
+            stride = math.prod(dst[m + 1:])
+            if dst[m] != 1 and stride < hi and stride * dst[m] > lo:
+                out_dims.add(m)
+                if out_inner is not None:
+                    out_inner.add((m, -1))
+        del i, j
+
+    for k in r.dims:
+        place(k, r.factor(k, src[k], batch), dims, inner)
+    for k in r.pos:
+        place(k, src[k] // batch if batch and src[k] % batch == 0 else None, pos, None)
+    return Rows.of(dims, pos, inner, r.perm, r.inverse)
 
 
 # ---------------------------------------------------------------- the walk
@@ -325,6 +341,8 @@ class _Walk:
         self.reductions: list[tuple[fx.Node, str]] = []   # reductions over the batch: (node, sum|mean|other)
         self.loss_terms: list[tuple[str, str]] = []       # of those, the loss's: (node name, sum|mean)
         self.pairwise: list[fx.Node] = []
+        self.counts: list[fx.Node] = []   # counts of rows per value (histc, bincount)
+        self.statistics: set[str] = set()
 
     # ------------------------------------------------------------ helpers
     def rows(self, value) -> Rows | None:
@@ -366,6 +384,9 @@ class _Walk:
         inputs = self.tensor_args(node)
         tuple_in = [a for a in node.all_input_nodes if isinstance(self.state.get(a), tuple)]
         name = bare_name(node)
+        if name == "getattr" and node.args and isinstance(self.state.get(node.args[0]), tuple) \
+                and node.args[1] in ("values", "indices"):   # a named tuple's field (sort, topk, max)
+            return self.state[node.args[0]][0 if node.args[1] == "values" else 1]
         if name in ("getitem",) and node.args and isinstance(self.state.get(node.args[0]), tuple):
             items = self.state[node.args[0]]
             i = node.args[1]
@@ -402,17 +423,28 @@ class _Walk:
             return self.getitem(node)
         if name == "index":
             return self.index(node)
-        if name in ("gather", "take_along_dim", "scatter", "scatter_add", "scatter_reduce", "index_add",
-                    "index_copy", "index_fill", "index_put", "index_reduce", "masked_scatter"):
+        if name.rstrip("_") in ("gather", "take_along_dim", "scatter", "scatter_add", "scatter_reduce", "index_add",
+                                "index_copy", "index_fill", "index_put", "index_reduce", "masked_scatter") \
+                or name == "index_put_":
             return self.gather(node, name)
         if name == "embedding":
             ids = node.args[1] if is_aten_op(node.target) else node.args[0]
             r = self.rows(ids)
-            return Rows.of(r.dims) if r else None
+            return Rows.of(r.dims, (), r.inner, r.perm) if r else None
         if name in _MATMUL or (node.op == "call_function" and node.target in ops.LINEAR_FUNCTIONS):
             return self.matmul(node, name)
         if name in _SDPA:
             return self.attention(node)
+        if name == "repeat_interleave" and node.args and isinstance(node.args[0], fx.Node):
+            return self.repeat_rows(node)
+        if name in ("histc", "bincount"):
+            r = self.rows(node.args[0])
+            if r is not None and r.dims:
+                self.counts.append(node)
+            return None
+        if name in ("grouped_mm_fallback", "_grouped_mm", "grouped_mm"):
+            r = self.rows(node.args[0])
+            return Rows.of(r.dims, (), r.inner, r.perm) if r else None
         if name in _LOSSES:
             return self.loss(node, name)
         if name in ("min", "max") and len([a for a in node.args[1:2] if isinstance(a, fx.Node)]) == 1:
@@ -433,7 +465,7 @@ class _Walk:
         for a in node.all_input_nodes:
             r = self.rows(a)
             if r is not None and _shape(a) == _shape(node):
-                return Rows.of(r.dims)
+                return Rows.of(r.dims, (), r.inner, r.perm)
         return None
 
     def _like(self, node: fx.Node, src) -> Any:
@@ -462,9 +494,9 @@ class _Walk:
         if isinstance(module, _POINTWISE_MODULES) or isinstance(module, (nn.Identity, nn.Flatten, nn.Unflatten)):
             if isinstance(module, (nn.Flatten, nn.Unflatten)):
                 return self.regroup(node, "flatten")
-            return Rows.of(r.dims, r.pos) if r else None
+            return r
         if isinstance(module, nn.Embedding):
-            return Rows.of(r.dims) if r else None
+            return Rows.of(r.dims, (), r.inner, r.perm) if r else None
         if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
             k = len(module.normalized_shape)
             return self._normalize_last(node, r, _shape(x), k)
@@ -503,8 +535,7 @@ class _Walk:
             order = list(range(n))
             order[a], order[b] = order[b], order[a]
         order = [d % n for d in order]
-        where = {old: new for new, old in enumerate(order)}
-        return Rows.of({where[d] for d in r.dims}, {where[d] for d in r.pos})
+        return r.moved({old: new for new, old in enumerate(order)})
 
     def movedim(self, node: fx.Node):
         x = node.args[0]
@@ -521,8 +552,7 @@ class _Walk:
             order[d] = s
         it = iter(rest)
         order = [o if o is not None else next(it) for o in order]
-        where = {old: new for new, old in enumerate(order)}
-        return Rows.of({where[d] for d in r.dims}, {where[d] for d in r.pos})
+        return r.moved({old: new for new, old in enumerate(order)})
 
     def regroup(self, node: fx.Node, name: str):
         x = node.args[0] if node.args else None
@@ -532,17 +562,28 @@ class _Walk:
         if src is None or dst is None:
             return self._fallback_rows(node)
         if name in ("expand", "expand_as", "broadcast_to"):
-            shift = len(dst) - len(src)
-            return Rows.of({d + shift for d in r.dims}, {d + shift for d in r.pos})
+            return r.shifted(len(dst) - len(src))
         if name in ("repeat", "tile"):
             shift = len(dst) - len(src)
             for d in r.dims | r.pos:
                 if dst[d + shift] != src[d]:
                     self.couple(node, "index", f"{name} repeats the batch's rows along dimension {d}")
-            return Rows.of({d + shift for d in r.dims}, {d + shift for d in r.pos})
-        dims, mixed = _regroup(src, dst, r.dims, self.batch, r.mixed)
-        pos, _ = _regroup(src, dst, r.pos, self.batch)
-        return Rows.of(dims, pos, mixed)
+            return r.shifted(shift)
+        return _regroup(src, dst, r, self.batch)
+
+    def repeat_rows(self, node: fx.Node):
+        """``repeat_interleave``: each element repeated in place, so every row's copies stay
+        together and in the batch's order (flattened first when no dimension is given)."""
+        x = node.args[0]
+        r, src, dst = self.rows(x), _shape(x), _shape(node)
+        if r is None or src is None or dst is None:
+            return None
+        dim = _arg(node, 2, "dim", None)
+        if dim is None:
+            return _regroup(src, (math.prod(src),), r, self.batch) and Rows.of(
+                {0} if r.dims else (), {0} if r.pos else (), {(0, -1)} if r.dims and 0 not in r.dims else (),
+                r.perm, r.inverse)
+        return r
 
     def select(self, node: fx.Node, name: str):
         x = node.args[0]
@@ -557,7 +598,7 @@ class _Walk:
         n = len(shape)
         dim = _arg(node, 1, "dim", 0)
         dim = dim % n if isinstance(dim, int) else 0
-        if dim in r.dims | r.pos:
+        if dim in r.dims:
             full = False
             if name == "slice":
                 start, end, step = (_arg(node, 2, "start", 0), _arg(node, 3, "end", None), _arg(node, 4, "step", 1))
@@ -572,10 +613,10 @@ class _Walk:
                 self.couple(node, "index", f"{name} takes some rows of the batch (dimension {dim}): each rank "
                                            f"would take them from its own share")
             if name == "select":
-                return Rows.of({d - (d > dim) for d in r.dims if d != dim}, {d - (d > dim) for d in r.pos if d != dim})
+                return r.moved({d: d - (d > dim) for d in range(n) if d != dim})
             return r
         if name == "select":
-            return Rows.of({d - (d > dim) for d in r.dims}, {d - (d > dim) for d in r.pos})
+            return r.moved({d: d - (d > dim) for d in range(n) if d != dim})
         return r
 
     def split(self, node: fx.Node, name: str):
@@ -590,7 +631,7 @@ class _Walk:
             self.couple(node, "index", f"{name} cuts the batch (dimension {dim}) into parts, which each rank "
                                        f"would cut from its own share")
         if name == "unbind":
-            item = Rows.of({d - (d > dim) for d in r.dims if d != dim}, {d - (d > dim) for d in r.pos if d != dim})
+            item = r.moved({d: d - (d > dim) for d in range(len(shape)) if d != dim})
             return tuple([item] * count)
         return tuple([r] * count)
 
@@ -646,7 +687,7 @@ class _Walk:
                 d_out += 1
                 continue
             if isinstance(i, int):
-                if d_in in r.dims | r.pos:
+                if d_in in r.dims:
                     self.couple(node, "index", f"x[...] takes row {i} of the batch (dimension {d_in})")
                 d_in += 1
                 continue
@@ -664,7 +705,7 @@ class _Walk:
             d_in += 1
             d_out += 1
         del ell, out
-        return Rows.of({mapping[d] for d in r.dims if d in mapping}, {mapping[d] for d in r.pos if d in mapping})
+        return r.moved(mapping)
 
     def index(self, node: fx.Node):
         x, indices = node.args[0], list(node.args[1])
@@ -700,16 +741,21 @@ class _Walk:
             shift = b_rank - len(_shape(i) or ())
             aligned_dims |= {d + shift for d in ri.dims}
             aligned_pos |= {d + shift for d in ri.pos}
-        hit = [d for d in indexed if d in r.dims | r.pos]
+        hit = [d for d in indexed if d in r.dims]   # the batch's rows indexed (positions indexed: positions)
+        perm = r.perm
         if hit:
-            picks = all(isinstance(indices[d], fx.Node) and self.rows(indices[d]) is not None
-                        and self.rows(indices[d]).pos for d in hit)
-            if not picks or (aligned_dims and aligned_dims != aligned_pos):
+            by = [self.rows(indices[d]) if isinstance(indices[d], fx.Node) else None for d in hit]
+            picks = all(b is not None and b.pos for b in by)
+            reorder = all(b is not None and b.pos and b.perm for b in by)
+            if reorder:   # rows gathered in the rank's own order, or that order undone
+                perm = not (r.perm and all(b.inverse for b in by))
+            elif not picks or (aligned_dims and aligned_dims != aligned_pos):
                 self.couple(node, "index", f"an index reads rows of the batch (dimension {hit[0]}) at positions "
                                            f"it computes: each rank would read its own share")
         first = indexed[0] if indexed else 0
         adjacent = indexed == list(range(first, first + len(indexed)))
         start = first if adjacent else 0
+        # a pick of the batch's rows by their positions gives rows; positions read at positions, positions
         batch_part = {start + d for d in aligned_dims | (aligned_pos if hit else set())}
         mapping = {}
         if out is not None:
@@ -718,7 +764,9 @@ class _Walk:
                 mapping[d] = d if d < start else d - len(indexed) + b_rank
         dims = {mapping[d] for d in r.dims if d in mapping} | batch_part
         pos = {mapping[d] for d in r.pos if d in mapping} | ({start + d for d in aligned_pos} if not hit else set())
-        return Rows.of(dims, pos)
+        if hit and perm is not None and any((self.rows(i) or Rows()).perm for i in tensors):
+            return Rows.of(dims, (), perm=perm)
+        return Rows.of(dims, pos, perm=r.perm)
 
     def gather(self, node: fx.Node, name: str):
         x = node.args[0]
@@ -730,14 +778,26 @@ class _Walk:
         n = max(len(shape), 1)
         dim = dim % n if isinstance(dim, int) else 0
         others = [self.rows(a) for a in node.all_input_nodes if a is not x]
-        if name == "index_put":
+        if name in ("index_put", "index_put_"):
             idx = node.args[1] if len(node.args) > 1 else []
+            by = [self.rows(i) for i in idx if isinstance(i, fx.Node)]
+            if by and all(b is not None and b.perm and b.pos for b in by):
+                # out[perm] = arange(n): the positions that undo the rank's own order
+                return Rows.of((), {0}, perm=True, inverse=True)
             hit = r is not None and any(i is not None for d, i in enumerate(idx) if d in r.dims)
             if hit:
                 self.couple(node, "index", "an index_put writes rows of the batch at positions it computes")
             return r
+        base = name.rstrip("_")
         if r is not None and dim in r.dims:
             self.couple(node, "index", f"{name} reads or writes the batch (dimension {dim}) at positions it computes")
+        if base in ("scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "index_reduce",
+                    "index_fill", "masked_scatter"):
+            # values of the batch's rows written into slots that are not rows (a count per
+            # expert: scatter_add of ones at the experts' ids): a reduction over the batch
+            if any(o is not None and o.dims for o in others) and (r is None or dim not in r.dims):
+                self.reductions.append((node, "sum" if base in ("scatter_add", "index_add") else "other"))
+            return r
         dims = set(r.dims) if r else set()
         for o in others:
             if o is not None:
@@ -750,7 +810,8 @@ class _Walk:
             return None
         if len(shape) - 1 in r.dims:
             self.couple(node, "contract", "a linear layer sums over the batch dimension")
-        return Rows.of(r.dims - {len(shape) - 1})
+            return Rows.of(r.dims - {len(shape) - 1}, r.pos, r.inner, r.perm)
+        return r
 
     def matmul(self, node: fx.Node, name: str):
         if node.op == "call_function" and node.target in ops.LINEAR_FUNCTIONS or name == "linear":
@@ -790,6 +851,7 @@ class _Walk:
                 out_b[d] = d + (no - nb)
         da = {out_a[d] for d in ra.dims if d in out_a}
         db = {out_b[d] for d in rb.dims if d in out_b}
+        layout = {(out_a[d], f) for d, f in ra.inner if d in out_a} | {(out_b[d], f) for d, f in rb.inner if d in out_b}
         if da and db and da != db:
             if na == 2 and nb == 2 and da == {0} and db == {1}:
                 self.pairwise.append(node)
@@ -797,7 +859,8 @@ class _Walk:
             self.couple(node, "outer", "a matrix product pairs rows of the batch with rows of the batch")
         if (ra.pos or rb.pos) and (da or db):
             self.couple(node, "positional", "row positions are multiplied with the batch's rows")
-        return Rows.of(da | db, {out_a[d] for d in ra.pos if d in out_a} | {out_b[d] for d in rb.pos if d in out_b})
+        return Rows.of(da | db, {out_a[d] for d in ra.pos if d in out_a} | {out_b[d] for d in rb.pos if d in out_b},
+                       layout, ra.perm or rb.perm)
 
     def einsum(self, node: fx.Node):
         equation, operands = node.args[0], node.args[1:]
@@ -858,6 +921,10 @@ class _Walk:
             cls = 1 if len(shape) > 1 else 0
             if cls in r.dims and node.args[0] not in self.pairwise_values:
                 self.couple(node, "outer", "the classes of a loss are rows of the batch")
+        batch_operands = [self.rows(a) for a in node.all_input_nodes if self.rows(a) is not None and self.rows(a).dims]
+        if len({b.perm for b in batch_operands}) > 1:
+            self.couple(_sorted_at(node), "scan", "a sort along the batch reorders rows that then meet rows in the "
+                                                  "batch's order: each rank would sort its own rows only")
         if reduction == "none":
             if name in _CLASS_LOSSES and shape is not None and len(shape) > 1:
                 return Rows.of({d - (d > 1) for d in r.dims if d != 1})
@@ -891,10 +958,9 @@ class _Walk:
         if hit:
             self.reductions.append((node, _REDUCTIONS[name]))
         if keep:
-            out = Rows.of(r.dims - reduced, r.pos - reduced)
+            out = r.without(reduced)
         else:
-            shift = {d: d - sum(1 for e in reduced if e < d) for d in range(n)}
-            out = Rows.of({shift[d] for d in r.dims - reduced}, {shift[d] for d in r.pos - reduced})
+            out = r.moved({d: d - sum(1 for e in reduced if e < d) for d in range(n) if d not in reduced})
         spec = node.meta.get(SPEC)
         if isinstance(spec, (tuple, list)):
             return tuple(out for _ in spec)
@@ -915,13 +981,22 @@ class _Walk:
                                           f"see only its own rows")
         spec = node.meta.get(SPEC)
         if isinstance(spec, (tuple, list)):
-            return tuple(Rows.of(r.dims) for _ in spec)
-        return Rows.of(r.dims, r.pos)
+            return tuple(Rows.of(r.dims, (), r.inner, r.perm) for _ in spec)
+        return r
 
     def along(self, node: fx.Node, name: str):
         x = node.args[0]
         index, default = _ALONG[name]
         dim = _arg(node, index + 1, "dim", default)
+        r, shape = self.rows(x), _shape(x)
+        if name in ("sort", "argsort") and r is not None and shape:
+            dims = _norm_dims(dim, max(len(shape), 1)) or []
+            if set(dims) & r.dims and len(dims) == 1:
+                # the rows in an order of the rank's own: each row's values stay its own, and
+                # the positions (indices) say where each went; the order must be undone later
+                values = Rows.of(r.dims, r.pos, r.inner, perm=True)
+                indices = Rows.of((), set(dims), perm=True)
+                return indices if name == "argsort" else (values, indices)
         if name in ("roll", "flip"):
             dim = _arg(node, 2 if name == "roll" else 1, "dims", None)
             if name == "roll" and dim is None:
@@ -935,7 +1010,7 @@ class _Walk:
         if r.dims & set(range(n - k, n)):
             self.couple(node, "reduce", "a normalisation reduces over the batch dimension")
         spec = node.meta.get(SPEC)
-        out = Rows.of(r.dims)
+        out = Rows.of(r.dims, (), r.inner, r.perm)
         if isinstance(spec, (tuple, list)):
             return tuple(out for _ in spec)
         return out
@@ -965,29 +1040,38 @@ class _Walk:
         if out is None:
             return self._fallback_rows(node)
         n = len(out)
-        dims, pos, per_operand = set(), set(), []
+        dims, pos, inner, per_operand = set(), set(), {}, []
         for a in node.all_input_nodes:
             r = self.rows(a)
             if r is None:
                 continue
             sa = _shape(a)
-            shift = n - len(sa) if sa is not None else 0
-            d = {x + shift for x in r.dims}
-            p = {x + shift for x in r.pos}
+            moved = r.shifted(n - len(sa) if sa is not None else 0)
+            d, p = set(moved.dims), set(moved.pos)
             per_operand.append((a, d, p))
             dims |= d
             pos |= p
+            for dim, f in moved.inner:
+                inner.setdefault(dim, set()).add(f)
+        if any(len(fs) > 1 or (-1 in fs) for fs in inner.values()) and len(per_operand) > 1 and \
+                not all(a in self.pairwise_values for a, d, _ in per_operand if d):
+            self.couple(node, "outer", f"{name} meets rows of the batch laid out in another order")
+        perm = any(self.rows(a).perm for a, _, _ in per_operand)
+        inverse = any(self.rows(a).inverse for a, _, _ in per_operand)
+        if len({self.rows(a).perm for a, d, _ in per_operand if d}) > 1:
+            self.couple(_sorted_at(node), "scan", "a sort along the batch reorders rows that then meet rows in the "
+                                                  "batch's order: each rank would sort its own rows only")
         with_dims = [d for _, d, _ in per_operand if d]
         if len({frozenset(d) for d in with_dims}) > 1:
             if not all(a in self.pairwise_values for a, d, _ in per_operand if d):
                 self.couple(node, "outer", f"{name} broadcasts rows of the batch against rows of the batch")
-        if pos & dims and name not in ("eq", "ne"):
+        if pos & dims and not perm:
             self.couple(node, "positional", f"{name} combines the batch's rows with their positions "
                                             f"(arange over the batch), which differ on each rank")
-        if pos & dims and name in ("eq", "ne"):
-            self.couple(node, "positional", f"{name} compares values with the rows' positions (arange over the "
-                                            f"batch), which differ on each rank")
-        return Rows.of(dims, pos - dims if dims else pos)
+        layout = {(d, min(fs)) for d, fs in inner.items()}
+        if perm and dims and pos:
+            return Rows.of(dims, (), layout, perm=True)
+        return Rows.of(dims, pos - dims if dims else pos, layout, perm=perm, inverse=inverse)
 
     def unknown_op(self, node: fx.Node, name: str, inputs: list[fx.Node]):
         out = self._fallback_rows(node)
@@ -1010,7 +1094,7 @@ class _Walk:
 
 _LINEAR_SCALAR = {"add", "sub", "neg", "mul", "div", "true_divide", "to", "_to_copy", "type_as", "float", "half",
                   "bfloat16", "double", "clone", "detach", "alias", "contiguous", "squeeze", "view", "reshape",
-                  "unsqueeze", "global_mean", "positive"}
+                  "unsqueeze", "global_mean", "positive", "add_", "sub_", "mul_", "div_"}
 
 
 def _loss_path(walk: _Walk, start: fx.Node) -> tuple[bool, list[fx.Node]]:
@@ -1265,6 +1349,17 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
         walk.run()
     for node in walk.pairwise:
         _check_pairwise(walk, node)
+    _exempt_router_statistics(walk)
+    for node in walk.counts:
+        if node.name not in walk.statistics and not _offsets_only(node):
+            walk.couple(node, "reduce", f"{ops.op_name(node)} counts rows of the batch, and the count is used "
+                                        f"beyond a grouped matmul's offsets: each rank would count its own rows")
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    for value in (output.all_input_nodes if output is not None else ()):
+        r = walk.rows(value)
+        if r is not None and r.perm:
+            walk.couple(_sorted_at(value), "scan", "a sort along the batch puts rows in an order that reaches the "
+                                                   "output: each rank would sort its own rows only")
     _classify_reductions(walk)
     # A routed MoE layer's dispatch (autopar.analysis.experts: its tokens sorted by expert,
     # gathered, counted, run through their experts and put back in place) permutes the
@@ -1281,6 +1376,48 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
                     "apart (their output keeps the batch dimension): %s", len(walk.unknown),
                     ", ".join(walk.unknown[:8]) + (" ..." if len(walk.unknown) > 8 else ""))
     return gm
+
+
+def _sorted_at(node: fx.Node) -> fx.Node:
+    """The sort along the batch whose order ``node`` carries (``node`` itself if none is found)."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if bare_name(n) in ("sort", "argsort"):
+            return n
+        stack.extend(n.all_input_nodes)
+    return node
+
+
+def _exempt_router_statistics(walk: _Walk) -> None:
+    """The routers' load-balancing statistics are the data pass's own (its
+    ``sync_router_statistics`` makes each the mean over the data ranks): not couplings."""
+    from autopar.analysis.experts import router_statistics
+    walk.statistics = set(router_statistics(walk.gm))
+    walk.reductions = [(n, k) for n, k in walk.reductions if n.name not in walk.statistics]
+
+
+def _offsets_only(node: fx.Node) -> bool:
+    """Whether a count of rows per value (a histogram of expert ids) only makes a grouped
+    matmul's group offsets (through cumsum and casts): organising the rank's own rows."""
+    stack, seen, used = [node], set(), False
+    while stack:
+        n = stack.pop()
+        for user in n.users:
+            if user in seen:
+                continue
+            seen.add(user)
+            name = bare_name(user)
+            if name in ("grouped_mm_fallback", "_grouped_mm", "grouped_mm") and user.args and user.args[0] is not n:
+                used = True
+            elif name in ("cumsum", "to", "_to_copy", "int", "long", "contiguous", "clone", "detach"):
+                stack.append(user)
+            else:
+                return False
+    return used
 
 
 def _pairwise_closure(walk: _Walk) -> set:
