@@ -120,6 +120,24 @@ def test_a_sequence_as_long_as_the_batch_is_not_the_batch():
     assert couplings(find_batch_couplings_pass(gm)) == []
 
 
+@pytest.mark.parametrize("arch", ["gemma2", "bloom", "phi3"])
+def test_causal_lms_with_padding_at_a_sequence_as_long_as_the_batch_have_no_meeting(arch):
+    """Gemma 2 (soft-capped scores, rotary keys), BLOOM (ALiBi through baddbmm) and Phi-3, with
+    a padding mask: their masks index the batch by position and the sequence by position."""
+    import transformers as T
+    common = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                  max_position_embeddings=32)
+    model = {"gemma2": lambda: T.Gemma2ForCausalLM(T.Gemma2Config(**common, num_key_value_heads=2, head_dim=8)),
+             "bloom": lambda: T.BloomForCausalLM(T.BloomConfig(vocab_size=64, hidden_size=32, n_layer=1, n_head=4)),
+             "phi3": lambda: T.Phi3ForCausalLM(T.Phi3Config(**common, num_key_value_heads=2, pad_token_id=0))}[arch]
+    torch.manual_seed(0)
+    ids, mask = torch.randint(3, 60, (8, 8)), torch.ones(8, 8, dtype=torch.long)
+    mask[1, 4:] = 0
+    gm = capture(model(), (), example_kwargs={"input_ids": ids, "attention_mask": mask, "labels": ids},
+                 model_loss="required")
+    assert couplings(find_batch_couplings_pass(gm)) == []
+
+
 def test_the_contrastive_models_are_read_as_exact_pairwise_scores():
     for name in ("clip", "clip_target", "dual_encoder"):
         factory, inputs, target, loss_fn, kwargs = cases.CASES[name]()

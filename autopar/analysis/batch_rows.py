@@ -733,15 +733,19 @@ class _Walk:
         tensors = [i for i in indices if isinstance(i, fx.Node)]
         idx_rows = [self.rows(i) for i in tensors]
         b_rank = max((len(_shape(i) or ()) for i in tensors), default=0)
-        # index tensors' batch dims and positions, right-aligned to their broadcast
+        hit = [d for d in indexed if d in r.dims]   # the batch's rows indexed (positions indexed: positions)
+        # index tensors' batch dims, right-aligned to their broadcast; their positions count
+        # as rows only where they index the batch (elsewhere they are plain indexes of another
+        # dimension, perhaps one as long as the batch)
         aligned_dims, aligned_pos = set(), set()
-        for i, ri in zip(tensors, idx_rows):
+        for d, i in enumerate(indices):
+            ri = self.rows(i) if isinstance(i, fx.Node) else None
             if ri is None:
                 continue
             shift = b_rank - len(_shape(i) or ())
-            aligned_dims |= {d + shift for d in ri.dims}
-            aligned_pos |= {d + shift for d in ri.pos}
-        hit = [d for d in indexed if d in r.dims]   # the batch's rows indexed (positions indexed: positions)
+            aligned_dims |= {e + shift for e in ri.dims}
+            if d in hit or not r.dims:
+                aligned_pos |= {e + shift for e in ri.pos}
         perm = r.perm
         if hit:
             by = [self.rows(indices[d]) if isinstance(indices[d], fx.Node) else None for d in hit]
@@ -857,10 +861,10 @@ class _Walk:
                 self.pairwise.append(node)
                 return Rows.of(da | db)
             self.couple(node, "outer", "a matrix product pairs rows of the batch with rows of the batch")
-        if (ra.pos or rb.pos) and (da or db):
+        pa, pb = {out_a[d] for d in ra.pos if d in out_a}, {out_b[d] for d in rb.pos if d in out_b}
+        if (pa & db) or (pb & da):
             self.couple(node, "positional", "row positions are multiplied with the batch's rows")
-        return Rows.of(da | db, {out_a[d] for d in ra.pos if d in out_a} | {out_b[d] for d in rb.pos if d in out_b},
-                       layout, ra.perm or rb.perm)
+        return Rows.of(da | db, () if da or db else pa | pb, layout, ra.perm or rb.perm)
 
     def einsum(self, node: fx.Node):
         equation, operands = node.args[0], node.args[1:]
@@ -1071,7 +1075,8 @@ class _Walk:
         layout = {(d, min(fs)) for d, fs in inner.items()}
         if perm and dims and pos:
             return Rows.of(dims, (), layout, perm=True)
-        return Rows.of(dims, pos - dims if dims else pos, layout, perm=perm, inverse=inverse)
+        # positions combined with data are data (a rotary table applied to keys), not positions
+        return Rows.of(dims, () if dims else pos, layout, perm=perm, inverse=inverse)
 
     def unknown_op(self, node: fx.Node, name: str, inputs: list[fx.Node]):
         out = self._fallback_rows(node)
