@@ -83,6 +83,34 @@ def _hardware(hardware, memory_limit: float | None) -> tuple[Hardware, str]:
     return dataclasses.replace(hw, memory_bytes=float(memory_limit)), source
 
 
+def _agreed_hardware(hardware, memory_limit: float | None, world: int, mesh) -> tuple[Hardware, str]:
+    """``_hardware`` on every rank of the mesh alike. Without ``hardware=`` each rank
+    resolves its own machine's cached profile (``cost.profiles``), which need not be its
+    peers': another node has its own cache (or none), and a profile written by ``autopar
+    calibrate`` while the ranks start is seen by some and not others; a profile's path
+    is read on each node. The plan must be a function of what every rank agrees on, so
+    the first rank of the mesh resolves it and the others price with its hardware (one
+    broadcast per mesh dimension: the first rank of each group passes on what it holds,
+    so the mesh's first rank's reaches every rank). A ``Hardware`` object is used as
+    given (``compile`` checks it is the same on every rank)."""
+    hw, source = _hardware(hardware, memory_limit)
+    if isinstance(hardware, Hardware) or world == 1 or not (dist.is_available() and dist.is_initialized()):
+        return hw, source
+    if mesh is None:
+        groups = [None]
+    else:
+        groups = [mesh.get_group(dim) for dim in reversed(range(mesh.ndim))]
+    for group in groups:
+        if dist.get_world_size(group) == 1:
+            continue
+        first = dist.get_process_group_ranks(group)[0] if group is not None else 0
+        carried = [(hw.to_json(), source)]
+        dist.broadcast_object_list(carried, src=first, group=group)
+        # the sender too prices with what it sent (from_json normalises: the same object everywhere)
+        hw, source = Hardware.from_json(carried[0][0]), carried[0][1]
+    return hw, source
+
+
 def _attach_artifacts(plan_: Plan, gm: fx.GraphModule, model, example_inputs, loss_fn, example_target,
                       example_kwargs=None) -> None:
     """Let ``plan_.save`` write rank graphs and the region drawing, built only when saved."""
@@ -176,8 +204,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     _check_same_call_everywhere(world, mesh, strategy, flat_examples, example_target, hardware, layout)
     check_dtypes(model)
     strategy = _strategy_from_mesh(mesh, strategy)
+    hw, source = _agreed_hardware(hardware, memory_limit, world, mesh)  # before capture, as the check above
     gm = _global_graph(model, example_inputs, loss_fn, example_target, example_kwargs)
-    hw, source = _hardware(hardware, memory_limit)
     plan_ = plan_graph(gm, world, hw, strategy)
     plan_.hardware_source = source
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target, example_kwargs)
