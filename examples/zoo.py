@@ -90,6 +90,23 @@ def t5() -> ZooCase:
                    "encoder-decoder, keyword inputs", kwargs={"input_ids": ids, "decoder_input_ids": decoder_ids})
 
 
+def whisper() -> ZooCase:
+    """Whisper (encoder-decoder with a conv stem over log-mel features), 2 + 2 layers;
+    not in :data:`ZOO` (``benchmarks/exit_soak.py`` trains it under tensor, pipeline and
+    "auto")."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+    config = WhisperConfig(vocab_size=64, num_mel_bins=8, d_model=32, encoder_layers=2, decoder_layers=2,
+                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                           decoder_ffn_dim=64, max_source_positions=16, max_target_positions=16, use_cache=False,
+                           dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0,
+                           bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    g = torch.Generator().manual_seed(1)
+    features, decoder_ids = torch.randn(4, 8, 32, generator=g), _tokens(g, 4, 8)
+    return ZooCase("whisper", lambda: WhisperForConditionalGeneration(config), (), _tokens(g, 4, 8), logits_loss,
+                   "encoder-decoder, conv stem, keyword inputs",
+                   kwargs={"input_features": features, "decoder_input_ids": decoder_ids})
+
+
 def vit() -> ZooCase:
     from transformers import ViTConfig, ViTForImageClassification
     config = ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,

@@ -61,3 +61,46 @@ def test_torchrun_job_exits_with_code_0_on_every_rank(tmp_path, ending):
     assert "terminate called" not in output, output
     assert proc.returncode == 0, output  # torchrun's code is 0 only when every rank's is
     assert "rank 0 done" in output and "rank 1 done" in output, output
+
+
+GARBAGE_AT_EXIT = textwrap.dedent(r'''
+    import gc, sys, threading, time
+    sys.path.insert(0, {root!r})
+    import torch
+    import torch.distributed as dist
+    from autopar.runtime import health
+
+    dist.init_process_group("gloo")
+    health.start()  # a rank's board, as compile makes it
+    class Holder:
+        pass
+    held = Holder()
+    held.cycle = held  # only the cyclic collector frees what it holds
+    held.groups = [dist.new_group([0, 1]) for _ in range(8)]
+    for group in held.groups:
+        dist.all_reduce(torch.ones(4), group=group)
+    def collect():  # a daemon thread running Python runs the collector too
+        while True:
+            gc.collect()
+            time.sleep(0.0005)
+    threading.Thread(target=collect, daemon=True).start()
+    dist.destroy_process_group()
+    del held, group
+''')
+
+
+@pytest.mark.multiprocess
+def test_a_daemon_thread_collecting_a_ranks_garbage_at_exit_does_not_abort_it(tmp_path):
+    """Process groups in a reference cycle and a daemon thread that collects garbage: the
+    groups' destructors release the GIL and take it back, and a daemon thread doing so
+    after the interpreter began finalising was ended inside them (``terminate called
+    without an active exception``, SIGABRT, on every rank of every run). The exit handler
+    collects in the main thread first, with automatic collection off."""
+    script = tmp_path / "garbage.py"
+    script.write_text(GARBAGE_AT_EXIT.format(root=ROOT))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(script)], capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    output = proc.stdout + proc.stderr
+    assert "terminate called" not in output, output
+    assert proc.returncode == 0, output

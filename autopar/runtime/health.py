@@ -42,6 +42,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import functools
+import gc
 import logging
 import os
 import re
@@ -102,6 +103,7 @@ class _State:
         self.reported = False  # this rank has a failure on the board
         self.calls: dict[str, int] = {}
         self.members: list[int] | None = None  # the ranks the current setup call spans
+        self.was_rank = False  # a board was made: this process ran as one of several ranks
 
 
 _STATE = _State()
@@ -131,6 +133,7 @@ def _board() -> Board | None:
             board.thread = threading.Thread(target=board.run, name="autopar-heartbeat", daemon=True)
             board.thread.start()
             _BOARD = board
+            _STATE.was_rank = True
         return _BOARD
 
 
@@ -143,8 +146,8 @@ def stop() -> None:
     """Mark this rank as finished, stop its heartbeat thread and join it.
 
     ``launch`` calls it before ``destroy_process_group``; it runs at interpreter exit
-    (``atexit``, before daemon threads are ended), so a user who never calls it, or who
-    only destroys the process group, still exits cleanly. After
+    (``atexit``, before daemon threads are ended: :func:`_at_exit`), so a user who never
+    calls it, or who only destroys the process group, still exits cleanly. After
     ``destroy_process_group`` the thread ends by itself within :data:`HEARTBEAT_S`
     without touching the store again."""
     global _BOARD
@@ -154,8 +157,98 @@ def stop() -> None:
         board.close()
 
 
-atexit.register(stop)
-os.register_at_fork(after_in_child=lambda: globals().update(_BOARD=None))  # a forked worker is not a rank
+_COLLECTING: set[int] = set()  # the threads inside a garbage collection now
+
+
+def _note_collection(phase: str, info: dict) -> None:
+    """``gc.callbacks``: which threads are collecting (a collection runs in whichever
+    thread allocates past the threshold, a daemon thread's included)."""
+    if phase == "start":
+        _COLLECTING.add(threading.get_ident())
+    else:
+        _COLLECTING.discard(threading.get_ident())
+
+
+def _at_exit(wait_s: float = 5.0) -> None:
+    """At interpreter exit (``atexit``: the main thread, before the interpreter
+    finalises and ends daemon threads): :func:`stop`, then no garbage left for a daemon
+    thread to collect while the interpreter finalises.
+
+    A compiled model is cyclic garbage once the function that trained it returns, and the
+    cyclic collector runs in whichever thread allocates past its threshold: a daemon
+    thread's too (a progress monitor, a logger, the user's). Freeing torch objects
+    (process groups and their work, tensors whose storage has a Python object) releases
+    the GIL inside their C++ destructors and takes it back; a daemon thread that takes it
+    back after the interpreter began finalising is ended with ``pthread_exit`` inside
+    that ``noexcept`` destructor: ``terminate called without an active exception``,
+    SIGABRT, a rank's exit code -6 after a run that trained correctly. So automatic
+    collection is switched off (no thread starts one from here on), a collection another
+    thread is in is waited for (up to ``wait_s``), and this thread collects what is left.
+
+    gloo's worker threads are the other such threads: each collective is a work item that
+    a worker runs and then drops, after the caller's ``wait`` has returned; a worker that
+    drops the last reference to a tensor whose Python object is gone (a temporary given
+    to the collective) takes the GIL to free that object. Descheduled between finishing
+    the collective and dropping it (ranks sharing busy cores), it did so after the
+    interpreter began finalising and aborted the process the same way (a core dump of
+    ``benchmarks/exit_soak.py`` shows it). So the last step also waits (up to ``wait_s``)
+    until no gloo worker is running: each is back waiting for work.
+
+    Only in a process that ran as one of several ranks (a failure board was made)."""
+    stop()
+    if not _STATE.was_rank or threading.current_thread() is not threading.main_thread():
+        return
+    gc.disable()
+    me, deadline = threading.get_ident(), time.monotonic() + wait_s
+    while _COLLECTING - {me} and time.monotonic() < deadline:
+        time.sleep(0.001)  # the other thread's destructors take the GIL back and its collection ends
+    gc.collect()
+    _wait_for_idle_workers(deadline)
+
+
+_WORKER_THREAD = "pt_gloo_runloop"  # the name torch gives ProcessGroupGloo's worker threads
+
+
+def _running_workers() -> int:
+    """How many of this process's gloo worker threads are running or runnable (Linux:
+    ``/proc/self/task``; 0 where it cannot be read). An idle worker sleeps on its queue."""
+    running = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                stat = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name, _, rest = stat.partition("(")[2].rpartition(")")
+        if name.startswith(_WORKER_THREAD) and rest.split()[0] in ("R", "D"):
+            running += 1
+    return running
+
+
+def _wait_for_idle_workers(deadline: float) -> None:
+    """Until every gloo worker thread is asleep at three looks in a row, 2 ms apart (the
+    GIL released meanwhile, so a worker waiting for it gets it), or until ``deadline``."""
+    idle = 0
+    while idle < 3 and time.monotonic() < deadline:
+        idle = idle + 1 if _running_workers() == 0 else 0
+        time.sleep(0.002)
+
+
+gc.callbacks.append(_note_collection)
+atexit.register(_at_exit)
+
+
+def _after_fork_in_child() -> None:
+    global _BOARD
+    _BOARD = None  # a forked worker is not a rank
+    _COLLECTING.clear()  # the threads that were collecting are not in the child
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def report_failure(message: str) -> None:
