@@ -244,3 +244,40 @@ def test_four_ranks_equal_or_refuse(index):
 @pytest.mark.parametrize("index", range(len(EXTENDED)), ids=[f"{m}-{s}" for m, s in EXTENDED])
 def test_four_ranks_every_family(index):
     _check(EXTENDED[index], [reports[index] for reports in _extended()])
+
+
+class _Towers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 4), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.a(x), self.b(x)
+
+
+_Y = torch.randn(6, 4)
+
+
+@pytest.mark.parametrize("loss, found, terms", [
+    (lambda o, t: F.kl_div(o[0].log_softmax(-1), t.softmax(-1), reduction="batchmean"), [], {"mean"}),
+    (lambda o, t: (o[0] - t).pow(2).sum() / o[0].shape[0], [], {"mean"}),           # a sum over the rows' count
+    (lambda o, t: F.mse_loss(o[0], t, reduction="sum") / 7.0, [], {"sum"}),
+    (lambda o, t: ((o[0].mean(0) - o[1].mean(0)) ** 2).sum(), [("batch_mean", True)] * 2, {"mean"}),   # MMD
+    (lambda o, t: (torch.log((o[0] @ o[1].T).exp().sum(-1)) - (o[0] * o[1]).sum(-1)).mean(),
+     [("pairwise", True)], {"mean"}),                                                # InfoNCE by hand
+    (lambda o, t: F.cross_entropy(o[0] @ o[1].T, torch.arange(6).flip(0)), [("pairwise", False)], {"mean"}),
+    (lambda o, t: F.triplet_margin_loss(o[0], o[1], o[1][torch.arange(6).roll(1)]), [("index", False)], {"mean"}),
+    (lambda o, t: F.cosine_similarity(o[0].unsqueeze(1), o[1].unsqueeze(0), dim=2).mean(), [("outer", False)],
+     set()),
+    (lambda o, t: torch.cdist(o[0], o[1]).mean(), [("outer", False)], set()),
+    (lambda o, t: (o[0].tril() * o[1]).sum(-1).mean(), [("positional", False)], {"mean"}),
+    (lambda o, t: F.mse_loss(o[0], t) * F.l1_loss(o[1], t), [("batch_mean", True)] * 2, set()),
+    (lambda o, t: F.pairwise_distance(o[0], o[1]).mean(), [], {"mean"}),
+], ids=["kl-batchmean", "sum-over-rows", "scaled-sum", "mmd", "infonce", "flipped-labels", "rolled-negatives",
+        "cosine-pairs", "cdist", "tril", "product-of-losses", "pairwise-distance"])
+def test_losses_that_read_rows(loss, found, terms):
+    """Each loss is a mean, a sum, exact by a remedy, or refused: never read as another."""
+    from autopar.ir import LOSS_TERMS
+    gm = find_batch_couplings_pass(capture(_Towers(), (X,), loss, _Y))
+    assert [(c.kind, c.exact) for c in couplings(gm)] == found
+    assert {kind for _, kind in gm.meta[LOSS_TERMS]} == terms

@@ -178,7 +178,7 @@ _EXTRA_POINTWISE = {"floor_divide", "where", "masked_fill", "clamp", "clip", "ge
                     "log", "sqrt", "rsqrt", "square", "abs", "neg", "reciprocal", "sign", "logical_not",
                     "logical_and", "logical_or", "isnan", "isinf", "isfinite", "sin", "cos", "pow", "add", "sub",
                     "mul", "div", "true_divide", "eq", "ne", "lt", "le", "gt", "ge", "bitwise_not", "masked_fill_",
-                    "add_", "mul_", "sub_", "div_", "clamp_", "tril", "triu", "__and__", "__or__", "__xor__",
+                    "add_", "mul_", "sub_", "div_", "clamp_", "__and__", "__or__", "__xor__",
                     "__invert__", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "logical_xor",
                     "log_sigmoid", "logsigmoid", "softsign", "tanhshrink", "hardshrink", "softshrink"}
 _REDUCTIONS = {"sum": "sum", "nansum": "sum", "mean": "mean", "nanmean": "mean", "amax": "other", "amin": "other",
@@ -192,11 +192,14 @@ _ALONG = {"softmax": (0, None), "_softmax": (0, None), "log_softmax": (0, None),
           "cumsum": (0, None), "cumprod": (0, None), "cummax": (0, None), "cummin": (0, None),
           "logcumsumexp": (0, None), "sort": (0, -1), "argsort": (0, -1), "topk": (1, -1), "kthvalue": (1, -1),
           "diff": (1, -1), "glu": (0, -1), "normalize": (1, 1), "cosine_similarity": (1, 1), "flip": (0, None),
-          "roll": (1, None), "fliplr": (0, 1), "flipud": (0, 0)}
+          "roll": (1, None), "fliplr": (0, 1), "flipud": (0, 0), "softmin": (0, None), "gumbel_softmax": (2, -1),
+          "msort": (0, 0)}
 _LOSSES = {"cross_entropy_loss", "cross_entropy", "nll_loss", "nll_loss_nd", "nll_loss2d", "mse_loss", "l1_loss",
            "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div",
            "soft_margin_loss", "poisson_nll_loss", "hinge_embedding_loss", "margin_ranking_loss",
            "multilabel_soft_margin_loss", "gaussian_nll_loss"}
+_LOSSES |= {"multilabel_margin_loss", "multi_margin_loss", "cosine_embedding_loss", "triplet_margin_loss",
+            "triplet_margin_with_distance_loss", "l1_loss", "mse_loss"}
 _CLASS_LOSSES = {"cross_entropy_loss", "cross_entropy", "nll_loss", "nll_loss_nd", "nll_loss2d"}
 _LEADING_BATCH = {"convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
                   "conv_transpose3d", "_convolution", "max_pool1d", "max_pool2d", "max_pool3d",
@@ -430,11 +433,34 @@ class _Walk:
         if name == "embedding":
             ids = node.args[1] if is_aten_op(node.target) else node.args[0]
             r = self.rows(ids)
+            if r is not None and r.pos and not r.dims and _bare_positions(ids):
+                self.couple(node, "positional", "a table is read at the rows' positions (arange over the batch), "
+                                                "which differ on each rank")
             return Rows.of(r.dims, (), r.inner, r.perm) if r else None
         if name in _MATMUL or (node.op == "call_function" and node.target in ops.LINEAR_FUNCTIONS):
             return self.matmul(node, name)
         if name in _SDPA:
             return self.attention(node)
+        if name in ("tril", "triu", "diagonal", "diag", "diag_embed"):
+            r = self.rows(node.args[0])
+            shape = _shape(node.args[0])
+            if r is not None and shape and (r.dims | r.pos) & {len(shape) - 1, len(shape) - 2} and \
+                    node.args[0] not in self.pairwise_values:
+                self.couple(node, "positional", f"{name} reads the batch's rows by their positions")
+            elif r is not None and node.args[0] in self.pairwise_values:
+                self.couple(node, "positional", f"{name} reads a pairwise score by its rows' positions")
+            return self._fallback_rows(node)
+        if name in ("broadcast_tensors",):
+            spec = node.meta.get(SPEC)
+            first = spec[0] if isinstance(spec, (tuple, list)) and spec else None
+            out = self.pointwise(node, name, shape=tuple(first.shape) if isinstance(first, TensorSpec) else None)
+            return tuple(out for _ in (node.args[0] if node.args else ()))
+        if name in ("one_hot",):
+            r = self.rows(node.args[0])
+            return r
+        if name in ("cosine_similarity", "pairwise_distance", "dist", "cdist", "inner", "tensordot", "kron",
+                    "outer", "ger"):
+            return self.binary_rows(node, name)
         if name == "repeat_interleave" and node.args and isinstance(node.args[0], fx.Node):
             return self.repeat_rows(node)
         if name in ("histc", "bincount"):
@@ -515,8 +541,7 @@ class _Walk:
                 self.couple(node, "attention", "attention runs over the batch dimension (its sequence is the batch)")
             out = Rows.of({axis}) if dims else None
             return (out, Rows.of({0}) if dims else None)
-        if isinstance(module, (nn.CrossEntropyLoss, nn.NLLLoss, nn.MSELoss, nn.L1Loss, nn.BCELoss,
-                               nn.BCEWithLogitsLoss, nn.SmoothL1Loss, nn.HuberLoss, nn.KLDivLoss)):
+        if isinstance(module, nn.modules.loss._Loss) and not isinstance(module, nn.CTCLoss):
             return self.loss(node, "cross_entropy" if isinstance(module, (nn.CrossEntropyLoss, nn.NLLLoss))
                              else "mse_loss", reduction=module.reduction)
         return self.unknown_op(node, f"module {type(module).__name__}", inputs)
@@ -749,7 +774,7 @@ class _Walk:
         perm = r.perm
         if hit:
             by = [self.rows(indices[d]) if isinstance(indices[d], fx.Node) else None for d in hit]
-            picks = all(b is not None and b.pos for b in by)
+            picks = all(b is not None and b.pos and _bare_positions(indices[d]) for b, d in zip(by, hit))
             reorder = all(b is not None and b.pos and b.perm for b in by)
             if reorder:   # rows gathered in the rank's own order, or that order undone
                 perm = not (r.perm and all(b.inverse for b in by))
@@ -857,7 +882,7 @@ class _Walk:
         db = {out_b[d] for d in rb.dims if d in out_b}
         layout = {(out_a[d], f) for d, f in ra.inner if d in out_a} | {(out_b[d], f) for d, f in rb.inner if d in out_b}
         if da and db and da != db:
-            if na == 2 and nb == 2 and da == {0} and db == {1}:
+            if na == 2 and nb == 2 and da == {0} and db == {1} and name in ("matmul", "mm"):
                 self.pairwise.append(node)
                 return Rows.of(da | db)
             self.couple(node, "outer", "a matrix product pairs rows of the batch with rows of the batch")
@@ -919,8 +944,16 @@ class _Walk:
             if reduction is None:
                 reduction = "mean" if not is_aten_op(node.target) else 1
         reduction = {0: "none", 1: "mean", 2: "sum"}.get(reduction, reduction)
+        if reduction == "batchmean":   # kl_div: the sum over the rows' elements over the rows: a mean per row
+            reduction = "mean"
         r = self.rows(x) or Rows()
         shape = _shape(x)
+        operands = [self.rows(a) for a in node.all_input_nodes if self.rows(a) is not None and self.rows(a).dims]
+        ranks = [len(_shape(a) or ()) for a in node.all_input_nodes if self.rows(a) is not None and self.rows(a).dims]
+        if len(operands) > 1 and name not in _CLASS_LOSSES:
+            top = max(ranks)
+            if len({frozenset(o.shifted(top - k).dims) for o, k in zip(operands, ranks)}) > 1:
+                self.couple(node, "outer", f"{name} broadcasts rows of the batch against rows of the batch")
         if name in _CLASS_LOSSES and shape is not None:
             cls = 1 if len(shape) > 1 else 0
             if cls in r.dims and node.args[0] not in self.pairwise_values:
@@ -959,6 +992,8 @@ class _Walk:
             bool(_arg(node, 3, "keepdim", False))
         reduced = set(range(n)) if dims is None else set(dims)
         hit = reduced & r.dims
+        if node.args[0] in self.pairwise_values and reduced == {n - 1}:
+            hit = set()   # within each row of a pairwise score (gathered whole): the row's own
         if hit:
             self.reductions.append((node, _REDUCTIONS[name]))
         if keep:
@@ -1039,8 +1074,31 @@ class _Walk:
             return tuple(out for _ in spec)
         return out
 
-    def pointwise(self, node: fx.Node, name: str):
-        out = _shape(node)
+    def binary_rows(self, node: fx.Node, name: str):
+        """Ops of two tensors that broadcast them against each other (``cosine_similarity``,
+        ``pairwise_distance``) or pair every row of one with every row of the other
+        (``cdist``, ``inner``, ``tensordot``, ``outer``): rows meet unless only one operand
+        holds the batch, or both hold it in the same broadcast place of a row-wise op."""
+        operands = [a for a in node.all_input_nodes if self.rows(a) is not None and self.rows(a).dims]
+        if len(operands) > 1:
+            if name in ("cosine_similarity", "pairwise_distance"):
+                ranks = [len(_shape(a) or ()) for a in operands]
+                top = max(ranks)
+                if len({frozenset(self.rows(a).shifted(top - k).dims) for a, k in zip(operands, ranks)}) == 1:
+                    return self._fallback_rows(node) or Rows.of(self.rows(operands[0]).dims - {top - 1})
+            self.couple(node, "outer", f"{name} pairs rows of the batch with rows of the batch")
+            return self._fallback_rows(node)
+        if name in ("cosine_similarity", "pairwise_distance"):
+            x = operands[0] if operands else node.args[0]
+            r = self.rows(x)
+            dim = _arg(node, 2, "dim", 1) if name == "cosine_similarity" else -1
+            if r is not None and _shape(x) and (dim % len(_shape(x))) in r.dims:
+                self.couple(node, "reduce", f"{name} reduces over the batch dimension")
+            return self._fallback_rows(node) or (r.without({dim % len(_shape(x))}) if r and _shape(x) else None)
+        return self.unknown_op(node, name, self.tensor_args(node))
+
+    def pointwise(self, node: fx.Node, name: str, shape: tuple | None = None):
+        out = shape or _shape(node)
         if out is None:
             return self._fallback_rows(node)
         n = len(out)
@@ -1079,6 +1137,11 @@ class _Walk:
         return Rows.of(dims, () if dims else pos, layout, perm=perm, inverse=inverse)
 
     def unknown_op(self, node: fx.Node, name: str, inputs: list[fx.Node]):
+        batch_inputs = [a for a in inputs if self.rows(a) is not None and self.rows(a).dims]
+        if len(batch_inputs) > 1:
+            self.couple(node, "unknown", f"{name} has no batch rule in autopar and reads the rows of more than one "
+                                         f"batch tensor")
+            return self._fallback_rows(node)
         out = self._fallback_rows(node)
         shape = _shape(node)
         first = inputs[0] if inputs else None
@@ -1126,12 +1189,60 @@ def _loss_path(walk: _Walk, start: fx.Node) -> tuple[bool, list[fx.Node]]:
                         ratios.append(user)
                     else:
                         return False, ratios
+                elif name == "mul" and any(_depends_on_batch(walk, a) for a in others):
+                    return False, ratios   # a product of two batch reductions is not a sum of the parts'
                 elif any(_depends_on_batch(walk, a) and not _is_reduction_of_batch(walk, a) for a in others):
                     return False, ratios
                 elif name in ("div", "true_divide") and any(_depends_on_batch(walk, a) for a in others):
                     ratios.append(user)
             stack.append(user)
     return True, ratios
+
+
+def _divided_by_rows(walk: _Walk, node: fx.Node) -> bool:
+    """Whether the sum ``node`` reaches the loss divided by the batch's row count: a size
+    read off a batch tensor's batch dimension (``x.shape[0]``, ``x.size(0)``, ``len(x)``),
+    or, where the capture baked it, the constant batch size."""
+    for _ in range(8):
+        users = [u for u in node.users if u.op != "output"]
+        if len(users) != 1:
+            return False
+        user = users[0]
+        name = bare_name(user)
+        if name in ("div", "true_divide", "div_") and user.args and user.args[0] is node and len(user.args) > 1:
+            d = user.args[1]
+            if isinstance(d, (int, float)) and not isinstance(d, bool):
+                return d == walk.batch
+            if isinstance(d, fx.Node):
+                return _reads_rows(walk, d)
+            return False
+        if name not in ("to", "_to_copy", "float", "mul", "clone", "detach", "alias"):
+            return False
+        node = user
+    return False
+
+
+def _reads_rows(walk: _Walk, d: fx.Node) -> bool:
+    """Whether ``d`` is the row count of a batch tensor: its size along a batch dimension."""
+    for _ in range(4):
+        name = bare_name(d)
+        if name in ("float", "to", "_to_copy", "int", "long", "scalar_tensor", "tensor") and d.args and \
+                isinstance(d.args[0], fx.Node):
+            d = d.args[0]
+            continue
+        if name in ("size", "sym_size") and d.args:
+            r = walk.rows(d.args[0])
+            dim = d.args[1] if len(d.args) > 1 else None
+            return r is not None and isinstance(dim, int) and dim % max(len(_shape(d.args[0]) or (1,)), 1) in r.dims
+        if name == "len" and d.args:
+            r = walk.rows(d.args[0])
+            return r is not None and 0 in r.dims
+        if name == "getitem" and d.args and isinstance(d.args[0], fx.Node) and bare_name(d.args[0]) == "getattr":
+            src = d.args[0].args[0]
+            r = walk.rows(src)
+            return r is not None and isinstance(d.args[1], int) and d.args[1] in r.dims
+        return False
+    return False
 
 
 def _is_reduction_of_batch(walk: _Walk, node: fx.Node) -> bool:
@@ -1151,6 +1262,8 @@ def _depends_on_batch(walk: _Walk, node: fx.Node) -> bool:
         if walk.state.get(n) is not None or _is_reduction_of_batch(walk, n):
             found = True
             break
+        if bare_name(n) in _NO_VALUE or (bare_name(n) == "getitem" and n.args and bare_name(n.args[0]) == "getattr"):
+            continue   # a size read off a tensor carries none of its values
         stack.extend(n.all_input_nodes)
     memo[node] = found
     return found
@@ -1168,8 +1281,8 @@ def _classify_reductions(walk: _Walk) -> None:
             if kind == "other":
                 walk.couple(node, "reduce", f"the loss reduces over the batch with {ops.op_name(node)}, which is "
                                             f"not a mean or a sum of its parts'")
-            else:
-                walk.loss_terms.append((node.name, kind))
+            else:   # a sum over the rows divided by their number is a mean
+                walk.loss_terms.append((node.name, "mean" if kind == "sum" and _divided_by_rows(walk, node) else kind))
             continue
         if is_loss and ratios:
             ratio = ratios[0]
@@ -1275,7 +1388,7 @@ def _check_pairwise(walk: _Walk, node: fx.Node) -> None:
                     continue
                 target = user.args[1] if len(user.args) > 1 else user.kwargs.get("target")
                 rt = walk.rows(target)
-                if rt is not None and rt.pos == {0} and not rt.dims:
+                if rt is not None and rt.pos == {0} and not rt.dims and _bare_positions(target):
                     offsets.append(target.name)
                 elif not (rt is not None and rt.dims == {0} and not rt.pos and _is_input_rows(target)):
                     problems.append(f"{user.name} ({name}) reads targets autopar cannot place over the gathered "
@@ -1296,6 +1409,22 @@ def _check_pairwise(walk: _Walk, node: fx.Node) -> None:
     walk.found.append(Coupling(node.name, ops.op_name(node), "pairwise", walk.module(node),
                                f"{why}; {problems[0]}" if problems else why, remedy=None if problems else "gather",
                                nbytes=float(nbytes), details=details))
+
+
+def _bare_positions(node) -> bool:
+    """Whether ``node`` is ``arange`` over the batch itself (cast, viewed, broadcast), not
+    positions transformed (flipped, rolled, shifted, compared)."""
+    for _ in range(8):
+        if not isinstance(node, fx.Node):
+            return False
+        name = bare_name(node)
+        if name == "arange":
+            return True
+        if name not in ("to", "_to_copy", "long", "int", "unsqueeze", "expand", "view", "reshape", "contiguous",
+                        "clone", "detach", "alias", "lift_fresh_copy"):
+            return False
+        node = node.args[0] if node.args else None
+    return False
 
 
 def _held_table(node: fx.Node) -> bool:
@@ -1352,6 +1481,26 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
         walk = _Walk(gm, batch)
         walk._pairwise_values = values
         walk.run()
+    try:
+        _after_walk(walk, gm)
+    except Exception as e:  # noqa: BLE001 - a pattern it cannot read: refused, never a crash
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        walk.couple(output, "unknown", f"autopar could not read where rows of the batch meet "
+                                       f"({type(e).__name__}: {e})")
+    dispatch = {n for r in regions(gm, "experts") for n in r.nodes}
+    walk.found = [c for c in walk.found if c.node not in dispatch]
+    order = {n.name: i for i, n in enumerate(gm.graph.nodes)}
+    walk.found.sort(key=lambda c: order.get(c.node, 0))
+    gm.meta[BATCH_COUPLINGS] = walk.found
+    gm.meta[LOSS_TERMS] = walk.loss_terms
+    if walk.unknown:
+        log.warning("batch rows: %d op(s) have no batch rule; autopar takes them to keep the rows of the batch "
+                    "apart (their output keeps the batch dimension): %s", len(walk.unknown),
+                    ", ".join(walk.unknown[:8]) + (" ..." if len(walk.unknown) > 8 else ""))
+    return gm
+
+
+def _after_walk(walk: _Walk, gm: fx.GraphModule) -> None:
     for node in walk.pairwise:
         _check_pairwise(walk, node)
     _exempt_router_statistics(walk)
@@ -1366,21 +1515,19 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
             walk.couple(_sorted_at(value), "scan", "a sort along the batch puts rows in an order that reaches the "
                                                    "output: each rank would sort its own rows only")
     _classify_reductions(walk)
+    # a scalar output that sums over other dimensions than the batch (a stack of losses, a
+    # statistic's entries) is not summed over the parts: its terms are weighed instead
+    named = {name for name, _ in walk.loss_terms}
+    output = next((n for n in walk.gm.graph.nodes if n.op == "output"), None)
+    for value in (output.all_input_nodes if output is not None else ()):
+        spec = value.meta.get(SPEC)
+        if isinstance(spec, TensorSpec) and not spec.shape and value.name not in named and \
+                bare_name(value) in ("sum", "nansum") and _depends_on_batch(walk, value):
+            walk.loss_terms.append((value.name, "mean"))
     # A routed MoE layer's dispatch (autopar.analysis.experts: its tokens sorted by expert,
     # gathered, counted, run through their experts and put back in place) permutes the
     # layer's own rows; with dropless routing each row's output depends on that row alone,
-    # so its sort, indexes and counts are not rows of the batch meeting.
-    dispatch = {n for r in regions(gm, "experts") for n in r.nodes}
-    walk.found = [c for c in walk.found if c.node not in dispatch]
-    order = {n.name: i for i, n in enumerate(gm.graph.nodes)}
-    walk.found.sort(key=lambda c: order.get(c.node, 0))
-    gm.meta[BATCH_COUPLINGS] = walk.found
-    gm.meta[LOSS_TERMS] = walk.loss_terms
-    if walk.unknown:
-        log.warning("batch rows: %d op(s) have no batch rule; autopar takes them to keep the rows of the batch "
-                    "apart (their output keeps the batch dimension): %s", len(walk.unknown),
-                    ", ".join(walk.unknown[:8]) + (" ..." if len(walk.unknown) > 8 else ""))
-    return gm
+    # so its sort, indexes and counts are not rows of the batch meeting (filtered above).
 
 
 def _sorted_at(node: fx.Node) -> fx.Node:

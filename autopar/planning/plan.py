@@ -164,6 +164,9 @@ class Plan:
     # what the plan does about each: the remedy runs under a batch split, else none is split;
     # None: not known (a plan saved before the analysis existed: each rank reads its own graph)
     batch_couplings: list | None = None
+    # the reductions over the batch the loss is a linear combination of ([node, "mean" | "sum"],
+    # read on the whole batch); None: each rank reads its own graph's
+    loss_terms: list | None = None
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries

@@ -248,7 +248,11 @@ def sync_batch_couplings(gm: fx.GraphModule, group: str, local_batch: int, degre
     from autopar.analysis.batch_rows import couplings
     found = {c.node: c for c in couplings(gm)}
     if planned is not None:   # the plan's (found on the whole batch) decide; this graph must hold them
+        with_loss = gm.meta[CAPTURE].with_loss if CAPTURE in gm.meta else True
+        names = {n.name for n in gm.graph.nodes}
         for c in planned:
+            if not with_loss and c["node"] not in names:
+                continue   # in the loss, which a forward program does not compute
             if c.get("remedy") and (c["node"] not in found or found[c["node"]].kind != c["kind"]):
                 raise DataParallelError(
                     f"the plan makes {c['node']} ({c['kind']}, module {c.get('module') or '?'}) exact over the data "
@@ -516,7 +520,21 @@ def global_mean_losses(gm: fx.GraphModule) -> int:
     return 0
 
 
-def weigh_summed_terms(gm: fx.GraphModule, parts: int) -> list[str]:
+def output_reduction(gm: fx.GraphModule, node: fx.Node, terms: list | None = None) -> str:
+    """How the scalar output ``node`` reduces over the parts of the batch: ``"sum"`` where
+    it is a sum over the batch itself (a loss term of that kind, or a share of a counted
+    mean), else ``"mean"`` (a mean, a loss already the whole batch's on every rank, or a
+    sum over other dimensions of terms weighed by :func:`weigh_summed_terms`). Without the
+    analysis's terms, :func:`loss_reduction` reads the node alone."""
+    from autopar.ir import LOSS_TERMS
+    terms = terms if terms is not None else gm.meta.get(LOSS_TERMS)
+    if node.op == "call_function" and node.target is global_mean:
+        return "sum"
+    kinds = dict((name, kind) for name, kind in (terms or []))
+    return kinds.get(node.name, loss_reduction(node))
+
+
+def weigh_summed_terms(gm: fx.GraphModule, parts: int, terms: list | None = None) -> list[str]:
     """A loss the data pass averages over the ``parts`` of the batch (ranks, microbatches)
     that holds sums over the batch (``mse_loss(reduction="sum") / 7``, a mean plus a summed
     penalty): each sum term is multiplied by ``parts``, so that the parts' average of
@@ -524,10 +542,10 @@ def weigh_summed_terms(gm: fx.GraphModule, parts: int) -> list[str]:
     A loss that is a sum alone and that the data pass reads as one (:func:`loss_reduction`)
     is summed over the parts already and left as it is. Returns the terms weighed."""
     from autopar.ir import LOSS_TERMS
-    terms = gm.meta.get(LOSS_TERMS) or []
+    terms = terms if terms is not None else (gm.meta.get(LOSS_TERMS) or [])
     output = next(n for n in gm.graph.nodes if n.op == "output")
     scalars = [v for v in output.all_input_nodes if isinstance(v.meta.get(SPEC), TensorSpec) and not v.meta[SPEC].shape]
-    if not scalars or loss_reduction(scalars[0]) == "sum" or parts == 1:
+    if not scalars or output_reduction(gm, scalars[0], terms) == "sum" or parts == 1:
         return []
     table = {n.name: n for n in gm.graph.nodes}
     weighed = []
@@ -545,7 +563,7 @@ def weigh_summed_terms(gm: fx.GraphModule, parts: int) -> list[str]:
 
 def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = "data",
                        reduce_scalars: bool = True, microbatches: int = 1,
-                       couplings: list | None = None) -> fx.GraphModule:
+                       couplings: list | None = None, loss_terms: list | None = None) -> fx.GraphModule:
     """Gather batch-major outputs over the data group; reduce scalar outputs over it
     (``reduce_scalars``), or leave a training graph's loss local and record how it
     reduces under :data:`LOSS_REDUCTION`. A loss averaged over its counted targets is
@@ -556,13 +574,13 @@ def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, gro
     if degree == 1 and microbatches == 1:
         return gm
     global_mean_losses(gm)
-    weigh_summed_terms(gm, degree * microbatches)
+    weigh_summed_terms(gm, degree * microbatches, loss_terms)
     if degree == 1:
         output = next(n for n in gm.graph.nodes if n.op == "output")
         scalars = [v for v in output.all_input_nodes if isinstance(v.meta.get(SPEC), TensorSpec)
                    and not v.meta[SPEC].shape]
         if not reduce_scalars and scalars:  # the loss a step accumulates over microbatches
-            gm.meta[LOSS_REDUCTION] = loss_reduction(scalars[0])
+            gm.meta[LOSS_REDUCTION] = output_reduction(gm, scalars[0], loss_terms)
         gm.graph.lint()
         gm.recompile()
         return gm
@@ -578,7 +596,7 @@ def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, gro
             if spec.shape and (spec.shape[0] == local_batch or batch_major_rows(value, local_batch)):
                 new = gm.graph.call_function(C.all_gather_batch, (value, group))
             elif not spec.shape:
-                reduction = loss_reduction(value)
+                reduction = output_reduction(gm, value, loss_terms)
                 if not reduce_scalars:
                     gm.meta[LOSS_REDUCTION] = reduction
                     continue
