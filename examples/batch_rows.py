@@ -198,6 +198,8 @@ def equivalence_job(cases: list) -> list:
     reports = []
     for name, strategy in cases:
         factory, inputs, target, loss_fn, kwargs = CASES[name]()
+        if target is not None and target.is_floating_point():
+            target = target.to(torch.float64)   # as the model and its inputs
         try:
             report = compare_with_single_device(factory, inputs, target, loss_fn, strategy, kwargs=kwargs,
                                                 dtype=torch.float64)
