@@ -65,7 +65,7 @@ def test_a_failed_or_slow_step_does_not_stop_the_others(tmp_path, monkeypatch):
     got = {s["name"]: s for s in report["steps"]}
     assert [s["name"] for s in report["steps"]] == ["fails", "slow", "works"]
     assert got["fails"]["status"] == "failed" and got["fails"]["returncode"] == 3 and "broken" in got["fails"]["output"]
-    assert got["slow"]["status"] == "timed out" and got["slow"]["seconds"] < 30
+    assert got["slow"]["status"] == "timed out" and got["slow"]["returncode"] is not None
     assert got["works"]["status"] == "passed" and got["works"]["result"] == [{"x": 1}]
     child = int(pidfile.read_text())
     for _ in range(50):   # the step's own children went with it (a zombie awaiting its reaper counts as gone)
