@@ -299,7 +299,6 @@ def _regroup(src: tuple, dst: tuple, r: "Rows", batch: int) -> "Rows | None":
     dims, inner, pos = set(), set(), set()
 
     def place(k: int, factor: int | None, out_dims: set, out_inner: set | None):
-        i = j = 0
         stride_src = math.prod(src[k + 1:])
         lo, hi = stride_src * (factor if factor else 1), stride_src * src[k]
         if factor:
@@ -323,7 +322,6 @@ def _regroup(src: tuple, dst: tuple, r: "Rows", batch: int) -> "Rows | None":
                 out_dims.add(m)
                 if out_inner is not None:
                     out_inner.add((m, -1))
-        del i, j
 
     for k in r.dims:
         place(k, r.factor(k, src[k], batch), dims, inner)
@@ -605,9 +603,7 @@ class _Walk:
             return None
         dim = _arg(node, 2, "dim", None)
         if dim is None:
-            return _regroup(src, (math.prod(src),), r, self.batch) and Rows.of(
-                {0} if r.dims else (), {0} if r.pos else (), {(0, -1)} if r.dims and 0 not in r.dims else (),
-                r.perm, r.inverse)
+            return _regroup(src, (math.prod(src),), r, self.batch)   # flattened, then each element repeated
         return r
 
     def select(self, node: fx.Node, name: str):
