@@ -431,7 +431,7 @@ class _Walk:
         if name == "embedding":
             ids = node.args[1] if is_aten_op(node.target) else node.args[0]
             r = self.rows(ids)
-            if r is not None and r.pos and not r.dims and _bare_positions(ids):
+            if r is not None and r.pos and not r.dims and bare_positions(ids):
                 self.couple(node, "positional", "a table is read at the rows' positions (arange over the batch), "
                                                 "which differ on each rank")
             return Rows.of(r.dims, (), r.inner, r.perm) if r else None
@@ -770,7 +770,7 @@ class _Walk:
         perm = r.perm
         if hit:
             by = [self.rows(indices[d]) if isinstance(indices[d], fx.Node) else None for d in hit]
-            picks = all(b is not None and b.pos and _bare_positions(indices[d]) for b, d in zip(by, hit))
+            picks = all(b is not None and b.pos and bare_positions(indices[d]) for b, d in zip(by, hit))
             reorder = all(b is not None and b.pos and b.perm for b in by)
             if reorder:   # rows gathered in the rank's own order, or that order undone
                 perm = not (r.perm and all(b.inverse for b in by))
@@ -1384,7 +1384,7 @@ def _check_pairwise(walk: _Walk, node: fx.Node) -> None:
                     continue
                 target = user.args[1] if len(user.args) > 1 else user.kwargs.get("target")
                 rt = walk.rows(target)
-                if rt is not None and rt.pos == {0} and not rt.dims and _bare_positions(target):
+                if rt is not None and rt.pos == {0} and not rt.dims and bare_positions(target):
                     offsets.append(target.name)
                 elif not (rt is not None and rt.dims == {0} and not rt.pos and _is_input_rows(target)):
                     problems.append(f"{user.name} ({name}) reads targets autopar cannot place over the gathered "
@@ -1407,20 +1407,28 @@ def _check_pairwise(walk: _Walk, node: fx.Node) -> None:
                                nbytes=float(nbytes), details=details))
 
 
-def _bare_positions(node) -> bool:
+_REFORMS = {"to", "_to_copy", "long", "int", "unsqueeze", "expand", "view", "reshape", "contiguous", "clone",
+            "detach", "alias", "lift_fresh_copy", "flatten"}
+"""Ops that change how a tensor is held (dtype, view, broadcast), not its values."""
+
+
+def _behind(node, through: set = _REFORMS, steps: int = 8):
+    """The first node before ``node`` (``node`` itself included) that is not one of the ops
+    ``through`` applied to its first argument; None past ``steps`` or at a non-node."""
+    for _ in range(steps):
+        if not isinstance(node, fx.Node):
+            return None
+        if node.op not in ("call_function", "call_method") or bare_name(node) not in through:
+            return node
+        node = node.args[0] if node.args else None
+    return None
+
+
+def bare_positions(node) -> bool:
     """Whether ``node`` is ``arange`` over the batch itself (cast, viewed, broadcast), not
     positions transformed (flipped, rolled, shifted, compared)."""
-    for _ in range(8):
-        if not isinstance(node, fx.Node):
-            return False
-        name = bare_name(node)
-        if name == "arange":
-            return True
-        if name not in ("to", "_to_copy", "long", "int", "unsqueeze", "expand", "view", "reshape", "contiguous",
-                        "clone", "detach", "alias", "lift_fresh_copy"):
-            return False
-        node = node.args[0] if node.args else None
-    return False
+    source = _behind(node)
+    return source is not None and bare_name(source) == "arange"
 
 
 def _held_table(node: fx.Node) -> bool:
@@ -1439,15 +1447,8 @@ def _held_table(node: fx.Node) -> bool:
 def _is_input_rows(node: fx.Node) -> bool:
     """Targets read from a batch input (casts and views of it): the runtime splits them with
     the rows, so they already hold the whole batch's positions."""
-    for _ in range(8):
-        if node.op == "placeholder":
-            return True
-        if node.op not in ("call_function", "call_method") or not node.args or not isinstance(node.args[0], fx.Node):
-            return False
-        if bare_name(node) not in ("to", "_to_copy", "view", "reshape", "long", "clone", "contiguous", "flatten"):
-            return False
-        node = node.args[0]
-    return False
+    source = _behind(node)
+    return source is not None and source.op == "placeholder"
 
 
 def batch_size(gm: fx.GraphModule) -> int | None:
@@ -1638,5 +1639,5 @@ def describe_all(found: list[Coupling]) -> list[str]:
     return [f"{c.kind}: {c.describe()} -> {remedy_text(c)}" for c in found]
 
 
-__all__ = ["BATCH_COUPLINGS", "Coupling", "Rows", "batch_size", "couplings", "describe_all",
+__all__ = ["BATCH_COUPLINGS", "Coupling", "Rows", "bare_positions", "batch_size", "couplings", "describe_all",
            "find_batch_couplings_pass", "split_conflict"]

@@ -451,16 +451,11 @@ def _target_count_program(gm: fx.GraphModule, target: fx.Node, ignore_index: int
 
 
 def _positions(node: fx.Node) -> bool:
-    """Whether ``node`` is an ``arange`` (cast, moved, offset to the batch's rows)."""
-    for _ in range(6):
-        if ops.call_name(node) == "arange":
-            return True
-        if node.op == "call_function" and node.target is C.global_rows or \
-                ops.call_name(node) in ("to", "_to_copy", "long", "contiguous"):
-            node = node.args[0]
-            continue
-        return False
-    return False
+    """Whether ``node`` is an ``arange`` (cast, viewed, offset to the batch's rows)."""
+    from autopar.analysis.batch_rows import bare_positions
+    if node.op == "call_function" and node.target is C.global_rows:
+        node = node.args[0]
+    return bare_positions(node)
 
 
 def _counted_losses(gm: fx.GraphModule) -> list[tuple[fx.Node, fx.Node, int]]:
