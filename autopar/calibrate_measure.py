@@ -218,7 +218,7 @@ class _Chain(torch.nn.Module):
     a product and a residual sum): 13.9 µs an op forward and backward in one process on
     the 2-core machine, where a chain of products alone costs 7.5 µs and priced the
     fidelity zoo's data-parallel plans at 0.5-0.8 of their measured step
-    (docs/benchmarks.md §8, the fourth session)."""
+    (docs/benchmarks.md §8)."""
 
     def __init__(self, n: int):
         super().__init__()
