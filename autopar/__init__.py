@@ -7,7 +7,7 @@
 See ``docs/architecture.md`` for the stages and ``docs/user_guide.md`` for the contract.
 """
 from autopar.api import ParallelModule, compile, plan, rank_graph
-from autopar.capture import CaptureError, capture
+from autopar.trace.capture import CaptureError, capture
 from autopar.cost.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy

@@ -1,5 +1,5 @@
 """The user's entry points: :func:`compile` and :func:`plan` (the module ``compile`` returns
-is :class:`autopar.module.ParallelModule`; a rank's program is built in :mod:`autopar.program`).
+is :class:`autopar.runtime.module.ParallelModule`; a rank's program is built in :mod:`autopar.passes.rank_program`).
 
     pm = autopar.compile(model, mesh, example_inputs=(x,), loss_fn=F.cross_entropy,
                          example_target=y)
@@ -12,7 +12,7 @@ is :class:`autopar.module.ParallelModule`; a rank's program is built in :mod:`au
     loss = pm.step(input_ids=ids, attention_mask=mask, labels=labels)
 
 Every rank passes the same global batch; each takes its share (of every positional and
-keyword tensor, along its first dimension: :mod:`autopar.inputs`). The flow is that of
+keyword tensor, along its first dimension: :mod:`autopar.trace.inputs`). The flow is that of
 ``docs/architecture.md``: capture at the global batch → analysis → plan; then, per rank,
 capture at the local batch → analysis → tensor-parallel and data-parallel rewrites →
 a GraphModule over a module tree holding this rank's parameter shards.
@@ -27,18 +27,18 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.capture import capture
-from autopar.drawing import regions_dot
-from autopar.inputs import CallLayout, example_signature
-from autopar.kernels import model_device, resolve_fusion
-from autopar.module import ParallelModule
-from autopar.analysis.analyse import analyse
+from autopar.trace.capture import capture
+from autopar.planning.drawing import regions_dot
+from autopar.trace.inputs import CallLayout, example_signature
+from autopar.passes.fusion import model_device, resolve_fusion
+from autopar.runtime.module import ParallelModule
+from autopar.passes.analysis.analyse import analyse
 from autopar.cost import profiles
 from autopar.cost.hardware import Hardware
 from autopar.planning.plan import Plan
-from autopar.planner import PlanError, Strategy, plan_graph
-from autopar.executable import batch_of, local_batch, rank_graph_code
-from autopar.program import planned_shards, rewrite
+from autopar.planning.search import PlanError, Strategy, plan_graph
+from autopar.runtime.executable import batch_of, local_batch, rank_graph_code
+from autopar.passes.rank_program import planned_shards, rewrite
 from autopar.runtime import groups as G
 from autopar.runtime import health
 from autopar.strategies.pipeline.layout import parameter_holders
@@ -56,7 +56,7 @@ def plan(model: nn.Module, world_size: int, example_inputs: Sequence[Any] = (), 
     (default: the hardware's memory); plans that need more are infeasible. The returned
     plan can ``save(dir)`` itself with every rank's rewritten graph (built here, in this
     process: the rewrite needs no process group) and the region drawing. ``progress``: a
-    :class:`autopar.planner.Progress` told of every configuration priced.
+    :class:`autopar.planning.search.Progress` told of every configuration priced.
     ``example_kwargs``: keyword inputs, as for :func:`compile`. ``hardware``: a preset
     name, a profile's path or a :class:`Hardware`; None: this machine's calibrated
     profile where ``autopar calibrate`` cached one, else the ``cpu-gloo`` preset, said

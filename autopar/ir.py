@@ -10,7 +10,7 @@ under the keys defined here and nothing else:
 * rewrite passes read the regions and the plan.
 
 A region's id is ``<kind>:<module path>``, the module that holds it in the user model's
-own names (``attention:transformer.h.0.attn``; see :mod:`autopar.analysis.naming`).
+own names (``attention:transformer.h.0.attn``; see :mod:`autopar.passes.analysis.naming`).
 Module paths and graph order are the same in every capture of one model, so the same
 model captured at another batch size (each rank captures at its local batch) has the
 same region ids.
@@ -29,7 +29,7 @@ SPEC = "autopar.spec"
 
 WORK = "autopar.work"
 """``node.meta[WORK]``: ``(spec, NodeWork)``, the node's forward work (FLOPs, bytes moved,
-matmul or not, kernel or not) counted by :mod:`autopar.analysis.flops` for the
+matmul or not, kernel or not) counted by :mod:`autopar.passes.analysis.flops` for the
 ``node.meta[SPEC]`` it had then; counted again when the spec has changed since."""
 
 REGIONS = "autopar.regions"
@@ -57,7 +57,7 @@ FUSION = "autopar.fusion"
 
 BATCH_COUPLINGS = "autopar.batch_couplings"
 """``gm.meta[BATCH_COUPLINGS]``: the nodes where rows of the batch meet, a list of
-:class:`autopar.analysis.batch_rows.Coupling` in graph order (``[]``: splitting the batch
+:class:`autopar.passes.analysis.batch_rows.Coupling` in graph order (``[]``: splitting the batch
 is exact), written by the analysis."""
 
 LOSS_TERMS = "autopar.loss_terms"

@@ -110,7 +110,7 @@ def _logits(out: Any) -> torch.Tensor:
 
 def _own_loss(output: Any) -> torch.Tensor:
     """The loss a model's output carries (``ModelOutput.loss``, a dict's, or a scalar)."""
-    from autopar.capture import output_loss
+    from autopar.trace.capture import output_loss
     return output_loss(output, required=True)[0]
 
 

@@ -46,8 +46,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autopar.capture import capture
-from autopar.transforms.fusion import FUSION, fusion_pass
+from autopar.trace.capture import capture
+from autopar.passes.fusion.rewrite import FUSION, fusion_pass
 from autopar.runtime import rng
 
 BW_GOAL, SPEED_GOAL = 0.80, 1.0   # share of copy bandwidth; autopar / torch.compile time

@@ -40,10 +40,10 @@ def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batc
     (``vocab``: 50,257 is GPT-2's real vocabulary, which no tensor degree divides: padded)."""
     import resource
 
-    from autopar.capture import capture
-    from autopar.analysis.analyse import analyse
+    from autopar.trace.capture import capture
+    from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planner import PlanError, plan_graph
+    from autopar.planning.search import PlanError, plan_graph
     from examples.factories import gpt_meta
     model, inputs, loss, target = gpt_meta(layers, width, heads, batch, vocab=vocab)
     t0 = time.perf_counter()
@@ -82,7 +82,7 @@ def _in_subprocess(*args, vocab: int = 51200) -> dict:
 
 def _baseline_rss() -> float:
     """Resident memory of a process that imported autopar and built nothing."""
-    code = ("import resource, autopar.planner, examples.factories;"
+    code = ("import resource, autopar.planning.search, examples.factories;"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT,
                          env={**os.environ, "PYTHONPATH": REPO_ROOT}, check=True)
@@ -140,10 +140,10 @@ def plan_megatron(layers: int, gpus: int, width: int, heads: int, batch: int, t:
                   hardware: str = "a100-selene", vocab: int = 51200) -> dict:
     """Megatron's configuration forced (recomputing every block, no ZeRO, as its runs):
     its predicted step, TFLOP/s and cost terms."""
-    from autopar.capture import capture
-    from autopar.analysis.analyse import analyse
+    from autopar.trace.capture import capture
+    from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planner import plan_graph
+    from autopar.planning.search import plan_graph
     from examples.factories import gpt_meta
     hw = get_hardware(hardware)
     gm = analyse(capture(*gpt_meta(layers, width, heads, batch, vocab=vocab)))

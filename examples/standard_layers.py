@@ -6,7 +6,7 @@ ranks against the single-device model (``tests/test_standard_layers.py``).
 inputs and outputs are batch-major whatever ``batch_first`` says (a sequence-first
 encoder is wrapped in transposes), so data parallelism splits the batch. ``spelling``
 picks how capture sees the layers: ``"symbolic_trace"`` (autopar's tracer spells the
-modules out, see ``autopar/standard_layers.py``) or ``"export"`` (the forward branches
+modules out, see ``autopar/trace/standard_layers.py``) or ``"export"`` (the forward branches
 on the input's shape, which symbolic tracing cannot follow, so ``torch.export`` captures
 the real modules).
 """

@@ -5,7 +5,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.capture import capture
+from autopar.trace.capture import capture
 from autopar.ir import regions
 
 

@@ -9,9 +9,9 @@ import torch.fx as fx
 
 import autopar
 from autopar.ir import Region, add_region, regions
-from autopar.analysis import analyse as analysis
-from autopar.analysis import attention
-from autopar.analysis.manager import PassError, PassRunner
+from autopar.passes.analysis import analyse as analysis
+from autopar.passes.analysis import attention
+from autopar.passes.manager import PassError, PassRunner
 import shared_ranks
 from examples.coverage import is_equal
 

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 
 import autopar
 import shared_ranks
-from autopar.analysis.batch_rows import couplings, find_batch_couplings_pass
-from autopar.capture import capture
+from autopar.passes.analysis.batch_rows import couplings, find_batch_couplings_pass
+from autopar.trace.capture import capture
 from autopar.planning.strategy import PlanError
 from examples import batch_rows as cases
 

@@ -17,9 +17,9 @@ import statistics
 import pytest
 
 from autopar import cli
-from autopar.calibrate import run_calibration
-from autopar.calibrate_fit import FORMULA_OF, fit_alpha_beta, fit_matmul, nnls, predict, robust_fit_alpha_beta
-from autopar.calibrate_measure import COLLECTIVES, settings
+from autopar.cost.calibrate import run_calibration
+from autopar.cost.calibrate_fit import FORMULA_OF, fit_alpha_beta, fit_matmul, nnls, predict, robust_fit_alpha_beta
+from autopar.cost.calibrate_measure import COLLECTIVES, settings
 from autopar.cost import model as cost
 from autopar.cost.hardware import get_hardware
 

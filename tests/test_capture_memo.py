@@ -1,4 +1,4 @@
-"""The export memo (autopar/capture_memo.py ``ExportMemo``): a capture that repeats an
+"""The export memo (autopar/trace/memo.py ``ExportMemo``): a capture that repeats an
 earlier one of the same model (same state, same input shapes and constants, same loss)
 is replayed from the exported program instead of traced again; anything that can change
 the graph makes a fresh capture, and each replay is a module of its own."""
@@ -6,8 +6,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autopar.capture import capture
-from autopar.capture_memo import EXPORTS
+from autopar.trace.capture import capture
+from autopar.trace.memo import EXPORTS
 from autopar.ir import CAPTURE, SPEC
 
 

@@ -11,9 +11,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from expecttest import TestCase
 
-from autopar.capture import capture
+from autopar.trace.capture import capture
 from autopar.cost import model as cost
-from autopar.analysis.flops import NO_WORK, NodeWork, graph_work, node_work
+from autopar.passes.analysis.flops import NO_WORK, NodeWork, graph_work, node_work
 from autopar.cost.hardware import PRESETS, Hardware, get_hardware
 
 SELENE = PRESETS["a100-selene"]
@@ -144,7 +144,7 @@ class Overheads(TestCase):
         and backward each pay ``host_op_s`` (and the recomputing forward once more);
         free in the presets, where the term is 0."""
         import torch
-        from autopar.analysis.flops import VIEW_WORK
+        from autopar.passes.analysis.flops import VIEW_WORK
 
         class Reshaping(torch.nn.Module):
             def forward(self, x):
@@ -276,8 +276,8 @@ class Overheads(TestCase):
 
     def test_pipeline_actions(self):
         from examples.factories import transformer
-        from autopar.analysis.analyse import analyse
-        from autopar.planner import plan_graph
+        from autopar.passes.analysis.analyse import analyse
+        from autopar.planning.search import plan_graph
         model, inputs, loss, target = transformer()
         gm = analyse(capture(model, inputs, loss, target))
         strategy = {"pipeline": 2, "data": 2, "microbatches": 2}

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import autopar
 import shared_ranks
-from autopar.analysis.manager import PassError
+from autopar.passes.manager import PassError
 from examples.coverage import is_equal
 from examples.models import MLP, TinyTransformer, lm_loss
 
@@ -155,10 +155,10 @@ def test_dsp_errors_name_region_and_limits():
 
 
 def _export_only_dsp():
-    from autopar.capture import capture
-    from autopar.analysis.analyse import analyse
+    from autopar.trace.capture import capture
+    from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planner import plan_graph
+    from autopar.planning.search import plan_graph
     from examples.models import Inception
     gm = analyse(capture(Inception(), (torch.randn(4, 3, 8, 8),), tracer="export"))
     plan_graph(gm, 2, get_hardware(None), {"data": 2, "subgrids": 2})

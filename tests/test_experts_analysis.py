@@ -1,4 +1,4 @@
-"""The analysis of routed mixture-of-experts layers (autopar/analysis/experts.py) on
+"""The analysis of routed mixture-of-experts layers (autopar/passes/analysis/experts.py) on
 Hugging Face models captured as a user's would be: Mixtral (top-2 of 4, renormalised
 weights) and Qwen2-MoE (top-2 of 8, with a gated shared expert beside the routed ones),
 DeepSeek-V3's routing, GPT-OSS (a router with a bias and the softmax of the top-k logits,
@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from autopar.analysis.analyse import analyse
-from autopar.capture import capture
+from autopar.passes.analysis.analyse import analyse
+from autopar.trace.capture import capture
 from autopar.ir import regions, tensor_spec
 
 
@@ -81,7 +81,7 @@ def test_a_router_the_analysis_cannot_read_leaves_the_layer_to_its_plan(caplog):
     import autopar
     torch.manual_seed(0)
     ids = torch.randint(0, 64, (2, 8))
-    with caplog.at_level(logging.WARNING, logger="autopar.analysis.experts"):
+    with caplog.at_level(logging.WARNING, logger="autopar.passes.analysis.experts"):
         gm = _analysed(HashRouted(), ids)
     assert not regions(gm, "experts")
     chain = next(r for r in regions(gm, "linear_chain") if r.details.get("experts"))
@@ -127,7 +127,7 @@ def test_router_statistics_are_the_load_balancing_losss_only():
     and the count of unmasked tokens they are divided by) are found in Mixtral's graph;
     nothing in a model whose top-k feeds a summed loss, nor the combine of a layer of
     expert modules where the example routes no token to an expert."""
-    from autopar.analysis.experts import router_statistics
+    from autopar.passes.analysis.experts import router_statistics
     from examples.factories import moe_model
     from examples.models import ListMoETransformer
     torch.manual_seed(0)
@@ -186,7 +186,7 @@ def test_gpt_oss_layers_are_routed_expert_regions():
     """GPT-OSS picks the top-2 of its router's logits (a linear with a bias) and weights
     them by their softmax over the 2 slots; its experts add a bias after each grouped
     matmul and apply the clamped SwiGLU to alternating gate and up columns: each read."""
-    from autopar.analysis.ops import call_name
+    from autopar.passes.analysis.ops import call_name
     gm = _gpt_oss_graph()
     found = {r.id: r.details for r in regions(gm, "experts")}
     assert set(found) == {"experts:model.layers.0.mlp", "experts:model.layers.1.mlp"}
@@ -234,7 +234,7 @@ def test_the_clamped_swiglu_is_hugging_faces():
     """What the expert-parallel call computes between the projections is GPT-OSS's own
     ``_apply_gate``, bit for bit; and the rank's experts (their biases, both projections)
     are the Hugging Face experts' on the rows routed to them."""
-    from autopar.analysis.experts import gated
+    from autopar.passes.analysis.experts import gated
     from autopar.strategies.experts.rewrite import local_experts
     from examples.factories import moe_model
     torch.manual_seed(0)

@@ -72,11 +72,11 @@ def test_tensor_parallelism_inside_the_expert_groups():
 
 
 def test_the_layout_cuts_the_experts_and_reduces_them_over_their_replicas():
-    from autopar.capture import capture
-    from autopar.analysis.analyse import analyse
-    from autopar.program import planned_shards
+    from autopar.trace.capture import capture
+    from autopar.passes.analysis.analyse import analyse
+    from autopar.passes.rank_program import planned_shards
     from autopar.strategies.placement import build_layout
-    from autopar.capture import MODEL_PREFIX
+    from autopar.trace.capture import MODEL_PREFIX
     plan = _plan(4, {"data": 4, "experts": 2})
     model = moe_model("mixtral")
     ids = torch.randint(0, 64, (4, 8))

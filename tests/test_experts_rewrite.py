@@ -27,8 +27,8 @@ def _mixtral():
 
 
 def rewrite_job() -> dict:
-    from autopar.analysis.analyse import analyse
-    from autopar.capture import capture
+    from autopar.passes.analysis.analyse import analyse
+    from autopar.trace.capture import capture
     from autopar.ir import regions
     from autopar.runtime import groups as G
     from autopar.strategies.experts.rewrite import expert_parallel_pass

@@ -12,8 +12,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import shared_ranks
-from autopar.capture import capture
-from autopar.transforms.fusion import FUSION, fusion_pass
+from autopar.trace.capture import capture
+from autopar.passes.fusion.rewrite import FUSION, fusion_pass
 from autopar.runtime import philox, rng
 
 triton = pytest.importorskip("triton")
@@ -477,7 +477,7 @@ def test_unsupported_dtype_falls_back():
 
 
 def test_fusion_true_on_cpu_without_the_interpreter_is_a_clear_error(monkeypatch):
-    from autopar.kernels import resolve_fusion
+    from autopar.passes.fusion import resolve_fusion
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         resolve_fusion(True, torch.device("cpu"))

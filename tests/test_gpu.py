@@ -83,8 +83,8 @@ def _case(name):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("name", ["bias_gelu", "scale_mask_softmax", "add_rms_norm", "swiglu", "rotary"])
 def test_fused_kernels_match_unfused_on_cuda(name, dtype):
-    from autopar.capture import capture
-    from autopar.transforms.fusion import FUSION, fusion_pass
+    from autopar.trace.capture import capture
+    from autopar.passes.fusion.rewrite import FUSION, fusion_pass
     device = torch.device("cuda")
     model, inputs = _case(name)
     model = model.to(device=device, dtype=dtype)

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autopar.capture import capture
+from autopar.trace.capture import capture
 from autopar.ir import REGIONS
-from autopar.analysis.analyse import analyse
+from autopar.passes.analysis.analyse import analyse
 
 transformers = pytest.importorskip("transformers")
 

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import autopar
-from autopar.capture import ModelLossError, capture
+from autopar.trace.capture import ModelLossError, capture
 from autopar.ir import CAPTURE
 from autopar.strategies.data.rewrite import LOSS_REDUCTION, data_parallel_pass, loss_reduction
 import shared_ranks

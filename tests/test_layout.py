@@ -7,9 +7,9 @@ import torch
 
 import autopar
 from autopar.api import _global_graph
-from autopar.capture import wrap_model
+from autopar.trace.capture import wrap_model
 from autopar.layout import Bucket
-from autopar.program import planned_shards
+from autopar.passes.rank_program import planned_shards
 from autopar.strategies.pipeline.layout import parameter_holders
 from autopar.strategies.placement import build_layout
 from examples.factories import inception, mlp, transformer

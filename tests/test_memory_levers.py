@@ -157,10 +157,10 @@ def test_forced_recomputation_is_priced_in_a_pipeline():
 def test_megatron_table_1_small_models_plan_data_parallel_with_accumulation():
     """Megatron Table 1's 1.7B on 32 A100s ran as t=1 p=1 d=32 with gradient accumulation:
     the whole batch of a data rank (16 sequences of 2048) does not fit, 4 microbatches do."""
-    from autopar.capture import capture
-    from autopar.analysis.analyse import analyse
+    from autopar.trace.capture import capture
+    from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planner import plan_graph
+    from autopar.planning.search import plan_graph
     from examples.factories import gpt_meta
     model, inputs, loss, target = gpt_meta(24, 2304, 24, 512)
     plan = plan_graph(analyse(capture(model, inputs, loss, target)), 32, get_hardware("a100-selene"))
@@ -177,10 +177,10 @@ def test_axonn_cache_keeps_the_layers_that_fit():
     blocks' (and the block being recomputed its own: 29 blocks' worth); each block's
     four linears gather 12·8192²/16 weights, 192 MiB."""
     import dataclasses
-    from autopar.capture import capture
-    from autopar.analysis.analyse import analyse
+    from autopar.trace.capture import capture
+    from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planner import plan_graph
+    from autopar.planning.search import plan_graph
     from examples.factories import gpt_meta
     facts = analyse(capture(*gpt_meta(32, 8192, 64, 16)))
     strategy = {"x": 4, "y": 4, "z": 4, "data": 1, "recompute": "full"}

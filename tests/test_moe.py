@@ -257,7 +257,7 @@ def test_the_eager_experts_loop_is_refused_at_capture_not_baked():
     """transformers' ``experts_implementation="eager"`` loops over the experts the
     example routed to (a data-dependent loop): capture refuses it with an error naming
     the line, rather than tracing one routing."""
-    from autopar.capture import CaptureError, capture
+    from autopar.trace.capture import CaptureError, capture
     from examples.zoo import logits_loss
     config = mixtral_config()
     config._experts_implementation = "eager"

@@ -10,9 +10,9 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autopar.capture import propagate_specs
+from autopar.trace.capture import propagate_specs
 from autopar.ir import REGION_OF, regions
-from autopar.analysis.fork_join import find_fork_join_regions_pass, format_regions
+from autopar.passes.analysis.fork_join import find_fork_join_regions_pass, format_regions
 
 from analysis_helpers import run_analysis_pass
 

@@ -8,9 +8,9 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.capture import propagate_specs
+from autopar.trace.capture import propagate_specs
 from autopar.ir import REGION_OF, regions
-from autopar.analysis.repeated_blocks import find_repeated_blocks_pass, format_regions
+from autopar.passes.analysis.repeated_blocks import find_repeated_blocks_pass, format_regions
 
 from analysis_helpers import run_analysis_pass
 

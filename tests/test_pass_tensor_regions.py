@@ -11,12 +11,12 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autopar.capture import capture, propagate_specs
+from autopar.trace.capture import capture, propagate_specs
 from autopar.ir import REGION_OF, regions
-from autopar.analysis.analyse import analyse
-from autopar.analysis.attention import find_attention_regions_pass
-from autopar.analysis.linear_chains import find_linear_chains_pass
-from autopar.analysis.vocab import find_vocab_region_pass
+from autopar.passes.analysis.analyse import analyse
+from autopar.passes.analysis.attention import find_attention_regions_pass
+from autopar.passes.analysis.linear_chains import find_linear_chains_pass
+from autopar.passes.analysis.vocab import find_vocab_region_pass
 from examples.models import TinyTransformer, gpt2
 
 

@@ -134,8 +134,8 @@ def _small_mixtral(strategy, memory_mib: float = 50, batch: int = 8, seq: int = 
 
 def test_an_moe_layers_dispatch_is_not_rows_of_the_batch_meeting():
     # its tokens sorted by expert, gathered, counted and put back: each row's output is its
-    # own (autopar.analysis.batch_rows), so the batch splits and expert parallelism is weighed
-    from autopar.analysis.batch_rows import couplings
+    # own (autopar.passes.analysis.batch_rows), so the batch splits and expert parallelism is weighed
+    from autopar.passes.analysis.batch_rows import couplings
     from autopar.api import _global_graph
     with torch.device("meta"):
         model = transformers.MixtralForCausalLM(transformers.MixtralConfig(

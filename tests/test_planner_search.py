@@ -9,7 +9,7 @@ import expecttest
 import pytest
 
 import autopar
-from autopar.planner import PlanError, Progress
+from autopar.planning.search import PlanError, Progress
 from examples.factories import gpt_meta
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,10 +100,10 @@ def test_why_not_names_the_binding_constraint():
 
 
 def test_identical_blocks_are_priced_once_and_progress_is_reported():
-    from autopar.capture import capture
-    from autopar.analysis.analyse import analyse
+    from autopar.trace.capture import capture
+    from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planner import plan_graph
+    from autopar.planning.search import plan_graph
     from autopar.planning.model import ModelFacts
     model, inputs, loss, target = _small(layers=12)
     gm = analyse(capture(model, inputs, loss, target))

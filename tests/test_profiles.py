@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import autopar
-from autopar import calibrate as cal
-from autopar.calibrate_fit import predict, robust_fit_alpha_beta, robust_summary
-from autopar.calibrate_measure import PIPELINE_MICROBATCHES, pipeline_case, pipeline_strategy, runtime_case
+from autopar.cost import calibrate as cal
+from autopar.cost.calibrate_fit import predict, robust_fit_alpha_beta, robust_summary
+from autopar.cost.calibrate_measure import PIPELINE_MICROBATCHES, pipeline_case, pipeline_strategy, runtime_case
 from autopar.cost import profiles
 from autopar.cost.hardware import PRESETS
 

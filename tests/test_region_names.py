@@ -1,4 +1,4 @@
-"""Region ids are ``<kind>:<module path>`` in the model's own names (autopar/analysis/naming.py).
+"""Region ids are ``<kind>:<module path>`` in the model's own names (autopar/passes/analysis/naming.py).
 
 Users read plans, and match region names with patterns, against the model they know:
 ``linear_chain:transformer.h.0.mlp``, not ``linear_chain:addmm_2``; the capture wrapper's
@@ -14,9 +14,9 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autopar.analysis.analyse import analyse
-from autopar.analysis.linear_chains import find_linear_chains_pass
-from autopar.capture import capture, propagate_specs
+from autopar.passes.analysis.analyse import analyse
+from autopar.passes.analysis.linear_chains import find_linear_chains_pass
+from autopar.trace.capture import capture, propagate_specs
 from autopar.ir import regions
 from examples import factories
 from examples.models import MLP

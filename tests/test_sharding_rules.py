@@ -1,7 +1,7 @@
 """Tier 1: how a split dimension travels through reshapes, transposes and broadcasts."""
 import pytest
 
-from autopar.strategies.sharding import Shard, map_permute, map_reshape, map_transpose, reshape_groups, scale_literal
+from autopar.strategies.shared.sharding import Shard, map_permute, map_reshape, map_transpose, reshape_groups, scale_literal
 
 
 def test_reshape_groups_pair_runs_of_equal_product():

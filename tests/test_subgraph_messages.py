@@ -52,7 +52,7 @@ def test_orders_and_groups():
 # ---------------------------------------------------------------- branch assignment and cost
 
 from autopar.cost import model as cm  # noqa: E402
-from autopar.analysis.flops import NodeWork  # noqa: E402
+from autopar.passes.analysis.flops import NodeWork  # noqa: E402
 from autopar.cost.hardware import get_hardware  # noqa: E402
 from autopar.strategies.dsp.cost import assign_branches, dsp_region_cost  # noqa: E402
 

@@ -60,7 +60,7 @@ class Hardware:
     # which the cost model interpolates between (cost.measured_table), the fit past them.
     measured: dict = field(default_factory=dict, hash=False)
     # Whether compiled programs run their pointwise chains as generated Triton kernels
-    # (autopar.transforms.fusion: on for GPUs); the cost model then prices each chain as one
+    # (autopar.passes.fusion.rewrite: on for GPUs); the cost model then prices each chain as one
     # kernel that reads its inputs and writes its outputs once.
     fused_kernels: bool = False
     # What a step pays besides FLOPs and bytes (docs/cost_model.md, "Overheads"), 0 where

@@ -11,6 +11,6 @@
 
 Nothing here imports a family at load time: each family's planning lives in its package
 (``autopar/strategies/<family>/planner.py``, behind :mod:`autopar.strategies.family`),
-and the search that loops over them is :mod:`autopar.planner`. The hardware and the
-α-β formulas are in :mod:`autopar.cost`, FLOP counting in :mod:`autopar.analysis.flops`.
+and the search that loops over them is :mod:`autopar.planning.search`. The hardware and the
+α-β formulas are in :mod:`autopar.cost`, FLOP counting in :mod:`autopar.passes.analysis.flops`.
 """

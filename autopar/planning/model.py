@@ -21,13 +21,13 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from autopar.analysis.flops import graph_work
-from autopar.analysis.ops import (is_cross_entropy, is_dropout, is_embedding, is_pointwise, is_sdpa, is_softmax,
+from autopar.passes.analysis.flops import graph_work
+from autopar.passes.analysis.ops import (is_cross_entropy, is_dropout, is_embedding, is_pointwise, is_sdpa, is_softmax,
                                   match_linear)
 from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
 from autopar.ir import REGION_OF, regions, tensor_spec
-from autopar.transforms.fusion import fusible_chains
+from autopar.passes.fusion.rewrite import fusible_chains
 
 TENSOR_KINDS = ("vocab", "attention", "linear_chain")
 GRADIENT_BUCKET_BYTES = 25 * 2**20
@@ -322,9 +322,9 @@ class ModelFacts:
 
     @property
     def batch_couplings(self) -> list:
-        """Where rows of the batch meet (:mod:`autopar.analysis.batch_rows`): what a plan
+        """Where rows of the batch meet (:mod:`autopar.passes.analysis.batch_rows`): what a plan
         that splits the batch must make exact, or cannot run."""
-        from autopar.analysis.batch_rows import couplings
+        from autopar.passes.analysis.batch_rows import couplings
         return couplings(self.gm)
 
     def seconds(self, names, hw: Hardware, scale: float, recompute: bool = False) -> float:

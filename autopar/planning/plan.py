@@ -160,7 +160,7 @@ class Plan:
     # expert parallelism (docs/experts.md): the MoE regions' experts over expert groups of
     # this many consecutive data ranks (1: none); the regions that use it say "experts"
     experts: int = 1
-    # where rows of the batch meet (autopar.analysis.batch_rows.Coupling as JSON dicts) and
+    # where rows of the batch meet (autopar.passes.analysis.batch_rows.Coupling as JSON dicts) and
     # what the plan does about each: the remedy runs under a batch split, else none is split;
     # None: not known (a plan saved before the analysis existed: each rank reads its own graph)
     batch_couplings: list | None = None

@@ -53,7 +53,7 @@ leaves them alone):
 
 ``rank_passes(plan, build)``
     The :class:`RankPass` es the family adds to a rank's program
-    (:func:`autopar.program.rewrite` orders them by ``phase``: D&SP's branches, then
+    (:func:`autopar.passes.rank_program.rewrite` orders them by ``phase``: D&SP's branches, then
     the split of the regions, then recomputation, then the data-parallel pass).
 
 ``recompute_regions(plan)``
@@ -63,7 +63,7 @@ leaves them alone):
     Refine the parameter layout (:mod:`autopar.strategies.placement`): where the
     family's parameters live and how their gradients are reduced.
 
-The planner (:mod:`autopar.planner`) enumerates: for each family of
+The planner (:mod:`autopar.planning.search`) enumerates: for each family of
 :data:`autopar.strategies.registry.FAMILIES`, its candidates; it prices each, and takes
 the fastest feasible one (ties to the earlier). Adding a family is adding a package with
 a ``planner.py`` whose family object goes into that registry.

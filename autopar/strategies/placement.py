@@ -23,7 +23,7 @@ import dataclasses
 
 import torch.nn as nn
 
-from autopar.capture import MODEL_PREFIX
+from autopar.trace.capture import MODEL_PREFIX
 from autopar.layout import Bucket, ParamLayout, Placement, Seat
 from autopar.strategies.data.zero import place as zero_place
 from autopar.strategies.family import RankBuild

@@ -1,4 +1,4 @@
-"""The families the planner weighs, in the order it weighs them (:mod:`autopar.planner`).
+"""The families the planner weighs, in the order it weighs them (:mod:`autopar.planning.search`).
 
 The order is part of the plan: the configurations weighed are listed in it, and a tie
 goes to the earlier configuration (data before Megatron's smaller tensor degrees before

@@ -16,7 +16,7 @@ from __future__ import annotations
 from autopar.cost.hardware import Hardware
 from autopar.grid import Grid3D
 from autopar.ir import tensor_spec
-from autopar.analysis.ops import match_linear
+from autopar.passes.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts
 from autopar.planning.strategy import PlanError, Strategy
 from autopar.strategies.cube.rewrite import check_rows, cube3d_pass, planned_cube_shards

@@ -15,7 +15,7 @@ grid ``Gx = Gy = Gz = p`` (times any data degree), in two walks over the graph:
    all-gathered over y and then over x. Where one region's transposed layer feeds the
    next region's plain layers, that layout *is* their input layout, and neither
    re-layout is made ("exchange the input and output directions", bian §3.1.1).
-2. **Rows**: a second :class:`~autopar.strategies.propagation.LayoutPropagator`,
+2. **Rows**: a second :class:`~autopar.strategies.shared.propagation.LayoutPropagator`,
    over the ``y`` group along dim 0, carries the row split the plain layers' output has
    (``C_ilj``: rows over the in axis y) through the ops between the layers to the
    transposed layer, which reads it as its ``A``. This is what makes the activations
@@ -33,9 +33,9 @@ import torch.fx as fx
 
 from autopar.grid import Grid3D
 from autopar.ir import tensor_spec
-from autopar.analysis import ops
-from autopar.strategies.propagation import LayoutPropagator, TensorParallelError
-from autopar.strategies.sharding import Shard, normalize_dim
+from autopar.passes.analysis import ops
+from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
+from autopar.strategies.shared.sharding import Shard, normalize_dim
 from autopar.strategies.tensor3d.rewrite import _Rewriter3D
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS
 from autopar.runtime import collectives as C

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from autopar._torch_compat import argument_names, is_aten_op
 from autopar.ir import CAPTURE, LOSS_REDUCTION, SPEC, TensorSpec
-from autopar.analysis import ops
+from autopar.passes.analysis import ops
 from autopar.runtime import collectives as C
 from autopar.runtime.target_count import TARGET_COUNT, global_mean
 
@@ -168,13 +168,13 @@ def mark_batch_major_rows(gm: fx.GraphModule, local_batch: int) -> None:
 
 def sync_router_statistics(gm: fx.GraphModule, group: str, microbatches: int = 1) -> list[str]:
     """Make the statistics a mixture of experts' load-balancing loss reduces over the
-    tokens (:func:`autopar.analysis.experts.router_statistics`) the whole batch's: each
+    tokens (:func:`autopar.passes.analysis.experts.router_statistics`) the whole batch's: each
     becomes its mean over the data ranks (:func:`autopar.runtime.collectives.batch_statistic`),
     so the auxiliary loss and its gradients equal the single-device model's. With
     gradient accumulation the statistics are each microbatch's (as Megatron-LM computes
     them), which differs from one pass over the whole batch: a warning says so. Returns
     the nodes synchronised."""
-    from autopar.analysis.experts import router_statistics
+    from autopar.passes.analysis.experts import router_statistics
     names = router_statistics(gm)
     if not names:
         return names
@@ -229,7 +229,7 @@ def sync_batch_norms(gm: fx.GraphModule, group: str) -> int:
 
 def sync_batch_couplings(gm: fx.GraphModule, group: str, local_batch: int, degree: int,
                          planned: list | None = None) -> list[str]:
-    """Make every node where rows of the batch meet (:mod:`autopar.analysis.batch_rows`,
+    """Make every node where rows of the batch meet (:mod:`autopar.passes.analysis.batch_rows`,
     found on this rank's graph) compute what the single device computes, with the data
     ranks of ``group`` holding the batch's parts:
 
@@ -245,7 +245,7 @@ def sync_batch_couplings(gm: fx.GraphModule, group: str, local_batch: int, degre
     ``planned``: the couplings the plan was made with (JSON dicts); each with a remedy must
     be found here, and none without one may be (:class:`DataParallelError` otherwise).
     Returns the names of the nodes rewritten."""
-    from autopar.analysis.batch_rows import couplings
+    from autopar.passes.analysis.batch_rows import couplings
     found = {c.node: c for c in couplings(gm)}
     if planned is not None:   # the plan's (found on the whole batch) decide; this graph must hold them
         with_loss = gm.meta[CAPTURE].with_loss if CAPTURE in gm.meta else True
@@ -452,7 +452,7 @@ def _target_count_program(gm: fx.GraphModule, target: fx.Node, ignore_index: int
 
 def _positions(node: fx.Node) -> bool:
     """Whether ``node`` is an ``arange`` (cast, viewed, offset to the batch's rows)."""
-    from autopar.analysis.batch_rows import bare_positions
+    from autopar.passes.analysis.batch_rows import bare_positions
     if node.op == "call_function" and node.target is C.global_rows:
         node = node.args[0]
     return bare_positions(node)

@@ -64,7 +64,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
-from autopar.capture import MODEL_PREFIX
+from autopar.trace.capture import MODEL_PREFIX
 from autopar.layout import cut_shape
 from autopar.runtime._swap import SwapGlobal
 from autopar.runtime.groups import get_group, size_of

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from autopar.grid import RankGrid, subgrid_dims
 from autopar.cost import model as cm
-from autopar.analysis.flops import NodeWork
+from autopar.passes.analysis.flops import NodeWork
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_byt
                     csub: bool = False) -> SubgraphCost:
     """Price a fork/join region under D&SP with ``g`` sub-grids of ``n / g`` ranks.
 
-    ``branch_works`` are each branch's :class:`~autopar.analysis.flops.NodeWork` at the
+    ``branch_works`` are each branch's :class:`~autopar.passes.analysis.flops.NodeWork` at the
     global batch; ``fork_bytes`` / ``join_bytes`` the global-batch sizes of the value
     entering the branches and of the join's result. Per SUPER §III-B a sub-grid runs
     its branches on ``B·g/n`` rows — fewer, larger kernels per rank than data

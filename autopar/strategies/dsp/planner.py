@@ -34,7 +34,7 @@ from autopar.ir import CAPTURE, regions, tensor_spec
 from autopar.planning.model import ModelFacts, exposed_data_comm
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.strategies.data import levers as L
+from autopar.strategies.shared import levers as L
 from autopar.strategies.data.planner import batch_norms, check_batch_norms
 from autopar.strategies.dsp.cost import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
 from autopar.strategies.dsp import layout as dsp_layout
@@ -302,8 +302,8 @@ class SubgraphParallel(CompileHooks):
 
 def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable) -> tuple[RegionTable, Strategy]:
     """The D&SP configuration with the memory levers it runs with
-    (:func:`autopar.strategies.data.levers.weigh`): accumulation and recomputation, its
-    table read per microbatch by :func:`autopar.strategies.data.levers.scaled`; no ZeRO
+    (:func:`autopar.strategies.shared.levers.weigh`): accumulation and recomputation, its
+    table read per microbatch by :func:`autopar.strategies.shared.levers.scaled`; no ZeRO
     (the sub-grids' ranks hold different branches) and no accumulation under cSub."""
     model, hw = ctx.model, ctx.hw
     branch_elems = sum(model.params[name].numel() for c in table.regions if c.strategy == "dsp"

@@ -3,7 +3,7 @@
 Expert parallelism rides on a plan of another family: data × tensor (data parallelism,
 Megatron) or a pipeline. For an expert degree ``P`` (dividing the data degree and every
 MoE layer's expert count) the data ranks form expert groups of ``P`` consecutive ranks;
-each MoE region (:mod:`autopar.analysis.experts`) chooses between
+each MoE region (:mod:`autopar.passes.analysis.experts`) chooses between
 
 * ``"experts"``: its experts spread over the group (``E/P`` per rank), the tokens
   dispatched and combined by all-to-all (:mod:`.collectives`), the experts Megatron-split
@@ -34,7 +34,7 @@ region under a forced ``{"data": d, "experts": P}``.
   gradient all-reduce less the experts' weights, which are all-reduced over their
   replicas instead, and the memory less ``(1 − 1/P)`` of the experts' weights; then the
   memory levers (microbatches, recomputation; ZeRO is not run with expert parallelism)
-  weighed on that, as for the base families (:func:`autopar.strategies.data.levers.weigh`).
+  weighed on that, as for the base families (:func:`autopar.strategies.shared.levers.weigh`).
 * ``to_plan``: the base plan, its MoE regions' rows added (placement, predicted rows per
   rank, all-to-all bytes and seconds), their chains' rows marked ``"experts"`` (so
   Megatron leaves them to this family), ``plan.experts = P``.
@@ -57,7 +57,7 @@ from autopar.strategies.experts.cost import dispatch_combine_time
 from autopar.strategies.experts.layout import ExpertShard, place as place_experts, place_modules
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
 from autopar.strategies.megatron.planner import price_mesh
-from autopar.strategies.data import levers as L
+from autopar.strategies.shared import levers as L
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        rejected, too_big)
 
@@ -66,7 +66,7 @@ PIPELINES_AT = 3  # and the fastest pipelines: weighing every layout would multi
 
 
 def moe_regions(model: ModelFacts) -> list:
-    """The model's MoE regions (:mod:`autopar.analysis.experts`) whose experts this
+    """The model's MoE regions (:mod:`autopar.passes.analysis.experts`) whose experts this
     family's rewrite handles (gated, no biases); found once per model."""
     def find():
         out = []
@@ -307,7 +307,7 @@ class ExpertParallel(CompileHooks):
         """A data × tensor configuration with expert parallelism: the base's region table
         on the whole batch (before its memory levers), each MoE region's choice, then the
         memory levers weighed on the configuration with its experts spread
-        (:func:`autopar.strategies.data.levers.weigh`, without ZeRO): the base may need
+        (:func:`autopar.strategies.shared.levers.weigh`, without ZeRO): the base may need
         more memory than the device has, which the experts' ``(1 − 1/P)`` saving and the
         levers may bring within it."""
         from autopar.strategies.data.planner import batch_norms

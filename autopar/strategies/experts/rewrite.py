@@ -1,7 +1,7 @@
 """Expert parallelism's rewrite of one rank's graph: a routed layer's experts run where
 they are held.
 
-For an ``experts`` region (:mod:`autopar.analysis.experts`) the pass replaces everything
+For an ``experts`` region (:mod:`autopar.passes.analysis.experts`) the pass replaces everything
 between the router's outputs and the layer's routed output (the sort by expert, the
 grouped matmuls over all ``E`` experts, the un-sort and the sum over the ``k`` slots) by
 one call of :func:`expert_parallel_mlp`: the tokens :func:`~.collectives.dispatch`-ed to
@@ -15,7 +15,7 @@ them), their biases too when they have them (``[E/P, width]``: Hugging Face GPT-
 each row's expert's bias after both projections). Between the projections the call
 computes the activation the analysis read and checked (``details["activation"]``:
 SiLU, exact or tanh GeLU or ReLU gating the up half, or GPT-OSS's clamped SwiGLU;
-gate and up as halves or alternating columns, :func:`autopar.analysis.experts.gated`).
+gate and up as halves or alternating columns, :func:`autopar.passes.analysis.experts.gated`).
 What the analysis could not read (another activation, an ungated expert, a parameter
 the call does not take; ``details["unread"]``) raises: rewrites fail loudly. With a
 tensor group the rank's experts are also Megatron-split (f and g around the call): the
@@ -36,8 +36,8 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from autopar.analysis.experts import activation_argument, gated
-from autopar.analysis.ops import match_linear
+from autopar.passes.analysis.experts import activation_argument, gated
+from autopar.passes.analysis.ops import match_linear
 from autopar.ir import SPEC, Region, regions
 from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
 from autopar.runtime.groups import group_rank
@@ -69,7 +69,7 @@ def local_experts(rows: torch.Tensor, ids: torch.Tensor, gate_up: torch.Tensor, 
     """This rank's experts (``gate_up`` ``[E/P, ...]``, ``down`` ``[E/P, ...]``, their biases
     ``[E/P, width]`` when given) on the rows it received, each by the expert ``ids`` names:
     ``down(act(gate) * up + ...)`` as Hugging Face's experts compute it, the activation and
-    the gate/up layout as :func:`autopar.analysis.experts.gated` takes them (halves, gate
+    the gate/up layout as :func:`autopar.passes.analysis.experts.gated` takes them (halves, gate
     first, or alternating columns when ``interleaved``)."""
     def run(expert, x):
         h = _project(x, gate_up[expert], layouts[0])
@@ -97,7 +97,7 @@ def expert_parallel_mlp(hidden: torch.Tensor, index: torch.Tensor, weights: torc
     """A routed layer's output ``[tokens, hidden]`` with its experts spread over ``group``
     (dispatch, this rank's experts, combine): what the layer computes on one device.
     ``gate_up_bias``, ``down_bias``: the rank's experts' biases (``[E/P, width]``);
-    ``activation`` and ``interleaved``: what :func:`autopar.analysis.experts.gated` takes.
+    ``activation`` and ``interleaved``: what :func:`autopar.passes.analysis.experts.gated` takes.
 
     ``tensor``: the experts are also Megatron-split over that group (each rank holds its
     columns of the gated projection and of its bias, its rows of the down projection): the
@@ -136,7 +136,7 @@ torch.fx.wrap("expert_parallel_modules")
 
 def expert_weights(gm: fx.GraphModule, region: Region) -> tuple:
     """The experts' (gated projection, down projection) matches of ``region``
-    (:func:`autopar.analysis.ops.match_linear`) and their chain, checked: what the
+    (:func:`autopar.passes.analysis.ops.match_linear`) and their chain, checked: what the
     analysis read of them (gated, an activation :func:`local_experts` computes, no
     parameter besides the weights and their biases) raises ``ValueError`` with its reason
     when unread (``details["unread"]``). A layer of separate expert modules needs no

@@ -16,12 +16,12 @@ every region planned as ``megatron`` it
   ``vocab_parallel_cross_entropy``; a vocabulary ``V`` the degree ``t`` does not divide
   is padded (Megatron-LM's ``--make-vocab-size-divisible-by``, :func:`padded_vocab`):
   every rank holds ``ceil(V/t)`` rows (:class:`ParamShard` ``padded_to``, the last ranks'
-  tails zero), the logits are a padded :class:`~autopar.strategies.sharding.Shard`
+  tails zero), the logits are a padded :class:`~autopar.strategies.shared.sharding.Shard`
   (``size=V``) gathered without the padding, and the cross-entropy gets
   ``vocab_size=V`` so the padded columns stay out of the softmax;
 
 and carries the resulting layouts through every other node with
-:class:`~autopar.strategies.propagation.LayoutPropagator` (rewriting views that bake
+:class:`~autopar.strategies.shared.propagation.LayoutPropagator` (rewriting views that bake
 the head count in). A node no
 rule covers gets its split inputs all-gathered first (a logged fallback: correct, and
 visible in the rank graph). Values reaching the graph output are gathered, so the rank
@@ -41,9 +41,9 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 from autopar.ir import PARAM_SHARDS, regions, tensor_spec
-from autopar.analysis import ops
-from autopar.strategies.propagation import LayoutPropagator, TensorParallelError
-from autopar.strategies.sharding import Shard
+from autopar.passes.analysis import ops
+from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
+from autopar.strategies.shared.sharding import Shard
 from autopar.runtime import collectives as C
 from autopar.runtime import rng
 from autopar.runtime.shards import gather_full, local_shard

@@ -48,13 +48,13 @@ from dataclasses import dataclass, field
 
 from autopar.cost import model as cm
 from autopar.grid import Grid3D
-from autopar.analysis.ops import is_dropout, match_linear
+from autopar.passes.analysis.ops import is_dropout, match_linear
 from autopar.ir import tensor_spec
 from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab, padding_details, region_sizes,
                                     split_factor)
 from autopar.planning.plan import Cost, Plan, RegionChoice, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.strategies.data import levers as L
+from autopar.strategies.shared import levers as L
 from autopar.strategies.data.planner import batch_norms
 from autopar.strategies.dsp.cost import dsp_tensor_cost
 from autopar.strategies.dsp.planner import branches_of, subgraph_regions, unsplittable
@@ -962,7 +962,7 @@ class Mixed(CompileHooks):
     def with_levers(self, ctx: PlanContext, config: Strategy, table: RegionTable, materialize: bool = False
                     ) -> tuple[RegionTable, Strategy]:
         """The mixed mesh with the memory levers it runs with
-        (:func:`autopar.strategies.data.levers.weigh`): each microbatch count's
+        (:func:`autopar.strategies.shared.levers.weigh`): each microbatch count's
         programme priced again at one microbatch's rows; ZeRO over the data ranks."""
         data, t, hw = config.data, config.tensor, ctx.hw
 

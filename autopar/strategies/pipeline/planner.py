@@ -33,7 +33,7 @@ import dataclasses
 import logging
 from dataclasses import asdict, dataclass
 
-from autopar.analysis.fork_join import node_flops
+from autopar.passes.analysis.fork_join import node_flops
 from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE, tensor_spec
@@ -410,14 +410,14 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
 def with_zero(n: PipelineNumbers, zero: int, hw: Hardware, largest: float = 0.0) -> PipelineNumbers:
     """``n`` with ZeRO's stage ``zero`` over its data ranks (docs/memory.md): each
     rank's parameters, gradients and optimizer state by
-    :func:`autopar.strategies.data.levers.state_bytes` (the gradients accumulate over the
+    :func:`autopar.strategies.shared.levers.state_bytes` (the gradients accumulate over the
     microbatches, so ZeRO-2 keeps them whole until the reduce-scatter, as ZeRO-1), its data
-    communication by :func:`autopar.strategies.data.levers.zero_comm` after the schedule
+    communication by :func:`autopar.strategies.shared.levers.zero_comm` after the schedule
     (nothing overlapped: the pipeline's data all-reduce is priced after the schedule);
     ``largest``: the two largest parameters' elements, ZeRO-3 holds them gathered."""
     if not zero or n.data == 1:
         return n
-    from autopar.strategies.data import levers as L  # the data family's home
+    from autopar.strategies.shared import levers as L
     memory = []
     for params, (keep, again) in zip(n.rank_params, n.memory):
         whole = cm.training_memory(params, 0.0)

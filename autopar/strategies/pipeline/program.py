@@ -1,6 +1,6 @@
 """A rank's stages of a pipeline plan (PTD-P, megatron §2-§4): :class:`PipelineRunner`.
 
-The :class:`~autopar.module.ParallelModule` of a plan with a ``pipeline`` runs through
+The :class:`~autopar.runtime.module.ParallelModule` of a plan with a ``pipeline`` runs through
 it. A rank at pipeline position
 ``r`` holds only the parameters its stages read (stages ``c·p + r``); the others are
 empty on it. ``step`` splits its data rank's share of the batch into ``m`` microbatches,
@@ -38,19 +38,19 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.inputs import signature
-from autopar.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
+from autopar.trace.inputs import signature
+from autopar.runtime.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
 from autopar._torch_compat import export_out_spec
-from autopar.capture import capture
-from autopar.inputs import CallLayout
+from autopar.trace.capture import capture
+from autopar.trace.inputs import CallLayout
 from autopar.ir import CAPTURE, LAST, PASSES_RUN, STAGE, Region, add_region, regions
-from autopar.analysis.analyse import analyse
-from autopar.analysis.naming import adopt_region_ids
+from autopar.passes.analysis.analyse import analyse
+from autopar.passes.analysis.naming import adopt_region_ids
 from autopar.strategies.data.rewrite import loss_reduction, mark_batch_major_rows
-from autopar.transforms.fusion import fusion_pass
-from autopar.analysis.manager import PassRunner
+from autopar.passes.fusion.rewrite import fusion_pass
+from autopar.passes.manager import PassRunner
 from autopar.strategies.pipeline.stages import split
-from autopar.transforms.recompute import recompute_pass
+from autopar.passes.recompute import recompute_pass
 from autopar.strategies.family import RECOMPUTE, RankBuild, RankPass
 from autopar.strategies.registry import FAMILIES
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS
@@ -68,7 +68,7 @@ def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
     block by block. The stage's other regions take the whole graph's ids (``region_ids``:
     ``(kind, first node name) -> id``; the plan names them so), which the stage's own
     analysis can number otherwise: ``linear_chain:enc#1`` is the first chain of ``enc``
-    in a stage without the other (:func:`autopar.analysis.naming.adopt_region_ids`)."""
+    in a stage without the other (:func:`autopar.passes.analysis.naming.adopt_region_ids`)."""
     if region_ids:
         adopt_region_ids(gm, region_ids)
     present = {r.id for r in regions(gm, "block")}
@@ -95,7 +95,7 @@ def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, recom
         steps.append(RankPass(RECOMPUTE, "recompute", recompute_pass,
                               {"regions": list(block_nodes), "selective": recompute == "selective"}))
     passes = [
-        # the stage's part of the whole graph's vocab region (autopar.analysis.vocab.stage_part)
+        # the stage's part of the whole graph's vocab region (autopar.passes.analysis.vocab.stage_part)
         ("analysis", analyse, {"label": f"rank{rank}_stage_analysis", "vocab": list(vocab)}),
         ("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes, "region_ids": region_ids}),
         *[(p.name, p.fn, p.options) for p in sorted(steps, key=lambda p: p.phase)],
@@ -114,7 +114,7 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
     ``({stage: (GraphModule, Stage)}, graph input names, torch.export's output nesting)``.
     Captured here, cut into the plan's stages, each of the rank's stages rewritten.
     ``inputs``: flat, laid out by ``layout`` (positional, then keyword tensors);
-    ``model_loss``: as :func:`autopar.capture.capture` (the model's own loss)."""
+    ``model_loss``: as :func:`autopar.trace.capture.capture` (the model's own loss)."""
     args, kwargs = (layout or CallLayout(len(inputs))).unflatten(inputs)
     gm = analyse(capture(model, args, loss_fn if target is not None else None, target, example_kwargs=kwargs,
                          model_loss=None if loss_fn is not None else model_loss))
@@ -161,7 +161,7 @@ def _stage_code(code: str, stage: int, rank: int) -> str:
 
 
 class PipelineRunner:
-    """Runs this rank's stages of a pipeline plan for :class:`autopar.module.ParallelModule`
+    """Runs this rank's stages of a pipeline plan for :class:`autopar.runtime.module.ParallelModule`
     (module docstring): the stage programs per input signature, the schedule
     (:class:`~autopar.strategies.pipeline.executor.PipelineExecutor`), the gradient
     synchronisation after the last microbatch and the loss on every rank."""
@@ -221,7 +221,7 @@ class PipelineRunner:
     # ------------------------------------------------------------------ running
     def _last_stage_count(self, programs: dict[int, StageProgram], pieces: list[tuple]) -> torch.Tensor | None:
         """The whole batch's count of counted targets when the last stage (on this rank)
-        averages its loss over them: see :meth:`autopar.runner.RankState.target_count`."""
+        averages its loss over them: see :meth:`autopar.runtime.runner.RankState.target_count`."""
         last = programs.get(self.p * self.v - 1)
         return None if last is None else self.state.target_count(last.module, pieces, "data")
 

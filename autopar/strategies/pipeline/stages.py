@@ -1,6 +1,6 @@
 """Rewrite pass: cut a traced graph into pipeline stages at repeated-block boundaries
 (megatron §2.2; the blocks are the ``block`` regions of
-:mod:`autopar.analysis.repeated_blocks`).
+:mod:`autopar.passes.analysis.repeated_blocks`).
 
 :func:`balance` chooses the cut: ``S`` contiguous groups of blocks minimising the most
 expensive stage, the nodes before the first block (the embedding) counted on the first
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch.fx as fx
 
 from autopar.ir import REGIONS, regions, tensor_spec
-from autopar.analysis.fork_join import node_flops
+from autopar.passes.analysis.fork_join import node_flops
 
 
 class StageError(ValueError):

@@ -35,15 +35,15 @@ from autopar.cost.hardware import Hardware
 from autopar.grid import Grid3D
 from autopar.ir import regions as ir_regions
 from autopar.ir import tensor_spec
-from autopar.analysis.ops import match_linear
+from autopar.passes.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts, exposed_data_comm
-from autopar.strategies.data import levers as L
+from autopar.strategies.shared import levers as L
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected, too_big)
 from autopar.strategies.tensor3d import layout as tensor3d_layout
-from autopar.strategies.propagation import TensorParallelError
+from autopar.strategies.shared.propagation import TensorParallelError
 from autopar.strategies.tensor3d.cost import boundary_comm, grids_of, layer_comm
 from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards, region_linears, tensor3d_pass
 
@@ -310,7 +310,7 @@ def data_comm_3d(grid: Grid3D, local_elems: float, shard_elems: float, compute: 
 def cache_settings(one: "Table3D", blocks: int, z: int) -> list[L.Again]:
     """Full recomputation of a 3D grid's blocks with the all-gather cache holding the
     first ``k`` of ``blocks`` blocks' layers (axonn §IV-D: 28 of 32 where all did not
-    fit; :func:`autopar.strategies.data.levers.weigh` keeps the most that fit): the
+    fit; :func:`autopar.strategies.shared.levers.weigh` keeps the most that fit): the
     forward's in-axis all-reduces run again (the layers' x and y communication x1.5,
     megatron §3.5); the weights of an uncached block are gathered again over z (half of
     its layers' z communication, the other half being the weight gradients'
@@ -429,7 +429,7 @@ class Tensor3D(CompileHooks):
 
     def with_levers(self, ctx: PlanContext, config: Strategy, table: RegionTable, form: Form3D, split_all: bool,
                     materialize: bool = False) -> tuple[RegionTable, Strategy]:
-        """The grid with the memory levers it runs with (:func:`autopar.strategies.data.levers.weigh`):
+        """The grid with the memory levers it runs with (:func:`autopar.strategies.shared.levers.weigh`):
         accumulation re-priced on a grid whose data axis takes the microbatches, full
         recomputation with the all-gather cache bounded (:func:`cache_settings`); no ZeRO
         (the 3D shards are split over z already)."""

@@ -40,9 +40,9 @@ import torch.fx as fx
 
 from autopar.grid import Grid3D
 from autopar.ir import regions as analysis_regions, tensor_spec
-from autopar.analysis import ops
-from autopar.strategies.propagation import LayoutPropagator, TensorParallelError
-from autopar.strategies.sharding import Shard
+from autopar.passes.analysis import ops
+from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
+from autopar.strategies.shared.sharding import Shard
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS, _Rewriter
 from autopar.runtime import collectives as C
 from autopar.strategies.tensor3d.runtime import Grid3DShard, block_shape, linear_3d

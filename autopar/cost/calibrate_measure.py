@@ -1,0 +1,483 @@
+"""What ``autopar calibrate`` times on every rank of a launched world.
+
+:func:`calibration_job` runs on each rank (one intra-op thread each, denormals flushed)
+and returns that rank's median seconds of every measurement: fp32 square matmuls, the
+launch latency of a 1-element add, a large ``copy_``, and each of :data:`COLLECTIVES`
+over every group size :func:`group_sizes` gives (groups of consecutive ranks, all
+groups of one size at once) at the message sizes :func:`settings` picks. Each sample
+starts after a barrier of all ranks; a collective sample is one call, a compute sample
+repeats the kernel to last a few milliseconds.
+
+The overhead terms are measured with the runtime's own pieces, in ``rounds`` rounds
+taking turns with the measurements above (so a burst of other load corrupts one round,
+which the fit reports as an outlier, rather than the figure): the host's cost per op of
+an fx program run forward and backward (:func:`_time_host_ops`), a tiny all-reduce
+called through autopar's autograd functions less the raw call
+(:func:`_time_collective_calls`), a tiny all-reduce met in a loop of compute per group
+size (:func:`_time_in_training`), tiny all-gathers in flight together against one after
+another (:func:`_time_async_exposed`), ``pm.step`` of a one-linear model compiled data
+parallel (:func:`runtime_case`) and of a ``world``-stage pipeline at two microbatch
+counts (:func:`pipeline_case`). Fitting the cost model to these is
+:mod:`autopar.cost.calibrate_fit`'s; :mod:`autopar.cost.calibrate` launches the job and fits.
+"""
+from __future__ import annotations
+
+import platform
+import socket
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "scatter", "send")
+"""The collectives measured, named as ``Hardware.measured`` and ``cost`` name them."""
+
+@dataclass(frozen=True)
+class Settings:
+    """What one calibration measures; :func:`settings` picks them for the full and quick runs."""
+
+    message_bytes: tuple[int, ...]
+    matmul_sizes: tuple[int, ...]
+    copy_bytes: int
+    repeats: int           # timed samples per collective point, one call each (after a warm-up call)
+    compute_repeats: int   # timed samples per compute point (after a warm-up call) ...
+    sample_s: float        # ... each repeating the kernel to last about this long
+    rounds: int = 5        # the overhead terms are measured this many times, spread over the run
+
+
+def settings(quick: bool, device_type: str = "cpu") -> Settings:
+    """Full: 11 message sizes 4 B..4 MiB (×4 apart) timed 41 times each, matmuls 32..2048
+    timed in 11 samples of ~20 ms, the overhead terms in 5 rounds; quick: 6 sizes 4 B..4 MiB
+    (×16 apart) timed 15 times, matmuls 32..1024 in 5 samples of ~5 ms, 3 rounds. GPUs
+    get larger matmuls. Compute samples last
+    several scheduler time slices, so where ranks share cores (more ranks than cores, or
+    other load) the small kernels see the same sharing as the large ones."""
+    gpu = device_type == "cuda"
+    if quick:
+        return Settings(message_bytes=tuple(4 * 16 ** k for k in range(6)),
+                        matmul_sizes=(32, 64, 128, 256, 512, 1024) + ((2048, 4096) if gpu else ()),
+                        copy_bytes=64 << 20, repeats=15, compute_repeats=5, sample_s=5e-3, rounds=3)
+    return Settings(message_bytes=tuple(4 * 4 ** k for k in range(11)),
+                    matmul_sizes=(32, 64, 128, 256, 512, 1024, 2048) + ((4096, 8192) if gpu else ()),
+                    copy_bytes=256 << 20, repeats=41, compute_repeats=11, sample_s=20e-3)
+
+
+def group_sizes(world_size: int) -> list[int]:
+    """Every group size the planner can form on ``world_size`` ranks: the divisors ≥ 2."""
+    return [g for g in range(2, world_size + 1) if world_size % g == 0]
+
+
+def _device(backend: str) -> torch.device:
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _after_barrier(fn: Callable[[], Any], device: torch.device) -> float:
+    """Seconds of one ``fn()`` started after a barrier of all ranks, the device synchronised
+    before and after."""
+    dist.barrier()
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def _time_kernel(op: Callable[[], Any], device: torch.device, s: Settings) -> float:
+    """Median seconds per call of a compute kernel ``op`` over ``s.compute_repeats``
+    samples, each started after a barrier of all ranks and repeating ``op`` to last about
+    ``s.sample_s`` (a microsecond kernel is below the timer's resolution alone)."""
+    op()  # warm-up: first-call costs (allocations, caches)
+    _sync(device)
+    start = time.perf_counter()
+    op()
+    _sync(device)
+    inner = max(1, round(s.sample_s / max(time.perf_counter() - start, 1e-9)))
+    def repeated():
+        for _ in range(inner):
+            op()
+    return statistics.median(_after_barrier(repeated, device) / inner for _ in range(s.compute_repeats))
+
+
+def _time_collectives(ops: list[Callable[[], Any]], device: torch.device, s: Settings) -> list[float]:
+    """Median seconds of one call of each of ``ops`` over ``s.repeats`` samples, each
+    started after a barrier of all ranks. Collectives in training are separated by
+    compute, so each call is timed alone rather than back to back; the ops take turns
+    (round-robin over the repeats), so a burst of other load on the machine spreads over
+    all message sizes instead of corrupting one."""
+    for op in ops:
+        op()  # warm-up: first-call costs (connections, allocations)
+    samples: list[list[float]] = [[] for _ in ops]
+    for _ in range(s.repeats):
+        for op, times in zip(ops, samples):
+            times.append(_after_barrier(op, device))
+    return [statistics.median(times) for times in samples]
+
+
+def _collective_op(name: str, group, group_ranks: list[int], nbytes: int,
+                   device: torch.device) -> tuple[Callable[[], Any], int]:
+    """The operation timing ``name`` on ``group`` near ``nbytes`` bytes and the message
+    size ``m`` it has in the formula's convention (all-gather: each rank's contribution;
+    the others: the buffer each rank holds; fp32 elements, split evenly over G)."""
+    size = len(group_ranks)
+    n = max(1, nbytes // 4)
+    zeros = lambda k: torch.zeros(k, dtype=torch.float32, device=device)  # noqa: E731 - zeros stay normal
+    if name == "all_reduce":
+        buf = zeros(n)
+        return (lambda: dist.all_reduce(buf, group=group)), 4 * n
+    if name == "all_gather":
+        inp, out = zeros(n), zeros(n * size)
+        return (lambda: all_gather_flat(out, inp, group=group)), 4 * n
+    if name in ("reduce_scatter", "all_to_all"):
+        n = max(size, n // size * size)
+        inp, out = zeros(n), zeros(n // size if name == "reduce_scatter" else n)
+        if name == "reduce_scatter":
+            return (lambda: reduce_scatter_flat(out, inp, group=group)), 4 * n
+        return (lambda: dist.all_to_all_single(out, inp, group=group)), 4 * n
+    if name == "broadcast":
+        buf = zeros(n)
+        return (lambda: dist.broadcast(buf, src=group_ranks[0], group=group)), 4 * n
+    if name == "scatter":  # the root's whole buffer, a piece to each rank (D&SP-cSub's slice; a gather costs the same)
+        n = max(size, n // size * size)
+        out = zeros(n // size)
+        pieces = [zeros(n // size) for _ in range(size)] if dist.get_rank() == group_ranks[0] else None
+        return (lambda: dist.scatter(out, pieces, src=group_ranks[0], group=group)), 4 * n
+    if name == "send":  # one op = a round trip between the pair; the caller halves it
+        buf = zeros(n)
+        rank = dist.get_rank()
+        peer = group_ranks[1] if rank == group_ranks[0] else group_ranks[0]
+        if rank == group_ranks[0]:
+            def ping():
+                dist.send(buf, peer)
+                dist.recv(buf, peer)
+        else:
+            def ping():
+                dist.recv(buf, peer)
+                dist.send(buf, peer)
+        return ping, 4 * n
+    raise ValueError(f"unknown collective {name!r}; expected one of {COLLECTIVES}")
+
+
+def _memory_bytes(device: torch.device, world_size: int) -> float:
+    if device.type == "cuda":
+        return float(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return float(line.split()[1]) * 1024 / world_size
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _processor_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _time_matmul(n: int, gen: torch.Generator, device: torch.device, s: Settings,
+                 dtype: torch.dtype = torch.float32) -> float:
+    """Median seconds of one ``n×n @ n×n`` in ``dtype`` (2n³ FLOPs), allocating its output as a
+    model's matmul does (and as the 1-element add that measures the launch latency does)."""
+    a = torch.randn(n, n, generator=gen, device="cpu").to(device, dtype)  # the CPU generator's draws, then moved
+    b = torch.randn(n, n, generator=gen, device="cpu").to(device, dtype)
+    return _time_kernel(lambda: torch.mm(a, b), device, s)
+
+
+def _time_copy(nbytes: int, device: torch.device, s: Settings) -> float:
+    """Median seconds of ``dst.copy_(src)`` of ``nbytes`` (reads and writes 2·nbytes)."""
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    return _time_kernel(lambda: dst.copy_(src), device, s)
+
+
+class _Chain(torch.nn.Module):
+    """``n`` ops on a tiny tensor: what the rank's program pays per op besides the kernel
+    (fx's generated Python, dispatch, autograd's graph and its backward). The ops take
+    turns as a transformer's graph mixes them (a linear, a layer norm, a GeLU, a softmax,
+    a product and a residual sum): 13.9 µs an op forward and backward in one process on
+    the 2-core machine, where a chain of products alone costs 7.5 µs and priced the
+    fidelity zoo's data-parallel plans at 0.5-0.8 of their measured step
+    (docs/benchmarks.md §8)."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = n
+        self.weight = torch.nn.Parameter(torch.full((4, 4), 0.25, device="cpu"))  # moved to the measured device
+        self.norm = torch.nn.Parameter(torch.ones(4, device="cpu"))
+
+    def forward(self, x):
+        for i in range(self.n):
+            x = CHAIN_OPS[i % len(CHAIN_OPS)](self, x)
+        return x.sum()
+
+
+CHAIN_OPS = (lambda c, x: torch.nn.functional.linear(x, c.weight),
+             lambda c, x: torch.nn.functional.layer_norm(x, (4,), c.norm),
+             lambda c, x: torch.nn.functional.gelu(x),
+             lambda c, x: torch.nn.functional.softmax(x, -1),
+             lambda c, x: x * 1.0001,
+             lambda c, x: x + 1.0)
+# ops in the two chains timed (whole turns of CHAIN_OPS); their difference cancels the fixed costs
+HOST_CHAIN = (36, 156)
+
+
+def _time_host_ops(device: torch.device, s: Settings) -> float:
+    """Median seconds per op of an fx-traced chain run forward and backward (each op one
+    forward and one backward kernel pass), from two chain lengths."""
+    import torch.fx as fx
+    x = torch.ones(2, 4, device=device, requires_grad=True)
+    times = []
+    for n in HOST_CHAIN:
+        gm = fx.symbolic_trace(_Chain(n).to(device))
+        times.append(_time_kernel(lambda: gm(x).backward(), device, s))
+    return max(0.0, (times[1] - times[0]) / (HOST_CHAIN[1] - HOST_CHAIN[0]))
+
+
+def _time_in_training(group, device: torch.device, s: Settings) -> float:
+    """Seconds a tiny all-reduce over ``group`` adds to a loop of compute, per call: how
+    training meets a collective, each rank arriving from its own compute (where ranks
+    share cores, the other members may be descheduled then), less the same loop's
+    compute alone. Median over ``s.compute_repeats`` samples of 20 iterations."""
+    a = torch.ones(96, 96, device=device)
+    buf = torch.zeros(2, device=device)
+
+    def compute():
+        for _ in range(8):
+            torch.mm(a, a)
+
+    def loop(with_call: bool) -> float:
+        def twenty():
+            for _ in range(20):
+                compute()
+                if with_call:
+                    dist.all_reduce(buf, group=group)
+        return statistics.median(_after_barrier(twenty, device) / 20 for _ in range(s.compute_repeats))
+    loop(True)  # warm-up
+    return max(0.0, loop(True) - loop(False))
+
+
+ASYNC_CALLS = 8  # tiny all-gathers in flight at once in the asynchronous measurement
+
+
+def _time_async_exposed(device: torch.device, s: Settings) -> float:
+    """Of :data:`ASYNC_CALLS` tiny all-gathers over the world, the time when issued
+    asynchronously together and then waited for, over the time issued one after another
+    (medians of ``s.compute_repeats`` samples): how much of an asynchronous collective's
+    time a step still waits for when several are in flight (AxoNN's runtime, axonn §IV)."""
+    world = dist.get_world_size()
+    x = torch.ones(16, device=device)
+    outs = [torch.empty(world * 16, device=device) for _ in range(ASYNC_CALLS)]
+
+    def together():
+        for work in [dist.all_gather_into_tensor(o, x, async_op=True) for o in outs]:
+            work.wait()
+
+    def one_by_one():
+        for o in outs:
+            dist.all_gather_into_tensor(o, x)
+
+    def timed(fn) -> float:
+        return statistics.median(_after_barrier(fn, device) for _ in range(s.compute_repeats))
+    together()  # warm-up
+    return timed(together) / max(timed(one_by_one), 1e-9)
+
+
+def _time_collective_calls(device: torch.device, s: Settings) -> tuple[float, float]:
+    """Median seconds of a tiny all-reduce over the world called as training calls it
+    (autopar's autograd functions: the Megatron region's forward all-reduce and its
+    input's backward one, through a forward and backward), and of the same two
+    all-reduces called raw; both per call."""
+    from autopar.runtime import groups as G
+    from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
+    x = torch.ones(8, device=device, requires_grad=True)
+    buf = torch.ones(8, device=device)
+
+    def raw():
+        dist.all_reduce(buf)
+        dist.all_reduce(buf)
+
+    def ours():
+        reduce_from_tensor_region(copy_to_tensor_region(x, "tensor"), "tensor").sum().backward()
+
+    with G.use_groups({"tensor": dist.group.WORLD}):
+        ours_s, raw_s = _time_collectives([ours, raw], device, s)
+    return ours_s / 2, raw_s / 2
+
+
+def runtime_case(world: int):
+    """The model whose training step measures the runtime's fixed cost per step: one
+    small linear layer, two rows per rank, data parallel over the world."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    x, y = torch.randn(2 * world, 16, device="cpu"), torch.randn(2 * world, 16, device="cpu")  # gloo only
+    return model, (x,), torch.nn.functional.mse_loss, y
+
+
+PIPELINE_MICROBATCHES = (1, 2)
+"""The pipeline case is timed at ``k × world`` microbatches for each k here; the extra
+step time per extra microbatch, beyond the predicted, is the executor's actions'."""
+
+
+def pipeline_case(world: int):
+    """The model whose training steps measure the pipeline executor's cost per action:
+    ``world`` small linear layers as ``world`` stages (1F1B), 2 rows per microbatch at the
+    largest count of :data:`PIPELINE_MICROBATCHES`."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(16, 16) for _ in range(world)))
+    rows = 2 * world * max(PIPELINE_MICROBATCHES)
+    x, y = torch.randn(rows, 16, device="cpu"), torch.randn(rows, 16, device="cpu")
+    return model, (x,), torch.nn.functional.mse_loss, y
+
+
+def pipeline_strategy(world: int, k: int) -> dict:
+    return {"pipeline": world, "microbatches": k * world, "schedule": "1f1b"}
+
+
+def _compiled_cases(world: int) -> dict[tuple, Any]:
+    """The runtime's own cases, compiled once: the data-parallel step and the pipeline
+    at each microbatch count (keys as in :func:`calibration_job`'s medians); one rank has no
+    pipeline to time."""
+    import autopar
+    model, inputs, loss, target = runtime_case(world)
+    cases = {("runtime_step",): (autopar.compile(model, None, example_inputs=inputs, loss_fn=loss,
+                                                 example_target=target, strategy={"data": world}), inputs, target)}
+    if world < 2:
+        return cases
+    model, inputs, loss, target = pipeline_case(world)
+    for k in PIPELINE_MICROBATCHES:
+        pm = autopar.compile(model, None, example_inputs=inputs, loss_fn=loss, example_target=target,
+                             strategy=pipeline_strategy(world, k))
+        cases[("pipeline_step", k)] = (pm, inputs, target)
+    return cases
+
+
+def _time_step(pm, inputs, target, s: Settings) -> float:
+    """Median seconds of ``pm.step`` (each step after a barrier, two warm-up steps)."""
+    samples = []
+    for i in range(2 + s.compute_repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        pm.step(*inputs, target=target)
+        if i >= 2:
+            samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def _make_groups(world: int, rank: int) -> dict[int, tuple[Any, list[int]]]:
+    """For every group size: this rank's group of consecutive ranks and its members (every
+    group of every size made on every rank, in the same order)."""
+    groups = {}
+    for size in group_sizes(world):
+        for first in range(0, world, size):
+            ranks = list(range(first, first + size))
+            made = dist.group.WORLD if size == world else dist.new_group(ranks)
+            if rank in ranks:
+                groups[size] = (made, ranks)
+    return groups
+
+
+def _overhead_round(device: torch.device, s: Settings, groups: dict, cases: dict) -> dict[tuple, float]:
+    """One round of the overhead terms: per kernel pass, per collective call (ours less
+    raw, and raw), a tiny all-reduce in training per group size, the runtime's steps."""
+    values = {("host_op",): _time_host_ops(device, s)}
+    ours, raw = _time_collective_calls(device, s)
+    values[("collective_call",)], values[("collective_raw",)] = ours - raw, raw
+    for size, (group, _) in groups.items():
+        values[("in_training", size)] = _time_in_training(group, device, s)
+    values[("async_exposed",)] = _time_async_exposed(device, s)
+    for key, (pm, inputs, target) in cases.items():
+        values[key] = _time_step(pm, inputs, target, s)
+    return values
+
+
+MATMUL_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def calibration_job(backend: str, quick: bool, dtype: str = "fp32") -> dict[str, Any]:
+    """Run on every rank of a launched world: this rank's medians (seconds) of every
+    measurement, keyed ``("matmul", n)``, ``("launch",)``, ``("copy", bytes)`` and
+    ``(collective, G, m)``; the overhead terms' value in each of ``settings().rounds``
+    rounds spread over the run (``"rounds"``: key → list, keys ``("host_op",)``,
+    ``("collective_call",)`` — ours less raw —, ``("collective_raw",)``,
+    ``("in_training", G)``, ``("async_exposed",)``, and on CPUs ``("runtime_step",)``,
+    ``("pipeline_step", k)``);
+    plus facts about the machine. Matmuls are timed in ``dtype`` (:data:`MATMUL_DTYPES`)."""
+    torch.set_flush_denormal(True)
+    device = _device(backend)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    s = settings(quick, device.type)
+    medians: dict[tuple, float] = {}
+    groups = _make_groups(world, rank)
+    cases = _compiled_cases(world) if device.type == "cpu" else {}
+    rounds: dict[tuple, list[float]] = {}
+
+    def overhead_round():
+        for key, value in _overhead_round(device, s, groups, cases).items():
+            rounds.setdefault(key, []).append(value)
+
+    # the overhead rounds take turns with the other measurements, so a burst of other
+    # load on the machine corrupts one round (reported as an outlier), not every one
+    measure_steps: list[Callable[[], None]] = []
+    gen = torch.Generator().manual_seed(rank)
+    x = torch.randn(1, generator=gen, device="cpu").to(device)
+    y = torch.randn(1, generator=gen, device="cpu").to(device)
+    measure_steps.append(lambda: medians.__setitem__(("launch",), _time_kernel(lambda: torch.add(x, y), device, s)))
+    for n in s.matmul_sizes:
+        measure_steps.append(lambda n=n: medians.__setitem__(("matmul", n),
+                                                                    _time_matmul(n, gen, device, s, MATMUL_DTYPES[dtype])))
+    measure_steps.append(lambda: medians.__setitem__(("copy", s.copy_bytes), _time_copy(s.copy_bytes, device, s)))
+    for size, (group, members) in groups.items():  # every group of a size at once
+        for name in COLLECTIVES[:-1]:
+            def collective(name=name, size=size, group=group, members=members):
+                ops, sizes = zip(*(_collective_op(name, group, members, nbytes, device)
+                                   for nbytes in s.message_bytes))
+                for m, t in zip(sizes, _time_collectives(list(ops), device, s)):
+                    medians[(name, size, m)] = t
+            measure_steps.append(collective)
+    measure_steps.append(lambda: _time_sends(world, rank, device, s, medians))
+    every = max(1, len(measure_steps) // s.rounds)
+    for i, step in enumerate(measure_steps):
+        if i % every == 0 and len(rounds.get(("host_op",), [])) < s.rounds:
+            overhead_round()
+        step()
+    while len(rounds.get(("host_op",), [])) < s.rounds:
+        overhead_round()
+    return {"medians": medians, "rounds": rounds, "host": socket.gethostname(),
+            "processor": _processor_name(device), "memory_bytes": _memory_bytes(device, world),
+            "device_type": device.type}
+
+
+def _time_sends(world: int, rank: int, device: torch.device, s: Settings, medians: dict) -> None:
+    """Point-to-point between pairs (0,1), (2,3), ...; a last odd rank only joins the barriers."""
+    pair = [rank - rank % 2, rank - rank % 2 + 1]
+    if pair[1] < world:
+        ops, sizes = zip(*(_collective_op("send", None, pair, nbytes, device) for nbytes in s.message_bytes))
+        for m, t in zip(sizes, _time_collectives(list(ops), device, s)):
+            medians[("send", 2, m)] = t / 2  # an op is a round trip
+    else:
+        _time_collectives([lambda: None] * len(s.message_bytes), device, s)
+
+
+__all__ = ["COLLECTIVES", "PIPELINE_MICROBATCHES", "Settings", "calibration_job", "group_sizes", "pipeline_case",
+           "pipeline_strategy", "runtime_case", "settings"]

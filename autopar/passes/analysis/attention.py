@@ -1,0 +1,286 @@
+"""Analysis pass: attention regions (Q/K/V projections, a per-head core, an output projection).
+
+The head dimension is an implicit branch dimension: each head's computation is
+independent, so Megatron splits heads across tensor ranks (megatron §2.3, Figure 5b) and
+D&SP can treat heads as branches. The pass finds, for every attention core
+(``scaled_dot_product_attention``, or ``softmax`` between two activation matmuls):
+
+* the projections producing Q, K and V — separate linears, or one fused linear whose
+  output is split three ways (``split``/``chunk``/``view(B, T, 3, H, d)``, or
+  ``unflatten(-1, [3, E])`` then ``select``: ``nn.MultiheadAttention``'s packed
+  ``in_proj_weight`` under ``torch.export``; autopar's symbolic tracing spells it with
+  ``chunk``, see :mod:`autopar.trace.standard_layers`);
+* the output projection consuming the merged heads;
+* the head count and head size from the core's input shape ``[B, H, T, d]``;
+* the views whose literal shape bakes the head count in (``view(b, t, 12, 64)``), which
+  the tensor-parallel rewrite must change to the local head count;
+* attention sinks (Hugging Face GPT-OSS): a learned logit per head joined to each row of
+  the scores before the softmax (``cat([scores, sinks.reshape(1, H, 1, 1).expand(..)],
+  -1)``, the softmax's stabilising max taken over both) and dropped after it
+  (``probs[..., :-1]``); the parameter ``[H]`` is per head, so a head split cuts it with
+  the heads (``details["sinks"]``).
+
+Example (a nanoGPT block captured with symbolic_trace)::
+
+    attention:attn  heads=4 head_dim=16 hidden=64
+        qkv=model.attn.c_attn (fused, 3 blocks)  out=model.attn.c_proj
+"""
+from __future__ import annotations
+
+import logging
+
+import torch.fx as fx
+
+from autopar.ir import Region, add_region, clear_regions, tensor_spec
+from autopar.passes.manager import examining
+from autopar.passes.analysis.naming import RegionNames
+from autopar.passes.analysis.ops import (CONCAT_FUNCTIONS, SLICE_FUNCTIONS, call_name, is_activation_matmul, is_dropout,
+                                is_pointwise, is_sdpa, is_select, is_softmax, is_view_like, match_linear,
+                                reshape_target)
+
+log = logging.getLogger("autopar.passes.analysis.attention")
+
+# Ops allowed between a projection and the core besides views: scaling, casts, and
+# positional rotations, which act on each head independently.
+_MAX_WALK = 64
+
+
+def _walk_back_to_linear(node: fx.Node, gm: fx.GraphModule, seen: list[fx.Node]):
+    """Follow the first tensor argument backwards through views, pointwise ops and parts
+    of the head dimension to a linear."""
+    current = node
+    for _ in range(_MAX_WALK):
+        match = match_linear(current, gm)
+        if match is not None:
+            return match
+        # select: nn.MultiheadAttention's packed Q/K/V taken apart under torch.export
+        if is_view_like(current) or is_pointwise(current, gm) or is_select(current):
+            nxt = next((a for a in current.args if isinstance(a, fx.Node)), None)
+        else:
+            nxt = _head_dimension_part(current)
+            if nxt is None:
+                return None
+        seen.append(current)
+        if nxt is None:
+            return None
+        current = nxt
+    return None
+
+
+def _head_major(path: list[fx.Node], heads: int, head_dim: int) -> bool:
+    """Whether the first reshape after a fused Q/K/V projection (the last node of the
+    walk back from the query) makes it ``[.., H, 3·d]``: heads outside, Q/K/V inside."""
+    for node in reversed(path):
+        spec = tensor_spec(node)
+        if spec is None or not is_view_like(node):
+            return False
+        if len(spec.shape) >= 2 and spec.shape[-2] != heads and spec.shape[-1] == 3 * heads * head_dim:
+            continue  # a view that keeps the packed last dimension (a reshape of the batch)
+        return len(spec.shape) >= 2 and spec.shape[-2] == heads and spec.shape[-1] == 3 * head_dim
+    return False
+
+
+def _head_dimension_part(node: fx.Node) -> fx.Node | None:
+    """The value a slice or concatenation of the last (head) dimension is made from, or
+    None for any other node: a partial rotary embedding (GPT-NeoX) rotates ``q[..., :r]``
+    and joins it again with ``q[..., r:]``, each head on its own (the layout rules keep a
+    head split through both)."""
+    if not (node.op == "call_function" and node.args):
+        return None
+    spec = tensor_spec(node)
+    if spec is None:
+        return None
+    last = (-1, len(spec.shape) - 1)
+    if node.target in CONCAT_FUNCTIONS and isinstance(node.args[0], (list, tuple)):
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        return next((a for a in node.args[0] if isinstance(a, fx.Node)), None) if dim in last else None
+    if node.target in SLICE_FUNCTIONS:
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        return node.args[0] if dim in last and isinstance(node.args[0], fx.Node) else None
+    return None
+
+
+def _walk_forward_to_linear(node: fx.Node, gm: fx.GraphModule, seen: list[fx.Node]):
+    current = node
+    for _ in range(_MAX_WALK):
+        users = list(current.users)
+        if len(users) != 1:
+            return None
+        current = users[0]
+        match = match_linear(current, gm)
+        if match is not None:
+            return match
+        if not (is_view_like(current) or is_dropout(current, gm)):
+            return None
+        seen.append(current)
+    return None
+
+
+_SINK_PATH = ("expand", "reshape", "view", "_unsafe_view", "unsqueeze", "to", "_to_copy", "type_as", "clone",
+              "contiguous", "alias")
+
+
+def _sink(piece) -> fx.Node | None:
+    """The parameter a value joined to the attention scores is made of, through views,
+    expands and casts (attention sinks: ``sinks.reshape(1, -1, 1, 1).expand(B, -1, T, -1)``),
+    when it is a 1-D parameter (its length, one per head, is checked by the caller)."""
+    node = piece
+    for _ in range(8):
+        if not isinstance(node, fx.Node):
+            return None
+        if node.op == "get_attr":
+            spec = tensor_spec(node)
+            return node if spec is not None and len(spec.shape) == 1 else None
+        if call_name(node) not in _SINK_PATH or not node.args:
+            return None
+        node = node.args[0]
+    return None
+
+
+def _core_inputs(core: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node, list[fx.Node], fx.Node | None] | None:
+    """(q, k, v, core nodes, sinks parameter or None) for an sdpa node or a softmax
+    between two activation matmuls."""
+    if is_sdpa(core):
+        q, k, v = core.args[:3]
+        return q, k, v, [core], None
+    if not is_softmax(core):
+        return None
+    # scores = q @ k^T, possibly scaled/masked before the softmax (and joined to sinks)
+    nodes = [core]
+    scores, sink = core.args[0], None
+    for _ in range(8):
+        if not isinstance(scores, fx.Node) or not scores.args:
+            return None  # reached a parameter or input: no q @ k^T behind this softmax
+        if is_activation_matmul(scores):
+            break
+        nodes.append(scores)
+        if scores.op == "call_function" and scores.target in CONCAT_FUNCTIONS:
+            # attention sinks: one more logit per head and row, joined along the keys
+            pieces = scores.args[0]
+            dim = scores.args[1] if len(scores.args) > 1 else scores.kwargs.get("dim", 0)
+            spec = tensor_spec(scores)
+            if sink is not None or not isinstance(pieces, (list, tuple)) or len(pieces) != 2 or spec is None \
+                    or dim not in (-1, len(spec.shape) - 1):
+                return None
+            sink = _sink(pieces[1])
+            if sink is None:
+                return None
+            scores = pieces[0]
+            continue
+        scores = scores.args[0]
+    else:
+        return None
+    nodes.append(scores)
+    q, kt = scores.args[0], scores.args[1]
+    # context = probs @ v, possibly after dropout (and after the sinks' column is dropped)
+    ctx = core
+    for _ in range(6 if sink is not None else 4):
+        users = list(ctx.users)
+        if len(users) != 1:
+            return None
+        ctx = users[0]
+        if is_activation_matmul(ctx):
+            break
+        nodes.append(ctx)
+    else:
+        return None
+    nodes.append(ctx)
+    return q, kt, ctx.args[1], nodes, sink
+
+
+def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
+    """Record one ``attention`` region per attention core found in ``gm``.
+
+    ``details``: ``q_proj``/``k_proj``/``v_proj``/``out_proj`` (node names; equal when
+    fused), ``fused_qkv``, ``qkv_blocks`` (3 when one projection yields Q, K and V as
+    three blocks, else 1: separate projections, or a fused one laid out head by head), ``heads``, ``kv_heads``, ``head_dim``, ``hidden``, ``core`` (node names of the
+    per-head computation), ``core_inputs`` (the query, key and value the core reads, each
+    ``[B, H, ..]``; the key may be transposed), ``head_count_views`` (views whose literal
+    shape holds the head count), ``sinks`` (only with attention sinks: the ``[H]``
+    parameter of the sinks' logits). The graph is not changed. Ids name the module holding
+    the region (``attention:transformer.h.0.attn``), see :mod:`autopar.passes.analysis.naming`.
+    """
+    clear_regions(gm, "attention")
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    names = RegionNames("attention")
+    for node in gm.graph.nodes:
+        with examining("attention", node, "attention core"):
+            found = _core_inputs(node)
+            if found is None:
+                continue
+            q, k, v, core_nodes, sink = found
+            paths: dict[str, list[fx.Node]] = {"q": [], "k": [], "v": []}
+            projections = {}
+            for name, value in (("q", q), ("k", k), ("v", v)):
+                projections[name] = _walk_back_to_linear(value, gm, paths[name]) if isinstance(value, fx.Node) else None
+            out_path: list[fx.Node] = []
+            out_proj = _walk_forward_to_linear(core_nodes[-1], gm, out_path)
+            if any(p is None for p in projections.values()) or out_proj is None:
+                log.info("attention core %s: projections not found, not a region", node.name)
+                continue
+            q_spec = tensor_spec(q)
+            k_spec = tensor_spec(k)
+            if q_spec is None or len(q_spec.shape) != 4:
+                log.info("attention core %s: query is not [B, H, T, d], not a region", node.name)
+                continue
+            heads, head_dim = q_spec.shape[1], q_spec.shape[3]
+            if sink is not None and tuple(tensor_spec(sink).shape) != (heads,):
+                log.info("attention core %s: joins a parameter of %s values to its scores, not one per head, not "
+                         "a region", node.name, list(tensor_spec(sink).shape))
+                continue
+            # k may be transposed for the explicit matmul form ([B, H, d, T]); heads stay at dim 1
+            kv_heads = k_spec.shape[1] if k_spec is not None and len(k_spec.shape) == 4 else heads
+            fused = len({p.node for p in projections.values()}) == 1
+            if not fused and projections["k"].out_features % head_dim == 0:  # grouped-query attention:
+                kv_heads = projections["k"].out_features // head_dim  # k may be repeated to H heads before the core
+            # one fused projection is cut in 3 blocks (Q, K, V), each split by heads, unless
+            # its output is laid out head by head ([B, T, H, 3·d], GPT-NeoX): then each
+            # head's q, k and v rows are already contiguous and a plain column split keeps them
+            qkv_blocks = 3 if fused and not _head_major(paths["q"], heads, head_dim) else 1
+            q_match = projections["q"]
+            if q_match.out_features != heads * head_dim * qkv_blocks and not fused:
+                log.info("attention core %s: projection width %d != heads*head_dim", node.name, q_match.out_features)
+                continue
+            members = {p.node for p in projections.values()} | {out_proj.node}
+            members.update(core_nodes)
+            for path in list(paths.values()) + [out_path]:
+                members.update(path)
+            # everything between the projections and the core (e.g. a split's getitems)
+            members.update(_between(gm, {p.node for p in projections.values()}, set(core_nodes), order))
+            ordered = sorted(members, key=order.__getitem__)
+            head_views = [n.name for n in ordered if is_view_like(n) and _shape_literal_has(n, heads)]
+            add_region(gm, Region(
+                id=names.of(gm, ordered),
+                kind="attention",
+                nodes=[n.name for n in ordered],
+                details={
+                    "q_proj": projections["q"].node.name, "k_proj": projections["k"].node.name,
+                    "v_proj": projections["v"].node.name, "out_proj": out_proj.node.name,
+                    "fused_qkv": fused, "qkv_blocks": qkv_blocks, "heads": heads, "kv_heads": kv_heads,
+                    "head_dim": head_dim, "hidden": out_proj.out_features,
+                    "core": [n.name for n in core_nodes], "head_count_views": head_views,
+                    "core_inputs": [x.name for x in (q, k, v)],
+                    **({"sinks": str(sink.target)} if sink is not None else {}),
+                },
+            ))
+    return gm
+
+
+def _between(gm, sources: set, sinks: set, order) -> set:
+    """Nodes on some path from ``sources`` to ``sinks`` (exclusive)."""
+    lo = min(order[s] for s in sources)
+    hi = max(order[s] for s in sinks)
+    forward: set = set(sources)
+    for n in gm.graph.nodes:
+        if lo < order[n] <= hi and any(a in forward for a in n.all_input_nodes):
+            forward.add(n)
+    backward: set = set(sinks)
+    for n in reversed(list(gm.graph.nodes)):
+        if lo <= order[n] < hi and any(u in backward for u in n.users):
+            backward.add(n)
+    return (forward & backward) - sources - sinks
+
+
+def _shape_literal_has(node: fx.Node, value: int) -> bool:
+    shape = reshape_target(node)
+    return shape is not None and any(isinstance(a, int) and a == value for a in shape)

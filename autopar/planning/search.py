@@ -1,0 +1,268 @@
+"""The planner: enumerate the families' configurations, price each, take the fastest that fits.
+
+``plan_graph`` reads an analysed graph once (:class:`autopar.planning.model.ModelFacts`)
+and asks every family of :data:`autopar.strategies.registry.FAMILIES` — pure data
+parallelism, Megatron's data × tensor, D&SP/cSub, AxoNN's 3D/4D grids, Bian's cube,
+PTD-P pipelines — for its candidate configurations on the world, through the
+:class:`autopar.strategies.family.Family` protocol. It prices each (progress reported
+per configuration), keeps every one in the plan's list of configurations weighed, and
+returns the fastest feasible one's plan; ties go to the earlier configuration, so the
+same inputs give the same plan. A forced strategy is offered by the one family it
+belongs to, which checks it; when nothing is feasible, :class:`PlanError` counts the
+rejections by kind and names the configuration closest to fitting.
+
+This module knows no family by name: adding one is adding a package and its entry in
+the registry. ``docs/planner.md`` describes what is searched and how it is priced.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import time
+from typing import Any
+
+import torch.fx as fx
+
+from autopar.cost import model as cm
+from autopar.cost.hardware import Hardware
+from autopar.ir import CAPTURE, LOSS_TERMS
+from autopar.planning.explain import closest_to_fitting, rejections
+from autopar.planning.model import ModelFacts
+from autopar.planning.plan import MeshCandidate, Plan
+from autopar.planning.strategy import PlanError, Strategy
+from autopar.strategies.family import Family, PlanContext, Priced, rejected
+from autopar.strategies.registry import FAMILIES
+
+__all__ = ["PlanError", "Progress", "Strategy", "plan_graph"]
+
+
+class Progress:
+    """Counts the configurations priced and reports, at most every ``every`` seconds once
+    a search has run ``after`` seconds, ``report(done, total, elapsed)``."""
+
+    def __init__(self, report, *, after: float = 1.0, every: float = 0.5):
+        self.report, self.after, self.every = report, after, every
+        self.total = self.done = 0
+        self._start = self._last = time.perf_counter()
+
+    def tick(self) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        if now - self._start >= self.after and (now - self._last >= self.every or self.done == self.total):
+            self._last = now
+            self.report(self.done, self.total, now - self._start)
+
+
+def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any = "auto",
+               *, model_name: str | None = None, progress: Progress | None = None) -> Plan:
+    """Plan an analysed graph (captured at the global batch) for ``world_size`` ranks;
+    ``progress`` hears of every configuration priced."""
+    model = ModelFacts(gm, fusion=hw.fused_kernels)
+    forced = Strategy.parse(strategy)
+    levers = forced
+    if forced is not None and forced.levers_only:  # the levers forced, every family weighed
+        forced = None
+    capture = gm.meta.get(CAPTURE)
+    name = model_name or (capture.model_class if capture else type(gm).__name__)
+    # ranks sharing a host's cores each get their share of it (Hardware.on_world)
+    ctx = PlanContext(model, world_size, hw.on_world(world_size), forced, name, levers)
+    plan_ = search(ctx, progress or Progress(lambda *a: None))
+    _overheads(ctx, plan_)
+    apply_levers(ctx, plan_)
+    plan_.fusion = hw.fused_kernels
+    forward = sum(w.flops for w in model.work.values() if w.is_kernel)
+    plan_.flops_per_step = float(forward * (4 if plan_.recompute else 3))
+    return plan_
+
+
+def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = FAMILIES) -> Plan:
+    """Every family's configurations priced; the plan of the fastest feasible one."""
+    offered = [(family, c) for family in families for c in family.candidates(ctx)]
+    weighed = [c for _, c in offered if isinstance(c, Priced)]  # rejected without pricing: listed first
+    to_price = [(family, c) for family, c in offered if not isinstance(c, Priced)]
+    progress.total = len(to_price)
+    best: tuple[Family, Priced] | None = None
+
+    def weigh(pairs):
+        nonlocal best
+        for family, config in pairs:
+            progress.tick()
+            priced = family.price(ctx, config)
+            if not priced.listed:
+                continue
+            fixed = per_step_s(ctx, priced.mesh, priced.config)
+            if priced.step_s is not None and fixed:  # the runner's fixed cost, every plan
+                priced = dataclasses.replace(priced, step_s=priced.step_s + fixed)
+            why = lever_conflict(ctx, priced) or batch_conflict(ctx, priced)
+            if why is not None:
+                if ctx.forced is not None:
+                    raise PlanError(f"strategy: {why}")
+                priced = rejected(priced.family, priced.config, priced.mesh, why, form=priced.form)
+            weighed.append(priced)
+            if priced.feasible and (best is None or priced.step_s < best[1].step_s * (1 - 1e-9)):
+                best = (family, priced)
+                ctx.best_s[0] = priced.step_s
+
+    weigh(to_price)
+    # a second round: configurations a family derives from what the first priced
+    # (pipelines of mixed stages at the fastest pipeline layouts)
+    follow = [(family, c) for family in families for c in family.follow_ups(ctx, weighed)]
+    progress.total += len(follow)
+    weigh(follow)
+    candidates = [p.candidate() for p in weighed]
+    if best is None:
+        raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))
+    plan_ = best[0].to_plan(ctx, best[1])
+    plan_.batch_couplings = [c.to_json() for c in ctx.model.batch_couplings]
+    plan_.loss_terms = [list(t) for t in ctx.model.gm.meta.get(LOSS_TERMS, [])]
+    plan_._priced = best  # the winner, for _overheads (not saved)
+    fixed = per_step_s(ctx, best[1].mesh, best[1].config)
+    plan_.step_s += fixed
+    if fixed > ctx.hw.step_overhead_s:  # the targets' count, the batch group's communication
+        comm = dict(plan_.total.comm_s)
+        comm["data"] = comm.get("data", 0.0) + fixed - ctx.hw.step_overhead_s
+        plan_.total = dataclasses.replace(plan_.total, comm_s=comm)
+    plan_.step_overhead_s = ctx.hw.step_overhead_s
+    plan_.forced = ctx.forced is not None
+    plan_.candidates = candidates
+    return plan_
+
+
+def per_step_s(ctx: PlanContext, mesh: dict, config) -> float:
+    """What every step of a configuration pays besides its regions and schedule: the
+    runner's fixed cost (``Hardware.step_overhead_s``) and, where the batch is split over
+    ``parts`` ranks: the all-reduce of the count where the loss averages over counted
+    targets (:mod:`autopar.runtime.target_count`, 8 bytes), and the exact remedies where
+    rows of the batch meet (:mod:`autopar.passes.analysis.batch_rows`): a pairwise score's
+    operands all-gathered forward and their gradients reduce-scattered backward (axonn
+    eqs 1-2), a batch statistic all-reduced forward and backward (axonn eq 3)."""
+    parts = mesh.get("data", 1) * mesh.get("z", 1)
+    if getattr(config, "csub", False) and getattr(config, "subgrids", 1) > 1:
+        parts //= config.subgrids
+    count = cm.all_reduce_time(parts, 8, ctx.hw) if parts > 1 and ctx.model.counts_targets else 0.0
+    if parts > 1:
+        for c in ctx.model.batch_couplings:
+            if c.remedy == "gather":
+                count += cm.all_gather_time(parts, c.nbytes / parts, ctx.hw) + \
+                    cm.reduce_scatter_time(parts, c.nbytes, ctx.hw)
+            elif c.remedy == "all_reduce":
+                count += 2 * cm.all_reduce_time(parts, c.nbytes, ctx.hw)
+    return ctx.hw.step_overhead_s + count
+
+
+def batch_conflict(ctx: PlanContext, priced: Priced) -> str | None:
+    """Why a configuration's split of the batch would not equal the single device where
+    rows of the batch meet (:func:`autopar.passes.analysis.batch_rows.split_conflict`), or None."""
+    found = ctx.model.batch_couplings
+    mesh, c = priced.mesh, priced.config
+    terms = {kind for _, kind in ctx.model.gm.meta.get(LOSS_TERMS, [])}
+    if terms == {"mean", "sum"} and (mesh.get("pipeline", 1) > 1 or c.pipeline > 1) and \
+            ((c.microbatches or 1) > 1 or mesh.get("data", 1) > 1):
+        return ("the loss adds sums over the batch to means over it, and a pipeline's earlier stages would not weigh "
+                "their parts' sums; use data (and tensor) parallelism or a pipeline with one microbatch")
+    if not found:
+        return None
+    from autopar.passes.analysis.batch_rows import split_conflict
+    pipeline = mesh.get("pipeline", 1) > 1 or c.pipeline > 1
+    microbatches = c.microbatches or 1
+    if ctx.levers is not None and ctx.levers.microbatches:
+        microbatches = max(microbatches, ctx.levers.microbatches)
+    branches = c.subgrids > 1 or bool(c.tensor_subgrids) or \
+        any(getattr(r, "strategy", "").startswith("dsp") for r in (priced.table.regions if priced.table else []))
+    why = split_conflict(found, data=mesh.get("data", 1), rows_z=mesh.get("z", 1), microbatches=microbatches,
+                         branches=branches, pipeline=pipeline)
+    parts = mesh.get("data", 1) * mesh.get("z", 1) * microbatches
+    if why is None and parts > 1 and ctx.model.batch // parts < 2 and any(x.exact for x in found):
+        return (f"rows of the batch meet at {found[0].describe()}; its exact form needs at least 2 rows on each of "
+                f"the {parts} parts of the batch, and the batch has {ctx.model.batch}")
+    return why
+
+
+def _overheads(ctx: PlanContext, plan_: Plan) -> None:
+    """The host overheads' part of the plan's prediction (the hardware's overhead terms,
+    docs/planner.md "Overheads"): the winning configuration priced again with those terms
+    at 0 (:meth:`Hardware.without_overheads`); each region's ``cost.overhead_s`` is its
+    compute and communication less the re-priced region's, the plan's ``overhead_s`` its
+    step less the re-priced step (the runner's fixed cost included). Left at 0 where the
+    hardware has no overhead terms, and where the re-pricing chose differently (levers
+    weighed again), which is said in the plan's ``overhead_s`` staying 0."""
+    best = getattr(plan_, "_priced", None)
+    bare = ctx.hw.without_overheads()
+    if best is None or bare == ctx.hw:
+        return
+    family, priced = best
+    bare_ctx = dataclasses.replace(ctx, hw=bare, best_s=[math.inf])
+    again = family.price(bare_ctx, priced.config)
+    if not again.feasible or again.mesh != priced.mesh:
+        return
+    plan0 = family.to_plan(bare_ctx, again)
+    plan0.step_s += per_step_s(bare_ctx, again.mesh, again.config)
+    same = (plan0.microbatches, plan0.zero, plan0.recompute, plan0.selective_recompute, plan0.pipeline.get(
+        "microbatches")) == (plan_.microbatches, plan_.zero, plan_.recompute, plan_.selective_recompute,
+                            plan_.pipeline.get("microbatches"))
+    if not same or [r.region for r in plan0.regions] != [r.region for r in plan_.regions]:
+        return
+    for r, r0 in zip(plan_.regions, plan0.regions):
+        seconds, bare_s = r.cost.compute_s + r.cost.total_comm_s, r0.cost.compute_s + r0.cost.total_comm_s
+        r.cost.overhead_s = max(0.0, seconds - bare_s)
+    plan_.total.overhead_s = sum(r.cost.overhead_s for r in plan_.regions)
+    plan_.overhead_s = max(0.0, plan_.step_s - plan0.step_s)
+
+
+def lever_conflict(ctx: PlanContext, priced: Priced) -> str | None:
+    """Why the forced levers cannot ride on a configuration (None: they can): ZeRO needs
+    data ranks to shard over, in one group of equal programs."""
+    levers = ctx.levers
+    if levers is None or not levers.zero:
+        return None
+    mesh, c = priced.mesh, priced.config
+    if mesh.get("data", 1) < 2:
+        return (f"zero={levers.zero} shards over the data ranks, and {mesh} has {mesh.get('data', 1)}; give "
+                f"'data': d with d > 1, or drop 'zero'")
+    if c.subgrids > 1 or c.cube or (c.grid is not None and not c.mixed):
+        return (f"zero={levers.zero} with D&SP sub-grids or a whole-model 3D grid is not in this version (their "
+                f"data groups do not run equal programs); use zero with data, tensor, mixed or pipeline plans")
+    return None
+
+
+def apply_levers(ctx: PlanContext, plan_: Plan) -> None:
+    """The forced memory levers on the plan (docs/memory.md), checked against it: the
+    microbatches must divide each data rank's rows, ZeRO needs data ranks to shard over."""
+    levers = ctx.levers
+    if levers is None:
+        return
+    if levers.microbatches is not None and not plan_.pipeline:
+        m, parts = levers.microbatches, plan_.batch_parts()
+        rows = ctx.model.batch // parts if parts else 0
+        if rows % m:
+            raise PlanError(f"strategy: microbatches={m} does not divide the {rows} rows of each data rank (batch "
+                            f"{ctx.model.batch} over {parts} data ranks); give a number of microbatches that "
+                            f"divides {rows}, or a batch that is a multiple of {m * parts}")
+        if m > 1 and plan_.csub:
+            raise PlanError(f"strategy: microbatches={m} with D&SP-cSub is not in this version (the sub-grids off "
+                            f"sub-grid 0 run their branches on rows sub-grid 0 sends once per step); drop 'csub' "
+                            f"or 'microbatches'")
+        if m > 1:
+            from autopar.strategies.data.planner import check_batch_norms
+            check_batch_norms(ctx.model, f"microbatches={m} accumulates gradients over parts of the batch")
+        plan_.microbatches = m
+    if levers.zero:
+        plan_.zero = levers.zero
+    if levers.recompute is not None:
+        plan_.recompute = levers.recompute == "full"
+        plan_.selective_recompute = levers.recompute == "selective"
+
+
+def _no_plan_message(name: str, world: int, candidates: list[MeshCandidate]) -> str:
+    """Why nothing fits, short enough to read with thousands of candidates: the reasons
+    counted, the configuration closest to fitting, and what to change."""
+    if len(candidates) <= 8:
+        reasons = "; ".join(f"{c.mesh}: {c.reason}" for c in candidates)
+        return f"no feasible plan for {name} on {world} ranks: {reasons}"
+    closest = closest_to_fitting(candidates)
+    near = f"; the closest: {closest.mesh}{' ' + closest.form if closest.form else ''} {closest.reason}" \
+        if closest is not None else ""
+    return (f"no feasible plan for {name} on {world} ranks: all {len(candidates)} configurations rejected: "
+            f"{rejections(candidates)}{near}. Give more ranks, a device with more memory (memory_limit / "
+            f"--memory-limit), or a smaller batch")

@@ -1,0 +1,140 @@
+"""What a rank runs and shows: its share of the batch (:func:`local_batch`), a rewritten
+graph as the module it executes over the rank's parameters (:func:`executable`), and
+its code for plan dumps (:func:`rank_graph_code`). Below the families, so that their
+runners use it; :mod:`autopar.passes.rank_program` builds the graphs.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from autopar.passes.manager import graph_code
+from autopar.ir import FUSION, PASSES_RUN
+from autopar.planning.plan import Plan
+from autopar.planning.strategy import PlanError
+from autopar.passes.recompute import rebound
+
+
+def batch_of(inputs: tuple) -> int | None:
+    """The batch size: the first dimension of the first tensor input."""
+    return next((x.shape[0] for x in inputs if isinstance(x, torch.Tensor) and x.dim() > 0), None)
+
+
+def local_batch(data: int, index: int, inputs: tuple, target: Any):
+    """Chunk ``index`` of ``data`` of a global batch: every tensor whose first dimension is
+    the batch (that of the first tensor input) is split along it; others are replicated."""
+    if data == 1:
+        return inputs, target
+    batch = batch_of(inputs)
+    if batch is not None and batch % data:
+        raise PlanError(f"input 0: batch {batch} is not divisible by the data degree {data}; give a batch that is a "
+                        f"multiple of {data}")
+
+    def take(x):
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == batch:
+            return x.chunk(data, 0)[index]
+        return x
+
+    return tuple(take(x) for x in inputs), (take(target) if target is not None else None)
+
+
+def microbatches(values: tuple, m: int, batch: int) -> list[tuple]:
+    """``values`` split into ``m`` along the batch (tensors whose first dimension is it;
+    others, and None, repeated in each)."""
+    def take(x, i):
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == batch:
+            return x.chunk(m, 0)[i]
+        return x
+    return [tuple(take(x, i) for x in values) for i in range(m)]
+
+
+def rank_graph_code(gm: fx.GraphModule, plan_: Plan, rank: int) -> str:
+    coords = ", ".join(f"{k}={v}" for k, v in plan_.rank_coordinates(rank).items() if k in plan_.mesh)
+    if plan_.subgrids > 1:
+        s, p = plan_.subgrid_coordinates(rank)
+        coords += f"; sub-grid {s}, position {p}, batch chunk {plan_.batch_chunk(rank)}"
+    passes = " -> ".join(gm.meta.get(PASSES_RUN, []))
+    header = f"rank {rank} of {plan_.world_size} ({coords}); built by passes: {passes}"
+    return with_kernels(graph_code(gm, header=header), gm)
+
+
+def with_kernels(code: str, gm: fx.GraphModule) -> str:
+    """``code`` followed by the fusion pass's report and the source of every kernel it generated."""
+    report = gm.meta.get(FUSION)
+    if report is None:
+        return code
+    out = code + "\n" + "\n".join(f"# {line}" for line in report.summary().splitlines()) + "\n"
+    for kernel in report.kernels:
+        out += "\n\n" + kernel.source
+    return out
+
+
+def executable(gm: fx.GraphModule, root: nn.Module, class_name: str) -> fx.GraphModule:
+    """The rewritten ``gm`` as the program a rank runs: over ``root``'s module tree
+    (this rank's parameters), with every module, parameter and constant under one flat
+    name, and ``gm``'s metadata."""
+    _copy_missing_attributes(gm, gm.graph, root)
+    for node in gm.graph.nodes:  # a recomputed region's sub-graph reads the rank's modules too
+        body = getattr(node.target, "body", None) if node.op == "call_function" else None
+        if isinstance(body, fx.GraphModule):
+            graph = fx.Graph()
+            graph.output(graph.graph_copy(body.graph, {}))
+            node.target = rebound(node.target, fx.GraphModule(_flat_root(root, graph), graph,
+                                                              class_name=type(body).__name__))
+    program = fx.GraphModule(_flat_root(root, gm.graph), gm.graph, class_name=class_name)
+    program.meta.update(gm.meta)
+    return program
+
+
+def _copy_missing_attributes(src: fx.GraphModule, graph: fx.Graph, dst: nn.Module) -> None:
+    """Give ``dst`` the constants a captured graph reads that the model lacks (export lifts
+    tensor constants onto the captured module as ``_tensor_constant0`` and the like)."""
+    for node in graph.nodes:
+        if node.op != "get_attr":
+            continue
+        try:
+            _getattr_path(dst, node.target)
+        except AttributeError:
+            owner_path, _, attr = node.target.rpartition(".")
+            owner = _getattr_path(dst, owner_path) if owner_path else dst
+            value = _getattr_path(src, node.target)
+            if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                owner.register_buffer(attr, value, persistent=False)
+            else:
+                setattr(owner, attr, value)
+
+
+def _flat_root(root: nn.Module, graph: fx.Graph) -> nn.Module:
+    """A module giving every module, parameter and constant the graph reaches one flat
+    name, so the executed program does ``self.model_body_0(x)`` instead of walking
+    ``getattr(self.model.body, "0")`` on every call. The objects are ``root``'s own
+    (parameters are shared, not copied); the names in the graph are rewritten to match.
+    Dumped rank graphs keep the hierarchical names."""
+    flat = nn.Module()
+    names: dict[int, str] = {}  # object -> its flat name
+    for node in graph.nodes:
+        if node.op not in ("call_module", "get_attr"):
+            continue
+        value = _getattr_path(root, node.target)
+        if id(value) not in names:
+            alias = base = node.target.replace(".", "_")
+            suffix = 0
+            while hasattr(flat, alias):  # two paths that flatten to one name
+                suffix += 1
+                alias = f"{base}_{suffix}"
+            if isinstance(value, (nn.Module, nn.Parameter)):
+                setattr(flat, alias, value)
+            else:
+                flat.__dict__[alias] = value  # a buffer or constant, shared by reference
+            names[id(value)] = alias
+        node.target = names[id(value)]
+    return flat
+
+
+def _getattr_path(obj, path: str):
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj

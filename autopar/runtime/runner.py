@@ -1,0 +1,318 @@
+"""Running a rank's programs: the state a rank keeps (:class:`RankState`) and the runner
+of plans whose rank runs one program per input signature (:class:`ProgramRunner`: data,
+Megatron, D&SP, AxoNN 3D, Bian's cube). A pipeline plan's rank runs its stages through
+:class:`autopar.strategies.pipeline.program.PipelineRunner` instead; both are driven by
+:class:`autopar.runtime.module.ParallelModule`, which knows no family.
+
+A program is built on first use for each input signature and mode: a capture of the
+user's model at this rank's share of the batch, rewritten by the plan's passes
+(:func:`autopar.passes.rank_program.rewrite`), over a module tree holding this rank's parameters.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.fx as fx
+import torch.nn as nn
+
+from autopar._torch_compat import copy_export_specs
+from autopar.trace.capture import capture
+from autopar.trace.inputs import CallLayout, check_call_inputs, new_shapes_explained, signature
+from autopar.ir import CAPTURE, LOSS_REDUCTION, PARAM_SHARDS, ROOT_OUTPUT, TensorSpec
+from autopar.layout import Bucket, ParamLayout
+from autopar.runtime.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
+from autopar.passes.rank_program import rewrite
+from autopar.runtime import groups as G
+from autopar.planning.strategy import PlanError
+from autopar.runtime import devices, rng
+from autopar.runtime.grad_sync import GradientBuckets
+from autopar.runtime.target_count import TARGET_COUNT, use_target_count
+from autopar.strategies.data.zero import ZeroState, sharded_names, use_zero
+from autopar.strategies.tensor3d import runtime as T3
+
+
+@dataclass
+class RankState:
+    """What a rank keeps between calls, shared by the module and its runner: the plan,
+    the module tree holding this rank's parameters (``root``), their layout, the named
+    process groups, the dropout streams, the 3D layers' runtime state, the gradient
+    buckets (by the layout's :class:`~autopar.layout.Bucket`), and how to capture the
+    user's model again at new shapes (``user_model``, ``loss_fn``, ``call``: the
+    example's :class:`~autopar.trace.inputs.CallLayout`; ``examples``: its signature)."""
+
+    plan: Any
+    rank: int
+    root: nn.Module
+    layout: ParamLayout
+    groups: dict
+    random: rng.RandomStates
+    runtime: T3.Tensor3DRuntime
+    buckets: dict[Bucket, GradientBuckets]
+    user_model: nn.Module
+    loss_fn: Callable | None
+    call: CallLayout = field(default_factory=CallLayout)
+    examples: tuple | None = None
+    recompute: bool | str = False  # True: the blocks; "selective": the attention cores
+    fusion: bool = False
+    shards: dict = field(default_factory=dict)
+    zero: ZeroState | None = None  # ZeRO's shards and gathers (strategies/data/zero.py), None without
+    # where the runtime's own tensors go when no value is at hand (autopar.runtime.devices)
+    device: torch.device = devices.CPU
+
+    def zero_params(self) -> dict | None:
+        """Under ZeRO, the parameters the layout shards (what the zero pass rewrites)."""
+        return sharded_names(self.layout) if self.zero is not None else None
+
+    def running(self, three_d: bool = True):
+        """The context a rank program runs in: the plan's groups, the rank's device (for
+        the runtime's buffers, :mod:`autopar.runtime.devices`), the dropout streams, the
+        3D runtime (``three_d``; a pipeline's stages run without this module's) and ZeRO's
+        state (and its notes for backward)."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(G.use_groups(self.groups))
+        stack.enter_context(devices.use_device(self.device))
+        stack.enter_context(rng.use_random_states(self.random))
+        if three_d:
+            stack.enter_context(T3.use_runtime(self.runtime))
+        stack.enter_context(use_zero(self.zero))
+        if self.zero is not None:
+            stack.enter_context(self.zero.notes_for_backward())
+        return stack
+
+    def begin(self, three_d: bool = True) -> None:
+        """Before a call's programs run: the 3D runtime forgets the last step's weights
+        (``three_d``), ZeRO-1/2 gathers the shards the optimizer changed (a collective)."""
+        if three_d:
+            self.runtime.begin()
+        if self.zero is not None:
+            with G.use_groups(self.groups):
+                self.zero.refresh()
+
+    def build(self, inputs: tuple, target: Any, training: bool, make: Callable[[], Any],
+              explain_shapes: bool = True) -> Any:
+        """``make()`` (a capture of the user's model and its rewrite) for calls shaped like
+        ``inputs`` (flat, laid out by ``call``), with the user's model in mode
+        ``training`` meanwhile (export bakes the mode, e.g. dropout, into the graph);
+        ``explain_shapes``: a capture failure at shapes other than the example's names
+        both (not for microbatches, which always differ from the example)."""
+        check_call_inputs(self.examples, inputs, target, self.call.names())
+        was_training = self.user_model.training
+        self.user_model.train(training)
+        try:
+            with new_shapes_explained(self.examples if explain_shapes else None, inputs):
+                return make()
+        finally:
+            self.user_model.train(was_training)
+
+    def loss_bucket(self) -> GradientBuckets | None:
+        """The bucket that carries the step's loss (the layout's ``loss_bucket``)."""
+        spec = self.layout.loss_bucket
+        return None if spec is None else self.buckets[spec]
+
+    def finish_buckets(self) -> None:
+        """Wait for every bucket but the loss's, in the layout's order."""
+        for spec, buckets in self.buckets.items():
+            if spec != self.layout.loss_bucket:
+                buckets.finish()
+
+    def target_count(self, program: fx.GraphModule, pieces: list[tuple], group: str) -> torch.Tensor | None:
+        """The whole batch's count of counted targets when ``program`` averages its loss
+        over them (``TARGET_COUNT``, :mod:`autopar.runtime.target_count`): the count
+        program on each of this rank's ``pieces`` (flat graph inputs, target last when
+        the program takes one), summed over ``group``, the ranks sharing the batch."""
+        counter = program.meta.get(TARGET_COUNT)
+        if counter is None:
+            return None
+        names = program.meta[CAPTURE].input_names
+        wanted = [n.name for n in counter.graph.nodes if n.op == "placeholder"]
+        count = None
+        for piece in pieces:
+            by_name = dict(zip(names, piece))
+            value = counter(*(by_name[name] for name in wanted))
+            count = value if count is None else count + value
+        with G.use_groups(self.groups):
+            if G.size_of(G.get_group(group)) > 1:
+                dist.all_reduce(count, group=G.get_group(group))
+        return count
+
+
+class ProgramRunner:
+    """One program per input signature on every rank (data, Megatron, D&SP, 3D, cube).
+
+    ``step`` weights a summed loss by the data degree (the average of d·∇L_r is ∑∇L_r)
+    and reduces the reported loss in the last gradient bucket. D&SP-cSub: ranks off
+    sub-grid 0 run only their branches (forward and backward of their program), and
+    sub-grid 0 shares the outputs and the loss over the segment group.
+    """
+
+    def __init__(self, state: RankState):
+        self.state = state
+        plan = state.plan
+        self.parts, self.chunk = plan.batch_parts(), plan.batch_chunk(state.rank)
+        self.csub = plan.csub
+        self.branch_only = plan.csub and plan.subgrid_coordinates(state.rank)[0] != 0
+        self.programs: dict[tuple, fx.GraphModule] = {}
+
+    def program(self, inputs: tuple, target: Any, training: bool, loss: bool = False
+                ) -> tuple[fx.GraphModule, tuple, Any]:
+        """The program for these inputs' shapes and mode (built on first use), with this
+        rank's share of the inputs and target. ``loss``: the training program (the
+        ``loss_fn``'s loss, or without one the model's own)."""
+        local_inputs, local_target = local_batch(self.parts, self.chunk, inputs, target)
+        return self.built(inputs, target, local_inputs, local_target, training, loss), local_inputs, local_target
+
+    def built(self, inputs: tuple, target: Any, local_inputs: tuple, local_target: Any, training: bool,
+              loss: bool, explain_shapes: bool = True) -> fx.GraphModule:
+        """The program that runs ``local_inputs`` (this rank's share of the call's
+        ``inputs``, or one microbatch of it), built on first use for their shapes."""
+        state = self.state
+        key = (tuple(signature(x) for x in local_inputs), signature(local_target), loss, training)
+        if key not in self.programs:
+            shown_inputs, shown_target = local_inputs, local_target
+            if any(c.get("remedy") == "gather" for c in state.plan.batch_couplings or ()):
+                shown_inputs, shown_target = _first_rows(inputs, local_inputs), _first_rows((target,), (local_target,))[0]
+            args, kwargs = state.call.unflatten(shown_inputs)
+            gm = state.build(inputs, target, training, lambda: capture(
+                state.user_model, args, state.loss_fn if target is not None else None, shown_target,
+                example_kwargs=kwargs, model_loss="required" if loss and state.loss_fn is None else None),
+                explain_shapes=explain_shapes)
+            gm = rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion,
+                         state.zero_params())
+            # every split the program makes is the plan's; a plan's split the program lacks
+            # may only be a D&SP branch's that another sub-grid runs (not in this program)
+            made = gm.meta.get(PARAM_SHARDS, {})
+            elsewhere = {name for d in state.plan.dsp_regions().values() for names in d["branch_params"]
+                         for name in names} if state.plan.tensor_subgrids else set()
+            if any(state.shards.get(name) != shard for name, shard in made.items()) or \
+                    set(state.shards) - set(made) - elsewhere:
+                raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
+            program = executable(gm, state.root, f"Rank{state.rank}Program")
+            copy_export_specs(gm, program)
+            self.programs[key] = program
+        return self.programs[key]
+
+    def _count(self, program, pieces) -> torch.Tensor | None:
+        bucket = self.state.layout.loss_bucket
+        if self.branch_only or bucket is None:
+            return None
+        return self.state.target_count(program, pieces, bucket.group)
+
+    def forward(self, inputs: tuple, training: bool):
+        state = self.state
+        program, local_inputs, _ = self.program(inputs, None, training)
+        count = self._count(program, [local_inputs])
+        state.begin()
+        with state.running(), use_target_count(count):
+            if self.branch_only:
+                program.forward()
+                out = self._from_subgrid_0(None)
+            else:
+                out = program.forward(*local_inputs)  # no hooks: skip nn.Module.__call__
+                out = self._from_subgrid_0(out) if self.csub else out
+        if state.zero is not None:
+            state.zero.finish()
+        return out
+
+    def step(self, inputs: tuple, target: Any, training: bool) -> torch.Tensor:
+        """Forward and backward of this rank's share of the batch, as the plan's
+        ``microbatches`` (gradient accumulation: the buckets launch during the last
+        microbatch's backward, once); the whole batch's loss."""
+        state = self.state
+        m = state.plan.microbatches
+        local_inputs, local_target = local_batch(self.parts, self.chunk, inputs, target)
+        pieces = [(local_inputs, local_target)]
+        if m > 1:
+            rows = batch_of(local_inputs)
+            if rows is None or rows % m:
+                raise PlanError(f"step(): the batch of each data rank ({rows}) is not divisible by the {m} "
+                                f"microbatches of the plan; give a batch that is a multiple of {m * self.parts}, "
+                                f"or plan with another 'microbatches'")
+            pieces = [(p[:-1], p[-1]) for p in microbatches((*local_inputs, local_target), m, rows)]
+        program = self.built(inputs, target, *pieces[0], training, loss=True, explain_shapes=m == 1)
+        data = self.parts
+        summed = program.meta.get(LOSS_REDUCTION) == "sum"
+        # a mean per microbatch: 1/m of each is the share's mean; a sum (or a share of the
+        # batch's mean over its counted targets) adds up as it is, and the data average
+        # divides by d (the average of d·∇L_r is ∑∇L_r)
+        weight = (float(data) if data > 1 else 1.0) if summed else 1.0 / m
+        flat = [p_in + (() if p_t is None else (p_t,)) for p_in, p_t in pieces]
+        count = self._count(program, flat)
+        state.begin()
+        with state.running(), use_target_count(count):
+            if self.branch_only:  # cSub off sub-grid 0: the branches' forward and backward only
+                result = program.forward()
+                result.backward(torch.zeros_like(result))
+                state.finish_buckets()
+                return self._loss_from_subgrid_0(program, None)
+            carrier = state.loss_bucket()
+            total = None
+            for k, args in enumerate(flat):
+                last = k == len(flat) - 1
+                for buckets in state.buckets.values():  # launched during the last backward only
+                    buckets.enabled = last
+                loss = program.forward(*args)
+                part = loss.detach() if summed else loss.detach() / m
+                total = part if total is None else total + part
+                if last and data > 1:
+                    carrier.carry(total)
+                loss.backward(torch.full_like(loss, weight) if weight != 1.0 else None)
+                state.runtime.finish()  # deferred reduce-scatters land before any bucket reads Ŵ.grad
+            state.finish_buckets()
+            if state.zero is not None:
+                state.zero.finish()
+            loss = total
+            if data > 1:
+                averaged = carrier.finish().to(loss.dtype).reshape(loss.shape)
+                loss = averaged * data if summed else averaged
+            return self._loss_from_subgrid_0(program, loss) if self.csub else loss
+
+    def _from_subgrid_0(self, value):
+        """D&SP-cSub: sub-grid 0's ``value`` on every rank of its segment (outputs of any
+        structure; a forward-only path, so the pickling of ``broadcast_object_list`` is fine)."""
+        segment = G.get_group("segment")
+        if segment is None:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, group=segment, group_src=0)
+        return devices.to_rank_device(box[0], self.state.device)   # unpickled on the sender's device
+
+    def _loss_from_subgrid_0(self, program: fx.GraphModule, loss: torch.Tensor | None) -> torch.Tensor:
+        """D&SP-cSub: the whole batch's loss, computed on sub-grid 0, sent over the segment."""
+        segment = G.get_group("segment")
+        if segment is None:
+            return loss
+        if loss is None:
+            spec = program.meta[ROOT_OUTPUT]
+            if not isinstance(spec, TensorSpec):
+                raise RuntimeError(f"D&SP-cSub: the loss function returns {spec!r}, not one tensor; step() "
+                                   f"needs a tensor loss to send to the other sub-grids")
+            loss = torch.empty(spec.shape, dtype=spec.dtype, device=devices.current())
+        dist.broadcast(loss, group=segment, group_src=0)
+        return loss
+
+    def code(self) -> str:
+        """The most recently built program as readable code."""
+        if not self.programs:
+            raise RuntimeError("no program built yet: call the model or step() first")
+        return rank_graph_code(list(self.programs.values())[-1], self.state.plan, self.state.rank)
+
+
+def _first_rows(whole: tuple, share: tuple) -> tuple:
+    """``share`` (a rank's rows of ``whole``) with the values of the batch's first rows:
+    what a rank captures its program with where its rows are scored against every row
+    (:mod:`autopar.passes.analysis.batch_rows`). A loss reading targets that index the whole
+    batch (the labels of a contrastive loss, ``4..7`` on the second of two ranks) fails on
+    the rank's own scores before the rewrite gathers them; the program depends on shapes
+    alone, which the first rows share."""
+    out = []
+    for w, s in zip(whole, share):
+        if isinstance(w, torch.Tensor) and isinstance(s, torch.Tensor) and w.dim() > 0 and s.dim() == w.dim() \
+                and s.shape[1:] == w.shape[1:] and s.shape[0] < w.shape[0]:
+            out.append(w[:s.shape[0]])
+        else:
+            out.append(s)
+    return tuple(out)

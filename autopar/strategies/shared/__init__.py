@@ -1,0 +1,3 @@
+"""Planning and rewriting code several families share: the memory levers
+(:mod:`.levers`), the layout propagator through a region (:mod:`.propagation`) and the
+per-op sharding rules (:mod:`.sharding`) used by Megatron, the 3D layers and the cube."""

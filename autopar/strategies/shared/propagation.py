@@ -1,0 +1,580 @@
+"""Carrying tensor-parallel layouts through a rank graph, op by op.
+
+:class:`LayoutPropagator` walks a graph in which some values are split over the tensor
+group (:class:`~autopar.strategies.shared.sharding.Shard`) and, for each node with a split input,
+applies the op's rule: the output's layout, and the literal arguments that change on a
+rank (a view's head count, a split's sizes). Replicated operands meeting a split value
+are sliced (``scatter_to_tensor_region``, whose backward all-gathers) or routed through
+Megatron's f (``copy_to_tensor_region``) when their gradient would be a partial sum. A
+node no rule covers gets its split inputs all-gathered first — a logged fallback that
+is correct and visible in the rank graph. Values reaching the output are gathered.
+
+Every walk is :meth:`LayoutPropagator.run`; a subclass claims the nodes its strategy
+decides through :meth:`LayoutPropagator.rewrite`: Megatron's rewrite
+(:mod:`autopar.strategies.megatron.rewrite`: column/row linears, embeddings, the loss;
+AxoNN's 3D and Bian's cube subclass it), the cube's row walk and a mixed plan's rows over
+z (:mod:`autopar.strategies.tensor3d.rewrite`). A size another walk scaled back to its
+global meaning is kept right by each later walk (:meth:`LayoutPropagator._global_size`).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import operator
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+from autopar.ir import SPEC, tensor_spec
+from autopar.passes.analysis import ops
+from autopar.strategies.shared.sharding import (Shard, map_permute, map_reshape, map_transpose, normalize_dim,
+                                     operand_dim_for, scale_literal)
+from autopar.runtime import collectives as C
+from autopar.runtime.shapes import blocks_in_order, global_size, padded_part
+
+log = logging.getLogger("autopar.strategies.megatron.rewrite")
+
+_IDENTITY_METHODS = {"contiguous", "clone", "float", "half", "bfloat16", "detach", "to", "type_as", "type"}
+_IDENTITY_FUNCTIONS = ops._targets("clone", "contiguous", "alias", "detach", "_to_copy", "to", "lift_fresh_copy")
+_SPLIT_FUNCTIONS = {torch.split, torch.chunk, torch.unbind} | ops._targets("split", "split_with_sizes", "chunk", "unbind")
+_SOFTMAX_FUNCTIONS = ops.SOFTMAX_FUNCTIONS | {F.log_softmax, torch.log_softmax} | ops._targets("log_softmax", "_log_softmax")
+_LAYER_NORM_FUNCTIONS = {F.layer_norm} | ops._targets("layer_norm")
+_EXPAND = ops._targets("expand")
+_PERMUTE = ops._targets("permute")
+_T = ops._targets("t")
+_SLICE = ops.SLICE_FUNCTIONS
+_CAT = ops.CONCAT_FUNCTIONS
+_SHAPE_ONLY = {torch.flatten, torch.squeeze, torch.unsqueeze} | ops._targets("flatten", "squeeze", "unsqueeze")
+_FACTORIES = {"new_ones", "new_zeros", "new_empty", "new_full"}
+_UNFLATTEN = {torch.unflatten} | ops._targets("unflatten")
+_EXTREMES = {torch.max, torch.min, torch.amax, torch.amin} | ops._targets("max", "min", "amax", "amin")
+
+
+class TensorParallelError(ValueError):
+    """A graph cannot be split as the plan says; the message names the node or region."""
+
+
+class NoSplitRule(Exception):
+    """Raised by a rule that cannot carry the split through a node; caught by the walk."""
+
+
+class LayoutPropagator:
+    """Layouts of the values of ``gm`` over a tensor group of ``degree`` ranks."""
+
+    def __init__(self, gm: fx.GraphModule, degree: int, group: str):
+        self.gm, self.graph, self.t, self.group = gm, gm.graph, degree, group
+        self.layout: dict[fx.Node, Any] = {}
+        # parameters the graph reads already split (by name): a per-head parameter cut with
+        # its heads (attention sinks), an expert bias cut with its columns; the rest whole
+        self.param_layouts: dict[str, Shard] = {}
+        self.cache: dict[tuple, fx.Node] = {}
+        # (node name, op, why) of every node no rule covered (see _fallback)
+        self.fallbacks: list[tuple[str, str, str]] = []
+        self.quiet = False
+
+    def _call(self, fn, args, after: fx.Node | None = None, before: fx.Node | None = None) -> fx.Node:
+        ctx = self.graph.inserting_after(after) if after is not None else self.graph.inserting_before(before)
+        with ctx:
+            node = self.graph.call_function(fn, args)
+        # SPEC keeps its meaning on rank graphs: the global shape of the value
+        node.meta[SPEC] = args[0].meta.get(SPEC)
+        return node
+
+    def _cached(self, key: tuple, make) -> fx.Node:
+        if key not in self.cache:
+            self.cache[key] = make()
+        return self.cache[key]
+
+    def _copy_to(self, value: fx.Node) -> fx.Node:
+        """Megatron f on ``value``: identity forward, all-reduce of its gradient backward."""
+        return self._cached(("f", value), lambda: self._call(C.copy_to_tensor_region, (value, self.group), after=value))
+
+    def _gather(self, value: fx.Node, layout: Shard, reason: str) -> fx.Node:
+        def gather() -> fx.Node:
+            gathered = self._call(C.gather_from_tensor_region, (value, layout.dim, self.group), after=value)
+            if layout.size is not None:  # a padded split: the single-device length, the padding dropped
+                return self._call(torch.narrow, (gathered, layout.dim, 0, layout.size), after=gathered)
+            if layout.blocks == 1:
+                return gathered
+            # the ranks' pieces arrive rank-major; a block split wants them block-major
+            return self._call(blocks_in_order, (gathered, layout.dim, self.t, layout.blocks), after=gathered)
+        return self._cached(("gather", value), gather)
+
+    def _scatter(self, value: fx.Node, dim: int) -> fx.Node:
+        return self._cached(("scatter", value, dim), lambda: self._call(
+            C.scatter_to_tensor_region, (value, dim, self.group), after=value))
+
+    def _replicated(self, value: fx.Node, reason: str) -> fx.Node:
+        layout = self.layout.get(value)
+        return value if layout is None else self._gather(value, layout, reason)
+
+    # ------------------------------------------------------------------ the walk
+    def _sharded_inputs(self, node: fx.Node) -> list[fx.Node]:
+        return [a for a in node.all_input_nodes if self.layout.get(a) is not None]
+
+    def _fallback(self, node: fx.Node, why: str) -> None:
+        self.fallbacks.append((node.name, ops.op_name(node), why))
+        if not self.quiet:
+            log.warning("tensor parallel: no split rule for %s (%s): %s; its split inputs are all-gathered",
+                        node.format_node(), ops.op_name(node), why)
+        for arg in self._sharded_inputs(node):
+            layout = self.layout[arg]
+            if isinstance(layout, tuple):
+                raise TensorParallelError(f"node {node.format_node()} consumes a split multi-output value; "
+                                          f"no rule covers it")
+            node.replace_input_with(arg, self._gather(arg, layout, node.name))
+        self.layout[node] = None
+
+    def _output(self, node: fx.Node) -> None:
+        for arg in self._sharded_inputs(node):
+            node.replace_input_with(arg, self._gather(arg, self.layout[arg], "the graph output"))
+
+    # ------------------------------------------------------------------ the walk over the graph (run)
+    def run(self) -> None:
+        """Every node in graph order: inputs and attributes replicated, the output's split
+        values gathered, a node :meth:`rewrite` takes rewritten by it, a node reading split
+        values carried by its op's rule (:meth:`propagate`, or the logged fallback)."""
+        for node in list(self.graph.nodes):
+            if node.op == "get_attr":
+                self.layout[node] = self.param_layouts.get(str(node.target))
+            elif node.op == "placeholder":
+                self.layout[node] = None
+            elif node.op == "output":
+                self._output(node)
+            elif self.rewrite(node):
+                pass
+            elif not self._sharded_inputs(node):
+                self.layout[node] = None
+            else:
+                try:
+                    self.layout[node] = self.propagate(node)
+                except (NoSplitRule, ValueError) as e:
+                    self._fallback(node, str(e))
+
+    def rewrite(self, node: fx.Node) -> bool:
+        """A subclass's own rewrite of ``node`` (setting its layout); False: not its node."""
+        return False
+
+    # ------------------------------------------------------------------ region rewrites
+    def propagate(self, node: fx.Node):
+        """The layout of ``node``'s output given its inputs' (rewriting its arguments), or
+        :class:`NoSplitRule`."""
+        first = node.args[0] if node.args else None
+        in_layout = self.layout.get(first) if isinstance(first, fx.Node) else None
+        if node.op == "call_function" and node.target is operator.getitem and isinstance(in_layout, tuple):
+            return in_layout[node.args[1]]
+        if isinstance(in_layout, tuple):
+            raise NoSplitRule("indexing into a split multi-output value")
+        if any(getattr(self.layout[a], "size", None) is not None for a in self._sharded_inputs(node)):
+            return self._padded(node, in_layout)
+        target, kind = node.target, node.op
+        if (kind == "call_method" and target == "size") or (kind == "call_function" and target is getattr
+                                                             and node.args[1] == "shape"):
+            return self._size(node, in_layout)
+        if kind == "call_method" and target in _FACTORIES:
+            return None  # a new tensor from the value's dtype and device only: nothing of it is read
+        if kind == "call_function" and target is global_size:
+            return self._global_size(node, in_layout)
+        if (kind == "call_method" and target in _IDENTITY_METHODS) or (kind == "call_function" and target in _IDENTITY_FUNCTIONS):
+            return self._only_first_split(node, in_layout)
+        if ops.reshape_target(node) is not None:
+            return self._reshape(node, in_layout)
+        if (kind == "call_method" and target in ("flatten", "squeeze", "unsqueeze")) or (kind == "call_function" and target in _SHAPE_ONLY):
+            out = map_reshape(tensor_spec(first).shape, tensor_spec(node).shape, self._only_first_split(node, in_layout), self.t)
+            if out is None:
+                raise NoSplitRule("the split dimension would be merged with an inner one")
+            return out
+        if (kind == "call_method" and target == "unflatten") or (kind == "call_function" and target in _UNFLATTEN):
+            return self._unflatten(node, in_layout)
+        if ops.is_select(node):
+            return self._select(node, in_layout)
+        if (kind == "call_method" and target in ("transpose", "permute", "t")) or (kind == "call_function" and target in ops.TRANSPOSE_FUNCTIONS):
+            return self._transpose(node, in_layout)
+        if kind == "call_function" and target in _CAT:
+            return self._cat(node)
+        if (kind == "call_method" and target == "narrow") or (kind == "call_function" and target in _SLICE):
+            return self._slice(node, in_layout)
+        if (kind == "call_method" and target == "expand") or (kind == "call_function" and target in _EXPAND):
+            return self._expand(node, in_layout)
+        if (kind == "call_method" and target in ("split", "chunk", "unbind")) or (kind == "call_function" and target in _SPLIT_FUNCTIONS):
+            return self._split(node, in_layout)
+        if (kind == "call_method" and target in ("max", "min", "amax", "amin")) or \
+                (kind == "call_function" and target in _EXTREMES):
+            return self._extreme(node, in_layout)
+        if kind == "call_function" and target is ops.aten.index.Tensor:
+            return self._index(node, in_layout)
+        if kind == "call_function" and ops.call_name(node) in ("add_", "sub_", "mul_", "div_"):
+            return self._in_place(node, in_layout)
+        if (kind == "call_method" and target in ("softmax", "log_softmax")) or (kind == "call_function" and target in _SOFTMAX_FUNCTIONS):
+            ndim = len(tensor_spec(node).shape)
+            dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+            if dim is None or normalize_dim(dim, ndim) == in_layout.dim:
+                raise NoSplitRule("softmax over the split dimension")
+            return self._only_first_split(node, in_layout)
+        if kind == "call_function" and target in _LAYER_NORM_FUNCTIONS or \
+                (kind == "call_module" and isinstance(ops.module_of(self.gm, node), nn.LayerNorm)):
+            return self._layer_norm(node, in_layout)
+        if ops.is_sdpa(node) or ops.is_activation_matmul(node):
+            return self._batched(node)
+        if ops.is_pointwise(node, self.gm) or (kind == "call_function" and target in (torch.where,)):
+            return self._pointwise(node)
+        raise NoSplitRule("no split rule for this op")
+
+    def _padded(self, node: fx.Node, layout: Shard):
+        """A padded split (a padded vocabulary's logits, :class:`Shard` ``size``) is carried
+        only by data movement that keeps its dimension whole and never reads across it:
+        size queries, identity ops, reshapes that keep the dimension with what lies
+        inside it, selects, slices and transposes of other dimensions. Any other op
+        (softmax, a reduction, arithmetic with other values) reads it gathered, the
+        padding dropped, so no padded column enters what the single-device program
+        computes; the vocab-parallel cross-entropy masks them itself
+        (:func:`autopar.runtime.collectives.vocab_parallel_cross_entropy`)."""
+        layout = self._only_first_split(node, layout)
+        target, kind = node.target, node.op
+        if (kind == "call_method" and target == "size") or (kind == "call_function" and target is getattr
+                                                             and node.args[1] == "shape"):
+            return self._size(node, layout)
+        if (kind == "call_method" and target in _IDENTITY_METHODS) or \
+                (kind == "call_function" and target in _IDENTITY_FUNCTIONS):
+            return layout
+        if ops.reshape_target(node) is not None or (kind == "call_method" and target in ("flatten", "squeeze",
+                                                                                          "unsqueeze")) \
+                or (kind == "call_function" and target in _SHAPE_ONLY):
+            return self._padded_reshape(node, layout)
+        if ops.is_select(node):
+            return self._select(node, layout)
+        if (kind == "call_method" and target in ("transpose", "permute", "t")) or \
+                (kind == "call_function" and target in ops.TRANSPOSE_FUNCTIONS):
+            return self._transpose(node, layout)
+        if (kind == "call_method" and target == "narrow") or (kind == "call_function" and target in _SLICE):
+            return self._slice(node, layout)
+        raise NoSplitRule(f"a padded vocabulary split (length {layout.size}) is read only gathered by this op")
+
+    def _padded_reshape(self, node: fx.Node, layout: Shard) -> Shard:
+        """A reshape of a padded split keeps it when the split dimension stays one
+        dimension with the same dimensions inside it (``[B, T, V] -> [B·T, V]``); a
+        literal length there becomes each rank's padded length."""
+        src, out = tensor_spec(node.args[0]).shape, tensor_spec(node).shape
+        inner = math.prod(src[layout.dim:])
+        o = next((o for o in range(len(out)) if out[o] == src[layout.dim] and math.prod(out[o:]) == inner), None)
+        if o is None:
+            raise NoSplitRule(f"reshape {list(src)} -> {list(out)} does not keep the padded split of dim "
+                              f"{layout.dim} whole")
+        shape = ops.reshape_target(node)
+        if shape is not None and len(shape) == len(out):
+            value = shape[o]
+            if isinstance(value, fx.Node):
+                with self.graph.inserting_before(node):
+                    value = self.graph.call_function(padded_part, (value, self.t))
+            elif value != -1:
+                if value != layout.size:
+                    raise NoSplitRule(f"a reshape to length {value} of the padded split of length {layout.size}")
+                value = layout.local_size(self.t)
+            shape[o] = value
+            self._set_shape_args(node, shape)
+        return Shard(o, 1, layout.size)
+
+    def _size(self, node: fx.Node, layout: Shard) -> None:
+        """A size read off a split tensor keeps its global meaning (see runtime.shapes)."""
+        dim = node.args[1] if node.op == "call_method" and len(node.args) > 1 else node.kwargs.get("dim")
+        ndim = len(tensor_spec(node.args[0]).shape)
+        if dim is not None and normalize_dim(dim, ndim) != layout.dim:
+            return None  # an unsplit dimension: the local size is the global one
+        with self.graph.inserting_before(node):
+            new = self.graph.call_function(global_size, (node.args[0], layout.dim, self.t, dim),
+                                           {} if layout.size is None else {"length": layout.size})
+        node.replace_all_uses_with(new)
+        self.graph.erase_node(node)
+        self.layout[new] = None
+        return None
+
+    def _global_size(self, node: fx.Node, layout: Shard) -> None:
+        """Another pass's global size of a value this pass splits too: a size of a
+        dimension this pass does not split is right as it stands; when this pass splits
+        the rows (dim 0) of a value the other split on another dimension, the size counts
+        them with ``rows`` (Bian's cube: columns over x, then rows over y)."""
+        x, split_dim = node.args[:2]
+        ndim = len(tensor_spec(x).shape)
+        dim = node.args[3] if len(node.args) > 3 else node.kwargs.get("dim")
+        if dim is not None and normalize_dim(dim, ndim) != layout.dim:
+            return None
+        if layout.dim == 0 and normalize_dim(split_dim, ndim) != 0 and node.kwargs.get("rows", 1) == 1:
+            node.kwargs = {**node.kwargs, "rows": self.t}
+            return None
+        raise NoSplitRule("a size of a value split twice along one dimension")
+
+    def _only_first_split(self, node: fx.Node, in_layout):
+        others = [a for a in self._sharded_inputs(node) if a is not node.args[0]]
+        if others or in_layout is None:
+            raise NoSplitRule("an argument other than the first is split")
+        return in_layout
+
+    def _reshape(self, node: fx.Node, layout: Shard) -> Shard:
+        layout = self._only_first_split(node, layout)
+        src, out = tensor_spec(node.args[0]), tensor_spec(node)
+        mapped = map_reshape(src.shape, out.shape, layout, self.t)
+        if mapped is None:
+            raise NoSplitRule(f"reshape {list(src.shape)} -> {list(out.shape)} crosses the split of dim {layout.dim}")
+        shape = ops.reshape_target(node)
+        if len(shape) == len(out.shape):
+            shape[mapped.dim] = self._scale(node, shape[mapped.dim])
+            self._set_shape_args(node, shape)
+        return mapped
+
+    def _unflatten(self, node: fx.Node, layout: Shard) -> Shard:
+        """``unflatten(x, dim, sizes)``: a reshape whose new sizes are one list, as
+        ``torch.export`` spells ``nn.MultiheadAttention``'s packed projection
+        (``unflatten(-1, [3, E])``: the 3 blocks become their own dimension)."""
+        layout = self._only_first_split(node, layout)
+        src, out = tensor_spec(node.args[0]), tensor_spec(node)
+        mapped = map_reshape(src.shape, out.shape, layout, self.t)
+        if mapped is None:
+            raise NoSplitRule(f"unflatten {list(src.shape)} -> {list(out.shape)} crosses the split of dim {layout.dim}")
+        dim = normalize_dim(node.args[1] if len(node.args) > 1 else node.kwargs["dim"], len(src.shape))
+        sizes = list(node.args[2] if len(node.args) > 2 else node.kwargs["sizes"])
+        if dim <= mapped.dim < dim + len(sizes):
+            sizes[mapped.dim - dim] = self._scale(node, sizes[mapped.dim - dim])
+            if len(node.args) > 2:
+                node.args = (node.args[0], node.args[1], sizes) + tuple(node.args[3:])
+            else:
+                node.kwargs = {**node.kwargs, "sizes": sizes}
+        return mapped
+
+    def _select(self, node: fx.Node, layout: Shard) -> Shard:
+        """``select(x, dim, i)`` of an unsplit dimension keeps the split (one dim fewer)."""
+        layout = self._only_first_split(node, layout)
+        ndim = len(tensor_spec(node.args[0]).shape)
+        dim = normalize_dim(node.args[1] if len(node.args) > 1 else node.kwargs["dim"], ndim)
+        if dim == layout.dim:
+            raise NoSplitRule("an index into the split dimension")
+        return replace(layout, dim=layout.dim - (1 if dim < layout.dim else 0))
+
+    def _scale(self, node: fx.Node, value):
+        if isinstance(value, fx.Node):  # a size computed in the graph (symbolic tracing)
+            with self.graph.inserting_before(node):
+                return self.graph.call_function(operator.floordiv, (value, self.t))
+        return scale_literal(value, self.t)
+
+    @staticmethod
+    def _set_shape_args(node: fx.Node, shape: list) -> None:
+        args = list(node.args)
+        if len(args) == 2 and isinstance(args[1], (list, tuple)):
+            args[1] = type(args[1])(shape) if isinstance(args[1], tuple) else list(shape)
+        else:
+            args[1:] = shape
+        node.args = tuple(args)
+
+    def _transpose(self, node: fx.Node, layout: Shard) -> Shard:
+        layout = self._only_first_split(node, layout)
+        ndim = len(tensor_spec(node).shape)
+        if node.target in ("permute", torch.permute) or node.target in _PERMUTE:
+            perm = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (list, tuple)) else node.args[1:]
+            return map_permute([normalize_dim(p, ndim) for p in perm], layout)
+        if node.target in ("t", torch.t) or node.target in _T:
+            return map_transpose(0, 1, ndim, layout)
+        return map_transpose(node.args[1], node.args[2], ndim, layout)
+
+    def _slice(self, node: fx.Node, layout: Shard) -> Shard:
+        """A slice (``aten.slice``, ``narrow``) of an unsplit dimension keeps the split, as
+        rotary embeddings slice the head dimension of head-split queries and keys. A
+        strided slice of the whole split dimension from one of its first ``step``
+        positions (``x[..., ::2]``, ``x[..., 1::2]``: GPT-OSS's alternating gate and up
+        columns) keeps it too when each rank's part is a whole number of steps: every rank
+        takes the same positions of its own part."""
+        layout = self._only_first_split(node, layout)
+        ndim = len(tensor_spec(node.args[0]).shape)
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        if normalize_dim(dim, ndim) == layout.dim:
+            if node.op == "call_function" and ops.call_name(node) == "slice" and layout.blocks == 1 \
+                    and layout.size is None:
+                start, end, step = (list(node.args[2:5]) + [None, None, 1])[:3]
+                width = tensor_spec(node.args[0]).shape[layout.dim]
+                if isinstance(step, int) and step > 1 and (start or 0) in range(step) \
+                        and (end is None or end >= width) and (width // self.t) % step == 0 and width % self.t == 0:
+                    return layout
+            raise NoSplitRule("a slice of the split dimension")
+        return layout
+
+    def _extreme(self, node: fx.Node, layout: Shard):
+        """``max``/``min``/``amax``/``amin`` over dimensions other than the split one keep
+        the split (the softmax's stabilising max of head-split scores); ``max.dim`` gives
+        values and indices, split alike. Over the split dimension, or over every one: no
+        rule."""
+        layout = self._only_first_split(node, layout)
+        ndim = len(tensor_spec(node.args[0]).shape)
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        if dims is None or dims == [] or dims == ():
+            raise NoSplitRule("a reduction over every dimension")
+        if isinstance(dims, fx.Node) or not isinstance(dims, (int, list, tuple)):
+            raise NoSplitRule("an elementwise max or min of two values")
+        dims = [normalize_dim(d, ndim) for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+        if layout.dim in dims:
+            raise NoSplitRule("a reduction over the split dimension")
+        keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        out = replace(layout, dim=layout.dim if keep else layout.dim - sum(d < layout.dim for d in dims))
+        return (out, out) if isinstance(node.meta.get(SPEC), tuple) else out
+
+    def _in_place(self, node: fx.Node, layout) -> Shard:
+        """An in-place pointwise op (``out.add_(bias[ids])``, as Hugging Face adds the
+        experts' biases) on a split value: the pointwise rule, when it keeps the written
+        value's split (a replicated value cannot take a split one in place)."""
+        if layout is None or isinstance(layout, tuple):
+            raise NoSplitRule("an in-place op writing a replicated value with a split one")
+        out = self._pointwise(node)
+        if out != layout:
+            raise NoSplitRule("an in-place op that would change its value's split")
+        return out
+
+    def _index(self, node: fx.Node, layout: Shard) -> Shard:
+        """``x[ids]``: rows of ``x`` picked along its first dimension by one index tensor
+        (an expert's bias for each of its rows) keep a split of a later dimension, which
+        moves to where it lands after the index's dimensions."""
+        layout = self._only_first_split(node, layout)
+        indices = node.args[1] if len(node.args) > 1 else ()
+        if layout.dim == 0 or len(indices) != 1 or not isinstance(indices[0], fx.Node) \
+                or self.layout.get(indices[0]) is not None or tensor_spec(indices[0]) is None:
+            raise NoSplitRule("an index into the split dimension, or by more than one index")
+        return replace(layout, dim=layout.dim - 1 + len(tensor_spec(indices[0]).shape))
+
+    def _cat(self, node: fx.Node) -> Shard:
+        """A concatenation along an unsplit dimension of values split alike keeps the
+        split (rotary embeddings' ``rotate_half``: ``cat((-x2, x1), -1)`` of head-split
+        halves); a replicated operand is sliced to match."""
+        pieces = node.args[0] if node.args else node.kwargs["tensors"]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+        split = [self.layout.get(p) for p in pieces if isinstance(p, fx.Node) and self.layout.get(p) is not None]
+        if any(isinstance(x, tuple) for x in split) or len({(x.dim, x.blocks) for x in split}) != 1:
+            raise NoSplitRule("the concatenated values are split differently")
+        layout = split[0]
+        if normalize_dim(dim, len(tensor_spec(node).shape)) == layout.dim or layout.blocks != 1:
+            raise NoSplitRule("a concatenation along the split dimension")
+        new = [self._scatter(p, layout.dim) if isinstance(p, fx.Node) and self.layout.get(p) is None else p
+               for p in pieces]
+        if node.args:
+            node.args = (type(pieces)(new),) + tuple(node.args[1:])
+        else:
+            node.kwargs = {**node.kwargs, "tensors": type(pieces)(new)}
+        return layout
+
+    def _expand(self, node: fx.Node, layout: Shard) -> Shard:
+        layout = self._only_first_split(node, layout)
+        sizes = list(node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (list, tuple)) else node.args[1:])
+        in_ndim = len(tensor_spec(node.args[0]).shape)
+        out_dim = layout.dim + len(sizes) - in_ndim
+        sizes[out_dim] = self._scale(node, sizes[out_dim])
+        node.args = (node.args[0], sizes)
+        return Shard(out_dim, layout.blocks)
+
+    def _split(self, node: fx.Node, layout: Shard):
+        layout = self._only_first_split(node, layout)
+        spec = tensor_spec(node.args[0])
+        ndim = len(spec.shape)
+        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", str(node.target))
+        is_unbind = "unbind" in str(name)
+        default_dim = 0
+        dim = node.kwargs.get("dim", node.args[2] if len(node.args) > 2 else (node.args[1] if is_unbind and len(node.args) > 1 else default_dim))
+        dim = normalize_dim(dim, ndim)
+        n_out = len(node.meta.get(SPEC) or ())
+        if dim != layout.dim:
+            if is_unbind and dim < layout.dim:
+                return tuple(Shard(layout.dim - 1, layout.blocks) for _ in range(n_out))
+            return tuple(layout for _ in range(n_out))
+        # splitting the fused blocks apart: each piece is one block, split by rank
+        if n_out != layout.blocks or is_unbind:
+            raise NoSplitRule(f"split of dim {dim} into {n_out} pieces does not follow its {layout.blocks} blocks")
+        if "chunk" not in str(name):
+            sizes = node.args[1]
+            new = [scale_literal(s, self.t) for s in sizes] if isinstance(sizes, (list, tuple)) else scale_literal(sizes, self.t)
+            node.args = (node.args[0], new) + tuple(node.args[2:])
+        return tuple(Shard(dim, 1) for _ in range(n_out))
+
+    def _layer_norm(self, node: fx.Node, layout: Shard) -> Shard:
+        x = node.args[0]
+        ndim = len(tensor_spec(x).shape)
+        if node.op == "call_module":
+            mod = self.gm.get_submodule(node.target)
+            normalized = len(mod.normalized_shape)
+        else:
+            normalized = len(node.args[1])
+        if layout is None or layout.dim >= ndim - normalized:
+            raise NoSplitRule("layer norm over the split dimension")
+        if node.op == "call_module":
+            # functional form so the affine parameters can carry Megatron f (their
+            # gradients are partial sums when the activations are split)
+            mod = self.gm.get_submodule(node.target)
+            with self.graph.inserting_before(node):
+                w = self.graph.get_attr(f"{node.target}.weight") if mod.weight is not None else None
+                b = self.graph.get_attr(f"{node.target}.bias") if mod.bias is not None else None
+                new = self.graph.call_function(F.layer_norm, (x, tuple(mod.normalized_shape),
+                                                              w and self._copy_to(w), b and self._copy_to(b), mod.eps))
+            new.meta.update(node.meta)
+            node.replace_all_uses_with(new)
+            self.graph.erase_node(node)
+            self.layout[new] = layout
+            return layout
+        for arg in node.args[2:4]:
+            if isinstance(arg, fx.Node):
+                node.replace_input_with(arg, self._copy_to(arg))
+        return layout
+
+    def _batched(self, node: fx.Node) -> Shard:
+        """sdpa and activation matmuls: split only along a batch (head) dimension."""
+        tensors = [a for a in node.args[: (4 if ops.is_sdpa(node) else 2)] if isinstance(a, fx.Node)]
+        out_ndim = len(tensor_spec(node).shape)
+        layouts = {a: self.layout.get(a) for a in tensors}
+        split = [l for l in layouts.values() if l is not None]
+        out_dims = {l.dim + out_ndim - len(tensor_spec(a).shape) for a, l in layouts.items() if l is not None}
+        if len(out_dims) != 1 or any(l.blocks != 1 for l in split):
+            raise NoSplitRule("operands split along different dimensions")
+        out_dim = out_dims.pop()
+        if out_dim >= out_ndim - 2:
+            raise NoSplitRule("matmul over a split row/column dimension")
+        for a in tensors:
+            if layouts[a] is None:
+                self._align_operand(node, a, out_dim, out_ndim)
+        return Shard(out_dim)
+
+    def _pointwise(self, node: fx.Node) -> Shard:
+        out_ndim = len(tensor_spec(node).shape)
+        out_dims = set()
+        for a in node.all_input_nodes:
+            layout = self.layout.get(a)
+            if isinstance(layout, tuple):
+                raise NoSplitRule("multi-output operand")
+            if layout is not None:
+                out_dims.add((layout.dim + out_ndim - len(tensor_spec(a).shape), layout.blocks))
+        if len(out_dims) != 1:
+            raise NoSplitRule("operands split along different dimensions")
+        out_dim, blocks = out_dims.pop()
+        for a in node.all_input_nodes:
+            if self.layout.get(a) is None:
+                if blocks != 1 and self._operand_size(a, out_dim, out_ndim) > 1:
+                    raise NoSplitRule("a replicated operand meets a block-split one")
+                self._align_operand(node, a, out_dim, out_ndim)
+        return Shard(out_dim, blocks)
+
+    @staticmethod
+    def _operand_size(a: fx.Node, out_dim: int, out_ndim: int) -> int:
+        spec = tensor_spec(a)
+        if spec is None:
+            return 1
+        d = operand_dim_for(out_dim, out_ndim, spec.shape)
+        return 1 if d is None else spec.shape[d]
+
+    def _align_operand(self, node: fx.Node, a: fx.Node, out_dim: int, out_ndim: int) -> None:
+        """A replicated operand of a split op: slice it when it spans the split dim
+        (the slice's backward all-gathers), else route it through f when it can carry a
+        gradient (each rank's gradient is a partial sum over its split)."""
+        spec = tensor_spec(a)
+        if spec is None:
+            return
+        d = operand_dim_for(out_dim, out_ndim, spec.shape)
+        if d is not None and spec.shape[d] > 1:
+            node.replace_input_with(a, self._scatter(a, d))
+        elif spec.dtype.is_floating_point:
+            node.replace_input_with(a, self._copy_to(a))
+

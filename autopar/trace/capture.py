@@ -1,0 +1,452 @@
+"""Capture: turn a user's ``nn.Module`` (and optionally its loss) into an ``fx.GraphModule``.
+
+``torch.fx.symbolic_trace`` is tried first: it keeps ``nn.Linear`` and friends as
+``call_module`` nodes and the source-level spelling of views, which makes the rank
+graphs easy to read. When it fails (Hugging Face models use control flow on shapes),
+``torch.export.export(strict=False)`` is used; it yields an ATen-level graph. Both
+results carry :data:`autopar.ir.SPEC` on every node, written by :func:`propagate_specs`.
+
+Example::
+
+    >>> gm = capture(nn.Sequential(nn.Linear(4, 8), nn.ReLU()), (torch.randn(2, 4),))
+    >>> [str(n.meta[SPEC]) for n in gm.graph.nodes if n.op != "output"]
+    ['float32[2, 4]', 'float32[2, 8]', 'float32[2, 8]']
+
+When a loss function is given the graph computes ``loss_fn(model(*inputs), target)``
+so the planner sees the loss (e.g. cross-entropy, which Megatron makes vocab-parallel).
+
+Keyword inputs (``model(input_ids=..., attention_mask=..., labels=...)``, as Hugging
+Face models are called) are laid out by :class:`Keywords`: each tensor becomes a graph
+input after the positional ones, named after its keyword, in the example's key order;
+every other value (``use_cache=False``, ``None``, an int) is a constant of the capture.
+A model that computes its own loss (``labels=``) is captured with ``model_loss``: the
+graph returns the loss its output carries (:func:`output_loss`) instead of the output.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import keyword
+import linecache
+import logging
+import traceback
+from collections.abc import Mapping
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from autopar.trace.memo import EXPORTS, CaptureCall
+from autopar.ir import CAPTURE, SPEC, CaptureInfo, TensorSpec, spec_from_value
+from autopar.trace.standard_layers import mha_fast_path_disabled
+from autopar.trace.standard_layers import symbolic_trace as symbolic_trace_standard_layers
+
+log = logging.getLogger("autopar.trace.capture")
+
+
+class CaptureError(RuntimeError):
+    """Neither tracer could capture the model; the message names the construct."""
+
+
+MODEL_PREFIX = "model."
+"""Parameter names in captured graphs are the user's names behind this prefix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Keywords:
+    """How a model's keyword arguments enter its graph, fixed by the example's.
+
+    ``tensors``: the keywords whose values are tensors, in the example's order; each is a
+    graph input after the positional ones, named ``parameters[i]`` in the wrapper
+    (the keyword itself unless that clashes with the wrapper's own names).
+    ``constants``: ``(keyword, value)`` for every other value, passed as is and baked into
+    the capture (a call must give the same values)."""
+
+    tensors: tuple[str, ...] = ()
+    constants: tuple[tuple[str, Any], ...] = ()
+    parameters: tuple[str, ...] = ()
+
+    @staticmethod
+    def of(example_kwargs: Mapping[str, Any] | None, n_positional: int = 0) -> "Keywords":
+        if not example_kwargs:
+            return Keywords()
+        tensors, constants = [], []
+        for name, value in example_kwargs.items():
+            if not (isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)):
+                raise ValueError(f"example_kwargs: {name!r} is not a Python identifier; keyword inputs are passed "
+                                 f"to the model as model(..., name=value)")
+            if isinstance(value, torch.Tensor):
+                tensors.append(name)
+            elif _holds_tensor(value):
+                raise ValueError(f"keyword input {name}: a {type(value).__name__} holding tensors; autopar takes "
+                                 f"tensors and constants (bool, int, float, str, None) as keyword inputs. Pass each "
+                                 f"tensor as a keyword of its own")
+            else:
+                constants.append((name, value))
+        taken = {"self", "target", *(f"input_{i}" for i in range(n_positional))}
+        parameters = tuple(name if name not in taken else f"kw_{name}" for name in tensors)
+        return Keywords(tuple(tensors), tuple(constants), parameters)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every keyword of the example, tensors first."""
+        return self.tensors + tuple(name for name, _ in self.constants)
+
+
+def _holds_tensor(value) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_tensor(v) for v in value.values())
+    if isinstance(value, (list, tuple, set)):
+        return any(_holds_tensor(v) for v in value)
+    return False
+
+
+class ModelLossError(ValueError):
+    """The model was to provide its own loss (no ``loss_fn``) and its output carries none."""
+
+
+def output_loss(output: Any, required: bool) -> tuple[Any, bool]:
+    """``(loss, True)`` when the model's ``output`` carries its own loss: a Hugging Face
+    ``ModelOutput`` or a dict with a ``"loss"`` that is not None, or a tensor (which must
+    be a scalar: checked on the captured graph). Otherwise ``(output, False)``, or, when
+    ``required``, :class:`ModelLossError` naming what the output holds."""
+    if isinstance(output, Mapping):
+        loss = output.get("loss")
+        if loss is not None:
+            return loss, True
+        if required:
+            raise ModelLossError(f"the model's output ({type(output).__name__} with {sorted(output.keys())}) carries "
+                                 f"no loss; pass the labels keyword the model computes its loss from (labels=...), "
+                                 f"or give compile a loss_fn and example_target")
+        return output, False
+    if isinstance(output, (torch.Tensor, fx.Proxy)):
+        return output, True
+    if required:
+        raise ModelLossError(f"the model returns a {type(output).__name__}, which carries no loss autopar can read (a "
+                             f"ModelOutput or dict with 'loss', or a scalar tensor); give compile a loss_fn and "
+                             f"example_target")
+    return output, False
+
+
+def wrap_model(model: nn.Module, loss_fn: Callable | None, n_inputs: int, keywords: Keywords | None = None,
+               model_loss: str | None = None) -> nn.Module:
+    """A module holding ``model`` as ``.model`` whose forward is
+    ``model(input_0, ..., **keyword inputs)``, or ``loss_fn(model(...), target)`` when a
+    loss is given, or, with ``model_loss`` ``"required"`` or ``"if_present"``, the loss
+    the model's output carries (:func:`output_loss`; ``if_present`` returns the output
+    unchanged when it has none, and sets ``.loss_found``).
+
+    Both the forward-only and the training graph are captured through this wrapper so
+    their parameters have the same qualified names (``model.<user name>``) and the rank
+    programs built from them can share one module tree. The forward has an explicit
+    signature (no ``*args``) because symbolic tracing makes one placeholder per name:
+    ``forward(self, input_0, ..., <keyword tensors>, [target])``.
+    """
+    keywords = keywords or Keywords()
+    names = [f"input_{i}" for i in range(n_inputs)]
+    passed = names + [f"{k}={p}" for k, p in zip(keywords.tensors, keywords.parameters)]
+    call = f"self.model({', '.join(passed + ['**self.constant_kwargs'])})"
+    parameters = names + list(keywords.parameters)
+    if loss_fn is not None:
+        src = f"def forward(self, {', '.join(parameters + ['target'])}):\n    return self.loss_fn({call}, target)\n"
+    elif model_loss is not None:
+        src = f"def forward(self, {', '.join(parameters)}):\n    return self.select_loss({call})\n"
+    else:
+        src = f"def forward(self, {', '.join(parameters)}):\n    return {call}\n"
+    scope: dict[str, Any] = {}
+    exec(compile(src, "<autopar wrapper>", "exec"), scope)
+
+    # outside the module's state: torch.export does not keep attributes set while tracing
+    found = [loss_fn is not None]
+
+    class Wrapped(nn.Module):
+        forward = scope["forward"]
+
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.loss_fn = loss_fn
+            self.constant_kwargs = dict(keywords.constants)
+
+        @property
+        def loss_found(self) -> bool:
+            return found[0]
+
+        def select_loss(self, output):
+            loss, found[0] = output_loss(output, model_loss == "required")
+            return loss
+
+    Wrapped.__name__ = "ModelWithLoss" if loss_fn is not None or model_loss is not None else "ModelOnly"
+    return Wrapped()
+
+
+def capture(
+    model: nn.Module,
+    example_inputs: Sequence[Any],
+    loss_fn: Callable | None = None,
+    example_target: Any = None,
+    *,
+    example_kwargs: Mapping[str, Any] | None = None,
+    model_loss: str | None = None,
+    tracer: str = "auto",
+) -> fx.GraphModule:
+    """Capture ``model`` (with ``loss_fn`` when given) at the shapes of the examples.
+
+    ``example_kwargs``: keyword inputs, laid out by :class:`Keywords`. ``model_loss``
+    (without ``loss_fn``): ``"required"`` captures the loss the model's output carries
+    (:func:`output_loss`), ``"if_present"`` that loss when there is one, else the output;
+    ``gm.meta[CAPTURE].with_loss`` says whether the graph returns a loss.
+    ``tracer`` is ``"auto"`` (symbolic trace, then export), ``"symbolic_trace"`` or
+    ``"export"``. Raises :class:`CaptureError` naming the model class and the construct
+    each tracer stopped at. The model's buffers are left as they were: capturing runs
+    the model, and a batch norm in training mode would otherwise count the run and move
+    its running statistics. A Hugging Face model is captured with its generation cache
+    off (:func:`no_generation_cache`).
+    """
+    if model_loss not in (None, "required", "if_present"):
+        raise ValueError(f"capture: model_loss={model_loss!r}; use None, 'required' or 'if_present'")
+    saved = {name: b.detach().clone() for name, b in model.named_buffers() if b.device.type != "meta"}
+    example_inputs, example_kwargs = tuple(example_inputs), dict(example_kwargs or {})
+    model_loss = None if loss_fn is not None else model_loss
+    try:
+        call = CaptureCall.of(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
+        found = EXPORTS.find(call)
+        if found is not None:
+            ep, info = found
+            gm = _unlifted(ep, _graph_args(example_inputs, example_kwargs, loss_fn, example_target))
+            gm.meta[CAPTURE] = info
+            log.info("capture of %s replayed from an earlier capture of the same call", info.model_class)
+            return gm
+        with no_generation_cache(model):
+            return _capture(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss, call)
+    finally:
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in saved:
+                    b.copy_(saved[name])
+
+
+@contextlib.contextmanager
+def no_generation_cache(model: nn.Module):
+    """Set ``config.use_cache = False`` on every Hugging Face (sub)model of ``model`` while
+    capturing, and restore it after.
+
+    ``use_cache`` (on by default in causal LMs) makes the forward build the key/value cache
+    of generation: a ``DynamicCache`` object in the output, which ``torch.export`` cannot
+    return, and cache updates after every key and value projection, which hide the
+    attention pattern from analysis (Qwen2, OPT and GPT-NeoX had no attention region and
+    no blocks). Training never reads the cache, so the rank programs are built without it
+    and their outputs hold ``past_key_values=None``.
+    """
+    changed = []
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "use_cache", False) is True and all(config is not c for c in changed):
+            config.use_cache = False
+            changed.append(config)
+    if changed:
+        log.info("capturing %s with config.use_cache=False: training builds no generation cache",
+                 type(model).__name__)
+    try:
+        yield
+    finally:
+        for config in changed:
+            config.use_cache = True
+
+
+def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str, example_kwargs: dict,
+             model_loss: str | None, call: CaptureCall | None = None) -> fx.GraphModule:
+    with_loss = loss_fn is not None
+    if with_loss and example_target is None:
+        raise ValueError("capture: a loss_fn was given without example_target; pass the target tensor "
+                         "the loss is computed against")
+    keywords = Keywords.of(example_kwargs, len(example_inputs))
+    root = wrap_model(model, loss_fn, len(example_inputs), keywords, model_loss)
+    args = _graph_args(example_inputs, example_kwargs, loss_fn, example_target)
+    model_class = type(model).__name__
+
+    fx_error: BaseException | None = None
+    if tracer in ("auto", "symbolic_trace"):
+        try:
+            gm = symbolic_trace_standard_layers(root)
+            propagate_specs(gm, args)
+            gm.meta[CAPTURE] = CaptureInfo("symbolic_trace", model_class, _placeholder_names(gm),
+                                           _returns_loss(gm, root, model_loss))
+            return gm
+        except ModelLossError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any tracer failure means: try the next one
+            fx_error = e
+            log.info("symbolic_trace failed for %s (%s); trying torch.export", model_class, _one_line(e))
+            if tracer == "symbolic_trace":
+                raise CaptureError(_failure_message(model_class, fx_error, None)) from e
+    try:
+        ep = _exported_program(root, args)
+        gm = _unlifted(ep, args)
+    except ModelLossError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        if isinstance(e.__cause__, ModelLossError):
+            raise e.__cause__ from None
+        raise CaptureError(_failure_message(model_class, fx_error, e)) from e
+    gm.meta[CAPTURE] = CaptureInfo("export", model_class, _placeholder_names(gm), _returns_loss(gm, root, model_loss),
+                                   None if fx_error is None else _one_line(fx_error))
+    if call is not None:
+        EXPORTS.keep(call, ep, gm.meta[CAPTURE])
+    return gm
+
+
+def _graph_args(example_inputs: tuple, example_kwargs: dict, loss_fn, example_target) -> tuple:
+    """The captured graph's inputs: the positional ones, the keyword tensors in the
+    example's order (:class:`Keywords`), then the target when a ``loss_fn`` is given."""
+    return example_inputs + tuple(v for v in example_kwargs.values() if isinstance(v, torch.Tensor)) + \
+        ((example_target,) if loss_fn is not None else ())
+
+
+def _returns_loss(gm: fx.GraphModule, root: nn.Module, model_loss: str | None) -> bool:
+    """Whether the captured graph returns a loss: ``loss_fn``'s, or the model's own (a
+    scalar tensor; a tensor output of another shape is no loss)."""
+    if root.loss_fn is not None:
+        return True
+    if model_loss is None or not root.loss_found:
+        return False
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    value = output.args[0]
+    if isinstance(value, (tuple, list)) and len(value) == 1:  # export's flat outputs
+        value = value[0]
+    spec = value.meta.get(SPEC) if isinstance(value, fx.Node) else None
+    if isinstance(spec, TensorSpec) and spec.shape == ():
+        return True
+    if model_loss == "required":
+        shape = list(spec.shape) if isinstance(spec, TensorSpec) else None
+        raise ModelLossError(f"the model returns {'a tensor of shape ' + str(shape) if shape is not None else value}, "
+                             f"not a scalar loss; with no loss_fn autopar trains on the loss the model returns. Pass "
+                             f"the labels the model computes its loss from, or give compile a loss_fn and "
+                             f"example_target")
+    return False
+
+
+_EXPORT_NOISE = {torch.ops.aten._assert_tensor_metadata.default}
+
+
+def _exported_program(root: nn.Module, args: tuple) -> torch.export.ExportedProgram:
+    with mha_fast_path_disabled():  # the slow path's ATen ops are what analysis reads
+        return torch.export.export(root, args, strict=False)
+
+
+def _unlifted(ep: torch.export.ExportedProgram, args: tuple) -> fx.GraphModule:
+    """A fresh module of ``ep`` (its own graph and node metadata; the parameters are the
+    model's own), with ``SPEC`` on every node."""
+    gm = ep.module()
+    # The unlifted module checks input shapes with a guard submodule and asserts dtypes
+    # with side-effect-only nodes; neither carries a tensor, and rank programs are
+    # captured at their own shapes, so they are dropped to keep rank graphs readable.
+    for node in list(gm.graph.nodes):
+        if not node.users and (node.target in _EXPORT_NOISE or
+                               (node.op == "call_module" and node.target == "_guards_fn")):
+            gm.graph.erase_node(node)
+    gm.graph.lint()
+    gm.recompile()
+    propagate_specs(gm, args)
+    return gm
+
+
+def _placeholder_names(gm: fx.GraphModule) -> tuple[str, ...]:
+    return tuple(n.name for n in gm.graph.nodes if n.op == "placeholder")
+
+
+class _SpecRecorder(fx.Interpreter):
+    """Runs the graph once and records each node's output spec under ``SPEC``."""
+
+    def run_node(self, n: fx.Node) -> Any:
+        result = super().run_node(n)
+        if n.op != "output":
+            n.meta[SPEC] = spec_from_value(result)
+        return result
+
+
+def propagate_specs(gm: fx.GraphModule, args: Sequence[Any]) -> fx.GraphModule:
+    """Write ``SPEC`` (shape, dtype) on every node by running ``gm`` on ``args``.
+
+    Runs under ``torch.no_grad`` on the given tensors; parameters on the meta device
+    give meta results, so a model built on the meta device costs no memory here.
+    """
+    with torch.no_grad(), _no_progress_monitor():
+        _SpecRecorder(gm).run(*args)
+    return gm
+
+
+@contextlib.contextmanager
+def _no_progress_monitor():
+    """``torch.fx.Interpreter.run`` makes a tqdm bar (disabled), and tqdm's first bar
+    starts its monitor: a daemon thread that wakes every 10 s for the rest of the
+    process. A daemon thread that runs Python may run the cyclic garbage collector, and
+    a collection that frees torch objects (a compiled model's, once the function that
+    trained it returned) releases and takes the GIL again inside their C++ destructors;
+    when the interpreter finalises in between, the thread is ended with ``pthread_exit``
+    inside a ``noexcept`` destructor and the process aborts (``terminate called without
+    an active exception``, SIGABRT at exit). With ``monitor_interval`` 0 no monitor is
+    started; a monitor already running is left alone."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # torch.hub's stand-in starts no thread
+        yield
+        return
+    before = tqdm.monitor_interval
+    tqdm.monitor_interval = 0
+    try:
+        yield
+    finally:
+        tqdm.monitor_interval = before
+
+
+# ---------------------------------------------------------------- error messages
+
+
+def _user_frame(exc: BaseException | None) -> str | None:
+    """The innermost traceback frame outside torch and autopar: the construct that failed."""
+    if exc is None:
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    chosen = None
+    for fr in frames:
+        f = fr.filename.replace("\\", "/")
+        if "/torch/" in f or "/autopar/" in f or f.startswith("<"):
+            continue
+        chosen = fr
+    if chosen is None:
+        return None
+    line = (chosen.line or linecache.getline(chosen.filename, chosen.lineno)).strip()
+    return f"{chosen.filename}:{chosen.lineno} in {chosen.name}: `{line}`"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first[:300]}"
+
+
+def _failure_message(model_class: str, fx_error: BaseException | None, export_error: BaseException | None) -> str:
+    parts = [f"autopar could not capture model {model_class}."]
+    if fx_error is not None:
+        where = _user_frame(fx_error)
+        parts.append(f"  torch.fx.symbolic_trace failed: {_one_line(fx_error)}"
+                     + (f"\n    at {where}" if where else ""))
+    if export_error is not None:
+        where = _user_frame(export_error)
+        parts.append(f"  torch.export(strict=False) failed: {_one_line(export_error)}"
+                     + (f"\n    at {where}" if where else ""))
+    parts.append("  What to do: make the construct above traceable (no Python control flow on tensor "
+                 "values, no data-dependent shapes, no untraceable calls such as .item() or print of a "
+                 "tensor), or move it outside the model's forward.")
+    if export_error is not None and "expert" in (_user_frame(export_error) or ""):
+        parts.append("  Mixture-of-experts layers loop over the experts a batch routes to (a data-dependent "
+                     "loop). For Hugging Face models use experts_implementation=\"grouped_mm\" (the default) or "
+                     "\"batched_mm\": their routing is computed in the captured graph, for any input.")
+    return "\n".join(parts)
+
+
+__all__ = ["capture", "propagate_specs", "CaptureError", "Keywords", "ModelLossError", "output_loss", "wrap_model"]
