@@ -41,7 +41,8 @@ from autopar.runtime.executable import batch_of, local_batch, rank_graph_code
 from autopar.passes.rank_program import planned_shards, rewrite
 from autopar.runtime import groups as G
 from autopar.runtime import health
-from autopar.strategies.pipeline.layout import parameter_holders
+from autopar.strategies.placement import build_layout, dropout_coordinates, dropout_shards
+from autopar.strategies.registry import FAMILIES
 
 log = logging.getLogger("autopar")
 
@@ -117,10 +118,11 @@ def _attach_artifacts(plan_: Plan, gm: fx.GraphModule, model, example_inputs, lo
     def build(max_ranks: int):
         graphs = {}
         for rank in range(min(plan_.world_size, max_ranks)):
-            if plan_.pipeline:
-                from autopar.strategies.pipeline.program import pipeline_rank_code
-                graphs[rank] = pipeline_rank_code(model, plan_, rank, example_inputs, loss_fn, example_target,
-                                                  example_kwargs=example_kwargs)
+            code = next((c for family in FAMILIES if (c := family.rank_code(
+                plan_, model, rank, example_inputs, loss_fn, example_target, example_kwargs, rewrite)) is not None),
+                None)
+            if code is not None:  # a family that builds the rank's programs itself (a pipeline's stages)
+                graphs[rank] = code
                 continue
             rank_gm = rank_graph(model, plan_, rank, example_inputs, loss_fn, example_target,
                                  example_kwargs=example_kwargs)
@@ -211,33 +213,19 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target, example_kwargs)
     recompute = _recompute_mode(recompute, plan_)
     health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here
-    if plan_.pipeline:
-        return _compile_pipeline(model, plan_, gm, mesh, world, rank, loss_fn, seed, recompute, fusion,
-                                 call=layout, examples=example_signature(flat_examples, example_target))
-    group_map = _make_groups(plan_, mesh, world)
+    # where a family holds parameters on some ranks only (a pipeline's stages): which hold each
+    holders = next((h for family in FAMILIES if (h := family.parameter_holders(plan_, gm)) is not None), None)
+    group_map = _make_groups(plan_, mesh, world, holders)
     _check_same_plan_everywhere(plan_, group_map)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
-    return ParallelModule(model, plan_, rank, group_map, loss_fn, planned_shards(plan_, gm), seed=seed, overlap=overlap,
-                          recompute=recompute, fusion=fusion, call=layout,
-                          examples=example_signature(flat_examples, example_target))
-
-
-def _compile_pipeline(model, plan_: Plan, gm: fx.GraphModule, mesh, world: int, rank: int, loss_fn, seed: int,
-                      recompute: bool | str, fusion: bool = False, **call):
-    """A PTD-P plan's module: groups pipeline × data × tensor, tied-weight groups, and the
-    pipeline positions that hold each parameter (from the cut of the global graph)."""
-    holders = parameter_holders(plan_, gm)
-    if world == 1:
-        raise PlanError("a pipeline plan needs a process group of its world size; launch the ranks first")
-    if mesh is not None and mesh.ndim != 1:
-        raise ValueError("mesh: a pipeline plan takes a flat mesh (autopar lays out pipeline x data x tensor)")
-    members = mesh.mesh.flatten().tolist() if mesh is not None else list(range(world))
-    group_map = plan_.rank_grid(members).process_groups(plan_.group_specs(holders.values()), dist.get_rank(),
-                                                        mesh.device_type if mesh is not None else None)
-    _check_same_plan_everywhere(plan_, group_map)
-    log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
-    return ParallelModule(model, plan_, rank, group_map, loss_fn, planned_shards(plan_, gm), holders=holders, seed=seed,
-                          recompute=recompute, fusion=fusion, **call)
+    shards = planned_shards(plan_, gm)
+    return ParallelModule(
+        model, plan_, rank, group_map, loss_fn, shards,
+        layout=lambda root, options: build_layout(plan_, rank, root, shards, holders=holders, **options),
+        runtimes=[runtime for family in FAMILIES
+                  if (runtime := family.rank_runtime(plan_, rank, {"overlap": overlap})) is not None],
+        rewrite=rewrite, dropout=(*dropout_coordinates(plan_, rank), dropout_shards(plan_, rank)), seed=seed,
+        recompute=recompute, fusion=fusion, call=layout, examples=example_signature(flat_examples, example_target))
 
 
 def _recompute_mode(recompute, plan_: Plan) -> bool | str:
@@ -369,9 +357,19 @@ def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
                             f"strategy")
 
 
-def _make_groups(plan_: Plan, mesh, world: int) -> dict:
+def _make_groups(plan_: Plan, mesh, world: int, holders: dict | None = None) -> dict:
     """This rank's process groups of the plan (``Plan.group_specs`` on ``Plan.rank_grid``
-    over the mesh's ranks: a user's 2-D mesh keeps its own order, data-major)."""
+    over the mesh's ranks: a user's 2-D mesh keeps its own order, data-major). With
+    ``holders`` (a pipeline's: the positions that hold each parameter) also the groups of
+    the parameters several positions hold (tied weights)."""
+    if holders is not None:
+        if world == 1:
+            raise PlanError("a pipeline plan needs a process group of its world size; launch the ranks first")
+        if mesh is not None and mesh.ndim != 1:
+            raise ValueError("mesh: a pipeline plan takes a flat mesh (autopar lays out pipeline x data x tensor)")
+        members = mesh.mesh.flatten().tolist() if mesh is not None else list(range(world))
+        return plan_.rank_grid(members).process_groups(plan_.group_specs(holders.values()), dist.get_rank(),
+                                                       mesh.device_type if mesh is not None else None)
     if world == 1:
         return {"data": None, "tensor": None, "segment": None, "subgrid": None}
     if mesh is not None and mesh.ndim != 1 and plan_.grid is not None:

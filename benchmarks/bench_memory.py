@@ -122,7 +122,7 @@ def job(cases):
         pm.step(ids, target=target)  # the programs built, then the measured step
         optimizer.step()
         optimizer.zero_grad(set_to_none=False)
-        zero = pm._state.zero
+        zero = pm.family_runtime("data").state  # ZeRO's state (None without ZeRO)
         tracked = list(pm.parameters()) + (list(zero.full.values()) if zero is not None else [])
         saved = SavedBytes(tracked)
         nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731

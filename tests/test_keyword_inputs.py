@@ -252,14 +252,15 @@ def test_the_global_mean_says_what_is_missing_when_run_without_a_count():
 
 
 def test_pipeline_stages_take_keywords_and_the_last_averages_over_the_whole_batch():
+    from autopar.passes.rank_program import rewrite
     from autopar.strategies.pipeline.program import pipeline_rank_code
     case = OWN_LOSS["gpt2_labels"]()
     torch.manual_seed(0)
     model = case.factory()
     plan = autopar.plan(model, 4, example_kwargs=case.kwargs,
                         strategy={"pipeline": 2, "data": 2, "microbatches": 2})
-    first = pipeline_rank_code(model, plan, 0, (), example_kwargs=case.kwargs)
-    last = pipeline_rank_code(model, plan, 2, (), example_kwargs=case.kwargs)
+    first = pipeline_rank_code(rewrite, model, plan, 0, (), example_kwargs=case.kwargs)
+    last = pipeline_rank_code(rewrite, model, plan, 2, (), example_kwargs=case.kwargs)
     assert "def forward(self, input_ids, attention_mask)" in first
     assert "labels" in last and "global_mean" in last and "global_mean" not in first
 

@@ -17,14 +17,15 @@ from autopar.passes.analysis.analyse import analyse
 from autopar.passes.manager import PassRunner
 from autopar.ir import CAPTURE, PASSES_RUN
 from autopar.planning.plan import Plan
-from autopar.strategies.family import RECOMPUTE, RankBuild, RankPass
+from autopar.strategies.family import RECOMPUTE, RankBuild, RankPass, StageCut
 from autopar.strategies.registry import FAMILIES
 from autopar.passes.fusion.rewrite import fusion_pass
 from autopar.passes.recompute import recompute_pass
 
 
 def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None = None,
-            recompute: bool | str = False, fusion: bool = False, zero_params: dict | None = None) -> fx.GraphModule:
+            recompute: bool | str = False, fusion: bool = False, zero_params: dict | None = None,
+            stage: StageCut | None = None) -> fx.GraphModule:
     """Rank ``rank``'s program from a graph captured at its local batch: analysis, then
     the passes every family of the plan adds (:meth:`~autopar.strategies.family.Family.rank_passes`,
     in phase order: D&SP's branches, the regions' split, ZeRO's reads, recomputation of
@@ -33,23 +34,33 @@ def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None 
     (captured with its loss) keeps its loss local: the runner reduces the reported value
     over the data ranks while backward runs. In D&SP-cSub the ranks off sub-grid 0 get a
     program of their branches only. ``zero_params``: under ZeRO, the parameters the
-    rank's layout shards (read through all-gathers, :mod:`autopar.strategies.data.zero`)."""
+    rank's layout shards (read through all-gathers, :mod:`autopar.strategies.data.zero`).
+    ``stage``: the graph is that cut of the whole graph (a pipeline stage's program:
+    every family splits only the stage's regions; its blocks recompute, megatron §3.5)."""
     if local_batch is None:
         local_batch = plan_.global_batch // plan_.batch_parts()
-    branch_only = plan_.csub and plan_.subgrid_coordinates(rank)[0] != 0
-    build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, branch_only, zero_params=zero_params)
+    branch_only = stage is None and plan_.csub and plan_.subgrid_coordinates(rank)[0] != 0
+    build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, branch_only,
+                      stage=None if stage is None else stage.index, zero_params=zero_params)
     steps = [p for family in FAMILIES for p in family.rank_passes(plan_, build)]
     if recompute and not branch_only:
-        regions = [r for family in FAMILIES for r in family.recompute_regions(plan_)]
-        steps.append(RankPass(RECOMPUTE, "recompute", recompute_pass,
-                              {"regions": regions, "blocks": True, "selective": recompute == "selective"}))
-    passes = [("analysis", analyse, {"label": f"rank{rank}_analysis"})]
+        if stage is None:
+            regions = [r for family in FAMILIES for r in family.recompute_regions(plan_)]
+            options = {"regions": regions, "blocks": True, "selective": recompute == "selective"}
+        else:  # the stage's blocks, or with "selective" their attention cores
+            options = {"regions": list(stage.block_nodes), "selective": recompute == "selective"}
+        steps.append(RankPass(RECOMPUTE, "recompute", recompute_pass, options))
+    if stage is None:
+        passes = [("analysis", analyse, {"label": f"rank{rank}_analysis"})]
+    else:  # the stage's part of the whole graph's vocab region (autopar.passes.analysis.vocab.stage_part)
+        passes = [("analysis", analyse, {"label": f"rank{rank}_stage_analysis", "vocab": list(stage.vocab)}),
+                  *stage.passes]
     passes += [(p.name, p.fn, p.options) for p in sorted(steps, key=lambda p: p.phase)]
     if fusion:
         passes.append(("fusion", fusion_pass, {}))
     runner = PassRunner(passes)
     gm = runner.run(gm, label=f"rank{rank}")
-    gm.meta[PASSES_RUN] = [r.name for r in runner.records]
+    gm.meta[PASSES_RUN] = ([] if stage is None else ["pipeline_stages"]) + [r.name for r in runner.records]
     return gm
 
 

@@ -3,24 +3,26 @@
 It knows no family. It holds a deep copy of the user's model whose parameters are laid
 out as the plan's :class:`~autopar.layout.ParamLayout` says (this rank's shards; an
 empty tensor for what other pipeline stages hold), the gradient buckets the layout
-names, and a runner that builds and runs this rank's programs:
-:class:`autopar.runtime.runner.ProgramRunner` (one program per input signature: data, Megatron,
-D&SP, AxoNN 3D, Bian's cube) or :class:`autopar.strategies.pipeline.program.PipelineRunner`
-(the stages of a PTD-P plan, microbatch by microbatch). ``grad_norm``,
+names, the families' run-time state (one
+:class:`~autopar.runtime.family_runtime.RankRuntime` per family, called at fixed points
+of each call, which also add the family's attributes such as ``pm.zero_stats``), and a
+runner that builds and runs this rank's programs:
+:class:`autopar.runtime.runner.ProgramRunner` (one program per input signature), or the
+runner a family's runtime gives (a pipeline's schedule, microbatch by microbatch). ``grad_norm``,
 ``full_state_dict``/``load_full_state_dict``, ``full_gradients`` and checkpoints read
 the layout.
 """
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
 from autopar._torch_compat import own_parameters
-from autopar.trace.capture import MODEL_PREFIX, wrap_model
+from autopar.trace.capture import MODEL_PREFIX, layout_name, wrap_model
 from autopar.trace.inputs import CallLayout, check_loss_arguments
 from autopar.layout import ParamLayout, group_buckets
 from autopar.planning.plan import Plan
@@ -28,11 +30,8 @@ from autopar.runtime.runner import ProgramRunner, RankState
 from autopar.runtime import groups as G
 from autopar.runtime import health
 from autopar.runtime import devices, rng
+from autopar.runtime.family_runtime import RankRuntime, active
 from autopar.runtime.grad_sync import GradientBuckets
-from autopar.strategies.data.zero import ZeroState
-from autopar.strategies.pipeline.program import PipelineRunner
-from autopar.strategies.placement import build_layout, dropout_coordinates, dropout_shards, layout_name
-from autopar.strategies.tensor3d import runtime as T3
 
 
 class ParallelModule(nn.Module):
@@ -47,39 +46,54 @@ class ParallelModule(nn.Module):
     """
 
     def __init__(self, model: nn.Module, plan_: Plan, rank: int, group_map: dict, loss_fn: Callable | None,
-                 shards: dict, *, seed: int = 0, overlap: Any = None, recompute: bool | str = False, fusion: bool = False,
-                 holders: dict | None = None, call: CallLayout | None = None, examples: tuple | None = None):
+                 shards: dict, *, layout: Callable[[nn.Module, dict], ParamLayout], runtimes: Sequence[RankRuntime],
+                 rewrite: Callable, dropout: tuple[int, int, dict], seed: int = 0, recompute: bool | str = False,
+                 fusion: bool = False, call: CallLayout | None = None, examples: tuple | None = None):
+        """Built by :func:`autopar.compile`, which gives what the plan's families decide:
+        ``layout(root, options)``, this rank's parameter layout over the module tree
+        ``root`` (with the runtimes' ``layout_options``); ``runtimes``, each family's
+        :class:`~autopar.runtime.family_runtime.RankRuntime`; ``rewrite``, the rank-program
+        rewrite; ``dropout``, the rank's dropout stream coordinates (tensor index, batch
+        index, per-group shards)."""
         super().__init__()
         self.plan = plan_
         self.rank = rank
+        self._runtimes = tuple(runtimes)
         # a module tree of the same structure as the captured wrapper, holding this rank's parameters
         self.root = wrap_model(copy.deepcopy(model), loss_fn, 0)
-        # 3D layers' overlap state (axonn §IV): prefetched and cached weights, deferred
-        # weight-gradient reduce-scatters
-        runtime = T3.Tensor3DRuntime(T3.Overlap.parse(overlap).with_cache_limit(plan_.gather_cache))
-        layout = build_layout(plan_, rank, self.root, shards, holders=holders,
-                              deferred_reduce_scatter=runtime.overlap.reduce_scatter)
+        options: dict = {}
+        for runtime in self._runtimes:
+            options.update(runtime.layout_options())
+        layout = layout(self.root, options)
         self.layout: ParamLayout = layout
         parts = self._install()
-        zero = ZeroState(layout, self.root) if plan_.zero else None  # over the installed shards
-        if zero is not None:
-            zero.init_full(parts)
-        # the parameters each bucket reduces: ZeRO-1/2's full parameters (their gradients
-        # go to the shards), every other one as the module tree holds it
-        full = zero.persistent_params() if zero is not None else {}
+        running = active(self._runtimes)
+        for runtime in running:  # over the installed shards
+            runtime.attach(layout, self.root, parts)
+        # the parameters each bucket reduces: a family's own tensors where it keeps them
+        # (ZeRO-1/2's full parameters, whose gradients go to the shards), every other one
+        # as the module tree holds it
+        full, bucket_shards = {}, None
+        for runtime in running:
+            full.update(runtime.bucket_params())
+            bucket_shards = runtime.bucket_shards() if bucket_shards is None else bucket_shards
         named = [(layout_name(n), full.get(self._first_name(n), p))
                  for n, p in self.root.named_parameters(remove_duplicate=False)]
         with G.use_groups(group_map):
             buckets = {spec: GradientBuckets(params, spec.group, divisor=spec.divisor, hooks=spec.hooks,
-                                             zero=spec.zero, shards=zero.bucket_shards() if spec.zero else None,
+                                             zero=spec.zero, shards=bucket_shards if spec.zero else None,
                                              armed=spec.armed)
                        for spec, params in group_buckets(layout, named)}
-        states = rng.RandomStates(seed, *dropout_coordinates(plan_, rank), dropout_shards(plan_, rank))
+        states = rng.RandomStates(seed, *dropout)
         device = devices.rank_device(model.parameters(), examples or ())
         devices.check_backend_device(device)
-        self._state = RankState(plan_, rank, self.root, layout, group_map, states, runtime, buckets, model,
-                                loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards), zero, device)
-        self.runner = PipelineRunner(self._state, model) if plan_.pipeline else ProgramRunner(self._state)
+        self._state = RankState(plan_, rank, self.root, layout, group_map, states, running, buckets, model,
+                                loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards), device,
+                                rewrite)
+        self.runner = next((r for r in (rt.runner(self._state, model) for rt in running) if r is not None), None) \
+            or ProgramRunner(self._state)
+        self._attributes = {name: getter for runtime in self._runtimes
+                            for name, getter in runtime.attributes().items()}
 
     def _first_name(self, root_name: str) -> str:
         placement = self.layout.get(layout_name(root_name))
@@ -110,7 +124,7 @@ class ParallelModule(nn.Module):
     # ------------------------------------------------------------------ running
     @health.guarded("forward()")
     def forward(self, *inputs, **kwargs):
-        self._reset_expert_load()
+        self._before_call()
         return self.runner.forward(self._state.call.flatten(inputs, kwargs, "forward()"), self.training)
 
     @health.guarded("step()")
@@ -133,39 +147,30 @@ class ParallelModule(nn.Module):
         """
         flat = self._state.call.flatten(inputs, kwargs, "step()")
         check_loss_arguments(self._state.loss_fn, target)
-        self._reset_expert_load()
+        self._before_call()
         return self.runner.step(flat, target, self.training)
 
-    def _expert_layers(self) -> list[str]:
-        return [r.region for r in self.plan.regions if r.kind == "experts" and r.strategy == "experts"]
+    def _before_call(self) -> None:
+        for runtime in self._state.runtimes:
+            runtime.before_call()
 
-    def _reset_expert_load(self) -> None:
-        if self.plan.experts > 1:
-            from autopar.strategies.experts.collectives import reset_load
-            reset_load(self._expert_layers())
+    def family_runtime(self, family: str) -> RankRuntime | None:
+        """The run-time state of ``family`` on this rank (its
+        :class:`~autopar.runtime.family_runtime.RankRuntime`, by the family's name:
+        ``data`` for ZeRO, ``3d``, ``pipeline``, ``experts``), None if it keeps none."""
+        return next((r for r in self._runtimes if r.name == family), None)
 
-    def expert_load(self) -> dict[str, list[int]]:
-        """Under expert parallelism, the rows each MoE layer's experts processed in the last
-        forward or step on each rank of this rank's expert group (all-gathered: a
-        collective, every rank calls it), by region id; also written into the plan's
-        region details (``measured_tokens_per_rank``), which ``explain()`` shows beside the
-        uniform routing's prediction. {} without expert parallelism."""
-        if self.plan.experts <= 1:
-            return {}
-        import torch.distributed as dist
-        from autopar.strategies.experts.collectives import LOAD
-        # the layers this rank's programs ran (a pipeline rank: its stages'; the same on
-        # every rank of its expert group, which sits at one pipeline position)
-        layers = [layer for layer in self._expert_layers() if layer in LOAD]
-        group = self._state.groups.get("experts")
-        mine = torch.tensor([LOAD.get(layer, 0) for layer in layers], dtype=torch.long, device=self._state.device)
-        parts = [torch.empty_like(mine) for _ in range(self.plan.experts)]
-        dist.all_gather(parts, mine, group=group)
-        out = {layer: [int(p[i]) for p in parts] for i, layer in enumerate(layers)}
-        for r in self.plan.regions:
-            if r.region in out:
-                r.details["measured_tokens_per_rank"] = out[r.region]
-        return out
+    def __getattr__(self, name: str):
+        """The attributes the plan's families add (``zero_stats``, ``tensor3d_stats``,
+        ``tensor3d_runtime``, ``pipeline_executor``, ``expert_load``: each family's
+        :meth:`~autopar.runtime.family_runtime.RankRuntime.attributes`)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            getter = self.__dict__.get("_attributes", {}).get(name)
+            if getter is None:
+                raise
+            return getter(self._state)
 
     # ------------------------------------------------------------------ parameters and state
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
@@ -260,35 +265,6 @@ class ParallelModule(nn.Module):
                     raise ValueError(f"load_full_state_dict: {name} has shape {list(full.shape)}; the original "
                                      f"model's is {list(shape)}")
                 value.copy_(local)
-
-    @property
-    def tensor3d_stats(self) -> dict[str, int]:
-        """Where the 3D layers' gathered weights came from since compile (``gathered``,
-        ``prefetched``, ``cached`` for recomputation) and how many weight-gradient
-        reduce-scatters were ``deferred`` to the end of backward (axonn §IV)."""
-        return dict(self._state.runtime.stats)
-
-    @property
-    def tensor3d_runtime(self) -> T3.Tensor3DRuntime:
-        """The 3D layers' runtime state: its ``overlap`` switches, ``stats`` and
-        ``exposed_s``, the seconds spent blocked in their collectives."""
-        return self._state.runtime
-
-    @property
-    def zero_stats(self) -> dict[str, int] | None:
-        """Under ZeRO-3, how the full parameters were read since compile: ``gathered``
-        when needed, ``prefetched`` while the one before computed, ``regathered`` for
-        backward (docs/memory.md); None without ZeRO."""
-        return None if self._state.zero is None else dict(self._state.zero.stats)
-
-    @property
-    def pipeline_executor(self):
-        """A pipeline plan's schedule runner: its ``trace``, ``executed`` order, ``span``
-        and transfer ``stats`` of the last step."""
-        executor = getattr(self.runner, "executor", None)
-        if executor is None:
-            raise AttributeError("pipeline_executor: this plan has no pipeline")
-        return executor
 
     @property
     def process_groups(self) -> dict:

@@ -1,8 +1,9 @@
 """Running a rank's programs: the state a rank keeps (:class:`RankState`) and the runner
-of plans whose rank runs one program per input signature (:class:`ProgramRunner`: data,
-Megatron, D&SP, AxoNN 3D, Bian's cube). A pipeline plan's rank runs its stages through
-:class:`autopar.strategies.pipeline.program.PipelineRunner` instead; both are driven by
-:class:`autopar.runtime.module.ParallelModule`, which knows no family.
+of plans whose rank runs one program per input signature (:class:`ProgramRunner`). A
+family may run a rank otherwise (a pipeline's schedule: its
+:class:`~autopar.runtime.family_runtime.RankRuntime` gives the runner); every runner is
+driven by :class:`autopar.runtime.module.ParallelModule`. Neither knows a family by name:
+what a family does at run time it does through its runtime's hooks.
 
 A program is built on first use for each input signature and mode: a capture of the
 user's model at this rank's share of the batch, rewritten by the plan's passes
@@ -25,24 +26,25 @@ from autopar.trace.inputs import CallLayout, check_call_inputs, new_shapes_expla
 from autopar.ir import CAPTURE, LOSS_REDUCTION, PARAM_SHARDS, ROOT_OUTPUT, TensorSpec
 from autopar.layout import Bucket, ParamLayout
 from autopar.runtime.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
-from autopar.passes.rank_program import rewrite
 from autopar.runtime import groups as G
 from autopar.planning.strategy import PlanError
 from autopar.runtime import devices, rng
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.runtime.target_count import TARGET_COUNT, use_target_count
-from autopar.strategies.data.zero import ZeroState, sharded_names, use_zero
-from autopar.strategies.tensor3d import runtime as T3
+from autopar.runtime.family_runtime import RankRuntime
 
 
 @dataclass
 class RankState:
     """What a rank keeps between calls, shared by the module and its runner: the plan,
     the module tree holding this rank's parameters (``root``), their layout, the named
-    process groups, the dropout streams, the 3D layers' runtime state, the gradient
-    buckets (by the layout's :class:`~autopar.layout.Bucket`), and how to capture the
-    user's model again at new shapes (``user_model``, ``loss_fn``, ``call``: the
-    example's :class:`~autopar.trace.inputs.CallLayout`; ``examples``: its signature)."""
+    process groups, the dropout streams, the families' run-time state (``runtimes``: the
+    active :class:`~autopar.runtime.family_runtime.RankRuntime` objects), the gradient
+    buckets (by the layout's :class:`~autopar.layout.Bucket`), how to capture the user's
+    model again at new shapes (``user_model``, ``loss_fn``, ``call``: the example's
+    :class:`~autopar.trace.inputs.CallLayout`; ``examples``: its signature) and to
+    rewrite a capture into this rank's program (``rewrite``:
+    :func:`autopar.passes.rank_program.rewrite`, given by the compiler)."""
 
     plan: Any
     rank: int
@@ -50,7 +52,7 @@ class RankState:
     layout: ParamLayout
     groups: dict
     random: rng.RandomStates
-    runtime: T3.Tensor3DRuntime
+    runtimes: tuple[RankRuntime, ...]
     buckets: dict[Bucket, GradientBuckets]
     user_model: nn.Module
     loss_fn: Callable | None
@@ -59,38 +61,49 @@ class RankState:
     recompute: bool | str = False  # True: the blocks; "selective": the attention cores
     fusion: bool = False
     shards: dict = field(default_factory=dict)
-    zero: ZeroState | None = None  # ZeRO's shards and gathers (strategies/data/zero.py), None without
     # where the runtime's own tensors go when no value is at hand (autopar.runtime.devices)
     device: torch.device = devices.CPU
+    rewrite: Callable[..., fx.GraphModule] | None = None
 
-    def zero_params(self) -> dict | None:
-        """Under ZeRO, the parameters the layout shards (what the zero pass rewrites)."""
-        return sharded_names(self.layout) if self.zero is not None else None
+    def rewrite_options(self) -> dict:
+        """The families' options of this rank's program rewrite (e.g. the parameters ZeRO
+        shards, which its pass reads through gathers)."""
+        options: dict = {}
+        for runtime in self.runtimes:
+            options.update(runtime.rewrite_options())
+        return options
 
-    def running(self, three_d: bool = True):
+    def running(self, stage: bool = False):
         """The context a rank program runs in: the plan's groups, the rank's device (for
-        the runtime's buffers, :mod:`autopar.runtime.devices`), the dropout streams, the
-        3D runtime (``three_d``; a pipeline's stages run without this module's) and ZeRO's
-        state (and its notes for backward)."""
+        the runtime's buffers, :mod:`autopar.runtime.devices`), the dropout streams and
+        each family's contexts (``stage``: a pipeline stage's programs)."""
         stack = contextlib.ExitStack()
         stack.enter_context(G.use_groups(self.groups))
         stack.enter_context(devices.use_device(self.device))
         stack.enter_context(rng.use_random_states(self.random))
-        if three_d:
-            stack.enter_context(T3.use_runtime(self.runtime))
-        stack.enter_context(use_zero(self.zero))
-        if self.zero is not None:
-            stack.enter_context(self.zero.notes_for_backward())
+        for runtime in self.runtimes:
+            for context in runtime.contexts(stage):
+                stack.enter_context(context)
         return stack
 
-    def begin(self, three_d: bool = True) -> None:
-        """Before a call's programs run: the 3D runtime forgets the last step's weights
-        (``three_d``), ZeRO-1/2 gathers the shards the optimizer changed (a collective)."""
-        if three_d:
-            self.runtime.begin()
-        if self.zero is not None:
+    def begin(self, stage: bool = False) -> None:
+        """Before a call's programs run, each family's preparation under the plan's
+        groups (the 3D layers forget the last step's weights, ZeRO-1/2 gathers the shards
+        the optimizer changed: a collective)."""
+        if self.runtimes:
             with G.use_groups(self.groups):
-                self.zero.refresh()
+                for runtime in self.runtimes:
+                    runtime.begin(stage)
+
+    def after_backward(self) -> None:
+        """After each backward of a call (each microbatch's)."""
+        for runtime in self.runtimes:
+            runtime.after_backward()
+
+    def finish(self) -> None:
+        """Once a call's programs are done and its gradients reduced."""
+        for runtime in self.runtimes:
+            runtime.finish()
 
     def build(self, inputs: tuple, target: Any, training: bool, make: Callable[[], Any],
               explain_shapes: bool = True) -> Any:
@@ -180,8 +193,8 @@ class ProgramRunner:
                 state.user_model, args, state.loss_fn if target is not None else None, shown_target,
                 example_kwargs=kwargs, model_loss="required" if loss and state.loss_fn is None else None),
                 explain_shapes=explain_shapes)
-            gm = rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion,
-                         state.zero_params())
+            gm = state.rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion,
+                               **state.rewrite_options())
             # every split the program makes is the plan's; a plan's split the program lacks
             # may only be a D&SP branch's that another sub-grid runs (not in this program)
             made = gm.meta.get(PARAM_SHARDS, {})
@@ -213,8 +226,7 @@ class ProgramRunner:
             else:
                 out = program.forward(*local_inputs)  # no hooks: skip nn.Module.__call__
                 out = self._from_subgrid_0(out) if self.csub else out
-        if state.zero is not None:
-            state.zero.finish()
+        state.finish()
         return out
 
     def step(self, inputs: tuple, target: Any, training: bool) -> torch.Tensor:
@@ -260,10 +272,9 @@ class ProgramRunner:
                 if last and data > 1:
                     carrier.carry(total)
                 loss.backward(torch.full_like(loss, weight) if weight != 1.0 else None)
-                state.runtime.finish()  # deferred reduce-scatters land before any bucket reads Ŵ.grad
+                state.after_backward()  # e.g. deferred reduce-scatters land before any bucket reads them
             state.finish_buckets()
-            if state.zero is not None:
-                state.zero.finish()
+            state.finish()
             loss = total
             if data > 1:
                 averaged = carrier.finish().to(loss.dtype).reshape(loss.shape)

@@ -80,6 +80,7 @@ from autopar.ir import CAPTURE
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Cost, MeshCandidate, Plan, RegionChoice
 from autopar.planning.strategy import Strategy
+from autopar.runtime.family_runtime import RankRuntime
 
 log = logging.getLogger("autopar.planning")
 
@@ -163,6 +164,20 @@ class RankPass:
 
 
 @dataclass(frozen=True)
+class StageCut:
+    """A cut of the captured graph built as a program of its own (a pipeline stage):
+    its ``index``, the blocks it holds (``block_nodes``: block id → node names, what
+    recomputation recomputes), the whole graph's ``vocab`` regions (the analysis keeps the
+    stage's part of them), and ``passes`` (``(name, fn, options)``) run right after the
+    analysis."""
+
+    index: int
+    block_nodes: dict
+    passes: tuple = ()
+    vocab: tuple = ()
+
+
+@dataclass(frozen=True)
 class RankBuild:
     """What the families are told when a rank's program and layout are built: the rank,
     the batch of its program, whether the graph carries its loss, whether this rank runs
@@ -202,6 +217,24 @@ class CompileHooks:
     def place(self, builder, build: RankBuild) -> None:
         return None
 
+    def parameter_holders(self, plan: Plan, gm) -> dict | None:
+        """Where the family places parameters on some ranks only (a pipeline's stages),
+        the positions that hold each; None when every rank holds its part of each."""
+        return None
+
+    def rank_code(self, plan: Plan, model, rank: int, example_inputs, loss_fn, example_target,
+                  example_kwargs, rewrite) -> str | None:
+        """The readable code of rank ``rank``'s programs where the family builds them
+        itself (a pipeline's stage programs, each rewritten by ``rewrite``:
+        :func:`autopar.passes.rank_program.rewrite`); None: the one rank program."""
+        return None
+
+    def rank_runtime(self, plan: Plan, rank: int, options: dict) -> RankRuntime | None:
+        """What the family keeps on rank ``rank`` while it runs
+        (:class:`~autopar.runtime.family_runtime.RankRuntime`), or None; ``options``:
+        ``compile``'s run-time options (``overlap``)."""
+        return None
+
 
 class Family(Protocol):
     """A parallelism family, as the planner sees it (see the module docstring)."""
@@ -225,6 +258,13 @@ class Family(Protocol):
     def recompute_regions(self, plan: Plan) -> list[str]: ...
 
     def place(self, builder, build: RankBuild) -> None: ...
+
+    def parameter_holders(self, plan: Plan, gm) -> dict | None: ...
+
+    def rank_code(self, plan: Plan, model, rank: int, example_inputs, loss_fn, example_target,
+                  example_kwargs, rewrite) -> str | None: ...
+
+    def rank_runtime(self, plan: Plan, rank: int, options: dict) -> RankRuntime | None: ...
 
 
 def rejected(family: str, config: Strategy, mesh: dict[str, int], reason: str, **figures) -> Priced:

@@ -23,7 +23,7 @@ import dataclasses
 
 import torch.nn as nn
 
-from autopar.trace.capture import MODEL_PREFIX
+from autopar.trace.capture import layout_name
 from autopar.layout import Bucket, ParamLayout, Placement, Seat
 from autopar.strategies.data.zero import place as zero_place
 from autopar.strategies.family import RankBuild
@@ -78,11 +78,6 @@ def dropout_shards(plan, rank: int) -> dict[str, int]:
         return {}
     coords, grid = plan.region_coordinates(rank), plan.region_grid
     return {"x": coords["x"] + grid.x * coords["z"]}  # rows split over z: each z block its own masks
-
-
-def layout_name(root_name: str) -> str:
-    """A parameter's name in the layout: the original model's (the wrapper's prefix off)."""
-    return root_name[len(MODEL_PREFIX):] if root_name.startswith(MODEL_PREFIX) else root_name
 
 
 class LayoutBuilder:

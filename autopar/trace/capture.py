@@ -53,6 +53,11 @@ MODEL_PREFIX = "model."
 """Parameter names in captured graphs are the user's names behind this prefix."""
 
 
+def layout_name(root_name: str) -> str:
+    """A parameter's name in the layout: the original model's (the wrapper's prefix off)."""
+    return root_name[len(MODEL_PREFIX):] if root_name.startswith(MODEL_PREFIX) else root_name
+
+
 @dataclasses.dataclass(frozen=True)
 class Keywords:
     """How a model's keyword arguments enter its graph, fixed by the example's.

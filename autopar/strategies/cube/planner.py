@@ -79,6 +79,9 @@ class Cube(Tensor3D):
     def pass_fn(self):
         return cube3d_pass
 
+    def rank_runtime(self, plan, rank: int, options: dict) -> None:
+        return None  # the cube's layers run on the 3D family's runtime (Tensor3D.rank_runtime)
+
     def candidates(self, ctx: PlanContext) -> list[Strategy | Priced]:
         world, forced = ctx.world, ctx.forced
         if forced is None:

@@ -18,7 +18,7 @@ from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError
 from autopar.strategies.data.rewrite import batch_norm_arguments, data_parallel_pass
-from autopar.strategies.data.zero import zero_pass
+from autopar.strategies.data.zero import ZeroRuntime, zero_pass
 from autopar.strategies.family import DATA, ZERO, RankBuild, RankPass
 from autopar.strategies.megatron.planner import DataTensor
 
@@ -49,6 +49,10 @@ class DataParallel(DataTensor):
 
     def regions(self, model: ModelFacts) -> list:
         return []  # it splits the batch, no region
+
+    def rank_runtime(self, plan: Plan, rank: int, options: dict) -> ZeroRuntime:
+        """ZeRO's shards and gathers (docs/memory.md)."""
+        return ZeroRuntime(plan)
 
     def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
         """Every plan's last split: the batch over ``plan.batch_group()`` (outputs

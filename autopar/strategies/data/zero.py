@@ -67,6 +67,7 @@ from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.trace.capture import MODEL_PREFIX
 from autopar.layout import cut_shape
 from autopar.runtime._swap import SwapGlobal
+from autopar.runtime.family_runtime import RankRuntime
 from autopar.runtime.groups import get_group, size_of
 
 log = logging.getLogger("autopar.zero")
@@ -418,3 +419,42 @@ class use_zero(SwapGlobal):
 
     def __init__(self, state: Optional[ZeroState]):
         super().__init__(globals(), "_STATE", state)
+
+
+class ZeroRuntime(RankRuntime):
+    """ZeRO on a rank (:class:`~autopar.runtime.family_runtime.RankRuntime`): the
+    :class:`ZeroState` over the installed shards, the persistent full parameters the
+    buckets reduce, the gathers before a call and the notes for backward while it runs.
+    Inactive without ZeRO (``pm.zero_stats`` is then None)."""
+
+    name = "data"
+
+    def __init__(self, plan):
+        self.active = bool(plan.zero)
+        self.state: ZeroState | None = None
+
+    def attach(self, layout, root, parts: dict) -> None:
+        self.state = ZeroState(layout, root)
+        self.state.init_full(parts)
+        self.sharded = sharded_names(layout)  # what the zero pass rewrites in each program
+
+    def bucket_params(self) -> dict[str, torch.Tensor]:
+        return self.state.persistent_params()
+
+    def bucket_shards(self):
+        return self.state.bucket_shards()
+
+    def rewrite_options(self) -> dict:
+        return {"zero_params": self.sharded}
+
+    def contexts(self, stage: bool) -> list:
+        return [use_zero(self.state), self.state.notes_for_backward()]
+
+    def begin(self, stage: bool) -> None:
+        self.state.refresh()
+
+    def finish(self) -> None:
+        self.state.finish()
+
+    def attributes(self) -> dict:
+        return {"zero_stats": lambda state: None if self.state is None else dict(self.state.stats)}

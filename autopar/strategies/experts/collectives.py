@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from autopar.runtime.family_runtime import RankRuntime
 from autopar.runtime.groups import get_group, size_of
 
 
@@ -155,3 +156,42 @@ def combine(out_rows: torch.Tensor, routing: Routing, top_k_weights: torch.Tenso
 
 
 __all__ = ["LOAD", "Routing", "all_to_all_rows", "combine", "dispatch", "record_load", "reset_load"]
+
+
+class ExpertsRankRuntime(RankRuntime):
+    """Expert parallelism on a rank (:class:`~autopar.runtime.family_runtime.RankRuntime`):
+    the load counter (:data:`LOAD`) reset before each call and ``pm.expert_load()``, the
+    rows each expert-parallel MoE layer processed. Active under expert parallelism."""
+
+    name = "experts"
+
+    def __init__(self, plan):
+        self.plan = plan
+        self.active = plan.experts > 1
+        self.layers = [r.region for r in plan.regions if r.kind == "experts" and r.strategy == "experts"]
+
+    def before_call(self) -> None:
+        reset_load(self.layers)
+
+    def attributes(self) -> dict:
+        return {"expert_load": lambda state: lambda: self.expert_load(state)}
+
+    def expert_load(self, state) -> dict[str, list[int]]:
+        """Under expert parallelism, the rows each MoE layer's experts processed in the last
+        forward or step on each rank of this rank's expert group (all-gathered: a
+        collective, every rank calls it), by region id; also written into the plan's
+        region details (``measured_tokens_per_rank``), which ``explain()`` shows beside the
+        uniform routing's prediction. {} without expert parallelism."""
+        if not self.active:
+            return {}
+        # the layers this rank's programs ran (a pipeline rank: its stages'; the same on
+        # every rank of its expert group, which sits at one pipeline position)
+        layers = [layer for layer in self.layers if layer in LOAD]
+        mine = torch.tensor([LOAD.get(layer, 0) for layer in layers], dtype=torch.long, device=state.device)
+        parts = [torch.empty_like(mine) for _ in range(self.plan.experts)]
+        dist.all_gather(parts, mine, group=state.groups.get("experts"))
+        out = {layer: [int(p[i]) for p in parts] for i, layer in enumerate(layers)}
+        for r in self.plan.regions:
+            if r.region in out:
+                r.details["measured_tokens_per_rank"] = out[r.region]
+        return out

@@ -53,6 +53,7 @@ from autopar.ir import regions as graph_regions, tensor_spec
 from autopar.planning.model import ModelFacts, exposed_data_comm
 from autopar.planning.plan import Cost, Plan, RegionChoice, _in_stage, experts_form
 from autopar.planning.strategy import Pin, PlanError, Strategy, divisors
+from autopar.strategies.experts.collectives import ExpertsRankRuntime
 from autopar.strategies.experts.cost import dispatch_combine_time
 from autopar.strategies.experts.layout import ExpertShard, place as place_experts, place_modules
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
@@ -510,6 +511,10 @@ class ExpertParallel(CompileHooks):
         for r in plan.regions:
             if r.kind == "experts" and r.strategy == "experts" and r.details.get("form") == "module_list":
                 place_modules(builder, r.details["modules"], plan.experts)
+
+    def rank_runtime(self, plan: Plan, rank: int, options: dict) -> ExpertsRankRuntime:
+        """The experts' load counter (``pm.expert_load()``)."""
+        return ExpertsRankRuntime(plan)
 
 
 __all__ = ["ExpertParallel", "check_forced", "expert_degrees", "layer_figures", "moe_regions"]

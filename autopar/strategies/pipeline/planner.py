@@ -47,6 +47,7 @@ from autopar.strategies.megatron.planner import (check_forced_batch, check_force
 from autopar.strategies.mixed.planner import StagePlans, check_forced_stages, tensor_grids, widest_branching
 from autopar.strategies.pipeline import cost as pp
 from autopar.strategies.pipeline import layout as parameter_layout
+from autopar.strategies.pipeline.program import PipelineRankRuntime, pipeline_rank_code
 from autopar.strategies.pipeline.stages import (StageError, blocks_of, boundary_values, parameter_stages,
                                                 partition)
 
@@ -476,6 +477,19 @@ class Pipeline(CompileHooks):
     def place(self, builder, build: RankBuild) -> None:
         if builder.plan.pipeline:
             parameter_layout.place(builder, build.holders or {})
+
+    def parameter_holders(self, plan: Plan, gm) -> dict | None:
+        return parameter_layout.parameter_holders(plan, gm) if plan.pipeline else None
+
+    def rank_code(self, plan: Plan, model, rank: int, example_inputs, loss_fn, example_target, example_kwargs,
+                  rewrite) -> str | None:
+        if not plan.pipeline:
+            return None
+        return pipeline_rank_code(rewrite, model, plan, rank, example_inputs, loss_fn, example_target,
+                                  example_kwargs=example_kwargs)
+
+    def rank_runtime(self, plan: Plan, rank: int, options: dict) -> PipelineRankRuntime:
+        return PipelineRankRuntime(plan)
 
     def regions(self, model: ModelFacts) -> list:
         return blocks_of(model.gm)

@@ -51,14 +51,14 @@ from autopar.passes.fusion.rewrite import fusion_pass
 from autopar.passes.manager import PassRunner
 from autopar.strategies.pipeline.stages import split
 from autopar.passes.recompute import recompute_pass
-from autopar.strategies.family import RECOMPUTE, RankBuild, RankPass
-from autopar.strategies.registry import FAMILIES
+from autopar.strategies.family import StageCut
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS
 from autopar.planning.strategy import PlanError
 from autopar.runtime import devices, groups as G
 from autopar.strategies.pipeline.executor import PipelineExecutor, StageProgram
 from autopar.runtime.target_count import use_target_count
-from autopar.strategies.placement import layout_name
+from autopar.trace.capture import layout_name
+from autopar.runtime.family_runtime import RankRuntime
 
 
 def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
@@ -79,38 +79,27 @@ def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
     return gm
 
 
-def _rewrite_stage(gm: fx.GraphModule, plan_, rank: int, local_batch: int, recompute: bool | str,
+def _rewrite_stage(rewrite, gm: fx.GraphModule, plan_, rank: int, local_batch: int, recompute: bool | str,
                    block_nodes: dict[str, list[str]], fusion: bool = False,
                    region_ids: dict[tuple[str, str], str] | None = None, vocab: list[Region] = (),
                    zero_params: dict | None = None) -> fx.GraphModule:
-    """One stage's program: the within-stage passes of the plan on its cut of the graph.
-    Every family adds the passes of its regions in this stage
-    (:meth:`~autopar.strategies.family.Family.rank_passes` with ``RankBuild.stage``):
-    Megatron inside a PTD-P stage, and in a mixed pipeline D&SP, Megatron or a 3D grid
-    per region; the data-parallel pass on the last stage only, over microbatches. With
-    ``recompute`` the stage's blocks recompute (megatron §3.5)."""
-    build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, stage=gm.meta[STAGE], zero_params=zero_params)
-    steps = [p for family in FAMILIES for p in family.rank_passes(plan_, build)]
-    if recompute:  # the blocks, or with "selective" their attention cores
-        steps.append(RankPass(RECOMPUTE, "recompute", recompute_pass,
-                              {"regions": list(block_nodes), "selective": recompute == "selective"}))
-    passes = [
-        # the stage's part of the whole graph's vocab region (autopar.passes.analysis.vocab.stage_part)
-        ("analysis", analyse, {"label": f"rank{rank}_stage_analysis", "vocab": list(vocab)}),
-        ("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes, "region_ids": region_ids}),
-        *[(p.name, p.fn, p.options) for p in sorted(steps, key=lambda p: p.phase)],
-        *([("fusion", fusion_pass, {})] if fusion else []),
-    ]
-    runner = PassRunner(passes)
-    gm = runner.run(gm, label=f"rank{rank}")
-    gm.meta[PASSES_RUN] = ["pipeline_stages"] + [r.name for r in runner.records]
-    return gm
+    """One stage's program: the within-stage passes of the plan on its cut of the graph,
+    by ``rewrite`` (:func:`autopar.passes.rank_program.rewrite` with a
+    :class:`~autopar.strategies.family.StageCut`). Every family adds the passes of its
+    regions in this stage (:meth:`~autopar.strategies.family.Family.rank_passes` with
+    ``RankBuild.stage``): Megatron inside a PTD-P stage, and in a mixed pipeline D&SP,
+    Megatron or a 3D grid per region; the data-parallel pass on the last stage only, over
+    microbatches. With ``recompute`` the stage's blocks recompute (megatron §3.5)."""
+    cut = StageCut(gm.meta[STAGE], block_nodes, vocab=tuple(vocab),
+                   passes=(("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes, "region_ids": region_ids}),))
+    return rewrite(gm, plan_, rank, local_batch, recompute, fusion, zero_params, stage=cut)
 
 
-def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None, target=None,
+def stage_graphs(rewrite, model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None, target=None,
                  recompute: bool | str = False, fusion: bool = False, *, layout: CallLayout | None = None,
                  model_loss: str | None = None, zero_params: dict | None = None):
-    """Rank ``rank``'s stage programs for (micro)batches shaped like ``inputs``:
+    """Rank ``rank``'s stage programs for (micro)batches shaped like ``inputs``, each
+    rewritten by ``rewrite`` (:func:`autopar.passes.rank_program.rewrite`):
     ``({stage: (GraphModule, Stage)}, graph input names, torch.export's output nesting)``.
     Captured here, cut into the plan's stages, each of the rank's stages rewritten.
     ``inputs``: flat, laid out by ``layout`` (positional, then keyword tensors);
@@ -134,15 +123,15 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
         stage = stages[s]
         stage.module.meta[STAGE] = s
         last = s == len(stages) - 1
-        module = _rewrite_stage(stage.module, plan_, rank, rows, recompute, stage.block_nodes, fusion,
+        module = _rewrite_stage(rewrite, stage.module, plan_, rank, rows, recompute, stage.block_nodes, fusion,
                                 region_ids, vocab, zero_params)
         module.meta[LAST] = last
         out[s] = (module, stage)
     return out, names, out_spec
 
 
-def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_fn=None, example_target=None, *,
-                       example_kwargs=None, zero_params: dict | None = None) -> str:
+def pipeline_rank_code(rewrite, model: nn.Module, plan_, rank: int, example_inputs, loss_fn=None,
+                       example_target=None, *, example_kwargs=None, zero_params: dict | None = None) -> str:
     """Rank ``rank``'s stage programs as code (for plan dumps), captured at one
     microbatch of its data rank's share of the batch."""
     m = plan_.pipeline["microbatches"]
@@ -151,7 +140,7 @@ def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_
     inputs, target = local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), flat, example_target)
     batch = batch_of(inputs)
     piece = microbatches((*inputs, target), m, batch)[0]
-    built, _, _ = stage_graphs(model, plan_, rank, piece[:-1], loss_fn, piece[-1], fusion=plan_.fusion,
+    built, _, _ = stage_graphs(rewrite, model, plan_, rank, piece[:-1], loss_fn, piece[-1], fusion=plan_.fusion,
                                layout=layout, model_loss="if_present", zero_params=zero_params)
     return "\n".join(_stage_code(rank_graph_code(module, plan_, rank), s, rank) for s, (module, _) in sorted(built.items()))
 
@@ -196,9 +185,9 @@ class PipelineRunner:
         key = ("pipeline", tuple(signature(x) for x in inputs), signature(target), loss, training)
         if key not in self.programs:
             built, names, out_spec = state.build(inputs, target, training, lambda: stage_graphs(
-                state.user_model, state.plan, state.rank, inputs, state.loss_fn, target, state.recompute,
+                state.rewrite, state.user_model, state.plan, state.rank, inputs, state.loss_fn, target, state.recompute,
                 state.fusion, layout=state.call, model_loss="required" if loss else None,
-                zero_params=state.zero_params()), explain_shapes=False)
+                **state.rewrite_options()), explain_shapes=False)
             programs = {}
             for s, (module, stage) in built.items():
                 for name, shard in module.meta.get(PARAM_SHARDS, {}).items():
@@ -230,13 +219,12 @@ class PipelineRunner:
         local_inputs, _ = local_batch(self.parts, self.chunk, flat, None)
         programs, names = self.stage_programs(local_inputs, None, training)
         count = self._last_stage_count(programs, [local_inputs])
-        state.begin(three_d=False)
-        with state.running(three_d=False), use_target_count(count):
+        state.begin(stage=True)
+        with state.running(stage=True), use_target_count(count):
             out = self.executor.forward_only(programs, dict(zip(names, local_inputs)))
             box = [out]
             dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self.p - 1)
-        if state.zero is not None:
-            state.zero.finish()
+        state.finish()
         return devices.to_rank_device(box[0], state.device)   # unpickled on the sender's device
 
     def step(self, flat: tuple, target, training: bool):
@@ -258,12 +246,11 @@ class PipelineRunner:
         # every microbatch's loss is a mean over its rows: 1/m of each is the batch's mean;
         # a summed loss needs no scale, but the data average divides by d (as in step())
         scale = float(data) if summed and data > 1 else (1.0 if summed else 1.0 / m)
-        state.begin(three_d=False)
-        with state.running(three_d=False), use_target_count(count):
+        state.begin(stage=True)
+        with state.running(stage=True), use_target_count(count):
             losses = self.executor.train(programs, [dict(zip(names, piece)) for piece in pieces], scale)
             state.finish_buckets()
-            if state.zero is not None:
-                state.zero.finish()
+            state.finish()
             for p, group_name in self.tied:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
@@ -295,3 +282,30 @@ class PipelineRunner:
         if isinstance(value, (tuple, list)) and len(value) == 1:  # torch.export's flat outputs
             value = value[0]
         return isinstance(value, fx.Node) and loss_reduction(value) == "sum"
+
+
+class PipelineRankRuntime(RankRuntime):
+    """The pipeline on a rank (:class:`~autopar.runtime.family_runtime.RankRuntime`): its
+    :class:`PipelineRunner` in place of the single-program runner, and
+    ``pm.pipeline_executor``, the schedule runner of the last step. Active under a
+    pipeline plan."""
+
+    name = "pipeline"
+
+    def __init__(self, plan):
+        self.active = bool(plan.pipeline)
+        self._runner: PipelineRunner | None = None
+
+    def runner(self, state, model) -> PipelineRunner:
+        self._runner = PipelineRunner(state, model)
+        return self._runner
+
+    def attributes(self) -> dict:
+        return {"pipeline_executor": self._executor}
+
+    def _executor(self, state):
+        """A pipeline plan's schedule runner: its ``trace``, ``executed`` order, ``span``
+        and transfer ``stats`` of the last step."""
+        if self._runner is None:
+            raise AttributeError("pipeline_executor: this plan has no pipeline")
+        return self._runner.executor

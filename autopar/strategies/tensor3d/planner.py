@@ -46,6 +46,7 @@ from autopar.strategies.tensor3d import layout as tensor3d_layout
 from autopar.strategies.shared.propagation import TensorParallelError
 from autopar.strategies.tensor3d.cost import boundary_comm, grids_of, layer_comm
 from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards, region_linears, tensor3d_pass
+from autopar.strategies.tensor3d.runtime import Tensor3DRankRuntime
 
 SPLIT_KINDS = ("attention", "linear_chain")
 
@@ -391,6 +392,10 @@ class Tensor3D(CompileHooks):
     def place(self, builder, build: RankBuild) -> None:
         if self._mine(builder.plan):
             tensor3d_layout.place(builder, build.deferred_reduce_scatter)
+
+    def rank_runtime(self, plan: Plan, rank: int, options: dict) -> Tensor3DRankRuntime | None:
+        """The 3D layers' overlap state (AxoNN §IV), shared by the cube's layers."""
+        return Tensor3DRankRuntime(plan, options.get("overlap"))
 
     def regions(self, model: ModelFacts) -> list:
         return [r for r in model.regions if r.kind in SPLIT_KINDS]

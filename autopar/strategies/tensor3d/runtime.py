@@ -51,6 +51,7 @@ import torch.distributed as dist
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.grid import Grid3D
 from autopar.runtime._swap import SwapGlobal
+from autopar.runtime.family_runtime import RankRuntime
 from autopar.runtime.groups import get_group, rank_in, size_of
 from autopar.runtime.shards import cut_blocks, gather_blocks
 
@@ -399,3 +400,33 @@ def linear_3d(x: torch.Tensor, w_hat: torch.Tensor, bias: Optional[torch.Tensor]
 
 
 torch.fx.wrap("linear_3d")
+
+
+class Tensor3DRankRuntime(RankRuntime):
+    """The 3D layers on a rank (:class:`~autopar.runtime.family_runtime.RankRuntime`):
+    their :class:`Tensor3DRuntime` under ``compile``'s ``overlap`` switches and the plan's
+    cache bound, current while a program with 3D regions runs (a pipeline's stages keep
+    their own); the weights gathered last step forgotten before each call, deferred
+    reduce-scatters landed after each backward. Active when the plan has 3D regions."""
+
+    name = "3d"
+
+    def __init__(self, plan, overlap=None):
+        self.runtime = Tensor3DRuntime(Overlap.parse(overlap).with_cache_limit(plan.gather_cache))
+        self.active = plan.region_grid is not None
+
+    def layout_options(self) -> dict:
+        return {"deferred_reduce_scatter": self.runtime.overlap.reduce_scatter}
+
+    def contexts(self, stage: bool) -> list:
+        return [] if stage else [use_runtime(self.runtime)]
+
+    def begin(self, stage: bool) -> None:
+        if not stage:
+            self.runtime.begin()
+
+    def after_backward(self) -> None:
+        self.runtime.finish()  # deferred reduce-scatters land before any bucket reads Ŵ.grad
+
+    def attributes(self) -> dict:
+        return {"tensor3d_runtime": lambda state: self.runtime, "tensor3d_stats": lambda state: dict(self.runtime.stats)}
