@@ -40,6 +40,8 @@ from typing import Mapping, Optional, Sequence
 
 import torch
 
+from autopar._torch_compat import new_group_in_order
+
 
 def subgrid_dims(n: int, g: int, topology_aware: bool) -> dict[str, int]:
     """D&SP's layout of ``n`` ranks in ``g`` sub-grids (SUPER §V): topology-aware, the
@@ -93,7 +95,6 @@ def cached_group(members: Sequence[int]):
     made once per process for these members (in this order) and the default timeout in force (``new_groups_timeout``).
     Every rank calls it for every group, in the same order, as ``new_group`` requires;
     every rank's cache holds the same keys, so they make or reuse together."""
-    from autopar._torch_compat import new_group_in_order
     groups = _cache()
     key = ("group", tuple(members), _default_timeout())
     if key not in groups:

@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 import autopar
+from autopar.trace.capture import output_loss
 
 
 ZERO_BELOW = {"grad": 1e-6, "param": 1e-4}
@@ -110,7 +111,6 @@ def _logits(out: Any) -> torch.Tensor:
 
 def _own_loss(output: Any) -> torch.Tensor:
     """The loss a model's output carries (``ModelOutput.loss``, a dict's, or a scalar)."""
-    from autopar.trace.capture import output_loss
     return output_loss(output, required=True)[0]
 
 

@@ -16,7 +16,7 @@ m = 8 and v = 1, 2.
 import pytest
 
 import shared_ranks
-from autopar.strategies.pipeline.schedules import schedule
+from autopar.planning.schedules import schedule
 from autopar.testing import equivalence_job
 
 F = {"dtype": "float64", "batch": 8, "layers": 4}

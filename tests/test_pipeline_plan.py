@@ -36,7 +36,7 @@ def test_in_flight_follows_the_schedule():
 
 def test_in_flight_closed_form_equals_the_schedules_action_lists():
     # the planner counts in closed form; the runtime's schedules are the truth
-    from autopar.strategies.pipeline.schedules import schedule
+    from autopar.planning.schedules import schedule
 
     def simulated(name, p, m, v, rank):
         held, worst, at = [0] * v, -1, [0] * v

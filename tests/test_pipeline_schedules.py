@@ -12,8 +12,8 @@ forwards.
 import expecttest
 import pytest
 
-from autopar.strategies.pipeline.timeline import DeadlockError, simulate
-from autopar.strategies.pipeline.schedules import Action, ScheduleError, bubble_fraction, schedule
+from autopar.planning.timeline import DeadlockError, simulate
+from autopar.planning.schedules import Action, ScheduleError, bubble_fraction, schedule
 
 
 def _row(name, p, m, rank, v=1):

@@ -32,7 +32,10 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+import autopar
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
+from autopar.runtime.groups import use_groups
+from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "scatter", "send")
 """The collectives measured, named as ``Hardware.measured`` and ``cost`` name them."""
@@ -308,8 +311,6 @@ def _time_collective_calls(device: torch.device, s: Settings) -> tuple[float, fl
     (autopar's autograd functions: the Megatron region's forward all-reduce and its
     input's backward one, through a forward and backward), and of the same two
     all-reduces called raw; both per call."""
-    from autopar.runtime import groups as G
-    from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
     x = torch.ones(8, device=device, requires_grad=True)
     buf = torch.ones(8, device=device)
 
@@ -320,7 +321,7 @@ def _time_collective_calls(device: torch.device, s: Settings) -> tuple[float, fl
     def ours():
         reduce_from_tensor_region(copy_to_tensor_region(x, "tensor"), "tensor").sum().backward()
 
-    with G.use_groups({"tensor": dist.group.WORLD}):
+    with use_groups({"tensor": dist.group.WORLD}):
         ours_s, raw_s = _time_collectives([ours, raw], device, s)
     return ours_s / 2, raw_s / 2
 
@@ -358,7 +359,6 @@ def _compiled_cases(world: int) -> dict[tuple, Any]:
     """The runtime's own cases, compiled once: the data-parallel step and the pipeline
     at each microbatch count (keys as in :func:`calibration_job`'s medians); one rank has no
     pipeline to time."""
-    import autopar
     model, inputs, loss, target = runtime_case(world)
     cases = {("runtime_step",): (autopar.compile(model, None, example_inputs=inputs, loss_fn=loss,
                                                  example_target=target, strategy={"data": world}), inputs, target)}

@@ -9,10 +9,7 @@ purpose only.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from autopar.planning.plan import MeshCandidate, Plan
+from autopar.passes.analysis.batch_rows import Coupling, remedy_text
 
 
 def explain(plan: "Plan") -> str:
@@ -79,7 +76,6 @@ def _batch_rows(plan: "Plan") -> list[str]:
     """Where rows of the batch meet (docs/batch_rows.md) and what this plan does there."""
     if not plan.batch_couplings:
         return []
-    from autopar.passes.analysis.batch_rows import Coupling, remedy_text
     split = plan.batch_parts() > 1
     lines = ["", f"rows of the batch meet at {len(plan.batch_couplings)} node(s) (docs/batch_rows.md); this plan "
              + (f"splits the batch over {plan.batch_parts()} data ranks:" if split else "keeps the batch whole:")]

@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from autopar.passes.analysis.batch_rows import couplings
 from autopar.passes.analysis.flops import graph_work
 from autopar.passes.analysis.ops import (is_cross_entropy, is_dropout, is_embedding, is_pointwise, is_sdpa, is_softmax,
                                   match_linear)
@@ -324,7 +325,6 @@ class ModelFacts:
     def batch_couplings(self) -> list:
         """Where rows of the batch meet (:mod:`autopar.passes.analysis.batch_rows`): what a plan
         that splits the batch must make exact, or cannot run."""
-        from autopar.passes.analysis.batch_rows import couplings
         return couplings(self.gm)
 
     def seconds(self, names, hw: Hardware, scale: float, recompute: bool = False) -> float:

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 from autopar.grid import Grid3D, GroupSpec, RankGrid, subgrid_dims, subgrid_group_specs
 from autopar.planning import explain
+from autopar.planning.timeline import simulate
 from autopar.runtime.groups import tied_group_name
 
 PLAN_FORMAT_VERSION = 1
@@ -423,13 +424,10 @@ class Plan:
         return explain.explain(self)
 
     def timeline(self):
-        """The simulated schedule of a pipeline plan (:class:`autopar.strategies.pipeline.timeline.Timeline`,
+        """The simulated schedule of a pipeline plan (:class:`autopar.planning.timeline.Timeline`,
         with ``text()`` and ``svg()``), in units of one chunk's forward; None without a pipeline."""
         if not self.pipeline:
             return None
-        # the pipeline family's schedule simulator (a leaf module: it imports nothing
-        # of planning); imported here so that planning imports no family at load time
-        from autopar.strategies.pipeline.timeline import simulate
         pp = self.pipeline
         return simulate(pp["schedule"], pp["stages"], pp["microbatches"], pp["chunks"])
 

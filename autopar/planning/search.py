@@ -27,6 +27,7 @@ import torch.fx as fx
 from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE, LOSS_TERMS
+from autopar.passes.analysis.batch_rows import split_conflict
 from autopar.planning.explain import closest_to_fitting, rejections
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import MeshCandidate, Plan
@@ -163,7 +164,6 @@ def batch_conflict(ctx: PlanContext, priced: Priced) -> str | None:
                 "their parts' sums; use data (and tensor) parallelism or a pipeline with one microbatch")
     if not found:
         return None
-    from autopar.passes.analysis.batch_rows import split_conflict
     pipeline = mesh.get("pipeline", 1) > 1 or c.pipeline > 1
     microbatches = c.microbatches or 1
     if ctx.levers is not None and ctx.levers.microbatches:

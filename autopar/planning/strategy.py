@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.grid import Grid3D
+from autopar.planning.schedules import SCHEDULES
 
 PIPELINE_KEYS = ("schedule", "chunks", "scatter_gather")
 LEVER_KEYS = ("microbatches", "zero", "recompute")
@@ -311,9 +312,6 @@ class Strategy:
         the stages; with ``"regions": {PATTERN: SPEC}`` the stages' regions pinned as in
         a mixed plan, the rest chosen per region; with ``"x", "y", "z": 1`` the tensor
         group of every stage an ``x × y × 1`` 3D grid (the 3D regions split on it)."""
-        # the pipeline family's schedule names (a leaf module that imports nothing of
-        # planning); imported here so that planning imports no family at load time
-        from autopar.strategies.pipeline.schedules import SCHEDULES
         unknown = set(strategy) - {"pipeline", "data", "tensor", "regions", "x", "y", "z"} - set(PIPELINE_KEYS)
         if unknown:
             raise PlanError(f"strategy: a pipeline combines with 'data', 'tensor', a 3D grid 'x', 'y', 'z' and "

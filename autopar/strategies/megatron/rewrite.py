@@ -40,7 +40,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from autopar.ir import PARAM_SHARDS, regions, tensor_spec
+from autopar.ir import PARAM_SHARDS, REGION_OF, regions, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.shared.sharding import Shard
@@ -367,7 +367,6 @@ def regions_without_rules(gm: fx.GraphModule, region_ids: list[str], degree: int
     all-gathers it did not price. Found by rewriting a copy of the graph (the modules are
     shared, not copied) with all of them split, dropping the regions that fell back, and
     again until none does."""
-    from autopar.ir import REGION_OF
     left, found = list(region_ids), {}
     while left and degree > 1:
         graph = fx.Graph()

@@ -32,7 +32,7 @@ from __future__ import annotations
 def in_flight(name: str, p: int, m: int, v: int, rank: int) -> list[int]:
     """Most microbatches whose activations rank ``rank`` holds at once, per chunk (at the
     first moment the total is largest), in closed form from the schedules' shapes
-    (:mod:`autopar.strategies.pipeline.schedules`; a test checks it against their action lists):
+    (:mod:`autopar.planning.schedules`; a test checks it against their action lists):
     the peak comes with the first forward after the warm-up, before any backward, so it
     is that many forwards: ``m`` under GPipe, ``min(p − r, m)`` under 1F1B, and warm-up + 1
     chunk-passes interleaved, whose k-th forward runs chunk ``(k mod p·v) // p``."""

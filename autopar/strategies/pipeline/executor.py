@@ -1,7 +1,7 @@
 """Running a pipeline schedule on ranks: point-to-point sends between stages, forward and
 backward per microbatch in the schedule's order (megatron §2.2, §4.1).
 
-:class:`PipelineExecutor` runs one rank's :mod:`autopar.strategies.pipeline.schedules` order. Each
+:class:`PipelineExecutor` runs one rank's :mod:`autopar.planning.schedules` order. Each
 action is one microbatch through one of the rank's chunks (stage ``c·p + r``):
 
 * ``F``: receive the carried values from the stage before (the hidden state, and
@@ -15,7 +15,7 @@ action is one microbatch through one of the rank's chunks (stage ``c·p + r``):
 Transfers cannot deadlock: every send is asynchronous (``isend``; the step waits for
 them all at its end) and only receives block, so a rank waits only for a value some
 earlier action of another rank produces — the dependency order that
-:func:`autopar.strategies.pipeline.timeline.simulate` checks for every schedule. Every message has
+:func:`autopar.planning.timeline.simulate` checks for every schedule. Every message has
 a tag naming its microbatch, stage, direction and value, so a receive can never take
 another microbatch's tensor.
 
@@ -41,7 +41,7 @@ import torch.fx as fx
 from autopar._torch_compat import all_gather_flat, tree_unflatten
 from autopar.ir import tensor_spec
 from autopar.runtime import devices, groups as G
-from autopar.strategies.pipeline.schedules import Action, schedule
+from autopar.planning.schedules import Action, schedule
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.strategies.pipeline.schedules import Action, schedule
+from autopar.planning.schedules import Action, schedule
 
 
 class DeadlockError(RuntimeError):

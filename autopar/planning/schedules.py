@@ -1,6 +1,6 @@
 """Pipeline schedules: the order of forward and backward passes each pipeline rank runs
 (megatron §2.2). Pure Python: the runtime drives a schedule, the planner simulates it
-(:mod:`autopar.strategies.pipeline.timeline`), and tests compare it with the paper's Figure 4.
+(:mod:`autopar.planning.timeline`), and tests compare it with the paper's Figure 4.
 
 A schedule for ``p`` ranks and ``m`` microbatches is, per rank, a list of
 :class:`Action`: ``F`` or ``B`` of one microbatch on one model chunk (``chunk`` is 0
