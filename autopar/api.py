@@ -39,7 +39,7 @@ from autopar.planning.plan import Plan
 from autopar.planning.search import PlanError, Strategy, plan_graph
 from autopar.runtime.executable import batch_of, local_batch, rank_graph_code
 from autopar.passes.rank_program import planned_shards, rewrite
-from autopar.runtime import groups as G
+from autopar.runtime.groups import size_of
 from autopar.runtime import health
 from autopar.strategies.placement import build_layout, dropout_coordinates, dropout_shards
 from autopar.strategies.registry import FAMILIES
@@ -343,7 +343,7 @@ def _check_same_plan_everywhere(plan_: Plan, group_map: dict) -> None:
     text = plan_.to_json()
     for name in ("data", "tensor", "segment", "replica", "x", "y", "pipeline"):
         group = group_map.get(name)
-        if group is None or G.size_of(group) == 1:
+        if group is None or size_of(group) == 1:
             continue
         everyone = _gather_from_ranks(text, group)
         bad = [r for r, theirs in everyone.items() if theirs != text]

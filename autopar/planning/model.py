@@ -25,7 +25,7 @@ from autopar.passes.analysis.batch_rows import couplings
 from autopar.passes.analysis.flops import graph_work
 from autopar.passes.analysis.ops import (is_cross_entropy, is_dropout, is_embedding, is_pointwise, is_sdpa, is_softmax,
                                   match_linear)
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import REGION_OF, regions, tensor_spec
 from autopar.passes.fusion.rewrite import fusible_chains
@@ -304,7 +304,7 @@ class ModelFacts:
         key = tuple(names)
         sig = self._sig_of.get(key)
         if sig is None:
-            works = sorted((w.is_matmul, w.is_view, w.flops, w.bytes_moved, cm.passes_per_step(w),
+            works = sorted((w.is_matmul, w.is_view, w.flops, w.bytes_moved, cost_model.passes_per_step(w),
                             self._node_bytes.get(n, 0.0))
                            for n in key if (w := self.work.get(n)) is not None and (w.is_kernel or w.is_view))
             sig = self._sigs.setdefault(("works", tuple(works)), len(self._sigs))
@@ -338,7 +338,7 @@ class ModelFacts:
         if t is None:
             works = (dataclasses.replace(w, flops=w.flops * scale, bytes_moved=w.bytes_moved * scale)
                      for name in names if (w := self.work.get(name)) is not None)
-            t = self._seconds[key] = cm.step_compute_time(works, hw, recompute=recompute)
+            t = self._seconds[key] = cost_model.step_compute_time(works, hw, recompute=recompute)
         return t
 
     def region_param_elems(self, rid: str) -> int:
@@ -361,8 +361,8 @@ def exposed_data_comm(data: int, stride: int, grad_bytes: float, compute: float,
     (:func:`bucket_copy_s`)."""
     if data == 1:
         return 0.0
-    data_comm = cm.all_reduce_time(data, grad_bytes, hw, stride=stride)
-    last_bucket = cm.all_reduce_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=stride)
+    data_comm = cost_model.all_reduce_time(data, grad_bytes, hw, stride=stride)
+    last_bucket = cost_model.all_reduce_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=stride)
     return max(data_comm - compute * 2 / 3, last_bucket) + bucket_copy_s(grad_bytes, hw)
 
 

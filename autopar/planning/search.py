@@ -24,7 +24,7 @@ from typing import Any
 
 import torch.fx as fx
 
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE, LOSS_TERMS
 from autopar.passes.analysis.batch_rows import split_conflict
@@ -141,14 +141,14 @@ def per_step_s(ctx: PlanContext, mesh: dict, config) -> float:
     parts = mesh.get("data", 1) * mesh.get("z", 1)
     if getattr(config, "csub", False) and getattr(config, "subgrids", 1) > 1:
         parts //= config.subgrids
-    count = cm.all_reduce_time(parts, 8, ctx.hw) if parts > 1 and ctx.model.counts_targets else 0.0
+    count = cost_model.all_reduce_time(parts, 8, ctx.hw) if parts > 1 and ctx.model.counts_targets else 0.0
     if parts > 1:
         for c in ctx.model.batch_couplings:
             if c.remedy == "gather":
-                count += cm.all_gather_time(parts, c.nbytes / parts, ctx.hw) + \
-                    cm.reduce_scatter_time(parts, c.nbytes, ctx.hw)
+                count += cost_model.all_gather_time(parts, c.nbytes / parts, ctx.hw) + \
+                    cost_model.reduce_scatter_time(parts, c.nbytes, ctx.hw)
             elif c.remedy == "all_reduce":
-                count += 2 * cm.all_reduce_time(parts, c.nbytes, ctx.hw)
+                count += 2 * cost_model.all_reduce_time(parts, c.nbytes, ctx.hw)
     return ctx.hw.step_overhead_s + count
 
 

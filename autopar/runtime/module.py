@@ -27,7 +27,7 @@ from autopar.trace.inputs import CallLayout, check_loss_arguments
 from autopar.layout import ParamLayout, group_buckets
 from autopar.planning.plan import Plan
 from autopar.runtime.runner import ProgramRunner, RankState
-from autopar.runtime import groups as G
+from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.runtime import health
 from autopar.runtime import devices, rng
 from autopar.runtime.family_runtime import RankRuntime, active
@@ -79,7 +79,7 @@ class ParallelModule(nn.Module):
             bucket_shards = runtime.bucket_shards() if bucket_shards is None else bucket_shards
         named = [(layout_name(n), full.get(self._first_name(n), p))
                  for n, p in self.root.named_parameters(remove_duplicate=False)]
-        with G.use_groups(group_map):
+        with use_groups(group_map):
             buckets = {spec: GradientBuckets(params, spec.group, divisor=spec.divisor, hooks=spec.hooks,
                                              zero=spec.zero, shards=bucket_shards if spec.zero else None,
                                              armed=spec.armed)
@@ -213,12 +213,12 @@ class ParallelModule(nn.Module):
             partial[key] = combine(partial[key], value) if key in partial else value
         op = dist.ReduceOp.MAX if inf else dist.ReduceOp.SUM
         total = torch.zeros((), dtype=torch.float64, device=self._state.device)
-        with G.use_groups(self._state.groups):
+        with use_groups(self._state.groups):
             for key in self.layout.norm_keys():  # every key in a fixed order on every rank
                 value = partial.get(key, torch.zeros((), dtype=torch.float64, device=self._state.device)).clone()
                 for name in key:
-                    group = G.get_group(name)
-                    if G.size_of(group) > 1:
+                    group = get_group(name)
+                    if size_of(group) > 1:
                         dist.all_reduce(value, op=op, group=group)
                 total = combine(total, value)
         return total if inf else total.pow(1.0 / norm_type)
@@ -237,13 +237,13 @@ class ParallelModule(nn.Module):
     @health.guarded("full_state_dict()")
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The original model's state dict (keys and full shapes), gathered from all ranks."""
-        with G.use_groups(self._state.groups):
+        with use_groups(self._state.groups):
             return {k: self.layout.gather(k, v, v) for k, v in self.root.model.state_dict(keep_vars=True).items()}
 
     @health.guarded("full_gradients()")
     def full_gradients(self) -> dict[str, torch.Tensor | None]:
         """Every parameter's gradient at its full shape, by the original model's names."""
-        with G.use_groups(self._state.groups):
+        with use_groups(self._state.groups):
             return {k: self.layout.gather(k, p.grad, p)
                     for k, p in self.root.model.named_parameters(remove_duplicate=False)}
 

@@ -26,7 +26,7 @@ from autopar.trace.inputs import CallLayout, check_call_inputs, new_shapes_expla
 from autopar.ir import CAPTURE, LOSS_REDUCTION, PARAM_SHARDS, ROOT_OUTPUT, TensorSpec
 from autopar.layout import Bucket, ParamLayout
 from autopar.runtime.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
-from autopar.runtime import groups as G
+from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.planning.strategy import PlanError
 from autopar.runtime import devices, rng
 from autopar.runtime.grad_sync import GradientBuckets
@@ -78,7 +78,7 @@ class RankState:
         the runtime's buffers, :mod:`autopar.runtime.devices`), the dropout streams and
         each family's contexts (``stage``: a pipeline stage's programs)."""
         stack = contextlib.ExitStack()
-        stack.enter_context(G.use_groups(self.groups))
+        stack.enter_context(use_groups(self.groups))
         stack.enter_context(devices.use_device(self.device))
         stack.enter_context(rng.use_random_states(self.random))
         for runtime in self.runtimes:
@@ -91,7 +91,7 @@ class RankState:
         groups (the 3D layers forget the last step's weights, ZeRO-1/2 gathers the shards
         the optimizer changed: a collective)."""
         if self.runtimes:
-            with G.use_groups(self.groups):
+            with use_groups(self.groups):
                 for runtime in self.runtimes:
                     runtime.begin(stage)
 
@@ -147,9 +147,9 @@ class RankState:
             by_name = dict(zip(names, piece))
             value = counter(*(by_name[name] for name in wanted))
             count = value if count is None else count + value
-        with G.use_groups(self.groups):
-            if G.size_of(G.get_group(group)) > 1:
-                dist.all_reduce(count, group=G.get_group(group))
+        with use_groups(self.groups):
+            if size_of(get_group(group)) > 1:
+                dist.all_reduce(count, group=get_group(group))
         return count
 
 
@@ -284,7 +284,7 @@ class ProgramRunner:
     def _from_subgrid_0(self, value):
         """D&SP-cSub: sub-grid 0's ``value`` on every rank of its segment (outputs of any
         structure; a forward-only path, so the pickling of ``broadcast_object_list`` is fine)."""
-        segment = G.get_group("segment")
+        segment = get_group("segment")
         if segment is None:
             return value
         box = [value]
@@ -293,7 +293,7 @@ class ProgramRunner:
 
     def _loss_from_subgrid_0(self, program: fx.GraphModule, loss: torch.Tensor | None) -> torch.Tensor:
         """D&SP-cSub: the whole batch's loss, computed on sub-grid 0, sent over the segment."""
-        segment = G.get_group("segment")
+        segment = get_group("segment")
         if segment is None:
             return loss
         if loss is None:

@@ -38,7 +38,7 @@ from autopar.strategies.shared.propagation import LayoutPropagator, TensorParall
 from autopar.strategies.shared.sharding import Shard, normalize_dim
 from autopar.strategies.tensor3d.rewrite import _Rewriter3D
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS
-from autopar.runtime import collectives as C
+from autopar.runtime import collectives
 from autopar.runtime import rng
 from autopar.strategies.cube.collectives import cube_vector, linear_cube
 from autopar.strategies.tensor3d.runtime import Grid3DShard
@@ -139,8 +139,8 @@ class _RewriterCube(_Rewriter3D):
                        f"region {self._region.id}, linear {node.name}")
 
             def enter():
-                cols = self._call(C.scatter_to_tensor_region, (x, dim, "y"), after=x)
-                return self._call(C.scatter_to_tensor_region, (cols, 0, "x"), after=cols)
+                cols = self._call(collectives.scatter_to_tensor_region, (x, dim, "y"), after=x)
+                return self._call(collectives.scatter_to_tensor_region, (cols, 0, "x"), after=cols)
             inner = self._cached(("cube_entry", x), enter)
         new = self._linear(node, inner, False)
         self.layout[new] = Shard(len(tensor_spec(new).shape) - 1, self.columns[node.name])
@@ -149,9 +149,9 @@ class _RewriterCube(_Rewriter3D):
         """A transposed layer's ``C`` (columns over y, rows over x) leaves the region
         through all-gathers over y, then over x."""
         with self.graph.inserting_after(new):
-            cols = self.graph.call_function(C.gather_from_tensor_region, (new, out_dim, "y"))
+            cols = self.graph.call_function(collectives.gather_from_tensor_region, (new, out_dim, "y"))
         with self.graph.inserting_after(cols):
-            rows = self.graph.call_function(C.gather_from_tensor_region, (cols, 0, "x"))
+            rows = self.graph.call_function(collectives.gather_from_tensor_region, (cols, 0, "x"))
         cols.meta.update(new.meta)
         rows.meta.update(new.meta)
         return [cols, rows]
@@ -163,26 +163,26 @@ class _RewriterCube(_Rewriter3D):
         while changed:
             changed = False
             for node in reversed(list(self.graph.nodes)):
-                if node.target is C.gather_from_tensor_region and not node.users:
+                if node.target is collectives.gather_from_tensor_region and not node.users:
                     self.graph.erase_node(node)
                     changed = True
 
 
 def _cube_exit_of(node: fx.Node, dim: int) -> fx.Node | None:
     """The transposed cube layer behind ``node`` when ``node`` is its exit gathers."""
-    if not (node.op == "call_function" and node.target is C.gather_from_tensor_region
+    if not (node.op == "call_function" and node.target is collectives.gather_from_tensor_region
             and node.args[1] == 0 and node.args[2] == "x"):
         return None
     cols = node.args[0]
-    if not (isinstance(cols, fx.Node) and cols.target is C.gather_from_tensor_region
+    if not (isinstance(cols, fx.Node) and cols.target is collectives.gather_from_tensor_region
             and cols.args[1] == dim and cols.args[2] == "y"):
         return None
     inner = cols.args[0]
     return inner if isinstance(inner, fx.Node) and inner.target is linear_cube else None
 
 
-_REGION_COLLECTIVES = {C.copy_to_tensor_region: None, C.reduce_from_tensor_region: None,
-                       C.scatter_to_tensor_region: 1, C.gather_from_tensor_region: 1}
+_REGION_COLLECTIVES = {collectives.copy_to_tensor_region: None, collectives.reduce_from_tensor_region: None,
+                       collectives.scatter_to_tensor_region: 1, collectives.gather_from_tensor_region: 1}
 _DROPOUTS = (rng.sharded_dropout, rng.replicated_dropout)
 
 

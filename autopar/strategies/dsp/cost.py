@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autopar.grid import RankGrid, subgrid_dims
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.passes.analysis.flops import NodeWork
 
 
@@ -191,7 +191,7 @@ def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_byt
     rooted: broadcast / reduce for split and sum, scatter / gather for concat.
     """
     n_g = _check(n, g, 1)
-    branch_costs = [sum(cm.node_time(w, hw) * cm.passes_per_step(w) for w in _scaled(works, n_g))
+    branch_costs = [sum(cost_model.node_time(w, hw) * cost_model.passes_per_step(w) for w in _scaled(works, n_g))
                     for works in branch_works]
     assignment = assign_branches(branch_costs, g)
     per_subgrid = [0.0] * g
@@ -202,20 +202,20 @@ def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_byt
     stride = 1 if topology_aware else n_g
     rows_common, rows_branch = fork_bytes / n, fork_bytes / n_g
     if csub:
-        split = 2 * cm.broadcast_time(g, rows_branch, hw, stride)  # broadcast, and reduce in backward
+        split = 2 * cost_model.broadcast_time(g, rows_branch, hw, stride)  # broadcast, and reduce in backward
         if join_op == "sum":
-            join = 2 * cm.broadcast_time(g, join_bytes / n_g, hw, stride)
+            join = 2 * cost_model.broadcast_time(g, join_bytes / n_g, hw, stride)
         else:
-            join = 2 * cm.scatter_time(g, join_bytes / n_g, hw, stride)
+            join = 2 * cost_model.scatter_time(g, join_bytes / n_g, hw, stride)
     else:
-        split = cm.all_gather_time(g, rows_common, hw, stride) + cm.reduce_scatter_time(g, rows_branch, hw, stride)
+        split = cost_model.all_gather_time(g, rows_common, hw, stride) + cost_model.reduce_scatter_time(g, rows_branch, hw, stride)
         if join_op == "sum":
-            join = (cm.reduce_scatter_time(g, join_bytes / n_g, hw, stride)
-                    + cm.all_gather_time(g, join_bytes / n, hw, stride))
+            join = (cost_model.reduce_scatter_time(g, join_bytes / n_g, hw, stride)
+                    + cost_model.all_gather_time(g, join_bytes / n, hw, stride))
         else:
-            join = 2 * cm.all_to_all_time(g, join_bytes / n_g / g, hw, stride)
+            join = 2 * cost_model.all_to_all_time(g, join_bytes / n_g / g, hw, stride)
     subgrid_stride = g if topology_aware else 1
-    gradients = cm.all_reduce_time(n_g, max(params) * 4, hw, subgrid_stride)
+    gradients = cost_model.all_reduce_time(n_g, max(params) * 4, hw, subgrid_stride)
     return SubgraphCost(max(per_subgrid), {"segment": split + join, "subgrid": gradients}, tuple(assignment),
                         max(params))
 
@@ -238,18 +238,18 @@ def dsp_tensor_cost(branch_works: list[list], branch_params: list[int], fork_byt
 
     Branch parameters live on the rank that runs them; their gradients are averaged over
     the data ranks only (priced with the rest by the data-parallel term)."""
-    branch_costs = [sum(cm.node_time(w, hw) * cm.passes_per_step(w) for w in _scaled(works, data))
+    branch_costs = [sum(cost_model.node_time(w, hw) * cost_model.passes_per_step(w) for w in _scaled(works, data))
                     for works in branch_works]
     assignment = assign_branches(branch_costs, t)
     per_rank, params = [0.0] * t, [0] * t
     for branch, s in enumerate(assignment):
         per_rank[s] += branch_costs[branch]
         params[s] += branch_params[branch]
-    fork = cm.all_reduce_time(t, fork_bytes / data, hw)
+    fork = cost_model.all_reduce_time(t, fork_bytes / data, hw)
     if join_op == "sum":
-        join = cm.all_reduce_time(t, join_bytes / data, hw)
+        join = cost_model.all_reduce_time(t, join_bytes / data, hw)
     else:
-        join = cm.all_gather_time(t, join_bytes / data / t, hw)
+        join = cost_model.all_gather_time(t, join_bytes / data / t, hw)
     return SubgraphCost(max(per_rank), {"tensor": fork + join}, tuple(assignment), max(params))
 
 
@@ -268,13 +268,13 @@ def dsp_heads_cost(core_works: list, bundle_bytes: float, out_bytes: float, n: i
     planner weighs it and, with batched heads, prefers data parallelism.
     """
     n_g = _check(n, g, 1)
-    compute = sum(cm.node_time(w, hw) * cm.passes_per_step(w) for w in _scaled(core_works, n))
+    compute = sum(cost_model.node_time(w, hw) * cost_model.passes_per_step(w) for w in _scaled(core_works, n))
     stride = 1 if topology_aware else n_g
     if csub:
-        comm = 2 * cm.scatter_time(g, bundle_bytes / n_g, hw, stride) + 2 * cm.scatter_time(g, out_bytes / n_g, hw,
+        comm = 2 * cost_model.scatter_time(g, bundle_bytes / n_g, hw, stride) + 2 * cost_model.scatter_time(g, out_bytes / n_g, hw,
                                                                                           stride)
     else:
-        comm = 2 * cm.all_to_all_time(g, bundle_bytes / n, hw, stride) + 2 * cm.all_to_all_time(g, out_bytes / n,
+        comm = 2 * cost_model.all_to_all_time(g, bundle_bytes / n, hw, stride) + 2 * cost_model.all_to_all_time(g, out_bytes / n,
                                                                                               hw, stride)
     return SubgraphCost(compute, {"segment": comm, "subgrid": 0.0}, (), 0)
 

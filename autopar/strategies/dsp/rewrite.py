@@ -50,8 +50,8 @@ import torch.fx as fx
 
 from autopar.ir import REGIONS, ROOT_OUTPUT, SPEC, TensorSpec, regions, tensor_spec
 from autopar.strategies.dsp.cost import head_widths
-from autopar.strategies.dsp import collectives as S
-from autopar.runtime import collectives as C
+from autopar.strategies.dsp import collectives as segmented
+from autopar.runtime import collectives
 
 
 class SubgraphParallelError(ValueError):
@@ -209,7 +209,7 @@ def _emit_fork(graph: fx.Graph, cut: _Cut, values: list[fx.Node], mode: str, gro
     one placeholder of the fork's / bundle's shape). Returns what the kept nodes read in
     place of each fork input."""
     if not cut.heads:
-        fn = {"dsp": S.segmented_all_gather, "csub": S.segmented_broadcast, "tensor": C.copy_to_tensor_region}[mode]
+        fn = {"dsp": segmented.segmented_all_gather, "csub": segmented.segmented_broadcast, "tensor": collectives.copy_to_tensor_region}[mode]
         return [_call(graph, fn, (values[0], group))]
     if mode == "tensor":
         raise SubgraphParallelError(f"region {cut.region}: attention heads over the tensor group are Megatron's "
@@ -220,7 +220,7 @@ def _emit_fork(graph: fx.Graph, cut: _Cut, values: list[fx.Node], mode: str, gro
     else:
         flat = [graph.call_method("flatten", (x, 2)) for x in values]
         bundle = _call(graph, torch.cat, (flat, 2))
-    fn = S.segmented_all_to_all_slice if mode == "dsp" else S.segmented_scatter
+    fn = segmented.segmented_all_to_all_slice if mode == "dsp" else segmented.segmented_scatter
     sliced = _call(graph, fn, (bundle, 1, cut.widths, group))
     pieces = graph.call_method("split", (sliced, [math.prod(t) for t in tails], 2))
     received = []
@@ -235,15 +235,15 @@ def _emit_join(graph: fx.Graph, cut: _Cut, outputs: list[fx.Node], mode: str, gr
         local = outputs[0]
         for value in outputs[1:]:
             local = _call(graph, operator.add, (local, value))
-        fn = {"dsp": S.segmented_reduce_scatter, "csub": S.segmented_reduce,
-              "tensor": C.reduce_from_tensor_region}[mode]
+        fn = {"dsp": segmented.segmented_reduce_scatter, "csub": segmented.segmented_reduce,
+              "tensor": collectives.reduce_from_tensor_region}[mode]
         result = _call(graph, fn, (local, group))
         if root:
             for value in cut.passthrough:
                 result = _call(graph, operator.add, (result, value))
         return result
     local = outputs[0] if len(outputs) == 1 else _call(graph, torch.cat, (outputs, cut.dim))
-    fn = {"dsp": S.segmented_all_to_all, "csub": S.segmented_gather, "tensor": S.branch_all_gather}[mode]
+    fn = {"dsp": segmented.segmented_all_to_all, "csub": segmented.segmented_gather, "tensor": segmented.branch_all_gather}[mode]
     result = _call(graph, fn, (local, cut.dim, cut.widths, group))
     if root and cut.arrived != sorted(cut.arrived):  # back to the original branch order
         pieces = graph.call_function(torch.split, (result, [cut.branch_widths[b] for b in cut.arrived], cut.dim))
@@ -283,11 +283,11 @@ def _split_region(gm: fx.GraphModule, cut: _Cut, mode: str, group: str) -> None:
     anchor = max(cut.fork_inputs + cut.side_inputs, key=order.__getitem__)
     with graph.inserting_before(anchor.next):  # in the order csub_branch_program receives them
         if mode == "csub":  # the other sub-grids receive every side input
-            shared = {a: _call(graph, S.segment_share, (a, group), a.meta.get(SPEC)) for a in cut.side_inputs}
+            shared = {a: _call(graph, segmented.segment_share, (a, group), a.meta.get(SPEC)) for a in cut.side_inputs}
         elif mode == "tensor":  # every rank holds every row: nothing to share
             shared = {}
         else:  # D&SP: the kept nodes see g times the rows; per-sample side inputs follow
-            shared = {a: _call(graph, S.segment_gather_rows, (a, group)) for a in cut.side_inputs
+            shared = {a: _call(graph, segmented.segment_gather_rows, (a, group)) for a in cut.side_inputs
                       if a in cut.batched_sides}
         received = _emit_fork(graph, cut, cut.fork_inputs, mode, group)
     cursor = received[-1]
@@ -337,14 +337,14 @@ def csub_branch_program(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], sub
         for a in cut.side_inputs:
             spec = a.meta.get(SPEC)
             like = ("tensor", list(spec.shape), spec.dtype) if isinstance(spec, TensorSpec) else ("scalar",)
-            env[a] = _call(graph, S.segment_share, (None, group, like), spec)
+            env[a] = _call(graph, segmented.segment_share, (None, group, like), spec)
         if cut.heads:
             first = tensor_spec(cut.fork_inputs[0])
             shape = [first.shape[0], sum(cut.widths), sum(math.prod(t) for t in _bundle_layout(cut))]
         else:
             first = tensor_spec(cut.fork_inputs[0])
             shape = list(first.shape)
-        placeholder = _call(graph, S.csub_placeholder, (shape, first.dtype, previous))
+        placeholder = _call(graph, segmented.csub_placeholder, (shape, first.dtype, previous))
         env.update(zip(cut.fork_inputs, _emit_fork(graph, cut, [placeholder], "csub", group)))
         for node in cut.own:
             env[node] = graph.node_copy(node, lambda a: _constant_input(graph, env, a, cut))

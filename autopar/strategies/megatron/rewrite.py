@@ -44,7 +44,7 @@ from autopar.ir import PARAM_SHARDS, REGION_OF, regions, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.shared.sharding import Shard
-from autopar.runtime import collectives as C
+from autopar.runtime import collectives
 from autopar.runtime import rng
 from autopar.runtime.shards import gather_full, local_shard
 
@@ -267,7 +267,7 @@ class _Rewriter(LayoutPropagator):
                 product = self.graph.call_function(node.target, (x,) + tuple(node.args[1:]), dict(node.kwargs))
             else:  # F.linear / aten.linear without the bias, or a plain matmul
                 product = self.graph.call_function(node.target, (x, node.args[1]))
-            reduced = self.graph.call_function(C.reduce_from_tensor_region, (product, self.group))
+            reduced = self.graph.call_function(collectives.reduce_from_tensor_region, (product, self.group))
             result = reduced
             if match.bias is not None:
                 bias = self.graph.get_attr(match.bias)
@@ -292,7 +292,7 @@ class _Rewriter(LayoutPropagator):
             padding_idx = node.args[2]
         with self.graph.inserting_before(node):
             weight = self.graph.get_attr(weight_name)
-            lookup = self.graph.call_function(C.vocab_parallel_embedding,
+            lookup = self.graph.call_function(collectives.vocab_parallel_embedding,
                                               (ids, weight, self.rank * local, self.group, padding_idx))
         lookup.meta.update(node.meta)
         node.replace_all_uses_with(lookup)
@@ -349,7 +349,7 @@ class _Rewriter(LayoutPropagator):
         with self.graph.inserting_before(node):
             # a padded vocabulary's columns past ``vocab_size`` are left out of the softmax
             loss = self.graph.call_function(
-                C.vocab_parallel_cross_entropy,
+                collectives.vocab_parallel_cross_entropy,
                 (logits, target, self.rank * local, self.group, ignore_index, reduction),
                 {} if layout.size is None else {"vocab_size": layout.size})
         loss.meta.update(node.meta)

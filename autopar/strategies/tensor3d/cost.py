@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autopar.grid import Grid3D  # noqa: F401 - the grid's geometry lives with the rank grid
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 
 
@@ -101,11 +101,11 @@ def layer_comm(m: int, k: int, n: int, grid: Grid3D, hw: Hardware, *, transposed
     # part a step waits for, ``hw.async_exposed`` (1 in the presets: eq 9 as it stands)
     hidden = hw.async_exposed
     return LayerComm(
-        all_gather_z=hidden * cm.all_gather_time(grid.z, v["all_gather_z"], hw, grid.stride("z")),
-        reduce_scatter_z=hidden * cm.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, grid.stride("z")),
-        all_reduce_y=cm.all_reduce_time(size[out_axis], v["all_reduce_y"], hw, grid.stride(out_axis)),
-        all_reduce_x=hidden * cm.all_reduce_time(size[in_axis], v["all_reduce_x"], hw, grid.stride(in_axis)),
-        all_reduce_data=cm.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride("data")),
+        all_gather_z=hidden * cost_model.all_gather_time(grid.z, v["all_gather_z"], hw, grid.stride("z")),
+        reduce_scatter_z=hidden * cost_model.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, grid.stride("z")),
+        all_reduce_y=cost_model.all_reduce_time(size[out_axis], v["all_reduce_y"], hw, grid.stride(out_axis)),
+        all_reduce_x=hidden * cost_model.all_reduce_time(size[in_axis], v["all_reduce_x"], hw, grid.stride(in_axis)),
+        all_reduce_data=cost_model.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride("data")),
         transposed=transposed,
     )
 
@@ -114,7 +114,7 @@ def group_bandwidth(grid: Grid3D, axis: str, hw: Hardware) -> float:
     """β of an ``axis`` group by axonn eq 10 (§V-B): intra-node when the product of the
     sizes up to and including ``axis`` fits in a node, else the node-pair bandwidth
     shared by the min(G_node, stride) rings crossing it."""
-    return cm.group_link(getattr(grid, axis), grid.stride(axis), hw)[0]
+    return cost_model.group_link(getattr(grid, axis), grid.stride(axis), hw)[0]
 
 
 def boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hardware) -> float:
@@ -126,8 +126,8 @@ def boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hardware)
     if grid.y == 1:
         return 0.0
     share = grid.z * grid.data * grid.y
-    return (cm.all_gather_time(grid.y, out_bytes / share, hw, grid.stride("y"))
-            + cm.all_gather_time(grid.y, in_bytes / share, hw, grid.stride("y")))
+    return (cost_model.all_gather_time(grid.y, out_bytes / share, hw, grid.stride("y"))
+            + cost_model.all_gather_time(grid.y, in_bytes / share, hw, grid.stride("y")))
 
 
 def rows_boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hardware) -> float:
@@ -139,8 +139,8 @@ def rows_boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hard
     if grid.z == 1:
         return 0.0
     share = grid.z * grid.data
-    return (cm.all_gather_time(grid.z, out_bytes / share, hw, grid.stride("z"))
-            + cm.all_gather_time(grid.z, in_bytes / share, hw, grid.stride("z")))
+    return (cost_model.all_gather_time(grid.z, out_bytes / share, hw, grid.stride("z"))
+            + cost_model.all_gather_time(grid.z, in_bytes / share, hw, grid.stride("z")))
 
 
 def cube_volumes(m: int, k: int, n: int, p: int, *, bias: bool = False) -> dict[str, float]:
@@ -176,17 +176,17 @@ def cube_layer_comm(m: int, k: int, n: int, grid: Grid3D, hw: Hardware, *, trans
     in_axis, out_axis = ("x", "y") if transposed else ("y", "x")
     s_in, s_out, s_z = grid.stride(in_axis), grid.stride(out_axis), grid.stride("z")
     out = {"x": 0.0, "y": 0.0}
-    out[out_axis] += (2 * cm.all_gather_time(p, v["all_gather_rows_out"], hw, s_out)
-                      + cm.reduce_scatter_time(p, v["reduce_scatter_rows_out"], hw, s_out))
-    out[in_axis] += (cm.reduce_scatter_time(p, v["reduce_scatter_rows_in"], hw, s_in)
-                     + cm.all_gather_time(p, v["all_gather_rows_in"], hw, s_in))
-    out["z"] = (cm.all_gather_time(grid.z, v["all_gather_z"], hw, s_z)
-                + cm.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, s_z))
+    out[out_axis] += (2 * cost_model.all_gather_time(p, v["all_gather_rows_out"], hw, s_out)
+                      + cost_model.reduce_scatter_time(p, v["reduce_scatter_rows_out"], hw, s_out))
+    out[in_axis] += (cost_model.reduce_scatter_time(p, v["reduce_scatter_rows_in"], hw, s_in)
+                     + cost_model.all_gather_time(p, v["all_gather_rows_in"], hw, s_in))
+    out["z"] = (cost_model.all_gather_time(grid.z, v["all_gather_z"], hw, s_z)
+                + cost_model.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, s_z))
     if bias:
-        out[in_axis] += 2 * cm.broadcast_time(p, v["vector_in"], hw, s_in)  # broadcast; reduce back
-        out["z"] += (cm.all_gather_time(grid.z, v["vector_z"], hw, s_z)
-                     + cm.reduce_scatter_time(grid.z, v["vector_z"] * grid.z, hw, s_z))
-    out["data"] = cm.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride("data"))
+        out[in_axis] += 2 * cost_model.broadcast_time(p, v["vector_in"], hw, s_in)  # broadcast; reduce back
+        out["z"] += (cost_model.all_gather_time(grid.z, v["vector_z"], hw, s_z)
+                     + cost_model.reduce_scatter_time(grid.z, v["vector_z"] * grid.z, hw, s_z))
+    out["data"] = cost_model.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride("data"))
     return out
 
 
@@ -197,8 +197,8 @@ def cube_boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hard
     p, d = grid.x, grid.data
     if p == 1:
         return {"x": 0.0, "y": 0.0}
-    y = sum(cm.all_gather_time(p, b / (d * p ** 3), hw, grid.stride("y")) for b in (in_bytes, out_bytes))
-    x = sum(cm.all_gather_time(p, b / (d * p ** 2), hw, grid.stride("x")) for b in (in_bytes, out_bytes))
+    y = sum(cost_model.all_gather_time(p, b / (d * p ** 3), hw, grid.stride("y")) for b in (in_bytes, out_bytes))
+    x = sum(cost_model.all_gather_time(p, b / (d * p ** 2), hw, grid.stride("x")) for b in (in_bytes, out_bytes))
     return {"x": x, "y": y}
 
 

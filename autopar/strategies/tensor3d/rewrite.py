@@ -44,7 +44,7 @@ from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.shared.sharding import Shard
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS, _Rewriter
-from autopar.runtime import collectives as C
+from autopar.runtime import collectives
 from autopar.strategies.tensor3d.runtime import Grid3DShard, block_shape, linear_3d
 
 
@@ -177,7 +177,7 @@ class _Rewriter3D(_Rewriter):
         (the first node reads ``new``, each next one the one before): its output, split
         over y, all-gathered over y."""
         with self.graph.inserting_after(new):
-            gathered = self.graph.call_function(C.gather_from_tensor_region, (new, out_dim, "y"))
+            gathered = self.graph.call_function(collectives.gather_from_tensor_region, (new, out_dim, "y"))
         gathered.meta.update(new.meta)
         return [gathered]
 
@@ -191,7 +191,7 @@ class _Rewriter3D(_Rewriter):
             # this plain layer's input layout: no re-layout (axonn end of §III-B)
             x_y = x.args[0]
         else:
-            x_y = self._cached(("scatter_y", x), lambda: self._call(C.scatter_to_tensor_region, (x, dim, "y"),
+            x_y = self._cached(("scatter_y", x), lambda: self._call(collectives.scatter_to_tensor_region, (x, dim, "y"),
                                                                     after=x))
         blocks = self.columns[node.name]
         new = self._linear(node, x_y, False)
@@ -215,11 +215,11 @@ class _Rewriter3D(_Rewriter):
         """A region output all-gathered over y only for the next region's plain layers,
         which read the split form directly, needs no gather."""
         for node in list(self.graph.nodes):
-            if node.target is C.gather_from_tensor_region and not node.users:
+            if node.target is collectives.gather_from_tensor_region and not node.users:
                 self.graph.erase_node(node)
 
     def link_prefetches(self) -> None:
-        """Each 3D linear names the next one's ``Ŵ`` (topological order): axonn §IV-C."""
+        """Each 3D linear names the next one's ``Ŵ`` (topological order): axonn §IV-collectives."""
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         layers = sorted(self.layers, key=order.__getitem__)
         for layer, following in zip(layers, layers[1:]):
@@ -291,7 +291,7 @@ class _RowSplit(LayoutPropagator):
 
 
 # the other families' conversions (Megatron's f and g, D&SP's fork and join, ...): they read whole rows
-_COLLECTIVES = {fn for fn in vars(C).values() if callable(fn) and getattr(fn, "__module__", "") == C.__name__}
+_COLLECTIVES = {fn for fn in vars(collectives).values() if callable(fn) and getattr(fn, "__module__", "") == collectives.__name__}
 
 
 def _erase_if_unused(graph: fx.Graph, node: fx.Node) -> None:
@@ -305,5 +305,5 @@ def _erase_if_unused(graph: fx.Graph, node: fx.Node) -> None:
 
 
 def _is_gather_over_y(node: fx.Node, dim: int) -> bool:
-    return (node.op == "call_function" and node.target is C.gather_from_tensor_region
+    return (node.op == "call_function" and node.target is collectives.gather_from_tensor_region
             and node.args[1] == dim and node.args[2] == "y")
