@@ -1,5 +1,11 @@
-"""The runtime: launching ranks, named process groups, autograd-aware collectives,
-data-parallel gradient synchronisation and rank-aware dropout streams.
+"""The runtime: everything that executes a rank's program. Below the families
+(docs/architecture.md, "Layers"): launching ranks, named process groups, autograd-aware
+collectives, data-parallel gradient synchronisation, rank-aware dropout streams,
+devices, health and the failure board, and the run-time side of the family interface
+(:mod:`.family_runtime`). Above them, running a rank: :mod:`.runner` (the rank's state
+and the one-program runner), :mod:`.executable` (a program as the module it executes)
+and :mod:`.module` (``ParallelModule``), which reach the families only through what
+``autopar.compile`` hands them; and the checkpoints (:mod:`.checkpoint`).
 
 Rewritten graphs call the collectives by their full path
 (``autopar.runtime.collectives.reduce_from_tensor_region``); everything public is
