@@ -81,7 +81,7 @@ def test_a_router_the_analysis_cannot_read_leaves_the_layer_to_its_plan(caplog):
     import autopar
     torch.manual_seed(0)
     ids = torch.randint(0, 64, (2, 8))
-    with caplog.at_level(logging.WARNING, logger="autopar.passes.analysis.experts"):
+    with caplog.at_level(logging.WARNING, logger="autopar.analysis.experts"):
         gm = _analysed(HashRouted(), ids)
     assert not regions(gm, "experts")
     chain = next(r for r in regions(gm, "linear_chain") if r.details.get("experts"))

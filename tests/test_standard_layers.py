@@ -67,7 +67,7 @@ def test_encoder_layers_give_one_attention_and_one_mlp_each(tracer, batch_first,
     assert [d["hidden"] for d in mlps] == [2 * WIDTH, 2 * WIDTH]
     assert all(len(d["column"]) == 1 for d in mlps)
     assert [d["module_class"] for d in _by_kind(gm, "block")] == ["TransformerEncoderLayer"] * 2
-    assert gm.meta["autopar.trace.capture"].tracer == tracer
+    assert gm.meta["autopar.capture"].tracer == tracer
     assert _splits_without_fallback(gm)
 
 
@@ -102,7 +102,7 @@ def test_masks_keep_the_regions(tracer):
     from examples.standard_layers import EncoderLM
     for m in (EncoderLM(causal=True, spelling=tracer), EncoderLM(padding=True, spelling=tracer)):
         gm = _analysed(m, _ids(), tracer="auto")
-        assert gm.meta["autopar.trace.capture"].tracer == tracer
+        assert gm.meta["autopar.capture"].tracer == tracer
         assert len(_by_kind(gm, "attention")) == 2 and _splits_without_fallback(gm)
 
 
@@ -181,7 +181,7 @@ def test_standalone_attention_weights_used_are_computed_and_split_correctly():
 def test_unreadable_attention_stays_outside_regions_and_the_plan_is_made(tracer, variant, caplog):
     from examples.standard_layers import CrossKV, EncoderLM
     m = EncoderLM(attention=variant) if "add_bias_kv" in variant else CrossKV()
-    with caplog.at_level(logging.INFO, logger="autopar.trace.capture"):
+    with caplog.at_level(logging.INFO, logger="autopar.capture"):
         gm = _analysed(m, _ids(), tracer=tracer)
     assert _by_kind(gm, "attention") == []
     assert _by_kind(gm, "linear_chain")  # the MLPs around it still split

@@ -34,7 +34,7 @@ from autopar.ir import REGION_OF
 from autopar.ir import regions as regions_of
 from autopar.runtime import rng
 
-log = logging.getLogger("autopar.passes.recompute")
+log = logging.getLogger("autopar.transforms.recompute")
 
 
 def recompute_pass(gm: fx.GraphModule, *, regions: list[str], blocks: bool = False,

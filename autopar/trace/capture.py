@@ -42,7 +42,7 @@ from autopar.ir import CAPTURE, SPEC, CaptureInfo, TensorSpec, spec_from_value
 from autopar.trace.standard_layers import mha_fast_path_disabled
 from autopar.trace.standard_layers import symbolic_trace as symbolic_trace_standard_layers
 
-log = logging.getLogger("autopar.trace.capture")
+log = logging.getLogger("autopar.capture")
 
 
 class CaptureError(RuntimeError):

@@ -76,7 +76,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-log = logging.getLogger("autopar.trace.capture")
+log = logging.getLogger("autopar.capture")
 
 
 @contextmanager

@@ -38,7 +38,7 @@ from autopar.passes.analysis.ops import (CONCAT_FUNCTIONS, SLICE_FUNCTIONS, call
                                 is_pointwise, is_sdpa, is_select, is_softmax, is_view_like, match_linear,
                                 reshape_target)
 
-log = logging.getLogger("autopar.passes.analysis.attention")
+log = logging.getLogger("autopar.analysis.attention")
 
 # Ops allowed between a projection and the core besides views: scaling, casts, and
 # positional rotations, which act on each head independently.

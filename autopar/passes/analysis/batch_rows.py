@@ -80,7 +80,7 @@ from autopar.passes.analysis import ops
 from autopar.passes.analysis.naming import module_paths, user_path
 from autopar.ir import BATCH_COUPLINGS, LOSS_TERMS, SPEC, TensorSpec, regions
 
-log = logging.getLogger("autopar.passes.analysis.batch_rows")
+log = logging.getLogger("autopar.analysis.batch_rows")
 
 aten = torch.ops.aten
 EXACT = {"pairwise": "gather", "batch_mean": "all_reduce", "batch_sum": "all_reduce", "masked_mean": "all_reduce"}

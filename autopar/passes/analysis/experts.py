@@ -62,7 +62,7 @@ from autopar.passes.manager import examining
 from autopar.passes.analysis.ops import LINEAR_FUNCTIONS, LinearMatch, call_name, match_linear
 from autopar.ir import Region, add_region, clear_regions, regions, tensor_spec
 
-log = logging.getLogger("autopar.passes.analysis.experts")
+log = logging.getLogger("autopar.analysis.experts")
 
 _TOPK = {torch.topk}
 _SCORES = {torch.softmax: "softmax", torch.nn.functional.softmax: "softmax", torch.sigmoid: "sigmoid",

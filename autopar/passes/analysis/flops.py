@@ -45,7 +45,7 @@ from autopar._torch_compat import schema_of
 from autopar.ir import SPEC, WORK, TensorSpec
 from autopar.passes.analysis.ops import is_grouped_mm
 
-log = logging.getLogger("autopar.passes.analysis.flops")
+log = logging.getLogger("autopar.analysis.flops")
 aten = torch.ops.aten
 
 

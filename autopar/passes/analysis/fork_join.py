@@ -27,7 +27,7 @@ from autopar.passes.analysis.naming import RegionNames
 from autopar.passes.analysis.ops import CONCAT_FUNCTIONS
 from autopar.passes.analysis.flops import node_work
 
-log = logging.getLogger("autopar.passes.analysis.fork_join")
+log = logging.getLogger("autopar.analysis.fork_join")
 aten = torch.ops.aten
 
 

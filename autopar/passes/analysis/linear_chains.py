@@ -44,7 +44,7 @@ from autopar.passes.manager import examining
 from autopar.passes.analysis.naming import RegionNames
 from autopar.passes.analysis.ops import SLICE_FUNCTIONS, call_name, is_pointwise, is_view_like, match_linear
 
-log = logging.getLogger("autopar.passes.analysis.linear_chains")
+log = logging.getLogger("autopar.analysis.linear_chains")
 
 
 def _claimed(node: fx.Node) -> bool:

@@ -31,7 +31,7 @@ from autopar.passes.manager import examining
 from autopar.passes.analysis.fork_join import node_flops
 from autopar.passes.analysis.naming import module_paths, user_path
 
-log = logging.getLogger("autopar.passes.analysis.repeated_blocks")
+log = logging.getLogger("autopar.analysis.repeated_blocks")
 
 
 def _class_name(gm: fx.GraphModule, node: fx.Node, path: str) -> str:

@@ -22,7 +22,7 @@ from autopar.ir import Region, add_region, clear_regions, tensor_spec
 from autopar.passes.analysis.naming import region_path
 from autopar.passes.analysis.ops import is_embedding, match_linear
 
-log = logging.getLogger("autopar.passes.analysis.vocab")
+log = logging.getLogger("autopar.analysis.vocab")
 
 
 def _from_input(node: fx.Node, limit: int = 8) -> bool:
