@@ -1,4 +1,4 @@
-"""Benchmark 1: a program compiled for one rank against the eager model it came from.
+"""Benchmark (docs/benchmarks.md §11): a program compiled for one rank against the eager model it came from.
 
 Both sides run the same model (autopar deep-copies it, so the weights are equal) on the
 same input; a step is ``zero_grad`` + forward + backward, no optimizer step:
@@ -10,7 +10,7 @@ same input; a step is ``zero_grad`` + forward + backward, no optimizer step:
 Goal: autopar ≤ 1.03 × eager. The small cases are there to make the per-step Python
 overhead visible; the large ones are what the goal is about.
 
-On a GPU (issue 23): ``--device cuda --dtype bf16 --fusion --cases gpt2-124m llama-1b``
+On a GPU (docs/benchmarks.md §13): ``--device cuda --dtype bf16 --fusion --cases gpt2-124m llama-1b``
 runs Hugging Face GPT-2 small (124M) and a Llama-style model of ~1B parameters (16
 layers, hidden 2048, 32 heads, 8 key/value heads, SwiGLU 8192, vocabulary 32000) with
 model and batch on the GPU, every step ending in ``torch.cuda.synchronize()``; ``--fusion``

@@ -1,4 +1,4 @@
-"""Benchmark 2: autopar's data-parallel plan against DistributedDataParallel, 2 gloo ranks.
+"""Benchmark (docs/benchmarks.md §1): autopar's data-parallel plan against DistributedDataParallel, 2 gloo ranks.
 
 Both sides start from the same weights and see the same data; a step is ``zero_grad``
 + forward + backward + gradient all-reduce, no optimizer step:

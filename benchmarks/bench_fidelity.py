@@ -31,8 +31,8 @@ calibrate --world 2 --quick``, one rank per core, then for every collective the
 measured / fitted time of the mid-size messages (1 KiB..64 KiB, around the geometric
 middle of 4 B..4 MiB), goal within 0.5-2.0. Not 256 KiB: there gloo's all_reduce on 2
 processes sharing 2 cores alternates between ~0.45 ms and a ~3 ms stall (a scheduler
-tick), and its median flips from run to run. This was a test until issue 18: how well a
-fit reproduces the machine depends on how busy the machine is.
+tick), and its median flips from run to run. How well a fit reproduces the machine
+depends on how busy the machine is, so this is a benchmark, not a test.
 """
 from __future__ import annotations
 

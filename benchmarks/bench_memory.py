@@ -1,4 +1,4 @@
-"""Benchmark 10: the memory model against measured peak memory per rank (issue 21).
+"""The memory model against measured peak memory per rank (docs/benchmarks.md §8).
 
 For each plan of a small transformer and GPT-2 on 4 gloo ranks (data, Megatron tensor,
 an AxoNN grid, D&SP over the attention heads, a pipeline; and the memory levers:

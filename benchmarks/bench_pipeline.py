@@ -1,4 +1,4 @@
-"""Benchmark 6: pipeline schedules on 4 gloo ranks (megatron §2.2, Figures 4 and 12-13).
+"""Benchmark (docs/benchmarks.md §5): pipeline schedules on 4 gloo ranks (megatron §2.2, Figures 4 and 12-13).
 
 One 8-block transformer cut into p = 4 stages, the same global batch, run under GPipe,
 1F1B and interleaved 1F1B (v = 2 chunks per rank, 8 stages) with m = 4, 8 and 16
@@ -24,8 +24,8 @@ m = 2, 4 and 8 microbatches of 8 rows (width 256, 4 blocks), the three interleav
 one launch; each row gives the measured bubble's median beside (p − 1)/m and whether it
 lies within −0.05/+0.15 of it (the excess is the point-to-point transfers and the
 stages' unequal speed, which the formula leaves out), and the summary line whether it
-falls as m grows. This was a test until issue 18: it depends on how busy the machine
-is, so it is measured here instead.
+falls as m grows. It depends on how busy the machine is, so it is a benchmark, not a
+test.
 
     python benchmarks/bench_pipeline.py [--steps 10] [--quick] [--p2]
 """
@@ -109,7 +109,7 @@ def rank_job(steps: int, warmup: int, quick: bool, counts: tuple[int, ...]) -> d
 
 
 P2_COUNTS = (2, 4, 8)
-P2_BAND = (-0.05, 0.15)  # measured − (p−1)/m, the band the test asserted before issue 18
+P2_BAND = (-0.05, 0.15)  # measured − (p−1)/m: the band the figures are read against
 
 
 def p2_bubble_job(steps: int, warmup: int) -> dict:

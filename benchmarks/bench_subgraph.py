@@ -1,4 +1,4 @@
-"""Benchmark 4: sub-graph parallelism (D&SP, D&SP-cSub) against data parallelism, 2 gloo ranks.
+"""Benchmark (docs/benchmarks.md §3): sub-graph parallelism (D&SP, D&SP-cSub) against data parallelism, 2 gloo ranks.
 
 Three ``ParallelModule`` s of one model, compiled with ``{"data": 2}``,
 ``{"data": 2, "subgrids": 2}`` and the same with ``"csub": True``, run the same global

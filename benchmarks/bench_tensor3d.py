@@ -1,4 +1,4 @@
-"""Benchmark 5: AxoNN 3D tensor parallelism on 8 gloo ranks (axonn §IV, Figure 3).
+"""Benchmark (docs/benchmarks.md §4): AxoNN 3D tensor parallelism on 8 gloo ranks (axonn §IV, Figure 3).
 
 Two tables, each measured side by side (interleaved, between barriers, medians):
 

@@ -1,4 +1,4 @@
-"""Benchmark 3: autopar's Megatron plan against the same MLP parallelised by hand with
+"""Benchmark (docs/benchmarks.md §2): autopar's Megatron plan against the same MLP parallelised by hand with
 ``torch.distributed.tensor.parallel``, 2 gloo ranks.
 
 Both sides start from the same weights and see the same (replicated) batch; a step is

@@ -4,8 +4,8 @@ Each job is what a user runs: ``torchrun --nproc-per-node N`` on a script that
 initialises the default group from torchrun's environment, compiles a model, trains a
 few steps, calls ``dist.destroy_process_group()`` and returns. A job passes when torchrun
 and every rank exit with code 0 and nothing printed ``terminate called`` (the C++ abort
-seen before issue 18, in about one job of three: the failure board's heartbeat thread
-inside a store call while the interpreter finalised).
+of a rank whose failure board heartbeat thread is inside a store call while the
+interpreter finalises, docs/guide/launching_and_failures.md).
 
 The jobs cycle through families and sizes (data, Megatron tensor, "auto", a 2-stage
 pipeline, D&SP on a fork/join model, on 2 and 4 ranks), then through Hugging Face

@@ -1,7 +1,7 @@
 """``make gpu-check``: every GPU test and benchmark in one command, each step under its own
 time limit, every result written under one directory as JSON and text.
 
-The steps, in order (docs/benchmarks.md §9 says what each measures and the latest figures):
+The steps, in order (docs/benchmarks.md §13 says what each measures and the latest figures):
 
 1. ``test-gpu``: ``pytest -m gpu tests/test_gpu.py`` with ``TRITON_INTERPRET=0`` (the
    generated kernels compiled for the GPU, not interpreted);

@@ -84,7 +84,7 @@ def registers_jobs(module: str) -> bool:
 
 def scratch_dir(prefix: str) -> str:
     """A directory for a job's files, made at registration (before any fixture exists)
-    and removed when the session ends."""
+    and removed when the test session ends."""
     path = tempfile.mkdtemp(prefix=f"autopar-{prefix}-")
     atexit.register(shutil.rmtree, path, True)
     return path

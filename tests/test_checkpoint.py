@@ -1,4 +1,4 @@
-"""Sharded DCP checkpoints (``autopar.save_checkpoint`` / ``load_checkpoint``), issue 8.
+"""Sharded DCP checkpoints (``autopar.save_checkpoint`` / ``load_checkpoint``, docs/guide/checkpoints.md).
 
 In one process: the boxes that cover a rank's part of a full tensor for every layout the
 runtime cuts (Megatron's blocks, the 3D grid's block and flat z piece with partial rows,

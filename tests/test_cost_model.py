@@ -121,7 +121,7 @@ class Compute(TestCase):
 
 
 class Overheads(TestCase):
-    """What a step pays besides FLOPs and bytes (docs/cost_model.md, "Overheads")."""
+    """What a step pays besides FLOPs and bytes (docs/planner.md, "Overheads")."""
 
     HOST = dataclasses.replace(FLAT, host_op_s=3e-6, collective_call_s=40e-6, pipeline_action_s=500e-6)
 

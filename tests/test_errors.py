@@ -257,7 +257,7 @@ def _different_meshes():
     return errors
 
 
-# every 2-rank check of this module runs in the session's one 2-rank launch (tests/shared_ranks.py)
+# every 2-rank check of this module runs in the test session's one 2-rank launch (tests/shared_ranks.py)
 _LAUNCHED = {name: shared_ranks.register(2, f"{__name__}:{name}", job) for name, job in (
     ("other_batch", _step_with_other_batch), ("rolled", _rolled_training), ("call_time", _call_time_errors),
     ("meshes", _different_meshes))}

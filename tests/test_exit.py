@@ -1,8 +1,8 @@
 """Orderly shutdown: a torchrun job that trains with autopar exits with code 0 on every
 rank, whether the script destroys the process group, stops autopar first, or neither.
 ``health.stop()`` joins the failure board's heartbeat thread: a thread left running was
-the cause of issue 18's aborts at exit (it was inside a store call while the interpreter
-finalised). 50 consecutive jobs: ``benchmarks/exit_soak.py``."""
+the cause of aborts at exit (inside a store call while the interpreter finalises,
+docs/guide/launching_and_failures.md). 50 consecutive jobs: ``benchmarks/exit_soak.py``."""
 from __future__ import annotations
 
 import os

@@ -1,5 +1,5 @@
 """Expert parallelism through ``autopar.compile`` on 4 real gloo ranks, against the
-single-device model (issue 24): Hugging Face Mixtral (top-2 of 4 and of 8 experts) under
+single-device model (docs/experts.md): Hugging Face Mixtral (top-2 of 4 and of 8 experts) under
 expert degrees 2 and 4, with Megatron tensor parallelism inside the experts, inside a
 2-stage pipeline; a model whose experts are a ``ModuleList`` of standard layers
 (``examples/models.ListMoETransformer``, float64, within 1e-12); Qwen2-MoE (a gated

@@ -1,7 +1,7 @@
-"""GPU checks (issue 23), behind the ``gpu`` marker: they run on a machine with CUDA
+"""GPU checks, behind the ``gpu`` marker: they run on a machine with CUDA
 (``make test-gpu``, which sets ``TRITON_INTERPRET=0`` so that the generated kernels compile
-for the GPU) and are skipped elsewhere. They have not run yet: no GPU was lent to the
-sessions that wrote them (docs/benchmarks.md §9 lists what remains to run on one).
+for the GPU) and are skipped elsewhere. They have not been run on a GPU
+(docs/benchmarks.md §13 lists what remains to run on one).
 
 * the fused kernels (GPT's and Llama's chains) against the unfused ops on CUDA, fp32 and
   bf16, forward and backward;

@@ -9,7 +9,7 @@ import pytest
 from autopar.cost import model as cost
 from autopar.cost.hardware import PRESETS, Hardware, get_hardware
 
-# devices per node as the module docstring and docs/user_guide.md state them
+# devices per node as the module docstring and docs/guide/hardware.md state them
 DEVICES_PER_NODE = {
     "cpu-gloo": 2,
     "a100-selene": 8,

@@ -1,4 +1,4 @@
-"""Keyword inputs and models that compute their own loss (issue 18).
+"""Keyword inputs and models that compute their own loss (docs/guide/compile_and_train.md).
 
 Hugging Face models are called ``model(input_ids=..., attention_mask=..., labels=...)``
 and return their loss. Tier 2 (one 4-rank spawn): GPT-2, BERT (masked LM) and T5 called

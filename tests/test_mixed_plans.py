@@ -389,7 +389,7 @@ def test_the_planner_picks_a_mixed_plan_where_it_is_predicted_fastest():
 
 
 def _selene_estimates():
-    """The Selene preset with its figures before issue 22 fitted them (the raw link rates,
+    """The Selene preset with its unfitted estimates (the raw link rates,
     matmul efficiency 0.8, full memory bandwidth): the hardware the two scenarios below
     were built on. Which family wins depends on the hardware; what they test is that the
     search finds a mixed plan where it is predicted fastest."""

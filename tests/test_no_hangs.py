@@ -1,5 +1,5 @@
 """No hangs: when one rank dies or raises, every other rank stops with a RankFailureError
-naming it, within the process group's timeout (issue 8).
+naming it, within the process group's timeout (docs/guide/launching_and_failures.md).
 
 Each test launches 4 gloo ranks with ``return_exceptions=True``, so the parent leaves the
 survivors alone: they must stop by themselves. launch's deadline is the process group's

@@ -166,7 +166,7 @@ def test_a_vocabulary_no_degree_divides_is_padded_and_split():
 def test_gpt3_with_gpt2_vocabulary_plans_with_tensor_parallelism():
     """GPT-3 175B with GPT-2's vocabulary (50,257: no tensor degree divides it) on 3072
     A100s: a tensor degree above 1 all the same (4 on the fitted Selene preset; 8 on
-    the preset before issue 22's fit), the embedding and head split over it, padded to
+    the preset's unfitted estimates), the embedding and head split over it, padded to
     the next multiple of the degree."""
     from examples.factories import gpt_meta
     model, inputs, loss_fn, target = gpt_meta(vocab=50257)

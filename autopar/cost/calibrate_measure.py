@@ -219,9 +219,9 @@ class _Chain(torch.nn.Module):
     (fx's generated Python, dispatch, autograd's graph and its backward). The ops take
     turns as a transformer's graph mixes them (a linear, a layer norm, a GeLU, a softmax,
     a product and a residual sum): 13.9 µs an op forward and backward in one process on
-    the 2-core machine, where a chain of products alone costs 7.5 µs and priced the
-    fidelity zoo's data-parallel plans at 0.5-0.8 of their measured step
-    (docs/benchmarks.md §8)."""
+    the 2-core machine, where a chain of products alone costs 7.5 µs, which would price
+    the fidelity zoo's data-parallel plans at 0.5-0.8 of their measured step
+    (docs/benchmarks.md §12)."""
 
     def __init__(self, n: int):
         super().__init__()

@@ -208,7 +208,7 @@ CPU_GLOO = Hardware(
 # 200Gbps HDR InfiniBand HCAs for application communication ... The peak device throughput
 # of an A100 GPU with 16-bit precision is 312 teraFLOP/s." HBM2e 2039 GB/s is the A100 80GB
 # SXM datasheet figure. The other figures are fitted to evidence other than Table 1 (the
-# table this preset is checked against, docs/benchmarks.md §7):
+# table this preset is checked against, docs/benchmarks.md §10):
 # * links, as NCCL's achievable bus bandwidth, not the line rate: nccl-tests all_reduce on
 #   an 8-A100 NVLink node reaches 235 GB/s busbw, 0.78 of the 300 GB/s per direction
 #   (S. Bekman, "Machine Learning Engineering", github.com/stas00/ml-engineering,

@@ -1,4 +1,4 @@
-"""Analysis pass: routed mixture-of-experts layers (issue 24).
+"""Analysis pass: routed mixture-of-experts layers (docs/experts.md).
 
 A routed expert layer sends each token to ``k`` of ``E`` experts its router picks. The
 experts themselves are a ``linear_chain`` region with ``details["experts"] = E`` (3-D
