@@ -152,8 +152,9 @@ def classify_reductions(walk: Walk) -> None:
                 f"the loss is a ratio of two {base_num[1]}s over the batch (a masked mean): each part's ratio would "
                 f"weigh its rows by its own denominator" + ("" if same else f" (a {base_num[1]} over a "
                                                             f"{base_den[1]}, which autopar does not rescale)"),
-                remedy="all_reduce" if same else None, nbytes=16.0, details={"numerator": base_num[0].name, "denominator": base_den[0].name,
-                                      "numerator_kind": base_num[1], "denominator_kind": base_den[1]}))
+                remedy="all_reduce" if same else None, nbytes=16.0,
+                details={"numerator": base_num[0].name, "denominator": base_den[0].name,
+                         "numerator_kind": base_num[1], "denominator_kind": base_den[1]}))
             continue
         if kind in ("mean", "sum"):
             spec = node.meta.get(SPEC)

@@ -157,7 +157,8 @@ class ViewRules(WalkState):
         if dim in r.dims:
             full = False
             if name == "slice":
-                start, end, step = (argument(node, 2, "start", 0), argument(node, 3, "end", None), argument(node, 4, "step", 1))
+                start, end, step = (argument(node, 2, "start", 0), argument(node, 3, "end", None),
+                                    argument(node, 4, "step", 1))
                 full = (start in (0, None)) and (end is None or (isinstance(end, int) and end >= shape[dim])) \
                     and step in (1, None)
             elif name == "narrow":
