@@ -313,10 +313,10 @@ class ModelFacts:
     @property
     def counts_targets(self) -> bool:
         """Whether the loss averages over counted targets, which a plan splitting the
-        batch counts over its ranks with an all-reduce per step (``data.rewrite.counts_targets``)."""
+        batch counts over its ranks with an all-reduce per step (``data.losses.counts_targets``)."""
         memo = self.memo("counts_targets")
         if "value" not in memo:
-            from autopar.strategies.data.rewrite import counts_targets
+            from autopar.strategies.data.losses import counts_targets
             memo["value"] = counts_targets(self.gm)
         return memo["value"]
 

@@ -39,7 +39,7 @@ kind                what meets                                              exac
                     dimension where it was
 ==================  ======================================================  ==================
 
-The exact remedies (:mod:`autopar.strategies.data.rewrite`, ``sync_batch_couplings``):
+The exact remedies (:mod:`autopar.strategies.data.batch_couplings`, ``sync_batch_couplings``):
 ``gather`` all-gathers both operands over the data ranks (gradient: reduce-scatter of
 the sum), so each rank computes its rows of the product against every row of the batch
 and its columns against every row (``q_r @ D.T`` and ``d_r @ Q.T``, as open_clip's
