@@ -12,7 +12,7 @@ import torch.fx as fx
 from autopar.ir import CAPTURE, SPEC, TensorSpec
 from autopar.passes.analysis.batch_rows import couplings
 from autopar.passes.analysis.experts import router_statistics
-from autopar.runtime import collectives as C
+from autopar.runtime import collectives
 from autopar.strategies.data.outputs import DataParallelError
 
 log = logging.getLogger("autopar.strategies.data.rewrite")   # the data pass's log, whichever part writes
@@ -37,7 +37,7 @@ def sync_router_statistics(gm: fx.GraphModule, group: str, microbatches: int = 1
     for name in names:
         node = table[name]
         with gm.graph.inserting_after(node):
-            synced = gm.graph.call_function(C.batch_statistic, (node, group))
+            synced = gm.graph.call_function(collectives.batch_statistic, (node, group))
         synced.meta[SPEC] = node.meta.get(SPEC)
         node.replace_all_uses_with(synced, delete_user_cb=lambda user: user is not synced)
     return names
@@ -102,7 +102,7 @@ def sync_batch_couplings(gm: fx.GraphModule, group: str, local_batch: int, degre
 
 def _batch_statistic(gm: fx.GraphModule, node: fx.Node, group: str, scale: int) -> None:
     with gm.graph.inserting_after(node):
-        synced = gm.graph.call_function(C.batch_statistic, (node, group))
+        synced = gm.graph.call_function(collectives.batch_statistic, (node, group))
     synced.meta[SPEC] = node.meta.get(SPEC)
     last = synced
     if scale != 1:
@@ -130,8 +130,8 @@ def _gather_pairwise(gm: fx.GraphModule, table: dict, c, group: str, local_batch
         return TensorSpec((rows, cols), spec.dtype) if isinstance(spec, TensorSpec) else spec
 
     with graph.inserting_before(score):
-        gathered_a = graph.call_function(C.gather_rows, (a, group))
-        gathered_b = graph.call_function(C.gather_rows, (src, group))
+        gathered_a = graph.call_function(collectives.gather_rows, (a, group))
+        gathered_b = graph.call_function(collectives.gather_rows, (src, group))
         env = {src: gathered_b}
         for name in c.details["columns_path"]:   # the right operand's casts and transpose, on every row
             step = table[name]
@@ -169,7 +169,7 @@ def _gather_pairwise(gm: fx.GraphModule, table: dict, c, group: str, local_batch
             target = user.args[1] if len(user.args) > 1 else user.kwargs.get("target")
             if isinstance(target, fx.Node) and target.name in offsets:
                 with graph.inserting_before(user):
-                    placed = graph.call_function(C.global_rows, (target, local_batch, group))
+                    placed = graph.call_function(collectives.global_rows, (target, local_batch, group))
                 placed.meta[SPEC] = target.meta.get(SPEC)
                 user.replace_input_with(target, placed)
     for node in reversed(chain):   # the single-device chain on this rank's rows alone: unread now

@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from autopar.passes.analysis import ops
-from autopar.runtime import collectives as C
+from autopar.runtime import collectives
 from autopar.strategies.data.outputs import DataParallelError
 
 # batch norm's arguments by spelling: (input, weight, bias, running_mean, running_var,
@@ -70,7 +70,7 @@ def sync_batch_norms(gm: fx.GraphModule, group: str) -> int:
             else:
                 args = (values["input"], values["weight"], values["bias"], values.get("running_mean"),
                         values.get("running_var"), float(values["momentum"] or 0.0), float(values["eps"]), group)
-            new = gm.graph.call_function(C.sync_batch_norm, args)
+            new = gm.graph.call_function(collectives.sync_batch_norm, args)
         new.meta.update(node.meta)
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)

@@ -17,14 +17,14 @@ from autopar._torch_compat import argument_names, is_aten_op
 from autopar.ir import CAPTURE, LOSS_TERMS, SPEC, TensorSpec
 from autopar.passes.analysis import ops
 from autopar.passes.analysis.batch_rows import bare_positions
-from autopar.runtime import collectives as C
+from autopar.runtime import collectives
 from autopar.runtime.target_count import TARGET_COUNT, global_mean
 from autopar.strategies.data.outputs import output_reduction
 
 log = logging.getLogger("autopar.strategies.data.rewrite")   # the data pass's log, whichever part writes
 
 
-_MEAN_LOSSES = {F.cross_entropy, F.nll_loss, C.vocab_parallel_cross_entropy} | \
+_MEAN_LOSSES = {F.cross_entropy, F.nll_loss, collectives.vocab_parallel_cross_entropy} | \
     ops._targets("cross_entropy_loss", "nll_loss", "nll_loss_nd")
 _MEAN_LOSS_MODULES = (nn.CrossEntropyLoss, nn.NLLLoss)
 
@@ -51,7 +51,7 @@ def _loss_arguments(node: fx.Node, gm: fx.GraphModule) -> dict | None:
         return None
     bound.apply_defaults()
     values = dict(bound.arguments)
-    if node.target is C.vocab_parallel_cross_entropy:
+    if node.target is collectives.vocab_parallel_cross_entropy:
         values["input"] = values.pop("logits_shard")
     return values
 
@@ -110,7 +110,7 @@ def _target_count_program(gm: fx.GraphModule, target: fx.Node, ignore_index: int
 
 def _positions(node: fx.Node) -> bool:
     """Whether ``node`` is an ``arange`` (cast, viewed, offset to the batch's rows)."""
-    if node.op == "call_function" and node.target is C.global_rows:
+    if node.op == "call_function" and node.target is collectives.global_rows:
         node = node.args[0]
     return bare_positions(node)
 

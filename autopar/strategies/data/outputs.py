@@ -14,7 +14,7 @@ import torch.nn as nn
 from autopar._torch_compat import argument_names
 from autopar.ir import LOSS_REDUCTION, LOSS_TERMS, SPEC, TensorSpec
 from autopar.passes.analysis import ops
-from autopar.runtime import collectives as C
+from autopar.runtime import collectives
 from autopar.runtime.target_count import global_mean
 
 
@@ -45,7 +45,7 @@ def loss_reduction(node: fx.Node) -> str:
         if reduction is None and "reduction" in names:
             if names.index("reduction") < len(node.args):
                 reduction = node.args[names.index("reduction")]
-        if reduction is None and node.target is C.vocab_parallel_cross_entropy and len(node.args) > 5:
+        if reduction is None and node.target is collectives.vocab_parallel_cross_entropy and len(node.args) > 5:
             reduction = node.args[5]
         if isinstance(reduction, int):
             reduction = _REDUCTION_ENUM.get(reduction)
@@ -138,13 +138,13 @@ def gather_outputs(gm: fx.GraphModule, group: str, local_batch: int, reduce_scal
             continue
         with gm.graph.inserting_before(output):
             if spec.shape and (spec.shape[0] == local_batch or batch_major_rows(value, local_batch)):
-                new = gm.graph.call_function(C.all_gather_batch, (value, group))
+                new = gm.graph.call_function(collectives.all_gather_batch, (value, group))
             elif not spec.shape:
                 reduction = output_reduction(gm, value, loss_terms)
                 if not reduce_scalars:
                     gm.meta[LOSS_REDUCTION] = reduction
                     continue
-                reduce = C.sum_over_group if reduction == "sum" else C.average_over_group
+                reduce = collectives.sum_over_group if reduction == "sum" else collectives.average_over_group
                 new = gm.graph.call_function(reduce, (value, group))
             else:
                 raise DataParallelError(
