@@ -45,15 +45,17 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
+from autopar.api import plan
 from autopar.cost.calibrate_fit import fit_matmul, predict, robust_fit_alpha_beta, robust_summary
 from autopar.cost.calibrate_measure import (COLLECTIVES, MATMUL_DTYPES, PIPELINE_MICROBATCHES, calibration_job, group_sizes,
                                        pipeline_case, pipeline_strategy, runtime_case, settings)
 from autopar.cost import model as cost
 from autopar.cost.hardware import Hardware, get_hardware
+from autopar.runtime.launcher import launch
 
 
 @dataclass(frozen=True)
@@ -215,8 +217,6 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
     (``"fp32"`` or ``"bf16"``) is the matmuls' (a GPU's presets give its bf16 peak). One
     rank (``world_size=1``, a single GPU) times compute alone: the network figures are
     ``base``'s."""
-    from autopar.runtime.launcher import launch
-
     if world_size < 1:
         raise ValueError(f"calibrate needs at least 1 rank, got world_size={world_size}")
     if dtype not in MATMUL_DTYPES:
@@ -239,32 +239,7 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
     # a backward pass), per collective call beyond the raw call
     host_op_s = max(0.0, medians[("host_op",)] / 2 - compute.launch_s)
     collective_call_s = max(0.0, medians[("collective_call",)])
-    # a collective as training meets it, beyond its timed-alone fit: per group size
-    # (``measured["call"]``, read by cost._collective_time beside collective_call_s)
-    smallest = {}
-    for k, t in medians.items():
-        if k[0] == "all_reduce" and (k[1] not in smallest or k[2] < smallest[k[1]][0]):
-            smallest[k[1]] = (k[2], t)
-    calls = {str(g): [max(0.0, medians[("in_training", g)] - smallest[g][1]), 0.0]
-             for g in smallest if ("in_training", g) in medians}
-    fits, measurements, measured = _fit_collectives(medians)
-    measured["call"] = calls
-    # every measured point, which the cost model interpolates between (the fit is for
-    # sizes past the largest and for the scalar fields)
-    measured["table"] = {}
-    for k, t in sorted(medians.items(), key=lambda kv: str(kv[0])):
-        if k[0] in COLLECTIVES:
-            measured["table"].setdefault(k[0], {}).setdefault(str(k[1]), []).append([float(k[2]), t])
-    for by_size in measured["table"].values():
-        for points in by_size.values():
-            points.sort()
-    if world_size == 1:  # one device: no collective to time; the base preset's network stands in
-        intra = (base_hw.intra_node_latency_s, base_hw.intra_node_bandwidth)
-        inter = (base_hw.inter_node_latency_s, base_hw.inter_node_bandwidth)
-        measured = {"call": {}, "table": {}}
-    else:
-        intra = measured["all_reduce"]["2"]
-        inter = measured["all_reduce"][str(max(group_sizes(world_size)))]
+    fits, measurements, measured, intra, inter = _fit_network(medians, world_size, base_hw)
     memory_bytes = reports[0]["memory_bytes"]
     if memory_bytes != memory_bytes:  # nan: no /proc/meminfo
         memory_bytes = base_hw.memory_bytes
@@ -296,6 +271,41 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
                        quick, facts, outliers, {_term_name(k): v for k, v in rounds.items()})
 
 
+def _fit_network(medians: dict[tuple, float], world_size: int, base_hw: Hardware
+                 ) -> tuple[list[Fit], list[Measurement], dict[str, dict], Sequence[float], Sequence[float]]:
+    """The collectives' fits and rows (:func:`_fit_collectives`), ``Hardware.measured`` with
+    the cost of a call in training and every measured point, and the intra- and inter-node
+    (latency, bandwidth): the all-reduce fits over 2 ranks and over the largest group, or,
+    with one rank, ``base_hw``'s."""
+    # a collective as training meets it, beyond its timed-alone fit: per group size
+    # (``measured["call"]``, read by cost._collective_time beside collective_call_s)
+    smallest = {}
+    for k, t in medians.items():
+        if k[0] == "all_reduce" and (k[1] not in smallest or k[2] < smallest[k[1]][0]):
+            smallest[k[1]] = (k[2], t)
+    calls = {str(g): [max(0.0, medians[("in_training", g)] - smallest[g][1]), 0.0]
+             for g in smallest if ("in_training", g) in medians}
+    fits, measurements, measured = _fit_collectives(medians)
+    measured["call"] = calls
+    # every measured point, which the cost model interpolates between (the fit is for
+    # sizes past the largest and for the scalar fields)
+    measured["table"] = {}
+    for k, t in sorted(medians.items(), key=lambda kv: str(kv[0])):
+        if k[0] in COLLECTIVES:
+            measured["table"].setdefault(k[0], {}).setdefault(str(k[1]), []).append([float(k[2]), t])
+    for by_size in measured["table"].values():
+        for points in by_size.values():
+            points.sort()
+    if world_size == 1:  # one device: no collective to time; the base preset's network stands in
+        intra = (base_hw.intra_node_latency_s, base_hw.intra_node_bandwidth)
+        inter = (base_hw.inter_node_latency_s, base_hw.inter_node_bandwidth)
+        measured = {"call": {}, "table": {}}
+    else:
+        intra = measured["all_reduce"]["2"]
+        inter = measured["all_reduce"][str(max(group_sizes(world_size)))]
+    return fits, measurements, measured, intra, inter
+
+
 def _overhead_rounds(reports: list[dict]) -> tuple[dict[tuple, tuple[float, float, float]], list[Outlier]]:
     """Per overhead term: per rank the median of its rounds (outliers reported), then the
     slowest rank's (median, smallest round, largest round)."""
@@ -315,17 +325,16 @@ def _runtime_terms(hardware: Hardware, medians: dict[tuple, float], world_size: 
     prediction) and the pipeline executor's cost per action (the pipeline case's extra
     step time per extra microbatch beyond the predicted, over the two actions, forward and
     backward, a stage adds per microbatch)."""
-    import autopar
     model, inputs, loss, target = runtime_case(world_size)
-    predicted = autopar.plan(model, world_size, inputs, loss, {"data": world_size}, example_target=target,
+    predicted = plan(model, world_size, inputs, loss, {"data": world_size}, example_target=target,
                              hardware=hardware).step_s
     hardware = dataclasses.replace(hardware, step_overhead_s=max(0.0, medians[("runtime_step",)] - predicted))
     k1, k2 = PIPELINE_MICROBATCHES[0], PIPELINE_MICROBATCHES[-1]
     if ("pipeline_step", k2) in medians and k2 > k1:
         model, inputs, loss, target = pipeline_case(world_size)
         hardware = dataclasses.replace(hardware, pipeline_action_s=0.0)
-        p1, p2 = (autopar.plan(model, world_size, inputs, loss, pipeline_strategy(world_size, k),
-                               example_target=target, hardware=hardware).step_s for k in (k1, k2))
+        p1, p2 = (plan(model, world_size, inputs, loss, pipeline_strategy(world_size, k),
+                       example_target=target, hardware=hardware).step_s for k in (k1, k2))
         extra = (medians[("pipeline_step", k2)] - medians[("pipeline_step", k1)]) - (p2 - p1)
         hardware = dataclasses.replace(hardware, pipeline_action_s=max(0.0, extra / (2 * (k2 - k1) * world_size)))
     return hardware

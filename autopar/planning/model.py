@@ -22,6 +22,7 @@ import torch
 import torch.fx as fx
 
 from autopar.passes.analysis.batch_rows import couplings
+from autopar.passes.analysis.counted_targets import counts_targets
 from autopar.passes.analysis.flops import graph_work
 from autopar.passes.analysis.ops import (is_cross_entropy, is_dropout, is_embedding, is_pointwise, is_sdpa, is_softmax,
                                   match_linear)
@@ -314,10 +315,10 @@ class ModelFacts:
     @property
     def counts_targets(self) -> bool:
         """Whether the loss averages over counted targets, which a plan splitting the
-        batch counts over its ranks with an all-reduce per step (``data.rewrite.counts_targets``)."""
+        batch counts over its ranks with an all-reduce per step
+        (:func:`autopar.passes.analysis.counted_targets.counts_targets`)."""
         memo = self.memo("counts_targets")
         if "value" not in memo:
-            from autopar.strategies.data.rewrite import counts_targets
             memo["value"] = counts_targets(self.gm)
         return memo["value"]
 

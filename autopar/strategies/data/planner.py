@@ -17,7 +17,8 @@ from __future__ import annotations
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError
-from autopar.strategies.data.rewrite import batch_norm_arguments, data_parallel_pass
+from autopar.strategies.data.batch_norms import batch_norm_arguments
+from autopar.strategies.data.rewrite import data_parallel_pass
 from autopar.strategies.data.zero import ZeroRuntime, zero_pass
 from autopar.strategies.family import DATA, ZERO, RankBuild, RankPass
 from autopar.strategies.megatron.planner import DataTensor

@@ -46,7 +46,7 @@ from autopar.trace.inputs import CallLayout
 from autopar.ir import CAPTURE, LAST, PASSES_RUN, STAGE, Region, add_region, regions
 from autopar.passes.analysis.analyse import analyse
 from autopar.passes.analysis.naming import adopt_region_ids
-from autopar.strategies.data.rewrite import loss_reduction, mark_batch_major_rows
+from autopar.strategies.data.outputs import loss_reduction, mark_batch_major_rows
 from autopar.passes.fusion.rewrite import fusion_pass
 from autopar.passes.manager import PassRunner
 from autopar.strategies.pipeline.stages import split

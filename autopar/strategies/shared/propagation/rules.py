@@ -1,258 +1,31 @@
-"""Carrying tensor-parallel layouts through a rank graph, op by op.
-
-:class:`LayoutPropagator` walks a graph in which some values are split over the tensor
-group (:class:`~autopar.strategies.shared.sharding.Shard`) and, for each node with a split input,
-applies the op's rule: the output's layout, and the literal arguments that change on a
-rank (a view's head count, a split's sizes). Replicated operands meeting a split value
-are sliced (``scatter_to_tensor_region``, whose backward all-gathers) or routed through
-Megatron's f (``copy_to_tensor_region``) when their gradient would be a partial sum. A
-node no rule covers gets its split inputs all-gathered first — a logged fallback that
-is correct and visible in the rank graph. Values reaching the output are gathered.
-
-Every walk is :meth:`LayoutPropagator.run`; a subclass claims the nodes its strategy
-decides through :meth:`LayoutPropagator.rewrite`: Megatron's rewrite
-(:mod:`autopar.strategies.megatron.rewrite`: column/row linears, embeddings, the loss;
-AxoNN's 3D and Bian's cube subclass it), the cube's row walk and a mixed plan's rows over
-z (:mod:`autopar.strategies.tensor3d.rewrite`). A size another walk scaled back to its
-global meaning is kept right by each later walk (:meth:`LayoutPropagator._global_size`).
-"""
+"""The per-op layout rules of :class:`~autopar.strategies.shared.propagation.LayoutPropagator`:
+for a node with a split input, the layout of its output and the literal arguments that
+change on a rank (a view's sizes, a split's sizes, a size read off a split value), or
+:class:`~autopar.strategies.shared.propagation.NoSplitRule`."""
 from __future__ import annotations
 
-import logging
 import math
 import operator
 from dataclasses import replace
-from typing import Any
 
 import torch
 import torch.fx as fx
-import torch.nn as nn
 import torch.nn.functional as F
 
 from autopar.ir import SPEC, tensor_spec
 from autopar.passes.analysis import ops
+from autopar.runtime.shapes import global_size, padded_part
+from autopar.strategies.shared.propagation.state import LayoutState, NoSplitRule
 from autopar.strategies.shared.sharding import (Shard, map_permute, map_reshape, map_transpose, normalize_dim,
-                                     operand_dim_for, scale_literal)
-from autopar.runtime import collectives as C
-from autopar.runtime.shapes import blocks_in_order, global_size, padded_part
+                                                operand_dim_for, scale_literal)
 
-log = logging.getLogger("autopar.strategies.megatron.rewrite")
-
-_IDENTITY_METHODS = {"contiguous", "clone", "float", "half", "bfloat16", "detach", "to", "type_as", "type"}
-_IDENTITY_FUNCTIONS = ops._targets("clone", "contiguous", "alias", "detach", "_to_copy", "to", "lift_fresh_copy")
-_SPLIT_FUNCTIONS = {torch.split, torch.chunk, torch.unbind} | ops._targets("split", "split_with_sizes", "chunk", "unbind")
-_SOFTMAX_FUNCTIONS = ops.SOFTMAX_FUNCTIONS | {F.log_softmax, torch.log_softmax} | ops._targets("log_softmax", "_log_softmax")
-_LAYER_NORM_FUNCTIONS = {F.layer_norm} | ops._targets("layer_norm")
-_EXPAND = ops._targets("expand")
 _PERMUTE = ops._targets("permute")
 _T = ops._targets("t")
-_SLICE = ops.SLICE_FUNCTIONS
-_CAT = ops.CONCAT_FUNCTIONS
-_SHAPE_ONLY = {torch.flatten, torch.squeeze, torch.unsqueeze} | ops._targets("flatten", "squeeze", "unsqueeze")
-_FACTORIES = {"new_ones", "new_zeros", "new_empty", "new_full"}
-_UNFLATTEN = {torch.unflatten} | ops._targets("unflatten")
-_EXTREMES = {torch.max, torch.min, torch.amax, torch.amin} | ops._targets("max", "min", "amax", "amin")
 
 
-class TensorParallelError(ValueError):
-    """A graph cannot be split as the plan says; the message names the node or region."""
-
-
-class NoSplitRule(Exception):
-    """Raised by a rule that cannot carry the split through a node; caught by the walk."""
-
-
-class LayoutPropagator:
-    """Layouts of the values of ``gm`` over a tensor group of ``degree`` ranks."""
-
-    def __init__(self, gm: fx.GraphModule, degree: int, group: str):
-        self.gm, self.graph, self.t, self.group = gm, gm.graph, degree, group
-        self.layout: dict[fx.Node, Any] = {}
-        # parameters the graph reads already split (by name): a per-head parameter cut with
-        # its heads (attention sinks), an expert bias cut with its columns; the rest whole
-        self.param_layouts: dict[str, Shard] = {}
-        self.cache: dict[tuple, fx.Node] = {}
-        # (node name, op, why) of every node no rule covered (see _fallback)
-        self.fallbacks: list[tuple[str, str, str]] = []
-        self.quiet = False
-
-    def _call(self, fn, args, after: fx.Node | None = None, before: fx.Node | None = None) -> fx.Node:
-        ctx = self.graph.inserting_after(after) if after is not None else self.graph.inserting_before(before)
-        with ctx:
-            node = self.graph.call_function(fn, args)
-        # SPEC keeps its meaning on rank graphs: the global shape of the value
-        node.meta[SPEC] = args[0].meta.get(SPEC)
-        return node
-
-    def _cached(self, key: tuple, make) -> fx.Node:
-        if key not in self.cache:
-            self.cache[key] = make()
-        return self.cache[key]
-
-    def _copy_to(self, value: fx.Node) -> fx.Node:
-        """Megatron f on ``value``: identity forward, all-reduce of its gradient backward."""
-        return self._cached(("f", value), lambda: self._call(C.copy_to_tensor_region, (value, self.group), after=value))
-
-    def _gather(self, value: fx.Node, layout: Shard, reason: str) -> fx.Node:
-        def gather() -> fx.Node:
-            gathered = self._call(C.gather_from_tensor_region, (value, layout.dim, self.group), after=value)
-            if layout.size is not None:  # a padded split: the single-device length, the padding dropped
-                return self._call(torch.narrow, (gathered, layout.dim, 0, layout.size), after=gathered)
-            if layout.blocks == 1:
-                return gathered
-            # the ranks' pieces arrive rank-major; a block split wants them block-major
-            return self._call(blocks_in_order, (gathered, layout.dim, self.t, layout.blocks), after=gathered)
-        return self._cached(("gather", value), gather)
-
-    def _scatter(self, value: fx.Node, dim: int) -> fx.Node:
-        return self._cached(("scatter", value, dim), lambda: self._call(
-            C.scatter_to_tensor_region, (value, dim, self.group), after=value))
-
-    def _replicated(self, value: fx.Node, reason: str) -> fx.Node:
-        layout = self.layout.get(value)
-        return value if layout is None else self._gather(value, layout, reason)
-
-    # ------------------------------------------------------------------ the walk
-    def _sharded_inputs(self, node: fx.Node) -> list[fx.Node]:
-        return [a for a in node.all_input_nodes if self.layout.get(a) is not None]
-
-    def _fallback(self, node: fx.Node, why: str) -> None:
-        self.fallbacks.append((node.name, ops.op_name(node), why))
-        if not self.quiet:
-            log.warning("tensor parallel: no split rule for %s (%s): %s; its split inputs are all-gathered",
-                        node.format_node(), ops.op_name(node), why)
-        for arg in self._sharded_inputs(node):
-            layout = self.layout[arg]
-            if isinstance(layout, tuple):
-                raise TensorParallelError(f"node {node.format_node()} consumes a split multi-output value; "
-                                          f"no rule covers it")
-            node.replace_input_with(arg, self._gather(arg, layout, node.name))
-        self.layout[node] = None
-
-    def _output(self, node: fx.Node) -> None:
-        for arg in self._sharded_inputs(node):
-            node.replace_input_with(arg, self._gather(arg, self.layout[arg], "the graph output"))
-
-    # ------------------------------------------------------------------ the walk over the graph (run)
-    def run(self) -> None:
-        """Every node in graph order: inputs and attributes replicated, the output's split
-        values gathered, a node :meth:`rewrite` takes rewritten by it, a node reading split
-        values carried by its op's rule (:meth:`propagate`, or the logged fallback)."""
-        for node in list(self.graph.nodes):
-            if node.op == "get_attr":
-                self.layout[node] = self.param_layouts.get(str(node.target))
-            elif node.op == "placeholder":
-                self.layout[node] = None
-            elif node.op == "output":
-                self._output(node)
-            elif self.rewrite(node):
-                pass
-            elif not self._sharded_inputs(node):
-                self.layout[node] = None
-            else:
-                try:
-                    self.layout[node] = self.propagate(node)
-                except (NoSplitRule, ValueError) as e:
-                    self._fallback(node, str(e))
-
-    def rewrite(self, node: fx.Node) -> bool:
-        """A subclass's own rewrite of ``node`` (setting its layout); False: not its node."""
-        return False
-
-    # ------------------------------------------------------------------ region rewrites
-    def propagate(self, node: fx.Node):
-        """The layout of ``node``'s output given its inputs' (rewriting its arguments), or
-        :class:`NoSplitRule`."""
-        first = node.args[0] if node.args else None
-        in_layout = self.layout.get(first) if isinstance(first, fx.Node) else None
-        if node.op == "call_function" and node.target is operator.getitem and isinstance(in_layout, tuple):
-            return in_layout[node.args[1]]
-        if isinstance(in_layout, tuple):
-            raise NoSplitRule("indexing into a split multi-output value")
-        if any(getattr(self.layout[a], "size", None) is not None for a in self._sharded_inputs(node)):
-            return self._padded(node, in_layout)
-        target, kind = node.target, node.op
-        if (kind == "call_method" and target == "size") or (kind == "call_function" and target is getattr
-                                                             and node.args[1] == "shape"):
-            return self._size(node, in_layout)
-        if kind == "call_method" and target in _FACTORIES:
-            return None  # a new tensor from the value's dtype and device only: nothing of it is read
-        if kind == "call_function" and target is global_size:
-            return self._global_size(node, in_layout)
-        if (kind == "call_method" and target in _IDENTITY_METHODS) or (kind == "call_function" and target in _IDENTITY_FUNCTIONS):
-            return self._only_first_split(node, in_layout)
-        if ops.reshape_target(node) is not None:
-            return self._reshape(node, in_layout)
-        if (kind == "call_method" and target in ("flatten", "squeeze", "unsqueeze")) or (kind == "call_function" and target in _SHAPE_ONLY):
-            out = map_reshape(tensor_spec(first).shape, tensor_spec(node).shape, self._only_first_split(node, in_layout), self.t)
-            if out is None:
-                raise NoSplitRule("the split dimension would be merged with an inner one")
-            return out
-        if (kind == "call_method" and target == "unflatten") or (kind == "call_function" and target in _UNFLATTEN):
-            return self._unflatten(node, in_layout)
-        if ops.is_select(node):
-            return self._select(node, in_layout)
-        if (kind == "call_method" and target in ("transpose", "permute", "t")) or (kind == "call_function" and target in ops.TRANSPOSE_FUNCTIONS):
-            return self._transpose(node, in_layout)
-        if kind == "call_function" and target in _CAT:
-            return self._cat(node)
-        if (kind == "call_method" and target == "narrow") or (kind == "call_function" and target in _SLICE):
-            return self._slice(node, in_layout)
-        if (kind == "call_method" and target == "expand") or (kind == "call_function" and target in _EXPAND):
-            return self._expand(node, in_layout)
-        if (kind == "call_method" and target in ("split", "chunk", "unbind")) or (kind == "call_function" and target in _SPLIT_FUNCTIONS):
-            return self._split(node, in_layout)
-        if (kind == "call_method" and target in ("max", "min", "amax", "amin")) or \
-                (kind == "call_function" and target in _EXTREMES):
-            return self._extreme(node, in_layout)
-        if kind == "call_function" and target is ops.aten.index.Tensor:
-            return self._index(node, in_layout)
-        if kind == "call_function" and ops.call_name(node) in ("add_", "sub_", "mul_", "div_"):
-            return self._in_place(node, in_layout)
-        if (kind == "call_method" and target in ("softmax", "log_softmax")) or (kind == "call_function" and target in _SOFTMAX_FUNCTIONS):
-            ndim = len(tensor_spec(node).shape)
-            dim = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
-            if dim is None or normalize_dim(dim, ndim) == in_layout.dim:
-                raise NoSplitRule("softmax over the split dimension")
-            return self._only_first_split(node, in_layout)
-        if kind == "call_function" and target in _LAYER_NORM_FUNCTIONS or \
-                (kind == "call_module" and isinstance(ops.module_of(self.gm, node), nn.LayerNorm)):
-            return self._layer_norm(node, in_layout)
-        if ops.is_sdpa(node) or ops.is_activation_matmul(node):
-            return self._batched(node)
-        if ops.is_pointwise(node, self.gm) or (kind == "call_function" and target in (torch.where,)):
-            return self._pointwise(node)
-        raise NoSplitRule("no split rule for this op")
-
-    def _padded(self, node: fx.Node, layout: Shard):
-        """A padded split (a padded vocabulary's logits, :class:`Shard` ``size``) is carried
-        only by data movement that keeps its dimension whole and never reads across it:
-        size queries, identity ops, reshapes that keep the dimension with what lies
-        inside it, selects, slices and transposes of other dimensions. Any other op
-        (softmax, a reduction, arithmetic with other values) reads it gathered, the
-        padding dropped, so no padded column enters what the single-device program
-        computes; the vocab-parallel cross-entropy masks them itself
-        (:func:`autopar.runtime.collectives.vocab_parallel_cross_entropy`)."""
-        layout = self._only_first_split(node, layout)
-        target, kind = node.target, node.op
-        if (kind == "call_method" and target == "size") or (kind == "call_function" and target is getattr
-                                                             and node.args[1] == "shape"):
-            return self._size(node, layout)
-        if (kind == "call_method" and target in _IDENTITY_METHODS) or \
-                (kind == "call_function" and target in _IDENTITY_FUNCTIONS):
-            return layout
-        if ops.reshape_target(node) is not None or (kind == "call_method" and target in ("flatten", "squeeze",
-                                                                                          "unsqueeze")) \
-                or (kind == "call_function" and target in _SHAPE_ONLY):
-            return self._padded_reshape(node, layout)
-        if ops.is_select(node):
-            return self._select(node, layout)
-        if (kind == "call_method" and target in ("transpose", "permute", "t")) or \
-                (kind == "call_function" and target in ops.TRANSPOSE_FUNCTIONS):
-            return self._transpose(node, layout)
-        if (kind == "call_method" and target == "narrow") or (kind == "call_function" and target in _SLICE):
-            return self._slice(node, layout)
-        raise NoSplitRule(f"a padded vocabulary split (length {layout.size}) is read only gathered by this op")
+class LayoutRules(LayoutState):
+    """Each op's rule (the methods
+    :meth:`~autopar.strategies.shared.propagation.LayoutPropagator.propagate` dispatches to)."""
 
     def _padded_reshape(self, node: fx.Node, layout: Shard) -> Shard:
         """A reshape of a padded split keeps it when the split dimension stays one
@@ -564,17 +337,3 @@ class LayoutPropagator:
             return 1
         d = operand_dim_for(out_dim, out_ndim, spec.shape)
         return 1 if d is None else spec.shape[d]
-
-    def _align_operand(self, node: fx.Node, a: fx.Node, out_dim: int, out_ndim: int) -> None:
-        """A replicated operand of a split op: slice it when it spans the split dim
-        (the slice's backward all-gathers), else route it through f when it can carry a
-        gradient (each rank's gradient is a partial sum over its split)."""
-        spec = tensor_spec(a)
-        if spec is None:
-            return
-        d = operand_dim_for(out_dim, out_ndim, spec.shape)
-        if d is not None and spec.shape[d] > 1:
-            node.replace_input_with(a, self._scatter(a, d))
-        elif spec.dtype.is_floating_point:
-            node.replace_input_with(a, self._copy_to(a))
-

@@ -1,0 +1,120 @@
+"""The pass: :func:`find_batch_couplings_pass` walks the batch through the graph (twice
+when it holds pairwise scores), reads what the reductions over the batch are, and writes
+the couplings and the loss terms on the graph."""
+from __future__ import annotations
+
+import logging
+
+import torch.fx as fx
+
+from autopar.ir import BATCH_COUPLINGS, LOSS_TERMS, SPEC, TensorSpec, regions
+from autopar.passes.analysis import ops
+from autopar.passes.analysis.experts import router_statistics
+from autopar.passes.analysis.batch_rows.loss_terms import classify_reductions, depends_on_batch
+from autopar.passes.analysis.batch_rows.op_tables import bare_name, shape_of
+from autopar.passes.analysis.batch_rows.pairwise import check_pairwise, pairwise_closure
+from autopar.passes.analysis.batch_rows.sources import sorted_at
+from autopar.passes.analysis.batch_rows.walk import Walk
+
+log = logging.getLogger("autopar.analysis.batch_rows")
+
+
+def batch_size(gm: fx.GraphModule) -> int | None:
+    """The batch: the first dimension of the graph's first tensor input (as the runtime
+    splits it, :func:`autopar.runtime.executable.batch_of`)."""
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            shape = shape_of(node)
+            if shape:
+                return shape[0]
+    return None
+
+
+def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
+    """Write :data:`~autopar.ir.BATCH_COUPLINGS` (a list of :class:`Coupling`) on ``gm``."""
+    batch = batch_size(gm)
+    gm.meta[BATCH_COUPLINGS] = []
+    gm.meta[LOSS_TERMS] = []
+    if not batch or batch < 2:
+        return gm
+    walk = Walk(gm, batch)
+    # a first walk finds the pairwise scores; the second knows them (their columns are rows too)
+    walk.run()
+    if walk.pairwise:
+        values = pairwise_closure(walk)
+        walk = Walk(gm, batch, values)
+        walk.run()
+    try:
+        _after_walk(walk, gm)
+    except Exception as e:  # noqa: BLE001 - a pattern it cannot read: refused, never a crash
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        walk.couple(output, "unknown", f"autopar could not read where rows of the batch meet "
+                                       f"({type(e).__name__}: {e})")
+    dispatch = {n for r in regions(gm, "experts") for n in r.nodes}
+    walk.found = [c for c in walk.found if c.node not in dispatch]
+    order = {n.name: i for i, n in enumerate(gm.graph.nodes)}
+    walk.found.sort(key=lambda c: order.get(c.node, 0))
+    gm.meta[BATCH_COUPLINGS] = walk.found
+    gm.meta[LOSS_TERMS] = walk.loss_terms
+    if walk.unknown:
+        log.warning("batch rows: %d op(s) have no batch rule; autopar takes them to keep the rows of the batch "
+                    "apart (their output keeps the batch dimension): %s", len(walk.unknown),
+                    ", ".join(walk.unknown[:8]) + (" ..." if len(walk.unknown) > 8 else ""))
+    return gm
+
+
+def _after_walk(walk: Walk, gm: fx.GraphModule) -> None:
+    for node in walk.pairwise:
+        check_pairwise(walk, node)
+    _exempt_router_statistics(walk)
+    for node in walk.counts:
+        if node.name not in walk.statistics and not _offsets_only(node):
+            walk.couple(node, "reduce", f"{ops.op_name(node)} counts rows of the batch, and the count is used "
+                                        f"beyond a grouped matmul's offsets: each rank would count its own rows")
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    for value in (output.all_input_nodes if output is not None else ()):
+        r = walk.rows(value)
+        if r is not None and r.perm:
+            walk.couple(sorted_at(value), "scan", "a sort along the batch puts rows in an order that reaches the "
+                                                  "output: each rank would sort its own rows only")
+    classify_reductions(walk)
+    # a scalar output that sums over other dimensions than the batch (a stack of losses, a
+    # statistic's entries) is not summed over the parts: its terms are weighed instead
+    named = {name for name, _ in walk.loss_terms}
+    output = next((n for n in walk.gm.graph.nodes if n.op == "output"), None)
+    for value in (output.all_input_nodes if output is not None else ()):
+        spec = value.meta.get(SPEC)
+        if isinstance(spec, TensorSpec) and not spec.shape and value.name not in named and \
+                bare_name(value) in ("sum", "nansum") and depends_on_batch(walk, value):
+            walk.loss_terms.append((value.name, "mean"))
+    # A routed MoE layer's dispatch (autopar.passes.analysis.experts: its tokens sorted by expert,
+    # gathered, counted, run through their experts and put back in place) permutes the
+    # layer's own rows; with dropless routing each row's output depends on that row alone,
+    # so its sort, indexes and counts are not rows of the batch meeting (filtered above).
+
+
+def _exempt_router_statistics(walk: Walk) -> None:
+    """The routers' load-balancing statistics are the data pass's own (its
+    ``sync_router_statistics`` makes each the mean over the data ranks): not couplings."""
+    walk.statistics = set(router_statistics(walk.gm))
+    walk.reductions = [(n, k) for n, k in walk.reductions if n.name not in walk.statistics]
+
+
+def _offsets_only(node: fx.Node) -> bool:
+    """Whether a count of rows per value (a histogram of expert ids) only makes a grouped
+    matmul's group offsets (through cumsum and casts): organising the rank's own rows."""
+    stack, seen, used = [node], set(), False
+    while stack:
+        n = stack.pop()
+        for user in n.users:
+            if user in seen:
+                continue
+            seen.add(user)
+            name = bare_name(user)
+            if name in ("grouped_mm_fallback", "_grouped_mm", "grouped_mm") and user.args and user.args[0] is not n:
+                used = True
+            elif name in ("cumsum", "to", "_to_copy", "int", "long", "contiguous", "clone", "detach"):
+                stack.append(user)
+            else:
+                return False
+    return used

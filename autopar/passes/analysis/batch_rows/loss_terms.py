@@ -1,0 +1,180 @@
+"""After the walk: what each reduction over the batch is. The loss's (a mean or a sum of
+the parts', recorded as a loss term), a masked mean's numerator and denominator (a
+``masked_mean`` coupling), or a batch statistic used inside the model (``batch_mean``,
+``batch_sum``, or a ``reduce`` without a remedy)."""
+from __future__ import annotations
+
+import torch.fx as fx
+
+from autopar.ir import SPEC, TensorSpec
+from autopar.passes.analysis import ops
+from autopar.passes.analysis.batch_rows.op_tables import NO_VALUE, bare_name, shape_of
+from autopar.passes.analysis.batch_rows.rows import Coupling
+from autopar.passes.analysis.batch_rows.walk import Walk
+
+_LINEAR_SCALAR = {"add", "sub", "neg", "mul", "div", "true_divide", "to", "_to_copy", "type_as", "float", "half",
+                  "bfloat16", "double", "clone", "detach", "alias", "contiguous", "squeeze", "view", "reshape",
+                  "unsqueeze", "global_mean", "positive", "add_", "sub_", "mul_", "div_"}
+
+
+def _loss_path(walk: Walk, start: fx.Node) -> tuple[bool, list[fx.Node]]:
+    """Whether ``start``'s value reaches the graph's outputs only through linear scalar ops
+    (a loss's reduction, scaled, summed with other losses) and the divisions on the way
+    whose divisor depends on the batch (a ratio of two reductions)."""
+    ratios: list[fx.Node] = []
+    seen, stack = set(), [start]
+    while stack:
+        n = stack.pop()
+        for user in n.users:
+            if user in seen:
+                continue
+            seen.add(user)
+            if user.op == "output":
+                continue
+            name = bare_name(user)
+            if name not in _LINEAR_SCALAR or (walk.rows(user) is not None and walk.rows(user).dims):
+                return False, ratios   # combined with the rows again: used inside the model
+            if name in ("mul", "div", "true_divide"):
+                others = [a for a in user.all_input_nodes if a is not n]
+                if name in ("div", "true_divide") and user.args and user.args[0] is not n:
+                    if depends_on_batch(walk, n):
+                        ratios.append(user)
+                    else:
+                        return False, ratios
+                elif name == "mul" and any(depends_on_batch(walk, a) for a in others):
+                    return False, ratios   # a product of two batch reductions is not a sum of the parts'
+                elif any(depends_on_batch(walk, a) and not _is_reduction_of_batch(walk, a) for a in others):
+                    return False, ratios
+                elif name in ("div", "true_divide") and any(depends_on_batch(walk, a) for a in others):
+                    ratios.append(user)
+            stack.append(user)
+    return True, ratios
+
+
+def _divided_by_rows(walk: Walk, node: fx.Node) -> bool:
+    """Whether the sum ``node`` reaches the loss divided by the batch's row count: a size
+    read off a batch tensor's batch dimension (``x.shape[0]``, ``x.size(0)``, ``len(x)``),
+    or, where the capture baked it, the constant batch size."""
+    for _ in range(8):
+        users = [u for u in node.users if u.op != "output"]
+        if len(users) != 1:
+            return False
+        user = users[0]
+        name = bare_name(user)
+        if name in ("div", "true_divide", "div_") and user.args and user.args[0] is node and len(user.args) > 1:
+            d = user.args[1]
+            if isinstance(d, (int, float)) and not isinstance(d, bool):
+                return d == walk.batch
+            if isinstance(d, fx.Node):
+                return _reads_rows(walk, d)
+            return False
+        if name not in ("to", "_to_copy", "float", "mul", "clone", "detach", "alias"):
+            return False
+        node = user
+    return False
+
+
+def _reads_rows(walk: Walk, d: fx.Node) -> bool:
+    """Whether ``d`` is the row count of a batch tensor: its size along a batch dimension."""
+    for _ in range(4):
+        name = bare_name(d)
+        if name in ("float", "to", "_to_copy", "int", "long", "scalar_tensor", "tensor") and d.args and \
+                isinstance(d.args[0], fx.Node):
+            d = d.args[0]
+            continue
+        if name in ("size", "sym_size") and d.args:
+            r = walk.rows(d.args[0])
+            dim = d.args[1] if len(d.args) > 1 else None
+            return r is not None and isinstance(dim, int) and dim % max(len(shape_of(d.args[0]) or (1,)), 1) in r.dims
+        if name == "len" and d.args:
+            r = walk.rows(d.args[0])
+            return r is not None and 0 in r.dims
+        if name == "getitem" and d.args and isinstance(d.args[0], fx.Node) and bare_name(d.args[0]) == "getattr":
+            src = d.args[0].args[0]
+            r = walk.rows(src)
+            return r is not None and isinstance(d.args[1], int) and d.args[1] in r.dims
+        return False
+    return False
+
+
+def _is_reduction_of_batch(walk: Walk, node: fx.Node) -> bool:
+    return any(n is node for n, _ in walk.reductions)
+
+
+def depends_on_batch(walk: Walk, node: fx.Node) -> bool:
+    memo = walk.depends
+    if node in memo:
+        return memo[node]
+    stack, seen, found = [node], set(), False
+    while stack and not found:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if walk.state.get(n) is not None or _is_reduction_of_batch(walk, n):
+            found = True
+            break
+        if bare_name(n) in NO_VALUE or (bare_name(n) == "getitem" and n.args and bare_name(n.args[0]) == "getattr"):
+            continue   # a size read off a tensor carries none of its values
+        stack.extend(n.all_input_nodes)
+    memo[node] = found
+    return found
+
+
+def classify_reductions(walk: Walk) -> None:
+    """A reduction over the batch is the loss's (the data pass reduces it over the parts), a
+    masked mean's numerator or denominator, or a batch statistic used inside the model."""
+    handled: set = set()
+    for node, kind in walk.reductions:
+        if node in handled:
+            continue
+        is_loss, ratios = _loss_path(walk, node)
+        if is_loss and not ratios:
+            if kind == "other":
+                walk.couple(node, "reduce", f"the loss reduces over the batch with {ops.op_name(node)}, which is "
+                                            f"not a mean or a sum of its parts'")
+            else:   # a sum over the rows divided by their number is a mean
+                walk.loss_terms.append((node.name, "mean" if kind == "sum" and _divided_by_rows(walk, node) else kind))
+            continue
+        if is_loss and ratios:
+            ratio = ratios[0]
+            num, den = ratio.args[0], ratio.args[1]
+            parts = {n: k for n, k in walk.reductions}
+            base_num, base_den = _base_reduction(num, parts), _base_reduction(den, parts)
+            if base_num is None or base_den is None:
+                walk.couple(ratio, "reduce", "the loss divides by a value computed from the batch that autopar "
+                                             "cannot read as a sum or mean over it")
+                continue
+            handled |= {base_num[0], base_den[0]}
+            same = base_num[1] == base_den[1]
+            walk.found.append(Coupling(
+                ratio.name, ops.op_name(ratio), "masked_mean", walk.module(ratio),
+                f"the loss is a ratio of two {base_num[1]}s over the batch (a masked mean): each part's ratio would "
+                f"weigh its rows by its own denominator" + ("" if same else f" (a {base_num[1]} over a "
+                                                            f"{base_den[1]}, which autopar does not rescale)"),
+                remedy="all_reduce" if same else None, nbytes=16.0,
+                details={"numerator": base_num[0].name, "denominator": base_den[0].name,
+                         "numerator_kind": base_num[1], "denominator_kind": base_den[1]}))
+            continue
+        if kind in ("mean", "sum"):
+            spec = node.meta.get(SPEC)
+            nbytes = spec.numel * spec.dtype.itemsize if isinstance(spec, TensorSpec) else 8
+            walk.found.append(Coupling(node.name, ops.op_name(node), f"batch_{kind}", walk.module(node),
+                                       f"a {kind} over the batch is used inside the model: each rank would use its "
+                                       f"own rows' {kind}", remedy="all_reduce", nbytes=float(nbytes)))
+        else:
+            walk.couple(node, "reduce", f"{ops.op_name(node)} reduces over the batch inside the model: each rank "
+                                        f"would reduce its own rows only")
+
+
+def _base_reduction(node: fx.Node, parts: dict) -> tuple[fx.Node, str] | None:
+    for _ in range(8):
+        if node in parts and parts[node] in ("sum", "mean"):
+            return node, parts[node]
+        if node.op != "call_function" and node.op != "call_method":
+            return None
+        if bare_name(node) not in ("to", "_to_copy", "float", "type_as", "clone", "double", "clamp", "clamp_min",
+                                   "detach", "alias"):
+            return None
+        node = node.args[0]
+    return None
