@@ -45,9 +45,10 @@ import torch.nn.functional as F
 
 from autopar.ir import FUSION, SPEC, TensorSpec, tensor_spec
 from autopar.passes.fusion import codegen
-from autopar.runtime import rng
 from autopar.passes.fusion.chain_builder import ChainBuilder
 from autopar.passes.fusion.fusible import Chains, drop_leading_views, recognise, recognise_all, worth
+from autopar.passes.fusion.launch import fused_kernel, register
+from autopar.runtime import rng
 
 log = logging.getLogger("autopar.fusion")
 
@@ -188,8 +189,6 @@ def fusible_chains(gm: fx.GraphModule, min_ops: int = 2) -> list[list[fx.Node]]:
 
 def fusion_pass(gm: fx.GraphModule, *, min_ops: int = 2) -> fx.GraphModule:
     """Replace the fusible chains of ``gm`` by generated kernels (see the module docstring)."""
-    from autopar.passes.fusion.launch import fused_kernel, register
-
     report = FusionReport()
     for node in gm.graph.nodes:   # parameters read by rewrite passes (a row-parallel bias) carry no spec
         _give_parameter_spec(gm, node)
