@@ -19,7 +19,7 @@ run on sub-grid 0 only (cSub). A configuration's step is
 ``"auto"`` weighs every ``g`` dividing the world up to the fewest branches of any
 region, both rank orders, D&SP and cSub (cSub only for graphs torch.export captured,
 whose branch ops have the batch baked in); never for a model with batch-normalising
-batch norms (:func:`autopar.strategies.data.planner.batch_norms`).
+batch norms (:func:`autopar.strategies.shared.batch_norms.batch_norms`).
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from autopar.planning.model import ModelFacts, exposed_data_comm
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.shared import levers as L
-from autopar.strategies.data.planner import batch_norms, check_batch_norms
+from autopar.strategies.shared.batch_norms import batch_norms, check_batch_norms
 from autopar.strategies.dsp.cost import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
 from autopar.strategies.dsp import layout as dsp_layout
 from autopar.strategies.dsp.rewrite import csub_branch_program, heads_unsplittable, subgraph_parallel_pass

@@ -58,6 +58,7 @@ from autopar.strategies.experts.layout import ExpertShard, place as place_expert
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
 from autopar.strategies.megatron.planner import price_mesh
 from autopar.strategies.shared import levers as L
+from autopar.strategies.shared.batch_norms import batch_norms
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        rejected, too_big)
 
@@ -310,7 +311,6 @@ class ExpertParallel(CompileHooks):
         (:func:`autopar.strategies.shared.levers.weigh`, without ZeRO): the base may need
         more memory than the device has, which the experts' ``(1 − 1/P)`` saving and the
         levers may bring within it."""
-        from autopar.strategies.data.planner import batch_norms
         model, hw = ctx.model, ctx.hw
         base_config = config.base()
         data, tensor = base_config.data, base_config.tensor

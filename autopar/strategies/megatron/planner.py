@@ -41,6 +41,7 @@ from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.passes.manager import pass_disabled
 from autopar.strategies.shared import levers as L
+from autopar.strategies.shared.batch_norms import batch_norms
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected, too_big)
 from autopar.strategies.megatron.rewrite import planned_param_shards, regions_without_rules, tensor_parallel_pass
@@ -266,7 +267,6 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: in
     """The configuration with the memory levers (docs/memory.md) it runs with
     (:func:`autopar.strategies.shared.levers.weigh`): each microbatch count re-priced by
     :func:`price_mesh` at one microbatch's rows; ZeRO over the data ranks."""
-    from autopar.strategies.data.planner import batch_norms  # the data family builds on this module
     model, hw = ctx.model, ctx.hw
     split = any(c.strategy == "megatron" for c in table.regions)
     space = L.LeverSpace(

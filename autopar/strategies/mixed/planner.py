@@ -55,7 +55,7 @@ from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab,
 from autopar.planning.plan import Cost, Plan, RegionChoice, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.shared import levers as L
-from autopar.strategies.data.planner import batch_norms
+from autopar.strategies.shared.batch_norms import batch_norms
 from autopar.strategies.dsp.cost import dsp_tensor_cost
 from autopar.strategies.dsp.planner import branches_of, subgraph_regions, unsplittable
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big

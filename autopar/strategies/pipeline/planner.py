@@ -40,7 +40,7 @@ from autopar.ir import CAPTURE, tensor_spec
 from autopar.planning.model import ModelFacts, region_sizes, split_factor
 from autopar.planning.plan import Cost, Plan, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.strategies.data.planner import batch_norms, check_batch_norms
+from autopar.strategies.shared.batch_norms import batch_norms, check_batch_norms
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
 from autopar.strategies.megatron.planner import (check_forced_batch, check_forced_sizes, price_mesh, rule_gaps,
                                                  split_cost)

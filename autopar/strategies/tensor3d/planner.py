@@ -40,6 +40,7 @@ from autopar.planning.model import ModelFacts, exposed_data_comm
 from autopar.strategies.shared import levers as L
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy
+from autopar.strategies.shared.batch_norms import batch_norms
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected, too_big)
 from autopar.strategies.tensor3d import layout as tensor3d_layout
@@ -433,7 +434,6 @@ class Tensor3D(CompileHooks):
         accumulation re-priced on a grid whose data axis takes the microbatches, full
         recomputation with the all-gather cache bounded (:func:`cache_settings`); no ZeRO
         (the 3D shards are split over z already)."""
-        from autopar.strategies.data.planner import batch_norms  # the data family builds on this module
         model, hw, grid = ctx.model, ctx.hw, config.grid
         forced = ctx.forced is not None and not split_all
         blocks = len(ir_regions(model.gm, "block"))
