@@ -33,7 +33,7 @@ import dataclasses
 import logging
 from dataclasses import asdict, dataclass
 
-from autopar.passes.analysis.fork_join import node_flops
+from autopar.passes.analysis.flops import node_flops
 from autopar.cost import model as cm
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE, tensor_spec
