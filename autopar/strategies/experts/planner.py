@@ -56,7 +56,9 @@ from autopar.planning.strategy import Pin, PlanError, Strategy, divisors
 from autopar.strategies.experts.cost import dispatch_combine_time
 from autopar.strategies.experts.layout import ExpertShard, place as place_experts, place_modules
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
-from autopar.strategies.megatron.planner import price_mesh
+from autopar.strategies.data.planner import DataParallel
+from autopar.strategies.megatron.planner import Megatron, price_mesh
+from autopar.strategies.pipeline.planner import Pipeline, pipeline_label, pipeline_layout, pipeline_mesh
 from autopar.strategies.shared import levers as L
 from autopar.strategies.shared.batch_norms import batch_norms
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
@@ -90,10 +92,12 @@ def expert_degrees(model: ModelFacts, data: int) -> list[int]:
     return [p for p in divisors(g) if p > 1]
 
 
+_BASE_FAMILIES = {family.name: family for family in (DataParallel(), Megatron(), Pipeline())}
+
+
 def _base_family(config: Strategy):
-    from autopar.strategies.registry import FAMILIES
-    name = "pipeline" if config.pipeline > 1 else ("megatron" if (config.tensor or 1) > 1 else "data")
-    return next(f for f in FAMILIES if f.name == name)
+    """The family whose plan a configuration with experts rides on."""
+    return _BASE_FAMILIES["pipeline" if config.pipeline > 1 else ("megatron" if (config.tensor or 1) > 1 else "data")]
 
 
 def _matches(pattern: str, region) -> bool:
@@ -387,7 +391,6 @@ class ExpertParallel(CompileHooks):
         count and recomputation searched with the experts' memory saving counted; the
         base schedule's step plus each layer's all-to-alls, lengthened as the schedule
         lengthens a stage's work (``(m + p − 1)/m`` of a stage's share, megatron §2.2)."""
-        from autopar.strategies.pipeline.planner import pipeline_label, pipeline_layout, pipeline_mesh
         model = ctx.model
         base_config = config.base()
         form = experts_form(pipeline_label(base_config), config.experts)
