@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 
 
@@ -73,7 +73,7 @@ class ExpertNumbers:
 def dispatch_combine_time(degree: int, buffer_bytes: float, hw: Hardware) -> float:
     """A layer's 4 all-to-alls per step (dispatch and combine, forward and backward) of a
     ``buffer_bytes`` buffer per rank over an expert group of ``degree``; 0 at degree 1."""
-    return 4 * cm.all_to_all_time(degree, buffer_bytes, hw) if degree > 1 else 0.0
+    return 4 * cost_model.all_to_all_time(degree, buffer_bytes, hw) if degree > 1 else 0.0
 
 
 def expert_layer_numbers(layer: MoELayer, degree: int, data: int, hw: Hardware) -> ExpertNumbers:
@@ -85,17 +85,17 @@ def expert_layer_numbers(layer: MoELayer, degree: int, data: int, hw: Hardware) 
     rows = float(layer.tokens * layer.top_k)
     up = (2 if layer.gated else 1) * layer.hidden * layer.inner
     down = layer.hidden * layer.inner
-    forward = cm.matmul_time(2 * rows * up, hw) + cm.matmul_time(2 * rows * down, hw)
-    backward = 2 * (cm.matmul_time(2 * rows * up, hw) + cm.matmul_time(2 * rows * down, hw))
+    forward = cost_model.matmul_time(2 * rows * up, hw) + cost_model.matmul_time(2 * rows * down, hw)
+    backward = 2 * (cost_model.matmul_time(2 * rows * up, hw) + cost_model.matmul_time(2 * rows * down, hw))
     buffer = rows * layer.hidden * layer.bytes
     all_to_all = dispatch_combine_time(degree, buffer, hw)
     local = layer.experts // degree
     replicas = data // degree
-    gradient = cm.all_reduce_time(replicas, local * layer.expert_params * layer.bytes, hw, stride=degree)
+    gradient = cost_model.all_reduce_time(replicas, local * layer.expert_params * layer.bytes, hw, stride=degree)
     saved = rows * (layer.hidden + (2 if layer.gated else 1) * layer.inner + layer.inner) * layer.bytes
     params = local * layer.expert_params
     return ExpertNumbers(degree, data, rows, forward + backward, buffer, all_to_all, gradient, params,
-                         cm.training_memory(params, saved))
+                         cost_model.training_memory(params, saved))
 
 
 __all__ = ["ExpertNumbers", "MoELayer", "dispatch_combine_time", "expert_layer_numbers"]

@@ -48,21 +48,21 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.ir import regions as graph_regions, tensor_spec
 from autopar.planning.model import ModelFacts, exposed_data_comm
 from autopar.planning.plan import Cost, Plan, RegionChoice, _in_stage, experts_form
 from autopar.planning.strategy import Pin, PlanError, Strategy, divisors
+from autopar.strategies.data.planner import DataParallel
 from autopar.strategies.experts.cost import dispatch_combine_time
 from autopar.strategies.experts.layout import ExpertShard, place as place_experts, place_modules
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
-from autopar.strategies.data.planner import DataParallel
-from autopar.strategies.megatron.planner import Megatron, price_mesh
-from autopar.strategies.pipeline.planner import Pipeline, pipeline_label, pipeline_layout, pipeline_mesh
-from autopar.strategies.shared import levers as L
-from autopar.strategies.shared.batch_norms import batch_norms
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        rejected, too_big)
+from autopar.strategies.megatron.planner import Megatron, price_mesh
+from autopar.strategies.pipeline.planner import Pipeline, pipeline_label, pipeline_layout, pipeline_mesh
+from autopar.strategies.shared import levers
+from autopar.strategies.shared.batch_norms import batch_norms
 
 BASES = ("data", "megatron")  # the families whose configurations "auto" weighs with experts
 PIPELINES_AT = 3  # and the fastest pipelines: weighing every layout would multiply the pipeline search
@@ -187,10 +187,10 @@ def layer_figures(model: ModelFacts, hw, region, chain_choice: list[RegionChoice
     after = params / (degree * inside)
     compute = model.seconds(nodes, hw, 1 / (data * microbatches * inside))
     a2a = dispatch_combine_time(degree, buffer, hw)
-    tensor_s = 2 * cm.all_reduce_time(tensor, tokens * hidden * itemsize, hw) if inside > 1 else 0.0
-    gradient = cm.all_reduce_time(data // degree, after * 4, hw, stride=degree * tensor)
+    tensor_s = 2 * cost_model.all_reduce_time(tensor, tokens * hidden * itemsize, hw) if inside > 1 else 0.0
+    gradient = cost_model.all_reduce_time(data // degree, after * 4, hw, stride=degree * tensor)
     base = (sum(c.cost.compute_s + c.cost.total_comm_s for c in chain_choice)
-            + cm.all_reduce_time(data, before * 4, hw, stride=tensor))
+            + cost_model.all_reduce_time(data, before * 4, hw, stride=tensor))
     return LayerFigures(region.id, tuple(ids), degree, d["experts"], d["top_k"], rows, buffer, a2a, tensor_s, compute,
                         gradient, before, after, base)
 
@@ -204,7 +204,7 @@ def experts_data_comm(params: float, layers: list[LayerFigures], data: int, tens
     replicas in what of backward that leaves; ``compute``: one microbatch's seconds."""
     rest = (params - sum(f.params_after for f in layers)) * 4
     comm = exposed_data_comm(data, tensor, rest, compute, hw)
-    slack = max(0.0, compute * 2 / 3 - cm.all_reduce_time(data, rest, hw, stride=tensor))
+    slack = max(0.0, compute * 2 / 3 - cost_model.all_reduce_time(data, rest, hw, stride=tensor))
     return comm + max(0.0, sum(f.gradient_s for f in layers) - slack)
 
 
@@ -341,11 +341,11 @@ class ExpertParallel(CompileHooks):
             return self._experts_table(ctx, config, one, taken, data, tensor, m)
 
         layers = [f for f, take, _ in picked if take]
-        space = L.LeverSpace(
+        space = levers.LeverSpace(
             rows=model.batch // data, data=data, split=tensor, at=at,
             data_comm=lambda one, z, m, compute: experts_data_comm(one.param_elems, layers, data, tensor, compute, hw),
             zero_stages=(0,), accumulate=not batch_norms(model))
-        table, levered = L.weigh(ctx, config, at(1), space)
+        table, levered = levers.weigh(ctx, config, at(1), space)
         figures = dict(step_s=table.step_s, memory_bytes=table.total.memory_bytes, comm_s=dict(table.total.comm_s),
                        form=form)
         why = too_big(table.total.memory_bytes, hw, table.note)
@@ -381,7 +381,7 @@ class ExpertParallel(CompileHooks):
             saved += f.params_before - f.params_after
             layers.append(f)
         comm["data"] = experts_data_comm(params, layers, data, tensor, compute, ctx.hw)
-        memory = one.total.memory_bytes - cm.training_memory(saved, 0)
+        memory = one.total.memory_bytes - cost_model.training_memory(saved, 0)
         return dataclasses.replace(one, total=Cost(compute, comm, memory), step_s=compute + sum(comm.values()),
                                    param_elems=params)
 
@@ -410,9 +410,10 @@ class ExpertParallel(CompileHooks):
         if not taken:   # every region pinned whole: the base pipeline's plan again, not listed twice
             return dataclasses.replace(rejected(self.name, config, mesh, "no MoE region is expert-parallel",
                                                 form=form), listed=False)
-        saved = cm.training_memory(sum(f.params_before - f.params_after for f in taken) / p, 0)
-        levers = dataclasses.replace(ctx.levers or Strategy(levers_only=True), zero=0)
-        base_ctx = dataclasses.replace(ctx, forced=base_config if ctx.forced is not None else None, levers=levers)
+        saved = cost_model.training_memory(sum(f.params_before - f.params_after for f in taken) / p, 0)
+        without_zero = dataclasses.replace(ctx.levers or Strategy(levers_only=True), zero=0)
+        base_ctx = dataclasses.replace(ctx, forced=base_config if ctx.forced is not None else None,
+                                       levers=without_zero)
         base = family.price(base_ctx, base_config, allowance=saved)
         if not base.feasible:
             memory = base.memory_bytes - saved if base.memory_bytes is not None else None
@@ -458,7 +459,7 @@ class ExpertParallel(CompileHooks):
                     chain.strategy = "experts"
                     chain.reason = f"expert parallel ({f.region})"
                     chain.cost = Cost(f.compute_s, {"tensor": f.tensor_s} if f.tensor_s else {},
-                                      cm.training_memory(f.params_after, 0)) if i == 0 else Cost()
+                                      cost_model.training_memory(f.params_after, 0)) if i == 0 else Cost()
                     chain.details = {**where, "layer": f.region}
             groups = config.experts
             region = found[f.region].details

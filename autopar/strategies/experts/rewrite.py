@@ -36,9 +36,9 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from autopar.ir import PARAM_SHARDS, SPEC, Region, regions
 from autopar.passes.analysis.experts import activation_argument, gated
 from autopar.passes.analysis.ops import match_linear
-from autopar.ir import PARAM_SHARDS, SPEC, Region, regions
 from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
 from autopar.runtime.groups import group_rank
 from autopar.strategies.experts.collectives import combine, dispatch, record_load

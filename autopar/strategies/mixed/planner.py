@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.grid import Grid3D
 from autopar.passes.analysis.ops import is_dropout, match_linear
 from autopar.ir import tensor_spec
@@ -54,7 +54,7 @@ from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab,
                                     split_factor)
 from autopar.planning.plan import Cost, Plan, RegionChoice, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.strategies.shared import levers as L
+from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms
 from autopar.strategies.dsp.cost import dsp_tensor_cost
 from autopar.strategies.dsp.planner import branches_of, subgraph_regions, unsplittable
@@ -533,10 +533,10 @@ class MixedPricer:
         activations += outside_act
         if materialize:
             rows.append(RegionChoice("(outside regions)", "-", "replicate",
-                                     Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
+                                     Cost(outside_compute, {}, cost_model.training_memory(outside_params, outside_act)),
                                      {}, "not in a splittable region"))
         comm["data"] = exposed_data_comm(data, t, local * 4, compute, hw)
-        total = Cost(compute, comm, cm.training_memory(local, activations))
+        total = Cost(compute, comm, cost_model.training_memory(local, activations))
         return RegionTable(rows, total, compute + sum(comm.values()), local, activations, model.largest_params,
                            gathered_bytes=gathered)
 
@@ -557,7 +557,7 @@ class MixedPricer:
         elif name != "open" and len(alternatives) > 1:
             reason += "; cheapest predicted step time"
         cost = Cost(option.cost.compute_s, dict(option.cost.comm_s),
-                    cm.training_memory(option.params, option.activations))
+                    cost_model.training_memory(option.params, option.activations))
         return RegionChoice(r.id, r.kind, strategy, cost, alternatives, reason, details)
 
     def _inner_rows(self, step: Step, option: Option) -> list[RegionChoice]:
@@ -716,7 +716,7 @@ def _memory_floor(model: ModelFacts, data: int, t: int) -> float:
         params = sum(p.numel() for name, p in model.params.items() if name not in in_branches)
         return params, model.activation_bytes([n for n in _names(model) if n not in forked], 1.0)
     params, act = model.fact("mixed.floor", base)
-    return cm.training_memory(params / t, act / (data * t))
+    return cost_model.training_memory(params / t, act / (data * t))
 
 
 def _branch_params(model: ModelFacts) -> list:
@@ -972,17 +972,17 @@ class Mixed(CompileHooks):
                 grid = Grid3D(grid.x, grid.y, grid.z, grid.data * m)
             return MixedPricer(ctx, data * m, t, grid, subgrids=config.tensor_subgrids).table(materialize=materialize)
 
-        space = L.LeverSpace(
+        space = levers.LeverSpace(
             rows=ctx.model.batch // data, data=data, split=t, at=at,
-            data_comm=lambda one, z, m, compute: L.zero_comm(one.param_elems, data, t, z, m, compute, hw),
+            data_comm=lambda one, z, m, compute: levers.zero_comm(one.param_elems, data, t, z, m, compute, hw),
             accumulate=not batch_norms(ctx.model))
-        return L.weigh(ctx, config, table, space)
+        return levers.weigh(ctx, config, table, space)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         c = priced.config
         table = MixedPricer(ctx, c.data, c.tensor, c.grid, subgrids=c.tensor_subgrids).table()
         if c.microbatches or c.recompute or c.zero:  # the winner's table with the levers the search chose
-            table, _ = self.with_levers(L.chosen_levers(ctx, c), c, table, materialize=True)
+            table, _ = self.with_levers(levers.chosen_levers(ctx, c), c, table, materialize=True)
         plan_ = mesh_plan(ctx, priced, table)
         grid = c.grid
         plan_.mixed = True

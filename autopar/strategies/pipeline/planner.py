@@ -33,22 +33,23 @@ import dataclasses
 import logging
 from dataclasses import asdict, dataclass
 
-from autopar.passes.analysis.flops import node_flops
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE, tensor_spec
+from autopar.passes.analysis.flops import node_flops
 from autopar.planning.model import ModelFacts, region_sizes, split_factor
 from autopar.planning.plan import Cost, Plan, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.strategies.shared.batch_norms import batch_norms, check_batch_norms
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
 from autopar.strategies.megatron.planner import (check_forced_batch, check_forced_sizes, price_mesh, rule_gaps,
                                                  split_cost)
 from autopar.strategies.mixed.planner import StagePlans, check_forced_stages, tensor_grids, widest_branching
-from autopar.strategies.pipeline import cost as pp
+from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline import layout as parameter_layout
 from autopar.strategies.pipeline.stages import (StageError, blocks_of, boundary_values, parameter_stages,
                                                 partition)
+from autopar.strategies.shared import levers
+from autopar.strategies.shared.batch_norms import batch_norms, check_batch_norms
 
 log = logging.getLogger("autopar.planning")
 
@@ -253,7 +254,7 @@ def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, l
                             f"of the pipeline ranks (megatron §2.2.2); microbatches={m} is not a multiple of "
                             f"pipeline={p}")
         return [m]
-    counts = pp.microbatch_choices(local, p, v, schedule)
+    counts = pipeline_cost.microbatch_choices(local, p, v, schedule)
     if not counts:
         raise PlanError(f"strategy: the interleaved schedule needs a microbatch count that is a multiple of "
                         f"pipeline={p} and divides the batch of each data rank ({local}); give a batch that "
@@ -309,7 +310,8 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
             divisible = tensor > 1 and rep.id not in shape.keep_whole and \
                 all(size % tensor == 0 for _, size in region_sizes(rep))
             if divisible:
-                comm = 2 * cm.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw) * (1.5 if recompute else 1)
+                comm = (2 * cost_model.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw)
+                        * (1.5 if recompute else 1))
                 pad = split_factor(rep, tensor)  # a padded vocabulary's rows
                 seconds = model.seconds(rep.nodes, hw, pad / (scale * tensor), recompute) + comm
                 act = model.activation_bytes(rep.nodes, pad / scale / tensor)
@@ -327,8 +329,8 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
         # Megatron's vocab split: each end its nodes over t, the region's all-reduces shared by its ends
         k = tensor / split_factor(r, tensor) if divisible else 1  # a padded vocabulary: V'/t rows per rank
         comm = split_cost(model, hw, r, scale, tensor).total_comm_s if divisible else 0.0
-        for s, c, m, a in pp.spread_over_ends(model, hw, parts, model.seconds(r.nodes, hw, 1 / (scale * k)), comm,
-                                              model.activation_bytes(r.nodes, 1 / (scale * k))):
+        for s, c, m, a in pipeline_cost.spread_over_ends(model, hw, parts, model.seconds(r.nodes, hw, 1 / (scale * k)),
+                                                         comm, model.activation_bytes(r.nodes, 1 / (scale * k))):
             stage_s[s] += c + m
             stage_comm[s] += m
             stage_act[s] += a
@@ -377,8 +379,8 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     stage_s = [s + 2 * hw.pipeline_action_s for s in stage_s]
     carried = [b / scale for b in shape.carried]
     inter_node = data * tensor >= hw.devices_per_node
-    sends = [cm.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
-             + (cm.all_gather_time(tensor, b / tensor, hw) if scatter_gather and tensor > 1 else 0.0)
+    sends = [cost_model.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
+             + (cost_model.all_gather_time(tensor, b / tensor, hw) if scatter_gather and tensor > 1 else 0.0)
              for b in carried]
     rank_s, rank_p2p, rank_comm = [], [], []
     for r in range(p):
@@ -387,18 +389,20 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
         rank_p2p.append(p2p)
         rank_comm.append(sum(stage_comm[s] for s in mine))
         rank_s.append(sum(stage_s[s] for s in mine) + p2p)
-    pipe_step, bubble = pp.step_time(rank_s, p, m, v)
+    pipe_step, bubble = pipeline_cost.step_time(rank_s, p, m, v)
     # gradients all-reduced over the data ranks after the last microbatch, tied ones
     # summed over their stages' ranks
-    data_s = max(cm.all_reduce_time(data, e * 4, hw, stride=tensor) for e in rank_params)
-    tied_s = cm.all_reduce_time(2, tied_elems * 4, hw, stride=data * tensor) if tied_elems else 0.0
+    data_s = max(cost_model.all_reduce_time(data, e * 4, hw, stride=tensor) for e in rank_params)
+    tied_s = cost_model.all_reduce_time(2, tied_elems * 4, hw, stride=data * tensor) if tied_elems else 0.0
     memory = []
     for r in range(p):
         mine = [c * p + r for c in range(v)]
         inputs = [carried[s - 1] if s > 0 else 0.0 for s in mine]
-        act = pp.activation_memory(schedule, p, m, v, r, [stage_act[s] for s in mine], inputs)
-        act_recompute = pp.activation_memory(schedule, p, m, v, r, [stage_act[s] for s in mine], inputs, True)
-        memory.append((cm.training_memory(rank_params[r], act), cm.training_memory(rank_params[r], act_recompute)))
+        saved = [stage_act[s] for s in mine]
+        act = pipeline_cost.activation_memory(schedule, p, m, v, r, saved, inputs)
+        act_recompute = pipeline_cost.activation_memory(schedule, p, m, v, r, saved, inputs, True)
+        memory.append((cost_model.training_memory(rank_params[r], act),
+                       cost_model.training_memory(rank_params[r], act_recompute)))
     slow = max(range(p), key=lambda r: rank_s[r])
     return PipelineNumbers(
         shape, p, v, m, schedule, data, tensor, scatter_gather, pipe_step + data_s + tied_s, bubble, stage_s, carried,
@@ -417,13 +421,12 @@ def with_zero(n: PipelineNumbers, zero: int, hw: Hardware, largest: float = 0.0)
     ``largest``: the two largest parameters' elements, ZeRO-3 holds them gathered."""
     if not zero or n.data == 1:
         return n
-    from autopar.strategies.shared import levers as L
     memory = []
     for params, (keep, again) in zip(n.rank_params, n.memory):
-        whole = cm.training_memory(params, 0.0)
-        sharded = L.state_bytes(params, n.data, zero, n.m, largest)
+        whole = cost_model.training_memory(params, 0.0)
+        sharded = levers.state_bytes(params, n.data, zero, n.m, largest)
         memory.append((keep - whole + sharded, again - whole + sharded))
-    data_s = max(L.zero_comm(e, n.data, n.tensor, zero, n.m, 0.0, hw) for e in n.rank_params)
+    data_s = max(levers.zero_comm(e, n.data, n.tensor, zero, n.m, 0.0, hw) for e in n.rank_params)
     step = n.step - n.data_s + data_s
     comm = {**n.comm_s, "data": n.comm_s["data"] - n.data_s + data_s}
     return dataclasses.replace(n, memory=memory, memory_bytes=max(mem[1 if n.recompute else 0] for mem in memory),
@@ -451,7 +454,7 @@ def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: Pip
     details = PipelineDetails(
         p, v, m, model.batch // (data * m), n.schedule, n.scatter_gather and tensor > 1, n.recompute,
         [r.id for r in part.blocks], list(part.assignment), (p - 1) / (v * m), n.bubble, n.stage_s, n.carried,
-        n.rank_s, [pp.in_flight(n.schedule, p, m, v, r) for r in range(p)], [mem for mem, _ in n.memory],
+        n.rank_s, [pipeline_cost.in_flight(n.schedule, p, m, v, r) for r in range(p)], [mem for mem, _ in n.memory],
         [mem for _, mem in n.memory],
         sorted(k for k, where in shape.param_stages.items() if len({s % p for s in where}) > 1))
     mesh = pipeline_mesh(n)

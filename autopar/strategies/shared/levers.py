@@ -45,7 +45,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import regions, tensor_spec
 from autopar.planning.model import GRADIENT_BUCKET_BYTES, exposed_data_comm
@@ -143,14 +143,14 @@ def zero_comm(params: float, data: int, tensor: int, zero: int, m: int, compute_
     grad_bytes = params * GRAD_BYTES
     if zero == 0:
         return exposed_data_comm(data, tensor, grad_bytes, compute_one, hw)
-    gather = cm.all_gather_time(data, grad_bytes / data, hw, stride=tensor)
+    gather = cost_model.all_gather_time(data, grad_bytes / data, hw, stride=tensor)
     if zero <= 2:
         reduce = (exposed_data_comm(data, tensor, grad_bytes, compute_one, hw) if zero == 1 else
-                  max(cm.reduce_scatter_time(data, grad_bytes, hw, stride=tensor) - compute_one * 2 / 3,
-                      cm.reduce_scatter_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=tensor)))
+                  max(cost_model.reduce_scatter_time(data, grad_bytes, hw, stride=tensor) - compute_one * 2 / 3,
+                      cost_model.reduce_scatter_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=tensor)))
         return reduce + gather
     forward = max(gather - compute_one / 3, 0.0)
-    backward = gather + cm.reduce_scatter_time(data, grad_bytes, hw, stride=tensor)
+    backward = gather + cost_model.reduce_scatter_time(data, grad_bytes, hw, stride=tensor)
     return m * (forward + backward)
 
 
