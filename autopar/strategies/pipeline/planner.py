@@ -43,7 +43,9 @@ from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
 from autopar.strategies.megatron.planner import (check_forced_batch, check_forced_sizes, price_mesh, rule_gaps,
                                                  split_cost)
-from autopar.strategies.mixed.planner import StagePlans, check_forced_stages, tensor_grids, widest_branching
+from autopar.strategies.mixed.pins import check_forced_stages
+from autopar.strategies.mixed.stages import StagePlans
+from autopar.strategies.mixed.structure import tensor_grids, widest_branching
 from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline import layout as parameter_layout
 from autopar.strategies.pipeline.stages import (StageError, blocks_of, boundary_values, parameter_stages,
@@ -197,7 +199,7 @@ class PipelineNumbers:
     memory_bytes: float         # the most of any rank, as the layout runs (recomputing or not)
     recompute: bool
     comm_s: dict[str, float]    # by group: tensor, pipeline (point-to-point and bubble), data
-    inner: object = None        # a mixed configuration's stage plans (mixed.planner.StagePlans)
+    inner: object = None        # a mixed configuration's stage plans (mixed.stages.StagePlans)
     rank_params: tuple = ()     # parameter elements per pipeline rank
     zero: int = 0               # ZeRO's stage over the data ranks (docs/memory.md)
 
@@ -362,7 +364,7 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     the step with its bubble (megatron §2.2), the data and tied-weight all-reduces, and
     memory per rank with and without recomputation. ``recompute``: the blocks' forward
     runs twice (megatron §3.5) and the memory that counts is the recomputing one.
-    ``inner``: a mixed configuration's :class:`~autopar.strategies.mixed.planner.StagePlans`
+    ``inner``: a mixed configuration's :class:`~autopar.strategies.mixed.stages.StagePlans`
     (each region its own family), which gives the stages' and ranks' figures instead."""
     stages = p * v
     # ranks sharing a host's cores: a stage computes only in its turn, on average a
