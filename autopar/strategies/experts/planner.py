@@ -49,12 +49,12 @@ import dataclasses
 import math
 
 from autopar.cost import model as cost_model
-from autopar.ir import regions as graph_regions, tensor_spec
-from autopar.planning.model import ModelFacts, exposed_data_comm
+from autopar.ir import regions as graph_regions
+from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Cost, Plan, RegionChoice, _in_stage, experts_form
 from autopar.planning.strategy import Pin, PlanError, Strategy, divisors
 from autopar.strategies.data.planner import DataParallel
-from autopar.strategies.experts.cost import dispatch_combine_time
+from autopar.strategies.experts.cost import LayerFigures, experts_data_comm, layer_figures
 from autopar.strategies.experts.layout import ExpertShard, place as place_experts, place_modules
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
@@ -141,71 +141,6 @@ def check_forced(model: ModelFacts, config: Strategy, data: int | None) -> None:
     if data is not None and p > 1 and data % p:
         raise PlanError(f"strategy: experts={p} does not divide the data degree {data}; the expert groups are "
                         f"{p} consecutive data ranks: give a data degree that is a multiple of {p}")
-
-
-@dataclasses.dataclass(frozen=True)
-class LayerFigures:
-    """One MoE region's predicted figures per rank and step under expert degree ``degree``."""
-    region: str
-    chains: tuple[str, ...]   # the experts' chain (a ModuleList: one per expert)
-    degree: int
-    experts: int
-    top_k: int
-    rows: float               # the rows the rank's experts process per step (uniform routing)
-    all_to_all_bytes: float   # the buffer of one all-to-all, per rank
-    all_to_all_s: float       # the 4 all-to-alls (dispatch and combine, forward and backward)
-    tensor_s: float           # Megatron's f and g around the experts when tensor-split
-    compute_s: float          # the experts' chain
-    gradient_s: float         # the experts' weights all-reduced over their replicas
-    params_before: float      # the chain's parameter elements on the rank in the base plan
-    params_after: float       # with expert parallelism
-    base_s: float             # the base plan's chain (compute, communication, its data all-reduce)
-
-    @property
-    def step_s(self) -> float:
-        return self.compute_s + self.all_to_all_s + self.tensor_s + self.gradient_s
-
-
-def layer_figures(model: ModelFacts, hw, region, chain_choice: list[RegionChoice], degree: int, data: int,
-                  tensor: int, microbatches: int = 1) -> LayerFigures:
-    """``region`` under ``degree`` beside what the base plan's rows of its experts'
-    chains (``chain_choice``) cost; with ``microbatches``, one microbatch's compute and
-    communication (the gradient all-reduce and the memory stay the step's)."""
-    d = region.details
-    spec = tensor_spec(model.table[d["input"]])
-    tokens, hidden = spec.shape[0] / (data * microbatches), spec.shape[-1]
-    itemsize = getattr(spec.dtype, "itemsize", 4)
-    rows = tokens * d["top_k"]
-    buffer = rows * hidden * itemsize
-    ids = d.get("chains", [d["chain"]])
-    chains = [r for r in model.regions if r.id in ids]
-    nodes = [n for c in chains for n in c.nodes]
-    params = sum(model.region_param_elems(c.id) for c in chains)
-    before = sum(model.region_param_elems(c.region) / (tensor if c.strategy == "megatron" else 1)
-                 for c in chain_choice)
-    inside = tensor if d.get("form") != "module_list" else 1   # separate modules run whole on each tensor rank
-    after = params / (degree * inside)
-    compute = model.seconds(nodes, hw, 1 / (data * microbatches * inside))
-    a2a = dispatch_combine_time(degree, buffer, hw)
-    tensor_s = 2 * cost_model.all_reduce_time(tensor, tokens * hidden * itemsize, hw) if inside > 1 else 0.0
-    gradient = cost_model.all_reduce_time(data // degree, after * 4, hw, stride=degree * tensor)
-    base = (sum(c.cost.compute_s + c.cost.total_comm_s for c in chain_choice)
-            + cost_model.all_reduce_time(data, before * 4, hw, stride=tensor))
-    return LayerFigures(region.id, tuple(ids), degree, d["experts"], d["top_k"], rows, buffer, a2a, tensor_s, compute,
-                        gradient, before, after, base)
-
-
-def experts_data_comm(params: float, layers: list[LayerFigures], data: int, tensor: int, compute: float,
-                      hw) -> float:
-    """The data group's exposed seconds per step with the MoE regions ``layers``
-    expert-parallel, ``params`` parameter elements on the rank: every gradient but the
-    experts' all-reduced over the data ranks, overlapped with backward
-    (:func:`autopar.planning.model.exposed_data_comm`), then the experts' over their
-    replicas in what of backward that leaves; ``compute``: one microbatch's seconds."""
-    rest = (params - sum(f.params_after for f in layers)) * 4
-    comm = exposed_data_comm(data, tensor, rest, compute, hw)
-    slack = max(0.0, compute * 2 / 3 - cost_model.all_reduce_time(data, rest, hw, stride=tensor))
-    return comm + max(0.0, sum(f.gradient_s for f in layers) - slack)
 
 
 def _mesh_of(config: Strategy) -> dict[str, int]:
@@ -516,4 +451,4 @@ class ExpertParallel(CompileHooks):
                 place_modules(builder, r.details["modules"], plan.experts)
 
 
-__all__ = ["ExpertParallel", "check_forced", "expert_degrees", "layer_figures", "moe_regions"]
+__all__ = ["ExpertParallel", "check_forced", "expert_degrees", "moe_regions"]
