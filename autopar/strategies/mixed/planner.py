@@ -7,7 +7,7 @@ group that every region may use its own way:
 * ``megatron``: split over the ``t`` ranks (megatron §2.3);
 * ``tensor3d``: split over the group viewed as AxoNN's ``Gx × Gy × Gz`` grid
   (axonn §III; one factorisation of ``t`` per plan, the configuration's; with ``Gz > 1``
-  the region splits its rows over z, :class:`RowsOverZ`);
+  the region splits its rows over z, :class:`~.options.RowsOverZ`);
 * ``dsp``: a multi-branch region's branches spread over the group, each rank a
   sub-grid (SUPER §III-B with ``g = t``; ``dsp.cost.dsp_tensor_cost``), or over ``g < t``
   sub-grids of ``t/g`` ranks whose branches' regions are Megatron-split inside their
