@@ -34,6 +34,7 @@ from autopar.planning.plan import MeshCandidate, Plan
 from autopar.planning.strategy import PlanError, Strategy
 from autopar.strategies.family import Family, PlanContext, Priced, rejected
 from autopar.strategies.registry import FAMILIES
+from autopar.strategies.shared.batch_norms import check_batch_norms
 
 __all__ = ["PlanError", "Progress", "Strategy", "plan_graph"]
 
@@ -244,7 +245,6 @@ def apply_levers(ctx: PlanContext, plan_: Plan) -> None:
                             f"sub-grid 0 run their branches on rows sub-grid 0 sends once per step); drop 'csub' "
                             f"or 'microbatches'")
         if m > 1:
-            from autopar.strategies.data.planner import check_batch_norms
             check_batch_norms(ctx.model, f"microbatches={m} accumulates gradients over parts of the batch")
         plan_.microbatches = m
     if levers.zero:

@@ -122,6 +122,12 @@ class LayoutBuilder:
         """The layout's name of the parameter the captured graphs call ``wrapper_name``."""
         return self._by_id[id(self.root.get_parameter(wrapper_name))].names[0]
 
+    @staticmethod
+    def module_name(wrapper_path: str) -> str:
+        """The layout's name of the module the captured wrapper calls ``wrapper_path``
+        (its parameters' names begin with it)."""
+        return layout_name(wrapper_path)
+
     def build(self) -> ParamLayout:
         return ParamLayout(self.seat, {name: p for p in self._by_id.values() for name in p.names}, self.loss_bucket)
 

@@ -287,6 +287,14 @@ def node_work(node: fx.Node, gm: fx.GraphModule) -> NodeWork:
     return work
 
 
+def node_flops(gm: fx.GraphModule, node: fx.Node) -> int:
+    """Forward FLOPs of ``node`` when it is a matmul-like op (linear, matmul, convolution,
+    attention core), else 0 (:func:`node_work` does the counting): what the fork/join and
+    repeated-block passes record and the pipeline balances its stages by."""
+    work = node_work(node, gm)
+    return work.flops if work.is_matmul else 0
+
+
 def _count(node: fx.Node, gm: fx.GraphModule) -> NodeWork:
     if node.op not in ("call_function", "call_method", "call_module"):
         return NO_WORK

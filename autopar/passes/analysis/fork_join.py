@@ -4,8 +4,8 @@ One value, the *fork*, feeds k >= 2 independent branches that each compute (a li
 matmul or convolution) and meet again in a sum or a concat, the *join*. D&SP and
 D&SP-cSub (super-subgraph-parallelism) run such branches on separate sub-grids; this pass
 records the branches, how they are joined, and each branch's FLOPs and parameter count.
-The module also holds the per-node cost helpers the analysis passes share,
-:func:`node_flops` and :func:`node_parameters`.
+A branch's FLOPs are its nodes' :func:`autopar.passes.analysis.flops.node_flops`, its
+parameters those its nodes read (:func:`node_parameters`).
 
 Example (an Inception-style block on ``x: [2, 3, 4, 4]``, symbolic_trace)::
 
@@ -25,7 +25,7 @@ from autopar.ir import SPEC, Region, TensorSpec, add_region, clear_regions, regi
 from autopar.passes.manager import examining
 from autopar.passes.analysis.naming import RegionNames
 from autopar.passes.analysis.ops import CONCAT_FUNCTIONS
-from autopar.passes.analysis.flops import node_work
+from autopar.passes.analysis.flops import node_flops
 
 log = logging.getLogger("autopar.analysis.fork_join")
 aten = torch.ops.aten
@@ -40,14 +40,7 @@ STACK_FUNCTIONS = {torch.stack} | _overloads(aten.stack)
 SUM_FUNCTIONS = {torch.sum} | _overloads(aten.sum)
 
 
-# ---------------------------------------------------------------- per-node cost
-
-
-def node_flops(gm: fx.GraphModule, node: fx.Node) -> int:
-    """Forward FLOPs of ``node`` when it is a matmul-like op (linear, matmul, convolution,
-    attention core), else 0 — :func:`autopar.passes.analysis.flops.node_work` does the counting."""
-    work = node_work(node, gm)
-    return work.flops if work.is_matmul else 0
+# ---------------------------------------------------------------- per-node parameters
 
 
 def node_parameters(gm: fx.GraphModule, node: fx.Node, dynamic: set[fx.Node],

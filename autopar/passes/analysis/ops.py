@@ -338,3 +338,35 @@ def reshape_target(node: fx.Node) -> list | None:
     if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
         shape = shape[0]
     return list(shape)
+
+
+# batch norm's arguments by spelling: (input, weight, bias, running_mean, running_var,
+# training, momentum, eps) as positions in the call, with the defaults
+_BN_ATEN = _targets("batch_norm")
+_BN_ORDER = {"aten": (0, 1, 2, 3, 4, 5, 6, 7), "functional": (0, 3, 4, 1, 2, 5, 6, 7)}
+_BN_NAMES = ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps")
+_BN_DEFAULTS = {"weight": None, "bias": None, "training": False, "momentum": 0.1, "eps": 1e-5}
+
+
+def batch_norm_arguments(node: fx.Node) -> dict | None:
+    """The arguments of a batch norm that normalises over the batch (training mode, or
+    no running statistics), by name, or None when ``node`` is not one. Module calls give
+    ``module`` (the ``nn.BatchNorm*d``) and its attributes' names instead of nodes."""
+    if node.op == "call_module":
+        module = node.graph.owning_module.get_submodule(node.target)
+        if not isinstance(module, nn.modules.batchnorm._BatchNorm):
+            return None
+        if not (module.training or module.running_mean is None):
+            return None
+        return {"module": module, "input": node.args[0] if node.args else node.kwargs["input"]}
+    if node.op != "call_function" or not (node.target is F.batch_norm or node.target in _BN_ATEN):
+        return None
+    order = _BN_ORDER["functional" if node.target is F.batch_norm else "aten"]
+    values = dict(_BN_DEFAULTS)
+    for name, position in zip(_BN_NAMES, order):
+        if position < len(node.args):
+            values[name] = node.args[position]
+    values.update({k: v for k, v in node.kwargs.items() if k in _BN_NAMES})
+    if not (values["training"] or values.get("running_mean") is None):
+        return None
+    return values

@@ -28,7 +28,7 @@ import torch.fx as fx
 from autopar._torch_compat import is_aten_op
 from autopar.ir import SPEC, Region, add_region, clear_regions, regions
 from autopar.passes.manager import examining
-from autopar.passes.analysis.fork_join import node_flops
+from autopar.passes.analysis.flops import node_flops
 from autopar.passes.analysis.naming import module_paths, user_path
 
 log = logging.getLogger("autopar.analysis.repeated_blocks")

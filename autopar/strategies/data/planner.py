@@ -6,38 +6,17 @@ over ``world`` batch shards plus the exposed gradient all-reduce (axonn eq 3), m
 16 bytes per parameter plus the activations — offered as its own family so that
 ``Plan.why_not("data")`` and a forced ``"data"`` name it. It is infeasible only when the
 world does not divide the batch or the model does not fit one device's memory.
-
-:func:`batch_norms` is a fact of this family the others read: batch norms that normalise
-over the rows they see in training mode are exact only when the whole batch is
-synchronised at once (data parallelism with ``sync_batch_norm``), so D&SP and pipelines
-(microbatches, branches on other rows) do not plan them.
+Batch norms that normalise over the batch are exact here: the data pass synchronises
+them over the data ranks (:mod:`autopar.strategies.shared.batch_norms`).
 """
 from __future__ import annotations
 
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
-from autopar.planning.strategy import PlanError
-from autopar.strategies.data.batch_norms import batch_norm_arguments
 from autopar.strategies.data.rewrite import data_parallel_pass
 from autopar.strategies.data.zero import ZeroRuntime, zero_pass
 from autopar.strategies.family import DATA, ZERO, RankBuild, RankPass
 from autopar.strategies.megatron.planner import DataTensor
-
-
-def batch_norms(model: ModelFacts) -> list[str]:
-    """The nodes of batch norms that normalise over the batch (training mode)."""
-    return model.fact("data.batch_norms",
-                      lambda: [n.name for n in model.gm.graph.nodes if batch_norm_arguments(n) is not None])
-
-
-def check_batch_norms(model: ModelFacts, how: str) -> None:
-    """Raise for a forced strategy that runs batch norms on part of the batch (``how``
-    it does)."""
-    if batch_norms(model):
-        raise PlanError(f"strategy: {how}, and batch norm {batch_norms(model)[0]} normalises over the rows it sees "
-                        f"in training mode, so the result would differ from single-device training; use data and "
-                        f"tensor parallelism (autopar synchronises batch norm over the data ranks), or "
-                        f"GroupNorm/LayerNorm")
 
 
 class DataParallel(DataTensor):

@@ -19,7 +19,7 @@ run on sub-grid 0 only (cSub). A configuration's step is
 ``"auto"`` weighs every ``g`` dividing the world up to the fewest branches of any
 region, both rank orders, D&SP and cSub (cSub only for graphs torch.export captured,
 whose branch ops have the batch baked in); never for a model with batch-normalising
-batch norms (:func:`autopar.strategies.data.planner.batch_norms`).
+batch norms (:func:`autopar.strategies.shared.batch_norms.batch_norms`).
 """
 from __future__ import annotations
 
@@ -28,20 +28,20 @@ from dataclasses import dataclass
 
 import torch.fx as fx
 
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE, regions, tensor_spec
 from autopar.planning.model import ModelFacts, exposed_data_comm
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.strategies.shared import levers as L
-from autopar.strategies.data.planner import batch_norms, check_batch_norms
-from autopar.strategies.dsp.cost import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
 from autopar.strategies.dsp import layout as dsp_layout
+from autopar.strategies.dsp.cost import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
 from autopar.strategies.dsp.rewrite import csub_branch_program, heads_unsplittable, subgraph_parallel_pass
 from autopar.strategies.family import (BRANCHES, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected)
 from autopar.strategies.megatron.planner import check_forced_sizes, judge, price_mesh
+from autopar.strategies.shared import levers
+from autopar.strategies.shared.batch_norms import batch_norms, check_batch_norms
 
 
 def _branch_parameters(gm: fx.GraphModule, names: list[str]) -> list[str]:
@@ -176,7 +176,8 @@ def price_subgraph(model: ModelFacts, hw: Hardware, data: int, g: int, topology_
         details.update(intra_node_messages=messages.intra_node, inter_node_messages=messages.inter_node)
         replaced[r.id] = common
         choices.append(RegionChoice(
-            r.id, r.kind, "dsp", Cost(cost.compute_s, dict(cost.comm_s), cm.training_memory(params_per_rank, 0.0)),
+            r.id, r.kind, "dsp",
+            Cost(cost.compute_s, dict(cost.comm_s), cost_model.training_memory(params_per_rank, 0.0)),
             {"data": dp}, f"{name} over {g} sub-grids ({order} order); branches {share}; {counted}", details))
     return choices, replaced
 
@@ -314,10 +315,10 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable) -> tuple
     def data_comm(one, zero, m, compute):
         return exposed_data_comm(common, stride, (one.param_elems - branch_elems) * 4, compute, hw)
 
-    space = L.LeverSpace(rows=model.batch // common, data=config.data, split=1,
-                         at=lambda m: L.scaled(table, m), data_comm=data_comm, zero_stages=(0,),
-                         accumulate=not config.csub and not batch_norms(model))
-    return L.weigh(ctx, config, table, space)
+    space = levers.LeverSpace(rows=model.batch // common, data=config.data, split=1,
+                              at=lambda m: levers.scaled(table, m), data_comm=data_comm, zero_stages=(0,),
+                              accumulate=not config.csub and not batch_norms(model))
+    return levers.weigh(ctx, config, table, space)
 
 
 def plan_uses_dsp(plan: Plan) -> bool:

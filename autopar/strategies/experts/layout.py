@@ -87,10 +87,9 @@ def place_modules(builder, modules: list[str], degree: int) -> None:
     ``e // (E/P)`` of each expert group (its home there: ``full_state_dict`` broadcasts
     them from it), reduced over ``expert_replica`` over the data degree, their norm
     summed over the expert group."""
-    from autopar.trace.capture import layout_name
     data, place = builder.plan.degree("data"), builder.seat.coords.get("experts", 0)
     per_rank = len(modules) // degree
-    prefixes = [(layout_name(path) + ".", e // per_rank) for e, path in enumerate(modules)]
+    prefixes = [(builder.module_name(path) + ".", e // per_rank) for e, path in enumerate(modules)]
     for name in builder.names():
         owner = next((o for prefix, o in prefixes if name.startswith(prefix)), None)
         if owner is None:

@@ -48,19 +48,22 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from autopar.cost import model as cm
-from autopar.ir import regions as graph_regions, tensor_spec
-from autopar.planning.model import ModelFacts, exposed_data_comm
+from autopar.cost import model as cost_model
+from autopar.ir import regions as graph_regions
+from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Cost, Plan, RegionChoice, _in_stage, experts_form
 from autopar.planning.strategy import Pin, PlanError, Strategy, divisors
+from autopar.strategies.data.planner import DataParallel
 from autopar.strategies.experts.collectives import ExpertsRankRuntime
-from autopar.strategies.experts.cost import dispatch_combine_time
+from autopar.strategies.experts.cost import LayerFigures, experts_data_comm, layer_figures
 from autopar.strategies.experts.layout import ExpertShard, place as place_experts, place_modules
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
-from autopar.strategies.megatron.planner import price_mesh
-from autopar.strategies.shared import levers as L
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        rejected, too_big)
+from autopar.strategies.megatron.planner import Megatron, price_mesh
+from autopar.strategies.pipeline.planner import Pipeline, pipeline_label, pipeline_layout, pipeline_mesh
+from autopar.strategies.shared import levers
+from autopar.strategies.shared.batch_norms import batch_norms
 
 BASES = ("data", "megatron")  # the families whose configurations "auto" weighs with experts
 PIPELINES_AT = 3  # and the fastest pipelines: weighing every layout would multiply the pipeline search
@@ -90,10 +93,12 @@ def expert_degrees(model: ModelFacts, data: int) -> list[int]:
     return [p for p in divisors(g) if p > 1]
 
 
+_BASE_FAMILIES = {family.name: family for family in (DataParallel(), Megatron(), Pipeline())}
+
+
 def _base_family(config: Strategy):
-    from autopar.strategies.registry import FAMILIES
-    name = "pipeline" if config.pipeline > 1 else ("megatron" if (config.tensor or 1) > 1 else "data")
-    return next(f for f in FAMILIES if f.name == name)
+    """The family whose plan a configuration with experts rides on."""
+    return _BASE_FAMILIES["pipeline" if config.pipeline > 1 else ("megatron" if (config.tensor or 1) > 1 else "data")]
 
 
 def _matches(pattern: str, region) -> bool:
@@ -137,71 +142,6 @@ def check_forced(model: ModelFacts, config: Strategy, data: int | None) -> None:
     if data is not None and p > 1 and data % p:
         raise PlanError(f"strategy: experts={p} does not divide the data degree {data}; the expert groups are "
                         f"{p} consecutive data ranks: give a data degree that is a multiple of {p}")
-
-
-@dataclasses.dataclass(frozen=True)
-class LayerFigures:
-    """One MoE region's predicted figures per rank and step under expert degree ``degree``."""
-    region: str
-    chains: tuple[str, ...]   # the experts' chain (a ModuleList: one per expert)
-    degree: int
-    experts: int
-    top_k: int
-    rows: float               # the rows the rank's experts process per step (uniform routing)
-    all_to_all_bytes: float   # the buffer of one all-to-all, per rank
-    all_to_all_s: float       # the 4 all-to-alls (dispatch and combine, forward and backward)
-    tensor_s: float           # Megatron's f and g around the experts when tensor-split
-    compute_s: float          # the experts' chain
-    gradient_s: float         # the experts' weights all-reduced over their replicas
-    params_before: float      # the chain's parameter elements on the rank in the base plan
-    params_after: float       # with expert parallelism
-    base_s: float             # the base plan's chain (compute, communication, its data all-reduce)
-
-    @property
-    def step_s(self) -> float:
-        return self.compute_s + self.all_to_all_s + self.tensor_s + self.gradient_s
-
-
-def layer_figures(model: ModelFacts, hw, region, chain_choice: list[RegionChoice], degree: int, data: int,
-                  tensor: int, microbatches: int = 1) -> LayerFigures:
-    """``region`` under ``degree`` beside what the base plan's rows of its experts'
-    chains (``chain_choice``) cost; with ``microbatches``, one microbatch's compute and
-    communication (the gradient all-reduce and the memory stay the step's)."""
-    d = region.details
-    spec = tensor_spec(model.table[d["input"]])
-    tokens, hidden = spec.shape[0] / (data * microbatches), spec.shape[-1]
-    itemsize = getattr(spec.dtype, "itemsize", 4)
-    rows = tokens * d["top_k"]
-    buffer = rows * hidden * itemsize
-    ids = d.get("chains", [d["chain"]])
-    chains = [r for r in model.regions if r.id in ids]
-    nodes = [n for c in chains for n in c.nodes]
-    params = sum(model.region_param_elems(c.id) for c in chains)
-    before = sum(model.region_param_elems(c.region) / (tensor if c.strategy == "megatron" else 1)
-                 for c in chain_choice)
-    inside = tensor if d.get("form") != "module_list" else 1   # separate modules run whole on each tensor rank
-    after = params / (degree * inside)
-    compute = model.seconds(nodes, hw, 1 / (data * microbatches * inside))
-    a2a = dispatch_combine_time(degree, buffer, hw)
-    tensor_s = 2 * cm.all_reduce_time(tensor, tokens * hidden * itemsize, hw) if inside > 1 else 0.0
-    gradient = cm.all_reduce_time(data // degree, after * 4, hw, stride=degree * tensor)
-    base = (sum(c.cost.compute_s + c.cost.total_comm_s for c in chain_choice)
-            + cm.all_reduce_time(data, before * 4, hw, stride=tensor))
-    return LayerFigures(region.id, tuple(ids), degree, d["experts"], d["top_k"], rows, buffer, a2a, tensor_s, compute,
-                        gradient, before, after, base)
-
-
-def experts_data_comm(params: float, layers: list[LayerFigures], data: int, tensor: int, compute: float,
-                      hw) -> float:
-    """The data group's exposed seconds per step with the MoE regions ``layers``
-    expert-parallel, ``params`` parameter elements on the rank: every gradient but the
-    experts' all-reduced over the data ranks, overlapped with backward
-    (:func:`autopar.planning.model.exposed_data_comm`), then the experts' over their
-    replicas in what of backward that leaves; ``compute``: one microbatch's seconds."""
-    rest = (params - sum(f.params_after for f in layers)) * 4
-    comm = exposed_data_comm(data, tensor, rest, compute, hw)
-    slack = max(0.0, compute * 2 / 3 - cm.all_reduce_time(data, rest, hw, stride=tensor))
-    return comm + max(0.0, sum(f.gradient_s for f in layers) - slack)
 
 
 def _mesh_of(config: Strategy) -> dict[str, int]:
@@ -311,7 +251,6 @@ class ExpertParallel(CompileHooks):
         (:func:`autopar.strategies.shared.levers.weigh`, without ZeRO): the base may need
         more memory than the device has, which the experts' ``(1 − 1/P)`` saving and the
         levers may bring within it."""
-        from autopar.strategies.data.planner import batch_norms
         model, hw = ctx.model, ctx.hw
         base_config = config.base()
         data, tensor = base_config.data, base_config.tensor
@@ -338,11 +277,11 @@ class ExpertParallel(CompileHooks):
             return self._experts_table(ctx, config, one, taken, data, tensor, m)
 
         layers = [f for f, take, _ in picked if take]
-        space = L.LeverSpace(
+        space = levers.LeverSpace(
             rows=model.batch // data, data=data, split=tensor, at=at,
             data_comm=lambda one, z, m, compute: experts_data_comm(one.param_elems, layers, data, tensor, compute, hw),
             zero_stages=(0,), accumulate=not batch_norms(model))
-        table, levered = L.weigh(ctx, config, at(1), space)
+        table, levered = levers.weigh(ctx, config, at(1), space)
         figures = dict(step_s=table.step_s, memory_bytes=table.total.memory_bytes, comm_s=dict(table.total.comm_s),
                        form=form)
         why = too_big(table.total.memory_bytes, hw, table.note)
@@ -378,7 +317,7 @@ class ExpertParallel(CompileHooks):
             saved += f.params_before - f.params_after
             layers.append(f)
         comm["data"] = experts_data_comm(params, layers, data, tensor, compute, ctx.hw)
-        memory = one.total.memory_bytes - cm.training_memory(saved, 0)
+        memory = one.total.memory_bytes - cost_model.training_memory(saved, 0)
         return dataclasses.replace(one, total=Cost(compute, comm, memory), step_s=compute + sum(comm.values()),
                                    param_elems=params)
 
@@ -388,7 +327,6 @@ class ExpertParallel(CompileHooks):
         count and recomputation searched with the experts' memory saving counted; the
         base schedule's step plus each layer's all-to-alls, lengthened as the schedule
         lengthens a stage's work (``(m + p − 1)/m`` of a stage's share, megatron §2.2)."""
-        from autopar.strategies.pipeline.planner import pipeline_label, pipeline_layout, pipeline_mesh
         model = ctx.model
         base_config = config.base()
         form = experts_form(pipeline_label(base_config), config.experts)
@@ -408,9 +346,10 @@ class ExpertParallel(CompileHooks):
         if not taken:   # every region pinned whole: the base pipeline's plan again, not listed twice
             return dataclasses.replace(rejected(self.name, config, mesh, "no MoE region is expert-parallel",
                                                 form=form), listed=False)
-        saved = cm.training_memory(sum(f.params_before - f.params_after for f in taken) / p, 0)
-        levers = dataclasses.replace(ctx.levers or Strategy(levers_only=True), zero=0)
-        base_ctx = dataclasses.replace(ctx, forced=base_config if ctx.forced is not None else None, levers=levers)
+        saved = cost_model.training_memory(sum(f.params_before - f.params_after for f in taken) / p, 0)
+        without_zero = dataclasses.replace(ctx.levers or Strategy(levers_only=True), zero=0)
+        base_ctx = dataclasses.replace(ctx, forced=base_config if ctx.forced is not None else None,
+                                       levers=without_zero)
         base = family.price(base_ctx, base_config, allowance=saved)
         if not base.feasible:
             memory = base.memory_bytes - saved if base.memory_bytes is not None else None
@@ -456,7 +395,7 @@ class ExpertParallel(CompileHooks):
                     chain.strategy = "experts"
                     chain.reason = f"expert parallel ({f.region})"
                     chain.cost = Cost(f.compute_s, {"tensor": f.tensor_s} if f.tensor_s else {},
-                                      cm.training_memory(f.params_after, 0)) if i == 0 else Cost()
+                                      cost_model.training_memory(f.params_after, 0)) if i == 0 else Cost()
                     chain.details = {**where, "layer": f.region}
             groups = config.experts
             region = found[f.region].details
@@ -517,4 +456,4 @@ class ExpertParallel(CompileHooks):
         return ExpertsRankRuntime(plan)
 
 
-__all__ = ["ExpertParallel", "check_forced", "expert_degrees", "layer_figures", "moe_regions"]
+__all__ = ["ExpertParallel", "check_forced", "expert_degrees", "moe_regions"]

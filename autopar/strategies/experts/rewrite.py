@@ -36,12 +36,13 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from autopar.ir import PARAM_SHARDS, SPEC, Region, regions
 from autopar.passes.analysis.experts import activation_argument, gated
 from autopar.passes.analysis.ops import match_linear
-from autopar.ir import SPEC, Region, regions
 from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
 from autopar.runtime.groups import group_rank
 from autopar.strategies.experts.collectives import combine, dispatch, record_load
+from autopar.strategies.experts.layout import ExpertShard
 
 
 def _project(x: torch.Tensor, weight: torch.Tensor, layout: str) -> torch.Tensor:
@@ -160,7 +161,6 @@ def expert_shards(gm: fx.GraphModule, region: Region, tensor: bool) -> dict:
     width (gate and up blocks, or a contiguous cut when they alternate: each gate beside
     its up) and its bias alike, and the down projection's input width over the tensor
     group (its bias, of the output width, whole on every tensor rank)."""
-    from autopar.strategies.experts.layout import ExpertShard
     if region.details.get("form") == "module_list":
         return {}   # whole modules, held by their rank (strategies/experts/layout.place_modules)
     up, down, _ = expert_weights(gm, region)
@@ -233,7 +233,6 @@ def expert_parallel_regions_pass(gm: fx.GraphModule, *, regions_: list[str], gro
                                  tensor: str | None = None, place: int = 0, degree: int = 1) -> fx.GraphModule:
     """A rank program's pass: :func:`expert_parallel_pass` on each of the plan's expert
     parallel regions (by id) this graph holds (a pipeline stage holds some)."""
-    from autopar.strategies.megatron.rewrite import PARAM_SHARDS
     found = {r.id: r for r in regions(gm, "experts")}
     made = gm.meta.setdefault(PARAM_SHARDS, {})   # the other split passes record theirs too
     for rid in regions_:

@@ -33,17 +33,18 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
+from autopar.passes.manager import pass_disabled
 from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab, padding_details, region_sizes,
                                     split_factor)
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.passes.manager import pass_disabled
-from autopar.strategies.shared import levers as L
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected, too_big)
 from autopar.strategies.megatron.rewrite import planned_param_shards, regions_without_rules, tensor_parallel_pass
+from autopar.strategies.shared import levers
+from autopar.strategies.shared.batch_norms import batch_norms
 
 log = logging.getLogger("autopar.planning")
 
@@ -95,7 +96,7 @@ def split_cost(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, recom
     compute over ``data·tensor`` and g's forward and f's backward all-reduce of its
     boundary activation (megatron §2.3, axonn eq 3; 3 of them recomputing, §3.5). A
     padded vocabulary computes its ``V'/t`` rows per rank (:func:`split_factor`)."""
-    comm = 2 * cm.all_reduce_time(tensor, model.boundary[r.id] / data, hw) * (1.5 if recompute else 1)
+    comm = 2 * cost_model.all_reduce_time(tensor, model.boundary[r.id] / data, hw) * (1.5 if recompute else 1)
     scale = split_factor(r, tensor) / (data * tensor)
     return Cost(model.seconds(r.nodes, hw, scale, recompute), {"tensor": comm}, 0.0)
 
@@ -150,7 +151,7 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
             split_param_elems += params
         act = model.activation_bytes(r.nodes, pad / data / (tensor if split else 1))
         activations += act
-        choice.cost.memory_bytes = cm.training_memory(params / tensor if split else params, act)
+        choice.cost.memory_bytes = cost_model.training_memory(params / tensor if split else params, act)
         compute += choice.cost.compute_s
         tensor_comm += choice.cost.comm_s.get("tensor", 0.0)
         choices.append(choice)
@@ -163,10 +164,10 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
     outside_act = model.activation_bytes(outside, 1 / data)
     activations += outside_act
     exposed = exposed_data_comm(data, tensor, local_params * 4, compute, hw)
-    memory = cm.training_memory(local_params, activations)
+    memory = cost_model.training_memory(local_params, activations)
     outside_params = total_params - sum(model.region_param_elems(r.id) for r in model.regions)
     choices.append(RegionChoice("(outside regions)", "-", "replicate",
-                                Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
+                                Cost(outside_compute, {}, cost_model.training_memory(outside_params, outside_act)),
                                 {}, "not in a splittable region"))
     total = Cost(compute, {"tensor": tensor_comm, "data": exposed}, memory)
     return RegionTable(choices, total, compute + tensor_comm + exposed, local_params, activations,
@@ -266,15 +267,14 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: in
     """The configuration with the memory levers (docs/memory.md) it runs with
     (:func:`autopar.strategies.shared.levers.weigh`): each microbatch count re-priced by
     :func:`price_mesh` at one microbatch's rows; ZeRO over the data ranks."""
-    from autopar.strategies.data.planner import batch_norms  # the data family builds on this module
     model, hw = ctx.model, ctx.hw
     split = any(c.strategy == "megatron" for c in table.regions)
-    space = L.LeverSpace(
+    space = levers.LeverSpace(
         rows=model.batch // data, data=data, split=tensor,
         at=lambda m: price_mesh(model, hw, data * m, tensor, split),
-        data_comm=lambda one, z, m, compute: L.zero_comm(one.param_elems, data, tensor, z, m, compute, hw),
+        data_comm=lambda one, z, m, compute: levers.zero_comm(one.param_elems, data, tensor, z, m, compute, hw),
         accumulate=not batch_norms(model))
-    return L.weigh(ctx, config, table, space)
+    return levers.weigh(ctx, config, table, space)
 
 
 def split_groups(plan: Plan, stage: int | None = None, subgrid: int | None = None) -> list[tuple]:

@@ -6,7 +6,7 @@ interleaved 1F1B), a microbatch count ``m`` and whether the blocks recompute the
 activations (megatron §3.5). The graph is cut between repeated blocks, balanced by FLOPs
 (:func:`autopar.strategies.pipeline.stages.partition`); what no degree changes (the
 cut, the carried bytes, each stage's regions grouped by class) is found once per stage
-count (:class:`PipelineShape`). Per configuration (:func:`pipeline_numbers`):
+count (:class:`~autopar.strategies.pipeline.shape.PipelineShape`). Per configuration (:func:`pipeline_numbers`):
 
     per stage, seconds per microbatch of ``B/(d·m)`` rows: each region priced once per
     class, split Megatron-style where the tensor degree divides (2 all-reduces of its
@@ -33,104 +33,28 @@ import dataclasses
 import logging
 from dataclasses import asdict, dataclass
 
-from autopar.passes.analysis.fork_join import node_flops
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
-from autopar.ir import CAPTURE, tensor_spec
+from autopar.ir import CAPTURE
 from autopar.planning.model import ModelFacts, region_sizes, split_factor
 from autopar.planning.plan import Cost, Plan, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.strategies.data.planner import batch_norms, check_batch_norms
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
-from autopar.strategies.megatron.planner import (check_forced_batch, check_forced_sizes, price_mesh, rule_gaps,
-                                                 split_cost)
-from autopar.strategies.mixed.planner import StagePlans, check_forced_stages, tensor_grids, widest_branching
-from autopar.strategies.pipeline import cost as pp
+from autopar.strategies.megatron.planner import check_forced_batch, check_forced_sizes, price_mesh, split_cost
+from autopar.strategies.mixed.pins import check_forced_stages
+from autopar.strategies.mixed.stages import StagePlans
+from autopar.strategies.mixed.structure import tensor_grids, widest_branching
+from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline import layout as parameter_layout
 from autopar.strategies.pipeline.program import PipelineRankRuntime, pipeline_rank_code
-from autopar.strategies.pipeline.stages import (StageError, blocks_of, boundary_values, parameter_stages,
-                                                partition)
+from autopar.strategies.pipeline.shape import PipelineShape, pipeline_shape
+from autopar.strategies.pipeline.stages import blocks_of
+from autopar.strategies.shared import levers
+from autopar.strategies.shared.batch_norms import batch_norms, check_batch_norms
 
 log = logging.getLogger("autopar.planning")
 
 MIXED_AT = 3  # "auto" weighs pipelines of mixed stages at this many of the fastest pipeline layouts
-
-
-class PipelineShape:
-    """What pricing a pipeline of ``stages`` stages needs that no degree changes: the
-    partition, which stage reads each parameter, the carried bytes at the full batch,
-    each stage's nodes outside regions and its regions grouped by class (identical
-    blocks priced once), and the regions kept whole (tied across stages)."""
-
-    def __init__(self, model: ModelFacts, stages: int):
-        flops = model.fact("pipeline.node_flops",
-                           lambda: {n.name: float(node_flops(model.gm, n)) for n in model.gm.graph.nodes})
-        self.part = part = partition(model.gm, stages, flops=flops)
-        self.param_stages = parameter_stages(model.gm, part)
-        self.keep_whole: dict[str, str] = dict(rule_gaps(model))
-        names_of: dict[str, list[str]] = {}
-        for n, rid in model.param_region.items():
-            names_of.setdefault(rid, []).append(n)
-        for r in model.regions:
-            names = names_of.get(r.id, [])
-            spread = sorted(set().union(*(self.param_stages.get(n, set()) for n in names)) if names else set())
-            # a vocabulary split on the stages that compute its ends keeps the tie; one whose
-            # weight another stage reads outside the region stays whole
-            ends = {part.stage_of[n] for n in r.nodes if n in part.stage_of}
-            if len(spread) > 1 and not (r.kind == "vocab" and set(spread) <= ends):
-                self.keep_whole[r.id] = (f"its parameters are read by pipeline stages {spread} (tied); kept whole so "
-                                         f"that every stage holds them the same way")
-        # per region its stage; a tied embedding and head (a vocab region both ends of the
-        # pipeline compute) every stage it spans, with its nodes there: split over the
-        # vocabulary on each, the same rows of the tied weight (megatron §2.3), whose
-        # gradient the tied group sums
-        self.region_stage: dict[str, int | list[int]] = {}
-        self.spanning: list[tuple[object, dict[int, list[str]]]] = []  # (region, its nodes per stage)
-        groups: list[dict] = [{} for _ in range(stages)]
-        for r in model.regions:
-            spans = sorted({part.stage_of[n] for n in r.nodes if n in part.stage_of})
-            if len(spans) > 1:
-                self.region_stage[r.id] = spans
-                self.spanning.append((r, {s: [n for n in r.nodes if part.stage_of.get(n) == s] for s in spans}))
-                continue
-            self.region_stage[r.id] = part.stage_of.get(r.nodes[0], 0)
-            key = (model.region_class[r.id], r.id in self.keep_whole)
-            rep, count = groups[self.region_stage[r.id]].get(key, (r, 0))
-            groups[self.region_stage[r.id]][key] = (rep, count + 1)
-        in_region = {name for r in model.regions for name in r.nodes}
-        self.outside = [tuple(n for n in part.nodes_of(s) if n not in in_region) for s in range(stages)]
-        self.outside_all = tuple(n for n in part.stage_of if n not in in_region)
-        self.groups = [list(g.values()) for g in groups]
-        # parameters grouped by (stages reading them, the split sizes of their region if it
-        # can be split, None if not; its vocabulary, which is padded where t does not divide
-        # it): what a rank holds is a sum over a few groups
-        params: dict[tuple, float] = {}
-        split_of = {r.id: (tuple(region_sizes(r)), r.details.get("vocab_size") if r.kind == "vocab" else None)
-                    for r in model.regions if r.id not in self.keep_whole}
-        for pname, where in self.param_stages.items():
-            if pname not in model.params:
-                continue
-            rid = model.param_region.get(pname)
-            key = (tuple(sorted(where)), *split_of.get(rid, (None, None)))
-            params[key] = params.get(key, 0.0) + model.params[pname].numel()
-        self.params = [(where, sizes, vocab, elems) for (where, sizes, vocab), elems in params.items()]
-        table = model.table
-        self.carried = [float(sum(tensor_spec(table[v]).nbytes for v in values if tensor_spec(table[v]) is not None))
-                        for values in boundary_values(model.gm, part)]
-
-
-def pipeline_shape(model: ModelFacts, stages: int) -> PipelineShape:
-    """The shape of a ``stages``-stage pipeline, found once per model and stage count;
-    raises :class:`PlanError` when the graph cannot be cut that way."""
-    cache = model.memo("pipeline.shapes")
-    if stages not in cache:
-        try:
-            cache[stages] = PipelineShape(model, stages)
-        except StageError as e:
-            cache[stages] = PlanError(str(e))
-    if isinstance(cache[stages], PlanError):
-        raise cache[stages]
-    return cache[stages]
 
 
 def pipeline_options(model: ModelFacts, world: int) -> list[Strategy]:
@@ -197,7 +121,7 @@ class PipelineNumbers:
     memory_bytes: float         # the most of any rank, as the layout runs (recomputing or not)
     recompute: bool
     comm_s: dict[str, float]    # by group: tensor, pipeline (point-to-point and bubble), data
-    inner: object = None        # a mixed configuration's stage plans (mixed.planner.StagePlans)
+    inner: object = None        # a mixed configuration's stage plans (mixed.stages.StagePlans)
     rank_params: tuple = ()     # parameter elements per pipeline rank
     zero: int = 0               # ZeRO's stage over the data ranks (docs/memory.md)
 
@@ -254,7 +178,7 @@ def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, l
                             f"of the pipeline ranks (megatron §2.2.2); microbatches={m} is not a multiple of "
                             f"pipeline={p}")
         return [m]
-    counts = pp.microbatch_choices(local, p, v, schedule)
+    counts = pipeline_cost.microbatch_choices(local, p, v, schedule)
     if not counts:
         raise PlanError(f"strategy: the interleaved schedule needs a microbatch count that is a multiple of "
                         f"pipeline={p} and divides the batch of each data rank ({local}); give a batch that "
@@ -310,7 +234,8 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
             divisible = tensor > 1 and rep.id not in shape.keep_whole and \
                 all(size % tensor == 0 for _, size in region_sizes(rep))
             if divisible:
-                comm = 2 * cm.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw) * (1.5 if recompute else 1)
+                comm = (2 * cost_model.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw)
+                        * (1.5 if recompute else 1))
                 pad = split_factor(rep, tensor)  # a padded vocabulary's rows
                 seconds = model.seconds(rep.nodes, hw, pad / (scale * tensor), recompute) + comm
                 act = model.activation_bytes(rep.nodes, pad / scale / tensor)
@@ -328,8 +253,8 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
         # Megatron's vocab split: each end its nodes over t, the region's all-reduces shared by its ends
         k = tensor / split_factor(r, tensor) if divisible else 1  # a padded vocabulary: V'/t rows per rank
         comm = split_cost(model, hw, r, scale, tensor).total_comm_s if divisible else 0.0
-        for s, c, m, a in pp.spread_over_ends(model, hw, parts, model.seconds(r.nodes, hw, 1 / (scale * k)), comm,
-                                              model.activation_bytes(r.nodes, 1 / (scale * k))):
+        for s, c, m, a in pipeline_cost.spread_over_ends(model, hw, parts, model.seconds(r.nodes, hw, 1 / (scale * k)),
+                                                         comm, model.activation_bytes(r.nodes, 1 / (scale * k))):
             stage_s[s] += c + m
             stage_comm[s] += m
             stage_act[s] += a
@@ -361,7 +286,7 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     the step with its bubble (megatron §2.2), the data and tied-weight all-reduces, and
     memory per rank with and without recomputation. ``recompute``: the blocks' forward
     runs twice (megatron §3.5) and the memory that counts is the recomputing one.
-    ``inner``: a mixed configuration's :class:`~autopar.strategies.mixed.planner.StagePlans`
+    ``inner``: a mixed configuration's :class:`~autopar.strategies.mixed.stages.StagePlans`
     (each region its own family), which gives the stages' and ranks' figures instead."""
     stages = p * v
     # ranks sharing a host's cores: a stage computes only in its turn, on average a
@@ -378,8 +303,8 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     stage_s = [s + 2 * hw.pipeline_action_s for s in stage_s]
     carried = [b / scale for b in shape.carried]
     inter_node = data * tensor >= hw.devices_per_node
-    sends = [cm.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
-             + (cm.all_gather_time(tensor, b / tensor, hw) if scatter_gather and tensor > 1 else 0.0)
+    sends = [cost_model.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
+             + (cost_model.all_gather_time(tensor, b / tensor, hw) if scatter_gather and tensor > 1 else 0.0)
              for b in carried]
     rank_s, rank_p2p, rank_comm = [], [], []
     for r in range(p):
@@ -388,18 +313,20 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
         rank_p2p.append(p2p)
         rank_comm.append(sum(stage_comm[s] for s in mine))
         rank_s.append(sum(stage_s[s] for s in mine) + p2p)
-    pipe_step, bubble = pp.step_time(rank_s, p, m, v)
+    pipe_step, bubble = pipeline_cost.step_time(rank_s, p, m, v)
     # gradients all-reduced over the data ranks after the last microbatch, tied ones
     # summed over their stages' ranks
-    data_s = max(cm.all_reduce_time(data, e * 4, hw, stride=tensor) for e in rank_params)
-    tied_s = cm.all_reduce_time(2, tied_elems * 4, hw, stride=data * tensor) if tied_elems else 0.0
+    data_s = max(cost_model.all_reduce_time(data, e * 4, hw, stride=tensor) for e in rank_params)
+    tied_s = cost_model.all_reduce_time(2, tied_elems * 4, hw, stride=data * tensor) if tied_elems else 0.0
     memory = []
     for r in range(p):
         mine = [c * p + r for c in range(v)]
         inputs = [carried[s - 1] if s > 0 else 0.0 for s in mine]
-        act = pp.activation_memory(schedule, p, m, v, r, [stage_act[s] for s in mine], inputs)
-        act_recompute = pp.activation_memory(schedule, p, m, v, r, [stage_act[s] for s in mine], inputs, True)
-        memory.append((cm.training_memory(rank_params[r], act), cm.training_memory(rank_params[r], act_recompute)))
+        saved = [stage_act[s] for s in mine]
+        act = pipeline_cost.activation_memory(schedule, p, m, v, r, saved, inputs)
+        act_recompute = pipeline_cost.activation_memory(schedule, p, m, v, r, saved, inputs, True)
+        memory.append((cost_model.training_memory(rank_params[r], act),
+                       cost_model.training_memory(rank_params[r], act_recompute)))
     slow = max(range(p), key=lambda r: rank_s[r])
     return PipelineNumbers(
         shape, p, v, m, schedule, data, tensor, scatter_gather, pipe_step + data_s + tied_s, bubble, stage_s, carried,
@@ -418,13 +345,12 @@ def with_zero(n: PipelineNumbers, zero: int, hw: Hardware, largest: float = 0.0)
     ``largest``: the two largest parameters' elements, ZeRO-3 holds them gathered."""
     if not zero or n.data == 1:
         return n
-    from autopar.strategies.shared import levers as L
     memory = []
     for params, (keep, again) in zip(n.rank_params, n.memory):
-        whole = cm.training_memory(params, 0.0)
-        sharded = L.state_bytes(params, n.data, zero, n.m, largest)
+        whole = cost_model.training_memory(params, 0.0)
+        sharded = levers.state_bytes(params, n.data, zero, n.m, largest)
         memory.append((keep - whole + sharded, again - whole + sharded))
-    data_s = max(L.zero_comm(e, n.data, n.tensor, zero, n.m, 0.0, hw) for e in n.rank_params)
+    data_s = max(levers.zero_comm(e, n.data, n.tensor, zero, n.m, 0.0, hw) for e in n.rank_params)
     step = n.step - n.data_s + data_s
     comm = {**n.comm_s, "data": n.comm_s["data"] - n.data_s + data_s}
     return dataclasses.replace(n, memory=memory, memory_bytes=max(mem[1 if n.recompute else 0] for mem in memory),
@@ -452,7 +378,7 @@ def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: Pip
     details = PipelineDetails(
         p, v, m, model.batch // (data * m), n.schedule, n.scatter_gather and tensor > 1, n.recompute,
         [r.id for r in part.blocks], list(part.assignment), (p - 1) / (v * m), n.bubble, n.stage_s, n.carried,
-        n.rank_s, [pp.in_flight(n.schedule, p, m, v, r) for r in range(p)], [mem for mem, _ in n.memory],
+        n.rank_s, [pipeline_cost.in_flight(n.schedule, p, m, v, r) for r in range(p)], [mem for mem, _ in n.memory],
         [mem for _, mem in n.memory],
         sorted(k for k, where in shape.param_stages.items() if len({s % p for s in where}) > 1))
     mesh = pipeline_mesh(n)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch.fx as fx
 
 from autopar.ir import REGIONS, regions, tensor_spec
-from autopar.passes.analysis.fork_join import node_flops
+from autopar.passes.analysis.flops import node_flops
 
 
 class StageError(ValueError):

@@ -45,11 +45,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import regions, tensor_spec
 from autopar.planning.model import GRADIENT_BUCKET_BYTES, exposed_data_comm
-from autopar.planning.strategy import PlanError
+from autopar.planning.plan import Cost
+from autopar.planning.strategy import PlanError, Strategy, divisors
+from autopar.strategies.family import RegionTable
 
 PARAM_BYTES, GRAD_BYTES, STATE_BYTES = 4, 4, 8
 
@@ -141,14 +143,14 @@ def zero_comm(params: float, data: int, tensor: int, zero: int, m: int, compute_
     grad_bytes = params * GRAD_BYTES
     if zero == 0:
         return exposed_data_comm(data, tensor, grad_bytes, compute_one, hw)
-    gather = cm.all_gather_time(data, grad_bytes / data, hw, stride=tensor)
+    gather = cost_model.all_gather_time(data, grad_bytes / data, hw, stride=tensor)
     if zero <= 2:
         reduce = (exposed_data_comm(data, tensor, grad_bytes, compute_one, hw) if zero == 1 else
-                  max(cm.reduce_scatter_time(data, grad_bytes, hw, stride=tensor) - compute_one * 2 / 3,
-                      cm.reduce_scatter_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=tensor)))
+                  max(cost_model.reduce_scatter_time(data, grad_bytes, hw, stride=tensor) - compute_one * 2 / 3,
+                      cost_model.reduce_scatter_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=tensor)))
         return reduce + gather
     forward = max(gather - compute_one / 3, 0.0)
-    backward = gather + cm.reduce_scatter_time(data, grad_bytes, hw, stride=tensor)
+    backward = gather + cost_model.reduce_scatter_time(data, grad_bytes, hw, stride=tensor)
     return m * (forward + backward)
 
 
@@ -220,134 +222,169 @@ def weigh(ctx, config, table, space: LeverSpace):
     With the same recomputation mode and ZeRO stage more microbatches only cost time
     (smaller kernels, less of the data all-reduce hidden): the counts priced are those
     where an estimate says some pair first fits, confirmed by the family's own pricing
-    (see the comments below). A configuration slower without levers than the best
+    (:meth:`_Weighing.search`). A configuration slower without levers than the best
     feasible one priced so far (``ctx.best_s``) is not weighed: the levers only cost
     time, so it cannot win; its table says so (``note``)."""
-    from autopar.planning.plan import Cost
-    from autopar.planning.strategy import divisors
-    from autopar.strategies.family import RegionTable
-    model, hw, forced = ctx.model, ctx.hw, ctx.levers
+    forced = ctx.levers
     fixed_m = forced.microbatches if forced is not None and forced.microbatches else None
     fixed_z = forced.zero if forced is not None and forced.zero is not None else None
     fixed_r = forced.recompute if forced is not None and forced.recompute is not None else None
-    fits = table.total.memory_bytes <= hw.memory_bytes
+    fits = table.total.memory_bytes <= ctx.hw.memory_bytes
     if fixed_m is None and fixed_z is None and fixed_r is None and fits:
         return table, config
     if forced is None and table.step_s >= ctx.best_s[0]:  # the levers only cost time: it cannot win
         return dataclasses.replace(table, note=f"memory levers not weighed: {table.step_s * 1e3:.3f} ms without "
                                                f"them, the best so far {ctx.best_s[0] * 1e3:.3f} ms"), config
-    rows, limit = space.rows, hw.memory_bytes
-    offered = [z for z in space.zero_stages if z == 0 or space.data > 1]
-    # the state alone does not fit, whatever the levers: only the least memory is weighed
-    hopeless = state_bytes(table.param_elems, space.data, max(offered), 1, table.largest_params) > limit
-    modes = [fixed_r] if fixed_r is not None else (["none"] if fits else ["none", "selective", "full"])
-    ms = [fixed_m] if fixed_m else ([1] if not space.accumulate or fits else divisors(rows))
-    zs = [fixed_z] if fixed_z is not None else ([0] + ([z for z in offered if z] if not fits else []))
-    tables = {1: table}
+    weighing = _Weighing(ctx, table, space, (fixed_m, fixed_z, fixed_r), fits)
+    if not weighing.counts:  # a forced count that does not divide the rows: the planner says so (apply_levers)
+        return table, config
+    options = weighing.search()
+    if not options:
+        return table, config
+    best = best_levers(options, weighing.limit)
+    return _per_step(weighing.tables[best.m], best), dataclasses.replace(
+        config, microbatches=best.m if best.m > 1 else None, zero=best.zero or None,
+        recompute=None if best.recompute == "none" else best.recompute)
 
-    def priced(m: int, one, pairs: set) -> tuple[list, set]:
+
+class _Weighing:
+    """The lever settings :func:`weigh` prices for one configuration: the recomputation
+    ``modes``, ZeRO ``stages`` and microbatch ``counts`` (forced ones alone; with a table
+    that fits, no recomputation and no ZeRO), each count's table (priced once), and the
+    options priced so far in the order priced (ties go to the earlier)."""
+
+    def __init__(self, ctx, table, space: LeverSpace, forced: tuple, fits: bool):
+        fixed_m, fixed_z, fixed_r = forced
+        self.model, self.hw, self.space, self.whole = ctx.model, ctx.hw, space, table
+        self.rows, self.limit = space.rows, ctx.hw.memory_bytes
+        offered = [z for z in space.zero_stages if z == 0 or space.data > 1]
+        # the state alone does not fit, whatever the levers: only the least memory is weighed
+        self.hopeless = state_bytes(table.param_elems, space.data, max(offered), 1, table.largest_params) > self.limit
+        self.modes = [fixed_r] if fixed_r is not None else (["none"] if fits else ["none", "selective", "full"])
+        counts = [fixed_m] if fixed_m else ([1] if not space.accumulate or fits else divisors(self.rows))
+        self.counts = [m for m in counts if self.rows % m == 0]
+        self.stages = [fixed_z] if fixed_z is not None else ([0] + ([z for z in offered if z] if not fits else []))
+        self.pairs = {(r, z) for r in self.modes for z in self.stages}
+        self.tables = {1: table}
+        self.options: list[LeverFigures] = []
+        self.fits_at: dict[int, bool] = {}
+
+    def search(self) -> list[LeverFigures]:
+        """Every option priced. Each (mode, stage) pair is fastest at the fewest
+        microbatches that fit (more only cost time). The search estimates where each pair
+        first fits from the whole batch's table read per microbatch (activations scale
+        with the rows), then prices every pair for real at each of those counts; where
+        none fits there, it bisects for the fewest that fit, up to the most microbatches
+        (the least memory; read off the whole batch's table when even the sharded state
+        does not fit)."""
+        counts = self.counts
+        first = self.first_fits()
+        if self.hopeless and counts[-1] > 1:
+            self.tables[counts[-1]] = scaled(self.whole, counts[-1], fixed=self.space.fixed_axes)
+        tried = sorted({counts.index(m) for m in first.values()}) or [len(counts) - 1]
+        fitting = [self.exact(i) for i in tried]
+        if not any(fitting) and tried[-1] < len(counts) - 1 and self.exact(len(counts) - 1):
+            lo, hi = tried[-1], len(counts) - 1  # fits at hi, not at lo: the fewest that fit, by bisection
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (lo, mid) if self.exact(mid) else (mid, hi)
+        return self.options
+
+    def first_fits(self) -> dict:
+        """(mode, stage) -> the fewest microbatches estimated to fit, from the whole
+        batch's table read per microbatch (none when the state alone does not fit)."""
+        first: dict = {}
+        for m in self.counts:
+            if self.hopeless or len(first) == len(self.pairs):
+                break
+            estimate = scaled(self.whole, m, rows=False, fixed=self.space.fixed_axes) if m > 1 else self.whole
+            _, fitted = self.price(m, estimate, self.pairs - set(first))
+            for pair in fitted:
+                first[pair] = m
+        return first
+
+    def exact(self, i: int) -> bool:
+        """Whether some pair fits at ``counts[i]`` microbatches, priced for real (the
+        family's table of one microbatch, once per count); its options are kept."""
+        m = self.counts[i]
+        if m not in self.fits_at:
+            if m not in self.tables:
+                try:
+                    self.tables[m] = self.space.at(m)
+                except PlanError:  # a count the configuration cannot split its rows into
+                    self.fits_at[m] = False
+                    return False
+            found, fitted = self.price(m, self.tables[m], self.pairs)
+            self.options.extend(found)
+            self.fits_at[m] = bool(fitted)
+        return self.fits_at[m]
+
+    def price(self, m: int, one, pairs: set) -> tuple[list, set]:
         """The options of ``m`` microbatches whose table is ``one``, for the (mode,
         stage) ``pairs``, and the pairs that fit."""
-        recomputing = recompute_figures(model, hw, rows / m, space.split, one.activation_bytes - one.gathered_bytes,
-                                        one.total.compute_s)
+        space = self.space
+        recomputing = recompute_figures(self.model, self.hw, self.rows / m, space.split,
+                                        one.activation_bytes - one.gathered_bytes, one.total.compute_s)
         out, fitted = [], set()
-        for r in modes:
+        for r in self.modes:
             if r not in recomputing:
                 continue
             act, compute = recomputing[r]
             settings = space.again(r, one) if r != "none" else [Again(
                 {k: v for k, v in one.total.comm_s.items() if k != "data"}, one.gathered_bytes)]
-            for z in zs:
+            for z in self.stages:
                 if (r, z) not in pairs:
                     continue
                 data_s = space.data_comm(one, z, m, compute)
                 state = state_bytes(one.param_elems, space.data, z, m, one.largest_params)
                 for again in settings:
-                    k, bound, held = 0, None, 0.0
-                    if again.cache_blocks:  # the most blocks' gathered weights that fit
-                        n, size = again.cache_blocks, again.block_bytes
-                        free = limit - state - act - again.extra_bytes
-                        # all cached; else k cached and the block being recomputed its own
-                        k = n if n * size <= free else int(min(n - 1, max(0.0, free / size - 1)))
-                        bound = None if k == n else k * again.layers_per_block
-                        held = (k + (0 if k == n else 1)) * size
-                    comm = {key: v * m for key, v in again.comm_s.items()}
-                    if again.cache_blocks:
-                        comm["z"] = comm.get("z", 0.0) - k * again.block_s * m
-                    comm["data"] = data_s
-                    kept = act + again.extra_bytes + held
-                    option = LeverFigures(m, z, compute * m, comm, state + kept, kept, r, bound)
+                    option = _setting(m, z, r, again, compute, act, state, data_s, self.limit)
                     out.append(option)
-                    if option.memory_bytes <= limit:
+                    if option.memory_bytes <= self.limit:
                         fitted.add((r, z))
         return out, fitted
 
-    ms = [m for m in ms if rows % m == 0]
-    if not ms:  # a forced count that does not divide the rows: the planner says so (apply_levers)
-        return table, config
-    pairs = {(r, z) for r in modes for z in zs}
-    # Each (mode, stage) pair is fastest at the fewest microbatches that fit (more only
-    # cost time). The search estimates where each pair first fits from the whole batch's
-    # table read per microbatch (activations scale with the rows), then prices every
-    # pair for real at each of those counts; where none fits there, it bisects for the
-    # fewest that fit, up to the most microbatches (the least memory; read off the whole
-    # batch's table when even the sharded state does not fit).
-    first: dict = {}
-    for m in ms:
-        if hopeless or len(first) == len(pairs):
-            break
-        estimate = scaled(table, m, rows=False, fixed=space.fixed_axes) if m > 1 else table
-        _, fitted = priced(m, estimate, pairs - set(first))
-        for pair in fitted:
-            first[pair] = m
-    if hopeless and ms[-1] > 1:
-        tables[ms[-1]] = scaled(table, ms[-1], fixed=space.fixed_axes)
-    options: list = []
-    fits_at: dict = {}
 
-    def exact(i: int) -> bool:
-        m = ms[i]
-        if m not in fits_at:
-            if m not in tables:
-                try:
-                    tables[m] = space.at(m)
-                except PlanError:  # a count the configuration cannot split its rows into
-                    fits_at[m] = False
-                    return False
-            found, fitted = priced(m, tables[m], pairs)
-            options.extend(found)
-            fits_at[m] = bool(fitted)
-        return fits_at[m]
+def _setting(m: int, zero: int, mode: str, again: Again, compute: float, act: float, state: float, data_s: float,
+             limit: float) -> LeverFigures:
+    """One setting priced: ``m`` microbatches of ``compute`` seconds and ``act`` bytes
+    kept, ZeRO stage ``zero`` (``state`` bytes, ``data_s`` of the data group),
+    recomputation ``mode`` with what it costs the family (``again``); under a bounded
+    all-gather cache, the most blocks' gathered weights that fit in ``limit``."""
+    k, bound, held = 0, None, 0.0
+    if again.cache_blocks:  # the most blocks' gathered weights that fit
+        n, size = again.cache_blocks, again.block_bytes
+        free = limit - state - act - again.extra_bytes
+        # all cached; else k cached and the block being recomputed its own
+        k = n if n * size <= free else int(min(n - 1, max(0.0, free / size - 1)))
+        bound = None if k == n else k * again.layers_per_block
+        held = (k + (0 if k == n else 1)) * size
+    comm = {key: v * m for key, v in again.comm_s.items()}
+    if again.cache_blocks:
+        comm["z"] = comm.get("z", 0.0) - k * again.block_s * m
+    comm["data"] = data_s
+    kept = act + again.extra_bytes + held
+    return LeverFigures(m, zero, compute * m, comm, state + kept, kept, mode, bound)
 
-    counts = sorted({ms.index(m) for m in first.values()}) or [len(ms) - 1]
-    fitting = [exact(i) for i in counts]
-    if not any(fitting) and counts[-1] < len(ms) - 1 and exact(len(ms) - 1):
-        lo, hi = counts[-1], len(ms) - 1  # fits at hi, not at lo: the fewest that fit, by bisection
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if exact(mid) else (mid, hi)
-    if not options:
-        return table, config
-    best = best_levers(options, limit)
-    one = tables[best.m]
-    rows_ = []
-    for c in one.regions:  # per step: m microbatches of each region
-        rows_.append(dataclasses.replace(c, cost=Cost(c.cost.compute_s * best.m,
-                                                      {k: x * best.m for k, x in c.cost.comm_s.items()},
-                                                      c.cost.memory_bytes),
-                                         alternatives={k: x * best.m for k, x in c.alternatives.items()}))
+
+def _per_step(one, best: LeverFigures) -> RegionTable:
+    """The region table of the setting ``best``, read per step: ``m`` microbatches of
+    each region of ``one`` (one microbatch's table), the totals ``best``'s."""
+    rows = []
+    for c in one.regions:
+        rows.append(dataclasses.replace(c, cost=Cost(c.cost.compute_s * best.m,
+                                                     {k: x * best.m for k, x in c.cost.comm_s.items()},
+                                                     c.cost.memory_bytes),
+                                        alternatives={k: x * best.m for k, x in c.alternatives.items()}))
     total = Cost(best.compute_s, dict(best.comm_s), best.memory_bytes)
-    table = RegionTable(rows_, total, best.step_s, one.param_elems, best.activation_bytes, one.largest_params,
-                        gather_cache=best.gather_cache)
-    return table, dataclasses.replace(config, microbatches=best.m if best.m > 1 else None, zero=best.zero or None,
-                                      recompute=None if best.recompute == "none" else best.recompute)
+    return RegionTable(rows, total, best.step_s, one.param_elems, best.activation_bytes, one.largest_params,
+                       gather_cache=best.gather_cache)
 
 
 def chosen_levers(ctx, config):
     """``ctx`` with the levers the search chose for ``config`` forced, all of them (one
     microbatch and no ZeRO included): a family prices its winner's full table again
     with them."""
-    from autopar.planning.strategy import Strategy
     levers = Strategy(microbatches=config.microbatches or 1, zero=config.zero or 0,
                       recompute=config.recompute or "none", levers_only=True)
     return dataclasses.replace(ctx, levers=levers)
@@ -359,8 +396,6 @@ def scaled(table, m: int, rows: bool = True, fixed: tuple = ()):
     gathered weights) divided by ``m`` (D&SP, whose sub-grid assignment is the whole
     batch's; :func:`weigh`'s estimates, ``rows=False``: the totals only, the region rows
     left as they are)."""
-    from autopar.planning.plan import Cost
-
     def per(comm: dict) -> dict:
         return {k: v if k in fixed else v / m for k, v in comm.items()}
     total = Cost(table.total.compute_s / m, per(table.total.comm_s), table.total.memory_bytes)

@@ -30,20 +30,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.cost import model as cm
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.grid import Grid3D
 from autopar.ir import regions as ir_regions
 from autopar.ir import tensor_spec
 from autopar.passes.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts, exposed_data_comm
-from autopar.strategies.shared import levers as L
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected, too_big)
-from autopar.strategies.tensor3d import layout as tensor3d_layout
+from autopar.strategies.shared import levers
+from autopar.strategies.shared.batch_norms import batch_norms
 from autopar.strategies.shared.propagation import TensorParallelError
+from autopar.strategies.tensor3d import layout as tensor3d_layout
 from autopar.strategies.tensor3d.cost import boundary_comm, grids_of, layer_comm
 from autopar.strategies.tensor3d.rewrite import planned_grid3d_shards, region_linears, tensor3d_pass
 from autopar.strategies.tensor3d.runtime import Tensor3DRankRuntime
@@ -238,7 +239,7 @@ class GridPricer:
         else:
             per_rank, shard_part = float(model.region_param_elems(r.id)), 0.0
             act = model.activation_bytes(r.nodes, 1 / self.parts)
-        c.memory_bytes = cm.training_memory(per_rank, act)
+        c.memory_bytes = cost_model.training_memory(per_rank, act)
         return RegionPrice(RegionChoice(r.id, r.kind, chosen, c, seconds, reason, details), per_rank, act, shard_part,
                            gathered, n_layers)
 
@@ -283,9 +284,9 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
     activations += outside_act
     data = data_comm_3d(grid, local_elems, shard_elems, compute, hw)
     choices.append(RegionChoice("(outside regions)", "-", "replicate",
-                                Cost(outside_compute, {}, cm.training_memory(outside_params, outside_act)),
+                                Cost(outside_compute, {}, cost_model.training_memory(outside_params, outside_act)),
                                 {}, "not in a splittable region"))
-    total = Cost(compute, {**comm, "data": data}, cm.training_memory(local_elems, activations))
+    total = Cost(compute, {**comm, "data": data}, cost_model.training_memory(local_elems, activations))
     return Table3D(choices, total, compute + sum(comm.values()) + data, local_elems, activations,
                    gathered_bytes=gathered, shard_elems=shard_elems, layers=layers)
 
@@ -308,7 +309,7 @@ def data_comm_3d(grid: Grid3D, local_elems: float, shard_elems: float, compute: 
             + exposed_data_comm(grid.data, grid.x * grid.y * grid.z, shard_elems * 4, compute, hw))
 
 
-def cache_settings(one: "Table3D", blocks: int, z: int) -> list[L.Again]:
+def cache_settings(one: "Table3D", blocks: int, z: int) -> list[levers.Again]:
     """Full recomputation of a 3D grid's blocks with the all-gather cache holding the
     first ``k`` of ``blocks`` blocks' layers (axonn §IV-D: 28 of 32 where all did not
     fit; :func:`autopar.strategies.shared.levers.weigh` keeps the most that fit): the
@@ -321,11 +322,11 @@ def cache_settings(one: "Table3D", blocks: int, z: int) -> list[L.Again]:
     per_block = one.layers // blocks if blocks and one.layers % blocks == 0 else 0
     comm = {k: v * (1.5 if k in ("x", "y") else 1.0) for k, v in one.total.comm_s.items() if k != "data"}
     if not per_block or z == 1 or one.gathered_bytes == 0:
-        return [L.Again(comm, one.gathered_bytes)]
+        return [levers.Again(comm, one.gathered_bytes)]
     block_s = 0.5 * comm.get("z", 0.0) / blocks
     comm["z"] = comm.get("z", 0.0) + block_s * blocks  # none cached; each cached block saves block_s
-    return [L.Again(comm, 0.0, cache_blocks=blocks, block_bytes=one.gathered_bytes / blocks, block_s=block_s,
-                    layers_per_block=per_block)]
+    return [levers.Again(comm, 0.0, cache_blocks=blocks, block_bytes=one.gathered_bytes / blocks, block_s=block_s,
+                         layers_per_block=per_block)]
 
 
 def _outside(model: ModelFacts) -> tuple[list[str], float]:
@@ -438,7 +439,6 @@ class Tensor3D(CompileHooks):
         accumulation re-priced on a grid whose data axis takes the microbatches, full
         recomputation with the all-gather cache bounded (:func:`cache_settings`); no ZeRO
         (the 3D shards are split over z already)."""
-        from autopar.strategies.data.planner import batch_norms  # the data family builds on this module
         model, hw, grid = ctx.model, ctx.hw, config.grid
         forced = ctx.forced is not None and not split_all
         blocks = len(ir_regions(model.gm, "block"))
@@ -451,12 +451,12 @@ class Tensor3D(CompileHooks):
             return data_comm_3d(grid, one.param_elems, one.shard_elems, compute, hw)
 
         def again(mode, one):
-            return cache_settings(one, blocks, grid.z) if mode == "full" else L.megatron_again(mode, one)
+            return cache_settings(one, blocks, grid.z) if mode == "full" else levers.megatron_again(mode, one)
 
-        space = L.LeverSpace(rows=model.batch // (grid.z * grid.data), data=grid.data, split=grid.x * grid.y,
-                             at=at, data_comm=data_comm, zero_stages=(0,), again=again,
-                             accumulate=not batch_norms(model), fixed_axes=("z",))
-        return L.weigh(ctx, config, table, space)
+        space = levers.LeverSpace(rows=model.batch // (grid.z * grid.data), data=grid.data, split=grid.x * grid.y,
+                                  at=at, data_comm=data_comm, zero_stages=(0,), again=again,
+                                  accumulate=not batch_norms(model), fixed_axes=("z",))
+        return levers.weigh(ctx, config, table, space)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         """The search priced each class of regions once; the winner gets its own table
@@ -464,6 +464,6 @@ class Tensor3D(CompileHooks):
         forced = ctx.forced is not None and not priced.detail
         table = price_grid(ctx.model, ctx.hw, priced.config.grid, self.form3d, forced, priced.detail)
         if priced.config.microbatches or priced.config.recompute:
-            table, _ = self.with_levers(L.chosen_levers(ctx, priced.config), priced.config, table, self.form3d,
+            table, _ = self.with_levers(levers.chosen_levers(ctx, priced.config), priced.config, table, self.form3d,
                                         priced.detail, materialize=True)
         return mesh_plan(ctx, priced, table)
