@@ -127,41 +127,33 @@ def run(steps: int, warmup: int, quick: bool = False, cases: list[str] | None = 
 
 def breakdown(name: str, steps: int, warmup: int, device: str = "cpu", dtype: torch.dtype = torch.float32) -> str:
     """Where the per-step overhead goes: a ladder from eager to ``pm.step``, each rung
-    adding one piece of what ``ParallelModule.step`` does, timed interleaved (backward
+    calling one more layer of what ``pm.step`` runs, timed interleaved (backward
     included everywhere, no zero_grad).
 
     * ``eager``: ``loss_fn(model(x), y).backward()``
     * ``graph``: the rank program (an ``fx.GraphModule``) called directly
-    * ``+lookup``: plus ``pm.runner.program(...)`` (batch split, signature, program cache)
-    * ``+context``: plus ``use_groups`` / ``use_random_states`` and ``finish()``
-    * ``pm.step``: the real thing
-    """
-    from autopar.runtime import groups as G
-    from autopar.runtime import rng
+    * ``runner``: ``pm.runner.step``: the program's lookup by input signature, the target
+      count, the run-time context (groups, device, dropout streams, family state), the
+      gradient buckets' finish
+    * ``module``: ``ParallelModule.step`` without ``health.guarded`` (the call's
+      flattening and checks)
+    * ``pm.step``: the real thing (``health.guarded`` around it)
 
+    Each rung calls the real layer, so the ladder follows the code. A rung's cost is what
+    that layer costs *in situ*, after a backward: a few times what the same Python costs
+    in a tight loop (``timeit``), whose caches stay warm.
+    """
     model, x, y, loss_fn, sync = placed_case(name, device, dtype)
     pm = _compiled(model, x, y, loss_fn, fusion=False)   # the unfused program, as sides()' "autopar"
     pm.step(x, target=y)
-    program, _, _ = pm.runner.program((x,), y, pm.training)
-
-    def lookup():
-        p, inputs, target = pm.runner.program((x,), y, pm.training)
-        p(*inputs, target).backward()
-
-    def context():
-        p, inputs, target = pm.runner.program((x,), y, pm.training)
-        with G.use_groups(pm.process_groups), rng.use_random_states(pm.runner.state.random):
-            loss = p(*inputs, target)
-            loss.backward()
-            for buckets in pm.gradient_buckets.values():
-                buckets.finish()
-        return loss.detach()
+    program = next(iter(pm.runner.programs.values()))
+    unguarded = type(pm).step.__wrapped__   # health.guarded keeps the method it wraps
 
     ladder = {
         "eager": lambda: loss_fn(model(x), y).backward(),
-        "graph": lambda: program(x, y).backward(),
-        "+lookup": lookup,
-        "+context": context,
+        "graph": lambda: program.forward(x, y).backward(),   # as the runner calls it
+        "runner": lambda: pm.runner.step((x,), y, pm.training),
+        "module": lambda: unguarded(pm, x, target=y),
         "pm.step": lambda: pm.step(x, target=y),
     }
     ladder = {rung: (lambda fn=fn: (fn(), sync())) for rung, fn in ladder.items()}   # the device's work included

@@ -80,20 +80,23 @@ def breakdown_job(name: str, steps: int, warmup: int) -> str:
     * ``autopar no-overlap``: ``pm.step`` with the bucket hooks disabled, so every bucket
       is launched by ``finish()`` after backward;
     * ``ddp+loss all-reduce``: DDP plus a blocking all-reduce of the loss between forward
-      and backward, which is what autopar's ``average_over_group`` adds to its forward;
-    * ``autopar no loss all-reduce``: ``pm.step`` with the forward of the loss average
-      patched to ``x / G`` (no collective; the gradients are unchanged, the returned loss
-      is this rank's share). An experiment on autopar's internals, for analysis only: it
-      is skipped when ``collectives._AverageOverGroup`` no longer exists;
-    * the latency of a barrier and of a 0-d all-reduce (what ``average_over_group``
-      adds to every forward).
+      and backward: what a second collective per step costs (the loss average autopar's
+      forward once ended with; the whole batch's target count a mean over counted
+      targets needs, ``autopar.runtime.target_count``);
+    * ``autopar no count all-reduce``: ``pm.step`` with the target count taken as this
+      rank's count times the data degree, no collective (exact only where every rank
+      counts as many targets, as in these cases: no ``ignore_index`` in their targets).
+      An experiment on autopar's internals, for analysis only: the case's program must
+      average over counted targets (``transformer-*``), and it is skipped when
+      ``RankState.target_count`` no longer exists;
+    * the latency of a barrier and of a 0-d all-reduce (what a collective of its own adds
+      to every step).
 
     Every side is timed the way ``rank_job`` times its two, interleaved, paired ratios
     against DDP.
     """
     import time
 
-    from autopar.runtime import collectives as C
     from autopar.runtime import groups as G
     from autopar.runtime.grad_sync import sync_gradients
 
@@ -130,21 +133,28 @@ def breakdown_job(name: str, steps: int, warmup: int) -> str:
     ladder = {"ddp": step_fns["ddp"], "autopar": step_fns["autopar"], "autopar no-overlap": no_overlap,
               "ddp+loss all-reduce": ddp_loss_all_reduce, "local+flat": local_flat}
 
-    average = getattr(C, "_AverageOverGroup", None)
-    if average is not None:
-        real_forward = average.forward
+    from autopar.ir import TARGET_COUNT
+    state = pm._state
+    if hasattr(state, "target_count") and any(TARGET_COUNT in p.meta for p in pm.runner.programs.values()):
+        real_count = state.target_count
 
-        def local_share(ctx, x, group):
-            return x / C.size_of(group)
+        def local_count(program, pieces, group):
+            groups = state.groups
+            state.groups = {**groups, group: None}   # a group of one: this rank's pieces, no collective
+            try:
+                count = real_count(program, pieces, group)
+            finally:
+                state.groups = groups
+            return None if count is None else count * G.size_of(groups[group])
 
-        def no_loss_all_reduce():
-            average.forward = staticmethod(local_share)
+        def no_count_all_reduce():
+            state.target_count = local_count
             try:
                 step_fns["autopar"]()
             finally:
-                average.forward = staticmethod(real_forward)
+                del state.target_count   # the method again
 
-        ladder["autopar no loss all-reduce"] = no_loss_all_reduce
+        ladder["autopar no count all-reduce"] = no_count_all_reduce
     times = interleaved(ladder, steps, warmup, sync=dist.barrier)
     latency = {}
     for what, fn in [("barrier", dist.barrier), ("0-d all_reduce", lambda: dist.all_reduce(torch.zeros(())))]:

@@ -21,15 +21,16 @@ CPU under gloo (one GPU shared by several local ranks, which NCCL refuses).
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import torch
 import torch.distributed as dist
 from torch.utils._pytree import tree_map_only
 
+from autopar.runtime._swap import SwapGlobal
+
 CPU = torch.device("cpu")
-_current: list[torch.device] = []
+_DEVICE: torch.device = CPU  # the rank's device while its programs run (use_device); the CPU outside
 
 
 def rank_device(params: Iterable[torch.Tensor], inputs: Iterable = ()) -> torch.device:
@@ -46,19 +47,24 @@ def rank_device(params: Iterable[torch.Tensor], inputs: Iterable = ()) -> torch.
     return CPU
 
 
-@contextlib.contextmanager
-def use_device(device: torch.device) -> Iterator[None]:
-    """Make ``device`` the rank's device for the runtime's buffers while the block runs."""
-    _current.append(torch.device(device))
-    try:
-        yield
-    finally:
-        _current.pop()
+class use_device(SwapGlobal):
+    """Make ``device`` the rank's device for the runtime's buffers while the block runs
+    (nested blocks restore the outer one's).
+
+    A swap of one module global, as ``groups.use_groups`` and ``rng.use_random_states``,
+    not a ``contextlib.contextmanager`` generator: ``RankState.running`` enters it around
+    every step, where a generator's frame and a ``torch.device`` built again on each
+    entry cost more than the swap itself."""
+
+    __slots__ = ()
+
+    def __init__(self, device: torch.device):
+        super().__init__(globals(), "_DEVICE", device if type(device) is torch.device else torch.device(device))
 
 
 def current() -> torch.device:
     """The rank's device while its programs run (:func:`use_device`); the CPU outside."""
-    return _current[-1] if _current else CPU
+    return _DEVICE
 
 
 def wire_device(device: torch.device, group=None) -> torch.device:

@@ -82,11 +82,54 @@ def executable(gm: fx.GraphModule, root: nn.Module, class_name: str) -> fx.Graph
         if isinstance(body, fx.GraphModule):
             graph = fx.Graph()
             graph.output(graph.graph_copy(body.graph, {}))
-            node.target = rebound(node.target, fx.GraphModule(_flat_root(root, graph), graph,
-                                                              class_name=type(body).__name__))
-    program = fx.GraphModule(_flat_root(root, gm.graph), gm.graph, class_name=class_name)
+            node.target = rebound(node.target, _Program(_flat_root(root, graph), graph,
+                                                         class_name=type(body).__name__))
+    program = _Program(_flat_root(root, gm.graph), gm.graph, class_name=class_name)
     program.meta.update(gm.meta)
     return program
+
+
+class _Program(fx.GraphModule):
+    """A rank's executed program: an ``fx.GraphModule`` whose submodules are also in its
+    instance ``__dict__``, so that the generated code's ``self.model_body_0(x)`` finds each
+    by plain attribute lookup instead of calling ``nn.Module.__getattr__`` (a Python
+    function searching ``_parameters``, ``_buffers`` and ``_modules``) for every module
+    call of every step: 7 such calls a step on a 3-layer MLP, 17 on a 2-block
+    transformer. The modules stay registered (``named_modules``, ``parameters``,
+    ``state_dict`` see them as before). Every way of replacing or removing a submodule
+    (``setattr``, ``add_module``/``register_module``, ``delattr``, fx's
+    ``add_submodule``/``delete_submodule``) goes through the three methods below, which
+    keep the alias equal to ``_modules``; ``_apply`` (``.to()``, ``.float()``) changes
+    modules in place. Parameters and buffers are not aliased (``_apply`` may replace them
+    in ``_parameters`` / ``_buffers`` without touching ``__dict__``)."""
+
+    def __init__(self, root: nn.Module, graph: fx.Graph, class_name: str):
+        super().__init__(root, graph, class_name=class_name)
+        for name in self._modules:
+            self._alias(name)
+
+    def _alias(self, name: str) -> None:
+        module = self.__dict__["_modules"].get(name)
+        if module is None:
+            self.__dict__.pop(name, None)
+        else:
+            self.__dict__[name] = module
+
+    def __setattr__(self, name: str, value) -> None:
+        super().__setattr__(name, value)
+        modules = self.__dict__.get("_modules")
+        if modules is not None and name in modules:
+            self._alias(name)
+
+    def __delattr__(self, name: str) -> None:
+        aliased = name in self.__dict__.get("_modules", ())
+        super().__delattr__(name)
+        if aliased:
+            self.__dict__.pop(name, None)
+
+    def add_module(self, name: str, module: nn.Module | None) -> None:
+        super().add_module(name, module)
+        self._alias(name)
 
 
 def _copy_missing_attributes(src: fx.GraphModule, graph: fx.Graph, dst: nn.Module) -> None:

@@ -48,28 +48,54 @@ class _Bucket:
         # extra slots after the gradients carry a few scalars (the step's loss) for free
         self.buffer = torch.empty(total + extra_slots, dtype=params[0].dtype, device=params[0].device)
         self.extra = self.buffer[total:]
+        # each parameter's slice of the buffer, shaped as the parameter: made once, so a
+        # step neither slices nor reshapes per parameter
+        self.views = _param_views(self.buffer, params)
         self.ready: set[int] = set()
         self.work = None
 
     def flatten(self) -> None:
-        offset = 0
-        for p in self.params:
-            view = self.buffer[offset : offset + p.numel()]
+        grads = _grads(self.params)
+        if grads is not None:  # one foreach copy instead of a copy_ (and a reshape) per parameter
+            torch._foreach_copy_(self.views, grads)
+            return
+        for p, view in zip(self.params, self.views):
             if p.grad is None:
                 view.zero_()
             else:
-                view.copy_(p.grad.reshape(-1))
-            offset += p.numel()
+                view.copy_(p.grad)
 
     def unflatten_into_grads(self) -> None:
-        offset = 0
-        for p in self.params:
-            averaged = self.buffer[offset : offset + p.numel()].view_as(p)
+        into, values = [], []
+        for p, view in zip(self.params, self.views):
             if p.grad is None:
-                p.grad = averaged.clone()
+                p.grad = view.clone()
             else:
-                p.grad.copy_(averaged)
-            offset += p.numel()
+                into.append(p.grad)
+                values.append(view)
+        if into:
+            torch._foreach_copy_(into, values)
+
+
+def _param_views(buffer: torch.Tensor, params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    """The consecutive slices of ``buffer`` that hold ``params``' gradients, each viewed
+    in its parameter's shape."""
+    views, offset = [], 0
+    for p in params:
+        views.append(buffer[offset:offset + p.numel()].view(p.shape))
+        offset += p.numel()
+    return views
+
+
+def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor] | None:
+    """Every parameter's gradient, or None when one has none."""
+    grads = []
+    for p in params:
+        g = p.grad
+        if g is None:
+            return None
+        grads.append(g)
+    return grads
 
 
 class _ShardedBucket(_Bucket):
@@ -85,13 +111,15 @@ class _ShardedBucket(_Bucket):
         self.ready: set[int] = set()
         self.work = None
         self.buffer = self.out = None
-        self.extra = None
+        self.extra = self.views = None
 
     def flatten(self) -> None:
         if self.stage == 1:
             total = sum(p.numel() for p in self.params)
             self.buffer = torch.empty(total, dtype=self.params[0].dtype, device=self.params[0].device)
+            self.views = _param_views(self.buffer, self.params)
             _Bucket.flatten(self)
+            self.views = None
         else:
             blocks = [cut.padded_blocks((p.grad if p.grad is not None else torch.zeros_like(p)).detach())
                       for p, (_, cut) in zip(self.params, self.shards)]
@@ -214,18 +242,27 @@ class GradientBuckets:
             self._armed.update(id(p) for p in params if id(p) in self._bucket_of)
 
     def _on_grad_ready(self, param: torch.nn.Parameter) -> None:
-        if not self.enabled or (self._armed is not None and id(param) not in self._armed):
+        # a Python call per parameter per step (DDP's reducer hooks in C++): kept to the
+        # checks, and the launch loop entered only when this bucket is full and next in
+        # line (a full bucket behind a waiting one is launched by the loop that launches
+        # the waiting one, so nothing else can start here)
+        if not self.enabled:
             return
-        bucket = self._bucket_of[id(param)]
-        if id(param) in bucket.ready:
+        key = id(param)
+        if self._armed is not None and key not in self._armed:
+            return
+        bucket = self._bucket_of[key]
+        ready = bucket.ready
+        if key in ready:
             raise RuntimeError(
                 f"a parameter of shape {tuple(param.shape)} received a second gradient in "
                 "one step while GradientBuckets was enabled; with gradient accumulation set "
                 "buckets.enabled = False for all microbatches but the last, and call "
                 "finish() after each step"
             )
-        bucket.ready.add(id(param))
-        self._launch_ready_buckets()
+        ready.add(key)
+        if len(ready) == len(bucket.params) and bucket.index == self._next_to_launch:
+            self._launch_ready_buckets()
 
     def _launch_ready_buckets(self) -> None:
         # In bucket order only: every rank must issue the same sequence of collectives.

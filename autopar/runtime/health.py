@@ -97,13 +97,22 @@ class _State:
     """What this process is doing, read by the heartbeat thread."""
 
     def __init__(self):
-        self.doing = ""  # the guarded call the main thread is in ("step() #3"); "" outside
+        # the guarded call the main thread is in, as (call, its count), () outside: one
+        # attribute, so the heartbeat thread reads a consistent pair; its text ("step()
+        # #3") is made when read (:attr:`doing`), not on every step
+        self.in_call: tuple = ()
         self.since = time.time()  # when it entered or left it
         self.depth = 0
         self.reported = False  # this rank has a failure on the board
         self.calls: dict[str, int] = {}
         self.members: list[int] | None = None  # the ranks the current setup call spans
         self.was_rank = False  # a board was made: this process ran as one of several ranks
+
+    @property
+    def doing(self) -> str:
+        """The guarded call the main thread is in (``"step() #3"``); "" outside."""
+        call = self.in_call
+        return f"{call[0]} #{call[1]}" if call else ""
 
 
 _STATE = _State()
@@ -342,6 +351,31 @@ def guarded(during: str, *, setup: bool = False) -> Callable:
     returns on every rank or raises on every rank.
     """
     def decorate(fn):
+        if setup:
+            @functools.wraps(fn)
+            def call(*args, **kwargs):
+                state = _STATE
+                if state.depth:  # inside another guarded call, which handles errors
+                    return fn(*args, **kwargs)
+                _enter(state, during)
+                state.members = None
+                try:
+                    board = _board()
+                    timeout = datetime.timedelta(seconds=board.timeout_s) if board is not None else None
+                    with new_groups_timeout(timeout):
+                        result = fn(*args, **kwargs)
+                    if state.members is not None:
+                        _barrier(f"{during} end", state.members)
+                    return result
+                except BaseException as exc:
+                    _failed(exc, state)
+                    raise
+                finally:
+                    _leave(state)
+            return call
+
+        # the calls made on every step (step(), forward()): the bookkeeping of _enter and
+        # _leave written out, two calls fewer each time; errors go through the same _failed
         @functools.wraps(fn)
         def call(*args, **kwargs):
             state = _STATE
@@ -350,41 +384,61 @@ def guarded(during: str, *, setup: bool = False) -> Callable:
             if state.reported:  # the user handled an earlier failure and goes on
                 _recovered()
             count = state.calls[during] = state.calls.get(during, 0) + 1
-            state.doing, state.since, state.depth = f"{during} #{count}", time.time(), 1
-            state.members = None
-            _wake()
+            state.in_call, state.since, state.depth = (during, count), time.time(), 1
+            board = _BOARD
+            if board is not None and not board.wake.is_set():  # _wake(), inline
+                board.wake.set()
             try:
-                if not setup:
-                    return fn(*args, **kwargs)
-                board = _board()
-                timeout = datetime.timedelta(seconds=board.timeout_s) if board is not None else None
-                with new_groups_timeout(timeout):
-                    result = fn(*args, **kwargs)
-                if state.members is not None:
-                    _barrier(f"{during} end", state.members)
-                return result
-            except RankFailureError as exc:
-                _report_stopped(exc)
-                raise
+                return fn(*args, **kwargs)
             except BaseException as exc:
-                if _board() is None:
-                    raise
-                if is_collective_failure(exc):
-                    error = explain(exc, state.doing)
-                    _report_stopped(error)
-                    raise error from exc
-                report_failure(f"{type(exc).__name__}: {exc}")
+                _failed(exc, state)
                 raise
             finally:
-                state.doing, state.since, state.depth = "", time.time(), 0
-                _wake()
+                state.in_call, state.since, state.depth = (), time.time(), 0
+                board = _BOARD
+                if board is not None and not board.wake.is_set():
+                    board.wake.set()
         return call
     return decorate
 
 
+def _enter(state: _State, during: str) -> None:
+    """A guarded call begins: its count, what the heartbeat says this rank is in."""
+    if state.reported:  # the user handled an earlier failure and goes on
+        _recovered()
+    count = state.calls[during] = state.calls.get(during, 0) + 1
+    state.in_call, state.since, state.depth = (during, count), time.time(), 1
+    _wake()
+
+
+def _leave(state: _State) -> None:
+    state.in_call, state.since, state.depth = (), time.time(), 0
+    _wake()
+
+
+def _failed(exc: BaseException, state: _State) -> None:
+    """A guarded call raised ``exc``: its error goes on the board; a failed collective
+    raises the :class:`RankFailureError` naming the culprit instead. Returns to have the
+    caller re-raise ``exc``."""
+    if isinstance(exc, RankFailureError):
+        _report_stopped(exc)
+        return
+    if _board() is None:
+        return
+    if is_collective_failure(exc):
+        error = explain(exc, state.doing)
+        _report_stopped(error)
+        raise error from exc
+    report_failure(f"{type(exc).__name__}: {exc}")
+
+
 def _wake() -> None:
+    """Have the heartbeat thread beat (it says which call this rank is in). The flag is
+    raised only where it is down: the thread lowers it when it wakes and beats at most
+    every ``_MIN_GAP_S``, so between two beats every guarded call but the first finds it
+    up, and ``Event.set`` (a lock and a notify) would be paid twice a step for nothing."""
     board = _BOARD
-    if board is not None:
+    if board is not None and not board.wake.is_set():
         board.wake.set()
 
 

@@ -21,14 +21,38 @@ import torch
 
 from autopar.ir import TARGET_COUNT  # noqa: F401 - the key this module's counting graphs are kept under
 
-_current: list[torch.Tensor] = []
+_current: list = []  # torch.Tensor | PendingCount | None
+
+
+class PendingCount:
+    """The whole batch's count while the all-reduce summing it over the data ranks is in
+    flight (``work``, from ``dist.all_reduce(value, async_op=True)``): :func:`global_mean`
+    waits for it where the program divides by it, at the end of the forward, so the
+    collective overlaps the forward instead of blocking before it. A blocking all-reduce
+    before the forward is a second rendezvous of the ranks each step (the buckets' being
+    the first), the cost the step's loss once had before it moved into the last gradient
+    bucket (docs/benchmarks.md, section 2)."""
+
+    __slots__ = ("value", "work")
+
+    def __init__(self, value: torch.Tensor, work):
+        self.value, self.work = value, work
+
+    def wait(self) -> torch.Tensor:
+        """The summed count (waiting for the all-reduce the first time)."""
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+        return self.value
 
 
 class use_target_count:
-    """Make ``count`` (a 0-d tensor: the whole batch's counted targets) the one
-    :func:`global_mean` divides by inside the block."""
+    """Make ``count`` (a 0-d tensor: the whole batch's counted targets, or a
+    :class:`PendingCount` of it) the one :func:`global_mean` divides by inside the block."""
 
-    def __init__(self, count: torch.Tensor | None):
+    __slots__ = ("count",)
+
+    def __init__(self, count: torch.Tensor | PendingCount | None):
         self.count = count
 
     def __enter__(self):
@@ -45,6 +69,8 @@ def global_mean(loss_sum: torch.Tensor) -> torch.Tensor:
     :class:`use_target_count`). Backward: ``1/N`` times the incoming gradient. Summed over
     the ranks (and microbatches) that share the batch it is the single-device mean."""
     count = _current[-1] if _current else None
+    if type(count) is PendingCount:
+        count = count.wait()
     if count is None:
         raise RuntimeError("global_mean: no target count is current. The ParallelModule that runs this program sets "
                            "it (pm(...) or pm.step(...)); a rank program run by hand needs "
@@ -53,4 +79,4 @@ def global_mean(loss_sum: torch.Tensor) -> torch.Tensor:
     return (wide / count.to(wide.dtype)).to(loss_sum.dtype)
 
 
-__all__ = ["TARGET_COUNT", "global_mean", "use_target_count"]
+__all__ = ["TARGET_COUNT", "PendingCount", "global_mean", "use_target_count"]

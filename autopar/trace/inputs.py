@@ -47,6 +47,13 @@ class CallLayout:
         """``args`` and the tensors of ``kwargs`` in the example's order, after checking the
         call against the example (``where``: the call, for messages)."""
         example = self.keywords
+        if not kwargs and not example.tensors and not example.constants:
+            # the common call, positional inputs only: every check below is vacuous but the
+            # count (no keyword tensor has a batch dimension to compare), so it runs on every
+            # step without building the keyword lists and the inputs' names
+            if len(args) != self.positional:
+                raise ValueError(_count_message(len(args), self.positional))
+            return tuple(args)
         unexpected = [k for k in kwargs if k not in example.names]
         if unexpected:
             given = f"the example's keyword inputs are {', '.join(example.names)}" if example.names else \
@@ -61,9 +68,7 @@ class CallLayout:
                              f"missing; the example had {', '.join(example.names)}, and every call must pass the "
                              f"same keywords (the graph was captured with them)")
         if len(args) != self.positional:
-            raise ValueError(f"the model was called with {len(args)} input(s); it was compiled with "
-                             f"{self.positional} example input(s). Pass the same positional inputs as example_inputs "
-                             f"and the same keywords as example_kwargs")
+            raise ValueError(_count_message(len(args), self.positional))
         for name, value in example.constants:
             given = kwargs[name]
             if isinstance(given, torch.Tensor):
@@ -78,7 +83,7 @@ class CallLayout:
                 raise ValueError(f"{where}: keyword input {name} is {type(kwargs[name]).__name__}; the example's was "
                                  f"a tensor (a graph input). Pass a tensor")
         flat = tuple(args) + tuple(kwargs[name] for name in example.tensors)
-        check_batch_dimensions(flat, self.names(), self.positional, where)
+        check_batch_dimensions(flat, self.names, self.positional, where)
         return flat
 
     def unflatten(self, flat: Sequence[Any]) -> tuple[tuple, dict[str, Any]]:
@@ -90,6 +95,11 @@ class CallLayout:
         return args, kwargs
 
 
+def _count_message(given: int, positional: int) -> str:
+    return (f"the model was called with {given} input(s); it was compiled with {positional} example input(s). "
+            f"Pass the same positional inputs as example_inputs and the same keywords as example_kwargs")
+
+
 def _same_constant(a, b) -> bool:
     try:
         return type(a) is type(b) and bool(a == b)
@@ -97,10 +107,14 @@ def _same_constant(a, b) -> bool:
         return a is b
 
 
-def check_batch_dimensions(flat: Sequence[Any], names: Sequence[str], positional: int, where: str) -> None:
+def check_batch_dimensions(flat: Sequence[Any], names: Sequence[str] | Callable[[], Sequence[str]], positional: int,
+                           where: str) -> None:
     """Every keyword tensor of one dimension or more is split over the data ranks along
     its first dimension, like the batch-major positional inputs: that dimension must be
-    the batch (the first dimension of the first tensor input)."""
+    the batch (the first dimension of the first tensor input). ``names``: how messages
+    name the flat inputs, or a function giving them (called only to raise)."""
+    if positional >= len(flat):  # no keyword tensor
+        return
     first = next((i for i, x in enumerate(flat) if isinstance(x, torch.Tensor) and x.dim() > 0), None)
     if first is None:
         return
@@ -108,6 +122,7 @@ def check_batch_dimensions(flat: Sequence[Any], names: Sequence[str], positional
     for i in range(positional, len(flat)):
         x = flat[i]
         if x.dim() > 0 and x.shape[0] != batch:
+            names = names() if callable(names) else names
             raise ValueError(f"{where}: {names[i]} has batch dimension {x.shape[0]} (shape {list(x.shape)}), the "
                              f"other inputs {batch} ({names[first]} has shape {list(flat[first].shape)}). Each rank "
                              f"takes its share of every keyword tensor along its first dimension: give it the "
