@@ -30,8 +30,9 @@ from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.planning.strategy import PlanError
 from autopar.runtime import devices, rng
 from autopar.runtime.grad_sync import GradientBuckets
-from autopar.runtime.target_count import TARGET_COUNT, use_target_count
+from autopar.runtime._swap import SwapGlobal
 from autopar.runtime.family_runtime import RankRuntime
+from autopar.runtime.target_count import TARGET_COUNT, PendingCount, use_target_count
 
 
 @dataclass
@@ -64,6 +65,9 @@ class RankState:
     # where the runtime's own tensors go when no value is at hand (autopar.runtime.devices)
     device: torch.device = devices.CPU
     rewrite: Callable[..., fx.GraphModule] | None = None
+    # running()'s context by ``stage`` where every context is a swap of a module global
+    # (made on first use; None where some family's context is not)
+    _swaps: dict = field(default_factory=dict, repr=False, compare=False)
 
     def rewrite_options(self) -> dict:
         """The families' options of this rank's program rewrite (e.g. the parameters ZeRO
@@ -77,14 +81,23 @@ class RankState:
         """The context a rank program runs in: the plan's groups, the rank's device (for
         the runtime's buffers, :mod:`autopar.runtime.devices`), the dropout streams and
         each family's contexts (``stage``: a pipeline stage's programs)."""
+        swaps = self._swaps.get(stage, False)
+        if swaps is False:  # first call: can one _Swaps serve every call?
+            contexts = self._contexts(stage)
+            swaps = self._swaps[stage] = _Swaps(contexts) if all(isinstance(c, SwapGlobal) for c in contexts) \
+                else None
+        if swaps is not None:
+            return swaps
         stack = contextlib.ExitStack()
-        stack.enter_context(use_groups(self.groups))
-        stack.enter_context(devices.use_device(self.device))
-        stack.enter_context(rng.use_random_states(self.random))
-        for runtime in self.runtimes:
-            for context in runtime.contexts(stage):
-                stack.enter_context(context)
+        for context in self._contexts(stage):
+            stack.enter_context(context)
         return stack
+
+    def _contexts(self, stage: bool) -> list:
+        contexts = [use_groups(self.groups), devices.use_device(self.device), rng.use_random_states(self.random)]
+        for runtime in self.runtimes:
+            contexts.extend(runtime.contexts(stage))
+        return contexts
 
     def begin(self, stage: bool = False) -> None:
         """Before a call's programs run, each family's preparation under the plan's
@@ -132,11 +145,14 @@ class RankState:
             if spec != self.layout.loss_bucket:
                 buckets.finish()
 
-    def target_count(self, program: fx.GraphModule, pieces: list[tuple], group: str) -> torch.Tensor | None:
+    def target_count(self, program: fx.GraphModule, pieces: list[tuple], group: str
+                     ) -> torch.Tensor | PendingCount | None:
         """The whole batch's count of counted targets when ``program`` averages its loss
         over them (``TARGET_COUNT``, :mod:`autopar.runtime.target_count`): the count
         program on each of this rank's ``pieces`` (flat graph inputs, target last when
-        the program takes one), summed over ``group``, the ranks sharing the batch."""
+        the program takes one), summed over ``group``, the ranks sharing the batch; the
+        sum in flight while the forward runs (a :class:`PendingCount` the loss waits for
+        where it divides)."""
         counter = program.meta.get(TARGET_COUNT)
         if counter is None:
             return None
@@ -149,8 +165,33 @@ class RankState:
             count = value if count is None else count + value
         with use_groups(self.groups):
             if size_of(get_group(group)) > 1:
-                dist.all_reduce(count, group=get_group(group))
+                return PendingCount(count, dist.all_reduce(count, group=get_group(group), async_op=True))
         return count
+
+
+class _Swaps:
+    """Module globals set for a block and restored after it: those the given
+    :class:`~autopar.runtime._swap.SwapGlobal` contexts set, in one call each way instead
+    of one per context, and made once (an ``ExitStack`` of five contexts made and entered
+    on every call costs more than the step's own Python). Re-entrant: the saved values are
+    a stack, so one object serves every call of a rank."""
+
+    __slots__ = ("targets", "saved")
+
+    def __init__(self, contexts: list[SwapGlobal]):
+        self.targets = tuple((c.namespace, c.name, c.value) for c in contexts)
+        self.saved: list[list] = []
+
+    def __enter__(self) -> None:
+        saved = []
+        for namespace, name, value in self.targets:
+            saved.append(namespace[name])
+            namespace[name] = value
+        self.saved.append(saved)
+
+    def __exit__(self, *exc) -> None:
+        for (namespace, name, _), value in zip(self.targets, self.saved.pop()):
+            namespace[name] = value
 
 
 class ProgramRunner:
@@ -169,6 +210,10 @@ class ProgramRunner:
         self.csub = plan.csub
         self.branch_only = plan.csub and plan.subgrid_coordinates(state.rank)[0] != 0
         self.programs: dict[tuple, fx.GraphModule] = {}
+        # the loss's bucket and the others, found once (each lookup by the layout's Bucket,
+        # a frozen dataclass, hashes or compares its fields)
+        self.carrier = state.loss_bucket()
+        self.other_buckets = [b for spec, b in state.buckets.items() if spec != state.layout.loss_bucket]
 
     def program(self, inputs: tuple, target: Any, training: bool, loss: bool = False
                 ) -> tuple[fx.GraphModule, tuple, Any]:
@@ -183,7 +228,7 @@ class ProgramRunner:
         """The program that runs ``local_inputs`` (this rank's share of the call's
         ``inputs``, or one microbatch of it), built on first use for their shapes."""
         state = self.state
-        key = (tuple(signature(x) for x in local_inputs), signature(local_target), loss, training)
+        key = (tuple(map(signature, local_inputs)), signature(local_target), loss, training)
         if key not in self.programs:
             shown_inputs, shown_target = local_inputs, local_target
             if any(c.get("remedy") == "gather" for c in state.plan.batch_couplings or ()):
@@ -208,9 +253,9 @@ class ProgramRunner:
             self.programs[key] = program
         return self.programs[key]
 
-    def _count(self, program, pieces) -> torch.Tensor | None:
+    def _count(self, program, pieces) -> torch.Tensor | PendingCount | None:
         bucket = self.state.layout.loss_bucket
-        if self.branch_only or bucket is None:
+        if self.branch_only or bucket is None or TARGET_COUNT not in program.meta:
             return None
         return self.state.target_count(program, pieces, bucket.group)
 
@@ -260,20 +305,21 @@ class ProgramRunner:
                 result.backward(torch.zeros_like(result))
                 state.finish_buckets()
                 return self._loss_from_subgrid_0(program, None)
-            carrier = state.loss_bucket()
+            carrier = self.carrier
             total = None
             for k, args in enumerate(flat):
                 last = k == len(flat) - 1
                 for buckets in state.buckets.values():  # launched during the last backward only
                     buckets.enabled = last
                 loss = program.forward(*args)
-                part = loss.detach() if summed else loss.detach() / m
+                part = loss.detach() if summed or m == 1 else loss.detach() / m  # no division kernel for m = 1
                 total = part if total is None else total + part
                 if last and data > 1:
                     carrier.carry(total)
                 loss.backward(torch.full_like(loss, weight) if weight != 1.0 else None)
                 state.after_backward()  # e.g. deferred reduce-scatters land before any bucket reads them
-            state.finish_buckets()
+            for buckets in self.other_buckets:  # state.finish_buckets(), with the buckets found once
+                buckets.finish()
             state.finish()
             loss = total
             if data > 1:
