@@ -151,10 +151,12 @@ def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequenc
     ``fusion``: run the fusion pass (None: when the plan was priced with fused kernels).
     Without ``loss_fn`` it returns the model's own loss when the output carries one, as
     ``pm.step`` runs it. A pipeline plan's rank runs several programs, one per stage: see
-    :func:`autopar.strategies.pipeline.program.stage_graphs` and ``pipeline_rank_code``."""
+    :func:`autopar.strategies.pipeline.program.stage_graphs` and ``pipeline_rank_code``
+    (with ``rewrite=autopar.passes.rank_program.rewrite``)."""
     if plan_.pipeline:
         raise PlanError("rank_graph: a pipeline plan gives each rank one program per stage; use "
-                        "autopar.strategies.pipeline.program.stage_graphs (or pipeline_rank_code for their code)")
+                        "autopar.strategies.pipeline.program.stage_graphs (or pipeline_rank_code for their code) "
+                        "with rewrite=autopar.passes.rank_program.rewrite")
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "rank_graph()")
     inputs, target = local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), flat, example_target)

@@ -593,6 +593,6 @@ def test_pipeline_stages_are_fused():
     x = torch.randint(0, 64, (8, 16))
     plan = autopar.plan(gpt2(), 2, (x,), gpt2_loss, strategy={"pipeline": 2, "microbatches": 4}, example_target=x)
     for rank in (0, 1):
-        built, _, _ = stage_graphs(rewrite, gpt2(), plan, rank, (x[:2],), gpt2_loss, x[:2], fusion=True)
+        built, _, _ = stage_graphs(gpt2(), plan, rank, (x[:2],), gpt2_loss, x[:2], fusion=True, rewrite=rewrite)
         for module, _ in built.values():
             assert module.meta[FUSION].uses, f"rank {rank}: nothing fused"

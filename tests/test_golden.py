@@ -1000,7 +1000,7 @@ timeline (unit: one chunk's forward; backward = 2 units):
 
 meshes weighed:
  * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 6.356 ms, memory 0.17 MiB""")
-        self.assertExpectedInline(pipeline_rank_code(rewrite, model, plan, 0, inputs, loss_fn, target), """\
+        self.assertExpectedInline(pipeline_rank_code(model, plan, 0, inputs, loss_fn, target, rewrite=rewrite), """\
 # stage 0 on rank 0 of 4 (pipeline=0, data=0, tensor=0); built by passes: pipeline_stages -> analysis -> stage_blocks -> tensor_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
 

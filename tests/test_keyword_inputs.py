@@ -260,8 +260,8 @@ def test_pipeline_stages_take_keywords_and_the_last_averages_over_the_whole_batc
     model = case.factory()
     plan = autopar.plan(model, 4, example_kwargs=case.kwargs,
                         strategy={"pipeline": 2, "data": 2, "microbatches": 2})
-    first = pipeline_rank_code(rewrite, model, plan, 0, (), example_kwargs=case.kwargs)
-    last = pipeline_rank_code(rewrite, model, plan, 2, (), example_kwargs=case.kwargs)
+    first = pipeline_rank_code(model, plan, 0, (), rewrite=rewrite, example_kwargs=case.kwargs)
+    last = pipeline_rank_code(model, plan, 2, (), rewrite=rewrite, example_kwargs=case.kwargs)
     assert "def forward(self, input_ids, attention_mask)" in first
     assert "labels" in last and "global_mean" in last and "global_mean" not in first
 

@@ -184,6 +184,6 @@ def test_a_pipeline_stage_keeps_the_whole_graph_ids():
     split = {r.region for r in plan.regions if r.strategy == "megatron"}
     assert {"linear_chain:enc", "linear_chain:enc#1"} <= split, plan.explain()
     last_rank = plan.world_size - 1
-    built, _, _ = stage_graphs(rewrite, _WithEncoder(), plan, last_rank, (x,), F.cross_entropy, y)
+    built, _, _ = stage_graphs(_WithEncoder(), plan, last_rank, (x,), F.cross_entropy, y, rewrite=rewrite)
     (stage,) = built.values()
     assert _ids(stage[0], "linear_chain") == ["linear_chain:enc.blocks.1", "linear_chain:enc#1"]

@@ -37,7 +37,7 @@ def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None 
     rank's layout shards (read through all-gathers, :mod:`autopar.strategies.data.zero`).
     ``stage``: the graph is that cut of the whole graph (a pipeline stage's program:
     every family splits only the stage's regions; its blocks recompute, megatron §3.5)."""
-    if local_batch is None:
+    if local_batch is None and stage is None:
         local_batch = plan_.global_batch // plan_.batch_parts()
     branch_only = stage is None and plan_.csub and plan_.subgrid_coordinates(rank)[0] != 0
     build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, branch_only,

@@ -11,7 +11,8 @@ name; every method has a do-nothing default, so a runtime says only what it does
 A call runs as: ``before_call`` (module) → ``begin`` (under the plan's process groups)
 → the programs inside ``contexts`` → ``after_backward`` after each backward →
 ``finish`` once the call's gradients are reduced. ``stage=True`` marks a pipeline
-stage's programs, which carry their own per-stage state.
+stage's programs (a family may run them without some of its state: the 3D layers'
+overlap state serves only plans whose 3D regions have a z axis).
 """
 from __future__ import annotations
 

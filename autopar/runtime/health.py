@@ -55,6 +55,7 @@ import torch.distributed as dist
 
 from autopar._torch_compat import group_timeout, new_groups_timeout, set_group_timeout
 from autopar.runtime.failure_board import HEARTBEAT_S, STALE_AFTER_S, Board
+from autopar.runtime.gloo_workers import wait_for_idle_workers
 
 log = logging.getLogger("autopar.runtime")
 
@@ -212,39 +213,7 @@ def _at_exit(wait_s: float = 5.0) -> None:
     while _COLLECTING - {me} and time.monotonic() < deadline:
         time.sleep(0.001)  # the other thread's destructors take the GIL back and its collection ends
     gc.collect()
-    _wait_for_idle_workers(deadline)
-
-
-_WORKER_THREAD = "pt_gloo_runloop"  # the name torch gives ProcessGroupGloo's worker threads
-
-
-def _running_workers() -> int:
-    """How many of this process's gloo worker threads are running or runnable (Linux:
-    ``/proc/self/task``; 0 where it cannot be read). An idle worker sleeps on its queue."""
-    running = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return 0
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/stat") as f:
-                stat = f.read()
-        except OSError:  # the thread ended meanwhile
-            continue
-        name, _, rest = stat.partition("(")[2].rpartition(")")
-        if name.startswith(_WORKER_THREAD) and rest.split()[0] in ("R", "D"):
-            running += 1
-    return running
-
-
-def _wait_for_idle_workers(deadline: float) -> None:
-    """Until every gloo worker thread is asleep at three looks in a row, 2 ms apart (the
-    GIL released meanwhile, so a worker waiting for it gets it), or until ``deadline``."""
-    idle = 0
-    while idle < 3 and time.monotonic() < deadline:
-        idle = idle + 1 if _running_workers() == 0 else 0
-        time.sleep(0.002)
+    wait_for_idle_workers(deadline)
 
 
 gc.callbacks.append(_note_collection)

@@ -92,8 +92,10 @@ class ParallelModule(nn.Module):
                                 rewrite)
         self.runner = next((r for r in (rt.runner(self._state, model) for rt in running) if r is not None), None) \
             or ProgramRunner(self._state)
-        self._attributes = {name: getter for runtime in self._runtimes
-                            for name, getter in runtime.attributes().items()}
+        # which runtime answers each family attribute (asked at lookup: a deep copy's
+        # runtimes are its own)
+        self._attribute_owner = {name: i for i, runtime in enumerate(self._runtimes)
+                                 for name in runtime.attributes()}
 
     def _first_name(self, root_name: str) -> str:
         placement = self.layout.get(layout_name(root_name))
@@ -167,10 +169,13 @@ class ParallelModule(nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            getter = self.__dict__.get("_attributes", {}).get(name)
-            if getter is None:
+            owner = self.__dict__.get("_attribute_owner", {}).get(name)
+            if owner is None:
                 raise
-            return getter(self._state)
+            return self._runtimes[owner].attributes()[name](self._state)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self.__dict__.get("_attribute_owner", {})))
 
     # ------------------------------------------------------------------ parameters and state
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):

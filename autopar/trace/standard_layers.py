@@ -33,7 +33,7 @@ as ``symbolic_trace`` would leave it, and is replicated by every plan: cross-att
 (query different from key/value: the packed in-projection would have to be sliced),
 ``kdim``/``vdim`` different from ``embed_dim``, ``add_bias_kv``, ``add_zero_attn``,
 ``is_causal=True`` without a mask (PyTorch refuses it too), and attention weights asked
-for while attention dropout is active. The reason is logged on ``autopar.trace.capture``.
+for while attention dropout is active. The reason is logged on ``autopar.capture``.
 Unbatched (2-D) inputs are not spelled: tracing fails and ``tracer="auto"`` falls back to
 ``torch.export``.
 

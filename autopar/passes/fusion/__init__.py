@@ -1,6 +1,6 @@
 """Generated kernels: the fusion IR (:mod:`.chain`), Triton source generation
 (:mod:`.codegen`), hand-written device helpers (:mod:`.triton_helpers`) and launching
-through autograd (:mod:`.runtime`). The pass that finds chains in a rank graph is
+through autograd (:mod:`.launch`). The pass that finds chains in a rank graph is
 :mod:`autopar.passes.fusion.rewrite`. Triton is optional: imported only to run a kernel."""
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ reduction and what reads it) and the merged chain can still be placed
 of its values), which keeps the graph acyclic and makes every value read outside the
 chain an output of the kernel. :func:`drop_leading_views` and :func:`worth` leave out
 what costs nothing alone. Turning a chain into kernel IR is :mod:`.chain_builder`'s; the
-pass that rewrites the graph is :mod:`.fusion`.
+pass that rewrites the graph is :mod:`.rewrite`.
 """
 from __future__ import annotations
 

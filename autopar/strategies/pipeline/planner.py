@@ -411,7 +411,7 @@ class Pipeline(CompileHooks):
                   rewrite) -> str | None:
         if not plan.pipeline:
             return None
-        return pipeline_rank_code(rewrite, model, plan, rank, example_inputs, loss_fn, example_target,
+        return pipeline_rank_code(model, plan, rank, example_inputs, loss_fn, example_target, rewrite=rewrite,
                                   example_kwargs=example_kwargs)
 
     def rank_runtime(self, plan: Plan, rank: int, options: dict) -> PipelineRankRuntime:

@@ -95,8 +95,8 @@ def _rewrite_stage(rewrite, gm: fx.GraphModule, plan_, rank: int, local_batch: i
     return rewrite(gm, plan_, rank, local_batch, recompute, fusion, zero_params, stage=cut)
 
 
-def stage_graphs(rewrite, model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None, target=None,
-                 recompute: bool | str = False, fusion: bool = False, *, layout: CallLayout | None = None,
+def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None, target=None,
+                 recompute: bool | str = False, fusion: bool = False, *, rewrite, layout: CallLayout | None = None,
                  model_loss: str | None = None, zero_params: dict | None = None):
     """Rank ``rank``'s stage programs for (micro)batches shaped like ``inputs``, each
     rewritten by ``rewrite`` (:func:`autopar.passes.rank_program.rewrite`):
@@ -130,18 +130,19 @@ def stage_graphs(rewrite, model: nn.Module, plan_, rank: int, inputs: tuple, los
     return out, names, out_spec
 
 
-def pipeline_rank_code(rewrite, model: nn.Module, plan_, rank: int, example_inputs, loss_fn=None,
-                       example_target=None, *, example_kwargs=None, zero_params: dict | None = None) -> str:
+def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_fn=None,
+                       example_target=None, *, rewrite, example_kwargs=None, zero_params: dict | None = None) -> str:
     """Rank ``rank``'s stage programs as code (for plan dumps), captured at one
-    microbatch of its data rank's share of the batch."""
+    microbatch of its data rank's share of the batch, each rewritten by ``rewrite``
+    (:func:`autopar.passes.rank_program.rewrite`)."""
     m = plan_.pipeline["microbatches"]
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
     inputs, target = local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), flat, example_target)
     batch = batch_of(inputs)
     piece = microbatches((*inputs, target), m, batch)[0]
-    built, _, _ = stage_graphs(rewrite, model, plan_, rank, piece[:-1], loss_fn, piece[-1], fusion=plan_.fusion,
-                               layout=layout, model_loss="if_present", zero_params=zero_params)
+    built, _, _ = stage_graphs(model, plan_, rank, piece[:-1], loss_fn, piece[-1], fusion=plan_.fusion,
+                               rewrite=rewrite, layout=layout, model_loss="if_present", zero_params=zero_params)
     return "\n".join(_stage_code(rank_graph_code(module, plan_, rank), s, rank) for s, (module, _) in sorted(built.items()))
 
 
@@ -185,8 +186,8 @@ class PipelineRunner:
         key = ("pipeline", tuple(signature(x) for x in inputs), signature(target), loss, training)
         if key not in self.programs:
             built, names, out_spec = state.build(inputs, target, training, lambda: stage_graphs(
-                state.rewrite, state.user_model, state.plan, state.rank, inputs, state.loss_fn, target, state.recompute,
-                state.fusion, layout=state.call, model_loss="required" if loss else None,
+                state.user_model, state.plan, state.rank, inputs, state.loss_fn, target, state.recompute,
+                state.fusion, rewrite=state.rewrite, layout=state.call, model_loss="required" if loss else None,
                 **state.rewrite_options()), explain_shapes=False)
             programs = {}
             for s, (module, stage) in built.items():

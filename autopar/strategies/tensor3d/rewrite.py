@@ -219,7 +219,7 @@ class _Rewriter3D(_Rewriter):
                 self.graph.erase_node(node)
 
     def link_prefetches(self) -> None:
-        """Each 3D linear names the next one's ``Ŵ`` (topological order): axonn §IV-collectives."""
+        """Each 3D linear names the next one's ``Ŵ`` (topological order): axonn §IV-C."""
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         layers = sorted(self.layers, key=order.__getitem__)
         for layer, following in zip(layers, layers[1:]):

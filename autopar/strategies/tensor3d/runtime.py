@@ -405,9 +405,11 @@ torch.fx.wrap("linear_3d")
 class Tensor3DRankRuntime(RankRuntime):
     """The 3D layers on a rank (:class:`~autopar.runtime.family_runtime.RankRuntime`):
     their :class:`Tensor3DRuntime` under ``compile``'s ``overlap`` switches and the plan's
-    cache bound, current while a program with 3D regions runs (a pipeline's stages keep
-    their own); the weights gathered last step forgotten before each call, deferred
-    reduce-scatters landed after each backward. Active when the plan has 3D regions."""
+    cache bound, current while a program with 3D regions runs; the weights gathered last
+    step forgotten before each call, deferred reduce-scatters landed after each backward.
+    Active when the plan has 3D regions. A pipeline's stage programs run without it: their
+    3D regions are on ``x × y × 1`` grids (no all-gather over z to overlap, cache or
+    defer), which the process's default :class:`Tensor3DRuntime` serves."""
 
     name = "3d"
 
