@@ -209,8 +209,8 @@ def main(argv=None) -> list:
         return []
     steps, warmup = steps_of(args)
     selected = cases_of(args.cases, args.quick, CASES + GPU_CASES, QUICK_CASES)
-    if args.device == "cuda" and not args.quick and not args.cases:
-        selected = list(GPU_CASES)
+    if not args.quick and not args.cases:  # the GPU cases (1.1B parameters) only on a GPU, or by name
+        selected = list(GPU_CASES) if args.device == "cuda" else list(CASES)
     rows = run(steps, warmup, args.quick, selected, args.threads, args.device, DTYPES[args.dtype], args.fusion)
     print_rows(f"compile overhead: autopar on 1 rank vs eager ({steps} steps, {warmup} warm-up, "
                f"{args.threads} thread(s), {args.device}, {args.dtype})", rows)
