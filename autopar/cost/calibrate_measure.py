@@ -22,7 +22,6 @@ counts (:func:`pipeline_case`). Fitting the cost model to these is
 """
 from __future__ import annotations
 
-import platform
 import socket
 import statistics
 import time
@@ -34,6 +33,7 @@ import torch.distributed as dist
 
 import autopar
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
+from autopar.cost.profiles import processor
 from autopar.runtime.groups import use_groups
 from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
 
@@ -188,14 +188,7 @@ def _memory_bytes(device: torch.device, world_size: int) -> float:
 def _processor_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return processor()
 
 
 def _time_matmul(n: int, gen: torch.Generator, device: torch.device, s: Settings,

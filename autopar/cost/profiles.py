@@ -56,7 +56,8 @@ def profile_path(backend: str | None = None) -> Path:
     return cache_dir() / "profiles" / f"{backend or default_backend()}.json"
 
 
-def _processor() -> str:
+def processor() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` says."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -74,7 +75,7 @@ def machine_facts() -> dict[str, object]:
     accelerator = "none"
     if torch.cuda.is_available():
         accelerator = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    return {"host": socket.gethostname(), "processor": _processor(), "cpu_cores": os.cpu_count() or 0,
+    return {"host": socket.gethostname(), "processor": processor(), "cpu_cores": os.cpu_count() or 0,
             "accelerator": accelerator, "torch": torch.__version__}
 
 
