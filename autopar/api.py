@@ -246,7 +246,8 @@ def _recompute_mode(recompute, plan_: Plan) -> bool | str:
 
 
 def _strategy_from_mesh(mesh, strategy):
-    """A 2-D mesh named ("data", "tensor") fixes the degrees; other meshes must be flat."""
+    """A 2-D mesh named ("data", "tensor") fixes the degrees (a strategy dict keeps its
+    other keys: memory levers, region pins, experts); other meshes must be flat."""
     if mesh is None or mesh.ndim == 1:
         return strategy
     names = tuple(mesh.mesh_dim_names or ())
@@ -255,9 +256,12 @@ def _strategy_from_mesh(mesh, strategy):
                          f"it) or a 2-D mesh named ('data', 'tensor')")
     degrees = {"data": mesh.size(names.index("data")), "tensor": mesh.size(names.index("tensor"))}
     forced = Strategy.parse(strategy)
-    if forced is not None and {"data": forced.data, "tensor": forced.tensor} != degrees:
+    if forced is None:
+        return degrees
+    if not forced.levers_only and {"data": forced.data, "tensor": forced.tensor} != degrees:
         raise ValueError(f"mesh: its degrees {degrees} contradict strategy={strategy!r}; drop one of them")
-    return degrees
+    # the strategy's other keys (memory levers, region pins, experts) apply on the mesh's degrees
+    return {**strategy, **degrees} if isinstance(strategy, dict) else degrees
 
 
 def _data_major(mesh) -> torch.Tensor:

@@ -301,3 +301,27 @@ def test_batch_norm_in_training_keeps_the_batch_whole():
     assert not plan.pipeline and plan.subgrids == 1
     # in eval mode it normalises with running statistics, per sample: the planner pipelines it
     assert autopar.plan(_ConvBlocks().eval(), 4, (x,)).pipeline
+
+
+class _NamedMesh:
+    """A 2-D mesh's shape and names, what ``compile`` reads of a ("data", "tensor") mesh
+    to fix the degrees (a live DeviceMesh needs a process group)."""
+
+    def __init__(self, data: int, tensor: int):
+        self.ndim, self.mesh_dim_names, self._sizes = 2, ("data", "tensor"), (data, tensor)
+
+    def size(self, dim: int) -> int:
+        return self._sizes[dim]
+
+
+def test_a_2d_mesh_keeps_the_strategys_other_keys():
+    from autopar.api import _strategy_from_mesh
+    mesh = _NamedMesh(2, 2)
+    assert _strategy_from_mesh(mesh, "auto") == {"data": 2, "tensor": 2}
+    merged = _strategy_from_mesh(mesh, {"data": 2, "tensor": 2, "zero": 1, "microbatches": 2})
+    assert merged == {"data": 2, "tensor": 2, "zero": 1, "microbatches": 2}
+    parsed = autopar.Strategy.parse(merged)
+    assert (parsed.data, parsed.tensor, parsed.zero, parsed.microbatches) == (2, 2, 1, 2)
+    assert _strategy_from_mesh(mesh, {"zero": 3}) == {"zero": 3, "data": 2, "tensor": 2}
+    with pytest.raises(ValueError, match="contradict"):
+        _strategy_from_mesh(mesh, {"data": 4, "tensor": 1})
