@@ -73,10 +73,8 @@ class ParallelModule(nn.Module):
         # the parameters each bucket reduces: a family's own tensors where it keeps them
         # (ZeRO-1/2's full parameters, whose gradients go to the shards), every other one
         # as the module tree holds it
-        full, bucket_shards = {}, None
-        for runtime in running:
-            full.update(runtime.bucket_params())
-            bucket_shards = runtime.bucket_shards() if bucket_shards is None else bucket_shards
+        full = {name: p for runtime in running for name, p in runtime.bucket_params().items()}
+        bucket_shards = next((s for runtime in running if (s := runtime.bucket_shards()) is not None), None)
         named = [(layout_name(n), full.get(self._first_name(n), p))
                  for n, p in self.root.named_parameters(remove_duplicate=False)]
         with use_groups(group_map):

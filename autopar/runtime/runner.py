@@ -69,6 +69,14 @@ class RankState:
     # (made on first use; None where some family's context is not)
     _swaps: dict = field(default_factory=dict, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        # the loss's bucket and the others, found once: the buckets are fixed at
+        # construction, and each lookup by the layout's Bucket (a frozen dataclass) hashes
+        # or compares its fields
+        spec = self.layout.loss_bucket
+        self._loss_bucket = None if spec is None else self.buckets[spec]
+        self._other_buckets = [b for s, b in self.buckets.items() if s != spec]
+
     def rewrite_options(self) -> dict:
         """The families' options of this rank's program rewrite (e.g. the parameters ZeRO
         shards, which its pass reads through gathers)."""
@@ -136,14 +144,12 @@ class RankState:
 
     def loss_bucket(self) -> GradientBuckets | None:
         """The bucket that carries the step's loss (the layout's ``loss_bucket``)."""
-        spec = self.layout.loss_bucket
-        return None if spec is None else self.buckets[spec]
+        return self._loss_bucket
 
     def finish_buckets(self) -> None:
         """Wait for every bucket but the loss's, in the layout's order."""
-        for spec, buckets in self.buckets.items():
-            if spec != self.layout.loss_bucket:
-                buckets.finish()
+        for buckets in self._other_buckets:
+            buckets.finish()
 
     def target_count(self, program: fx.GraphModule, pieces: list[tuple], group: str
                      ) -> torch.Tensor | PendingCount | None:
@@ -210,10 +216,6 @@ class ProgramRunner:
         self.csub = plan.csub
         self.branch_only = plan.csub and plan.subgrid_coordinates(state.rank)[0] != 0
         self.programs: dict[tuple, fx.GraphModule] = {}
-        # the loss's bucket and the others, found once (each lookup by the layout's Bucket,
-        # a frozen dataclass, hashes or compares its fields)
-        self.carrier = state.loss_bucket()
-        self.other_buckets = [b for spec, b in state.buckets.items() if spec != state.layout.loss_bucket]
 
     def program(self, inputs: tuple, target: Any, training: bool, loss: bool = False
                 ) -> tuple[fx.GraphModule, tuple, Any]:
@@ -305,7 +307,7 @@ class ProgramRunner:
                 result.backward(torch.zeros_like(result))
                 state.finish_buckets()
                 return self._loss_from_subgrid_0(program, None)
-            carrier = self.carrier
+            carrier = state.loss_bucket()
             total = None
             for k, args in enumerate(flat):
                 last = k == len(flat) - 1
@@ -318,8 +320,7 @@ class ProgramRunner:
                     carrier.carry(total)
                 loss.backward(torch.full_like(loss, weight) if weight != 1.0 else None)
                 state.after_backward()  # e.g. deferred reduce-scatters land before any bucket reads them
-            for buckets in self.other_buckets:  # state.finish_buckets(), with the buckets found once
-                buckets.finish()
+            state.finish_buckets()
             state.finish()
             loss = total
             if data > 1:
