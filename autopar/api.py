@@ -30,7 +30,7 @@ import torch.nn as nn
 from autopar.trace.capture import capture
 from autopar.planning.drawing import regions_dot
 from autopar.trace.inputs import CallLayout, example_signature
-from autopar.passes.fusion import model_device, resolve_fusion
+from autopar.passes.fusion import resolve_fusion
 from autopar.runtime.module import ParallelModule
 from autopar.passes.analysis.analyse import analyse
 from autopar.cost import profiles
@@ -40,7 +40,7 @@ from autopar.planning.search import PlanError, Strategy, plan_graph
 from autopar.runtime.executable import batch_of, local_batch, rank_graph_code
 from autopar.passes.rank_program import planned_shards, rewrite
 from autopar.runtime.groups import size_of
-from autopar.runtime import health
+from autopar.runtime import health, materialise
 from autopar.strategies.placement import build_layout, dropout_coordinates, dropout_shards
 from autopar.strategies.registry import FAMILIES
 
@@ -171,7 +171,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
             strategy: Any = "auto", *, example_target: Any = None, example_kwargs: dict[str, Any] | None = None,
             hardware: str | Hardware | None = None, seed: int = 0, overlap: Any = None,
             recompute: bool | str | None = None, memory_limit: float | None = None,
-            fusion: bool | None = None) -> ParallelModule:
+            fusion: bool | None = None, device: str | torch.device | None = None) -> ParallelModule:
     """Make ``model`` run on the ranks of ``mesh`` (see the module docstring).
 
     ``example_inputs`` (positional) and ``example_kwargs`` (keyword inputs, e.g. a
@@ -200,19 +200,33 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     ``fusion``: run each rank's pointwise chains and softmax/layer-norm rows as generated
     Triton kernels (docs/fusion.md); None: on when the model is on CUDA and Triton is
     installed; True on the CPU needs ``TRITON_INTERPRET=1`` (for testing).
+
+    ``model`` may be on the meta device (built under ``torch.device("meta")``): planning
+    and rewriting read shapes only, each rank allocates only the parts it holds, and
+    ``pm.init_weights(seed=...)`` or ``pm.load_pretrained(path)`` gives them values
+    before the first call (docs/guide/large_models.md). ``device``: where the rank's
+    tensors go (None: the model's device; for a meta model the mesh's device type at
+    ``LOCAL_RANK``, else the example inputs'). A model built for real must hold the same
+    weights on every rank: compared at ``compile`` (a fingerprint per parameter).
     """
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat_examples = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
-    fusion = resolve_fusion(fusion, model_device(model, flat_examples))
+    device = materialise.resolve_device(device, mesh, model, flat_examples)
+    fusion = resolve_fusion(fusion, device)
     world, rank = _world(mesh)
     _check_same_call_everywhere(world, mesh, strategy, flat_examples, example_target, hardware, layout)
     check_dtypes(model)
+    if world > 1 and dist.is_initialized() and world == dist.get_world_size() and materialise.holds_values(model):
+        materialise.check_same_weights(model)
     strategy = _strategy_from_mesh(mesh, strategy)
     hw, source = _agreed_hardware(hardware, memory_limit, world, mesh)  # before capture, as the check above
-    gm = _global_graph(model, example_inputs, loss_fn, example_target, example_kwargs)
+    # captures read shapes only: of a meta copy of the model (the rank's programs are
+    # captured from it too, so the export memo serves them)
+    twin = materialise.meta_twin(model)
+    gm = _global_graph(twin, example_inputs, loss_fn, example_target, example_kwargs)
     plan_ = plan_graph(gm, world, hw, strategy)
     plan_.hardware_source = source
-    _attach_artifacts(plan_, gm, model, example_inputs, loss_fn, example_target, example_kwargs)
+    _attach_artifacts(plan_, gm, twin, example_inputs, loss_fn, example_target, example_kwargs)
     recompute = _recompute_mode(recompute, plan_)
     health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here
     # where a family holds parameters on some ranks only (a pipeline's stages): which hold each
@@ -227,7 +241,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
         runtimes=[runtime for family in FAMILIES
                   if (runtime := family.rank_runtime(plan_, rank, {"overlap": overlap})) is not None],
         rewrite=rewrite, dropout=(*dropout_coordinates(plan_, rank), dropout_shards(plan_, rank)), seed=seed,
-        recompute=recompute, fusion=fusion, call=layout, examples=example_signature(flat_examples, example_target))
+        recompute=recompute, fusion=fusion, call=layout, examples=example_signature(flat_examples, example_target),
+        device=device, twin=twin)
 
 
 def _recompute_mode(recompute, plan_: Plan) -> bool | str:

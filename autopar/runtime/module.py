@@ -1,8 +1,9 @@
 """The model on one rank: :class:`ParallelModule`, what ``autopar.compile`` returns.
 
-It knows no family. It holds a deep copy of the user's model whose parameters are laid
-out as the plan's :class:`~autopar.layout.ParamLayout` says (this rank's shards; an
-empty tensor for what other pipeline stages hold), the gradient buckets the layout
+It knows no family. It holds a copy of the user's model's module tree whose parameters
+are laid out as the plan's :class:`~autopar.layout.ParamLayout` says (this rank's
+shards, allocated at their own size on the rank's device: :mod:`autopar.runtime.materialise`;
+an empty tensor for what other pipeline stages hold), the gradient buckets the layout
 names, the families' run-time state (one
 :class:`~autopar.runtime.family_runtime.RankRuntime` per family, called at fixed points
 of each call, which also add the family's attributes such as ``pm.zero_stats``), and a
@@ -14,14 +15,12 @@ the layout.
 """
 from __future__ import annotations
 
-import copy
 from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from autopar._torch_compat import own_parameters
 from autopar.trace.capture import MODEL_PREFIX, layout_name, wrap_model
 from autopar.trace.inputs import CallLayout, check_loss_arguments
 from autopar.layout import ParamLayout, group_buckets
@@ -29,7 +28,7 @@ from autopar.planning.plan import Plan
 from autopar.runtime.runner import ProgramRunner, RankState
 from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.runtime import health
-from autopar.runtime import devices, rng
+from autopar.runtime import devices, materialise, rng
 from autopar.runtime.family_runtime import RankRuntime, active
 from autopar.runtime.grad_sync import GradientBuckets
 
@@ -48,25 +47,34 @@ class ParallelModule(nn.Module):
     def __init__(self, model: nn.Module, plan_: Plan, rank: int, group_map: dict, loss_fn: Callable | None,
                  shards: dict, *, layout: Callable[[nn.Module, dict], ParamLayout], runtimes: Sequence[RankRuntime],
                  rewrite: Callable, dropout: tuple[int, int, dict], seed: int = 0, recompute: bool | str = False,
-                 fusion: bool = False, call: CallLayout | None = None, examples: tuple | None = None):
+                 fusion: bool = False, call: CallLayout | None = None, examples: tuple | None = None,
+                 device: torch.device | None = None, twin: nn.Module | None = None):
         """Built by :func:`autopar.compile`, which gives what the plan's families decide:
         ``layout(root, options)``, this rank's parameter layout over the module tree
         ``root`` (with the runtimes' ``layout_options``); ``runtimes``, each family's
         :class:`~autopar.runtime.family_runtime.RankRuntime`; ``rewrite``, the rank-program
         rewrite; ``dropout``, the rank's dropout stream coordinates (tensor index, batch
-        index, per-group shards)."""
+        index, per-group shards); ``device``: where the rank's tensors go (None: the
+        model's, :func:`~autopar.runtime.materialise.resolve_device`); ``twin``: the
+        model on the meta device that programs are captured from (None: one is made)."""
         super().__init__()
         self.plan = plan_
         self.rank = rank
         self._runtimes = tuple(runtimes)
-        # a module tree of the same structure as the captured wrapper, holding this rank's parameters
-        self.root = wrap_model(copy.deepcopy(model), loss_fn, 0)
+        device = materialise.resolve_device(device, None, model, examples or ())
+        devices.check_backend_device(device)
+        # a module tree of the same structure as the captured wrapper, holding this rank's
+        # parameters: a meta copy of the model (no storage copied), then the rank's parts
+        self.root = wrap_model(materialise.meta_twin(model), loss_fn, 0)
         options: dict = {}
         for runtime in self._runtimes:
             options.update(runtime.layout_options())
         layout = layout(self.root, options)
         self.layout: ParamLayout = layout
-        parts = self._install()
+        parts = materialise.install(self.root.model, layout, model, device)
+        # a model built on the meta device has no values until init_weights or a load
+        self._initialised = materialise.holds_values(model)
+        twin = twin if twin is not None else materialise.meta_twin(model)
         running = active(self._runtimes)
         for runtime in running:  # over the installed shards
             runtime.attach(layout, self.root, parts)
@@ -83,12 +91,11 @@ class ParallelModule(nn.Module):
                                              armed=spec.armed)
                        for spec, params in group_buckets(layout, named)}
         states = rng.RandomStates(seed, *dropout)
-        device = devices.rank_device(model.parameters(), examples or ())
-        devices.check_backend_device(device)
-        self._state = RankState(plan_, rank, self.root, layout, group_map, states, running, buckets, model,
+        # the user's model is not kept: programs are captured from its meta twin (shapes)
+        self._state = RankState(plan_, rank, self.root, layout, group_map, states, running, buckets, twin,
                                 loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards), device,
                                 rewrite)
-        self.runner = next((r for r in (rt.runner(self._state, model) for rt in running) if r is not None), None) \
+        self.runner = next((r for r in (rt.runner(self._state, twin) for rt in running) if r is not None), None) \
             or ProgramRunner(self._state)
         # which runtime answers each family attribute (asked at lookup: a deep copy's
         # runtimes are its own)
@@ -99,31 +106,10 @@ class ParallelModule(nn.Module):
         placement = self.layout.get(layout_name(root_name))
         return placement.names[0] if placement is not None else layout_name(root_name)
 
-    def _install(self) -> dict[str, torch.Tensor]:
-        """Replace each parameter of ``self.root`` by what this rank holds of it: its part
-        of a cut one (under ZeRO, its rows of that part), an empty tensor where it holds
-        none (another pipeline stage's). Returns the cut parts of the ZeRO-sharded ones."""
-        owners = _parameter_owners(self.root)
-        parts = {}
-        for name, full in list(self.root.named_parameters()):
-            placement = self.layout.get(layout_name(name))
-            if placement is None or (placement.held and placement.cut is None and placement.zero is None):
-                continue
-            if placement.held:
-                part = full.detach() if placement.cut is None else placement.cut.local(full.detach(), self.layout.seat)
-                if placement.zero is not None:
-                    parts[placement.names[0]] = part
-                    part = placement.zero.local(part)
-                local = nn.Parameter(part.clone(), requires_grad=full.requires_grad)
-            else:
-                local = nn.Parameter(torch.empty(0, dtype=full.dtype, device=full.device), requires_grad=False)
-            for module, attr in owners[id(full)]:
-                setattr(module, attr, local)
-        return parts
-
     # ------------------------------------------------------------------ running
     @health.guarded("forward()")
     def forward(self, *inputs, **kwargs):
+        self._check_initialised("forward()")
         self._before_call()
         return self.runner.forward(self._state.call.flatten(inputs, kwargs, "forward()"), self.training)
 
@@ -145,10 +131,34 @@ class ParallelModule(nn.Module):
         synchronises the gradients after the last. Gradients accumulate across calls, as
         in PyTorch: call ``optimizer.zero_grad()`` between steps.
         """
+        self._check_initialised("step()")
         flat = self._state.call.flatten(inputs, kwargs, "step()")
         check_loss_arguments(self._state.loss_fn, target)
         self._before_call()
         return self.runner.step(flat, target, self.training)
+
+    def _check_initialised(self, call: str) -> None:
+        if not self._initialised:
+            raise materialise.NotInitialisedError(
+                f"{call}: the model was compiled from the meta device and its weights have no values yet; call "
+                f"pm.init_weights(seed=...) (the model's own initialisation) or pm.load_pretrained(path) (a Hugging "
+                f"Face safetensors checkpoint or an autopar checkpoint) first, or pm.load_full_state_dict(state)")
+
+    def _mark_initialised(self) -> None:
+        """The weights were given values (a load): the module may run."""
+        self._initialised = True
+
+    @torch.no_grad()
+    def init_weights(self, seed: int = 0) -> None:
+        """Initialise this rank's parameters and buffers with the model's own scheme
+        (``reset_parameters`` of ``nn`` layers, a Hugging Face model's ``_init_weights``,
+        rotary ``inv_freq`` included), the same full model whatever the plan, world size
+        or rank for a given ``seed``: each module is initialised whole from a stream
+        seeded by ``seed`` and its path, one module at a time, and the rank keeps its part
+        (:func:`autopar.runtime.materialise.init_weights`). No collective; every rank
+        calls it. The next call refreshes what families keep from the parameters."""
+        materialise.init_weights(self.root.model, self.layout, seed, self._state.device)
+        self._initialised = True
 
     def _before_call(self) -> None:
         for runtime in self._state.runtimes:
@@ -268,6 +278,7 @@ class ParallelModule(nn.Module):
                     raise ValueError(f"load_full_state_dict: {name} has shape {list(full.shape)}; the original "
                                      f"model's is {list(shape)}")
                 value.copy_(local)
+        self._initialised = True
 
     @property
     def process_groups(self) -> dict:
@@ -282,14 +293,4 @@ class ParallelModule(nn.Module):
     def rank_graph_code(self) -> str:
         """This rank's most recently built program(s) as readable code."""
         return self.runner.code()
-
-
-def _parameter_owners(root: nn.Module) -> dict[int, list[tuple[nn.Module, str]]]:
-    owners: dict[int, list] = {}
-    for module in root.modules():
-        for attr, p in own_parameters(module):
-            if p is not None:
-                owners.setdefault(id(p), []).append((module, attr))
-    return owners
-
 

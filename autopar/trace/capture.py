@@ -38,6 +38,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.trace.memo import EXPORTS, CaptureCall
+from autopar.trace.meta import all_on_meta, examples_device, holds_meta, on_device, to_meta
 from autopar.ir import CAPTURE, SPEC, CaptureInfo, TensorSpec, spec_from_value
 from autopar.trace.standard_layers import mha_fast_path_disabled
 from autopar.trace.standard_layers import symbolic_trace as symbolic_trace_standard_layers
@@ -213,25 +214,37 @@ def capture(
     """
     if model_loss not in (None, "required", "if_present"):
         raise ValueError(f"capture: model_loss={model_loss!r}; use None, 'required' or 'if_present'")
-    saved = {name: b.detach().clone() for name, b in model.named_buffers() if b.device.type != "meta"}
     example_inputs, example_kwargs = tuple(example_inputs), dict(example_kwargs or {})
     model_loss = None if loss_fn is not None else model_loss
+    if holds_meta(model):  # shapes only: the examples go to the meta device too
+        device = examples_device((example_inputs, example_kwargs, example_target))
+        example_inputs, example_kwargs, example_target = to_meta((example_inputs, example_kwargs, example_target))
+        with all_on_meta(model):
+            gm = _capture_call(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
+        return on_device(gm, device)
+    saved = {name: b.detach().clone() for name, b in model.named_buffers()}
     try:
-        call = CaptureCall.of(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
-        found = EXPORTS.find(call)
-        if found is not None:
-            ep, info = found
-            gm = _unlifted(ep, _graph_args(example_inputs, example_kwargs, loss_fn, example_target))
-            gm.meta[CAPTURE] = info
-            log.info("capture of %s replayed from an earlier capture of the same call", info.model_class)
-            return gm
-        with no_generation_cache(model):
-            return _capture(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss, call)
+        return _capture_call(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
     finally:
         with torch.no_grad():
             for name, b in model.named_buffers():
                 if name in saved:
                     b.copy_(saved[name])
+
+
+def _capture_call(model, example_inputs: tuple, loss_fn, example_target, tracer: str, example_kwargs: dict,
+                  model_loss: str | None) -> fx.GraphModule:
+    """A capture of the call, replayed from the export memo where an earlier one matches."""
+    call = CaptureCall.of(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
+    found = EXPORTS.find(call)
+    if found is not None:
+        ep, info = found
+        gm = _unlifted(ep, _graph_args(example_inputs, example_kwargs, loss_fn, example_target))
+        gm.meta[CAPTURE] = info
+        log.info("capture of %s replayed from an earlier capture of the same call", info.model_class)
+        return gm
+    with no_generation_cache(model):
+        return _capture(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss, call)
 
 
 @contextlib.contextmanager

@@ -40,13 +40,3 @@ def resolve_fusion(requested: bool | None, device: torch.device) -> bool:
     log.info("fusion off: the model is on %s (generated kernels are for CUDA; fusion=True forces them under "
              "TRITON_INTERPRET=1)", device)
     return False
-
-
-def model_device(model: torch.nn.Module, example_inputs=()) -> torch.device:
-    """The device the model runs on: its first parameter's, else its first tensor input's."""
-    for p in model.parameters():
-        return p.device
-    for x in example_inputs:
-        if isinstance(x, torch.Tensor):
-            return x.device
-    return torch.device("cpu")

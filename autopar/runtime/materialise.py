@@ -1,0 +1,336 @@
+"""Where a rank's tensors come from (docs/guide/large_models.md).
+
+A rank never copies the whole model. :func:`meta_twin` makes a copy of the user's
+model with every parameter and buffer on the meta device (shapes only): the module tree
+the rank's parameters are installed into, and the model the rank captures its programs
+from (capture reads shapes: :func:`autopar.trace.capture.capture` runs a model that
+holds meta tensors on meta examples). :func:`install` then gives each parameter of
+that tree what the rank holds of it (:class:`~autopar.layout.ParamLayout`): the rank's
+part of the user's tensor when the model was built for real, else an uninitialised
+tensor of the part's shape on the rank's device; a split parameter is never allocated
+at its full size.
+
+A model compiled from the meta device has no values until :func:`init_weights` (the
+model's own initialisation, replayed one module at a time) or a load
+(``pm.load_pretrained``, ``pm.load_full_state_dict``, ``autopar.load_checkpoint``).
+
+:func:`check_same_weights`: a model built for real must hold the same weights on every
+rank (each rank cuts its part from its own copy); ``compile`` compares a fingerprint
+of every parameter across the ranks.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+from typing import Iterable
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from autopar._torch_compat import own_parameters
+from autopar.layout import ParamLayout
+
+META = torch.device("meta")
+
+
+class NotInitialisedError(RuntimeError):
+    """A model compiled from the meta device was run before its weights were given values."""
+
+
+# ---------------------------------------------------------------------------- the rank's device
+def resolve_device(device, mesh, model: nn.Module, examples: Iterable) -> torch.device:
+    """The device the rank's tensors go on: ``device`` when given; else that of the
+    model's first parameter or buffer that holds storage; for a model on the meta device,
+    the mesh's device type (a GPU: ``LOCAL_RANK``'s), else the first example tensor's
+    device that is not meta, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    for t in (*model.parameters(), *model.buffers()):
+        if t.device.type != "meta":
+            return t.device
+    kind = getattr(mesh, "device_type", None)
+    if kind is None and dist.is_available() and dist.is_initialized() and str(dist.get_backend()) == "nccl":
+        kind = "cuda"
+    if kind not in (None, "cpu"):
+        return torch.device(kind, int(os.environ.get("LOCAL_RANK", 0)))
+    for x in examples:
+        if isinstance(x, torch.Tensor) and x.device.type != "meta":
+            return x.device
+    return torch.device("cpu")
+
+
+# ---------------------------------------------------------------------------- the module tree
+def meta_twin(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` whose parameters and buffers are meta tensors of the same
+    shapes, dtypes and ``requires_grad`` (tied parameters stay tied): no storage is copied."""
+    memo: dict[int, object] = {}
+    for t in (*model.parameters(), *model.buffers()):
+        stand_in = torch.empty_like(t, device=META)
+        memo[id(t)] = nn.Parameter(stand_in, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) \
+            else stand_in
+    return copy.deepcopy(model, memo)
+
+
+def holds_values(model: nn.Module) -> bool:
+    """Whether every parameter and buffer of ``model`` holds storage (none is on meta)."""
+    return all(t.device.type != "meta" for t in (*model.parameters(), *model.buffers()))
+
+
+def install(twin: nn.Module, layout: ParamLayout, source: nn.Module, device: torch.device) -> dict[str, torch.Tensor]:
+    """Give every parameter and buffer of ``twin`` (a :func:`meta_twin` of ``source``, in
+    the rank's module tree) what this rank holds of it, on ``device``: its part of
+    ``source``'s tensor of the same name (the user's model) when that holds a value, else
+    an uninitialised tensor of the part's shape. Returns, for the ZeRO-sharded
+    parameters, the rank's cut part before its rows (what ZeRO-1/2 keeps whole)."""
+    values = {**dict(source.named_parameters(remove_duplicate=False)),
+              **dict(source.named_buffers(remove_duplicate=False))}
+    owners = _owners(twin)
+    parts: dict[str, torch.Tensor] = {}
+    done: set[int] = set()
+    for name, stand_in in [*twin.named_parameters(remove_duplicate=False), *twin.named_buffers()]:
+        if id(stand_in) in done:
+            continue
+        done.add(id(stand_in))
+        full = values.get(name)
+        full = None if full is None or full.device.type == "meta" else full.detach()
+        local = _rank_part(layout, name, stand_in, full, device, parts)
+        if isinstance(stand_in, nn.Parameter):
+            local = nn.Parameter(local, requires_grad=stand_in.requires_grad and _holds(layout, name))
+        for module, attr, store in owners[id(stand_in)]:
+            getattr(module, store)[attr] = local
+    return parts
+
+
+def _rank_part(layout: ParamLayout, name: str, stand_in: torch.Tensor, full: torch.Tensor | None,
+               device: torch.device, parts: dict) -> torch.Tensor:
+    """What the rank holds of one tensor: its part (of ``full`` when given, else
+    uninitialised), an empty tensor where it holds none (another pipeline stage's)."""
+    placement = layout.get(name)
+    dtype = stand_in.dtype
+    if placement is not None and not placement.held:
+        return torch.empty(0, dtype=dtype, device=device)
+    if placement is None or (placement.cut is None and placement.zero is None):
+        return torch.empty(stand_in.shape, dtype=dtype, device=device) if full is None else \
+            full.to(device=device, copy=True)
+    cut_full = full if full is not None else torch.empty(placement.full_shape, dtype=dtype, device=META)
+    part = cut_full if placement.cut is None else placement.cut.local(cut_full, layout.seat)
+    if placement.zero is not None:
+        parts[placement.names[0]] = _materialised(part, device)
+        part = placement.zero.local(part)
+    return _materialised(part, device)
+
+
+def _materialised(part: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``part`` copied to ``device`` (its own storage), or an uninitialised tensor of its
+    shape there when it is a meta tensor."""
+    if part.device.type == "meta":
+        return torch.empty(part.shape, dtype=part.dtype, device=device)
+    return part.to(device=device, copy=True)
+
+
+def _owners(root: nn.Module) -> dict[int, list[tuple[nn.Module, str, str]]]:
+    """``id(tensor) -> [(module, attribute, "_parameters" or "_buffers")]`` for every
+    parameter and buffer of ``root`` (a tied one under each module that holds it)."""
+    owners: dict[int, list] = {}
+    for module in root.modules():
+        for attr, p in own_parameters(module):
+            if p is not None:
+                owners.setdefault(id(p), []).append((module, attr, "_parameters"))
+        for attr, b in module._buffers.items():
+            if b is not None:
+                owners.setdefault(id(b), []).append((module, attr, "_buffers"))
+    return owners
+
+
+# ---------------------------------------------------------------------------- initialisation
+def init_weights(model: nn.Module, layout: ParamLayout, seed: int, device: torch.device) -> None:
+    """Initialise this rank's parameters and buffers of ``model`` (the rank's module tree
+    of the original model) with the model's own scheme, such that the gathered model does
+    not depend on the plan, the world size or the rank.
+
+    Each module's own parameters and buffers are made whole on ``device`` (one module at a
+    time: the peak is the rank's shards plus one module's full tensors), initialised as
+    the model initialises them, and cut to the rank's part. The random stream of a module
+    is seeded from ``seed`` and the module's path alone (:func:`module_seed`), so every rank
+    draws the same full tensor whatever part it keeps. The scheme is the module's own
+    ``reset_parameters()`` (``nn`` layers; ``_reset_parameters`` of
+    ``nn.MultiheadAttention``), then, inside a Hugging Face model, the innermost
+    ``PreTrainedModel``'s ``_init_weights(module)`` (normal weights of
+    ``initializer_range``, norms to one, rotary ``inv_freq`` recomputed from the
+    config): the order in which the model's constructor and ``post_init`` apply them.
+    Modules are visited children first, as ``PreTrainedModel.initialize_weights`` does;
+    a parameter tied to several modules is initialised by the first. A tensor that no
+    scheme writes is an error naming it; so is a parent's initialisation that writes a
+    child's split parameter (it would draw the rank's part only)."""
+    seen: set[int] = set()
+    for path, module, owner in _modules_children_first(model, "", None):
+        own = _own_tensors(module, seen)
+        if not own:
+            continue
+        if not any(_holds(layout, _join(path, attr)) for attr, _, _ in own):
+            continue  # another pipeline stage's: nothing of it here
+        _init_module(path, module, owner, own, layout, seed, device)
+
+
+def _modules_children_first(module: nn.Module, path: str, owner):
+    """``(path, module, init owner)`` for every module of the tree, children before their
+    parent; the owner is the innermost module that initialises its descendants
+    (a Hugging Face ``PreTrainedModel``: one with ``_init_weights`` and a ``config``)."""
+    if callable(getattr(module, "_init_weights", None)) and hasattr(module, "config"):
+        owner = module
+    for name, child in module.named_children():
+        yield from _modules_children_first(child, _join(path, name), owner)
+    yield path, module, owner
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _own_tensors(module: nn.Module, seen: set[int]) -> list[tuple[str, str, torch.Tensor]]:
+    """``(attribute, store, tensor)`` of the module's own parameters and buffers that no
+    module visited before holds (a tied parameter is initialised by its first module)."""
+    own = []
+    for store in ("_parameters", "_buffers"):
+        for attr, t in getattr(module, store).items():
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            own.append((attr, store, t))
+    return own
+
+
+def _holds(layout: ParamLayout, name: str) -> bool:
+    placement = layout.get(name)
+    return placement is None or placement.held
+
+
+def module_seed(seed: int, path: str) -> int:
+    """The seed of the random stream a module is initialised from: a function of the
+    user's ``seed`` and the module's path only (the same on every rank and plan)."""
+    digest = hashlib.sha256(f"{seed}\x00{path}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def _init_module(path: str, module: nn.Module, owner, own, layout: ParamLayout, seed: int,
+                 device: torch.device) -> None:
+    """Initialise ``module``'s ``own`` tensors whole, then keep the rank's part of each."""
+    whole = {}
+    for attr, store, t in own:
+        full_shape = layout.get(_join(path, attr)).full_shape if layout.get(_join(path, attr)) else tuple(t.shape)
+        value = torch.empty(full_shape, dtype=t.dtype, device=device)
+        if value.is_floating_point() or value.is_complex():
+            value.fill_(float("nan"))  # what no scheme wrote stays NaN (checked below)
+        whole[attr] = nn.Parameter(value, requires_grad=t.requires_grad) if store == "_parameters" else value
+        getattr(module, store)[attr] = whole[attr]
+    others = _split_descendants(module, layout, path)
+    versions = {attr: whole[attr]._version for attr, _, _ in own}
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(module_seed(seed, path))
+            reset = getattr(module, "reset_parameters", None) or getattr(module, "_reset_parameters", None)
+            if callable(reset):
+                reset()
+            if owner is not None:
+                owner._init_weights(module)
+    finally:
+        for attr, store, t in own:
+            getattr(module, store)[attr] = t
+    for name, t, version in others:
+        if t._version != version:
+            raise NotImplementedError(
+                f"init_weights: initialising {path or 'the model'} ({type(module).__name__}) writes {name}, a "
+                f"parameter of one of its children that this plan splits, so each rank would draw only its part; "
+                f"initialise {name} in its own module's reset_parameters, or load the weights (pm.load_pretrained)")
+    with torch.no_grad():
+        for attr, store, t in own:
+            value = whole[attr]
+            name = _join(path, attr)
+            if _unwritten(value, versions[attr]):
+                raise NotImplementedError(
+                    f"init_weights: {name} ({'parameter' if store == '_parameters' else 'buffer'} of "
+                    f"{type(module).__name__}) is not initialised by the model's own scheme (no reset_parameters on "
+                    f"{type(module).__name__}, and no Hugging Face _init_weights covers it); define "
+                    f"reset_parameters() on {type(module).__name__}, or load the weights with pm.load_pretrained / "
+                    f"pm.load_full_state_dict")
+            if t.numel():
+                t.copy_(layout.local_part(name, value.detach()))
+
+
+def _split_descendants(module: nn.Module, layout: ParamLayout, path: str) -> list[tuple[str, torch.Tensor, int]]:
+    """``(name, rank's tensor, version)`` of the split parameters of ``module``'s descendants."""
+    out = []
+    for name, p in module.named_parameters(prefix=path, remove_duplicate=False):
+        placement = layout.get(name)
+        if "." in name[len(path) + 1 if path else 0:] and placement is not None and \
+                (placement.cut is not None or placement.zero is not None):
+            out.append((name, p, p._version))
+    return out
+
+
+def _unwritten(value: torch.Tensor, version: int) -> bool:
+    """Whether no initialisation wrote ``value``: NaN left (floating point), or its
+    version counter unchanged (other dtypes)."""
+    if value.is_floating_point() or value.is_complex():
+        return bool(torch.isnan(value).any())
+    return value._version == version
+
+
+# ---------------------------------------------------------------------------- identical weights
+def fingerprints(model: nn.Module, chunk: int = 1 << 22) -> tuple[list[str], torch.Tensor]:
+    """(names, ``[n, 2]`` int64) for every parameter of ``model`` (each once, in model
+    order): two checksums of its bits (their sum, and their sum weighted by position
+    modulo a prime), exact to the bit and cheap (one pass, bounded temporaries)."""
+    names, sums = [], []
+    for name, p in model.named_parameters():
+        bits = _as_integers(p.detach().reshape(-1))
+        plain = torch.zeros((), dtype=torch.int64, device=p.device)
+        weighted = torch.zeros((), dtype=torch.int64, device=p.device)
+        for start in range(0, bits.numel(), chunk):
+            piece = bits[start:start + chunk].to(torch.int64)
+            plain += piece.sum()
+            weights = torch.arange(start, start + piece.numel(), device=p.device, dtype=torch.int64) % 65521 + 1
+            weighted += (piece * weights).sum()
+        names.append(name)
+        sums.append(torch.stack([plain, weighted]))
+    device = next(model.parameters()).device if names else torch.device("cpu")
+    return names, torch.stack(sums) if sums else torch.zeros((0, 2), dtype=torch.int64, device=device)
+
+
+def _as_integers(flat: torch.Tensor) -> torch.Tensor:
+    kinds = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    size = flat.element_size()
+    if flat.is_complex():
+        flat, size = torch.view_as_real(flat).reshape(-1), size // 2
+    return flat.contiguous().view(kinds[size]) if size in kinds else flat.to(torch.float64).view(torch.int64)
+
+
+def check_same_weights(model: nn.Module, group=None) -> None:
+    """Raise, naming the first parameter and the ranks that differ, when the ranks of
+    ``group`` (None: the default group) were given different weights. A collective."""
+    names, local = fingerprints(model)
+    high, low = local.clone(), local.clone()
+    dist.all_reduce(high, op=dist.ReduceOp.MAX, group=group)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN, group=group)
+    differs = (high != low).any(dim=1).nonzero().flatten().tolist() if names else []
+    if not differs:
+        return
+    first = differs[0]
+    everyone = [torch.empty_like(local[first]) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(everyone, local[first].contiguous(), group=group)
+    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(len(everyone)))
+    classes: dict[tuple, list[int]] = {}
+    for r, value in zip(ranks, everyone):
+        classes.setdefault(tuple(value.tolist()), []).append(r)
+    said = " vs ".join(f"ranks {rs}" if len(rs) > 1 else f"rank {rs[0]}" for rs in classes.values())
+    more = f" (and {len(differs) - 1} more parameters)" if len(differs) > 1 else ""
+    raise ValueError(f"compile(): the ranks were given different weights: parameter {names[first]} differs between "
+                     f"{said}{more}. Every rank must hold the same model: seed every rank alike (torch.manual_seed) "
+                     f"before building it, or build it on the meta device and call pm.init_weights(seed=...) or "
+                     f"pm.load_pretrained(path)")
+
+
+__all__ = ["NotInitialisedError", "check_same_weights", "fingerprints", "holds_values", "init_weights",
+           "install", "meta_twin", "module_seed", "resolve_device"]
