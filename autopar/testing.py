@@ -19,9 +19,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import os
+import tempfile
 from typing import Any, Callable
 
 import torch
+from safetensors.torch import save_model
 
 import autopar
 from autopar.trace.capture import output_loss
@@ -120,7 +123,8 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
                                hardware: str | None = None, mesh=None,
                                dtype: torch.dtype | None = None, overlap: Any = None,
                                recompute: bool | str | None = None, default_device: str | None = None,
-                               device: torch.device | str | None = None) -> dict[str, Any]:
+                               device: torch.device | str | None = None,
+                               from_meta: str | None = None) -> dict[str, Any]:
     """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "grad_norm",
     "param"}`` where each difference entry is ``(max abs, max relative)``, each the largest
     over every tensor of that kind (``output``: the logits and the model's own loss;
@@ -140,7 +144,10 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
     creates without naming its device lands there and the step fails, the CPU guard of
     :mod:`autopar.runtime.devices`); the model, inputs and optimizer stay where they are.
     ``device``: the model, inputs and target are moved there first (a GPU run), the
-    single-device reference alike."""
+    single-device reference alike. ``from_meta``: the compiled side is built by
+    ``model_factory`` under ``torch.device("meta")`` and given the reference's weights by
+    ``"state_dict"`` (``pm.load_full_state_dict``) or ``"pretrained"`` (the reference
+    saved as a safetensors checkpoint, then ``pm.load_pretrained``)."""
     torch.manual_seed(0)
     model = model_factory()
     kwargs = dict(kwargs or {})
@@ -155,9 +162,13 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
         kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         target = target.to(device) if target is not None else None
     reference = copy.deepcopy(model)
+    if from_meta is not None:
+        model = _on_meta(model_factory, dtype)
     pm = autopar.compile(model, mesh, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
                          example_kwargs=kwargs, strategy=strategy, hardware=hardware, overlap=overlap,
-                         recompute=recompute)
+                         recompute=recompute, device=device)
+    if from_meta is not None:
+        _load_reference(pm, reference, from_meta)
     twins = _Twins(pm, reference, inputs, kwargs, target, loss_fn, default_device)
     report: dict[str, Any] = {"mesh": dict(pm.plan.mesh), "plan": pm.plan.explain(), "tracer": pm.plan.tracer,
                               "strategies": {r.strategy for r in pm.plan.regions} - {"replicate"},
@@ -168,6 +179,25 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
     _train_and_compare_parameters(twins, report, max_norm, steps, lr)
     _add_run_stats(pm, reference, report)
     return report
+
+
+def _on_meta(model_factory: Callable[[], torch.nn.Module], dtype: torch.dtype | None) -> torch.nn.Module:
+    """The model built on the meta device (shapes only)."""
+    with torch.device("meta"):
+        model = model_factory()
+    return model.to(dtype) if dtype is not None else model
+
+
+def _load_reference(pm, reference: torch.nn.Module, how: str) -> None:
+    """Give a model compiled from the meta device the reference's weights."""
+    if how == "state_dict":
+        pm.load_full_state_dict(reference.state_dict())
+    elif how == "pretrained":
+        with tempfile.TemporaryDirectory() as folder:
+            save_model(reference, os.path.join(folder, "model.safetensors"))
+            pm.load_pretrained(folder)
+    else:
+        raise ValueError(f"from_meta={how!r}: use 'state_dict' or 'pretrained'")
 
 
 class _Twins:

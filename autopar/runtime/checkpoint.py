@@ -214,6 +214,7 @@ def load_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
     with torch.no_grad():
         for entry, local in targets:
             scatter_back(entry.chunks, local)
+    pm._mark_initialised()  # a model compiled from the meta device may run now
     if optimizer is not None:
         _restore_optimizer(optimizer, new_states, state, path)
     log.info("loaded %d keys into rank %d from %s", len(state), pm.rank, path)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 import torch.distributed as dist
@@ -145,7 +145,8 @@ def _owners(root: nn.Module) -> dict[int, list[tuple[nn.Module, str, str]]]:
 
 
 # ---------------------------------------------------------------------------- initialisation
-def init_weights(model: nn.Module, layout: ParamLayout, seed: int, device: torch.device) -> None:
+def init_weights(model: nn.Module, layout: ParamLayout, seed: int, device: torch.device,
+                 keep: Callable[[str], bool] | None = None) -> None:
     """Initialise this rank's parameters and buffers of ``model`` (the rank's module tree
     of the original model) with the model's own scheme, such that the gathered model does
     not depend on the plan, the world size or the rank.
@@ -163,15 +164,18 @@ def init_weights(model: nn.Module, layout: ParamLayout, seed: int, device: torch
     Modules are visited children first, as ``PreTrainedModel.initialize_weights`` does;
     a parameter tied to several modules is initialised by the first. A tensor that no
     scheme writes is an error naming it; so is a parent's initialisation that writes a
-    child's split parameter (it would draw the rank's part only)."""
+    child's split parameter (it would draw the rank's part only).
+
+    ``keep``: only the tensors whose name it accepts are written (the others of their
+    module are initialised whole and dropped): after a load, the buffers a state dict
+    does not hold (rotary ``inv_freq``)."""
     seen: set[int] = set()
+    keep = keep or (lambda name: True)
     for path, module, owner in _modules_children_first(model, "", None):
         own = _own_tensors(module, seen)
-        if not own:
-            continue
-        if not any(_holds(layout, _join(path, attr)) for attr, _, _ in own):
-            continue  # another pipeline stage's: nothing of it here
-        _init_module(path, module, owner, own, layout, seed, device)
+        if not any(_holds(layout, _join(path, attr)) and keep(_join(path, attr)) for attr, _, _ in own):
+            continue  # nothing of it here (another pipeline stage's), or nothing to write
+        _init_module(path, module, owner, own, layout, seed, device, keep)
 
 
 def _modules_children_first(module: nn.Module, path: str, owner):
@@ -215,7 +219,7 @@ def module_seed(seed: int, path: str) -> int:
 
 
 def _init_module(path: str, module: nn.Module, owner, own, layout: ParamLayout, seed: int,
-                 device: torch.device) -> None:
+                 device: torch.device, keep: Callable[[str], bool]) -> None:
     """Initialise ``module``'s ``own`` tensors whole, then keep the rank's part of each."""
     whole = {}
     for attr, store, t in own:
@@ -248,6 +252,8 @@ def _init_module(path: str, module: nn.Module, owner, own, layout: ParamLayout, 
         for attr, store, t in own:
             value = whole[attr]
             name = _join(path, attr)
+            if not keep(name):
+                continue
             if _unwritten(value, versions[attr]):
                 raise NotImplementedError(
                     f"init_weights: {name} ({'parameter' if store == '_parameters' else 'buffer'} of "

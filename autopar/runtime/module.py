@@ -145,7 +145,14 @@ class ParallelModule(nn.Module):
                 f"Face safetensors checkpoint or an autopar checkpoint) first, or pm.load_full_state_dict(state)")
 
     def _mark_initialised(self) -> None:
-        """The weights were given values (a load): the module may run."""
+        """Every entry of the state dict was loaded: the module may run. A model compiled
+        from the meta device still lacks the buffers a state dict does not hold (rotary
+        ``inv_freq``, other non-persistent buffers): those are initialised with the
+        model's own scheme (:func:`autopar.runtime.materialise.init_weights`)."""
+        if not self._initialised:
+            stored = set(self.root.model.state_dict(keep_vars=True))
+            materialise.init_weights(self.root.model, self.layout, 0, self._state.device,
+                                     keep=lambda name: name not in stored)
         self._initialised = True
 
     @torch.no_grad()
@@ -278,7 +285,7 @@ class ParallelModule(nn.Module):
                     raise ValueError(f"load_full_state_dict: {name} has shape {list(full.shape)}; the original "
                                      f"model's is {list(shape)}")
                 value.copy_(local)
-        self._initialised = True
+        self._mark_initialised()
 
     @property
     def process_groups(self) -> dict:

@@ -1,0 +1,246 @@
+"""Models compiled from the meta device (docs/guide/large_models.md).
+
+In one process: a meta model compiles, refuses to run before its weights have values
+and names what to call; ``init_weights`` gives the model's own initialisation (the
+statistics of a Hugging Face Llama's and of ``nn`` layers built for real; rotary
+``inv_freq`` exactly); a module whose parameters no scheme initialises is named.
+
+On gloo ranks: ``init_weights(seed=0)`` gives a bit-identical ``full_state_dict()``
+under four plans on 4 ranks, one on 2 ranks and one process; a differently seeded
+model on one rank is refused at ``compile``, naming a parameter; Llama built on the
+meta device and loaded from the single-device model's state dict trains as that model
+does; a meta-compiled rank never allocates a full-size tensor of a parameter it holds a
+part of (compile, load and a step under a dispatch mode that records every allocation).
+"""
+import hashlib
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+import autopar
+import shared_ranks
+from autopar.runtime.materialise import NotInitialisedError
+from autopar.testing import compare_with_single_device
+
+transformers = pytest.importorskip("transformers")
+
+V, H, B, T = 96, 32, 2, 12
+
+
+def llama(tie: bool = False, kv_heads: int = 2):
+    config = transformers.LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=80, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=64,
+                                      tie_word_embeddings=tie)
+    return transformers.LlamaForCausalLM(config)
+
+
+def qwen_moe():
+    config = transformers.Qwen2MoeConfig(vocab_size=V, hidden_size=H, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, num_experts=4,
+                                         num_experts_per_tok=2, moe_intermediate_size=32,
+                                         shared_expert_intermediate_size=32, max_position_embeddings=64)
+    return transformers.Qwen2MoeForCausalLM(config)
+
+
+def nn_model():
+    layer = nn.TransformerEncoderLayer(H, 4, 64, dropout=0.0, batch_first=True)
+    return nn.Sequential(nn.Linear(8, H), nn.LayerNorm(H), nn.TransformerEncoder(layer, 2), nn.Linear(H, 5))
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, V, (B * 2, T), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, -3:] = 0
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.clone()}
+
+
+def digest(state: dict) -> dict[str, str]:
+    return {k: hashlib.sha256(v.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+            for k, v in state.items()}
+
+
+def meta_init_digests(factory, strategy, kwargs=None, inputs=(), target=None, loss_fn=None):
+    with torch.device("meta"):
+        model = factory()
+    pm = autopar.compile(model, None, example_inputs=inputs, example_kwargs=kwargs, strategy=strategy,
+                         loss_fn=loss_fn, example_target=target)
+    pm.init_weights(seed=0)
+    return digest(pm.full_state_dict())
+
+
+# ---------------------------------------------------------------------------- in one process
+def test_meta_model_refuses_to_run_until_initialised():
+    with torch.device("meta"):
+        model = llama()
+    kwargs = batch()
+    pm = autopar.compile(model, None, example_kwargs=kwargs)
+    assert all(p.device.type == "cpu" for p in pm.parameters())
+    with pytest.raises(NotInitialisedError, match=r"init_weights\(seed=...\).*load_pretrained"):
+        pm.step(**kwargs)
+    pm.init_weights(seed=3)
+    assert torch.isfinite(pm.step(**kwargs))
+
+
+def test_init_weights_follows_the_models_own_scheme():
+    """The statistics of every parameter match those of the model built for real (the
+    same scheme, other random numbers); constants (norms, biases, inv_freq) exactly."""
+    torch.manual_seed(0)
+    real = llama()
+    with torch.device("meta"):
+        meta = llama()
+    pm = autopar.compile(meta, None, example_kwargs=batch())
+    pm.init_weights(seed=0)
+    mine = pm.full_state_dict()
+    theirs = {**real.state_dict(), **dict(real.named_buffers())}
+    buffers = dict(pm.root.model.named_buffers())
+    for name, value in real.named_buffers():
+        assert torch.equal(buffers[name], value), name  # rotary inv_freq, computed from the config
+    for name, ref in theirs.items():
+        if name not in mine:
+            continue
+        got = mine[name]
+        if ref.numel() > 256 and ref.std() > 0:
+            assert abs(got.mean() - ref.mean()) < 0.01 and 0.8 < float(got.std() / ref.std()) < 1.25, name
+        else:
+            assert torch.equal(got, ref), name  # norms' ones
+
+
+def test_init_weights_of_nn_layers_and_an_uninitialisable_module():
+    torch.manual_seed(0)
+    real = nn_model()
+    with torch.device("meta"):
+        meta = nn_model()
+    x = torch.randn(4, 6, 8)
+    pm = autopar.compile(meta, None, (x,), F.mse_loss, example_target=torch.randn(4, 6, 5))
+    pm.init_weights(seed=0)
+    mine = pm.full_state_dict()
+    for name, ref in real.state_dict().items():
+        assert mine[name].shape == ref.shape
+        if name.endswith("out_proj.bias") or "norm" in name:  # constants of their schemes
+            assert torch.equal(mine[name], ref), name
+        elif ref.numel() > 256:
+            assert 0.8 < float(mine[name].std() / ref.std()) < 1.25, name
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(8, 8)
+            self.scale = nn.Parameter(torch.ones(8))
+
+        def forward(self, x):
+            return self.linear(x) * self.scale
+
+    with torch.device("meta"):
+        model = Scaled()
+    pm = autopar.compile(model, None, (torch.randn(4, 8),))
+    with pytest.raises(NotImplementedError, match=r"scale \(parameter of Scaled\).*reset_parameters"):
+        pm.init_weights()
+
+
+def test_one_process_digests():
+    """The reference the ranks' digests are compared with (test below)."""
+    kwargs = batch()
+    assert meta_init_digests(llama, "data", kwargs) == meta_init_digests(llama, {"data": 1}, kwargs)
+
+
+# ---------------------------------------------------------------------------- on gloo ranks
+PLANS_4 = [{"tensor": 2, "data": 2}, {"pipeline": 2, "data": 2, "microbatches": 2}, {"x": 2, "y": 1, "z": 2},
+           {"data": 4, "zero": 3}]
+
+
+class FullAllocations(TorchDispatchMode):
+    """Records every operation that allocates a tensor (not a view, not on meta) whose
+    shape is one of ``shapes``."""
+
+    def __init__(self, shapes):
+        super().__init__()
+        self.shapes, self.seen = set(shapes), []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        given = {x.untyped_storage().data_ptr() for x in tree_leaves((args, kwargs))
+                 if isinstance(x, torch.Tensor) and x.device.type != "meta"}
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.device.type != "meta" and tuple(t.shape) in self.shapes and \
+                    t.untyped_storage().data_ptr() not in given:  # a view is no allocation
+                self.seen.append((str(func), tuple(t.shape)))
+        return out
+
+
+def four_ranks_job():
+    kwargs = batch()
+    out = {"init": [meta_init_digests(llama, plan, kwargs) for plan in PLANS_4]}
+    out["init_tied"] = meta_init_digests(lambda: llama(tie=True), {"tensor": 2, "data": 2}, kwargs)
+    # loaded from the single-device model's state dict, trained as it is
+    out["numerics"] = [compare_with_single_device(llama, (), None, None, plan, kwargs=kwargs, steps=3,
+                                                  from_meta="state_dict") for plan in PLANS_4[:2]]
+    # never a full-size tensor of a parameter this rank holds a part of (shapes chosen so
+    # that no part, gradient or activation has the full shape of another parameter)
+    with torch.device("meta"):
+        model = llama(kv_heads=4)
+    pm = None
+    shapes = set()
+    with FullAllocations(()) as tracker:
+        pm = autopar.compile(model, None, example_kwargs=kwargs, strategy={"tensor": 2, "data": 2})
+        shapes = {p.full_shape for p in pm.layout.unique() if p.cut is not None}
+        tracker.shapes = shapes
+        torch.manual_seed(0)
+        pm.load_full_state_dict(llama(kv_heads=4).state_dict())
+        tracker.seen.clear()  # the state dict the user gives is full; what autopar allocates from here
+        pm.step(**kwargs)
+    out["split_shapes"], out["full_allocations"] = sorted(shapes), tracker.seen
+    return out
+
+
+def two_ranks_job():
+    kwargs = batch()
+    out = {"init": meta_init_digests(llama, {"tensor": 2}, kwargs)}
+    torch.manual_seed(torch.distributed.get_rank())  # a different model on each rank
+    try:
+        autopar.compile(llama(), None, example_kwargs=kwargs, strategy={"tensor": 2})
+        out["unequal"] = None
+    except ValueError as e:
+        out["unequal"] = str(e)
+    torch.manual_seed(0)
+    out["equal"] = autopar.compile(llama(), None, example_kwargs=kwargs, strategy={"tensor": 2}) is not None
+    return out
+
+
+_FOUR = shared_ranks.register(4, __name__, four_ranks_job, timeout_s=600)
+_TWO = shared_ranks.register(2, __name__, two_ranks_job)
+
+
+def test_init_weights_is_the_same_model_whatever_the_plan():
+    reference = meta_init_digests(llama, "data", batch())
+    four, two = _FOUR(), _TWO()
+    for rank_out in four:
+        for plan, digests in zip(PLANS_4, rank_out["init"]):
+            assert digests == reference, plan
+    assert four[0]["init_tied"] == four[1]["init_tied"]
+    for rank_out in two:
+        assert rank_out["init"] == reference
+
+
+def test_differently_seeded_ranks_are_refused_at_compile():
+    for rank_out in _TWO():
+        assert rank_out["unequal"] is not None and "parameter model.embed_tokens.weight differs between rank 0 vs " \
+            "rank 1" in rank_out["unequal"], rank_out["unequal"]
+        assert rank_out["equal"]
+
+
+def test_meta_built_llama_trains_as_the_single_device_model():
+    for rank_out in _FOUR():
+        for plan, report in zip(PLANS_4, rank_out["numerics"]):
+            for kind in ("output", "loss", "grad", "param"):
+                assert report[kind][1] < 1e-4, (plan, kind, report[kind])
+
+
+def test_a_meta_compiled_rank_never_allocates_a_full_split_parameter():
+    for rank_out in _FOUR():
+        assert rank_out["split_shapes"]  # the plan splits parameters
+        assert rank_out["full_allocations"] == []
