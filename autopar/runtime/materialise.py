@@ -317,10 +317,24 @@ def check_same_weights(model: nn.Module, group=None) -> None:
     """Raise, naming the first parameter and the ranks that differ, when the ranks of
     ``group`` (None: the default group) were given different weights. A collective."""
     names, local = fingerprints(model)
+    if str(dist.get_backend(group)) == "nccl" and local.device.type != "cuda":
+        return  # CPU weights under NCCL are refused by the backend check
+    # first the parameters' names and shapes (a fixed-size header), then their checksums
+    listing = "\n".join(f"{n} {list(p.shape)} {p.dtype}" for n, p in model.named_parameters()).encode()
+    header = torch.tensor([len(names), int.from_bytes(hashlib.sha256(listing).digest()[:7], "little")],
+                          dtype=torch.int64, device=local.device)
+    high, low = header.clone(), header.clone()
+    dist.all_reduce(high, op=dist.ReduceOp.MAX, group=group)
+    dist.all_reduce(low, op=dist.ReduceOp.MIN, group=group)
+    if not torch.equal(high, low):
+        raise ValueError("compile(): the ranks were given different models (their parameters' names, shapes or "
+                         "dtypes differ); build the same model on every rank")
+    if not names:
+        return
     high, low = local.clone(), local.clone()
     dist.all_reduce(high, op=dist.ReduceOp.MAX, group=group)
     dist.all_reduce(low, op=dist.ReduceOp.MIN, group=group)
-    differs = (high != low).any(dim=1).nonzero().flatten().tolist() if names else []
+    differs = (high != low).any(dim=1).nonzero().flatten().tolist()
     if not differs:
         return
     first = differs[0]
