@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("planning", ("autopar.planning",)),
     ("running a rank", ("autopar.runtime.executable", "autopar.runtime.runner", "autopar.runtime.module",
                         "autopar.runtime.checkpoint", "autopar.runtime.checkpoint_chunks",
-                        "autopar.runtime.materialise")),
+                        "autopar.runtime.materialise", "autopar.runtime.init_weights")),
     ("families", ("autopar.strategies",)),
     ("drivers", ("autopar.passes.rank_program", "autopar.planning.search")),
     ("interface", ("autopar", "autopar.api", "autopar.cli", "autopar.testing", "autopar.cost.calibrate",

@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -44,6 +45,11 @@ def qwen_moe():
                                          num_experts_per_tok=2, moe_intermediate_size=32,
                                          shared_expert_intermediate_size=32, max_position_embeddings=64)
     return transformers.Qwen2MoeForCausalLM(config)
+
+
+def gpt2():
+    config = transformers.GPT2Config(vocab_size=V, n_embd=H, n_layer=2, n_head=4, n_positions=64)
+    return transformers.GPT2LMHeadModel(config)
 
 
 def nn_model():
@@ -142,6 +148,21 @@ def test_init_weights_of_nn_layers_and_an_uninitialisable_module():
         pm.init_weights()
 
 
+def test_a_parents_scheme_over_its_childrens_weights():
+    """GPT-2's attention and MLP rescale their children's output projections to
+    0.02 / sqrt(2 · layers) after the children's own init: the parent's scheme applies."""
+    kwargs = batch()
+    with torch.device("meta"):
+        model = gpt2()
+    pm = autopar.compile(model, None, example_kwargs=kwargs)
+    pm.init_weights(seed=0)
+    state = pm.full_state_dict()
+    scaled = 0.02 / (2 * 2) ** 0.5
+    for name in ("transformer.h.0.attn.c_proj.weight", "transformer.h.1.mlp.c_proj.weight"):
+        assert 0.8 < float(state[name].std()) / scaled < 1.25, name
+    assert 0.8 < float(state["transformer.h.0.attn.c_attn.weight"].std()) / 0.02 < 1.25
+
+
 def test_one_process_digests():
     """The reference the ranks' digests are compared with (test below)."""
     kwargs = batch()
@@ -154,8 +175,8 @@ PLANS_4 = [{"tensor": 2, "data": 2}, {"pipeline": 2, "data": 2, "microbatches": 
 
 
 class FullAllocations(TorchDispatchMode):
-    """Records every operation that allocates a tensor (not a view, not on meta) whose
-    shape is one of ``shapes``."""
+    """Records every operation that allocates a tensor (not a view, not on meta, not a
+    capture's fake tensor) whose shape is one of ``shapes``."""
 
     def __init__(self, shapes):
         super().__init__()
@@ -163,10 +184,10 @@ class FullAllocations(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        given = {x.untyped_storage().data_ptr() for x in tree_leaves((args, kwargs))
-                 if isinstance(x, torch.Tensor) and x.device.type != "meta"}
+        real = lambda x: isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) and x.device.type != "meta"  # noqa: E731
+        given = {x.untyped_storage().data_ptr() for x in tree_leaves((args, kwargs)) if real(x)}
         for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor) and t.device.type != "meta" and tuple(t.shape) in self.shapes and \
+            if real(t) and tuple(t.shape) in self.shapes and \
                     t.untyped_storage().data_ptr() not in given:  # a view is no allocation
                 self.seen.append((str(func), tuple(t.shape)))
         return out
@@ -176,6 +197,7 @@ def four_ranks_job():
     kwargs = batch()
     out = {"init": [meta_init_digests(llama, plan, kwargs) for plan in PLANS_4]}
     out["init_tied"] = meta_init_digests(lambda: llama(tie=True), {"tensor": 2, "data": 2}, kwargs)
+    out["init_gpt2"] = meta_init_digests(gpt2, {"tensor": 2, "data": 2}, kwargs)  # split children, parent's scheme
     # loaded from the single-device model's state dict, trained as it is
     out["numerics"] = [compare_with_single_device(llama, (), None, None, plan, kwargs=kwargs, steps=3,
                                                   from_meta="state_dict") for plan in PLANS_4[:2]]
@@ -221,7 +243,8 @@ def test_init_weights_is_the_same_model_whatever_the_plan():
     for rank_out in four:
         for plan, digests in zip(PLANS_4, rank_out["init"]):
             assert digests == reference, plan
-    assert four[0]["init_tied"] == four[1]["init_tied"]
+    assert four[0]["init_tied"] == four[1]["init_tied"] == meta_init_digests(lambda: llama(tie=True), "data", batch())
+    assert four[0]["init_gpt2"] == meta_init_digests(gpt2, "data", batch())
     for rank_out in two:
         assert rank_out["init"] == reference
 

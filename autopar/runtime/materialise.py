@@ -10,8 +10,9 @@ part of the user's tensor when the model was built for real, else an uninitialis
 tensor of the part's shape on the rank's device; a split parameter is never allocated
 at its full size.
 
-A model compiled from the meta device has no values until :func:`init_weights` (the
-model's own initialisation, replayed one module at a time) or a load
+A model compiled from the meta device has no values until
+:func:`autopar.runtime.init_weights.init_weights` (the model's own initialisation,
+replayed one module at a time) or a load
 (``pm.load_pretrained``, ``pm.load_full_state_dict``, ``autopar.load_checkpoint``).
 
 :func:`check_same_weights`: a model built for real must hold the same weights on every
@@ -23,7 +24,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
-from typing import Callable, Iterable
+from typing import Iterable
 
 import torch
 import torch.distributed as dist
@@ -103,6 +104,11 @@ def install(twin: nn.Module, layout: ParamLayout, source: nn.Module, device: tor
     return parts
 
 
+def _holds(layout: ParamLayout, name: str) -> bool:
+    placement = layout.get(name)
+    return placement is None or placement.held
+
+
 def _rank_part(layout: ParamLayout, name: str, stand_in: torch.Tensor, full: torch.Tensor | None,
                device: torch.device, parts: dict) -> torch.Tensor:
     """What the rank holds of one tensor: its part (of ``full`` when given, else
@@ -142,146 +148,6 @@ def _owners(root: nn.Module) -> dict[int, list[tuple[nn.Module, str, str]]]:
             if b is not None:
                 owners.setdefault(id(b), []).append((module, attr, "_buffers"))
     return owners
-
-
-# ---------------------------------------------------------------------------- initialisation
-def init_weights(model: nn.Module, layout: ParamLayout, seed: int, device: torch.device,
-                 keep: Callable[[str], bool] | None = None) -> None:
-    """Initialise this rank's parameters and buffers of ``model`` (the rank's module tree
-    of the original model) with the model's own scheme, such that the gathered model does
-    not depend on the plan, the world size or the rank.
-
-    Each module's own parameters and buffers are made whole on ``device`` (one module at a
-    time: the peak is the rank's shards plus one module's full tensors), initialised as
-    the model initialises them, and cut to the rank's part. The random stream of a module
-    is seeded from ``seed`` and the module's path alone (:func:`module_seed`), so every rank
-    draws the same full tensor whatever part it keeps. The scheme is the module's own
-    ``reset_parameters()`` (``nn`` layers; ``_reset_parameters`` of
-    ``nn.MultiheadAttention``), then, inside a Hugging Face model, the innermost
-    ``PreTrainedModel``'s ``_init_weights(module)`` (normal weights of
-    ``initializer_range``, norms to one, rotary ``inv_freq`` recomputed from the
-    config): the order in which the model's constructor and ``post_init`` apply them.
-    Modules are visited children first, as ``PreTrainedModel.initialize_weights`` does;
-    a parameter tied to several modules is initialised by the first. A tensor that no
-    scheme writes is an error naming it; so is a parent's initialisation that writes a
-    child's split parameter (it would draw the rank's part only).
-
-    ``keep``: only the tensors whose name it accepts are written (the others of their
-    module are initialised whole and dropped): after a load, the buffers a state dict
-    does not hold (rotary ``inv_freq``)."""
-    seen: set[int] = set()
-    keep = keep or (lambda name: True)
-    for path, module, owner in _modules_children_first(model, "", None):
-        own = _own_tensors(module, seen)
-        if not any(_holds(layout, _join(path, attr)) and keep(_join(path, attr)) for attr, _, _ in own):
-            continue  # nothing of it here (another pipeline stage's), or nothing to write
-        _init_module(path, module, owner, own, layout, seed, device, keep)
-
-
-def _modules_children_first(module: nn.Module, path: str, owner):
-    """``(path, module, init owner)`` for every module of the tree, children before their
-    parent; the owner is the innermost module that initialises its descendants
-    (a Hugging Face ``PreTrainedModel``: one with ``_init_weights`` and a ``config``)."""
-    if callable(getattr(module, "_init_weights", None)) and hasattr(module, "config"):
-        owner = module
-    for name, child in module.named_children():
-        yield from _modules_children_first(child, _join(path, name), owner)
-    yield path, module, owner
-
-
-def _join(path: str, name: str) -> str:
-    return f"{path}.{name}" if path else name
-
-
-def _own_tensors(module: nn.Module, seen: set[int]) -> list[tuple[str, str, torch.Tensor]]:
-    """``(attribute, store, tensor)`` of the module's own parameters and buffers that no
-    module visited before holds (a tied parameter is initialised by its first module)."""
-    own = []
-    for store in ("_parameters", "_buffers"):
-        for attr, t in getattr(module, store).items():
-            if t is None or id(t) in seen:
-                continue
-            seen.add(id(t))
-            own.append((attr, store, t))
-    return own
-
-
-def _holds(layout: ParamLayout, name: str) -> bool:
-    placement = layout.get(name)
-    return placement is None or placement.held
-
-
-def module_seed(seed: int, path: str) -> int:
-    """The seed of the random stream a module is initialised from: a function of the
-    user's ``seed`` and the module's path only (the same on every rank and plan)."""
-    digest = hashlib.sha256(f"{seed}\x00{path}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-def _init_module(path: str, module: nn.Module, owner, own, layout: ParamLayout, seed: int,
-                 device: torch.device, keep: Callable[[str], bool]) -> None:
-    """Initialise ``module``'s ``own`` tensors whole, then keep the rank's part of each."""
-    whole = {}
-    for attr, store, t in own:
-        full_shape = layout.get(_join(path, attr)).full_shape if layout.get(_join(path, attr)) else tuple(t.shape)
-        value = torch.empty(full_shape, dtype=t.dtype, device=device)
-        if value.is_floating_point() or value.is_complex():
-            value.fill_(float("nan"))  # what no scheme wrote stays NaN (checked below)
-        whole[attr] = nn.Parameter(value, requires_grad=t.requires_grad) if store == "_parameters" else value
-        getattr(module, store)[attr] = whole[attr]
-    others = _split_descendants(module, layout, path)
-    versions = {attr: whole[attr]._version for attr, _, _ in own}
-    try:
-        with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(module_seed(seed, path))
-            reset = getattr(module, "reset_parameters", None) or getattr(module, "_reset_parameters", None)
-            if callable(reset):
-                reset()
-            if owner is not None:
-                owner._init_weights(module)
-    finally:
-        for attr, store, t in own:
-            getattr(module, store)[attr] = t
-    for name, t, version in others:
-        if t._version != version:
-            raise NotImplementedError(
-                f"init_weights: initialising {path or 'the model'} ({type(module).__name__}) writes {name}, a "
-                f"parameter of one of its children that this plan splits, so each rank would draw only its part; "
-                f"initialise {name} in its own module's reset_parameters, or load the weights (pm.load_pretrained)")
-    with torch.no_grad():
-        for attr, store, t in own:
-            value = whole[attr]
-            name = _join(path, attr)
-            if not keep(name):
-                continue
-            if _unwritten(value, versions[attr]):
-                raise NotImplementedError(
-                    f"init_weights: {name} ({'parameter' if store == '_parameters' else 'buffer'} of "
-                    f"{type(module).__name__}) is not initialised by the model's own scheme (no reset_parameters on "
-                    f"{type(module).__name__}, and no Hugging Face _init_weights covers it); define "
-                    f"reset_parameters() on {type(module).__name__}, or load the weights with pm.load_pretrained / "
-                    f"pm.load_full_state_dict")
-            if t.numel():
-                t.copy_(layout.local_part(name, value.detach()))
-
-
-def _split_descendants(module: nn.Module, layout: ParamLayout, path: str) -> list[tuple[str, torch.Tensor, int]]:
-    """``(name, rank's tensor, version)`` of the split parameters of ``module``'s descendants."""
-    out = []
-    for name, p in module.named_parameters(prefix=path, remove_duplicate=False):
-        placement = layout.get(name)
-        if "." in name[len(path) + 1 if path else 0:] and placement is not None and \
-                (placement.cut is not None or placement.zero is not None):
-            out.append((name, p, p._version))
-    return out
-
-
-def _unwritten(value: torch.Tensor, version: int) -> bool:
-    """Whether no initialisation wrote ``value``: NaN left (floating point), or its
-    version counter unchanged (other dtypes)."""
-    if value.is_floating_point() or value.is_complex():
-        return bool(torch.isnan(value).any())
-    return value._version == version
 
 
 # ---------------------------------------------------------------------------- identical weights
@@ -352,5 +218,5 @@ def check_same_weights(model: nn.Module, group=None) -> None:
                      f"pm.load_pretrained(path)")
 
 
-__all__ = ["NotInitialisedError", "check_same_weights", "fingerprints", "holds_values", "init_weights",
-           "install", "meta_twin", "module_seed", "resolve_device"]
+__all__ = ["NotInitialisedError", "check_same_weights", "fingerprints", "holds_values", "install", "meta_twin",
+           "resolve_device"]

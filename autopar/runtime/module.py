@@ -29,6 +29,7 @@ from autopar.runtime.runner import ProgramRunner, RankState
 from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.runtime import health
 from autopar.runtime import devices, materialise, rng
+from autopar.runtime.init_weights import init_weights
 from autopar.runtime.family_runtime import RankRuntime, active
 from autopar.runtime.grad_sync import GradientBuckets
 
@@ -148,10 +149,10 @@ class ParallelModule(nn.Module):
         """Every entry of the state dict was loaded: the module may run. A model compiled
         from the meta device still lacks the buffers a state dict does not hold (rotary
         ``inv_freq``, other non-persistent buffers): those are initialised with the
-        model's own scheme (:func:`autopar.runtime.materialise.init_weights`)."""
+        model's own scheme (:func:`autopar.runtime.init_weights.init_weights`)."""
         if not self._initialised:
             stored = set(self.root.model.state_dict(keep_vars=True))
-            materialise.init_weights(self.root.model, self.layout, 0, self._state.device,
+            init_weights(self.root.model, self.layout, 0, self._state.device,
                                      keep=lambda name: name not in stored)
         self._initialised = True
 
@@ -162,9 +163,9 @@ class ParallelModule(nn.Module):
         rotary ``inv_freq`` included), the same full model whatever the plan, world size
         or rank for a given ``seed``: each module is initialised whole from a stream
         seeded by ``seed`` and its path, one module at a time, and the rank keeps its part
-        (:func:`autopar.runtime.materialise.init_weights`). No collective; every rank
+        (:func:`autopar.runtime.init_weights.init_weights`). No collective; every rank
         calls it. The next call refreshes what families keep from the parameters."""
-        materialise.init_weights(self.root.model, self.layout, seed, self._state.device)
+        init_weights(self.root.model, self.layout, seed, self._state.device)
         self._initialised = True
 
     def _before_call(self) -> None:

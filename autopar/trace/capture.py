@@ -38,7 +38,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.trace.memo import EXPORTS, CaptureCall
-from autopar.trace.meta import all_on_meta, examples_device, holds_meta, on_device, to_meta
+from autopar.trace.meta import ShapesOnly, check_no_fake_constants, examples_device, holds_meta
 from autopar.ir import CAPTURE, SPEC, CaptureInfo, TensorSpec, spec_from_value
 from autopar.trace.standard_layers import mha_fast_path_disabled
 from autopar.trace.standard_layers import symbolic_trace as symbolic_trace_standard_layers
@@ -216,12 +216,12 @@ def capture(
         raise ValueError(f"capture: model_loss={model_loss!r}; use None, 'required' or 'if_present'")
     example_inputs, example_kwargs = tuple(example_inputs), dict(example_kwargs or {})
     model_loss = None if loss_fn is not None else model_loss
-    if holds_meta(model):  # shapes only: the examples go to the meta device too
-        device = examples_device((example_inputs, example_kwargs, example_target))
-        example_inputs, example_kwargs, example_target = to_meta((example_inputs, example_kwargs, example_target))
-        with all_on_meta(model):
+    if holds_meta(model):  # shapes only (autopar.trace.meta), on the examples' device
+        with ShapesOnly(model, examples_device((example_inputs, example_kwargs, example_target))) as shapes:
+            example_inputs, example_kwargs, example_target = shapes.examples(
+                (example_inputs, example_kwargs, example_target))
             gm = _capture_call(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
-        return on_device(gm, device)
+        return check_no_fake_constants(gm, type(model).__name__)
     saved = {name: b.detach().clone() for name, b in model.named_buffers()}
     try:
         return _capture_call(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)

@@ -1,35 +1,32 @@
 """Capturing a model that holds meta tensors (built under ``torch.device("meta")``):
-shapes only. :func:`autopar.trace.capture.capture` runs such a model on meta examples
-(:func:`to_meta`), with any tensor that holds storage swapped for a meta one meanwhile
-(:func:`all_on_meta`), and gives the graph back the examples' device (:func:`on_device`).
+shapes only, on the device the model will run on.
+
+:func:`autopar.trace.capture.capture` runs such a model with every parameter and buffer
+swapped for a *fake* tensor (``torch._subclasses.FakeTensor``: a shape, dtype and device
+without storage) on the examples' device, and the examples made fake alike
+(:class:`ShapesOnly`). Meta tensors would do for the shapes, but not for the device:
+models branch on it (Hugging Face's mixture-of-experts layers count tokens per expert
+with ``histc`` on floats where ``x.device.type == "cpu"`` and on ints elsewhere), and
+``torch.export`` bakes an operation's ``device=`` into its node (``aten.arange(...,
+device=...)``). A fake tensor reports the real device, so the graph is the one a model
+built there would give. The fakes of a model are made once and kept (the export memo
+recognises a later capture of the same model by its tensors' identities).
 """
 from __future__ import annotations
 
-import contextlib
+import weakref
 
 import torch
 import torch.fx as fx
 import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._pytree import tree_leaves, tree_map_only
-
-META = torch.device("meta")
 
 
 def holds_meta(model: nn.Module) -> bool:
     """Whether any parameter or buffer of ``model`` is on the meta device (a model built
     under ``torch.device("meta")``: shapes without storage)."""
     return any(t.device.type == "meta" for t in (*model.parameters(), *model.buffers()))
-
-
-def to_meta(value):
-    """``value`` (examples of any structure) with every tensor replaced by a meta tensor of
-    its shape, strides and dtype (``requires_grad`` kept)."""
-    def meta(x: torch.Tensor) -> torch.Tensor:
-        if x.device.type == "meta":
-            return x
-        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=META)
-        return out.requires_grad_(x.requires_grad) if x.is_floating_point() or x.is_complex() else out
-    return tree_map_only(torch.Tensor, meta, value)
 
 
 def examples_device(value) -> torch.device:
@@ -40,52 +37,74 @@ def examples_device(value) -> torch.device:
     return torch.device("cpu")
 
 
-@contextlib.contextmanager
-def all_on_meta(model: nn.Module):
-    """Every parameter and buffer of ``model`` that holds storage replaced by a meta
-    tensor of its shape while the block runs, and put back after: a model that is
-    partly on the meta device (parameters on meta, buffers built for real, as
-    ``accelerate.init_empty_weights`` makes them) is captured as shapes alone, and its
-    buffers are not touched (a batch norm in training mode would count the run)."""
-    swapped = []
-    for module in model.modules():
-        for store in (module._parameters, module._buffers):
-            for name, t in list(store.items()):
-                if t is None or t.device.type == "meta":
-                    continue
-                stand_in = torch.empty_like(t, device=META)
-                if isinstance(t, nn.Parameter):
-                    stand_in = nn.Parameter(stand_in, requires_grad=t.requires_grad)
-                swapped.append((store, name, t))
-                store[name] = stand_in
-    try:
-        yield
-    finally:
-        for store, name, t in swapped:
+class _Fakes:
+    """One model's fake tensors on one device, and the mode that made them."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.mode = FakeTensorMode(allow_non_fake_inputs=True)
+        self.of: dict[int, torch.Tensor] = {}  # id of the model's tensor -> its fake
+
+    def fake(self, t: torch.Tensor) -> torch.Tensor:
+        """A fake tensor of ``t``'s shape, strides, dtype and ``requires_grad`` on the device."""
+        with self.mode:
+            out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=self.device)
+        if isinstance(t, nn.Parameter):
+            return nn.Parameter(out, requires_grad=t.requires_grad)
+        return out.requires_grad_(t.requires_grad) if t.is_floating_point() or t.is_complex() else out
+
+
+_FAKES: "weakref.WeakKeyDictionary[nn.Module, _Fakes]" = weakref.WeakKeyDictionary()
+
+
+class ShapesOnly:
+    """While the block runs, every parameter and buffer of ``model`` is a fake tensor on
+    ``device`` (the same fake object each time for the same tensor), and the fake mode is
+    active; :meth:`examples` makes the examples fake. Put back after."""
+
+    def __init__(self, model: nn.Module, device: torch.device):
+        fakes = _FAKES.get(model)
+        if fakes is None or fakes.device != device:
+            fakes = _FAKES[model] = _Fakes(device)
+        self.model, self.fakes, self.swapped = model, fakes, []
+
+    def examples(self, value):
+        """``value`` (examples of any structure) with every tensor replaced by a fake one
+        of its shape, strides and dtype on the device."""
+        return tree_map_only(torch.Tensor, self.fakes.fake, value)
+
+    def __enter__(self) -> "ShapesOnly":
+        for module in self.model.modules():
+            for store in (module._parameters, module._buffers):
+                for name, t in list(store.items()):
+                    if t is None or isinstance(t, FakeTensor):
+                        continue
+                    fake = self.fakes.of.get(id(t))
+                    if fake is None:
+                        fake = self.fakes.of[id(t)] = self.fakes.fake(t)
+                    self.swapped.append((store, name, t))
+                    store[name] = fake
+        self.fakes.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.fakes.mode.__exit__(*exc)
+        for store, name, t in self.swapped:
             store[name] = t
+        self.swapped.clear()
 
 
-def on_device(gm: fx.GraphModule, device: torch.device) -> fx.GraphModule:
-    """A graph captured on the meta device made to run on ``device``: torch.export bakes
-    the devices an operation was given (``aten.arange(..., device=x.device)``) into its
-    node's arguments, so every ``meta`` there becomes ``device``. A tensor constant the
-    trace computed from the meta weights (no value) cannot run anywhere: refused, named."""
-    def moved(value):
-        if isinstance(value, torch.device) and value.type == "meta":
-            return device
-        if isinstance(value, (tuple, list)):
-            return type(value)(moved(v) for v in value)
-        if isinstance(value, dict):
-            return {k: moved(v) for k, v in value.items()}
-        return value
-
-    for node in gm.graph.nodes:
-        node.args, node.kwargs = moved(node.args), moved(node.kwargs)
-    params = {id(t) for t in (*gm.parameters(), *gm.buffers())}
+def check_no_fake_constants(gm: fx.GraphModule, model_class: str) -> fx.GraphModule:
+    """A tensor constant the trace computed from the model's weights while they had no
+    values (a fake tensor held by the graph that is not one of its parameters or buffers)
+    cannot run anywhere: refused, named."""
+    held = {id(t) for t in (*gm.parameters(), *gm.buffers())}
     for name, value in vars(gm).items():
-        if isinstance(value, torch.Tensor) and value.device.type == "meta" and id(value) not in params:
-            raise ValueError(f"the captured graph of {type(gm).__name__} holds a constant {name} computed from the "
-                               f"model's weights while they are on the meta device; build the model for real, or "
-                               f"compute that value inside forward")
-    gm.recompile()
+        if isinstance(value, FakeTensor) and id(value) not in held:
+            raise ValueError(f"the captured graph of {model_class} holds a constant {name} computed from the model's "
+                             f"weights while they had no values (on the meta device); build the model for real, or "
+                             f"compute that value inside forward")
     return gm
+
+
+__all__ = ["ShapesOnly", "check_no_fake_constants", "examples_device", "holds_meta"]

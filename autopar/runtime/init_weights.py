@@ -1,0 +1,204 @@
+"""Initialising a rank's parts with the model's own scheme (docs/guide/large_models.md#init_weightsseed).
+
+:func:`init_weights` replays each module's initialisation one module at a time: the
+module's own parameters and buffers are made whole on the rank's device, initialised as
+the model initialises them, and cut to the rank's part. Every module's random stream is
+seeded from the user's seed and the module's path alone (:func:`module_seed`), so the
+gathered model is the same whatever the plan, the world size or the rank.
+
+A module's initialisation may write tensors of its descendants (GPT-2's attention and
+MLP rescale their child projections' weights by ``1/sqrt(2·layers)``, PyTorch's
+``MultiheadAttention`` zeroes its ``out_proj`` bias). Which it writes is found by a dry
+run on meta stand-ins (:func:`_written`: an in-place write bumps a tensor's version
+counter, meta or not); those descendants' tensors are made whole again from their own
+module's initialisation, then the parent's is applied over them, as on one device
+(children first, then the parent, as ``PreTrainedModel.initialize_weights`` does).
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from autopar.layout import ParamLayout
+
+META = torch.device("meta")
+
+
+def init_weights(model: nn.Module, layout: ParamLayout, seed: int, device: torch.device,
+                 keep: Callable[[str], bool] | None = None) -> None:
+    """Initialise this rank's parameters and buffers of ``model`` (the rank's module tree
+    of the original model) with the model's own scheme (module docstring). The scheme of a
+    module is its ``reset_parameters()`` (``nn`` layers; ``_reset_parameters`` of
+    ``nn.MultiheadAttention``), then, inside a Hugging Face model, the innermost
+    ``PreTrainedModel``'s ``_init_weights(module)``: the order of the model's constructor
+    and ``post_init``. A parameter tied to several modules is initialised by the first.
+    A tensor that no scheme writes is an error naming it.
+
+    ``keep``: only the tensors whose name it accepts are written (the others are made and
+    dropped): after a load, the buffers a state dict does not hold (rotary ``inv_freq``)."""
+    keep = keep or (lambda name: True)
+    seen: set[int] = set()
+    home: dict[int, tuple[str, nn.Module, object, str, str]] = {}  # tensor -> its first module
+    for path, module, owner in _modules_children_first(model, "", None):
+        own = _own_tensors(module, seen)
+        for attr, store, t in own:
+            home[id(t)] = (path, module, owner, attr, store)
+        written = _written(module, owner, path, layout)
+        below = [home[i] for i in written if i in home and home[i][1] is not module]
+        wanted = [(_join(path, attr), t) for attr, _, t in own] + \
+                 [(_join(p, attr), getattr(m, store)[attr]) for p, m, _, attr, store in below]
+        if not any(_holds(layout, name) and keep(name) for name, _ in wanted):
+            continue  # nothing of it here (another pipeline stage's), or nothing to write
+        _init_module(path, module, owner, own, below, layout, seed, device, keep)
+
+
+def _modules_children_first(module: nn.Module, path: str, owner):
+    """``(path, module, init owner)`` for every module of the tree, children before their
+    parent; the owner is the innermost module that initialises its descendants
+    (a Hugging Face ``PreTrainedModel``: one with ``_init_weights`` and a ``config``)."""
+    if callable(getattr(module, "_init_weights", None)) and hasattr(module, "config"):
+        owner = module
+    for name, child in module.named_children():
+        yield from _modules_children_first(child, _join(path, name), owner)
+    yield path, module, owner
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _own_tensors(module: nn.Module, seen: set[int]) -> list[tuple[str, str, torch.Tensor]]:
+    """``(attribute, store, tensor)`` of the module's own parameters and buffers that no
+    module visited before holds (a tied parameter is initialised by its first module)."""
+    own = []
+    for store in ("_parameters", "_buffers"):
+        for attr, t in getattr(module, store).items():
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            own.append((attr, store, t))
+    return own
+
+
+def _holds(layout: ParamLayout, name: str) -> bool:
+    placement = layout.get(name)
+    return placement is None or placement.held
+
+
+def module_seed(seed: int, path: str) -> int:
+    """The seed of the random stream a module is initialised from: a function of the
+    user's ``seed`` and the module's path only (the same on every rank and plan)."""
+    digest = hashlib.sha256(f"{seed}\x00{path}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def _run_scheme(module: nn.Module, owner, seed: int, path: str, device: torch.device) -> None:
+    """The module's own initialisation, from its own random stream."""
+    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(module_seed(seed, path))
+        reset = getattr(module, "reset_parameters", None) or getattr(module, "_reset_parameters", None)
+        if callable(reset):
+            reset()
+        if owner is not None:
+            owner._init_weights(module)
+
+
+def _written(module: nn.Module, owner, path: str, layout: ParamLayout) -> set[int]:
+    """The ids of the tensors of ``module``'s subtree its initialisation writes: a dry run
+    with every one of them swapped for a meta stand-in (no storage, no random numbers
+    drawn), read off their version counters. A scheme that cannot run on meta tensors
+    (it reads values) is taken to write the module's own tensors only."""
+    stand_ins, swapped = {}, []
+    for sub_path, sub in module.named_modules(prefix=path, remove_duplicate=False):
+        for store_name in ("_parameters", "_buffers"):
+            store = getattr(sub, store_name)
+            for attr, t in list(store.items()):
+                if t is None:
+                    continue
+                if id(t) not in stand_ins:  # at the full shape (a pipeline rank holds other stages' empty)
+                    meta = torch.empty(_shape_of(layout, _join(sub_path, attr), t), dtype=t.dtype, device=META)
+                    stand_ins[id(t)] = (nn.Parameter(meta, requires_grad=t.requires_grad)
+                                        if isinstance(t, nn.Parameter) else meta, t)
+                swapped.append((store, attr, t))
+                store[attr] = stand_ins[id(t)][0]
+    versions = {i: s._version for i, (s, _) in stand_ins.items()}
+    try:
+        _run_scheme(module, owner, 0, "", META)
+        return {i for i, (s, _) in stand_ins.items() if s._version != versions[i]}
+    except Exception:  # noqa: BLE001 - a scheme that reads values: its own tensors only
+        return {id(t) for store in ("_parameters", "_buffers") for t in getattr(module, store).values()
+                if t is not None}
+    finally:
+        for store, attr, t in swapped:
+            store[attr] = t
+
+
+def _whole(module: nn.Module, tensors, device: torch.device) -> dict[str, torch.Tensor]:
+    """Whole tensors standing for ``tensors`` (``(attribute, store, tensor, full shape)``
+    of ``module``) on ``device``, swapped into the module; floating ones NaN, so that
+    what no scheme writes shows."""
+    whole = {}
+    for attr, store, t, shape in tensors:
+        value = torch.empty(shape, dtype=t.dtype, device=device)
+        if value.is_floating_point() or value.is_complex():
+            value.fill_(float("nan"))
+        whole[attr] = nn.Parameter(value, requires_grad=t.requires_grad) if store == "_parameters" else value
+        getattr(module, store)[attr] = whole[attr]
+    return whole
+
+
+def _init_module(path: str, module: nn.Module, owner, own, below, layout: ParamLayout, seed: int,
+                 device: torch.device, keep: Callable[[str], bool]) -> None:
+    """Initialise ``module``'s ``own`` tensors whole, with the descendants' tensors it
+    writes (``below``: their first module's path, module, owner, attribute, store) made
+    whole from their own module's scheme first; keep the rank's part of each."""
+    restore = []
+    try:
+        wholes = []  # (name, whole tensor, rank's tensor)
+        for p, m, o, attr, store in below:  # each descendant's tensor from its own scheme
+            t = getattr(m, store)[attr]
+            restore.append((m, store, attr, t))
+            whole = _whole(m, [(attr, store, t, _shape_of(layout, _join(p, attr), t))], device)[attr]
+            _run_scheme(m, o, seed, p, device)
+            wholes.append((_join(p, attr), whole, t))
+        restore.extend((module, store, attr, t) for attr, store, t in own)
+        own_whole = _whole(module, [(attr, store, t, _shape_of(layout, _join(path, attr), t))
+                                    for attr, store, t in own], device)
+        versions = {attr: own_whole[attr]._version for attr, _, _ in own}
+        _run_scheme(module, owner, seed, path, device)
+    finally:
+        for m, store, attr, t in restore:
+            getattr(m, store)[attr] = t
+    with torch.no_grad():
+        for attr, store, t in own:
+            name = _join(path, attr)
+            if keep(name) and _unwritten(own_whole[attr], versions[attr]):
+                raise NotImplementedError(
+                    f"init_weights: {name} ({'parameter' if store == '_parameters' else 'buffer'} of "
+                    f"{type(module).__name__}) is not initialised by the model's own scheme (no reset_parameters on "
+                    f"{type(module).__name__}, and no Hugging Face _init_weights covers it); define "
+                    f"reset_parameters() on {type(module).__name__}, or load the weights with pm.load_pretrained / "
+                    f"pm.load_full_state_dict")
+            wholes.append((name, own_whole[attr], t))
+        for name, whole, t in wholes:
+            if keep(name) and t.numel():
+                t.copy_(layout.local_part(name, whole.detach()))
+
+
+def _shape_of(layout: ParamLayout, name: str, t: torch.Tensor) -> tuple[int, ...]:
+    placement = layout.get(name)
+    return tuple(placement.full_shape) if placement is not None else tuple(t.shape)
+
+
+def _unwritten(value: torch.Tensor, version: int) -> bool:
+    """Whether no initialisation wrote ``value``: NaN left (floating point), or its
+    version counter unchanged (other dtypes)."""
+    if value.is_floating_point() or value.is_complex():
+        return bool(torch.isnan(value).any())
+    return value._version == version
+
+
+__all__ = ["init_weights", "module_seed"]
