@@ -233,7 +233,20 @@ def two_ranks_job():
     return out
 
 
+def four_ranks_extended_job():
+    """The other plans of Llama, and Qwen2-MoE's experts, built on the meta device."""
+    kwargs = batch()
+    out = [compare_with_single_device(llama, (), None, None, plan, kwargs=kwargs, steps=3, from_meta="state_dict")
+           for plan in PLANS_4[2:]]
+    out += [compare_with_single_device(qwen_moe, (), None, None, plan, kwargs=kwargs, steps=3,
+                                       from_meta="state_dict")
+            for plan in ({"data": 4, "experts": 2}, {"data": 2, "tensor": 2, "experts": 2})]
+    return out
+
+
 _FOUR = shared_ranks.register(4, __name__, four_ranks_job, timeout_s=600)
+_FOUR_EXTENDED = shared_ranks.register(4, __name__ + ".extended", four_ranks_extended_job, timeout_s=900,
+                                       extended=True)
 _TWO = shared_ranks.register(2, __name__, two_ranks_job)
 
 
@@ -267,3 +280,12 @@ def test_a_meta_compiled_rank_never_allocates_a_full_split_parameter():
     for rank_out in _FOUR():
         assert rank_out["split_shapes"]  # the plan splits parameters
         assert rank_out["full_allocations"] == []
+
+
+@pytest.mark.extended
+def test_meta_built_llama_and_qwen_moe_under_the_other_plans():
+    plans = PLANS_4[2:] + [{"data": 4, "experts": 2}, {"data": 2, "tensor": 2, "experts": 2}]
+    for rank_out in _FOUR_EXTENDED():
+        for plan, report in zip(plans, rank_out):
+            for kind in ("output", "loss", "grad", "param"):
+                assert report[kind][1] < 1e-4, (plan, kind, report[kind])
