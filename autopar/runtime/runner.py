@@ -216,6 +216,8 @@ class ProgramRunner:
         self.csub = plan.csub
         self.branch_only = plan.csub and plan.subgrid_coordinates(state.rank)[0] != 0
         self.programs: dict[tuple, fx.GraphModule] = {}
+        # programs not run yet, built at shapes other than the example's: (examples, inputs)
+        self.unproven: dict[int, tuple] = {}
 
     def program(self, inputs: tuple, target: Any, training: bool, loss: bool = False
                 ) -> tuple[fx.GraphModule, tuple, Any]:
@@ -253,7 +255,17 @@ class ProgramRunner:
             program = executable(gm, state.root, f"Rank{state.rank}Program")
             copy_export_specs(gm, program)
             self.programs[key] = program
+            if explain_shapes:
+                self.unproven[id(program)] = (state.examples, inputs)
         return self.programs[key]
+
+    def first_run(self, program: fx.GraphModule):
+        """The context of a program's run: the first run of one built at new shapes has
+        any failure explained with both shapes (:class:`~autopar.trace.inputs.new_shapes_explained`)."""
+        found = self.unproven.pop(id(program), None)
+        if found is None:
+            return contextlib.nullcontext()
+        return new_shapes_explained(*found, any_error=True)
 
     def _count(self, program, pieces) -> torch.Tensor | PendingCount | None:
         bucket = self.state.layout.loss_bucket
@@ -271,7 +283,8 @@ class ProgramRunner:
                 program.forward()
                 out = self._from_subgrid_0(None)
             else:
-                out = program.forward(*local_inputs)  # no hooks: skip nn.Module.__call__
+                with self.first_run(program):
+                    out = program.forward(*local_inputs)  # no hooks: skip nn.Module.__call__
                 out = self._from_subgrid_0(out) if self.csub else out
         state.finish()
         return out
@@ -313,7 +326,8 @@ class ProgramRunner:
                 last = k == len(flat) - 1
                 for buckets in state.buckets.values():  # launched during the last backward only
                     buckets.enabled = last
-                loss = program.forward(*args)
+                with self.first_run(program):
+                    loss = program.forward(*args)
                 part = loss.detach() if summed or m == 1 else loss.detach() / m  # no division kernel for m = 1
                 total = part if total is None else total + part
                 if last and data > 1:

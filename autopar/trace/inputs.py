@@ -184,16 +184,20 @@ def check_call_inputs(examples: tuple | None, inputs: tuple, target: Any, names:
 
 class new_shapes_explained:
     """Re-raise a capture failure at call-time shapes that differ from the example's
-    with both shapes, so that the error says why the model was captured again."""
+    with both shapes, so that the error says why the model was captured again.
+    ``any_error``: any exception (the first run of a program built at new shapes: a
+    capture reads shapes only, so what the model refuses at those shapes, an index past
+    a position table, shows when it first runs)."""
 
-    def __init__(self, examples: tuple | None, inputs: tuple):
-        self.examples, self.inputs = examples, inputs
+    def __init__(self, examples: tuple | None, inputs: tuple, any_error: bool = False):
+        self.examples, self.inputs, self.any_error = examples, inputs, any_error
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, error, tb):
-        if kind is None or not issubclass(kind, CaptureError) or self.examples is None:
+        if kind is None or self.examples is None or not issubclass(kind, Exception if self.any_error
+                                                                    else CaptureError):
             return False
         got = [list(x.shape) for x in self.inputs if isinstance(x, torch.Tensor)]
         want = [list(w[0]) for w in self.examples[0] if isinstance(w, tuple)]
