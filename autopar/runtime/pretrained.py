@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import re
+import sys
 import warnings
 from typing import Optional
 
@@ -162,7 +163,17 @@ def _report_keys(match: KeyMatch, where: str, strict: bool) -> None:
                f"(the model's names are those of pm.full_state_dict())")
     if strict:
         raise CheckpointError(message + "; pass strict=False to load what fits")
-    warnings.warn(message + ("; the missing entries keep their values" if match.missing else ""), stacklevel=4)
+    warnings.warn(message + ("; the missing entries keep their values" if match.missing else ""),
+                  stacklevel=_outside_autopar())
+
+
+def _outside_autopar() -> int:
+    """The ``stacklevel`` of the first caller outside autopar (a warning's line is the user's)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _few(keys: list[str]) -> str:
