@@ -402,6 +402,23 @@ def test_errors_and_formats_in_one_process(tmp_path):
     assert _differences(merged, reference) == [] and set(index["weight_map"]) == set(reference)
     pm.save_pretrained(out, max_shard_size="1GB")
     assert sorted(os.listdir(out)) == ["model.safetensors"]
+    # a save that fails (a full disk at its second file) leaves the earlier one as it was
+    import safetensors.torch
+    calls = []
+
+    def full_disk(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 2:
+            raise OSError("No space left on device")
+        return original(*args, **kwargs)
+    original, safetensors.torch.save_file = safetensors.torch.save_file, full_disk
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            pm.save_pretrained(out, max_shard_size=9000)
+    finally:
+        safetensors.torch.save_file = original
+    assert sorted(os.listdir(out)) == ["model.safetensors"] and len(calls) == 2
+    assert _differences(load_file(out / "model.safetensors"), reference) == []
 
     # a DCP checkpoint directory goes to load_checkpoint
     autopar.save_checkpoint(pm, tmp_path / "dcp")

@@ -273,6 +273,8 @@ def save_pretrained(pm, path: str | os.PathLike, *, max_shard_size: int | str = 
             _save_configs(model, where)
         except Exception as exc:  # noqa: BLE001
             error = exc
+    if writer is not None and error is not None:
+        writer.abandon()
     _agree(pm, error, "save_pretrained")
 
 
@@ -349,6 +351,14 @@ class ShardWriter:
             if stale not in final and (_SHARD_RE.match(stale) or stale == SINGLE or (stale == INDEX and count == 1)):
                 os.remove(os.path.join(self.directory, stale))
         return final
+
+
+    def abandon(self) -> None:
+        """Remove the files written under temporary names (a save that failed)."""
+        for path, _ in self.written:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        self.written, self.pending = [], {}
 
 
 def _sync(path: str) -> None:
