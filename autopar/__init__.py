@@ -13,8 +13,10 @@ from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy
 from autopar.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from autopar.runtime.health import RankFailureError
+from autopar.runtime.pretrained import load_pretrained, save_pretrained
 
 __all__ = ["compile", "plan", "rank_graph", "ParallelModule", "Plan", "PlanError", "Strategy", "Hardware",
            "get_hardware", "capture", "CaptureError", "save_checkpoint", "load_checkpoint", "CheckpointError",
+           "load_pretrained", "save_pretrained",
            "RankFailureError"]
 __version__ = "0.1.0"

@@ -95,21 +95,28 @@ class Placement:
 def placements(shape, strides, full_shape: tuple[int, ...], cut: Callable) -> list[Placement]:
     """The boxes held by a local tensor of ``shape`` and ``strides`` that is ``cut(full)``
     for a full tensor of ``full_shape``: the cut applied to ``arange(numel)`` says which
-    element of the full tensor each local element is (``-1``: padding, saved nowhere)."""
+    element of the full tensor each local element is (``-1``: padding, saved nowhere).
+
+    The transient memory is one full tensor's worth of int32 indices (int64 from 2**31
+    elements), for the ``arange`` the cut reads; the rest is the local tensor's size: its
+    elements' full indices, sorted, and their storage offsets in that order."""
     numel = _numel(full_shape)
-    index = cut(torch.arange(numel, device="cpu").view(full_shape))
+    dtype = torch.int32 if numel < 2 ** 31 else torch.long
+    index = cut(torch.arange(numel, dtype=dtype, device="cpu").view(full_shape))
     if tuple(index.shape) != tuple(shape):
         raise RuntimeError(f"the cut of a {list(full_shape)} tensor gives {list(index.shape)}, the local tensor is "
                            f"{list(shape)}; this is a bug")
-    memory_of = torch.full((numel,), -1, dtype=torch.long, device="cpu")  # full index -> local storage offset
     index, offsets = index.reshape(-1), _element_offsets(shape, strides)
     real = index >= 0  # a padded cut (a padded vocabulary) fills its padding with -1: no element of the full tensor
-    memory_of[index[real]] = offsets[real]
-    held = (memory_of >= 0).nonzero().flatten()
-    if held.numel() != int(real.sum()):
+    index, offsets = index[real], offsets[real]
+    order = torch.argsort(index)
+    held, memory = index[order].long(), offsets[order]  # full index -> local storage offset, by full index
+    del index, offsets, order
+    if held.numel() > 1 and bool((held[1:] == held[:-1]).any()):
         raise RuntimeError(f"a local part of a {list(full_shape)} tensor holds an element twice; this is a bug")
     full_strides = _contiguous_strides(full_shape)
-    return [_placement(offsets, sizes, memory_of[_box_indices(offsets, sizes, full_strides)].view(sizes))
+    return [_placement(offsets, sizes, memory[torch.searchsorted(held, _box_indices(offsets, sizes, full_strides))]
+                       .view(sizes))
             for offsets, sizes in boxes_of(held, tuple(full_shape))]
 
 

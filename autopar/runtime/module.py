@@ -28,7 +28,7 @@ from autopar.planning.plan import Plan
 from autopar.runtime.runner import ProgramRunner, RankState
 from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.runtime import health
-from autopar.runtime import devices, materialise, rng
+from autopar.runtime import devices, materialise, pretrained, rng
 from autopar.runtime.init_weights import init_weights
 from autopar.runtime.family_runtime import RankRuntime, active
 from autopar.runtime.grad_sync import GradientBuckets
@@ -302,3 +302,14 @@ class ParallelModule(nn.Module):
         """This rank's most recently built program(s) as readable code."""
         return self.runner.code()
 
+    # ------------------------------------------------------------------ Hugging Face checkpoints
+    def load_pretrained(self, path, strict: bool = True, key_mapping: dict[str, str] | None = None) -> None:
+        """Load a safetensors checkpoint (a ``save_pretrained`` directory, or one file) or an
+        autopar DCP checkpoint directory, each rank reading only its part: see
+        :func:`autopar.runtime.pretrained.load_pretrained`. A collective."""
+        pretrained.load_pretrained(self, path, strict=strict, key_mapping=key_mapping)
+
+    def save_pretrained(self, path, max_shard_size: int | str = "5GB") -> None:
+        """Write the full state dict as a Hugging Face safetensors checkpoint from rank 0:
+        see :func:`autopar.runtime.pretrained.save_pretrained`. A collective."""
+        pretrained.save_pretrained(self, path, max_shard_size=max_shard_size)
