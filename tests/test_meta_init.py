@@ -8,11 +8,16 @@ statistics of a Hugging Face Llama's and of ``nn`` layers built for real; rotary
 On gloo ranks: ``init_weights(seed=0)`` gives a bit-identical ``full_state_dict()``
 under four plans on 4 ranks, one on 2 ranks and one process; a differently seeded
 model on one rank is refused at ``compile``, naming a parameter; Llama built on the
-meta device and loaded from the single-device model's state dict trains as that model
-does; a meta-compiled rank never allocates a full-size tensor of a parameter it holds a
-part of (compile, load and a step under a dispatch mode that records every allocation).
+meta device and loaded (``load_pretrained``) from a safetensors file the single-device
+model wrote trains as that model does (Qwen2-MoE's experts and the other plans in the
+extended job); a meta-compiled rank never allocates a full-size tensor of a parameter it
+holds a part of (compile, ``load_pretrained`` and a step under a dispatch mode that
+records every allocation).
 """
 import hashlib
+import os
+import shutil
+import tempfile
 
 import pytest
 import torch
@@ -21,6 +26,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+from safetensors.torch import save_model
 
 import autopar
 import shared_ranks
@@ -198,23 +204,24 @@ def four_ranks_job():
     out = {"init": [meta_init_digests(llama, plan, kwargs) for plan in PLANS_4]}
     out["init_tied"] = meta_init_digests(lambda: llama(tie=True), {"tensor": 2, "data": 2}, kwargs)
     out["init_gpt2"] = meta_init_digests(gpt2, {"tensor": 2, "data": 2}, kwargs)  # split children, parent's scheme
-    # loaded from the single-device model's state dict, trained as it is
+    # loaded from a safetensors file the single-device model wrote, trained as that model
     out["numerics"] = [compare_with_single_device(llama, (), None, None, plan, kwargs=kwargs, steps=3,
-                                                  from_meta="state_dict") for plan in PLANS_4[:2]]
+                                                  from_meta="pretrained") for plan in PLANS_4[:2]]
     # never a full-size tensor of a parameter this rank holds a part of (shapes chosen so
     # that no part, gradient or activation has the full shape of another parameter)
     with torch.device("meta"):
         model = llama(kv_heads=4)
     pm = None
     shapes = set()
+    folder = tempfile.mkdtemp(prefix="autopar-meta-init-")
+    torch.manual_seed(0)
+    save_model(llama(kv_heads=4), os.path.join(folder, "model.safetensors"))  # this rank's own file
     with FullAllocations(()) as tracker:
         pm = autopar.compile(model, None, example_kwargs=kwargs, strategy={"tensor": 2, "data": 2})
-        shapes = {p.full_shape for p in pm.layout.unique() if p.cut is not None}
-        tracker.shapes = shapes
-        torch.manual_seed(0)
-        pm.load_full_state_dict(llama(kv_heads=4).state_dict())
-        tracker.seen.clear()  # the state dict the user gives is full; what autopar allocates from here
+        tracker.shapes = shapes = {p.full_shape for p in pm.layout.unique() if p.cut is not None}
+        pm.load_pretrained(folder)  # each rank reads the slices it holds
         pm.step(**kwargs)
+    shutil.rmtree(folder, ignore_errors=True)
     out["split_shapes"], out["full_allocations"] = sorted(shapes), tracker.seen
     return out
 
@@ -236,10 +243,10 @@ def two_ranks_job():
 def four_ranks_extended_job():
     """The other plans of Llama, and Qwen2-MoE's experts, built on the meta device."""
     kwargs = batch()
-    out = [compare_with_single_device(llama, (), None, None, plan, kwargs=kwargs, steps=3, from_meta="state_dict")
+    out = [compare_with_single_device(llama, (), None, None, plan, kwargs=kwargs, steps=3, from_meta="pretrained")
            for plan in PLANS_4[2:]]
     out += [compare_with_single_device(qwen_moe, (), None, None, plan, kwargs=kwargs, steps=3,
-                                       from_meta="state_dict")
+                                       from_meta="pretrained")
             for plan in ({"data": 4, "experts": 2}, {"data": 2, "tensor": 2, "experts": 2})]
     return out
 
