@@ -108,10 +108,25 @@ class TensorSpec:
         return f"{dt}[{', '.join(map(str, self.shape))}]"
 
 
+def concrete_size(size) -> int:
+    """A dimension as an int. A size that depends on values a capture without them does
+    not have (an unbacked symbol of a fake tensor: the rows ``nonzero`` selects) is its
+    upper bound where one is known (every row), else 1: what analysis and pricing read
+    of it; the graph itself keeps the symbol."""
+    if isinstance(size, int):
+        return size
+    try:
+        return int(size)
+    except Exception:  # noqa: BLE001 - a data-dependent size
+        node = size.node
+        upper = node.shape_env.bound_sympy(node.expr).upper
+        return int(upper) if upper.is_finite else 1
+
+
 def spec_from_value(value: Any):
     """Turn a runtime value (tensor, fake tensor, tuple of them) into SPEC metadata."""
     if isinstance(value, torch.Tensor):
-        return TensorSpec(tuple(int(s) for s in value.shape), value.dtype)
+        return TensorSpec(tuple(concrete_size(s) for s in value.shape), value.dtype)
     if isinstance(value, (tuple, list)):
         specs = tuple(spec_from_value(v) for v in value)
         return specs if any(s is not None for s in specs) else None

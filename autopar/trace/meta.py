@@ -20,6 +20,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.utils._pytree import tree_leaves, tree_map_only
 
 
@@ -42,7 +43,10 @@ class _Fakes:
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.mode = FakeTensorMode(allow_non_fake_inputs=True)
+        # a shape environment: an operation whose output shape depends on values
+        # (nonzero, masked selection: a hand-written MoE's routing) gets an unbacked size
+        # (autopar.ir.spec_from_value records its upper bound)
+        self.mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
         self.of: dict[int, torch.Tensor] = {}  # id of the model's tensor -> its fake
 
     def fake(self, t: torch.Tensor) -> torch.Tensor:
