@@ -204,6 +204,10 @@ def four_ranks_job():
     out = {"init": [meta_init_digests(llama, plan, kwargs) for plan in PLANS_4]}
     out["init_tied"] = meta_init_digests(lambda: llama(tie=True), {"tensor": 2, "data": 2}, kwargs)
     out["init_gpt2"] = meta_init_digests(gpt2, {"tensor": 2, "data": 2}, kwargs)  # split children, parent's scheme
+    # nn.MultiheadAttention zeroes its out_proj's bias over the out_proj's own init
+    nn_args = dict(inputs=(torch.randn(4, 6, 8),), target=torch.randn(4, 6, 5), loss_fn=F.mse_loss)
+    out["init_nn"] = [meta_init_digests(nn_model, plan, **nn_args) for plan in ({"tensor": 2, "data": 2},
+                                                                                 {"data": 4, "zero": 3})]
     # loaded from a safetensors file the single-device model wrote, trained as that model
     out["numerics"] = [compare_with_single_device(llama, (), None, None, plan, kwargs=kwargs, steps=3,
                                                   from_meta="pretrained") for plan in PLANS_4[:2]]
@@ -265,6 +269,9 @@ def test_init_weights_is_the_same_model_whatever_the_plan():
             assert digests == reference, plan
     assert four[0]["init_tied"] == four[1]["init_tied"] == meta_init_digests(lambda: llama(tie=True), "data", batch())
     assert four[0]["init_gpt2"] == meta_init_digests(gpt2, "data", batch())
+    nn_reference = meta_init_digests(nn_model, "data", inputs=(torch.randn(4, 6, 8),), target=torch.randn(4, 6, 5),
+                                     loss_fn=F.mse_loss)
+    assert four[0]["init_nn"] == [nn_reference, nn_reference]
     for rank_out in two:
         assert rank_out["init"] == reference
 

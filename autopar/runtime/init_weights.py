@@ -136,37 +136,61 @@ def _written(module: nn.Module, owner, path: str, layout: ParamLayout) -> set[in
             store[attr] = t
 
 
-def _whole(module: nn.Module, tensors, device: torch.device) -> dict[str, torch.Tensor]:
-    """Whole tensors standing for ``tensors`` (``(attribute, store, tensor, full shape)``
-    of ``module``) on ``device``, swapped into the module; floating ones NaN, so that
-    what no scheme writes shows."""
+def _whole(module: nn.Module, path: str, tensors, layout: ParamLayout, device: torch.device,
+           in_place: Callable[[str], bool] | None = None) -> dict[str, torch.Tensor]:
+    """Whole tensors standing for ``tensors`` (``(attribute, store, tensor)`` of
+    ``module``) on ``device``, swapped into the module; floating ones NaN, so that what
+    no scheme writes shows. ``in_place``: a tensor whose name it accepts and that the
+    rank holds whole is used itself (no second copy of it)."""
     whole = {}
-    for attr, store, t, shape in tensors:
-        value = torch.empty(shape, dtype=t.dtype, device=device)
+    for attr, store, t in tensors:
+        if in_place is not None and in_place(_join(path, attr)) and _held_whole(layout, _join(path, attr), t):
+            value = t
+        else:
+            value = torch.empty(_shape_of(layout, _join(path, attr), t), dtype=t.dtype, device=device)
+            value = nn.Parameter(value, requires_grad=t.requires_grad) if store == "_parameters" else value
         if value.is_floating_point() or value.is_complex():
-            value.fill_(float("nan"))
-        whole[attr] = nn.Parameter(value, requires_grad=t.requires_grad) if store == "_parameters" else value
-        getattr(module, store)[attr] = whole[attr]
+            value.detach().fill_(float("nan"))
+        whole[attr] = value
+        getattr(module, store)[attr] = value
     return whole
+
+
+def _held_whole(layout: ParamLayout, name: str, t: torch.Tensor) -> bool:
+    """Whether the rank's tensor ``t`` is the whole tensor (not cut, not ZeRO's rows)."""
+    placement = layout.get(name)
+    whole = placement is None or (placement.held and placement.cut is None and placement.zero is None)
+    return whole and t.device.type != "meta" and tuple(t.shape) == _shape_of(layout, name, t)
+
+
+def _own(module: nn.Module) -> list[tuple[str, str, torch.Tensor]]:
+    """``(attribute, store, tensor)`` of every parameter and buffer registered on ``module``."""
+    return [(attr, store, t) for store in ("_parameters", "_buffers") for attr, t in getattr(module, store).items()
+            if t is not None]
 
 
 def _init_module(path: str, module: nn.Module, owner, own, below, layout: ParamLayout, seed: int,
                  device: torch.device, keep: Callable[[str], bool]) -> None:
     """Initialise ``module``'s ``own`` tensors whole, with the descendants' tensors it
     writes (``below``: their first module's path, module, owner, attribute, store) made
-    whole from their own module's scheme first; keep the rank's part of each."""
+    whole from their own module's scheme first (all of that module's tensors made whole
+    for it, so its scheme never draws into the rank's parts); keep the rank's part of
+    each."""
+    children: dict[int, tuple] = {}
+    for p, m, o, attr, store in below:
+        children.setdefault(id(m), (p, m, o, []))[3].append((attr, store))
     restore = []
     try:
         wholes = []  # (name, whole tensor, rank's tensor)
-        for p, m, o, attr, store in below:  # each descendant's tensor from its own scheme
-            t = getattr(m, store)[attr]
-            restore.append((m, store, attr, t))
-            whole = _whole(m, [(attr, store, t, _shape_of(layout, _join(p, attr), t))], device)[attr]
+        for p, m, o, written in children.values():  # each written descendant from its own scheme
+            tensors = _own(m)
+            restore.extend((m, store, attr, t) for attr, store, t in tensors)
+            whole = _whole(m, p, tensors, layout, device)
             _run_scheme(m, o, seed, p, device)
-            wholes.append((_join(p, attr), whole, t))
+            ranks = {attr: t for attr, _, t in tensors}
+            wholes.extend((_join(p, attr), whole[attr], ranks[attr]) for attr, _ in written)
         restore.extend((module, store, attr, t) for attr, store, t in own)
-        own_whole = _whole(module, [(attr, store, t, _shape_of(layout, _join(path, attr), t))
-                                    for attr, store, t in own], device)
+        own_whole = _whole(module, path, own, layout, device, in_place=keep)
         versions = {attr: own_whole[attr]._version for attr, _, _ in own}
         _run_scheme(module, owner, seed, path, device)
     finally:
@@ -184,7 +208,7 @@ def _init_module(path: str, module: nn.Module, owner, own, below, layout: ParamL
                     f"pm.load_full_state_dict")
             wholes.append((name, own_whole[attr], t))
         for name, whole, t in wholes:
-            if keep(name) and t.numel():
+            if keep(name) and t.numel() and whole is not t:
                 t.copy_(layout.local_part(name, whole.detach()))
 
 
@@ -196,8 +220,9 @@ def _shape_of(layout: ParamLayout, name: str, t: torch.Tensor) -> tuple[int, ...
 def _unwritten(value: torch.Tensor, version: int) -> bool:
     """Whether no initialisation wrote ``value``: NaN left (floating point), or its
     version counter unchanged (other dtypes)."""
-    if value.is_floating_point() or value.is_complex():
-        return bool(torch.isnan(value).any())
+    if value.is_floating_point() or value.is_complex():  # by pieces: no full-size mask
+        flat = value.detach().reshape(-1)
+        return any(bool(torch.isnan(flat[i:i + (1 << 22)]).any()) for i in range(0, flat.numel(), 1 << 22))
     return value._version == version
 
 
