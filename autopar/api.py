@@ -231,8 +231,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     holders = next((h for family in FAMILIES if (h := family.parameter_holders(plan_, gm)) is not None), None)
     group_map = _make_groups(plan_, mesh, world, holders)
     _check_same_plan_everywhere(plan_, group_map)
-    if world > 1 and dist.is_initialized() and world == dist.get_world_size() and materialise.holds_values(model):
-        materialise.check_same_weights(model)  # after the plan: a rank given another model fails alone first
+    if world > 1 and dist.is_initialized() and world == dist.get_world_size():
+        materialise.check_same_model(model)  # after the plan: a rank given another model fails alone first
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
     shards = planned_shards(plan_, gm)
     return ParallelModule(

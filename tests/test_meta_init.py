@@ -169,6 +169,26 @@ def test_a_parents_scheme_over_its_childrens_weights():
     assert 0.8 < float(state["transformer.h.0.attn.c_attn.weight"].std()) / 0.02 < 1.25
 
 
+def test_a_constant_made_in_forward_is_a_real_constant():
+    """A tensor the model makes from Python values in forward is captured with its value
+    (captures run on fake tensors; a fake constant would train on fake losses)."""
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(x) * torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 4), torch.randn(8, 4)
+    model = Scaled()
+    expected = F.mse_loss(model(x), y)
+    pm = autopar.compile(model, None, (x,), F.mse_loss, example_target=y)
+    loss = pm.step(x, target=y)
+    assert type(loss) is torch.Tensor and torch.allclose(loss, expected)
+
+
 def test_one_process_digests():
     """The reference the ranks' digests are compared with (test below)."""
     kwargs = batch()
@@ -241,6 +261,14 @@ def two_ranks_job():
         out["unequal"] = str(e)
     torch.manual_seed(0)
     out["equal"] = autopar.compile(llama(), None, example_kwargs=kwargs, strategy={"tensor": 2}) is not None
+    # rank 0 given the real model, rank 1 a meta one: the same error on both, no hang
+    with torch.device("meta" if torch.distributed.get_rank() else "cpu"):
+        model = llama()
+    try:
+        autopar.compile(model, None, example_kwargs=kwargs, strategy={"tensor": 2})
+        out["mixed"] = "compiled"
+    except ValueError as e:
+        out["mixed"] = str(e)
     return out
 
 
@@ -278,8 +306,9 @@ def test_init_weights_is_the_same_model_whatever_the_plan():
 
 def test_differently_seeded_ranks_are_refused_at_compile():
     for rank_out in _TWO():
-        assert rank_out["unequal"] is not None and "parameter model.embed_tokens.weight differs between rank 0 vs " \
-            "rank 1" in rank_out["unequal"], rank_out["unequal"]
+        assert rank_out["unequal"] is not None and "model.embed_tokens.weight differs between rank 0 vs rank 1" \
+            in rank_out["unequal"], rank_out["unequal"]
+        assert "some ranks were given a model with weights and others one on the meta device" in rank_out["mixed"]
         assert rank_out["equal"]
 
 

@@ -140,6 +140,7 @@ def save_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
     """Write ``pm``'s parameters and buffers (and ``optimizer``'s state) to the DCP directory
     ``path``, each rank its own chunks (see the module docstring for the format). A
     collective: every rank of the model calls it with the same ``path``."""
+    pm._check_initialised("save_checkpoint()")
     import torch.distributed.checkpoint as dcp
     entries = model_entries(pm)
     state: dict[str, Any] = {}

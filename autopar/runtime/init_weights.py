@@ -28,7 +28,7 @@ META = torch.device("meta")
 
 
 def init_weights(model: nn.Module, layout: ParamLayout, seed: int, device: torch.device,
-                 keep: Callable[[str], bool] | None = None) -> None:
+                 keep: Callable[[str], bool] | None = None, after_load: bool = False) -> None:
     """Initialise this rank's parameters and buffers of ``model`` (the rank's module tree
     of the original model) with the model's own scheme (module docstring). The scheme of a
     module is its ``reset_parameters()`` (``nn`` layers; ``_reset_parameters`` of
@@ -38,8 +38,16 @@ def init_weights(model: nn.Module, layout: ParamLayout, seed: int, device: torch
     A tensor that no scheme writes is an error naming it.
 
     ``keep``: only the tensors whose name it accepts are written (the others are made and
-    dropped): after a load, the buffers a state dict does not hold (rotary ``inv_freq``)."""
+    dropped): after a load (``after_load``), what the load did not give (rotary
+    ``inv_freq``, entries a checkpoint lacks). The random streams of the CPU and of every
+    GPU are those of before when it returns."""
     keep = keep or (lambda name: True)
+    gpu = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=gpu):  # the CPU's and the rank's GPU's streams put back
+        _init_all(model, layout, seed, device, keep, after_load)
+
+
+def _init_all(model, layout, seed, device, keep, after_load) -> None:
     seen: set[int] = set()
     home: dict[int, tuple[str, nn.Module, object, str, str]] = {}  # tensor -> its first module
     for path, module, owner in _modules_children_first(model, "", None):
@@ -52,7 +60,7 @@ def init_weights(model: nn.Module, layout: ParamLayout, seed: int, device: torch
                  [(_join(p, attr), getattr(m, store)[attr]) for p, m, _, attr, store in below]
         if not any(_holds(layout, name) and keep(name) for name, _ in wanted):
             continue  # nothing of it here (another pipeline stage's), or nothing to write
-        _init_module(path, module, owner, own, below, layout, seed, device, keep)
+        _init_module(path, module, owner, own, below, layout, seed, device, keep, after_load)
 
 
 def _modules_children_first(module: nn.Module, path: str, owner):
@@ -95,10 +103,16 @@ def module_seed(seed: int, path: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def _run_scheme(module: nn.Module, owner, seed: int, path: str, device: torch.device) -> None:
-    """The module's own initialisation, from its own random stream."""
-    with torch.no_grad(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(module_seed(seed, path))
+def _run_scheme(module: nn.Module, owner, seed: int | None, path: str, device: torch.device | None = None) -> None:
+    """The module's own initialisation, from its own random stream: the CPU's and
+    ``device``'s generators seeded (no other GPU's; ``seed`` None: no seeding, a dry run
+    on meta tensors, which draw nothing)."""
+    with torch.no_grad():
+        if seed is not None:
+            torch.default_generator.manual_seed(module_seed(seed, path))
+            if device is not None and device.type == "cuda":
+                index = device.index if device.index is not None else torch.cuda.current_device()
+                torch.cuda.default_generators[index].manual_seed(module_seed(seed, path))
         reset = getattr(module, "reset_parameters", None) or getattr(module, "_reset_parameters", None)
         if callable(reset):
             reset()
@@ -126,11 +140,19 @@ def _written(module: nn.Module, owner, path: str, layout: ParamLayout) -> set[in
                 store[attr] = stand_ins[id(t)][0]
     versions = {i: s._version for i, (s, _) in stand_ins.items()}
     try:
-        _run_scheme(module, owner, 0, "", META)
+        _run_scheme(module, owner, None, path)
         return {i for i, (s, _) in stand_ins.items() if s._version != versions[i]}
-    except Exception:  # noqa: BLE001 - a scheme that reads values: its own tensors only
-        return {id(t) for store in ("_parameters", "_buffers") for t in getattr(module, store).values()
-                if t is not None}
+    except Exception as exc:  # noqa: BLE001 - a scheme that reads values: its own tensors only
+        own = {id(t) for _, _, t in _own(module)}
+        split = [name for name, p in module.named_parameters(prefix=path, remove_duplicate=False)
+                 if id(p) not in own and (layout.get(name) is not None and
+                                          (layout.get(name).cut is not None or layout.get(name).zero is not None))]
+        if split:  # whatever it draws into them would be the rank's part only
+            raise NotImplementedError(
+                f"init_weights: the initialisation of {path or 'the model'} ({type(module).__name__}) reads values "
+                f"({type(exc).__name__}: {exc}), so which of its descendants' tensors it writes cannot be found, and "
+                f"this plan splits some of them ({split[0]}); load the weights (pm.load_pretrained) instead") from exc
+        return own
     finally:
         for store, attr, t in swapped:
             store[attr] = t
@@ -170,7 +192,7 @@ def _own(module: nn.Module) -> list[tuple[str, str, torch.Tensor]]:
 
 
 def _init_module(path: str, module: nn.Module, owner, own, below, layout: ParamLayout, seed: int,
-                 device: torch.device, keep: Callable[[str], bool]) -> None:
+                 device: torch.device, keep: Callable[[str], bool], after_load: bool = False) -> None:
     """Initialise ``module``'s ``own`` tensors whole, with the descendants' tensors it
     writes (``below``: their first module's path, module, owner, attribute, store) made
     whole from their own module's scheme first (all of that module's tensors made whole
@@ -200,12 +222,15 @@ def _init_module(path: str, module: nn.Module, owner, own, below, layout: ParamL
         for attr, store, t in own:
             name = _join(path, attr)
             if keep(name) and _unwritten(own_whole[attr], versions[attr]):
+                kind, cls = "parameter" if store == "_parameters" else "buffer", type(module).__name__
+                remedy = (f"the load did not give it (a non-persistent buffer is in no state dict): define "
+                          f"reset_parameters() on {cls} computing it, or build the model with that buffer for real "
+                          f"(only the parameters on the meta device)") if after_load else \
+                    (f"define reset_parameters() on {cls}, or load the weights with pm.load_pretrained / "
+                     f"pm.load_full_state_dict")
                 raise NotImplementedError(
-                    f"init_weights: {name} ({'parameter' if store == '_parameters' else 'buffer'} of "
-                    f"{type(module).__name__}) is not initialised by the model's own scheme (no reset_parameters on "
-                    f"{type(module).__name__}, and no Hugging Face _init_weights covers it); define "
-                    f"reset_parameters() on {type(module).__name__}, or load the weights with pm.load_pretrained / "
-                    f"pm.load_full_state_dict")
+                    f"init_weights: {name} ({kind} of {cls}) is not initialised by the model's own scheme (no "
+                    f"reset_parameters on {cls}, and no Hugging Face _init_weights covers it); {remedy}")
             wholes.append((name, own_whole[attr], t))
         for name, whole, t in wholes:
             if keep(name) and t.numel() and whole is not t:

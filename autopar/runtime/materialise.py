@@ -15,9 +15,9 @@ A model compiled from the meta device has no values until
 replayed one module at a time) or a load
 (``pm.load_pretrained``, ``pm.load_full_state_dict``, ``autopar.load_checkpoint``).
 
-:func:`check_same_weights`: a model built for real must hold the same weights on every
-rank (each rank cuts its part from its own copy); ``compile`` compares a fingerprint
-of every parameter across the ranks.
+:func:`check_same_model`: every rank must be given the same model, and one built for
+real the same weights on every rank (each rank cuts its part from its own copy);
+``compile`` compares a fingerprint of every parameter and buffer across the ranks.
 """
 from __future__ import annotations
 
@@ -43,19 +43,22 @@ class NotInitialisedError(RuntimeError):
 # ---------------------------------------------------------------------------- the rank's device
 def resolve_device(device, mesh, model: nn.Module, examples: Iterable) -> torch.device:
     """The device the rank's tensors go on: ``device`` when given; else that of the
-    model's first parameter or buffer that holds storage; for a model on the meta device,
-    the mesh's device type (a GPU: ``LOCAL_RANK``'s), else the first example tensor's
-    device that is not meta, else the CPU."""
+    model's first parameter that holds storage; for a model whose parameters are on the
+    meta device, the mesh's device type (a GPU: ``LOCAL_RANK``'s, else the current one),
+    else the first example tensor's device that is not meta, else the CPU."""
     if device is not None:
         return torch.device(device)
-    for t in (*model.parameters(), *model.buffers()):
-        if t.device.type != "meta":
-            return t.device
+    for p in model.parameters():
+        if p.device.type != "meta":
+            return p.device
     kind = getattr(mesh, "device_type", None)
     if kind is None and dist.is_available() and dist.is_initialized() and str(dist.get_backend()) == "nccl":
         kind = "cuda"
     if kind not in (None, "cpu"):
-        return torch.device(kind, int(os.environ.get("LOCAL_RANK", 0)))
+        if "LOCAL_RANK" in os.environ:
+            return torch.device(kind, int(os.environ["LOCAL_RANK"]))
+        cuda = next((x.device for x in examples if isinstance(x, torch.Tensor) and x.device.type == kind), None)
+        return cuda or torch.device(kind, torch.cuda.current_device() if kind == "cuda" else 0)
     for x in examples:
         if isinstance(x, torch.Tensor) and x.device.type != "meta":
             return x.device
@@ -72,6 +75,12 @@ def meta_twin(model: nn.Module) -> nn.Module:
         memo[id(t)] = nn.Parameter(stand_in, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) \
             else stand_in
     return copy.deepcopy(model, memo)
+
+
+def valued_names(model: nn.Module) -> set[str]:
+    """The names of the parameters and buffers of ``model`` that hold values (not meta)."""
+    return {name for name, t in (*model.named_parameters(remove_duplicate=False),
+                                 *model.named_buffers(remove_duplicate=False)) if t.device.type != "meta"}
 
 
 def holds_values(model: nn.Module) -> bool:
@@ -122,8 +131,9 @@ def _rank_part(layout: ParamLayout, name: str, stand_in: torch.Tensor, full: tor
             full.to(device=device, copy=True)
     cut_full = full if full is not None else torch.empty(placement.full_shape, dtype=dtype, device=META)
     part = cut_full if placement.cut is None else placement.cut.local(cut_full, layout.seat)
-    if placement.zero is not None:
-        parts[placement.names[0]] = _materialised(part, device)
+    if placement.zero is not None:  # ZeRO-1/2 keep the cut part whole; ZeRO-3 needs its shape only
+        parts[placement.names[0]] = _materialised(part, device) if placement.zero.persistent else \
+            torch.empty(part.shape, dtype=dtype, device=META)
         part = placement.zero.local(part)
     return _materialised(part, device)
 
@@ -152,23 +162,22 @@ def _owners(root: nn.Module) -> dict[int, list[tuple[nn.Module, str, str]]]:
 
 # ---------------------------------------------------------------------------- identical weights
 def fingerprints(model: nn.Module, chunk: int = 1 << 22) -> tuple[list[str], torch.Tensor]:
-    """(names, ``[n, 2]`` int64) for every parameter of ``model`` (each once, in model
-    order): two checksums of its bits (their sum, and their sum weighted by position
-    modulo a prime), exact to the bit and cheap (one pass, bounded temporaries)."""
+    """(names, ``[n, 2]`` int64) for every parameter and buffer of ``model`` (each once,
+    in model order): two checksums of its bits (their sum, and their sum weighted by
+    position; int64 arithmetic wraps), cheap (one pass, bounded temporaries)."""
     names, sums = [], []
-    for name, p in model.named_parameters():
-        bits = _as_integers(p.detach().reshape(-1))
-        plain = torch.zeros((), dtype=torch.int64, device=p.device)
-        weighted = torch.zeros((), dtype=torch.int64, device=p.device)
+    for name, t in (*model.named_parameters(), *model.named_buffers()):
+        bits = _as_integers(t.detach().reshape(-1))
+        plain = torch.zeros((), dtype=torch.int64, device=t.device)
+        weighted = torch.zeros((), dtype=torch.int64, device=t.device)
         for start in range(0, bits.numel(), chunk):
             piece = bits[start:start + chunk].to(torch.int64)
             plain += piece.sum()
-            weights = torch.arange(start, start + piece.numel(), device=p.device, dtype=torch.int64) % 65521 + 1
-            weighted += (piece * weights).sum()
+            weighted += (piece * torch.arange(start + 1, start + 1 + piece.numel(), device=t.device,
+                                              dtype=torch.int64)).sum()
         names.append(name)
         sums.append(torch.stack([plain, weighted]))
-    device = next(model.parameters()).device if names else torch.device("cpu")
-    return names, torch.stack(sums) if sums else torch.zeros((0, 2), dtype=torch.int64, device=device)
+    return names, torch.stack(sums) if sums else torch.zeros((0, 2), dtype=torch.int64)
 
 
 def _as_integers(flat: torch.Tensor) -> torch.Tensor:
@@ -179,24 +188,32 @@ def _as_integers(flat: torch.Tensor) -> torch.Tensor:
     return flat.contiguous().view(kinds[size]) if size in kinds else flat.to(torch.float64).view(torch.int64)
 
 
-def check_same_weights(model: nn.Module, group=None) -> None:
-    """Raise, naming the first parameter and the ranks that differ, when the ranks of
-    ``group`` (None: the default group) were given different weights. A collective."""
-    names, local = fingerprints(model)
-    if str(dist.get_backend(group)) == "nccl" and local.device.type != "cuda":
-        return  # CPU weights under NCCL are refused by the backend check
-    # first the parameters' names and shapes (a fixed-size header), then their checksums
-    listing = "\n".join(f"{n} {list(p.shape)} {p.dtype}" for n, p in model.named_parameters()).encode()
-    header = torch.tensor([len(names), int.from_bytes(hashlib.sha256(listing).digest()[:7], "little")],
-                          dtype=torch.int64, device=local.device)
+def check_same_model(model: nn.Module, group=None) -> None:
+    """Raise on every rank of ``group`` (None: the default group), naming the first tensor
+    and the ranks that differ, when the ranks were given different models: some built on
+    the meta device and others for real, different parameters or buffers (names, shapes,
+    dtypes), or different values of a model built for real. A collective."""
+    valued = holds_values(model)
+    names = [n for n, _ in (*model.named_parameters(), *model.named_buffers())]
+    listing = "\n".join(f"{n} {list(t.shape)} {t.dtype}" for n, t in (*model.named_parameters(),
+                                                                     *model.named_buffers())).encode()
+    wire = torch.device("cuda", torch.cuda.current_device()) if str(dist.get_backend(group)) == "nccl" \
+        else torch.device("cpu")
+    header = torch.tensor([len(names), int.from_bytes(hashlib.sha256(listing).digest()[:7], "little"), int(valued)],
+                          dtype=torch.int64, device=wire)
     high, low = header.clone(), header.clone()
     dist.all_reduce(high, op=dist.ReduceOp.MAX, group=group)
     dist.all_reduce(low, op=dist.ReduceOp.MIN, group=group)
+    if high[2] != low[2]:
+        raise ValueError("compile(): some ranks were given a model with weights and others one on the meta device; "
+                         "give every rank the same: build it on the meta device everywhere and call "
+                         "pm.init_weights(seed=...) or pm.load_pretrained(path)")
     if not torch.equal(high, low):
-        raise ValueError("compile(): the ranks were given different models (their parameters' names, shapes or "
-                         "dtypes differ); build the same model on every rank")
-    if not names:
+        raise ValueError("compile(): the ranks were given different models (their parameters' or buffers' names, "
+                         "shapes or dtypes differ); build the same model on every rank")
+    if not valued or not names:
         return
+    local = fingerprints(model)[1].to(wire)
     high, low = local.clone(), local.clone()
     dist.all_reduce(high, op=dist.ReduceOp.MAX, group=group)
     dist.all_reduce(low, op=dist.ReduceOp.MIN, group=group)
@@ -211,12 +228,12 @@ def check_same_weights(model: nn.Module, group=None) -> None:
     for r, value in zip(ranks, everyone):
         classes.setdefault(tuple(value.tolist()), []).append(r)
     said = " vs ".join(f"ranks {rs}" if len(rs) > 1 else f"rank {rs[0]}" for rs in classes.values())
-    more = f" (and {len(differs) - 1} more parameters)" if len(differs) > 1 else ""
-    raise ValueError(f"compile(): the ranks were given different weights: parameter {names[first]} differs between "
-                     f"{said}{more}. Every rank must hold the same model: seed every rank alike (torch.manual_seed) "
-                     f"before building it, or build it on the meta device and call pm.init_weights(seed=...) or "
+    more = f" (and {len(differs) - 1} more)" if len(differs) > 1 else ""
+    raise ValueError(f"compile(): the ranks were given different weights: {names[first]} differs between {said}"
+                     f"{more}. Every rank must hold the same model: seed every rank alike (torch.manual_seed) before "
+                     f"building it, or build it on the meta device and call pm.init_weights(seed=...) or "
                      f"pm.load_pretrained(path)")
 
 
-__all__ = ["NotInitialisedError", "check_same_weights", "fingerprints", "holds_values", "install", "meta_twin",
-           "resolve_device"]
+__all__ = ["NotInitialisedError", "check_same_model", "fingerprints", "holds_values", "install", "meta_twin",
+           "resolve_device", "valued_names"]

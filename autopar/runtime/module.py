@@ -73,7 +73,9 @@ class ParallelModule(nn.Module):
         layout = layout(self.root, options)
         self.layout: ParamLayout = layout
         parts = materialise.install(self.root.model, layout, model, device)
-        # a model built on the meta device has no values until init_weights or a load
+        # a model built on the meta device has no values until init_weights or a load;
+        # the tensors that came with values (buffers built for real) keep them
+        self._valued = materialise.valued_names(model)
         self._initialised = materialise.holds_values(model)
         twin = twin if twin is not None else materialise.meta_twin(model)
         running = active(self._runtimes)
@@ -102,6 +104,8 @@ class ParallelModule(nn.Module):
         # runtimes are its own)
         self._attribute_owner = {name: i for i, runtime in enumerate(self._runtimes)
                                  for name in runtime.attributes()}
+        if not self._initialised and all(p.device.type != "meta" for p in model.parameters()):
+            self._mark_initialised(set())  # weights given, buffers on meta: those from the model's scheme
 
     def _first_name(self, root_name: str) -> str:
         placement = self.layout.get(layout_name(root_name))
@@ -145,15 +149,17 @@ class ParallelModule(nn.Module):
                 f"pm.init_weights(seed=...) (the model's own initialisation) or pm.load_pretrained(path) (a Hugging "
                 f"Face safetensors checkpoint or an autopar checkpoint) first, or pm.load_full_state_dict(state)")
 
-    def _mark_initialised(self) -> None:
-        """Every entry of the state dict was loaded: the module may run. A model compiled
-        from the meta device still lacks the buffers a state dict does not hold (rotary
-        ``inv_freq``, other non-persistent buffers): those are initialised with the
-        model's own scheme (:func:`autopar.runtime.init_weights.init_weights`)."""
+    def _mark_initialised(self, loaded: set[str] | None = None) -> None:
+        """Entries of the state dict were loaded (``loaded``: their names; None: all of
+        them): the module may run. A model compiled from the meta device gets what no
+        load gave and no value came with (missing entries, the buffers a state dict does
+        not hold: rotary ``inv_freq``) from the model's own initialisation
+        (:func:`autopar.runtime.init_weights.init_weights`)."""
         if not self._initialised:
-            stored = set(self.root.model.state_dict(keep_vars=True))
+            given = set(self.root.model.state_dict(keep_vars=True)) if loaded is None else set(loaded)
+            given |= self._valued
             init_weights(self.root.model, self.layout, 0, self._state.device,
-                                     keep=lambda name: name not in stored)
+                         keep=lambda name: name not in given, after_load=True)
         self._initialised = True
 
     @torch.no_grad()
@@ -258,6 +264,7 @@ class ParallelModule(nn.Module):
     @health.guarded("full_state_dict()")
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The original model's state dict (keys and full shapes), gathered from all ranks."""
+        self._check_initialised("full_state_dict()")
         with use_groups(self._state.groups):
             return {k: self.layout.gather(k, v, v) for k, v in self.root.model.state_dict(keep_vars=True).items()}
 
@@ -312,4 +319,5 @@ class ParallelModule(nn.Module):
     def save_pretrained(self, path, max_shard_size: int | str = "5GB") -> None:
         """Write the full state dict as a Hugging Face safetensors checkpoint from rank 0:
         see :func:`autopar.runtime.pretrained.save_pretrained`. A collective."""
+        self._check_initialised("save_pretrained()")
         pretrained.save_pretrained(self, path, max_shard_size=max_shard_size)

@@ -61,22 +61,24 @@ def load_pretrained(pm, path: str | os.PathLike, *, strict: bool = True,
                     key_mapping: Optional[dict[str, str]] = None) -> None:
     """Load the safetensors checkpoint at ``path`` into ``pm``, each rank reading only
     what it holds (module docstring). ``strict``: a key the checkpoint lacks or one it
-    holds for no entry is an error (else a warning; a missing entry keeps its value).
+    holds for no entry is an error (else a warning; a missing entry keeps its value, or, in a model compiled from the meta
+    device, gets the model's own initialisation).
     ``key_mapping``: regular expression -> replacement, applied to the checkpoint's keys
     before matching (as ``from_pretrained``'s). A collective: every rank calls it."""
     where = os.fspath(path)
     if os.path.isfile(os.path.join(where, ".metadata")):
         load_checkpoint(pm, where)
     else:
-        error = None
+        error, loaded = None, None
         try:
-            _load_safetensors(pm, where, strict, key_mapping)
+            loaded = _load_safetensors(pm, where, strict, key_mapping)
         except Exception as exc:  # noqa: BLE001 - every rank raises, after agreeing (_agree)
             error = exc
         _agree(pm, error, "load_pretrained")
-    mark = getattr(pm, "_mark_initialised", None)
-    if callable(mark):
-        mark()
+        # what the checkpoint did not hold (missing entries under strict=False, keys the
+        # model lists as ignorable, non-persistent buffers) is initialised by the model's
+        # own scheme where it never had a value (a model compiled from the meta device)
+        pm._mark_initialised(loaded)
 
 
 def checkpoint_files(where: str) -> tuple[list[str], Optional[dict[str, str]]]:
@@ -126,6 +128,7 @@ def _load_safetensors(pm, where: str, strict: bool, key_mapping) -> None:
         _check_shapes(entries, sources)
         read = _read_boxes(entries, sources)
     log.info("rank %d read %d boxes (%d elements) of %d files at %s", pm.rank, read[0], read[1], len(files), where)
+    return set(sources)
 
 
 def _tied(pm, entries: dict[str, Entry]) -> dict[str, tuple[str, ...]]:
@@ -163,7 +166,8 @@ def _report_keys(match: KeyMatch, where: str, strict: bool) -> None:
                f"(the model's names are those of pm.full_state_dict())")
     if strict:
         raise CheckpointError(message + "; pass strict=False to load what fits")
-    warnings.warn(message + ("; the missing entries keep their values" if match.missing else ""),
+    warnings.warn(message + ("; the missing entries keep their values (the model's own initialisation where "
+                             "they had none)" if match.missing else ""),
                   stacklevel=_outside_autopar())
 
 

@@ -36,6 +36,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 import torch.nn as nn
+from torch._guards import detect_fake_mode
 
 from autopar.trace.memo import EXPORTS, CaptureCall
 from autopar.trace.meta import ShapesOnly, check_no_fake_constants, examples_device, holds_meta
@@ -221,7 +222,7 @@ def capture(
             example_inputs, example_kwargs, example_target = shapes.examples(
                 (example_inputs, example_kwargs, example_target))
             gm = _capture_call(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
-        return check_no_fake_constants(gm, type(model).__name__)
+        return check_no_fake_constants(gm, type(model).__name__, shapes.fake_ids())
     saved = {name: b.detach().clone() for name, b in model.named_buffers()}
     try:
         return _capture_call(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
@@ -392,7 +393,7 @@ def propagate_specs(gm: fx.GraphModule, args: Sequence[Any]) -> fx.GraphModule:
     Runs under ``torch.no_grad`` on the given tensors; parameters on the meta device
     give meta results, so a model built on the meta device costs no memory here.
     """
-    with torch.no_grad(), _no_progress_monitor():
+    with torch.no_grad(), _no_progress_monitor(), detect_fake_mode(args) or contextlib.nullcontext():
         _SpecRecorder(gm).run(*args)
     return gm
 

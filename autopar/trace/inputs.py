@@ -21,7 +21,9 @@ import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
+import torch.distributed
 
+from autopar.runtime.health import RankFailureError
 from autopar.trace.capture import CaptureError, Keywords
 
 
@@ -182,6 +184,10 @@ def check_call_inputs(examples: tuple | None, inputs: tuple, target: Any, names:
                              f"{list(example_shape)} has {len(example_shape)}; give inputs of the example's rank")
 
 
+# errors of a first run that say something else than "the model cannot take these shapes"
+_NOT_THE_SHAPES = (torch.OutOfMemoryError, torch.distributed.DistError, RankFailureError)
+
+
 class new_shapes_explained:
     """Re-raise a capture failure at call-time shapes that differ from the example's
     with both shapes, so that the error says why the model was captured again.
@@ -199,6 +205,8 @@ class new_shapes_explained:
         if kind is None or self.examples is None or not issubclass(kind, Exception if self.any_error
                                                                     else CaptureError):
             return False
+        if self.any_error and issubclass(kind, _NOT_THE_SHAPES):
+            return False  # out of memory, a peer's failure: not the shapes, kept as they are
         got = [list(x.shape) for x in self.inputs if isinstance(x, torch.Tensor)]
         want = [list(w[0]) for w in self.examples[0] if isinstance(w, tuple)]
         if got == want:

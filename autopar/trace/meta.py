@@ -63,14 +63,21 @@ _FAKES: "weakref.WeakKeyDictionary[nn.Module, _Fakes]" = weakref.WeakKeyDictiona
 
 class ShapesOnly:
     """While the block runs, every parameter and buffer of ``model`` is a fake tensor on
-    ``device`` (the same fake object each time for the same tensor), and the fake mode is
-    active; :meth:`examples` makes the examples fake. Put back after."""
+    ``device`` (the same fake object each time for the same tensor); :meth:`examples`
+    makes the examples fake. Put back after. The fake mode is not entered here: a tensor
+    the model makes from Python values while it is traced (``torch.tensor([...])`` in
+    ``forward``) must be a real constant of the graph; the runs on fake values enter it
+    (:func:`autopar.trace.capture.propagate_specs`, ``torch.export``)."""
 
     def __init__(self, model: nn.Module, device: torch.device):
         fakes = _FAKES.get(model)
         if fakes is None or fakes.device != device:
             fakes = _FAKES[model] = _Fakes(device)
         self.model, self.fakes, self.swapped = model, fakes, []
+
+    def fake_ids(self) -> set[int]:
+        """The ids of the fakes standing for the model's parameters and buffers."""
+        return {id(f) for f in self.fakes.of.values()}
 
     def examples(self, value):
         """``value`` (examples of any structure) with every tensor replaced by a fake one
@@ -88,26 +95,28 @@ class ShapesOnly:
                         fake = self.fakes.of[id(t)] = self.fakes.fake(t)
                     self.swapped.append((store, name, t))
                     store[name] = fake
-        self.fakes.mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.fakes.mode.__exit__(*exc)
         for store, name, t in self.swapped:
             store[name] = t
         self.swapped.clear()
 
 
-def check_no_fake_constants(gm: fx.GraphModule, model_class: str) -> fx.GraphModule:
-    """A tensor constant the trace computed from the model's weights while they had no
-    values (a fake tensor held by the graph that is not one of its parameters or buffers)
-    cannot run anywhere: refused, named."""
-    held = {id(t) for t in (*gm.parameters(), *gm.buffers())}
-    for name, value in vars(gm).items():
-        if isinstance(value, FakeTensor) and id(value) not in held:
-            raise ValueError(f"the captured graph of {model_class} holds a constant {name} computed from the model's "
-                             f"weights while they had no values (on the meta device); build the model for real, or "
-                             f"compute that value inside forward")
+def check_no_fake_constants(gm: fx.GraphModule, model_class: str, allowed: set[int]) -> fx.GraphModule:
+    """A tensor the graph holds that is a fake tensor but none of the model's parameters
+    and buffers (``allowed``: their fakes' ids) is a constant computed from the model's
+    weights while they had no values: it cannot run anywhere, and running it would make
+    fake losses silently. Refused, named."""
+    for module_name, module in gm.named_modules():
+        held = [*module._parameters.items(), *module._buffers.items(),
+                *((k, v) for k, v in vars(module).items() if isinstance(v, torch.Tensor))]
+        for name, value in held:
+            if isinstance(value, FakeTensor) and id(value) not in allowed:
+                where = f"{module_name}.{name}" if module_name else name
+                raise ValueError(f"the captured graph of {model_class} holds a constant {where} computed from the "
+                                 f"model's weights while they had no values (on the meta device); build the model "
+                                 f"for real, or compute that value inside forward")
     return gm
 
 
