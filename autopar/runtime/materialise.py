@@ -161,7 +161,8 @@ def _owners(root: nn.Module) -> dict[int, list[tuple[nn.Module, str, str]]]:
 
 
 # ---------------------------------------------------------------------------- identical weights
-def fingerprints(model: nn.Module, chunk: int = 1 << 22) -> tuple[list[str], torch.Tensor]:
+def fingerprints(model: nn.Module, device: torch.device = torch.device("cpu"),
+                 chunk: int = 1 << 22) -> tuple[list[str], torch.Tensor]:
     """(names, ``[n, 2]`` int64) for every parameter and buffer of ``model`` (each once,
     in model order): two checksums of its bits (their sum, and their sum weighted by
     position; int64 arithmetic wraps), cheap (one pass, bounded temporaries)."""
@@ -176,8 +177,8 @@ def fingerprints(model: nn.Module, chunk: int = 1 << 22) -> tuple[list[str], tor
             weighted += (piece * torch.arange(start + 1, start + 1 + piece.numel(), device=t.device,
                                               dtype=torch.int64)).sum()
         names.append(name)
-        sums.append(torch.stack([plain, weighted]))
-    return names, torch.stack(sums) if sums else torch.zeros((0, 2), dtype=torch.int64)
+        sums.append(torch.stack([plain, weighted]).to(device))
+    return names, torch.stack(sums) if sums else torch.zeros((0, 2), dtype=torch.int64, device=device)
 
 
 def _as_integers(flat: torch.Tensor) -> torch.Tensor:
@@ -213,7 +214,7 @@ def check_same_model(model: nn.Module, group=None) -> None:
                          "shapes or dtypes differ); build the same model on every rank")
     if not valued or not names:
         return
-    local = fingerprints(model)[1].to(wire)
+    local = fingerprints(model, wire)[1]
     high, low = local.clone(), local.clone()
     dist.all_reduce(high, op=dist.ReduceOp.MAX, group=group)
     dist.all_reduce(low, op=dist.ReduceOp.MIN, group=group)
