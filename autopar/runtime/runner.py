@@ -260,7 +260,7 @@ class ProgramRunner:
         return self.programs[key]
 
     def first_run(self, program: fx.GraphModule):
-        """The context of a program's run: the first run of one built at new shapes has
+        """The context of a program's run: the first call of one built at new shapes has
         any failure explained with both shapes (:class:`~autopar.trace.inputs.new_shapes_explained`)."""
         found = self.unproven.pop(id(program), None)
         if found is None:

@@ -184,16 +184,16 @@ def check_call_inputs(examples: tuple | None, inputs: tuple, target: Any, names:
                              f"{list(example_shape)} has {len(example_shape)}; give inputs of the example's rank")
 
 
-# errors of a first run that say something else than "the model cannot take these shapes"
+# errors of the first call of a program that say something else than "the model cannot take these shapes"
 _NOT_THE_SHAPES = (torch.OutOfMemoryError, torch.distributed.DistError, RankFailureError)
 
 
 class new_shapes_explained:
     """Re-raise a capture failure at call-time shapes that differ from the example's
     with both shapes, so that the error says why the model was captured again.
-    ``any_error``: any exception (the first run of a program built at new shapes: a
+    ``any_error``: any exception (the first call of a program built at new shapes: a
     capture reads shapes only, so what the model refuses at those shapes, an index past
-    a position table, shows when it first runs)."""
+    a position table, shows when it is first called)."""
 
     def __init__(self, examples: tuple | None, inputs: tuple, any_error: bool = False):
         self.examples, self.inputs, self.any_error = examples, inputs, any_error
