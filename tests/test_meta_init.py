@@ -229,8 +229,8 @@ def four_ranks_job():
     out["init_nn"] = [meta_init_digests(nn_model, plan, **nn_args) for plan in ({"tensor": 2, "data": 2},
                                                                                  {"data": 4, "zero": 3})]
     # loaded from a safetensors file the single-device model wrote, trained as that model
-    out["numerics"] = [compare_with_single_device(llama, (), None, None, plan, kwargs=kwargs, steps=3,
-                                                  from_meta="pretrained") for plan in PLANS_4[:2]]
+    out["numerics"] = [compare_with_single_device(llama, (), None, None, PLANS_4[0], kwargs=kwargs, steps=3,
+                                                  from_meta="pretrained")]
     # never a full-size tensor of a parameter this rank holds a part of (shapes chosen so
     # that no part, gradient or activation has the full shape of another parameter)
     with torch.device("meta"):
@@ -273,10 +273,11 @@ def two_ranks_job():
 
 
 def four_ranks_extended_job():
-    """The other plans of Llama, and Qwen2-MoE's experts, built on the meta device."""
+    """Llama under the pipeline, 3D and ZeRO-3 plans, and Qwen2-MoE's experts, built on
+    the meta device."""
     kwargs = batch()
     out = [compare_with_single_device(llama, (), None, None, plan, kwargs=kwargs, steps=3, from_meta="pretrained")
-           for plan in PLANS_4[2:]]
+           for plan in PLANS_4[1:]]
     out += [compare_with_single_device(qwen_moe, (), None, None, plan, kwargs=kwargs, steps=3,
                                        from_meta="pretrained")
             for plan in ({"data": 4, "experts": 2}, {"data": 2, "tensor": 2, "experts": 2})]
@@ -314,7 +315,7 @@ def test_differently_seeded_ranks_are_refused_at_compile():
 
 def test_meta_built_llama_trains_as_the_single_device_model():
     for rank_out in _FOUR():
-        for plan, report in zip(PLANS_4, rank_out["numerics"]):
+        for plan, report in zip(PLANS_4[:1], rank_out["numerics"]):
             for kind in ("output", "loss", "grad", "param"):
                 assert report[kind][1] < 1e-4, (plan, kind, report[kind])
 
@@ -327,7 +328,7 @@ def test_a_meta_compiled_rank_never_allocates_a_full_split_parameter():
 
 @pytest.mark.extended
 def test_meta_built_llama_and_qwen_moe_under_the_other_plans():
-    plans = PLANS_4[2:] + [{"data": 4, "experts": 2}, {"data": 2, "tensor": 2, "experts": 2}]
+    plans = PLANS_4[1:] + [{"data": 4, "experts": 2}, {"data": 2, "tensor": 2, "experts": 2}]
     for rank_out in _FOUR_EXTENDED():
         for plan, report in zip(plans, rank_out):
             for kind in ("output", "loss", "grad", "param"):
