@@ -124,6 +124,12 @@ class ParamLayout:
             seen.setdefault(p.names, p)
         return list(seen.values())
 
+    def holds(self, name: str) -> bool:
+        """Whether this rank holds any part of the tensor ``name`` (a buffer, or a
+        parameter not held only by other pipeline stages)."""
+        placement = self.placements.get(name)
+        return placement is None or placement.held
+
     def at_home(self, placement: Placement) -> bool:
         """Whether this rank holds the copy that is gathered and counted (it is at the
         parameter's home, or the parameter has none)."""

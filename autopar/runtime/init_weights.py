@@ -58,7 +58,7 @@ def _init_all(model, layout, seed, device, keep, after_load) -> None:
         below = [home[i] for i in written if i in home and home[i][1] is not module]
         wanted = [(_join(path, attr), t) for attr, _, t in own] + \
                  [(_join(p, attr), getattr(m, store)[attr]) for p, m, _, attr, store in below]
-        if not any(_holds(layout, name) and keep(name) for name, _ in wanted):
+        if not any(layout.holds(name) and keep(name) for name, _ in wanted):
             continue  # nothing of it here (another pipeline stage's), or nothing to write
         _init_module(path, module, owner, own, below, layout, seed, device, keep, after_load)
 
@@ -89,11 +89,6 @@ def _own_tensors(module: nn.Module, seen: set[int]) -> list[tuple[str, str, torc
             seen.add(id(t))
             own.append((attr, store, t))
     return own
-
-
-def _holds(layout: ParamLayout, name: str) -> bool:
-    placement = layout.get(name)
-    return placement is None or placement.held
 
 
 def module_seed(seed: int, path: str) -> int:

@@ -32,6 +32,7 @@ import torch.nn as nn
 
 from autopar._torch_compat import own_parameters
 from autopar.layout import ParamLayout
+from autopar.trace.meta import holds_meta
 
 META = torch.device("meta")
 
@@ -83,11 +84,6 @@ def valued_names(model: nn.Module) -> set[str]:
                                  *model.named_buffers(remove_duplicate=False)) if t.device.type != "meta"}
 
 
-def holds_values(model: nn.Module) -> bool:
-    """Whether every parameter and buffer of ``model`` holds storage (none is on meta)."""
-    return all(t.device.type != "meta" for t in (*model.parameters(), *model.buffers()))
-
-
 def install(twin: nn.Module, layout: ParamLayout, source: nn.Module, device: torch.device) -> dict[str, torch.Tensor]:
     """Give every parameter and buffer of ``twin`` (a :func:`meta_twin` of ``source``, in
     the rank's module tree) what this rank holds of it, on ``device``: its part of
@@ -107,15 +103,10 @@ def install(twin: nn.Module, layout: ParamLayout, source: nn.Module, device: tor
         full = None if full is None or full.device.type == "meta" else full.detach()
         local = _rank_part(layout, name, stand_in, full, device, parts)
         if isinstance(stand_in, nn.Parameter):
-            local = nn.Parameter(local, requires_grad=stand_in.requires_grad and _holds(layout, name))
+            local = nn.Parameter(local, requires_grad=stand_in.requires_grad and layout.holds(name))
         for module, attr, store in owners[id(stand_in)]:
             getattr(module, store)[attr] = local
     return parts
-
-
-def _holds(layout: ParamLayout, name: str) -> bool:
-    placement = layout.get(name)
-    return placement is None or placement.held
 
 
 def _rank_part(layout: ParamLayout, name: str, stand_in: torch.Tensor, full: torch.Tensor | None,
@@ -124,14 +115,14 @@ def _rank_part(layout: ParamLayout, name: str, stand_in: torch.Tensor, full: tor
     uninitialised), an empty tensor where it holds none (another pipeline stage's)."""
     placement = layout.get(name)
     dtype = stand_in.dtype
-    if placement is not None and not placement.held:
+    if not layout.holds(name):
         return torch.empty(0, dtype=dtype, device=device)
-    if placement is None or (placement.cut is None and placement.zero is None):
-        return torch.empty(stand_in.shape, dtype=dtype, device=device) if full is None else \
-            full.to(device=device, copy=True)
-    cut_full = full if full is not None else torch.empty(placement.full_shape, dtype=dtype, device=META)
-    part = cut_full if placement.cut is None else placement.cut.local(cut_full, layout.seat)
-    if placement.zero is not None:  # ZeRO-1/2 keep the cut part whole; ZeRO-3 needs its shape only
+    if full is None:  # shapes only: the cuts below give the part's shape
+        full = torch.empty(placement.full_shape if placement is not None else stand_in.shape, dtype=dtype,
+                           device=META)
+    part = full if placement is None or placement.cut is None else placement.cut.local(full, layout.seat)
+    if placement is not None and placement.zero is not None:
+        # ZeRO-1/2 keep the cut part whole; ZeRO-3 needs its shape only
         parts[placement.names[0]] = _materialised(part, device) if placement.zero.persistent else \
             torch.empty(part.shape, dtype=dtype, device=META)
         part = placement.zero.local(part)
@@ -194,10 +185,10 @@ def check_same_model(model: nn.Module, group=None) -> None:
     and the ranks that differ, when the ranks were given different models: some built on
     the meta device and others for real, different parameters or buffers (names, shapes,
     dtypes), or different values of a model built for real. A collective."""
-    valued = holds_values(model)
-    names = [n for n, _ in (*model.named_parameters(), *model.named_buffers())]
-    listing = "\n".join(f"{n} {list(t.shape)} {t.dtype}" for n, t in (*model.named_parameters(),
-                                                                     *model.named_buffers())).encode()
+    valued = not holds_meta(model)
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    names = [n for n, _ in tensors]
+    listing = "\n".join(f"{n} {list(t.shape)} {t.dtype}" for n, t in tensors).encode()
     wire = torch.device("cuda", torch.cuda.current_device()) if str(dist.get_backend(group)) == "nccl" \
         else torch.device("cpu")
     header = torch.tensor([len(names), int.from_bytes(hashlib.sha256(listing).digest()[:7], "little"), int(valued)],
@@ -236,5 +227,5 @@ def check_same_model(model: nn.Module, group=None) -> None:
                      f"pm.load_pretrained(path)")
 
 
-__all__ = ["NotInitialisedError", "check_same_model", "fingerprints", "holds_values", "install", "meta_twin",
+__all__ = ["NotInitialisedError", "check_same_model", "fingerprints", "install", "meta_twin",
            "resolve_device", "valued_names"]

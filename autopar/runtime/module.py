@@ -23,6 +23,7 @@ import torch.nn as nn
 
 from autopar.trace.capture import MODEL_PREFIX, layout_name, wrap_model
 from autopar.trace.inputs import CallLayout, check_loss_arguments
+from autopar.trace.meta import holds_meta
 from autopar.layout import ParamLayout, group_buckets
 from autopar.planning.plan import Plan
 from autopar.runtime.runner import ProgramRunner, RankState
@@ -76,7 +77,7 @@ class ParallelModule(nn.Module):
         # a model built on the meta device has no values until init_weights or a load;
         # the tensors that came with values (buffers built for real) keep them
         self._valued = materialise.valued_names(model)
-        self._initialised = materialise.holds_values(model)
+        self._initialised = not holds_meta(model)
         twin = twin if twin is not None else materialise.meta_twin(model)
         running = active(self._runtimes)
         for runtime in running:  # over the installed shards

@@ -175,6 +175,9 @@ class RankState:
         return count
 
 
+_NO_CONTEXT = contextlib.nullcontext()  # re-entrant and stateless: one serves every call
+
+
 class _Swaps:
     """Module globals set for a block and restored after it: those the given
     :class:`~autopar.runtime._swap.SwapGlobal` contexts set, in one call each way instead
@@ -262,10 +265,8 @@ class ProgramRunner:
     def first_run(self, program: fx.GraphModule):
         """The context of a program's run: the first call of one built at new shapes has
         any failure explained with both shapes (:class:`~autopar.trace.inputs.new_shapes_explained`)."""
-        found = self.unproven.pop(id(program), None)
-        if found is None:
-            return contextlib.nullcontext()
-        return new_shapes_explained(*found, any_error=True)
+        found = self.unproven.pop(id(program), None) if self.unproven else None
+        return _NO_CONTEXT if found is None else new_shapes_explained(*found, any_error=True)
 
     def _count(self, program, pieces) -> torch.Tensor | PendingCount | None:
         bucket = self.state.layout.loss_bucket
