@@ -222,12 +222,6 @@ class FullAllocations(TorchDispatchMode):
 def four_ranks_job():
     kwargs = batch()
     out = {"init": [meta_init_digests(llama, plan, kwargs) for plan in PLANS_4]}
-    out["init_tied"] = meta_init_digests(lambda: llama(tie=True), {"tensor": 2, "data": 2}, kwargs)
-    out["init_gpt2"] = meta_init_digests(gpt2, {"tensor": 2, "data": 2}, kwargs)  # split children, parent's scheme
-    # nn.MultiheadAttention zeroes its out_proj's bias over the out_proj's own init
-    nn_args = dict(inputs=(torch.randn(4, 6, 8),), target=torch.randn(4, 6, 5), loss_fn=F.mse_loss)
-    out["init_nn"] = [meta_init_digests(nn_model, plan, **nn_args) for plan in ({"tensor": 2, "data": 2},
-                                                                                 {"data": 4, "zero": 3})]
     # loaded from a safetensors file the single-device model wrote, trained as that model
     out["numerics"] = [compare_with_single_device(llama, (), None, None, PLANS_4[0], kwargs=kwargs, steps=3,
                                                   from_meta="pretrained")]
@@ -272,6 +266,18 @@ def two_ranks_job():
     return out
 
 
+def four_ranks_schemes_job():
+    """init_weights of a tied model and of schemes that write their children's weights."""
+    kwargs = batch()
+    out = {"init_tied": meta_init_digests(lambda: llama(tie=True), {"tensor": 2, "data": 2}, kwargs),
+           "init_gpt2": meta_init_digests(gpt2, {"tensor": 2, "data": 2}, kwargs)}  # split children, parent's scheme
+    # nn.MultiheadAttention zeroes its out_proj's bias over the out_proj's own init
+    nn_args = dict(inputs=(torch.randn(4, 6, 8),), target=torch.randn(4, 6, 5), loss_fn=F.mse_loss)
+    out["init_nn"] = [meta_init_digests(nn_model, plan, **nn_args) for plan in ({"tensor": 2, "data": 2},
+                                                                                 {"data": 4, "zero": 3})]
+    return out
+
+
 def four_ranks_extended_job():
     """Llama under the pipeline, 3D and ZeRO-3 plans, and Qwen2-MoE's experts, built on
     the meta device."""
@@ -285,6 +291,8 @@ def four_ranks_extended_job():
 
 
 _FOUR = shared_ranks.register(4, __name__, four_ranks_job, timeout_s=600)
+_FOUR_SCHEMES = shared_ranks.register(4, __name__ + ".schemes", four_ranks_schemes_job, timeout_s=600,
+                                      extended=True)
 _FOUR_EXTENDED = shared_ranks.register(4, __name__ + ".extended", four_ranks_extended_job, timeout_s=900,
                                        extended=True)
 _TWO = shared_ranks.register(2, __name__, two_ranks_job)
@@ -296,13 +304,18 @@ def test_init_weights_is_the_same_model_whatever_the_plan():
     for rank_out in four:
         for plan, digests in zip(PLANS_4, rank_out["init"]):
             assert digests == reference, plan
+    for rank_out in two:
+        assert rank_out["init"] == reference
+
+
+@pytest.mark.extended
+def test_init_weights_of_tied_weights_and_parents_schemes_whatever_the_plan():
+    four = _FOUR_SCHEMES()
     assert four[0]["init_tied"] == four[1]["init_tied"] == meta_init_digests(lambda: llama(tie=True), "data", batch())
     assert four[0]["init_gpt2"] == meta_init_digests(gpt2, "data", batch())
     nn_reference = meta_init_digests(nn_model, "data", inputs=(torch.randn(4, 6, 8),), target=torch.randn(4, 6, 5),
                                      loss_fn=F.mse_loss)
     assert four[0]["init_nn"] == [nn_reference, nn_reference]
-    for rank_out in two:
-        assert rank_out["init"] == reference
 
 
 def test_differently_seeded_ranks_are_refused_at_compile():
