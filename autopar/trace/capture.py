@@ -38,6 +38,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.trace.memo import EXPORTS, CaptureCall
+from autopar.timing import phase
 from autopar.ir import CAPTURE, SPEC, CaptureInfo, TensorSpec, spec_from_value
 from autopar.trace.standard_layers import mha_fast_path_disabled
 from autopar.trace.standard_layers import symbolic_trace as symbolic_trace_standard_layers
@@ -213,9 +214,15 @@ def capture(
     """
     if model_loss not in (None, "required", "if_present"):
         raise ValueError(f"capture: model_loss={model_loss!r}; use None, 'required' or 'if_present'")
+    with phase("capture"):
+        return _capture_memoised(model, tuple(example_inputs), loss_fn, example_target, dict(example_kwargs or {}),
+                                 None if loss_fn is not None else model_loss, tracer)
+
+
+def _capture_memoised(model, example_inputs: tuple, loss_fn, example_target, example_kwargs: dict,
+                      model_loss: str | None, tracer: str) -> fx.GraphModule:
+    """``capture``, replayed from the export memo where an earlier call serves this one."""
     saved = {name: b.detach().clone() for name, b in model.named_buffers() if b.device.type != "meta"}
-    example_inputs, example_kwargs = tuple(example_inputs), dict(example_kwargs or {})
-    model_loss = None if loss_fn is not None else model_loss
     try:
         call = CaptureCall.of(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
         found = EXPORTS.find(call)
