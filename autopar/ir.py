@@ -152,15 +152,22 @@ def regions(gm: fx.GraphModule, kind: str | None = None) -> list[Region]:
     return [r for r in found.values() if kind is None or r.kind == kind]
 
 
-def add_region(gm: fx.GraphModule, region: Region) -> Region:
-    """Record ``region`` on ``gm`` and tag its nodes. Analysis passes call this only."""
+def node_index(gm: fx.GraphModule) -> dict[str, fx.Node]:
+    """``gm``'s nodes by name: what :func:`add_region` tags by, made once by a pass that
+    records many regions on a graph it does not change."""
+    return {n.name: n for n in gm.graph.nodes}
+
+
+def add_region(gm: fx.GraphModule, region: Region, index: dict[str, fx.Node] | None = None) -> Region:
+    """Record ``region`` on ``gm`` and tag its nodes (found by name in ``index``, the
+    pass's :func:`node_index`, or in a fresh one). Analysis passes call this only."""
     if region.kind not in REGION_KINDS:
         raise ValueError(f"unknown region kind {region.kind!r}; expected one of {REGION_KINDS}")
     table = gm.meta.setdefault(REGIONS, {})
     if region.id in table:
         raise ValueError(f"region id {region.id!r} recorded twice")
     table[region.id] = region
-    by_name = {n.name: n for n in gm.graph.nodes}
+    by_name = index if index is not None else node_index(gm)
     for name in region.nodes:
         by_name[name].meta.setdefault(REGION_OF, {})[region.kind] = region.id
     return region

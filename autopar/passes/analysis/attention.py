@@ -31,7 +31,7 @@ import logging
 
 import torch.fx as fx
 
-from autopar.ir import Region, add_region, clear_regions, tensor_spec
+from autopar.ir import Region, add_region, clear_regions, node_index, tensor_spec
 from autopar.passes.manager import examining
 from autopar.passes.analysis.naming import RegionNames
 from autopar.passes.analysis.ops import (CONCAT_FUNCTIONS, SLICE_FUNCTIONS, call_name, is_activation_matmul, is_dropout,
@@ -201,7 +201,9 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
     the region (``attention:transformer.h.0.attn``), see :mod:`autopar.passes.analysis.naming`.
     """
     clear_regions(gm, "attention")
-    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    index = node_index(gm)
     names = RegionNames("attention")
     for node in gm.graph.nodes:
         with examining("attention", node, "attention core"):
@@ -246,7 +248,7 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
             for path in list(paths.values()) + [out_path]:
                 members.update(path)
             # everything between the projections and the core (e.g. a split's getitems)
-            members.update(_between(gm, {p.node for p in projections.values()}, set(core_nodes), order))
+            members.update(_between(nodes, {p.node for p in projections.values()}, set(core_nodes), order))
             ordered = sorted(members, key=order.__getitem__)
             head_views = [n.name for n in ordered if is_view_like(n) and _shape_literal_has(n, heads)]
             add_region(gm, Region(
@@ -262,21 +264,22 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
                     "core_inputs": [x.name for x in (q, k, v)],
                     **({"sinks": str(sink.target)} if sink is not None else {}),
                 },
-            ))
+            ), index)
     return gm
 
 
-def _between(gm, sources: set, sinks: set, order) -> set:
-    """Nodes on some path from ``sources`` to ``sinks`` (exclusive)."""
+def _between(nodes: list[fx.Node], sources: set, sinks: set, order) -> set:
+    """Nodes on some path from ``sources`` to ``sinks`` (exclusive); ``nodes``: the
+    graph's, in order (only those between the first source and the last sink are read)."""
     lo = min(order[s] for s in sources)
     hi = max(order[s] for s in sinks)
     forward: set = set(sources)
-    for n in gm.graph.nodes:
-        if lo < order[n] <= hi and any(a in forward for a in n.all_input_nodes):
+    for n in nodes[lo + 1:hi + 1]:
+        if any(a in forward for a in n.all_input_nodes):
             forward.add(n)
     backward: set = set(sinks)
-    for n in reversed(list(gm.graph.nodes)):
-        if lo <= order[n] < hi and any(u in backward for u in n.users):
+    for n in reversed(nodes[lo:hi]):
+        if any(u in backward for u in n.users):
             backward.add(n)
     return (forward & backward) - sources - sinks
 

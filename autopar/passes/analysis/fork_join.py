@@ -21,7 +21,7 @@ import networkx as nx
 import torch
 import torch.fx as fx
 
-from autopar.ir import SPEC, Region, TensorSpec, add_region, clear_regions, regions, tensor_spec
+from autopar.ir import SPEC, Region, TensorSpec, add_region, clear_regions, node_index, regions, tensor_spec
 from autopar.passes.manager import examining
 from autopar.passes.analysis.naming import RegionNames
 from autopar.passes.analysis.ops import CONCAT_FUNCTIONS
@@ -222,11 +222,12 @@ def find_fork_join_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
                 region = _region_at(gm, graph, dynamic, params, fork, post_dominator.get(fork), order, ids)
                 if region is not None:
                     found.append(region)
+    index = node_index(gm)
     for region in found:
         inner = set(region.nodes) | {region.details["fork"]}
         outer = [r for r in found if r is not region and inner <= set(r.nodes)]
         region.details["parent"] = min(outer, key=lambda r: len(r.nodes)).id if outer else None
-        add_region(gm, region)
+        add_region(gm, region, index)
     log.info("found %d fork/join regions", len(found))
     return gm
 

@@ -39,7 +39,7 @@ import logging
 
 import torch.fx as fx
 
-from autopar.ir import REGION_OF, SPEC, Region, add_region, clear_regions, tensor_spec
+from autopar.ir import REGION_OF, SPEC, Region, add_region, clear_regions, node_index, tensor_spec
 from autopar.passes.manager import examining
 from autopar.passes.analysis.naming import RegionNames
 from autopar.passes.analysis.ops import SLICE_FUNCTIONS, call_name, is_pointwise, is_view_like, match_linear
@@ -63,6 +63,7 @@ def find_linear_chains_pass(gm: fx.GraphModule) -> fx.GraphModule:
     """
     clear_regions(gm, "linear_chain")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    index = node_index(gm)
     names = RegionNames("linear_chain")
     for node in gm.graph.nodes:
         with examining("linear_chains", node, "linear"):
@@ -86,7 +87,7 @@ def find_linear_chains_pass(gm: fx.GraphModule) -> fx.GraphModule:
                 details["experts"] = first.experts
             details.update(extra)
             add_region(gm, Region(id=names.of(gm, members), kind="linear_chain",
-                                  nodes=[n.name for n in members], details=details))
+                                  nodes=[n.name for n in members], details=details), index)
     return gm
 
 

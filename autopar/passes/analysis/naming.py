@@ -23,7 +23,7 @@ from collections.abc import Iterable
 import torch.fx as fx
 
 from autopar.trace.capture import MODEL_PREFIX
-from autopar.ir import CAPTURE, Region, add_region, clear_regions, regions
+from autopar.ir import CAPTURE, Region, add_region, clear_regions, node_index, regions
 
 _COMPUTING_OPS = ("call_function", "call_method", "call_module")
 
@@ -157,8 +157,9 @@ def adopt_region_ids(gm: fx.GraphModule, known: dict[tuple[str, str], str]) -> N
         return
     for kind in {r.kind for r in found}:
         clear_regions(gm, kind)
+    index = node_index(gm)
     for r in found:
         details = dict(r.details)
         if details.get("parent") in renamed:
             details["parent"] = renamed[details["parent"]]
-        add_region(gm, Region(renamed[r.id], r.kind, list(r.nodes), details))
+        add_region(gm, Region(renamed[r.id], r.kind, list(r.nodes), details), index)

@@ -26,7 +26,7 @@ from collections import defaultdict
 import torch.fx as fx
 
 from autopar._torch_compat import is_aten_op
-from autopar.ir import SPEC, Region, add_region, clear_regions, regions
+from autopar.ir import SPEC, Region, add_region, clear_regions, node_index, regions
 from autopar.passes.manager import examining
 from autopar.passes.analysis.flops import node_flops
 from autopar.passes.analysis.naming import module_paths, user_path
@@ -115,6 +115,7 @@ def find_repeated_blocks_pass(gm: fx.GraphModule) -> fx.GraphModule:
             groups[group].append((int(name), path))
     found: list[Region] = []
     recorded: list[str] = []
+    named = list(gm.named_parameters())  # read once: every block sums its own
     for group in sorted(groups, key=lambda g: (g.count(".") + bool(g), g)):
         if any(group == b or group.startswith(b + ".") for b in recorded):
             continue  # inside a block already recorded
@@ -127,7 +128,7 @@ def find_repeated_blocks_pass(gm: fx.GraphModule) -> fx.GraphModule:
             blocks = []  # the group's regions, kept only when every block of it was read
             for index, path, signature in run:
                 nodes = members[path]
-                params = sum(p.numel() for name, p in gm.named_parameters() if name.startswith(path + "."))
+                params = sum(p.numel() for name, p in named if name.startswith(path + "."))
                 anchor = next(n for n in nodes if n.op != "get_attr")
                 rid = f"block:{user_path(gm, path)}"
                 blocks.append(Region(id=rid, kind="block", nodes=[n.name for n in nodes], details={
@@ -139,8 +140,9 @@ def find_repeated_blocks_pass(gm: fx.GraphModule) -> fx.GraphModule:
             recorded.extend(r.details["module_path"] for r in blocks)
     first = {r.id: min(order[n] for n in members[r.details["module_path"]] if n.op != "get_attr") for r in found}
     found.sort(key=lambda r: first[r.id])
+    index = node_index(gm)
     for region in found:
-        add_region(gm, region)
+        add_region(gm, region, index)
     log.info("found %d repeated blocks", len(found))
     return gm
 

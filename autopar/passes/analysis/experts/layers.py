@@ -116,7 +116,7 @@ def _module_list_layers(gm: fx.GraphModule, table: dict, order: dict) -> None:
                        "shared": shared_experts(gm, router.input, combine, tuple(c.id for c, _ in experts))}
             prefix = path[len("model."):] if path.startswith("model.") else path
             add_region(gm, Region(id=f"experts:{prefix}", kind="experts",
-                                  nodes=[n.name for n in sorted(members, key=order.__getitem__)], details=details))
+                                  nodes=[n.name for n in sorted(members, key=order.__getitem__)], details=details), table)
 
 
 def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
@@ -166,5 +166,5 @@ def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
                                                      "unread")}}
             path = chain.id.split(":", 1)[1].rsplit(".experts", 1)[0]
             add_region(gm, Region(id=f"experts:{path}", kind="experts",
-                                  nodes=[n.name for n in sorted(members, key=order.__getitem__)], details=details))
+                                  nodes=[n.name for n in sorted(members, key=order.__getitem__)], details=details), table)
     return gm
