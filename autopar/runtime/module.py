@@ -68,8 +68,11 @@ class ParallelModule(nn.Module):
         self.timings = Timings() if timings is None else timings
         self.rank = rank
         self._runtimes = tuple(runtimes)
-        # a module tree of the same structure as the captured wrapper, holding this rank's parameters
-        self.root = wrap_model(copy.deepcopy(model), loss_fn, 0)
+        # a module tree of the same structure as the captured wrapper, holding this rank's
+        # parameters: a copy of the model that shares its parameters until _install gives
+        # each its own copy (of this rank's part of it): one copy of the weights, not two
+        shared = {id(p): p for p in model.parameters()}
+        self.root = wrap_model(copy.deepcopy(model, shared), loss_fn, 0)
         options: dict = {}
         for runtime in self._runtimes:
             options.update(runtime.layout_options())
@@ -109,16 +112,17 @@ class ParallelModule(nn.Module):
         return placement.names[0] if placement is not None else layout_name(root_name)
 
     def _install(self) -> dict[str, torch.Tensor]:
-        """Replace each parameter of ``self.root`` by what this rank holds of it: its part
-        of a cut one (under ZeRO, its rows of that part), an empty tensor where it holds
-        none (another pipeline stage's). Returns the cut parts of the ZeRO-sharded ones."""
+        """Replace each parameter of ``self.root`` (still the user's) by what this rank holds
+        of it: a copy of a whole one, its part of a cut one (under ZeRO, its rows of that
+        part), an empty tensor where it holds none (another pipeline stage's). Returns the
+        cut parts of the ZeRO-sharded ones."""
         owners = _parameter_owners(self.root)
         parts = {}
         for name, full in list(self.root.named_parameters()):
             placement = self.layout.get(layout_name(name))
             if placement is None or (placement.held and placement.cut is None and placement.zero is None):
-                continue
-            if placement.held:
+                local = copy.deepcopy(full)   # what a copy of the model holds
+            elif placement.held:
                 part = full.detach() if placement.cut is None else placement.cut.local(full.detach(), self.layout.seat)
                 if placement.zero is not None:
                     parts[placement.names[0]] = part

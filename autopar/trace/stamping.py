@@ -196,6 +196,7 @@ class _Layout:
         self.path = path
         self.attr = re.compile(re.escape(path) + r"\.(\d+)(?=\.|$)")
         self._renamed: dict[tuple[str, int, int], str] = {}
+        self._patterns: dict[int, re.Pattern] = {}
         self.layer: dict[fx.Node, int] = {}
         self.runs: list[list[fx.Node]] = [[] for _ in range(SHALLOW)]
         nodes = list(gm.graph.nodes)
@@ -231,8 +232,10 @@ class _Layout:
         key = (text, source, layer)
         found = self._renamed.get(key)
         if found is None:
-            found = self._renamed[key] = re.sub(re.escape(f"{self.path}.{source}") + r"(?=\.|$)",
-                                                f"{self.path}.{layer}", text)
+            pattern = self._patterns.get(source)
+            if pattern is None:
+                pattern = self._patterns[source] = re.compile(re.escape(f"{self.path}.{source}") + r"(?=\.|$)")
+            found = self._renamed[key] = pattern.sub(f"{self.path}.{layer}", text)
         return found
 
 
