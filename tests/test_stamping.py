@@ -144,3 +144,25 @@ def test_a_layer_whose_graph_holds_its_index_is_exported_whole(scaled, monkeypat
     assert ("exported whole" in caplog.text) == scaled
     assert ("exported with its first 3 of 5 layers" in caplog.text) != scaled
     assert _facts(got) == _facts(_whole(monkeypatch, model(), (x,), tracer="export"))
+
+
+class _Counted(_Stack):
+    """Runs its layers by a count of its own: cut short, its forward fails."""
+
+    def forward(self, x):
+        if x.shape[0] > 1:
+            for i in range(5):
+                x = self.layers[i](x)
+        return self.head(x)
+
+
+def test_a_model_that_cannot_run_cut_short_is_exported_whole(monkeypatch, caplog):
+    def model():
+        torch.manual_seed(0)
+        return _Counted([_Layer(i) for i in range(5)])
+
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.DEBUG, "autopar.capture"):
+        got = capture(model(), (x,), tracer="export")
+    assert "does not export" in caplog.text
+    assert _facts(got) == _facts(_whole(monkeypatch, model(), (x,), tracer="export"))

@@ -36,9 +36,14 @@ def export(root: nn.Module, model: nn.Module, args: tuple) -> tuple[Exported, fx
     shallow and stamped where its export shows the layers alike, else the whole model."""
     stack = find_stack(model) if stamping_enabled() else None
     if stack is not None:
-        with shallow(model, stack):
-            exported = Exported(_exported_program(root, args), stack)
-        gm = unlifted(exported, model, args)
+        try:
+            with shallow(model, stack):
+                exported = Exported(_exported_program(root, args), stack)
+            gm = unlifted(exported, model, args)
+        except Exception as e:  # noqa: BLE001 - e.g. a forward that indexes its layers by a count of its own
+            log.debug("%s cut to %d layers does not export (%s: %s); exporting it whole", type(model).__name__,
+                      SHALLOW, type(e).__name__, e)
+            gm = None
         if gm is not None:
             log.info("capture of %s: %s exported with its first %d of %d layers, the others stamped",
                      type(model).__name__, stack.path, SHALLOW, stack.depth)
