@@ -283,9 +283,11 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
     model_class = type(model).__name__
 
     fx_error: BaseException | None = None
+    traced = False   # symbolic tracing worked but the traced model failed to run
     if tracer in ("auto", "symbolic_trace"):
         try:
             gm = symbolic_trace_standard_layers(root)
+            traced = True
             propagate_specs(gm, args)
             gm.meta[CAPTURE] = CaptureInfo("symbolic_trace", model_class, _placeholder_names(gm),
                                            _returns_loss(gm, root, model_loss))
@@ -298,7 +300,9 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
             if tracer == "symbolic_trace":
                 raise CaptureError(_failure_message(model_class, fx_error, None)) from e
     try:
-        exported, gm = export(root, model, args)
+        # a model that failed to run at these inputs is run again when exported: export
+        # traces fake tensors, which an index out of range does not stop
+        exported, gm = export(root, model, args, run=traced)
     except ModelLossError:
         raise
     except Exception as e:  # noqa: BLE001

@@ -31,15 +31,16 @@ class Exported:
     stack: Stack | None = None
 
 
-def export(root: nn.Module, model: nn.Module, args: tuple) -> tuple[Exported, fx.GraphModule]:
+def export(root: nn.Module, model: nn.Module, args: tuple, run: bool = False) -> tuple[Exported, fx.GraphModule]:
     """``root`` exported, and its module: the model's stack of identical layers exported
-    shallow and stamped where its export shows the layers alike, else the whole model."""
+    shallow and stamped where its export shows the layers alike, else the whole model.
+    ``run``: write the specs by running the module (:func:`unlifted`)."""
     stack = find_stack(model) if stamping_enabled() else None
     if stack is not None:
         try:
             with shallow(model, stack):
                 exported = Exported(_exported_program(root, args), stack)
-            gm = unlifted(exported, model, args)
+            gm = unlifted(exported, model, args, run)
         except Exception as e:  # noqa: BLE001 - e.g. a forward that indexes its layers by a count of its own
             log.debug("%s cut to %d layers does not export (%s: %s); exporting it whole", type(model).__name__,
                       SHALLOW, type(e).__name__, e)
@@ -49,7 +50,7 @@ def export(root: nn.Module, model: nn.Module, args: tuple) -> tuple[Exported, fx
                      type(model).__name__, stack.path, SHALLOW, stack.depth)
             return exported, gm
     exported = Exported(_exported_program(root, args))
-    return exported, unlifted(exported, model, args)
+    return exported, unlifted(exported, model, args, run)
 
 
 def _exported_program(root: nn.Module, args: tuple) -> torch.export.ExportedProgram:
@@ -58,10 +59,12 @@ def _exported_program(root: nn.Module, args: tuple) -> torch.export.ExportedProg
         return torch.export.export(root, args, strict=False)
 
 
-def unlifted(exported: Exported, model: nn.Module, args: tuple) -> fx.GraphModule | None:
+def unlifted(exported: Exported, model: nn.Module, args: tuple, run: bool = False) -> fx.GraphModule | None:
     """A fresh module of the exported program (its own graph and node metadata; the
     parameters are the model's own), its stack stamped, with ``SPEC`` on every node
-    (None: the stack cannot be stamped)."""
+    (None: the stack cannot be stamped): read off the fake values export traced with,
+    or with ``run`` by running the module on ``args`` (:func:`propagate_specs`), which
+    also fails where the model does on these values (an index out of range)."""
     gm = exported.program.module()
     # The unlifted module checks input shapes with a guard submodule and asserts dtypes
     # with side-effect-only nodes; neither carries a tensor, and rank programs are
@@ -75,7 +78,10 @@ def unlifted(exported: Exported, model: nn.Module, args: tuple) -> fx.GraphModul
         gm.recompile()
     elif stamp(gm, model, exported.stack) is None:   # (a stamped graph is linted and compiled)
         return None
-    _export_specs(gm, args)
+    if run:
+        propagate_specs(gm, args)
+    else:
+        _export_specs(gm, args)
     return gm
 
 
