@@ -12,7 +12,7 @@ import torch.nn as nn
 import autopar
 from autopar.ir import SPEC
 from autopar.runtime.executable import rank_graph_code
-from autopar.trace.capture import capture
+from autopar.trace.capture import CaptureError, capture
 from autopar.trace.memo import EXPORTS
 from autopar.trace.stamping import Stack, find_stack
 from examples.factories import moe_model
@@ -166,3 +166,17 @@ def test_a_model_that_cannot_run_cut_short_is_exported_whole(monkeypatch, caplog
         got = capture(model(), (x,), tracer="export")
     assert "does not export" in caplog.text
     assert _facts(got) == _facts(_whole(monkeypatch, model(), (x,), tracer="export"))
+
+
+def test_an_exported_model_called_at_shapes_it_cannot_take_fails_its_capture():
+    """An export's specs are read off its fake values, which no index out of range
+    stops; at shapes other than the example's the export is run, and a sequence past
+    GPT-2's 16 positions fails the capture with both shapes named, as a symbolic trace's."""
+    torch.manual_seed(0)
+    model = gpt2(2, positions=16)
+    ids = torch.randint(0, 64, (2, 8))
+    pm = autopar.compile(model, None, example_kwargs={"input_ids": ids, "labels": ids}, strategy={"data": 1})
+    assert pm.step(input_ids=ids, labels=ids).dim() == 0
+    long = torch.randint(0, 64, (2, 32))
+    with pytest.raises(CaptureError, match=r"inputs of shapes \[\[2, 32\], \[2, 32\]\] differ"):
+        pm.step(input_ids=long, labels=long)

@@ -4,8 +4,11 @@ fresh module of it with ``SPEC`` on every node (:func:`unlifted`), which is also
 export memo (:mod:`autopar.trace.memo`) replays a kept export."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import logging
+from typing import Iterator
 
 import torch
 import torch.fx as fx
@@ -20,6 +23,20 @@ from autopar.trace.standard_layers import mha_fast_path_disabled
 log = logging.getLogger("autopar.capture")
 
 _EXPORT_NOISE = {torch.ops.aten._assert_tensor_metadata.default}
+
+_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar("autopar_run_exports", default=False)
+
+
+@contextlib.contextmanager
+def running_exports() -> Iterator[None]:
+    """Inside, every export's specs are written by running its module, not read off its
+    fake values, so that a capture fails where the model cannot run on the inputs (a
+    capture at shapes other than the example's: :class:`autopar.trace.inputs.new_shapes_explained`)."""
+    token = _RUN.set(True)
+    try:
+        yield
+    finally:
+        _RUN.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +95,7 @@ def unlifted(exported: Exported, model: nn.Module, args: tuple, run: bool = Fals
         gm.recompile()
     elif stamp(gm, model, exported.stack) is None:   # (a stamped graph is linted and compiled)
         return None
-    if run:
+    if run or _RUN.get():
         propagate_specs(gm, args)
     else:
         _export_specs(gm, args)
@@ -97,4 +114,4 @@ def _export_specs(gm: fx.GraphModule, args: tuple) -> None:
         node.meta[SPEC] = spec_from_value(node.meta["val"])
 
 
-__all__ = ["Exported", "export", "unlifted"]
+__all__ = ["Exported", "export", "running_exports", "unlifted"]

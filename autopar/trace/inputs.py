@@ -17,12 +17,14 @@ dimension (its first) differs from the other inputs'.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from autopar.trace.capture import CaptureError, Keywords
+from autopar.trace.exporting import running_exports
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,19 +186,32 @@ def check_call_inputs(examples: tuple | None, inputs: tuple, target: Any, names:
 
 class new_shapes_explained:
     """Re-raise a capture failure at call-time shapes that differ from the example's
-    with both shapes, so that the error says why the model was captured again."""
+    with both shapes, so that the error says why the model was captured again. Inside,
+    at such shapes, exports run the model (:func:`autopar.trace.exporting.running_exports`):
+    shapes the model cannot take (a sequence past its position table) fail the capture."""
 
     def __init__(self, examples: tuple | None, inputs: tuple):
         self.examples, self.inputs = examples, inputs
+        self._running = contextlib.nullcontext()
+
+    def _shapes(self) -> tuple[list, list]:
+        got = [list(x.shape) for x in self.inputs if isinstance(x, torch.Tensor)]
+        want = [list(w[0]) for w in self.examples[0] if isinstance(w, tuple)]
+        return got, want
 
     def __enter__(self):
+        if self.examples is not None and self.examples[0]:
+            got, want = self._shapes()
+            if got != want:
+                self._running = running_exports()
+        self._running.__enter__()
         return self
 
     def __exit__(self, kind, error, tb):
+        self._running.__exit__(kind, error, tb)
         if kind is None or not issubclass(kind, CaptureError) or self.examples is None:
             return False
-        got = [list(x.shape) for x in self.inputs if isinstance(x, torch.Tensor)]
-        want = [list(w[0]) for w in self.examples[0] if isinstance(w, tuple)]
+        got, want = self._shapes()
         if got == want:
             return False
         raise CaptureError(f"inputs of shapes {got} differ from the example's {want}: autopar builds each rank's "
