@@ -107,9 +107,7 @@ def rank_job(layers: int, hidden: int, strategy, profile: bool) -> dict:
 
 def _plan_text(plan) -> str:
     text = " x ".join(f"{k}={v}" for k, v in plan.mesh.items())
-    if plan.pipeline:
-        text = f"pipeline={plan.pipeline['stages']} m={plan.pipeline['microbatches']} " + text
-    return text
+    return text + (f", m={plan.pipeline['microbatches']}" if plan.pipeline else "")
 
 
 def run_case(layers: int, hidden: int, case: str, repeats: int, profile: bool = False) -> dict:

@@ -145,6 +145,7 @@ class _Rewriter(LayoutPropagator):
         self.padded: dict[str, int] = {}       # column node name -> its vocabulary, when padded
         self.rows: set[str] = set()
         self.embeddings: dict[str, int] = {}   # node name -> vocab size
+        self._by_name = {n.name: n for n in self.graph.nodes}   # the claims below read the graph unchanged
         known = {r.id: r for r in regions(gm)}
         missing = sorted(chosen - set(known))
         if missing:
@@ -223,10 +224,10 @@ class _Rewriter(LayoutPropagator):
                                       f"{region.kind} regions")
 
     def _node(self, name: str) -> fx.Node:
-        for n in self.graph.nodes:
-            if n.name == name:
-                return n
-        raise TensorParallelError(f"node {name} named by a region is missing from the graph")
+        node = self._by_name.get(name)
+        if node is None:
+            raise TensorParallelError(f"node {name} named by a region is missing from the graph")
+        return node
 
     # ------------------------------------------------------------------ graph helpers
     def rewrite(self, node: fx.Node) -> bool:
