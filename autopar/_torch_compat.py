@@ -13,6 +13,12 @@
   (:func:`export_out_spec`, :func:`copy_export_specs`; ``tree_unflatten`` nests outputs).
 * A module's own parameters (not its children's) are ``module._parameters``; its forward
   hooks ``_forward_pre_hooks``/``_forward_hooks`` (:func:`own_parameters`, :func:`forward_hooks`).
+* Stamping repeated layers (``autopar.trace.stamping``) exports a model with its stack
+  of layers cut short by swapping the stack's ``_modules``, builds a graph with the
+  exported one's code generator (``graph._codegen``: its pytree nesting), and registers
+  the stamped layers' buffers as persistent or not as the exported module does
+  (``_non_persistent_buffers_set``). ``torch.fx.config.do_not_emit_stack_traces`` spares
+  export the stack trace of every node, which autopar never reads (:func:`no_stack_traces`).
 * A process group whose ranks are numbered in the order given, not sorted
   (:func:`new_group_in_order`): ``new_group(sort_ranks=False)`` from torch 2.13; before it
   ``new_group`` always sorted, through the module-level name ``sorted``.
@@ -156,3 +162,36 @@ def own_parameters(module: torch.nn.Module):
 def forward_hooks(module: torch.nn.Module) -> tuple:
     """The ids of ``module``'s forward pre-hooks and forward hooks."""
     return tuple(module._forward_pre_hooks), tuple(module._forward_hooks)
+
+
+def children_of(module: torch.nn.Module) -> dict:
+    """``module``'s registered children (its ``_modules``, by name)."""
+    return module._modules
+
+
+def set_children(module: torch.nn.Module, children: dict) -> None:
+    """Make ``children`` the registered children of ``module`` (a ``ModuleList`` cut short)."""
+    module._modules = children
+
+
+def graph_codegen(graph: torch.fx.Graph):
+    """The code generator of ``graph`` (an export's nests the flat outputs again)."""
+    return graph._codegen
+
+
+def non_persistent_buffers(module: torch.nn.Module) -> set:
+    """The names of ``module``'s own buffers that ``state_dict`` leaves out."""
+    return module._non_persistent_buffers_set
+
+
+class no_stack_traces:
+    """While tracing, record no ``node.meta["stack_trace"]`` (a traceback per node, a fifth
+    of what ``torch.export`` costs on a large model)."""
+
+    def __enter__(self):
+        import torch.fx.config as fx_config
+        self._config, self._before = fx_config, getattr(fx_config, "do_not_emit_stack_traces", False)
+        fx_config.do_not_emit_stack_traces = True
+
+    def __exit__(self, *exc):
+        self._config.do_not_emit_stack_traces = self._before

@@ -41,6 +41,7 @@ from autopar.runtime.executable import batch_of, local_batch, rank_graph_code
 from autopar.passes.rank_program import planned_shards, rewrite
 from autopar.runtime.groups import size_of
 from autopar.runtime import health, materialise
+from autopar.timing import Timings, phase, recording
 from autopar.strategies.placement import build_layout, dropout_coordinates, dropout_shards
 from autopar.strategies.registry import FAMILIES
 
@@ -208,7 +209,22 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     tensors go (None: the model's device; for a meta model the mesh's device type at
     ``LOCAL_RANK``, else the example inputs'). A model built for real must hold the same
     weights on every rank: compared at ``compile`` (a fingerprint per parameter).
+
+    ``pm.timings`` says how long each phase took (:class:`autopar.timing.Timings`: this
+    call's, then every program the rank builds and the first ``step``'s run).
     """
+    timings = Timings()
+    with recording(timings, "compile."), phase("checks"):
+        pm = _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware,
+                       seed, overlap, recompute, memory_limit, fusion, device, timings)
+    log.info("autopar compile on rank %d took %.2f s: %s", pm.rank, timings.total("compile."),
+             timings.summary("compile."))
+    return pm
+
+
+def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware, seed,
+              overlap, recompute, memory_limit, fusion, device, timings: Timings) -> ParallelModule:
+    """``compile``'s work, each phase timed into ``timings`` (the rest is ``checks``)."""
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat_examples = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
     device = materialise.resolve_device(device, mesh, model, flat_examples)
@@ -222,27 +238,31 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     # captured from it too, so the export memo serves them)
     twin = materialise.meta_twin(model)
     gm = _global_graph(twin, example_inputs, loss_fn, example_target, example_kwargs)
-    plan_ = plan_graph(gm, world, hw, strategy)
-    plan_.hardware_source = source
-    _attach_artifacts(plan_, gm, twin, example_inputs, loss_fn, example_target, example_kwargs)
-    recompute = _recompute_mode(recompute, plan_)
+    with phase("planning"):
+        plan_ = plan_graph(gm, world, hw, strategy)
+        plan_.hardware_source = source
+        _attach_artifacts(plan_, gm, twin, example_inputs, loss_fn, example_target, example_kwargs)
+        recompute = _recompute_mode(recompute, plan_)
     health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here
-    # where a family holds parameters on some ranks only (a pipeline's stages): which hold each
-    holders = next((h for family in FAMILIES if (h := family.parameter_holders(plan_, gm)) is not None), None)
-    group_map = _make_groups(plan_, mesh, world, holders)
+    with phase("groups"):
+        # where a family holds parameters on some ranks only (a pipeline's stages): which hold each
+        holders = next((h for family in FAMILIES if (h := family.parameter_holders(plan_, gm)) is not None), None)
+        group_map = _make_groups(plan_, mesh, world, holders)
     _check_same_plan_everywhere(plan_, group_map)
     if world > 1 and dist.is_initialized() and world == dist.get_world_size():
-        materialise.check_same_model(model)  # after the plan: a rank given another model fails alone first
+        with phase("same model"):  # after the plan: a rank given another model fails alone first
+            materialise.check_same_model(model)
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
-    shards = planned_shards(plan_, gm)
-    return ParallelModule(
-        model, plan_, rank, group_map, loss_fn, shards,
-        layout=lambda root, options: build_layout(plan_, rank, root, shards, holders=holders, **options),
-        runtimes=[runtime for family in FAMILIES
-                  if (runtime := family.rank_runtime(plan_, rank, {"overlap": overlap})) is not None],
-        rewrite=rewrite, dropout=(*dropout_coordinates(plan_, rank), dropout_shards(plan_, rank)), seed=seed,
-        recompute=recompute, fusion=fusion, call=layout, examples=example_signature(flat_examples, example_target),
-        device=device, twin=twin)
+    with phase("module"):
+        shards = planned_shards(plan_, gm)
+        return ParallelModule(
+            model, plan_, rank, group_map, loss_fn, shards,
+            layout=lambda root, options: build_layout(plan_, rank, root, shards, holders=holders, **options),
+            runtimes=[runtime for family in FAMILIES
+                      if (runtime := family.rank_runtime(plan_, rank, {"overlap": overlap})) is not None],
+            rewrite=rewrite, dropout=(*dropout_coordinates(plan_, rank), dropout_shards(plan_, rank)), seed=seed,
+            recompute=recompute, fusion=fusion, call=layout, examples=example_signature(flat_examples, example_target),
+            device=device, twin=twin, timings=timings)
 
 
 def _recompute_mode(recompute, plan_: Plan) -> bool | str:

@@ -16,6 +16,7 @@ from autopar.ir import FUSION, PASSES_RUN
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError
 from autopar.passes.recompute import rebound
+from autopar.timing import phase
 
 
 def batch_of(inputs: tuple) -> int | None:
@@ -76,6 +77,11 @@ def executable(gm: fx.GraphModule, root: nn.Module, class_name: str) -> fx.Graph
     """The rewritten ``gm`` as the program a rank runs: over ``root``'s module tree
     (this rank's parameters), with every module, parameter and constant under one flat
     name, and ``gm``'s metadata."""
+    with phase("recompile"):
+        return _executable(gm, root, class_name)
+
+
+def _executable(gm: fx.GraphModule, root: nn.Module, class_name: str) -> fx.GraphModule:
     _copy_missing_attributes(gm, gm.graph, root)
     for node in gm.graph.nodes:  # a recomputed region's sub-graph reads the rank's modules too
         body = getattr(node.target, "body", None) if node.op == "call_function" else None

@@ -15,6 +15,7 @@ the layout.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Sequence
 
 import torch
@@ -33,6 +34,11 @@ from autopar.runtime import devices, materialise, pretrained, rng
 from autopar.runtime.init_weights import init_weights
 from autopar.runtime.family_runtime import RankRuntime, active
 from autopar.runtime.grad_sync import GradientBuckets
+from autopar.timing import Timings, phase, recording
+
+log = logging.getLogger("autopar")
+
+FIRST_RUN = "first_step.run"
 
 
 class ParallelModule(nn.Module):
@@ -50,7 +56,8 @@ class ParallelModule(nn.Module):
                  shards: dict, *, layout: Callable[[nn.Module, dict], ParamLayout], runtimes: Sequence[RankRuntime],
                  rewrite: Callable, dropout: tuple[int, int, dict], seed: int = 0, recompute: bool | str = False,
                  fusion: bool = False, call: CallLayout | None = None, examples: tuple | None = None,
-                 device: torch.device | None = None, twin: nn.Module | None = None):
+                 device: torch.device | None = None, twin: nn.Module | None = None,
+                 timings: Timings | None = None):
         """Built by :func:`autopar.compile`, which gives what the plan's families decide:
         ``layout(root, options)``, this rank's parameter layout over the module tree
         ``root`` (with the runtimes' ``layout_options``); ``runtimes``, each family's
@@ -58,9 +65,12 @@ class ParallelModule(nn.Module):
         rewrite; ``dropout``, the rank's dropout stream coordinates (tensor index, batch
         index, per-group shards); ``device``: where the rank's tensors go (None: the
         model's, :func:`~autopar.runtime.materialise.resolve_device`); ``twin``: the
-        model on the meta device that programs are captured from (None: one is made)."""
+        model on the meta device that programs are captured from (None: one is made);
+        ``timings``, where ``compile`` timed its phases (the builds of the rank's
+        programs and the first step's run add theirs)."""
         super().__init__()
         self.plan = plan_
+        self.timings = Timings() if timings is None else timings
         self.rank = rank
         self._runtimes = tuple(runtimes)
         device = materialise.resolve_device(device, None, model, examples or ())
@@ -98,7 +108,7 @@ class ParallelModule(nn.Module):
         # the user's model is not kept: programs are captured from its meta twin (shapes)
         self._state = RankState(plan_, rank, self.root, layout, group_map, states, running, buckets, twin,
                                 loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards), device,
-                                rewrite)
+                                rewrite, self.timings)
         self.runner = next((r for r in (rt.runner(self._state, twin) for rt in running) if r is not None), None) \
             or ProgramRunner(self._state)
         # which runtime answers each family attribute (asked at lookup: a deep copy's
@@ -141,6 +151,8 @@ class ParallelModule(nn.Module):
         flat = self._state.call.flatten(inputs, kwargs, "step()")
         check_loss_arguments(self._state.loss_fn, target)
         self._before_call()
+        if FIRST_RUN not in self.timings:
+            return self._first_step(flat, target)
         return self.runner.step(flat, target, self.training)
 
     def _check_initialised(self, call: str) -> None:
@@ -174,6 +186,15 @@ class ParallelModule(nn.Module):
         calls it. The next call refreshes what families keep from the parameters."""
         init_weights(self.root.model, self.layout, seed, self._state.device)
         self._initialised = True
+
+    def _first_step(self, flat: tuple, target: Any):
+        """The first step, its run timed (``first_step.run``: without the building of
+        its programs, which times itself) and logged."""
+        with recording(self.timings, "first_step."), phase("run"):
+            loss = self.runner.step(flat, target, self.training)
+        log.info("autopar first step on rank %d: run %.2f s (its programs built in %.2f s); %s", self.rank,
+                 self.timings[FIRST_RUN], self.timings.total("program."), self.timings.summary("program."))
+        return loss
 
     def _before_call(self) -> None:
         for runtime in self._state.runtimes:

@@ -12,6 +12,7 @@ user's model at this rank's share of the batch, rewritten by the plan's passes
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -32,7 +33,10 @@ from autopar.runtime import devices, rng
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.runtime._swap import SwapGlobal
 from autopar.runtime.family_runtime import RankRuntime
+from autopar.timing import Timings, phase, recording
 from autopar.runtime.target_count import TARGET_COUNT, PendingCount, use_target_count
+
+log = logging.getLogger("autopar")
 
 
 @dataclass
@@ -65,6 +69,8 @@ class RankState:
     # where the runtime's own tensors go when no value is at hand (autopar.runtime.devices)
     device: torch.device = devices.CPU
     rewrite: Callable[..., fx.GraphModule] | None = None
+    # how long each phase of the way to the first step took (``pm.timings``)
+    timings: Timings = field(default_factory=Timings)
     # running()'s context by ``stage`` where every context is a swap of a module global
     # (made on first use; None where some family's context is not)
     _swaps: dict = field(default_factory=dict, repr=False, compare=False)
@@ -141,6 +147,18 @@ class RankState:
                 return make()
         finally:
             self.user_model.train(was_training)
+
+    @contextlib.contextmanager
+    def building(self, what: str):
+        """Build a program inside: its phases timed into ``timings`` (``program.*``: what
+        the capture, the analysis and the executable module do not take is the rewrite's,
+        a pipeline's cut into stages included) and logged, named ``what``."""
+        before = Timings(self.timings)
+        with recording(self.timings, "program."), phase("rewrite"):
+            yield
+        log.info("autopar rank %d built %s in %.2f s: %s", self.rank, what,
+                 self.timings.total("program.") - before.total("program."),
+                 self.timings.summary("program.", since=before))
 
     def loss_bucket(self) -> GradientBuckets | None:
         """The bucket that carries the step's loss (the layout's ``loss_bucket``)."""
@@ -237,26 +255,8 @@ class ProgramRunner:
         state = self.state
         key = (tuple(map(signature, local_inputs)), signature(local_target), loss, training)
         if key not in self.programs:
-            shown_inputs, shown_target = local_inputs, local_target
-            if any(c.get("remedy") == "gather" for c in state.plan.batch_couplings or ()):
-                shown_inputs, shown_target = _first_rows(inputs, local_inputs), _first_rows((target,), (local_target,))[0]
-            args, kwargs = state.call.unflatten(shown_inputs)
-            gm = state.build(inputs, target, training, lambda: capture(
-                state.user_model, args, state.loss_fn if target is not None else None, shown_target,
-                example_kwargs=kwargs, model_loss="required" if loss and state.loss_fn is None else None),
-                explain_shapes=explain_shapes)
-            gm = state.rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion,
-                               **state.rewrite_options())
-            # every split the program makes is the plan's; a plan's split the program lacks
-            # may only be a D&SP branch's that another sub-grid runs (not in this program)
-            made = gm.meta.get(PARAM_SHARDS, {})
-            elsewhere = {name for d in state.plan.dsp_regions().values() for names in d["branch_params"]
-                         for name in names} if state.plan.tensor_subgrids else set()
-            if any(state.shards.get(name) != shard for name, shard in made.items()) or \
-                    set(state.shards) - set(made) - elsewhere:
-                raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
-            program = executable(gm, state.root, f"Rank{state.rank}Program")
-            copy_export_specs(gm, program)
+            with state.building(f"its {'training ' if loss else ''}program"):
+                program = self._build(inputs, target, local_inputs, local_target, training, loss, explain_shapes)
             self.programs[key] = program
             if explain_shapes:
                 self.unproven[id(program)] = (state.examples, inputs)
@@ -267,6 +267,32 @@ class ProgramRunner:
         any failure explained with both shapes (:class:`~autopar.trace.inputs.new_shapes_explained`)."""
         found = self.unproven.pop(id(program), None) if self.unproven else None
         return _NO_CONTEXT if found is None else new_shapes_explained(*found, any_error=True)
+
+    def _build(self, inputs: tuple, target: Any, local_inputs: tuple, local_target: Any, training: bool,
+               loss: bool, explain_shapes: bool) -> fx.GraphModule:
+        """A capture at ``local_inputs``'s shapes, rewritten by the plan and made executable."""
+        state = self.state
+        shown_inputs, shown_target = local_inputs, local_target
+        if any(c.get("remedy") == "gather" for c in state.plan.batch_couplings or ()):
+            shown_inputs, shown_target = _first_rows(inputs, local_inputs), _first_rows((target,), (local_target,))[0]
+        args, kwargs = state.call.unflatten(shown_inputs)
+        gm = state.build(inputs, target, training, lambda: capture(
+            state.user_model, args, state.loss_fn if target is not None else None, shown_target,
+            example_kwargs=kwargs, model_loss="required" if loss and state.loss_fn is None else None),
+            explain_shapes=explain_shapes)
+        gm = state.rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion,
+                           **state.rewrite_options())
+        # every split the program makes is the plan's; a plan's split the program lacks
+        # may only be a D&SP branch's that another sub-grid runs (not in this program)
+        made = gm.meta.get(PARAM_SHARDS, {})
+        elsewhere = {name for d in state.plan.dsp_regions().values() for names in d["branch_params"]
+                     for name in names} if state.plan.tensor_subgrids else set()
+        if any(state.shards.get(name) != shard for name, shard in made.items()) or \
+                set(state.shards) - set(made) - elsewhere:
+            raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
+        program = executable(gm, state.root, f"Rank{state.rank}Program")
+        copy_export_specs(gm, program)
+        return program
 
     def _count(self, program, pieces) -> torch.Tensor | PendingCount | None:
         bucket = self.state.layout.loss_bucket

@@ -36,12 +36,13 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.fx as fx
 import torch.nn as nn
-from torch._guards import detect_fake_mode
 
 from autopar.trace.memo import EXPORTS, CaptureCall
+from autopar.trace.exporting import export, unlifted
 from autopar.trace.meta import ShapesOnly, check_no_fake_constants, examples_device, holds_meta
-from autopar.ir import CAPTURE, SPEC, CaptureInfo, TensorSpec, spec_from_value
-from autopar.trace.standard_layers import mha_fast_path_disabled
+from autopar.trace.specs import propagate_specs
+from autopar.timing import phase
+from autopar.ir import CAPTURE, SPEC, CaptureInfo, TensorSpec
 from autopar.trace.standard_layers import symbolic_trace as symbolic_trace_standard_layers
 
 log = logging.getLogger("autopar.capture")
@@ -217,20 +218,21 @@ def capture(
         raise ValueError(f"capture: model_loss={model_loss!r}; use None, 'required' or 'if_present'")
     example_inputs, example_kwargs = tuple(example_inputs), dict(example_kwargs or {})
     model_loss = None if loss_fn is not None else model_loss
-    if holds_meta(model):  # shapes only (autopar.trace.meta), on the examples' device
-        with ShapesOnly(model, examples_device((example_inputs, example_kwargs, example_target))) as shapes:
-            example_inputs, example_kwargs, example_target = shapes.examples(
-                (example_inputs, example_kwargs, example_target))
-            gm = _capture_call(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
-        return check_no_fake_constants(gm, type(model).__name__, shapes.fake_ids())
-    saved = {name: b.detach().clone() for name, b in model.named_buffers()}
-    try:
-        return _capture_call(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
-    finally:
-        with torch.no_grad():
-            for name, b in model.named_buffers():
-                if name in saved:
-                    b.copy_(saved[name])
+    with phase("capture"):
+        if holds_meta(model):  # shapes only (autopar.trace.meta), on the examples' device
+            with ShapesOnly(model, examples_device((example_inputs, example_kwargs, example_target))) as shapes:
+                example_inputs, example_kwargs, example_target = shapes.examples(
+                    (example_inputs, example_kwargs, example_target))
+                gm = _capture_call(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
+            return check_no_fake_constants(gm, type(model).__name__, shapes.fake_ids())
+        saved = {name: b.detach().clone() for name, b in model.named_buffers()}
+        try:
+            return _capture_call(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
+        finally:
+            with torch.no_grad():
+                for name, b in model.named_buffers():
+                    if name in saved:
+                        b.copy_(saved[name])
 
 
 def _capture_call(model, example_inputs: tuple, loss_fn, example_target, tracer: str, example_kwargs: dict,
@@ -239,11 +241,12 @@ def _capture_call(model, example_inputs: tuple, loss_fn, example_target, tracer:
     call = CaptureCall.of(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss)
     found = EXPORTS.find(call)
     if found is not None:
-        ep, info = found
-        gm = _unlifted(ep, _graph_args(example_inputs, example_kwargs, loss_fn, example_target))
-        gm.meta[CAPTURE] = info
-        log.info("capture of %s replayed from an earlier capture of the same call", info.model_class)
-        return gm
+        exported, info = found
+        gm = unlifted(exported, model, _graph_args(example_inputs, example_kwargs, loss_fn, example_target))
+        if gm is not None:  # (a kept export of a stack stamps as it did when kept)
+            gm.meta[CAPTURE] = info
+            log.info("capture of %s replayed from an earlier capture of the same call", info.model_class)
+            return gm
     with no_generation_cache(model):
         return _capture(model, example_inputs, loss_fn, example_target, tracer, example_kwargs, model_loss, call)
 
@@ -288,9 +291,11 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
     model_class = type(model).__name__
 
     fx_error: BaseException | None = None
+    traced = False   # symbolic tracing worked but the traced model failed to run
     if tracer in ("auto", "symbolic_trace"):
         try:
             gm = symbolic_trace_standard_layers(root)
+            traced = True
             propagate_specs(gm, args)
             gm.meta[CAPTURE] = CaptureInfo("symbolic_trace", model_class, _placeholder_names(gm),
                                            _returns_loss(gm, root, model_loss))
@@ -303,8 +308,9 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
             if tracer == "symbolic_trace":
                 raise CaptureError(_failure_message(model_class, fx_error, None)) from e
     try:
-        ep = _exported_program(root, args)
-        gm = _unlifted(ep, args)
+        # a model that failed to run at these inputs is run again when exported: export
+        # traces fake tensors, which an index out of range does not stop
+        exported, gm = export(root, model, args, run=traced)
     except ModelLossError:
         raise
     except Exception as e:  # noqa: BLE001
@@ -314,7 +320,7 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
     gm.meta[CAPTURE] = CaptureInfo("export", model_class, _placeholder_names(gm), _returns_loss(gm, root, model_loss),
                                    None if fx_error is None else _one_line(fx_error))
     if call is not None:
-        EXPORTS.keep(call, ep, gm.meta[CAPTURE])
+        EXPORTS.keep(call, exported, gm.meta[CAPTURE])
     return gm
 
 
@@ -348,78 +354,8 @@ def _returns_loss(gm: fx.GraphModule, root: nn.Module, model_loss: str | None) -
     return False
 
 
-_EXPORT_NOISE = {torch.ops.aten._assert_tensor_metadata.default}
-
-
-def _exported_program(root: nn.Module, args: tuple) -> torch.export.ExportedProgram:
-    with mha_fast_path_disabled():  # the slow path's ATen ops are what analysis reads
-        return torch.export.export(root, args, strict=False)
-
-
-def _unlifted(ep: torch.export.ExportedProgram, args: tuple) -> fx.GraphModule:
-    """A fresh module of ``ep`` (its own graph and node metadata; the parameters are the
-    model's own), with ``SPEC`` on every node."""
-    gm = ep.module()
-    # The unlifted module checks input shapes with a guard submodule and asserts dtypes
-    # with side-effect-only nodes; neither carries a tensor, and rank programs are
-    # captured at their own shapes, so they are dropped to keep rank graphs readable.
-    for node in list(gm.graph.nodes):
-        if not node.users and (node.target in _EXPORT_NOISE or
-                               (node.op == "call_module" and node.target == "_guards_fn")):
-            gm.graph.erase_node(node)
-    gm.graph.lint()
-    gm.recompile()
-    propagate_specs(gm, args)
-    return gm
-
-
 def _placeholder_names(gm: fx.GraphModule) -> tuple[str, ...]:
     return tuple(n.name for n in gm.graph.nodes if n.op == "placeholder")
-
-
-class _SpecRecorder(fx.Interpreter):
-    """Runs the graph once and records each node's output spec under ``SPEC``."""
-
-    def run_node(self, n: fx.Node) -> Any:
-        result = super().run_node(n)
-        if n.op != "output":
-            n.meta[SPEC] = spec_from_value(result)
-        return result
-
-
-def propagate_specs(gm: fx.GraphModule, args: Sequence[Any]) -> fx.GraphModule:
-    """Write ``SPEC`` (shape, dtype) on every node by running ``gm`` on ``args``.
-
-    Runs under ``torch.no_grad`` on the given tensors; parameters on the meta device
-    give meta results, so a model built on the meta device costs no memory here.
-    """
-    with torch.no_grad(), _no_progress_monitor(), detect_fake_mode(args) or contextlib.nullcontext():
-        _SpecRecorder(gm).run(*args)
-    return gm
-
-
-@contextlib.contextmanager
-def _no_progress_monitor():
-    """``torch.fx.Interpreter.run`` makes a tqdm bar (disabled), and tqdm's first bar
-    starts its monitor: a daemon thread that wakes every 10 s for the rest of the
-    process. A daemon thread that runs Python may run the cyclic garbage collector, and
-    a collection that frees torch objects (a compiled model's, once the function that
-    trained it returned) releases and takes the GIL again inside their C++ destructors;
-    when the interpreter finalises in between, the thread is ended with ``pthread_exit``
-    inside a ``noexcept`` destructor and the process aborts (``terminate called without
-    an active exception``, SIGABRT at exit). With ``monitor_interval`` 0 no monitor is
-    started; a monitor already running is left alone."""
-    try:
-        from tqdm import tqdm
-    except ImportError:  # torch.hub's stand-in starts no thread
-        yield
-        return
-    before = tqdm.monitor_interval
-    tqdm.monitor_interval = 0
-    try:
-        yield
-    finally:
-        tqdm.monitor_interval = before
 
 
 # ---------------------------------------------------------------- error messages

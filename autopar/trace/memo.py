@@ -4,7 +4,7 @@
 model's state as :func:`_model_state` reads it, the loss, the tracer, and the inputs as
 :func:`_signature` sees them) and asks :data:`EXPORTS` for an earlier exported program
 that serves it; a call no earlier one serves is exported and kept. Building a module
-from a kept program is the capture's business (``autopar.trace.capture._unlifted``).
+from a kept program is the capture's business (``autopar.trace.exporting.unlifted``).
 """
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from autopar.passes.analysis.flops import count_work_pass
 from autopar.passes.analysis.fork_join import find_fork_join_regions_pass
 from autopar.passes.analysis.linear_chains import find_linear_chains_pass
 from autopar.passes.manager import PassRunner
+from autopar.timing import phase
 from autopar.passes.analysis.repeated_blocks import find_repeated_blocks_pass
 from autopar.passes.analysis.vocab import find_vocab_region_pass
 
@@ -45,4 +46,5 @@ def analyse(gm: fx.GraphModule, *, label: str = "analysis", vocab: list | None =
     its part of the whole graph's vocab regions (``find_vocab_region_pass(given=)``)."""
     passes = [(name, fn, {"given": vocab} if name == "vocab" and vocab is not None else options)
               for name, fn, options in ANALYSIS_PASSES]
-    return PassRunner(passes, degrade=True).run(gm, label=label)
+    with phase("analysis"):
+        return PassRunner(passes, degrade=True).run(gm, label=label)

@@ -145,6 +145,7 @@ class _Rewriter(LayoutPropagator):
         self.padded: dict[str, int] = {}       # column node name -> its vocabulary, when padded
         self.rows: set[str] = set()
         self.embeddings: dict[str, int] = {}   # node name -> vocab size
+        self._by_name = {n.name: n for n in self.graph.nodes}   # the claims below read the graph unchanged
         known = {r.id: r for r in regions(gm)}
         missing = sorted(chosen - set(known))
         if missing:
@@ -223,10 +224,10 @@ class _Rewriter(LayoutPropagator):
                                       f"{region.kind} regions")
 
     def _node(self, name: str) -> fx.Node:
-        for n in self.graph.nodes:
-            if n.name == name:
-                return n
-        raise TensorParallelError(f"node {name} named by a region is missing from the graph")
+        node = self._by_name.get(name)
+        if node is None:
+            raise TensorParallelError(f"node {name} named by a region is missing from the graph")
+        return node
 
     # ------------------------------------------------------------------ graph helpers
     def rewrite(self, node: fx.Node) -> bool:
@@ -373,7 +374,7 @@ def regions_without_rules(gm: fx.GraphModule, region_ids: list[str], degree: int
         values: dict = {}
         out = graph.graph_copy(gm.graph, values)
         graph.output(out)
-        probe = fx.GraphModule(gm, graph)
+        probe = _Probe(gm, graph)
         probe.meta.update(gm.meta)
         rewriter = _Rewriter(probe, set(left), degree, 0, "tensor")
         rewriter.quiet = True  # the planner reports what it decides
@@ -402,6 +403,15 @@ def regions_without_rules(gm: fx.GraphModule, region_ids: list[str], degree: int
         found.update(new)
         left = [rid for rid in left if rid not in new]
     return found
+
+
+class _Probe(fx.GraphModule):
+    """A copy of the graph over the model's modules that is rewritten to see which regions
+    fall back, and never run: no code is generated for it (the whole graph's, a third of
+    what probing a deep model costs)."""
+
+    def recompile(self):
+        return None
 
 
 def _refusal(gm: fx.GraphModule, rid: str, degree: int) -> str | None:

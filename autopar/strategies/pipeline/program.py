@@ -185,20 +185,26 @@ class PipelineRunner:
         state = self.state
         key = ("pipeline", tuple(signature(x) for x in inputs), signature(target), loss, training)
         if key not in self.programs:
-            built, names, out_spec = state.build(inputs, target, training, lambda: stage_graphs(
-                state.user_model, state.plan, state.rank, inputs, state.loss_fn, target, state.recompute,
-                state.fusion, rewrite=state.rewrite, layout=state.call, model_loss="required" if loss else None,
-                **state.rewrite_options()), explain_shapes=False)
-            programs = {}
-            for s, (module, stage) in built.items():
-                for name, shard in module.meta.get(PARAM_SHARDS, {}).items():
-                    if state.shards.get(name) != shard:
-                        raise RuntimeError(f"stage {s} splits {name} otherwise than the plan did; this is a bug")
-                program = executable(module, state.root, f"Rank{state.rank}Stage{s}")
-                programs[s] = StageProgram.of(s, program, len(stage.receives), stage.inputs, module.meta[LAST],
-                                              out_spec)
-            self.programs[key] = (programs, names)
+            with state.building(f"its {'training ' if loss else ''}stage programs"):
+                self.programs[key] = self._build(inputs, target, training, loss)
         return self.programs[key]
+
+    def _build(self, inputs: tuple, target, training: bool, loss: bool) -> tuple[dict[int, StageProgram], list[str]]:
+        """This rank's stage programs: captured, cut, rewritten and made executable."""
+        state = self.state
+        built, names, out_spec = state.build(inputs, target, training, lambda: stage_graphs(
+            state.user_model, state.plan, state.rank, inputs, state.loss_fn, target, state.recompute,
+            state.fusion, rewrite=state.rewrite, layout=state.call, model_loss="required" if loss else None,
+            **state.rewrite_options()), explain_shapes=False)
+        programs = {}
+        for s, (module, stage) in built.items():
+            for name, shard in module.meta.get(PARAM_SHARDS, {}).items():
+                if state.shards.get(name) != shard:
+                    raise RuntimeError(f"stage {s} splits {name} otherwise than the plan did; this is a bug")
+            program = executable(module, state.root, f"Rank{state.rank}Stage{s}")
+            programs[s] = StageProgram.of(s, program, len(stage.receives), stage.inputs, module.meta[LAST],
+                                          out_spec)
+        return programs, names
 
     def code(self) -> str:
         """This rank's most recent stage programs as readable code."""

@@ -1,0 +1,100 @@
+"""The ``torch.export`` path of a capture: the export (:func:`export`; a model's stack of
+identical layers exported shallow and stamped, :mod:`autopar.trace.stamping`), and a
+fresh module of it with ``SPEC`` on every node (:func:`unlifted`), which is also how the
+export memo (:mod:`autopar.trace.memo`) replays a kept export."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from autopar._torch_compat import no_stack_traces
+from autopar.ir import SPEC, spec_from_value
+from autopar.trace.specs import propagate_specs
+from autopar.trace.stamping import SHALLOW, Stack, find_stack, shallow, stamp, stamping_enabled
+from autopar.trace.standard_layers import mha_fast_path_disabled
+
+log = logging.getLogger("autopar.capture")
+
+_EXPORT_NOISE = {torch.ops.aten._assert_tensor_metadata.default}
+
+
+@dataclasses.dataclass(frozen=True)
+class Exported:
+    """An exported program, and the stack of identical layers it was exported with cut
+    short (:mod:`autopar.trace.stamping`; None: the whole model), stamped when unlifted."""
+
+    program: torch.export.ExportedProgram
+    stack: Stack | None = None
+
+
+def export(root: nn.Module, model: nn.Module, args: tuple, run: bool = False) -> tuple[Exported, fx.GraphModule]:
+    """``root`` exported, and its module: the model's stack of identical layers exported
+    shallow and stamped where its export shows the layers alike, else the whole model.
+    ``run``: write the specs by running the module (:func:`unlifted`)."""
+    stack = find_stack(model) if stamping_enabled() else None
+    if stack is not None:
+        try:
+            with shallow(model, stack):
+                exported = Exported(_exported_program(root, args), stack)
+            gm = unlifted(exported, model, args, run)
+        except Exception as e:  # noqa: BLE001 - e.g. a forward that indexes its layers by a count of its own
+            log.debug("%s cut to %d layers does not export (%s: %s); exporting it whole", type(model).__name__,
+                      SHALLOW, type(e).__name__, e)
+            gm = None
+        if gm is not None:
+            log.info("capture of %s: %s exported with its first %d of %d layers, the others stamped",
+                     type(model).__name__, stack.path, SHALLOW, stack.depth)
+            return exported, gm
+    exported = Exported(_exported_program(root, args))
+    return exported, unlifted(exported, model, args, run)
+
+
+def _exported_program(root: nn.Module, args: tuple) -> torch.export.ExportedProgram:
+    # the slow path's ATen ops are what analysis reads; no node's stack trace is
+    with mha_fast_path_disabled(), no_stack_traces():
+        return torch.export.export(root, args, strict=False)
+
+
+def unlifted(exported: Exported, model: nn.Module, args: tuple, run: bool = False) -> fx.GraphModule | None:
+    """A fresh module of the exported program (its own graph and node metadata; the
+    parameters are the model's own), its stack stamped, with ``SPEC`` on every node
+    (None: the stack cannot be stamped): read off the fake values export traced with,
+    or with ``run`` by running the module on ``args`` (:func:`propagate_specs`), which
+    also fails where the model does on these values (an index out of range)."""
+    gm = exported.program.module()
+    # The unlifted module checks input shapes with a guard submodule and asserts dtypes
+    # with side-effect-only nodes; neither carries a tensor, and rank programs are
+    # captured at their own shapes, so they are dropped to keep rank graphs readable.
+    for node in list(gm.graph.nodes):
+        if not node.users and (node.target in _EXPORT_NOISE or
+                               (node.op == "call_module" and node.target == "_guards_fn")):
+            gm.graph.erase_node(node)
+    if exported.stack is None:
+        gm.graph.lint()
+        gm.recompile()
+    elif stamp(gm, model, exported.stack) is None:   # (a stamped graph is linted and compiled)
+        return None
+    if run:
+        propagate_specs(gm, args)
+    else:
+        _export_specs(gm, args)
+    return gm
+
+
+def _export_specs(gm: fx.GraphModule, args: tuple) -> None:
+    """``SPEC`` on every node of an export from the fake value export traced it with
+    (``meta["val"]``, the shape and dtype a run gives), without running the model; by a
+    run (:func:`propagate_specs`) where some node has none."""
+    nodes = [n for n in gm.graph.nodes if n.op != "output"]
+    if not all("val" in n.meta for n in nodes):
+        propagate_specs(gm, args)
+        return
+    for node in nodes:
+        node.meta[SPEC] = spec_from_value(node.meta["val"])
+
+
+__all__ = ["Exported", "export", "unlifted"]

@@ -1,0 +1,182 @@
+"""Repeated layers exported once (autopar/trace/stamping.py): a stack of identical layers
+is exported three layers deep and the other layers stamped from the third. The graph is
+the whole model's export node for node (names, operations, arguments, specs, module
+paths), the rank programs built from it are the same, and a stack whose layers are not
+copies of one another is exported whole."""
+import logging
+
+import pytest
+import torch
+import torch.nn as nn
+
+import autopar
+from autopar.ir import SPEC
+from autopar.runtime.executable import rank_graph_code
+from autopar.trace.capture import CaptureError, capture
+from autopar.trace.memo import EXPORTS
+from autopar.trace.stamping import Stack, find_stack
+from examples.factories import moe_model
+from examples.models import gpt2
+
+
+def _llama(layers):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=layers,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                        use_cache=False))
+
+
+def _gpt2(layers):
+    torch.manual_seed(0)
+    return gpt2(layers)
+
+
+def _mixtral(layers):
+    torch.manual_seed(0)
+    return moe_model("mixtral", layers)
+
+
+def _batch():
+    ids = torch.randint(0, 64, (4, 8), generator=torch.Generator().manual_seed(1))
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+
+
+def _facts(gm):
+    return [(n.op, n.name, str(n.target), str(n.args), str(n.kwargs), n.meta.get(SPEC),
+             str(n.meta.get("nn_module_stack"))) for n in gm.graph.nodes]
+
+
+def _whole(monkeypatch, model, inputs=(), **kw):
+    monkeypatch.setenv("AUTOPAR_STAMP_LAYERS", "0")
+    try:
+        return capture(model, inputs, **kw)
+    finally:
+        monkeypatch.delenv("AUTOPAR_STAMP_LAYERS")
+
+
+@pytest.mark.parametrize("factory,path", [(_llama, "model.layers"), (_gpt2, "transformer.h"),
+                                          (_mixtral, "model.layers")])
+def test_a_stamped_export_is_the_whole_export(factory, path, monkeypatch, caplog):
+    model = factory(5)
+    assert find_stack(model) == Stack(path, 5)
+    with caplog.at_level(logging.INFO, "autopar.capture"):
+        stamped = capture(model, (), example_kwargs=_batch(), model_loss="required")
+    assert "exported with its first 3 of 5 layers" in caplog.text
+    whole = _whole(monkeypatch, factory(5), example_kwargs=_batch(), model_loss="required")  # a model of its own
+    assert _facts(stamped) == _facts(whole)
+    assert stamped.code == whole.code
+    last = f"model.{path}.4"
+    assert dict(stamped.get_submodule(last).named_parameters()).keys() == \
+        dict(whole.get_submodule(last).named_parameters()).keys()
+    # the stamped layers read the model's own parameters, as an export does
+    name, param = next(iter(model.get_submodule(f"{path}.4").named_parameters()))
+    assert stamped.get_parameter(f"{last}.{name}") is param
+    # a replay of the kept export stamps again, a module of its own
+    hits = EXPORTS.hits
+    again = capture(model, (), example_kwargs=_batch(), model_loss="required")
+    assert EXPORTS.hits == hits + 1 and again.graph is not stamped.graph and _facts(again) == _facts(stamped)
+
+
+def test_the_rank_programs_of_a_stamped_capture_are_the_whole_ones(monkeypatch):
+    batch = _batch()
+
+    def programs():
+        model = _llama(5)
+        plan = autopar.plan(model, 2, example_kwargs=batch, strategy={"tensor": 2})
+        return [rank_graph_code(autopar.rank_graph(model, plan, rank, example_kwargs=batch), plan, rank)
+                for rank in range(2)]
+
+    stamped = programs()
+    monkeypatch.setenv("AUTOPAR_STAMP_LAYERS", "0")
+    assert programs() == stamped
+    assert "model_model_layers_4_mlp_down_proj" in stamped[0].replace(".", "_")
+
+
+class _Layer(nn.Module):
+    def __init__(self, index: int, scaled: bool = False, window: int | None = None):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.layer_idx = index   # its own index: no difference between layers
+        self.scaled = scaled
+        self.window = window
+
+    def forward(self, x):
+        y = self.fc(x)
+        return y * (self.layer_idx + 1) if self.scaled else torch.relu(y) + x
+
+
+class _Stack(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x):
+        if x.shape[0] > 1:   # symbolic tracing cannot branch on a shape: exported
+            for layer in self.layers:
+                x = layer(x)
+        return self.head(x)
+
+
+def test_layers_that_differ_are_no_stack():
+    assert find_stack(_Stack([_Layer(i) for i in range(5)])) == Stack("layers", 5)
+    assert find_stack(_Stack([_Layer(i) for i in range(3)])) is None                       # too short
+    assert find_stack(_Stack([_Layer(i, window=4 if i % 2 else None) for i in range(5)])) is None
+    tied = _Stack([_Layer(i) for i in range(5)])
+    tied.layers[3].fc.weight = tied.layers[1].fc.weight
+    assert find_stack(tied) is None
+    shared = _Layer(0)
+    assert find_stack(_Stack([shared] * 5)) is None
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_a_layer_whose_graph_holds_its_index_is_exported_whole(scaled, monkeypatch, caplog):
+    """``y * (layer_idx + 1)`` puts the index in the graph as a literal: layer 1 stamped as
+    layer 2 is not layer 2, and the whole model is exported."""
+    def model():
+        torch.manual_seed(0)
+        return _Stack([_Layer(i, scaled) for i in range(5)])
+
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.DEBUG, "autopar.capture"):
+        got = capture(model(), (x,), tracer="export")
+    assert ("exported whole" in caplog.text) == scaled
+    assert ("exported with its first 3 of 5 layers" in caplog.text) != scaled
+    assert _facts(got) == _facts(_whole(monkeypatch, model(), (x,), tracer="export"))
+
+
+class _Counted(_Stack):
+    """Runs its layers by a count of its own: cut short, its forward fails."""
+
+    def forward(self, x):
+        if x.shape[0] > 1:
+            for i in range(5):
+                x = self.layers[i](x)
+        return self.head(x)
+
+
+def test_a_model_that_cannot_run_cut_short_is_exported_whole(monkeypatch, caplog):
+    def model():
+        torch.manual_seed(0)
+        return _Counted([_Layer(i) for i in range(5)])
+
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.DEBUG, "autopar.capture"):
+        got = capture(model(), (x,), tracer="export")
+    assert "does not export" in caplog.text
+    assert _facts(got) == _facts(_whole(monkeypatch, model(), (x,), tracer="export"))
+
+
+def test_an_exported_model_called_at_shapes_it_cannot_take_fails_its_capture():
+    """An export's specs are read off its fake values, which no index out of range
+    stops; at shapes other than the example's the export is run, and a sequence past
+    GPT-2's 16 positions fails the capture with both shapes named, as a symbolic trace's."""
+    torch.manual_seed(0)
+    model = gpt2(2, positions=16)
+    ids = torch.randint(0, 64, (2, 8))
+    pm = autopar.compile(model, None, example_kwargs={"input_ids": ids, "labels": ids}, strategy={"data": 1})
+    assert pm.step(input_ids=ids, labels=ids).dim() == 0
+    long = torch.randint(0, 64, (2, 32))
+    with pytest.raises(CaptureError, match=r"inputs of shapes \[\[2, 32\], \[2, 32\]\] differ"):
+        pm.step(input_ids=long, labels=long)
