@@ -139,6 +139,8 @@ class Plan:
     microbatches: int = 1
     zero: int = 0
     selective_recompute: bool = False  # the attention cores recomputed in backward (not whole blocks)
+    # Megatron-SP (docs/sequence.md): between the tensor-parallel regions, values split over the sequence
+    sequence_parallel: bool = False
     # under recomputation, the 3D layers whose all-gathered weights the cache keeps for
     # the second forward (axonn §IV-D), at most this many at once; None: all of them
     gather_cache: int | None = None

@@ -19,10 +19,11 @@ from autopar.grid import Grid3D
 from autopar.planning.schedules import SCHEDULES
 
 PIPELINE_KEYS = ("schedule", "chunks", "scatter_gather")
-LEVER_KEYS = ("microbatches", "zero", "recompute")
+LEVER_KEYS = ("microbatches", "zero", "recompute", "sequence_parallel")
 """Keys that combine with every family's (docs/memory.md): gradient accumulation over
 ``microbatches`` (a pipeline's microbatches), ZeRO's stage of sharded data parallelism
-over the data group, and which activations are recomputed in backward."""
+over the data group, which activations are recomputed in backward, and whether the
+values between tensor-parallel regions run split over the sequence (docs/sequence.md)."""
 RECOMPUTE_MODES = ("none", "selective", "full")
 REGION_KINDS = ("fork_join", "attention", "linear_chain", "vocab", "experts")
 PIN_FAMILIES = ("replicate", "megatron", "dsp", "3d", "cube")
@@ -124,6 +125,9 @@ class Strategy:
     # the planner's choice
     zero: int | None = None
     recompute: str | None = None
+    # Megatron-SP (docs/sequence.md): the values between tensor-parallel regions split
+    # over the sequence (None: the planner's choice, on wherever a tensor group splits)
+    sequence_parallel: bool | None = None
     levers_only: bool = False  # {"zero": 3} alone: these levers, every family weighed
     # expert parallelism (docs/experts.md): the routed experts of the MoE regions over
     # expert groups of this many consecutive data ranks (1: none; None: the planner's
@@ -134,7 +138,8 @@ class Strategy:
 
     def levers(self) -> dict:
         """The levers forced (:data:`LEVER_KEYS`), by key."""
-        out = {"microbatches": self.microbatches, "zero": self.zero, "recompute": self.recompute}
+        out = {"microbatches": self.microbatches, "zero": self.zero, "recompute": self.recompute,
+               "sequence_parallel": self.sequence_parallel}
         return {k: v for k, v in out.items() if v is not None}
 
     @staticmethod
@@ -183,6 +188,12 @@ class Strategy:
                 raise PlanError(f"strategy: recompute={r!r}; use 'none', 'selective' (the attention core) or "
                                 f"'full' (every block)")
             out["recompute"] = r
+        if "sequence_parallel" in strategy:
+            sp = strategy["sequence_parallel"]
+            if not isinstance(sp, bool):
+                raise PlanError(f"strategy: sequence_parallel={sp!r}; give True (the values between tensor-parallel "
+                                f"regions split over the sequence) or False")
+            out["sequence_parallel"] = sp
         return out
 
     @staticmethod

@@ -131,11 +131,24 @@ def _choose(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, force_sp
                         padding_details(r, tensor) if chosen == "megatron" else {})
 
 
+def sequence_on(ctx: PlanContext, tensor: int) -> bool:
+    """Whether a ``data × tensor`` configuration is priced with Megatron-SP: as forced,
+    else wherever the tensor group has more than one rank (its collectives cost what
+    f and g's all-reduces cost, :func:`autopar.planning.search.sequence_parallel`)."""
+    forced = ctx.levers.sequence_parallel if ctx.levers is not None else None
+    return tensor > 1 and forced is not False
+
+
 def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_split: bool,
-               keep_whole: dict[str, str] | None = None, recompute: bool = False) -> RegionTable:
+               keep_whole: dict[str, str] | None = None, recompute: bool = False,
+               sequence: bool = False) -> RegionTable:
     """The region table, total cost and step of ``data × tensor``; ``keep_whole``:
     region id → why it stays replicated whatever the tensor degree; ``recompute``: the
-    regions' forward runs twice (a pipeline's blocks, megatron §3.5)."""
+    regions' forward runs twice (a pipeline's blocks, megatron §3.5); ``sequence``:
+    Megatron-SP, the activations outside the regions (norms, residual adds, dropout)
+    split over the tensor group along the sequence (Korthikanti et al. §4.2.2: their
+    ``10sbh`` per layer becomes ``10sbh/t``), the regions' g and f priced as before (a
+    reduce-scatter and an all-gather move what an all-reduce moves)."""
     keep_whole = {**(rule_gaps(model) if tensor > 1 else {}), **(keep_whole or {})}
     choices: list[RegionChoice] = []
     in_region: set[str] = set()
@@ -161,7 +174,8 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
     total_params = sum(p.numel() for p in model.params.values())
     unpadded = sum(model.region_param_elems(c.region) for c in choices if c.strategy == "megatron")
     local_params = total_params - unpadded + split_param_elems / tensor
-    outside_act = model.activation_bytes(outside, 1 / data)
+    split_outside = tensor if sequence and tensor > 1 and split_param_elems else 1
+    outside_act = model.activation_bytes(outside, 1 / data / split_outside)
     activations += outside_act
     exposed = exposed_data_comm(data, tensor, local_params * 4, compute, hw)
     memory = cost_model.training_memory(local_params, activations)
@@ -205,11 +219,12 @@ class DataTensor(CompileHooks):
         mesh = {"data": data, "tensor": tensor}
         if model.batch % data:
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}")
-        table = price_mesh(model, ctx.hw, data, tensor, ctx.forced is not None)
+        sequence = sequence_on(ctx, tensor)
+        table = price_mesh(model, ctx.hw, data, tensor, ctx.forced is not None, sequence=sequence)
         if tensor > 1 and not any(c.strategy == "megatron" for c in table.regions):
             # No region pays for its communication on its own, but a tensor group that
             # splits nothing only repeats work: price splitting every region that divides.
-            table = price_mesh(model, ctx.hw, data, tensor, True)
+            table = price_mesh(model, ctx.hw, data, tensor, True, sequence=sequence)
             gaps = [c.region for c in table.regions if c.region in rule_gaps(model)]
             if not any(c.strategy == "megatron" for c in table.regions) and not (ctx.forced is not None and gaps):
                 return rejected(self.name, config, mesh, f"no region can be split over tensor={tensor}" +
@@ -253,7 +268,7 @@ class Megatron(DataTensor):
             whole = group == "tensor"
             out.append(RankPass(SPLIT, "tensor_parallel" if whole else "tensor_parallel_subgrid", tensor_parallel_pass,
                                 {"megatron_regions": regions, "degree": degree, "rank": tensor if whole else place,
-                                 "group": group}))
+                                 "group": group, "sequence_parallel": plan.sequence_parallel and whole}))
         return out
 
     def recompute_regions(self, plan: Plan) -> list[str]:
@@ -271,7 +286,7 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: in
     split = any(c.strategy == "megatron" for c in table.regions)
     space = levers.LeverSpace(
         rows=model.batch // data, data=data, split=tensor,
-        at=lambda m: price_mesh(model, hw, data * m, tensor, split),
+        at=lambda m: price_mesh(model, hw, data * m, tensor, split, sequence=sequence_on(ctx, tensor)),
         data_comm=lambda one, z, m, compute: levers.zero_comm(one.param_elems, data, tensor, z, m, compute, hw),
         accumulate=not batch_norms(model))
     return levers.weigh(ctx, config, table, space)

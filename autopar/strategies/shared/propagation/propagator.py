@@ -31,6 +31,7 @@ _SHAPE_ONLY = {torch.flatten, torch.squeeze, torch.unsqueeze} | ops._targets("fl
 _FACTORIES = {"new_ones", "new_zeros", "new_empty", "new_full"}
 _UNFLATTEN = {torch.unflatten} | ops._targets("unflatten")
 _EXTREMES = {torch.max, torch.min, torch.amax, torch.amin} | ops._targets("max", "min", "amax", "amin")
+_REDUCTIONS = {torch.mean, torch.sum} | ops._targets("mean", "sum")
 
 
 class LayoutPropagator(LayoutRules):
@@ -39,7 +40,9 @@ class LayoutPropagator(LayoutRules):
 
     def _fallback(self, node: fx.Node, why: str) -> None:
         self.fallbacks.append((node.name, ops.op_name(node), why))
-        if not self.quiet:
+        if self.boundary(node):
+            log.debug("tensor parallel: %s (%s) reads its split inputs gathered: %s", node.name, ops.op_name(node), why)
+        elif not self.quiet:
             log.warning("tensor parallel: no split rule for %s (%s): %s; its split inputs are all-gathered",
                         node.format_node(), ops.op_name(node), why)
         for arg in self._sharded_inputs(node):
@@ -78,6 +81,12 @@ class LayoutPropagator(LayoutRules):
 
     def rewrite(self, node: fx.Node) -> bool:
         """A subclass's own rewrite of ``node`` (setting its layout); False: not its node."""
+        return False
+
+    def boundary(self, node: fx.Node) -> bool:
+        """Whether gathering ``node``'s split inputs is where the strategy's layout ends by
+        design (sequence parallelism's values meeting an unsplit layer), not a missing
+        rule: logged at debug level, not warned."""
         return False
 
     # ------------------------------------------------------------------ region rewrites
@@ -123,8 +132,8 @@ class LayoutPropagator(LayoutRules):
             return self._expand(node, in_layout)
         if (kind == "call_method" and target in ("split", "chunk", "unbind")) or (kind == "call_function" and target in _SPLIT_FUNCTIONS):
             return self._split(node, in_layout)
-        if (kind == "call_method" and target in ("max", "min", "amax", "amin")) or \
-                (kind == "call_function" and target in _EXTREMES):
+        if (kind == "call_method" and target in ("max", "min", "amax", "amin", "mean", "sum")) or \
+                (kind == "call_function" and target in _EXTREMES | _REDUCTIONS):
             return self._extreme(node, in_layout)
         if kind == "call_function" and target is ops.aten.index.Tensor:
             return self._index(node, in_layout)

@@ -173,10 +173,11 @@ class LayoutRules(LayoutState):
         return layout
 
     def _extreme(self, node: fx.Node, layout: Shard):
-        """``max``/``min``/``amax``/``amin`` over dimensions other than the split one keep
-        the split (the softmax's stabilising max of head-split scores); ``max.dim`` gives
-        values and indices, split alike. Over the split dimension, or over every one: no
-        rule."""
+        """``max``/``min``/``amax``/``amin``, ``mean``/``sum`` over dimensions other than the
+        split one keep the split (the softmax's stabilising max of head-split scores; an
+        RMS norm's mean over the features of a sequence-split activation); ``max.dim``
+        gives values and indices, split alike. Over the split dimension, or over every
+        one: no rule."""
         layout = self._only_first_split(node, layout)
         ndim = len(tensor_spec(node.args[0]).shape)
         dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
