@@ -151,74 +151,6 @@ def scatter_to_tensor_region(x: torch.Tensor, dim: int, group: str) -> torch.Ten
     return _ScatterToRegion.apply(x, dim % x.dim(), process_group)
 
 
-class _ReduceScatterToSequence(torch.autograd.Function):
-    """Megatron-SP's ḡ: reduce-scatter along ``dim`` in forward (the sum over the group,
-    each rank keeping its equal chunk of ``dim``), all-gather of the gradient along ``dim``
-    in backward (Korthikanti et al. 2022, §4.2.2 and Figure 5: the exit of a row-parallel
-    linear when the layers between tensor-parallel regions run split over the sequence)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, dim: int, group: Optional[ProcessGroup]) -> torch.Tensor:
-        ctx.dim, ctx.group = dim, group
-        size = size_of(group)
-        if x.shape[dim] % size:
-            raise ValueError(f"cannot reduce-scatter dim {dim} of size {x.shape[dim]} over {size} ranks")
-        moved = x.movedim(dim, 0).contiguous()
-        out = moved.new_empty((moved.shape[0] // size, *moved.shape[1:]))
-        reduce_scatter_flat(out, moved, group=group)
-        return out.movedim(0, dim)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        moved = grad.movedim(ctx.dim, 0).contiguous()
-        out = moved.new_empty((moved.shape[0] * size_of(ctx.group), *moved.shape[1:]))
-        all_gather_flat(out, moved, group=ctx.group)
-        return out.movedim(0, ctx.dim), None, None
-
-
-class _GatherFromSequence(torch.autograd.Function):
-    """Megatron-SP's g: all-gather along ``dim`` in forward, reduce-scatter of the gradient
-    along ``dim`` in backward (Korthikanti et al. 2022, §4.2.2): the entry of a
-    column-parallel linear whose input is split over the sequence; each rank's gradient
-    for the gathered input is a partial sum over its columns, so the backward sums them
-    and keeps this rank's chunk. Same volume as Megatron's f (an all-reduce) in backward,
-    and the forward all-gather replaces f's identity."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, dim: int, group: Optional[ProcessGroup]) -> torch.Tensor:
-        ctx.dim, ctx.group = dim, group
-        moved = x.movedim(dim, 0).contiguous()
-        out = moved.new_empty((moved.shape[0] * size_of(group), *moved.shape[1:]))
-        all_gather_flat(out, moved, group=group)
-        return out.movedim(0, dim)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        moved = grad.movedim(ctx.dim, 0).contiguous()
-        out = moved.new_empty((moved.shape[0] // size_of(ctx.group), *moved.shape[1:]))
-        reduce_scatter_flat(out, moved, group=ctx.group)
-        return out.movedim(0, ctx.dim), None, None
-
-
-def reduce_scatter_to_sequence_region(x: torch.Tensor, dim: int, group: str) -> torch.Tensor:
-    """Megatron-SP ḡ: the sum over ``group`` of ``x``, this rank's equal chunk of ``dim``
-    forward; all-gather of the gradient backward (:class:`_ReduceScatterToSequence`)."""
-    process_group = get_group(group)
-    if size_of(process_group) == 1:
-        return x
-    return _ReduceScatterToSequence.apply(x, dim % x.dim(), process_group)
-
-
-def gather_from_sequence_region(x: torch.Tensor, dim: int, group: str) -> torch.Tensor:
-    """Megatron-SP g: every rank's chunk of ``x`` along ``dim`` in rank order forward; the
-    sum of the gradients over ``group``, this rank's chunk, backward
-    (:class:`_GatherFromSequence`)."""
-    process_group = get_group(group)
-    if size_of(process_group) == 1:
-        return x
-    return _GatherFromSequence.apply(x, dim % x.dim(), process_group)
-
-
 def all_gather_batch(x: torch.Tensor, group: str) -> torch.Tensor:
     """Concatenate the data-parallel ranks' batch shards along dim 0 (full outputs on every rank)."""
     return gather_from_tensor_region(x, 0, group)
@@ -353,7 +285,7 @@ def vocab_parallel_embedding(
     vocab_start: int,
     group: str,
     padding_idx: Optional[int] = None,
-    sequence_dim: Optional[int] = None,
+    reduce: bool = True,
 ) -> torch.Tensor:
     """Embedding lookup with the table split by rows (vocabulary) over ``group``.
 
@@ -361,8 +293,8 @@ def vocab_parallel_embedding(
     that range look up row 0 and have their output zeroed, then g sums the ranks'
     partial outputs (Megatron-LM's VocabParallelEmbedding; g is §2.3's all-reduce).
     ``padding_idx`` is a global, non-negative row index, as ``nn.Embedding`` stores it.
-    ``sequence_dim``: under sequence parallelism the sum is a reduce-scatter along that
-    token dimension, each rank keeping its chunk of the tokens (Korthikanti et al. §4.2.2).
+    ``reduce=False``: the rank's partial output, for a sum that another collective makes
+    (sequence parallelism's reduce-scatter over the tokens, Korthikanti et al. §4.2.2).
     """
     if padding_idx is not None and padding_idx < 0:
         raise ValueError(f"padding_idx must be a non-negative global index, got {padding_idx}")
@@ -374,9 +306,7 @@ def vocab_parallel_embedding(
     local_ids = (ids - vocab_start).masked_fill(outside, 0)
     out = torch.nn.functional.embedding(local_ids, weight_shard, padding_idx=local_padding)
     out = out.masked_fill(outside.unsqueeze(-1), 0.0)
-    if sequence_dim is not None:
-        return reduce_scatter_to_sequence_region(out, sequence_dim, group)
-    return reduce_from_tensor_region(out, group)
+    return reduce_from_tensor_region(out, group) if reduce else out
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
@@ -547,8 +477,6 @@ GRAPH_FUNCTIONS = (
     reduce_from_tensor_region,
     gather_from_tensor_region,
     scatter_to_tensor_region,
-    reduce_scatter_to_sequence_region,
-    gather_from_sequence_region,
     all_gather_batch,
     average_over_group,
     sum_over_group,

@@ -43,8 +43,10 @@ import torch.nn.functional as F
 from autopar.ir import PARAM_SHARDS, REGION_OF, regions, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
-from autopar.strategies.shared.sharding import Shard, normalize_dim
+from autopar.strategies.shared.sharding import Shard
 from autopar.runtime import collectives
+from autopar.strategies.megatron.collectives import gather_from_sequence_region, reduce_scatter_to_sequence_region
+from autopar.strategies.megatron.sequence import SequenceSplit
 from autopar.runtime import rng
 from autopar.runtime.shards import gather_full, local_shard
 
@@ -138,7 +140,7 @@ def planned_param_shards(gm: fx.GraphModule, *, megatron_regions: list[str], deg
     return dict(_Rewriter(gm, set(megatron_regions), degree, 0, group).shards)
 
 
-class _Rewriter(LayoutPropagator):
+class _Rewriter(SequenceSplit, LayoutPropagator):
     def __init__(self, gm: fx.GraphModule, chosen: set[str], degree: int, rank: int, group: str,
                  sequence: bool = False):
         super().__init__(gm, degree, group)
@@ -280,7 +282,7 @@ class _Rewriter(LayoutPropagator):
             if tokens is None:
                 reduced = self.graph.call_function(collectives.reduce_from_tensor_region, (product, self.group))
             else:  # Megatron-SP's ḡ: the sum, each rank keeping its chunk of the tokens
-                reduced = self.graph.call_function(collectives.reduce_scatter_to_sequence_region,
+                reduced = self.graph.call_function(reduce_scatter_to_sequence_region,
                                                    (product, tokens, self.group))
             result = reduced
             if match.bias is not None:
@@ -295,75 +297,6 @@ class _Rewriter(LayoutPropagator):
         self.layout[product] = None
         for n in (reduced, result):
             self.layout[n] = None if tokens is None else Shard(tokens)
-
-    def _sequence_dim(self, node: fx.Node) -> int | None:
-        """The dimension a row linear's (or a vocabulary-parallel embedding's) output is
-        split along under sequence parallelism: a token dimension (any but the features,
-        the last) that the degree divides. Any token dimension gives the same values,
-        since what runs split between the regions (norms, dropout, residual adds) treats
-        each token alone; the one chosen must be the one the residual it is added to is
-        already split along (:meth:`_residual_dim`), else the outermost the degree
-        divides, which keeps one choice through the views a model takes between
-        ``[batch, seq, hidden]`` and ``[batch·seq, hidden]`` (a Conv1D's): the batch
-        where the degree divides the rows, else the sequence (Megatron's ``[seq, batch,
-        hidden]`` splits the sequence, its first). None: none divides, the output stays
-        replicated (an all-reduce)."""
-        shape = tensor_spec(node).shape
-        fits = [d for d in range(len(shape) - 1) if shape[d] % self.t == 0 and shape[d] >= self.t]
-        aligned = self._residual_dim(node)
-        return aligned if aligned in fits else (fits[0] if fits else None)
-
-    def _residual_dim(self, node: fx.Node) -> int | None:
-        """The dimension of ``node``'s output that lines up with the split of the value it
-        is next added to (a residual stream already split over the tokens), found by
-        following its only user through pointwise ops, dropout and transposes (None:
-        no such value)."""
-        value, ndim = node, len(tensor_spec(node).shape)
-        dims = list(range(ndim))   # dims[i]: the output's dimension at position i of ``value``
-        for _ in range(16):
-            if len(value.users) != 1:
-                return None
-            user = next(iter(value.users))
-            spec = tensor_spec(user)
-            if spec is None or len(spec.shape) != ndim:
-                return None
-            if (user.op == "call_function" and user.target in ops.TRANSPOSE_FUNCTIONS) or \
-                    (user.op == "call_method" and user.target in ("transpose", "permute")):
-                order = _transposed(user, ndim)
-                if order is None:
-                    return None
-                dims = [dims[d] for d in order]
-            elif ops.is_pointwise(user, self.gm) or ops.is_dropout(user, self.gm):
-                for other in user.all_input_nodes:
-                    layout = self.layout.get(other) if other is not value else None
-                    if isinstance(layout, Shard) and layout.blocks == 1 and layout.size is None and \
-                            len(tensor_spec(other).shape) == ndim and layout.dim < ndim - 1:
-                        return dims[layout.dim]
-            else:
-                return None
-            value = user
-        return None
-
-    def boundary(self, node: fx.Node) -> bool:
-        # under sequence parallelism a layer outside the regions (a classifier head, a
-        # pooler) reads the token-split values whole: where Megatron-SP gathers too
-        return self.sequence and all(self._token_split(a) is not None for a in self._sharded_inputs(node))
-
-    def _token_split(self, value: fx.Node) -> int | None:
-        """The dimension ``value`` is split along when that is a token dimension (not its
-        last: a column linear's input split so is gathered by g, not f), else None."""
-        layout = self.layout.get(value)
-        if not isinstance(layout, Shard) or layout.blocks != 1 or layout.size is not None:
-            return None
-        ndim = len(tensor_spec(value).shape)
-        return layout.dim if layout.dim < ndim - 1 else None
-
-    def _gather_tokens(self, value: fx.Node) -> fx.Node:
-        """Megatron-SP's g on a token-split ``value`` (once per value: a fused or separate
-        Q, K and V read one gather)."""
-        dim = self._token_split(value)
-        return self._cached(("g", value), lambda: self._call(collectives.gather_from_sequence_region,
-                                                             (value, dim, self.group), after=value))
 
     def _rewrite_embedding(self, node: fx.Node) -> None:
         ids, weight_name = ops.is_embedding(node, self.gm)
@@ -381,11 +314,17 @@ class _Rewriter(LayoutPropagator):
             tokens = self._sequence_dim(node) if self.sequence else None
             lookup = self.graph.call_function(collectives.vocab_parallel_embedding,
                                               (ids, weight, self.rank * local, self.group, padding_idx),
-                                              {} if tokens is None else {"sequence_dim": tokens})
-        lookup.meta.update(node.meta)
-        node.replace_all_uses_with(lookup)
+                                              {} if tokens is None else {"reduce": False})
+            result = lookup
+            if tokens is not None:  # the ranks' partial lookups summed, each keeping its tokens (ḡ)
+                result = self.graph.call_function(reduce_scatter_to_sequence_region,
+                                                  (lookup, tokens, self.group))
+        for new in (lookup, result):
+            new.meta.update(node.meta)
+        node.replace_all_uses_with(result)
         self.graph.erase_node(node)
-        self.layout[lookup] = None if tokens is None else Shard(tokens)
+        self.layout[lookup] = None
+        self.layout[result] = None if tokens is None else Shard(tokens)
 
     def _rewrite_dropout(self, node: fx.Node) -> None:
         x = node.args[0]
@@ -446,26 +385,6 @@ class _Rewriter(LayoutPropagator):
         self.layout[loss] = None
 
     # ------------------------------------------------------------------ propagation rules
-
-
-def _transposed(node: fx.Node, ndim: int) -> list[int] | None:
-    """The input dimension at each output position of a transpose or permute (None: its
-    dimensions are not literals)."""
-    args = node.args[1:]
-    if len(args) == 1 and isinstance(args[0], (list, tuple)):   # permute(x, [dims])
-        args = tuple(args[0])
-    if not all(isinstance(a, int) for a in args):
-        return None
-    if len(args) == ndim and sorted(normalize_dim(a, ndim) for a in args) == list(range(ndim)):
-        return [normalize_dim(a, ndim) for a in args]
-    if len(args) == 2:
-        a, b = (normalize_dim(d, ndim) for d in args)
-        order = list(range(ndim))
-        order[a], order[b] = b, a
-        return order
-    if not args and ndim == 2:   # t(x)
-        return [1, 0]
-    return None
 
 
 def regions_without_rules(gm: fx.GraphModule, region_ids: list[str], degree: int) -> dict[str, str]:
