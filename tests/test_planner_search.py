@@ -153,8 +153,8 @@ timeline (unit: one chunk's forward; backward = 2 units):
 meshes weighed:
    3D cube (Bian): rejected: Bian's cube form: 4 ranks are no p^3 x data with p >= 2
    data=4 x tensor=1: step 2.749 ms, memory 0.51 MiB
-   data=2 x tensor=2: step 2.712 ms, memory 0.32 MiB
-   data=1 x tensor=4: step 12.308 ms, memory 0.27 MiB
+   data=2 x tensor=2: step 2.712 ms, memory 0.30 MiB
+   data=1 x tensor=4: step 12.308 ms, memory 0.20 MiB
    data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 3.485 ms, memory 0.51 MiB
    data=4 x tensor=1, D&SP 2 sub-grids (naive): step 4.386 ms, memory 0.51 MiB
    data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware): step 1.771 ms, memory 0.59 MiB

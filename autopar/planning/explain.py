@@ -51,8 +51,7 @@ def explain(plan: "Plan") -> str:
            else "")
         + ("; attention cores recomputed in backward (selective)" if plan.selective_recompute else "")
         + ("; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank "
-           "holds 1/t of the tokens, each row linear ends in a reduce-scatter and each column linear starts with an "
-           "all-gather (Korthikanti et al. §4.2.2)" if plan.sequence_parallel else "")
+           "holds 1/t of the tokens" if plan.sequence_parallel else "")
         + (f"; gradients accumulated over {plan.microbatches} microbatches of "
            f"{plan.global_batch // plan.batch_parts() // plan.microbatches} rows" if plan.microbatches > 1 else "")
         + (f"; ZeRO-{plan.zero} over the data ranks ("

@@ -40,12 +40,12 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from autopar.ir import PARAM_SHARDS, REGION_OF, regions, tensor_spec
+from autopar.ir import PARAM_SHARDS, REGION_OF, SPEC, regions, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.shared.sharding import Shard
 from autopar.runtime import collectives
-from autopar.strategies.megatron.collectives import gather_from_sequence_region, reduce_scatter_to_sequence_region
+from autopar.strategies.megatron.collectives import reduce_scatter_to_sequence_region
 from autopar.strategies.megatron.sequence import SequenceSplit
 from autopar.runtime import rng
 from autopar.runtime.shards import gather_full, local_shard
@@ -144,7 +144,7 @@ class _Rewriter(SequenceSplit, LayoutPropagator):
     def __init__(self, gm: fx.GraphModule, chosen: set[str], degree: int, rank: int, group: str,
                  sequence: bool = False):
         super().__init__(gm, degree, group)
-        self.rank, self.sequence = rank, sequence
+        self.rank, self.sequence, self.chosen = rank, sequence, set(chosen)
         self.shards: dict[str, ParamShard] = {}
         self.columns: dict[str, int] = {}      # node name -> blocks
         self.padded: dict[str, int] = {}       # column node name -> its vocabulary, when padded
@@ -236,6 +236,8 @@ class _Rewriter(SequenceSplit, LayoutPropagator):
 
     # ------------------------------------------------------------------ graph helpers
     def rewrite(self, node: fx.Node) -> bool:
+        if self.sequence:
+            self._gather_at_other_regions(node)
         if node.name in self.columns:
             self._rewrite_column(node)
         elif node.name in self.rows:
@@ -289,6 +291,7 @@ class _Rewriter(SequenceSplit, LayoutPropagator):
                 bias = self.graph.get_attr(match.bias)
                 if tokens is not None:  # each rank's bias gradient sums its tokens only: f sums them
                     bias = self.graph.call_function(collectives.copy_to_tensor_region, (bias, self.group))
+                    bias.meta[SPEC] = self._spec(bias.args[0])
                 result = self.graph.call_function(operator.add, (reduced, bias))
         for new in (product, reduced, result):
             new.meta.update(node.meta)

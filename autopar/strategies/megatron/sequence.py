@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from autopar.ir import tensor_spec
+from autopar.ir import REGION_OF, tensor_spec
 from autopar.passes.analysis import ops
-from autopar.strategies.megatron.collectives import gather_from_sequence_region, reduce_scatter_to_sequence_region
+from autopar.strategies.megatron.collectives import gather_from_sequence_region
 from autopar.strategies.shared.propagation.state import LayoutState
 from autopar.strategies.shared.sharding import Shard, normalize_dim
+
+
+_SPLIT_KINDS = ("attention", "linear_chain", "vocab")   # the regions Megatron's rewrite splits
 
 
 class SequenceSplit(LayoutState):
@@ -19,6 +22,7 @@ class SequenceSplit(LayoutState):
     which gathers are the layout's designed end rather than a missing rule."""
 
     sequence: bool = False
+    chosen: set = frozenset()   # the ids of the regions the plan splits Megatron-style
 
     def _sequence_dim(self, node: fx.Node) -> int | None:
         """The dimension a row linear's (or a vocabulary-parallel embedding's) output is
@@ -67,6 +71,22 @@ class SequenceSplit(LayoutState):
                 return None
             value = user
         return None
+
+    def _gather_at_other_regions(self, node: fx.Node) -> None:
+        """Token-split values run between the Megatron regions only: a node of another
+        region (a mixture of experts, which routes every token; a fork/join branch; a
+        region kept whole), or one that such a region reads (a later pass builds the
+        region from its input nodes), reads them gathered."""
+        if not (self._other_region(node) or any(self._other_region(u) for u in node.users)):
+            return
+        for arg in self._sharded_inputs(node):
+            if self._token_split(arg) is not None:
+                node.replace_input_with(arg, self._gather(arg, self.layout[arg], node.name))
+
+    def _other_region(self, node: fx.Node) -> bool:
+        """Whether ``node`` belongs to a region this rewrite does not split Megatron-style."""
+        kinds = {kind: rid for kind, rid in node.meta.get(REGION_OF, {}).items() if kind != "block"}
+        return not all(rid in self.chosen and kind in _SPLIT_KINDS for kind, rid in kinds.items())
 
     def boundary(self, node: fx.Node) -> bool:
         # under sequence parallelism a layer outside the regions (a classifier head, a

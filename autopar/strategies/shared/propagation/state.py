@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from autopar.ir import SPEC, tensor_spec
+from autopar.ir import SPEC, spec_from_value, tensor_spec
 from autopar.runtime import collectives
 from autopar.runtime.shapes import blocks_in_order
 from autopar.strategies.shared.sharding import Shard, operand_dim_for
@@ -43,8 +43,18 @@ class LayoutState:
         with ctx:
             node = self.graph.call_function(fn, args)
         # SPEC keeps its meaning on rank graphs: the global shape of the value
-        node.meta[SPEC] = args[0].meta.get(SPEC)
+        node.meta[SPEC] = self._spec(args[0])
         return node
+
+    def _spec(self, value: fx.Node):
+        """``value``'s SPEC; a parameter read by a ``get_attr`` a rule inserted (a layer
+        norm's weight, made functional) gets its own first."""
+        if SPEC not in value.meta and value.op == "get_attr":
+            owner, _, name = str(value.target).rpartition(".")
+            tensor = getattr(self.gm.get_submodule(owner) if owner else self.gm, name, None)
+            if isinstance(tensor, torch.Tensor):
+                value.meta[SPEC] = spec_from_value(tensor)
+        return value.meta.get(SPEC)
 
     def _cached(self, key: tuple, make) -> fx.Node:
         if key not in self.cache:
