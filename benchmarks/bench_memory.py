@@ -1,8 +1,8 @@
 """The memory model against measured peak memory per rank (docs/benchmarks.md §8).
 
-For each plan of a small transformer and GPT-2 on 4 gloo ranks (data, Megatron tensor,
-an AxoNN grid, D&SP over the attention heads, a pipeline; and the memory levers:
-accumulation, ZeRO-1/2/3, recomputation), one training step and one AdamW step are run
+For each plan of a small transformer and GPT-2 on 4 gloo ranks (data, Megatron tensor
+with and without sequence parallelism, an AxoNN grid, D&SP over the attention heads, a
+pipeline; and the memory levers: accumulation, ZeRO-1/2/3, recomputation), one training step and one AdamW step are run
 and the bytes a rank holds are *measured*:
 
 * parameters: this rank's ``pm.parameters()`` (under ZeRO its shards, plus ZeRO-1/2's
@@ -37,13 +37,17 @@ import torch
 
 import autopar
 from autopar.runtime.launcher import launch
+from autopar.strategies.megatron import collectives as sequence_collectives
 
 MODELS = {
     "transformer": dict(vocab=256, width=128, heads=4, layers=4, block=64),
 }
 CASES = [
     ("transformer", "data 4", {"data": 4}),
-    ("transformer", "data 2 x tensor 2", {"data": 2, "tensor": 2}),
+    ("transformer", "data 2 x tensor 2", {"data": 2, "tensor": 2, "sequence_parallel": False}),
+    ("transformer", "data 2 x tensor 2, SP", {"data": 2, "tensor": 2, "sequence_parallel": True}),
+    ("transformer", "tensor 4", {"tensor": 4, "sequence_parallel": False}),
+    ("transformer", "tensor 4, SP", {"tensor": 4, "sequence_parallel": True}),
     ("transformer", "3D 2x2x1", {"x": 2, "y": 2, "z": 1, "data": 1}),
     ("transformer", "D&SP 2 sub-grids", {"data": 4, "subgrids": 2}),
     ("transformer", "pipeline 2 x data 2, m=2", {"pipeline": 2, "data": 2, "microbatches": 2}),
@@ -54,7 +58,8 @@ CASES = [
     ("transformer", "data 4, full recompute", {"data": 4, "recompute": "full"}),
     ("transformer", "data 4, selective recompute", {"data": 4, "recompute": "selective"}),
     ("gpt2", "data 4", {"data": 4}),
-    ("gpt2", "data 2 x tensor 2", {"data": 2, "tensor": 2}),
+    ("gpt2", "data 2 x tensor 2", {"data": 2, "tensor": 2, "sequence_parallel": False}),
+    ("gpt2", "data 2 x tensor 2, SP", {"data": 2, "tensor": 2, "sequence_parallel": True}),
     ("gpt2", "pipeline 2 x data 2, m=2", {"pipeline": 2, "data": 2, "microbatches": 2}),
 ]
 
@@ -129,6 +134,13 @@ def job(cases):
         if zero is not None:  # ZeRO-3's notes for backward are the innermost hooks: observe through them
             own = zero._pack
             zero._pack = lambda t: (lambda r: saved.pack(r) if r is t else r)(own(t))  # noqa: E731
+        # sequence parallelism keeps a column linear's gathered input as this rank's
+        # chunk (its hooks are the innermost too): the chunk is what is held
+        own_pack, own_unpack = sequence_collectives._pack, sequence_collectives._unpack
+        sequence_collectives._pack = lambda t: (lambda r: saved.pack(t) if r is t else  # noqa: E731
+                                                ("observed", r, saved.pack(r[0].local)))(own_pack(t))
+        sequence_collectives._unpack = lambda p: own_unpack(p[1] if isinstance(p, tuple) and p[:1] == ("observed",)  # noqa: E731
+                                                            else p)
         # the gradients' peak during backward (ZeRO-1/2 drop the full ones at the buckets' end)
         peak_grads = [0]
         live = lambda: nbytes(q.grad for q in tracked if q.grad is not None)  # noqa: E731
@@ -136,6 +148,7 @@ def job(cases):
                    for q in tracked if q.requires_grad]
         with saved.hooks():
             pm.step(ids, target=target)
+        sequence_collectives._pack, sequence_collectives._unpack = own_pack, own_unpack
         for h in handles:
             h.remove()
         optimizer.step()
@@ -145,7 +158,11 @@ def job(cases):
         measured = params + grads + state + saved.peak
         rows.append({"model": model_name, "plan": label, "mesh": dict(pm.plan.mesh), "params": params,
                      "grads": grads, "optimizer": state, "activations": saved.peak, "measured": measured,
-                     "predicted": pm.plan.total.memory_bytes})
+                     "predicted": pm.plan.total.memory_bytes,
+                     # the prediction's activations: the rest once 16 bytes per parameter
+                     # element held are taken off (plans without ZeRO)
+                     "predicted_activations": None if pm.plan.zero else
+                     pm.plan.total.memory_bytes - 16 * sum(p.numel() for p in pm.parameters())})
     return rows
 
 
@@ -159,11 +176,12 @@ def main(argv=None) -> int:
         worst["ratio"] = worst["predicted"] / worst["measured"]
         rows.append(worst)
     print(f"{'model':12s} {'plan':28s} {'params':>9s} {'grads':>9s} {'optim':>9s} {'activ':>9s} "
-          f"{'measured':>9s} {'predicted':>9s} {'ratio':>6s}")
+          f"{'pred act':>9s} {'measured':>9s} {'predicted':>9s} {'ratio':>6s}")
     kib = lambda b: f"{b / 1024:8.0f}K"  # noqa: E731
     for r in rows:
+        act = kib(r["predicted_activations"]) if r["predicted_activations"] is not None else f"{'-':>9s}"
         print(f"{r['model']:12s} {r['plan']:28s} {kib(r['params'])} {kib(r['grads'])} {kib(r['optimizer'])} "
-              f"{kib(r['activations'])} {kib(r['measured'])} {kib(r['predicted'])} {r['ratio']:6.3f}")
+              f"{kib(r['activations'])} {act} {kib(r['measured'])} {kib(r['predicted'])} {r['ratio']:6.3f}")
     within = sum(0.8 <= r["ratio"] <= 1.2 for r in rows)
     print(f"within 20 %: {within} of {len(rows)}")
     if args.json:

@@ -7,9 +7,19 @@ reduce-scatters, g. A ring all-reduce is a reduce-scatter followed by an all-gat
 the volume is the one f and g move.
 
 Graph-callable, like :mod:`autopar.runtime.collectives`: tensors, ints and a group name.
+
+What a column linear reads, g's gathered input, autograd keeps for the weight gradient:
+the whole ``[tokens, hidden]`` on every rank, which would undo the split's saving. So,
+as Megatron-LM does (Korthikanti et al. §4.2.2: "we store the sequence parallel input
+and perform an extra all-gather in the backward pass"), :func:`keep_split_inputs` keeps
+each rank's chunk instead and gathers it again when backward reads it
+(``saved_tensors_hooks``, as ZeRO-3 keeps its gathered parameters,
+:mod:`autopar.strategies.data.zero`).
 """
 from __future__ import annotations
 
+import contextlib
+import weakref
 from typing import Optional
 
 import torch
@@ -59,6 +69,7 @@ class _GatherFromSequence(torch.autograd.Function):
         moved = x.movedim(dim, 0).contiguous()
         out = moved.new_empty((moved.shape[0] * size_of(group), *moved.shape[1:]))
         all_gather_flat(out, moved, group=group)
+        _remember(out, moved.detach(), group)
         return out.movedim(0, dim)
 
     @staticmethod
@@ -67,6 +78,63 @@ class _GatherFromSequence(torch.autograd.Function):
         out = moved.new_empty((moved.shape[0] // size_of(ctx.group), *moved.shape[1:]))
         reduce_scatter_flat(out, moved, group=ctx.group)
         return out.movedim(0, ctx.dim), None, None
+
+
+class _Held:
+    """A gathered input's source: this rank's chunk (tokens first, as gathered) and its
+    group; ``full``: the gather made again while backward reads it, dropped once every
+    saved view of it was read."""
+
+    __slots__ = ("local", "group", "full", "pending")
+
+    def __init__(self, local: torch.Tensor, group):
+        self.local, self.group, self.full, self.pending = local, group, None, 0
+
+    def gathered(self) -> torch.Tensor:
+        if self.full is None:
+            out = self.local.new_empty((self.local.shape[0] * size_of(self.group), *self.local.shape[1:]))
+            all_gather_flat(out, self.local, group=self.group)
+            self.full = out
+        return self.full
+
+
+# the storage of each gathered input alive -> (the gathered tensor, weakly; its source)
+_GATHERED: dict[int, tuple[weakref.ref, _Held]] = {}
+
+
+def _remember(out: torch.Tensor, local: torch.Tensor, group) -> None:
+    ptr = out.untyped_storage().data_ptr()
+    _GATHERED[ptr] = (weakref.ref(out), _Held(local, group))
+    weakref.finalize(out, _GATHERED.pop, ptr, None)   # before its storage can be reused
+
+
+def _pack(t: torch.Tensor):
+    entry = _GATHERED.get(t.untyped_storage().data_ptr()) if t.numel() else None
+    if entry is None or entry[0]() is None or entry[0]().dtype != t.dtype:
+        return t
+    held = entry[1]
+    held.pending += 1
+    return (held, tuple(t.shape), t.stride(), t.storage_offset())
+
+
+def _unpack(packed):
+    if not (isinstance(packed, tuple) and len(packed) == 4 and isinstance(packed[0], _Held)):
+        return packed
+    held, shape, stride, offset = packed
+    view = held.gathered().as_strided(shape, stride, offset)
+    held.pending -= 1
+    if held.pending <= 0:
+        held.full = None
+    return view
+
+
+@contextlib.contextmanager
+def keep_split_inputs():
+    """While a program runs forward: a gathered input (or a view of it) autograd keeps
+    for backward is kept as this rank's chunk and gathered again when backward reads it
+    (module docstring); each gather again serves every saved view of one input."""
+    with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+        yield
 
 
 def reduce_scatter_to_sequence_region(x: torch.Tensor, dim: int, group: str) -> torch.Tensor:

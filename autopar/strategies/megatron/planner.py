@@ -43,6 +43,7 @@ from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected, too_big)
 from autopar.strategies.megatron.rewrite import planned_param_shards, regions_without_rules, tensor_parallel_pass
+from autopar.strategies.megatron.runtime import SequenceRankRuntime
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms
 
@@ -132,9 +133,9 @@ def _choose(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, force_sp
 
 
 def sequence_on(ctx: PlanContext, tensor: int) -> bool:
-    """Whether a ``data × tensor`` configuration is priced with Megatron-SP: as forced,
-    else wherever the tensor group has more than one rank (its collectives cost what
-    f and g's all-reduces cost, :func:`autopar.planning.search.sequence_parallel`)."""
+    """Whether a configuration whose tensor groups have ``tensor`` ranks is priced with
+    Megatron-SP: unless forced off, wherever that is more than one (its collectives cost
+    what f and g's all-reduces cost, :func:`autopar.planning.search.sequence_parallel`)."""
     forced = ctx.levers.sequence_parallel if ctx.levers is not None else None
     return tensor > 1 and forced is not False
 
@@ -270,6 +271,11 @@ class Megatron(DataTensor):
                                 {"megatron_regions": regions, "degree": degree, "rank": tensor if whole else place,
                                  "group": group, "sequence_parallel": plan.sequence_parallel and whole}))
         return out
+
+    def rank_runtime(self, plan: Plan, rank: int, options: dict) -> SequenceRankRuntime | None:
+        """Under sequence parallelism, the hooks that keep the column linears' gathered
+        inputs split (:mod:`autopar.strategies.megatron.runtime`)."""
+        return SequenceRankRuntime() if plan.sequence_parallel else None
 
     def recompute_regions(self, plan: Plan) -> list[str]:
         # with D&SP sub-grids, every sub-grid's regions (a rank's program has its own only;

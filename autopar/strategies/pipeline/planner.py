@@ -187,8 +187,8 @@ def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, l
 
 
 def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy, stage_plans=None,
-                    zero: int | None = None, recompute: bool | None = None, allowance: float = 0.0
-                    ) -> PipelineNumbers:
+                    zero: int | None = None, recompute: bool | None = None, allowance: float = 0.0,
+                    sequence: bool = False) -> PipelineNumbers:
     """The figures of one pipeline layout at its best microbatch count: the fastest
     whose memory fits, recomputing the blocks' activations (megatron §3.5) or sharding
     the state over the data ranks (ZeRO-1..3, :func:`with_zero`) only where keeping
@@ -197,7 +197,8 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
     forced ZeRO stage, ``recompute``: forced full recomputation of the blocks or none
     (None: the search's choice for both); ``allowance``: bytes per rank another family
     frees from these figures (expert parallelism's spread experts), counted when judging
-    what fits."""
+    what fits; ``sequence``: Megatron's sequence parallelism inside the stages
+    (:func:`_stage_figures`)."""
     p, data, tensor, shape, local = pipeline_layout(model, world, config)
     inner = stage_plans(shape, tensor) if stage_plans is not None else None
     best = smallest = None
@@ -205,7 +206,7 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
     for m in _microbatch_counts(model, config, p, data, local):
         for mode in modes:
             numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, config.schedule, data, tensor,
-                                       config.scatter_gather, mode, inner)
+                                       config.scatter_gather, mode, inner, sequence)
             stages = (zero,) if zero is not None else (0, 1, 2, 3) if data > 1 else (0,)
             fitting = None
             for z in stages:
@@ -225,11 +226,14 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
 
 
 def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages: int, scale: int, tensor: int,
-                   recompute: bool) -> tuple[list[float], list[float], list[float]]:
+                   recompute: bool, sequence: bool = False) -> tuple[list[float], list[float], list[float]]:
     """Per stage, for one microbatch (the batch's ``1/scale``): forward + backward
-    seconds, their tensor-parallel part, and the bytes saved for backward."""
+    seconds, their tensor-parallel part, and the bytes saved for backward (with
+    ``sequence``, Megatron's sequence parallelism, those outside a stage's split regions
+    divided by the tensor degree, as :func:`~autopar.strategies.megatron.planner.price_mesh`)."""
     stage_s, stage_comm, stage_act = [0.0] * stages, [0.0] * stages, [0.0] * stages
     for s in range(stages):
+        split_any = False
         for rep, count in shape.groups[s]:
             divisible = tensor > 1 and rep.id not in shape.keep_whole and \
                 all(size % tensor == 0 for _, size in region_sizes(rep))
@@ -240,13 +244,15 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
                 seconds = model.seconds(rep.nodes, hw, pad / (scale * tensor), recompute) + comm
                 act = model.activation_bytes(rep.nodes, pad / scale / tensor)
                 stage_comm[s] += comm * count
+                split_any = True
             else:
                 seconds = model.seconds(rep.nodes, hw, 1 / scale, recompute)
                 act = model.activation_bytes(rep.nodes, 1 / scale)
             stage_s[s] += seconds * count
             stage_act[s] += act * count
         stage_s[s] += model.seconds(shape.outside[s], hw, 1 / scale)  # the runtime recomputes blocks only
-        stage_act[s] += model.activation_bytes(shape.outside[s], 1 / scale)
+        between = tensor if sequence and split_any else 1
+        stage_act[s] += model.activation_bytes(shape.outside[s], 1 / scale / between)
     for r, parts in shape.spanning:
         divisible = tensor > 1 and r.id not in shape.keep_whole and \
             all(size % tensor == 0 for _, size in region_sizes(r))
@@ -278,8 +284,8 @@ def _rank_params(shape: PipelineShape, p: int, tensor: int) -> tuple[list[float]
 
 
 def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: int, v: int, m: int, schedule: str,
-                     data: int, tensor: int, scatter_gather: bool, recompute: bool = False, inner=None
-                     ) -> PipelineNumbers:
+                     data: int, tensor: int, scatter_gather: bool, recompute: bool = False, inner=None,
+                     sequence: bool = False) -> PipelineNumbers:
     """The predicted figures of ``p`` ranks × ``v`` chunks with ``m`` microbatches of
     ``B/(d·m)`` rows, each stage's regions priced once per class: per-stage seconds per
     microbatch (compute, Megatron all-reduces), point-to-point sends, per-rank seconds,
@@ -297,7 +303,8 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     if inner is not None:
         stage_s, stage_comm, stage_act, rank_params, tied_elems = inner.figures(scale, p, recompute)
     else:
-        stage_s, stage_comm, stage_act = _stage_figures(model, hw, shape, stages, scale, tensor, recompute)
+        stage_s, stage_comm, stage_act = _stage_figures(model, hw, shape, stages, scale, tensor, recompute,
+                                                        sequence and tensor > 1)
         rank_params, tied_elems = _rank_params(shape, p, tensor)
     # the executor's work per stage and microbatch: one forward action, one backward
     stage_s = [s + 2 * hw.pipeline_action_s for s in stage_s]
@@ -445,7 +452,10 @@ class Pipeline(CompileHooks):
             # pipeline does not weigh) without; unforced, the search weighs both
             mode = ctx.levers.recompute if ctx.levers is not None else None
             recompute = None if mode is None else mode == "full"
-            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero, recompute, allowance)
+            # Megatron's sequence parallelism in the stages unless forced off (a tensor group splits there)
+            sequence = not config.mixed and (ctx.levers is None or ctx.levers.sequence_parallel is not False)
+            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero, recompute, allowance,
+                                sequence=sequence)
         except PlanError as e:
             if ctx.forced is not None:
                 raise
