@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -140,6 +141,21 @@ def planned_param_shards(gm: fx.GraphModule, *, megatron_regions: list[str], deg
     return dict(_Rewriter(gm, set(megatron_regions), degree, 0, group).shards)
 
 
+# each graph's nodes by name, kept between rewriters of one graph (the planner makes
+# thousands on the global graph, which it never changes); checked at every lookup
+_NAMES: "weakref.WeakKeyDictionary[fx.Graph, dict[str, fx.Node]]" = weakref.WeakKeyDictionary()
+
+
+def _named(graph: fx.Graph, name: str) -> fx.Node | None:
+    """The node of ``graph`` called ``name`` (None: none): from the graph's kept index
+    where the node found there is still that graph's and so named, else from a new one."""
+    node = _NAMES.get(graph, {}).get(name)
+    if node is None or node.graph is not graph or node.name != name or getattr(node, "_erased", False):
+        _NAMES[graph] = index = {n.name: n for n in graph.nodes}
+        node = index.get(name)
+    return node
+
+
 class _Rewriter(SequenceSplit, LayoutPropagator):
     def __init__(self, gm: fx.GraphModule, chosen: set[str], degree: int, rank: int, group: str,
                  sequence: bool = False):
@@ -150,7 +166,6 @@ class _Rewriter(SequenceSplit, LayoutPropagator):
         self.padded: dict[str, int] = {}       # column node name -> its vocabulary, when padded
         self.rows: set[str] = set()
         self.embeddings: dict[str, int] = {}   # node name -> vocab size
-        self._by_name = {n.name: n for n in self.graph.nodes}   # the claims below read the graph unchanged
         known = {r.id: r for r in regions(gm)}
         missing = sorted(chosen - set(known))
         if missing:
@@ -229,7 +244,7 @@ class _Rewriter(SequenceSplit, LayoutPropagator):
                                       f"{region.kind} regions")
 
     def _node(self, name: str) -> fx.Node:
-        node = self._by_name.get(name)
+        node = _named(self.graph, name)
         if node is None:
             raise TensorParallelError(f"node {name} named by a region is missing from the graph")
         return node
