@@ -195,3 +195,11 @@ class no_stack_traces:
 
     def __exit__(self, *exc):
         self._config.do_not_emit_stack_traces = self._before
+
+
+def enclosing_saved_tensors_hooks():
+    """The ``(pack, unpack)`` pair of the innermost ``saved_tensors_hooks`` context active
+    now (None: none). Only the innermost pair runs, so a context that keeps some saved
+    tensors its own way hands the others to this pair (sequence parallelism's inside
+    ZeRO-3's, :func:`autopar.strategies.megatron.collectives.keep_split_inputs`)."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False)

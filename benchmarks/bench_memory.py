@@ -134,13 +134,11 @@ def job(cases):
         if zero is not None:  # ZeRO-3's notes for backward are the innermost hooks: observe through them
             own = zero._pack
             zero._pack = lambda t: (lambda r: saved.pack(r) if r is t else r)(own(t))  # noqa: E731
-        # sequence parallelism keeps a column linear's gathered input as this rank's
-        # chunk (its hooks are the innermost too): the chunk is what is held
-        own_pack, own_unpack = sequence_collectives._pack, sequence_collectives._unpack
-        sequence_collectives._pack = lambda t: (lambda r: saved.pack(t) if r is t else  # noqa: E731
-                                                ("observed", r, saved.pack(r[0].local)))(own_pack(t))
-        sequence_collectives._unpack = lambda p: own_unpack(p[1] if isinstance(p, tuple) and p[:1] == ("observed",)  # noqa: E731
-                                                            else p)
+        # sequence parallelism keeps a column linear's gathered input as this rank's chunk
+        # (its hooks are the innermost; what they do not keep reaches these): the chunk is held
+        own_match = sequence_collectives._match
+        sequence_collectives._match = lambda t: (lambda r: r if r is None else  # noqa: E731
+                                                 setattr(r, "note", saved.pack(r.held.local)) or r)(own_match(t))
         # the gradients' peak during backward (ZeRO-1/2 drop the full ones at the buckets' end)
         peak_grads = [0]
         live = lambda: nbytes(q.grad for q in tracked if q.grad is not None)  # noqa: E731
@@ -148,7 +146,7 @@ def job(cases):
                    for q in tracked if q.requires_grad]
         with saved.hooks():
             pm.step(ids, target=target)
-        sequence_collectives._pack, sequence_collectives._unpack = own_pack, own_unpack
+        sequence_collectives._match = own_match
         for h in handles:
             h.remove()
         optimizer.step()

@@ -99,17 +99,17 @@ to_23 = torch.ops.aten.to.dtype(expert_parallel_mlp_1, torch.float32);  expert_p
         self.assertExpectedInline(table, """\
 autopar plan: MLP on 2 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 0.755 ms: compute 0.031 ms, data comm 0.000 ms, tensor comm 0.724 ms; memory per rank 0.07 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
-model: 4.086e+05 FLOP per step -> 2.707e+08 FLOP/s per device predicted
+predicted step 0.936 ms: compute 0.031 ms, data comm 0.000 ms, tensor comm 0.905 ms; memory per rank 0.07 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
+model: 4.086e+05 FLOP per step -> 2.183e+08 FLOP/s per device predicted
 
 region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-linear_chain:body    linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
-linear_chain:body#1  linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
+linear_chain:body    linear_chain  megatron   0.012 ms  0.453 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
+linear_chain:body#1  linear_chain  megatron   0.012 ms  0.453 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
 (outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
 
 meshes weighed:
- * data=1 x tensor=2: step 0.755 ms, memory 0.07 MiB""")
+ * data=1 x tensor=2: step 0.936 ms, memory 0.07 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
@@ -143,17 +143,17 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: MLP on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 1.374 ms: compute 0.030 ms, data comm 0.622 ms, tensor comm 0.722 ms; memory per rank 0.07 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
-model: 4.086e+05 FLOP per step -> 7.435e+07 FLOP/s per device predicted
+predicted step 1.554 ms: compute 0.030 ms, data comm 0.622 ms, tensor comm 0.903 ms; memory per rank 0.07 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
+model: 4.086e+05 FLOP per step -> 6.572e+07 FLOP/s per device predicted
 
 region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-linear_chain:body    linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
-linear_chain:body#1  linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
+linear_chain:body    linear_chain  megatron   0.012 ms  0.451 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
+linear_chain:body#1  linear_chain  megatron   0.012 ms  0.451 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
 (outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
 
 meshes weighed:
- * data=2 x tensor=2: step 1.374 ms, memory 0.07 MiB""")
+ * data=2 x tensor=2: step 1.554 ms, memory 0.07 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
@@ -310,20 +310,20 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 2.079 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 1.882 ms; memory per rank 0.38 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
-model: 1.121e+07 FLOP per step -> 2.696e+09 FLOP/s per device predicted
+predicted step 2.550 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 2.352 ms; memory per rank 0.38 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
+model: 1.121e+07 FLOP per step -> 2.198e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-vocab:tok                vocab         megatron   0.010 ms  0.376 ms     0.000 ms   0.02 MiB  replicate 0.013 ms
-attention:blocks.0.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
-attention:blocks.1.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
-linear_chain:blocks.0    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
-linear_chain:blocks.1    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
+vocab:tok                vocab         megatron   0.010 ms  0.470 ms     0.000 ms   0.02 MiB  replicate 0.013 ms
+attention:blocks.0.attn  attention     megatron   0.038 ms  0.470 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
+attention:blocks.1.attn  attention     megatron   0.038 ms  0.470 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
+linear_chain:blocks.0    linear_chain  megatron   0.023 ms  0.470 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
+linear_chain:blocks.1    linear_chain  megatron   0.023 ms  0.470 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
 (outside regions)        -             replicate  0.064 ms  0.000 ms     0.000 ms   0.06 MiB  -
 
 meshes weighed:
- * data=1 x tensor=2: step 2.079 ms, memory 0.38 MiB""")
+ * data=1 x tensor=2: step 2.550 ms, memory 0.38 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -481,20 +481,20 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 2.712 ms: compute 0.155 ms, data comm 0.716 ms, tensor comm 1.841 ms; memory per rank 0.30 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
-model: 1.121e+07 FLOP per step -> 1.033e+09 FLOP/s per device predicted
+predicted step 3.172 ms: compute 0.155 ms, data comm 0.716 ms, tensor comm 2.301 ms; memory per rank 0.30 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
+model: 1.121e+07 FLOP per step -> 8.835e+08 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-vocab:tok                vocab         megatron   0.008 ms  0.368 ms     0.000 ms   0.02 MiB  replicate 0.010 ms
-attention:blocks.0.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
-attention:blocks.1.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
-linear_chain:blocks.0    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
-linear_chain:blocks.1    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
+vocab:tok                vocab         megatron   0.008 ms  0.460 ms     0.000 ms   0.02 MiB  replicate 0.010 ms
+attention:blocks.0.attn  attention     megatron   0.032 ms  0.460 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
+attention:blocks.1.attn  attention     megatron   0.032 ms  0.460 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
+linear_chain:blocks.0    linear_chain  megatron   0.017 ms  0.460 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
+linear_chain:blocks.1    linear_chain  megatron   0.017 ms  0.460 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
 (outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.04 MiB  -
 
 meshes weighed:
- * data=2 x tensor=2: step 2.712 ms, memory 0.30 MiB""")
+ * data=2 x tensor=2: step 3.172 ms, memory 0.30 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -1035,8 +1035,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(plan.explain(), """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: pipeline=2 x data=1 x tensor=2   (rank = (pipeline*1 + data)*2 + tensor; tensor ranks adjacent, pipeline outermost)
-predicted step 6.356 ms: compute 0.271 ms, data comm 0.000 ms, pipeline comm 2.444 ms, tensor comm 3.641 ms; memory per rank 0.17 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
-model: 1.121e+07 FLOP per step -> 4.409e+08 FLOP/s per device predicted
+predicted step 7.267 ms: compute 0.271 ms, data comm 0.000 ms, pipeline comm 2.627 ms, tensor comm 4.369 ms; memory per rank 0.16 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
+model: 1.121e+07 FLOP per step -> 3.857e+08 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -1047,17 +1047,17 @@ linear_chain:blocks.0    linear_chain  megatron   0.057 ms  1.456 ms     0.000 m
 linear_chain:blocks.1    linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
 (outside regions)        -             replicate  0.161 ms  0.000 ms     0.000 ms   0.04 MiB  -
 
-pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.271 ms); scatter/gather on
-  stage 0 (rank 0): block:blocks.0 + embedding; 0.977 ms per microbatch; sends 2.0 KiB per microbatch
-  stage 1 (rank 1): block:blocks.1 + head and loss; 0.978 ms per microbatch
-  per rank: rank 0 1.270 ms/microbatch, 2 in flight, 0.17 MiB (0.15 MiB recomputing); rank 1 1.271 ms/microbatch, 1 in flight, 0.13 MiB (0.13 MiB recomputing)
+pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.453 ms); scatter/gather on
+  stage 0 (rank 0): block:blocks.0 + embedding; 1.159 ms per microbatch; sends 2.0 KiB per microbatch
+  stage 1 (rank 1): block:blocks.1 + head and loss; 1.160 ms per microbatch
+  per rank: rank 0 1.452 ms/microbatch, 2 in flight, 0.16 MiB (0.14 MiB recomputing); rank 1 1.453 ms/microbatch, 1 in flight, 0.12 MiB (0.12 MiB recomputing)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  F2  .   .   B1  B1  F3  B2  B2  F4  B3  B3  .   B4  B4 |
   rank 1 | .   F1  B1  B1  F2  B2  B2  F3  B3  B3  F4  B4  B4  .   .  |
   1f1b: p=2 m=4; step 15 units, compute 12 per rank, bubble 0.250 of the ideal time
 
 meshes weighed:
- * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 6.356 ms, memory 0.17 MiB""")
+ * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 7.267 ms, memory 0.16 MiB""")
         self.assertExpectedInline(pipeline_rank_code(model, plan, 0, inputs, loss_fn, target, rewrite=rewrite), """\
 # stage 0 on rank 0 of 4 (pipeline=0, data=0, tensor=0); built by passes: pipeline_stages -> analysis -> stage_blocks -> tensor_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")

@@ -10,6 +10,7 @@ import transformers
 import autopar
 import shared_ranks
 from autopar.planning.strategy import PlanError
+from autopar.strategies.megatron import collectives as sequence_collectives
 from autopar.testing import compare_with_single_device
 
 V = 96
@@ -68,12 +69,24 @@ def two_ranks_job():
            "gpt2": _report(gpt2, sp, kwargs=batch())}
     x, y = torch.randn(16, 4, 32), torch.randn(16, 4, 8)
     out["encoder"] = _report(encoder, sp, inputs=(x,), target=y, loss_fn=F.mse_loss)
-    # where the split runs, and where a length the degree does not divide leaves it
+    # where the split runs; a length the degree does not divide runs without it
     torch.manual_seed(0)
-    for name, kwargs in (("collectives", batch()), ("collectives_odd", batch(rows=1, tokens=15, padded=False))):
-        pm = autopar.compile(llama(), None, example_kwargs=kwargs, strategy=sp)
+    for name, kwargs, strategy in (("collectives", batch(), sp),
+                                   ("collectives_odd", batch(rows=1, tokens=15, padded=False), {"tensor": 2})):
+        pm = autopar.compile(llama(), None, example_kwargs=kwargs, strategy=strategy)
         pm.step(**kwargs)
         out[name] = _sequence_collectives(pm)
+        out[name + "_planned"] = pm.plan.sequence_parallel
+    # each column linear's gathered input is kept as the rank's chunk for backward
+    kept = []
+    own = sequence_collectives._match
+    sequence_collectives._match = lambda t: (lambda r: kept.append(r is not None) or r)(own(t))
+    try:
+        pm = autopar.compile(llama(), None, example_kwargs=batch(), strategy=sp)
+        pm.step(**batch())
+    finally:
+        sequence_collectives._match = own
+    out["kept_split"] = sum(kept)
     pm = autopar.compile(llama(), None, example_kwargs=batch(), strategy={"tensor": 2, "sequence_parallel": False})
     pm.step(**batch())
     out["collectives_off"] = _sequence_collectives(pm)
@@ -119,10 +132,14 @@ def test_the_split_runs_between_the_regions_and_stops_where_no_token_dimension_d
     assert out["collectives"]["reduce_scatter_to_sequence_region"] == 5
     assert out["collectives"]["gather_from_sequence_region"] == 5
     assert out["collectives"]["reduce_from_tensor_region"] == 0
-    # one sequence of 15 tokens over 2 ranks: Megatron's all-reduces, no split
+    assert out["collectives_planned"]
+    # one sequence of 15 tokens over 2 ranks: the plan runs Megatron's all-reduces
+    assert not out["collectives_odd_planned"]
     assert out["collectives_odd"]["reduce_scatter_to_sequence_region"] == 0
     assert out["collectives_odd"]["reduce_from_tensor_region"] > 0
     assert out["collectives_off"]["reduce_scatter_to_sequence_region"] == 0
+    # the queries', keys' and values' input and each MLP's and the head's, saved as chunks
+    assert out["kept_split"] >= 5
 
 
 @pytest.mark.multiprocess
@@ -148,10 +165,17 @@ def test_the_planner_runs_sequence_parallel_wherever_a_tensor_group_splits():
     # the activations between the regions are divided by the tensor degree
     assert on.total.memory_bytes < off.total.memory_bytes
     assert not _plan({"data": 4}).sequence_parallel
+    # alone, the key lets the planner choose among the plans with a tensor group
+    alone = _plan({"sequence_parallel": True})
+    assert alone.sequence_parallel and alone.degree("tensor") > 1
 
 
 def test_forcing_sequence_parallel_where_it_cannot_run_names_the_plan():
     with pytest.raises(PlanError, match="sequence_parallel=True.*tensor"):
         _plan({"data": 4, "sequence_parallel": True})
+    with pytest.raises(PlanError, match="no token dimension .* divisible by the tensor degree 2"):
+        torch.manual_seed(0)
+        autopar.plan(llama(), 2, example_kwargs=batch(rows=1, tokens=15, padded=False),
+                     strategy={"tensor": 2, "sequence_parallel": True}, hardware="cpu-gloo")
     with pytest.raises(PlanError, match="sequence_parallel='yes'"):
         _plan({"tensor": 2, "sequence_parallel": "yes"}, world=2)

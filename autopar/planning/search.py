@@ -72,7 +72,8 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     plan_ = search(ctx, progress or Progress(lambda *a: None))
     _overheads(ctx, plan_)
     apply_levers(ctx, plan_)
-    plan_.sequence_parallel = sequence_parallel(ctx, plan_)
+    for family in FAMILIES:   # the plan-wide options each family settles on the winner
+        family.finish_plan(ctx, plan_)
     plan_.fusion = hw.fused_kernels
     forward = sum(w.flops for w in model.work.values() if w.is_kernel)
     plan_.flops_per_step = float(forward * (4 if plan_.recompute else 3))
@@ -214,8 +215,13 @@ def _overheads(ctx: PlanContext, plan_: Plan) -> None:
 
 def lever_conflict(ctx: PlanContext, priced: Priced) -> str | None:
     """Why the forced levers cannot ride on a configuration (None: they can): ZeRO needs
-    data ranks to shard over, in one group of equal programs."""
+    data ranks to shard over, in one group of equal programs; sequence parallelism a
+    tensor group of Megatron regions."""
     levers = ctx.levers
+    if levers is not None and levers.sequence_parallel and (
+            priced.mesh.get("tensor", 1) < 2 or priced.config.mixed or priced.config.grid is not None):
+        return (f"sequence_parallel=True runs over a tensor group of data, tensor, pipeline and expert plans, "
+                f"and {priced.mesh} {'is a mixed or 3D plan' if priced.mesh.get('tensor', 1) > 1 else 'has none'}")
     if levers is None or not levers.zero:
         return None
     mesh, c = priced.mesh, priced.config
@@ -226,25 +232,6 @@ def lever_conflict(ctx: PlanContext, priced: Priced) -> str | None:
         return (f"zero={levers.zero} with D&SP sub-grids or a whole-model 3D grid is not in this version (their "
                 f"data groups do not run equal programs); use zero with data, tensor, mixed or pipeline plans")
     return None
-
-
-def sequence_parallel(ctx: PlanContext, plan_: Plan) -> bool:
-    """Whether the plan runs Megatron-SP (docs/sequence.md): as forced, else wherever a
-    tensor group of more than one rank splits regions Megatron-style. Its g and ḡ move
-    what f and g's all-reduce moves (a ring all-reduce is a reduce-scatter and an
-    all-gather, Korthikanti et al. §4.2.2), so it costs no time and saves memory. Not in
-    this version: mixed plans (their 3D regions read the values between regions whole)
-    and D&SP sub-grids of the tensor group."""
-    forced = ctx.levers.sequence_parallel if ctx.levers is not None else None
-    why_not = None
-    if plan_.degree("tensor") < 2 or not plan_.regions_with("megatron"):
-        why_not = "no region is split Megatron-style over a tensor group of more than one rank"
-    elif plan_.mixed or plan_.tensor_subgrids or plan_.grid is not None:
-        why_not = "sequence parallelism runs with data, tensor, pipeline and expert plans, not mixed or 3D ones"
-    if forced and why_not is not None:
-        raise PlanError(f"strategy: sequence_parallel=True, but in the plan for {plan_.mesh}: {why_not}; force "
-                        f"'tensor': t with t > 1, or drop 'sequence_parallel'")
-    return why_not is None if forced is None else forced
 
 
 def apply_levers(ctx: PlanContext, plan_: Plan) -> None:

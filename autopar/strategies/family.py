@@ -205,6 +205,10 @@ class CompileHooks:
         (``weighed``), derived from them: none by default."""
         return []
 
+    def finish_plan(self, ctx: PlanContext, plan: Plan) -> None:
+        """Settle the plan-wide options this family owns once the search chose ``plan``
+        (its levers applied), or refuse them with a ``PlanError``."""
+
     def planned_shards(self, plan: Plan, gm) -> dict:
         return {}
 
@@ -250,6 +254,8 @@ class Family(Protocol):
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan: ...
 
     def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]: ...
+
+    def finish_plan(self, ctx: PlanContext, plan: Plan) -> None: ...
 
     def planned_shards(self, plan: Plan, gm) -> dict: ...
 

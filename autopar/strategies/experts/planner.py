@@ -273,7 +273,8 @@ class ExpertParallel(CompileHooks):
         split = any(c.strategy == "megatron" for c in whole.regions)
 
         def at(m: int) -> RegionTable:   # one of m microbatches, its MoE regions expert-parallel
-            one = whole if m == 1 else price_mesh(model, hw, data * m, tensor, split, sequence=sequence_on(ctx, tensor))
+            one = whole if m == 1 else price_mesh(model, hw, data * m, tensor, split,
+                                                  sequence=sequence_on(ctx, tensor, model.batch // (data * m)))
             return self._experts_table(ctx, config, one, taken, data, tensor, m)
 
         layers = [f for f, take, _ in picked if take]

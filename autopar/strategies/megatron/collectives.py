@@ -26,7 +26,7 @@ import torch
 import torch.fx
 from torch.distributed import ProcessGroup
 
-from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
+from autopar._torch_compat import all_gather_flat, enclosing_saved_tensors_hooks, reduce_scatter_flat
 from autopar.runtime.groups import get_group, size_of
 
 
@@ -108,32 +108,56 @@ def _remember(out: torch.Tensor, local: torch.Tensor, group) -> None:
     weakref.finalize(out, _GATHERED.pop, ptr, None)   # before its storage can be reused
 
 
-def _pack(t: torch.Tensor):
+class _Saved:
+    """A saved view of a gathered input, kept as its source (:class:`_Held`) and the view's
+    geometry; ``note``: free for an observer (a memory benchmark's accounting)."""
+
+    __slots__ = ("held", "shape", "stride", "offset", "note")
+
+    def __init__(self, held: _Held, t: torch.Tensor):
+        self.held, self.shape, self.stride, self.offset, self.note = held, tuple(t.shape), t.stride(), \
+            t.storage_offset(), None
+
+    def restore(self) -> torch.Tensor:
+        held = self.held
+        view = held.gathered().as_strided(self.shape, self.stride, self.offset)
+        held.pending -= 1
+        if held.pending <= 0:
+            held.full = None
+        return view
+
+
+def _match(t: torch.Tensor) -> _Saved | None:
+    """``t`` kept as its source when it is (a view of) a gathered input alive, else None."""
     entry = _GATHERED.get(t.untyped_storage().data_ptr()) if t.numel() else None
     if entry is None or entry[0]() is None or entry[0]().dtype != t.dtype:
-        return t
-    held = entry[1]
-    held.pending += 1
-    return (held, tuple(t.shape), t.stride(), t.storage_offset())
-
-
-def _unpack(packed):
-    if not (isinstance(packed, tuple) and len(packed) == 4 and isinstance(packed[0], _Held)):
-        return packed
-    held, shape, stride, offset = packed
-    view = held.gathered().as_strided(shape, stride, offset)
-    held.pending -= 1
-    if held.pending <= 0:
-        held.full = None
-    return view
+        return None
+    entry[1].pending += 1
+    return _Saved(entry[1], t)
 
 
 @contextlib.contextmanager
 def keep_split_inputs():
     """While a program runs forward: a gathered input (or a view of it) autograd keeps
     for backward is kept as this rank's chunk and gathered again when backward reads it
-    (module docstring); each gather again serves every saved view of one input."""
-    with torch.autograd.graph.saved_tensors_hooks(_pack, _unpack):
+    (module docstring); each gather again serves every saved view of one input. Other
+    saved tensors go to the hooks active around this context (ZeRO-3's notes of its
+    gathered parameters), as if this one were not there."""
+    outer = enclosing_saved_tensors_hooks()
+    outer_pack, outer_unpack = outer if outer is not None else (None, None)
+
+    def pack(t: torch.Tensor):
+        saved = _match(t)
+        if saved is not None:
+            return saved
+        return outer_pack(t) if outer_pack is not None else t
+
+    def unpack(packed):
+        if isinstance(packed, _Saved):
+            return packed.restore()
+        return outer_unpack(packed) if outer_unpack is not None else packed
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         yield
 
 

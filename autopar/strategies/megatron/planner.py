@@ -34,6 +34,7 @@ import dataclasses
 import logging
 
 from autopar.cost import model as cost_model
+from autopar.ir import tensor_spec
 from autopar.cost.hardware import Hardware
 from autopar.passes.manager import pass_disabled
 from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab, padding_details, region_sizes,
@@ -92,25 +93,30 @@ def check_forced_sizes(model: ModelFacts, data: int, tensor: int) -> None:
                                 f"{tensor}; force a tensor degree that divides it or use strategy='auto'")
 
 
-def split_cost(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, recompute: bool = False) -> Cost:
+def split_cost(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, recompute: bool = False,
+               sequence: bool = False) -> Cost:
     """Region ``r`` split Megatron-style over ``tensor`` ranks on its ``B/data`` rows: its
     compute over ``data·tensor`` and g's forward and f's backward all-reduce of its
     boundary activation (megatron §2.3, axonn eq 3; 3 of them recomputing, §3.5). A
-    padded vocabulary computes its ``V'/t`` rows per rank (:func:`split_factor`)."""
+    padded vocabulary computes its ``V'/t`` rows per rank (:func:`split_factor`). With
+    ``sequence`` (Megatron-SP) the all-reduces are reduce-scatters and all-gathers of the
+    same volume, and backward gathers the region's input again (:func:`sequence_regather_s`)."""
     comm = 2 * cost_model.all_reduce_time(tensor, model.boundary[r.id] / data, hw) * (1.5 if recompute else 1)
+    if sequence:
+        comm += sequence_regather_s(model, hw, r, data, tensor)
     scale = split_factor(r, tensor) / (data * tensor)
     return Cost(model.seconds(r.nodes, hw, scale, recompute), {"tensor": comm}, 0.0)
 
 
 def _choose(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, force_split: bool,
-            keep_whole: dict[str, str], recompute: bool) -> RegionChoice:
+            keep_whole: dict[str, str], recompute: bool, sequence: bool = False) -> RegionChoice:
     """One region split over the tensor group or replicated, whichever is cheaper (or as
     forced); its memory is filled in by :func:`price_mesh`."""
     divisible = all(size % tensor == 0 for _, size in region_sizes(r))
     replicate = Cost(model.seconds(r.nodes, hw, 1 / data, recompute), {}, 0.0)
     options = {"replicate": replicate}
     if tensor > 1 and divisible:
-        options["megatron"] = split_cost(model, hw, r, data, tensor, recompute)
+        options["megatron"] = split_cost(model, hw, r, data, tensor, recompute, sequence)
     seconds = {k: c.compute_s + c.total_comm_s for k, c in options.items()}
     if r.id in keep_whole:
         options = {"replicate": replicate}
@@ -132,12 +138,39 @@ def _choose(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, force_sp
                         padding_details(r, tensor) if chosen == "megatron" else {})
 
 
-def sequence_on(ctx: PlanContext, tensor: int) -> bool:
-    """Whether a configuration whose tensor groups have ``tensor`` ranks is priced with
-    Megatron-SP: unless forced off, wherever that is more than one (its collectives cost
-    what f and g's all-reduces cost, :func:`autopar.planning.search.sequence_parallel`)."""
+def sequence_regather_s(model: ModelFacts, hw: Hardware, r, rows_scale: float, tensor: int) -> float:
+    """Megatron-SP's price beyond Megatron's: backward gathers a split region's input
+    again (each rank kept its chunk of it, Korthikanti et al. §4.2.2), one all-gather of
+    the boundary activation of the ``1/rows_scale`` of the batch a rank runs; not
+    overlapped with compute in this runtime."""
+    return cost_model.all_gather_time(tensor, model.boundary[r.id] / rows_scale / tensor, hw)
+
+
+def sequence_on(ctx: PlanContext, tensor: int, rows: int) -> bool:
+    """Whether a configuration whose tensor groups have ``tensor`` ranks, each running
+    ``rows`` rows of the batch at a time, is priced with Megatron-SP: unless forced off,
+    wherever that is more than one rank and a token dimension divides
+    (:func:`sequence_splits`; its collectives cost what f and g's all-reduces cost, and
+    backward gathers each split region's input again: :func:`sequence_regather_s`;
+    :func:`autopar.planning.search.sequence_parallel` decides the plan's)."""
     forced = ctx.levers.sequence_parallel if ctx.levers is not None else None
-    return tensor > 1 and forced is not False
+    return tensor > 1 and forced is not False and sequence_splits(ctx.model, tensor, rows)
+
+
+def sequence_splits(model: ModelFacts, tensor: int, rows: int) -> bool:
+    """Whether some region's row output (attention's out projection, a linear chain's
+    last linear) has a token dimension, any but the last, that ``tensor`` divides when
+    the batch's dimension holds ``rows``: where the rewrite can split the tokens
+    (:mod:`autopar.strategies.megatron.sequence`; elsewhere it keeps Megatron's
+    all-reduce)."""
+    memo = model.memo("megatron.sequence_splits")
+    if (tensor, rows) not in memo:
+        shapes = [tensor_spec(model.table[row]).shape for r in model.regions
+                  if (row := r.details.get("out_proj") or r.details.get("row")) in model.table]
+        memo[tensor, rows] = any(size % tensor == 0 and size >= tensor
+                                 for shape in shapes for size in
+                                 (rows if size == model.batch else size for size in shape[:-1]))
+    return memo[tensor, rows]
 
 
 def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_split: bool,
@@ -149,7 +182,8 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
     Megatron-SP, the activations outside the regions (norms, residual adds, dropout)
     split over the tensor group along the sequence (Korthikanti et al. §4.2.2: their
     ``10sbh`` per layer becomes ``10sbh/t``), the regions' g and f priced as before (a
-    reduce-scatter and an all-gather move what an all-reduce moves)."""
+    reduce-scatter and an all-gather move what an all-reduce moves) and each split
+    region's input gathered again in backward (:func:`sequence_regather_s`)."""
     keep_whole = {**(rule_gaps(model) if tensor > 1 else {}), **(keep_whole or {})}
     choices: list[RegionChoice] = []
     in_region: set[str] = set()
@@ -157,7 +191,7 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
     tensor_comm = activations = compute = 0.0
     for r in model.regions:
         in_region.update(r.nodes)
-        choice = _choose(model, hw, r, data, tensor, force_split, keep_whole, recompute)
+        choice = _choose(model, hw, r, data, tensor, force_split, keep_whole, recompute, sequence)
         split = choice.strategy == "megatron"
         pad = split_factor(r, tensor) if split else 1  # a padded vocabulary's rows are held and computed
         params = model.region_param_elems(r.id) * pad
@@ -220,7 +254,7 @@ class DataTensor(CompileHooks):
         mesh = {"data": data, "tensor": tensor}
         if model.batch % data:
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}")
-        sequence = sequence_on(ctx, tensor)
+        sequence = sequence_on(ctx, tensor, model.batch // data)
         table = price_mesh(model, ctx.hw, data, tensor, ctx.forced is not None, sequence=sequence)
         if tensor > 1 and not any(c.strategy == "megatron" for c in table.regions):
             # No region pays for its communication on its own, but a tensor group that
@@ -272,6 +306,9 @@ class Megatron(DataTensor):
                                  "group": group, "sequence_parallel": plan.sequence_parallel and whole}))
         return out
 
+    def finish_plan(self, ctx: PlanContext, plan: Plan) -> None:
+        plan.sequence_parallel = _sequence_parallel(ctx, plan)
+
     def rank_runtime(self, plan: Plan, rank: int, options: dict) -> SequenceRankRuntime | None:
         """Under sequence parallelism, the hooks that keep the column linears' gathered
         inputs split (:mod:`autopar.strategies.megatron.runtime`)."""
@@ -283,6 +320,31 @@ class Megatron(DataTensor):
         return [rid for _, _, regions in split_groups(plan) for rid in regions] if plan.grid is None else []
 
 
+def _sequence_parallel(ctx: PlanContext, plan_: Plan) -> bool:
+    """Whether the plan runs Megatron-SP (docs/sequence.md): as forced, else wherever a
+    tensor group of more than one rank splits regions Megatron-style and a token
+    dimension of their outputs divides at each rank's rows
+    (:func:`~autopar.strategies.megatron.planner.sequence_splits`), as the families priced
+    it. Not in this version: mixed plans (their 3D regions read the values between
+    regions whole) and D&SP sub-grids of the tensor group."""
+    forced = ctx.levers.sequence_parallel if ctx.levers is not None else None
+    t = plan_.degree("tensor")
+    rows = plan_.global_batch // max(plan_.batch_parts(), 1) // max(
+        plan_.pipeline.get("microbatches", 1) if plan_.pipeline else plan_.microbatches, 1)
+    why_not = None
+    if t < 2 or not plan_.regions_with("megatron"):
+        why_not = "no region is split Megatron-style over a tensor group of more than one rank"
+    elif plan_.mixed or plan_.tensor_subgrids or plan_.grid is not None:
+        why_not = "sequence parallelism runs with data, tensor, pipeline and expert plans, not mixed or 3D ones"
+    elif not sequence_splits(ctx.model, t, rows):
+        why_not = (f"no token dimension of the split regions' outputs is divisible by the tensor degree {t} at "
+                   f"{rows} rows per rank; give a sequence length (or rows per rank) divisible by {t}")
+    if forced and why_not is not None:
+        raise PlanError(f"strategy: sequence_parallel=True, but in the plan for {plan_.mesh}: {why_not}; or drop "
+                        f"'sequence_parallel'")
+    return why_not is None if forced is None else forced
+
+
 def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: int, tensor: int
                 ) -> tuple[RegionTable, Strategy]:
     """The configuration with the memory levers (docs/memory.md) it runs with
@@ -292,7 +354,8 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: in
     split = any(c.strategy == "megatron" for c in table.regions)
     space = levers.LeverSpace(
         rows=model.batch // data, data=data, split=tensor,
-        at=lambda m: price_mesh(model, hw, data * m, tensor, split, sequence=sequence_on(ctx, tensor)),
+        at=lambda m: price_mesh(model, hw, data * m, tensor, split,
+                                sequence=sequence_on(ctx, tensor, model.batch // (data * m))),
         data_comm=lambda one, z, m, compute: levers.zero_comm(one.param_elems, data, tensor, z, m, compute, hw),
         accumulate=not batch_norms(model))
     return levers.weigh(ctx, config, table, space)

@@ -40,7 +40,8 @@ from autopar.planning.model import ModelFacts, region_sizes, split_factor
 from autopar.planning.plan import Cost, Plan, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
-from autopar.strategies.megatron.planner import check_forced_batch, check_forced_sizes, price_mesh, split_cost
+from autopar.strategies.megatron.planner import (check_forced_batch, check_forced_sizes, price_mesh, sequence_regather_s,
+                                                 split_cost)
 from autopar.strategies.mixed.pins import check_forced_stages
 from autopar.strategies.mixed.stages import StagePlans
 from autopar.strategies.mixed.structure import tensor_grids, widest_branching
@@ -197,8 +198,7 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
     forced ZeRO stage, ``recompute``: forced full recomputation of the blocks or none
     (None: the search's choice for both); ``allowance``: bytes per rank another family
     frees from these figures (expert parallelism's spread experts), counted when judging
-    what fits; ``sequence``: Megatron's sequence parallelism inside the stages
-    (:func:`_stage_figures`)."""
+    what fits; ``sequence``: Megatron-SP inside the stages (:func:`_stage_figures`)."""
     p, data, tensor, shape, local = pipeline_layout(model, world, config)
     inner = stage_plans(shape, tensor) if stage_plans is not None else None
     best = smallest = None
@@ -227,10 +227,9 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
 
 def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages: int, scale: int, tensor: int,
                    recompute: bool, sequence: bool = False) -> tuple[list[float], list[float], list[float]]:
-    """Per stage, for one microbatch (the batch's ``1/scale``): forward + backward
-    seconds, their tensor-parallel part, and the bytes saved for backward (with
-    ``sequence``, Megatron's sequence parallelism, those outside a stage's split regions
-    divided by the tensor degree, as :func:`~autopar.strategies.megatron.planner.price_mesh`)."""
+    """Per stage, for one microbatch (the batch's ``1/scale``): forward + backward seconds,
+    their tensor-parallel part, and the bytes saved for backward (``sequence``: as
+    :func:`~autopar.strategies.megatron.planner.price_mesh` prices Megatron-SP)."""
     stage_s, stage_comm, stage_act = [0.0] * stages, [0.0] * stages, [0.0] * stages
     for s in range(stages):
         split_any = False
@@ -239,7 +238,8 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
                 all(size % tensor == 0 for _, size in region_sizes(rep))
             if divisible:
                 comm = (2 * cost_model.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw)
-                        * (1.5 if recompute else 1))
+                        * (1.5 if recompute else 1)) + (sequence_regather_s(model, hw, rep, scale, tensor)
+                                                       if sequence else 0.0)
                 pad = split_factor(rep, tensor)  # a padded vocabulary's rows
                 seconds = model.seconds(rep.nodes, hw, pad / (scale * tensor), recompute) + comm
                 act = model.activation_bytes(rep.nodes, pad / scale / tensor)
@@ -452,7 +452,6 @@ class Pipeline(CompileHooks):
             # pipeline does not weigh) without; unforced, the search weighs both
             mode = ctx.levers.recompute if ctx.levers is not None else None
             recompute = None if mode is None else mode == "full"
-            # Megatron's sequence parallelism in the stages unless forced off (a tensor group splits there)
             sequence = not config.mixed and (ctx.levers is None or ctx.levers.sequence_parallel is not False)
             n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero, recompute, allowance,
                                 sequence=sequence)
