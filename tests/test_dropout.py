@@ -10,12 +10,12 @@ import shared_ranks
 
 def test_dropout_on_a_split_activation_uses_the_sharded_stream():
     model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Dropout(0.5), nn.Linear(16, 8), nn.Dropout(0.1))
-    plan = autopar.plan(model, 2, (torch.randn(4, 8),), strategy={"tensor": 2, "sequence_parallel": False})
+    plan = autopar.plan(model, 2, (torch.randn(4, 8),), strategy={"tensor": 2})
     code = autopar.rank_graph(model, plan, 0, (torch.randn(4, 8),)).code
     assert "sharded_dropout(model_1, 0.5, True, 'tensor')" in code  # between the column and row linear
     assert "replicated_dropout(add, 0.1, True, 'tensor')" in code   # after g and the bias
     # with sequence parallelism the dropout after the row linear is on its tokens' split
-    plan = autopar.plan(model, 2, (torch.randn(4, 8),), strategy={"tensor": 2})
+    plan = autopar.plan(model, 2, (torch.randn(4, 8),), strategy={"tensor": 2, "sequence_parallel": True})
     code = autopar.rank_graph(model, plan, 0, (torch.randn(4, 8),)).code
     assert plan.sequence_parallel and "sharded_dropout(add, 0.1, True, 'tensor')" in code
 

@@ -99,17 +99,17 @@ to_23 = torch.ops.aten.to.dtype(expert_parallel_mlp_1, torch.float32);  expert_p
         self.assertExpectedInline(table, """\
 autopar plan: MLP on 2 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 0.936 ms: compute 0.031 ms, data comm 0.000 ms, tensor comm 0.905 ms; memory per rank 0.07 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
-model: 4.086e+05 FLOP per step -> 2.183e+08 FLOP/s per device predicted
+predicted step 0.755 ms: compute 0.031 ms, data comm 0.000 ms, tensor comm 0.724 ms; memory per rank 0.07 MiB
+model: 4.086e+05 FLOP per step -> 2.707e+08 FLOP/s per device predicted
 
 region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-linear_chain:body    linear_chain  megatron   0.012 ms  0.453 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
-linear_chain:body#1  linear_chain  megatron   0.012 ms  0.453 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
+linear_chain:body    linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
+linear_chain:body#1  linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
 (outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
 
 meshes weighed:
- * data=1 x tensor=2: step 0.936 ms, memory 0.07 MiB""")
+ * data=1 x tensor=2: step 0.755 ms, memory 0.07 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
@@ -118,21 +118,18 @@ def forward(self, input_0, target):
     model_body_1 = getattr(self.model.body, "1")(model_body_0);  model_body_0 = None
     model_body_2_weight = getattr(self.model.body, "2").weight
     linear = torch._C._nn.linear(model_body_1, model_body_2_weight);  model_body_1 = model_body_2_weight = None
-    reduce_scatter_to_sequence_region = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear, 0, 'tensor');  linear = None
+    reduce_from_tensor_region = autopar_runtime_collectives_reduce_from_tensor_region(linear, 'tensor');  linear = None
     model_body_2_bias = getattr(self.model.body, "2").bias
-    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(model_body_2_bias, 'tensor');  model_body_2_bias = None
-    add = reduce_scatter_to_sequence_region + copy_to_tensor_region_1;  reduce_scatter_to_sequence_region = copy_to_tensor_region_1 = None
-    gather_from_sequence_region = autopar_strategies_megatron_collectives_gather_from_sequence_region(add, 0, 'tensor');  add = None
-    model_body_3 = getattr(self.model.body, "3")(gather_from_sequence_region);  gather_from_sequence_region = None
+    add = reduce_from_tensor_region + model_body_2_bias;  reduce_from_tensor_region = model_body_2_bias = None
+    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(add, 'tensor');  add = None
+    model_body_3 = getattr(self.model.body, "3")(copy_to_tensor_region_1);  copy_to_tensor_region_1 = None
     model_body_4 = getattr(self.model.body, "4")(model_body_3);  model_body_3 = None
     model_body_5_weight = getattr(self.model.body, "5").weight
     linear_1 = torch._C._nn.linear(model_body_4, model_body_5_weight);  model_body_4 = model_body_5_weight = None
-    reduce_scatter_to_sequence_region_1 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear_1, 0, 'tensor');  linear_1 = None
+    reduce_from_tensor_region_1 = autopar_runtime_collectives_reduce_from_tensor_region(linear_1, 'tensor');  linear_1 = None
     model_body_5_bias = getattr(self.model.body, "5").bias
-    copy_to_tensor_region_2 = autopar_runtime_collectives_copy_to_tensor_region(model_body_5_bias, 'tensor');  model_body_5_bias = None
-    add_1 = reduce_scatter_to_sequence_region_1 + copy_to_tensor_region_2;  reduce_scatter_to_sequence_region_1 = copy_to_tensor_region_2 = None
-    gather_from_tensor_region = autopar_runtime_collectives_gather_from_tensor_region(add_1, 0, 'tensor');  add_1 = None
-    model_head = self.model.head(gather_from_tensor_region);  gather_from_tensor_region = None
+    add_1 = reduce_from_tensor_region_1 + model_body_5_bias;  reduce_from_tensor_region_1 = model_body_5_bias = None
+    model_head = self.model.head(add_1);  add_1 = None
     cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'mean', label_smoothing = 0.0);  model_head = target = None
     return cross_entropy
     
@@ -143,17 +140,17 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: MLP on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 1.554 ms: compute 0.030 ms, data comm 0.622 ms, tensor comm 0.903 ms; memory per rank 0.07 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
-model: 4.086e+05 FLOP per step -> 6.572e+07 FLOP/s per device predicted
+predicted step 1.374 ms: compute 0.030 ms, data comm 0.622 ms, tensor comm 0.722 ms; memory per rank 0.07 MiB
+model: 4.086e+05 FLOP per step -> 7.435e+07 FLOP/s per device predicted
 
 region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-linear_chain:body    linear_chain  megatron   0.012 ms  0.451 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
-linear_chain:body#1  linear_chain  megatron   0.012 ms  0.451 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
+linear_chain:body    linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
+linear_chain:body#1  linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
 (outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
 
 meshes weighed:
- * data=2 x tensor=2: step 1.554 ms, memory 0.07 MiB""")
+ * data=2 x tensor=2: step 1.374 ms, memory 0.07 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
@@ -162,21 +159,18 @@ def forward(self, input_0, target):
     model_body_1 = getattr(self.model.body, "1")(model_body_0);  model_body_0 = None
     model_body_2_weight = getattr(self.model.body, "2").weight
     linear = torch._C._nn.linear(model_body_1, model_body_2_weight);  model_body_1 = model_body_2_weight = None
-    reduce_scatter_to_sequence_region = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear, 0, 'tensor');  linear = None
+    reduce_from_tensor_region = autopar_runtime_collectives_reduce_from_tensor_region(linear, 'tensor');  linear = None
     model_body_2_bias = getattr(self.model.body, "2").bias
-    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(model_body_2_bias, 'tensor');  model_body_2_bias = None
-    add = reduce_scatter_to_sequence_region + copy_to_tensor_region_1;  reduce_scatter_to_sequence_region = copy_to_tensor_region_1 = None
-    gather_from_sequence_region = autopar_strategies_megatron_collectives_gather_from_sequence_region(add, 0, 'tensor');  add = None
-    model_body_3 = getattr(self.model.body, "3")(gather_from_sequence_region);  gather_from_sequence_region = None
+    add = reduce_from_tensor_region + model_body_2_bias;  reduce_from_tensor_region = model_body_2_bias = None
+    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(add, 'tensor');  add = None
+    model_body_3 = getattr(self.model.body, "3")(copy_to_tensor_region_1);  copy_to_tensor_region_1 = None
     model_body_4 = getattr(self.model.body, "4")(model_body_3);  model_body_3 = None
     model_body_5_weight = getattr(self.model.body, "5").weight
     linear_1 = torch._C._nn.linear(model_body_4, model_body_5_weight);  model_body_4 = model_body_5_weight = None
-    reduce_scatter_to_sequence_region_1 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear_1, 0, 'tensor');  linear_1 = None
+    reduce_from_tensor_region_1 = autopar_runtime_collectives_reduce_from_tensor_region(linear_1, 'tensor');  linear_1 = None
     model_body_5_bias = getattr(self.model.body, "5").bias
-    copy_to_tensor_region_2 = autopar_runtime_collectives_copy_to_tensor_region(model_body_5_bias, 'tensor');  model_body_5_bias = None
-    add_1 = reduce_scatter_to_sequence_region_1 + copy_to_tensor_region_2;  reduce_scatter_to_sequence_region_1 = copy_to_tensor_region_2 = None
-    gather_from_tensor_region = autopar_runtime_collectives_gather_from_tensor_region(add_1, 0, 'tensor');  add_1 = None
-    model_head = self.model.head(gather_from_tensor_region);  gather_from_tensor_region = None
+    add_1 = reduce_from_tensor_region_1 + model_body_5_bias;  reduce_from_tensor_region_1 = model_body_5_bias = None
+    model_head = self.model.head(add_1);  add_1 = None
     cross_entropy = torch.nn.functional.cross_entropy(model_head, target, weight = None, size_average = None, ignore_index = -100, reduce = None, reduction = 'sum', label_smoothing = 0.0);  model_head = target = None
     global_mean = autopar_runtime_target_count_global_mean(cross_entropy);  cross_entropy = None
     return global_mean
@@ -310,20 +304,20 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 2 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 2.550 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 2.352 ms; memory per rank 0.38 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
-model: 1.121e+07 FLOP per step -> 2.198e+09 FLOP/s per device predicted
+predicted step 2.079 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 1.882 ms; memory per rank 0.43 MiB
+model: 1.121e+07 FLOP per step -> 2.696e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-vocab:tok                vocab         megatron   0.010 ms  0.470 ms     0.000 ms   0.02 MiB  replicate 0.013 ms
-attention:blocks.0.attn  attention     megatron   0.038 ms  0.470 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
-attention:blocks.1.attn  attention     megatron   0.038 ms  0.470 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
-linear_chain:blocks.0    linear_chain  megatron   0.023 ms  0.470 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
-linear_chain:blocks.1    linear_chain  megatron   0.023 ms  0.470 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
-(outside regions)        -             replicate  0.064 ms  0.000 ms     0.000 ms   0.06 MiB  -
+vocab:tok                vocab         megatron   0.010 ms  0.376 ms     0.000 ms   0.02 MiB  replicate 0.013 ms
+attention:blocks.0.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
+attention:blocks.1.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
+linear_chain:blocks.0    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
+linear_chain:blocks.1    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
+(outside regions)        -             replicate  0.064 ms  0.000 ms     0.000 ms   0.11 MiB  -
 
 meshes weighed:
- * data=1 x tensor=2: step 2.550 ms, memory 0.38 MiB""")
+ * data=1 x tensor=2: step 2.079 ms, memory 0.43 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 2 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -333,22 +327,16 @@ def forward(self, input_0, target):
     getattr_1 = input_0.device
     arange = torch.arange(size, device = getattr_1);  size = getattr_1 = None
     model_tok_weight = self.model.tok.weight
-    vocab_parallel_embedding = autopar_runtime_collectives_vocab_parallel_embedding(input_0, model_tok_weight, 0, 'tensor', None, reduce = False);  input_0 = model_tok_weight = None
-    reduce_scatter_to_sequence_region = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(vocab_parallel_embedding, 0, 'tensor');  vocab_parallel_embedding = None
+    vocab_parallel_embedding = autopar_runtime_collectives_vocab_parallel_embedding(input_0, model_tok_weight, 0, 'tensor', None);  input_0 = model_tok_weight = None
     model_pos = self.model.pos(arange);  arange = None
-    copy_to_tensor_region = autopar_runtime_collectives_copy_to_tensor_region(model_pos, 'tensor');  model_pos = None
-    add = reduce_scatter_to_sequence_region + copy_to_tensor_region;  reduce_scatter_to_sequence_region = copy_to_tensor_region = None
-    model_blocks_0_ln1_weight = getattr(self.model.blocks, "0").ln1.weight
-    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1_weight, 'tensor');  model_blocks_0_ln1_weight = None
-    model_blocks_0_ln1_bias = getattr(self.model.blocks, "0").ln1.bias
-    copy_to_tensor_region_2 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1_bias, 'tensor');  model_blocks_0_ln1_bias = None
-    layer_norm = torch.nn.functional.layer_norm(add, (32,), copy_to_tensor_region_1, copy_to_tensor_region_2, 1e-05);  copy_to_tensor_region_1 = copy_to_tensor_region_2 = None
-    gather_from_sequence_region = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm, 0, 'tensor')
-    global_size = autopar_runtime_shapes_global_size(layer_norm, 0, 2, None)
-    getitem = global_size[0]
-    getitem_1 = global_size[1]
-    getitem_2 = global_size[2];  global_size = None
-    model_blocks_0_attn_qkv = getattr(self.model.blocks, "0").attn.qkv(gather_from_sequence_region);  gather_from_sequence_region = None
+    add = vocab_parallel_embedding + model_pos;  vocab_parallel_embedding = model_pos = None
+    model_blocks_0_ln1 = getattr(self.model.blocks, "0").ln1(add)
+    copy_to_tensor_region = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1, 'tensor')
+    size_1 = model_blocks_0_ln1.size()
+    getitem = size_1[0]
+    getitem_1 = size_1[1]
+    getitem_2 = size_1[2];  size_1 = None
+    model_blocks_0_attn_qkv = getattr(self.model.blocks, "0").attn.qkv(copy_to_tensor_region);  copy_to_tensor_region = None
     split = model_blocks_0_attn_qkv.split(16, dim = 2);  model_blocks_0_attn_qkv = None
     getitem_3 = split[0]
     getitem_4 = split[1]
@@ -368,7 +356,7 @@ def forward(self, input_0, target):
     sqrt = math_sqrt(size_2);  size_2 = None
     truediv = 1.0 / sqrt;  sqrt = None
     mul = matmul * truediv;  matmul = truediv = None
-    new_ones = layer_norm.new_ones(getitem_1, getitem_1, dtype = torch.bool);  layer_norm = None
+    new_ones = model_blocks_0_ln1.new_ones(getitem_1, getitem_1, dtype = torch.bool);  model_blocks_0_ln1 = None
     tril = new_ones.tril();  new_ones = None
     invert = ~tril;  tril = None
     masked_fill = mul.masked_fill(invert, -inf);  mul = invert = None
@@ -380,37 +368,27 @@ def forward(self, input_0, target):
     view_3 = contiguous.view(getitem, getitem_1, floordiv_6);  contiguous = getitem = getitem_1 = floordiv_6 = None
     model_blocks_0_attn_proj_weight = getattr(self.model.blocks, "0").attn.proj.weight
     linear = torch._C._nn.linear(view_3, model_blocks_0_attn_proj_weight);  view_3 = model_blocks_0_attn_proj_weight = None
-    reduce_scatter_to_sequence_region_1 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear, 0, 'tensor');  linear = None
+    reduce_from_tensor_region = autopar_runtime_collectives_reduce_from_tensor_region(linear, 'tensor');  linear = None
     model_blocks_0_attn_proj_bias = getattr(self.model.blocks, "0").attn.proj.bias
-    copy_to_tensor_region_3 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_attn_proj_bias, 'tensor');  model_blocks_0_attn_proj_bias = None
-    add_5 = reduce_scatter_to_sequence_region_1 + copy_to_tensor_region_3;  reduce_scatter_to_sequence_region_1 = copy_to_tensor_region_3 = None
+    add_5 = reduce_from_tensor_region + model_blocks_0_attn_proj_bias;  reduce_from_tensor_region = model_blocks_0_attn_proj_bias = None
     add_1 = add + add_5;  add = add_5 = None
-    model_blocks_0_ln2_weight = getattr(self.model.blocks, "0").ln2.weight
-    copy_to_tensor_region_4 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2_weight, 'tensor');  model_blocks_0_ln2_weight = None
-    model_blocks_0_ln2_bias = getattr(self.model.blocks, "0").ln2.bias
-    copy_to_tensor_region_5 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2_bias, 'tensor');  model_blocks_0_ln2_bias = None
-    layer_norm_1 = torch.nn.functional.layer_norm(add_1, (32,), copy_to_tensor_region_4, copy_to_tensor_region_5, 1e-05);  copy_to_tensor_region_4 = copy_to_tensor_region_5 = None
-    gather_from_sequence_region_1 = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm_1, 0, 'tensor');  layer_norm_1 = None
-    model_blocks_0_fc = getattr(self.model.blocks, "0").fc(gather_from_sequence_region_1);  gather_from_sequence_region_1 = None
+    model_blocks_0_ln2 = getattr(self.model.blocks, "0").ln2(add_1)
+    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2, 'tensor');  model_blocks_0_ln2 = None
+    model_blocks_0_fc = getattr(self.model.blocks, "0").fc(copy_to_tensor_region_1);  copy_to_tensor_region_1 = None
     gelu = torch._C._nn.gelu(model_blocks_0_fc);  model_blocks_0_fc = None
     model_blocks_0_proj_weight = getattr(self.model.blocks, "0").proj.weight
     linear_1 = torch._C._nn.linear(gelu, model_blocks_0_proj_weight);  gelu = model_blocks_0_proj_weight = None
-    reduce_scatter_to_sequence_region_2 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear_1, 0, 'tensor');  linear_1 = None
+    reduce_from_tensor_region_1 = autopar_runtime_collectives_reduce_from_tensor_region(linear_1, 'tensor');  linear_1 = None
     model_blocks_0_proj_bias = getattr(self.model.blocks, "0").proj.bias
-    copy_to_tensor_region_6 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_proj_bias, 'tensor');  model_blocks_0_proj_bias = None
-    add_6 = reduce_scatter_to_sequence_region_2 + copy_to_tensor_region_6;  reduce_scatter_to_sequence_region_2 = copy_to_tensor_region_6 = None
+    add_6 = reduce_from_tensor_region_1 + model_blocks_0_proj_bias;  reduce_from_tensor_region_1 = model_blocks_0_proj_bias = None
     add_2 = add_1 + add_6;  add_1 = add_6 = None
-    model_blocks_1_ln1_weight = getattr(self.model.blocks, "1").ln1.weight
-    copy_to_tensor_region_7 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln1_weight, 'tensor');  model_blocks_1_ln1_weight = None
-    model_blocks_1_ln1_bias = getattr(self.model.blocks, "1").ln1.bias
-    copy_to_tensor_region_8 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln1_bias, 'tensor');  model_blocks_1_ln1_bias = None
-    layer_norm_2 = torch.nn.functional.layer_norm(add_2, (32,), copy_to_tensor_region_7, copy_to_tensor_region_8, 1e-05);  copy_to_tensor_region_7 = copy_to_tensor_region_8 = None
-    gather_from_sequence_region_2 = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm_2, 0, 'tensor')
-    global_size_1 = autopar_runtime_shapes_global_size(layer_norm_2, 0, 2, None)
-    getitem_6 = global_size_1[0]
-    getitem_7 = global_size_1[1]
-    getitem_8 = global_size_1[2];  global_size_1 = None
-    model_blocks_1_attn_qkv = getattr(self.model.blocks, "1").attn.qkv(gather_from_sequence_region_2);  gather_from_sequence_region_2 = None
+    model_blocks_1_ln1 = getattr(self.model.blocks, "1").ln1(add_2)
+    copy_to_tensor_region_2 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln1, 'tensor')
+    size_3 = model_blocks_1_ln1.size()
+    getitem_6 = size_3[0]
+    getitem_7 = size_3[1]
+    getitem_8 = size_3[2];  size_3 = None
+    model_blocks_1_attn_qkv = getattr(self.model.blocks, "1").attn.qkv(copy_to_tensor_region_2);  copy_to_tensor_region_2 = None
     split_1 = model_blocks_1_attn_qkv.split(16, dim = 2);  model_blocks_1_attn_qkv = None
     getitem_9 = split_1[0]
     getitem_10 = split_1[1]
@@ -430,7 +408,7 @@ def forward(self, input_0, target):
     sqrt_1 = math_sqrt(size_4);  size_4 = None
     truediv_1 = 1.0 / sqrt_1;  sqrt_1 = None
     mul_1 = matmul_2 * truediv_1;  matmul_2 = truediv_1 = None
-    new_ones_1 = layer_norm_2.new_ones(getitem_7, getitem_7, dtype = torch.bool);  layer_norm_2 = None
+    new_ones_1 = model_blocks_1_ln1.new_ones(getitem_7, getitem_7, dtype = torch.bool);  model_blocks_1_ln1 = None
     tril_1 = new_ones_1.tril();  new_ones_1 = None
     invert_1 = ~tril_1;  tril_1 = None
     masked_fill_1 = mul_1.masked_fill(invert_1, -inf);  mul_1 = invert_1 = None
@@ -442,33 +420,23 @@ def forward(self, input_0, target):
     view_7 = contiguous_1.view(getitem_6, getitem_7, floordiv_7);  contiguous_1 = getitem_6 = getitem_7 = floordiv_7 = None
     model_blocks_1_attn_proj_weight = getattr(self.model.blocks, "1").attn.proj.weight
     linear_2 = torch._C._nn.linear(view_7, model_blocks_1_attn_proj_weight);  view_7 = model_blocks_1_attn_proj_weight = None
-    reduce_scatter_to_sequence_region_3 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear_2, 0, 'tensor');  linear_2 = None
+    reduce_from_tensor_region_2 = autopar_runtime_collectives_reduce_from_tensor_region(linear_2, 'tensor');  linear_2 = None
     model_blocks_1_attn_proj_bias = getattr(self.model.blocks, "1").attn.proj.bias
-    copy_to_tensor_region_9 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_attn_proj_bias, 'tensor');  model_blocks_1_attn_proj_bias = None
-    add_7 = reduce_scatter_to_sequence_region_3 + copy_to_tensor_region_9;  reduce_scatter_to_sequence_region_3 = copy_to_tensor_region_9 = None
+    add_7 = reduce_from_tensor_region_2 + model_blocks_1_attn_proj_bias;  reduce_from_tensor_region_2 = model_blocks_1_attn_proj_bias = None
     add_3 = add_2 + add_7;  add_2 = add_7 = None
-    model_blocks_1_ln2_weight = getattr(self.model.blocks, "1").ln2.weight
-    copy_to_tensor_region_10 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln2_weight, 'tensor');  model_blocks_1_ln2_weight = None
-    model_blocks_1_ln2_bias = getattr(self.model.blocks, "1").ln2.bias
-    copy_to_tensor_region_11 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln2_bias, 'tensor');  model_blocks_1_ln2_bias = None
-    layer_norm_3 = torch.nn.functional.layer_norm(add_3, (32,), copy_to_tensor_region_10, copy_to_tensor_region_11, 1e-05);  copy_to_tensor_region_10 = copy_to_tensor_region_11 = None
-    gather_from_sequence_region_3 = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm_3, 0, 'tensor');  layer_norm_3 = None
-    model_blocks_1_fc = getattr(self.model.blocks, "1").fc(gather_from_sequence_region_3);  gather_from_sequence_region_3 = None
+    model_blocks_1_ln2 = getattr(self.model.blocks, "1").ln2(add_3)
+    copy_to_tensor_region_3 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln2, 'tensor');  model_blocks_1_ln2 = None
+    model_blocks_1_fc = getattr(self.model.blocks, "1").fc(copy_to_tensor_region_3);  copy_to_tensor_region_3 = None
     gelu_1 = torch._C._nn.gelu(model_blocks_1_fc);  model_blocks_1_fc = None
     model_blocks_1_proj_weight = getattr(self.model.blocks, "1").proj.weight
     linear_3 = torch._C._nn.linear(gelu_1, model_blocks_1_proj_weight);  gelu_1 = model_blocks_1_proj_weight = None
-    reduce_scatter_to_sequence_region_4 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear_3, 0, 'tensor');  linear_3 = None
+    reduce_from_tensor_region_3 = autopar_runtime_collectives_reduce_from_tensor_region(linear_3, 'tensor');  linear_3 = None
     model_blocks_1_proj_bias = getattr(self.model.blocks, "1").proj.bias
-    copy_to_tensor_region_12 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_proj_bias, 'tensor');  model_blocks_1_proj_bias = None
-    add_8 = reduce_scatter_to_sequence_region_4 + copy_to_tensor_region_12;  reduce_scatter_to_sequence_region_4 = copy_to_tensor_region_12 = None
+    add_8 = reduce_from_tensor_region_3 + model_blocks_1_proj_bias;  reduce_from_tensor_region_3 = model_blocks_1_proj_bias = None
     add_4 = add_3 + add_8;  add_3 = add_8 = None
-    model_ln_f_weight = self.model.ln_f.weight
-    copy_to_tensor_region_13 = autopar_runtime_collectives_copy_to_tensor_region(model_ln_f_weight, 'tensor');  model_ln_f_weight = None
-    model_ln_f_bias = self.model.ln_f.bias
-    copy_to_tensor_region_14 = autopar_runtime_collectives_copy_to_tensor_region(model_ln_f_bias, 'tensor');  model_ln_f_bias = None
-    layer_norm_4 = torch.nn.functional.layer_norm(add_4, (32,), copy_to_tensor_region_13, copy_to_tensor_region_14, 1e-05);  add_4 = copy_to_tensor_region_13 = copy_to_tensor_region_14 = None
-    gather_from_sequence_region_4 = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm_4, 0, 'tensor');  layer_norm_4 = None
-    model_lm_head = self.model.lm_head(gather_from_sequence_region_4);  gather_from_sequence_region_4 = None
+    model_ln_f = self.model.ln_f(add_4);  add_4 = None
+    copy_to_tensor_region_4 = autopar_runtime_collectives_copy_to_tensor_region(model_ln_f, 'tensor');  model_ln_f = None
+    model_lm_head = self.model.lm_head(copy_to_tensor_region_4);  copy_to_tensor_region_4 = None
     flatten = model_lm_head.flatten(0, 1);  model_lm_head = None
     flatten_1 = target.flatten();  target = None
     vocab_parallel_cross_entropy = autopar_runtime_collectives_vocab_parallel_cross_entropy(flatten, flatten_1, 0, 'tensor', -100, 'mean');  flatten = flatten_1 = None
@@ -481,20 +449,20 @@ def forward(self, input_0, target):
         self.assertExpectedInline(table, """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
-predicted step 3.172 ms: compute 0.155 ms, data comm 0.716 ms, tensor comm 2.301 ms; memory per rank 0.30 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
-model: 1.121e+07 FLOP per step -> 8.835e+08 FLOP/s per device predicted
+predicted step 2.712 ms: compute 0.155 ms, data comm 0.716 ms, tensor comm 1.841 ms; memory per rank 0.32 MiB
+model: 1.121e+07 FLOP per step -> 1.033e+09 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-vocab:tok                vocab         megatron   0.008 ms  0.460 ms     0.000 ms   0.02 MiB  replicate 0.010 ms
-attention:blocks.0.attn  attention     megatron   0.032 ms  0.460 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
-attention:blocks.1.attn  attention     megatron   0.032 ms  0.460 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
-linear_chain:blocks.0    linear_chain  megatron   0.017 ms  0.460 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
-linear_chain:blocks.1    linear_chain  megatron   0.017 ms  0.460 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
-(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.04 MiB  -
+vocab:tok                vocab         megatron   0.008 ms  0.368 ms     0.000 ms   0.02 MiB  replicate 0.010 ms
+attention:blocks.0.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
+attention:blocks.1.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
+linear_chain:blocks.0    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
+linear_chain:blocks.1    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
+(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
 
 meshes weighed:
- * data=2 x tensor=2: step 3.172 ms, memory 0.30 MiB""")
+ * data=2 x tensor=2: step 2.712 ms, memory 0.32 MiB""")
         self.assertExpectedInline(code, """\
 # rank 0 of 4 (data=0, tensor=0); built by passes: analysis -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -504,22 +472,16 @@ def forward(self, input_0, target):
     getattr_1 = input_0.device
     arange = torch.arange(size, device = getattr_1);  size = getattr_1 = None
     model_tok_weight = self.model.tok.weight
-    vocab_parallel_embedding = autopar_runtime_collectives_vocab_parallel_embedding(input_0, model_tok_weight, 0, 'tensor', None, reduce = False);  input_0 = model_tok_weight = None
-    reduce_scatter_to_sequence_region = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(vocab_parallel_embedding, 0, 'tensor');  vocab_parallel_embedding = None
+    vocab_parallel_embedding = autopar_runtime_collectives_vocab_parallel_embedding(input_0, model_tok_weight, 0, 'tensor', None);  input_0 = model_tok_weight = None
     model_pos = self.model.pos(arange);  arange = None
-    copy_to_tensor_region = autopar_runtime_collectives_copy_to_tensor_region(model_pos, 'tensor');  model_pos = None
-    add = reduce_scatter_to_sequence_region + copy_to_tensor_region;  reduce_scatter_to_sequence_region = copy_to_tensor_region = None
-    model_blocks_0_ln1_weight = getattr(self.model.blocks, "0").ln1.weight
-    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1_weight, 'tensor');  model_blocks_0_ln1_weight = None
-    model_blocks_0_ln1_bias = getattr(self.model.blocks, "0").ln1.bias
-    copy_to_tensor_region_2 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1_bias, 'tensor');  model_blocks_0_ln1_bias = None
-    layer_norm = torch.nn.functional.layer_norm(add, (32,), copy_to_tensor_region_1, copy_to_tensor_region_2, 1e-05);  copy_to_tensor_region_1 = copy_to_tensor_region_2 = None
-    gather_from_sequence_region = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm, 0, 'tensor')
-    global_size = autopar_runtime_shapes_global_size(layer_norm, 0, 2, None)
-    getitem = global_size[0]
-    getitem_1 = global_size[1]
-    getitem_2 = global_size[2];  global_size = None
-    model_blocks_0_attn_qkv = getattr(self.model.blocks, "0").attn.qkv(gather_from_sequence_region);  gather_from_sequence_region = None
+    add = vocab_parallel_embedding + model_pos;  vocab_parallel_embedding = model_pos = None
+    model_blocks_0_ln1 = getattr(self.model.blocks, "0").ln1(add)
+    copy_to_tensor_region = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1, 'tensor')
+    size_1 = model_blocks_0_ln1.size()
+    getitem = size_1[0]
+    getitem_1 = size_1[1]
+    getitem_2 = size_1[2];  size_1 = None
+    model_blocks_0_attn_qkv = getattr(self.model.blocks, "0").attn.qkv(copy_to_tensor_region);  copy_to_tensor_region = None
     split = model_blocks_0_attn_qkv.split(16, dim = 2);  model_blocks_0_attn_qkv = None
     getitem_3 = split[0]
     getitem_4 = split[1]
@@ -539,7 +501,7 @@ def forward(self, input_0, target):
     sqrt = math_sqrt(size_2);  size_2 = None
     truediv = 1.0 / sqrt;  sqrt = None
     mul = matmul * truediv;  matmul = truediv = None
-    new_ones = layer_norm.new_ones(getitem_1, getitem_1, dtype = torch.bool);  layer_norm = None
+    new_ones = model_blocks_0_ln1.new_ones(getitem_1, getitem_1, dtype = torch.bool);  model_blocks_0_ln1 = None
     tril = new_ones.tril();  new_ones = None
     invert = ~tril;  tril = None
     masked_fill = mul.masked_fill(invert, -inf);  mul = invert = None
@@ -551,37 +513,27 @@ def forward(self, input_0, target):
     view_3 = contiguous.view(getitem, getitem_1, floordiv_6);  contiguous = getitem = getitem_1 = floordiv_6 = None
     model_blocks_0_attn_proj_weight = getattr(self.model.blocks, "0").attn.proj.weight
     linear = torch._C._nn.linear(view_3, model_blocks_0_attn_proj_weight);  view_3 = model_blocks_0_attn_proj_weight = None
-    reduce_scatter_to_sequence_region_1 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear, 0, 'tensor');  linear = None
+    reduce_from_tensor_region = autopar_runtime_collectives_reduce_from_tensor_region(linear, 'tensor');  linear = None
     model_blocks_0_attn_proj_bias = getattr(self.model.blocks, "0").attn.proj.bias
-    copy_to_tensor_region_3 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_attn_proj_bias, 'tensor');  model_blocks_0_attn_proj_bias = None
-    add_5 = reduce_scatter_to_sequence_region_1 + copy_to_tensor_region_3;  reduce_scatter_to_sequence_region_1 = copy_to_tensor_region_3 = None
+    add_5 = reduce_from_tensor_region + model_blocks_0_attn_proj_bias;  reduce_from_tensor_region = model_blocks_0_attn_proj_bias = None
     add_1 = add + add_5;  add = add_5 = None
-    model_blocks_0_ln2_weight = getattr(self.model.blocks, "0").ln2.weight
-    copy_to_tensor_region_4 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2_weight, 'tensor');  model_blocks_0_ln2_weight = None
-    model_blocks_0_ln2_bias = getattr(self.model.blocks, "0").ln2.bias
-    copy_to_tensor_region_5 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2_bias, 'tensor');  model_blocks_0_ln2_bias = None
-    layer_norm_1 = torch.nn.functional.layer_norm(add_1, (32,), copy_to_tensor_region_4, copy_to_tensor_region_5, 1e-05);  copy_to_tensor_region_4 = copy_to_tensor_region_5 = None
-    gather_from_sequence_region_1 = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm_1, 0, 'tensor');  layer_norm_1 = None
-    model_blocks_0_fc = getattr(self.model.blocks, "0").fc(gather_from_sequence_region_1);  gather_from_sequence_region_1 = None
+    model_blocks_0_ln2 = getattr(self.model.blocks, "0").ln2(add_1)
+    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2, 'tensor');  model_blocks_0_ln2 = None
+    model_blocks_0_fc = getattr(self.model.blocks, "0").fc(copy_to_tensor_region_1);  copy_to_tensor_region_1 = None
     gelu = torch._C._nn.gelu(model_blocks_0_fc);  model_blocks_0_fc = None
     model_blocks_0_proj_weight = getattr(self.model.blocks, "0").proj.weight
     linear_1 = torch._C._nn.linear(gelu, model_blocks_0_proj_weight);  gelu = model_blocks_0_proj_weight = None
-    reduce_scatter_to_sequence_region_2 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear_1, 0, 'tensor');  linear_1 = None
+    reduce_from_tensor_region_1 = autopar_runtime_collectives_reduce_from_tensor_region(linear_1, 'tensor');  linear_1 = None
     model_blocks_0_proj_bias = getattr(self.model.blocks, "0").proj.bias
-    copy_to_tensor_region_6 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_proj_bias, 'tensor');  model_blocks_0_proj_bias = None
-    add_6 = reduce_scatter_to_sequence_region_2 + copy_to_tensor_region_6;  reduce_scatter_to_sequence_region_2 = copy_to_tensor_region_6 = None
+    add_6 = reduce_from_tensor_region_1 + model_blocks_0_proj_bias;  reduce_from_tensor_region_1 = model_blocks_0_proj_bias = None
     add_2 = add_1 + add_6;  add_1 = add_6 = None
-    model_blocks_1_ln1_weight = getattr(self.model.blocks, "1").ln1.weight
-    copy_to_tensor_region_7 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln1_weight, 'tensor');  model_blocks_1_ln1_weight = None
-    model_blocks_1_ln1_bias = getattr(self.model.blocks, "1").ln1.bias
-    copy_to_tensor_region_8 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln1_bias, 'tensor');  model_blocks_1_ln1_bias = None
-    layer_norm_2 = torch.nn.functional.layer_norm(add_2, (32,), copy_to_tensor_region_7, copy_to_tensor_region_8, 1e-05);  copy_to_tensor_region_7 = copy_to_tensor_region_8 = None
-    gather_from_sequence_region_2 = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm_2, 0, 'tensor')
-    global_size_1 = autopar_runtime_shapes_global_size(layer_norm_2, 0, 2, None)
-    getitem_6 = global_size_1[0]
-    getitem_7 = global_size_1[1]
-    getitem_8 = global_size_1[2];  global_size_1 = None
-    model_blocks_1_attn_qkv = getattr(self.model.blocks, "1").attn.qkv(gather_from_sequence_region_2);  gather_from_sequence_region_2 = None
+    model_blocks_1_ln1 = getattr(self.model.blocks, "1").ln1(add_2)
+    copy_to_tensor_region_2 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln1, 'tensor')
+    size_3 = model_blocks_1_ln1.size()
+    getitem_6 = size_3[0]
+    getitem_7 = size_3[1]
+    getitem_8 = size_3[2];  size_3 = None
+    model_blocks_1_attn_qkv = getattr(self.model.blocks, "1").attn.qkv(copy_to_tensor_region_2);  copy_to_tensor_region_2 = None
     split_1 = model_blocks_1_attn_qkv.split(16, dim = 2);  model_blocks_1_attn_qkv = None
     getitem_9 = split_1[0]
     getitem_10 = split_1[1]
@@ -601,7 +553,7 @@ def forward(self, input_0, target):
     sqrt_1 = math_sqrt(size_4);  size_4 = None
     truediv_1 = 1.0 / sqrt_1;  sqrt_1 = None
     mul_1 = matmul_2 * truediv_1;  matmul_2 = truediv_1 = None
-    new_ones_1 = layer_norm_2.new_ones(getitem_7, getitem_7, dtype = torch.bool);  layer_norm_2 = None
+    new_ones_1 = model_blocks_1_ln1.new_ones(getitem_7, getitem_7, dtype = torch.bool);  model_blocks_1_ln1 = None
     tril_1 = new_ones_1.tril();  new_ones_1 = None
     invert_1 = ~tril_1;  tril_1 = None
     masked_fill_1 = mul_1.masked_fill(invert_1, -inf);  mul_1 = invert_1 = None
@@ -613,33 +565,23 @@ def forward(self, input_0, target):
     view_7 = contiguous_1.view(getitem_6, getitem_7, floordiv_7);  contiguous_1 = getitem_6 = getitem_7 = floordiv_7 = None
     model_blocks_1_attn_proj_weight = getattr(self.model.blocks, "1").attn.proj.weight
     linear_2 = torch._C._nn.linear(view_7, model_blocks_1_attn_proj_weight);  view_7 = model_blocks_1_attn_proj_weight = None
-    reduce_scatter_to_sequence_region_3 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear_2, 0, 'tensor');  linear_2 = None
+    reduce_from_tensor_region_2 = autopar_runtime_collectives_reduce_from_tensor_region(linear_2, 'tensor');  linear_2 = None
     model_blocks_1_attn_proj_bias = getattr(self.model.blocks, "1").attn.proj.bias
-    copy_to_tensor_region_9 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_attn_proj_bias, 'tensor');  model_blocks_1_attn_proj_bias = None
-    add_7 = reduce_scatter_to_sequence_region_3 + copy_to_tensor_region_9;  reduce_scatter_to_sequence_region_3 = copy_to_tensor_region_9 = None
+    add_7 = reduce_from_tensor_region_2 + model_blocks_1_attn_proj_bias;  reduce_from_tensor_region_2 = model_blocks_1_attn_proj_bias = None
     add_3 = add_2 + add_7;  add_2 = add_7 = None
-    model_blocks_1_ln2_weight = getattr(self.model.blocks, "1").ln2.weight
-    copy_to_tensor_region_10 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln2_weight, 'tensor');  model_blocks_1_ln2_weight = None
-    model_blocks_1_ln2_bias = getattr(self.model.blocks, "1").ln2.bias
-    copy_to_tensor_region_11 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln2_bias, 'tensor');  model_blocks_1_ln2_bias = None
-    layer_norm_3 = torch.nn.functional.layer_norm(add_3, (32,), copy_to_tensor_region_10, copy_to_tensor_region_11, 1e-05);  copy_to_tensor_region_10 = copy_to_tensor_region_11 = None
-    gather_from_sequence_region_3 = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm_3, 0, 'tensor');  layer_norm_3 = None
-    model_blocks_1_fc = getattr(self.model.blocks, "1").fc(gather_from_sequence_region_3);  gather_from_sequence_region_3 = None
+    model_blocks_1_ln2 = getattr(self.model.blocks, "1").ln2(add_3)
+    copy_to_tensor_region_3 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_ln2, 'tensor');  model_blocks_1_ln2 = None
+    model_blocks_1_fc = getattr(self.model.blocks, "1").fc(copy_to_tensor_region_3);  copy_to_tensor_region_3 = None
     gelu_1 = torch._C._nn.gelu(model_blocks_1_fc);  model_blocks_1_fc = None
     model_blocks_1_proj_weight = getattr(self.model.blocks, "1").proj.weight
     linear_3 = torch._C._nn.linear(gelu_1, model_blocks_1_proj_weight);  gelu_1 = model_blocks_1_proj_weight = None
-    reduce_scatter_to_sequence_region_4 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear_3, 0, 'tensor');  linear_3 = None
+    reduce_from_tensor_region_3 = autopar_runtime_collectives_reduce_from_tensor_region(linear_3, 'tensor');  linear_3 = None
     model_blocks_1_proj_bias = getattr(self.model.blocks, "1").proj.bias
-    copy_to_tensor_region_12 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_1_proj_bias, 'tensor');  model_blocks_1_proj_bias = None
-    add_8 = reduce_scatter_to_sequence_region_4 + copy_to_tensor_region_12;  reduce_scatter_to_sequence_region_4 = copy_to_tensor_region_12 = None
+    add_8 = reduce_from_tensor_region_3 + model_blocks_1_proj_bias;  reduce_from_tensor_region_3 = model_blocks_1_proj_bias = None
     add_4 = add_3 + add_8;  add_3 = add_8 = None
-    model_ln_f_weight = self.model.ln_f.weight
-    copy_to_tensor_region_13 = autopar_runtime_collectives_copy_to_tensor_region(model_ln_f_weight, 'tensor');  model_ln_f_weight = None
-    model_ln_f_bias = self.model.ln_f.bias
-    copy_to_tensor_region_14 = autopar_runtime_collectives_copy_to_tensor_region(model_ln_f_bias, 'tensor');  model_ln_f_bias = None
-    layer_norm_4 = torch.nn.functional.layer_norm(add_4, (32,), copy_to_tensor_region_13, copy_to_tensor_region_14, 1e-05);  add_4 = copy_to_tensor_region_13 = copy_to_tensor_region_14 = None
-    gather_from_sequence_region_4 = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm_4, 0, 'tensor');  layer_norm_4 = None
-    model_lm_head = self.model.lm_head(gather_from_sequence_region_4);  gather_from_sequence_region_4 = None
+    model_ln_f = self.model.ln_f(add_4);  add_4 = None
+    copy_to_tensor_region_4 = autopar_runtime_collectives_copy_to_tensor_region(model_ln_f, 'tensor');  model_ln_f = None
+    model_lm_head = self.model.lm_head(copy_to_tensor_region_4);  copy_to_tensor_region_4 = None
     flatten = model_lm_head.flatten(0, 1);  model_lm_head = None
     flatten_1 = target.flatten();  target = None
     vocab_parallel_cross_entropy = autopar_runtime_collectives_vocab_parallel_cross_entropy(flatten, flatten_1, 0, 'tensor', -100, 'sum');  flatten = flatten_1 = None
@@ -1035,8 +977,8 @@ def forward(self, input_0, target):
         self.assertExpectedInline(plan.explain(), """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
 mesh: pipeline=2 x data=1 x tensor=2   (rank = (pipeline*1 + data)*2 + tensor; tensor ranks adjacent, pipeline outermost)
-predicted step 7.267 ms: compute 0.271 ms, data comm 0.000 ms, pipeline comm 2.627 ms, tensor comm 4.369 ms; memory per rank 0.16 MiB; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank holds 1/t of the tokens
-model: 1.121e+07 FLOP per step -> 3.857e+08 FLOP/s per device predicted
+predicted step 6.356 ms: compute 0.271 ms, data comm 0.000 ms, pipeline comm 2.444 ms, tensor comm 3.641 ms; memory per rank 0.17 MiB
+model: 1.121e+07 FLOP per step -> 4.409e+08 FLOP/s per device predicted
 
 region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
 -----------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
@@ -1047,17 +989,17 @@ linear_chain:blocks.0    linear_chain  megatron   0.057 ms  1.456 ms     0.000 m
 linear_chain:blocks.1    linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
 (outside regions)        -             replicate  0.161 ms  0.000 ms     0.000 ms   0.04 MiB  -
 
-pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.453 ms); scatter/gather on
-  stage 0 (rank 0): block:blocks.0 + embedding; 1.159 ms per microbatch; sends 2.0 KiB per microbatch
-  stage 1 (rank 1): block:blocks.1 + head and loss; 1.160 ms per microbatch
-  per rank: rank 0 1.452 ms/microbatch, 2 in flight, 0.16 MiB (0.14 MiB recomputing); rank 1 1.453 ms/microbatch, 1 in flight, 0.12 MiB (0.12 MiB recomputing)
+pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.271 ms); scatter/gather on
+  stage 0 (rank 0): block:blocks.0 + embedding; 0.977 ms per microbatch; sends 2.0 KiB per microbatch
+  stage 1 (rank 1): block:blocks.1 + head and loss; 0.978 ms per microbatch
+  per rank: rank 0 1.270 ms/microbatch, 2 in flight, 0.17 MiB (0.15 MiB recomputing); rank 1 1.271 ms/microbatch, 1 in flight, 0.13 MiB (0.13 MiB recomputing)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  F2  .   .   B1  B1  F3  B2  B2  F4  B3  B3  .   B4  B4 |
   rank 1 | .   F1  B1  B1  F2  B2  B2  F3  B3  B3  F4  B4  B4  .   .  |
   1f1b: p=2 m=4; step 15 units, compute 12 per rank, bubble 0.250 of the ideal time
 
 meshes weighed:
- * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 7.267 ms, memory 0.16 MiB""")
+ * pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=4: step 6.356 ms, memory 0.17 MiB""")
         self.assertExpectedInline(pipeline_rank_code(model, plan, 0, inputs, loss_fn, target, rewrite=rewrite), """\
 # stage 0 on rank 0 of 4 (pipeline=0, data=0, tensor=0); built by passes: pipeline_stages -> analysis -> stage_blocks -> tensor_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
@@ -1067,22 +1009,16 @@ def forward(self, input_0):
     getattr_1 = input_0.device
     arange = torch.arange(size, device = getattr_1);  size = getattr_1 = None
     model_tok_weight = self.model.tok.weight
-    vocab_parallel_embedding = autopar_runtime_collectives_vocab_parallel_embedding(input_0, model_tok_weight, 0, 'tensor', None, reduce = False);  input_0 = model_tok_weight = None
-    reduce_scatter_to_sequence_region = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(vocab_parallel_embedding, 1, 'tensor');  vocab_parallel_embedding = None
+    vocab_parallel_embedding = autopar_runtime_collectives_vocab_parallel_embedding(input_0, model_tok_weight, 0, 'tensor', None);  input_0 = model_tok_weight = None
     model_pos = self.model.pos(arange);  arange = None
-    scatter_to_tensor_region = autopar_runtime_collectives_scatter_to_tensor_region(model_pos, 0, 'tensor');  model_pos = None
-    add = reduce_scatter_to_sequence_region + scatter_to_tensor_region;  reduce_scatter_to_sequence_region = scatter_to_tensor_region = None
-    model_blocks_0_ln1_weight = getattr(self.model.blocks, "0").ln1.weight
-    copy_to_tensor_region = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1_weight, 'tensor');  model_blocks_0_ln1_weight = None
-    model_blocks_0_ln1_bias = getattr(self.model.blocks, "0").ln1.bias
-    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1_bias, 'tensor');  model_blocks_0_ln1_bias = None
-    layer_norm = torch.nn.functional.layer_norm(add, (32,), copy_to_tensor_region, copy_to_tensor_region_1, 1e-05);  copy_to_tensor_region = copy_to_tensor_region_1 = None
-    gather_from_sequence_region = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm, 1, 'tensor')
-    global_size = autopar_runtime_shapes_global_size(layer_norm, 1, 2, None)
-    getitem = global_size[0]
-    getitem_1 = global_size[1]
-    getitem_2 = global_size[2];  global_size = None
-    model_blocks_0_attn_qkv = getattr(self.model.blocks, "0").attn.qkv(gather_from_sequence_region);  gather_from_sequence_region = None
+    add = vocab_parallel_embedding + model_pos;  vocab_parallel_embedding = model_pos = None
+    model_blocks_0_ln1 = getattr(self.model.blocks, "0").ln1(add)
+    copy_to_tensor_region = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln1, 'tensor')
+    size_1 = model_blocks_0_ln1.size()
+    getitem = size_1[0]
+    getitem_1 = size_1[1]
+    getitem_2 = size_1[2];  size_1 = None
+    model_blocks_0_attn_qkv = getattr(self.model.blocks, "0").attn.qkv(copy_to_tensor_region);  copy_to_tensor_region = None
     split = model_blocks_0_attn_qkv.split(16, dim = 2);  model_blocks_0_attn_qkv = None
     getitem_3 = split[0]
     getitem_4 = split[1]
@@ -1102,7 +1038,7 @@ def forward(self, input_0):
     sqrt = math_sqrt(size_2);  size_2 = None
     truediv = 1.0 / sqrt;  sqrt = None
     mul = matmul * truediv;  matmul = truediv = None
-    new_ones = layer_norm.new_ones(getitem_1, getitem_1, dtype = torch.bool);  layer_norm = None
+    new_ones = model_blocks_0_ln1.new_ones(getitem_1, getitem_1, dtype = torch.bool);  model_blocks_0_ln1 = None
     tril = new_ones.tril();  new_ones = None
     invert = ~tril;  tril = None
     masked_fill = mul.masked_fill(invert, -inf);  mul = invert = None
@@ -1114,28 +1050,21 @@ def forward(self, input_0):
     view_3 = contiguous.view(getitem, getitem_1, floordiv_3);  contiguous = getitem = getitem_1 = floordiv_3 = None
     model_blocks_0_attn_proj_weight = getattr(self.model.blocks, "0").attn.proj.weight
     linear = torch._C._nn.linear(view_3, model_blocks_0_attn_proj_weight);  view_3 = model_blocks_0_attn_proj_weight = None
-    reduce_scatter_to_sequence_region_1 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear, 1, 'tensor');  linear = None
+    reduce_from_tensor_region = autopar_runtime_collectives_reduce_from_tensor_region(linear, 'tensor');  linear = None
     model_blocks_0_attn_proj_bias = getattr(self.model.blocks, "0").attn.proj.bias
-    copy_to_tensor_region_2 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_attn_proj_bias, 'tensor');  model_blocks_0_attn_proj_bias = None
-    add_3 = reduce_scatter_to_sequence_region_1 + copy_to_tensor_region_2;  reduce_scatter_to_sequence_region_1 = copy_to_tensor_region_2 = None
+    add_3 = reduce_from_tensor_region + model_blocks_0_attn_proj_bias;  reduce_from_tensor_region = model_blocks_0_attn_proj_bias = None
     add_1 = add + add_3;  add = add_3 = None
-    model_blocks_0_ln2_weight = getattr(self.model.blocks, "0").ln2.weight
-    copy_to_tensor_region_3 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2_weight, 'tensor');  model_blocks_0_ln2_weight = None
-    model_blocks_0_ln2_bias = getattr(self.model.blocks, "0").ln2.bias
-    copy_to_tensor_region_4 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2_bias, 'tensor');  model_blocks_0_ln2_bias = None
-    layer_norm_1 = torch.nn.functional.layer_norm(add_1, (32,), copy_to_tensor_region_3, copy_to_tensor_region_4, 1e-05);  copy_to_tensor_region_3 = copy_to_tensor_region_4 = None
-    gather_from_sequence_region_1 = autopar_strategies_megatron_collectives_gather_from_sequence_region(layer_norm_1, 1, 'tensor');  layer_norm_1 = None
-    model_blocks_0_fc = getattr(self.model.blocks, "0").fc(gather_from_sequence_region_1);  gather_from_sequence_region_1 = None
+    model_blocks_0_ln2 = getattr(self.model.blocks, "0").ln2(add_1)
+    copy_to_tensor_region_1 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_ln2, 'tensor');  model_blocks_0_ln2 = None
+    model_blocks_0_fc = getattr(self.model.blocks, "0").fc(copy_to_tensor_region_1);  copy_to_tensor_region_1 = None
     gelu = torch._C._nn.gelu(model_blocks_0_fc);  model_blocks_0_fc = None
     model_blocks_0_proj_weight = getattr(self.model.blocks, "0").proj.weight
     linear_1 = torch._C._nn.linear(gelu, model_blocks_0_proj_weight);  gelu = model_blocks_0_proj_weight = None
-    reduce_scatter_to_sequence_region_2 = autopar_strategies_megatron_collectives_reduce_scatter_to_sequence_region(linear_1, 1, 'tensor');  linear_1 = None
+    reduce_from_tensor_region_1 = autopar_runtime_collectives_reduce_from_tensor_region(linear_1, 'tensor');  linear_1 = None
     model_blocks_0_proj_bias = getattr(self.model.blocks, "0").proj.bias
-    copy_to_tensor_region_5 = autopar_runtime_collectives_copy_to_tensor_region(model_blocks_0_proj_bias, 'tensor');  model_blocks_0_proj_bias = None
-    add_4 = reduce_scatter_to_sequence_region_2 + copy_to_tensor_region_5;  reduce_scatter_to_sequence_region_2 = copy_to_tensor_region_5 = None
+    add_4 = reduce_from_tensor_region_1 + model_blocks_0_proj_bias;  reduce_from_tensor_region_1 = model_blocks_0_proj_bias = None
     add_2 = add_1 + add_4;  add_1 = add_4 = None
-    gather_from_tensor_region = autopar_runtime_collectives_gather_from_tensor_region(add_2, 1, 'tensor');  add_2 = None
-    return gather_from_tensor_region
+    return add_2
     
 """)
 

@@ -38,7 +38,7 @@ def test_save_writes_plan_rank_graphs_and_drawing(tmp_path):
     assert Plan.load(str(tmp_path)).to_json() == plan.to_json()
     rank1 = (tmp_path / "rank1.py").read_text()
     assert rank1.startswith("# rank 1 of 4 (data=0, tensor=1); built by passes: analysis -> tensor_parallel")
-    assert "vocab_parallel_cross_entropy" in rank1 and "reduce_scatter_to_sequence_region" in rank1
+    assert "vocab_parallel_cross_entropy" in rank1 and "reduce_from_tensor_region" in rank1
     dot = (tmp_path / "regions.dot").read_text()
     assert dot.startswith("digraph regions {") and "cluster_" in dot and "megatron (tensor 2)" in dot
 

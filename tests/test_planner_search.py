@@ -153,8 +153,8 @@ timeline (unit: one chunk's forward; backward = 2 units):
 meshes weighed:
    3D cube (Bian): rejected: Bian's cube form: 4 ranks are no p^3 x data with p >= 2
    data=4 x tensor=1: step 2.749 ms, memory 0.51 MiB
-   data=2 x tensor=2: step 3.172 ms, memory 0.30 MiB
-   data=1 x tensor=4: step 15.342 ms, memory 0.20 MiB
+   data=2 x tensor=2: step 2.712 ms, memory 0.32 MiB
+   data=1 x tensor=4: step 12.308 ms, memory 0.27 MiB
    data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 3.485 ms, memory 0.51 MiB
    data=4 x tensor=1, D&SP 2 sub-grids (naive): step 4.386 ms, memory 0.51 MiB
    data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware): step 1.771 ms, memory 0.59 MiB
@@ -173,7 +173,7 @@ meshes weighed:
    3D x=2 y=2 z=1 data=1: step 6.753 ms, memory 0.35 MiB
    3D x=4 y=1 z=1 data=1: step 9.885 ms, memory 0.30 MiB
  * pipeline=2 x data=2 x tensor=1, pipeline 1f1b, m=1: step 1.023 ms, memory 0.31 MiB
-   pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=1: step 3.065 ms, memory 0.20 MiB
+   pipeline=2 x data=1 x tensor=2, pipeline 1f1b, m=1: step 2.689 ms, memory 0.22 MiB
 
 the 3 best of 22 feasible configuration(s) (1 rejected):
 #  configuration                                              step      comm tensor  comm x    comm y    comm z    comm pipeline  comm data  memory

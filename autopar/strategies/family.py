@@ -115,6 +115,7 @@ class RegionTable:
     gathered_bytes: float = 0.0     # of the activations: the 3D layers' all-gathered weights kept for backward
     gather_cache: int | None = None  # under recomputation, the 3D layers whose gathered weights are cached
     note: str = ""                  # why its memory levers were not weighed (said when it does not fit)
+    sequence: bool = False          # priced with Megatron-SP (docs/sequence.md)
 
 
 @dataclass(frozen=True)
@@ -303,5 +304,6 @@ def mesh_plan(ctx: PlanContext, priced: Priced, table: RegionTable) -> Plan:
                 global_batch=ctx.model.batch, regions=table.regions, total=table.total, step_s=table.step_s,
                 tracer=capture.tracer if capture else "", subgrids=c.subgrids, topology_aware=c.topology_aware,
                 csub=c.csub, microbatches=c.microbatches or 1, zero=c.zero or 0, recompute=c.recompute == "full",
+                sequence_parallel=table.sequence,
                 selective_recompute=c.recompute == "selective",
                 gather_cache=table.gather_cache if c.recompute == "full" else None)

@@ -60,7 +60,7 @@ from autopar.strategies.experts.layout import ExpertShard, place as place_expert
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        rejected, too_big)
-from autopar.strategies.megatron.planner import Megatron, price_mesh, sequence_on
+from autopar.strategies.megatron.planner import Megatron, price_mesh, sequence_choice
 from autopar.strategies.pipeline.planner import Pipeline, pipeline_label, pipeline_layout, pipeline_mesh
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms
@@ -274,7 +274,7 @@ class ExpertParallel(CompileHooks):
 
         def at(m: int) -> RegionTable:   # one of m microbatches, its MoE regions expert-parallel
             one = whole if m == 1 else price_mesh(model, hw, data * m, tensor, split,
-                                                  sequence=sequence_on(ctx, tensor, model.batch // (data * m)))
+                                                  sequence=sequence_choice(ctx, tensor, model.batch // (data * m)))
             return self._experts_table(ctx, config, one, taken, data, tensor, m)
 
         layers = [f for f, take, _ in picked if take]

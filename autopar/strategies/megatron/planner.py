@@ -146,15 +146,15 @@ def sequence_regather_s(model: ModelFacts, hw: Hardware, r, rows_scale: float, t
     return cost_model.all_gather_time(tensor, model.boundary[r.id] / rows_scale / tensor, hw)
 
 
-def sequence_on(ctx: PlanContext, tensor: int, rows: int) -> bool:
-    """Whether a configuration whose tensor groups have ``tensor`` ranks, each running
-    ``rows`` rows of the batch at a time, is priced with Megatron-SP: unless forced off,
-    wherever that is more than one rank and a token dimension divides
-    (:func:`sequence_splits`; its collectives cost what f and g's all-reduces cost, and
-    backward gathers each split region's input again: :func:`sequence_regather_s`;
-    :func:`autopar.planning.search.sequence_parallel` decides the plan's)."""
+def sequence_choice(ctx: PlanContext, tensor: int, rows: int) -> bool | None:
+    """Megatron-SP for a configuration whose tensor groups have ``tensor`` ranks, each
+    running ``rows`` rows of the batch at a time: True forced, False forced off or
+    impossible (one rank; no token dimension divides, :func:`sequence_splits`), None:
+    :func:`price_mesh` weighs it."""
     forced = ctx.levers.sequence_parallel if ctx.levers is not None else None
-    return tensor > 1 and forced is not False and sequence_splits(ctx.model, tensor, rows)
+    if tensor < 2 or forced is False or not sequence_splits(ctx.model, tensor, rows):
+        return False
+    return forced
 
 
 def sequence_splits(model: ModelFacts, tensor: int, rows: int) -> bool:
@@ -175,7 +175,7 @@ def sequence_splits(model: ModelFacts, tensor: int, rows: int) -> bool:
 
 def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_split: bool,
                keep_whole: dict[str, str] | None = None, recompute: bool = False,
-               sequence: bool = False) -> RegionTable:
+               sequence: bool | None = False) -> RegionTable:
     """The region table, total cost and step of ``data × tensor``; ``keep_whole``:
     region id → why it stays replicated whatever the tensor degree; ``recompute``: the
     regions' forward runs twice (a pipeline's blocks, megatron §3.5); ``sequence``:
@@ -183,7 +183,15 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
     split over the tensor group along the sequence (Korthikanti et al. §4.2.2: their
     ``10sbh`` per layer becomes ``10sbh/t``), the regions' g and f priced as before (a
     reduce-scatter and an all-gather move what an all-reduce moves) and each split
-    region's input gathered again in backward (:func:`sequence_regather_s`)."""
+    region's input gathered again in backward (:func:`sequence_regather_s`); None: weighed,
+    taken where the configuration does not fit without it and needs less with it (it
+    costs time, so a configuration that fits runs without it)."""
+    if sequence is None:
+        without = price_mesh(model, hw, data, tensor, force_split, keep_whole, recompute, False)
+        if without.total.memory_bytes <= hw.memory_bytes:
+            return without
+        split = price_mesh(model, hw, data, tensor, force_split, keep_whole, recompute, True)
+        return split if split.total.memory_bytes < without.total.memory_bytes else without
     keep_whole = {**(rule_gaps(model) if tensor > 1 else {}), **(keep_whole or {})}
     choices: list[RegionChoice] = []
     in_region: set[str] = set()
@@ -220,7 +228,7 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
                                 {}, "not in a splittable region"))
     total = Cost(compute, {"tensor": tensor_comm, "data": exposed}, memory)
     return RegionTable(choices, total, compute + tensor_comm + exposed, local_params, activations,
-                       model.largest_params)
+                       model.largest_params, sequence=bool(sequence and split_param_elems))
 
 
 class DataTensor(CompileHooks):
@@ -254,7 +262,7 @@ class DataTensor(CompileHooks):
         mesh = {"data": data, "tensor": tensor}
         if model.batch % data:
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}")
-        sequence = sequence_on(ctx, tensor, model.batch // data)
+        sequence = sequence_choice(ctx, tensor, model.batch // data)
         table = price_mesh(model, ctx.hw, data, tensor, ctx.forced is not None, sequence=sequence)
         if tensor > 1 and not any(c.strategy == "megatron" for c in table.regions):
             # No region pays for its communication on its own, but a tensor group that
@@ -321,12 +329,12 @@ class Megatron(DataTensor):
 
 
 def _sequence_parallel(ctx: PlanContext, plan_: Plan) -> bool:
-    """Whether the plan runs Megatron-SP (docs/sequence.md): as forced, else wherever a
-    tensor group of more than one rank splits regions Megatron-style and a token
-    dimension of their outputs divides at each rank's rows
-    (:func:`~autopar.strategies.megatron.planner.sequence_splits`), as the families priced
-    it. Not in this version: mixed plans (their 3D regions read the values between
-    regions whole) and D&SP sub-grids of the tensor group."""
+    """Whether the plan runs Megatron-SP (docs/sequence.md): as forced, refused where a
+    tensor group of more than one rank splits no region Megatron-style or no token
+    dimension of their outputs divides at each rank's rows (:func:`sequence_splits`);
+    else as its configuration was priced (``plan_.sequence_parallel``: where it does not
+    fit without, :func:`price_mesh`). Not in this version: mixed plans (their 3D regions
+    read the values between regions whole) and D&SP sub-grids of the tensor group."""
     forced = ctx.levers.sequence_parallel if ctx.levers is not None else None
     t = plan_.degree("tensor")
     rows = plan_.global_batch // max(plan_.batch_parts(), 1) // max(
@@ -342,7 +350,7 @@ def _sequence_parallel(ctx: PlanContext, plan_: Plan) -> bool:
     if forced and why_not is not None:
         raise PlanError(f"strategy: sequence_parallel=True, but in the plan for {plan_.mesh}: {why_not}; or drop "
                         f"'sequence_parallel'")
-    return why_not is None if forced is None else forced
+    return (why_not is None and plan_.sequence_parallel) if forced is None else forced
 
 
 def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: int, tensor: int
@@ -355,7 +363,7 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable, data: in
     space = levers.LeverSpace(
         rows=model.batch // data, data=data, split=tensor,
         at=lambda m: price_mesh(model, hw, data * m, tensor, split,
-                                sequence=sequence_on(ctx, tensor, model.batch // (data * m))),
+                                sequence=sequence_choice(ctx, tensor, model.batch // (data * m))),
         data_comm=lambda one, z, m, compute: levers.zero_comm(one.param_elems, data, tensor, z, m, compute, hw),
         accumulate=not batch_norms(model))
     return levers.weigh(ctx, config, table, space)

@@ -452,7 +452,7 @@ class Pipeline(CompileHooks):
             # pipeline does not weigh) without; unforced, the search weighs both
             mode = ctx.levers.recompute if ctx.levers is not None else None
             recompute = None if mode is None else mode == "full"
-            sequence = not config.mixed and (ctx.levers is None or ctx.levers.sequence_parallel is not False)
+            sequence = not config.mixed and ctx.levers is not None and ctx.levers.sequence_parallel is True
             n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero, recompute, allowance,
                                 sequence=sequence)
         except PlanError as e:
