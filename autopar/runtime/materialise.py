@@ -153,20 +153,25 @@ def _owners(root: nn.Module) -> dict[int, list[tuple[nn.Module, str, str]]]:
 
 # ---------------------------------------------------------------------------- identical weights
 def fingerprints(model: nn.Module, device: torch.device = torch.device("cpu"),
-                 chunk: int = 1 << 22) -> tuple[list[str], torch.Tensor]:
+                 width: int = 4096) -> tuple[list[str], torch.Tensor]:
     """(names, ``[n, 2]`` int64) for every parameter and buffer of ``model`` (each once,
     in model order): two checksums of its bits (their sum, and their sum weighted by
-    position; int64 arithmetic wraps), cheap (one pass, bounded temporaries)."""
+    position; int64 arithmetic wraps), cheap: the bits seen as rows of ``width``, each
+    reduced along both dimensions once (the weighted sum of element ``k = j·width + i``
+    is ``width·Σ_j j·row_j + Σ_i (i+1)·column_i``), no temporary of the tensor's size."""
     names, sums = [], []
     for name, t in (*model.named_parameters(), *model.named_buffers()):
         bits = _as_integers(t.detach().reshape(-1))
-        plain = torch.zeros((), dtype=torch.int64, device=t.device)
-        weighted = torch.zeros((), dtype=torch.int64, device=t.device)
-        for start in range(0, bits.numel(), chunk):
-            piece = bits[start:start + chunk].to(torch.int64)
-            plain += piece.sum()
-            weighted += (piece * torch.arange(start + 1, start + 1 + piece.numel(), device=t.device,
-                                              dtype=torch.int64)).sum()
+        n = bits.numel()
+        whole = n // width * width
+        body = bits[:whole].view(-1, width)
+        rows = body.sum(1, dtype=torch.int64)
+        columns = body.sum(0, dtype=torch.int64)
+        tail = bits[whole:].to(torch.int64)
+        plain = rows.sum() + tail.sum()
+        weighted = (width * (torch.arange(rows.numel(), dtype=torch.int64, device=t.device) * rows).sum()
+                    + (torch.arange(1, width + 1, dtype=torch.int64, device=t.device) * columns).sum()
+                    + (tail * torch.arange(whole + 1, n + 1, dtype=torch.int64, device=t.device)).sum())
         names.append(name)
         sums.append(torch.stack([plain, weighted]).to(device))
     return names, torch.stack(sums) if sums else torch.zeros((0, 2), dtype=torch.int64, device=device)
