@@ -179,6 +179,22 @@ def test_the_planner_takes_sequence_parallel_where_activations_do_not_fit_withou
     assert alone.sequence_parallel and alone.degree("tensor") > 1
 
 
+def test_a_long_context_on_a_preset_takes_sequence_parallel():
+    """A 16-layer GPT of width 8192 at one 32k-token sequence on 8 A100s (a100-selene):
+    the whole-batch activations do not fit a tensor group of 8 without it."""
+    from autopar.cost.hardware import get_hardware
+    from autopar.passes.analysis.analyse import analyse
+    from autopar.planning.search import plan_graph
+    from autopar.trace.capture import capture
+    from examples.factories import gpt_meta
+    facts = analyse(capture(*gpt_meta(16, 8192, 64, 1, seq=32768)))
+    plan = plan_graph(facts, 8, get_hardware("a100-selene"))
+    assert plan.mesh == {"data": 1, "tensor": 8} and plan.sequence_parallel
+    off = plan_graph(facts, 8, get_hardware("a100-selene"), strategy={"data": 1, "tensor": 8,
+                                                                       "sequence_parallel": False})
+    assert not off.sequence_parallel and off.total.memory_bytes > plan.total.memory_bytes
+
+
 def test_forcing_sequence_parallel_where_it_cannot_run_names_the_plan():
     with pytest.raises(PlanError, match="sequence_parallel=True.*tensor"):
         _plan({"data": 4, "sequence_parallel": True})

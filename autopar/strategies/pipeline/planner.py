@@ -125,6 +125,7 @@ class PipelineNumbers:
     inner: object = None        # a mixed configuration's stage plans (mixed.stages.StagePlans)
     rank_params: tuple = ()     # parameter elements per pipeline rank
     zero: int = 0               # ZeRO's stage over the data ranks (docs/memory.md)
+    sequence: bool = False      # Megatron-SP inside the stages (docs/sequence.md)
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, l
 
 def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy, stage_plans=None,
                     zero: int | None = None, recompute: bool | None = None, allowance: float = 0.0,
-                    sequence: bool = False) -> PipelineNumbers:
+                    sequence: bool | None = False) -> PipelineNumbers:
     """The figures of one pipeline layout at its best microbatch count: the fastest
     whose memory fits, recomputing the blocks' activations (megatron §3.5) or sharding
     the state over the data ranks (ZeRO-1..3, :func:`with_zero`) only where keeping
@@ -198,15 +199,17 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
     forced ZeRO stage, ``recompute``: forced full recomputation of the blocks or none
     (None: the search's choice for both); ``allowance``: bytes per rank another family
     frees from these figures (expert parallelism's spread experts), counted when judging
-    what fits; ``sequence``: Megatron-SP inside the stages (:func:`_stage_figures`)."""
+    what fits; ``sequence``: Megatron-SP inside the stages (:func:`_stage_figures`; None:
+    weighed where a count and mode do not fit without ZeRO, before ZeRO and recomputing)."""
     p, data, tensor, shape, local = pipeline_layout(model, world, config)
     inner = stage_plans(shape, tensor) if stage_plans is not None else None
     best = smallest = None
     modes = (False, True) if recompute is None else (recompute,)
+    splits = (sequence,) if sequence is not None else (False, True) if tensor > 1 and inner is None else (False,)
     for m in _microbatch_counts(model, config, p, data, local):
-        for mode in modes:
+        for mode, sp in ((mode, sp) for mode in modes for sp in splits):
             numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, config.schedule, data, tensor,
-                                       config.scatter_gather, mode, inner, sequence)
+                                       config.scatter_gather, mode, inner, sp)
             stages = (zero,) if zero is not None else (0, 1, 2, 3) if data > 1 else (0,)
             fitting = None
             for z in stages:
@@ -221,7 +224,7 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
             if fitting is not None and (best is None or fitting.step < best.step * (1 - 1e-9)):
                 best = fitting
             if fitting is not None and fitting.zero == 0:
-                break  # recomputing only where neither fits; ZeRO and recomputation are weighed
+                break  # SP, recomputing only where neither fits; ZeRO and recomputation are weighed
     return best or smallest
 
 
@@ -267,22 +270,6 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
     return stage_s, stage_comm, stage_act
 
 
-def _rank_params(shape: PipelineShape, p: int, tensor: int) -> tuple[list[float], float]:
-    """Parameter elements per pipeline rank (split ones over the tensor group), and the
-    elements of the tied ones (read on several ranks)."""
-    rank_params = [0.0] * p
-    tied_elems = 0.0
-    for where, sizes, vocab, elems in shape.params:
-        if sizes is not None and tensor > 1 and all(size % tensor == 0 for _, size in sizes):
-            elems = elems / tensor * (-(-vocab // tensor) * tensor / vocab if vocab else 1)  # a padded vocabulary
-        ranks = {s % p for s in where}
-        for r in ranks:
-            rank_params[r] += elems
-        if len(ranks) > 1:
-            tied_elems += elems
-    return rank_params, tied_elems
-
-
 def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: int, v: int, m: int, schedule: str,
                      data: int, tensor: int, scatter_gather: bool, recompute: bool = False, inner=None,
                      sequence: bool = False) -> PipelineNumbers:
@@ -305,7 +292,7 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     else:
         stage_s, stage_comm, stage_act = _stage_figures(model, hw, shape, stages, scale, tensor, recompute,
                                                         sequence and tensor > 1)
-        rank_params, tied_elems = _rank_params(shape, p, tensor)
+        rank_params, tied_elems = shape.rank_params(p, tensor)
     # the executor's work per stage and microbatch: one forward action, one backward
     stage_s = [s + 2 * hw.pipeline_action_s for s in stage_s]
     carried = [b / scale for b in shape.carried]
@@ -339,7 +326,7 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
         shape, p, v, m, schedule, data, tensor, scatter_gather, pipe_step + data_s + tied_s, bubble, stage_s, carried,
         rank_s, slow, rank_p2p, rank_comm, data_s, tied_s, memory, max(mem[1 if recompute else 0] for mem in memory),
         recompute, {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble, "data": data_s + tied_s},
-        inner, tuple(rank_params))
+        inner, tuple(rank_params), sequence=sequence and tensor > 1)
 
 
 def with_zero(n: PipelineNumbers, zero: int, hw: Hardware, largest: float = 0.0) -> PipelineNumbers:
@@ -394,7 +381,7 @@ def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: Pip
     plan_ = Plan(model=name, world_size=world, mesh=mesh, hardware=hw.name, global_batch=model.batch,
                  regions=choices, total=total, step_s=n.step,
                  tracer=capture.tracer if capture else "", pipeline=asdict(details), recompute=n.recompute,
-                 zero=n.zero)
+                 zero=n.zero, sequence_parallel=n.sequence)
     if n.inner is not None:
         plan_.mixed = True
         plan_.tensor_grid = n.inner.tensor_grid(data * m)
@@ -452,7 +439,8 @@ class Pipeline(CompileHooks):
             # pipeline does not weigh) without; unforced, the search weighs both
             mode = ctx.levers.recompute if ctx.levers is not None else None
             recompute = None if mode is None else mode == "full"
-            sequence = not config.mixed and ctx.levers is not None and ctx.levers.sequence_parallel is True
+            forced = ctx.levers.sequence_parallel if ctx.levers is not None else None
+            sequence = False if config.mixed else forced
             n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero, recompute, allowance,
                                 sequence=sequence)
         except PlanError as e:

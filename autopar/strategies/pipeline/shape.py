@@ -74,6 +74,21 @@ class PipelineShape:
         self.carried = [float(sum(tensor_spec(table[v]).nbytes for v in values if tensor_spec(table[v]) is not None))
                         for values in boundary_values(model.gm, part)]
 
+    def rank_params(self, p: int, tensor: int) -> tuple[list[float], float]:
+        """Parameter elements per pipeline rank of ``p`` (split ones over the tensor
+        group), and the elements of the tied ones (read on several ranks)."""
+        rank_params = [0.0] * p
+        tied_elems = 0.0
+        for where, sizes, vocab, elems in self.params:
+            if sizes is not None and tensor > 1 and all(size % tensor == 0 for _, size in sizes):
+                elems = elems / tensor * (-(-vocab // tensor) * tensor / vocab if vocab else 1)  # a padded vocabulary
+            ranks = {s % p for s in where}
+            for r in ranks:
+                rank_params[r] += elems
+            if len(ranks) > 1:
+                tied_elems += elems
+        return rank_params, tied_elems
+
 
 def pipeline_shape(model: ModelFacts, stages: int) -> PipelineShape:
     """The shape of a ``stages``-stage pipeline, found once per model and stage count;

@@ -378,7 +378,7 @@ def _per_step(one, best: LeverFigures) -> RegionTable:
                                         alternatives={k: x * best.m for k, x in c.alternatives.items()}))
     total = Cost(best.compute_s, dict(best.comm_s), best.memory_bytes)
     return RegionTable(rows, total, best.step_s, one.param_elems, best.activation_bytes, one.largest_params,
-                       gather_cache=best.gather_cache)
+                       gather_cache=best.gather_cache, sequence=one.sequence)
 
 
 def chosen_levers(ctx, config):
