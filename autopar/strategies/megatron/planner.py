@@ -24,6 +24,11 @@ can split and checks the sizes first (:func:`check_forced_sizes`). A vocabulary 
 does not divide is split padded, priced at ``ceil(V/t)`` rows per rank
 (:func:`autopar.planning.model.split_factor`); its row of the plan says so.
 
+Megatron's sequence parallelism (Korthikanti et al. §4.2.2, docs/sequence.md) is weighed
+in :func:`price_mesh`: the activations outside the regions divided by ``t``, one
+all-gather more per split region in backward (:func:`sequence_regather_s`); taken where a
+configuration does not fit without it. :meth:`Megatron.finish_plan` settles it on the plan.
+
 :func:`price_mesh` is shared: pure data parallelism is its ``tensor = 1``
 (:mod:`autopar.strategies.data.planner`), D&SP prices its common layers with it, and a
 pipeline prices each stage's regions with it.
