@@ -222,6 +222,11 @@ def lever_conflict(ctx: PlanContext, priced: Priced) -> str | None:
             priced.mesh.get("tensor", 1) < 2 or priced.config.mixed or priced.config.grid is not None):
         return (f"sequence_parallel=True runs over a tensor group of data, tensor, pipeline and expert plans, "
                 f"and {priced.mesh} {'is a mixed or 3D plan' if priced.mesh.get('tensor', 1) > 1 else 'has none'}")
+    if levers is not None and levers.sequence_parallel and getattr(priced.table, "sequence", None) is False:
+        t = priced.mesh.get("tensor", 1)
+        return (f"sequence_parallel=True: no token dimension of the split regions' outputs is divisible by the tensor "
+                f"degree {t} at the rows of each rank of {priced.mesh}; give a sequence length (or rows per rank) "
+                f"divisible by {t}, or drop 'sequence_parallel'")
     if levers is None or not levers.zero:
         return None
     mesh, c = priced.mesh, priced.config

@@ -163,18 +163,22 @@ def sequence_choice(ctx: PlanContext, tensor: int, rows: int) -> bool | None:
 
 
 def sequence_splits(model: ModelFacts, tensor: int, rows: int) -> bool:
-    """Whether some region's row output (attention's out projection, a linear chain's
-    last linear) has a token dimension, any but the last, that ``tensor`` divides when
-    the batch's dimension holds ``rows``: where the rewrite can split the tokens
+    """Whether every region's row output (attention's out projection, a linear chain's
+    last linear) has a token dimension, any but the last, that ``tensor`` divides on a
+    rank running ``rows`` of the batch's rows: where the rewrite splits the tokens
     (:mod:`autopar.strategies.megatron.sequence`; elsewhere it keeps Megatron's
-    all-reduce)."""
+    all-reduce). The global graph's shapes are read both ways a rank's may differ: a
+    dimension the batch's size divides may hold the rows (``[batch, seq]``, or flattened
+    ``[batch·seq]``: scaled to the rank's rows) or not (a sequence as long as the batch);
+    a dimension counts only where it divides either way."""
     memo = model.memo("megatron.sequence_splits")
     if (tensor, rows) not in memo:
+        def divides(size: int) -> bool:
+            sizes = {size, size // model.batch * rows} if model.batch and size % model.batch == 0 else {size}
+            return all(s % tensor == 0 and s >= tensor for s in sizes)
         shapes = [tensor_spec(model.table[row]).shape for r in model.regions
                   if (row := r.details.get("out_proj") or r.details.get("row")) in model.table]
-        memo[tensor, rows] = any(size % tensor == 0 and size >= tensor
-                                 for shape in shapes for size in
-                                 (rows if size == model.batch else size for size in shape[:-1]))
+        memo[tensor, rows] = bool(shapes) and all(any(divides(size) for size in shape[:-1]) for shape in shapes)
     return memo[tensor, rows]
 
 

@@ -41,7 +41,7 @@ from autopar.planning.plan import Cost, Plan, mixed_form
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
 from autopar.strategies.megatron.planner import (check_forced_batch, check_forced_sizes, price_mesh, sequence_regather_s,
-                                                 split_cost)
+                                                 sequence_splits, split_cost)
 from autopar.strategies.mixed.pins import check_forced_stages
 from autopar.strategies.mixed.stages import StagePlans
 from autopar.strategies.mixed.structure import tensor_grids, widest_branching
@@ -205,8 +205,9 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
     inner = stage_plans(shape, tensor) if stage_plans is not None else None
     best = smallest = None
     modes = (False, True) if recompute is None else (recompute,)
-    splits = (sequence,) if sequence is not None else (False, True) if tensor > 1 and inner is None else (False,)
     for m in _microbatch_counts(model, config, p, data, local):
+        splits = (sequence,) if sequence is not None else (False, True) if (
+            tensor > 1 and inner is None and sequence_splits(model, tensor, model.batch // (data * m))) else (False,)
         for mode, sp in ((mode, sp) for mode in modes for sp in splits):
             numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, config.schedule, data, tensor,
                                        config.scatter_gather, mode, inner, sp)
