@@ -27,6 +27,7 @@ import torch.fx
 from torch.distributed import ProcessGroup
 
 from autopar._torch_compat import all_gather_flat, enclosing_saved_tensors_hooks, reduce_scatter_flat
+from autopar.runtime.collectives import gather_rows
 from autopar.runtime.groups import get_group, size_of
 
 
@@ -52,31 +53,6 @@ class _ReduceScatterToSequence(torch.autograd.Function):
         moved = grad.movedim(ctx.dim, 0).contiguous()
         out = moved.new_empty((moved.shape[0] * size_of(ctx.group), *moved.shape[1:]))
         all_gather_flat(out, moved, group=ctx.group)
-        return out.movedim(0, ctx.dim), None, None
-
-
-class _GatherFromSequence(torch.autograd.Function):
-    """g: all-gather along ``dim`` in forward, reduce-scatter of the gradient
-    along ``dim`` in backward (Korthikanti et al. 2022, §4.2.2): the entry of a
-    column-parallel linear whose input is split over the sequence; each rank's gradient
-    for the gathered input is a partial sum over its columns, so the backward sums them
-    and keeps this rank's chunk. Same volume as Megatron's f (an all-reduce) in backward,
-    and the forward all-gather replaces f's identity."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, dim: int, group: Optional[ProcessGroup]) -> torch.Tensor:
-        ctx.dim, ctx.group = dim, group
-        moved = x.movedim(dim, 0).contiguous()
-        out = moved.new_empty((moved.shape[0] * size_of(group), *moved.shape[1:]))
-        all_gather_flat(out, moved, group=group)
-        _remember(out, moved.detach(), group)
-        return out.movedim(0, dim)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        moved = grad.movedim(ctx.dim, 0).contiguous()
-        out = moved.new_empty((moved.shape[0] // size_of(ctx.group), *moved.shape[1:]))
-        reduce_scatter_flat(out, moved, group=ctx.group)
         return out.movedim(0, ctx.dim), None, None
 
 
@@ -172,12 +148,19 @@ def reduce_scatter_to_sequence_region(x: torch.Tensor, dim: int, group: str) -> 
 
 def gather_from_sequence_region(x: torch.Tensor, dim: int, group: str) -> torch.Tensor:
     """Megatron-SP g: every rank's chunk of ``x`` along ``dim`` in rank order forward; the
-    sum of the gradients over ``group``, this rank's chunk, backward
-    (:class:`_GatherFromSequence`)."""
+    sum of the gradients over ``group``, this rank's chunk, backward (Korthikanti et al.
+    §4.2.2: the entry of a column-parallel linear whose input is split over the tokens;
+    each rank's gradient for the gathered input is a partial sum over its columns).
+    :func:`autopar.runtime.collectives.gather_rows` along ``dim``; the gathered tensor is
+    remembered for :func:`keep_split_inputs`."""
     process_group = get_group(group)
     if size_of(process_group) == 1:
         return x
-    return _GatherFromSequence.apply(x, dim % x.dim(), process_group)
+    dim = dim % x.dim()
+    moved = x.movedim(dim, 0).contiguous()
+    out = gather_rows(moved, group)
+    _remember(out, moved.detach(), process_group)
+    return out.movedim(0, dim)
 
 
 GRAPH_FUNCTIONS = (reduce_scatter_to_sequence_region, gather_from_sequence_region)
