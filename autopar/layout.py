@@ -86,6 +86,7 @@ class Bucket:
     order: int = 2
     zero: int = 0  # ZeRO's stage: the gradients go to the parameters' row shards (strategies/data/zero.py)
     armed: bool = False  # hooks count only parameters armed for their last backward (a pipeline's stages)
+    count_group: str | None = None  # the loss's bucket: the group whose ranks hold different targets (None: group)
 
 
 @dataclass(frozen=True)

@@ -386,7 +386,7 @@ def why_not(plan: "Plan", family: str) -> str:
 LONG_CANDIDATE_LIST = 40
 """Beyond this many configurations weighed, explain() shows the best few and counts the rest."""
 
-FAMILIES = ("data", "megatron", "dsp", "3d", "cube", "pipeline", "mixed", "experts")
+FAMILIES = ("data", "megatron", "dsp", "3d", "cube", "pipeline", "mixed", "experts", "context")
 FAMILY_ABSENT = {
     "data": "the batch is the only thing to split; it is always weighed unless a strategy was forced",
     "megatron": "a strategy was forced, or the world has one rank",
@@ -397,10 +397,14 @@ FAMILY_ABSENT = {
     "mixed": "no multi-branch region as wide as a tensor group and no 3D grid of one, or a strategy was forced",
     "experts": "the model has no routed mixture-of-experts layer, no data degree above 1 that an expert count "
                "shares a divisor with, or a strategy without 'experts' was forced",
+    "context": "the model has no scaled_dot_product_attention to run as a ring, no data degree above 1 that "
+               "divides the sequence, or a strategy without 'context' was forced",
 }
 
 
 def _family(c: MeshCandidate, world: int) -> str:
+    if c.mesh.get("context", 1) > 1:
+        return "context"
     if "experts" in c.form:
         return "experts"
     if c.form.startswith("mixed"):

@@ -28,7 +28,7 @@ from autopar.planning.timeline import simulate
 from autopar.runtime.groups import tied_group_name
 
 PLAN_FORMAT_VERSION = 1
-MESH_ORDER = ("pipeline", "data", "z", "y", "x", "tensor")
+MESH_ORDER = ("pipeline", "data", "context", "z", "y", "x", "tensor")
 """Mesh dimensions from outermost to innermost (JSON sorts keys; this fixes the order).
 A plan uses ``data × tensor`` (Megatron), ``pipeline × data × tensor`` (PTD-P: pipeline
 ranks furthest apart, across nodes, megatron §3.2) or AxoNN's ``data × z × y × x`` grid,
@@ -141,6 +141,9 @@ class Plan:
     selective_recompute: bool = False  # the attention cores recomputed in backward (not whole blocks)
     # Megatron-SP (docs/sequence.md): between the tensor-parallel regions, values split over the sequence
     sequence_parallel: bool = False
+    # context parallelism (docs/context.md): the mesh's ``context`` ranks split the sequence
+    # of ``seq`` tokens (``balanced``: chunks r and 2c-1-r), attention by ``mode`` ("ring", "allgather")
+    context: dict = field(default_factory=dict)
     # under recomputation, the 3D layers whose all-gathered weights the cache keeps for
     # the second forward (axonn §IV-D), at most this many at once; None: all of them
     gather_cache: int | None = None
@@ -250,6 +253,8 @@ class Plan:
         consecutive data ranks) and ``expert_replica`` (the ranks holding the same experts,
         over which their gradients are reduced)."""
         specs = self.family_group_specs(tied_positions)
+        if self.degree("context") > 1:  # the sequence's split, and the gradients' average over data × context
+            specs = {**specs, "context": GroupSpec(("context",)), "data_context": GroupSpec(("data", "context"))}
         if self.experts <= 1:
             return specs
         def split(spec):

@@ -135,6 +135,9 @@ class Strategy:
     # of the region pins {"regions": {"kind:experts": {"experts": E}}} (E = 1: "replicate")
     experts: int | None = 1
     expert_pins: tuple[tuple[str, int], ...] = ()
+    # context parallelism (docs/context.md): the sequence split over this many ranks of a
+    # ``context`` mesh dimension between data and tensor (1: none)
+    context: int = 1
 
     def levers(self) -> dict:
         """The levers forced (:data:`LEVER_KEYS`), by key."""
@@ -154,6 +157,8 @@ class Strategy:
         if strategy == "tensor":
             return Strategy(data=1)
         if isinstance(strategy, dict):
+            if "context" in strategy:
+                return Strategy._with_context(strategy)
             levers = Strategy._levers(strategy)
             family, experts = Strategy._experts({k: v for k, v in strategy.items() if k not in LEVER_KEYS})
             if not family and experts.get("experts", 1) == 1:  # levers alone: the planner picks the families
@@ -165,6 +170,22 @@ class Strategy:
             return dataclasses.replace(parsed, **levers, **experts)
         raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor' or a dict like "
                         f"{{'data': 2, 'tensor': 2}}")
+
+    @staticmethod
+    def _with_context(strategy: dict) -> "Strategy":
+        """``{"context": c, "data": d, "tensor": t, levers...}``: context parallelism on a
+        data × tensor configuration (a degree left out: the planner's)."""
+        c = strategy["context"]
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise PlanError(f"strategy: context={c!r}; give the context degree, the number of ranks the sequence "
+                            f"is split over (an integer at least 1)")
+        rest = {k: v for k, v in strategy.items() if k != "context"}
+        other = set(rest) - {"data", "tensor"} - set(LEVER_KEYS)
+        if other:
+            raise PlanError(f"strategy: context parallelism combines with 'data', 'tensor' and the memory levers in "
+                            f"this version, not {sorted(other)}; drop them or 'context'")
+        parsed = Strategy.parse(rest) if rest else Strategy(levers_only=True)
+        return dataclasses.replace(parsed, context=c, levers_only=False) if c > 1 else parsed
 
     @staticmethod
     def _levers(strategy: dict) -> dict:
@@ -369,6 +390,8 @@ class Strategy:
         :meth:`base`)."""
         if self.experts is not None and self.experts > 1:
             return "experts"
+        if self.context > 1:
+            return "context"
         if self.pipeline > 1:
             return "pipeline"
         if self.mixed:

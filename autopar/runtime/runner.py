@@ -298,7 +298,7 @@ class ProgramRunner:
         bucket = self.state.layout.loss_bucket
         if self.branch_only or bucket is None or TARGET_COUNT not in program.meta:
             return None
-        return self.state.target_count(program, pieces, bucket.group)
+        return self.state.target_count(program, pieces, bucket.count_group or bucket.group)
 
     def forward(self, inputs: tuple, training: bool):
         state = self.state

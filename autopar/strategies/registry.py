@@ -4,12 +4,13 @@ The order is part of the plan: the configurations weighed are listed in it, and 
 goes to the earlier configuration (data before Megatron's smaller tensor degrees before
 larger ones, D&SP, AxoNN's grids, Bian's cube, PTD-P, then mixed plans, so that a mixed
 plan is taken only when it is predicted faster than every single-family one; expert
-parallelism last: it rides on the data, Megatron and pipeline configurations). A new family is a package under
+parallelism and context parallelism last: they ride on the data, Megatron (and pipeline) configurations). A new family is a package under
 ``autopar/strategies/`` with a ``planner.py`` implementing
 :class:`autopar.strategies.family.Family`, and one entry here.
 """
 from __future__ import annotations
 
+from autopar.strategies.context.planner import ContextParallel
 from autopar.strategies.cube.planner import Cube
 from autopar.strategies.data.planner import DataParallel
 from autopar.strategies.dsp.planner import SubgraphParallel
@@ -21,4 +22,4 @@ from autopar.strategies.pipeline.planner import Pipeline
 from autopar.strategies.tensor3d.planner import Tensor3D
 
 FAMILIES: tuple[Family, ...] = (DataParallel(), Megatron(), SubgraphParallel(), Tensor3D(), Cube(), Pipeline(), Mixed(),
-                                 ExpertParallel())
+                                 ExpertParallel(), ContextParallel())

@@ -21,7 +21,7 @@ from autopar.strategies.data.outputs import output_reduction
 log = logging.getLogger("autopar.strategies.data.rewrite")   # the data pass's log, whichever part writes
 
 
-def _set_sum_reduction(node: fx.Node, gm: fx.GraphModule) -> fx.Node:
+def set_sum_reduction(node: fx.Node, gm: fx.GraphModule) -> fx.Node:
     """Make the loss ``node`` sum over its targets instead of averaging; returns the
     node that now computes it (a module call becomes the functional call)."""
     if node.op == "call_module":
@@ -67,7 +67,7 @@ def global_mean_losses(gm: fx.GraphModule) -> int:
                         "averaged per rank, which equals the single-device mean only if every rank counts as many "
                         "targets", value.format_node())
             return 0
-        loss = _set_sum_reduction(value, gm)
+        loss = set_sum_reduction(value, gm)
         with gm.graph.inserting_after(loss):
             mean = gm.graph.call_function(global_mean, (loss,))
         mean.meta.update({k: v for k, v in loss.meta.items() if k == SPEC})

@@ -1,0 +1,82 @@
+"""What context parallelism costs: the ring's exchanges against the attention they hide behind.
+
+A ``data × context × tensor`` configuration computes what ``(data·c) × tensor`` would on
+the same tokens per rank (each rank runs ``1/(d·c·t)`` of the batch's tokens through
+every layer; the gradients are averaged over the ``d·c`` ranks), so its compute,
+activations and data-parallel traffic are Megatron's table at data degree ``d·c``
+(:func:`autopar.strategies.megatron.planner.price_mesh`). What it adds is attention over
+the whole sequence (:mod:`.ring`): per attention layer and step,
+
+* ring: ``c−1`` exchanges forward of the rank's keys and values (``2·b·s/c·h_kv·d``
+  elements), and backward ``c−1`` of them again plus ``c`` of their float32 gradients;
+  each exchange overlaps the attention of one block (``1/c`` of the layer's attention
+  core), so only what exceeds it is exposed;
+* all-gather: one all-gather of the keys and values forward, one forward again in
+  backward and one reduce-scatter of their gradients, not overlapped.
+
+The planner takes the cheaper per configuration (:func:`ring_cost`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.fx as fx
+
+from autopar.cost import model as cost_model
+from autopar.cost.hardware import Hardware
+from autopar.ir import SPEC, TensorSpec
+from autopar.passes.analysis.batch_rows.op_tables import SDPA, bare_name
+from autopar.planning.model import ModelFacts
+
+
+@dataclass(frozen=True)
+class AttentionCore:
+    """One attention core of the captured graph: its node, the global element counts of
+    its keys and values, its sequence length and key/value element size."""
+
+    node: str
+    kv_elems: int
+    seq: int
+    itemsize: int
+
+
+def attention_cores(model: ModelFacts) -> list[AttentionCore]:
+    """The graph's ``scaled_dot_product_attention`` nodes with their shapes (found once)."""
+    def find():
+        out = []
+        for node in model.gm.graph.nodes:
+            if node.op != "call_function" or bare_name(node) not in SDPA or len(node.args) < 3:
+                continue
+            q, k, v = node.args[:3]
+            specs = [a.meta.get(SPEC) if isinstance(a, fx.Node) else None for a in (q, k, v)]
+            if not all(isinstance(s, TensorSpec) and len(s.shape) >= 2 for s in specs):
+                continue
+            out.append(AttentionCore(node.name, specs[1].numel + specs[2].numel, specs[0].shape[-2],
+                                     specs[1].dtype.itemsize))
+        return out
+    return model.fact("context.attention_cores", find)
+
+
+def sequence_length(model: ModelFacts) -> int | None:
+    """The sequence the model's attention runs over (its first core's queries), or None
+    without attention the rewrite can ring."""
+    cores = attention_cores(model)
+    return cores[0].seq if cores else None
+
+
+def ring_cost(model: ModelFacts, hw: Hardware, data: int, context: int, tensor: int) -> tuple[float, str]:
+    """Seconds per step the attention over the split sequence adds on a rank, and the
+    mode that costs least (``"ring"`` or ``"allgather"``)."""
+    ring = gather = 0.0
+    ranks = data * context * tensor
+    for core in attention_cores(model):
+        share = core.kv_elems * core.itemsize * context / ranks     # this rank's keys and values (bytes)
+        step = cost_model.point_to_point_time(share, hw, inter_node=False)
+        step_grad = cost_model.point_to_point_time(share * 4 / core.itemsize, hw, inter_node=False)
+        block = model.seconds([core.node], hw, 1 / ranks) / context   # one step's share of the attention
+        forward = (context - 1) * max(0.0, step - block / 3)          # a step's forward is a third of its work
+        backward = (context - 1) * max(0.0, step - 2 * block / 3) + context * max(0.0, step_grad - 2 * block / 3)
+        ring += forward + backward
+        gather += 2 * cost_model.all_gather_time(context, share, hw) + \
+            cost_model.reduce_scatter_time(context, share * context * 4 / core.itemsize, hw)
+    return (ring, "ring") if ring <= gather else (gather, "allgather")

@@ -1,0 +1,164 @@
+"""Planning context parallelism: the sequence split over a ``context`` mesh dimension.
+
+Context parallelism rides on a ``data × tensor`` configuration (data parallelism or
+Megatron): its mesh is ``data × context × tensor``, the ranks of one context group
+holding the same rows of the batch and a share of their tokens (:mod:`.collectives`),
+attention run as a ring over the group (:mod:`.ring`), everything else on the rank's
+tokens (:mod:`.walk`). Gradients are averaged over ``data × context``.
+
+* ``candidates``: under a forced ``{"context": c, ...}`` that configuration, checked (the
+  degrees match the world, ``c`` divides the sequence, the batch divides over the data
+  ranks); nothing under ``"auto"``, where
+* ``follow_ups`` offers, for every data and Megatron configuration priced (feasible, too
+  big, or with a batch the data degree does not divide), each context degree ``c > 1``
+  that divides its data degree and the sequence: ``(d/c) × c × t``.
+* ``price``: Megatron's region table at data degree ``d·c`` (the same tokens per rank:
+  compute, activations and gradient traffic), plus the attention's exchanges
+  (:func:`.cost.ring_cost`, the ring or an all-gather of the keys and values, whichever
+  is cheaper), then the memory levers (microbatches, recomputation; not ZeRO, whose
+  shards live on the data group alone in this version).
+* ``to_plan``: the mesh with ``context``, ``plan.context`` = the sequence, whether its
+  chunks are load-balanced, and the attention's mode.
+
+The compile hooks add the rewrite (:func:`.rewrite.context_parallel_pass`, after the
+tensor split) and move the gradients' buckets to ``data_context``.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from autopar.planning.plan import Plan
+from autopar.planning.strategy import PlanError, Strategy, divisors
+from autopar.strategies.context.collectives import balanced_split
+from autopar.strategies.context.cost import attention_cores, ring_cost, sequence_length
+from autopar.strategies.context.rewrite import context_parallel_pass
+from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, mesh_plan,
+                                       rejected)
+from autopar.strategies.megatron.planner import judge, price_mesh
+from autopar.strategies.shared import levers
+from autopar.strategies.shared.batch_norms import batch_norms
+
+BASES = ("data", "megatron")
+
+
+def check_forced(ctx: PlanContext, config: Strategy) -> Strategy:
+    """A forced ``{"context": c, "data": d, "tensor": t}``: the degrees resolved against
+    the world, the sequence and batch checked; a :class:`PlanError` names what does not fit."""
+    c = config.context
+    if ctx.world % c:
+        raise PlanError(f"strategy: context={c} does not divide the {ctx.world} ranks; give a context degree "
+                        f"dividing {ctx.world}")
+    seq = sequence_length(ctx.model)
+    if seq is None:
+        raise PlanError("strategy: context parallelism splits the sequence attention runs over, and the model has "
+                        "no scaled_dot_product_attention the rewrite can run as a ring (docs/context.md); drop "
+                        "'context'")
+    try:
+        balanced_split(seq, c)
+    except ValueError as e:
+        raise PlanError(f"strategy: context={c}: {e}") from None
+    if config.zero:
+        raise PlanError("strategy: ZeRO shards over the data ranks alone in this version, and context parallelism "
+                        "averages gradients over data × context; drop 'zero' or 'context'")
+    if config.sequence_parallel:
+        raise PlanError("strategy: Megatron-SP splits the tokens over the tensor group, which context parallelism "
+                        "already splits over the context group; drop 'sequence_parallel' or 'context'")
+    data, tensor = dataclasses.replace(config, context=1).resolve(ctx.world // c)
+    if ctx.model.batch % data:
+        raise PlanError(f"strategy: the batch of {ctx.model.batch} rows is not divisible by the data degree {data}")
+    return dataclasses.replace(config, data=data, tensor=tensor)
+
+
+def _mesh(config: Strategy) -> dict[str, int]:
+    return {"data": config.data, "context": config.context, "tensor": config.tensor}
+
+
+class ContextParallel(CompileHooks):
+    """Context parallelism on a data × tensor configuration (the module docstring)."""
+
+    name = "context"
+
+    def regions(self, model) -> list:
+        return attention_cores(model)
+
+    # ------------------------------------------------------------------ the search
+    def candidates(self, ctx: PlanContext) -> list:
+        forced = ctx.forced
+        if forced is None or forced.kind() != "context":
+            return []
+        return [check_forced(ctx, forced)]
+
+    def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]:
+        """Under ``"auto"``: every data and Megatron configuration priced (feasible, too
+        big, or with an indivisible batch) at each context degree that divides its data
+        degree and the sequence."""
+        if ctx.forced is not None and not ctx.forced.levers_only:
+            return []
+        seq = sequence_length(ctx.model)
+        if seq is None or (ctx.levers is not None and (ctx.levers.zero or ctx.levers.sequence_parallel)):
+            return []
+        out, seen = [], set()
+        for p in weighed:
+            if p.family not in BASES or not p.config.data or p.config.pipeline > 1:
+                continue
+            d, t = p.config.data, p.config.tensor or 1
+            for c in divisors(d):
+                if c == 1 or seq % c or ctx.model.batch % (d // c) or (d // c, c, t) in seen:
+                    continue
+                seen.add((d // c, c, t))
+                out.append(Strategy(d // c, t, context=c))
+        return out
+
+    def price(self, ctx: PlanContext, config: Strategy) -> Priced:
+        model, hw = ctx.model, ctx.hw
+        d, c, t = config.data, config.context, config.tensor
+        if model.batch % d:
+            return rejected(self.name, config, _mesh(config), f"batch {model.batch} not divisible by data degree {d}")
+        force = ctx.forced is not None and not ctx.forced.levers_only
+
+        def at(m: int):
+            table = price_mesh(model, hw, d * c * m, t, force, sequence=False)
+            extra, _ = ring_cost(model, hw, d * m, c, t)
+            table.total.comm_s["context"] = extra
+            table.step_s += extra
+            return table
+        table = at(1)
+        space = levers.LeverSpace(rows=model.batch // d, data=d * c, split=t, at=at,
+                                  data_comm=lambda one, z, m, compute: levers.zero_comm(
+                                      one.param_elems, d * c, t, z, m, compute, hw),
+                                  zero_stages=(0,), accumulate=not batch_norms(model))
+        table, config = levers.weigh(ctx, config, table, space)
+        priced = judge(self.name, ctx, config, _mesh(config), table)
+        return dataclasses.replace(priced, form=f"context {ring_cost(model, hw, d, c, t)[1]}")
+
+    def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
+        plan = mesh_plan(ctx, priced, priced.table)
+        seq = sequence_length(ctx.model)
+        c = priced.config.context
+        plan.context = {"seq": seq, "balanced": balanced_split(seq, c),
+                        "mode": ring_cost(ctx.model, ctx.hw, priced.config.data, c, priced.config.tensor)[1]}
+        return plan
+
+    # ------------------------------------------------------------------ compiling
+    def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
+        if plan.degree("context") == 1 or build.branch_only:
+            return []
+        return [RankPass(SPLIT + 2, "context_parallel", context_parallel_pass,
+                         {"degree": plan.degree("context"), "group": "context", "seq": plan.context["seq"],
+                          "balanced": plan.context["balanced"], "mode": plan.context["mode"],
+                          "local_batch": build.local_batch})]
+
+    def place(self, builder, build: RankBuild) -> None:
+        """Every gradient averaged over the data ranks is averaged over ``data × context``
+        instead; the loss travels there too, its targets counted over ``data`` (every rank
+        of a context group holds the same rows' targets)."""
+        if builder.plan.degree("context") == 1:
+            return
+        for name in builder.names():
+            p = builder.placement(name)
+            if p.bucket is not None and p.bucket.group == "data":
+                builder.update(name, bucket=dataclasses.replace(p.bucket, group="data_context"))
+        if builder.loss_bucket is not None and builder.loss_bucket.group == "data":
+            builder.loss_bucket = dataclasses.replace(builder.loss_bucket, group="data_context", count_group="data")
+
+
