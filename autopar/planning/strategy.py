@@ -180,10 +180,10 @@ class Strategy:
             raise PlanError(f"strategy: context={c!r}; give the context degree, the number of ranks the sequence "
                             f"is split over (an integer at least 1)")
         rest = {k: v for k, v in strategy.items() if k != "context"}
-        other = set(rest) - {"data", "tensor"} - set(LEVER_KEYS)
+        other = set(rest) - {"data", "tensor", "pipeline"} - set(PIPELINE_KEYS) - set(LEVER_KEYS)
         if other:
-            raise PlanError(f"strategy: context parallelism combines with 'data', 'tensor' and the memory levers in "
-                            f"this version, not {sorted(other)}; drop them or 'context'")
+            raise PlanError(f"strategy: context parallelism combines with 'data', 'tensor', a pipeline and the "
+                            f"memory levers in this version, not {sorted(other)}; drop them or 'context'")
         parsed = Strategy.parse(rest) if rest else Strategy(levers_only=True)
         return dataclasses.replace(parsed, context=c, levers_only=False) if c > 1 else parsed
 

@@ -35,6 +35,7 @@ from autopar.strategies.context.rewrite import context_parallel_pass
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, mesh_plan,
                                        rejected)
 from autopar.strategies.megatron.planner import judge, price_mesh
+from autopar.strategies.pipeline.planner import Pipeline
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms
 
@@ -63,14 +64,28 @@ def check_forced(ctx: PlanContext, config: Strategy) -> Strategy:
     if config.sequence_parallel:
         raise PlanError("strategy: Megatron-SP splits the tokens over the tensor group, which context parallelism "
                         "already splits over the context group; drop 'sequence_parallel' or 'context'")
-    data, tensor = dataclasses.replace(config, context=1).resolve(ctx.world // c)
+    if config.pipeline > 1:
+        if (ctx.world // c) % config.pipeline:
+            raise PlanError(f"strategy: pipeline={config.pipeline} x context={c} does not divide the {ctx.world} "
+                            f"ranks")
+        data, tensor = Strategy(config.data, config.tensor).resolve(ctx.world // (c * config.pipeline))
+    else:
+        data, tensor = dataclasses.replace(config, context=1).resolve(ctx.world // c)
     if ctx.model.batch % data:
         raise PlanError(f"strategy: the batch of {ctx.model.batch} rows is not divisible by the data degree {data}")
     return dataclasses.replace(config, data=data, tensor=tensor)
 
 
 def _mesh(config: Strategy) -> dict[str, int]:
-    return {"data": config.data, "context": config.context, "tensor": config.tensor}
+    mesh = {"data": config.data, "context": config.context, "tensor": config.tensor}
+    return {"pipeline": config.pipeline, **mesh} if config.pipeline > 1 else mesh
+
+
+def _as_pipeline(ctx: PlanContext, config: Strategy) -> tuple[PlanContext, Strategy]:
+    """The pipeline configuration a pipeline with context parallelism is priced as: the
+    same tokens per rank with the context ranks counted as data ranks."""
+    base = dataclasses.replace(config, context=1, data=config.data * config.context)
+    return dataclasses.replace(ctx, forced=base), base
 
 
 class ContextParallel(CompileHooks):
@@ -112,6 +127,13 @@ class ContextParallel(CompileHooks):
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         model, hw = ctx.model, ctx.hw
         d, c, t = config.data, config.context, config.tensor
+        if config.pipeline > 1:   # the pipeline family's figures at data degree d·c, the ring's exchanges added
+            base_ctx, base = _as_pipeline(ctx, config)
+            priced = Pipeline().price(base_ctx, base)
+            extra, mode = ring_cost(model, hw, d, c, t)
+            step = None if priced.step_s is None else priced.step_s + extra
+            return dataclasses.replace(priced, family=self.name, config=config, mesh=_mesh(config), step_s=step,
+                                       comm_s={**priced.comm_s, "context": extra}, form=f"{priced.form}, context {mode}")
         if model.batch % d:
             return rejected(self.name, config, _mesh(config), f"batch {model.batch} not divisible by data degree {d}")
         force = ctx.forced is not None and not ctx.forced.levers_only
@@ -132,9 +154,16 @@ class ContextParallel(CompileHooks):
         return dataclasses.replace(priced, form=f"context {ring_cost(model, hw, d, c, t)[1]}")
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
-        plan = mesh_plan(ctx, priced, priced.table)
-        seq = sequence_length(ctx.model)
         c = priced.config.context
+        if priced.config.pipeline > 1:
+            base_ctx, base = _as_pipeline(ctx, priced.config)
+            plan = Pipeline().to_plan(base_ctx, dataclasses.replace(priced, config=base, family="pipeline"))
+            plan.mesh = _mesh(priced.config)
+            plan.step_s = priced.step_s
+            plan.total.comm_s["context"] = priced.comm_s["context"]
+        else:
+            plan = mesh_plan(ctx, priced, priced.table)
+        seq = sequence_length(ctx.model)
         plan.context = {"seq": seq, "balanced": balanced_split(seq, c),
                         "mode": ring_cost(ctx.model, ctx.hw, priced.config.data, c, priced.config.tensor)[1]}
         return plan
