@@ -317,6 +317,13 @@ class Plan:
             return mixed_form(self.tensor_grid, self.tensor_subgrids)
         return "cube" if self.regions_with("cube3d") else ""
 
+    @property
+    def replica_group(self) -> str:
+        """The group over which the gradients of the parameters every data rank holds are
+        averaged (and ZeRO shards them): ``data``, or ``data_context`` under context
+        parallelism (its ranks hold the same rows' other tokens)."""
+        return "data_context" if self.degree("context") > 1 else "data"
+
     def batch_group(self) -> str:
         """The group of ranks that split the common layers' batch: ``data``, or on a 3D
         grid ``replica`` (the ranks of one (x, y): z × data split the rows)."""

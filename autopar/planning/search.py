@@ -230,9 +230,9 @@ def lever_conflict(ctx: PlanContext, priced: Priced) -> str | None:
     if levers is None or not levers.zero:
         return None
     mesh, c = priced.mesh, priced.config
-    if mesh.get("data", 1) < 2:
-        return (f"zero={levers.zero} shards over the data ranks, and {mesh} has {mesh.get('data', 1)}; give "
-                f"'data': d with d > 1, or drop 'zero'")
+    if mesh.get("data", 1) * mesh.get("context", 1) < 2:
+        return (f"zero={levers.zero} shards over the data ranks (and the context ranks), and {mesh} has "
+                f"{mesh.get('data', 1)}; give 'data': d with d > 1, or drop 'zero'")
     if c.subgrids > 1 or c.cube or (c.grid is not None and not c.mixed):
         return (f"zero={levers.zero} with D&SP sub-grids or a whole-model 3D grid is not in this version (their "
                 f"data groups do not run equal programs); use zero with data, tensor, mixed or pipeline plans")

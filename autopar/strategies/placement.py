@@ -46,6 +46,9 @@ def seat_of(plan, rank: int) -> Seat:
     if plan.experts > 1:  # expert parallelism: the expert group and the place in it
         coords["expert_replica"], coords["experts"] = plan.expert_coordinates(rank)
         sizes.update(expert_replica=plan.degree("data") // plan.experts, experts=plan.experts)
+    if plan.degree("context") > 1:  # the ranks that average the gradients: data × context, in that order
+        coords["data_context"] = coords["data"] * plan.degree("context") + coords["context"]
+        sizes["data_context"] = plan.degree("data") * plan.degree("context")
     g = plan.tensor_subgrids
     if g:  # D&SP's sub-grids of the tensor group: which one, and the place in it
         coords["tensor_seg"], coords["tensor_sub"] = plan.tensor_subgrid_coordinates(rank)
@@ -153,5 +156,5 @@ def build_layout(plan, rank: int, root: nn.Module, shards: dict, *, holders: dic
     for family in FAMILIES:
         family.place(builder, build)
     if getattr(plan, "zero", 0):  # ZeRO shards what the families average over the data ranks: last
-        zero_place(builder, plan.zero)
+        zero_place(builder, plan.zero, plan.replica_group)
     return builder.build()

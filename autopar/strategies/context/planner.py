@@ -15,8 +15,8 @@ tokens (:mod:`.walk`). Gradients are averaged over ``data × context``.
 * ``price``: Megatron's region table at data degree ``d·c`` (the same tokens per rank:
   compute, activations and gradient traffic), plus the attention's exchanges
   (:func:`.cost.ring_cost`, the ring or an all-gather of the keys and values, whichever
-  is cheaper), then the memory levers (microbatches, recomputation; not ZeRO, whose
-  shards live on the data group alone in this version).
+  is cheaper), then the memory levers (microbatches, recomputation, ZeRO over the
+  ``data × context`` ranks, which average the gradients).
 * ``to_plan``: the mesh with ``context``, ``plan.context`` = the sequence, whether its
   chunks are load-balanced, and the attention's mode.
 
@@ -58,9 +58,6 @@ def check_forced(ctx: PlanContext, config: Strategy) -> Strategy:
         balanced_split(seq, c)
     except ValueError as e:
         raise PlanError(f"strategy: context={c}: {e}") from None
-    if config.zero:
-        raise PlanError("strategy: ZeRO shards over the data ranks alone in this version, and context parallelism "
-                        "averages gradients over data × context; drop 'zero' or 'context'")
     if config.sequence_parallel:
         raise PlanError("strategy: Megatron-SP splits the tokens over the tensor group, which context parallelism "
                         "already splits over the context group; drop 'sequence_parallel' or 'context'")
@@ -110,7 +107,7 @@ class ContextParallel(CompileHooks):
         if ctx.forced is not None and not ctx.forced.levers_only:
             return []
         seq = sequence_length(ctx.model)
-        if seq is None or (ctx.levers is not None and (ctx.levers.zero or ctx.levers.sequence_parallel)):
+        if seq is None or (ctx.levers is not None and ctx.levers.sequence_parallel):
             return []
         out, seen = [], set()
         for p in weighed:
@@ -148,7 +145,7 @@ class ContextParallel(CompileHooks):
         space = levers.LeverSpace(rows=model.batch // d, data=d * c, split=t, at=at,
                                   data_comm=lambda one, z, m, compute: levers.zero_comm(
                                       one.param_elems, d * c, t, z, m, compute, hw),
-                                  zero_stages=(0,), accumulate=not batch_norms(model))
+                                  accumulate=not batch_norms(model))
         table, config = levers.weigh(ctx, config, table, space)
         priced = judge(self.name, ctx, config, _mesh(config), table)
         return dataclasses.replace(priced, form=f"context {ring_cost(model, hw, d, c, t)[1]}")
@@ -186,8 +183,9 @@ class ContextParallel(CompileHooks):
         for name in builder.names():
             p = builder.placement(name)
             if p.bucket is not None and p.bucket.group == "data":
-                builder.update(name, bucket=dataclasses.replace(p.bucket, group="data_context"))
+                builder.update(name, bucket=dataclasses.replace(p.bucket, group=builder.plan.replica_group))
         if builder.loss_bucket is not None and builder.loss_bucket.group == "data":
-            builder.loss_bucket = dataclasses.replace(builder.loss_bucket, group="data_context", count_group="data")
+            builder.loss_bucket = dataclasses.replace(builder.loss_bucket, group=builder.plan.replica_group,
+                                                      count_group="data")
 
 

@@ -156,26 +156,27 @@ def shardable(shape: tuple[int, ...], size: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- the layout
-def place(builder, stage: int) -> None:
+def place(builder, stage: int, group: str = "data") -> None:
     """Shard every held parameter the plan averages over the data group (its bucket's
-    group is ``data``) with at least one row per data rank: the placement's ``zero``
+    group is ``group``: ``data``, or ``data_context`` under context parallelism, whose
+    ranks average the gradients too) with at least one row per rank of it: the placement's ``zero``
     cut, its bucket marked with the stage (ZeRO-3's gathered parameters have none: their
     gradients are reduce-scattered in backward), its norm summed over data too. Runs
     after every family placed its parameters (:func:`autopar.strategies.placement.build_layout`)."""
-    size = builder.seat.size("data")
-    index = builder.seat.coords.get("data", 0)
+    size = builder.seat.size(group)
+    index = builder.seat.coords.get(group, 0)
     for name in builder.names():
         p = builder.placement(name)
-        if not p.held or p.bucket is None or p.bucket.group != "data":
+        if not p.held or p.bucket is None or p.bucket.group != group:
             continue
         local_shape = cut_shape(p, builder.seat)
         if not shardable(local_shape, size):
             continue
         persistent = stage < 3 or getattr(p.cut, "grid_weight", False)
         divisor = p.bucket.divisor if p.bucket.divisor is not None else size
-        cut = RowShard("data", size, index, local_shape[0], stage, persistent, divisor)
+        cut = RowShard(group, size, index, local_shape[0], stage, persistent, divisor)
         bucket = dataclasses.replace(p.bucket, zero=stage) if persistent else None
-        builder.update(name, zero=cut, bucket=bucket, norm_groups=tuple(sorted({*p.norm_groups, "data"})))
+        builder.update(name, zero=cut, bucket=bucket, norm_groups=tuple(sorted({*p.norm_groups, group})))
 
 
 # ---------------------------------------------------------------------------- the graph pass
@@ -330,7 +331,7 @@ class ZeroState:
             return
         device = next(iter(self.full.values())).device  # the flag goes where the parameters are
         changed = torch.tensor([float(self._version_sum() != self._versions)], device=device)
-        group = get_group("data")
+        group = get_group(next(iter(self.cuts.values())).group)
         if size_of(group) > 1:
             dist.all_reduce(changed, op=dist.ReduceOp.MAX, group=group)
         if not changed.item():
