@@ -24,6 +24,9 @@ def explain(plan: "Plan") -> str:
                                 f"Gy={plan.degree('y')} Gz={plan.degree('z')} "
                                 f"Gdata={plan.degree('data')}; rank = ((data*Gz + z)*Gy + y)*Gx + x)"
                                 if plan.grid is not None else
+                                f"(rank = ({'(pipeline*%d + data)' % plan.degree('data') if plan.pipeline else 'data'}"
+                                f"*{plan.degree('context')} + context)*{plan.degree('tensor')} + tensor; tensor "
+                                f"ranks adjacent, then context)" if plan.degree("context") > 1 else
                                 f"(rank = (pipeline*{plan.degree('data')} + data)*{plan.degree('tensor')} + "
                                 f"tensor; tensor ranks adjacent, pipeline outermost)" if plan.pipeline else
                                 f"(rank = data*{plan.degree('tensor')} + tensor; tensor ranks adjacent)")
@@ -57,6 +60,9 @@ def explain(plan: "Plan") -> str:
         + (f"; ZeRO-{plan.zero} over the data ranks ("
            + {1: "optimizer state", 2: "optimizer state and gradients",
               3: "parameters, gradients and optimizer state"}[plan.zero] + " sharded)" if plan.zero else "")
+        + (f"; context parallel: the sequence of {plan.context['seq']} tokens split over {plan.degree('context')} "
+           f"ranks" + (" (chunks r and 2c-1-r)" if plan.context["balanced"] else " (contiguous chunks)")
+           + f", attention by {plan.context['mode']} (docs/context.md)" if plan.degree("context") > 1 else "")
         + ("; pointwise chains fused into generated kernels" if plan.fusion else ""),
         *([f"model: {plan.flops_per_step:.4g} FLOP per step -> {plan.flops_per_device():.4g} FLOP/s per device "
            f"predicted"] if plan.flops_per_step else []),

@@ -306,7 +306,10 @@ class Plan:
         """``"cube"`` when the grid runs Bian's cube form (``cube3d`` regions); a pipeline's
         schedule (``"pipeline 1f1b"``, ``"pipeline interleaved v=2"``); else ``""``; then
         ``"experts P"`` under expert parallelism (``"pipeline 1f1b, experts 2"``)."""
-        return experts_form(self._family_form(), self.experts)
+        form = experts_form(self._family_form(), self.experts)
+        if self.degree("context") > 1:   # context parallelism's attention: "context ring" (docs/context.md)
+            form = (form + ", " if form else "") + f"context {self.context.get('mode', 'ring')}"
+        return form
 
     def _family_form(self) -> str:
         if self.pipeline:

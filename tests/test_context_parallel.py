@@ -1,0 +1,177 @@
+"""Context parallelism (docs/context.md): the sequence split over a ``context`` mesh
+dimension, attention as a ring, against the single-device model on gloo ranks; ring
+attention against ``scaled_dot_product_attention``; the forcing key and the planner."""
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import autopar
+import shared_ranks
+from autopar.planning.strategy import PlanError
+from autopar.runtime.groups import use_groups
+from autopar.strategies.context.collectives import gather_tokens, positions, take_tokens
+from autopar.strategies.context.ring import ring_attention
+from autopar.testing import compare_with_single_device
+from test_sequence_parallel import batch, encoder, gpt2, llama, qwen2
+
+
+def _report(factory, strategy, **kwargs) -> dict:
+    report = compare_with_single_device(factory, kwargs.pop("inputs", ()), kwargs.pop("target", None),
+                                        kwargs.pop("loss_fn", None), strategy, steps=3, **kwargs)
+    return {k: report[k] for k in ("mesh", "output", "loss", "grad", "grad_norm", "param")}
+
+
+def _ring_against_sdpa() -> list:
+    """Ring attention (and its all-gather mode) against SDPA on the whole sequence:
+    output and the gradients of queries, keys and values, causal, padded, GQA."""
+    out = []
+    with use_groups({"context": dist.group.WORLD}):
+        for seq, causal, padded, kv_heads, mode in ((16, True, False, 4, "ring"), (16, False, True, 2, "ring"),
+                                                     (16, True, True, 2, "ring"), (16, True, True, 2, "allgather"),
+                                                     (14, True, False, 4, "ring")):
+            g = torch.Generator().manual_seed(0)
+            q = torch.randn(2, 4, seq, 8, generator=g)
+            k, v = torch.randn(2, kv_heads, seq, 8, generator=g), torch.randn(2, kv_heads, seq, 8, generator=g)
+            grad = torch.randn(2, 4, seq, 8, generator=g)
+            mask = None
+            if padded:
+                keep = torch.ones(2, seq, dtype=torch.bool)
+                keep[1, :5] = False
+                mask = keep[:, None, None, :].expand(2, 1, seq, seq)
+                mask = mask & torch.ones(seq, seq, dtype=torch.bool).tril() if causal else mask
+            qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
+            F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, is_causal=causal and mask is None,
+                                           enable_gqa=kv_heads != 4).backward(grad)
+            balanced = seq % 4 == 0
+            local = [take_tokens(t, 2, 1, seq, "context", balanced).detach().requires_grad_() for t in (q, k, v)]
+            o = ring_attention(*local, mask, is_causal=causal and mask is None, seq=seq, group="context",
+                               balanced=balanced, mode=mode)
+            o.backward(take_tokens(grad, 2, 1, seq, "context", balanced))
+            whole = gather_tokens(o.detach(), 2, 1, seq, "context", balanced)
+            ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
+                                                 enable_gqa=kv_heads != 4)
+            errors = [(whole - ref).abs().max()] + [
+                (t.grad - take_tokens(s.grad, 2, 1, seq, "context", balanced)).abs().max()
+                for t, s in zip(local, (qs, ks, vs))]
+            out.append(float(max(errors)))
+    return out
+
+
+def two_ranks_job():
+    c2 = {"context": 2}
+    out = {"ring": _ring_against_sdpa(),
+           "llama": _report(llama, c2, kwargs=batch()),
+           "qwen2_causal": _report(qwen2, c2, kwargs=batch(padded=False)),
+           "llama_unbalanced": _report(llama, c2, kwargs=batch(tokens=14, padded=False)),
+           "gpt2": _report(gpt2, c2, kwargs=batch()),
+           "llama_zero3": _report(llama, {"context": 2, "zero": 3}, kwargs=batch())}
+    x, y = torch.randn(16, 4, 32), torch.randn(16, 4, 8)
+    out["encoder"] = _report(encoder, c2, inputs=(x,), target=y, loss_fn=F.mse_loss)
+    torch.manual_seed(0)
+    pm = autopar.compile(llama(), None, example_kwargs=batch(), strategy=c2)
+    pm.step(**batch())
+    out["code"] = pm.rank_graph_code()
+    out["positions"] = positions(16, 2, dist.get_rank(), True)
+    return out
+
+
+def four_ranks_job():
+    out = {}
+    for name, factory in (("llama", llama), ("qwen2", qwen2)):
+        for label, strategy in (("context2_tensor2", {"context": 2, "tensor": 2}),
+                                ("context2_pipeline2", {"context": 2, "pipeline": 2}),
+                                ("context2_data2", {"context": 2, "data": 2})):
+            out[f"{name}_{label}"] = _report(factory, strategy, kwargs=batch())
+    out["llama_context4"] = _report(llama, {"context": 4}, kwargs=batch(padded=False))
+    return out
+
+
+_TWO = shared_ranks.register(2, __name__, two_ranks_job, timeout_s=600)
+_FOUR = shared_ranks.register(4, __name__ + ".extended", four_ranks_job, timeout_s=900, extended=True)
+
+
+def _equal(report, context: int = 2) -> None:
+    assert report["mesh"]["context"] == context, report
+    assert report["output"][1] < 1e-5, report
+    assert report["loss"][1] < 1e-5, report
+    assert report["grad"][1] < 1e-5, report
+    assert report["grad_norm"][1] < 1e-5, report
+    assert report["param"][0] < 5e-4, report
+
+
+@pytest.mark.multiprocess
+def test_ring_attention_equals_sdpa_over_the_whole_sequence():
+    for rank_out in _TWO():
+        assert max(rank_out["ring"]) < 1e-5, rank_out["ring"]
+
+
+@pytest.mark.multiprocess
+def test_context_parallel_trains_as_the_single_device_model():
+    """Llama (GQA, rotary, a padded row, a loss over ignored targets), Qwen2 causal, a
+    sequence of 14 tokens (2c does not divide it: contiguous chunks), GPT-2 (position
+    embeddings), ZeRO-3 over data × context, and a sequence-first nn encoder."""
+    for rank_out in _TWO():
+        for case in ("llama", "qwen2_causal", "llama_unbalanced", "gpt2", "llama_zero3", "encoder"):
+            _equal(rank_out[case])
+
+
+@pytest.mark.multiprocess
+def test_the_rank_program_rings_attention_and_cuts_the_whole_inputs():
+    out = _TWO()
+    assert out[0]["positions"] == [0, 1, 2, 3, 12, 13, 14, 15]     # chunks 0 and 3 of 4
+    assert out[1]["positions"] == [4, 5, 6, 7, 8, 9, 10, 11]       # chunks 1 and 2
+    code = out[0]["code"]
+    assert code.count("ring_attention(") == 2                      # both layers' attention
+    assert "scaled_dot_product_attention" not in code
+    assert "gather_tokens(" not in code                            # nothing ran on the whole sequence
+    assert "context_sum(" in code                                  # the loss's sum over the sequence
+
+
+@pytest.mark.multiprocess
+@pytest.mark.extended
+def test_context_parallel_composes_with_tensor_pipeline_and_data_ranks():
+    for rank_out in _FOUR():
+        for case, report in rank_out.items():
+            _equal(report, 4 if case == "llama_context4" else 2)
+
+
+# ------------------------------------------------------------ planning, no ranks
+
+def _plan(strategy, world=4, model=llama, kwargs=None, **options):
+    torch.manual_seed(0)
+    return autopar.plan(model(), world, example_kwargs=kwargs or batch(), strategy=strategy, hardware="cpu-gloo",
+                        **options)
+
+
+def test_forced_context_degrees_make_a_context_mesh():
+    plan = _plan({"context": 2, "tensor": 2})
+    assert plan.mesh == {"data": 1, "context": 2, "tensor": 2}
+    assert plan.context["seq"] == 16 and plan.context["balanced"] and plan.context["mode"] in ("ring", "allgather")
+    assert "context" in plan.explain()
+    assert plan.why_not("context").startswith("context: chosen")
+    assert _plan({"context": 2, "pipeline": 2}).mesh == {"pipeline": 2, "data": 1, "context": 2, "tensor": 1}
+    assert _plan({"context": 4}).mesh == {"data": 1, "context": 4, "tensor": 1}
+
+
+def test_the_planner_weighs_context_degrees_under_auto():
+    plan = _plan("auto")
+    assert any(c.mesh.get("context", 1) > 1 for c in plan.candidates)
+    assert plan.why_not("context").startswith("context:")
+    # one sequence on 4 ranks: data parallelism cannot split it, the context degrees can
+    one = _plan("auto", kwargs=batch(rows=1, padded=False))
+    weighed = [c for c in one.candidates if c.mesh.get("context", 1) > 1]
+    assert weighed and all(c.feasible for c in weighed)
+
+
+def test_forcing_context_where_it_cannot_run_names_the_argument():
+    with pytest.raises(PlanError, match="15 tokens is not divisible by the context degree 2"):
+        _plan({"context": 2}, world=2, kwargs=batch(tokens=15, padded=False))
+    with pytest.raises(PlanError, match="context=3 does not divide the 4 ranks"):
+        _plan({"context": 3})
+    with pytest.raises(PlanError, match="context='2'"):
+        _plan({"context": "2"})
+    with pytest.raises(PlanError, match="sequence_parallel"):
+        _plan({"context": 2, "tensor": 2, "sequence_parallel": True})
+    with pytest.raises(PlanError, match="not \\['subgrids'\\]"):
+        _plan({"context": 2, "subgrids": 2})
