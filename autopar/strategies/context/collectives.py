@@ -24,8 +24,7 @@ buckets' average over ``data × context`` turns into the data ranks' average.
   backward: reduce-scatter of the sum).
 * :func:`context_sum`: a partial sum over this rank's tokens → the sum over the sequence
   (all-reduce both ways).
-* :func:`token_positions`: the global positions of this rank's tokens (for ring
-  attention's masks).
+* :func:`positions`: the global positions a rank holds.
 """
 from __future__ import annotations
 
@@ -61,12 +60,6 @@ def balanced_split(seq: int, c: int) -> bool:
         raise ValueError(f"a sequence of {seq} tokens is not divisible by the context degree {c}; pad the inputs "
                          f"to a multiple of {2 * c} tokens (load-balanced) or choose a context degree dividing {seq}")
     return seq % (2 * c) == 0
-
-
-def token_positions(seq: int, group: str, balanced: bool, device) -> torch.Tensor:
-    """This rank's global token positions as a tensor on ``device``."""
-    pg = get_group(group)
-    return torch.tensor(_positions(seq, size_of(pg), rank_in(pg), balanced), dtype=torch.long, device=device)
 
 
 def _order(seq: int, c: int, balanced: bool) -> list[int]:

@@ -70,7 +70,7 @@ def ring_cost(model: ModelFacts, hw: Hardware, data: int, context: int, tensor: 
     ring = gather = 0.0
     ranks = data * context * tensor
     for core in attention_cores(model):
-        share = core.kv_elems * core.itemsize * context / ranks     # this rank's keys and values (bytes)
+        share = core.kv_elems * core.itemsize / ranks     # this rank's keys and values (bytes)
         step = cost_model.point_to_point_time(share, hw, inter_node=False)
         step_grad = cost_model.point_to_point_time(share * 4 / core.itemsize, hw, inter_node=False)
         block = model.seconds([core.node], hw, 1 / ranks) / context   # one step's share of the attention

@@ -3,22 +3,22 @@ ring), products over the sequence, and losses (sums over the sequence added over
 context group; a mean over counted targets as the ranks' sums over their counts)."""
 from __future__ import annotations
 
-import inspect
 import operator
 
 import torch
 import torch.fx as fx
 
-from autopar._torch_compat import argument_names
 from autopar.ir import SPEC
-from autopar.passes.analysis.batch_rows.op_tables import (ALONG, REDUCTIONS, TRANSPOSES, argument, bare_name,
-                                                          norm_dims, shape_of)
+from autopar.passes.analysis.batch_rows.op_tables import argument, shape_of
 from autopar.strategies.context.collectives import context_count, context_sum
 from autopar.strategies.context.ring import ring_attention
-from autopar.strategies.context.shapes import Tokens, aligned, reshaped
-from autopar.strategies.context.rules import Whole, _reduction
+from autopar.strategies.context.shapes import Tokens, aligned
+from autopar.strategies.context.rules import Whole, reduction_of
 from autopar.strategies.data.losses import set_sum_reduction
 
+CLASS_LOSSES = {"cross_entropy", "cross_entropy_loss", "nll_loss", "nll_loss_nd", "vocab_parallel_cross_entropy"}
+ELEMENTWISE_LOSSES = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+                      "binary_cross_entropy_with_logits", "soft_margin_loss", "poisson_nll_loss"}
 
 
 class Meetings:
@@ -35,6 +35,10 @@ class Meetings:
         dropout = argument(node, 4, "dropout_p", 0.0)
         if dropout:
             raise Whole(f"attention dropout {dropout}")
+        if shape_of(k)[-1] != shape_of(v)[-1]:
+            raise Whole("values of another width than the keys")
+        if isinstance(mask, fx.Node) and self._learned(mask):
+            raise Whole("a mask computed from parameters (its gradient)")
         if isinstance(mask, fx.Node) and self.tok(mask) is not None:
             self.gather(node, mask)
             mask = self.gathered[mask]
@@ -47,7 +51,28 @@ class Meetings:
         self.report["ring_attention"] += 1
         return Tokens(nd - 2)
 
+    def _learned(self, value: fx.Node, steps: int = 5000) -> bool:
+        """Whether ``value`` is computed from a parameter (a learned bias: its gradient
+        is needed, which the ring does not return)."""
+        stack, seen = [value], set()
+        while stack and len(seen) < steps:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op == "get_attr" and isinstance(getattr(self.gm, str(n.target), None), torch.nn.Parameter):
+                return True
+            stack.extend(n.all_input_nodes)
+        return bool(stack)
+
     def matmul(self, node: fx.Node, name: str):
+        if name == "addmm":   # bias + a @ b (GPT-2's Conv1D): the rows of a split, a bias over the columns
+            bias, a, b = node.args[:3]
+            ta = self.tok(a)
+            if ta is None or ta.dim != 0 or self.tok(b) is not None or self.tok(bias) is not None or \
+                    len(shape_of(bias) or (0, 0)) != 1:
+                raise Whole("addmm with other operands split")
+            return ta
         if name not in ("matmul", "mm", "bmm", "linear"):
             raise Whole(f"{name}")
         a, b = node.args[0], node.args[1]
@@ -86,33 +111,49 @@ class Meetings:
         if out_a is not None and out_b is not None and out_a != out_b:
             self.gather(node, b)       # scores of every key: the keys gathered
             out_b = None
-        if out_a is not None:
-            return Tokens(out_a, ta.inner)
-        if out_b is not None:
-            return Tokens(out_b, tb.inner)
-        return None
+        out = Tokens(out_a, ta.inner) if out_a is not None else Tokens(out_b, tb.inner) if out_b is not None else None
+        if out is not None and out.dim < len(so) - 2:   # a batch dimension: a whole operand broadcast along it is cut
+            for operand, shape, t in ((a, sa, ta), (b, sb, tb)):
+                j = out.dim - (len(so) - len(shape))
+                if t is None and 0 <= j < len(shape) - 2 and shape[j] == so[out.dim] and shape[j] > 1:
+                    self.take(node, operand, Tokens(j, out.inner))
+        return out
 
     def loss(self, node: fx.Node, name: str):
-        x, target = node.args[0], node.args[1] if len(node.args) > 1 else None
-        tok = self.tok(x)
-        shape = shape_of(x)
-        if tok is None or shape is None or node.op != "call_function":
+        """A loss of split predictions: its targets cut alike; ``"none"`` stays split, a sum
+        adds the ranks' sums, a mean over counted class targets is the ranks' sums over
+        their counts, an elementwise mean the mean of the ranks' (equal) shares. Other
+        losses (a batch mean, weights, reductions over features) run on the whole sequence."""
+        x, target = node.args[0], node.args[1] if len(node.args) > 1 else node.kwargs.get("target")
+        tok, shape = self.tok(x), shape_of(x)
+        if tok is None or shape is None or node.op != "call_function" or not isinstance(target, fx.Node):
             raise Whole("a loss of a split value that is not its input")
-        if isinstance(target, fx.Node) and self.tok(target) is None:
-            tshape = shape_of(target)
-            if tshape is None:
-                raise Whole("a target whose shape was not recorded")
-            self.take(node, target, Tokens(tok.dim if len(tshape) == len(shape) else min(tok.dim, len(tshape) - 1),
-                                           tok.inner))
-        reduction = node.args[5] if name == "vocab_parallel_cross_entropy" and len(node.args) > 5 else \
-            _reduction(node)
+        if any(a is not x and a is not target for a in node.all_input_nodes):
+            raise Whole("a loss with weights or other tensor operands")
+        tshape, tspec = shape_of(target), target.meta.get(SPEC)
+        classes = name in CLASS_LOSSES
+        if tshape is None or not (classes or name in ELEMENTWISE_LOSSES):
+            raise Whole(f"{name}")
+        indices = classes and not tspec.dtype.is_floating_point
+        if classes and len(shape) >= 2 and tok.dim == 1:
+            raise Whole("the class dimension is split")
+        out_dim = tok.dim - 1 if classes and tok.dim >= 2 else tok.dim      # the class dimension reduced
+        at = out_dim if indices else tok.dim - (len(shape) - len(tshape))   # the target's split dimension
+        if self.tok(target) is None:
+            if at < 0 or tshape[at] not in (1, shape[tok.dim]):
+                raise Whole("a target that does not line up with the predictions")
+            if tshape[at] > 1:
+                self.take(node, target, Tokens(at, tok.inner))
+        elif self.tok(target) != Tokens(at, tok.inner):
+            raise Whole("a target split otherwise")
+        reduction = reduction_of(node)
         if reduction in ("none", 0):
-            return tok
+            return Tokens(out_dim, tok.inner)
         if reduction in ("sum", 2):
             self._after(node, context_sum, (node, self.group))
             self.report["sums"] += 1
             return None
-        if name in ("cross_entropy", "cross_entropy_loss", "nll_loss", "nll_loss_nd", "vocab_parallel_cross_entropy"):
+        if indices:
             return self._counted_mean(node, name)
         total = self._after(node, context_sum, (node, self.group))   # an elementwise mean: equal shares
         self._after(total, operator.truediv, (total, float(self.c)))
@@ -125,12 +166,8 @@ class Meetings:
         if argument(node, 2, "weight", None) is not None:
             raise Whole("a class-weighted mean")
         target = node.args[1]
-        ignore = node.args[4] if name == "vocab_parallel_cross_entropy" else argument(node, 4, "ignore_index", -100)
-        if name == "vocab_parallel_cross_entropy":
-            node.args = (*node.args[:5], "sum", *node.args[6:])
-            summed = node
-        else:
-            summed = set_sum_reduction(node, self.gm)
+        ignore = argument(node, 4, "ignore_index", -100)
+        summed = set_sum_reduction(node, self.gm)
         with self.graph.inserting_after(summed):
             kept = self.graph.call_function(torch.ne, (target, ignore))
         with self.graph.inserting_after(kept):

@@ -161,8 +161,7 @@ class ContextParallel(CompileHooks):
         else:
             plan = mesh_plan(ctx, priced, priced.table)
         seq = sequence_length(ctx.model)
-        plan.context = {"seq": seq, "balanced": balanced_split(seq, c),
-                        "mode": ring_cost(ctx.model, ctx.hw, priced.config.data, c, priced.config.tensor)[1]}
+        plan.context = {"seq": seq, "balanced": balanced_split(seq, c), "mode": priced.form.rsplit("context ", 1)[1]}
         return plan
 
     # ------------------------------------------------------------------ compiling

@@ -16,8 +16,9 @@ and log-sum-exp, Dao 2022 Algorithm 2).
 Masks: ``is_causal`` by global positions (the load-balanced chunks make every rank's
 work equal); an ``attn_mask`` (bool or additive, broadcastable to ``[batch, heads, seq,
 seq]``, every rank holding the whole of it) is read at the block's rows and columns. A
-block every position of which is masked is skipped, which is what a sliding window or a
-causal mask saves. Grouped-query attention (fewer key/value heads) sends the key/value
+block the causal mask, or a boolean mask, hides entirely is skipped, which is what a
+sliding window or a causal mask saves. A mask that needs a gradient (a learned bias) is
+not taken: the walk runs such attention on the whole sequence. Grouped-query attention (fewer key/value heads) sends the key/value
 heads as they are and repeats them for the block. ``mode="allgather"`` gathers every
 rank's keys and values once instead (one all-gather forward, one reduce-scatter of their
 gradients backward): cheaper than ``c−1`` exchanges when the keys and values are small
@@ -36,7 +37,6 @@ import torch.fx
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.runtime.groups import get_group, rank_in, size_of
-from autopar.strategies.context.collectives import _positions
 
 _NEG = float("-inf")
 
@@ -120,8 +120,8 @@ def _exchange(setup: _Setup, send: torch.Tensor, tag: int):
     (asynchronously): ``(received buffer, [work])``."""
     nxt, prev = setup.peers()
     recv = torch.empty_like(send)
-    works = [dist.isend(send, group=setup.pg, group_dst=nxt, tag=tag),
-             dist.irecv(recv, group=setup.pg, group_src=prev, tag=tag)]
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, group=setup.pg, tag=tag, group_peer=nxt),
+                                    dist.P2POp(dist.irecv, recv, group=setup.pg, tag=tag, group_peer=prev)])
     return recv, works
 
 
@@ -243,12 +243,15 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=
                    mode: str = "ring") -> torch.Tensor:
     """``scaled_dot_product_attention(q, k, v, attn_mask, is_causal=is_causal,
     scale=scale)`` over the whole sequence of ``seq`` tokens, for this rank's queries
-    (``[..., heads, seq/c, dim]``, its tokens as :func:`.collectives.positions` says)
+    (``[..., heads, seq/c, dim]``, its tokens those :func:`.collectives.positions` gives)
     against every rank's keys and values (``[..., kv heads, seq/c, dim]``) of the context
     ``group``: the ring (``mode="ring"``) or one all-gather (``"allgather"``), see the
     module docstring. ``attn_mask`` is the whole sequence's, on every rank."""
     setup = _Setup(group, seq, balanced, is_causal, scale if scale is not None else 1 / math.sqrt(q.shape[-1]),
                    mode, q.shape[-3])
+    if isinstance(attn_mask, torch.Tensor) and attn_mask.requires_grad:
+        raise ValueError("ring attention: the mask requires a gradient, which the ring does not return; run this "
+                         "attention on the whole sequence")
     if q.shape[-3] % k.shape[-3]:
         raise ValueError(f"ring attention: {q.shape[-3]} query heads are not a multiple of {k.shape[-3]} "
                          f"key/value heads")

@@ -15,10 +15,8 @@ from autopar._torch_compat import argument_names
 from autopar.ir import SPEC
 from autopar.passes.analysis.batch_rows.op_tables import (ALONG, REDUCTIONS, TRANSPOSES, argument, bare_name,
                                                           norm_dims, shape_of)
-from autopar.strategies.context.collectives import context_count, context_sum
-from autopar.strategies.context.ring import ring_attention
+from autopar.strategies.context.collectives import context_sum
 from autopar.strategies.context.shapes import Tokens, aligned, reshaped
-from autopar.strategies.data.losses import set_sum_reduction
 
 
 class Whole(Exception):
@@ -32,7 +30,7 @@ class Rules:
     # ------------------------------------------------------------------ rules
     def dropout(self, node: fx.Node):
         p = argument(node, 1, "p", 0.5)
-        train = argument(node, 2, "train", True)
+        train = node.kwargs.get("training", argument(node, 2, "train", True))
         if p == 0 or train is False:
             out = self.tok(node.args[0])
             return (out, out) if bare_name(node) == "native_dropout" else out
@@ -50,12 +48,18 @@ class Rules:
         tok, n = self.tok(x), len(shape_of(x) or ())
         if tok is None or not n:
             raise Whole("an operand that is not the first")
+        if name in ("T", "numpy_T", "H") and n > 2:   # every dimension reversed
+            return Tokens(n - 1 - tok.dim, tok.inner)
         if name in TRANSPOSES or name in ("transpose", "swapaxes", "swapdims"):
-            a, b = (n - 2, n - 1) if name in TRANSPOSES else (node.args[1] % n, node.args[2] % n)
+            a, b = (n - 2, n - 1) if name in TRANSPOSES else (argument(node, 1, "dim0", None) % n,
+                                                              argument(node, 2, "dim1", None) % n)
             d = b if tok.dim == a else a if tok.dim == b else tok.dim
             return Tokens(d, tok.inner)
-        order = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (list, tuple)) else node.args[1:]
+        order = node.kwargs.get("dims") or (node.args[1] if len(node.args) == 2 and
+                                            isinstance(node.args[1], (list, tuple)) else node.args[1:])
         order = [o % n for o in order]
+        if sorted(order) != list(range(n)):
+            raise Whole("a permutation that was not read")
         return Tokens(order.index(tok.dim), tok.inner)
 
     def regroup(self, node: fx.Node, name: str):
@@ -194,9 +198,9 @@ class Rules:
         tok, shape = self.tok(x), shape_of(x)
         position, default = ALONG[name]
         dim = argument(node, position + 1, "dim", default)
-        if tok is None or shape is None or dim is None or dim % len(shape) == tok.dim:
-            raise Whole(f"{name} along the sequence")
-        return tok
+        if tok is None or shape is None or dim is None or dim % len(shape) == tok.dim or len(node.all_input_nodes) > 1:
+            raise Whole(f"{name} along the sequence, or of several operands")
+        return _like_outputs(node, tok)
 
     def reduction(self, node: fx.Node, name: str):
         x = node.args[0]
@@ -206,9 +210,9 @@ class Rules:
         dims = norm_dims(argument(node, 1, "dim", None), len(shape))
         keep = bool(argument(node, 2, "keepdim", False))
         if dims is not None and tok.dim not in dims:
-            return Tokens(tok.dim - (0 if keep else sum(d < tok.dim for d in dims)), tok.inner)
+            return _like_outputs(node, Tokens(tok.dim - (0 if keep else sum(d < tok.dim for d in dims)), tok.inner))
         kind = REDUCTIONS[name]
-        if kind == "other" or len(node.all_input_nodes) > 1:
+        if kind == "other" or name.startswith("nan") or len(node.all_input_nodes) > 1:
             raise Whole(f"{name} over the sequence")
         total = self._after(node, context_sum, (node, self.group))
         self.report["sums"] += 1
@@ -217,11 +221,13 @@ class Rules:
         return None
 
 
-    def _reduction_of(self, node):
-        return _reduction(node)
+def _like_outputs(node: fx.Node, tok: Tokens):
+    """``tok`` for each output of ``node`` (``max(x, dim)``'s values and indices, ``sort``'s)."""
+    spec = node.meta.get(SPEC)
+    return tuple(tok for _ in spec) if isinstance(spec, tuple) else tok
 
 
-def _reduction(node: fx.Node):
+def reduction_of(node: fx.Node):
     """A loss node's ``reduction`` argument, by keyword or position (its default "mean")."""
     if "reduction" in node.kwargs:
         return node.kwargs["reduction"]

@@ -41,7 +41,3 @@ def aligned(dim: int, ndim_in: int, ndim_out: int) -> int:
     """A dimension of an operand broadcast against an output of ``ndim_out`` dimensions."""
     return dim + (ndim_out - ndim_in)
 
-
-def local_size(size: int, c: int) -> int:
-    """A global size of the split dimension as this rank holds it."""
-    return size // c

@@ -150,13 +150,11 @@ class Walk(Rules, Meetings):
         name = bare_name(node)
         if node.op == "call_module":
             return self.module(node)
-        if name == "getitem" and isinstance(self.state.get(node.args[0]), tuple):
+        if name == "getitem" and type(self.state.get(node.args[0])) is tuple:   # not a Tokens (a NamedTuple)
             items, i = self.state[node.args[0]], node.args[1]
             return items[i] if isinstance(i, int) and -len(items) <= i < len(items) else None
         if name in SIZES or (name == "getattr" and len(node.args) > 1 and node.args[1] == "shape"):
             return self.size(node, name)
-        if name == "getitem" and isinstance(self.state.get(node.args[0]), _SizeOf):
-            return self.size_item(node)
         if name in EMBEDDINGS:
             return self.embedding(node, name)
         if not any(self.tok(a) is not None for a in node.all_input_nodes):
@@ -167,8 +165,10 @@ class Walk(Rules, Meetings):
         """The rule of an op that reads a split value."""
         if name in DROPOUTS:
             return self.dropout(node)
-        if name in FACTORIES:   # a new tensor of the sizes given: whole, whatever it was made like
-            return None
+        if name in FACTORIES and (name.startswith("new_") or name in ("zeros", "ones", "full", "empty", "arange")):
+            return None   # a new tensor of the (global) sizes given: whole, whatever it was made like
+        if name in IDENTITY and name.endswith("_") and name not in ("requires_grad_", "fill_", "copy_"):
+            raise Whole(f"in-place {name}")
         if name in IDENTITY or name in SHAPE_PRESERVING:
             return self.tok(node.args[0]) if node.args and isinstance(node.args[0], fx.Node) else self.pointwise(node)
         if name in TRANSPOSES or name in ("transpose", "swapaxes", "swapdims", "permute"):
@@ -273,23 +273,21 @@ class Walk(Rules, Meetings):
         raise Whole(f"module {type(module).__name__}")
 
     def size(self, node: fx.Node, name: str):
+        """A size query of a split value: the captured (global) size, as a constant; the
+        whole shape (``x.size()``, ``x.shape``) as the captured shape."""
         x = node.args[0]
         tok = self.tok(x)
         if tok is None:
             return None
         shape = shape_of(x)
+        if shape is None:
+            raise Whole("the size of a value whose shape was not recorded")
         dim = node.args[1] if len(node.args) > 1 and name in SIZES else node.kwargs.get("dim")
         if isinstance(dim, int):
             if dim % len(shape) == tok.dim:
                 self._global_int(node, shape[tok.dim])
             return None
-        return _SizeOf(tok.dim, shape[tok.dim])
-
-    def size_item(self, node: fx.Node):
-        s = self.state[node.args[0]]
-        i = node.args[1]
-        if isinstance(i, int) and i == s.dim:
-            self._global_int(node, s.size)
+        self._global_int(node, torch.Size(shape))
         return None
 
     # ------------------------------------------------------------------ outputs
@@ -297,13 +295,6 @@ class Walk(Rules, Meetings):
         for value in node.all_input_nodes:
             if self.tok(value) is not None:
                 self.gather(node, value)
-
-
-class _SizeOf:
-    """A ``size()`` of a split value: which dimension is split and its global size."""
-
-    def __init__(self, dim: int, size: int):
-        self.dim, self.size = dim, size
 
 
 def _is_aten(node: fx.Node) -> bool:
