@@ -60,7 +60,7 @@ class Meetings:
             if n in seen:
                 continue
             seen.add(n)
-            if n.op == "get_attr" and isinstance(getattr(self.gm, str(n.target), None), torch.nn.Parameter):
+            if n.op == "get_attr" and _is_parameter(self.gm, str(n.target)):
                 return True
             stack.extend(n.all_input_nodes)
         return bool(stack)
@@ -184,3 +184,11 @@ class Meetings:
         self.report["sums"] += 1
         return None
 
+
+def _is_parameter(gm: fx.GraphModule, target: str) -> bool:
+    """Whether the attribute path ``target`` names a parameter of ``gm``."""
+    try:
+        gm.get_parameter(target)
+    except AttributeError:
+        return False
+    return True
