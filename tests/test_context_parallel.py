@@ -13,6 +13,7 @@ from autopar.runtime.groups import use_groups
 from autopar.strategies.context.collectives import gather_tokens, positions, take_tokens
 from autopar.strategies.context.ring import ring_attention
 from autopar.testing import compare_with_single_device
+from examples.zoo import ZOO
 from test_sequence_parallel import batch, encoder, gpt2, llama, qwen2
 
 
@@ -68,6 +69,8 @@ def two_ranks_job():
            "llama_zero3": _report(llama, {"context": 2, "zero": 3}, kwargs=batch())}
     x, y = torch.randn(16, 4, 32), torch.randn(16, 4, 8)
     out["encoder"] = _report(encoder, c2, inputs=(x,), target=y, loss_fn=F.mse_loss)
+    t5 = ZOO["t5"]()   # encoder-decoder, a learned relative-position bias: its attention runs on the whole sequence
+    out["t5"] = _report(t5.factory, c2, inputs=t5.inputs, target=t5.target, loss_fn=t5.loss_fn, kwargs=t5.kwargs)
     torch.manual_seed(0)
     pm = autopar.compile(llama(), None, example_kwargs=batch(), strategy=c2)
     pm.step(**batch())
@@ -110,9 +113,10 @@ def test_ring_attention_equals_sdpa_over_the_whole_sequence():
 def test_context_parallel_trains_as_the_single_device_model():
     """Llama (GQA, rotary, a padded row, a loss over ignored targets), Qwen2 causal, a
     sequence of 14 tokens (2c does not divide it: contiguous chunks), GPT-2 (position
-    embeddings), ZeRO-3 over data × context, and a sequence-first nn encoder."""
+    embeddings), ZeRO-3 over data × context, a sequence-first nn encoder, and T5 (its
+    attention, biased by a learned relative position table, on the whole sequence)."""
     for rank_out in _TWO():
-        for case in ("llama", "qwen2_causal", "llama_unbalanced", "gpt2", "llama_zero3", "encoder"):
+        for case in ("llama", "qwen2_causal", "llama_unbalanced", "gpt2", "llama_zero3", "encoder", "t5"):
             _equal(rank_out[case])
 
 
@@ -162,6 +166,15 @@ def test_the_planner_weighs_context_degrees_under_auto():
     one = _plan("auto", kwargs=batch(rows=1, padded=False))
     weighed = [c for c in one.candidates if c.mesh.get("context", 1) > 1]
     assert weighed and all(c.feasible for c in weighed)
+
+
+def test_auto_offers_context_only_where_every_attention_rings():
+    t5 = ZOO["t5"]()
+    torch.manual_seed(0)
+    plan = autopar.plan(t5.factory(), 4, t5.inputs, t5.loss_fn, example_target=t5.target, example_kwargs=t5.kwargs,
+                        hardware="cpu-gloo")
+    assert not any(c.mesh.get("context", 1) > 1 for c in plan.candidates)
+    assert plan.why_not("context").startswith("context: not weighed")
 
 
 def test_forcing_context_where_it_cannot_run_names_the_argument():

@@ -25,19 +25,22 @@ import torch.fx as fx
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import SPEC, TensorSpec
-from autopar.passes.analysis.batch_rows.op_tables import SDPA, bare_name
+from autopar.passes.analysis.batch_rows.op_tables import SDPA, argument, bare_name
 from autopar.planning.model import ModelFacts
+from autopar.strategies.context.meeting import learned
 
 
 @dataclass(frozen=True)
 class AttentionCore:
     """One attention core of the captured graph: its node, the global element counts of
-    its keys and values, its sequence length and key/value element size."""
+    its keys and values, its sequence length and key/value element size, and whether the
+    rewrite can run it as a ring (no dropout, no mask computed from parameters)."""
 
     node: str
     kv_elems: int
     seq: int
     itemsize: int
+    rings: bool = True
 
 
 def attention_cores(model: ModelFacts) -> list[AttentionCore]:
@@ -51,10 +54,20 @@ def attention_cores(model: ModelFacts) -> list[AttentionCore]:
             specs = [a.meta.get(SPEC) if isinstance(a, fx.Node) else None for a in (q, k, v)]
             if not all(isinstance(s, TensorSpec) and len(s.shape) >= 2 for s in specs):
                 continue
+            mask = argument(node, 3, "attn_mask", None)
+            rings = not argument(node, 4, "dropout_p", 0.0) and not (
+                isinstance(mask, fx.Node) and learned(model.gm, mask))
             out.append(AttentionCore(node.name, specs[1].numel + specs[2].numel, specs[0].shape[-2],
-                                     specs[1].dtype.itemsize))
+                                     specs[1].dtype.itemsize, rings))
         return out
     return model.fact("context.attention_cores", find)
+
+
+def every_core_rings(model: ModelFacts) -> bool:
+    """Whether every attention core can run as a ring (the pricing assumes it: a core
+    that cannot runs on the whole sequence on every rank of the group)."""
+    cores = attention_cores(model)
+    return bool(cores) and all(core.rings for core in cores)
 
 
 def sequence_length(model: ModelFacts) -> int | None:

@@ -37,7 +37,7 @@ class Meetings:
             raise Whole(f"attention dropout {dropout}")
         if shape_of(k)[-1] != shape_of(v)[-1]:
             raise Whole("values of another width than the keys")
-        if isinstance(mask, fx.Node) and self._learned(mask):
+        if isinstance(mask, fx.Node) and learned(self.gm, mask):
             raise Whole("a mask computed from parameters (its gradient)")
         if isinstance(mask, fx.Node) and self.tok(mask) is not None:
             self.gather(node, mask)
@@ -50,20 +50,6 @@ class Meetings:
         self.state[new] = Tokens(nd - 2)
         self.report["ring_attention"] += 1
         return Tokens(nd - 2)
-
-    def _learned(self, value: fx.Node, steps: int = 5000) -> bool:
-        """Whether ``value`` is computed from a parameter (a learned bias: its gradient
-        is needed, which the ring does not return)."""
-        stack, seen = [value], set()
-        while stack and len(seen) < steps:
-            n = stack.pop()
-            if n in seen:
-                continue
-            seen.add(n)
-            if n.op == "get_attr" and _is_parameter(self.gm, str(n.target)):
-                return True
-            stack.extend(n.all_input_nodes)
-        return bool(stack)
 
     def matmul(self, node: fx.Node, name: str):
         if name == "addmm":   # bias + a @ b (GPT-2's Conv1D): the rows of a split, a bias over the columns
@@ -183,6 +169,21 @@ class Meetings:
         summed.replace_all_uses_with(mean, delete_user_cb=lambda user: user not in (total, kept, count))
         self.report["sums"] += 1
         return None
+
+
+def learned(gm: fx.GraphModule, value: fx.Node, steps: int = 5000) -> bool:
+    """Whether ``value`` is computed from a parameter of ``gm`` (a learned attention bias,
+    whose gradient the ring does not return); past ``steps`` ancestors, assumed so."""
+    stack, seen = [value], set()
+    while stack and len(seen) < steps:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "get_attr" and _is_parameter(gm, str(n.target)):
+            return True
+        stack.extend(n.all_input_nodes)
+    return bool(stack)
 
 
 def _is_parameter(gm: fx.GraphModule, target: str) -> bool:

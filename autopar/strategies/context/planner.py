@@ -11,7 +11,9 @@ tokens (:mod:`.walk`). Gradients are averaged over ``data × context``.
   ranks); nothing under ``"auto"``, where
 * ``follow_ups`` offers, for every data and Megatron configuration priced (feasible, too
   big, or with a batch the data degree does not divide), each context degree ``c > 1``
-  that divides its data degree and the sequence: ``(d/c) × c × t``.
+  that divides its data degree and the sequence: ``(d/c) × c × t``; only for a model
+  whose every attention core can ring (no attention dropout, no mask computed from
+  parameters: such a core runs on the whole sequence, which the pricing does not count).
 * ``price``: Megatron's region table at data degree ``d·c`` (the same tokens per rank:
   compute, activations and gradient traffic), plus the attention's exchanges
   (:func:`.cost.ring_cost`, the ring or an all-gather of the keys and values, whichever
@@ -30,7 +32,7 @@ import dataclasses
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.context.collectives import balanced_split
-from autopar.strategies.context.cost import attention_cores, ring_cost, sequence_length
+from autopar.strategies.context.cost import attention_cores, every_core_rings, ring_cost, sequence_length
 from autopar.strategies.context.rewrite import context_parallel_pass
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, mesh_plan,
                                        rejected)
@@ -107,7 +109,7 @@ class ContextParallel(CompileHooks):
         if ctx.forced is not None and not ctx.forced.levers_only:
             return []
         seq = sequence_length(ctx.model)
-        if seq is None or (ctx.levers is not None and ctx.levers.sequence_parallel):
+        if seq is None or not every_core_rings(ctx.model) or (ctx.levers is not None and ctx.levers.sequence_parallel):
             return []
         out, seen = [], set()
         for p in weighed:
