@@ -1,7 +1,7 @@
 """The memory model against measured peak memory per rank (docs/benchmarks.md §8).
 
-For each plan of a small transformer and GPT-2 on 4 gloo ranks (data, Megatron tensor
-with and without sequence parallelism, an AxoNN grid, D&SP over the attention heads, a
+For each plan of a small transformer, GPT-2 and Llama on 4 gloo ranks (data, Megatron tensor
+with and without sequence parallelism, context parallelism, an AxoNN grid, D&SP over the attention heads, a
 pipeline; and the memory levers: accumulation, ZeRO-1/2/3, recomputation), one training step and one AdamW step are run
 and the bytes a rank holds are *measured*:
 
@@ -23,7 +23,7 @@ bytes per parameter element for fp32 weights, gradients and AdamW's two moments,
 under ZeRO, plus the kernel outputs saved for backward; a pipeline's the most loaded
 rank's). The table gives both and their ratio; the goal is within 20 %.
 
-    python benchmarks/bench_memory.py [--json out.json]
+    python benchmarks/bench_memory.py [--json out.json] [--cases llama gpt2:"context 4" ...]
 """
 from __future__ import annotations
 
@@ -61,6 +61,13 @@ CASES = [
     ("gpt2", "data 2 x tensor 2", {"data": 2, "tensor": 2, "sequence_parallel": False}),
     ("gpt2", "data 2 x tensor 2, SP", {"data": 2, "tensor": 2, "sequence_parallel": True}),
     ("gpt2", "pipeline 2 x data 2, m=2", {"pipeline": 2, "data": 2, "microbatches": 2}),
+    ("gpt2", "context 4", {"context": 4}),
+    ("gpt2", "context 2 x data 2", {"context": 2, "data": 2}),
+    ("llama", "data 4", {"data": 4}),
+    ("llama", "tensor 4", {"tensor": 4, "sequence_parallel": False}),
+    ("llama", "tensor 4, SP", {"tensor": 4, "sequence_parallel": True}),
+    ("llama", "context 4", {"context": 4}),
+    ("llama", "context 2 x tensor 2", {"context": 2, "tensor": 2}),
 ]
 
 
@@ -68,6 +75,14 @@ def _case(name: str, batch: int = 16):
     from examples.factories import _gpt2, gpt2_loss, lm_loss
     from examples.models import TinyTransformer
     g = torch.Generator().manual_seed(1)
+    if name == "llama":   # Hugging Face Llama (SDPA, GQA, rotary): context parallelism rings its attention
+        import transformers
+        from examples.zoo import logits_loss
+        config = transformers.LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                                          num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=64)
+        ids = torch.randint(0, 256, (batch, 64), generator=g)
+        return (lambda: transformers.LlamaForCausalLM(config)), ids, torch.randint(0, 256, (batch, 64), generator=g), \
+            logits_loss
     if name == "gpt2":
         factory = lambda: _gpt2(layers=4)  # noqa: E731
         vocab, block = 64, 16
@@ -167,7 +182,8 @@ def job(cases):
 def main(argv=None) -> int:
     p = parser(__doc__)
     args = p.parse_args(argv)
-    reports = launch(job, 4, (CASES,), timeout_s=900)
+    cases = [c for c in CASES if not args.cases or c[0] in args.cases or f"{c[0]}:{c[1]}" in args.cases]
+    reports = launch(job, 4, (cases,), timeout_s=1800)
     rows = []
     for i, first in enumerate(reports[0]):
         worst = max((r[i] for r in reports), key=lambda r: r["measured"])  # the most loaded rank

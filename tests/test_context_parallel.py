@@ -188,3 +188,22 @@ def test_forcing_context_where_it_cannot_run_names_the_argument():
         _plan({"context": 2, "tensor": 2, "sequence_parallel": True})
     with pytest.raises(PlanError, match="not \\['subgrids'\\]"):
         _plan({"context": 2, "subgrids": 2})
+
+
+def test_a_long_context_on_a_preset_takes_context_parallelism():
+    """A Llama-3-8B-shaped model (32 layers, width 4096, 8 key/value heads, vocabulary
+    128256) at one sequence of 128k tokens on 8 h100s: the planner splits the sequence."""
+    import transformers
+    config = transformers.LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                                      num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                                      max_position_embeddings=131072)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    ids = torch.zeros(1, 131072, dtype=torch.long, device="meta")
+    plan = autopar.plan(model, 8, example_kwargs={"input_ids": ids, "labels": ids}, hardware="h100")
+    assert plan.degree("context") > 1 and plan.context["seq"] == 131072 and plan.context["balanced"]
+    assert plan.why_not("context").startswith("context: chosen")
+    assert plan.total.memory_bytes <= 80 * 2**30
+    # Megatron alone fits only with sequence parallelism and recomputation, and is slower
+    tensor = [c for c in plan.candidates if c.mesh == {"data": 1, "tensor": 8}]
+    assert tensor and tensor[0].feasible and tensor[0].step_s > plan.step_s

@@ -57,7 +57,7 @@ def explain(plan: "Plan") -> str:
            "holds 1/t of the tokens" if plan.sequence_parallel else "")
         + (f"; gradients accumulated over {plan.microbatches} microbatches of "
            f"{plan.global_batch // plan.batch_parts() // plan.microbatches} rows" if plan.microbatches > 1 else "")
-        + (f"; ZeRO-{plan.zero} over the data ranks ("
+        + (f"; ZeRO-{plan.zero} over the {'data x context' if plan.degree('context') > 1 else 'data'} ranks ("
            + {1: "optimizer state", 2: "optimizer state and gradients",
               3: "parameters, gradients and optimizer state"}[plan.zero] + " sharded)" if plan.zero else "")
         + (f"; context parallel: the sequence of {plan.context['seq']} tokens split over {plan.degree('context')} "

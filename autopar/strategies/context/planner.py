@@ -147,7 +147,7 @@ class ContextParallel(CompileHooks):
         space = levers.LeverSpace(rows=model.batch // d, data=d * c, split=t, at=at,
                                   data_comm=lambda one, z, m, compute: levers.zero_comm(
                                       one.param_elems, d * c, t, z, m, compute, hw),
-                                  accumulate=not batch_norms(model))
+                                  accumulate=not batch_norms(model), row_share=1 / c)
         table, config = levers.weigh(ctx, config, table, space)
         priced = judge(self.name, ctx, config, _mesh(config), table)
         return dataclasses.replace(priced, form=f"context {ring_cost(model, hw, d, c, t)[1]}")

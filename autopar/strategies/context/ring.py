@@ -22,7 +22,9 @@ not taken: the walk runs such attention on the whole sequence. Grouped-query att
 heads as they are and repeats them for the block. ``mode="allgather"`` gathers every
 rank's keys and values once instead (one all-gather forward, one reduce-scatter of their
 gradients backward): cheaper than ``c−1`` exchanges when the keys and values are small
-(few key/value heads) and the blocks too small to hide the ring.
+(few key/value heads) and the blocks too small to hide the ring. ``mode="serial"`` is the
+ring with each exchange finished before the step's attention starts: what the overlap is
+measured against (``benchmarks/bench_context.py``).
 
 The blocks are computed in float32 (as the softmax statistics must be); the output is
 cast back to the queries' dtype.
@@ -189,6 +191,8 @@ class _RingAttention(torch.autograd.Function):
                 works = []
                 if step < setup.c - 1:
                     nxt, works = _exchange(setup, kv, tag=0)
+                    if setup.mode == "serial":
+                        _wait(works)
                 _forward_block(setup, qf, kv, setup.source(step), mask, outs, lses)
                 _wait(works)
                 if step < setup.c - 1:
@@ -224,12 +228,16 @@ class _RingAttention(torch.autograd.Function):
                 works = []
                 if step < setup.c - 1:
                     nxt, works = _exchange(setup, kv, tag=1)
+                    if setup.mode == "serial":
+                        _wait(works)
                 contribution = _backward_block(setup, qf, kv, setup.source(step), mask, dof, outs, lses, deltas, dq)
                 if pending is not None:
                     received, pending_works = pending
                     _wait(pending_works)
                     contribution = contribution + received
                 pending = _exchange(setup, contribution.contiguous(), tag=2)
+                if setup.mode == "serial":
+                    _wait(pending[1])
                 _wait(works)
                 if step < setup.c - 1:
                     kv = nxt

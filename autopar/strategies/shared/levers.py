@@ -200,7 +200,9 @@ class LeverSpace:
     ``zero_stages`` offered, ``again(mode, one)``: the settings of a recomputation mode
     (:class:`Again`), ``accumulate``: whether accumulation is allowed (not with batch
     norms), ``fixed_axes``: communication that does not shrink with a microbatch's rows
-    (the 3D weights' all-gathers over z), kept whole in :func:`weigh`'s estimates."""
+    (the 3D weights' all-gathers over z), kept whole in :func:`weigh`'s estimates;
+    ``row_share``: the share of each row's tokens a rank holds (``1/c`` when the context
+    ranks split the sequence), which scales what recomputation keeps and runs again."""
 
     rows: int
     data: int
@@ -211,6 +213,7 @@ class LeverSpace:
     again: Callable[[str, object], list] = megatron_again
     accumulate: bool = True
     fixed_axes: tuple = ()
+    row_share: float = 1.0  # of each row's tokens, the share one rank computes (1/c under context parallelism)
 
 
 def weigh(ctx, config, table, space: LeverSpace):
@@ -323,7 +326,7 @@ class _Weighing:
         """The options of ``m`` microbatches whose table is ``one``, for the (mode,
         stage) ``pairs``, and the pairs that fit."""
         space = self.space
-        recomputing = recompute_figures(self.model, self.hw, self.rows / m, space.split,
+        recomputing = recompute_figures(self.model, self.hw, self.rows / m * space.row_share, space.split,
                                         one.activation_bytes - one.gathered_bytes, one.total.compute_s)
         out, fitted = [], set()
         for r in self.modes:
