@@ -191,8 +191,9 @@ class _RingAttention(torch.autograd.Function):
                 works = []
                 if step < setup.c - 1:
                     nxt, works = _exchange(setup, kv, tag=0)
-                    if setup.mode == "serial":
+                    if setup.mode == "serial":   # finished before the step's attention (and waited once)
                         _wait(works)
+                        works = []
                 _forward_block(setup, qf, kv, setup.source(step), mask, outs, lses)
                 _wait(works)
                 if step < setup.c - 1:
@@ -228,8 +229,9 @@ class _RingAttention(torch.autograd.Function):
                 works = []
                 if step < setup.c - 1:
                     nxt, works = _exchange(setup, kv, tag=1)
-                    if setup.mode == "serial":
+                    if setup.mode == "serial":   # finished before the step's attention (and waited once)
                         _wait(works)
+                        works = []
                 contribution = _backward_block(setup, qf, kv, setup.source(step), mask, dof, outs, lses, deltas, dq)
                 if pending is not None:
                     received, pending_works = pending
@@ -238,6 +240,7 @@ class _RingAttention(torch.autograd.Function):
                 pending = _exchange(setup, contribution.contiguous(), tag=2)
                 if setup.mode == "serial":
                     _wait(pending[1])
+                    pending = (pending[0], [])
                 _wait(works)
                 if step < setup.c - 1:
                     kv = nxt
