@@ -26,8 +26,8 @@ gradients backward): cheaper than ``c−1`` exchanges when the keys and values a
 ring with each exchange finished before the step's attention starts: what the overlap is
 measured against (``benchmarks/bench_context.py``).
 
-The blocks are computed in float32 (as the softmax statistics must be); the output is
-cast back to the queries' dtype.
+The blocks are computed in float32 (as the softmax statistics must be), or in the queries'
+dtype where it is wider; the output is cast back to the queries' dtype.
 """
 from __future__ import annotations
 
@@ -74,10 +74,15 @@ def _scores(q, k, scale, mask, causal, pq: tuple[int, int], pk: tuple[int, int],
         return None
     s = torch.matmul(q, k.transpose(-2, -1)) * scale
     if m is not None:
-        s = s.masked_fill(~m, _NEG) if m.dtype == torch.bool else s + m.float()
+        s = s.masked_fill(~m, _NEG) if m.dtype == torch.bool else s + m.to(s.dtype)
     if causal and q0 < k0 + lk - 1:
         s = s.masked_fill(rows[:, None] < cols[None, :], _NEG)
     return s
+
+
+def _compute_dtype(q: torch.Tensor) -> torch.dtype:
+    """The blocks' dtype: float32, or the queries' where wider (float64)."""
+    return torch.promote_types(q.dtype, torch.float32)
 
 
 def _safe(lse: torch.Tensor) -> torch.Tensor:
@@ -133,7 +138,7 @@ def _wait(works) -> None:
 
 
 def _forward_block(setup: _Setup, qf, kv, source: int, mask, outs, lses) -> None:
-    k, v = _repeat(kv[0].float(), setup.heads), _repeat(kv[1].float(), setup.heads)
+    k, v = _repeat(kv[0].to(qf.dtype), setup.heads), _repeat(kv[1].to(qf.dtype), setup.heads)
     for i, (ql, qg, qn) in enumerate(setup.pieces[setup.r]):
         for kl, kg, kn in setup.pieces[source]:
             s = _scores(qf[..., ql:ql + qn, :], k[..., kl:kl + kn, :], setup.scale, mask, setup.causal,
@@ -147,8 +152,8 @@ def _forward_block(setup: _Setup, qf, kv, source: int, mask, outs, lses) -> None
 
 def _backward_block(setup: _Setup, qf, kv, source: int, mask, dof, outs, lses, deltas, dq) -> torch.Tensor:
     """This rank's queries' contribution to the gradients of ``source``'s keys and values
-    (``[2, ...]`` float32, key/value heads), ``dq`` accumulated in place."""
-    k, v = _repeat(kv[0].float(), setup.heads), _repeat(kv[1].float(), setup.heads)
+    (``[2, ...]`` in the blocks' dtype, key/value heads), ``dq`` accumulated in place."""
+    k, v = _repeat(kv[0].to(qf.dtype), setup.heads), _repeat(kv[1].to(qf.dtype), setup.heads)
     dk, dv = torch.zeros_like(k), torch.zeros_like(v)
     for i, (ql, qg, qn) in enumerate(setup.pieces[setup.r]):
         q_i = qf[..., ql:ql + qn, :]
@@ -174,7 +179,7 @@ def _backward_block(setup: _Setup, qf, kv, source: int, mask, dof, outs, lses, d
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, setup: _Setup):
-        qf = q.float()
+        qf = q.to(_compute_dtype(q))
         kv = torch.stack([k, v]).contiguous()
         n = len(setup.pieces[setup.r])
         length = setup.pieces[setup.r][0][2]
@@ -207,7 +212,7 @@ class _RingAttention(torch.autograd.Function):
     def backward(ctx, grad):
         setup = ctx.setup
         q, k, v, mask, out, *lses = ctx.saved_tensors
-        qf, dof = q.float(), grad.float()
+        qf, dof = q.to(_compute_dtype(q)), grad.to(_compute_dtype(q))
         n = len(lses)
         length = setup.pieces[setup.r][0][2]
         delta = (dof * out).sum(-1)
