@@ -173,9 +173,10 @@ def test_forced_context_degrees_make_a_context_mesh():
 
 
 def test_the_planner_weighs_context_degrees_under_auto():
+    # where data parallelism runs, splitting the sequence instead only adds the ring
     plan = _plan("auto")
-    assert any(c.mesh.get("context", 1) > 1 for c in plan.candidates)
-    assert plan.why_not("context").startswith("context:")
+    assert not any(c.mesh.get("context", 1) > 1 for c in plan.candidates)
+    assert plan.why_not("context").startswith("context: not weighed")
     # one sequence on 4 ranks: data parallelism cannot split it, the context degrees can
     one = _plan("auto", kwargs=batch(rows=1, padded=False))
     weighed = [c for c in one.candidates if c.mesh.get("context", 1) > 1]

@@ -55,8 +55,10 @@ def attention_cores(model: ModelFacts) -> list[AttentionCore]:
             if not all(isinstance(s, TensorSpec) and len(s.shape) >= 2 for s in specs):
                 continue
             mask = argument(node, 3, "attn_mask", None)
-            rings = not argument(node, 4, "dropout_p", 0.0) and not (
-                isinstance(mask, fx.Node) and learned(model.gm, mask))
+            rings = (bare_name(node) == "scaled_dot_product_attention" and not argument(node, 4, "dropout_p", 0.0)
+                     and specs[1].shape[-1] == specs[2].shape[-1]
+                     and specs[0].shape[-2] == specs[1].shape[-2] == specs[2].shape[-2]
+                     and not (isinstance(mask, fx.Node) and learned(model.gm, mask)))
             out.append(AttentionCore(node.name, specs[1].numel + specs[2].numel, specs[0].shape[-2],
                                      specs[1].dtype.itemsize, rings))
         return out
@@ -67,7 +69,7 @@ def every_core_rings(model: ModelFacts) -> bool:
     """Whether every attention core can run as a ring (the pricing assumes it: a core
     that cannot runs on the whole sequence on every rank of the group)."""
     cores = attention_cores(model)
-    return bool(cores) and all(core.rings for core in cores)
+    return bool(cores) and all(core.rings and core.seq == cores[0].seq for core in cores)
 
 
 def sequence_length(model: ModelFacts) -> int | None:
@@ -85,11 +87,11 @@ def ring_cost(model: ModelFacts, hw: Hardware, data: int, context: int, tensor: 
     for core in attention_cores(model):
         share = core.kv_elems * core.itemsize / ranks     # this rank's keys and values (bytes)
         step = cost_model.point_to_point_time(share, hw, inter_node=False)
-        step_grad = cost_model.point_to_point_time(share * 4 / core.itemsize, hw, inter_node=False)
+        step_grad = cost_model.point_to_point_time(share * max(4, core.itemsize) / core.itemsize, hw, inter_node=False)
         block = model.seconds([core.node], hw, 1 / ranks) / context   # one step's share of the attention
         forward = (context - 1) * max(0.0, step - block / 3)          # a step's forward is a third of its work
         backward = (context - 1) * max(0.0, step - 2 * block / 3) + context * max(0.0, step_grad - 2 * block / 3)
         ring += forward + backward
         gather += 2 * cost_model.all_gather_time(context, share, hw) + \
-            cost_model.reduce_scatter_time(context, share * context * 4 / core.itemsize, hw)
+            cost_model.reduce_scatter_time(context, share * context * max(4, core.itemsize) / core.itemsize, hw)
     return (ring, "ring") if ring <= gather else (gather, "allgather")

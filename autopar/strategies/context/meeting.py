@@ -9,7 +9,7 @@ import torch
 import torch.fx as fx
 
 from autopar.ir import SPEC
-from autopar.passes.analysis.batch_rows.op_tables import argument, shape_of
+from autopar.passes.analysis.batch_rows.op_tables import argument, bare_name, shape_of
 from autopar.strategies.context.collectives import context_count, context_sum
 from autopar.strategies.context.ring import ring_attention
 from autopar.strategies.context.shapes import Tokens, aligned
@@ -37,6 +37,8 @@ class Meetings:
             raise Whole(f"attention dropout {dropout}")
         if shape_of(k)[-1] != shape_of(v)[-1]:
             raise Whole("values of another width than the keys")
+        if not all(shape_of(a)[-2] == self.seq for a in (q, k, v)):
+            raise Whole("attention over another length than the sequence")
         if isinstance(mask, fx.Node) and learned(self.gm, mask):
             raise Whole("a mask computed from parameters (its gradient)")
         if isinstance(mask, fx.Node) and self.tok(mask) is not None:
@@ -96,7 +98,7 @@ class Meetings:
         out_b = None if tb is None else (len(so) - 1 if tb.dim == len(sb) - 1 else aligned(tb.dim, len(sb), len(so)))
         if out_a is not None and out_b is not None and out_a != out_b:
             self.gather(node, b)       # scores of every key: the keys gathered
-            out_b = None
+            out_b, tb = None, None
         out = Tokens(out_a, ta.inner) if out_a is not None else Tokens(out_b, tb.inner) if out_b is not None else None
         if out is not None and out.dim < len(so) - 2:   # a batch dimension: a whole operand broadcast along it is cut
             for operand, shape, t in ((a, sa, ta), (b, sb, tb)):
@@ -149,9 +151,9 @@ class Meetings:
     def _counted_mean(self, node: fx.Node, name: str):
         """A mean over the targets a class loss does not ignore: the ranks' sums over the
         ranks' counts."""
-        if argument(node, 2, "weight", None) is not None:
+        if name != "vocab_parallel_cross_entropy" and argument(node, 2, "weight", None) is not None:
             raise Whole("a class-weighted mean")
-        target = node.args[1]
+        target = node.args[1] if len(node.args) > 1 else node.kwargs["target"]
         ignore = argument(node, 4, "ignore_index", -100)
         summed = set_sum_reduction(node, self.gm)
         with self.graph.inserting_after(summed):
@@ -182,8 +184,20 @@ def learned(gm: fx.GraphModule, value: fx.Node, steps: int = 5000) -> bool:
         seen.add(n)
         if n.op == "get_attr" and _is_parameter(gm, str(n.target)):
             return True
+        if n.op == "call_module" and any(p.requires_grad for p in gm.get_submodule(str(n.target)).parameters()):
+            return True
+        if _metadata(n):   # x.device, x.size(): no values of x flow on
+            continue
         stack.extend(n.all_input_nodes)
     return bool(stack)
+
+
+def _metadata(node: fx.Node) -> bool:
+    """Whether ``node`` reads only a tensor's metadata (device, dtype, sizes)."""
+    name = bare_name(node)
+    if name == "getattr":
+        return len(node.args) > 1 and node.args[1] in ("device", "dtype", "shape", "ndim", "is_cuda", "layout")
+    return name in ("size", "sym_size", "dim", "numel", "sym_numel", "get_device", "stride")
 
 
 def _is_parameter(gm: fx.GraphModule, target: str) -> bool:

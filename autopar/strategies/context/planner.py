@@ -9,9 +9,10 @@ tokens (:mod:`.walk`). Gradients are averaged over ``data × context``.
 * ``candidates``: under a forced ``{"context": c, ...}`` that configuration, checked (the
   degrees match the world, ``c`` divides the sequence, the batch divides over the data
   ranks); nothing under ``"auto"``, where
-* ``follow_ups`` offers, for every data and Megatron configuration priced (feasible, too
-  big, or with a batch the data degree does not divide), each context degree ``c > 1``
-  that divides its data degree and the sequence: ``(d/c) × c × t``; only for a model
+* ``follow_ups`` offers, for every data and Megatron configuration that cannot run (too
+  big, or with a batch the data degree does not divide: from one that runs, the same
+  tokens per rank plus the ring cannot be faster), each context degree ``c > 1`` that
+  divides its data degree and the sequence: ``(d/c) × c × t``; only for a model
   whose every attention core can ring (no attention dropout, no mask computed from
   parameters: such a core runs on the whole sequence, which the pricing does not count).
 * ``price``: Megatron's region table at data degree ``d·c`` (the same tokens per rank:
@@ -60,6 +61,9 @@ def check_forced(ctx: PlanContext, config: Strategy) -> Strategy:
         balanced_split(seq, c)
     except ValueError as e:
         raise PlanError(f"strategy: context={c}: {e}") from None
+    if config.recompute == "selective":
+        raise PlanError("strategy: recompute='selective' recomputes the attention cores, which context parallelism "
+                        "runs as a ring; use 'full' or 'none' with 'context'")
     if config.sequence_parallel:
         raise PlanError("strategy: Megatron-SP splits the tokens over the tensor group, which context parallelism "
                         "already splits over the context group; drop 'sequence_parallel' or 'context'")
@@ -103,9 +107,9 @@ class ContextParallel(CompileHooks):
         return [check_forced(ctx, forced)]
 
     def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]:
-        """Under ``"auto"``: every data and Megatron configuration priced (feasible, too
-        big, or with an indivisible batch) at each context degree that divides its data
-        degree and the sequence."""
+        """Under ``"auto"``: every data and Megatron configuration that cannot run (too big,
+        or with an indivisible batch) at each context degree that divides its data degree
+        and the sequence."""
         if ctx.forced is not None and not ctx.forced.levers_only:
             return []
         seq = sequence_length(ctx.model)
@@ -113,7 +117,8 @@ class ContextParallel(CompileHooks):
             return []
         out, seen = [], set()
         for p in weighed:
-            if p.family not in BASES or not p.config.data or p.config.pipeline > 1:
+            # from a configuration that runs, the same tokens per rank plus the ring cannot be faster
+            if p.family not in BASES or not p.config.data or p.config.pipeline > 1 or p.feasible:
                 continue
             d, t = p.config.data, p.config.tensor or 1
             for c in divisors(d):
@@ -130,6 +135,7 @@ class ContextParallel(CompileHooks):
             base_ctx, base = _as_pipeline(ctx, config)
             priced = Pipeline().price(base_ctx, base)
             extra, mode = ring_cost(model, hw, d, c, t)
+            extra /= config.pipeline   # a stage runs its share of the layers
             step = None if priced.step_s is None else priced.step_s + extra
             return dataclasses.replace(priced, family=self.name, config=config, mesh=_mesh(config), step_s=step,
                                        comm_s={**priced.comm_s, "context": extra}, form=f"{priced.form}, context {mode}")
@@ -147,7 +153,7 @@ class ContextParallel(CompileHooks):
         space = levers.LeverSpace(rows=model.batch // d, data=d * c, split=t, at=at,
                                   data_comm=lambda one, z, m, compute: levers.zero_comm(
                                       one.param_elems, d * c, t, z, m, compute, hw),
-                                  accumulate=not batch_norms(model), row_share=1 / c)
+                                  accumulate=not batch_norms(model), row_share=1 / c, recompute_modes=("none", "full"))
         table, config = levers.weigh(ctx, config, table, space)
         priced = judge(self.name, ctx, config, _mesh(config), table)
         return dataclasses.replace(priced, form=f"context {ring_cost(model, hw, d, c, t)[1]}")

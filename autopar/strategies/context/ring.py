@@ -210,6 +210,11 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        with torch.autocast(device_type=grad.device.type, enabled=False):   # the blocks in their own dtype
+            return _RingAttention._backward(ctx, grad)
+
+    @staticmethod
+    def _backward(ctx, grad):
         setup = ctx.setup
         q, k, v, mask, out, *lses = ctx.saved_tensors
         qf, dof = q.to(_compute_dtype(q)), grad.to(_compute_dtype(q))
@@ -271,7 +276,8 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=
     if q.shape[-3] % k.shape[-3]:
         raise ValueError(f"ring attention: {q.shape[-3]} query heads are not a multiple of {k.shape[-3]} "
                          f"key/value heads")
-    return _RingAttention.apply(q, k, v, attn_mask, setup)
+    with torch.autocast(device_type=q.device.type, enabled=False):   # the blocks in their own dtype
+        return _RingAttention.apply(q, k, v, attn_mask, setup)
 
 
 torch.fx.wrap("ring_attention")

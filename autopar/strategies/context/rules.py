@@ -200,6 +200,9 @@ class Rules:
         dim = argument(node, position + 1, "dim", default)
         if tok is None or shape is None or dim is None or dim % len(shape) == tok.dim or len(node.all_input_nodes) > 1:
             raise Whole(f"{name} along the sequence, or of several operands")
+        out = _first_shape(node)
+        if out is None or len(out) != len(shape) or out[tok.dim] != shape[tok.dim]:
+            raise Whole(f"{name} that changes the dimensions")
         return _like_outputs(node, tok)
 
     def reduction(self, node: fx.Node, name: str):
@@ -209,6 +212,9 @@ class Rules:
             raise Whole("a reduction of a split operand that is not the first")
         dims = norm_dims(argument(node, 1, "dim", None), len(shape))
         keep = bool(argument(node, 2, "keepdim", False))
+        if dims is not None and _first_shape(node) != tuple(1 if i in dims else s for i, s in enumerate(shape)
+                                                            if keep or i not in dims):
+            raise Whole(f"{name} whose dimensions were not read")   # e.g. torch.norm(x, 2, 1): p before dim
         if dims is not None and tok.dim not in dims:
             return _like_outputs(node, Tokens(tok.dim - (0 if keep else sum(d < tok.dim for d in dims)), tok.inner))
         kind = REDUCTIONS[name]
@@ -219,6 +225,13 @@ class Rules:
         if kind == "mean":   # every rank holds as many of the elements: the mean of the ranks' means
             self._after(total, operator.truediv, (total, float(self.c)))
         return None
+
+
+def _first_shape(node: fx.Node):
+    """The recorded shape of ``node``'s (first) output, or None."""
+    spec = node.meta.get(SPEC)
+    spec = spec[0] if isinstance(spec, tuple) and spec else spec
+    return tuple(spec.shape) if spec is not None and hasattr(spec, "shape") else None
 
 
 def _like_outputs(node: fx.Node, tok: Tokens):

@@ -27,6 +27,7 @@ The rules read the global shapes the capture recorded (``node.meta[SPEC]``).
 from __future__ import annotations
 
 import logging
+import operator
 
 import torch
 import torch.fx as fx
@@ -137,7 +138,10 @@ class Walk(Rules, Meetings):
                 self.output(node)
                 continue
             try:
-                self.state[node] = self.visit(node)
+                state = self.visit(node)
+                if type(state) is tuple and any(not _reads_item(user) for user in node.users):
+                    raise Whole("several outputs read together")
+                self.state[node] = state
             except Whole as e:
                 self.state[node] = self.whole(node, str(e))
         return self.report
@@ -150,8 +154,8 @@ class Walk(Rules, Meetings):
         name = bare_name(node)
         if node.op == "call_module":
             return self.module(node)
-        if name == "getitem" and type(self.state.get(node.args[0])) is tuple:   # not a Tokens (a NamedTuple)
-            items, i = self.state[node.args[0]], node.args[1]
+        if _reads_item(node) and type(self.state.get(node.args[0])) is tuple:   # not a Tokens (a NamedTuple)
+            items, i = self.state[node.args[0]], _item(node)
             return items[i] if isinstance(i, int) and -len(items) <= i < len(items) else None
         if name in SIZES or (name == "getattr" and len(node.args) > 1 and node.args[1] == "shape"):
             return self.size(node, name)
@@ -167,8 +171,9 @@ class Walk(Rules, Meetings):
             return self.dropout(node)
         if name in FACTORIES and (name.startswith("new_") or name in ("zeros", "ones", "full", "empty", "arange")):
             return None   # a new tensor of the (global) sizes given: whole, whatever it was made like
-        if name in IDENTITY and name.endswith("_") and name not in ("requires_grad_", "fill_", "copy_"):
-            raise Whole(f"in-place {name}")
+        if name.endswith("_") and name != "requires_grad_" and (
+                self.tok(node.args[0]) is None or (name in IDENTITY and name not in ("fill_", "copy_"))):
+            raise Whole(f"in-place {name} on a value held whole, or along the sequence")
         if name in IDENTITY or name in SHAPE_PRESERVING:
             return self.tok(node.args[0]) if node.args and isinstance(node.args[0], fx.Node) else self.pointwise(node)
         if name in TRANSPOSES or name in ("transpose", "swapaxes", "swapdims", "permute"):
@@ -287,7 +292,11 @@ class Walk(Rules, Meetings):
             if dim % len(shape) == tok.dim:
                 self._global_int(node, shape[tok.dim])
             return None
-        self._global_int(node, torch.Size(shape))
+        whole = torch.Size(shape)
+        for user in list(node.users):   # ``B, T, C = x.size()``: each item a constant the views can read
+            if _reads_item(user) and isinstance(user.args[1], (int, slice)):
+                self._global_int(user, whole[user.args[1]])
+        self._global_int(node, whole)
         return None
 
     # ------------------------------------------------------------------ outputs
@@ -301,3 +310,18 @@ def _is_aten(node: fx.Node) -> bool:
     return isinstance(node.target, torch._ops.OpOverload)
 
 
+def _reads_item(node: fx.Node) -> bool:
+    """Whether ``node`` reads one output of a multi-output op (``getitem``, or a named
+    tuple's ``.values`` / ``.indices``)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return True
+    return node.target is getattr and len(node.args) > 1 and node.args[1] in ("values", "indices")
+
+
+def _item(node: fx.Node):
+    """Which output :func:`_reads_item`'s ``node`` reads."""
+    if node.target is getattr:
+        return 0 if node.args[1] == "values" else 1
+    return node.args[1]

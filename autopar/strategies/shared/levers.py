@@ -202,7 +202,8 @@ class LeverSpace:
     norms), ``fixed_axes``: communication that does not shrink with a microbatch's rows
     (the 3D weights' all-gathers over z), kept whole in :func:`weigh`'s estimates;
     ``row_share``: the share of each row's tokens a rank holds (``1/c`` when the context
-    ranks split the sequence), which scales what recomputation keeps and runs again."""
+    ranks split the sequence), which scales what recomputation keeps and runs again;
+    ``recompute_modes``: the recomputation modes weighed when the configuration does not fit."""
 
     rows: int
     data: int
@@ -214,6 +215,7 @@ class LeverSpace:
     accumulate: bool = True
     fixed_axes: tuple = ()
     row_share: float = 1.0  # of each row's tokens, the share one rank computes (1/c under context parallelism)
+    recompute_modes: tuple = ("none", "selective", "full")  # the recomputation modes weighed
 
 
 def weigh(ctx, config, table, space: LeverSpace):
@@ -263,7 +265,7 @@ class _Weighing:
         offered = [z for z in space.zero_stages if z == 0 or space.data > 1]
         # the state alone does not fit, whatever the levers: only the least memory is weighed
         self.hopeless = state_bytes(table.param_elems, space.data, max(offered), 1, table.largest_params) > self.limit
-        self.modes = [fixed_r] if fixed_r is not None else (["none"] if fits else ["none", "selective", "full"])
+        self.modes = [fixed_r] if fixed_r is not None else (["none"] if fits else list(space.recompute_modes))
         counts = [fixed_m] if fixed_m else ([1] if not space.accumulate or fits else divisors(self.rows))
         self.counts = [m for m in counts if self.rows % m == 0]
         self.stages = [fixed_z] if fixed_z is not None else ([0] + ([z for z in offered if z] if not fits else []))
