@@ -222,3 +222,48 @@ def test_a_long_context_on_a_preset_takes_context_parallelism():
     # Megatron alone fits only with sequence parallelism and recomputation, and is slower
     tensor = [c for c in plan.candidates if c.mesh == {"data": 1, "tensor": 8}]
     assert tensor and tensor[0].feasible and tensor[0].step_s > plan.step_s
+
+
+# ------------------------------------------------------------ the walk on captured graphs, no ranks
+
+class _NanoAttention(torch.nn.Module):
+    """nanoGPT's attention: ``B, T, C = x.size()`` read back into the views."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.out = torch.nn.Linear(16, 48), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.qkv(x).split(16, dim=2)
+        q, k, v = (t.view(B, T, 2, C // 2).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class _MaxOver(torch.nn.Module):
+    def forward(self, x):
+        return x.max(-1).values.sum()
+
+
+def _walked(module, x):
+    from autopar.passes.analysis.analyse import analyse
+    from autopar.strategies.context.rewrite import CONTEXT, context_parallel_pass
+    from autopar.trace.capture import capture
+    gm = analyse(capture(module, (x,), tracer="symbolic_trace"))
+    gm = context_parallel_pass(gm, degree=2, group="context", seq=x.shape[1], balanced=True, mode="ring",
+                               local_batch=x.shape[0])
+    return gm.code, gm.meta[CONTEXT]
+
+
+def test_sizes_read_from_the_split_value_are_the_global_ones():
+    code, report = _walked(_NanoAttention(), torch.randn(2, 8, 16))
+    assert report["ring_attention"] == 1 and not report["gathers"], code
+    # the views of q, k, v and of the output at the rank's 4 of 8 tokens
+    assert code.count(".view(2, 4, 2,") == 3 and ".view(2, 4, 16)" in code, code
+
+
+def test_a_reduction_read_through_a_named_tuple_field_still_sums_over_the_sequence():
+    code, report = _walked(_MaxOver(), torch.randn(2, 8, 16))
+    # max over the features keeps the tokens split; the sum over them adds the ranks' parts
+    assert "context_sum(" in code, code
