@@ -8,10 +8,9 @@ from __future__ import annotations
 import inspect
 import operator
 
-import torch
 import torch.fx as fx
 
-from autopar._torch_compat import argument_names
+from autopar._torch_compat import argument_names, is_aten_op
 from autopar.ir import SPEC
 from autopar.passes.analysis.batch_rows.op_tables import (ALONG, REDUCTIONS, TRANSPOSES, argument, bare_name,
                                                           norm_dims, shape_of)
@@ -244,7 +243,6 @@ def reduction_of(node: fx.Node):
     """A loss node's ``reduction`` argument, by keyword or position (its default "mean")."""
     if "reduction" in node.kwargs:
         return node.kwargs["reduction"]
-    aten = isinstance(node.target, torch._ops.OpOverload)
-    names = argument_names(node.target) if aten else list(inspect.signature(node.target).parameters)
+    names = argument_names(node.target) if is_aten_op(node.target) else list(inspect.signature(node.target).parameters)
     i = names.index("reduction") if "reduction" in names else len(node.args)
     return node.args[i] if i < len(node.args) else "mean"

@@ -33,6 +33,7 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 
+from autopar._torch_compat import is_aten_op
 from autopar.ir import SPEC, TensorSpec
 from autopar.passes.analysis.batch_rows.op_tables import (ALONG, FACTORIES, IDENTITY, LOSSES, MATMUL, REDUCTIONS,
                                                           SDPA, TRANSPOSES, VIEWS, bare_name, is_pointwise_name,
@@ -233,7 +234,7 @@ class Walk(Rules, Meetings):
         return None
 
     def embedding(self, node: fx.Node, name: str):
-        ids_at = 1 if (name == "embedding" and node.op == "call_function" and _is_aten(node)) else 0
+        ids_at = 1 if (name == "embedding" and node.op == "call_function" and is_aten_op(node.target)) else 0
         ids = node.args[ids_at] if len(node.args) > ids_at else node.kwargs.get("input")
         if not isinstance(ids, fx.Node):
             return None
@@ -304,10 +305,6 @@ class Walk(Rules, Meetings):
         for value in node.all_input_nodes:
             if self.tok(value) is not None:
                 self.gather(node, value)
-
-
-def _is_aten(node: fx.Node) -> bool:
-    return isinstance(node.target, torch._ops.OpOverload)
 
 
 def _reads_item(node: fx.Node) -> bool:
