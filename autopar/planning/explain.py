@@ -62,7 +62,8 @@ def explain(plan: "Plan") -> str:
               3: "parameters, gradients and optimizer state"}[plan.zero] + " sharded)" if plan.zero else "")
         + (f"; context parallel: the sequence of {plan.context['seq']} tokens split over {plan.degree('context')} "
            f"ranks" + (" (chunks r and 2c-1-r)" if plan.context["balanced"] else " (contiguous chunks)")
-           + f", attention by {plan.context['mode']} (docs/context.md)" if plan.degree("context") > 1 else "")
+           + f", attention by {plan.context.get('summary', plan.context['mode'])} (docs/context.md)"
+           if plan.degree("context") > 1 else "")
         + ("; pointwise chains fused into generated kernels" if plan.fusion else ""),
         *([f"model: {plan.flops_per_step:.4g} FLOP per step -> {plan.flops_per_device():.4g} FLOP/s per device "
            f"predicted"] if plan.flops_per_step else []),

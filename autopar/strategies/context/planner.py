@@ -169,7 +169,16 @@ class ContextParallel(CompileHooks):
         else:
             plan = mesh_plan(ctx, priced, priced.table)
         seq = sequence_length(ctx.model)
-        plan.context = {"seq": seq, "balanced": balanced_split(seq, c), "mode": priced.form.rsplit("context ", 1)[1]}
+        cores = attention_cores(ctx.model)
+        ranks = priced.config.data * c * priced.config.tensor
+        plan.context = {"seq": seq, "balanced": balanced_split(seq, c), "mode": priced.form.rsplit("context ", 1)[1],
+                        "rings": sum(core.rings for core in cores), "whole": sum(not core.rings for core in cores),
+                        "exchange_bytes": max((core.kv_elems * core.itemsize / ranks for core in cores), default=0.0),
+                        "exposed_s": priced.comm_s.get("context", 0.0)}
+        plan.context["summary"] = (f"{plan.context['mode']}: {plan.context['rings']} cores, "
+                                   f"{plan.context['exchange_bytes'] / 2**20:.2f} MiB of keys and values per exchange, "
+                                   f"{plan.context['exposed_s'] * 1e3:.3f} ms exposed per step; "
+                                   f"{plan.context['whole']} on the whole sequence")
         return plan
 
     # ------------------------------------------------------------------ compiling
