@@ -246,11 +246,28 @@ class _MaxOver(torch.nn.Module):
         return x.max(-1).values.sum()
 
 
-def _walked(module, x):
+class _FusedHeads(torch.nn.Module):
+    """Falcon's fused query/key/value heads picked by an index, a broadcast, attention."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 48)
+        self.register_buffer("pick", torch.tensor([0, 1]))
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        fused = self.qkv(x).view(B, T, 2, 3, 8)
+        q, k, v = fused[:, :, :, 0], fused[:, :, :, 1], fused[:, :, :, 2]
+        k = torch.broadcast_to(k[:, :, self.pick], (B, T, 2, 8))
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        return y.sum()
+
+
+def _walked(module, x, tracer="symbolic_trace"):
     from autopar.passes.analysis.analyse import analyse
     from autopar.strategies.context.rewrite import CONTEXT, context_parallel_pass
     from autopar.trace.capture import capture
-    gm = analyse(capture(module, (x,), tracer="symbolic_trace"))
+    gm = analyse(capture(module, (x,), tracer=tracer))
     gm = context_parallel_pass(gm, degree=2, group="context", seq=x.shape[1], balanced=True, mode="ring",
                                local_batch=x.shape[0])
     return gm.code, gm.meta[CONTEXT]
@@ -267,3 +284,8 @@ def test_a_reduction_read_through_a_named_tuple_field_still_sums_over_the_sequen
     code, report = _walked(_MaxOver(), torch.randn(2, 8, 16))
     # max over the features keeps the tokens split; the sum over them adds the ranks' parts
     assert "context_sum(" in code, code
+
+
+def test_an_index_and_a_broadcast_after_the_sequence_keep_it_split():
+    code, report = _walked(_FusedHeads(), torch.randn(2, 8, 16), tracer="export")
+    assert report["ring_attention"] == 1 and not report["gathers"], code

@@ -66,7 +66,7 @@ class Rules:
         tok, shape_in, shape_out = self.tok(x), shape_of(x), shape_of(node)
         if tok is None or shape_in is None or shape_out is None:
             raise Whole("a view whose shapes were not recorded")
-        if name in ("expand",):
+        if name in ("expand", "broadcast_to"):
             out = Tokens(aligned(tok.dim, len(shape_in), len(shape_out)), tok.inner)
         elif name in ("view_as", "reshape_as"):
             out = reshaped(tok, shape_in, shape_out, self.seq)
@@ -125,6 +125,19 @@ class Rules:
             if (start in (None, 0)) and (end is None or end >= shape[dim]) and step in (None, 1):
                 return tok
         raise Whole(f"{name} along the sequence")
+
+    def index(self, node: fx.Node):
+        """``x[..., idx]`` (``aten.index`` with index tensors after the split dimension,
+        held whole): the dimensions before the first index stay where they were."""
+        x, indices = node.args[0], node.args[1] if len(node.args) > 1 else None
+        tok, shape, out = self.tok(x), shape_of(x), _first_shape(node)
+        if tok is None or shape is None or out is None or not isinstance(indices, (list, tuple)):
+            raise Whole("an index of a split value")
+        used = [i for i, a in enumerate(indices) if a is not None]
+        if not used or tok.dim >= used[0] or any(self.tok(a) is not None for a in indices if isinstance(a, fx.Node)) \
+                or out[tok.dim] != shape[tok.dim]:
+            raise Whole("an index along the sequence, or by split indices")
+        return tok
 
     def split(self, node: fx.Node, name: str):
         x = node.args[0]

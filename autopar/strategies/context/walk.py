@@ -179,10 +179,12 @@ class Walk(Rules, Meetings):
             return self.tok(node.args[0]) if node.args and isinstance(node.args[0], fx.Node) else self.pointwise(node)
         if name in TRANSPOSES or name in ("transpose", "swapaxes", "swapdims", "permute"):
             return self.permute(node, name)
-        if name in VIEWS or name in ("squeeze", "unsqueeze", "expand"):
+        if name in VIEWS or name in ("squeeze", "unsqueeze", "expand", "broadcast_to"):
             return self.regroup(node, name)
         if name in ("slice", "select", "narrow", "index_select"):
             return self.select(node, name)
+        if name == "index":
+            return self.index(node)
         if name in ("split", "split_with_sizes", "chunk", "unbind", "tensor_split"):
             return self.split(node, name)
         if name in ("cat", "concat", "concatenate", "stack"):
@@ -224,8 +226,8 @@ class Walk(Rules, Meetings):
         d = self.token_dim(spec.shape)
         if d is None:
             return None
-        first = next(n for n in self.graph.nodes if n.op != "placeholder")
-        with self.graph.inserting_before(first):
+        last = [n for n in self.graph.nodes if n.op == "placeholder"][-1]   # export puts attributes first
+        with self.graph.inserting_after(last):
             cut = self.graph.call_function(take_tokens, (node, d, 1, self.seq, self.group, self.balanced))
         cut.meta[SPEC] = spec
         node.replace_all_uses_with(cut, delete_user_cb=lambda user: user is not cut)
