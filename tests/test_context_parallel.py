@@ -12,15 +12,8 @@ from autopar.planning.strategy import PlanError
 from autopar.runtime.groups import use_groups
 from autopar.strategies.context.collectives import gather_tokens, positions, take_tokens
 from autopar.strategies.context.ring import ring_attention
-from autopar.testing import compare_with_single_device
 from examples.zoo import ZOO
-from test_sequence_parallel import batch, encoder, gpt2, llama, qwen2
-
-
-def _report(factory, strategy, **kwargs) -> dict:
-    report = compare_with_single_device(factory, kwargs.pop("inputs", ()), kwargs.pop("target", None),
-                                        kwargs.pop("loss_fn", None), strategy, steps=3, **kwargs)
-    return {k: report[k] for k in ("mesh", "output", "loss", "grad", "grad_norm", "param")}
+from test_sequence_parallel import _report, batch, encoder, gpt2, llama, qwen2
 
 
 def _ring_against_sdpa() -> list:

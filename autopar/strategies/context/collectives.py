@@ -31,10 +31,9 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch.distributed as dist
 import torch.fx
 
-from autopar.runtime.collectives import gather_rows
+from autopar.runtime.collectives import _all_reduce, gather_rows
 from autopar.runtime.groups import get_group, rank_in, size_of
 
 
@@ -116,15 +115,11 @@ class _ContextSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, group) -> torch.Tensor:
         ctx.group = group
-        out = x.clone(memory_format=torch.contiguous_format)
-        dist.all_reduce(out, group=group)
-        return out
+        return _all_reduce(x, group)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        grad = grad.clone(memory_format=torch.contiguous_format)
-        dist.all_reduce(grad, group=ctx.group)
-        return grad, None
+        return _all_reduce(grad, ctx.group), None
 
 
 def context_sum(x: torch.Tensor, group: str) -> torch.Tensor:
@@ -137,12 +132,7 @@ def context_sum(x: torch.Tensor, group: str) -> torch.Tensor:
 
 def context_count(x: torch.Tensor, group: str) -> torch.Tensor:
     """The sum over the context group of a count (no gradient)."""
-    pg = get_group(group)
-    if size_of(pg) == 1:
-        return x
-    out = x.detach().clone(memory_format=torch.contiguous_format)
-    dist.all_reduce(out, group=pg)
-    return out
+    return _all_reduce(x.detach(), get_group(group))
 
 
 torch.fx.wrap("take_tokens")

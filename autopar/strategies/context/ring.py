@@ -132,6 +132,23 @@ def _exchange(setup: _Setup, send: torch.Tensor, tag: int):
     return recv, works
 
 
+def _pass_on(setup: _Setup, kv: torch.Tensor, tag: int):
+    """The keys and values sent on around the ring (:func:`_exchange`); in ``"serial"``
+    mode the exchange finished (and waited once) before the step's attention starts."""
+    received, works = _exchange(setup, kv, tag)
+    if setup.mode == "serial":
+        _wait(works)
+        works = []
+    return received, works
+
+
+def _gather_kv(setup: _Setup, kv: torch.Tensor) -> torch.Tensor:
+    """Every rank's keys and values (``[c, 2, ...]``): the all-gather mode's one collective."""
+    every = kv.new_empty((setup.c * kv.shape[0], *kv.shape[1:]))
+    all_gather_flat(every, kv, group=setup.pg)
+    return every.unflatten(0, (setup.c, kv.shape[0]))
+
+
 def _wait(works) -> None:
     for w in works:
         w.wait()
@@ -186,19 +203,14 @@ class _RingAttention(torch.autograd.Function):
         outs = [qf.new_zeros(*qf.shape[:-2], length, v.shape[-1]) for _ in range(n)]
         lses = [qf.new_full((*qf.shape[:-2], length), _NEG) for _ in range(n)]
         if setup.mode == "allgather":
-            every = kv.new_empty((setup.c * kv.shape[0], *kv.shape[1:]))
-            all_gather_flat(every, kv, group=setup.pg)
-            every = every.unflatten(0, (setup.c, kv.shape[0]))
+            every = _gather_kv(setup, kv)
             for s in range(setup.c):
                 _forward_block(setup, qf, every[s], s, mask, outs, lses)
         else:
             for step in range(setup.c):
                 works = []
                 if step < setup.c - 1:
-                    nxt, works = _exchange(setup, kv, tag=0)
-                    if setup.mode == "serial":   # finished before the step's attention (and waited once)
-                        _wait(works)
-                        works = []
+                    nxt, works = _pass_on(setup, kv, tag=0)
                 _forward_block(setup, qf, kv, setup.source(step), mask, outs, lses)
                 _wait(works)
                 if step < setup.c - 1:
@@ -226,9 +238,7 @@ class _RingAttention(torch.autograd.Function):
         dq = torch.zeros_like(qf)
         kv = torch.stack([k, v]).contiguous()
         if setup.mode == "allgather":
-            every = kv.new_empty((setup.c * kv.shape[0], *kv.shape[1:]))
-            all_gather_flat(every, kv, group=setup.pg)
-            every = every.unflatten(0, (setup.c, kv.shape[0]))
+            every = _gather_kv(setup, kv)
             grads = torch.cat([_backward_block(setup, qf, every[s], s, mask, dof, outs, lses, deltas, dq)
                                for s in range(setup.c)]).contiguous()
             mine = grads.new_empty((2, *grads.shape[1:]))
@@ -238,10 +248,7 @@ class _RingAttention(torch.autograd.Function):
             for step in range(setup.c):
                 works = []
                 if step < setup.c - 1:
-                    nxt, works = _exchange(setup, kv, tag=1)
-                    if setup.mode == "serial":   # finished before the step's attention (and waited once)
-                        _wait(works)
-                        works = []
+                    nxt, works = _pass_on(setup, kv, tag=1)
                 contribution = _backward_block(setup, qf, kv, setup.source(step), mask, dof, outs, lses, deltas, dq)
                 if pending is not None:
                     received, pending_works = pending
