@@ -82,11 +82,24 @@ def training_case(model_name: str, batch: int | None = None, layers: int | None 
         return (lambda: TowerTrunk(vocab=vocab, layers=layers or 2)), (ids,), target, lm_loss
     if model_name == "gpt2":
         return (lambda: _gpt2(layers=layers or 2, vocab=vocab)), (ids,), target, gpt2_loss
+    if model_name == "llama":
+        return (lambda: _llama(layers or 2, vocab)), (ids,), target, gpt2_loss
+    if model_name == "encoder":  # torch's own nn.TransformerEncoderLayer blocks (causal, post-norm)
+        from examples.standard_layers import EncoderLM
+        return (lambda: EncoderLM(causal=True, layers=layers or 2, seq=16)), (ids % 64,), target % 64, lm_loss
     if model_name == "list_moe":
         return (lambda: ListMoETransformer(vocab=vocab, layers=layers or 2)), (ids,), target, lm_loss
     if model_name in MOE_MODELS:
         return (lambda: moe_model(model_name, layers=layers or 2, vocab=vocab)), (ids,), target, logits_loss
     raise ValueError(f"unknown example model {model_name!r}")
+
+
+def _llama(layers: int, vocab: int):
+    """Hugging Face Llama from a small config, random weights (GQA: 2 key/value heads)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=layers,
+                                        num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                                        max_position_embeddings=16, use_cache=False))
 
 
 MOE_MODELS = ("mixtral", "mixtral8", "qwen2_moe", "deepseek_v3", "gpt_oss")

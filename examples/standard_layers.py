@@ -26,7 +26,7 @@ VOCAB, WIDTH, HEADS, SEQ = 64, 32, 4, 8
 class EncoderLM(nn.Module):
     def __init__(self, *, batch_first: bool = True, norm_first: bool = False, causal: bool = False,
                  padding: bool = False, spelling: str = "symbolic_trace", layers: int = 2,
-                 attention: dict | None = None):
+                 attention: dict | None = None, seq: int = SEQ):
         super().__init__()
         self.batch_first, self.spelling, self.padding = batch_first, spelling, padding
         self.tok = nn.Embedding(VOCAB, WIDTH)
@@ -36,7 +36,7 @@ class EncoderLM(nn.Module):
             layer.self_attn = nn.MultiheadAttention(WIDTH, HEADS, dropout=0.0, batch_first=batch_first, **attention)
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.head = nn.Linear(WIDTH, VOCAB)
-        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(SEQ) if causal else None)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq) if causal else None)
 
     def forward(self, ids):
         h = self.tok(ids)

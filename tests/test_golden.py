@@ -972,7 +972,7 @@ def forward(self, input_0, target):
         from autopar.passes.rank_program import rewrite
         from autopar.strategies.pipeline.program import pipeline_rank_code
         model, inputs, loss_fn, target = transformer()
-        plan = autopar.plan(model, 4, inputs, loss_fn, {"pipeline": 2, "tensor": 2, "microbatches": 4},
+        plan = autopar.plan(model, 4, inputs, loss_fn, {"pipeline": 2, "tensor": 2, "microbatches": 4, "schedule": "1f1b"},
                             example_target=target)
         self.assertExpectedInline(plan.explain(), """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4 (forced)
@@ -993,6 +993,7 @@ pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 mic
   stage 0 (rank 0): block:blocks.0 + embedding; 0.977 ms per microbatch; sends 2.0 KiB per microbatch
   stage 1 (rank 1): block:blocks.1 + head and loss; 0.978 ms per microbatch
   per rank: rank 0 1.270 ms/microbatch, 2 in flight, 0.17 MiB (0.15 MiB recomputing); rank 1 1.271 ms/microbatch, 1 in flight, 0.13 MiB (0.13 MiB recomputing)
+  schedules at m=4 (step, bubble, memory per rank): zb-h1 6.315 ms, 1.230 ms, 0.17 MiB; gpipe 6.356 ms, 1.271 ms, 0.22 MiB; 1f1b 6.356 ms, 1.271 ms, 0.17 MiB (chosen)
 timeline (unit: one chunk's forward; backward = 2 units):
   rank 0 | F1  F2  .   .   B1  B1  F3  B2  B2  F4  B3  B3  .   B4  B4 |
   rank 1 | .   F1  B1  B1  F2  B2  B2  F3  B3  B3  F4  B4  B4  .   .  |

@@ -17,30 +17,49 @@ import pytest
 
 import shared_ranks
 from autopar.planning.schedules import schedule
+from autopar.planning.timeline import simulate
 from autopar.testing import equivalence_job
 
 F = {"dtype": "float64", "batch": 8, "layers": 4}
 F8 = {**F, "layers": 8}
 R = {**F, "recompute": True}
 CASES = {
-    2: [("transformer", {"pipeline": 2, "microbatches": 4}, F),
+    2: [("transformer", {"pipeline": 2, "microbatches": 4, "schedule": "1f1b"}, F),
         ("gpt2", {"pipeline": 2, "microbatches": 8, "schedule": "gpipe"}, F),
-        ("gpt2", {"pipeline": 2, "microbatches": 4, "chunks": 2}, F),
-        ("transformer", {"pipeline": 2, "microbatches": 8, "chunks": 2}, F),
-        ("gpt2", {"pipeline": 2, "microbatches": 4}, R)],
-    4: [("transformer", {"pipeline": 4, "microbatches": 4}, F),
+        ("gpt2", {"pipeline": 2, "microbatches": 4, "chunks": 2, "schedule": "interleaved"}, F),
+        ("transformer", {"pipeline": 2, "microbatches": 8, "chunks": 2, "schedule": "interleaved"}, F),
+        ("gpt2", {"pipeline": 2, "microbatches": 4, "schedule": "1f1b"}, R)],
+    4: [("transformer", {"pipeline": 4, "microbatches": 4, "schedule": "1f1b"}, F),
         ("transformer", {"pipeline": 4, "microbatches": 8, "schedule": "gpipe"}, F),
-        ("transformer", {"pipeline": 4, "microbatches": 8, "chunks": 2}, F8),
-        ("gpt2", {"pipeline": 4, "microbatches": 4, "chunks": 2}, F8),
-        ("gpt2", {"pipeline": 4, "microbatches": 8}, R),
-        ("gpt2", {"pipeline": 2, "data": 2, "microbatches": 4, "chunks": 2}, F)],
-    8: [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2}, F)],
+        ("transformer", {"pipeline": 4, "microbatches": 8, "chunks": 2, "schedule": "interleaved"}, F8),
+        ("gpt2", {"pipeline": 4, "microbatches": 4, "chunks": 2, "schedule": "interleaved"}, F8),
+        ("gpt2", {"pipeline": 4, "microbatches": 8, "schedule": "1f1b"}, R),
+        ("gpt2", {"pipeline": 2, "data": 2, "microbatches": 4, "chunks": 2, "schedule": "interleaved"}, F)],
+    8: [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "schedule": "1f1b"}, F)],
 }
+# zero-bubble schedules (Qi et al. 2024): ZB-H1 and ZB-V on Llama, GPT-2 (a tied vocabulary
+# over the ends: under ZB-V both ends are on rank 0) and torch's nn.TransformerEncoderLayer
+# blocks, with 2 and 4 stages, with data and tensor parallelism and recomputation
+CASES[2] += [("llama", {"pipeline": 2, "microbatches": 4, "schedule": "zb-h1"}, F),
+             ("gpt2", {"pipeline": 2, "microbatches": 4, "schedule": "zbv"}, F),
+             ("encoder", {"pipeline": 2, "microbatches": 4, "schedule": "zbv"}, R)]
+CASES[4] += [("llama", {"pipeline": 4, "microbatches": 8, "schedule": "zbv"}, F8),
+             ("gpt2", {"pipeline": 2, "tensor": 2, "microbatches": 4, "schedule": "zb-h1"}, R)]
+EXTENDED_ZB = [("gpt2", {"pipeline": 4, "microbatches": 8, "schedule": "zb-h1"}, F),
+               ("encoder", {"pipeline": 4, "microbatches": 4, "schedule": "zb-h1"}, R),
+               ("encoder", {"pipeline": 2, "data": 2, "microbatches": 4, "schedule": "zbv"}, F),
+               ("llama", {"pipeline": 2, "tensor": 2, "microbatches": 4, "schedule": "zbv"}, R),
+               ("gpt2", {"pipeline": 4, "microbatches": 8, "schedule": "zbv"}, {**F8, "recompute": True}),
+               ("transformer", {"pipeline": 2, "data": 2, "microbatches": 4, "chunks": 2, "schedule": "interleaved-zb"},
+                F8),
+               ("llama", {"pipeline": 2, "data": 2, "microbatches": 4, "schedule": "zb-h1"}, R)]
 # PTD-P without §4.1's scatter/gather, interleaved, and with recomputation, with tensor 2:
 # the extended suite
-EXTENDED = [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "scatter_gather": False}, F),
-            ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "chunks": 2}, F),
-            ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 4}, R)]
+EXTENDED = [("gpt2", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "scatter_gather": False,
+                      "schedule": "1f1b"}, F),
+            ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 2, "chunks": 2,
+                             "schedule": "interleaved"}, F),
+            ("transformer", {"pipeline": 2, "data": 2, "tensor": 2, "microbatches": 4, "schedule": "1f1b"}, R)]
 ALL = [(world, i) for world in CASES for i in range(len(CASES[world]))]
 # the largest relative error over every tensor of each kind (autopar.testing). The
 # parallel and single-device sums differ only in their order: outputs, loss, gradients
@@ -54,6 +73,8 @@ _LAUNCHED = {world: shared_ranks.register(world, __name__, equivalence_job, (cas
              for world, cases in CASES.items()}
 _EXTENDED = shared_ranks.register(8, __name__ + ":extended", equivalence_job, (EXTENDED,), timeout_s=900,
                                   extended=True)
+_EXTENDED_ZB = shared_ranks.register(4, __name__ + ":extended-zb", equivalence_job, (EXTENDED_ZB,), timeout_s=900,
+                                     extended=True)
 
 
 def _reports(world):
@@ -79,10 +100,19 @@ def test_extended_cases_match_single_device(index):
     _check(EXTENDED[index], [reports[index] for reports in _EXTENDED()])
 
 
+@pytest.mark.multiprocess
+@pytest.mark.extended
+@pytest.mark.parametrize("index", range(len(EXTENDED_ZB)),
+                         ids=[_case_id(4, i, EXTENDED_ZB) for i in range(len(EXTENDED_ZB))])
+def test_zero_bubble_cases_match_single_device(index):
+    _check(EXTENDED_ZB[index], [reports[index] for reports in _EXTENDED_ZB()])
+
+
 def _check(case, reports) -> None:
     model, strategy, options = case
-    p, v = strategy["pipeline"], strategy.get("chunks", 1)
-    m, name = strategy["microbatches"], strategy.get("schedule", "interleaved" if v > 1 else "1f1b")
+    name = strategy["schedule"]
+    p, v = strategy["pipeline"], strategy.get("chunks", 2 if name == "zbv" else 1)
+    m = strategy["microbatches"]
     data, tensor = strategy.get("data", 1), strategy.get("tensor", 1)
     for rank, report in enumerate(reports):
         assert report["case"] == case
@@ -90,8 +120,9 @@ def _check(case, reports) -> None:
         for what, bound in TOLERANCE.items():
             assert report[what][1] < bound, (rank, case, what, report[what], report.get(f"worst_{what}"))
         position = rank // (data * tensor)
-        # the rank ran exactly its schedule's order
+        # the rank ran exactly its schedule's order, the one the timeline simulator predicts
         assert report["executed"] == " ".join(str(a) for a in schedule(name, p, m, position, v))
+        assert report["executed"] == " ".join(str(a) for a, _, _ in simulate(name, p, m, v).runs[position])
         # it holds only its stages' parameters (plus the tied head on the last stage)
         assert report["held_params"] < report["all_params"]
         # the blocks are recomputed in backward (one checkpointed call per block of the

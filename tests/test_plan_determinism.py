@@ -127,9 +127,9 @@ def test_processes_with_other_hash_seeds_plan_alike_while_the_profile_is_rewritt
         assert plan["hardware"] == "determinism-profile", key
         assert plan["hardware_source"].startswith("this machine's calibrated profile"), key
     assert json.loads(reference["gpt2 4 {'pipeline': 2}"])["mesh"].get("pipeline", 1) > 1  # a pipeline plan
-    weighed = {(c["form"], "x" in c["mesh"], "pipeline" in c["mesh"])
+    weighed = {(c["form"].split(" ")[0], "x" in c["mesh"], "pipeline" in c["mesh"])
                for c in json.loads(reference["transformer 8 auto"])["candidates"]}
-    assert {("", True, False), ("cube", True, False), ("pipeline 1f1b", False, True)} <= weighed  # 3D, cube, pipeline
+    assert {("", True, False), ("cube", True, False), ("pipeline", False, True)} <= weighed  # 3D, cube, pipeline
 
 
 # ------------------------------------------------------------ ranks whose caches differ

@@ -123,16 +123,26 @@ def rebound(fn, body: fx.GraphModule):
     return _checkpointed(body, fn.__name__)
 
 
+class _Replay:
+    """The recomputation context: the dropout streams at their state of the forward, the
+    current state back afterwards. Entered once per recomputation — twice when a
+    zero-bubble schedule splits the backward (``I`` and ``W`` each unpack the block's
+    saved tensors, :mod:`autopar.strategies.pipeline.backward`), so not a one-shot
+    generator context."""
+
+    def __init__(self, states, snapshot):
+        self.states, self.snapshot, self.current = states, snapshot, []
+
+    def __enter__(self):
+        self.current.append(self.states.get_state())
+        self.states.set_state(self.snapshot)
+
+    def __exit__(self, *exc):
+        self.states.set_state(self.current.pop())
+        return False
+
+
 def _replay_contexts(states, snapshot):
     """(forward context, recomputation context) for checkpoint's ``context_fn``: the
     recomputation starts from the dropout streams' state at the forward."""
-    @contextlib.contextmanager
-    def replay():
-        current = states.get_state()
-        states.set_state(snapshot)
-        try:
-            yield
-        finally:
-            states.set_state(current)
-
-    return contextlib.nullcontext(), replay()
+    return contextlib.nullcontext(), _Replay(states, snapshot)

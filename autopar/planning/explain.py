@@ -236,7 +236,7 @@ def _layouts(plan: "Plan") -> list[str]:
             lines.append(f"    boundary: {r.details.get('boundary', '-')}")
     if plan.pipeline:
         lines.append("")
-        lines.extend(pipeline_text(plan))
+        lines.extend(plan.pipeline_text())
     return lines
 
 
@@ -270,37 +270,6 @@ def _weighed(plan: "Plan") -> list[str]:
                 lines.append(f" {mark} {mesh_c}: step {_ms(c.step_s)}, memory {_mb(c.memory_bytes)}")
             else:
                 lines.append(f" {mark} {mesh_c}: rejected: {c.reason}")
-    return lines
-
-
-def pipeline_text(plan: "Plan") -> list[str]:
-    """The pipeline part of :func:`explain`: stages, schedule, bubble, memory, timeline."""
-    pp = plan.pipeline
-    p, v, m = pp["stages"], pp["chunks"], pp["microbatches"]
-    lines = [f"pipeline (megatron sec. 2.2): {p * v} stages on {p} pipeline ranks"
-             + (f", {v} chunks per rank (stage c*{p} + r on rank r)" if v > 1 else "")
-             + f"; schedule {pp['schedule']}, {m} microbatch(es) of {pp['microbatch_size']} row(s); predicted "
-             f"bubble (p-1)/(v*m) = {pp['bubble_fraction']:.3f} ({_ms(pp['bubble_s'])}); scatter/gather "
-             f"{'on' if pp['scatter_gather'] else 'off'}"]
-    for s in range(p * v):
-        blocks = [b for b, a in zip(pp["blocks"], pp["assignment"]) if a == s]
-        ends = (" + embedding" if s == 0 else "") + (" + head and loss" if s == p * v - 1 else "")
-        sends = (f"; sends {pp['p2p_bytes'][s] / 2**10:.1f} KiB per microbatch" if s < p * v - 1 else "")
-        lines.append(f"  stage {s} (rank {s % p}): {', '.join(blocks)}{ends}; "
-                     f"{_ms(pp['stage_s'][s])} per microbatch{sends}")
-    if pp["tied"]:
-        lines.append(f"  tied parameters (gradients summed over their stages' ranks): {', '.join(pp['tied'])}")
-    shown = range(p) if p <= 8 else [0, 1, p - 2, p - 1]
-    lines.append("  per rank: " + "; ".join(
-        (f"... rank {r}" if p > 8 and r == p - 2 else f"rank {r}") + f" {_ms(pp['rank_s'][r])}/microbatch, "
-        f"{sum(pp['in_flight'][r])} in flight, {_mb(pp['memory_bytes'][r])} "
-        f"({_mb(pp['memory_bytes_recompute'][r])} recomputing)" for r in shown))
-    if p <= 8 and m * v <= 32:
-        lines.append("timeline (unit: one chunk's forward; backward = 2 units):")
-        lines.extend("  " + line for line in plan.timeline().text().splitlines())
-    else:
-        lines.append(f"timeline: {p} ranks x {m * v} chunk-passes, too wide to print here; plan.save() writes "
-                     f"timeline.txt and timeline.svg")
     return lines
 
 

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 
 from autopar.grid import Grid3D, GroupSpec, RankGrid, subgrid_dims, subgrid_group_specs
 from autopar.planning import explain
+from autopar.planning.pipeline_text import pipeline_text
 from autopar.planning.timeline import simulate
 from autopar.runtime.groups import tied_group_name
 
@@ -450,7 +451,7 @@ class Plan:
 
     def pipeline_text(self) -> list[str]:
         """The pipeline part of :meth:`explain`: stages, schedule, bubble, memory, timeline."""
-        return explain.pipeline_text(self)
+        return pipeline_text(self)
 
     def top(self, k: int = 5) -> str:
         """The ``k`` fastest feasible configurations weighed, with the predicted step and

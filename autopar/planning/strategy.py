@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.grid import Grid3D
-from autopar.planning.schedules import SCHEDULES
+from autopar.planning.schedules import SCHEDULES, ScheduleError, check_chunks
 
 PIPELINE_KEYS = ("schedule", "chunks", "scatter_gather")
 LEVER_KEYS = ("microbatches", "zero", "recompute", "sequence_parallel")
@@ -104,11 +104,12 @@ class Strategy:
     grid: Grid3D | None = None  # AxoNN's Gx x Gy x Gz x Gdata (3D/4D tensor parallelism)
     cube: bool = False  # the grid is Bian's p x p x p cube form (its data degree: None = what the world leaves)
     # pipeline parallelism (megatron §2.2): stages (pipeline ranks), chunks per rank,
-    # microbatches (None: the planner chooses), schedule, §4.1's scatter/gather
+    # microbatches (None: the planner chooses), schedule (None: the planner weighs those
+    # of its chunks, docs/pipelining.md#schedules), §4.1's scatter/gather
     pipeline: int = 1
     chunks: int = 1
     microbatches: int | None = None
-    schedule: str = "1f1b"
+    schedule: str | None = None
     scatter_gather: bool = True
     # a mixed plan (docs/mixed_plans.md): each region picks its own family over the
     # tensor group; ``regions`` pins some (forced), ``grid`` is then the tensor group's
@@ -348,16 +349,21 @@ class Strategy:
         if unknown:
             raise PlanError(f"strategy: a pipeline combines with 'data', 'tensor', a 3D grid 'x', 'y', 'z' and "
                             f"region pins 'regions' in this version, not {sorted(unknown)}; drop them")
-        p, v = int(strategy["pipeline"]), int(strategy.get("chunks", 1))
-        name = strategy.get("schedule", "interleaved" if v > 1 else "1f1b")
+        name = strategy.get("schedule")
+        p = int(strategy["pipeline"])
+        v = int(strategy.get("chunks", 2 if name in ("interleaved", "interleaved-zb", "zbv") else 1))
         m = strategy.get("microbatches")
         if p < 2 or v < 1 or (m is not None and int(m) < 1):
             raise PlanError(f"strategy: pipeline={p}, chunks={v}, microbatches={m}: a pipeline needs at least 2 "
                             f"ranks, and chunks and microbatches at least 1")
-        if name not in SCHEDULES:
-            raise PlanError(f"strategy: unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
-        if v > 1 and name != "interleaved":
-            raise PlanError(f"strategy: chunks={v} needs the interleaved schedule, not {name!r}")
+        if name is not None and name not in SCHEDULES:
+            raise PlanError(f"strategy: unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}, or leave "
+                            f"it out for the planner to choose")
+        try:
+            if name is not None:
+                check_chunks(name, v)
+        except ScheduleError as e:
+            raise PlanError(f"strategy: {e}") from None
         pins, grid = Strategy._pins(strategy["regions"]) if "regions" in strategy else ((), None)
         if grid is not None and grid.z != 1:
             raise PlanError(f"strategy['regions']: the pinned 3D grid {grid.x}x{grid.y}x{grid.z} splits its regions' "

@@ -1,18 +1,20 @@
 """Simulating a pipeline schedule: when each rank runs each pass, the idle share, and a
 text timeline in the style of megatron Figure 4.
 
-Stage ``c·p + r`` is rank ``r``'s chunk ``c``. A forward of a microbatch on a stage waits
-for its forward on the stage before; a backward waits for its backward on the stage
-after (the last stage's for its own forward). Every rank runs its actions in the
-schedule's order, as soon as both its previous action and the dependency are done; a
-schedule whose orders wait on each other in a cycle is reported as a deadlock, naming
-the ranks and actions stuck.
+Rank ``r``'s chunk ``c`` is stage ``c·p + r`` (``r`` and ``2p − 1 − r`` under ZB-V,
+:func:`autopar.planning.schedules.stage_of`). A forward of a microbatch on a stage waits
+for its forward on the stage before; a backward (``B``, or the input pass ``I`` of a
+zero-bubble schedule) waits for the backward on the stage after (the last stage's for
+its own forward); a weight pass ``W`` for its own stage's ``I``. Every rank runs its
+actions in the schedule's order, as soon as both its previous action and the dependency
+are done; a schedule whose orders wait on each other in a cycle is reported as a
+deadlock, naming the ranks and actions stuck.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.planning.schedules import Action, schedule
+from autopar.planning.schedules import Action, schedule, stage_of
 
 
 class DeadlockError(RuntimeError):
@@ -46,7 +48,7 @@ class Timeline:
     def text(self, unit: int = 4) -> str:
         """One row per rank; each time unit a cell: ``F3`` forward of microbatch 3 (1-based,
         as in the paper; ``F3'`` on the second chunk, ``F3"`` the third...), ``B3``
-        backward, ``.`` idle."""
+        backward, ``I3`` and ``W3`` its input and weight passes, ``.`` idle."""
         width = int(round(self.makespan))
         lines = []
         for r, run in enumerate(self.runs):
@@ -64,7 +66,7 @@ class Timeline:
 
     def svg(self, unit: float = 28.0, row: float = 22.0) -> str:
         """The same timeline as an SVG drawing (no dependency): forwards blue, backwards
-        green, a chunk's passes lighter, idle time left blank."""
+        green, weight passes brown, a chunk's passes lighter, idle time left blank."""
         width = self.makespan * unit + 70
         height = self.p * row + 30
         parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
@@ -73,7 +75,8 @@ class Timeline:
             y = 5 + r * row
             parts.append(f'<text x="2" y="{y + row * 0.65:.1f}">rank {r}</text>')
             for action, start, end in run:
-                shade = ("#4a7bd0", "#8fb0e8") if action.kind == "F" else ("#3f9b5a", "#8ccc9c")
+                shade = {"F": ("#4a7bd0", "#8fb0e8"), "W": ("#b07a2a", "#dcb77a")}.get(action.kind,
+                                                                                      ("#3f9b5a", "#8ccc9c"))
                 colour = shade[min(action.chunk, 1)]
                 x = 60 + start * unit
                 parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{(end - start) * unit:.1f}" '
@@ -87,14 +90,19 @@ class Timeline:
 
 
 def simulate(name: str, p: int, m: int, v: int = 1, *, forward: float = 1.0, backward: float = 2.0,
+             input_grad: float | None = None, weight_grad: float | None = None,
              orders: list[list[Action]] | None = None) -> Timeline:
     """Run schedule ``name`` on ``p`` ranks with ``m`` microbatches (``v`` chunks per rank)
-    where one chunk's forward takes ``forward`` and its backward ``backward``; ``orders``
-    replaces the named schedule's per-rank orders (to check a hand-made one)."""
+    where one chunk's forward takes ``forward``, its whole backward ``backward``, and
+    split, its input pass ``input_grad`` and weight pass ``weight_grad`` (by default
+    half the backward each); ``orders`` replaces the named schedule's per-rank orders (to
+    check a hand-made one)."""
     if orders is None:
         orders = [schedule(name, p, m, r, v) for r in range(p)]
+    seconds = {"F": forward, "B": backward, "I": backward / 2 if input_grad is None else input_grad,
+               "W": backward / 2 if weight_grad is None else weight_grad}
     stages = p * v
-    done: dict[tuple[str, int, int], float] = {}  # (kind, microbatch, stage) -> end
+    done: dict[tuple[str, int, int], float] = {}  # (kind, microbatch, stage) -> end; B and I both as "B"
     runs: list[list[tuple[Action, float, float]]] = [[] for _ in range(p)]
     clock = [0.0] * p
     position = [0] * p
@@ -104,17 +112,20 @@ def simulate(name: str, p: int, m: int, v: int = 1, *, forward: float = 1.0, bac
         for r in range(p):
             while position[r] < len(orders[r]):
                 action = orders[r][position[r]]
-                stage = action.chunk * p + r
+                stage = stage_of(name, p, r, action.chunk)
                 if action.kind == "F":
                     need = ("F", action.microbatch, stage - 1) if stage > 0 else None
+                elif action.kind == "W":
+                    need = ("B", action.microbatch, stage)
                 else:
                     need = ("B", action.microbatch, stage + 1) if stage < stages - 1 else ("F", action.microbatch,
                                                                                            stage)
                 if need is not None and need not in done:
                     break
                 start = max(clock[r], done[need] if need is not None else 0.0)
-                end = start + (forward if action.kind == "F" else backward)
-                done[(action.kind, action.microbatch, stage)] = end
+                end = start + seconds[action.kind]
+                done[("F" if action.kind == "F" else "B" if action.kind in "BI" else "W", action.microbatch,
+                      stage)] = end
                 runs[r].append((action, start, end))
                 clock[r] = end
                 position[r] += 1

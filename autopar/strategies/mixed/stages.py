@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autopar.grid import Grid3D
+from autopar.planning.schedules import rank_of
 from autopar.strategies.dsp.planner import branches_of
 from autopar.strategies.family import PlanContext, RegionTable
 from autopar.strategies.mixed.pricer import MixedPricer
@@ -51,7 +52,7 @@ class StagePlans:
         return MixedPricer(self.ctx, scale, self.tensor, None if g is None else Grid3D(g.x, g.y, 1, scale),
                            self.whole, self.subgrids)
 
-    def figures(self, scale: int, p: int, recompute: bool):
+    def figures(self, scale: int, p: int, recompute: bool, schedule: str = "1f1b"):
         """Per stage (for one microbatch of ``1/scale`` of the batch): seconds, their
         communication, the activation bytes saved; per pipeline rank the parameter
         elements it holds, and the elements of the parameters several ranks hold."""
@@ -94,7 +95,7 @@ class StagePlans:
                 continue
             share = factor.get(pname, factor.get(model.param_region.get(pname), 1.0))
             elems = model.params[pname].numel() * share
-            ranks = {st % p for st in where}
+            ranks = {rank_of(schedule, p, st) for st in where}
             for rank in ranks:
                 rank_params[rank] += elems
             if len(ranks) > 1:

@@ -29,6 +29,10 @@ in flight, plus one microbatch's activations while it recomputes (megatron §3.5
 """
 from __future__ import annotations
 
+import functools
+
+from autopar.planning.timeline import simulate
+
 def in_flight(name: str, p: int, m: int, v: int, rank: int) -> list[int]:
     """Most microbatches whose activations rank ``rank`` holds at once, per chunk (at the
     first moment the total is largest), in closed form from the schedules' shapes
@@ -38,6 +42,11 @@ def in_flight(name: str, p: int, m: int, v: int, rank: int) -> list[int]:
     chunk-passes interleaved, whose k-th forward runs chunk ``(k mod p·v) // p``."""
     if name == "gpipe":
         return [m] + [0] * (v - 1)
+    if name in ("zb-h1", "interleaved-zb"):  # a microbatch's activations live until its W
+        per_round = m // max(1, m // p)  # every chunk but the last holds one round
+        return [per_round] * (v - 1) + [min(p, m)]
+    if name == "zbv":  # rank r: stages r and 2p − 1 − r
+        return [min(m, 2 * p - 1 - rank), min(m, rank + 1)]
     if name == "1f1b" or v == 1:
         return [min(p - rank, m)] + [0] * (v - 1)
     total = m * v
@@ -54,6 +63,44 @@ def step_time(rank_seconds: list[float], p: int, m: int, v: int) -> tuple[float,
     return m * t + bubble, bubble
 
 
+_EXACT_ACTIONS = 4096  # simulate the whole step below this many actions; else extrapolate (split_bubble)
+
+
+def split_bubble(name: str, p: int, m: int, v: int, forward: float, input_grad: float, weight_grad: float) -> float:
+    """Bubble seconds of a zero-bubble schedule whose chunk passes take ``forward``,
+    ``input_grad`` and ``weight_grad`` seconds, read off the simulated timeline
+    (:func:`autopar.planning.timeline.simulate`): the makespan less one rank's work.
+
+    Qi et al.'s closed form assumes equal passes (ZB-H1: ``(p − 1)(F + I − W)``); with
+    unequal ones the weight passes fill the bubbles only up to their length: ZB-H1 and
+    the interleaved zero-bubble schedule take ``(p − 1)·max(F, F + I − W)`` per chunk
+    once ``m ≥ p`` (a test checks it against the simulation). ZB-V has no such simple
+    form (it grows by about ``(p − 2)·(W − F)`` where ``W > F``), so its timeline, and
+    any with fewer microbatches than ranks, is simulated, memoised on the passes'
+    ratios (to 1/8 of the forward); with ``m ≥ 2p`` (or past a few thousand actions) at
+    4 and 8 ranks with ``2p`` microbatches, where the bubble no longer depends on
+    ``m``, and extrapolated along ``p`` (affine there; a test checks it against the
+    whole simulation). ``"auto"`` weighs ZB-V only with ``m ≥ 2p``, the microbatches its
+    order is made for."""
+    if forward <= 0:
+        return 0.0
+    if name != "zbv" and m >= p:  # ZB-H1 and its interleaved form: the weight passes fill up to W
+        return (p - 1) * max(forward, forward + input_grad - weight_grad)
+    ratio_i = round(input_grad / forward * 8) / 8
+    ratio_w = round(weight_grad / forward * 8) / 8
+    if m < 2 * p and p * m * v * 3 <= _EXACT_ACTIONS:
+        return _bubble_units(name, p, m, v, ratio_i, ratio_w) * forward
+    low, high = (_bubble_units(name, k, 2 * k, v, ratio_i, ratio_w) for k in (4, 8))
+    return max(low + (high - low) * (p - 4) / 4, 0.0) * forward
+
+
+@functools.lru_cache(maxsize=4096)
+def _bubble_units(name: str, p: int, m: int, v: int, ratio_i: float, ratio_w: float) -> float:
+    timeline = simulate(name, p, m, v, forward=1.0, backward=ratio_i + ratio_w, input_grad=ratio_i,
+                        weight_grad=ratio_w)
+    return timeline.makespan - timeline.busy
+
+
 def activation_memory(name: str, p: int, m: int, v: int, rank: int, chunk_bytes: list[float],
                       chunk_input_bytes: list[float], recompute: bool = False) -> float:
     """Bytes of activations rank ``rank`` holds at its peak: per chunk, one microbatch's
@@ -66,13 +113,21 @@ def activation_memory(name: str, p: int, m: int, v: int, rank: int, chunk_bytes:
     return sum(n * b for n, b in zip(counts, chunk_bytes))
 
 
+def accepts(name: str, p: int, m: int, v: int) -> bool:
+    """Whether schedule ``name`` runs ``m`` microbatches on ``p`` ranks with ``v`` chunks:
+    the interleaved 1F1B needs a multiple of ``p`` (megatron §2.2.2), the interleaved
+    zero-bubble schedule a multiple of its rounds ``m // p`` (torch.pipelining's rule)."""
+    if name == "interleaved" and v > 1:
+        return m % p == 0
+    if name == "interleaved-zb":
+        return m % max(1, m // p) == 0
+    return True
+
+
 def microbatch_choices(local_batch: int, p: int, v: int, name: str) -> list[int]:
     """The microbatch counts a schedule accepts for a data rank's ``local_batch`` rows:
-    divisors of it, multiples of ``p`` for the interleaved schedule (megatron §2.2.2)."""
-    out = [m for m in range(1, local_batch + 1) if local_batch % m == 0]
-    if name == "interleaved" and v > 1:
-        out = [m for m in out if m % p == 0]
-    return out
+    divisors of it that :func:`accepts` takes."""
+    return [m for m in range(1, local_batch + 1) if local_batch % m == 0 and accepts(name, p, m, v)]
 
 
 def spread_over_ends(model, hw, parts: dict[int, list[str]], compute: float, comm: float, act: float

@@ -10,7 +10,15 @@ action is one microbatch through one of the rank's chunks (stage ``c·p + r``):
   last stage's output is the microbatch's loss;
 * ``B``: receive the gradients of the outputs from the stage after (the last stage
   starts from its loss, weighted by ``loss_scale``: ``1/m`` for a mean), back-propagate,
-  send the gradients of the received values to the stage before.
+  send the gradients of the received values to the stage before;
+* ``I`` and ``W`` (zero-bubble schedules): ``B`` in two passes
+  (:mod:`autopar.strategies.pipeline.backward`): ``I`` receives and back-propagates to
+  the received values only, and sends their gradients; ``W``, later, gives the weights
+  theirs.
+
+Rank ``r``'s chunk ``c`` is stage ``c·p + r``, or under ZB-V ``r`` and ``2p − 1 − r``
+(:func:`autopar.planning.schedules.stage_of`); a value passed between two stages of one
+rank (ZB-V's turn) stays on the rank.
 
 Transfers cannot deadlock: every send is asynchronous (``isend``; the step waits for
 them all at its end) and only receives block, so a rank waits only for a value some
@@ -41,7 +49,8 @@ import torch.fx as fx
 from autopar._torch_compat import all_gather_flat, tree_unflatten
 from autopar.ir import tensor_spec
 from autopar.runtime import devices, groups as G
-from autopar.planning.schedules import Action, schedule
+from autopar.planning.schedules import Action, rank_of, schedule, stage_of
+from autopar.strategies.pipeline.backward import WeightPass, input_pass
 
 
 @dataclass
@@ -112,10 +121,16 @@ class PipelineExecutor:
         self.before_last_backward = None
         self.peak_saved_bytes = 0
         self._saved: dict[tuple[int, int], dict[int, int]] = {}
+        self._local: dict[int, torch.Tensor] = {}  # values passed between two stages of this rank, by tag
+        self._me = dist.get_rank() if dist.is_initialized() else None
 
     # ------------------------------------------------------------------ transport
     def _rank_of(self, stage: int) -> int:
-        return self.peers[stage % self.p]
+        return self.peers[rank_of(self.schedule_name, self.p, stage)]
+
+    def stage(self, chunk: int) -> int:
+        """The stage of this rank's ``chunk``."""
+        return stage_of(self.schedule_name, self.p, self.position, chunk)
 
     def _tag(self, microbatch: int, stage: int, backward: bool, index: int) -> int:
         return ((microbatch * self.stages + stage) * 2 + int(backward)) * 64 + index
@@ -127,18 +142,28 @@ class PipelineExecutor:
         return flat.chunk(t)[G.group_rank("tensor")], True
 
     def _send(self, x: torch.Tensor, stage: int, microbatch: int, backward: bool, index: int) -> None:
+        dst = self._rank_of(stage)
+        tag = self._tag(microbatch, stage, backward, index)
+        if dst == self._me:  # the next stage is this rank's too
+            self._local[tag] = x.detach().clone()
+            return
         flat = _wire(x.detach()).contiguous().reshape(-1)
         part, _ = self._slice(flat)
         wire = devices.wire_device(part.device)
         part = part.clone() if wire == part.device else part.to(wire)  # kept until the send completes
-        dst = self._rank_of(stage)
-        work = dist.isend(part, dst, tag=self._tag(microbatch, stage, backward, index))
+        work = dist.isend(part, dst, tag=tag)
         self._sends.append((work, part))
         self.stats["sent"] += 1
         self.stats["sent_bytes"] += part.numel() * part.element_size()
 
     def _recv(self, shape, dtype, stage_from: int, stage_to: int, microbatch: int, backward: bool,
               index: int) -> torch.Tensor:
+        local = self._local.pop(self._tag(microbatch, stage_to, backward, index), None)
+        if local is not None:
+            return local
+        if self._rank_of(stage_from) == self._me:
+            raise RuntimeError(f"pipeline: stage {stage_to} waits for microbatch {microbatch} from stage {stage_from} on "
+                               f"this rank, which has not produced it; the schedule's order is wrong (a bug)")
         wire = torch.uint8 if dtype == torch.bool else dtype
         device = devices.current()  # the rank's: the values the stage runs on
         flat = torch.empty(int(torch.Size(shape).numel()), dtype=wire, device=device)
@@ -172,25 +197,30 @@ class PipelineExecutor:
         self.trace, self.waited_s = [], 0.0
         self.peak_saved_bytes, self._saved = 0, {}
         actions = list(schedule(self.schedule_name, self.p, m, self.position, self.v))
-        last_backward = {}  # chunk -> its last backward action (the stage's gradients final after it)
+        last_backward = {}  # chunk -> its last action giving weights gradients (final after it)
         for action in actions:
-            if action.kind != "F":
+            if action.kind in "BW":
                 last_backward[action.chunk] = action
+        weights: dict[tuple[int, int], WeightPass] = {}  # I done, W to run
         for action in actions:
             start = time.perf_counter()
-            stage = action.chunk * self.p + self.position
+            stage = self.stage(action.chunk)
             program = programs[stage]
+            key = (action.microbatch, stage)
             if action.kind == "F":
-                with self._counting((action.microbatch, stage), program):
-                    state[(action.microbatch, stage)] = self._forward(program, action,
-                                                                      microbatches[action.microbatch])
+                with self._counting(key, program):
+                    state[key] = self._forward(program, action, microbatches[action.microbatch])
                 if program.last:
-                    losses[action.microbatch] = state[(action.microbatch, stage)].loss.detach()
+                    losses[action.microbatch] = state[key].loss.detach()
             else:
                 if last_backward.get(action.chunk) is action and self.before_last_backward is not None:
                     self.before_last_backward(program)
-                self._backward(program, action, state.pop((action.microbatch, stage)), loss_scale)
-                self._saved.pop((action.microbatch, stage), None)
+                if action.kind == "W":
+                    weights.pop(key).run()
+                else:
+                    weights[key] = self._backward(program, action, state.pop(key), loss_scale, action.kind == "I")
+                if action.kind != "I":
+                    self._saved.pop(key, None)
             self.trace.append((action, start, time.perf_counter()))
         self.finish_sends()
         return [losses[i] for i in sorted(losses)]
@@ -256,10 +286,12 @@ class PipelineExecutor:
                                f"pipelined training needs a loss_fn that returns one")
         return _InFlight(received, loss=out)
 
-    def _backward(self, program: StageProgram, action: Action, flight: _InFlight, loss_scale: float) -> None:
+    def _backward(self, program: StageProgram, action: Action, flight: _InFlight, loss_scale: float,
+                  split: bool = False) -> WeightPass | None:
+        """``B``, or with ``split`` ``I`` (returning what ``W`` needs)."""
         stage, mb = program.stage, action.microbatch
         if program.last:
-            flight.loss.backward(torch.full_like(flight.loss, loss_scale))
+            tensors, grads = [flight.loss], [torch.full_like(flight.loss, loss_scale)]
         else:
             tensors, grads = [], []
             for i, y in enumerate(flight.outputs):
@@ -269,19 +301,25 @@ class PipelineExecutor:
                 if y.requires_grad:
                     tensors.append(y)
                     grads.append(g)
-            if tensors:
-                torch.autograd.backward(tensors, grads)
+        weights = WeightPass() if split else None
+        if split and tensors:
+            leaves = [x for x in flight.received if x.is_floating_point()]
+            weights = input_pass(tensors, grads, leaves)
+        elif tensors:
+            torch.autograd.backward(tensors, grads)
+        flight.outputs, flight.loss = [], None  # the graph above the weights' passes can go
         if stage > 0:
             for i, x in enumerate(flight.received):
                 if x.is_floating_point():
                     self._send(x.grad if x.grad is not None else torch.zeros_like(x), stage - 1, mb, True, i)
+        return weights
 
     def forward_only(self, programs: dict[int, StageProgram], inputs: dict[str, Any]) -> Any:
         """One pass of the whole batch through this rank's chunks in order, no gradients;
         returns the last stage's output there (None elsewhere)."""
         result = None
-        for c in range(self.v):
-            program = programs[c * self.p + self.position]
+        for stage in sorted(programs):
+            program = programs[stage]
             _, out = self._run_stage(program, 0, inputs, False)
             if program.last:
                 result = out

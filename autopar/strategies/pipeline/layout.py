@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from autopar.layout import Bucket
+from autopar.planning.schedules import rank_of
 from autopar.runtime.groups import tied_group_name
 from autopar.strategies.pipeline.stages import parameter_stages, partition
 
@@ -28,7 +29,7 @@ def parameter_holders(plan, gm: fx.GraphModule) -> dict[str, set[int]]:
     by_object: dict[int, set[int]] = {}
     read = parameter_stages(gm, part)
     for name, stages in read.items():
-        by_object.setdefault(id(gm.get_parameter(name)), set()).update(s % p for s in stages)
+        by_object.setdefault(id(gm.get_parameter(name)), set()).update(rank_of(pp["schedule"], p, s) for s in stages)
     return {name: by_object[id(gm.get_parameter(name))] for name in read}
 
 

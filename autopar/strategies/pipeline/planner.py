@@ -33,24 +33,23 @@ import dataclasses
 import logging
 from dataclasses import asdict, dataclass
 
-from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE
-from autopar.planning.model import ModelFacts, region_sizes, split_factor
+from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Cost, Plan, mixed_form
+from autopar.planning.schedules import SPLIT_BACKWARD, rank_of
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
-from autopar.strategies.megatron.planner import (check_forced_batch, check_forced_sizes, price_mesh, sequence_regather_s,
-                                                 sequence_splits, split_cost)
+from autopar.strategies.megatron.planner import check_forced_batch, check_forced_sizes, price_mesh, sequence_splits
 from autopar.strategies.mixed.pins import check_forced_stages
 from autopar.strategies.mixed.stages import StagePlans
 from autopar.strategies.mixed.structure import tensor_grids, widest_branching
 from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline import layout as parameter_layout
+from autopar.strategies.pipeline.numbers import PipelineNumbers, pipeline_numbers, with_zero
 from autopar.strategies.pipeline.program import PipelineRankRuntime, pipeline_rank_code
 from autopar.strategies.pipeline.shape import PipelineShape, pipeline_shape
 from autopar.strategies.pipeline.stages import blocks_of
-from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms, check_batch_norms
 
 log = logging.getLogger("autopar.planning")
@@ -60,8 +59,9 @@ MIXED_AT = 3  # "auto" weighs pipelines of mixed stages at this many of the fast
 
 def pipeline_options(model: ModelFacts, world: int) -> list[Strategy]:
     """The pipeline layouts ``"auto"`` weighs: p > 1 dividing the world and at most the
-    number of blocks, every data x tensor of the rest, 1F1B, and interleaved with v = 2
-    where there are 2p blocks."""
+    number of blocks, every data x tensor of the rest, one chunk per rank (1F1B or
+    ZB-H1) and, where there are 2p blocks, two (interleaved 1F1B, interleaved zero-bubble
+    or ZB-V; :func:`schedules_weighed`)."""
     if batch_norms(model):  # microbatches would normalise over fewer rows
         return []
     blocks = len(blocks_of(model.gm))
@@ -72,7 +72,7 @@ def pipeline_options(model: ModelFacts, world: int) -> list[Strategy]:
         for t in divisors(world // p):
             out.append(Strategy(world // p // t, t, pipeline=p))
             if 2 * p <= blocks:
-                out.append(Strategy(world // p // t, t, pipeline=p, chunks=2, schedule="interleaved"))
+                out.append(Strategy(world // p // t, t, pipeline=p, chunks=2))
     return out
 
 
@@ -83,49 +83,18 @@ def pipeline_mesh(layout: "Strategy | PipelineNumbers") -> dict[str, int]:
     return {"pipeline": layout.p, "data": layout.data, "tensor": layout.tensor}
 
 
-def pipeline_label(option: Strategy, tensor_grid: dict | None = None) -> str:
-    """A configuration's form, as :attr:`Plan.form` reads: its schedule, and for stages
-    of mixed plans their form (``tensor_grid``: the grid its 3D regions use, None: the
+def pipeline_label(option: Strategy, tensor_grid: dict | None = None, schedule: str | None = None) -> str:
+    """A configuration's form, as :attr:`Plan.form` reads: its schedule (``schedule``:
+    the one priced; else the configuration's, or those it weighs), and for stages of
+    mixed plans their form (``tensor_grid``: the grid its 3D regions use, None: the
     configuration's; its D&SP sub-grids)."""
-    label = f"pipeline {option.schedule}" + (f" v={option.chunks}" if option.chunks > 1 else "")
+    name = schedule or "/".join(schedules_weighed(option))
+    label = f"pipeline {name}" + (f" v={option.chunks}" if option.chunks > 1 else "")
     if option.mixed:
         if tensor_grid is None:
             tensor_grid = {"x": option.grid.x, "y": option.grid.y} if option.grid is not None else {}
         label += ", " + mixed_form(tensor_grid, option.tensor_subgrids)
     return label
-
-
-@dataclass(frozen=True)
-class PipelineNumbers:
-    """The predicted figures of one pipeline layout at one microbatch count
-    (:func:`pipeline_numbers`)."""
-
-    shape: PipelineShape
-    p: int
-    v: int
-    m: int
-    schedule: str
-    data: int
-    tensor: int
-    scatter_gather: bool
-    step: float                 # the step: the pipeline's, the data and the tied all-reduces
-    bubble: float               # seconds of the bubble (megatron §2.2)
-    stage_s: list[float]        # forward + backward seconds of one microbatch per stage
-    carried: list[float]        # bytes sent after each stage per microbatch
-    rank_s: list[float]         # seconds per microbatch per pipeline rank (its stages and sends)
-    slow: int                   # the slowest rank
-    rank_p2p: list[float]       # its point-to-point part
-    rank_comm: list[float]      # its tensor-parallel part
-    data_s: float               # the data all-reduce after the last microbatch
-    tied_s: float               # the tied weights' all-reduce
-    memory: list[tuple[float, float]]  # per rank: bytes keeping the activations, and recomputing
-    memory_bytes: float         # the most of any rank, as the layout runs (recomputing or not)
-    recompute: bool
-    comm_s: dict[str, float]    # by group: tensor, pipeline (point-to-point and bubble), data
-    inner: object = None        # a mixed configuration's stage plans (mixed.stages.StagePlans)
-    rank_params: tuple = ()     # parameter elements per pipeline rank
-    zero: int = 0               # ZeRO's stage over the data ranks (docs/memory.md)
-    sequence: bool = False      # Megatron-SP inside the stages (docs/sequence.md)
 
 
 @dataclass(frozen=True)
@@ -151,6 +120,10 @@ class PipelineDetails:
     memory_bytes: list[float]
     memory_bytes_recompute: list[float]
     tied: list[str]
+    stage_ranks: list[int] = dataclasses.field(default_factory=list)  # the pipeline rank of each stage
+    bubble_rule: str = "(p-1)/(v*m)"   # how the bubble was priced
+    passes_s: list[float] = dataclasses.field(default_factory=list)  # the slowest rank's F, I, W per microbatch
+    schedules: list[dict] = dataclasses.field(default_factory=list)  # every schedule of its chunks, priced alike
 
 
 def pipeline_layout(model: ModelFacts, world: int, config: Strategy) -> tuple[int, int, int, PipelineShape, int]:
@@ -168,19 +141,23 @@ def pipeline_layout(model: ModelFacts, world: int, config: Strategy) -> tuple[in
     return p, data, tensor, shape, model.batch // data
 
 
-def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, local: int) -> list[int]:
-    """The microbatch counts to weigh: the given one, checked, or every one the schedule allows."""
-    v, schedule, m = config.chunks, config.schedule, config.microbatches
+def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, local: int,
+                       names: tuple[str, ...]) -> list[int]:
+    """The microbatch counts to weigh: the given one, checked, or every one a schedule of
+    ``names`` allows."""
+    v, m = config.chunks, config.microbatches
     if m is not None:
         if local % m:
             raise PlanError(f"strategy: microbatches={m} does not divide the batch of each data rank "
                             f"({model.batch} / data {data} = {local}); give a microbatch count that divides {local}")
-        if schedule == "interleaved" and v > 1 and m % p:
-            raise PlanError(f"strategy: the interleaved schedule needs the number of microbatches to be a multiple "
-                            f"of the pipeline ranks (megatron §2.2.2); microbatches={m} is not a multiple of "
-                            f"pipeline={p}")
+        if not any(pipeline_cost.accepts(name, p, m, v) for name in names):
+            rule = (f"a multiple of the pipeline ranks (megatron §2.2.2); microbatches={m} is not a multiple of "
+                    f"pipeline={p}" if names[0] == "interleaved" else
+                    f"a multiple of its rounds m // p (torch.pipelining's rule); microbatches={m} is not a multiple "
+                    f"of {m // p}")
+            raise PlanError(f"strategy: the {names[0]} schedule needs the number of microbatches to be {rule}")
         return [m]
-    counts = pipeline_cost.microbatch_choices(local, p, v, schedule)
+    counts = sorted({m for name in names for m in pipeline_cost.microbatch_choices(local, p, v, name)})
     if not counts:
         raise PlanError(f"strategy: the interleaved schedule needs a microbatch count that is a multiple of "
                         f"pipeline={p} and divides the batch of each data rank ({local}); give a batch that "
@@ -188,168 +165,64 @@ def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, l
     return counts
 
 
+def schedules_weighed(config: Strategy) -> tuple[str, ...]:
+    """The schedules a configuration weighs: its own, or (none given) those of its
+    chunks: 1F1B and ZB-H1 with one, interleaved 1F1B, the interleaved zero-bubble
+    schedule and (two chunks) ZB-V with more."""
+    if config.schedule is not None:
+        return (config.schedule,)
+    if config.chunks == 1:
+        return ("1f1b", "zb-h1")
+    return ("interleaved", "interleaved-zb") + (("zbv",) if config.chunks == 2 else ())
+
+
 def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy, stage_plans=None,
                     zero: int | None = None, recompute: bool | None = None, allowance: float = 0.0,
                     sequence: bool | None = False) -> PipelineNumbers:
-    """The figures of one pipeline layout at its best microbatch count: the fastest
-    whose memory fits, recomputing the blocks' activations (megatron §3.5) or sharding
-    the state over the data ranks (ZeRO-1..3, :func:`with_zero`) only where keeping
-    them does not fit; none fitting: the smallest. ``stage_plans(shape, tensor)``: a
-    mixed configuration's stage plans (None: Megatron inside the stages); ``zero``: a
-    forced ZeRO stage, ``recompute``: forced full recomputation of the blocks or none
-    (None: the search's choice for both); ``allowance``: bytes per rank another family
-    frees from these figures (expert parallelism's spread experts), counted when judging
-    what fits; ``sequence``: Megatron-SP inside the stages (:func:`_stage_figures`; None:
-    weighed where a count and mode do not fit without ZeRO, before ZeRO and recomputing)."""
+    """The figures of one pipeline layout at its best schedule and microbatch count: the
+    fastest whose memory fits, recomputing the blocks' activations (megatron §3.5) or
+    sharding the state over the data ranks (ZeRO-1..3, :func:`with_zero`) only where
+    keeping them does not fit; none fitting: the smallest. ``stage_plans(shape,
+    tensor)``: a mixed configuration's stage plans (None: Megatron inside the stages);
+    ``zero``: a forced ZeRO stage, ``recompute``: forced full recomputation of the
+    blocks or none (None: the search's choice for both); ``allowance``: bytes per rank
+    another family frees from these figures (expert parallelism's spread experts),
+    counted when judging what fits; ``sequence``: Megatron-SP inside the stages
+    (:func:`_stage_figures`; None: weighed where a count and mode do not fit without
+    ZeRO, before ZeRO and recomputing). The schedules are :func:`schedules_weighed`,
+    priced on one set of stage figures per microbatch count."""
     p, data, tensor, shape, local = pipeline_layout(model, world, config)
     inner = stage_plans(shape, tensor) if stage_plans is not None else None
     best = smallest = None
     modes = (False, True) if recompute is None else (recompute,)
-    for m in _microbatch_counts(model, config, p, data, local):
+    names = schedules_weighed(config)
+    for m in _microbatch_counts(model, config, p, data, local, names):
         splits = (sequence,) if sequence is not None else (False, True) if (
             tensor > 1 and inner is None and sequence_splits(model, tensor, model.batch // (data * m))) else (False,)
+        memo: dict = {}
         for mode, sp in ((mode, sp) for mode in modes for sp in splits):
-            numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, config.schedule, data, tensor,
-                                       config.scatter_gather, mode, inner, sp)
-            stages = (zero,) if zero is not None else (0, 1, 2, 3) if data > 1 else (0,)
             fitting = None
-            for z in stages:
-                option = with_zero(numbers, z, hw, model.largest_params)
-                fits = option.memory_bytes - allowance <= hw.memory_bytes
-                if fits and (fitting is None or option.step < fitting.step * (1 - 1e-9)):
-                    fitting = option
-                if smallest is None or option.memory_bytes < smallest.memory_bytes * (1 - 1e-9):
-                    smallest = option
-                if fits and zero is None and z == 0:
-                    break  # what fits without ZeRO runs without it
+            for name in names:
+                if not pipeline_cost.accepts(name, p, m, config.chunks) or (
+                        name == "zbv" and config.schedule is None and m < 2 * p):
+                    continue  # ZB-V's order is made for at least 2p − 1 microbatches
+                numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, name, data, tensor,
+                                           config.scatter_gather, mode, inner, sp, memo)
+                stages = (zero,) if zero is not None else (0, 1, 2, 3) if data > 1 else (0,)
+                for z in stages:
+                    option = with_zero(numbers, z, hw, model.largest_params)
+                    fits = option.memory_bytes - allowance <= hw.memory_bytes
+                    if fits and (fitting is None or option.step < fitting.step * (1 - 1e-9)):
+                        fitting = option
+                    if smallest is None or option.memory_bytes < smallest.memory_bytes * (1 - 1e-9):
+                        smallest = option
+                    if fits and zero is None and z == 0:
+                        break  # what fits without ZeRO runs without it
             if fitting is not None and (best is None or fitting.step < best.step * (1 - 1e-9)):
                 best = fitting
             if fitting is not None and fitting.zero == 0:
                 break  # SP, recomputing only where neither fits; ZeRO and recomputation are weighed
     return best or smallest
-
-
-def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages: int, scale: int, tensor: int,
-                   recompute: bool, sequence: bool = False) -> tuple[list[float], list[float], list[float]]:
-    """Per stage, for one microbatch (the batch's ``1/scale``): forward + backward seconds,
-    their tensor-parallel part, and the bytes saved for backward (``sequence``: as
-    :func:`~autopar.strategies.megatron.planner.price_mesh` prices Megatron-SP)."""
-    stage_s, stage_comm, stage_act = [0.0] * stages, [0.0] * stages, [0.0] * stages
-    for s in range(stages):
-        split_any = False
-        for rep, count in shape.groups[s]:
-            divisible = tensor > 1 and rep.id not in shape.keep_whole and \
-                all(size % tensor == 0 for _, size in region_sizes(rep))
-            if divisible:
-                comm = (2 * cost_model.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw)
-                        * (1.5 if recompute else 1)) + (sequence_regather_s(model, hw, rep, scale, tensor)
-                                                       if sequence else 0.0)
-                pad = split_factor(rep, tensor)  # a padded vocabulary's rows
-                seconds = model.seconds(rep.nodes, hw, pad / (scale * tensor), recompute) + comm
-                act = model.activation_bytes(rep.nodes, pad / scale / tensor)
-                stage_comm[s] += comm * count
-                split_any = True
-            else:
-                seconds = model.seconds(rep.nodes, hw, 1 / scale, recompute)
-                act = model.activation_bytes(rep.nodes, 1 / scale)
-            stage_s[s] += seconds * count
-            stage_act[s] += act * count
-        stage_s[s] += model.seconds(shape.outside[s], hw, 1 / scale)  # the runtime recomputes blocks only
-        between = tensor if sequence and split_any else 1
-        stage_act[s] += model.activation_bytes(shape.outside[s], 1 / scale / between)
-    for r, parts in shape.spanning:
-        divisible = tensor > 1 and r.id not in shape.keep_whole and \
-            all(size % tensor == 0 for _, size in region_sizes(r))
-        # Megatron's vocab split: each end its nodes over t, the region's all-reduces shared by its ends
-        k = tensor / split_factor(r, tensor) if divisible else 1  # a padded vocabulary: V'/t rows per rank
-        comm = split_cost(model, hw, r, scale, tensor).total_comm_s if divisible else 0.0
-        for s, c, m, a in pipeline_cost.spread_over_ends(model, hw, parts, model.seconds(r.nodes, hw, 1 / (scale * k)),
-                                                         comm, model.activation_bytes(r.nodes, 1 / (scale * k))):
-            stage_s[s] += c + m
-            stage_comm[s] += m
-            stage_act[s] += a
-    return stage_s, stage_comm, stage_act
-
-
-def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: int, v: int, m: int, schedule: str,
-                     data: int, tensor: int, scatter_gather: bool, recompute: bool = False, inner=None,
-                     sequence: bool = False) -> PipelineNumbers:
-    """The predicted figures of ``p`` ranks × ``v`` chunks with ``m`` microbatches of
-    ``B/(d·m)`` rows, each stage's regions priced once per class: per-stage seconds per
-    microbatch (compute, Megatron all-reduces), point-to-point sends, per-rank seconds,
-    the step with its bubble (megatron §2.2), the data and tied-weight all-reduces, and
-    memory per rank with and without recomputation. ``recompute``: the blocks' forward
-    runs twice (megatron §3.5) and the memory that counts is the recomputing one.
-    ``inner``: a mixed configuration's :class:`~autopar.strategies.mixed.stages.StagePlans`
-    (each region its own family), which gives the stages' and ranks' figures instead."""
-    stages = p * v
-    # ranks sharing a host's cores: a stage computes only in its turn, on average a
-    # fraction v·m / (v·m + p − 1) of the step (the bubble's complement, megatron §2.2),
-    # so the ranks computing at once get more of the cores than the whole world would
-    hw = hw.while_busy(p * data * tensor * v * m / (v * m + p - 1)) if hw.host_cores and p > 1 else hw
-    scale = data * m  # the work of one microbatch on one data rank is the batch's 1/(d·m)
-    if inner is not None:
-        stage_s, stage_comm, stage_act, rank_params, tied_elems = inner.figures(scale, p, recompute)
-    else:
-        stage_s, stage_comm, stage_act = _stage_figures(model, hw, shape, stages, scale, tensor, recompute,
-                                                        sequence and tensor > 1)
-        rank_params, tied_elems = shape.rank_params(p, tensor)
-    # the executor's work per stage and microbatch: one forward action, one backward
-    stage_s = [s + 2 * hw.pipeline_action_s for s in stage_s]
-    carried = [b / scale for b in shape.carried]
-    inter_node = data * tensor >= hw.devices_per_node
-    sends = [cost_model.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
-             + (cost_model.all_gather_time(tensor, b / tensor, hw) if scatter_gather and tensor > 1 else 0.0)
-             for b in carried]
-    rank_s, rank_p2p, rank_comm = [], [], []
-    for r in range(p):
-        mine = [c * p + r for c in range(v)]
-        p2p = sum((sends[s] if s < stages - 1 else 0.0) + (sends[s - 1] if s > 0 else 0.0) for s in mine)
-        rank_p2p.append(p2p)
-        rank_comm.append(sum(stage_comm[s] for s in mine))
-        rank_s.append(sum(stage_s[s] for s in mine) + p2p)
-    pipe_step, bubble = pipeline_cost.step_time(rank_s, p, m, v)
-    # gradients all-reduced over the data ranks after the last microbatch, tied ones
-    # summed over their stages' ranks
-    data_s = max(cost_model.all_reduce_time(data, e * 4, hw, stride=tensor) for e in rank_params)
-    tied_s = cost_model.all_reduce_time(2, tied_elems * 4, hw, stride=data * tensor) if tied_elems else 0.0
-    memory = []
-    for r in range(p):
-        mine = [c * p + r for c in range(v)]
-        inputs = [carried[s - 1] if s > 0 else 0.0 for s in mine]
-        saved = [stage_act[s] for s in mine]
-        act = pipeline_cost.activation_memory(schedule, p, m, v, r, saved, inputs)
-        act_recompute = pipeline_cost.activation_memory(schedule, p, m, v, r, saved, inputs, True)
-        memory.append((cost_model.training_memory(rank_params[r], act),
-                       cost_model.training_memory(rank_params[r], act_recompute)))
-    slow = max(range(p), key=lambda r: rank_s[r])
-    return PipelineNumbers(
-        shape, p, v, m, schedule, data, tensor, scatter_gather, pipe_step + data_s + tied_s, bubble, stage_s, carried,
-        rank_s, slow, rank_p2p, rank_comm, data_s, tied_s, memory, max(mem[1 if recompute else 0] for mem in memory),
-        recompute, {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble, "data": data_s + tied_s},
-        inner, tuple(rank_params), sequence=sequence and tensor > 1)
-
-
-def with_zero(n: PipelineNumbers, zero: int, hw: Hardware, largest: float = 0.0) -> PipelineNumbers:
-    """``n`` with ZeRO's stage ``zero`` over its data ranks (docs/memory.md): each
-    rank's parameters, gradients and optimizer state by
-    :func:`autopar.strategies.shared.levers.state_bytes` (the gradients accumulate over the
-    microbatches, so ZeRO-2 keeps them whole until the reduce-scatter, as ZeRO-1), its data
-    communication by :func:`autopar.strategies.shared.levers.zero_comm` after the schedule
-    (nothing overlapped: the pipeline's data all-reduce is priced after the schedule);
-    ``largest``: the two largest parameters' elements, ZeRO-3 holds them gathered."""
-    if not zero or n.data == 1:
-        return n
-    memory = []
-    for params, (keep, again) in zip(n.rank_params, n.memory):
-        whole = cost_model.training_memory(params, 0.0)
-        sharded = levers.state_bytes(params, n.data, zero, n.m, largest)
-        memory.append((keep - whole + sharded, again - whole + sharded))
-    data_s = max(levers.zero_comm(e, n.data, n.tensor, zero, n.m, 0.0, hw) for e in n.rank_params)
-    step = n.step - n.data_s + data_s
-    comm = {**n.comm_s, "data": n.comm_s["data"] - n.data_s + data_s}
-    return dataclasses.replace(n, memory=memory, memory_bytes=max(mem[1 if n.recompute else 0] for mem in memory),
-                               data_s=data_s, step=step, comm_s=comm, zero=zero)
 
 
 def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: PipelineNumbers) -> Plan:
@@ -370,12 +243,16 @@ def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: Pip
                             choices[-1].cost.memory_bytes)
     total = Cost((n.rank_s[n.slow] - n.rank_p2p[n.slow] - n.rank_comm[n.slow]) * m, dict(n.comm_s), n.memory_bytes)
     part = shape.part
+    split = n.schedule in SPLIT_BACKWARD
     details = PipelineDetails(
         p, v, m, model.batch // (data * m), n.schedule, n.scatter_gather and tensor > 1, n.recompute,
-        [r.id for r in part.blocks], list(part.assignment), (p - 1) / (v * m), n.bubble, n.stage_s, n.carried,
+        [r.id for r in part.blocks], list(part.assignment),
+        n.bubble / (m * n.rank_s[n.slow]) if split else (p - 1) / (v * m), n.bubble, n.stage_s, n.carried,
         n.rank_s, [pipeline_cost.in_flight(n.schedule, p, m, v, r) for r in range(p)], [mem for mem, _ in n.memory],
         [mem for _, mem in n.memory],
-        sorted(k for k, where in shape.param_stages.items() if len({s % p for s in where}) > 1))
+        sorted(k for k, where in shape.param_stages.items() if len({rank_of(n.schedule, p, s) for s in where}) > 1),
+        [rank_of(n.schedule, p, s) for s in range(p * v)],
+        "simulated F/I/W timeline" if split else "(p-1)/(v*m)", list(n.passes), schedule_rivals(model, hw, n))
     mesh = pipeline_mesh(n)
     log.info("planned %s on %d ranks: %s, %.3f ms", name, world, mesh, n.step * 1e3)
     capture = model.gm.meta.get(CAPTURE)
@@ -387,6 +264,24 @@ def pipeline_plan(model: ModelFacts, world: int, hw: Hardware, name: str, n: Pip
         plan_.mixed = True
         plan_.tensor_grid = n.inner.tensor_grid(data * m)
     return plan_
+
+
+def schedule_rivals(model: ModelFacts, hw: Hardware, n: PipelineNumbers) -> list[dict]:
+    """Every schedule of ``n``'s chunks priced at its layout, microbatch count,
+    recomputation and ZeRO stage, fastest first: what the plan shows of why the others
+    lost (``fits``: within the device's memory)."""
+    names = ("gpipe", "1f1b", "zb-h1") if n.v == 1 else ("interleaved", "interleaved-zb") + (
+        ("zbv",) if n.v == 2 else ())
+    out = []
+    for name in names:
+        if not pipeline_cost.accepts(name, n.p, n.m, n.v):
+            continue
+        alt = n if name == n.schedule else with_zero(pipeline_numbers(
+            model, hw, n.shape, n.p, n.v, n.m, name, n.data, n.tensor, n.scatter_gather, n.recompute, n.inner,
+            n.sequence), n.zero, hw, model.largest_params)
+        out.append({"schedule": name, "step_s": alt.step, "bubble_s": alt.bubble, "memory_bytes": alt.memory_bytes,
+                    "fits": alt.memory_bytes <= hw.memory_bytes})
+    return sorted(out, key=lambda r: r["step_s"])
 
 
 class Pipeline(CompileHooks):
@@ -449,8 +344,9 @@ class Pipeline(CompileHooks):
                 raise
             return rejected(self.name, config, pipeline_mesh(config), str(e), form=label)
         mesh = pipeline_mesh(n)  # a forced configuration's degrees resolved
+        label = pipeline_label(config, schedule=n.schedule)
         if n.inner is not None:
-            label = pipeline_label(config, n.inner.tensor_grid(n.data * n.m))
+            label = pipeline_label(config, n.inner.tensor_grid(n.data * n.m), n.schedule)
             uses = n.inner.uses[n.data * n.m]
             # Megatron inside the stages (weighed there), or a grid no region takes (the same without it)
             if ctx.forced is None and (not uses & {"dsp", "tensor3d"}
@@ -480,7 +376,7 @@ class Pipeline(CompileHooks):
         for priced in mine:
             n, c = priced.detail, priced.config
             t = n.tensor
-            base = dataclasses.replace(c, data=n.data, tensor=t, microbatches=n.m, mixed=True)
+            base = dataclasses.replace(c, data=n.data, tensor=t, microbatches=n.m, schedule=n.schedule, mixed=True)
             grids = ([None] if widest >= t else []) + tensor_grids(ctx.model, t, rows=False)
             out += [dataclasses.replace(base, grid=g) for g in grids]
         return out

@@ -53,6 +53,7 @@ from autopar.strategies.pipeline.stages import split
 from autopar.passes.recompute import recompute_pass
 from autopar.strategies.family import StageCut
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS
+from autopar.planning.schedules import rank_of, stages_of
 from autopar.planning.strategy import PlanError
 from autopar.runtime import devices, groups as G
 from autopar.strategies.pipeline.executor import PipelineExecutor, StageProgram
@@ -119,7 +120,7 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
     vocab = regions(gm, "vocab")
     position = plan_.rank_coordinates(rank)["pipeline"]
     out = {}
-    for s in range(position, len(stages), p):
+    for s in stages_of(pp["schedule"], p, pp["chunks"], position):
         stage = stages[s]
         stage.module.meta[STAGE] = s
         last = s == len(stages) - 1
@@ -162,6 +163,7 @@ class PipelineRunner:
         pp = plan.pipeline
         self.p, self.v, self.m = pp["stages"], pp["chunks"], pp["microbatches"]
         self.position = plan.rank_coordinates(state.rank)["pipeline"]
+        self.last = rank_of(pp["schedule"], self.p, self.p * self.v - 1)  # the pipeline rank of the last stage
         self.parts, self.chunk = plan.batch_parts(), plan.batch_chunk(state.rank)
         self.executor = PipelineExecutor(self.p, self.v, self.position,
                                          dist.get_process_group_ranks(state.groups["pipeline"]), pp["schedule"],
@@ -230,7 +232,7 @@ class PipelineRunner:
         with state.running(stage=True), use_target_count(count):
             out = self.executor.forward_only(programs, dict(zip(names, local_inputs)))
             box = [out]
-            dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self.p - 1)
+            dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self.last)
         state.finish()
         return devices.to_rank_device(box[0], state.device)   # unpickled on the sender's device
 
@@ -268,7 +270,7 @@ class PipelineRunner:
                 if data > 1:
                     dist.all_reduce(loss, group=G.get_group("data"))
                     loss = loss if summed else loss / data
-            dist.broadcast(loss, group=G.get_group("pipeline"), group_src=self.p - 1)
+            dist.broadcast(loss, group=G.get_group("pipeline"), group_src=self.last)
         return loss.to(self.dtype)
 
     def _arm(self, program: StageProgram) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from autopar.ir import tensor_spec
 from autopar.passes.analysis.flops import node_flops
 from autopar.planning.model import ModelFacts, region_sizes
+from autopar.planning.schedules import rank_of
 from autopar.planning.strategy import PlanError
 from autopar.strategies.megatron.planner import rule_gaps
 from autopar.strategies.pipeline.stages import StageError, boundary_values, parameter_stages, partition
@@ -70,24 +71,61 @@ class PipelineShape:
             key = (tuple(sorted(where)), *split_of.get(rid, (None, None)))
             params[key] = params.get(key, 0.0) + model.params[pname].numel()
         self.params = [(where, sizes, vocab, elems) for (where, sizes, vocab), elems in params.items()]
+        self.passes = [_pass_shares(model, part.nodes_of(s)) for s in range(stages)]
         table = model.table
         self.carried = [float(sum(tensor_spec(table[v]).nbytes for v in values if tensor_spec(table[v]) is not None))
                         for values in boundary_values(model.gm, part)]
 
-    def rank_params(self, p: int, tensor: int) -> tuple[list[float], float]:
+    def rank_params(self, p: int, tensor: int, schedule: str = "1f1b") -> tuple[list[float], float]:
         """Parameter elements per pipeline rank of ``p`` (split ones over the tensor
-        group), and the elements of the tied ones (read on several ranks)."""
+        group; stages placed as ``schedule`` places them), and the elements of the tied
+        ones (read on several ranks)."""
         rank_params = [0.0] * p
         tied_elems = 0.0
         for where, sizes, vocab, elems in self.params:
             if sizes is not None and tensor > 1 and all(size % tensor == 0 for _, size in sizes):
                 elems = elems / tensor * (-(-vocab // tensor) * tensor / vocab if vocab else 1)  # a padded vocabulary
-            ranks = {s % p for s in where}
+            ranks = {rank_of(schedule, p, s) for s in where}
             for r in ranks:
                 rank_params[r] += elems
             if len(ranks) > 1:
                 tied_elems += elems
         return rank_params, tied_elems
+
+
+def _reads_parameter(node, depth: int = 3) -> bool:
+    """Whether ``node`` reads a parameter, directly or through a few views of one."""
+    for arg in node.all_input_nodes:
+        if arg.op == "get_attr":
+            return True
+        if depth and arg.op == "call_function" and len(arg.all_input_nodes) == 1 and _reads_parameter(arg, depth - 1):
+            return True
+    return node.op == "call_module"
+
+
+def _pass_shares(model: ModelFacts, names: list[str]) -> tuple[float, float]:
+    """A stage's ``(forward, weight-gradient)`` shares of its training FLOPs: a matmul
+    runs once forward and twice backward (its input's and its weight's gradient, the
+    second only where one operand is a parameter), any other kernel once each way
+    (Qi et al. 2024 §2: F, B and W). The zero-bubble schedules price ``F``, ``I`` and
+    ``W`` by them."""
+    forward = weights = total = 0.0
+    table = model.table
+    for name in names:
+        work = model.work.get(name)
+        if work is None or not work.is_kernel:
+            continue
+        flops = float(work.flops) or float(work.bytes_moved) / 8  # a memory-bound kernel: its bytes as work
+        forward += flops
+        if work.is_matmul:
+            total += 3 * flops
+            if _reads_parameter(table[name]):
+                weights += flops
+        else:
+            total += 2 * flops
+    if total <= 0:
+        return 0.5, 0.0
+    return forward / total, weights / total
 
 
 def pipeline_shape(model: ModelFacts, stages: int) -> PipelineShape:
