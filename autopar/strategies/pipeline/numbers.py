@@ -122,11 +122,9 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     if inner is not None:
         stage_s, stage_comm, stage_act, rank_params, tied_elems = inner.figures(scale, p, recompute, schedule)
     else:
-        if memo is None or key not in memo:
-            figures = _stage_figures(model, hw, shape, stages, scale, tensor, recompute, sequence and tensor > 1)
-            if memo is None:
-                memo = {}
-            memo[key] = figures
+        memo = {} if memo is None else memo
+        if key not in memo:
+            memo[key] = _stage_figures(model, hw, shape, stages, scale, tensor, recompute, sequence and tensor > 1)
         stage_s, stage_comm, stage_act = memo[key]
         rank_params, tied_elems = shape.rank_params(p, tensor, schedule)
     # the executor's work per stage and microbatch: one forward action, one backward (two
