@@ -34,19 +34,11 @@ import autopar
 from autopar.planning.timeline import simulate
 from autopar.runtime.launcher import launch
 from autopar.testing import measured_bubbles
+from bench_pipeline import make_case  # the same 8-block transformer
 
 P = 4
 SCHEDULES = [("1F1B", "1f1b", 1), ("interleaved v=2", "interleaved", 2), ("ZB-H1", "zb-h1", 1),
              ("interleaved ZB v=2", "interleaved-zb", 2), ("ZB-V", "zbv", 2)]
-
-
-def make_case(quick: bool):
-    from examples.models import TinyTransformer, lm_loss
-    torch.manual_seed(0)
-    width = 64 if quick else 128
-    model = TinyTransformer(vocab=64, width=width, heads=4, layers=8, block=32)
-    ids = torch.randint(0, 64, (16, 32))
-    return model, (ids,), torch.randint(0, 64, (16, 32)), lm_loss
 
 
 def _pass_medians(traces: list) -> dict[str, float]:
