@@ -24,6 +24,8 @@ Without ranks: the branch concat's collective against single-process math is in 
 same launch; pins that cannot run are errors naming the region or pattern; the
 dynamic programme's boundary credit; the plan's JSON round trip.
 """
+import re
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -183,9 +185,11 @@ def test_mixed_plan_matches_single_device_on_8_ranks(index):
         report = rank_reports[index]
         _assert_equal_to_single_device(report)
         if "pipeline" in CASES8[index][1]:
-            assert sorted(report["executed"].split()) == ["B0", "B1", "F0", "F1"]  # two microbatches
+            # two microbatches, their backward whole or split into input and weight passes
+            assert sorted(report["executed"].split()) in (["B0", "B1", "F0", "F1"],
+                                                          ["F0", "F1", "I0", "I1", "W0", "W1"])
     plan = _EQUIVALENCE8()[0][index]["plan"]
-    assert "pipeline 1f1b, mixed" in plan or "over 2 sub-grids of 2 tensor ranks" in plan
+    assert re.search(r"pipeline (1f1b|zb-h1), mixed", plan) or "over 2 sub-grids of 2 tensor ranks" in plan
 
 
 @pytest.mark.multiprocess

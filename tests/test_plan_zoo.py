@@ -169,7 +169,10 @@ def test_forced_experts_on_a_base_that_fits_only_with_zero_plans_it():
 
 def test_auto_weighs_experts_on_bases_that_need_zero():
     plan = _small_mixtral("auto")
-    assert plan.experts > 1 and not plan.zero and plan.why_not("experts").startswith("experts: chosen")
+    # expert parallelism without ZeRO against the bases with it: the fastest wins (here a
+    # zero-bubble pipeline with ZeRO-2, by 2 %); the experts' best is weighed and named
+    assert plan.step_s == pytest.approx(min(c.step_s for c in plan.candidates if c.feasible))
+    assert plan.why_not("experts").startswith(("experts: chosen", "experts: lost"))
     priced = experts_priced(plan)
     # every data x tensor layout at every expert degree (none fits without ZeRO), and pipelines
     meshes = {(c.mesh.get("pipeline", 1), c.mesh["data"], c.mesh["tensor"], c.form) for c in priced}

@@ -72,6 +72,29 @@ def test_first_stage_defers_its_whole_backward_to_w():
         torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-14, atol=1e-14)
 
 
+@pytest.mark.parametrize("outputs", ["sum", "gram", "bias", "leaf"])
+def test_a_weight_reaching_an_output_beside_the_inputs_graph_is_not_split(outputs):
+    """A weight the inputs' graph meets that also reaches an output another way (a bias
+    sent on beside the hidden state, an output made of weights alone, a parameter
+    returned as it is): W from the intermediates alone would lose that part."""
+    def run(split):
+        torch.manual_seed(0)
+        p0 = nn.Parameter(torch.randn(3, 3, dtype=torch.float64))
+        x = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+        bias = p0[0] * 1.0
+        outs = {"sum": [x @ p0, p0.sum(0) * 3], "gram": [x @ p0, p0.t() @ p0],
+                "bias": [x @ p0 + bias, bias], "leaf": [x @ p0, p0]}[outputs]
+        grads = [torch.ones_like(o) for o in outs]
+        if split:
+            input_pass(outs, grads, [x]).run()
+        else:
+            torch.autograd.backward(outs, grads)
+        return x.grad, p0.grad
+    (x1, p1), (x2, p2) = run(False), run(True)
+    torch.testing.assert_close(x2, x1, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(p2, p1, rtol=1e-14, atol=1e-14)
+
+
 def test_a_weight_read_beside_the_inputs_graph_is_not_split():
     """A weight whose gradient reaches the outputs without meeting the input's graph
     would lose it in W: I runs the whole backward instead."""

@@ -3,9 +3,10 @@
 (:mod:`autopar.planning.timeline`), and tests compare it with the paper's Figure 4.
 
 A schedule for ``p`` ranks and ``m`` microbatches is, per rank, a list of
-:class:`Action`: ``F`` or ``B`` of one microbatch on one model chunk (``chunk`` is 0
-without interleaving; with ``v`` chunks per rank, rank ``r``'s chunk ``c`` is pipeline
-stage ``c·p + r``, Megatron's assignment of layers 1-4 and 9-12 to device 1).
+:class:`Action`: ``F`` or ``B`` (``I`` and ``W`` split) of one microbatch on one model
+chunk (``chunk`` is 0 without interleaving; with ``v`` chunks per rank, rank ``r``'s chunk
+``c`` is pipeline stage ``c·p + r``, Megatron's assignment of layers 1-4 and 9-12 to
+device 1; under ZB-V stages ``r`` and ``2p − 1 − r``, :func:`stage_of`).
 
 * :func:`gpipe` (§2.2.1, GPipe): every forward, then every backward, first in first out.
 * :func:`one_f_one_b` (§2.2.1, PipeDream-Flush): ``p − r − 1`` warm-up forwards on rank

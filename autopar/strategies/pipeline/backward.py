@@ -29,9 +29,10 @@ forward in each pass that unpacks its saved tensors — once in ``I`` and once m
 ``inputs=``), so the gradient hooks of the data-parallel buckets fire as for a whole
 backward. Where no received input needs a gradient (the first stage) ``I`` does nothing
 and ``W`` runs the whole backward, as ``torch.distributed.pipelining`` does; where a
-weight's gradient reaches the outputs without meeting the input closure (a weight read
-only by an output that does not depend on the inputs), ``I`` runs the whole backward and
-``W`` nothing: a split that would lose a gradient is never made.
+weight's gradient reaches an output by any path outside the input closure (an output
+computed from weights alone, a bias sent on to later stages beside the hidden state, a
+parameter returned as it is), ``I`` runs the whole backward and ``W`` nothing: a split
+that would lose a gradient is never made.
 """
 from __future__ import annotations
 
@@ -123,15 +124,19 @@ def input_pass(outputs: list[torch.Tensor], grads: list[torch.Tensor], inputs: l
     leaves = [x for x in inputs if x.requires_grad]
     if not leaves:
         return WeightPass(whole=(outputs, grads))
+    if any(y.grad_fn is None for y in outputs):  # an output that is a leaf (a parameter): no split
+        torch.autograd.backward(outputs, grads)
+        return WeightPass()
     roots = [n for n in map(_node, outputs) if n is not None]
     users = _users(roots)
     starts = [n for n in map(_node, leaves) if n is not None]
     closure, _ = _upward(starts, users, set())
+    outside = set(roots) - closure  # outputs the inputs do not reach (a parameter itself, a bias...)
     by_intermediate: dict[Node, dict] = {}
     for acc in [n for n in users if n not in starts and isinstance(getattr(n, "variable", None), torch.Tensor)]:
         weight = acc.variable
-        _, met = _upward([acc], users, closure)
-        if not met:  # reaches the outputs beside the inputs' graph: no split (module docstring)
+        seen, met = _upward([acc], users, closure)
+        if not met or seen & outside:  # reaches an output beside the inputs' graph: no split
             torch.autograd.backward(outputs, grads)
             return WeightPass()
         group = {"intermediates": set(met), "weights": {acc: weight}}

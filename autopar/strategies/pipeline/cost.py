@@ -33,6 +33,7 @@ import functools
 
 from autopar.planning.timeline import simulate
 
+
 def in_flight(name: str, p: int, m: int, v: int, rank: int) -> list[int]:
     """Most microbatches whose activations rank ``rank`` holds at once, per chunk (at the
     first moment the total is largest), in closed form from the schedules' shapes
@@ -40,6 +41,15 @@ def in_flight(name: str, p: int, m: int, v: int, rank: int) -> list[int]:
     the peak comes with the first forward after the warm-up, before any backward, so it
     is that many forwards: ``m`` under GPipe, ``min(p − r, m)`` under 1F1B, and warm-up + 1
     chunk-passes interleaved, whose k-th forward runs chunk ``(k mod p·v) // p``."""
+    return list(_in_flight(name, p, m, v, rank))
+
+
+@functools.lru_cache(maxsize=65536)
+def _in_flight(name: str, p: int, m: int, v: int, rank: int) -> tuple[int, ...]:
+    return tuple(_counts(name, p, m, v, rank))
+
+
+def _counts(name: str, p: int, m: int, v: int, rank: int) -> list[int]:
     if name == "gpipe":
         return [m] + [0] * (v - 1)
     if name in ("zb-h1", "interleaved-zb"):  # a microbatch's activations live until its W
@@ -74,24 +84,28 @@ def split_bubble(name: str, p: int, m: int, v: int, forward: float, input_grad: 
     Qi et al.'s closed form assumes equal passes (ZB-H1: ``(p − 1)(F + I − W)``); with
     unequal ones the weight passes fill the bubbles only up to their length: ZB-H1 and
     the interleaved zero-bubble schedule take ``(p − 1)·max(F, F + I − W)`` per chunk
-    once ``m ≥ p`` (a test checks it against the simulation). ZB-V has no such simple
+    once ``m ≥ p`` (a test checks it against the simulation); with fewer microbatches
+    than ranks the timeline is simulated up to 8 ranks and taken as ``(p − 1)(F + I)``
+    beyond (the weight passes then mostly wait at the end). ZB-V has no such simple
     form (it grows by about ``(p − 2)·(W − F)`` where ``W > F``), so its timeline, and
     any with fewer microbatches than ranks, is simulated, memoised on the passes'
     ratios (to 1/8 of the forward); with ``m ≥ 2p`` (or past a few thousand actions) at
-    4 and 8 ranks with ``2p`` microbatches, where the bubble no longer depends on
-    ``m``, and extrapolated along ``p`` (affine there; a test checks it against the
-    whole simulation). ``"auto"`` weighs ZB-V only with ``m ≥ 2p``, the microbatches its
-    order is made for."""
+    2 and 3 ranks with ``2p`` microbatches, where the bubble no longer depends on
+    ``m``, and extrapolated along ``p`` (it is affine in ``p`` from 2 ranks on: checked
+    for every ratio from 1/4 to 4 in steps of 1/8 at 8 and 13 ranks, and by a test).
+    ``"auto"`` weighs ZB-V only with ``m ≥ 2p``, the microbatches its order is made for."""
     if forward <= 0:
         return 0.0
     if name != "zbv" and m >= p:  # ZB-H1 and its interleaved form: the weight passes fill up to W
         return (p - 1) * max(forward, forward + input_grad - weight_grad)
+    if name != "zbv" and p > 8:  # fewer microbatches than ranks, many ranks: the W passes wait at the end
+        return (p - 1) * (forward + input_grad)
     ratio_i = round(input_grad / forward * 8) / 8
     ratio_w = round(weight_grad / forward * 8) / 8
     if m < 2 * p and p * m * v * 3 <= _EXACT_ACTIONS:
         return _bubble_units(name, p, m, v, ratio_i, ratio_w) * forward
-    low, high = (_bubble_units(name, k, 2 * k, v, ratio_i, ratio_w) for k in (4, 8))
-    return max(low + (high - low) * (p - 4) / 4, 0.0) * forward
+    two, three = (_bubble_units(name, k, 2 * k, v, ratio_i, ratio_w) for k in (2, 3))
+    return max(two + (three - two) * (p - 2), 0.0) * forward
 
 
 @functools.lru_cache(maxsize=4096)
@@ -107,7 +121,7 @@ def activation_memory(name: str, p: int, m: int, v: int, rank: int, chunk_bytes:
     saved activations (``chunk_bytes``) times the microbatches in flight; under
     recomputation only the chunk's inputs (``chunk_input_bytes``) per microbatch in
     flight plus the largest chunk's activations, rebuilt for one backward at a time."""
-    counts = in_flight(name, p, m, v, rank)
+    counts = _in_flight(name, p, m, v, rank)
     if recompute:
         return sum(n * b for n, b in zip(counts, chunk_input_bytes)) + max(chunk_bytes, default=0.0)
     return sum(n * b for n, b in zip(counts, chunk_bytes))

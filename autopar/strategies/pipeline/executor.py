@@ -116,8 +116,8 @@ class PipelineExecutor:
         # track_memory: count the bytes autograd saves for backward per microbatch in flight
         # (parameters excluded) and keep the step's peak in peak_saved_bytes
         self.track_memory = False
-        # called with a stage's program before its last backward of the step (the runner
-        # arms its parameters' gradient buckets there)
+        # called with the parameters whose gradient the next action makes final (the
+        # runner arms their gradient buckets there)
         self.before_last_backward = None
         self.peak_saved_bytes = 0
         self._saved: dict[tuple[int, int], dict[int, int]] = {}
@@ -197,12 +197,10 @@ class PipelineExecutor:
         self.trace, self.waited_s = [], 0.0
         self.peak_saved_bytes, self._saved = 0, {}
         actions = list(schedule(self.schedule_name, self.p, m, self.position, self.v))
-        last_backward = {}  # chunk -> its last action giving weights gradients (final after it)
-        for action in actions:
-            if action.kind in "BW":
-                last_backward[action.chunk] = action
+        arm = self._arming(actions, programs)
         weights: dict[tuple[int, int], WeightPass] = {}  # I done, W to run
-        for action in actions:
+        self._local.clear()
+        for index, action in enumerate(actions):
             start = time.perf_counter()
             stage = self.stage(action.chunk)
             program = programs[stage]
@@ -213,17 +211,34 @@ class PipelineExecutor:
                 if program.last:
                     losses[action.microbatch] = state[key].loss.detach()
             else:
-                if last_backward.get(action.chunk) is action and self.before_last_backward is not None:
-                    self.before_last_backward(program)
+                if index in arm and self.before_last_backward is not None:
+                    self.before_last_backward(arm[index])
                 if action.kind == "W":
                     weights.pop(key).run()
+                elif action.kind == "I":
+                    weights[key] = self._backward(program, action, state.pop(key), loss_scale, True)
                 else:
-                    weights[key] = self._backward(program, action, state.pop(key), loss_scale, action.kind == "I")
+                    self._backward(program, action, state.pop(key), loss_scale)
                 if action.kind != "I":
                     self._saved.pop(key, None)
             self.trace.append((action, start, time.perf_counter()))
         self.finish_sends()
         return [losses[i] for i in sorted(losses)]
+
+    def _arming(self, actions: list[Action], programs: dict[int, StageProgram]) -> dict[int, list]:
+        """Action index → the parameters whose gradient is final after it: each
+        parameter's last ``B`` or ``W`` over all of this rank's chunks (a weight two of
+        its stages read — ZB-V's tied embedding and head on rank 0 — is final only after
+        the later chunk's last pass)."""
+        last: dict[int, tuple[int, torch.nn.Parameter]] = {}
+        for index, action in enumerate(actions):
+            if action.kind in "BW":
+                for param in programs[self.stage(action.chunk)].module.parameters():
+                    last[id(param)] = (index, param)
+        out: dict[int, list] = {}
+        for index, param in last.values():
+            out.setdefault(index, []).append(param)
+        return out
 
     @contextlib.contextmanager
     def _counting(self, key: tuple[int, int], program: StageProgram):

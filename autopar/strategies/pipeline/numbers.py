@@ -132,34 +132,22 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     stage_s = [x + (3 if schedule in SPLIT_BACKWARD else 2) * hw.pipeline_action_s for x in stage_s]
     carried = [b / scale for b in shape.carried]
     inter_node = data * tensor >= hw.devices_per_node
-    sends = [cost_model.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
-             + (cost_model.all_gather_time(tensor, b / tensor, hw) if scatter_gather and tensor > 1 else 0.0)
-             for b in carried]
+    priced: dict[float, float] = {}  # the boundaries mostly carry the same bytes: priced once each
+    for b in carried:
+        if b not in priced:
+            priced[b] = (cost_model.point_to_point_time(b / tensor if scatter_gather else b, hw, inter_node=inter_node)
+                         + (cost_model.all_gather_time(tensor, b / tensor, hw) if scatter_gather and tensor > 1
+                            else 0.0))
+    sends = [priced[b] for b in carried]
     split = schedule in SPLIT_BACKWARD
-    rank_s, rank_p2p, rank_comm, passes = [], [], [], []
-    for r in range(p):
-        mine = stages_of(schedule, p, v, r)
-        # a boundary between two stages of one rank (ZB-V's turn) sends nothing
-        p2p = sum((sends[s] if s < stages - 1 and rank_of(schedule, p, s + 1) != r else 0.0)
-                  + (sends[s - 1] if s > 0 and rank_of(schedule, p, s - 1) != r else 0.0) for s in mine)
-        rank_p2p.append(p2p)
-        rank_comm.append(sum(stage_comm[s] for s in mine))
-        f = i = w = 0.0
-        for s in mine:
-            forward, weight = shape.passes[s]
-            compute = (stage_s[s] - stage_comm[s]) / (1 + forward if recompute else 1)  # one forward + backward
-            f += forward * compute + stage_comm[s] / 2
-            w += weight * compute + (forward * compute if recompute and split else 0.0)
-            i += compute * (1 - forward - weight) + (forward * compute if recompute else 0.0) + stage_comm[s] / 2
-        passes.append((f + p2p / 2, i + p2p / 2, w))
-        rank_s.append(sum(passes[-1]))
+    rank_s, rank_p2p, rank_comm, passes = _rank_figures(shape, schedule, p, v, stage_s, stage_comm, sends, recompute)
     if split:
         pipe_step, bubble = _split_step(schedule, p, m, v, rank_s, passes)
     else:
         pipe_step, bubble = pipeline_cost.step_time(rank_s, p, m, v)
     # gradients all-reduced over the data ranks after the last microbatch, tied ones
     # summed over their stages' ranks
-    data_s = max(cost_model.all_reduce_time(data, e * 4, hw, stride=tensor) for e in rank_params)
+    data_s = cost_model.all_reduce_time(data, max(rank_params) * 4, hw, stride=tensor)  # the busiest rank's
     tied_s = cost_model.all_reduce_time(2, tied_elems * 4, hw, stride=data * tensor) if tied_elems else 0.0
     memory = []
     for r in range(p):
@@ -176,6 +164,34 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
         rank_s, slow, rank_p2p, rank_comm, data_s, tied_s, memory, max(mem[1 if recompute else 0] for mem in memory),
         recompute, {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble, "data": data_s + tied_s},
         inner, tuple(rank_params), sequence=sequence and tensor > 1, passes=tuple(passes[slow]))
+
+
+def _rank_figures(shape: PipelineShape, schedule: str, p: int, v: int, stage_s: list[float], stage_comm: list[float],
+                  sends: list[float], recompute: bool) -> tuple[list, list, list, list]:
+    """Per pipeline rank: seconds per microbatch, its point-to-point and tensor-parallel
+    parts, and its ``(F, I, W)`` seconds (Qi et al. 2024 §2: the stage's FLOP shares,
+    ``PipelineShape.passes``; Megatron all-reduces half in F, half in I; sends forward in
+    F, backward in I)."""
+    stages, split = p * v, schedule in SPLIT_BACKWARD
+    rank_s, rank_p2p, rank_comm, passes = [], [], [], []
+    for r in range(p):
+        mine = stages_of(schedule, p, v, r)
+        # a boundary between two stages of one rank (ZB-V's turn) sends nothing
+        p2p = sum((sends[s] if s < stages - 1 and rank_of(schedule, p, s + 1) != r else 0.0)
+                  + (sends[s - 1] if s > 0 and rank_of(schedule, p, s - 1) != r else 0.0) for s in mine)
+        rank_p2p.append(p2p)
+        rank_comm.append(sum(stage_comm[s] for s in mine))
+        f = i = w = 0.0
+        for s in mine:
+            forward, weight = shape.passes[s]
+            compute = (stage_s[s] - stage_comm[s]) / (1 + forward if recompute else 1)  # one forward + backward
+            f += forward * compute + stage_comm[s] / 2
+            # recomputing, W re-runs the block's forward once per weight group (backward.py)
+            w += weight * compute + (forward * compute * shape.weight_groups[s] if recompute and split else 0.0)
+            i += compute * (1 - forward - weight) + (forward * compute if recompute else 0.0) + stage_comm[s] / 2
+        passes.append((f + p2p / 2, i + p2p / 2, w))
+        rank_s.append(sum(passes[-1]))
+    return rank_s, rank_p2p, rank_comm, passes
 
 
 def _split_step(schedule: str, p: int, m: int, v: int, rank_s: list[float],
@@ -204,7 +220,8 @@ def with_zero(n: PipelineNumbers, zero: int, hw: Hardware, largest: float = 0.0)
         whole = cost_model.training_memory(params, 0.0)
         sharded = levers.state_bytes(params, n.data, zero, n.m, largest)
         memory.append((keep - whole + sharded, again - whole + sharded))
-    data_s = max(levers.zero_comm(e, n.data, n.tensor, zero, n.m, 0.0, hw) for e in n.rank_params)
+    # the busiest rank's: the exchange grows with the elements (one call, not one per rank)
+    data_s = levers.zero_comm(max(n.rank_params), n.data, n.tensor, zero, n.m, 0.0, hw)
     step = n.step - n.data_s + data_s
     comm = {**n.comm_s, "data": n.comm_s["data"] - n.data_s + data_s}
     return dataclasses.replace(n, memory=memory, memory_bytes=max(mem[1 if n.recompute else 0] for mem in memory),

@@ -203,9 +203,11 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
         for mode, sp in ((mode, sp) for mode in modes for sp in splits):
             fitting = None
             for name in names:
-                if not pipeline_cost.accepts(name, p, m, config.chunks) or (
-                        name == "zbv" and config.schedule is None and m < 2 * p):
-                    continue  # ZB-V's order is made for at least 2p − 1 microbatches
+                if not pipeline_cost.accepts(name, p, m, config.chunks) or (config.schedule is None and (
+                        (name == "zbv" and m < 2 * p) or (mode and name in SPLIT_BACKWARD))):
+                    # ZB-V's order is made for at least 2p − 1 microbatches; recomputing, a
+                    # split backward re-runs each block's forward per weight group in W
+                    continue
                 numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, name, data, tensor,
                                            config.scatter_gather, mode, inner, sp, memo)
                 stages = (zero,) if zero is not None else (0, 1, 2, 3) if data > 1 else (0,)

@@ -2,7 +2,8 @@
 
 The :class:`~autopar.runtime.module.ParallelModule` of a plan with a ``pipeline`` runs through
 it. A rank at pipeline position
-``r`` holds only the parameters its stages read (stages ``c·p + r``); the others are
+``r`` holds only the parameters its stages read (stages ``c·p + r``, or ``r`` and
+``2p − 1 − r`` under ZB-V: :func:`autopar.planning.schedules.stages_of`); the others are
 empty on it. ``step`` splits its data rank's share of the batch into ``m`` microbatches,
 runs the schedule (:class:`autopar.strategies.pipeline.executor.PipelineExecutor`), and:
 
@@ -273,10 +274,9 @@ class PipelineRunner:
             dist.broadcast(loss, group=G.get_group("pipeline"), group_src=self.last)
         return loss.to(self.dtype)
 
-    def _arm(self, program: StageProgram) -> None:
-        """Before a stage's last backward of the step: its parameters' gradients are final
-        after it, so the data buckets may launch them as they are ready."""
-        params = list(program.module.parameters())
+    def _arm(self, params: list) -> None:
+        """Before the action after which ``params`` have their last gradient of the step:
+        the data buckets may launch them as they are ready."""
         for buckets in self.state.buckets.values():
             buckets.arm(params)
 

@@ -72,6 +72,11 @@ class PipelineShape:
             params[key] = params.get(key, 0.0) + model.params[pname].numel()
         self.params = [(where, sizes, vocab, elems) for (where, sizes, vocab), elems in params.items()]
         self.passes = [_pass_shares(model, part.nodes_of(s)) for s in range(stages)]
+        # weight-reading kernels per block of each stage: under recomputation a zero-bubble W
+        # runs one backward per weight group, each re-running its block's forward
+        blocks = [list(part.assignment).count(s) for s in range(stages)]
+        self.weight_groups = [sum(1 for n in part.nodes_of(s) if _weight_kernel(model, n)) / max(blocks[s], 1)
+                              for s in range(stages)]
         table = model.table
         self.carried = [float(sum(tensor_spec(table[v]).nbytes for v in values if tensor_spec(table[v]) is not None))
                         for values in boundary_values(model.gm, part)]
@@ -80,6 +85,10 @@ class PipelineShape:
         """Parameter elements per pipeline rank of ``p`` (split ones over the tensor
         group; stages placed as ``schedule`` places them), and the elements of the tied
         ones (read on several ranks)."""
+        key = (p, tensor, rank_of(schedule, p, p * 2 - 1) if p > 1 else 0)  # the V layout or the loop
+        cache = self.__dict__.setdefault("_rank_params", {})
+        if key in cache:
+            return list(cache[key][0]), cache[key][1]
         rank_params = [0.0] * p
         tied_elems = 0.0
         for where, sizes, vocab, elems in self.params:
@@ -90,7 +99,8 @@ class PipelineShape:
                 rank_params[r] += elems
             if len(ranks) > 1:
                 tied_elems += elems
-        return rank_params, tied_elems
+        cache[key] = (rank_params, tied_elems)
+        return list(rank_params), tied_elems
 
 
 def _reads_parameter(node, depth: int = 3) -> bool:
@@ -101,6 +111,11 @@ def _reads_parameter(node, depth: int = 3) -> bool:
         if depth and arg.op == "call_function" and len(arg.all_input_nodes) == 1 and _reads_parameter(arg, depth - 1):
             return True
     return node.op == "call_module"
+
+
+def _weight_kernel(model: ModelFacts, name: str) -> bool:
+    work = model.work.get(name)
+    return work is not None and work.is_kernel and _reads_parameter(model.table[name])
 
 
 def _pass_shares(model: ModelFacts, names: list[str]) -> tuple[float, float]:
