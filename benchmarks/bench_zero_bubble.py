@@ -16,7 +16,9 @@ Pipeline Parallelism", ICLR 2024) against 1F1B and the interleaved 1F1B.
    31 % with twice the memory).
 
 Four processes share this machine's two cores, so a rank that waits lends its core to
-another: absolute times are what this machine gives, the ratios are what to read.
+another: a bubble there is not idle hardware, and what decides the step is the total work
+(which the split adds to). **p = 2 on 2 ranks, one per core** (1F1B, ZB-H1, ZB-V at m = 2,
+4, 8) is where a bubble is idle time, as on GPUs.
 
     python benchmarks/bench_zero_bubble.py [--steps 10] [--quick] [--presets-only]
 """
@@ -50,16 +52,17 @@ def _pass_medians(traces: list) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in kinds.items()}
 
 
-def rank_job(steps: int, warmup: int, quick: bool, counts: tuple[int, ...]) -> dict:
+def rank_job(steps: int, warmup: int, quick: bool, counts: tuple[int, ...], schedules=SCHEDULES) -> dict:
     torch.set_num_threads(1)
     torch.set_flush_denormal(True)
     model, inputs, target, loss_fn = make_case(quick)
     modules, spans, traces = {}, {}, {}
-    for label, name, v in SCHEDULES:
+    p = dist.get_world_size()
+    for label, name, v in schedules:
         for m in counts:
             key = f"{label} m={m}"
             modules[key] = autopar.compile(model, None, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
-                                           strategy={"pipeline": P, "microbatches": m, "schedule": name, "chunks": v})
+                                           strategy={"pipeline": p, "microbatches": m, "schedule": name, "chunks": v})
             spans[key], traces[key] = [], []
 
     def stepper(key):
@@ -81,23 +84,25 @@ def rank_job(steps: int, warmup: int, quick: bool, counts: tuple[int, ...]) -> d
     if dist.get_rank() != 0:
         return {}
     rows = []
-    for label, name, v in SCHEDULES:
+    for label, name, v in schedules:
         for m in counts:
             key = f"{label} m={m}"
             measured = statistics.median(measured_bubbles([{"spans": r["spans"][key]} for r in everyone]))
             passes = _pass_medians([r["traces"][key] for r in everyone])
             forward = passes["F"]
             backward = passes.get("B", passes.get("I", 0.0) + passes.get("W", 0.0))
-            timeline = simulate(name, P, m, v, forward=forward, backward=backward, input_grad=passes.get("I"),
+            timeline = simulate(name, p, m, v, forward=forward, backward=backward, input_grad=passes.get("I"),
                                 weight_grad=passes.get("W"))
             plan = modules[key].plan
-            rows.append(compare("zero bubble", key, times, ours=key, baseline=f"1F1B m={m}", goal=float("inf"),
-                                note=f"bubble measured {measured:.3f}, simulated from measured passes "
+            rows.append(compare(f"zero bubble p={p}", key, times, ours=key, baseline=f"1F1B m={m}", goal=float("inf"),
+                                note=f"passes {', '.join(f'{k} {x * 1e3:.2f}' for k, x in sorted(passes.items()))} "
+                                     f"ms; bubble measured {measured:.3f}, simulated from measured passes "
                                      f"{timeline.bubble_fraction:.3f}, planner {plan.pipeline['bubble_fraction']:.3f}; "
                                      f"predicted step {plan.step_s * 1e3:.1f} ms"))
     return {"rows": rows}
 
 
+P2_SCHEDULES = [("1F1B", "1f1b", 1), ("ZB-H1", "zb-h1", 1), ("ZB-V", "zbv", 2)]
 GPT3_SHAPES = [("GPT-3 6.7B", 32, 4096, 32), ("GPT-3 13B", 40, 5120, 40), ("GPT-3 175B", 96, 12288, 96)]
 
 
@@ -127,17 +132,23 @@ def presets(quick: bool) -> list[str]:
 def main(argv=None) -> list:
     p = parser(__doc__.splitlines()[0], default_steps=10)
     p.add_argument("--presets-only", action="store_true", help="only the predicted gains on the presets")
+    p.add_argument("--p2-only", action="store_true", help="only p = 2 on 2 ranks")
     args = p.parse_args(argv)
     steps, warmup = (max(3, args.steps // 3), 1) if args.quick else (args.steps, 2)
     rows = []
     if not args.presets_only:
         counts = (4, 8) if args.quick else (4, 8, 16)
-        rows = launch(rank_job, P, (steps, warmup, args.quick, counts), timeout_s=3000)[0]["rows"]
-        print_rows(f"zero-bubble schedules, p={P} on 4 gloo ranks ({steps} steps, {warmup} warm-up)", rows)
-    print("predicted gain over 1F1B on the presets (Qi et al. 2024 report up to +23 % for ZB-H1 at 1F1B's "
-          "memory, +31 % for ZB-H2 with twice the memory):")
-    for line in presets(args.quick):
-        print("  " + line)
+        if not args.p2_only:
+            rows = launch(rank_job, P, (steps, warmup, args.quick, counts), timeout_s=3000)[0]["rows"]
+            print_rows(f"zero-bubble schedules, p={P} on 4 gloo ranks ({steps} steps, {warmup} warm-up)", rows)
+        two = launch(rank_job, 2, (steps, warmup, args.quick, (2, 4, 8), P2_SCHEDULES), timeout_s=3000)[0]["rows"]
+        print_rows(f"zero-bubble schedules, p=2 on 2 gloo ranks, one per core ({steps} steps, {warmup} warm-up)", two)
+        rows += two
+    if not args.p2_only:
+        print("predicted gain over 1F1B on the presets (Qi et al. 2024 report up to +23 % for ZB-H1 at 1F1B's "
+              "memory, +31 % for ZB-H2 with twice the memory):")
+        for line in presets(args.quick):
+            print("  " + line)
     write_json(args.json, rows)
     return rows
 

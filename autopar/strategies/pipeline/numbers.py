@@ -19,6 +19,11 @@ from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline.shape import PipelineShape
 from autopar.strategies.shared import levers
 
+# host seconds of one autograd engine call (a zero-bubble W runs one per weight group), in
+# host operations (``Hardware.host_op_s``): about 120 µs against 10 µs per operation on the
+# 2-core machine (docs/benchmarks.md §18); 0 where the device hides the host (GPU presets)
+ENGINE_CALL_OPS = 12
+
 
 @dataclass(frozen=True)
 class PipelineNumbers:
@@ -140,7 +145,8 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
                             else 0.0))
     sends = [priced[b] for b in carried]
     split = schedule in SPLIT_BACKWARD
-    rank_s, rank_p2p, rank_comm, passes = _rank_figures(shape, schedule, p, v, stage_s, stage_comm, sends, recompute)
+    rank_s, rank_p2p, rank_comm, passes = _rank_figures(shape, schedule, p, v, stage_s, stage_comm, sends, recompute,
+                                                        hw.host_op_s * ENGINE_CALL_OPS)
     if split:
         pipe_step, bubble = _split_step(schedule, p, m, v, rank_s, passes)
     else:
@@ -167,11 +173,12 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
 
 
 def _rank_figures(shape: PipelineShape, schedule: str, p: int, v: int, stage_s: list[float], stage_comm: list[float],
-                  sends: list[float], recompute: bool) -> tuple[list, list, list, list]:
+                  sends: list[float], recompute: bool, engine_call_s: float) -> tuple[list, list, list, list]:
     """Per pipeline rank: seconds per microbatch, its point-to-point and tensor-parallel
     parts, and its ``(F, I, W)`` seconds (Qi et al. 2024 §2: the stage's FLOP shares,
     ``PipelineShape.passes``; Megatron all-reduces half in F, half in I; sends forward in
-    F, backward in I)."""
+    F, backward in I; split, W's host work of one autograd engine call per weight group,
+    ``engine_call_s`` each)."""
     stages, split = p * v, schedule in SPLIT_BACKWARD
     rank_s, rank_p2p, rank_comm, passes = [], [], [], []
     for r in range(p):
@@ -187,7 +194,8 @@ def _rank_figures(shape: PipelineShape, schedule: str, p: int, v: int, stage_s: 
             compute = (stage_s[s] - stage_comm[s]) / (1 + forward if recompute else 1)  # one forward + backward
             f += forward * compute + stage_comm[s] / 2
             # recomputing, W re-runs the block's forward once per weight group (backward.py)
-            w += weight * compute + (forward * compute * shape.weight_groups[s] if recompute and split else 0.0)
+            w += weight * compute + (forward * compute * shape.weight_groups[s] if recompute and split else 0.0) + (
+                shape.weight_kernels[s] * engine_call_s if split else 0.0)
             i += compute * (1 - forward - weight) + (forward * compute if recompute else 0.0) + stage_comm[s] / 2
         passes.append((f + p2p / 2, i + p2p / 2, w))
         rank_s.append(sum(passes[-1]))

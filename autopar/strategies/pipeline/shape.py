@@ -75,8 +75,8 @@ class PipelineShape:
         # weight-reading kernels per block of each stage: under recomputation a zero-bubble W
         # runs one backward per weight group, each re-running its block's forward
         blocks = [list(part.assignment).count(s) for s in range(stages)]
-        self.weight_groups = [sum(1 for n in part.nodes_of(s) if _weight_kernel(model, n)) / max(blocks[s], 1)
-                              for s in range(stages)]
+        self.weight_kernels = [sum(1 for n in part.nodes_of(s) if _weight_kernel(model, n)) for s in range(stages)]
+        self.weight_groups = [k / max(b, 1) for k, b in zip(self.weight_kernels, blocks)]
         table = model.table
         self.carried = [float(sum(tensor_spec(table[v]).nbytes for v in values if tensor_spec(table[v]) is not None))
                         for values in boundary_values(model.gm, part)]
