@@ -95,6 +95,27 @@ def test_a_weight_reaching_an_output_beside_the_inputs_graph_is_not_split(output
     torch.testing.assert_close(p2, p1, rtol=1e-14, atol=1e-14)
 
 
+def test_a_received_input_passed_on_still_splits():
+    """A stage that sends on a value it received unchanged (Llama's rotary tables) has a
+    leaf among its outputs; that is no parameter, and the split is made."""
+    whole, split, x, g = _twins()
+    cos = torch.randn(4, 6, dtype=torch.float64)
+    outs = {}
+    for name, model in (("whole", whole), ("split", split)):
+        xi, ci = x.clone().requires_grad_(), cos.clone().requires_grad_()
+        y = model(xi) * ci
+        grads = [g, torch.ones_like(ci)]
+        if name == "whole":
+            torch.autograd.backward([y, ci], grads)
+        else:
+            weights = input_pass([y, ci], grads, [xi, ci])
+            assert weights.groups and all(p.grad is None for p in model.parameters())
+            weights.run()
+        outs[name] = (xi.grad, ci.grad, [p.grad for p in model.parameters()])
+    for a, b in zip(outs["whole"][:2] + tuple(outs["whole"][2]), outs["split"][:2] + tuple(outs["split"][2])):
+        torch.testing.assert_close(b, a, rtol=1e-14, atol=1e-14)
+
+
 def test_a_weight_read_beside_the_inputs_graph_is_not_split():
     """A weight whose gradient reaches the outputs without meeting the input's graph
     would lose it in W: I runs the whole backward instead."""
@@ -202,7 +223,8 @@ def test_priced_bubble_is_the_simulated_one(name, v):
     """The planner's bubble: simulated exactly for small steps, extrapolated along p for
     large ones (ZB-V), in closed form (the others) — equal to the whole simulation
     (ratios on the 1/8 grid the memo rounds to)."""
-    for f, i, w in ((1.0, 1.0, 1.0), (1.0, 1.5, 0.5), (1.0, 0.5, 1.5), (2.0, 2.5, 1.0), (1.0, 1.25, 0.625)):
+    for f, i, w in ((1.0, 1.0, 1.0), (1.0, 1.5, 0.5), (1.0, 0.5, 1.5), (2.0, 2.5, 1.0), (1.0, 1.25, 0.625),
+                    (1.0, 2.0, 5.0), (1.0, 1.5, 2.0)):  # I > F with W > F: recomputing
         for p in (4, 12, 16):
             for m in (p, 2 * p, 4 * p):
                 if not pipeline_cost.accepts(name, p, m, v) or (name == "zbv" and m < 2 * p and p * m * 6 > 4096):
@@ -242,6 +264,21 @@ def test_auto_picks_a_zero_bubble_schedule_where_the_preset_says_it_wins():
     plain = "1f1b" if plan.pipeline["chunks"] == 1 else "interleaved"
     assert rivals[plan.pipeline["schedule"]] == pytest.approx(plan.step_s, rel=1e-3) and rivals[plain] > plan.step_s
     assert f"schedules at m={plan.pipeline['microbatches']}" in plan.explain()
+
+
+def test_recomputing_keeps_a_schedule_for_every_count():
+    """Recomputing, "auto" prefers the whole-backward schedules; where none takes the
+    microbatch count (3 on 2 ranks, two chunks: not a multiple of p) the zero-bubble
+    ones still run it."""
+    import autopar
+    from examples.factories import training_case
+    factory, inputs, target, loss = training_case("gpt2", 6, 4)
+    plan = autopar.plan(factory(), 2, inputs, loss, {"pipeline": 2, "chunks": 2, "microbatches": 3,
+                                                      "recompute": "full"}, example_target=target)
+    assert plan.pipeline["schedule"] in ("interleaved-zb", "zbv") and plan.recompute
+    plan = autopar.plan(factory(), 2, inputs, loss, {"pipeline": 2, "chunks": 2, "recompute": "full"},
+                        example_target=target)
+    assert plan.pipeline["schedule"] == "interleaved" and plan.recompute
 
 
 def test_a_forced_zbv_plan_places_its_stages_in_a_v():

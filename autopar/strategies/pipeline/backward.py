@@ -124,7 +124,8 @@ def input_pass(outputs: list[torch.Tensor], grads: list[torch.Tensor], inputs: l
     leaves = [x for x in inputs if x.requires_grad]
     if not leaves:
         return WeightPass(whole=(outputs, grads))
-    if any(y.grad_fn is None for y in outputs):  # an output that is a leaf (a parameter): no split
+    if any(y.grad_fn is None and not any(y is x for x in leaves) for y in outputs):
+        # an output that is a leaf other than a received input passed on (a parameter): no split
         torch.autograd.backward(outputs, grads)
         return WeightPass()
     roots = [n for n in map(_node, outputs) if n is not None]

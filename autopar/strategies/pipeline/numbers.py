@@ -195,7 +195,7 @@ def _rank_figures(shape: PipelineShape, schedule: str, p: int, v: int, stage_s: 
             f += forward * compute + stage_comm[s] / 2
             # recomputing, W re-runs the block's forward once per weight group (backward.py)
             w += weight * compute + (forward * compute * shape.weight_groups[s] if recompute and split else 0.0) + (
-                shape.weight_kernels[s] * engine_call_s if split else 0.0)
+                shape.weight_kernels[s] * engine_call_s if split and s > 0 else 0.0)  # the first: one call
             i += compute * (1 - forward - weight) + (forward * compute if recompute else 0.0) + stage_comm[s] / 2
         passes.append((f + p2p / 2, i + p2p / 2, w))
         rank_s.append(sum(passes[-1]))

@@ -202,12 +202,15 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
         memo: dict = {}
         for mode, sp in ((mode, sp) for mode in modes for sp in splits):
             fitting = None
-            for name in names:
-                if not pipeline_cost.accepts(name, p, m, config.chunks) or (config.schedule is None and (
-                        (name == "zbv" and m < 2 * p) or (mode and name in SPLIT_BACKWARD))):
-                    # ZB-V's order is made for at least 2p − 1 microbatches; recomputing, a
-                    # split backward re-runs each block's forward per weight group in W
-                    continue
+            weighed = [n for n in names if pipeline_cost.accepts(n, p, m, config.chunks)]
+            if config.schedule is None:
+                # ZB-V's order is made for at least 2p − 1 microbatches; recomputing, a split
+                # backward re-runs each block's forward per weight group in W: weighed only
+                # where no other schedule takes this count
+                preferred = [n for n in weighed if not (n == "zbv" and m < 2 * p)
+                             and not (mode and n in SPLIT_BACKWARD)]
+                weighed = preferred or weighed
+            for name in weighed:
                 numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, name, data, tensor,
                                            config.scatter_gather, mode, inner, sp, memo)
                 stages = (zero,) if zero is not None else (0, 1, 2, 3) if data > 1 else (0,)
@@ -224,6 +227,9 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
                 best = fitting
             if fitting is not None and fitting.zero == 0:
                 break  # SP, recomputing only where neither fits; ZeRO and recomputation are weighed
+    if best is None and smallest is None:
+        raise PlanError(f"strategy: no schedule of {', '.join(names)} runs pipeline={p} with the microbatch counts "
+                        f"weighed; give 'microbatches' or 'schedule'")
     return best or smallest
 
 
