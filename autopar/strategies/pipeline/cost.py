@@ -85,8 +85,9 @@ def split_bubble(name: str, p: int, m: int, v: int, forward: float, input_grad: 
     unequal ones the weight passes fill the bubbles only up to their length: ZB-H1 and
     the interleaved zero-bubble schedule take ``(p − 1)·max(F, I, F + I − W)`` per chunk
     once ``m ≥ p`` (a test checks it against the simulation); with fewer microbatches
-    than ranks the timeline is simulated up to a few thousand actions and bounded by
-    ``v(p − 1)(F + I)`` beyond (the weight passes then mostly wait at the end). ZB-V has no such simple
+    than ranks the timeline is simulated up to 8 ranks and bounded by ``v(p − 1)(F + I)``
+    beyond (the weight passes then mostly wait at the end; within a factor 2 of the
+    simulation, above it). ZB-V has no such simple
     form (it grows by about ``(p − 2)·(W − F)`` where ``W > F``), so its timeline, and
     any with fewer microbatches than ranks, is simulated, memoised on the passes'
     ratios (to 1/8 of the forward); with ``m ≥ 2p`` (or past a few thousand actions) at
@@ -100,9 +101,9 @@ def split_bubble(name: str, p: int, m: int, v: int, forward: float, input_grad: 
         return (p - 1) * max(forward, input_grad, forward + input_grad - weight_grad)
     ratio_i = round(input_grad / forward * 8) / 8
     ratio_w = round(weight_grad / forward * 8) / 8
-    if m < 2 * p and p * m * v * 3 <= _EXACT_ACTIONS:
+    if m < 2 * p and p * m * v * 3 <= _EXACT_ACTIONS and (p <= 8 or name == "zbv"):
         return _bubble_units(name, p, m, v, ratio_i, ratio_w) * forward
-    if name != "zbv":  # fewer microbatches than ranks, too many actions to simulate: a bound
+    if name != "zbv":  # fewer microbatches than ranks on many ranks: a bound (W waits at the end)
         return v * (p - 1) * (forward + input_grad)
     two, three = (_bubble_units(name, k, 2 * k, v, ratio_i, ratio_w) for k in (2, 3))
     return max(two + (three - two) * (p - 2), 0.0) * forward

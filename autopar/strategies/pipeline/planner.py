@@ -207,9 +207,8 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
                 # ZB-V's order is made for at least 2p − 1 microbatches; recomputing, a split
                 # backward re-runs each block's forward per weight group in W: weighed only
                 # where no other schedule takes this count
-                preferred = [n for n in weighed if not (n == "zbv" and m < 2 * p)
-                             and not (mode and n in SPLIT_BACKWARD)]
-                weighed = preferred or weighed
+                short = [n for n in weighed if not (n == "zbv" and m < 2 * p)]
+                weighed = [n for n in short if not (mode and n in SPLIT_BACKWARD)] or short or weighed
             for name in weighed:
                 numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, name, data, tensor,
                                            config.scatter_gather, mode, inner, sp, memo)
