@@ -11,12 +11,13 @@ from autopar.trace.capture import CaptureError, capture
 from autopar.cost.hardware import Hardware, get_hardware
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy
-from autopar.runtime.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from autopar.runtime.checkpoint import CheckpointError, load_checkpoint
+from autopar.runtime.checkpoint_dir import resume, save_checkpoint, wait_checkpoints
 from autopar.runtime.health import RankFailureError
 from autopar.runtime.pretrained import load_pretrained, save_pretrained
 
 __all__ = ["compile", "plan", "rank_graph", "ParallelModule", "Plan", "PlanError", "Strategy", "Hardware",
-           "get_hardware", "capture", "CaptureError", "save_checkpoint", "load_checkpoint", "CheckpointError",
+           "get_hardware", "capture", "CaptureError", "save_checkpoint", "load_checkpoint", "resume", "wait_checkpoints", "CheckpointError",
            "load_pretrained", "save_pretrained",
            "RankFailureError"]
 __version__ = "0.1.0"

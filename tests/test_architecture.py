@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cost", ("autopar.cost",)),
     ("planning", ("autopar.planning",)),
     ("running a rank", ("autopar.runtime.executable", "autopar.runtime.runner", "autopar.runtime.module",
-                        "autopar.runtime.checkpoint", "autopar.runtime.checkpoint_chunks",
+                        "autopar.runtime.checkpoint", "autopar.runtime.checkpoint_chunks", "autopar.runtime.checkpoint_dir",
                         "autopar.runtime.materialise", "autopar.runtime.init_weights",
                         "autopar.runtime.pretrained", "autopar.runtime.pretrained_keys")),
     ("families", ("autopar.strategies",)),

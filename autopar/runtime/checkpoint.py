@@ -31,6 +31,8 @@ overlap them: DCP does the resharding.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import logging
 import os
 import warnings
@@ -140,8 +142,13 @@ def save_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
     """Write ``pm``'s parameters and buffers (and ``optimizer``'s state) to the DCP directory
     ``path``, each rank its own chunks (see the module docstring for the format). A
     collective: every rank of the model calls it with the same ``path``."""
+    write_state(saved_state(pm, optimizer), path, pm.rank)
+
+
+def saved_state(pm, optimizer: Optional[torch.optim.Optimizer] = None) -> dict[str, Any]:
+    """The DCP state dict :func:`save_checkpoint` writes: this rank's chunks of every
+    entry (views of the live tensors) and the optimizer's other values."""
     pm._check_initialised("save_checkpoint()")
-    import torch.distributed.checkpoint as dcp
     entries = model_entries(pm)
     state: dict[str, Any] = {}
     cache: dict = {}  # placements, shared by a parameter and its optimizer state
@@ -165,10 +172,37 @@ def save_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
                     state[fqn] = value
         for i, group in enumerate(optimizer.param_groups):
             state.update((f"{PARAM_GROUPS}.{i}.{k}", v) for k, v in group.items() if k != "params")
+    return state
+
+
+def staged(state: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """A copy of ``state`` in host memory, detached from the live tensors (what an
+    asynchronous save writes while training goes on), and its bytes."""
+    out, nbytes = {}, 0
+    for key, value in state.items():
+        if isinstance(value, ChunkedTensor):
+            chunks = [dataclasses.replace(c, data=c.data.detach().to("cpu", copy=True),
+                                          scatter=None if c.scatter is None else c.scatter.to("cpu", copy=True))
+                      for c in value.chunks]
+            nbytes += sum(c.data.numel() * c.data.element_size() for c in chunks)
+            out[key] = ChunkedTensor(value.shape, value.dtype, torch.device("cpu"), chunks)
+        elif isinstance(value, torch.Tensor):
+            out[key] = value.detach().to("cpu", copy=True)
+            nbytes += value.numel() * value.element_size()
+        else:
+            out[key] = copy.deepcopy(value)
+    return out, nbytes
+
+
+def write_state(state: dict[str, Any], path: str | os.PathLike, rank: int, process_group=None) -> None:
+    """Write a state of :func:`saved_state` (or :func:`staged`) to the DCP directory
+    ``path`` (a collective over ``process_group``, the default group without one)."""
+    import torch.distributed.checkpoint as dcp
     with _quiet_without_process_group():
-        dcp.save(state, storage_writer=dcp.FileSystemWriter(os.fspath(path)), no_dist=not _distributed())
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(os.fspath(path)), process_group=process_group,
+                 no_dist=not _distributed())
     log.info("saved %d keys (%d chunks) of rank %d to %s", len(state),
-             sum(len(v.chunks) for v in state.values() if isinstance(v, ChunkedTensor)), pm.rank, path)
+             sum(len(v.chunks) for v in state.values() if isinstance(v, ChunkedTensor)), rank, path)
 
 
 def load_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim.Optimizer] = None) -> None:

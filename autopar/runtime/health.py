@@ -152,8 +152,19 @@ def start() -> None:
     _board()
 
 
+_BEFORE_STOP: list = []  # work to finish before a rank stops (an asynchronous checkpoint's write)
+
+
+def before_stop(fn) -> None:
+    """Run ``fn()`` at the start of every :func:`stop` (a rank's orderly shutdown, from
+    ``launch`` or at interpreter exit), once registered."""
+    if fn not in _BEFORE_STOP:
+        _BEFORE_STOP.append(fn)
+
+
 def stop() -> None:
-    """Mark this rank as finished, stop its heartbeat thread and join it.
+    """Mark this rank as finished, stop its heartbeat thread and join it; first the work
+    registered with :func:`before_stop`.
 
     ``launch`` calls it before ``destroy_process_group``; it runs at interpreter exit
     (``atexit``, before daemon threads are ended: :func:`_at_exit`), so a user who never
@@ -161,6 +172,11 @@ def stop() -> None:
     ``destroy_process_group`` the thread ends by itself within :data:`HEARTBEAT_S`
     without touching the store again."""
     global _BOARD
+    for fn in list(_BEFORE_STOP):
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - reported, and the rank still stops in order
+            log.exception("autopar: %s failed while the rank stopped", getattr(fn, "__name__", fn))
     with _BOARD_LOCK:
         board, _BOARD = _BOARD, None
     if board is not None:

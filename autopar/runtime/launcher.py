@@ -226,7 +226,7 @@ def _run_rank(fn, args, env, backend, timeout_s, writer, launcher_pid: int) -> N
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
         health.start()
         result = fn(*args)
-        health.stop()  # finished, not dead, for ranks still running
+        health.stop()  # finished, not dead, for ranks still running (an asynchronous save written first)
         dist.destroy_process_group()
         message = pickle.dumps(("ok", result))
     except BaseException as exc:  # noqa: BLE001 - the parent reports it; SystemExit included
