@@ -49,6 +49,7 @@ log = logging.getLogger("autopar.runtime.checkpoint")
 
 MODEL, OPTIM = "model.", "optim."
 PARAM_GROUPS = "optim.param_groups"
+SYNC_FILES = True  # fsync each file before the save returns (a power cut, not only a dead process, spares it)
 
 
 class CheckpointError(ValueError):
@@ -199,8 +200,8 @@ def write_state(state: dict[str, Any], path: str | os.PathLike, rank: int, proce
     ``path`` (a collective over ``process_group``, the default group without one)."""
     import torch.distributed.checkpoint as dcp
     with _quiet_without_process_group():
-        dcp.save(state, storage_writer=dcp.FileSystemWriter(os.fspath(path)), process_group=process_group,
-                 no_dist=not _distributed())
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(os.fspath(path), sync_files=SYNC_FILES),
+                 process_group=process_group, no_dist=not _distributed())
     log.info("saved %d keys (%d chunks) of rank %d to %s", len(state),
              sum(len(v.chunks) for v in state.values() if isinstance(v, ChunkedTensor)), rank, path)
 
