@@ -137,7 +137,9 @@ def _torchrun(directory: str, world: int, strategy: dict, steps: int, every: int
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
            f"--max-restarts={restarts}", os.path.abspath(__file__), "--worker", directory, json.dumps(strategy),
            str(steps), str(every), str(int(async_)), str(dropout)]
-    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1"}
+    # torchrun shares one rendezvous store across restarts, and a restarted rank that starts
+    # late reads the previous attempt's gloo addresses from it: one store per attempt
+    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
     if out.returncode:
         sys.stderr.write(out.stderr[-4000:])
