@@ -34,7 +34,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 PLANS = [{"data": 2, "tensor": 2}, {"pipeline": 2, "data": 2, "microbatches": 2}, {"data": 4, "zero": 3}]
-KINDS = ("any", "any", "checkpoint")
 
 
 def _batch(step: int):
@@ -189,10 +188,13 @@ def main(argv=None) -> list:
         shrink = made + n >= args.faults
         last = args.steps // 2 if shrink else args.steps
         # restart r resumes from the entry before its fault's step, so the faults move forward
-        faults = [{"rank": rng.randrange(4), "restart": r, "world": 4, "kind": KINDS[(made + r) % len(KINDS)],
+        async_ = index % 2 == 1
+        # on the asynchronous cases every other fault waits for a write in flight
+        faults = [{"rank": rng.randrange(4), "restart": r, "world": 4,
+                   "kind": "checkpoint" if async_ and r % 2 else "any",
                    "step": min(last, 1 + r * max(1, (last - 1) // n) + rng.randrange(max(1, (last - 1) // n))),
                    "delay": round(rng.uniform(0.0, 0.4), 3)} for r in range(n)]
-        cases.append((index, PLANS[index % len(PLANS)], faults, index % 2 == 1, shrink))
+        cases.append((index, PLANS[index % len(PLANS)], faults, async_, shrink))
         made += n
     results = []
     for index, strategy, faults, async_, shrink in cases:

@@ -206,11 +206,26 @@ def _prune(directory: str, keep: int) -> None:
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
 
 
+def _check_torchrun_store() -> None:
+    """Under ``torchrun --max-restarts`` with its rendezvous store shared across attempts
+    (torch's default), a restarted rank that starts later than the others can read the
+    previous attempt's gloo addresses from the store and the group fails to form: say
+    what to set, once, on rank 0."""
+    if (int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0 and _rank() == 0
+            and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+            and os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1"):
+        log.warning("torchrun --max-restarts shares one rendezvous store across restarts; a restarted rank that "
+                    "starts late can read the previous attempt's addresses and the process group fails to form. "
+                    "Run torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment "
+                    "(docs/guide/long_runs.md)")
+
+
 def resume(pm, directory: str | os.PathLike, optimizer=None, scheduler=None) -> Optional[tuple[int, Any]]:
     """Load the latest complete entry under ``directory`` into ``pm`` (and ``optimizer``
     and ``scheduler``) and return ``(step, extra)``; None, changing nothing, where there
     is none. A collective: every rank calls it (module docstring)."""
     wait_checkpoints()
+    _check_torchrun_store()
     entries = complete_entries(directory)
     if not entries:
         log.info("no complete checkpoint under %s: starting afresh", os.fspath(directory))
