@@ -43,11 +43,21 @@ def _batch(step: int):
 
 
 def _where(frame) -> str:
-    """The innermost frame of the training thread that says what it was doing."""
+    """What the training thread was doing: the phase of the step (forward, backward, the
+    optimizer) and the innermost frame that says more (a collective, a checkpoint)."""
     names = []
     while frame is not None:
         names.append((frame.f_code.co_filename, frame.f_code.co_name))
         frame = frame.f_back
+    called = {name for _, name in names}
+    phase = ("backward: " if called & {"backward", "_engine_run_backward", "_backward", "run"} and
+             any(os.path.basename(p) in ("__init__.py", "graph.py", "executor.py", "backward.py") and
+                 n in ("backward", "_engine_run_backward", "_backward") for p, n in names) else
+             "optimizer: " if any("optim" in p for p, _ in names) else "")
+    return phase + _innermost(names)
+
+
+def _innermost(names: list) -> str:
     for path, name in names:
         base = os.path.basename(path)
         if "checkpoint" in base:

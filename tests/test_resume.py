@@ -140,6 +140,7 @@ def test_resume_continues_exactly(mode):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.extended  # three launches of their own
 @pytest.mark.parametrize("async_", [False, True], ids=["synchronous", "asynchronous"])
 def test_a_save_killed_before_its_commit_leaves_the_previous_one(tmp_path, async_):
     results = launch(crash_job, 2, (str(tmp_path), async_), timeout_s=300, return_exceptions=True)
