@@ -36,6 +36,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
+from autopar._torch_compat import group_timeout
 from autopar.runtime import checkpoint as dcp_checkpoint, health
 
 log = logging.getLogger("autopar.runtime.checkpoint")
@@ -84,8 +85,9 @@ def save_step(pm, directory: str | os.PathLike, optimizer=None, *, step: int, ex
     group of its own, while training goes on. The next save, :func:`resume`,
     :func:`wait_checkpoints` and the process's orderly exit wait for it. A collective:
     every rank calls it with the same arguments."""
-    if keep is not None and keep < 1:
-        raise ValueError(f"save_checkpoint(keep={keep}): keep at least 1 checkpoint, or leave keep out")
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise ValueError(f"save_checkpoint(keep={keep!r}): keep a whole number of at least 1 checkpoints, or leave "
+                         f"keep out")
     wait_checkpoints()  # one save in flight at a time
     directory = os.fspath(directory)
     name = entry_name(step)
@@ -112,21 +114,38 @@ def save_step(pm, directory: str | os.PathLike, optimizer=None, *, step: int, ex
     writer = _Writer(state, partial, final, directory, keep, _checkpoint_group(), rank)
     log.info("step %d staged in host memory (%.1f MiB on rank %d); writing it in the background", step,
              nbytes / 2**20, rank)
-    _PENDING.append(writer)
     writer.start()
+    _PENDING.append(writer)
     return final
 
 
 def _commit(partial: str, final: str, directory: str, keep: Optional[int], group) -> None:
-    """Every rank's part written: rank 0 renames the entry into view and prunes."""
+    """Every rank's part written: rank 0 renames the entry into view and prunes; every
+    rank learns whether it could (an error on rank 0 is raised on every rank)."""
     _barrier(group)
+    ok, error = torch.ones(1), None
     if _rank() == 0:
-        if os.path.exists(final):  # the same step saved again: the new one replaces it
-            shutil.rmtree(final)
-        os.replace(partial, final)
-        if keep is not None:
-            _prune(directory, keep)
-    _barrier(group)
+        try:
+            if os.path.exists(final):  # the same step saved again: the old one out of view first
+                old = os.path.join(directory, PARTIAL + "replaced-" + os.path.basename(final))
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(final, old)
+                os.replace(partial, final)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(partial, final)
+            if keep is not None:
+                _prune(directory, keep)
+        except Exception as e:  # noqa: BLE001 - reported on every rank below
+            ok.zero_()
+            error = e
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=group)
+    if error is not None:
+        raise error
+    if not ok.item():
+        raise dcp_checkpoint.CheckpointError(f"rank 0 could not commit {final!r} (see its error); the entries before "
+                                             f"it are intact")
     log.info("committed %s", final)
 
 
@@ -159,7 +178,8 @@ def _checkpoint_group():
     if not (dist.is_available() and dist.is_initialized()):
         return None
     if not _GROUP or _GROUP[0][0] is not dist.group.WORLD:
-        _GROUP[:] = [(dist.group.WORLD, dist.new_group(backend="gloo"))]
+        timeout = group_timeout(dist.group.WORLD)  # the default group's, as every group autopar makes
+        _GROUP[:] = [(dist.group.WORLD, dist.new_group(backend="gloo", timeout=timeout))]
     return _GROUP[0][1]
 
 
@@ -200,7 +220,9 @@ def save_checkpoint(pm, path: str | os.PathLike, optimizer=None, *, step: Option
 
 def _prune(directory: str, keep: int) -> None:
     for _, path in complete_entries(directory)[:-keep]:
-        shutil.rmtree(path, ignore_errors=True)
+        hidden = os.path.join(directory, PARTIAL + "pruned-" + os.path.basename(path))
+        os.replace(path, hidden)  # out of view at once, then removed
+        shutil.rmtree(hidden, ignore_errors=True)
     for name in os.listdir(directory):
         if name.startswith(PARTIAL):
             shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
@@ -227,16 +249,19 @@ def resume(pm, directory: str | os.PathLike, optimizer=None, scheduler=None) -> 
     wait_checkpoints()
     _check_torchrun_store()
     entries = complete_entries(directory)
-    if not entries:
+    chosen = [entries[-1] if entries else None]
+    if dist.is_available() and dist.is_initialized():  # rank 0 chooses: every rank loads the same entry
+        dist.broadcast_object_list(chosen, group_src=0)
+    if chosen[0] is None:
         log.info("no complete checkpoint under %s: starting afresh", os.fspath(directory))
         return None
-    step, path = entries[-1]
-    dcp_checkpoint.load_checkpoint(pm, path, optimizer)
+    step, path = chosen[0]
     trainer = torch.load(os.path.join(path, "trainer.pt"), weights_only=False)
+    if scheduler is not None and trainer["scheduler"] is None:
+        raise dcp_checkpoint.CheckpointError(f"the checkpoint at {path!r} holds no scheduler state (it was saved "
+                                             f"without scheduler=); resume without scheduler=, or save with it")
+    dcp_checkpoint.load_checkpoint(pm, path, optimizer)
     if scheduler is not None:
-        if trainer["scheduler"] is None:
-            raise dcp_checkpoint.CheckpointError(f"the checkpoint at {path!r} holds no scheduler state (it was saved "
-                                                 f"without scheduler=); resume without scheduler=, or save with it")
         scheduler.load_state_dict(trainer["scheduler"])
     with open(os.path.join(path, "autopar.json")) as f:
         written = json.load(f)
