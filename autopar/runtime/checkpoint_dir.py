@@ -123,7 +123,7 @@ def _commit(partial: str, final: str, directory: str, keep: Optional[int], group
     """Every rank's part written: rank 0 renames the entry into view and prunes; every
     rank learns whether it could (an error on rank 0 is raised on every rank)."""
     _barrier(group)
-    ok, error = torch.ones(1), None
+    ok, error = torch.ones(1, device="cpu"), None  # the checkpoint group is gloo
     if _rank() == 0:
         try:
             if os.path.exists(final):  # the same step saved again: the old one out of view first
