@@ -277,8 +277,7 @@ def schedule_rivals(model: ModelFacts, hw: Hardware, n: PipelineNumbers) -> list
     """Every schedule of ``n``'s chunks priced at its layout, microbatch count,
     recomputation and ZeRO stage, fastest first: what the plan shows of why the others
     lost (``fits``: within the device's memory)."""
-    names = ("gpipe", "1f1b", "zb-h1") if n.v == 1 else ("interleaved", "interleaved-zb") + (
-        ("zbv",) if n.v == 2 else ())
+    names = (("gpipe",) if n.v == 1 else ()) + schedules_weighed(Strategy(pipeline=n.p, chunks=n.v))
     out = []
     for name in names:
         if not pipeline_cost.accepts(name, n.p, n.m, n.v):
