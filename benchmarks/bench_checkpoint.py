@@ -41,11 +41,11 @@ def make_case(quick: bool):
     return model, (ids,), torch.randint(0, 512, (8, 64)), gpt2_loss
 
 
-def rank_job(reps: int, warmup: int, quick: bool, root: str) -> dict:
+def rank_job(reps: int, warmup: int, quick: bool, root: str, world: int) -> dict:
     torch.set_num_threads(1)
     model, inputs, target, loss_fn = make_case(quick)
     pm = autopar.compile(model, None, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
-                         strategy={"data": 2})
+                         strategy={"data": world} if world > 1 else None)
     optimizer = torch.optim.AdamW(pm.parameters(), lr=1e-4)
     counter = [0]
 
@@ -81,11 +81,12 @@ def rank_job(reps: int, warmup: int, quick: bool, root: str) -> dict:
 
 def main(argv=None) -> list:
     p = parser(__doc__.splitlines()[0], default_steps=8)
+    p.add_argument("--world", type=int, default=2, help="gloo ranks, data parallel over all of them")
     args = p.parse_args(argv)
     reps, warmup = (max(3, args.steps // 2), 1) if args.quick else (args.steps, 1)
     root = tempfile.mkdtemp(prefix="autopar-bench-checkpoint-")
     try:
-        rows = launch(rank_job, 2, (reps, warmup, args.quick, root), timeout_s=3000)[0]["rows"]
+        rows = launch(rank_job, args.world, (reps, warmup, args.quick, root, args.world), timeout_s=3000)[0]["rows"]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print_rows(f"step checkpoints every {BLOCK} steps on 2 gloo ranks, data 2 ({reps} blocks per side, "
