@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-extended test-gpu gpu-check gpu-wheels venv clean bench
+.PHONY: browser demo test test-extended test-gpu gpu-check gpu-wheels venv clean bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,15 @@ test: $(STAMP)
 
 # the long multi-rank cases (16 ranks, each 3D overlap off alone, PTD-P variants...):
 # they repeat paths `make test` checks on other cases; CI runs them after `make test`
-test-extended: $(STAMP)
+test-extended: $(STAMP) browser
 	$(PY) -m pytest -q -m extended tests
+
+# headless Chromium for the plan report's browser test (tests/test_report.py): Debian's
+# package where apt-get can install it; elsewhere that test skips and says why
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+		( (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 || \
+		  echo "make browser: chromium could not be installed; the report's browser test will skip" )
 
 # on a machine with CUDA: the gpu-marked tests, generated kernels compiled for the GPU
 # (not interpreted); elsewhere they are skipped

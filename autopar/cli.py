@@ -103,6 +103,16 @@ def _calibrate_main(args) -> int:
     return 0
 
 
+def _out_name(args) -> str:
+    """The default plan directory's suffix: the factory's function or the configuration."""
+    if args.factory:
+        return args.factory.rpartition(":")[2]
+    if args.hf:
+        path = os.path.abspath(args.hf)
+        return os.path.basename(os.path.dirname(path) if os.path.basename(path) == "config.json" else path)
+    return args.hf_model_type
+
+
 def _progress_printer():
     """A search that runs more than a second prints how far it is, on stderr."""
     from autopar.planning.search import Progress
@@ -115,11 +125,49 @@ def _progress_printer():
     return Progress(report)
 
 
+def _planned(autopar, args):
+    """The plan of what the arguments name: a factory, or a Hugging Face configuration."""
+    memory_limit = None if args.memory_limit is None else args.memory_limit * 2**30
+    if (args.hf is not None) + (args.hf_model_type is not None) + (args.factory is not None) != 1:
+        raise ValueError("give one of FILE.py:FUNCTION, --hf CONFIG or --hf-model-type TYPE")
+    if args.factory is None:
+        if args.batch is None:
+            raise ValueError("--hf / --hf-model-type need --batch SEQUENCESxTOKENS, e.g. --batch 512x8192")
+        from autopar.hf_config import parse_overrides
+        return autopar.plan_config(args.hf or args.hf_model_type, args.world, args.batch,
+                                   overrides=parse_overrides(args.set), dtype=args.dtype,
+                                   strategy=_parse_strategy(args.strategy), hardware=args.preset,
+                                   memory_limit=memory_limit, progress=_progress_printer())
+    if args.batch or args.set or args.dtype:
+        raise ValueError("--batch, --set and --dtype belong to --hf / --hf-model-type; a factory makes its own "
+                         "inputs")
+    made = _load_factory(args.factory)()
+    if not isinstance(made, tuple) or len(made) not in (3, 4):
+        raise SystemExit("autopar plan: the factory must return (model, example_inputs, loss_fn[, example_target])")
+    model, inputs, loss_fn = made[:3]
+    target = made[3] if len(made) == 4 else None
+    return autopar.plan(model, args.world, inputs, loss_fn, _parse_strategy(args.strategy), example_target=target,
+                        hardware=args.preset, memory_limit=memory_limit, progress=_progress_printer())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="autopar", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     plan_cmd = sub.add_parser("plan", help="plan a model for a simulated cluster and save the plan")
-    plan_cmd.add_argument("factory", help="FILE.py:FUNCTION returning (model, example_inputs, loss_fn[, target])")
+    plan_cmd.add_argument("factory", nargs="?", default=None,
+                          help="FILE.py:FUNCTION returning (model, example_inputs, loss_fn[, target]); or give --hf "
+                               "or --hf-model-type instead")
+    plan_cmd.add_argument("--hf", default=None, metavar="CONFIG",
+                          help="a Hugging Face config.json (or its directory): its causal LM built on the meta device")
+    plan_cmd.add_argument("--hf-model-type", default=None, metavar="TYPE",
+                          help="a transformers model type (llama, mixtral, qwen3, ...) with its default configuration")
+    plan_cmd.add_argument("--set", default="", metavar="K=V,...",
+                          help="configuration overrides for --hf / --hf-model-type, e.g. hidden_size=8192,"
+                               "num_hidden_layers=80")
+    plan_cmd.add_argument("--batch", default=None, metavar="SEQSxTOKENS",
+                          help="with --hf / --hf-model-type: the global batch, e.g. 512x8192")
+    plan_cmd.add_argument("--dtype", default=None, help="with --hf: bfloat16 (default unless the config says), "
+                                                        "float16 or float32")
     plan_cmd.add_argument("--world", type=int, required=True, help="number of ranks to plan for")
     plan_cmd.add_argument("--preset", default=None, help="hardware preset name or JSON file, e.g. a profile written "
                                                          "by autopar calibrate (default: this machine's calibrated "
@@ -147,19 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import autopar  # after argument parsing: importing torch takes a while
 
-    factory = _load_factory(args.factory)
-    made = factory()
-    if not isinstance(made, tuple) or len(made) not in (3, 4):
-        raise SystemExit("autopar plan: the factory must return (model, example_inputs, loss_fn[, example_target])")
-    model, inputs, loss_fn = made[:3]
-    target = made[3] if len(made) == 4 else None
     try:
-        plan = autopar.plan(model, args.world, inputs, loss_fn, _parse_strategy(args.strategy),
-                            example_target=target, hardware=args.preset,
-                            memory_limit=None if args.memory_limit is None else args.memory_limit * 2**30,
-                            progress=_progress_printer())
+        plan = _planned(autopar, args)
         why_not = [plan.why_not(family) for family in args.why_not]
-    except (autopar.PlanError, autopar.CaptureError, ValueError) as e:
+    except (autopar.PlanError, autopar.CaptureError, ValueError, OSError) as e:
         print(f"autopar plan: {e}", file=sys.stderr)
         return 2
     print(plan.explain())
@@ -171,9 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("why not " + text)
     if args.no_save:
         return 0
-    out = args.out or f"plan_{args.factory.rpartition(':')[2]}"
+    out = args.out or f"plan_{_out_name(args)}"
     plan.save(out, max_ranks=args.ranks)
-    print(f"\nsaved to {out}/ (plan.json, plan.txt, regions.dot, rank*.py)")
+    print(f"\nsaved to {out}/ (plan.json, plan.txt, report.html, regions.dot, rank*.py)")
     return 0
 
 

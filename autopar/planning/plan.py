@@ -7,6 +7,7 @@ and saved with :meth:`Plan.save` as a directory a reviewer can read::
     plan_dir/
       plan.json            the plan (this module's to_json)
       plan.txt             explain() output
+      report.html          the plan as one self-contained page (autopar.planning.report)
       regions.dot          a drawing of the regions (regions.svg too when graphviz is installed)
       rank0.py, rank1.py…  each rank's rewritten graph as code, with a header naming the pass
       timeline.txt/.svg    a pipeline plan's schedule per rank (megatron Figure 4 style)
@@ -26,6 +27,7 @@ from autopar.grid import Grid3D, GroupSpec, RankGrid, subgrid_dims, subgrid_grou
 from autopar.planning import explain
 from autopar.planning.pipeline_text import pipeline_text
 from autopar.planning.timeline import simulate
+from autopar.planning.report import report_html
 from autopar.runtime.groups import tied_group_name
 
 PLAN_FORMAT_VERSION = 1
@@ -397,12 +399,13 @@ class Plan:
         return Plan(**data)
 
     def save(self, directory: str, *, rank_graphs: dict[int, str] | None = None,
-             region_dot: str | None = None, max_ranks: int = 8) -> str:
+             region_dot: str | None = None, max_ranks: int = 8, measured_step_s: float | None = None) -> str:
         """Write the plan directory (see module docstring) and return its path.
 
         A plan made by ``autopar.plan``/``compile`` builds the rank graphs (of the first
         ``max_ranks`` ranks) and the drawing itself; a plan loaded from JSON writes only
-        what it is given.
+        what it is given. ``report.html``: the plan as a page
+        (:mod:`autopar.planning.report`), with ``measured_step_s`` beside the prediction.
         """
         source = getattr(self, "artifact_source", None)
         if rank_graphs is None and region_dot is None and source is not None:
@@ -412,6 +415,8 @@ class Plan:
             f.write(self.to_json())
         with open(os.path.join(directory, "plan.txt"), "w") as f:
             f.write(self.explain() + "\n")
+        with open(os.path.join(directory, "report.html"), "w") as f:
+            f.write(report_html(self, measured_step_s))
         if self.pipeline:
             timeline = self.timeline()
             with open(os.path.join(directory, "timeline.txt"), "w") as f:

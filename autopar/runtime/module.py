@@ -15,7 +15,9 @@ the layout.
 """
 from __future__ import annotations
 
+import collections
 import logging
+import time
 from typing import Any, Callable, Sequence
 
 import torch
@@ -36,6 +38,7 @@ from autopar.runtime.family_runtime import RankRuntime, active
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.timing import Timings, phase, recording
 
+MEASURED_STEPS = 50  # the steps measured_step_s takes the median of
 log = logging.getLogger("autopar")
 
 FIRST_RUN = "first_step.run"
@@ -71,6 +74,7 @@ class ParallelModule(nn.Module):
         super().__init__()
         self.plan = plan_
         self.timings = Timings() if timings is None else timings
+        self._step_starts: collections.deque = collections.deque(maxlen=MEASURED_STEPS + 1)
         self.rank = rank
         self._runtimes = tuple(runtimes)
         device = materialise.resolve_device(device, None, model, examples or ())
@@ -153,7 +157,22 @@ class ParallelModule(nn.Module):
         self._before_call()
         if FIRST_RUN not in self.timings:
             return self._first_step(flat, target)
+        self._step_starts.append(time.perf_counter())
         return self.runner.step(flat, target, self.training)
+
+    @property
+    def measured_step_s(self) -> float | None:
+        """The median time from one ``step()`` call to the next over the last
+        :data:`MEASURED_STEPS` (the whole training iteration: data, step, optimizer), the
+        first step's (which builds the programs) left out; None before three steps."""
+        starts = list(self._step_starts)  # from the second step on
+        gaps = sorted(b - a for a, b in zip(starts, starts[1:]))
+        return gaps[len(gaps) // 2] if gaps else None
+
+    def save_plan(self, directory: str, max_ranks: int = 8) -> str:
+        """Save the plan as :meth:`Plan.save` does, the measured step
+        (:attr:`measured_step_s`) beside the predicted one in ``report.html``."""
+        return self.plan.save(directory, max_ranks=max_ranks, measured_step_s=self.measured_step_s)
 
     def _check_initialised(self, call: str) -> None:
         if not self._initialised:
