@@ -20,6 +20,7 @@ a GraphModule over a module tree holding this rank's parameter shards.
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any, Callable, Sequence
 
 import torch
@@ -27,6 +28,7 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.nn as nn
 
+from autopar.ir import CAPTURE
 from autopar.trace.capture import capture
 from autopar.planning.drawing import regions_dot
 from autopar.trace.inputs import CallLayout, example_signature
@@ -35,7 +37,9 @@ from autopar.runtime.module import ParallelModule
 from autopar.passes.analysis.analyse import analyse
 from autopar.cost import profiles
 from autopar.cost.hardware import Hardware
+from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
+from autopar.planning.reviewed import PlanMismatchError, as_plan, differences, mismatch_message
 from autopar.planning.search import PlanError, Strategy, plan_graph
 from autopar.runtime.executable import batch_of, local_batch, rank_graph_code
 from autopar.passes.rank_program import planned_shards, rewrite
@@ -172,7 +176,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
             strategy: Any = "auto", *, example_target: Any = None, example_kwargs: dict[str, Any] | None = None,
             hardware: str | Hardware | None = None, seed: int = 0, overlap: Any = None,
             recompute: bool | str | None = None, memory_limit: float | None = None,
-            fusion: bool | None = None, device: str | torch.device | None = None) -> ParallelModule:
+            fusion: bool | None = None, device: str | torch.device | None = None, plan: Any = None,
+            replan: bool = False) -> ParallelModule:
     """Make ``model`` run on the ranks of ``mesh`` (see the module docstring).
 
     ``example_inputs`` (positional) and ``example_kwargs`` (keyword inputs, e.g. a
@@ -210,20 +215,28 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     ``LOCAL_RANK``, else the example inputs'). A model built for real must hold the same
     weights on every rank: compared at ``compile`` (a fingerprint per parameter).
 
+    ``plan``: a reviewed :class:`Plan` (or the directory it was saved in) to run as it
+    is, without planning; compile checks it was made for this model, batch, world and
+    hardware and raises :class:`~autopar.planning.reviewed.PlanMismatchError` naming
+    each difference, or with ``replan=True`` warns and plans afresh
+    (:mod:`autopar.planning.reviewed`). ``strategy`` is then not used.
+
     ``pm.timings`` says how long each phase took (:class:`autopar.timing.Timings`: this
     call's, then every program the rank builds and the first ``step``'s run).
     """
     timings = Timings()
     with recording(timings, "compile."), phase("checks"):
+        reviewed = None if plan is None else as_plan(plan)
         pm = _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware,
-                       seed, overlap, recompute, memory_limit, fusion, device, timings)
+                       seed, overlap, recompute, memory_limit, fusion, device, timings, (reviewed, replan))
     log.info("autopar compile on rank %d took %.2f s: %s", pm.rank, timings.total("compile."),
              timings.summary("compile."))
     return pm
 
 
 def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware, seed,
-              overlap, recompute, memory_limit, fusion, device, timings: Timings) -> ParallelModule:
+              overlap, recompute, memory_limit, fusion, device, timings: Timings,
+              reviewed: tuple = (None, False)) -> ParallelModule:
     """``compile``'s work, each phase timed into ``timings`` (the rest is ``checks``)."""
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat_examples = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
@@ -239,8 +252,7 @@ def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, ex
     twin = materialise.meta_twin(model)
     gm = _global_graph(twin, example_inputs, loss_fn, example_target, example_kwargs)
     with phase("planning"):
-        plan_ = plan_graph(gm, world, hw, strategy)
-        plan_.hardware_source = source
+        plan_ = _reviewed_or_planned(reviewed, gm, world, hw, strategy, hardware, source)
         _attach_artifacts(plan_, gm, twin, example_inputs, loss_fn, example_target, example_kwargs)
         recompute = _recompute_mode(recompute, plan_)
     health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here
@@ -263,6 +275,29 @@ def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, ex
             rewrite=rewrite, dropout=(*dropout_coordinates(plan_, rank), dropout_shards(plan_, rank)), seed=seed,
             recompute=recompute, fusion=fusion, call=layout, examples=example_signature(flat_examples, example_target),
             device=device, twin=twin, timings=timings)
+
+
+def _reviewed_or_planned(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Hardware, strategy, hardware,
+                         source: str) -> Plan:
+    """The reviewed plan where it fits this run (autopar.planning.reviewed), else a fresh one."""
+    given, replan = reviewed
+    if given is not None:
+        capture_ = gm.meta.get(CAPTURE)
+        facts = ModelFacts(gm, fusion=given.fusion)
+        found = differences(given, world=world, model_name=capture_.model_class if capture_ else type(gm).__name__,
+                            global_batch=facts.batch, regions=[(r.id, r.kind) for r in facts.regions],
+                            couplings=[c.to_json() for c in facts.batch_couplings],
+                            hardware=None if hardware is None else hw.name)
+        if not found:
+            log.info("compile(plan=...): running the reviewed plan (%s)", given.form or given.mesh)
+            return Plan.from_json(given.to_json())  # a copy: compile attaches its artifacts to it
+        if not replan:
+            raise PlanMismatchError(mismatch_message(given, found))
+        warnings.warn(mismatch_message(given, found).replace("pass replan=True to plan afresh", "replan=True")
+                      + " Planning afresh (replan=True).", stacklevel=4)
+    made = plan_graph(gm, world, hw, strategy)
+    made.hardware_source = source
+    return made
 
 
 def _recompute_mode(recompute, plan_: Plan) -> bool | str:

@@ -124,7 +124,7 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
                                dtype: torch.dtype | None = None, overlap: Any = None,
                                recompute: bool | str | None = None, default_device: str | None = None,
                                device: torch.device | str | None = None,
-                               from_meta: str | None = None) -> dict[str, Any]:
+                               from_meta: str | None = None, plan: Any = None) -> dict[str, Any]:
     """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "grad_norm",
     "param"}`` where each difference entry is ``(max abs, max relative)``, each the largest
     over every tensor of that kind (``output``: the logits and the model's own loss;
@@ -147,7 +147,8 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
     single-device reference alike. ``from_meta``: the compiled side is built by
     ``model_factory`` under ``torch.device("meta")`` and given the reference's weights by
     ``"state_dict"`` (``pm.load_full_state_dict``) or ``"pretrained"`` (the reference
-    saved as a safetensors checkpoint, then ``pm.load_pretrained``)."""
+    saved as a safetensors checkpoint, then ``pm.load_pretrained``). ``plan``: a reviewed
+    plan (or its directory) that compile runs instead of planning (``compile(plan=...)``)."""
     torch.manual_seed(0)
     model = model_factory()
     kwargs = dict(kwargs or {})
@@ -166,7 +167,7 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
         model = _on_meta(model_factory, dtype)
     pm = autopar.compile(model, mesh, example_inputs=inputs, loss_fn=loss_fn, example_target=target,
                          example_kwargs=kwargs, strategy=strategy, hardware=hardware, overlap=overlap,
-                         recompute=recompute, device=device)
+                         recompute=recompute, device=device, plan=plan)
     if from_meta is not None:
         _load_reference(pm, reference, from_meta)
     twins = _Twins(pm, reference, inputs, kwargs, target, loss_fn, default_device)

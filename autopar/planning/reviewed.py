@@ -1,0 +1,91 @@
+"""Training a reviewed plan: ``autopar.compile(model, mesh, ..., plan=Plan.load(dir))``.
+
+The plan saved at review (``autopar plan``, :meth:`Plan.save`) is run as it is: no
+search, whatever the cost model, the calibrated profile or autopar's planner would
+choose today. What it was made for is checked against what ``compile`` is given first,
+and every difference is named; with ``replan=True`` compile plans afresh instead (with
+a warning naming them). Checked:
+
+* the number of ranks, the model's class and its global batch;
+* the regions the analysis finds in the captured graph now (their names and kinds) and
+  the plan's: a changed model, or a changed autopar reading it otherwise, differs here;
+* where rows of the batch meet (:mod:`autopar.passes.analysis.batch_rows`): the plan's
+  remedies are for the couplings it was made for;
+* the hardware, where ``compile`` is given one: its name must be the plan's.
+
+What is not checked here is each rank's rewritten program: the golden check
+(:func:`autopar.testing.assert_plan_unchanged`, ``autopar plan --check``) compares those.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from autopar.planning.plan import Plan
+from autopar.planning.strategy import PlanError
+
+
+class PlanMismatchError(PlanError):
+    """The reviewed plan does not fit what ``compile`` was given; the message lists
+    each difference and what to do."""
+
+
+def as_plan(plan: Any) -> Plan:
+    """A :class:`Plan`, or the directory / ``plan.json`` a plan was saved in."""
+    if isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, (str, os.PathLike)):
+        path = os.fspath(plan)
+        if os.path.isfile(path):
+            with open(path) as f:
+                return Plan.from_json(f.read())
+        if os.path.isfile(os.path.join(path, "plan.json")):
+            return Plan.load(path)
+        raise FileNotFoundError(f"plan={path!r}: no plan.json there; give the directory Plan.save or autopar plan "
+                                f"wrote, or a Plan")
+    raise TypeError(f"plan=: a Plan or the directory of a saved plan, not {type(plan).__name__}")
+
+
+def differences(plan: Plan, *, world: int, model_name: str, global_batch: int, regions: list[tuple[str, str]],
+                couplings: list, hardware: str | None) -> list[str]:
+    """What differs between the reviewed ``plan`` and the run ``compile`` is asked for,
+    one readable line each (empty: it fits)."""
+    out = []
+    if plan.world_size != world:
+        out.append(f"ranks: the plan is for {plan.world_size}, this run has {world}")
+    if plan.model != model_name:
+        out.append(f"model: the plan is of {plan.model}, this model is a {model_name}")
+    if plan.global_batch != global_batch:
+        out.append(f"global batch: the plan is for {plan.global_batch} rows, the example inputs have {global_batch}")
+    if hardware is not None and hardware != plan.hardware:
+        out.append(f"hardware: the plan was priced for {plan.hardware!r}, compile was given {hardware!r}")
+    planned = {c.region: c.kind for c in plan.regions if not c.region.startswith("(")}
+    found = dict(regions)
+    missing = sorted(set(planned) - set(found))
+    new = sorted(set(found) - set(planned))
+    if missing:
+        out.append(f"regions: {_few(missing)} of the plan are not in this model's graph")
+    if new:
+        out.append(f"regions: {_few(new)} of this model's graph are not in the plan")
+    changed = sorted(r for r in set(planned) & set(found) if planned[r] != found[r])
+    if changed:
+        out.append("regions: " + ", ".join(f"{r} is a {found[r]} region now, {planned[r]} in the plan"
+                                           for r in changed[:4]))
+    if plan.batch_couplings is not None and _couplings(plan.batch_couplings) != _couplings(couplings):
+        out.append("rows of the batch meet elsewhere than when the plan was made (its remedies are for those "
+                   "couplings)")
+    return out
+
+
+def _couplings(items: list) -> list:
+    return sorted(repr(sorted(c.items())) if isinstance(c, dict) else repr(c) for c in items)
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def mismatch_message(plan: Plan, found: list[str]) -> str:
+    return (f"compile(plan=...): the reviewed plan ({plan.model} on {plan.world_size} ranks, {plan.form or 'mesh'} "
+            f"{plan.mesh}) does not fit this run:\n  - " + "\n  - ".join(found)
+            + "\nRe-plan and review again (autopar plan, Plan.save), or pass replan=True to plan afresh for this run.")

@@ -1,0 +1,113 @@
+"""Training the reviewed plan: ``compile(..., plan=Plan.load(dir))`` runs the plan saved at
+review, equal to the single-device model, and refuses a plan that no longer fits the run
+(another world, model, batch or hardware) with what differs (autopar.planning.reviewed)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import autopar
+import shared_ranks
+from autopar.planning.reviewed import PlanMismatchError
+
+# (case, strategy the reviewer planned with)
+CASES = [("gpt2", {"data": 2, "tensor": 2}), ("llama", {"pipeline": 2, "data": 2, "microbatches": 2})]
+_ROOT = shared_ranks.scratch_dir("reviewed")
+
+
+def _case(name):
+    from examples.factories import training_case
+    return training_case(name)
+
+
+def _saved_plan(name, strategy, world=4, root=_ROOT) -> str:
+    """The plan a reviewer saved: planned in this process (no ranks), written to a directory."""
+    factory, inputs, target, loss = _case(name)
+    torch.manual_seed(0)
+    plan = autopar.plan(factory(), world, inputs, loss, strategy, example_target=target, hardware="cpu-gloo")
+    directory = os.path.join(root, f"{name}-{world}")
+    plan.save(directory, max_ranks=world)
+    return directory
+
+
+def reviewed_job(cases, root):
+    import torch.distributed as dist
+    from autopar.testing import compare_with_single_device
+    out = []
+    for name, strategy in cases:
+        if dist.get_rank() == 0:
+            _saved_plan(name, strategy, root=root)
+        dist.barrier()
+        directory = os.path.join(root, f"{name}-4")
+        factory, inputs, target, loss = _case(name)
+        # compile's own planning would be told nothing: strategy left at "auto"
+        report = compare_with_single_device(factory, inputs, target, loss, plan=autopar.Plan.load(directory))
+        report["saved"] = autopar.Plan.load(directory).to_json()
+        out.append(report)
+    return out
+
+
+def refused_job(directory):
+    factory, inputs, target, loss = _case("gpt2")
+    try:
+        autopar.compile(factory(), None, inputs, loss, example_target=target, plan=directory)
+    except PlanMismatchError as e:
+        return str(e)
+    return "compiled"
+
+
+_REVIEWED = shared_ranks.register(4, __name__, reviewed_job, (CASES, _ROOT))
+
+
+def _refused_on_two():
+    directory = _saved_plan("gpt2", {"data": 2, "tensor": 2}, world=4)
+    return shared_ranks.register(2, __name__ + ":refused", refused_job, (directory,))
+
+
+_REFUSED = _refused_on_two()
+
+
+@pytest.mark.parametrize("index", range(len(CASES)))
+def test_the_reviewed_plan_trains_equal_to_one_device(index):
+    for rank, reports in enumerate(_REVIEWED()):
+        report = reports[index]
+        for kind in ("output", "loss", "grad", "param"):
+            assert report[kind][1] < 1e-4, f"rank {rank}, {CASES[index][0]}: {kind} {report[kind]}"
+        assert report["mesh"] == autopar.Plan.from_json(report["saved"]).mesh
+
+
+def test_a_plan_for_four_ranks_is_refused_on_two_with_what_differs():
+    for rank, message in enumerate(_REFUSED()):
+        assert "ranks: the plan is for 4, this run has 2" in message, f"rank {rank}: {message}"
+        assert "replan=True" in message
+
+
+def test_a_changed_model_batch_or_hardware_is_named_and_replan_plans_afresh():
+    directory = _saved_plan("gpt2", "auto", world=1)
+    factory, inputs, target, loss = _case("gpt2")
+    # the same run: the reviewed plan, not a fresh one (a fresh one here would be "auto")
+    pm = autopar.compile(factory(), None, inputs, loss, example_target=target, plan=directory)
+    assert pm.plan.to_json() == autopar.Plan.load(directory).to_json()
+    from examples.factories import training_case
+    other, _, _, _ = training_case("gpt2", layers=3)
+    with pytest.raises(PlanMismatchError) as caught:
+        autopar.compile(other(), None, inputs, loss, example_target=target, plan=directory)
+    assert "regions:" in str(caught.value) and "not in the plan" in str(caught.value)
+    with pytest.raises(PlanMismatchError, match="global batch: the plan is for 4 rows, the example inputs have 2"):
+        autopar.compile(factory(), None, (inputs[0][:2],), loss, example_target=target[:2], plan=directory)
+    with pytest.raises(PlanMismatchError, match="hardware: the plan was priced for 'cpu-gloo', compile was given "
+                                                "'h100'"):
+        autopar.compile(factory(), None, inputs, loss, example_target=target, plan=directory, hardware="h100")
+    with pytest.warns(UserWarning, match="Planning afresh"):
+        pm = autopar.compile(other(), None, inputs, loss, example_target=target, plan=directory, replan=True)
+    assert len(pm.plan.regions) > len(autopar.Plan.load(directory).regions)
+
+
+def test_a_plan_argument_that_is_no_plan_says_what_to_give():
+    factory, inputs, target, loss = _case("gpt2")
+    with pytest.raises(FileNotFoundError, match="no plan.json there"):
+        autopar.compile(factory(), None, inputs, loss, example_target=target, plan=_ROOT + "/nowhere")
+    with pytest.raises(TypeError, match="a Plan or the directory"):
+        autopar.compile(factory(), None, inputs, loss, example_target=target, plan=3)
