@@ -12,8 +12,9 @@ import autopar
 import shared_ranks
 from autopar.planning.reviewed import PlanMismatchError
 
-# (case, strategy the reviewer planned with)
-CASES = [("gpt2", {"data": 2, "tensor": 2}), ("llama", {"pipeline": 2, "data": 2, "microbatches": 2})]
+# (case, strategy the reviewer planned with); the pipeline in the extended suite
+CASES = [("gpt2", {"data": 2, "tensor": 2})]
+EXTENDED = [("llama", {"pipeline": 2, "data": 2, "microbatches": 2})]
 _ROOT = shared_ranks.scratch_dir("reviewed")
 
 
@@ -49,7 +50,10 @@ def reviewed_job(cases, root):
     return out
 
 
-def refused_job(directory):
+def refused_job(root):
+    import torch.distributed as dist
+    directory = _saved_plan("gpt2", {"data": 2, "tensor": 2}, world=4,
+                            root=os.path.join(root, f"rank{dist.get_rank()}"))
     factory, inputs, target, loss = _case("gpt2")
     try:
         autopar.compile(factory(), None, inputs, loss, example_target=target, plan=directory)
@@ -59,23 +63,27 @@ def refused_job(directory):
 
 
 _REVIEWED = shared_ranks.register(4, __name__, reviewed_job, (CASES, _ROOT))
+_EXTENDED = shared_ranks.register(4, __name__ + ":extended", reviewed_job, (EXTENDED, _ROOT), extended=True)
+_REFUSED = shared_ranks.register(2, __name__ + ":refused", refused_job, (_ROOT,))
 
 
-def _refused_on_two():
-    directory = _saved_plan("gpt2", {"data": 2, "tensor": 2}, world=4)
-    return shared_ranks.register(2, __name__ + ":refused", refused_job, (directory,))
-
-
-_REFUSED = _refused_on_two()
+def _check(cases, launched, index):
+    for rank, reports in enumerate(launched()):
+        report = reports[index]
+        for kind in ("output", "loss", "grad", "param"):
+            assert report[kind][1] < 1e-4, f"rank {rank}, {cases[index][0]}: {kind} {report[kind]}"
+        assert report["mesh"] == autopar.Plan.from_json(report["saved"]).mesh
 
 
 @pytest.mark.parametrize("index", range(len(CASES)))
 def test_the_reviewed_plan_trains_equal_to_one_device(index):
-    for rank, reports in enumerate(_REVIEWED()):
-        report = reports[index]
-        for kind in ("output", "loss", "grad", "param"):
-            assert report[kind][1] < 1e-4, f"rank {rank}, {CASES[index][0]}: {kind} {report[kind]}"
-        assert report["mesh"] == autopar.Plan.from_json(report["saved"]).mesh
+    _check(CASES, _REVIEWED, index)
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("index", range(len(EXTENDED)))
+def test_a_reviewed_pipeline_plan_trains_equal_to_one_device(index):
+    _check(EXTENDED, _EXTENDED, index)
 
 
 def test_a_plan_for_four_ranks_is_refused_on_two_with_what_differs():
