@@ -186,6 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan_cmd.add_argument("--memory-limit", type=float, default=None, metavar="GIB",
                           help="memory per device a plan may use, in GiB (default: the hardware's)")
     plan_cmd.add_argument("--no-save", action="store_true", help="print the plan without saving it")
+    plan_cmd.add_argument("--check", default=None, metavar="GOLDEN_DIR",
+                          help="compare the plan and its rank programs with a golden saved there; exit 1, printing "
+                               "what changed, where they differ (AUTOPAR_ACCEPT=1 or --accept rewrites the golden)")
+    plan_cmd.add_argument("--accept", action="store_true", help="with --check: write the golden from this plan")
     plan_cmd.add_argument("-v", "--verbose", action="store_true", help="log each pass and its time")
     _add_calibrate_parser(sub)
     args = parser.parse_args(argv)
@@ -208,7 +212,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for text in why_not:
         print()
         print("why not " + text)
-    if args.no_save:
+    if args.check:
+        from autopar.planning.golden import PlanChangedError, accepting, check
+        accepted = accepting(True if args.accept else None)
+        try:
+            check(plan, args.check, args.ranks, accepted)
+        except PlanChangedError as e:
+            print(f"\nautopar plan --check: {e}", file=sys.stderr)
+            return 1
+        print(f"\nautopar plan --check: the plan equals the golden at {args.check}" if not accepted else
+              f"\nautopar plan --check: wrote the golden at {args.check}")
+    if args.no_save or args.check:
         return 0
     out = args.out or f"plan_{_out_name(args)}"
     plan.save(out, max_ranks=args.ranks)

@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import save_model
 
 import autopar
+from autopar.planning import golden
 from autopar.trace.capture import output_loss
 
 
@@ -115,6 +116,18 @@ def _logits(out: Any) -> torch.Tensor:
 def _own_loss(output: Any) -> torch.Tensor:
     """The loss a model's output carries (``ModelOutput.loss``, a dict's, or a scalar)."""
     return output_loss(output, required=True)[0]
+
+
+def assert_plan_unchanged(plan: "autopar.Plan", golden_dir: str, ranks: int = 8, accept: bool | None = None) -> None:
+    """Fail (:class:`~autopar.planning.golden.PlanChangedError`) where ``plan`` or its
+    first ``ranks`` rank programs differ from the golden saved at ``golden_dir``, saying
+    what changed; with ``AUTOPAR_ACCEPT=1`` in the environment (or ``accept=True``) write
+    the golden instead (:mod:`autopar.planning.golden`). For a user's CI::
+
+        plan = autopar.plan(model, 64, inputs, loss_fn, hardware="h100")
+        autopar.testing.assert_plan_unchanged(plan, "tests/golden/my_model")
+    """
+    golden.check(plan, golden_dir, ranks, accept)
 
 
 def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inputs: tuple,

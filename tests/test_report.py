@@ -149,3 +149,46 @@ def test_the_report_of_a_real_configuration_opens_in_a_browser(tmp_path, config,
             browser.save_screenshot(os.environ["AUTOPAR_REPORT_SCREENSHOT"] + f"-{config.split('.')[0]}.png")
     finally:
         browser.quit()
+
+
+def test_the_golden_check_passes_unchanged_names_a_change_and_accepts_it(tmp_path, monkeypatch, capsys):
+    from autopar.planning.golden import PlanChangedError
+    from autopar.testing import assert_plan_unchanged
+    from examples.factories import training_case
+    golden = str(tmp_path / "golden")
+
+    def planned(layers, strategy):
+        factory, inputs, target, loss = training_case("gpt2", layers=layers)
+        torch.manual_seed(0)
+        return autopar.plan(factory(), 4, inputs, loss, strategy, example_target=target, hardware="cpu-gloo")
+
+    with pytest.raises(PlanChangedError, match="no golden plan at"):
+        assert_plan_unchanged(planned(2, {"data": 2, "tensor": 2}), golden, ranks=2)
+    monkeypatch.setenv("AUTOPAR_ACCEPT", "1")
+    assert_plan_unchanged(planned(2, {"data": 2, "tensor": 2}), golden, ranks=2)  # written
+    monkeypatch.delenv("AUTOPAR_ACCEPT")
+    assert sorted(os.listdir(golden))[:3] == ["plan.json", "plan.txt", "rank0.py"]
+    assert_plan_unchanged(planned(2, {"data": 2, "tensor": 2}), golden, ranks=2)  # unchanged: passes
+    with pytest.raises(PlanChangedError) as caught:  # another plan of the same model
+        assert_plan_unchanged(planned(2, {"data": 4}), golden, ranks=2)
+    text = str(caught.value)
+    assert "mesh: {'data': 2, 'tensor': 2} -> {'data': 4, 'tensor': 1}" in text, text
+    assert "--- golden/rank0.py" in text and "AUTOPAR_ACCEPT=1" in text
+    with pytest.raises(PlanChangedError) as caught:  # the model changed: a block more
+        assert_plan_unchanged(planned(3, {"data": 2, "tensor": 2}), golden, ranks=2)
+    assert "(absent) -> megatron" in str(caught.value)
+    assert_plan_unchanged(planned(3, {"data": 2, "tensor": 2}), golden, ranks=2, accept=True)
+    assert_plan_unchanged(planned(3, {"data": 2, "tensor": 2}), golden, ranks=2)
+    # the command: exit 1 with the account on stderr, 0 where unchanged
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                                  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                  "vocab_size": 128}))
+    args = ["plan", "--hf", str(config), "--world", "2", "--batch", "4x32", "--strategy", "data=2", "--ranks", "1",
+            "--check", str(tmp_path / "cli-golden")]
+    assert cli_main(args + ["--accept"]) == 0
+    assert cli_main(args) == 0
+    assert "equals the golden" in capsys.readouterr().out
+    config.write_text(config.read_text().replace('"num_hidden_layers": 2', '"num_hidden_layers": 3'))
+    assert cli_main(args) == 1
+    assert "decisions changed" in capsys.readouterr().err
