@@ -6,6 +6,7 @@
 
 See ``docs/architecture.md`` for the stages and ``docs/user_guide.md`` for the contract.
 """
+from autopar import data
 from autopar.api import ParallelModule, compile, plan, rank_graph
 from autopar.trace.capture import CaptureError, capture
 from autopar.cost.hardware import Hardware, get_hardware
@@ -17,7 +18,7 @@ from autopar.runtime.checkpoint_dir import resume, save_checkpoint, wait_checkpo
 from autopar.runtime.health import RankFailureError
 from autopar.runtime.pretrained import load_pretrained, save_pretrained
 
-__all__ = ["compile", "plan", "plan_config", "rank_graph", "ParallelModule", "Plan", "PlanError", "Strategy", "Hardware",
+__all__ = ["compile", "plan", "plan_config", "data", "rank_graph", "ParallelModule", "Plan", "PlanError", "Strategy", "Hardware",
            "get_hardware", "capture", "CaptureError", "save_checkpoint", "load_checkpoint", "resume", "wait_checkpoints", "CheckpointError",
            "load_pretrained", "save_pretrained",
            "RankFailureError"]

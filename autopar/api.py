@@ -177,7 +177,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
             hardware: str | Hardware | None = None, seed: int = 0, overlap: Any = None,
             recompute: bool | str | None = None, memory_limit: float | None = None,
             fusion: bool | None = None, device: str | torch.device | None = None, plan: Any = None,
-            replan: bool = False) -> ParallelModule:
+            replan: bool = False, batch: str = "global") -> ParallelModule:
     """Make ``model`` run on the ranks of ``mesh`` (see the module docstring).
 
     ``example_inputs`` (positional) and ``example_kwargs`` (keyword inputs, e.g. a
@@ -221,14 +221,25 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     each difference, or with ``replan=True`` warns and plans afresh
     (:mod:`autopar.planning.reviewed`). ``strategy`` is then not used.
 
+    ``batch``: ``"global"``: every rank passes the same global batch to ``pm(...)`` and
+    ``pm.step(...)`` and takes its share; ``"local"``: each rank passes only its share,
+    the rows of :attr:`~autopar.runtime.module.ParallelModule.data_parallel_rank` of
+    ``data_parallel_size`` (:mod:`autopar.data` feeds them), the same on the ranks of one
+    share. The example inputs stay the global batch (the plan splits it; they may be on
+    the meta device).
+
     ``pm.timings`` says how long each phase took (:class:`autopar.timing.Timings`: this
     call's, then every program the rank builds and the first ``step``'s run).
     """
     timings = Timings()
     with recording(timings, "compile."), phase("checks"):
+        if batch not in ("global", "local"):
+            raise ValueError(f"batch={batch!r}: 'global' (every rank passes the whole batch) or 'local' (each rank "
+                             f"passes its share: pm.data_parallel_rank of pm.data_parallel_size)")
         reviewed = None if plan is None else as_plan(plan)
         pm = _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware,
-                       seed, overlap, recompute, memory_limit, fusion, device, timings, (reviewed, replan))
+                       seed, overlap, recompute, memory_limit, fusion, device, timings, (reviewed, replan),
+                       batch == "local")
     log.info("autopar compile on rank %d took %.2f s: %s", pm.rank, timings.total("compile."),
              timings.summary("compile."))
     return pm
@@ -236,7 +247,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
 
 def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware, seed,
               overlap, recompute, memory_limit, fusion, device, timings: Timings,
-              reviewed: tuple = (None, False)) -> ParallelModule:
+              reviewed: tuple = (None, False), batch_local: bool = False) -> ParallelModule:
     """``compile``'s work, each phase timed into ``timings`` (the rest is ``checks``)."""
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat_examples = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
@@ -255,6 +266,8 @@ def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, ex
         plan_ = _reviewed_or_planned(reviewed, gm, world, hw, strategy, hardware, source)
         _attach_artifacts(plan_, gm, twin, example_inputs, loss_fn, example_target, example_kwargs)
         recompute = _recompute_mode(recompute, plan_)
+        if batch_local:
+            _check_local_batch(plan_)
     health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here
     with phase("groups"):
         # where a family holds parameters on some ranks only (a pipeline's stages): which hold each
@@ -274,7 +287,7 @@ def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, ex
                       if (runtime := family.rank_runtime(plan_, rank, {"overlap": overlap})) is not None],
             rewrite=rewrite, dropout=(*dropout_coordinates(plan_, rank), dropout_shards(plan_, rank)), seed=seed,
             recompute=recompute, fusion=fusion, call=layout, examples=example_signature(flat_examples, example_target),
-            device=device, twin=twin, timings=timings)
+            device=device, twin=twin, timings=timings, batch_local=batch_local)
 
 
 def _reviewed_or_planned(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Hardware, strategy, hardware,
@@ -298,6 +311,16 @@ def _reviewed_or_planned(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Ha
     made = plan_graph(gm, world, hw, strategy)
     made.hardware_source = source
     return made
+
+
+def _check_local_batch(plan_: Plan) -> None:
+    """``batch="local"`` needs a plan whose ranks compute from their own rows: where the
+    rows of the batch meet and the plan gathers them (a contrastive loss), a rank's
+    program is built from the global batch's first rows, which a local share lacks."""
+    gathered = [c for c in plan_.batch_couplings or () if c.get("remedy") == "gather"]
+    if gathered:
+        raise PlanError(f"batch='local': rows of the batch meet at {gathered[0].get('node', '?')} and the plan gathers "
+                        f"them there; pass the global batch on every rank (batch='global')")
 
 
 def _recompute_mode(recompute, plan_: Plan) -> bool | str:

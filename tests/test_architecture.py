@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                         "autopar.runtime.pretrained", "autopar.runtime.pretrained_keys")),
     ("families", ("autopar.strategies",)),
     ("drivers", ("autopar.passes.rank_program", "autopar.planning.search")),
-    ("interface", ("autopar", "autopar.api", "autopar.cli", "autopar.hf_config", "autopar.testing", "autopar.cost.calibrate",
+    ("interface", ("autopar", "autopar.api", "autopar.cli", "autopar.data", "autopar.hf_config", "autopar.testing", "autopar.cost.calibrate",
                    "autopar.cost.calibrate_measure")),
 ]
 

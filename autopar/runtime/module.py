@@ -60,7 +60,7 @@ class ParallelModule(nn.Module):
                  rewrite: Callable, dropout: tuple[int, int, dict], seed: int = 0, recompute: bool | str = False,
                  fusion: bool = False, call: CallLayout | None = None, examples: tuple | None = None,
                  device: torch.device | None = None, twin: nn.Module | None = None,
-                 timings: Timings | None = None):
+                 timings: Timings | None = None, batch_local: bool = False):
         """Built by :func:`autopar.compile`, which gives what the plan's families decide:
         ``layout(root, options)``, this rank's parameter layout over the module tree
         ``root`` (with the runtimes' ``layout_options``); ``runtimes``, each family's
@@ -112,7 +112,7 @@ class ParallelModule(nn.Module):
         # the user's model is not kept: programs are captured from its meta twin (shapes)
         self._state = RankState(plan_, rank, self.root, layout, group_map, states, running, buckets, twin,
                                 loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards), device,
-                                rewrite, self.timings)
+                                rewrite, self.timings, batch_local)
         self.runner = next((r for r in (rt.runner(self._state, twin) for rt in running) if r is not None), None) \
             or ProgramRunner(self._state)
         # which runtime answers each family attribute (asked at lookup: a deep copy's
@@ -159,6 +159,41 @@ class ParallelModule(nn.Module):
             return self._first_step(flat, target)
         self._step_starts.append(time.perf_counter())
         return self.runner.step(flat, target, self.training)
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Into how many shares the plan splits the global batch's rows (the data degree;
+        times Gz on a 3D grid; a D&SP-cSub sub-grid's ranks): with ``batch="local"`` each
+        share is fed by the ranks of :attr:`data_parallel_rank`."""
+        return self.plan.batch_parts()
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """Which share of the global batch's rows this rank trains on (0 ..
+        :attr:`data_parallel_size` - 1). The ranks of one share (its tensor, context and
+        pipeline ranks) must be given the same rows; :func:`autopar.data.sampler` and
+        :func:`autopar.data.shard` feed them so."""
+        return self.plan.batch_chunk(self.rank)
+
+    @property
+    def reads_inputs(self) -> bool:
+        """Whether this rank's programs read the values of the inputs (a pipeline's middle
+        stages read only their shapes: any tensors of the share's shape will do)."""
+        return self._pipeline_end(0)
+
+    @property
+    def reads_target(self) -> bool:
+        """Whether this rank's programs read the target's (or labels') values (a
+        pipeline's last stage only)."""
+        return self._pipeline_end(-1)
+
+    def _pipeline_end(self, which: int) -> bool:
+        pipeline = self.plan.pipeline
+        if not pipeline:
+            return True
+        p, v = pipeline["stages"], pipeline.get("chunks", 1)
+        ranks = pipeline.get("stage_ranks") or [s % p for s in range(p * v)]
+        return self.plan.rank_coordinates(self.rank).get("pipeline", 0) == ranks[which]
 
     @property
     def measured_step_s(self) -> float | None:

@@ -71,6 +71,8 @@ class RankState:
     rewrite: Callable[..., fx.GraphModule] | None = None
     # how long each phase of the way to the first step took (``pm.timings``)
     timings: Timings = field(default_factory=Timings)
+    # compiled with batch="local": each call is this rank's rows already, not the global batch
+    batch_local: bool = False
     # running()'s context by ``stage`` where every context is a swap of a module global
     # (made on first use; None where some family's context is not)
     _swaps: dict = field(default_factory=dict, repr=False, compare=False)
@@ -82,6 +84,13 @@ class RankState:
         spec = self.layout.loss_bucket
         self._loss_bucket = None if spec is None else self.buckets[spec]
         self._other_buckets = [b for s, b in self.buckets.items() if s != spec]
+
+    def share(self, parts: int, chunk: int, inputs: tuple, target: Any) -> tuple[tuple, Any]:
+        """This rank's rows of a call (and their targets): chunk ``chunk`` of ``parts`` of
+        the global batch, or the call as given where compiled with ``batch="local"``."""
+        if self.batch_local:
+            return inputs, target
+        return local_batch(parts, chunk, inputs, target)
 
     def rewrite_options(self) -> dict:
         """The families' options of this rank's program rewrite (e.g. the parameters ZeRO
@@ -245,7 +254,7 @@ class ProgramRunner:
         """The program for these inputs' shapes and mode (built on first use), with this
         rank's share of the inputs and target. ``loss``: the training program (the
         ``loss_fn``'s loss, or without one the model's own)."""
-        local_inputs, local_target = local_batch(self.parts, self.chunk, inputs, target)
+        local_inputs, local_target = self.state.share(self.parts, self.chunk, inputs, target)
         return self.built(inputs, target, local_inputs, local_target, training, loss), local_inputs, local_target
 
     def built(self, inputs: tuple, target: Any, local_inputs: tuple, local_target: Any, training: bool,
@@ -322,13 +331,14 @@ class ProgramRunner:
         microbatch's backward, once); the whole batch's loss."""
         state = self.state
         m = state.plan.microbatches
-        local_inputs, local_target = local_batch(self.parts, self.chunk, inputs, target)
+        local_inputs, local_target = state.share(self.parts, self.chunk, inputs, target)
         pieces = [(local_inputs, local_target)]
         if m > 1:
             rows = batch_of(local_inputs)
             if rows is None or rows % m:
                 raise PlanError(f"step(): the batch of each data rank ({rows}) is not divisible by the {m} "
-                                f"microbatches of the plan; give a batch that is a multiple of {m * self.parts}, "
+                                f"microbatches of the plan; give a batch that is a multiple of "
+                                f"{m * (1 if state.batch_local else self.parts)}, "
                                 f"or plan with another 'microbatches'")
             pieces = [(p[:-1], p[-1]) for p in microbatches((*local_inputs, local_target), m, rows)]
         program = self.built(inputs, target, *pieces[0], training, loss=True, explain_shapes=m == 1)

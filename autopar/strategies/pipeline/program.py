@@ -226,7 +226,7 @@ class PipelineRunner:
 
     def forward(self, flat: tuple, training: bool):
         state = self.state
-        local_inputs, _ = local_batch(self.parts, self.chunk, flat, None)
+        local_inputs, _ = state.share(self.parts, self.chunk, flat, None)
         programs, names = self.stage_programs(local_inputs, None, training)
         count = self._last_stage_count(programs, [local_inputs])
         state.begin(stage=True)
@@ -241,12 +241,13 @@ class PipelineRunner:
         """Forward and backward of every microbatch in the schedule's order; gradients
         synchronised after the last; returns the whole batch's loss on every rank."""
         state = self.state
-        local_inputs, local_target = local_batch(self.parts, self.chunk, flat, target)
+        local_inputs, local_target = state.share(self.parts, self.chunk, flat, target)
         batch = batch_of(local_inputs)
         m = self.m
         if batch is None or batch % m:
             raise PlanError(f"step(): the batch of each data rank ({batch}) is not divisible by the {m} microbatches "
-                            f"of the plan; give a batch that is a multiple of {m * self.parts}, or plan with another "
+                            f"of the plan; give a batch that is a multiple of "
+                            f"{m * (1 if state.batch_local else self.parts)}, or plan with another "
                             f"'microbatches'")
         pieces = microbatches((*local_inputs, local_target), m, batch)
         programs, names = self.stage_programs(pieces[0][:-1], pieces[0][-1], training, loss=True)
