@@ -139,14 +139,14 @@ def _check(case, reports) -> None:
 @pytest.mark.multiprocess
 def test_order_on_ranks_is_figure_4():
     """Figure 4 of megatron for p = 4, m = 8: 1F1B (v = 1) and interleaved (v = 2), as run."""
-    one_f_one_b = _reports(4)[0][4]   # GPT-2, p=4, m=8, 1F1B (blocks recomputed)
-    interleaved = _reports(4)[0][2]   # transformer, p=4, m=8, v=2
+    one_f_one_b = _reports(4)[0][3]   # GPT-2, p=4, m=8, 1F1B (blocks recomputed)
+    interleaved = _reports(4)[0][1]   # transformer, p=4, m=8, v=2
     assert one_f_one_b["executed"] == "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7"
     assert interleaved["executed"] == (
         "F0 F1 F2 F3 F0.1 F1.1 F2.1 F3.1 F4 F5 "
         "F6 B0.1 F7 B1.1 F4.1 B2.1 F5.1 B3.1 F6.1 B0 F7.1 B1 "
         "B2 B3 B4.1 B5.1 B6.1 B7.1 B4 B5 B6 B7")
-    last = _reports(4)[3][4]
+    last = _reports(4)[3][3]
     assert last["executed"] == "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7"
 
 
