@@ -163,6 +163,7 @@ def test_a_vocabulary_no_degree_divides_is_padded_and_split():
     assert next(r for r in grid.regions if r.kind == "vocab").strategy == "replicate"
 
 
+@pytest.mark.extended  # a planning of 3072 devices (the suite's padded vocabularies run on ranks above)
 def test_gpt3_with_gpt2_vocabulary_plans_with_tensor_parallelism():
     """GPT-3 175B with GPT-2's vocabulary (50,257: no tensor degree divides it) on 3072
     A100s: a tensor degree above 1 all the same (4 on the fitted Selene preset; 8 on
