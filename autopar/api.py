@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.ir import CAPTURE
+from autopar.ir import CAPTURE, LOSS_TERMS
 from autopar.trace.capture import capture
 from autopar.planning.drawing import regions_dot
 from autopar.trace.inputs import CallLayout, example_signature
@@ -40,7 +40,7 @@ from autopar.cost.hardware import Hardware
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
 from autopar.planning.reviewed import PlanMismatchError, as_plan, differences, mismatch_message
-from autopar.planning.search import PlanError, Strategy, plan_graph
+from autopar.planning.search import PlanError, Strategy, made_for, plan_graph
 from autopar.runtime.executable import batch_of, local_batch, rank_graph_code
 from autopar.passes.rank_program import planned_shards, rewrite
 from autopar.runtime.groups import size_of
@@ -256,14 +256,15 @@ def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, ex
     world, rank = _world(mesh)
     _check_same_call_everywhere(world, mesh, strategy, flat_examples, example_target, hardware, layout)
     check_dtypes(model)
-    strategy = _strategy_from_mesh(mesh, strategy)
+    given_strategy, strategy = strategy, _strategy_from_mesh(mesh, strategy)
     hw, source = _agreed_hardware(hardware, memory_limit, world, mesh)  # before capture, as the check above
     # captures read shapes only: of a meta copy of the model (the rank's programs are
     # captured from it too, so the export memo serves them)
     twin = materialise.meta_twin(model)
     gm = _global_graph(twin, example_inputs, loss_fn, example_target, example_kwargs)
     with phase("planning"):
-        plan_ = _reviewed_or_planned(reviewed, gm, world, hw, strategy, hardware, source)
+        plan_ = _reviewed_or_planned(reviewed, gm, world, hw, strategy, hardware, source, given_strategy,
+                                     _mesh_degrees(mesh))
         _attach_artifacts(plan_, gm, twin, example_inputs, loss_fn, example_target, example_kwargs)
         recompute = _recompute_mode(recompute, plan_)
         if batch_local:
@@ -291,19 +292,30 @@ def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, ex
 
 
 def _reviewed_or_planned(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Hardware, strategy, hardware,
-                         source: str) -> Plan:
+                         source: str, given_strategy: Any = "auto", degrees: dict | None = None) -> Plan:
     """The reviewed plan where it fits this run (autopar.planning.reviewed), else a fresh one."""
     given, replan = reviewed
     if given is not None:
         capture_ = gm.meta.get(CAPTURE)
         facts = ModelFacts(gm, fusion=given.fusion)
+        inputs, param_bytes = made_for(gm)
+        forward = sum(w.flops for w in facts.work.values() if w.is_kernel)
+        couplings = [c.to_json() for c in facts.batch_couplings]
         found = differences(given, world=world, model_name=capture_.model_class if capture_ else type(gm).__name__,
                             global_batch=facts.batch, regions=[(r.id, r.kind) for r in facts.regions],
-                            couplings=[c.to_json() for c in facts.batch_couplings],
-                            hardware=None if hardware is None else hw.name)
+                            couplings=couplings, hardware=None if hardware is None else hw.name, inputs=inputs,
+                            param_bytes=param_bytes, flops_per_step=float(forward * (4 if given.recompute else 3)),
+                            degrees=degrees)
         if not found:
+            if given_strategy not in ("auto", None):
+                warnings.warn(f"compile(plan=...): strategy={given_strategy!r} is not used; the reviewed plan is run",
+                              stacklevel=4)
             log.info("compile(plan=...): running the reviewed plan (%s)", given.form or given.mesh)
-            return Plan.from_json(given.to_json())  # a copy: compile attaches its artifacts to it
+            plan_ = Plan.from_json(given.to_json())  # a copy: compile attaches its artifacts to it
+            # what the graph says rather than the plan decides: from the graph captured now
+            plan_.loss_terms = [list(t) for t in gm.meta.get(LOSS_TERMS, [])]
+            plan_.batch_couplings = couplings
+            return plan_
         if not replan:
             raise PlanMismatchError(mismatch_message(given, found))
         warnings.warn(mismatch_message(given, found).replace("pass replan=True to plan afresh", "replan=True")
@@ -355,6 +367,14 @@ def _strategy_from_mesh(mesh, strategy):
         raise ValueError(f"mesh: its degrees {degrees} contradict strategy={strategy!r}; drop one of them")
     # the strategy's other keys (memory levers, region pins, experts) apply on the mesh's degrees
     return {**strategy, **degrees} if isinstance(strategy, dict) else degrees
+
+
+def _mesh_degrees(mesh) -> dict | None:
+    """A 2-D mesh's ``data`` and ``tensor`` degrees (None for a flat mesh or none)."""
+    if mesh is None or mesh.ndim == 1 or set(mesh.mesh_dim_names or ()) != {"data", "tensor"}:
+        return None
+    names = tuple(mesh.mesh_dim_names)
+    return {"data": mesh.size(names.index("data")), "tensor": mesh.size(names.index("tensor"))}
 
 
 def _data_major(mesh) -> torch.Tensor:

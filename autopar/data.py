@@ -42,17 +42,34 @@ def shard(pm, iterable: Iterable[Any]) -> Iterator[Any]:
 
 
 def local_rows(pm, batch: Any) -> Any:
-    """This rank's share of a global batch (a tensor, or a tuple / list / dict of them,
-    split along the first dimension, equal chunks): what ``batch="local"`` expects where
-    a script holds the global batch anyway (tests, a small run)."""
+    """This rank's share of a global batch: a tensor, or a tuple / list / dict of them,
+    where the tensors whose first dimension is the batch (the first tensor's) are cut
+    into ``data_parallel_size`` equal chunks along it and the others kept whole, as
+    ``batch="global"`` cuts a call. What ``batch="local"`` expects where a script holds
+    the global batch anyway (tests, a small run)."""
     size, index = pm.data_parallel_size, pm.data_parallel_rank
-    if isinstance(batch, torch.Tensor):
-        if batch.dim() == 0 or batch.shape[0] % size:
-            raise ValueError(f"local_rows: a batch of {tuple(batch.shape)} does not split into {size} equal shares "
-                             f"along its first dimension")
-        return batch.chunk(size, 0)[index]
-    if isinstance(batch, dict):
-        return {k: local_rows(pm, v) for k, v in batch.items()}
-    if isinstance(batch, (tuple, list)):
-        return type(batch)(local_rows(pm, v) for v in batch)
-    return batch
+    rows = _first_rows(batch)
+    if rows is None:
+        return batch
+    if rows % size:
+        raise ValueError(f"local_rows: a batch of {rows} rows does not split into {size} equal shares")
+
+    def cut(value):
+        if isinstance(value, torch.Tensor):
+            return value.chunk(size, 0)[index] if value.dim() > 0 and value.shape[0] == rows else value
+        if isinstance(value, dict):
+            return {k: cut(v) for k, v in value.items()}
+        if isinstance(value, (tuple, list)):
+            return type(value)(cut(v) for v in value)
+        return value
+    return cut(batch)
+
+
+def _first_rows(value: Any) -> int | None:
+    """The first dimension of the first tensor in ``value`` (depth first), None without one."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() == 0:
+            raise ValueError("local_rows: a 0-dimensional tensor has no rows to split")
+        return value.shape[0]
+    values = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
+    return next((r for v in values if (r := _first_rows(v)) is not None), None)

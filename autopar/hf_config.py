@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Mapping
 
 import torch
@@ -45,7 +46,8 @@ def parse_overrides(text: str) -> dict[str, Any]:
     """``"hidden_size=8192,num_hidden_layers=80,tie_word_embeddings=false"`` → a dict,
     each value read as JSON where it parses (numbers, true/false, lists), else a string."""
     out: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+    # a comma starts the next pair only where a KEY= follows it (lists and objects keep theirs)
+    for item in filter(None, (part.strip() for part in re.split(r",(?=\s*[A-Za-z_][\w.]*\s*=)", text or ""))):
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"--set {item!r}: give KEY=VALUE pairs separated by commas, e.g. hidden_size=4096")
@@ -91,8 +93,9 @@ def load_config(config, overrides: Mapping[str, Any] | None = None):
 
 
 def _dtype(config, dtype) -> torch.dtype:
-    if dtype is None:
-        dtype = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or torch.bfloat16
+    if dtype is None:  # the configuration's (``dtype``; ``torch_dtype`` in older transformers), read quietly
+        fields = vars(config)
+        dtype = fields.get("dtype") or fields.get("torch_dtype") or torch.bfloat16
     if isinstance(dtype, str):
         name = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "half": "float16"}.get(dtype, dtype)
         dtype = getattr(torch, name, None)
@@ -130,8 +133,8 @@ def plan_config(config, world: int, batch, *, overrides: Mapping[str, Any] | Non
                 strategy: Any = "auto", hardware=None, memory_limit: float | None = None, progress=None):
     """The plan of the causal language model of ``config`` (module docstring) for
     ``world`` devices of ``hardware`` on a global batch ``batch`` = (sequences, tokens);
-    the other arguments as :func:`autopar.plan`. The plan's ``model`` names the
-    configuration."""
+    the other arguments as :func:`autopar.plan`. The plan's ``model`` is the model's
+    class (``LlamaForCausalLM``)."""
     config = load_config(config, overrides)
     model = meta_model(config, dtype)
     made = plan_model(model, world, (), None, strategy, example_kwargs=example_batch(config, batch),

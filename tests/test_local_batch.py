@@ -52,9 +52,17 @@ def local_job(cases):
             sampler.set_epoch(epoch)
             epochs.append([row for (batch,) in loader for row in batch.tolist()])
         streamed = list(autopar.data.shard(pm, iter(range(ROWS))))
+        # only what has the batch's rows is cut; a [heads, T, T] bias stays whole
+        cut = autopar.data.local_rows(pm, {"ids": torch.arange(16).view(8, 2), "bias": torch.zeros(3, 2, 2)})
+        try:
+            autopar.data.local_rows(pm, torch.zeros(5, 2))
+            odd = "cut"
+        except ValueError as e:
+            odd = str(e)
         out.append({"losses": (sides["global"][1], sides["local"][1]), "share": pm.data_parallel_rank,
                     "shares": pm.data_parallel_size, "epochs": epochs, "streamed": streamed,
-                    "reads": (pm.reads_inputs, pm.reads_target), "rank": dist.get_rank()})
+                    "reads": (pm.reads_inputs, pm.reads_target), "rank": dist.get_rank(),
+                    "cut": (cut["ids"][:, 0].tolist(), tuple(cut["bias"].shape)), "odd": odd})
     return out
 
 
@@ -80,8 +88,12 @@ def _check(strategy, reports):
         assert len(members[0]["epochs"][epoch]) == ROWS // shares  # each share read only its own
     streamed = [row for members in by_share.values() for row in members[0]["streamed"]]
     assert sorted(streamed) == list(range(ROWS))
-    if "pipeline" in strategy:  # the first stage reads the inputs, the last the targets
-        assert {r["reads"] for r in reports} == {(True, False), (False, True)}
+    for r in reports:
+        assert r["cut"] == ([2 * i for i in range(8)][r["share"] * 8 // shares:(r["share"] + 1) * 8 // shares],
+                            (3, 2, 2)), r["cut"]
+        assert r["odd"] == f"local_rows: a batch of 5 rows does not split into {shares} equal shares" or shares == 1
+    if "pipeline" in strategy:  # the first stage reads the inputs, the last the targets and the labels among them
+        assert {r["reads"] for r in reports} == {(True, False), (True, True)}
     else:
         assert all(r["reads"] == (True, True) for r in reports)
 
@@ -104,5 +116,6 @@ def test_bad_batch_forms_are_named():
         autopar.compile(factory(), None, inputs, loss, example_target=target, batch="locale")
     pm = autopar.compile(factory(), None, inputs, loss, example_target=target, batch="local")
     assert (pm.data_parallel_rank, pm.data_parallel_size, pm.reads_inputs, pm.reads_target) == (0, 1, True, True)
-    with pytest.raises(ValueError, match="does not split into"):
+    with pytest.raises(ValueError, match="has no rows to split"):
         autopar.data.local_rows(pm, torch.zeros(()))
+

@@ -57,6 +57,7 @@ def test_the_report_is_one_self_contained_page_with_every_region(tmp_path):
     assert page.count('<tr data-region=') == len(plan.regions)
     assert "1.25× predicted" in page
     assert "pipeline rank 1" in page and "Pipeline timeline" in page  # per-rank memory bars, the timeline
+    assert "device memory 80.00 GiB (red line)" in page and 'class="limit"' in page  # the h100's memory
     assert "chosen" in page
 
 
@@ -93,6 +94,11 @@ def test_the_command_plans_a_config_file_and_names_bad_arguments(tmp_path, capsy
     assert cli_main(["plan", "--hf-model-type", "mistral", "--set", "hidden_size", "--world", "4",
                      "--batch", "8x64"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+    from autopar.hf_config import parse_overrides  # lists and objects keep their commas
+    assert parse_overrides('num_hidden_layers=2,layer_types=["full_attention","sliding_attention"],'
+                           'rope_scaling={"rope_type":"linear","factor":2.0},act=gelu') == {
+        "num_hidden_layers": 2, "layer_types": ["full_attention", "sliding_attention"],
+        "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "act": "gelu"}
 
 
 def _browser():
@@ -138,6 +144,8 @@ def test_the_report_of_a_real_configuration_opens_in_a_browser(tmp_path, config,
         boxes = browser.execute_script("return document.querySelectorAll('g.region').length")
         assert rows == boxes == len(plan.regions)
         assert browser.find_element("id", "count").text == str(len(plan.regions))
+        if os.environ.get("AUTOPAR_REPORT_SCREENSHOT"):  # docs/images: the page as a user first sees it
+            browser.save_screenshot(os.environ["AUTOPAR_REPORT_SCREENSHOT"] + f"-{config.split('.')[0]}.png")
         last = plan.regions[-1].region
         browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', {bubbles: true}))",
                                browser.find_elements("css selector", "g.region")[-1])
@@ -145,8 +153,6 @@ def test_the_report_of_a_real_configuration_opens_in_a_browser(tmp_path, config,
                                      ".map(r => r.getAttribute('data-region'))")
         assert len(hit) == 1 and hit[0] in {c.region for c in plan.regions}, hit
         assert re.search(r"predicted step", browser.find_element("tag name", "body").text), last
-        if os.environ.get("AUTOPAR_REPORT_SCREENSHOT"):  # docs/images: the page as a user sees it
-            browser.save_screenshot(os.environ["AUTOPAR_REPORT_SCREENSHOT"] + f"-{config.split('.')[0]}.png")
     finally:
         browser.quit()
 
@@ -164,6 +170,15 @@ def test_the_golden_check_passes_unchanged_names_a_change_and_accepts_it(tmp_pat
 
     with pytest.raises(PlanChangedError, match="no golden plan at"):
         assert_plan_unchanged(planned(2, {"data": 2, "tensor": 2}), golden, ranks=2)
+    monkeypatch.setenv("AUTOPAR_ACCEPT", "false")  # not an acceptance
+    with pytest.raises(PlanChangedError, match="no golden plan at"):
+        assert_plan_unchanged(planned(2, {"data": 2, "tensor": 2}), golden, ranks=2)
+    other = tmp_path / "not-a-golden"  # accepting into a directory of other files refuses, deleting nothing
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    with pytest.raises(PlanChangedError, match="holds files but no plan.json"):
+        assert_plan_unchanged(planned(2, {"data": 2, "tensor": 2}), str(other), ranks=2, accept=True)
+    assert (other / "keep.txt").read_text() == "mine"
     monkeypatch.setenv("AUTOPAR_ACCEPT", "1")
     assert_plan_unchanged(planned(2, {"data": 2, "tensor": 2}), golden, ranks=2)  # written
     monkeypatch.delenv("AUTOPAR_ACCEPT")
@@ -177,8 +192,12 @@ def test_the_golden_check_passes_unchanged_names_a_change_and_accepts_it(tmp_pat
     with pytest.raises(PlanChangedError) as caught:  # the model changed: a block more
         assert_plan_unchanged(planned(3, {"data": 2, "tensor": 2}), golden, ranks=2)
     assert "(absent) -> megatron" in str(caught.value)
+    (tmp_path / "golden" / "notes.md").write_text("reviewed by us")
     assert_plan_unchanged(planned(3, {"data": 2, "tensor": 2}), golden, ranks=2, accept=True)
     assert_plan_unchanged(planned(3, {"data": 2, "tensor": 2}), golden, ranks=2)
+    assert (tmp_path / "golden" / "notes.md").is_file()  # a golden's own other files are left
+    with pytest.raises(ValueError, match="read back from JSON and cannot build its rank programs"):
+        assert_plan_unchanged(autopar.Plan.load(golden), golden, ranks=2)
     # the command: exit 1 with the account on stderr, 0 where unchanged
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,

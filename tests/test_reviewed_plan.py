@@ -12,8 +12,10 @@ import autopar
 import shared_ranks
 from autopar.planning.reviewed import PlanMismatchError
 
-# (case, strategy the reviewer planned with); the pipeline in the extended suite
-CASES = [("gpt2", {"data": 2, "tensor": 2})]
+# (case, strategy the reviewer planned with[, the loss trained with instead of the
+# planned one: a sum, which the plan's data averaging must weigh as the graph says now]);
+# the pipeline in the extended suite
+CASES = [("gpt2", {"data": 2, "tensor": 2}), ("gpt2", {"data": 4}, "sum")]
 EXTENDED = [("llama", {"pipeline": 2, "data": 2, "microbatches": 2})]
 _ROOT = shared_ranks.scratch_dir("reviewed")
 
@@ -23,12 +25,17 @@ def _case(name):
     return training_case(name)
 
 
-def _saved_plan(name, strategy, world=4, root=_ROOT) -> str:
+def _summed_loss(output, target):
+    logits = output.logits if hasattr(output, "logits") else output
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="sum")
+
+
+def _saved_plan(name, strategy, world=4, root=_ROOT, directory=None) -> str:
     """The plan a reviewer saved: planned in this process (no ranks), written to a directory."""
     factory, inputs, target, loss = _case(name)
     torch.manual_seed(0)
     plan = autopar.plan(factory(), world, inputs, loss, strategy, example_target=target, hardware="cpu-gloo")
-    directory = os.path.join(root, f"{name}-{world}")
+    directory = directory or os.path.join(root, f"{name}-{world}")
     plan.save(directory, max_ranks=world)
     return directory
 
@@ -37,12 +44,14 @@ def reviewed_job(cases, root):
     import torch.distributed as dist
     from autopar.testing import compare_with_single_device
     out = []
-    for name, strategy in cases:
+    for index, (name, strategy, *changed) in enumerate(cases):
+        directory = os.path.join(root, f"{name}-4-{index}")
         if dist.get_rank() == 0:
-            _saved_plan(name, strategy, root=root)
+            _saved_plan(name, strategy, root=root, directory=directory)
         dist.barrier()
-        directory = os.path.join(root, f"{name}-4")
         factory, inputs, target, loss = _case(name)
+        if changed:
+            loss = _summed_loss
         # compile's own planning would be told nothing: strategy left at "auto"
         report = compare_with_single_device(factory, inputs, target, loss, plan=autopar.Plan.load(directory))
         report["saved"] = autopar.Plan.load(directory).to_json()
@@ -70,8 +79,9 @@ _REFUSED = shared_ranks.register(2, __name__ + ":refused", refused_job, (_ROOT,)
 def _check(cases, launched, index):
     for rank, reports in enumerate(launched()):
         report = reports[index]
-        for kind in ("output", "loss", "grad", "param"):
+        for kind in ("output", "loss", "grad"):
             assert report[kind][1] < 1e-4, f"rank {rank}, {cases[index][0]}: {kind} {report[kind]}"
+        assert report["param"][0] < 5e-4, f"rank {rank}, {cases[index][0]}: param {report['param']}"
         assert report["mesh"] == autopar.Plan.from_json(report["saved"]).mesh
 
 
@@ -105,6 +115,13 @@ def test_a_changed_model_batch_or_hardware_is_named_and_replan_plans_afresh():
     assert "regions:" in str(caught.value) and "not in the plan" in str(caught.value)
     with pytest.raises(PlanMismatchError, match="global batch: the plan is for 4 rows, the example inputs have 2"):
         autopar.compile(factory(), None, (inputs[0][:2],), loss, example_target=target[:2], plan=directory)
+    with pytest.raises(PlanMismatchError, match=r"inputs: input 0: \(4, 16\) int64 in the plan, \(4, 8\) int64 now"):
+        autopar.compile(factory(), None, (inputs[0][:, :8],), loss, example_target=target[:, :8], plan=directory)
+    with pytest.raises(PlanMismatchError, match="parameters: .* MiB in the plan, .* MiB now"):
+        autopar.compile(factory().double(), None, inputs, loss, example_target=target, plan=directory)
+    wider, _, _, _ = training_case("gpt2", vocab=128)
+    with pytest.raises(PlanMismatchError, match="FLOPs per step"):
+        autopar.compile(wider(), None, inputs, loss, example_target=target, plan=directory)
     with pytest.raises(PlanMismatchError, match="hardware: the plan was priced for 'cpu-gloo', compile was given "
                                                 "'h100'"):
         autopar.compile(factory(), None, inputs, loss, example_target=target, plan=directory, hardware="h100")

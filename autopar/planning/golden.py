@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import shutil
+import re
 import tempfile
 
 from autopar.planning.plan import Plan
@@ -79,8 +79,12 @@ def _decision_lines(old: str, new: str) -> list[str]:
 def compare(plan: Plan, golden_dir: str, ranks: int = 8) -> str:
     """'' where ``plan`` (with its first ``ranks`` rank programs) equals the golden at
     ``golden_dir``; else a readable account of the differences."""
-    # a plan read back from JSON has no graphs to build rank programs from: its plan.json only
-    ranks = min(ranks, plan.world_size) if getattr(plan, "artifact_source", None) is not None else 0
+    ranks = min(ranks, plan.world_size)
+    if getattr(plan, "artifact_source", None) is None and any(PLAN_FILES.match(n) and n.startswith("rank")
+                                                               for n in (os.listdir(golden_dir)
+                                                                         if os.path.isdir(golden_dir) else ())):
+        raise ValueError("the plan was read back from JSON and cannot build its rank programs, which the golden "
+                         "holds: check a plan made by autopar.plan, autopar.plan_config or compile")
     with tempfile.TemporaryDirectory(prefix="autopar-golden-") as fresh:
         plan.save(fresh, max_ranks=ranks)
         now = _files(fresh, ranks)
@@ -104,16 +108,28 @@ def compare(plan: Plan, golden_dir: str, ranks: int = 8) -> str:
     return "\n".join(parts)
 
 
+PLAN_FILES = re.compile(r"^(plan\.json|plan\.txt|report\.html|rank\d+\.py|regions\.(dot|svg)|timeline\.(txt|svg))$")
+
+
 def write(plan: Plan, golden_dir: str, ranks: int = 8) -> None:
-    """(Re)write the golden at ``golden_dir`` from ``plan``: its files only (the rank
-    programs of ranks beyond ``ranks`` from an earlier golden removed)."""
-    if os.path.isdir(golden_dir):
-        shutil.rmtree(golden_dir)
+    """(Re)write the golden at ``golden_dir`` from ``plan``. An existing directory must
+    be a plan's (hold ``plan.json``); only a plan directory's files are replaced, other
+    files are left."""
+    if os.path.isdir(golden_dir) and os.listdir(golden_dir):
+        if not os.path.isfile(os.path.join(golden_dir, "plan.json")):
+            raise PlanChangedError(f"{golden_dir} holds files but no plan.json: not a golden plan; give an empty or "
+                                   f"new directory")
+        for name in os.listdir(golden_dir):
+            if PLAN_FILES.match(name):
+                os.remove(os.path.join(golden_dir, name))
     plan.save(golden_dir, max_ranks=min(ranks, plan.world_size))
 
 
 def accepting(accept: bool | None) -> bool:
-    return bool(accept) if accept is not None else os.environ.get(ACCEPT_ENV, "") not in ("", "0")
+    """``accept`` where given, else whether ``AUTOPAR_ACCEPT`` is 1, true or yes."""
+    if accept is not None:
+        return bool(accept)
+    return os.environ.get(ACCEPT_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def check(plan: Plan, golden_dir: str, ranks: int = 8, accept: bool | None = None) -> str:

@@ -157,6 +157,10 @@ class Plan:
     # action, the runner's per step); 0 with the presets
     overhead_s: float = 0.0
     flops_per_step: float = 0.0  # the model's training FLOPs per step (forward x3, x4 recomputing)
+    # what the plan was made for (autopar.planning.reviewed checks a reviewed plan against
+    # it): each graph input's [shape, dtype] and the parameters' bytes; empty in older plans
+    inputs: list = field(default_factory=list)
+    param_bytes: float = 0.0
     fusion: bool = False  # priced with pointwise chains fused into generated kernels (GPU hardware)
     # a mixed plan (docs/mixed_plans.md): each region's own family over the tensor group;
     # tensor_grid: the group's x × y (× z, given when above 1) layout its 3D regions use

@@ -1,5 +1,5 @@
-"""A plan as one self-contained web page, ``report.html`` (:meth:`Plan.save`, ``autopar
-plan --html``): what the explanation's text says, drawn.
+"""A plan as one self-contained web page, ``report.html`` (written by :meth:`Plan.save`,
+so by ``autopar plan`` too): what the explanation's text says, drawn.
 
 * the header: model, ranks, mesh, hardware, predicted step (and the measured one, where
   the plan was saved after training: :meth:`autopar.api.ParallelModule.save_plan`);
@@ -20,6 +20,8 @@ from __future__ import annotations
 import html
 import json
 import re
+
+from autopar.cost.hardware import get_hardware
 
 COLOURS = {"replicate": "#b8c4d6", "megatron": "#4a7bd0", "dsp": "#3f9b5a", "3d": "#b07a2a", "cube": "#c0583a",
            "experts": "#8a5bb8", "vocab": "#2a9b9b", "pipeline": "#888888"}
@@ -74,7 +76,7 @@ def _mib(nbytes) -> str:
 
 def _family(strategy: str) -> str:
     """The colour key of a region's strategy ("megatron-vocab" → megatron, "3d x=2.." → 3d)."""
-    name = strategy.split()[0].split("(")[0].lower()
+    name = (strategy.split() or ["?"])[0].split("(")[0].lower()
     for key in COLOURS:
         if name.startswith(key):
             return key
@@ -88,7 +90,7 @@ def _colour(strategy: str) -> str:
 def _device_memory(plan) -> float | None:
     try:
         return get_hardware(plan.hardware).memory_bytes
-    except Exception:  # noqa: BLE001 - a profile of another machine, or a name no longer known: no limit drawn
+    except (KeyError, ValueError, OSError, TypeError):  # a calibrated profile's name, or a file gone: no line
         return None
 
 
@@ -146,10 +148,11 @@ def _legend(plan) -> str:
 
 
 def region_table(plan) -> str:
+    """One row per region, in model order (:func:`_model_order`)."""
     groups = sorted({g for c in plan.regions for g in c.cost.comm_s})
     head = "".join(f"<th>comm {_e(g)}</th>" for g in groups)
     rows = []
-    for c in plan.regions:
+    for _, c in sorted(enumerate(plan.regions), key=_model_order):
         alternatives = ", ".join(f"{_e(k)} {_ms(v)}" for k, v in sorted(c.alternatives.items(), key=lambda kv: kv[1]))
         comm = "".join(f'<td class="num">{_ms(c.cost.comm_s.get(g, 0.0))}</td>' for g in groups)
         rows.append(f'<tr data-region="{_e(c.region)}"><td>{_e(c.region)}</td><td>{_e(c.kind)}</td>'

@@ -7,11 +7,19 @@ and every difference is named; with ``replan=True`` compile plans afresh instead
 a warning naming them). Checked:
 
 * the number of ranks, the model's class and its global batch;
+* each graph input's shape and dtype (a sequence length, an image size), the
+  parameters' bytes (their dtype and sizes) and the model's FLOPs per step (a width, a
+  depth): the plan's splits, memory and prices are for those;
 * the regions the analysis finds in the captured graph now (their names and kinds) and
   the plan's: a changed model, or a changed autopar reading it otherwise, differs here;
 * where rows of the batch meet (:mod:`autopar.passes.analysis.batch_rows`): the plan's
   remedies are for the couplings it was made for;
-* the hardware, where ``compile`` is given one: its name must be the plan's.
+* the hardware, where ``compile`` is given one: its name must be the plan's; a 2-D
+  ``mesh`` whose degrees are not the plan's.
+
+What the plan reads off the graph rather than decides (the loss's reductions over the
+batch, :data:`~autopar.ir.LOSS_TERMS`) is read from the graph ``compile`` captured, so a
+changed ``loss_fn`` (a sum for a mean) is trained as it is now.
 
 What is not checked here is each rank's rewritten program: the golden check
 (:func:`autopar.testing.assert_plan_unchanged`, ``autopar plan --check``) compares those.
@@ -47,7 +55,8 @@ def as_plan(plan: Any) -> Plan:
 
 
 def differences(plan: Plan, *, world: int, model_name: str, global_batch: int, regions: list[tuple[str, str]],
-                couplings: list, hardware: str | None) -> list[str]:
+                couplings: list, hardware: str | None, inputs: list | None = None, param_bytes: float | None = None,
+                flops_per_step: float | None = None, degrees: dict | None = None) -> list[str]:
     """What differs between the reviewed ``plan`` and the run ``compile`` is asked for,
     one readable line each (empty: it fits)."""
     out = []
@@ -57,6 +66,20 @@ def differences(plan: Plan, *, world: int, model_name: str, global_batch: int, r
         out.append(f"model: the plan is of {plan.model}, this model is a {model_name}")
     if plan.global_batch != global_batch:
         out.append(f"global batch: the plan is for {plan.global_batch} rows, the example inputs have {global_batch}")
+    if inputs is not None and plan.inputs and plan.inputs != inputs:
+        changed = [f"input {i}: {_spec(a)} in the plan, {_spec(b)} now"
+                   for i, (a, b) in enumerate(zip(plan.inputs, inputs)) if a != b]
+        out.append("inputs: " + ("; ".join(changed[:3]) if changed else
+                                 f"{len(plan.inputs)} in the plan, {len(inputs)} now"))
+    if param_bytes is not None and plan.param_bytes and plan.param_bytes != param_bytes:
+        out.append(f"parameters: {plan.param_bytes / 2**20:.2f} MiB in the plan, {param_bytes / 2**20:.2f} MiB now "
+                   f"(another dtype or size)")
+    if flops_per_step is not None and plan.flops_per_step and \
+            abs(plan.flops_per_step - flops_per_step) > 1e-9 * max(plan.flops_per_step, flops_per_step):
+        out.append(f"FLOPs per step: {plan.flops_per_step:.4g} in the plan, {flops_per_step:.4g} now (another width, "
+                   f"depth or sequence)")
+    if degrees and any(plan.degree(k) != v for k, v in degrees.items()):
+        out.append(f"mesh: its degrees {degrees} are not the plan's {plan.mesh}")
     if hardware is not None and hardware != plan.hardware:
         out.append(f"hardware: the plan was priced for {plan.hardware!r}, compile was given {hardware!r}")
     planned = {c.region: c.kind for c in plan.regions if not c.region.startswith("(")}
@@ -75,6 +98,10 @@ def differences(plan: Plan, *, world: int, model_name: str, global_batch: int, r
         out.append("rows of the batch meet elsewhere than when the plan was made (its remedies are for those "
                    "couplings)")
     return out
+
+
+def _spec(spec) -> str:
+    return "no tensor" if spec is None else f"{tuple(spec[0])} {spec[1]}"
 
 
 def _couplings(items: list) -> list:

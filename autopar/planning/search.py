@@ -26,7 +26,7 @@ import torch.fx as fx
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
-from autopar.ir import CAPTURE, LOSS_TERMS
+from autopar.ir import CAPTURE, LOSS_TERMS, tensor_spec
 from autopar.passes.analysis.batch_rows import split_conflict
 from autopar.planning.explain import closest_to_fitting, rejections
 from autopar.planning.model import ModelFacts
@@ -77,7 +77,20 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     plan_.fusion = hw.fused_kernels
     forward = sum(w.flops for w in model.work.values() if w.is_kernel)
     plan_.flops_per_step = float(forward * (4 if plan_.recompute else 3))
+    plan_.inputs, plan_.param_bytes = made_for(gm)
     return plan_
+
+
+def made_for(gm: fx.GraphModule) -> tuple[list, float]:
+    """What a plan is made for: each graph input's ``[shape, dtype]`` (None for a
+    non-tensor) and the parameters' bytes (:mod:`autopar.planning.reviewed`)."""
+    inputs = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            spec = tensor_spec(node)
+            inputs.append(None if spec is None else [list(spec.shape), str(spec.dtype).replace("torch.", "")])
+    params = sum(p.numel() * p.element_size() for p in gm.parameters())
+    return inputs, float(params)
 
 
 def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = FAMILIES) -> Plan:

@@ -177,9 +177,11 @@ class ParallelModule(nn.Module):
 
     @property
     def reads_inputs(self) -> bool:
-        """Whether this rank's programs read the values of the inputs (a pipeline's middle
-        stages read only their shapes: any tensors of the share's shape will do)."""
-        return self._pipeline_end(0)
+        """Whether this rank's programs read the values of the inputs: a pipeline's first
+        stage reads them, its last stage the keyword inputs its loss reads (``labels``);
+        its middle stages read only their shapes (any tensors of the share's shape will
+        do). Without a pipeline, every rank."""
+        return self._pipeline_end(0) or self._pipeline_end(-1)
 
     @property
     def reads_target(self) -> bool:

@@ -12,6 +12,7 @@ user's model at this rank's share of the batch, rewritten by the plan's passes
 from __future__ import annotations
 
 import contextlib
+import warnings
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -73,6 +74,7 @@ class RankState:
     timings: Timings = field(default_factory=Timings)
     # compiled with batch="local": each call is this rank's rows already, not the global batch
     batch_local: bool = False
+    _share_checked: bool = field(default=False, repr=False, compare=False)
     # running()'s context by ``stage`` where every context is a swap of a module global
     # (made on first use; None where some family's context is not)
     _swaps: dict = field(default_factory=dict, repr=False, compare=False)
@@ -89,6 +91,14 @@ class RankState:
         """This rank's rows of a call (and their targets): chunk ``chunk`` of ``parts`` of
         the global batch, or the call as given where compiled with ``batch="local"``."""
         if self.batch_local:
+            if not self._share_checked:  # the first call: a share of the batch the plan was made for?
+                self._share_checked = True
+                rows = batch_of(inputs)
+                if rows is not None and rows * parts != self.plan.global_batch:
+                    warnings.warn(f"batch='local': rank {self.rank} was given {rows} rows, and {parts} shares of "
+                                  f"{rows} make {rows * parts}, not the {self.plan.global_batch} the plan was made for; "
+                                  f"each share's ranks must be given global_batch / pm.data_parallel_size rows "
+                                  f"(autopar.data.sampler), not a share of every rank", stacklevel=4)
             return inputs, target
         return local_batch(parts, chunk, inputs, target)
 
