@@ -111,9 +111,17 @@ def meta_model(config, dtype=None):
         with torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(config)
     except ValueError as e:
-        raise ValueError(f"{type(config).__name__} ({config.model_type}) has no causal language model class in "
-                         f"transformers {transformers.__version__} ({e}); plan its model with autopar.plan from "
-                         f"a factory instead") from None
+        if type(config) not in transformers.AutoModelForCausalLM._model_mapping:
+            raise ValueError(f"{type(config).__name__} ({config.model_type}) has no causal language model class in "
+                             f"transformers {transformers.__version__} ({e}); plan its model with autopar.plan from "
+                             f"a factory instead") from None
+        raise ValueError(f"building the {config.model_type} model from its configuration failed: {e}; check the "
+                         f"configuration's values (--set / overrides)") from None
+    except (AssertionError, TypeError, IndexError, KeyError, AttributeError) as e:  # the model class's own checks
+        raise ValueError(f"building the {config.model_type} model from its configuration failed "
+                         f"({type(e).__name__}: {e}); check the configuration's values (--set / overrides), e.g. "
+                         f"token ids (pad_token_id={getattr(config, 'pad_token_id', None)}) within vocab_size="
+                         f"{getattr(config, 'vocab_size', None)}") from None
     return model.to(_dtype(config, dtype))
 
 

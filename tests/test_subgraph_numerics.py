@@ -114,3 +114,23 @@ def test_dsp_world_4(index):
 def test_dsp_world_4_extended(index):
     for rank_reports in _EXTENDED():
         _check(rank_reports[index])
+
+
+def test_chained_fork_joins_split_one_after_another():
+    """GPT-NeoX's parallel residual: each block is a fork/join whose join is the next
+    block's fork. Splitting block 0 replaces that join; block 1 then finds its fork under
+    the analysis's name (a KeyError on the join's name before). Rank 0's program under
+    D&SP-cSub holds the segmented collectives of both blocks."""
+    import torch
+    import transformers
+    import autopar
+    cfg = transformers.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, vocab_size=128, max_position_embeddings=64, use_cache=False)
+    with torch.device("meta"):
+        model = transformers.GPTNeoXForCausalLM(cfg)
+    ids = torch.zeros(8, 16, dtype=torch.long, device="meta")
+    kwargs = {"input_ids": ids, "labels": ids}
+    plan = autopar.plan(model, 4, (), None, {"data": 4, "subgrids": 2, "csub": True}, example_kwargs=kwargs)
+    assert len(plan.dsp_regions()) == 2
+    code = str(autopar.rank_graph(model, plan, 0, (), None, None, example_kwargs=kwargs).code)
+    assert code.count("segmented_broadcast(") == 2 and code.count("segmented_reduce(") == 2, code[:3000]

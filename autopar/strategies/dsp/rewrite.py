@@ -87,9 +87,12 @@ def _find(gm: fx.GraphModule, rid: str):
     raise SubgraphParallelError(f"the plan names region {rid!r}, which analysis did not find in this graph")
 
 
-def _cut(gm: fx.GraphModule, rid: str, choice: dict, subgrid: int) -> _Cut:
+def _cut(gm: fx.GraphModule, rid: str, choice: dict, subgrid: int, aliases: dict | None = None) -> _Cut:
+    """What splitting region ``rid`` keeps and moves on ``subgrid``. ``aliases``: names
+    the analysis gave to nodes an earlier region's split replaced (its join, which is
+    the next block's fork where blocks chain), mapped to what replaced them."""
     region = _find(gm, rid)
-    table = {n.name: n for n in gm.graph.nodes}
+    table = {n.name: n for n in gm.graph.nodes} | dict(aliases or {})
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     g = choice["subgrids"]
     if region.kind == "attention":
@@ -268,14 +271,17 @@ def subgraph_parallel_pass(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], 
     if csub and subgrid != 0:
         raise SubgraphParallelError(f"D&SP-cSub: sub-grid {subgrid} runs csub_branch_program, not this pass")
     mode = "tensor" if over_tensor else "csub" if csub else "dsp"
+    aliases: dict[str, fx.Node] = {}
     for rid, choice in dsp_regions.items():
-        _split_region(gm, _cut(gm, rid, choice, subgrid), mode, group)
+        cut = _cut(gm, rid, choice, subgrid, aliases)
+        aliases[cut.join.name] = _split_region(gm, cut, mode, group)
     gm.graph.lint()
     gm.recompile()
     return gm
 
 
-def _split_region(gm: fx.GraphModule, cut: _Cut, mode: str, group: str) -> None:
+def _split_region(gm: fx.GraphModule, cut: _Cut, mode: str, group: str) -> fx.Node:
+    """Split one region on this rank; returns the node that replaced its join."""
     graph = gm.graph
     order = {n: i for i, n in enumerate(graph.nodes)}
     # the transitions go after the last value they send; kept nodes above that point
@@ -310,6 +316,7 @@ def _split_region(gm: fx.GraphModule, cut: _Cut, mode: str, group: str) -> None:
                 raise SubgraphParallelError(f"region {cut.region}: {node.format_node()} is used outside its "
                                             f"branch; D&SP cannot drop it")
             graph.erase_node(node)
+    return result
 
 
 # ---------------------------------------------------------------- cSub: the other sub-grids
