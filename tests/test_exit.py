@@ -89,6 +89,7 @@ GARBAGE_AT_EXIT = textwrap.dedent(r'''
 ''')
 
 
+@pytest.mark.extended  # a launch of its own: the extended suite
 @pytest.mark.multiprocess
 def test_a_daemon_thread_collecting_a_ranks_garbage_at_exit_does_not_abort_it(tmp_path):
     """Process groups in a reference cycle and a daemon thread that collects garbage: the

@@ -107,6 +107,7 @@ def test_an_error_raised_on_one_rank_reaches_every_rank():
         assert raised.error.strip() in failure.error.replace("\n    ", "\n"), failure  # rank 1's error in full
 
 
+@pytest.mark.extended  # a launch of its own: the extended suite
 @pytest.mark.multiprocess
 def test_a_rank_failing_in_compile_fails_compile_on_every_rank():
     results = launch(_rank_3_given_another_model, 4, timeout_s=TIMEOUT_S, return_exceptions=True)

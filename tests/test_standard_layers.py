@@ -212,23 +212,30 @@ def test_rank_graph_splits_heads_and_the_packed_projection(tracer):
 CASES = [
     ("encoder", {"data": 2, "tensor": 2}),
     ("encoder_seq_first_export", {"data": 2, "tensor": 2}),
-    ("encoder_seq_first", {"tensor": 4}),
     ("encoder_prenorm_export", {"tensor": 4}),
     ("encoder_causal", {"data": 2, "tensor": 2}),
     ("encoder_padding_export", {"data": 2, "tensor": 2}),
     ("encoder", {"pipeline": 2, "tensor": 2}),
-    ("encoder_seq_first_export", {"pipeline": 2, "data": 2}),
-    ("encoder", "auto"),
     ("encoder_export", {"x": 1, "y": 2, "z": 2}),
-    ("encoder_seq_first", {"data": 4, "subgrids": 2}),
     ("decoder", {"data": 2, "tensor": 2}),
     ("bias_kv", {"data": 2, "tensor": 2}),
     ("kdim_vdim", {"data": 2, "tensor": 2}),
 ]
 
 
+# repeats of paths the cases above take on another layout: the extended suite
+EXTENDED = [
+    ("encoder_seq_first", {"tensor": 4}),
+    ("encoder_seq_first_export", {"pipeline": 2, "data": 2}),
+    ("encoder", "auto"),
+    ("encoder_seq_first", {"data": 4, "subgrids": 2}),
+]
+
+
 # the 4-rank launch is shared with other modules' jobs (tests/shared_ranks.py)
 _LAUNCHED = shared_ranks.register(4, __name__, standard_layers_job, (CASES,), timeout_s=900)
+_EXTENDED = shared_ranks.register(4, __name__ + ":extended", standard_layers_job, (EXTENDED,), timeout_s=900,
+                                  extended=True)
 
 
 @pytest.fixture(scope="module")
@@ -239,10 +246,19 @@ def rows():
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{m}-{s}" for m, s in CASES])
 def test_trains_like_the_single_device_model(rows, index):
-    row = rows[0][index]
+    _check(rows[0][index], *CASES[index])
+
+
+@pytest.mark.extended
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("index", range(len(EXTENDED)), ids=[f"{m}-{s}" for m, s in EXTENDED])
+def test_trains_like_the_single_device_model_extended(index):
+    _check(_EXTENDED()[0][index], *EXTENDED[index])
+
+
+def _check(row, name, strategy):
     assert "error" not in row, row.get("traceback")
     assert is_equal(row), {k: (row[k], row["worst_" + k]) for k in ("output", "loss", "grad", "grad_norm", "param")}
-    name, strategy = CASES[index]
     expected = {"x": "tensor3d", "subgrids": "dsp"}
     family = next((f for key, f in expected.items() if isinstance(strategy, dict) and key in strategy), None)
     if family:
