@@ -36,19 +36,23 @@ EACH_OVERLAP_OFF = [{"all_reduce": False}, {"reduce_scatter": False}, {"all_gath
 # the transformer's 4D grids and the MLP's 1x2x2x2: the extended suite (the MLP's 2x1x2x2
 # and GPT-2's 1x2x2x2 cases with recomputation below run the 4D paths in the main one)
 FOUR_D = [("transformer", GRIDS[1], F64), ("transformer", GRIDS[2], F64), ("mlp", GRIDS[2], F64)]
+# the transformer on the plain 3D grid: its overlaps-off and recomputed cases below run it
+PLAIN_EXTENDED = [("transformer", GRIDS[0], F64)]
 CASES = [(model, grid, F64) for model in ("mlp", "transformer", "gpt2") for grid in GRIDS
          if (model != "gpt2" or grid is GRIDS[0]) and (model, grid) != ("mlp", GRIDS[1])
-         and (model, grid, F64) not in FOUR_D] + [
+         and (model, grid, F64) not in FOUR_D + PLAIN_EXTENDED] + [
     ("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in OVERLAPS] + [
     ("transformer", GRIDS[0], {**F64, "recompute": True}),
     ("mlp", GRIDS[1], {**F64, "recompute": True, "overlap": {"cache_layers": 1}}),
     ("gpt2", GRIDS[2], {**F64, "recompute": True, "overlap": {"cache": False}})]
 CUBE = {"cube": 2}
 CUBE_F64 = {**F64, "batch": 8}
-CASES += [("transformer", CUBE, CUBE_F64)] + [  # GPT-2: with recomputation, some overlaps off
+CASES += [  # GPT-2 on the cube: with recomputation, some overlaps off
     ("gpt2", CUBE, {**CUBE_F64, "recompute": True, "overlap": {"cache": False, "all_reduce": False}})]
-# the cube with every overlap off, and the MLP's split regions recomputed on it: the extended suite
-CUBE_EXTENDED = [("transformer", CUBE, {**CUBE_F64, "overlap": False}), ("mlp", CUBE, {**CUBE_F64, "recompute": True})]
+# the transformer on the cube (overlaps on, and every overlap off), and the MLP's split
+# regions recomputed on it: the extended suite
+CUBE_EXTENDED = [("transformer", CUBE, CUBE_F64), ("transformer", CUBE, {**CUBE_F64, "overlap": False}),
+                 ("mlp", CUBE, {**CUBE_F64, "recompute": True})]
 SPLIT_REGIONS = {"mlp": 2, "transformer": 4, "gpt2": 4}
 # full recomputation outlines the blocks (the MLP has none: its split regions)
 RECOMPUTED = {"mlp": 2, "transformer": 2, "gpt2": 2}
@@ -57,7 +61,7 @@ RECOMPUTED = {"mlp": 2, "transformer": 2, "gpt2": 2}
 # spellings are checked on the cube above; what this case adds is the data dimension
 CUBE_WITH_DATA = ("mlp", {"cube": 2, "data": 2}, {**F64, "batch": 16, "recompute": True})
 EXTENDED = [("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap in EACH_OVERLAP_OFF] + FOUR_D \
-    + CUBE_EXTENDED
+    + CUBE_EXTENDED + PLAIN_EXTENDED
 # the largest relative error over every tensor of each kind (autopar.testing): outputs,
 # loss, gradients and their norms agree to ~1e-15 (largest seen 1.4e-15), the parameters
 # after 3 AdamW steps to ~1e-13 (largest 4.2e-13: Adam normalises each entry's gradient,
