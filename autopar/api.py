@@ -305,14 +305,14 @@ def _reviewed_or_planned(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Ha
                             global_batch=facts.batch, regions=[(r.id, r.kind) for r in facts.regions],
                             couplings=couplings, hardware=None if hardware is None else hw.name, inputs=inputs,
                             param_bytes=param_bytes, flops_per_step=float(forward * (4 if given.recompute else 3)),
-                            degrees=degrees)
+                            degrees=degrees, loss_terms=[list(t) for t in gm.meta.get(LOSS_TERMS, [])])
         if not found:
             if given_strategy not in ("auto", None):
                 warnings.warn(f"compile(plan=...): strategy={given_strategy!r} is not used; the reviewed plan is run",
                               stacklevel=4)
             log.info("compile(plan=...): running the reviewed plan (%s)", given.form or given.mesh)
             plan_ = Plan.from_json(given.to_json())  # a copy: compile attaches its artifacts to it
-            # what the graph says rather than the plan decides: from the graph captured now
+            # the loss's reductions (their kinds checked equal) under this capture's node names
             plan_.loss_terms = [list(t) for t in gm.meta.get(LOSS_TERMS, [])]
             plan_.batch_couplings = couplings
             return plan_

@@ -68,8 +68,6 @@ def local_rows(pm, batch: Any) -> Any:
 def _first_rows(value: Any) -> int | None:
     """The first dimension of the first tensor in ``value`` (depth first), None without one."""
     if isinstance(value, torch.Tensor):
-        if value.dim() == 0:
-            raise ValueError("local_rows: a 0-dimensional tensor has no rows to split")
-        return value.shape[0]
+        return value.shape[0] if value.dim() > 0 else None  # a scalar has no rows: kept whole
     values = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
     return next((r for v in values if (r := _first_rows(v)) is not None), None)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any, Mapping
 
 import torch
@@ -44,12 +43,12 @@ def parse_batch(text: str | tuple | list) -> tuple[int, int]:
 
 def parse_overrides(text: str) -> dict[str, Any]:
     """``"hidden_size=8192,num_hidden_layers=80,tie_word_embeddings=false"`` → a dict,
-    each value read as JSON where it parses (numbers, true/false, lists), else a string."""
+    each value read as JSON where it parses (numbers, true/false, lists, objects), else a
+    string. Commas inside brackets, braces and quotes belong to the value."""
     out: dict[str, Any] = {}
-    # a comma starts the next pair only where a KEY= follows it (lists and objects keep theirs)
-    for item in filter(None, (part.strip() for part in re.split(r",(?=\s*[A-Za-z_][\w.]*\s*=)", text or ""))):
+    for item in filter(None, (part.strip() for part in _top_level_split(text or ""))):
         key, eq, value = item.partition("=")
-        if not eq or not key.strip():
+        if not eq or not key.strip() or not value.strip():
             raise ValueError(f"--set {item!r}: give KEY=VALUE pairs separated by commas, e.g. hidden_size=4096")
         try:
             out[key.strip()] = json.loads(value)
@@ -58,11 +57,41 @@ def parse_overrides(text: str) -> dict[str, Any]:
     return out
 
 
+def _top_level_split(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets, braces and double quotes."""
+    parts, depth, quoted, current = [], 0, False, []
+    for ch in text:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch in "[{":
+            depth += 1
+        elif not quoted and ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0 and not quoted:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
 def load_config(config, overrides: Mapping[str, Any] | None = None):
     """A ``transformers`` configuration from a path, a model type or a configuration
     object, with ``overrides`` set on it (module docstring)."""
     import transformers
-    overrides = dict(overrides or {})
+    try:
+        return _load_config(transformers, config, dict(overrides or {}))
+    except (FileNotFoundError, TypeError):
+        raise
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - transformers' own validation (strict dataclasses): said as bad input
+        raise ValueError(f"the configuration is refused by transformers ({type(e).__name__}: {e}); check the values "
+                         f"given (--set / overrides)") from None
+
+
+def _load_config(transformers, config, overrides: dict):
     if isinstance(config, transformers.PretrainedConfig):
         config = config.__class__.from_dict({**config.to_dict(), **overrides})
     elif isinstance(config, (str, os.PathLike)) and os.path.exists(config):

@@ -17,9 +17,11 @@ a warning naming them). Checked:
 * the hardware, where ``compile`` is given one: its name must be the plan's; a 2-D
   ``mesh`` whose degrees are not the plan's.
 
-What the plan reads off the graph rather than decides (the loss's reductions over the
-batch, :data:`~autopar.ir.LOSS_TERMS`) is read from the graph ``compile`` captured, so a
-changed ``loss_fn`` (a sum for a mean) is trained as it is now.
+* the loss's reductions over the batch (:data:`~autopar.ir.LOSS_TERMS`: a mean, a sum):
+  the plan's data averaging and pipeline weighing are for those (a loss changed from a
+  mean to a sum is refused; the planner may reject a pipeline for a mix of both).
+
+The names of those reductions' nodes are read from the graph ``compile`` captured.
 
 What is not checked here is each rank's rewritten program: the golden check
 (:func:`autopar.testing.assert_plan_unchanged`, ``autopar plan --check``) compares those.
@@ -56,7 +58,8 @@ def as_plan(plan: Any) -> Plan:
 
 def differences(plan: Plan, *, world: int, model_name: str, global_batch: int, regions: list[tuple[str, str]],
                 couplings: list, hardware: str | None, inputs: list | None = None, param_bytes: float | None = None,
-                flops_per_step: float | None = None, degrees: dict | None = None) -> list[str]:
+                flops_per_step: float | None = None, degrees: dict | None = None,
+                loss_terms: list | None = None) -> list[str]:
     """What differs between the reviewed ``plan`` and the run ``compile`` is asked for,
     one readable line each (empty: it fits)."""
     out = []
@@ -67,10 +70,13 @@ def differences(plan: Plan, *, world: int, model_name: str, global_batch: int, r
     if plan.global_batch != global_batch:
         out.append(f"global batch: the plan is for {plan.global_batch} rows, the example inputs have {global_batch}")
     if inputs is not None and plan.inputs and plan.inputs != inputs:
-        changed = [f"input {i}: {_spec(a)} in the plan, {_spec(b)} now"
-                   for i, (a, b) in enumerate(zip(plan.inputs, inputs)) if a != b]
-        out.append("inputs: " + ("; ".join(changed[:3]) if changed else
-                                 f"{len(plan.inputs)} in the plan, {len(inputs)} now"))
+        before, now = {i[0]: i[1:] for i in plan.inputs}, {i[0]: i[1:] for i in inputs}
+        changed = [f"{name}: {_spec(before.get(name))} in the plan, {_spec(now.get(name))} now"
+                   for name in sorted(set(before) | set(now)) if before.get(name) != now.get(name)]
+        out.append("inputs: " + "; ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""))
+    if loss_terms is not None and plan.loss_terms is not None and _kinds(plan.loss_terms) != _kinds(loss_terms):
+        out.append(f"the loss: it reduces over the batch as {_kinds(loss_terms) or 'nothing'} now, "
+                   f"{_kinds(plan.loss_terms) or 'nothing'} when the plan was made (another loss_fn)")
     if param_bytes is not None and plan.param_bytes and plan.param_bytes != param_bytes:
         out.append(f"parameters: {plan.param_bytes / 2**20:.2f} MiB in the plan, {param_bytes / 2**20:.2f} MiB now "
                    f"(another dtype or size)")
@@ -94,14 +100,23 @@ def differences(plan: Plan, *, world: int, model_name: str, global_batch: int, r
     if changed:
         out.append("regions: " + ", ".join(f"{r} is a {found[r]} region now, {planned[r]} in the plan"
                                            for r in changed[:4]))
-    if plan.batch_couplings is not None and _couplings(plan.batch_couplings) != _couplings(couplings):
+    if plan.batch_couplings is None and couplings:
+        out.append("rows of the batch meet in this model, and the plan predates autopar's reading of where they do")
+    elif plan.batch_couplings is not None and _couplings(plan.batch_couplings) != _couplings(couplings):
         out.append("rows of the batch meet elsewhere than when the plan was made (its remedies are for those "
                    "couplings)")
     return out
 
 
 def _spec(spec) -> str:
-    return "no tensor" if spec is None else f"{tuple(spec[0])} {spec[1]}"
+    if spec is None:
+        return "absent"
+    return "no tensor" if spec[0] is None else f"{tuple(spec[0])} {spec[1]}"
+
+
+def _kinds(terms: list) -> list[str]:
+    """The loss's reductions over the batch, by kind and count ("mean", "sum")."""
+    return sorted(kind for _, kind in terms)
 
 
 def _couplings(items: list) -> list:

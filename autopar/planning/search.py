@@ -82,13 +82,16 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
 
 
 def made_for(gm: fx.GraphModule) -> tuple[list, float]:
-    """What a plan is made for: each graph input's ``[shape, dtype]`` (None for a
-    non-tensor) and the parameters' bytes (:mod:`autopar.planning.reviewed`)."""
+    """What a plan is made for: each graph input's ``[name, shape, dtype]`` (shape and
+    dtype None for a non-tensor), sorted by name (keyword inputs in another order are the
+    same call), and the parameters' bytes (:mod:`autopar.planning.reviewed`)."""
     inputs = []
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             spec = tensor_spec(node)
-            inputs.append(None if spec is None else [list(spec.shape), str(spec.dtype).replace("torch.", "")])
+            inputs.append([node.name, None, None] if spec is None else
+                          [node.name, list(spec.shape), str(spec.dtype).replace("torch.", "")])
+    inputs.sort(key=lambda item: item[0])
     params = sum(p.numel() * p.element_size() for p in gm.parameters())
     return inputs, float(params)
 

@@ -177,25 +177,25 @@ class ParallelModule(nn.Module):
 
     @property
     def reads_inputs(self) -> bool:
-        """Whether this rank's programs read the values of the inputs: a pipeline's first
-        stage reads them, its last stage the keyword inputs its loss reads (``labels``);
-        its middle stages read only their shapes (any tensors of the share's shape will
-        do). Without a pipeline, every rank."""
-        return self._pipeline_end(0) or self._pipeline_end(-1)
+        """Whether this rank's programs read the values of the inputs. Without a pipeline,
+        every rank. In a pipeline, known once the first call built the rank's stage
+        programs: whether a stage of this rank reads a graph input (the first stage the
+        ids, the last the labels its loss reads, a middle one any input its blocks read,
+        a mask); True before (any tensors of the share's shape will do where False)."""
+        reader = getattr(self.runner, "graph_inputs_read", None)
+        read = reader() if reader is not None else None
+        return True if read is None else bool(read)
 
     @property
     def reads_target(self) -> bool:
-        """Whether this rank's programs read the target's (or labels') values (a
-        pipeline's last stage only)."""
-        return self._pipeline_end(-1)
-
-    def _pipeline_end(self, which: int) -> bool:
+        """Whether this rank's programs read the target's values (a pipeline's last
+        stage only; without a pipeline, every rank)."""
         pipeline = self.plan.pipeline
         if not pipeline:
             return True
         p, v = pipeline["stages"], pipeline.get("chunks", 1)
         ranks = pipeline.get("stage_ranks") or [s % p for s in range(p * v)]
-        return self.plan.rank_coordinates(self.rank).get("pipeline", 0) == ranks[which]
+        return self.plan.rank_coordinates(self.rank).get("pipeline", 0) == ranks[-1]
 
     @property
     def measured_step_s(self) -> float | None:

@@ -209,6 +209,14 @@ class PipelineRunner:
                                           out_spec)
         return programs, names
 
+    def graph_inputs_read(self) -> set[str] | None:
+        """The graph inputs this rank's stage programs read (their names), None before
+        the first call builds them."""
+        if not self.programs:
+            return None
+        programs, _ = list(self.programs.values())[-1]
+        return {name for program in programs.values() for name in program.inputs}
+
     def code(self) -> str:
         """This rank's most recent stage programs as readable code."""
         if not self.programs:
