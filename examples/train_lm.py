@@ -116,7 +116,9 @@ def train(args) -> dict:
     from transformers import LlamaForCausalLM
     from autopar.cost import profiles
     rank = dist.get_rank() if dist.is_initialized() else 0
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    # NCCL ranks (torchrun on GPUs) each on its GPU; gloo ranks (--world N, or torchrun on CPUs) on the CPU
+    on_gpu = torch.cuda.is_available() and dist.is_initialized() and dist.get_backend() == "nccl"
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if on_gpu else torch.device("cpu")
     train_bytes, held_bytes = corpus(args.corpus_mb * 2**20)
     config = build_config(args.config, args.seq)
     with torch.device("meta"):
@@ -151,6 +153,8 @@ def train(args) -> dict:
         found = autopar.resume(pm, args.ckpt_dir, optimizer, scheduler=scheduler)
         if found is not None:
             start, log = found[0], found[1]
+            if rank == 0:
+                print(f"resumed from the checkpoint of step {start} under {args.ckpt_dir}", flush=True)
     autocast = torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" and torch.cuda.is_bf16_supported() \
         else torch.autocast("cpu", enabled=False)
     peak = hardware.peak_flops * dist.get_world_size() if dist.is_initialized() else hardware.peak_flops
