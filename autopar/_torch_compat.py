@@ -26,7 +26,7 @@
 from __future__ import annotations
 
 import torch
-from torch.utils._pytree import tree_unflatten  # noqa: F401 - re-exported for runtime.pipeline
+from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: F401 - re-exported (runtime.pipeline, data)
 
 OpOverload = torch._ops.OpOverload
 

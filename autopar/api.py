@@ -40,7 +40,7 @@ from autopar.cost.hardware import Hardware
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
 from autopar.planning.reviewed import PlanMismatchError, as_plan, differences, mismatch_message
-from autopar.planning.search import PlanError, Strategy, made_for, plan_graph
+from autopar.planning.search import PlanError, Strategy, made_for, plan_graph, training_flops
 from autopar.runtime.executable import batch_of, local_batch, rank_graph_code
 from autopar.passes.rank_program import planned_shards, rewrite
 from autopar.runtime.groups import size_of
@@ -299,12 +299,11 @@ def _reviewed_or_planned(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Ha
         capture_ = gm.meta.get(CAPTURE)
         facts = ModelFacts(gm, fusion=given.fusion)
         inputs, param_bytes = made_for(gm)
-        forward = sum(w.flops for w in facts.work.values() if w.is_kernel)
         couplings = [c.to_json() for c in facts.batch_couplings]
         found = differences(given, world=world, model_name=capture_.model_class if capture_ else type(gm).__name__,
                             global_batch=facts.batch, regions=[(r.id, r.kind) for r in facts.regions],
                             couplings=couplings, hardware=None if hardware is None else hw.name, inputs=inputs,
-                            param_bytes=param_bytes, flops_per_step=float(forward * (4 if given.recompute else 3)),
+                            param_bytes=param_bytes, flops_per_step=training_flops(facts, given.recompute),
                             degrees=degrees, loss_terms=[list(t) for t in gm.meta.get(LOSS_TERMS, [])])
         if not found:
             if given_strategy not in ("auto", None):
@@ -318,8 +317,7 @@ def _reviewed_or_planned(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Ha
             return plan_
         if not replan:
             raise PlanMismatchError(mismatch_message(given, found))
-        warnings.warn(mismatch_message(given, found).replace("pass replan=True to plan afresh", "replan=True")
-                      + " Planning afresh (replan=True).", stacklevel=4)
+        warnings.warn(mismatch_message(given, found, replanning=True), stacklevel=4)
     made = plan_graph(gm, world, hw, strategy)
     made.hardware_source = source
     return made

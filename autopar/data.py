@@ -22,7 +22,8 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterable, Iterator
 
-import torch
+from autopar._torch_compat import tree_flatten, tree_unflatten
+from autopar.runtime.executable import batch_of, local_batch
 
 
 def sampler(pm, dataset, *, shuffle: bool = True, seed: int = 0, drop_last: bool = True):
@@ -43,31 +44,16 @@ def shard(pm, iterable: Iterable[Any]) -> Iterator[Any]:
 
 def local_rows(pm, batch: Any) -> Any:
     """This rank's share of a global batch: a tensor, or a tuple / list / dict of them,
-    where the tensors whose first dimension is the batch (the first tensor's) are cut
-    into ``data_parallel_size`` equal chunks along it and the others kept whole, as
-    ``batch="global"`` cuts a call. What ``batch="local"`` expects where a script holds
-    the global batch anyway (tests, a small run)."""
+    cut as ``batch="global"`` cuts a call (:func:`autopar.runtime.executable.local_batch`:
+    the tensors whose first dimension is the batch, the first tensor's, into
+    ``data_parallel_size`` equal chunks; the others whole). What ``batch="local"``
+    expects where a script holds the global batch anyway (tests, a small run)."""
     size, index = pm.data_parallel_size, pm.data_parallel_rank
-    rows = _first_rows(batch)
+    leaves, spec = tree_flatten(batch)
+    rows = batch_of(tuple(leaves))
     if rows is None:
         return batch
     if rows % size:
         raise ValueError(f"local_rows: a batch of {rows} rows does not split into {size} equal shares")
-
-    def cut(value):
-        if isinstance(value, torch.Tensor):
-            return value.chunk(size, 0)[index] if value.dim() > 0 and value.shape[0] == rows else value
-        if isinstance(value, dict):
-            return {k: cut(v) for k, v in value.items()}
-        if isinstance(value, (tuple, list)):
-            return type(value)(cut(v) for v in value)
-        return value
-    return cut(batch)
-
-
-def _first_rows(value: Any) -> int | None:
-    """The first dimension of the first tensor in ``value`` (depth first), None without one."""
-    if isinstance(value, torch.Tensor):
-        return value.shape[0] if value.dim() > 0 else None  # a scalar has no rows: kept whole
-    values = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
-    return next((r for v in values if (r := _first_rows(v)) is not None), None)
+    cut, _ = local_batch(size, index, tuple(leaves), None)
+    return tree_unflatten(list(cut), spec)

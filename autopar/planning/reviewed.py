@@ -127,7 +127,10 @@ def _few(names: list[str]) -> str:
     return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
-def mismatch_message(plan: Plan, found: list[str]) -> str:
+def mismatch_message(plan: Plan, found: list[str], replanning: bool = False) -> str:
+    """The account of ``found``: the refusal's, or with ``replanning`` the warning's."""
+    ending = ("Re-plan and review again (autopar plan, Plan.save), or replan=True. Planning afresh (replan=True)."
+              if replanning else
+              "Re-plan and review again (autopar plan, Plan.save), or pass replan=True to plan afresh for this run.")
     return (f"compile(plan=...): the reviewed plan ({plan.model} on {plan.world_size} ranks, {plan.form or 'mesh'} "
-            f"{plan.mesh}) does not fit this run:\n  - " + "\n  - ".join(found)
-            + "\nRe-plan and review again (autopar plan, Plan.save), or pass replan=True to plan afresh for this run.")
+            f"{plan.mesh}) does not fit this run:\n  - " + "\n  - ".join(found) + "\n" + ending)

@@ -75,10 +75,15 @@ def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any 
     for family in FAMILIES:   # the plan-wide options each family settles on the winner
         family.finish_plan(ctx, plan_)
     plan_.fusion = hw.fused_kernels
-    forward = sum(w.flops for w in model.work.values() if w.is_kernel)
-    plan_.flops_per_step = float(forward * (4 if plan_.recompute else 3))
+    plan_.flops_per_step = training_flops(model, plan_.recompute)
     plan_.inputs, plan_.param_bytes = made_for(gm)
     return plan_
+
+
+def training_flops(model: ModelFacts, recompute: bool) -> float:
+    """The model's training FLOPs per step: its kernels' forward x3 (x4 recomputing)."""
+    forward = sum(w.flops for w in model.work.values() if w.is_kernel)
+    return float(forward * (4 if recompute else 3))
 
 
 def made_for(gm: fx.GraphModule) -> tuple[list, float]:

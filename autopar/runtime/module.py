@@ -29,6 +29,7 @@ from autopar.trace.inputs import CallLayout, check_loss_arguments
 from autopar.trace.meta import holds_meta
 from autopar.layout import ParamLayout, group_buckets
 from autopar.planning.plan import Plan
+from autopar.planning.schedules import rank_of
 from autopar.runtime.runner import ProgramRunner, RankState
 from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.runtime import health
@@ -194,8 +195,8 @@ class ParallelModule(nn.Module):
         if not pipeline:
             return True
         p, v = pipeline["stages"], pipeline.get("chunks", 1)
-        ranks = pipeline.get("stage_ranks") or [s % p for s in range(p * v)]
-        return self.plan.rank_coordinates(self.rank).get("pipeline", 0) == ranks[-1]
+        last = rank_of(pipeline["schedule"], p, p * v - 1)  # as the executor finds the last stage
+        return self.plan.rank_coordinates(self.rank).get("pipeline", 0) == last
 
     @property
     def measured_step_s(self) -> float | None:
