@@ -75,6 +75,7 @@ def test_calibrate_refuses_no_ranks_and_unknown_dtypes():
         run_calibration(1, dtype="fp8")
 
 
+@pytest.mark.extended  # a calibration launch of its own (the multi-rank one below runs in the main suite)
 @pytest.mark.multiprocess
 def test_one_rank_times_compute_and_keeps_the_base_network():
     """One device (a single GPU): compute measured in the dtype asked for, no collective
