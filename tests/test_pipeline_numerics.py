@@ -42,9 +42,11 @@ CASES[2] += [("gpt2", {"pipeline": 2, "microbatches": 4, "schedule": "zbv"}, F)]
 # the rest of the matrix (4 stages, tensor 2, recomputation): the extended suite, with
 # GPT-2 under ZB-V with data 2 (its tied weight, read by two chunks of rank 0, is armed
 # for the data all-reduce only after the later chunk's last W), GPipe on 4 stages and the
-# transformer interleaved on 2 (GPT-2 interleaved on 2 and the transformer on 4 stay)
+# transformer interleaved on 2 stages, over data 2 here (GPT-2 interleaved on 2 and the
+# transformer on 4 stay in the main suite)
 EXTENDED_ZB = [("gpt2", {"pipeline": 2, "data": 2, "microbatches": 4, "schedule": "zbv"}, F),
-               ("transformer", {"pipeline": 2, "microbatches": 8, "chunks": 2, "schedule": "interleaved"}, F),
+               ("transformer", {"pipeline": 2, "data": 2, "microbatches": 4, "chunks": 2, "schedule": "interleaved"},
+                F),
                ("transformer", {"pipeline": 4, "microbatches": 8, "schedule": "gpipe"}, F),
                ("llama", {"pipeline": 4, "microbatches": 8, "schedule": "zbv"}, F8),
                ("llama", {"pipeline": 4, "microbatches": 4, "schedule": "zb-h1"}, F),
