@@ -72,6 +72,40 @@ def test_first_stage_defers_its_whole_backward_to_w():
         torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-14, atol=1e-14)
 
 
+class _Modulated(nn.Module):
+    """adaLN-style: a conditioning's weights scale the input path at two points, one below
+    the other (DiT's modulations, a decoder's cross-attention memory used twice)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.cond = nn.Linear(3, 12)
+        self.a = nn.Linear(6, 6)
+        self.b = nn.Linear(6, 6)
+        self.c = nn.Linear(6, 6)
+
+    def forward(self, x, cond):
+        s1, s2 = self.cond(cond).chunk(2, -1)
+        h = self.a(x) * (1 + s1)
+        return self.c(self.b(h) * (1 + s2))
+
+
+def test_weights_whose_value_meets_the_input_path_twice_get_their_whole_gradient():
+    """The conditioning's weights reach the input path at two intermediates, the lower one
+    through ``b``'s matmul, whose own pass (run earlier or later) must not have freed it."""
+    one, two = _Modulated().double(), _Modulated().double()
+    two.load_state_dict(one.state_dict())
+    g = torch.Generator().manual_seed(1)
+    x, cond, grad = (torch.randn(4, n, dtype=torch.float64, generator=g) for n in (6, 3, 6))
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    torch.autograd.backward(one(x1, cond), grad)
+    weights = input_pass([two(x2, cond)], [grad], [x2])
+    assert any(len(group[0]) > 1 for group in weights.groups) and any(len(group[0]) == 1 for group in weights.groups)
+    weights.run()
+    for (name, p1), p2 in zip(one.named_parameters(), two.parameters()):
+        torch.testing.assert_close(p2.grad, p1.grad, rtol=1e-13, atol=1e-13, msg=name)
+
+
 @pytest.mark.parametrize("outputs", ["sum", "gram", "bias", "leaf"])
 def test_a_weight_reaching_an_output_beside_the_inputs_graph_is_not_split(outputs):
     """A weight the inputs' graph meets that also reaches an output another way (a bias

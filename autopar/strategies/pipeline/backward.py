@@ -25,6 +25,14 @@ second capture and keeps every Function's backward whole. A recomputed block re-
 forward in each pass that unpacks its saved tensors — once in ``I`` and once more in
 ``W`` (the cost model prices both).
 
+A weight group whose intermediates lie one below another on the input path (a value
+of its weights used at several points of it: adaLN's modulations in DiT, a gate and a
+scale from one projection) reaches the lower intermediates through the input path's
+nodes: ``W`` runs such groups first, keeping the graph for the single-intermediate
+groups after them (which free what they run), and re-runs those input-path nodes (their
+gradients replaced at each lower intermediate by what it received in ``I``, so exact; the
+extra work is not priced).
+
 ``W`` accumulates into ``param.grad`` through autograd (``torch.autograd.backward`` with
 ``inputs=``), so the gradient hooks of the data-parallel buckets fire as for a whole
 backward. Where no received input needs a gradient (the first stage) ``I`` does nothing
@@ -93,7 +101,13 @@ class WeightPass:
         if self.whole is not None:
             outputs, grads = self.whole
             torch.autograd.backward(outputs, grads)
-        for intermediates, received, weights in self.groups:
+        # a group whose intermediates lie one below another (a value of its weights used at
+        # several points of the input path: adaLN's modulations, a weight used twice) reaches
+        # the lower ones through the input path, whose nodes other groups' passes free: such
+        # groups run first and keep the graph (the clamps below keep them exact)
+        groups = sorted(self.groups, key=lambda group: len(group[0]) == 1)
+        for index, (intermediates, received, weights) in enumerate(groups):
+            keep = len(intermediates) > 1 and index < len(groups) - 1
             edges, grads = [], []
             for node, arrived in zip(intermediates, received):
                 for i, g in enumerate(arrived or ()):
@@ -108,7 +122,7 @@ class WeightPass:
                        for node, arrived in zip(intermediates, received)
                        if arrived is not None and len(intermediates) > 1]
             try:
-                torch.autograd.backward(edges, grads, inputs=list(weights.values()))
+                torch.autograd.backward(edges, grads, inputs=list(weights.values()), retain_graph=keep)
             finally:
                 for h in handles:
                     h.remove()
