@@ -113,6 +113,20 @@ def _logits(out: Any) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out
 
 
+def _output_pairs(out: Any, ref: Any) -> dict[str, tuple[Any, Any]]:
+    """The tensors of a forward's output beside the reference's: ``logits`` for one tensor,
+    ``logits.<i>`` for each tensor leaf of a tuple, list or dict (a VAE's reconstruction,
+    mean and log-variance)."""
+    if isinstance(out, torch.Tensor) or not isinstance(ref, (tuple, list, dict)):
+        return {"logits": (out, ref)}
+    leaves, _ = torch.utils._pytree.tree_flatten(out)
+    ref_leaves, _ = torch.utils._pytree.tree_flatten(ref)
+    if len(leaves) != len(ref_leaves):
+        raise AssertionError(f"the output has {len(leaves)} leaves, the reference's {len(ref_leaves)}")
+    return {f"logits.{i}": (a, b) for i, (a, b) in enumerate(zip(leaves, ref_leaves))
+            if isinstance(b, torch.Tensor)}
+
+
 def _own_loss(output: Any) -> torch.Tensor:
     """The loss a model's output carries (``ModelOutput.loss``, a dict's, or a scalar)."""
     return output_loss(output, required=True)[0]
@@ -234,7 +248,7 @@ class _Twins:
             with self.guarded():
                 out = self.pm(*self.inputs, **self.kwargs)
             ref_out = self.reference(*self.inputs, **self.kwargs)
-            pairs = {"logits": (_logits(out), _logits(ref_out))}
+            pairs = _output_pairs(_logits(out), _logits(ref_out))
             if self.loss_fn is None:
                 pairs["loss"] = (_own_loss(out), _own_loss(ref_out))
         return pairs
