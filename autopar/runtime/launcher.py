@@ -84,6 +84,7 @@ def launch(
     backend: str = "gloo",
     timeout_s: float = 120.0,
     return_exceptions: bool = False,
+    deadline_s: float | None = None,
 ) -> list:
     """Run ``fn(*args)`` on ``world_size`` spawned processes; return their results in rank order.
 
@@ -95,12 +96,20 @@ def launch(
 
     ``return_exceptions``: False: the first failing rank makes the parent terminate the
     others and raise :class:`LaunchError`. True: every rank runs until it returns or fails
-    by itself (or ``timeout_s`` runs out) and its entry in the returned list is its result
+    by itself (or the deadline passes) and its entry in the returned list is its result
     or a :class:`RankFailure`.
+
+    ``deadline_s``: how long the whole job may take, from the launch (None: ``timeout_s``),
+    after which every rank still running is killed. ``timeout_s`` is each collective's
+    and each failure's deadline, counted from the collective or the failure, so a job
+    on a slow machine may take far longer than ``timeout_s`` and still detect a dead
+    rank within it: give such jobs a ``deadline_s`` of their own.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
-    deadline = time.monotonic() + timeout_s
+    if deadline_s is None:
+        deadline_s = timeout_s
+    deadline = time.monotonic() + deadline_s
     # The parent hosts the rendezvous store; children join it as clients
     # (TORCHELASTIC_USE_AGENT_STORE, the contract torchrun's agent uses).
     store = dist.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
@@ -128,7 +137,7 @@ def launch(
             writer.close()  # the child holds the only write end, so its death reads as EOF
             processes.append(process)
             readers[reader] = rank
-        results = _collect(processes, readers, deadline, timeout_s, return_exceptions)
+        results = _collect(processes, readers, deadline, deadline_s, return_exceptions)
         for process in processes:
             process.join(max(0.0, deadline - time.monotonic()))
         return [results[rank] for rank in range(world_size)]
@@ -139,10 +148,10 @@ def launch(
         del store
 
 
-def _collect(processes, readers, deadline, timeout_s, return_exceptions=False) -> dict[int, Any]:
+def _collect(processes, readers, deadline, deadline_s, return_exceptions=False) -> dict[int, Any]:
     """Read every rank's report; raise on the first failure or at the deadline (with
     ``return_exceptions``: record a :class:`RankFailure` and go on)."""
-    start = deadline - timeout_s
+    start = deadline - deadline_s
     pending = dict(readers)
     results: dict[int, Any] = {}
     while pending:
@@ -150,11 +159,11 @@ def _collect(processes, readers, deadline, timeout_s, return_exceptions=False) -
         if remaining <= 0:
             if not return_exceptions:
                 raise LaunchError(
-                    f"launch timed out after {timeout_s:g}s; ranks still running: "
+                    f"launch timed out after {deadline_s:g}s; ranks still running: "
                     f"{sorted(pending.values())} (all ranks were killed)"
                 )
             for rank in pending.values():
-                results[rank] = RankFailure(rank, f"did not finish within the timeout of {timeout_s:g} s (killed)",
+                results[rank] = RankFailure(rank, f"did not finish within the deadline of {deadline_s:g} s (killed)",
                                             elapsed_s=time.monotonic() - start)
             break
         for reader in wait(list(pending), timeout=remaining):
