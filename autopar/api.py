@@ -29,7 +29,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.ir import CAPTURE, LOSS_TERMS
-from autopar.trace.capture import capture
+from autopar.trace.capture import CaptureError, capture
 from autopar.planning.drawing import regions_dot
 from autopar.trace.inputs import CallLayout, example_signature
 from autopar.passes.fusion import resolve_fusion
@@ -262,9 +262,9 @@ def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, ex
     # captured from it too, so the export memo serves them)
     twin = materialise.meta_twin(model)
     gm = _global_graph(twin, example_inputs, loss_fn, example_target, example_kwargs)
+    health.barrier("compile(): captured", mesh)  # a rank whose capture failed stops the others before the plan's broadcast
     with phase("planning"):
-        plan_ = _reviewed_or_planned(reviewed, gm, world, hw, strategy, hardware, source, given_strategy,
-                                     _mesh_degrees(mesh))
+        plan_ = _agreed_plan(reviewed, gm, world, hw, strategy, hardware, source, given_strategy, mesh)
         _attach_artifacts(plan_, gm, twin, example_inputs, loss_fn, example_target, example_kwargs)
         recompute = _recompute_mode(recompute, plan_)
         if batch_local:
@@ -291,9 +291,50 @@ def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, ex
             device=device, twin=twin, timings=timings, batch_local=batch_local)
 
 
+def _agreed_plan(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Hardware, strategy, hardware, source: str,
+                 given_strategy: Any, mesh) -> Plan:
+    """One plan on every rank, by construction: where the mesh spans the default group,
+    rank 0 plans (or checks the reviewed plan) and broadcasts the plan, and every other
+    rank checks it against its own capture as it would a reviewed plan (the same world,
+    model, batch, inputs, regions, couplings, FLOPs: ``planning.reviewed.differences``)
+    and runs it. A planning error on rank 0 is raised on every rank, with its message.
+    Elsewhere (a mesh over part of the ranks) each rank plans, and
+    ``_check_same_plan_everywhere`` compares the plans."""
+    degrees = _mesh_degrees(mesh)
+    if world == 1 or not dist.is_initialized() or world != dist.get_world_size():
+        return _reviewed_or_planned(reviewed, gm, world, hw, strategy, hardware, source, given_strategy, degrees)
+    payload: list = [None]
+    if dist.get_rank() == 0:
+        try:
+            made = _reviewed_or_planned(reviewed, gm, world, hw, strategy, hardware, source, given_strategy, degrees)
+        except Exception as error:  # noqa: BLE001 - every rank raises it (below)
+            payload[0] = ("error", type(error).__name__, str(error))
+            dist.broadcast_object_list(payload, src=0)
+            raise
+        payload[0] = ("plan", made.to_json())
+        dist.broadcast_object_list(payload, src=0)
+        return made
+    dist.broadcast_object_list(payload, src=0)
+    kind, *rest = payload[0]
+    if kind == "error":
+        name, message = rest
+        error_type = {"PlanMismatchError": PlanMismatchError, "PlanError": PlanError, "ValueError": ValueError,
+                      "CaptureError": CaptureError}.get(name, RuntimeError)
+        raise error_type(message if error_type is not RuntimeError else f"{name}: {message}")
+    rank0 = Plan.from_json(rest[0])
+    try:
+        return _reviewed_or_planned((rank0, False), gm, world, hw, strategy, hardware, source, "auto", degrees,
+                                    announce=False)
+    except PlanMismatchError as error:
+        raise PlanMismatchError(f"rank {dist.get_rank()}: rank 0's plan does not fit the model, inputs or "
+                                f"hardware this rank was given (give every rank the same): {error}") from None
+
+
 def _reviewed_or_planned(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Hardware, strategy, hardware,
-                         source: str, given_strategy: Any = "auto", degrees: dict | None = None) -> Plan:
-    """The reviewed plan where it fits this run (autopar.planning.reviewed), else a fresh one."""
+                         source: str, given_strategy: Any = "auto", degrees: dict | None = None,
+                         announce: bool = True) -> Plan:
+    """The reviewed plan where it fits this run (autopar.planning.reviewed), else a fresh
+    one. ``announce``: say that a reviewed plan runs (not for rank 0's plan another rank checks)."""
     given, replan = reviewed
     if given is not None:
         capture_ = gm.meta.get(CAPTURE)
@@ -309,7 +350,8 @@ def _reviewed_or_planned(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Ha
             if given_strategy not in ("auto", None):
                 warnings.warn(f"compile(plan=...): strategy={given_strategy!r} is not used; the reviewed plan is run",
                               stacklevel=4)
-            log.info("compile(plan=...): running the reviewed plan (%s)", given.form or given.mesh)
+            if announce:
+                log.info("compile(plan=...): running the reviewed plan (%s)", given.form or given.mesh)
             plan_ = Plan.from_json(given.to_json())  # a copy: compile attaches its artifacts to it
             # the loss's reductions (their kinds checked equal) under this capture's node names
             plan_.loss_terms = [list(t) for t in gm.meta.get(LOSS_TERMS, [])]

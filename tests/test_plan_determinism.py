@@ -1,18 +1,21 @@
 """Planning is a pure function of what every rank agrees on: the model, the example
-inputs, the strategy, the world and the hardware.
+inputs, the strategy, the world and the hardware; and ``compile`` runs one plan on every
+rank by construction: rank 0 plans and broadcasts its plan, which every other rank checks
+against its own capture (as a reviewed plan) and runs. Checked here:
 
-``compile`` plans on every rank independently and then checks that the plans are equal
-(``ranks planned differently`` otherwise), so anything else that reaches a plan fails a
-user's job at random. Checked here:
-
-* processes with different ``PYTHONHASHSEED`` (set and string-keyed dict orders) plan the
-  examples byte-identically: a 3D-capable transformer (3D grids, cubes and pipelines
-  weighed), a forced 3D grid, and a Hugging Face GPT-2 captured by ``torch.export`` in a
-  2-stage pipeline (its microbatches and schedule searched); each priced with this
+* processes with different ``PYTHONHASHSEED`` (set and string-keyed dict orders) and
+  differently laid out memory (the order of sets of objects) plan the examples
+  byte-identically: a 3D-capable transformer (3D grids, cubes and pipelines weighed), a
+  forced 3D grid, a Hugging Face GPT-2 captured by ``torch.export`` in a 2-stage
+  pipeline (its microbatches and schedule searched), and Hugging Face Llama 4 (routed
+  experts, context parallelism weighed), Whisper (an encoder-decoder) and CLIP (rows of
+  the batch meeting) on 4 ranks under ``"auto"``; each priced with this
   machine's cached profile while another thread rewrites that profile (``save_profile``:
   atomic, so a reader sees the old file or the new one, never a torn one), and the
   transformer again with the same profile passed as a ``Hardware`` whose measured
   figures are inserted in a shuffled order;
+* on 2 gloo ranks, a rank 1 that would plan differently (its planner replaced by one
+  that fails) runs rank 0's plan;
 * ranks whose caches differ (another node's cache, or ``autopar calibrate`` writing the
   profile while the ranks start: some see it, some do not) plan with the first rank's
   hardware, on 2 gloo ranks. Before that, each rank priced with its own cache and the
@@ -29,6 +32,7 @@ import sys
 import threading
 
 import pytest
+import torch
 
 import shared_ranks
 from autopar.cost import profiles
@@ -66,6 +70,9 @@ import torch, autopar
 from examples.factories import training_case
 from test_plan_determinism import _profile
 
+from test_plan_determinism import hf_cases
+_junk = [object() for _ in range({seed} * 7919)]  # another memory layout: other orders of sets of objects
+
 CASES = [("transformer", 8, "auto", None), ("transformer", 8, {{"x": 2, "y": 2, "z": 2}}, None),
          ("gpt2", 4, {{"pipeline": 2}}, 4)]
 
@@ -78,10 +85,48 @@ def plans(hardware, cases=CASES):
         out[f"{{name}} {{world}} {{strategy}}"] = plan.to_json()
     return out
 
+def hf_plans():
+    out = {{}}
+    for name, (factory, kwargs) in hf_cases().items():
+        with torch.device("meta"):
+            model = factory()
+        out[name] = autopar.plan(model, 4, example_kwargs=kwargs, hardware="cpu-gloo").to_json()
+    return out
+
 cached = [plans(None), plans(None, CASES[:2])]  # the cached profile, read while it is rewritten
 given = plans(_profile(order_seed={seed}), CASES[:1])  # the same figures, inserted in another order
-print(json.dumps({{"cached": cached, "given": given}}))
+print(json.dumps({{"cached": cached, "given": given, "hf": hf_plans()}}))
 """
+
+
+def hf_cases() -> dict:
+    """Hugging Face models (small configurations) planned on 4 ranks under "auto": routed
+    experts, an encoder-decoder, a contrastive model; each with its own loss."""
+    import transformers as T
+    ids = torch.randint(0, 64, (8, 8), generator=torch.Generator().manual_seed(0))
+
+    def llama4():
+        return T.Llama4ForCausalLM(T.Llama4TextConfig(
+            vocab_size=64, hidden_size=32, intermediate_size=64, intermediate_size_mlp=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=2,
+            max_position_embeddings=32))
+
+    def whisper():
+        return T.WhisperForConditionalGeneration(T.WhisperConfig(
+            vocab_size=64, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=8,
+            max_source_positions=8, max_target_positions=16, pad_token_id=0, decoder_start_token_id=1))
+
+    def clip():
+        return T.CLIPModel(T.CLIPConfig(
+            text_config=dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                             num_attention_heads=4, max_position_embeddings=16),
+            vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                               image_size=16, patch_size=8)))
+
+    return {"llama4": (llama4, {"input_ids": ids, "labels": ids}),
+            "whisper": (whisper, {"input_features": torch.randn(4, 8, 16), "labels": ids[:4, :6]}),
+            "clip": (clip, {"input_ids": ids, "pixel_values": torch.randn(8, 3, 16, 16), "return_loss": True})}
 
 
 def test_processes_with_other_hash_seeds_plan_alike_while_the_profile_is_rewritten(tmp_path, monkeypatch):
@@ -104,7 +149,7 @@ def test_processes_with_other_hash_seeds_plan_alike_while_the_profile_is_rewritt
     try:
         procs = [subprocess.Popen([sys.executable, "-c", _PLANS.format(repo=REPO, seed=seed)], env={
             **env, "PYTHONHASHSEED": str(seed)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for seed in (1, 2)]
+            for seed in (1, 2, 3)]
         outs = [p.communicate(timeout=300) for p in procs]
     finally:
         stop.set()
@@ -130,6 +175,8 @@ def test_processes_with_other_hash_seeds_plan_alike_while_the_profile_is_rewritt
     weighed = {(c["form"].split(" ")[0], "x" in c["mesh"], "pipeline" in c["mesh"])
                for c in json.loads(reference["transformer 8 auto"])["candidates"]}
     assert {("", True, False), ("cube", True, False), ("pipeline", False, True)} <= weighed  # 3D, cube, pipeline
+    assert sorted(results[0]["hf"]) == ["clip", "llama4", "whisper"]
+    assert all(result["hf"] == results[0]["hf"] for result in results)
 
 
 # ------------------------------------------------------------ ranks whose caches differ
@@ -160,7 +207,37 @@ def caches_differ_job(root):
     return out
 
 
+def rank_0_plans_job():
+    """On 2 ranks: rank 1's planner fails if called; compile runs rank 0's plan on both."""
+    import torch.distributed as dist
+
+    import autopar
+    from autopar import api
+    from examples.factories import training_case
+
+    def not_here(*args, **kwargs):
+        raise AssertionError(f"rank {dist.get_rank()} planned")
+    if dist.get_rank() == 1:
+        api.plan_graph = not_here
+    factory, inputs, target, loss = training_case("mlp")
+    torch.manual_seed(0)
+    try:
+        pm = autopar.compile(factory(), None, inputs, loss, "auto", example_target=target)
+        return {"plan": pm.plan.to_json(), "loss": float(pm.step(*inputs, target=target))}
+    except Exception as error:  # noqa: BLE001 - what the test reports
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
 _LAUNCHED = shared_ranks.register(2, __name__, caches_differ_job, (shared_ranks.scratch_dir("determinism"),))
+_RANK_0 = shared_ranks.register(2, __name__ + ":rank0", rank_0_plans_job)
+
+
+@pytest.mark.multiprocess
+def test_the_other_ranks_run_rank_0s_plan_without_planning():
+    reports = _RANK_0()
+    for rank, report in enumerate(reports):
+        assert "error" not in report, f"rank {rank}: {report['error']}"
+    assert reports[0]["plan"] == reports[1]["plan"] and reports[0]["loss"] == reports[1]["loss"]
 
 
 @pytest.mark.multiprocess
