@@ -28,6 +28,7 @@ What is not checked here is each rank's rewritten program: the golden check
 """
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -120,7 +121,9 @@ def _kinds(terms: list) -> list[str]:
 
 
 def _couplings(items: list) -> list:
-    return sorted(repr(sorted(c.items())) if isinstance(c, dict) else repr(c) for c in items)
+    """The couplings in a canonical form: a saved plan's JSON sorts every dict's keys
+    (a coupling's ``details`` too), a fresh analysis keeps them in the order found."""
+    return sorted(json.dumps(c, sort_keys=True, default=repr) if isinstance(c, dict) else repr(c) for c in items)
 
 
 def _few(names: list[str]) -> str:
