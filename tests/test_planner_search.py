@@ -7,6 +7,7 @@ import sys
 
 import expecttest
 import pytest
+import torch
 
 import autopar
 from autopar.planning.search import PlanError, Progress
@@ -188,3 +189,38 @@ why not 3d: lost: its best, 3D x=2 y=1 z=1 data=2, is predicted at 2.356 ms per 
   3d    2.356 ms  0.337 ms       0.546 ms  0.000 ms  0.000 ms  1.473 ms  0.000 ms  0.000 ms  0.34 MiB
   the most it loses: x (+1.473 ms)
 """)
+
+
+class _GraphConv(torch.nn.Module):
+    """A dense graph convolution over the batch's nodes: the rows of the batch are a
+    graph's nodes and meet in ``a @ h`` (no split of the batch is exact), and its linears
+    are no chain Megatron splits."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1, self.w2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x, adj):
+        a = adj + torch.eye(adj.shape[0])
+        d = a.sum(1).rsqrt()
+        a = d[:, None] * a * d[None, :]
+        return a @ self.w2(torch.relu(a @ self.w1(x)))
+
+
+def test_auto_replicates_when_nothing_else_is_feasible_and_says_why():
+    x, adj = torch.randn(8, 16), (torch.rand(8, 8) > 0.5).float()
+    plan = autopar.plan(_GraphConv(), 4, (x, adj), torch.nn.functional.mse_loss, example_target=torch.randn(8, 4),
+                        hardware="cpu-gloo")
+    assert plan.mesh == {"data": 1, "tensor": 4} and plan.form == "replicate"
+    assert all(r.strategy == "replicate" for r in plan.regions)
+    text = plan.explain()
+    assert "replicated: the tensor group splits nothing" in text and "no configuration that splits" in text
+    refused = [c for c in plan.candidates if not c.feasible]
+    assert refused and all("rows of the batch meet" in c.reason or "no region" in c.reason for c in refused)
+    with pytest.raises(autopar.PlanError, match="rows of the batch meet"):   # forcing a split still refuses
+        autopar.plan(_GraphConv(), 4, (x, adj), torch.nn.functional.mse_loss, {"data": 4},
+                     example_target=torch.randn(8, 4), hardware="cpu-gloo")
+    # where a split is feasible, replication is not weighed at all
+    plan = autopar.plan(torch.nn.Linear(16, 4), 4, (x,), torch.nn.functional.mse_loss,
+                        example_target=torch.randn(8, 4), hardware="cpu-gloo")
+    assert plan.form != "replicate" and all(c.form != "replicate" for c in plan.candidates)

@@ -30,6 +30,10 @@ def explain(plan: "Plan") -> str:
                                 f"(rank = (pipeline*{plan.degree('data')} + data)*{plan.degree('tensor')} + "
                                 f"tensor; tensor ranks adjacent, pipeline outermost)" if plan.pipeline else
                                 f"(rank = data*{plan.degree('tensor')} + tensor; tensor ranks adjacent)")
+        + ("; replicated: the tensor group splits nothing, each of its ranks computes its data rank's whole "
+           "batch" + ("; no configuration that splits the work is feasible (meshes weighed, below)"
+                      if not any(c.feasible for c in plan.candidates if c.form != "replicate") else "")
+           if plan.form == "replicate" else "")
         + ("; mixed: each region its own family over the tensor group"
            + ((f", 3D regions on it as Gx={plan.tensor_grid['x']} x Gy={plan.tensor_grid['y']} "
                f"(tensor = y*Gx + x)" if plan.tensor_grid.get("z", 1) == 1 else
@@ -454,6 +458,8 @@ def _mesh_text(c: MeshCandidate) -> str:
         text += f", {c.form}" + (f", {c.reason}" if c.feasible and c.reason else "")
     if c.form.startswith("mixed") or c.form.startswith("experts"):
         text += f", {c.form}"
+    if c.form == "replicate":
+        text += ", replicated (every rank the whole batch)"
     if c.subgrids > 1:
         text += (f", {'D&SP-cSub' if c.csub else 'D&SP'} {c.subgrids} sub-grids "
                  f"({'topology-aware' if c.topology_aware else 'naive'})")

@@ -47,6 +47,13 @@ def mixed_form(tensor_grid: dict, subgrids: int = 0) -> str:
             + (f" dsp {subgrids} sub-grids" if subgrids else ""))
 
 
+def replicated(mesh: dict, regions) -> bool:
+    """Whether a ``data × tensor`` mesh's tensor group splits nothing: every rank of it
+    runs the whole of its data rank's work (the form ``"replicate"``)."""
+    return mesh.get("tensor", 1) > 1 and set(mesh) <= {"data", "tensor"} and \
+        all(r.strategy == "replicate" for r in regions)
+
+
 def experts_form(base: str, experts: int) -> str:
     """A form with expert parallelism's ``experts P`` after the base's (``"experts 2"``,
     ``"pipeline 1f1b, experts 2"``); the base alone without it."""
@@ -325,7 +332,9 @@ class Plan:
                     + (f", {mixed_form(self.tensor_grid, self.tensor_subgrids)}" if self.mixed else ""))
         if self.mixed:
             return mixed_form(self.tensor_grid, self.tensor_subgrids)
-        return "cube" if self.regions_with("cube3d") else ""
+        if self.regions_with("cube3d"):
+            return "cube"
+        return "replicate" if replicated(self.mesh, self.regions) else ""
 
     @property
     def replica_group(self) -> str:

@@ -135,6 +135,8 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     follow = [(family, c) for family in families for c in family.follow_ups(ctx, weighed)]
     progress.total += len(follow)
     weigh(follow)
+    if best is None:  # the last resort: replication, when every split was refused
+        weigh([(family, c) for family in families for c in family.fallbacks(ctx)])
     candidates = [p.candidate() for p in weighed]
     if best is None:
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))

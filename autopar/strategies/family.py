@@ -38,6 +38,10 @@ formulas, collectives) and tells the planner, through the methods of
     Configurations derived from what every family's candidates priced at: a second
     round of the search (the pipeline's mixed stages at its fastest layouts).
 
+``fallbacks(ctx)`` (optional, none by default)
+    Configurations priced only when every other one was refused: replication, the
+    last resort of ``"auto"`` (:mod:`autopar.strategies.replicate.planner`).
+
 ``to_plan(ctx, priced)``
     The :class:`~autopar.planning.plan.Plan` of a priced configuration, with its region
     table (a family that priced identical blocks once for the search prices the winner
@@ -206,6 +210,11 @@ class CompileHooks:
         (``weighed``), derived from them: none by default."""
         return []
 
+    def fallbacks(self, ctx: PlanContext) -> list[Strategy]:
+        """Configurations priced only when no other configuration is feasible (replication
+        under ``"auto"``): none by default."""
+        return []
+
     def finish_plan(self, ctx: PlanContext, plan: Plan) -> None:
         """Settle the plan-wide options this family owns once the search chose ``plan``
         (its levers applied), or refuse them with a ``PlanError``."""
@@ -255,6 +264,8 @@ class Family(Protocol):
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan: ...
 
     def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]: ...
+
+    def fallbacks(self, ctx: PlanContext) -> list[Strategy]: ...
 
     def finish_plan(self, ctx: PlanContext, plan: Plan) -> None: ...
 

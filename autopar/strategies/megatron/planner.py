@@ -44,7 +44,7 @@ from autopar.cost.hardware import Hardware
 from autopar.passes.manager import pass_disabled
 from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab, padding_details, region_sizes,
                                     split_factor)
-from autopar.planning.plan import Cost, Plan, RegionChoice
+from autopar.planning.plan import Cost, Plan, RegionChoice, replicated
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected, too_big)
@@ -401,4 +401,5 @@ def judge(family: str, ctx: PlanContext, config: Strategy, mesh: dict[str, int],
     if why is not None:
         return rejected(family, config, mesh, why, step_s=table.step_s, memory_bytes=table.total.memory_bytes)
     return Priced(family, config, mesh, table.step_s, table.total.memory_bytes, True,
-                  comm_s=dict(table.total.comm_s), table=table)
+                  comm_s=dict(table.total.comm_s), table=table,
+                  form="replicate" if replicated(mesh, table.regions) else "")
