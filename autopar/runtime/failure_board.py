@@ -92,7 +92,7 @@ class Board:
         self.wake = threading.Event()  # set when the main thread enters or leaves a guarded call
         self.thread: threading.Thread | None = None
         self.left = False  # the "left" beat was written
-        self.barriers: dict[tuple[str, str], int] = {}  # how many barriers of each name this rank reached
+        self.barriers: dict[tuple[str, str, str], int] = {}  # barriers reached, by (call, name, members)
 
     def beat(self, state: str = "alive") -> None:
         doing, since = self.activity()

@@ -469,8 +469,12 @@ def _barrier(name: str, members: list[int]) -> None:
     if board is None or len(members) <= 1:
         return
     tag = "all" if members == list(range(board.world)) else f"{zlib.crc32(str(members).encode()):08x}"
-    n = board.barriers[name, tag] = board.barriers.get((name, tag), 0) + 1
-    key = f"barrier/{name}/{tag}/{n}"
+    # keyed by the guarded call it is in ("compile() #3", counted alike on every rank)
+    # then counted within it: a call that failed on some ranks before one of its barriers
+    # leaves the next call's barriers matched
+    within = _STATE.doing
+    n = board.barriers[within, name, tag] = board.barriers.get((within, name, tag), 0) + 1
+    key = f"barrier/{within}/{name}/{tag}/{n}"
     board.add(key, 1)
     start = time.monotonic()
     delay, next_look = 0.002, 0.0
