@@ -25,41 +25,18 @@ from dataclasses import asdict, dataclass, field
 
 from autopar.grid import Grid3D, GroupSpec, RankGrid, subgrid_dims, subgrid_group_specs
 from autopar.planning import explain
+from autopar.planning.forms import experts_form, mixed_form, replicated
 from autopar.planning.pipeline_text import pipeline_text
 from autopar.planning.timeline import simulate
 from autopar.planning.report import report_html
 from autopar.runtime.groups import tied_group_name
 
-PLAN_FORMAT_VERSION = 1
+PLAN_FORMAT_VERSION = 2
 MESH_ORDER = ("pipeline", "data", "context", "z", "y", "x", "tensor")
 """Mesh dimensions from outermost to innermost (JSON sorts keys; this fixes the order).
 A plan uses ``data × tensor`` (Megatron), ``pipeline × data × tensor`` (PTD-P: pipeline
 ranks furthest apart, across nodes, megatron §3.2) or AxoNN's ``data × z × y × x`` grid,
 whose layout ``rank = ((d·Gz + z)·Gy + y)·Gx + x`` this order gives (axonn §V-B)."""
-
-
-def mixed_form(tensor_grid: dict, subgrids: int = 0) -> str:
-    """A mixed plan's form in the configurations weighed: ``"mixed"``, with its 3D
-    regions' grid of the tensor group (``"mixed 3d 2x2"``; ``"mixed 3d 2x1x2"`` with Gz > 1) or its D&SP sub-grids of
-    several tensor ranks (``"mixed dsp 2 sub-grids"``)."""
-    z = f"x{tensor_grid['z']}" if tensor_grid.get("z", 1) > 1 else ""
-    return ("mixed" + (f" 3d {tensor_grid['x']}x{tensor_grid['y']}{z}" if tensor_grid else "")
-            + (f" dsp {subgrids} sub-grids" if subgrids else ""))
-
-
-def replicated(mesh: dict, regions) -> bool:
-    """Whether a ``data × tensor`` mesh's tensor group splits nothing: every rank of it
-    runs the whole of its data rank's work (the form ``"replicate"``)."""
-    return mesh.get("tensor", 1) > 1 and set(mesh) <= {"data", "tensor"} and \
-        all(r.strategy == "replicate" for r in regions)
-
-
-def experts_form(base: str, experts: int) -> str:
-    """A form with expert parallelism's ``experts P`` after the base's (``"experts 2"``,
-    ``"pipeline 1f1b, experts 2"``); the base alone without it."""
-    if experts <= 1:
-        return base
-    return (base + ", " if base else "") + f"experts {experts}"
 
 
 @dataclass
@@ -187,6 +164,9 @@ class Plan:
     # the reductions over the batch the loss is a linear combination of ([node, "mean" | "sum"],
     # read on the whole batch); None: each rank reads its own graph's
     loss_terms: list | None = None
+    # the random ops of the capture in graph order ({"node", "kind", "op", "shape", "rows"}):
+    # a site's position keys its draws (autopar.runtime.rng), the same under every plan
+    random_sites: list = field(default_factory=list)
     version: int = PLAN_FORMAT_VERSION
 
     # ------------------------------------------------------------------ queries
@@ -407,8 +387,10 @@ class Plan:
                              f"re-plan with this autopar")
         data["regions"] = [RegionChoice(**{**r, "cost": Cost(**r["cost"])}) for r in data["regions"]]
         data["total"] = Cost(**data["total"])
-        data["candidates"] = [MeshCandidate(**c) for c in data["candidates"]]
-        data["mesh"] = {dim: data["mesh"][dim] for dim in MESH_ORDER if dim in data["mesh"]}
+        def ordered(mesh: dict) -> dict:   # JSON sorts the keys: the mesh's order back
+            return {**{dim: mesh[dim] for dim in MESH_ORDER if dim in mesh}, **mesh}
+        data["candidates"] = [MeshCandidate(**{**c, "mesh": ordered(c["mesh"])}) for c in data["candidates"]]
+        data["mesh"] = ordered(data["mesh"])
         return Plan(**data)
 
     def save(self, directory: str, *, rank_graphs: dict[int, str] | None = None,

@@ -51,7 +51,8 @@ import math
 from autopar.cost import model as cost_model
 from autopar.ir import regions as graph_regions
 from autopar.planning.model import ModelFacts
-from autopar.planning.plan import Cost, Plan, RegionChoice, _in_stage, experts_form
+from autopar.planning.forms import experts_form
+from autopar.planning.plan import Cost, Plan, RegionChoice, _in_stage
 from autopar.planning.strategy import Pin, PlanError, Strategy, divisors
 from autopar.strategies.data.planner import DataParallel
 from autopar.strategies.experts.collectives import ExpertsRankRuntime

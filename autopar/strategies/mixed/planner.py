@@ -55,7 +55,8 @@ import dataclasses
 from autopar.cost import model as cost_model
 from autopar.grid import Grid3D
 from autopar.planning.model import ModelFacts
-from autopar.planning.plan import Plan, mixed_form
+from autopar.planning.forms import mixed_form
+from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.dsp.planner import branches_of
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big

@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE
 from autopar.planning.model import ModelFacts
-from autopar.planning.plan import Cost, Plan, mixed_form
+from autopar.planning.forms import mixed_form
+from autopar.planning.plan import Cost, Plan
 from autopar.planning.schedules import SPLIT_BACKWARD, rank_of
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
