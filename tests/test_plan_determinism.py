@@ -212,13 +212,13 @@ def rank_0_plans_job():
     import torch.distributed as dist
 
     import autopar
-    from autopar import api
+    from autopar import agreement
     from examples.factories import training_case
 
     def not_here(*args, **kwargs):
         raise AssertionError(f"rank {dist.get_rank()} planned")
     if dist.get_rank() == 1:
-        api.plan_graph = not_here
+        agreement.plan_graph = not_here
     factory, inputs, target, loss = training_case("mlp")
     torch.manual_seed(0)
     try:

@@ -135,3 +135,27 @@ def test_a_plan_argument_that_is_no_plan_says_what_to_give():
         autopar.compile(factory(), None, inputs, loss, example_target=target, plan=_ROOT + "/nowhere")
     with pytest.raises(TypeError, match="a Plan or the directory"):
         autopar.compile(factory(), None, inputs, loss, example_target=target, plan=3)
+
+
+@pytest.mark.parametrize("name", ["inception", "t5", "clip_target"])
+def test_a_plan_fits_the_capture_it_was_made_from(name):
+    """What every rank but rank 0 checks of rank 0's plan (autopar.agreement): a fresh plan
+    against a fresh capture of the same model has no difference (a model with fork/join
+    regions, an encoder-decoder, rows of the batch meeting)."""
+    from autopar import api, agreement
+    from autopar.cost.hardware import get_hardware
+    from autopar.planning.plan import Plan
+    from examples.zoo import OWN_LOSS, ZOO
+    if name == "clip_target":
+        from examples import batch_rows
+        factory, inputs, target, loss_fn, kwargs = batch_rows.CASES[name]()
+    else:
+        case = (ZOO.get(name) or OWN_LOSS[name])()
+        factory, inputs, target, loss_fn, kwargs = case.factory, case.inputs, case.target, case.loss_fn, case.kwargs
+    torch.manual_seed(0)
+    model = factory()
+    plan = autopar.plan(model, 4, inputs, loss_fn, example_target=target, example_kwargs=kwargs, hardware="cpu-gloo")
+    gm = api._global_graph(model, inputs, loss_fn, target, kwargs)
+    again = agreement.reviewed_or_planned((Plan.from_json(plan.to_json()), False), gm, 4, get_hardware("cpu-gloo"),
+                                          "auto", None, "preset", "auto", None, announce=False)
+    assert again.to_json() == Plan.from_json(plan.to_json()).to_json()
