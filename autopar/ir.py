@@ -64,6 +64,22 @@ LOSS_TERMS = "autopar.loss_terms"
 """``gm.meta[LOSS_TERMS]``: ``[(node name, "mean" | "sum")]``, the reductions over the batch
 the graph's loss is a linear combination of (written with :data:`BATCH_COUPLINGS`)."""
 
+RANDOM_SITES = "autopar.random_sites"
+"""``gm.meta[RANDOM_SITES]``: the graph's random ops in graph order, each
+``{"node", "kind", "shape", "rows"}`` (its name, what it draws, the shape of the value its
+draws cover, which dimensions hold rows of the batch), written by the analysis
+(:mod:`autopar.passes.analysis.random_sites`); a plan keeps its capture's
+(``Plan.random_sites``), whose positions key the draws (:mod:`autopar.runtime.rng`)."""
+
+RANDOM_SITE = "autopar.random_site"
+"""``node.meta[RANDOM_SITE]``: the captured name of the random op a node is (kept by the
+rewrites that replace it), written by the analysis."""
+
+RANDOM_SPLIT = "autopar.random_split"
+"""``node.meta[RANDOM_SPLIT]``: ``{dim: group}``, the dimensions of a random op's value a
+rewrite split into contiguous parts over a group (Megatron's heads, sequence
+parallelism's tokens), for :mod:`autopar.passes.random_draws`."""
+
 TARGET_COUNT = "autopar.target_count"
 """``gm.meta[TARGET_COUNT]``: an ``fx.GraphModule`` taking (by name) the graph inputs its
 loss's targets are computed from and returning how many of them count (not ignored);

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import shared_ranks
 from autopar.trace.capture import capture
 from autopar.passes.fusion.rewrite import FUSION, fusion_pass
-from autopar.runtime import philox, rng
+from autopar.runtime import draws, philox, rng
 
 triton = pytest.importorskip("triton")
 
@@ -90,7 +90,7 @@ class BiasDropoutAddNorm(nn.Module):
         self.p = p
 
     def forward(self, y, residual):
-        h = residual + rng.replicated_dropout(y + self.b, self.p, True, "tensor")
+        h = residual + draws.dropout(y + self.b, self.p, True, _form="dropout", _site=3, _at=(None, None, None))
         return h, self.ln(h)
 
 
@@ -111,7 +111,7 @@ class Mixed(nn.Module):
 
 
 def _states():
-    return rng.use_random_states(rng.RandomStates(7, 0, 0))
+    return rng.use_random_states(rng.RandomStates(7))
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
@@ -133,7 +133,7 @@ def test_bias_dropout_add_layer_norm_matches_unfused_with_the_same_masks():
     with _states():   # capture runs the model once
         gm, report = _fused(copy.deepcopy(model), inputs)
     assert [name.split("_")[:4] for name, _ in report.uses] == [["bias", "dropout", "add", "layer"]]
-    # the same streams for both: the fused kernel draws the seed the unfused dropout draws
+    # the same key for both: the fused kernel draws the mask the unfused dropout draws
     with _states():
         out_f, grad_f = _run(gm, inputs, [p for _, p in sorted(gm.named_parameters())])
     with _states():
@@ -145,24 +145,31 @@ def test_bias_dropout_add_layer_norm_matches_unfused_with_the_same_masks():
     _assert_close(grad_f, grad_r)
 
 
-def test_kernel_dropout_mask_is_the_unfused_rank_aware_mask():
-    """A fused dropout keeps exactly the elements philox.keep_mask keeps for its seed,
-    the mask unfused rank-aware dropout draws (rng.apply_dropout)."""
+def test_kernel_dropout_mask_is_the_unfused_mask_over_global_indices():
+    """A fused dropout keeps exactly the elements the unfused one keeps
+    (:func:`autopar.runtime.rng.keep_mask` over each element's index in the whole value):
+    on rows 3..5 of a batch of 9 they are rows 3..5 of the whole batch's mask."""
+    layout = (("rows", 1), None)
+
     class Drop(nn.Module):
         def forward(self, x):
-            return rng.sharded_dropout(x * 1.0 + 0.0, 0.5, True, "tensor") * 2.0
+            return draws.dropout(x * 1.0 + 0.0, 0.5, True, _form="dropout", _site=2, _at=layout) * 2.0
 
     x = torch.ones(3, 37)
     with _states():
         gm, report = _fused(Drop(), (x,))
     assert len(report.uses) == 1
-    states = rng.RandomStates(11, 1, 0)
-    seed = rng.RandomStates(11, 1, 0).next_seed("sharded")
-    with rng.use_random_states(states):
+    states = rng.RandomStates(11)
+    states.calls = 4
+    with rng.use_random_states(states), rng.rows(3, 3, 9):
         fused = gm(x)
-    expect = rng.apply_dropout(x, 0.5, seed) * 2.0
-    assert torch.equal(fused, expect)
-    assert torch.equal(fused != 0, philox.keep_mask(seed, x.shape, 0.5))
+        unfused = Drop()(x)
+        mask = rng.keep_mask(x.shape, 0.5, 2, layout)
+    with rng.use_random_states(states):
+        whole = rng.keep_mask((9, 37), 0.5, 2, (None, None))
+    assert torch.equal(fused, unfused)
+    assert torch.equal(fused != 0, mask) and torch.equal(mask, whole[3:6])
+    assert 0.3 < mask.float().mean() < 0.7
 
 
 def test_swiglu_and_casts_match_unfused():
@@ -367,18 +374,24 @@ def test_bf16_bias_gelu_matches_the_fp32_ops_rounded_once():
     _assert_close([out], [model(x)], rtol=2e-2)
 
 
-def test_philox_in_pytorch_equals_tritons_randint():
+def test_philox_in_pytorch_equals_tritons_randint4x_beyond_32_bit_counters():
+    """All four words of every counter, offsets past 2^32 included (their high word is the
+    counter's second: the global index of an element of a large value)."""
     import triton.language as tl
 
     @triton.jit
-    def words(out_ptr, seed, n, BLOCK: tl.constexpr):
+    def words(out_ptr, seed, base, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(out_ptr + offs, (tl.randint(seed, offs) >> 8).to(tl.int32), mask=offs < n)
+        a, b, c, d = tl.randint4x(seed, offs.to(tl.int64) + base)
+        for k, w in enumerate((a, b, c, d)):
+            tl.store(out_ptr + k * n + offs, w.to(tl.int64) & 0xFFFFFFFF, mask=offs < n)
 
-    for seed in (2**62 + 5, 2**63 - 1, rng.RandomStates(3, 0, 0).next_seed("replicated")):
-        got = torch.empty(300, dtype=torch.int32)
-        words[(3,)](got, seed, 300, BLOCK=128)
-        assert torch.equal(got.long(), philox.randint(seed, torch.arange(300)) >> 8)
+    for seed, base in ((2**62 + 5, 0), (2**63 - 1, 2**33 + 7), (rng.RandomStates(3).site_seed(1), 2**40)):
+        got = torch.empty(4, 300, dtype=torch.int64)
+        words[(3,)](got, seed, base, 300, BLOCK=128)
+        expect = philox.philox4(seed, torch.arange(300) + base)
+        for k in range(4):
+            assert torch.equal(got[k], expect[k]), (seed, base, k)
     kept = philox.keep_mask(2**62 + 9, (100, 100), 0.3).float().mean().item()
     assert abs(kept - 0.7) < 0.02
 

@@ -1,5 +1,5 @@
 """The runtime against single-process math: collectives (forward and backward), vocab-
-parallel embedding and cross-entropy, gradient buckets, dropout streams, the launcher.
+parallel embedding and cross-entropy, gradient buckets, random draws, the launcher.
 
 Multi-process checks run in real gloo processes through ``launch``. Spawning costs
 seconds, so each world size is launched once (shared with other modules' jobs,
@@ -35,16 +35,15 @@ from autopar.runtime import (
     launch,
     reduce_from_tensor_region,
     registered_groups,
-    replicated_dropout,
     scatter_to_tensor_region,
     seed_everything,
     set_groups,
-    sharded_dropout,
     sync_gradients,
     use_groups,
     vocab_parallel_cross_entropy,
     vocab_parallel_embedding,
 )
+from autopar.runtime import rng
 from autopar.runtime.groups import clear_groups
 
 TIGHT = dict(rtol=1e-6, atol=1e-6)
@@ -249,22 +248,26 @@ def _check_bucket_overlap_and_misuse(out: dict, group: str) -> None:
 
 
 def _dropout_masks(group: str) -> dict:
-    ones = torch.ones(64)
+    """A dropout of a value whole on every rank of ``group`` and of one split over it (this
+    rank's part), and the whole value's mask the split one is a part of."""
+    ones, n = torch.ones(64), group_size(group)
     return {
-        "replicated": replicated_dropout(ones, 0.5, True, group),
-        "sharded": sharded_dropout(ones, 0.5, True, group),
-        "eval": replicated_dropout(ones, 0.5, False, group),
+        "replicated": rng.dropout(ones, 0.5, True, 1, (None,)),
+        "split": rng.dropout(ones, 0.5, True, 2, (("split", group),)),
+        "whole": rng.dropout(torch.ones(64 * n), 0.5, True, 2, (None,)),
+        "eval": rng.dropout(ones, 0.5, False, 1, (None,)),
     }
 
 
 def _check_dropout(out: dict, tensor_group: str, data_group: str | None) -> None:
-    data_rank = group_rank(data_group) if data_group else 0
-    seed_everything(1234, tensor_rank=group_rank(tensor_group), data_rank=data_rank)
+    seed_everything(1234)
     first = _dropout_masks(tensor_group)
-    seed_everything(1234, tensor_rank=group_rank(tensor_group), data_rank=data_rank)
+    seed_everything(1234)
     again = _dropout_masks(tensor_group)
     out["dropout_reproducible"] = (again["replicated"], first["replicated"])
-    out["dropout_sharded_reproducible"] = (again["sharded"], first["sharded"])
+    out["dropout_split_reproducible"] = (again["split"], first["split"])
+    r = group_rank(tensor_group)
+    out["dropout_split_is_its_part"] = (first["split"], first["whole"][r * 64:(r + 1) * 64])
     out["dropout_masks"] = {k: v for k, v in first.items()}
 
 
@@ -325,7 +328,7 @@ def _compared(results: list[dict], prefix: str):
 
 
 CHECK_PREFIXES = ["mlp_", "gather_", "scatter_", "all_gather_batch", "ce_", "embedding_",
-                  "bucket", "flat_", "dropout_reproducible", "dropout_sharded_reproducible"]
+                  "bucket", "flat_", "dropout_reproducible", "dropout_split_"]
 
 
 @pytest.mark.multiprocess
@@ -343,23 +346,22 @@ def test_launch_returns_in_rank_order(world2, world4):
 
 
 @pytest.mark.multiprocess
-def test_dropout_streams_world2(world2):
+def test_dropout_draws_world2(world2):
     first, second = (r["dropout_masks"] for r in world2)
-    assert torch.equal(first["replicated"], second["replicated"])
-    assert not torch.equal(first["sharded"], second["sharded"])
-    assert not torch.equal(first["replicated"], first["sharded"])
+    assert torch.equal(first["replicated"], second["replicated"])     # a whole value: the same on every rank
+    assert not torch.equal(first["split"], second["split"])           # a split one: each rank its part
+    assert torch.equal(first["whole"], second["whole"])
     assert torch.equal(first["eval"], torch.ones(64))
     assert set(first["replicated"].unique().tolist()) == {0.0, 2.0}
 
 
 @pytest.mark.multiprocess
-def test_dropout_streams_world4(world4):
+def test_dropout_draws_world4(world4):
     masks = {r["coords"][:2]: r["dropout_masks"] for r in world4}
-    for data in (0, 1):  # identical across tensor ranks of a replica
+    for data in (0, 1):  # the data ranks draw the same: the draws do not depend on the rank
         assert torch.equal(masks[data, 0]["replicated"], masks[data, 1]["replicated"])
-    assert not torch.equal(masks[0, 0]["replicated"], masks[1, 0]["replicated"])
-    sharded = [m["sharded"] for m in masks.values()]
-    assert all(not torch.equal(a, b) for i, a in enumerate(sharded) for b in sharded[i + 1:])
+        assert torch.equal(masks[0, data]["split"], masks[1, data]["split"])
+    assert not torch.equal(masks[0, 0]["split"], masks[0, 1]["split"])
 
 
 def fail_on_rank_1(marker: str):
@@ -535,10 +537,10 @@ def test_size_one_buckets_and_dropout_reproducible(size_one_groups):
     buckets.finish()
     sync_gradients([p], "data")
     assert torch.equal(p.grad, torch.full((3,), 2.0))
-    seed_everything(5, tensor_rank=0, data_rank=0)
-    first = sharded_dropout(torch.ones(32), 0.3, True, "tensor")
-    seed_everything(5, tensor_rank=0, data_rank=0)
-    assert torch.equal(sharded_dropout(torch.ones(32), 0.3, True, "tensor"), first)
+    seed_everything(5)
+    first = rng.dropout(torch.ones(32), 0.3, True, 0, (("split", "tensor"),))
+    seed_everything(5)
+    assert torch.equal(rng.dropout(torch.ones(32), 0.3, True, 0, (("split", "tensor"),)), first)
 
 
 def test_init_from_env_single_rank(monkeypatch):

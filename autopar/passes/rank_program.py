@@ -6,8 +6,9 @@ share of the batch (:func:`rewrite`), and the parameters the families split
 ``compile`` plans on a capture of the global batch; every program a rank runs is a
 second capture at its local batch (``docs/architecture.md``, "Why capture twice"),
 rewritten here by the plan's passes: analysis, then the family's split (D&SP, Megatron,
-AxoNN's 3D layers or Bian's cube), recomputation, the data-parallel pass and, when the
-plan was priced with it, fusion.
+AxoNN's 3D layers or Bian's cube), the random ops' plan-independent draws
+(:mod:`autopar.passes.random_draws`), recomputation, the data-parallel pass and, when
+the plan was priced with it, fusion.
 """
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from autopar.passes.analysis.analyse import analyse
 from autopar.passes.manager import PassRunner
 from autopar.ir import CAPTURE, PASSES_RUN
 from autopar.planning.plan import Plan
-from autopar.strategies.family import RECOMPUTE, RankBuild, RankPass, StageCut
+from autopar.strategies.family import DRAWS, RECOMPUTE, RankBuild, RankPass, StageCut
 from autopar.strategies.registry import FAMILIES
 from autopar.passes.fusion.rewrite import fusion_pass
+from autopar.passes.random_draws import random_draws_pass
 from autopar.passes.recompute import recompute_pass
 
 
@@ -43,6 +45,9 @@ def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None 
     build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, branch_only,
                       stage=None if stage is None else stage.index, zero_params=zero_params)
     steps = [p for family in FAMILIES for p in family.rank_passes(plan_, build)]
+    if plan_.random_sites:  # after the splits, before recomputation outlines the blocks
+        steps.append(RankPass(DRAWS, "random_draws", random_draws_pass,
+                              {"sites": plan_.random_sites, "batch": plan_.global_batch}))
     if recompute and not branch_only:
         if stage is None:
             regions = [r for family in FAMILIES for r in family.recompute_regions(plan_)]

@@ -26,8 +26,8 @@ import torch.fx as fx
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
-from autopar.ir import CAPTURE, LOSS_TERMS, tensor_spec
-from autopar.passes.analysis.batch_rows import split_conflict
+from autopar.ir import CAPTURE, LOSS_TERMS, RANDOM_SITES, tensor_spec
+from autopar.planning.conflicts import batch_conflict, random_conflict
 from autopar.planning.explain import closest_to_fitting, rejections
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import MeshCandidate, Plan
@@ -119,7 +119,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
             fixed = per_step_s(ctx, priced.mesh, priced.config)
             if priced.step_s is not None and fixed:  # the runner's fixed cost, every plan
                 priced = dataclasses.replace(priced, step_s=priced.step_s + fixed)
-            why = lever_conflict(ctx, priced) or batch_conflict(ctx, priced)
+            why = lever_conflict(ctx, priced) or batch_conflict(ctx, priced) or random_conflict(ctx, priced)
             if why is not None:
                 if ctx.forced is not None:
                     raise PlanError(f"strategy: {why}")
@@ -143,6 +143,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     plan_ = best[0].to_plan(ctx, best[1])
     plan_.batch_couplings = [c.to_json() for c in ctx.model.batch_couplings]
     plan_.loss_terms = [list(t) for t in ctx.model.gm.meta.get(LOSS_TERMS, [])]
+    plan_.random_sites = [dict(site) for site in ctx.model.gm.meta.get(RANDOM_SITES, [])]
     plan_._priced = best  # the winner, for _overheads (not saved)
     fixed = per_step_s(ctx, best[1].mesh, best[1].config)
     plan_.step_s += fixed
@@ -176,33 +177,6 @@ def per_step_s(ctx: PlanContext, mesh: dict, config) -> float:
             elif c.remedy == "all_reduce":
                 count += 2 * cost_model.all_reduce_time(parts, c.nbytes, ctx.hw)
     return ctx.hw.step_overhead_s + count
-
-
-def batch_conflict(ctx: PlanContext, priced: Priced) -> str | None:
-    """Why a configuration's split of the batch would not equal the single device where
-    rows of the batch meet (:func:`autopar.passes.analysis.batch_rows.split_conflict`), or None."""
-    found = ctx.model.batch_couplings
-    mesh, c = priced.mesh, priced.config
-    terms = {kind for _, kind in ctx.model.gm.meta.get(LOSS_TERMS, [])}
-    if terms == {"mean", "sum"} and (mesh.get("pipeline", 1) > 1 or c.pipeline > 1) and \
-            ((c.microbatches or 1) > 1 or mesh.get("data", 1) > 1):
-        return ("the loss adds sums over the batch to means over it, and a pipeline's earlier stages would not weigh "
-                "their parts' sums; use data (and tensor) parallelism or a pipeline with one microbatch")
-    if not found:
-        return None
-    pipeline = mesh.get("pipeline", 1) > 1 or c.pipeline > 1
-    microbatches = c.microbatches or 1
-    if ctx.levers is not None and ctx.levers.microbatches:
-        microbatches = max(microbatches, ctx.levers.microbatches)
-    branches = c.subgrids > 1 or bool(c.tensor_subgrids) or \
-        any(getattr(r, "strategy", "").startswith("dsp") for r in (priced.table.regions if priced.table else []))
-    why = split_conflict(found, data=mesh.get("data", 1), rows_z=mesh.get("z", 1), microbatches=microbatches,
-                         branches=branches, pipeline=pipeline)
-    parts = mesh.get("data", 1) * mesh.get("z", 1) * microbatches
-    if why is None and parts > 1 and ctx.model.batch // parts < 2 and any(x.exact for x in found):
-        return (f"rows of the batch meet at {found[0].describe()}; its exact form needs at least 2 rows on each of "
-                f"the {parts} parts of the batch, and the batch has {ctx.model.batch}")
-    return why
 
 
 def _overheads(ctx: PlanContext, plan_: Plan) -> None:

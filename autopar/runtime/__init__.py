@@ -1,6 +1,6 @@
 """The runtime: everything that executes a rank's program. Below the families
 (docs/architecture.md, "Layers"): launching ranks, named process groups, autograd-aware
-collectives, data-parallel gradient synchronisation, rank-aware dropout streams,
+collectives, data-parallel gradient synchronisation, plan-independent random draws,
 devices, health and the failure board, and the run-time side of the family interface
 (:mod:`.family_runtime`). Above them, running a rank: :mod:`.runner` (the rank's state
 and the one-program runner), :mod:`.executable` (a program as the module it executes)
@@ -37,9 +37,7 @@ from autopar.runtime.launcher import LaunchError, RankFailure, init_from_env, la
 from autopar.runtime.rng import (
     RandomStates,
     get_random_states,
-    replicated_dropout,
     seed_everything,
-    sharded_dropout,
 )
 
 __all__ = [
@@ -63,11 +61,9 @@ __all__ = [
     "reduce_from_tensor_region",
     "registered_groups",
     "report_failure",
-    "replicated_dropout",
     "scatter_to_tensor_region",
     "seed_everything",
     "set_groups",
-    "sharded_dropout",
     "sync_gradients",
     "use_groups",
     "vocab_parallel_cross_entropy",

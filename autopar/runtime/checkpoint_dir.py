@@ -8,7 +8,7 @@ With ``step=`` the path is a directory holding one entry per saved step,
 ``step_<8 digits>``. An entry is written under a hidden name, ``.partial-step_<8 digits>``:
 every rank's DCP shards and the coordinator's metadata
 (:func:`autopar.runtime.checkpoint.save_checkpoint`), each rank's random streams
-(``rank<r>.rng``: autopar's dropout-stream counters, :mod:`autopar.runtime.rng`, and
+(``rank<r>.rng``: the state of autopar's random draws, :mod:`autopar.runtime.rng`, and
 torch's default generator), and rank 0's ``trainer.pt`` (the step, the user's ``extra``,
 the LR scheduler's state) and ``autopar.json`` (the step, the world size and the plan it
 was written under, for reading). After a barrier, rank 0 renames it to its final name in
@@ -18,9 +18,9 @@ latest complete entries, and any hidden leftover of an interrupted save.
 
 :func:`resume` loads the latest complete entry into any plan and world size (the model
 and optimizer through DCP, resharded as :func:`~autopar.runtime.checkpoint.load_checkpoint`
-does), restores the scheduler and, where the world size is the one that wrote it, every
-rank's random streams (with another world size the streams are re-derived from the seed:
-the run goes on exactly in its parameters, not in its dropout masks). ``trainer.pt`` is
+does), restores the scheduler and autopar's random draws (the number of calls, which is
+the same in every plan and world size: a run resumed on another world draws as it would
+have), and, where the world size is the one that wrote it, torch's own generator. ``trainer.pt`` is
 read with ``torch.load(weights_only=False)``: load only checkpoints you wrote.
 """
 from __future__ import annotations
@@ -265,14 +265,18 @@ def resume(pm, directory: str | os.PathLike, optimizer=None, scheduler=None) -> 
         scheduler.load_state_dict(trainer["scheduler"])
     with open(os.path.join(path, "autopar.json")) as f:
         written = json.load(f)
-    rng = os.path.join(path, f"rank{_rank()}.rng")
-    if written["world_size"] == _world() and os.path.isfile(rng):
-        saved = torch.load(rng, weights_only=False)
-        if saved["streams"] is not None and pm._state.random is not None:
-            pm._state.random.set_state(saved["streams"])
-        torch.set_rng_state(saved["torch"])
+    # the draws' state (the number of calls) is the same on every rank and in every plan:
+    # rank 0's, whatever the world size now; torch's own generator only on the same world
+    own = os.path.join(path, f"rank{_rank()}.rng")
+    first = os.path.join(path, "rank0.rng")
+    if os.path.isfile(first) and pm._state.random is not None:
+        streams = torch.load(first, weights_only=False)["streams"]
+        if streams is not None and "calls" in streams:
+            pm._state.random.set_state({"calls": streams["calls"]})
+    if written["world_size"] == _world() and os.path.isfile(own):
+        torch.set_rng_state(torch.load(own, weights_only=False)["torch"])
     else:
-        log.warning("checkpoint %s was written by %d ranks, resumed on %d: the dropout streams and torch's generator "
-                    "restart from the seed", path, written["world_size"], _world())
+        log.warning("checkpoint %s was written by %d ranks, resumed on %d: torch's generator restarts from the seed "
+                    "(autopar's random draws go on as they were)", path, written["world_size"], _world())
     log.info("resumed step %d from %s", step, path)
     return step, trainer["extra"]

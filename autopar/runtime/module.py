@@ -58,7 +58,7 @@ class ParallelModule(nn.Module):
 
     def __init__(self, model: nn.Module, plan_: Plan, rank: int, group_map: dict, loss_fn: Callable | None,
                  shards: dict, *, layout: Callable[[nn.Module, dict], ParamLayout], runtimes: Sequence[RankRuntime],
-                 rewrite: Callable, dropout: tuple[int, int, dict], seed: int = 0, recompute: bool | str = False,
+                 rewrite: Callable, seed: int = 0, recompute: bool | str = False,
                  fusion: bool = False, call: CallLayout | None = None, examples: tuple | None = None,
                  device: torch.device | None = None, twin: nn.Module | None = None,
                  timings: Timings | None = None, batch_local: bool = False):
@@ -66,8 +66,8 @@ class ParallelModule(nn.Module):
         ``layout(root, options)``, this rank's parameter layout over the module tree
         ``root`` (with the runtimes' ``layout_options``); ``runtimes``, each family's
         :class:`~autopar.runtime.family_runtime.RankRuntime`; ``rewrite``, the rank-program
-        rewrite; ``dropout``, the rank's dropout stream coordinates (tensor index, batch
-        index, per-group shards); ``device``: where the rank's tensors go (None: the
+        rewrite; ``seed``: the key of the random ops' draws (:mod:`autopar.runtime.rng`),
+        the same on every rank; ``device``: where the rank's tensors go (None: the
         model's, :func:`~autopar.runtime.materialise.resolve_device`); ``twin``: the
         model on the meta device that programs are captured from (None: one is made);
         ``timings``, where ``compile`` timed its phases (the builds of the rank's
@@ -109,7 +109,7 @@ class ParallelModule(nn.Module):
                                              zero=spec.zero, shards=bucket_shards if spec.zero else None,
                                              armed=spec.armed)
                        for spec, params in group_buckets(layout, named)}
-        states = rng.RandomStates(seed, *dropout)
+        states = rng.RandomStates(seed)
         # the user's model is not kept: programs are captured from its meta twin (shapes)
         self._state = RankState(plan_, rank, self.root, layout, group_map, states, running, buckets, twin,
                                 loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards), device,
@@ -132,6 +132,7 @@ class ParallelModule(nn.Module):
     def forward(self, *inputs, **kwargs):
         self._check_initialised("forward()")
         self._before_call()
+        self._state.random.next_call()
         return self.runner.forward(self._state.call.flatten(inputs, kwargs, "forward()"), self.training)
 
     @health.guarded("step()")
@@ -156,6 +157,7 @@ class ParallelModule(nn.Module):
         flat = self._state.call.flatten(inputs, kwargs, "step()")
         check_loss_arguments(self._state.loss_fn, target)
         self._before_call()
+        self._state.random.next_call()
         if FIRST_RUN not in self.timings:
             return self._first_step(flat, target)
         self._step_starts.append(time.perf_counter())

@@ -34,14 +34,16 @@ def _mul_hi_lo(constant: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return hi, lo
 
 
-def randint(seed: int, offsets: torch.Tensor) -> torch.Tensor:
-    """Triton's ``tl.randint(seed, offsets)`` as unsigned 32-bit values in an int64 tensor,
-    for int32 ``offsets`` in [0, 2^31) and a 64-bit ``seed``."""
+def philox4(seed: int, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Triton's ``tl.randint4x(seed, offsets)``: the four 32-bit words (each an int64
+    tensor of unsigned values) of counter ``(offset mod 2^32, offset div 2^32, 0, 0)`` for
+    non-negative int64 ``offsets`` and a 64-bit ``seed``."""
     if int(seed) < 0 or int(seed) >= 2**64:
         raise ValueError(f"philox seed {seed} is not an unsigned 64-bit integer")
     k0, k1 = int(seed) & _M32, (int(seed) >> 32) & _M32
-    c0 = offsets.to(torch.int64) & _M32
-    c1 = torch.zeros_like(c0)
+    offsets = offsets.to(torch.int64)
+    c0 = offsets & _M32
+    c1 = (offsets >> 32) & _M32
     c2 = torch.zeros_like(c0)
     c3 = torch.zeros_like(c0)
     for _ in range(ROUNDS):
@@ -49,7 +51,13 @@ def randint(seed: int, offsets: torch.Tensor) -> torch.Tensor:
         hi_a, lo_a = _mul_hi_lo(_ROUND_A, c0)
         c0, c1, c2, c3 = hi_b ^ c1 ^ k0, lo_b, hi_a ^ c3 ^ k1, lo_a
         k0, k1 = (k0 + _KEY_A) & _M32, (k1 + _KEY_B) & _M32
-    return c0
+    return c0, c1, c2, c3
+
+
+def randint(seed: int, offsets: torch.Tensor) -> torch.Tensor:
+    """Triton's ``tl.randint(seed, offsets)`` as unsigned 32-bit values in an int64 tensor,
+    for non-negative ``offsets`` and a 64-bit ``seed``: the first word of :func:`philox4`."""
+    return philox4(seed, offsets)[0]
 
 
 def threshold(p: float) -> int:
@@ -65,10 +73,8 @@ def keep_mask(seed: int, shape, p: float, device: torch.device | str = "cpu") ->
     numel = 1
     for s in shape:
         numel *= int(s)
-    if numel >= 2**31:
-        raise ValueError(f"dropout of {numel} elements: counters are int32; split the tensor")
     words = randint(seed, torch.arange(numel, device=device, dtype=torch.int64))
     return ((words >> (32 - THRESHOLD_BITS)) >= threshold(p)).reshape(tuple(shape))
 
 
-__all__ = ["randint", "keep_mask", "threshold", "ROUNDS", "THRESHOLD_BITS"]
+__all__ = ["philox4", "randint", "keep_mask", "threshold", "ROUNDS", "THRESHOLD_BITS"]

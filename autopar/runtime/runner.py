@@ -44,7 +44,7 @@ log = logging.getLogger("autopar")
 class RankState:
     """What a rank keeps between calls, shared by the module and its runner: the plan,
     the module tree holding this rank's parameters (``root``), their layout, the named
-    process groups, the dropout streams, the families' run-time state (``runtimes``: the
+    process groups, the random draws' state, the families' run-time state (``runtimes``: the
     active :class:`~autopar.runtime.family_runtime.RankRuntime` objects), the gradient
     buckets (by the layout's :class:`~autopar.layout.Bucket`), how to capture the user's
     model again at new shapes (``user_model``, ``loss_fn``, ``call``: the example's
@@ -319,12 +319,20 @@ class ProgramRunner:
             return None
         return self.state.target_count(program, pieces, bucket.count_group or bucket.group)
 
+    def rows(self, local_inputs: tuple, first: int = 0, count: int | None = None) -> rng.rows:
+        """The context of a program run on this rank's rows ``first .. first + count - 1``
+        of its share (``local_inputs``): where the rows sit in the whole batch, for the
+        random draws over them (:mod:`autopar.runtime.rng`)."""
+        share = batch_of(local_inputs) or 0
+        return rng.rows(self.chunk * share + first, share if count is None else count, share * self.parts,
+                        self.state.random)
+
     def forward(self, inputs: tuple, training: bool):
         state = self.state
         program, local_inputs, _ = self.program(inputs, None, training)
         count = self._count(program, [local_inputs])
         state.begin()
-        with state.running(), use_target_count(count):
+        with state.running(), use_target_count(count), self.rows(local_inputs):
             if self.branch_only:
                 program.forward()
                 out = self._from_subgrid_0(None)
@@ -363,23 +371,25 @@ class ProgramRunner:
         state.begin()
         with state.running(), use_target_count(count):
             if self.branch_only:  # cSub off sub-grid 0: the branches' forward and backward only
-                result = program.forward()
+                with self.rows(local_inputs):
+                    result = program.forward()
                 result.backward(torch.zeros_like(result))
                 state.finish_buckets()
                 return self._loss_from_subgrid_0(program, None)
             carrier = state.loss_bucket()
             total = None
+            piece = (batch_of(local_inputs) or 0) // m
             for k, args in enumerate(flat):
                 last = k == len(flat) - 1
                 for buckets in state.buckets.values():  # launched during the last backward only
                     buckets.enabled = last
-                with self.first_run(program):
+                with self.first_run(program), self.rows(local_inputs, k * piece, piece):
                     loss = program.forward(*args)
-                part = loss.detach() if summed or m == 1 else loss.detach() / m  # no division kernel for m = 1
-                total = part if total is None else total + part
-                if last and data > 1:
-                    carrier.carry(total)
-                loss.backward(torch.full_like(loss, weight) if weight != 1.0 else None)
+                    part = loss.detach() if summed or m == 1 else loss.detach() / m  # no division kernel for m = 1
+                    total = part if total is None else total + part
+                    if last and data > 1:
+                        carrier.carry(total)
+                    loss.backward(torch.full_like(loss, weight) if weight != 1.0 else None)
                 state.after_backward()  # e.g. deferred reduce-scatters land before any bucket reads them
             state.finish_buckets()
             state.finish()

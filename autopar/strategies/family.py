@@ -155,7 +155,7 @@ class Priced:
                              comm_s=dict(self.comm_s), form=self.form, **layout)
 
 
-BRANCHES, SPLIT, ZERO, RECOMPUTE, DATA = 10, 20, 25, 30, 40  # the phases of a rank's passes
+BRANCHES, SPLIT, ZERO, DRAWS, RECOMPUTE, DATA = 10, 20, 25, 28, 30, 40  # the phases of a rank's passes
 
 
 @dataclass(frozen=True)

@@ -56,33 +56,6 @@ def seat_of(plan, rank: int) -> Seat:
     return Seat(coords, sizes, grid)
 
 
-def dropout_coordinates(plan, rank: int) -> tuple[int, int]:
-    """``(tensor index, batch index)`` of ``rank``'s dropout streams
-    (:class:`autopar.runtime.rng.RandomStates`): sharded values differ over the ranks
-    that split the activations (the tensor group; x on a 3D grid, x and y in Bian's
-    cube), replicated ones are equal on every rank holding the same rows."""
-    coords = plan.rank_coordinates(rank)
-    if plan.grid is None:
-        return coords["tensor"], coords["data"]
-    tensor = coords["x"] + plan.grid.x * coords["y"] if plan.form == "cube" else coords["x"]
-    return tensor, plan.batch_chunk(rank)
-
-
-def dropout_shards(plan, rank: int) -> dict[str, int]:
-    """In a mixed plan with 3D regions, the sharded dropout stream of a value split over
-    ``x`` (a 3D region's) follows the rank's x index, one split over the tensor group
-    (Megatron's) its tensor index; with D&SP sub-grids of several tensor ranks, one
-    split over a sub-grid (``tensor_sub``) the rank's place in it; other plans have one
-    split group ({}). With Gz > 1 a 3D region's rows are split over z as well, so its
-    stream follows ``x + Gx·z``."""
-    if plan.tensor_subgrids:
-        return {"tensor_sub": plan.tensor_subgrid_coordinates(rank)[1]}
-    if not (plan.mixed and plan.tensor_grid):
-        return {}
-    coords, grid = plan.region_coordinates(rank), plan.region_grid
-    return {"x": coords["x"] + grid.x * coords["z"]}  # rows split over z: each z block its own masks
-
-
 class LayoutBuilder:
     """The placements being built: one per parameter object of ``root`` (the captured
     wrapper's module tree, full-sized), under all of its names."""

@@ -3,8 +3,10 @@
 ``work`` counts every node's FLOPs and bytes into ``node.meta`` first (the fork/join and
 repeated-block passes and the planner read them). ``vocab`` and ``attention`` claim their linears before ``linear_chains`` looks for MLPs;
 ``experts`` reads the router, dispatch and combine around the expert chains ``linear_chains`` found;
-``fork_join`` and ``repeated_blocks`` are independent of the others; ``batch_rows`` finds
-where rows of the batch meet (:mod:`autopar.passes.analysis.batch_rows`). All of them only
+``fork_join`` and ``repeated_blocks`` are independent of the others; ``random_sites``
+finds the random ops (:mod:`autopar.passes.analysis.random_sites`); ``batch_rows`` finds
+where rows of the batch meet (:mod:`autopar.passes.analysis.batch_rows`) and which
+dimensions of each random op's value hold them. All of them only
 write metadata (see :mod:`autopar.ir`); the graph is unchanged.
 
 Analysis never stops a compile: the runner degrades (``PassRunner(degrade=True)``), so a
@@ -23,6 +25,7 @@ from autopar.passes.analysis.experts import find_routed_experts_pass
 from autopar.passes.analysis.flops import count_work_pass
 from autopar.passes.analysis.fork_join import find_fork_join_regions_pass
 from autopar.passes.analysis.linear_chains import find_linear_chains_pass
+from autopar.passes.analysis.random_sites import find_random_sites_pass
 from autopar.passes.manager import PassRunner
 from autopar.timing import phase
 from autopar.passes.analysis.repeated_blocks import find_repeated_blocks_pass
@@ -36,6 +39,7 @@ ANALYSIS_PASSES = [
     ("experts", find_routed_experts_pass, {}),
     ("fork_join", find_fork_join_regions_pass, {}),
     ("repeated_blocks", find_repeated_blocks_pass, {}),
+    ("random_sites", find_random_sites_pass, {}),
     ("batch_rows", find_batch_couplings_pass, {}),
 ]
 

@@ -52,7 +52,9 @@ class ChainBuilder:
         self.input_nodes: list = []        # fx.Node or parameter name (str), per tensor input
         self.value: dict[fx.Node, str] = {}
         self.shape_rule: dict[str, tuple] = {}
-        self.dropouts: list[tuple[fx.Node, str, str]] = []   # (node, stream, group)
+        # (node, site, layout, a full input, the view of it the dropped value is (None: it
+        # itself), the value's dimensions)
+        self.dropouts: list[tuple[fx.Node, int, tuple, fx.Node, tuple | None, int]] = []
         self.scalars: list[Input] = []
         self.scalar_nodes: list[fx.Node] = []
         self.n_cols: int | None = None
@@ -150,7 +152,10 @@ class ChainBuilder:
                 outputs.append((node, Output(value, DTYPE_NAMES[tensor_spec(node).dtype], rule)))
         if not any(i.kind == "full" for i in self.inputs):
             raise codegen.Unsupported("no input of the full shape (the chain only broadcasts)")
-        seeds = [Input(f"seed{k}", "seed", "int64") for k in range(len(self.dropouts))]
+        # each dropout site: its Philox key, then per dimension of its value the local size,
+        # the offset of the rank's part and the stride in the whole (rng.dropout_index)
+        seeds = [Input(name, "seed", "int64") for k, (*_, ndim) in enumerate(self.dropouts)
+                 for name in [f"seed{k}"] + [f"seed{k}_{c}{i}" for i in range(ndim) for c in "nos"]]
         chain = Chain(self.inputs + self.scalars + seeds, self.ops, [o for _, o in outputs],
                       max(tensor_spec(n).numel for n in self.nodes), self.n_cols,
                       pattern_name(self.ops, self.inputs + self.scalars),
@@ -199,9 +204,20 @@ class ChainBuilder:
             return self.emit("where", args, node, dtype)
         if k == "dropout":
             seed = f"seed{len(self.dropouts)}"
-            self.dropouts.append((node, rec.attrs["stream"], rec.attrs["group"]))
+            ndim = len(tensor_spec(node).shape)
+            # the dropped value's shape at run time: a full input's, or a view of one's
+            rule = self.shape_rule.get(args[0]) if isinstance(args[0], str) else None
+            source = next((i for i, n in enumerate(self.input_nodes) if isinstance(n, fx.Node)
+                           and self.inputs[i].kind == "full"), None)
+            if rule is None or source is None or (rule[0] == "input" and not isinstance(self.input_nodes[rule[1]],
+                                                                                       fx.Node)):
+                raise codegen.Unsupported(f"{node.name} drops out a value whose shape the kernel cannot take from an "
+                                          f"input; its mask is drawn over that shape")
+            like, view = (self.input_nodes[rule[1]], None) if rule[0] == "input" else \
+                (self.input_nodes[source], tuple(rule[1]))
+            self.dropouts.append((node, rec.attrs["site"], rec.attrs["at"], like, view, ndim))
             p = rec.attrs["p"]
-            mask = self.emit("dropout_mask", (seed, p), node, "bool", ())
+            mask = self.emit("dropout_mask", (seed, p, ndim), node, "bool", ())
             scaled = self.emit("mul", (args[0], 1.0 / (1.0 - p)), node, dtype)
             return self.emit("where", (mask, scaled, 0.0), node, dtype, self.shape_rule.get(args[0]))
         if k in ("softmax", "layer_norm", "rms_norm"):

@@ -109,7 +109,7 @@ OPS: dict[str, Rule] = {
                   lambda g, c, a, b, out: [(1, f"tl.where({c}, {g}, 0.0)"), (2, f"tl.where({c}, 0.0, {g})")]),
     "view": Rule(lambda a: a, lambda g, a, out: [(0, g)]),
     "cast": Rule(lambda a: a, lambda g, a, out: [(0, g)]),  # rounds to Op.dtype (see _Emitter.forward)
-    "dropout_mask": Rule(lambda seed, p: f"th.dropout_keep({seed}, OFFS, {threshold(float(p))})", None),
+    "dropout_mask": Rule(lambda seed, p, ndim: f"th.dropout_keep({seed}, GIDX, {threshold(float(p))})", None),
     # forward and backward written by _Emitter (a load at the rotated column; see the module docstring)
     "rotate_half": Rule(lambda x: x, None),
     "rowsum": Rule(lambda a: ROWSUM.format(x=a), lambda g, a, out: [(0, g)], reduces=True),
@@ -188,6 +188,19 @@ class _Emitter:
             return const(a)
         return a if a in self.params else a + self.suffix
 
+    def _global_index(self, seed: str, ndim: int) -> str:
+        """Each element's index in the whole value a dropout site draws over (the rule of
+        :func:`autopar.runtime.rng.global_index`): its local index split into the value's
+        dimensions, each offset by where the rank's part sits and weighed by the whole's
+        stride (the site's ``seed{k}_n/o/s{i}`` arguments)."""
+        rem, out = f"{seed}_rem{self.suffix}", f"{seed}_gidx{self.suffix}"
+        self.lines.append(f"{rem} = ({self.offs}).to(tl.int64)")
+        self.lines.append(f"{out} = {rem} * 0")
+        for i in reversed(range(ndim)):
+            self.lines.append(f"{out} = {out} + ({rem} % {seed}_n{i} + {seed}_o{i}) * {seed}_s{i}")
+            self.lines.append(f"{rem} = {rem} // {seed}_n{i}")
+        return out
+
     def load_inputs(self) -> None:
         for i in self.chain.tensors:
             index = index_expr(i, self.offs)
@@ -208,7 +221,7 @@ class _Emitter:
                 source = op.args[0]
                 expr = f"tl.load({source}_ptr + {offs}, mask=valid, other=0.0).to(tl.float32) * {sign}"
             elif op.op == "dropout_mask":
-                expr = rule.forward(*args).replace("OFFS", self.offs)
+                expr = rule.forward(*args).replace("GIDX", self._global_index(args[0], int(op.args[2])))
             elif op.op == "cast":
                 expr = args[0]
                 # the unfused input holds its dtype's value; the cast then rounds to its own

@@ -6,7 +6,7 @@ arguments, and attributes such as a view's target shape or a dropout's probabili
 pointwise arithmetic and activations, casts, views with literal shapes, masked_fill,
 softmax, layer norm and RMS norm over the last dimension, means and sums over the last
 dimension that keep it (a row value: Llama's RMS norm written out, ``x.pow(2).mean(-1,
-keepdim=True)``) and autopar's rank-aware dropout, in
+keepdim=True)``) and autopar's dropout (its mask over global indices), in
 their symbolic-trace, method, module and ATen spellings; None for everything else
 (matmuls, collectives, plain ``F.dropout``), which bounds a chain.
 
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from autopar._torch_compat import is_aten_op
 from autopar.ir import SPEC, TensorSpec, tensor_spec
 from autopar.passes.fusion.codegen import MAX_ROW
-from autopar.runtime import rng
+from autopar.runtime import draws
 
 
 @dataclass
@@ -65,7 +65,6 @@ _METHODS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "neg": "neg"
             "mean": "mean", "sum": "sum"}
 _MODULES = ((nn.GELU, "gelu"), (nn.ReLU, "relu"), (nn.SiLU, "silu"), (nn.Tanh, "tanh"), (nn.Sigmoid, "sigmoid"),
             (nn.Identity, "view"), (nn.LayerNorm, "layer_norm"), (nn.RMSNorm, "rms_norm"))
-_DROPOUTS = {rng.replicated_dropout: "replicated", rng.sharded_dropout: "sharded"}
 _ARITY = {"add": 2, "sub": 2, "mul": 2, "div": 2, "where": 3, "masked_fill": 3, "pow": 2}
 
 
@@ -73,7 +72,7 @@ def _kind(node: fx.Node, gm: fx.GraphModule) -> str | None:
     if node.op == "call_function" and node.target in (torch.cat, torch.ops.aten.cat.default):
         return "cat"
     if node.op == "call_function":
-        if node.target in _DROPOUTS:
+        if node.target is draws.dropout and node.kwargs.get("_form") == "dropout":
             return "dropout"
         if is_aten_op(node.target):
             packet = getattr(node.target, "overloadpacket", None)
@@ -360,15 +359,19 @@ def row_shaped(node: fx.Node, of: fx.Node) -> bool:
 
 
 def _dropout(node: fx.Node, args: list) -> Rec | None:
-    """autopar's rank-aware dropout; a view when it drops nothing (eval, or p = 0)."""
-    x, p, training = args[0], args[1], args[2]
+    """autopar's dropout (:func:`autopar.runtime.draws.dropout`, its mask drawn over the
+    value's global indices); a view when it drops nothing (eval, or p = 0)."""
+    kwargs = node.kwargs
+    x = args[0] if args else kwargs.get("input")
+    p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+    training = args[2] if len(args) > 2 else kwargs.get("training", kwargs.get("train", True))
     if not (_tensor_arg(x) and _number(p) and isinstance(training, bool)):
         return None
     if not training or p == 0:
         return Rec("view", [x], {"target": None})
     if not 0 < p < 1:
         return None
-    return Rec("dropout", [x], {"p": float(p), "stream": _DROPOUTS[node.target], "group": args[3]})
+    return Rec("dropout", [x], {"p": float(p), "site": kwargs["_site"], "at": kwargs["_at"]})
 
 
 # ------------------------------------------------------------------ growing chains

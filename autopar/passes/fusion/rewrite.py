@@ -250,9 +250,10 @@ def _replace(gm: fx.GraphModule, nodes: list[fx.Node], builder: ChainBuilder, ou
     reader of its outputs comes later: :meth:`.fusible.Chains.placeable`)."""
     graph = gm.graph
     seeds = []
-    for node, stream, group in builder.dropouts:
-        with graph.inserting_before(node):
-            seeds.append(graph.call_function(rng.dropout_seed, (stream, group)))
+    for node, site, layout, like, view, ndim in builder.dropouts:
+        with graph.inserting_before(node):   # drawn where the dropout stood (its call's key and rows)
+            index = graph.call_function(rng.dropout_index, (site, layout, replaced.get(like, like), view))
+            seeds.extend(graph.call_function(operator.getitem, (index, j)) for j in range(1 + 3 * ndim))
     args = []
     for source in builder.input_nodes:
         if isinstance(source, str):   # a LayerNorm module's parameter

@@ -32,14 +32,13 @@ from __future__ import annotations
 import torch.fx as fx
 
 from autopar.grid import Grid3D
-from autopar.ir import tensor_spec
+from autopar.ir import RANDOM_SITE, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.shared.sharding import Shard, normalize_dim
 from autopar.strategies.tensor3d.rewrite import _Rewriter3D
 from autopar.strategies.megatron.rewrite import PARAM_SHARDS
 from autopar.runtime import collectives
-from autopar.runtime import rng
 from autopar.strategies.cube.collectives import cube_vector, linear_cube
 from autopar.strategies.tensor3d.runtime import Grid3DShard
 
@@ -183,7 +182,6 @@ def _cube_exit_of(node: fx.Node, dim: int) -> fx.Node | None:
 
 _REGION_COLLECTIVES = {collectives.copy_to_tensor_region: None, collectives.reduce_from_tensor_region: None,
                        collectives.scatter_to_tensor_region: 1, collectives.gather_from_tensor_region: 1}
-_DROPOUTS = (rng.sharded_dropout, rng.replicated_dropout)
 
 
 class _Rows(LayoutPropagator):
@@ -201,7 +199,7 @@ class _Rows(LayoutPropagator):
             if self.layout.get(node.args[0]) != Shard(0):               # it reads A_ijl
                 node.replace_input_with(node.args[0], self._scatter(self._replicated(node.args[0], node.name), 0))
             self.layout[node] = None  # rows over x: the exit gathers' business
-        elif (node.target in _REGION_COLLECTIVES or node.target in _DROPOUTS) and self._sharded_inputs(node):
+        elif (node.target in _REGION_COLLECTIVES or RANDOM_SITE in node.meta) and self._sharded_inputs(node):
             self.layout[node] = self._along_rows(node)
         else:  # a global size the column walk made takes the rows too (LayoutPropagator._global_size)
             return False

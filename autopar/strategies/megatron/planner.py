@@ -44,7 +44,8 @@ from autopar.cost.hardware import Hardware
 from autopar.passes.manager import pass_disabled
 from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab, padding_details, region_sizes,
                                     split_factor)
-from autopar.planning.plan import Cost, Plan, RegionChoice, replicated
+from autopar.planning.forms import replicated
+from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected, too_big)

@@ -48,7 +48,6 @@ from autopar.strategies.shared.sharding import Shard
 from autopar.runtime import collectives
 from autopar.strategies.megatron.collectives import reduce_scatter_to_sequence_region
 from autopar.strategies.megatron.sequence import SequenceSplit
-from autopar.runtime import rng
 from autopar.runtime.shards import gather_full, local_shard
 
 log = logging.getLogger("autopar.strategies.megatron.rewrite")
@@ -345,26 +344,13 @@ class _Rewriter(SequenceSplit, LayoutPropagator):
         self.layout[result] = None if tokens is None else Shard(tokens)
 
     def _rewrite_dropout(self, node: fx.Node) -> None:
-        x = node.args[0]
-        if node.op == "call_module":
-            mod = self.gm.get_submodule(node.target)
-            p, training = mod.p, mod.training
-        elif node.op == "call_method":
-            self._fallback(node, "dropout as a method")
-            return
-        elif node.target is F.dropout:
-            p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
-            training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
-        else:
-            p, training = node.args[1], node.args[2]
-        layout = self.layout.get(x)
-        fn = rng.replicated_dropout if layout is None else rng.sharded_dropout
-        with self.graph.inserting_before(node):
-            new = self.graph.call_function(fn, (x, p, training, self.group))
-        new.meta.update(node.meta)
-        node.replace_all_uses_with(new)
-        self.graph.erase_node(node)
-        self.layout[new] = layout
+        """Dropout acts element by element: its output keeps its input's layout. Its mask is
+        drawn by :mod:`autopar.passes.random_draws` over the value's global indices (the
+        split recorded on the node by :meth:`LayoutPropagator.run`), so a replicated
+        activation draws the same mask on every tensor rank and a split one its part of
+        the single device's."""
+        layout = self.layout.get(node.args[0])
+        self.layout[node] = None if layout is None else self._only_first_split(node, layout)
 
     def _rewrite_cross_entropy(self, node: fx.Node) -> None:
         logits, target = node.args[0], node.args[1]

@@ -48,7 +48,7 @@ import torch.fx as fx
 
 from autopar._torch_compat import all_gather_flat, tree_unflatten
 from autopar.ir import tensor_spec
-from autopar.runtime import devices, groups as G
+from autopar.runtime import devices, groups as G, rng
 from autopar.planning.schedules import Action, rank_of, schedule, stage_of
 from autopar.strategies.pipeline.backward import WeightPass, input_pass
 
@@ -119,6 +119,10 @@ class PipelineExecutor:
         # called with the parameters whose gradient the next action makes final (the
         # runner arms their gradient buckets there)
         self.before_last_backward = None
+        # the rows of the batch the step's microbatches hold: (first row of microbatch 0,
+        # rows per microbatch, rows of the whole batch), for the random draws over them
+        # (autopar.runtime.rng); the runner sets it before each call
+        self.rows = (0, 0, 0)
         self.peak_saved_bytes = 0
         self._saved: dict[tuple[int, int], dict[int, int]] = {}
         self._local: dict[int, torch.Tensor] = {}  # values passed between two stages of this rank, by tag
@@ -285,7 +289,9 @@ class PipelineExecutor:
             if track_grad and x.is_floating_point():
                 x.requires_grad_(True)
             received.append(x)
-        out = program.run(*received, *(inputs[name] for name in program.inputs))
+        first, count, total = self.rows
+        with rng.rows(first + microbatch * count, count, total):
+            out = program.run(*received, *(inputs[name] for name in program.inputs))
         if not program.last:
             out = list(out) if isinstance(out, (tuple, list)) else [out]
             for i, y in enumerate(out):

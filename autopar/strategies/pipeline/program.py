@@ -238,6 +238,8 @@ class PipelineRunner:
         programs, names = self.stage_programs(local_inputs, None, training)
         count = self._last_stage_count(programs, [local_inputs])
         state.begin(stage=True)
+        rows = batch_of(local_inputs) or 0
+        self.executor.rows = (self.chunk * rows, rows, rows * self.parts)
         with state.running(stage=True), use_target_count(count):
             out = self.executor.forward_only(programs, dict(zip(names, local_inputs)))
             box = [out]
@@ -265,6 +267,7 @@ class PipelineRunner:
         # every microbatch's loss is a mean over its rows: 1/m of each is the batch's mean;
         # a summed loss needs no scale, but the data average divides by d (as in step())
         scale = float(data) if summed and data > 1 else (1.0 if summed else 1.0 / m)
+        self.executor.rows = (self.chunk * batch, batch // m, batch * self.parts)
         state.begin(stage=True)
         with state.running(stage=True), use_target_count(count):
             losses = self.executor.train(programs, [dict(zip(names, piece)) for piece in pieces], scale)

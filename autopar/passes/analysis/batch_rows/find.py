@@ -7,13 +7,14 @@ import logging
 
 import torch.fx as fx
 
-from autopar.ir import BATCH_COUPLINGS, LOSS_TERMS, SPEC, TensorSpec, regions
+from autopar.ir import BATCH_COUPLINGS, LOSS_TERMS, RANDOM_SITES, SPEC, TensorSpec, regions
 from autopar.passes.analysis import ops
 from autopar.passes.analysis.experts import router_statistics
 from autopar.passes.analysis.batch_rows.loss_terms import classify_reductions, depends_on_batch
 from autopar.passes.analysis.batch_rows.op_tables import bare_name, shape_of
 from autopar.passes.analysis.batch_rows.pairwise import check_pairwise, pairwise_closure
 from autopar.passes.analysis.batch_rows.sources import sorted_at
+from autopar.passes.analysis.batch_rows.rows import Rows
 from autopar.passes.analysis.batch_rows.walk import Walk
 
 log = logging.getLogger("autopar.analysis.batch_rows")
@@ -56,11 +57,26 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
     walk.found.sort(key=lambda c: order.get(c.node, 0))
     gm.meta[BATCH_COUPLINGS] = walk.found
     gm.meta[LOSS_TERMS] = walk.loss_terms
+    _random_rows(walk, gm)
     if walk.unknown:
         log.warning("batch rows: %d op(s) have no batch rule; autopar takes them to keep the rows of the batch "
                     "apart (their output keeps the batch dimension): %s", len(walk.unknown),
                     ", ".join(walk.unknown[:8]) + (" ..." if len(walk.unknown) > 8 else ""))
     return gm
+
+
+def _random_rows(walk: Walk, gm: fx.GraphModule) -> None:
+    """Which dimensions of each random op's value hold rows of the batch (``rows``), and
+    those where the rows sit inside another dimension (``folded``: the draws place rows
+    outermost only, :mod:`autopar.passes.random_draws`)."""
+    table = {n.name: n for n in gm.graph.nodes}
+    for site in gm.meta.get(RANDOM_SITES, []):
+        node = table.get(site["node"])
+        state = walk.state.get(node) if node is not None else None
+        rows = state[0] if isinstance(state, tuple) and state else state
+        if isinstance(rows, Rows):
+            site["rows"] = sorted(rows.dims)
+            site["folded"] = sorted(d for d, _ in rows.inner)
 
 
 def _after_walk(walk: Walk, gm: fx.GraphModule) -> None:

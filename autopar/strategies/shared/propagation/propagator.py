@@ -10,7 +10,7 @@ import torch.fx as fx
 import torch.nn as nn
 import torch.nn.functional as F
 
-from autopar.ir import tensor_spec
+from autopar.ir import RANDOM_SITE, RANDOM_SPLIT, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.runtime.shapes import global_size
 from autopar.strategies.shared.propagation.rules import LayoutRules
@@ -78,6 +78,22 @@ class LayoutPropagator(LayoutRules):
                     self.layout[node] = self.propagate(node)
                 except (NoSplitRule, ValueError) as e:
                     self._fallback(node, str(e))
+            if RANDOM_SITE in node.meta:
+                self._random_split(node)
+
+    def _random_split(self, node: fx.Node) -> None:
+        """A random op whose value this walk splits: the dimension and group, for the
+        random draws (:mod:`autopar.passes.random_draws`), which draw the rank's part of
+        the single device's value; a split its draws cannot follow (in blocks, padded) is
+        gathered first."""
+        layout = self.layout.get(node)
+        if layout is None:
+            return
+        if not isinstance(layout, Shard) or layout.blocks > 1 or layout.size is not None:
+            self._fallback(node, "a random op's value split in blocks or padded: its draws are placed on "
+                                 "contiguous parts only")
+            return
+        node.meta.setdefault(RANDOM_SPLIT, {})[layout.dim] = self.group
 
     def rewrite(self, node: fx.Node) -> bool:
         """A subclass's own rewrite of ``node`` (setting its layout); False: not its node."""
