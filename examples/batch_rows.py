@@ -183,9 +183,60 @@ def mean_plus_sum_case(batch: int = BATCH):
     return _mlp_factory, (torch.randn(batch, 4, generator=g),), torch.randn(batch, 3, generator=g), loss, {}
 
 
+class RunningNorm(nn.Module):
+    """Inputs centred by a running mean the forward updates from the batch under
+    ``torch.no_grad()`` (a normaliser's statistic outside batch norm)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(16))
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        if self.training:
+            with torch.no_grad():
+                self.mean.mul_(0.9).add_(0.1 * x.mean(0))
+        return self.fc(x - self.mean)
+
+
+def running_norm_case(batch: int = BATCH):
+    g = torch.Generator().manual_seed(5)
+
+    def factory():
+        torch.manual_seed(0)
+        return RunningNorm()
+    return factory, (torch.randn(batch, 16, generator=g) + 2,), torch.randn(batch, 4, generator=g), F.mse_loss, {}
+
+
+class GraphConv(nn.Module):
+    """A dense graph convolution over the batch's nodes (``a @ h`` with ``a`` the batch's
+    adjacency, normalised in forward): no split of the batch is exact."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1, self.w2 = nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x, adj):
+        a = adj + torch.eye(adj.shape[0])
+        d = a.sum(1).rsqrt()
+        a = d[:, None] * a * d[None, :]
+        return a @ self.w2(torch.relu(a @ self.w1(x)))
+
+
+def gcn_case(batch: int = BATCH):
+    g = torch.Generator().manual_seed(6)
+    adj = (torch.rand(batch, batch, generator=g) > 0.6).float()
+
+    def factory():
+        torch.manual_seed(0)
+        return GraphConv()
+    return factory, (torch.randn(batch, 16, generator=g), ((adj + adj.t()) > 0).float()), \
+        torch.randn(batch, 4, generator=g), F.mse_loss, {}
+
+
 CASES = {"clip": clip_case, "clip_target": clip_target_case, "dual_encoder": dual_encoder_case,
          "centred": centred_case, "masked_lm": masked_lm_case, "summed_loss": summed_loss_case,
-         "mean_plus_sum": mean_plus_sum_case}
+         "mean_plus_sum": mean_plus_sum_case, "running_norm": running_norm_case, "gcn": gcn_case}
 
 
 def equivalence_job(cases: list) -> list:

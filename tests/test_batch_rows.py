@@ -194,12 +194,13 @@ def test_the_plan_prices_and_explains_the_gather():
 
 WORLD_2 = [("clip", {"data": 2}), ("clip_target", {"data": 2}), ("dual_encoder", {"data": 2}),
            ("centred", {"data": 2}), ("masked_lm", {"data": 2}), ("summed_loss", {"data": 2}),
-           ("mean_plus_sum", {"data": 2, "microbatches": 2})]
+           ("mean_plus_sum", {"data": 2, "microbatches": 2}), ("running_norm", {"data": 2})]
 WORLD_4 = [("clip", "auto"), ("dual_encoder", "auto"), ("masked_lm", {"data": 2, "tensor": 2}),
-           ("masked_lm", {"pipeline": 2, "data": 2})]
+           ("masked_lm", {"pipeline": 2, "data": 2}), ("running_norm", "auto"), ("gcn", "auto")]
 EXTENDED = [("clip_target", "auto"), ("centred", "auto"), ("masked_lm", "auto"), ("clip", {"data": 2, "tensor": 2}),
             ("dual_encoder", {"data": 4, "zero": 1}), ("centred", {"data": 4, "microbatches": 2}),
-            ("clip", {"pipeline": 2, "microbatches": 2})]
+            ("clip", {"pipeline": 2, "microbatches": 2}), ("running_norm", {"data": 2, "microbatches": 2}),
+            ("gcn", {"data": 4})]
 
 _world_2 = shared_ranks.register(2, __name__, cases.equivalence_job, (WORLD_2,), timeout_s=600)
 _world_4 = shared_ranks.register(4, __name__, cases.equivalence_job, (WORLD_4,), timeout_s=600)
@@ -208,7 +209,9 @@ _extended = shared_ranks.register(4, __name__ + ":extended", cases.equivalence_j
 
 REFUSED = {("masked_lm", "{'pipeline': 2, 'data': 2}"): "a pipeline's stages over 2 data ranks",
            ("centred", "{'data': 4, 'microbatches': 2}"): "not across 2 microbatches",
-           ("clip", "{'pipeline': 2, 'microbatches': 2}"): "not across 2 microbatches"}
+           ("clip", "{'pipeline': 2, 'microbatches': 2}"): "not across 2 microbatches",
+           ("running_norm", "{'data': 2, 'microbatches': 2}"): "not across 2 microbatches",
+           ("gcn", "{'data': 4}"): "4 data ranks would not equal the single device"}
 
 
 def _check(case, reports):
@@ -244,6 +247,22 @@ def test_four_ranks_equal_or_refuse(index):
 @pytest.mark.parametrize("index", range(len(EXTENDED)), ids=[f"{m}-{s}" for m, s in EXTENDED])
 def test_four_ranks_every_family(index):
     _check(EXTENDED[index], [reports[index] for reports in _extended()])
+
+
+def test_a_statistic_the_forward_updates_in_place_is_captured_with_every_update():
+    """Symbolic tracing runs ``self.mean.mul_(0.9)`` (constant arguments) instead of recording
+    it: the capture sees the buffer changed and takes torch.export, which records the update
+    under its torch.no_grad(); the mean over the batch it adds is a batch statistic, made
+    exact over data ranks by an all-reduce."""
+    factory, inputs, target, loss_fn, _ = cases.CASES["running_norm"]()
+    model = factory()
+    gm = capture(model, inputs, loss_fn, target)
+    info = gm.meta["autopar.capture"]
+    assert info.tracer == "export" and "changes model.mean in place" in info.symbolic_trace_error
+    code = gm.code
+    assert "mul_" in code and "add_" in code and "_set_grad_enabled(False)" in code
+    assert torch.equal(model.mean, torch.zeros(16))   # the capture left the buffer as it was
+    assert [(c.kind, c.remedy) for c in couplings(find_batch_couplings_pass(gm))] == [("batch_mean", "all_reduce")]
 
 
 class _Towers(nn.Module):

@@ -294,7 +294,9 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
     traced = False   # symbolic tracing worked but the traced model failed to run
     if tracer in ("auto", "symbolic_trace"):
         try:
+            versions = _versions(root)
             gm = symbolic_trace_standard_layers(root)
+            _check_not_mutated(root, versions)
             traced = True
             propagate_specs(gm, args)
             gm.meta[CAPTURE] = CaptureInfo("symbolic_trace", model_class, _placeholder_names(gm),
@@ -322,6 +324,22 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
     if call is not None:
         EXPORTS.keep(call, exported, gm.meta[CAPTURE])
     return gm
+
+
+def _versions(root: nn.Module) -> dict[str, int]:
+    """Each parameter's and buffer's version counter (in-place ops bump it)."""
+    return {name: t._version for name, t in [*root.named_parameters(), *root.named_buffers()]}
+
+
+def _check_not_mutated(root: nn.Module, before: dict[str, int]) -> None:
+    """Symbolic tracing runs an in-place op on a module's own tensor with constant
+    arguments eagerly (``self.running.mul_(0.9)`` of a statistic updated in forward) and
+    records nothing of it: such a trace would lose the op. Raised, so the capture takes
+    ``torch.export``, which records it (under its ``torch.no_grad()``)."""
+    changed = sorted(name for name, version in _versions(root).items() if before.get(name, version) != version)
+    if changed:
+        raise RuntimeError(f"the forward changes {', '.join(changed[:3])} in place, which symbolic tracing runs "
+                           f"instead of recording")
 
 
 def _graph_args(example_inputs: tuple, example_kwargs: dict, loss_fn, example_target) -> tuple:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 
 import torch
 import torch.fx as fx
@@ -73,6 +74,7 @@ def unlifted(exported: Exported, model: nn.Module, args: tuple, run: bool = Fals
         if not node.users and (node.target in _EXPORT_NOISE or
                                (node.op == "call_module" and node.target == "_guards_fn")):
             gm.graph.erase_node(node)
+    inline_grad_modes(gm)
     if exported.stack is None:
         gm.graph.lint()
         gm.recompile()
@@ -83,6 +85,52 @@ def unlifted(exported: Exported, model: nn.Module, args: tuple, run: bool = Fals
     else:
         _export_specs(gm, args)
     return gm
+
+
+def inline_grad_modes(gm: fx.GraphModule) -> None:
+    """Each block the model runs under ``torch.no_grad()`` (a running statistic updated in
+    forward, rotary tables), which ``torch.export`` wraps in a submodule called by
+    ``wrap_with_set_grad_enabled``, inlined between two switches of the grad mode (the
+    second restores the mode of the call), so the analysis reads its ops as any others;
+    a block whose submodule reads attributes of its own is left as it is."""
+    hop = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if hop is None or node.op != "call_function" or node.target is not hop:
+            continue
+        enabled, body_node, *operands = node.args
+        body = getattr(gm, body_node.target, None)
+        if not isinstance(body, fx.GraphModule) or any(n.op in ("get_attr", "call_module") for n in body.graph.nodes):
+            continue
+        env: dict = {}
+        placeholders = iter(operands)
+        with graph.inserting_before(node):
+            mode = graph.call_function(torch.is_grad_enabled, ())
+            switch = graph.call_function(torch._C._set_grad_enabled, (enabled,))
+            results = None
+            for n in body.graph.nodes:
+                if n.op == "placeholder":
+                    env[n] = next(placeholders)
+                elif n.op == "output":
+                    results = n.args[0]
+                else:
+                    env[n] = graph.node_copy(n, lambda x: env[x])
+            back = graph.call_function(torch._C._set_grad_enabled, (mode,))
+        for added in (mode, switch, back):
+            added.meta["val"] = None   # no tensor: what the specs read off export's values
+        outputs = [env.get(r, r) for r in (results if isinstance(results, (tuple, list)) else (results,))]
+        for user in list(node.users):
+            if user.op == "call_function" and user.target is operator.getitem:
+                user.replace_all_uses_with(outputs[user.args[1]])
+                graph.erase_node(user)
+        if node.users:   # read whole (not by item): the tuple of the block's outputs
+            with graph.inserting_before(node):
+                packed = graph.call_function(tuple, (outputs,))
+            node.replace_all_uses_with(packed)
+        graph.erase_node(node)
+        if not body_node.users:
+            graph.erase_node(body_node)
+            delattr(gm, body_node.target)
 
 
 def _export_specs(gm: fx.GraphModule, args: tuple) -> None:
