@@ -64,6 +64,12 @@ LOSS_TERMS = "autopar.loss_terms"
 """``gm.meta[LOSS_TERMS]``: ``[(node name, "mean" | "sum")]``, the reductions over the batch
 the graph's loss is a linear combination of (written with :data:`BATCH_COUPLINGS`)."""
 
+OUTPUT_ROWS = "autopar.output_rows"
+"""``node.meta[OUTPUT_ROWS]``: of a value the graph returns, the dimensions that hold the
+rows of the batch (``()``: none, the value is the same on every part of the batch), as
+the batch-rows analysis read it; the data pass gathers such outputs over the data ranks
+along those rows and returns the others as they are."""
+
 RANDOM_SITES = "autopar.random_sites"
 """``gm.meta[RANDOM_SITES]``: the graph's random ops in graph order, each
 ``{"node", "kind", "shape", "rows"}`` (its name, what it draws, the shape of the value its

@@ -234,9 +234,61 @@ def gcn_case(batch: int = BATCH):
         torch.randn(batch, 4, generator=g), F.mse_loss, {}
 
 
+class Whitened(nn.Module):
+    """Hidden features decorrelated by their Gram matrix over the batch (``h.T @ h``, a
+    sum over the rows: each part's product is its rows' share)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(16, 8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        gram = torch.einsum("bi,bj->ij", h, h) / 64 + torch.eye(8)
+        return self.fc2(h @ torch.linalg.inv(gram) + (h.t() @ h).diagonal() / 64)
+
+
+def whitened_case(batch: int = BATCH):
+    g = torch.Generator().manual_seed(7)
+
+    def factory():
+        torch.manual_seed(0)
+        return Whitened()
+    return factory, (torch.randn(batch, 16, generator=g),), torch.randn(batch, 4, generator=g), F.mse_loss, {}
+
+
+class BagRetrieval(nn.Module):
+    """A retrieval dual encoder of ``EmbeddingBag`` towers scoring every query against every
+    document of the batch (in-batch negatives); its loss makes the labels from the scores'
+    shape (``arange(scores.shape[0])``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.queries, self.docs = nn.EmbeddingBag(50, 16), nn.EmbeddingBag(50, 16)
+        self.q, self.d = nn.Linear(16, 8), nn.Linear(16, 8)
+
+    def forward(self, queries, docs):
+        return self.q(self.queries(queries)) @ self.d(self.docs(docs)).t()
+
+
+def in_batch_negatives(scores, target):
+    return F.cross_entropy(scores, torch.arange(scores.shape[0]))
+
+
+def bag_retrieval_case(batch: int = BATCH):
+    g = torch.Generator().manual_seed(8)
+
+    def factory():
+        torch.manual_seed(0)
+        return BagRetrieval()
+    return factory, (torch.randint(0, 50, (batch, 5), generator=g), torch.randint(0, 50, (batch, 7), generator=g)), \
+        torch.zeros(batch), in_batch_negatives, {}
+
+
 CASES = {"clip": clip_case, "clip_target": clip_target_case, "dual_encoder": dual_encoder_case,
          "centred": centred_case, "masked_lm": masked_lm_case, "summed_loss": summed_loss_case,
-         "mean_plus_sum": mean_plus_sum_case, "running_norm": running_norm_case, "gcn": gcn_case}
+         "mean_plus_sum": mean_plus_sum_case, "running_norm": running_norm_case, "gcn": gcn_case,
+         "whitened": whitened_case, "bag_retrieval": bag_retrieval_case}
 
 
 def equivalence_job(cases: list) -> list:

@@ -54,14 +54,18 @@ X = torch.randn(6, 8)
     (lambda h: torch.cat([h, h.flip(1)]), "concat", False),
     (lambda h: h.sort(dim=0).values, "scan", False),
     (lambda h: h / h.var(0), "reduce", False),
-    (lambda h: h.t() @ h, "contract", False),
+    (lambda h: h.t() @ h, "batch_sum", True),                      # a sum over the rows (a Gram matrix)
+    (lambda h: h @ (h.t() @ h), "batch_sum", True),
+    (lambda h: torch.einsum("bi,bj->ij", h, h).sum(0) + h, "batch_sum", True),
+    (lambda h: h.t() @ h.flip(0), "scan", False),
     (lambda h: h[:, None, :] - h[None, :, :], "outer", False),
     (lambda h: h * torch.arange(h.shape[0])[:, None], "positional", False),
     (lambda h: h.chunk(2)[0], "index", False),
     (lambda h: h.flip(0), "scan", False),
     (lambda h: h.roll(1, 0), "scan", False),
 ], ids=["pairwise", "centred", "normalised-by-sum", "softmax-rows", "cumsum", "first-row", "slice", "cat",
-        "sort", "var", "gram", "outer", "positions", "chunk", "flip", "roll"])
+        "sort", "var", "gram", "gram-used", "gram-einsum", "gram-flipped", "outer", "positions", "chunk", "flip",
+        "roll"])
 def test_each_kind_of_meeting_is_found(fn, kind, exact):
     assert (kind, exact) in _found(_Fn(fn), X)
 
@@ -194,9 +198,11 @@ def test_the_plan_prices_and_explains_the_gather():
 
 WORLD_2 = [("clip", {"data": 2}), ("clip_target", {"data": 2}), ("dual_encoder", {"data": 2}),
            ("centred", {"data": 2}), ("masked_lm", {"data": 2}), ("summed_loss", {"data": 2}),
-           ("mean_plus_sum", {"data": 2, "microbatches": 2}), ("running_norm", {"data": 2})]
+           ("mean_plus_sum", {"data": 2, "microbatches": 2}), ("running_norm", {"data": 2}),
+           ("whitened", {"data": 2}), ("bag_retrieval", {"data": 2})]
 WORLD_4 = [("clip", "auto"), ("dual_encoder", "auto"), ("masked_lm", {"data": 2, "tensor": 2}),
-           ("masked_lm", {"pipeline": 2, "data": 2}), ("running_norm", "auto"), ("gcn", "auto")]
+           ("masked_lm", {"pipeline": 2, "data": 2}), ("running_norm", "auto"), ("gcn", "auto"),
+           ("bag_retrieval", "auto")]
 EXTENDED = [("clip_target", "auto"), ("centred", "auto"), ("masked_lm", "auto"), ("clip", {"data": 2, "tensor": 2}),
             ("dual_encoder", {"data": 4, "zero": 1}), ("centred", {"data": 4, "microbatches": 2}),
             ("clip", {"pipeline": 2, "microbatches": 2}), ("running_norm", {"data": 2, "microbatches": 2}),

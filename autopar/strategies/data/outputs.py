@@ -12,7 +12,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar._torch_compat import argument_names
-from autopar.ir import LOSS_REDUCTION, LOSS_TERMS, SPEC, TensorSpec
+from autopar.ir import LOSS_REDUCTION, LOSS_TERMS, OUTPUT_ROWS, SPEC, TensorSpec
 from autopar.passes.analysis import ops
 from autopar.runtime import collectives
 from autopar.runtime.target_count import global_mean
@@ -125,6 +125,20 @@ def output_reduction(gm: fx.GraphModule, node: fx.Node, terms: list | None = Non
     return kinds.get(node.name, loss_reduction(node))
 
 
+def output_rows(value: fx.Node) -> tuple | None:
+    """The dimensions of output ``value`` that hold the batch's rows, as the analysis read
+    them (:data:`~autopar.ir.OUTPUT_ROWS`), through what later passes put in front of it
+    (a tensor group's gather, keeping the value's shape); None where it did not say."""
+    for _ in range(8):
+        if OUTPUT_ROWS in value.meta:
+            return tuple(value.meta[OUTPUT_ROWS])
+        source = value.args[0] if value.op == "call_function" and value.args else None
+        if not isinstance(source, fx.Node) or value.meta.get(SPEC) != source.meta.get(SPEC):
+            return None
+        value = source
+    return None
+
+
 def gather_outputs(gm: fx.GraphModule, group: str, local_batch: int, reduce_scalars: bool = True,
                    loss_terms: list | None = None) -> None:
     """Gather the batch-major outputs over ``group``; reduce the scalar outputs over it
@@ -136,8 +150,19 @@ def gather_outputs(gm: fx.GraphModule, group: str, local_batch: int, reduce_scal
         spec = value.meta.get(SPEC)
         if not isinstance(spec, TensorSpec):
             continue
+        rows = output_rows(value)
+        if spec.shape and rows == ():
+            continue   # the same on every part of the batch (a parameter's, an all-reduced statistic)
+        if spec.shape and rows is not None and 0 not in rows:
+            raise DataParallelError(
+                f"output {value.format_node()} holds the batch's rows in dimension {rows[0]}, not the first; data "
+                f"parallelism gathers outputs along their first dimension. Return batch-major outputs, or use "
+                f"strategy={{'data': 1}}")
         with gm.graph.inserting_before(output):
-            if spec.shape and (spec.shape[0] == local_batch or batch_major_rows(value, local_batch)):
+            # rows in the first dimension (a pairwise score's too: its remedy made it this
+            # rank's rows against every row)
+            if spec.shape and ((rows and 0 in rows) or spec.shape[0] == local_batch
+                               or batch_major_rows(value, local_batch)):
                 new = gm.graph.call_function(collectives.all_gather_batch, (value, group))
             elif not spec.shape:
                 reduction = output_reduction(gm, value, loss_terms)

@@ -51,6 +51,14 @@ class ComputeRules(WalkState):
         contracted_a = na - 1
         contracted_b = nb - 2 if nb >= 2 else 0
         if contracted_a in ra.dims | ra.pos or contracted_b in rb.dims | rb.pos:
+            if contracted_a in ra.dims and contracted_b in rb.dims and not (ra.pos or rb.pos or ra.perm or rb.perm) \
+                    and ra.factor(contracted_a, sa[contracted_a], self.batch) == \
+                    rb.factor(contracted_b, sb[contracted_b], self.batch) and not (ra.dims - {contracted_a}) \
+                    and not (rb.dims - {contracted_b}):
+                # both sides' rows summed together (x.T @ y, a Gram over the batch): each part's
+                # product is its rows' share of the sum (DTensor: mm(Shard(1), Shard(0)) -> Partial)
+                self.reductions.append((node, "sum"))
+                return None
             self.couple(node, "contract", "a matrix product sums over the batch dimension")
             return self._fallback_rows(node)
         out_a, out_b = {}, {}
@@ -84,16 +92,24 @@ class ComputeRules(WalkState):
             return self.unknown_op(node, "einsum", self.tensor_args(node))
         lhs, out = equation.split("->")
         terms = lhs.split(",")
-        letters: dict[str, set] = {}
-        for term, operand in zip(terms, operands):
+        letters: dict[str, set] = {}   # an index of the batch's rows -> the operands (positions) holding them there
+        holding = set()
+        for k, (term, operand) in enumerate(zip(terms, operands)):
             r = self.rows(operand)
-            if r is None:
+            if r is None or not r.dims:
                 continue
+            holding.add(k)
             for d in r.dims:
-                letters.setdefault(term[d], set()).add(operand)
-        for letter in letters:
-            if letter not in out:
-                self.couple(node, "contract", f"einsum sums over the batch (index {letter!r})")
+                letters.setdefault(term[d], set()).add(k)
+        summed = [letter for letter in letters if letter not in out]
+        if len(summed) == 1 and len(letters) == 1 and letters[summed[0]] == holding and \
+                all(summed[0] not in term for k, term in enumerate(terms) if k not in holding):
+            # every operand holding rows holds them at the one summed index, which no other
+            # operand reads: a sum over the batch's rows (each part's is its rows' share)
+            self.reductions.append((node, "sum"))
+            return None
+        for letter in summed:
+            self.couple(node, "contract", f"einsum sums over the batch (index {letter!r})")
         dims = {out.index(letter) for letter in letters if letter in out}
         if len(dims) > 1:
             self.couple(node, "outer", "einsum pairs rows of the batch with rows of the batch")
@@ -174,6 +190,13 @@ class ComputeRules(WalkState):
         hit = reduced & r.dims
         if node.args[0] in self.pairwise_values and reduced == {n - 1}:
             hit = set()   # within each row of a pairwise score (gathered whole): the row's own
+        spans = {d for d, f in r.inner if f == -1}   # the batch's rows folded across these dimensions
+        kept = r.dims - reduced
+        if hit and hit <= spans and kept and min(kept) < min(hit):
+            # an inner part of the rows' span (view(B // 2, 2, H).sum(1)): a reduction within
+            # groups of consecutive rows, each group on one part (a part's rows that split a
+            # group fail its view at its own shapes)
+            hit = set()
         if hit:
             self.reductions.append((node, REDUCTIONS[name]))
         if keep:

@@ -7,7 +7,7 @@ import logging
 
 import torch.fx as fx
 
-from autopar.ir import BATCH_COUPLINGS, LOSS_TERMS, RANDOM_SITES, SPEC, TensorSpec, regions
+from autopar.ir import BATCH_COUPLINGS, LOSS_TERMS, OUTPUT_ROWS, RANDOM_SITES, SPEC, TensorSpec, regions
 from autopar.passes.analysis import ops
 from autopar.passes.analysis.experts import router_statistics
 from autopar.passes.analysis.batch_rows.loss_terms import classify_reductions, depends_on_batch
@@ -58,11 +58,24 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
     gm.meta[BATCH_COUPLINGS] = walk.found
     gm.meta[LOSS_TERMS] = walk.loss_terms
     _random_rows(walk, gm)
+    _output_rows(walk, gm)
     if walk.unknown:
         log.warning("batch rows: %d op(s) have no batch rule; autopar takes them to keep the rows of the batch "
                     "apart (their output keeps the batch dimension): %s", len(walk.unknown),
                     ", ".join(walk.unknown[:8]) + (" ..." if len(walk.unknown) > 8 else ""))
     return gm
+
+
+def _output_rows(walk: Walk, gm: fx.GraphModule) -> None:
+    """Which dimensions of each value the graph returns hold rows of the batch
+    (:data:`~autopar.ir.OUTPUT_ROWS`, read by the data pass's outputs)."""
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    for value in (output.all_input_nodes if output is not None else ()):
+        state = walk.state.get(value)
+        if isinstance(state, Rows):
+            value.meta[OUTPUT_ROWS] = tuple(sorted(state.dims | state.pos))
+        elif state is None and value.op != "placeholder":
+            value.meta[OUTPUT_ROWS] = ()
 
 
 def _random_rows(walk: Walk, gm: fx.GraphModule) -> None:

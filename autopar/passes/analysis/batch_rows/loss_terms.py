@@ -30,6 +30,9 @@ def _loss_path(walk: Walk, start: fx.Node) -> tuple[bool, list[fx.Node]]:
                 continue
             seen.add(user)
             if user.op == "output":
+                spec = n.meta.get(SPEC)
+                if not (isinstance(spec, TensorSpec) and spec.numel == 1):
+                    return False, ratios   # an output holding more than a loss: a statistic the model returns
                 continue
             name = bare_name(user)
             if name not in _LINEAR_SCALAR or (walk.rows(user) is not None and walk.rows(user).dims):

@@ -15,7 +15,23 @@ from autopar.passes.analysis.batch_rows.sources import bare_positions, is_input_
 from autopar.passes.analysis.batch_rows.walk import Walk
 
 _PAIRWISE_CHAIN = {"mul", "div", "add", "sub", "neg", "to", "_to_copy", "float", "type_as", "clone", "contiguous",
-                   "exp", "true_divide", "masked_fill"}
+                   "exp", "true_divide", "masked_fill", "ones_like", "zeros_like", "full_like", "empty_like"}
+_SIZE_READS = {"size", "sym_size", "dim", "numel", "len"}
+
+
+def _reads_rows_count_only(user: fx.Node, value: fx.Node) -> bool:
+    """Whether ``user`` reads only ``value``'s shape, and of it only its number of rows
+    (``scores.shape[0]``, ``scores.size(0)``, ``len(scores)``): the same on this rank's rows
+    of the gathered scores as on its own scores, so it may stay as it is."""
+    name = bare_name(user)
+    if name in ("size", "sym_size") and len(user.args) > 1:
+        return user.args[1] in (0, -2) and len(shape_of(value) or ()) == 2
+    if name == "len":
+        return True
+    if name == "getattr" or (user.op == "call_function" and user.target is getattr and user.args[1] == "shape"):
+        return all(bare_name(u) == "getitem" and u.args[1] in (0, -2) for u in user.users) and \
+            len(shape_of(value) or ()) == 2
+    return False
 
 
 def check_pairwise(walk: Walk, node: fx.Node) -> None:
@@ -48,6 +64,8 @@ def check_pairwise(walk: Walk, node: fx.Node) -> None:
             seen.add((user, flipped))
             name = bare_name(user)
             if user.op == "output":
+                continue
+            if _reads_rows_count_only(user, value) and not flipped:
                 continue
             if name in TRANSPOSES or (name in ("transpose", "swapaxes") and len(user.args) >= 3
                                       and {user.args[1] % 2, user.args[2] % 2} == {0, 1}) or \

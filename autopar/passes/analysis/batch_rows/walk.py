@@ -155,6 +155,9 @@ class Walk(ViewRules, ComputeRules):
             return r
         if isinstance(module, nn.Embedding):
             return Rows.of(r.dims, (), r.inner, r.perm) if r else None
+        if isinstance(module, nn.EmbeddingBag) and len(node.args) == 1 and not node.kwargs and \
+                len(shape_of(x) or ()) == 2:
+            return self.leading(node, x)   # a bag per row of 2-D ids: each row's bag its own
         if isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
             k = len(module.normalized_shape)
             return self._normalize_last(node, r, shape_of(x), k)
