@@ -290,7 +290,8 @@ _Y = torch.randn(6, 4)
     (lambda o, t: ((o[0].mean(0) - o[1].mean(0)) ** 2).sum(), [("batch_mean", True)] * 2, {"mean"}),   # MMD
     (lambda o, t: (torch.log((o[0] @ o[1].T).exp().sum(-1)) - (o[0] * o[1]).sum(-1)).mean(),
      [("pairwise", True)], {"mean"}),                                                # InfoNCE by hand
-    (lambda o, t: F.cross_entropy(o[0] @ o[1].T, torch.arange(6).flip(0)), [("pairwise", False)], {"mean"}),
+    (lambda o, t: F.cross_entropy(o[0] @ o[1].T, torch.arange(6).flip(0)),            # labels folded to a constant
+     [("pairwise", False), ("positional", False)], {"mean"}),
     (lambda o, t: F.triplet_margin_loss(o[0], o[1], o[1][torch.arange(6).roll(1)]), [("index", False)], {"mean"}),
     (lambda o, t: F.cosine_similarity(o[0].unsqueeze(1), o[1].unsqueeze(0), dim=2).mean(), [("outer", False)],
      set()),

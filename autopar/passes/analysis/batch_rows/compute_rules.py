@@ -9,11 +9,25 @@ import torch.fx as fx
 from autopar._torch_compat import argument_names, is_aten_op
 from autopar.ir import SPEC, TensorSpec
 from autopar.passes.analysis import ops
-from autopar.passes.analysis.batch_rows.op_tables import (ALONG, CLASS_LOSSES, REDUCTIONS, argument, norm_dims,
-                                                          shape_of)
+from autopar.passes.analysis.batch_rows.op_tables import (ALONG, CLASS_LOSSES, REDUCTIONS, argument, bare_name,
+                                                          norm_dims, shape_of)
+from autopar.passes.analysis.batch_rows.dtensor_rules import rule_of
 from autopar.passes.analysis.batch_rows.rows import Rows
-from autopar.passes.analysis.batch_rows.sources import sorted_at
+from autopar.passes.analysis.batch_rows.sources import held_table, sorted_at
 from autopar.passes.analysis.batch_rows.state import WalkState
+
+
+# ops of the leading (batch) dimension that also take an input without one: their rank with it
+_BATCHED_NDIM = {"conv1d": 3, "conv2d": 4, "conv3d": 5, "conv_transpose1d": 3, "conv_transpose2d": 4,
+                 "conv_transpose3d": 5, "max_pool1d": 3, "max_pool2d": 4, "max_pool3d": 5, "avg_pool1d": 3,
+                 "avg_pool2d": 4, "avg_pool3d": 5, "adaptive_avg_pool1d": 3, "adaptive_avg_pool2d": 4,
+                 "adaptive_avg_pool3d": 5, "adaptive_max_pool1d": 3, "adaptive_max_pool2d": 4,
+                 "adaptive_max_pool3d": 5, "max_pool2d_with_indices": 4, "max_pool3d_with_indices": 5,
+                 "pixel_shuffle": 4, "pixel_unshuffle": 4, "channel_shuffle": 4, "im2col": 4, "col2im": 4,
+                 "reflection_pad1d": 3, "reflection_pad2d": 4, "replication_pad1d": 3, "replication_pad2d": 4,
+                 "upsample_nearest1d": 3, "upsample_nearest2d": 4, "upsample_nearest3d": 5,
+                 "upsample_bilinear2d": 4, "upsample_bicubic2d": 4, "upsample_linear1d": 3,
+                 "upsample_trilinear3d": 5, "grid_sampler": 4, "grid_sample": 4}
 
 
 class ComputeRules(WalkState):
@@ -32,16 +46,42 @@ class ComputeRules(WalkState):
             if self.rows(w) is not None:
                 self.couple(node, "contract", "a linear layer's weight is computed from the batch")
             return self._contract_last(node, self.rows(x), shape_of(x))
-        if name == "addmm":
-            a, b = node.args[1], node.args[2]
-        elif name in ("baddbmm", "addbmm"):
-            a, b = node.args[1], node.args[2]
-        elif name == "einsum":
+        if name == "einsum":
             return self.einsum(node)
-        elif name == "bilinear":
+        if name == "bilinear":
             return self.unknown_op(node, name, self.tensor_args(node))
-        else:
-            a, b = node.args[0], node.args[1]
+        if name in ("addmm", "baddbmm", "addbmm"):
+            # the product of args 1 and 2, added to arg 0 (broadcast): the product's rule, then
+            # the sum's
+            product = self._product(node, name, node.args[1], node.args[2])
+            added = node.args[0]
+            if self.rows(added) is None and product is None:
+                return None
+            return self._combine(node, added, product)
+        return self._product(node, name, node.args[0], node.args[1])
+
+    def _combine(self, node: fx.Node, added, product: Rows | None):
+        """The rows of ``added + product`` (an addmm's), broadcast as a pointwise op would."""
+        out = shape_of(node)
+        r = self.rows(added)
+        if out is None:
+            return self._fallback_rows(node)
+        shift = len(out) - len(shape_of(added) or ())
+        moved = r.shifted(shift) if r is not None else None
+        if moved is not None and product is not None and moved.dims and product.dims and moved.dims != product.dims:
+            self.couple(node, "outer", f"{ops.op_name(node)} adds rows of the batch to other rows of the batch")
+        if product is None:
+            if moved is not None and moved.dims:
+                self._tables_on_rows(node, out, moved.dims, node.args[1:3])
+            return moved
+        if moved is None:
+            self._tables_on_rows(node, out, product.dims, [added])
+            return product
+        return Rows.of(moved.dims | product.dims, moved.pos | product.pos, moved.inner | product.inner,
+                       moved.perm or product.perm)
+
+    def _product(self, node: fx.Node, name: str, a, b):
+        """The rows of the matrix product ``a @ b`` (``node``'s, or an addmm's product)."""
         sa, sb, so = shape_of(a), shape_of(b), shape_of(node)
         ra, rb = self.rows(a) or Rows(), self.rows(b) or Rows()
         if sa is None or sb is None or so is None:
@@ -81,6 +121,13 @@ class ComputeRules(WalkState):
         pa, pb = {out_a[d] for d in ra.pos if d in out_a}, {out_b[d] for d in rb.pos if d in out_b}
         if (pa & db) or (pb & da):
             self.couple(node, "positional", "row positions are multiplied with the batch's rows")
+        for operand, mapping, n in ((a, out_a, na), (b, out_b, nb)):   # a batched product's table as long as the batch
+            shape = shape_of(operand)
+            if self.rows(operand) is None and held_table(operand) and shape is not None and any(
+                    mapping.get(d) in (da | db) and shape[d] > 1 for d in range(n - 2)):
+                self.couple(node, "positional", f"{ops.op_name(node)} multiplies the batch's rows with "
+                                                f"{operand.name}, a parameter or buffer as long as the batch: each row "
+                                                f"takes the entry at its position")
         return Rows.of(da | db, () if da or db else pa | pb, layout, ra.perm or rb.perm)
 
     def einsum(self, node: fx.Node):
@@ -132,6 +179,10 @@ class ComputeRules(WalkState):
             if rt is not None:
                 dims |= rt.dims
         out = Rows.of(dims - {n - 1, n - 2})
+        if out is not None:   # keys, values or a mask held as long as the batch, read along the rows
+            lead = tuple((shape_of(node) or sq)[:n - 2])
+            self._tables_on_rows(node, lead, out.dims, [a for a in node.args[:4] if isinstance(a, fx.Node)],
+                                 leading=True)
         spec = node.meta.get(SPEC)
         if isinstance(spec, (tuple, list)):
             return tuple(out for _ in spec)
@@ -159,6 +210,8 @@ class ComputeRules(WalkState):
             if cls in r.dims and node.args[0] not in self.pairwise_values:
                 self.couple(node, "outer", "the classes of a loss are rows of the batch")
         batch_operands = [self.rows(a) for a in node.all_input_nodes if self.rows(a) is not None and self.rows(a).dims]
+        if r.dims and shape is not None:   # a target or weight held as long as the batch
+            self._tables_on_rows(node, tuple(shape), r.dims, [a for a in node.all_input_nodes if a is not x])
         if len({b.perm for b in batch_operands}) > 1:
             self.couple(sorted_at(node), "scan", "a sort along the batch reorders rows that then meet rows in the "
                                                  "batch's order: each rank would sort its own rows only")
@@ -181,7 +234,10 @@ class ComputeRules(WalkState):
         elif name in ("linalg_vector_norm", "vector_norm"):
             dims = norm_dims(argument(node, 2, "dim", None), n)
         else:
-            dims = norm_dims(argument(node, 1, "dim", None), n)
+            dim = argument(node, 1, "dim", -1 if name in ("mode",) else None)
+            if isinstance(dim, bool):   # var(x, True) / std(x, False): the unbiased flag, over every dimension
+                dim = None
+            dims = norm_dims(dim, n)
         if dims is None and is_aten_op(node.target) and "dim" not in argument_names(node.target):
             dims = None
         keep = bool(argument(node, 2, "keepdim", False)) if name not in ("norm", "linalg_vector_norm") else \
@@ -263,12 +319,23 @@ class ComputeRules(WalkState):
         k = len(shape_arg) if isinstance(shape_arg, (list, tuple)) else 1
         return self._normalize_last(node, self.rows(x), shape_of(x), k)
 
-    def leading(self, node: fx.Node, x):
+    def leading(self, node: fx.Node, x, batched_ndim: int | None = None):
+        """An op computed per element of its input's first dimension (convolutions, pooling,
+        group and instance norms, padding, resampling): the rows where they are there.
+        ``batched_ndim``: its input's rank with a batch dimension (a ``conv2d`` takes 4); an
+        input without it (an unbatched ``[C, H, W]``) has channels first, which the op mixes."""
         r = self.rows(x)
         if r is None:
             spec = node.meta.get(SPEC)
             return tuple(None for _ in spec) if isinstance(spec, (tuple, list)) else None
-        if r.dims - {0} or r.pos:
+        shape = shape_of(x)
+        batched_ndim = batched_ndim or _BATCHED_NDIM.get(bare_name(node))
+        if bare_name(node) in ("grid_sampler", "grid_sample") and len(node.args) > 1 and shape is not None:
+            self._tables_on_rows(node, tuple(shape), r.dims, [node.args[1]], leading=True)   # a grid per sample
+        if batched_ndim is not None and shape is not None and len(shape) != batched_ndim:
+            self.couple(node, "reduce", f"{ops.op_name(node)} takes an input without a batch dimension "
+                                        f"({len(shape)} dimensions): it mixes what its first dimension holds")
+        elif r.dims - {0} or r.pos:
             self.couple(node, "reduce", f"{ops.op_name(node)} works across its first dimension, and the batch is "
                                         f"not there")
         spec = node.meta.get(SPEC)
@@ -294,15 +361,40 @@ class ComputeRules(WalkState):
         if name in ("cosine_similarity", "pairwise_distance"):
             x = operands[0] if operands else node.args[0]
             r = self.rows(x)
+            if r is not None and r.dims and shape_of(x):
+                self._tables_on_rows(node, tuple(shape_of(x)), r.dims, [a for a in node.all_input_nodes if a is not x])
             dim = argument(node, 2, "dim", 1) if name == "cosine_similarity" else -1
             if r is not None and shape_of(x) and (dim % len(shape_of(x))) in r.dims:
                 self.couple(node, "reduce", f"{name} reduces over the batch dimension")
             return self._fallback_rows(node) or (r.without({dim % len(shape_of(x))}) if r and shape_of(x) else None)
         return self.unknown_op(node, name, self.tensor_args(node))
 
+    def _tables_on_rows(self, node: fx.Node, out: tuple, dims: set, operands, leading: bool = False) -> None:
+        """A parameter or buffer as long as the batch along a dimension the output holds rows
+        in, broadcast element by element against them: each row reads the entry at its own
+        position, another one on each part of the batch (DTensor would slice it: Replicate
+        to Shard). Recorded as a ``positional`` coupling."""
+        n = len(out)
+        for a in operands:
+            sa = shape_of(a) if isinstance(a, fx.Node) else None
+            if sa is None or self.rows(a) is not None or not held_table(a):
+                continue
+            shift = 0 if leading else n - len(sa)   # leading: the operand's first dimensions are the output's
+            if any(0 <= d - shift < len(sa) and d < n and sa[d - shift] > 1 and sa[d - shift] == out[d]
+                   for d in dims):
+                self.couple(node, "positional", f"{ops.op_name(node)} reads {a.name}, a parameter or buffer as long as "
+                                                f"the batch, along the batch's rows: each row reads the entry at its "
+                                                f"position, another one on each part of the batch")
+                return
+
     def pointwise(self, node: fx.Node, name: str, shape: tuple | None = None):
         out = shape or shape_of(node)
         if out is None:
+            spec = node.meta.get(SPEC)
+            if isinstance(spec, (tuple, list)) and spec and all(isinstance(t, TensorSpec) for t in spec):
+                # several outputs of the inputs' shape (frexp): each takes the rule of one
+                first = self.pointwise(node, name, tuple(spec[0].shape))
+                return tuple(first for _ in spec)
             return self._fallback_rows(node)
         n = len(out)
         dims, pos, inner, per_operand = set(), set(), {}, []
@@ -333,6 +425,8 @@ class ComputeRules(WalkState):
         if pos & dims and not perm:
             self.couple(node, "positional", f"{name} combines the batch's rows with their positions "
                                             f"(arange over the batch), which differ on each rank")
+        if dims:
+            self._tables_on_rows(node, out, dims, node.all_input_nodes)
         layout = {(d, min(fs)) for d, fs in inner.items()}
         if perm and dims and pos:
             return Rows.of(dims, (), layout, perm=True)
@@ -355,22 +449,36 @@ class ComputeRules(WalkState):
         return None
 
     def unknown_op(self, node: fx.Node, name: str, inputs: list[fx.Node]):
-        batch_inputs = [a for a in inputs if self.rows(a) is not None and self.rows(a).dims]
-        if len(batch_inputs) > 1:
-            self.couple(node, "unknown", f"{name} has no batch rule in autopar and reads the rows of more than one "
-                                         f"batch tensor")
+        """An op autopar's tables have no rule for: PyTorch's rule (DTensor's sharding
+        propagation, :mod:`.dtensor_rules`) where it has one, else a coupling of kind
+        ``unknown`` (refused) when the op reads rows of the batch."""
+        kinds = {}
+        for a in node.all_input_nodes:
+            r = self.rows(a)
+            if r is None or not (r.dims or r.pos):
+                continue
+            if len(r.dims) != 1 or r.pos or r.inner or r.perm:
+                self.couple(node, "unknown", f"{name} has no batch rule in autopar and reads the batch's rows laid "
+                                             f"out as no split DTensor has a rule for")
+                return self._fallback_rows(node)
+            kinds[a] = ("rows", next(iter(r.dims)))
+        if not kinds:
+            return None
+        verdict = rule_of(node, self.gm, kinds)
+        if verdict.meets or verdict.none:
+            self.couple(node, "unknown", f"{name} has no batch rule in autopar, and "
+                                         + (verdict.meets or verdict.none))
             return self._fallback_rows(node)
-        out = self._fallback_rows(node)
-        shape = shape_of(node)
-        first = inputs[0] if inputs else None
-        r = self.rows(first)
-        if out is None and r is not None and shape is not None and shape_of(first) is not None:
-            sf = shape_of(first)
-            if len(sf) == len(shape) and all(sf[d] == shape[d] for d in r.dims if d < len(shape)):
-                out = Rows.of(r.dims)
-        if out is None and r is not None:
-            self.couple(node, "unknown", f"{name} has no batch rule in autopar, and its output does not keep the "
-                                         f"batch where its input had it")
-        elif r is not None:
-            self.unknown.append(f"{node.name} ({name})")
-        return out
+        self.unknown.append(f"{node.name} ({name})")
+        out = []
+        for kind in verdict.outputs:
+            if kind[0] == "rows":
+                out.append(Rows.of({kind[1]}))
+            else:
+                if kind[0] == "partial":
+                    self.reductions.append((node, kind[1]))
+                out.append(None)
+        spec = node.meta.get(SPEC)
+        if isinstance(spec, (tuple, list)):
+            return tuple(out) + tuple(None for _ in range(len(spec) - len(out)))
+        return out[0] if out else None

@@ -60,9 +60,8 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
     _random_rows(walk, gm)
     _output_rows(walk, gm)
     if walk.unknown:
-        log.warning("batch rows: %d op(s) have no batch rule; autopar takes them to keep the rows of the batch "
-                    "apart (their output keeps the batch dimension): %s", len(walk.unknown),
-                    ", ".join(walk.unknown[:8]) + (" ..." if len(walk.unknown) > 8 else ""))
+        log.info("batch rows: %d op(s) take PyTorch's rule (DTensor's sharding propagation): %s", len(walk.unknown),
+                 ", ".join(walk.unknown[:8]) + (" ..." if len(walk.unknown) > 8 else ""))
     return gm
 
 

@@ -30,14 +30,21 @@ def bare_positions(node) -> bool:
     return source is not None and bare_name(source) == "arange"
 
 
+_REARRANGE = _REFORMS - {"expand", "unsqueeze"} | {"permute", "transpose", "t", "select", "slice", "narrow",
+                                                    "getitem", "squeeze", "view_as", "reshape_as", "_unsafe_view",
+                                                    "float", "half", "bfloat16", "type_as", "numpy_T"}
+
+
 def held_table(node: fx.Node) -> bool:
-    """Whether ``node`` is (a view of) a parameter or buffer, not a value broadcast to a size."""
+    """Whether ``node`` is a parameter or buffer, its entries rearranged (viewed, cut,
+    transposed, cast), each entry where it was: not a value computed from one, nor one
+    broadcast to a size."""
     for _ in range(8):
         if node.op == "get_attr":
             return True
         if node.op not in ("call_function", "call_method") or not node.args or not isinstance(node.args[0], fx.Node):
             return False
-        if bare_name(node) in ("expand", "expand_as", "broadcast_to", "new_ones", "new_zeros", "new_full"):
+        if bare_name(node) not in _REARRANGE:
             return False
         node = node.args[0]
     return False

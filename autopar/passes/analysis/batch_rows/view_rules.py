@@ -62,6 +62,10 @@ class ViewRules(WalkState):
         """A table read at ids: the ids' rows; ids that are the rows' own positions read
         another row of the table on each rank."""
         ids = node.args[1] if is_aten_op(node.target) else node.args[0]
+        table = node.args[0] if is_aten_op(node.target) else node.args[1]
+        if self.rows(table) is not None:
+            self.couple(node, "positional", "a table made of the batch's rows is read at ids: each id reads a row at "
+                                            "its position, another one on each part of the batch")
         r = self.rows(ids)
         if r is not None and r.pos and not r.dims and bare_positions(ids):
             self.couple(node, "positional", "a table is read at the rows' positions (arange over the batch), "
@@ -352,6 +356,9 @@ class ViewRules(WalkState):
         base = name.rstrip("_")
         if r is not None and dim in r.dims:
             self.couple(node, "index", f"{name} reads or writes the batch (dimension {dim}) at positions it computes")
+        elif r is not None and r.dims:   # an index or source held as long as the batch, read along its rows
+            self._tables_on_rows(node, tuple(shape), r.dims, [a for a in node.all_input_nodes if a is not x],
+                                 leading=True)
         if base in ("scatter", "scatter_add", "scatter_reduce", "index_add", "index_copy", "index_reduce",
                     "index_fill", "masked_scatter"):
             # values of the batch's rows written into slots that are not rows (a count per
