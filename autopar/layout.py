@@ -113,6 +113,9 @@ class ParamLayout:
     seat: Seat
     placements: dict[str, Placement] = field(default_factory=dict)
     loss_bucket: Bucket | None = None  # the bucket the step's loss travels in (None: the runner reduces it)
+    # a buffer the forward changes in place on some ranks only (a pipeline stage's running
+    # mean): layout name -> its home ((group, index), ...), where the current value is
+    buffer_homes: dict[str, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ queries
     def get(self, name: str) -> Placement | None:
@@ -130,6 +133,11 @@ class ParamLayout:
         parameter not held only by other pipeline stages)."""
         placement = self.placements.get(name)
         return placement is None or placement.held
+
+    def buffer_current(self, name: str) -> bool:
+        """Whether this rank's copy of buffer ``name`` is current (every rank's, unless
+        the buffer has a home: :attr:`buffer_homes`)."""
+        return all(self.seat.coords.get(group, 0) == index for group, index in self.buffer_homes.get(name, ()))
 
     def at_home(self, placement: Placement) -> bool:
         """Whether this rank holds the copy that is gathered and counted (it is at the
@@ -174,8 +182,15 @@ class ParamLayout:
         ``like`` is the local parameter). A collective over the parameter's cut groups
         and its home group: every rank calls it for every name in the same order."""
         placement = self.placements.get(name)
-        if placement is None:  # a buffer: whole on every rank
-            return None if local is None else local.detach().clone()
+        if placement is None:  # a buffer: whole on every rank, current at its home if it has one
+            if local is None:
+                return None
+            value = local.detach().clone()
+            for group_name, index in self.buffer_homes.get(name, ()):
+                group = get_group(group_name)
+                if group is not None and size_of(group) > 1:
+                    dist.broadcast(value, group=group, group_src=index)
+            return value
         homes = [(get_group(g), g, i) for g, i in placement.home]
         homes = [(group, g, i) for group, g, i in homes if group is not None and size_of(group) > 1]
         if local is None and not homes:

@@ -1,5 +1,5 @@
 """Models that draw random numbers in forward, for the tests and docs of autopar's
-plan-independent draws (docs/batch_rows.md#random-draws): each trains to the same losses
+plan-independent draws (docs/random_draws.md): each trains to the same losses
 and parameters under every plan and world size, one rank included.
 
 * ``dropout_mlp``: ``nn.Dropout`` between two linears;
@@ -86,6 +86,32 @@ class NoisyTargets(nn.Module):
         return self.denoiser(x * scale + noise * (1 - scale), t), noise
 
 
+class TimestepBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.fc = nn.Embedding(100, 16), nn.Linear(16, 16)
+
+    def forward(self, h, t):
+        return h + torch.tanh(self.fc(h + self.emb(t)))
+
+
+class TimestepBlocks(nn.Module):
+    """A timestep drawn once in forward and read by every block (as diffusers' DiT): under
+    a pipeline the later stages receive the draw."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([TimestepBlock() for _ in range(4)])
+
+    def forward(self, x):
+        t = torch.randint(0, 100, (x.shape[0],))
+        noise = torch.randn_like(x)
+        h = x + noise
+        for block in self.blocks:
+            h = block(h, t)
+        return h, noise
+
+
 def noise_loss(out, target):
     prediction, noise = out
     return F.mse_loss(prediction, noise)
@@ -111,13 +137,15 @@ def case(name: str) -> tuple:
         return LabelDropout, (x, labels), torch.randn(BATCH, 16, generator=g), F.mse_loss, {}
     if name == "noisy_targets":
         return NoisyTargets, (x,), torch.zeros(BATCH, 16), noise_loss, {}
+    if name == "timestep_blocks":
+        return TimestepBlocks, (x,), torch.zeros(BATCH, 16), noise_loss, {}
     if name == "gpt2_dropout":
         ids = torch.randint(0, 64, (BATCH, 12), generator=g)
         return _gpt2, (), None, None, {"input_ids": ids, "labels": ids}
     raise KeyError(name)
 
 
-NAMES = ("dropout_mlp", "vae", "label_dropout", "noisy_targets", "gpt2_dropout")
+NAMES = ("dropout_mlp", "vae", "label_dropout", "noisy_targets", "timestep_blocks", "gpt2_dropout")
 
 
 def train(name: str, strategy, steps: int = 3, seed: int = 5) -> dict:

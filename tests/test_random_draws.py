@@ -1,4 +1,4 @@
-"""Random draws that do not depend on the plan (docs/batch_rows.md#random-draws).
+"""Random draws that do not depend on the plan (docs/random_draws.md).
 
 Every random op of a program draws from autopar's counter-based streams, keyed by the
 seed, the call, the op and each element's index in the whole value
@@ -143,7 +143,8 @@ def test_the_rank_programs_say_where_each_draw_sits():
 
 # ---------------------------------------------------------------- on ranks
 MAIN_2 = [("dropout_mlp", {"data": 2}), ("dropout_mlp", {"tensor": 2}), ("vae", {"data": 2}),
-          ("label_dropout", {"data": 2}), ("gpt2_dropout", {"pipeline": 2, "microbatches": 2})]
+          ("label_dropout", {"data": 2}), ("gpt2_dropout", {"pipeline": 2, "microbatches": 2}),
+          ("timestep_blocks", {"pipeline": 2, "microbatches": 2})]
 MAIN_4 = [("vae", {"data": 4}), ("gpt2_dropout", {"data": 2, "tensor": 2}), ("noisy_targets", "auto")]
 EXTENDED_2 = [("noisy_targets", {"tensor": 2}), ("label_dropout", {"data": 2, "microbatches": 2}),
               ("noisy_targets", {"data": 2}), ("gpt2_dropout", {"data": 2}), ("gpt2_dropout", {"tensor": 2}),

@@ -71,8 +71,8 @@ def random_draws_pass(gm: fx.GraphModule, *, sites: list, batch: int) -> fx.Grap
     changed = False
     for node in list(gm.graph.nodes):
         name = node.meta.get(RANDOM_SITE)
-        if name is None:
-            continue
+        if name is None or node.op not in ("call_function", "call_method", "call_module"):
+            continue   # (a later pipeline stage receives a draw as its input, its meta copied)
         if name not in index:
             raise RandomDrawError(f"random op {name} ({ops.op_name(node)}) is in this rank's program but not in the plan's "
                             f"capture: the model draws differently at this rank's shapes; autopar cannot key its "
@@ -81,7 +81,7 @@ def random_draws_pass(gm: fx.GraphModule, *, sites: list, batch: int) -> fx.Grap
         kind = site["kind"]
         if kind == "unsupported":
             raise RandomDrawError(f"random op {name} ({site.get('op', ops.op_name(node))}) has no plan-independent draw "
-                            f"in autopar (docs/batch_rows.md#random-draws); run this model on one rank or replace "
+                            f"in autopar (docs/random_draws.md); run this model on one rank or replace "
                             f"the op")
         if site.get("folded"):
             raise RandomDrawError(f"random op {name}: the batch's rows sit inside dimension {site['folded'][0]} of its "

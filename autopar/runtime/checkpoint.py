@@ -91,8 +91,8 @@ def model_entries(pm) -> dict[str, Entry]:
     out = {}
     for name, value in pm.root.model.state_dict(keep_vars=True).items():
         placement = layout.get(name)
-        if placement is None:
-            out[name] = Entry(value, tuple(value.shape))
+        if placement is None:   # a buffer: whole; current where it has no home or at its home
+            out[name] = Entry(value, tuple(value.shape), None, layout.buffer_current(name))
         elif not placement.held:
             out[name] = Entry(None, placement.full_shape)
         elif placement.cut is None and placement.zero is None:

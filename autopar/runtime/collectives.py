@@ -416,7 +416,8 @@ class _SyncBatchNorm(torch.autograd.Function):
     with every other gradient by the data-parallel buckets. Each rank back-propagates
     its own loss, so the all-reduced sums are G times the global loss's and the
     averaging restores the single-device gradients (the convention of
-    :class:`_AverageOverGroup`).
+    :class:`_AverageOverGroup`). Half and bfloat16 inputs are normalised in float32, as
+    torch's kernel does; float64 stays float64.
     """
 
     @staticmethod
@@ -424,40 +425,41 @@ class _SyncBatchNorm(torch.autograd.Function):
                 group: Optional[ProcessGroup]):
         dims = [d for d in range(x.dim()) if d != 1]
         shape = [1, -1] + [1] * (x.dim() - 2)
-        xf = x.float()
+        acc = torch.promote_types(x.dtype, torch.float32)   # half and bfloat16 in float32; float64 kept
+        xf = x.to(acc)
         # the count stays a tensor on x's device: no host synchronisation per batch norm
         count = torch.full((1,), x.numel() // x.shape[1], dtype=torch.float64, device=x.device)
         total = _all_reduce(torch.cat([xf.sum(dims).double(), count]), group)
         n = total[-1]
-        mean = (total[:-1] / n).float()
+        mean = (total[:-1] / n).to(acc)
         centred = xf - mean.view(shape)
-        var = (_all_reduce(centred.pow(2).sum(dims).double(), group) / n).float()
+        var = (_all_reduce(centred.pow(2).sum(dims).double(), group) / n).to(acc)
         invstd = torch.rsqrt(var + eps)
         xhat = centred * invstd.view(shape)
         y = xhat
         if weight is not None:
-            y = y * weight.float().view(shape)
+            y = y * weight.to(acc).view(shape)
         if bias is not None:
-            y = y + bias.float().view(shape)
+            y = y + bias.to(acc).view(shape)
         if running_mean is not None:
             with torch.no_grad():
                 running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
-                unbiased = var * (n / (n - 1).clamp(min=1)).float()
+                unbiased = var * (n / (n - 1).clamp(min=1)).to(acc)
                 running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
         ctx.save_for_backward(xhat, invstd, weight)
-        ctx.meta = (dims, shape, n, group, bias is not None)
+        ctx.meta = (dims, shape, n, group, bias is not None, acc)
         return y.to(x.dtype)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dy):
         xhat, invstd, weight = ctx.saved_tensors
-        dims, shape, n, group, has_bias = ctx.meta
-        dyf = dy.float()
-        g = dyf * weight.float().view(shape) if weight is not None else dyf
+        dims, shape, n, group, has_bias, acc = ctx.meta
+        dyf = dy.to(acc)
+        g = dyf * weight.to(acc).view(shape) if weight is not None else dyf
         sums = _all_reduce(torch.cat([g.sum(dims), (g * xhat).sum(dims)]), group)
         sum_g, sum_gx = sums.chunk(2)
-        n = n.float()
+        n = n.to(acc)
         dx = invstd.view(shape) * (g - (sum_g / n).view(shape) - xhat * (sum_gx / n).view(shape))
         dweight = (dyf * xhat).sum(dims).to(weight.dtype) if weight is not None else None
         dbias = dyf.sum(dims).to(dy.dtype) if has_bias else None

@@ -80,6 +80,7 @@ class LayoutBuilder:
         if unknown:
             raise RuntimeError(f"the plan splits {unknown[:3]}, which the model has no parameter of; this is a bug")
         self.loss_bucket: Bucket | None = Bucket("data")  # the step's loss travels in it
+        self.buffer_homes: dict[str, tuple] = {}   # ParamLayout.buffer_homes, by layout name
 
     def names(self) -> list[str]:
         """Each parameter's first name, in model order."""
@@ -105,7 +106,8 @@ class LayoutBuilder:
         return layout_name(wrapper_path)
 
     def build(self) -> ParamLayout:
-        return ParamLayout(self.seat, {name: p for p in self._by_id.values() for name in p.names}, self.loss_bucket)
+        return ParamLayout(self.seat, {name: p for p in self._by_id.values() for name in p.names}, self.loss_bucket,
+                           dict(self.buffer_homes))
 
 
 def _one_cut(names: list[str], shards: dict):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 import torch.fx as fx
 
 from autopar.ir import REGIONS, regions, tensor_spec
@@ -162,7 +163,27 @@ def partition(gm: fx.GraphModule, stages: int, assignment: list[int] | None = No
             stage[n.name] = stages - 1
         else:  # between blocks: the latest stage among its inputs, so data only flows forward
             stage[n.name] = max((stage[a.name] for a in n.all_input_nodes if a.name in stage), default=0)
+    # a switch of the grad mode (torch.no_grad() around a running statistic's update) runs
+    # in the stage of the ops it brackets: one turning it off with the op after it, one
+    # turning it back on with the op before it
+    computing = [n for n in nodes if n.name in stage and not _grad_switch(n)]
+    order = {n.name: i for i, n in enumerate(nodes)}
+    for n in nodes:
+        if n.name in stage and _grad_switch(n) and n.target is torch._C._set_grad_enabled:
+            after = n.args[0] is False if n.args else False
+            near = [m for m in computing if (order[m.name] > order[n.name]) == after]
+            if near:
+                stage[n.name] = stage[(near[0] if after else near[-1]).name]
+    for n in nodes:   # the mode read to be restored: where it is restored
+        if n.name in stage and n.op == "call_function" and n.target is torch.is_grad_enabled:
+            users = [u for u in n.users if u.name in stage]
+            if users:
+                stage[n.name] = min(stage[u.name] for u in users)
     return Partition(stages, blocks, list(assignment), stage, flops)
+
+
+def _grad_switch(node: fx.Node) -> bool:
+    return node.op == "call_function" and node.target in (torch._C._set_grad_enabled, torch.is_grad_enabled)
 
 
 def boundary_values(gm: fx.GraphModule, part: Partition) -> list[list[str]]:
@@ -193,6 +214,47 @@ def parameter_stages(gm: fx.GraphModule, part: Partition) -> dict[str, set[int]]
                 out.setdefault(f"{n.target}.{k}", set()).add(part.stage_of[n.name])
     params = dict(gm.named_parameters(remove_duplicate=False))
     return {name: stages for name, stages in out.items() if name in params}
+
+
+def _writes_first_argument(node: fx.Node) -> bool:
+    """Whether ``node`` changes its first argument in place (``mul_``, ``copy_``,
+    ``index_put_``: an ATen op whose schema writes it, or a method named with ``_``)."""
+    target = node.target
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        first = schema.arguments[0] if schema.arguments else None
+        return bool(first is not None and first.alias_info is not None and first.alias_info.is_write)
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return node.op in ("call_method", "call_function") and name.endswith("_") and not name.endswith("__")
+
+
+def buffer_stages(gm: fx.GraphModule, part: Partition) -> dict[str, tuple[set[int], set[int]]]:
+    """Each buffer the forward changes in place (a running mean under ``no_grad``): the
+    stages that change it and the stages that read it otherwise. An in-place op's result
+    is the buffer again (``b.mul_(m).add_(x)``)."""
+    buffers = {name for name, _ in gm.named_buffers()}
+    out: dict[str, tuple[set[int], set[int]]] = {}
+    for n in gm.graph.nodes:
+        if n.op != "get_attr" or n.target not in buffers:
+            continue
+        writes, reads = set(), set()
+        todo = [n]
+        while todo:
+            value = todo.pop()
+            for user in value.users:
+                at = part.stage_of.get(user.name)
+                if at is None:
+                    continue
+                if user.args and user.args[0] is value and _writes_first_argument(user):
+                    writes.add(at)
+                    todo.append(user)
+                else:
+                    reads.add(at)
+        if writes:
+            w, r = out.setdefault(n.target, (set(), set()))
+            w |= writes
+            r |= reads
+    return out
 
 
 def split(gm: fx.GraphModule, stages: int, assignment: list[int] | None = None) -> list[Stage]:
