@@ -27,7 +27,9 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.trace.capture import capture
+from autopar.trace.capture import ModelLossError, capture
+from autopar.passes.analysis.batch_rows.scalars import scalar_constants
+from autopar.ir import LOSS_TERMS
 from autopar.planning.drawing import regions_dot
 from autopar.trace.inputs import CallLayout, example_signature
 from autopar.passes.fusion import resolve_fusion
@@ -238,14 +240,32 @@ def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, ex
     log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
     with phase("module"):
         shards = planned_shards(plan_, gm)
-        return ParallelModule(
+        pm = ParallelModule(
             model, plan_, rank, group_map, loss_fn, shards,
             layout=lambda root, options: build_layout(plan_, rank, root, shards, holders=holders, **options),
             runtimes=[runtime for family in FAMILIES
                       if (runtime := family.rank_runtime(plan_, rank, {"overlap": overlap})) is not None],
             rewrite=rewrite, seed=seed,
             recompute=recompute, fusion=fusion, call=layout, examples=example_signature(flat_examples, example_target),
-            device=device, twin=twin, timings=timings, batch_local=batch_local)
+            device=device, twin=twin, timings=timings, batch_local=batch_local,
+            scalars={"numbers": scalar_constants(gm, gm.meta.get(LOSS_TERMS)), "training": twin.training})
+    if not batch_local:   # (with batch="local" the examples are the global batch, not a rank's share)
+        _build_training_program(pm, flat_examples, example_target if loss_fn is not None else None)
+    health.barrier("compile(): programs built", mesh)  # a rank whose program failed (its stages only) stops the others
+    return pm
+
+
+def _build_training_program(pm: ParallelModule, flat_examples: tuple, target) -> None:
+    """The program the first ``step`` on the example runs, built now: a plan whose rank
+    program cannot be built fails ``compile``, naming why, not the first step. A model
+    that computes no loss of its own (``step`` is not for it) is left to its first call."""
+    try:
+        pm.runner.prepare(flat_examples, target, pm.training)
+    except ModelLossError:
+        return
+    except Exception as error:   # noqa: BLE001 - said as the plan's failure, the cause chained
+        raise PlanError(f"compile(): this rank's program for the plan ({pm.plan.form or pm.plan.mesh}) could not be "
+                        f"built from the example inputs: {type(error).__name__}: {error}") from error
 
 
 def _check_local_batch(plan_: Plan) -> None:

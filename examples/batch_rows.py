@@ -208,6 +208,100 @@ def running_norm_case(batch: int = BATCH):
     return factory, (torch.randn(batch, 16, generator=g) + 2,), torch.randn(batch, 4, generator=g), F.mse_loss, {}
 
 
+class RunningBlock(nn.Module):
+    """A residual block keeping a running mean of its hidden values (updated in forward)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.register_buffer("running_mean", torch.zeros(16))
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.training:
+            with torch.no_grad():
+                self.running_mean.mul_(0.9).add_(0.1 * h.mean(0))
+        return x + torch.relu(h - self.running_mean)
+
+
+class RunningBlocks(nn.Module):
+    """Two :class:`RunningBlock` s: under a pipeline each stage's statistics live on its
+    ranks only."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([RunningBlock() for _ in range(2)])
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.out(x)
+
+
+def running_blocks_case(batch: int = BATCH):
+    g = torch.Generator().manual_seed(6)
+
+    def factory():
+        torch.manual_seed(0)
+        return RunningBlocks()
+    return factory, (torch.randn(batch, 16, generator=g),), torch.randn(batch, 4, generator=g), F.mse_loss, {}
+
+
+def conv_bn_case(batch: int = BATCH):
+    """A convolution and torch's BatchNorm2d (synchronised over the data ranks)."""
+    g = torch.Generator().manual_seed(7)
+
+    def factory():
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 5))
+    return factory, (torch.randn(batch, 3, 8, 8, generator=g),), torch.randint(0, 5, (batch,), generator=g), \
+        F.cross_entropy, {}
+
+
+class PaddedTagger(nn.Module):
+    """A token classifier whose loss is a cross-entropy over the tokens that are not padding
+    (``ignore_index``) plus a small penalty: the counted mean is one term of the loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.out = nn.Embedding(20, 16), nn.Linear(16, 5)
+
+    def forward(self, ids, labels):
+        logits = self.out(torch.tanh(self.embed(ids)))
+        loss = F.cross_entropy(logits.reshape(-1, 5), labels.reshape(-1), ignore_index=-100)
+        return {"loss": loss + 0.01 * logits.pow(2).mean(), "logits": logits}
+
+
+def counted_plus_penalty_case(batch: int = BATCH):
+    g = torch.Generator().manual_seed(8)
+    ids = torch.randint(0, 20, (batch, 6), generator=g)
+    labels = torch.randint(0, 5, (batch, 6), generator=g)
+    labels[: batch // 2, 1:] = -100   # half the rows mostly padding
+
+    def factory():
+        torch.manual_seed(0)
+        return PaddedTagger()
+    return factory, (ids, labels), None, None, {}
+
+
+class SizeScaled(RunningNorm):
+    """The batch's size used as a number, in a model torch.export captures (its forward
+    changes a buffer in place): the capture bakes ``x.shape[0] / 4`` into a constant."""
+
+    def forward(self, x):
+        return super().forward(x) * (x.shape[0] / 4.0)
+
+
+def size_scaled_case(batch: int = BATCH):
+    factory, inputs, target, loss_fn, kwargs = running_norm_case(batch)
+
+    def make():
+        torch.manual_seed(0)
+        return SizeScaled()
+    return make, inputs, target, loss_fn, kwargs
+
+
 class GraphConv(nn.Module):
     """A dense graph convolution over the batch's nodes (``a @ h`` with ``a`` the batch's
     adjacency, normalised in forward): no split of the batch is exact."""
@@ -288,6 +382,8 @@ def bag_retrieval_case(batch: int = BATCH):
 CASES = {"clip": clip_case, "clip_target": clip_target_case, "dual_encoder": dual_encoder_case,
          "centred": centred_case, "masked_lm": masked_lm_case, "summed_loss": summed_loss_case,
          "mean_plus_sum": mean_plus_sum_case, "running_norm": running_norm_case, "gcn": gcn_case,
+         "running_blocks": running_blocks_case, "conv_bn": conv_bn_case,
+         "counted_plus_penalty": counted_plus_penalty_case, "size_scaled": size_scaled_case,
          "whitened": whitened_case, "bag_retrieval": bag_retrieval_case}
 
 

@@ -103,7 +103,7 @@ def test_loss_without_target_is_explained():
         autopar.capture(MLP(), (torch.randn(2, 32),), F.cross_entropy)
 
 
-def test_output_without_batch_dimension_cannot_be_data_parallel():
+def test_an_output_without_the_batch_is_all_reduced_or_refused_under_data():
     class Pooled(nn.Module):
         def __init__(self):
             super().__init__()
@@ -112,9 +112,17 @@ def test_output_without_batch_dimension_cannot_be_data_parallel():
         def forward(self, x):
             return self.fc(x).mean(0)
 
+    class First(Pooled):
+        def forward(self, x):
+            return self.fc(x)[0]
+
+    # a mean over the batch is the whole batch's: each rank's mean, averaged over the data ranks
     plan = autopar.plan(Pooled(), 2, (torch.randn(4, 4),), strategy={"data": 2})
-    with pytest.raises(PassError, match=r"output .*mean.* first dimension is not the batch"):
-        autopar.rank_graph(Pooled(), plan, 0, (torch.randn(4, 4),))
+    code = autopar.rank_graph(Pooled(), plan, 0, (torch.randn(4, 4),)).code
+    assert "batch_statistic(mean, 'data')" in code
+    # one row of the batch lives on one rank only
+    with pytest.raises(autopar.PlanError, match=r"rows of the batch meet at getitem: .*row 0"):
+        autopar.plan(First(), 2, (torch.randn(4, 4),), strategy={"data": 2})
 
 
 def _step_with_other_batch():

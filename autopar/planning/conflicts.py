@@ -1,11 +1,12 @@
 """Whether a priced configuration would equal the single device: where rows of the batch
 meet (:func:`batch_conflict`, docs/batch_rows.md) and where random ops draw
-(:func:`random_conflict`, docs/batch_rows.md#random-draws). The search refuses a
+(:func:`random_conflict`, docs/random_draws.md). The search refuses a
 configuration either names, and raises it as a ``PlanError`` where it was forced."""
 from __future__ import annotations
 
 from autopar.ir import LOSS_TERMS, RANDOM_SITES
 from autopar.passes.analysis.batch_rows import split_conflict
+from autopar.passes.analysis.batch_rows.loss_terms import BATCH_CONSTANT
 from autopar.strategies.family import PlanContext, Priced
 
 SPLIT_REGIONS = ("dsp", "tensor3d", "cube3d", "experts")
@@ -20,6 +21,8 @@ def batch_conflict(ctx: PlanContext, priced: Priced) -> str | None:
     found = ctx.model.batch_couplings
     mesh, c = priced.mesh, priced.config
     terms = {kind for _, kind in ctx.model.gm.meta.get(LOSS_TERMS, [])}
+    if BATCH_CONSTANT in terms and len(terms) > 1:   # settled on the ranks as a mean or a sum: either may mix
+        terms = {"mean", "sum"}
     if terms == {"mean", "sum"} and (mesh.get("pipeline", 1) > 1 or c.pipeline > 1) and \
             ((c.microbatches or 1) > 1 or mesh.get("data", 1) > 1):
         return ("the loss adds sums over the batch to means over it, and a pipeline's earlier stages would not weigh "

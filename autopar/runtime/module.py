@@ -61,7 +61,7 @@ class ParallelModule(nn.Module):
                  rewrite: Callable, seed: int = 0, recompute: bool | str = False,
                  fusion: bool = False, call: CallLayout | None = None, examples: tuple | None = None,
                  device: torch.device | None = None, twin: nn.Module | None = None,
-                 timings: Timings | None = None, batch_local: bool = False):
+                 timings: Timings | None = None, batch_local: bool = False, scalars: dict | None = None):
         """Built by :func:`autopar.compile`, which gives what the plan's families decide:
         ``layout(root, options)``, this rank's parameter layout over the module tree
         ``root`` (with the runtimes' ``layout_options``); ``runtimes``, each family's
@@ -71,7 +71,8 @@ class ParallelModule(nn.Module):
         model's, :func:`~autopar.runtime.materialise.resolve_device`); ``twin``: the
         model on the meta device that programs are captured from (None: one is made);
         ``timings``, where ``compile`` timed its phases (the builds of the rank's
-        programs and the first step's run add theirs)."""
+        programs and the first step's run add theirs); ``scalars``: the numbers of the
+        plan's capture, each rank capture at a share of the batch is checked against."""
         super().__init__()
         self.plan = plan_
         self.timings = Timings() if timings is None else timings
@@ -113,7 +114,7 @@ class ParallelModule(nn.Module):
         # the user's model is not kept: programs are captured from its meta twin (shapes)
         self._state = RankState(plan_, rank, self.root, layout, group_map, states, running, buckets, twin,
                                 loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards), device,
-                                rewrite, self.timings, batch_local)
+                                rewrite, self.timings, batch_local, scalars)
         self.runner = next((r for r in (rt.runner(self._state, twin) for rt in running) if r is not None), None) \
             or ProgramRunner(self._state)
         # which runtime answers each family attribute (asked at lookup: a deep copy's

@@ -30,6 +30,7 @@ from autopar.layout import Bucket, ParamLayout
 from autopar.runtime.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
 from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.planning.strategy import PlanError
+from autopar.passes.analysis.batch_rows.scalars import differing_scalars
 from autopar.runtime import devices, rng
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.runtime._swap import SwapGlobal
@@ -74,6 +75,9 @@ class RankState:
     timings: Timings = field(default_factory=Timings)
     # compiled with batch="local": each call is this rank's rows already, not the global batch
     batch_local: bool = False
+    # the numbers of the plan's capture by node (passes/analysis/batch_rows/scalars.py): a
+    # rank's capture of the same call holding others reads the batch's size as a number
+    scalars: dict | None = None
     _share_checked: bool = field(default=False, repr=False, compare=False)
     # running()'s context by ``stage`` where every context is a swap of a module global
     # (made on first use; None where some family's context is not)
@@ -101,6 +105,22 @@ class RankState:
                                   f"(autopar.data.sampler), not a share of every rank", stacklevel=4)
             return inputs, target
         return local_batch(parts, chunk, inputs, target)
+
+    def check_scalars(self, gm: fx.GraphModule, rows: int | None, local: int | None, training: bool) -> None:
+        """Refuse a rank's capture at ``local`` rows, a share of a call of the plan's batch
+        (``rows``), whose numbers differ from the plan's capture
+        (:mod:`autopar.passes.analysis.batch_rows.scalars`); only a capture in the plan
+        capture's mode (``training``) is compared (a model computes other things in eval)."""
+        if not self.scalars or rows != self.plan.global_batch or local == rows or \
+                training != self.scalars.get("training", True):
+            return
+        differ = differing_scalars(gm, self.scalars["numbers"])
+        if differ:
+            raise PlanError(f"the model uses the batch's size as a number: its capture at {local} rows holds other "
+                            f"numbers than at the whole batch's {rows} ({'; '.join(differ[:3])}), so a part of the "
+                            f"batch would compute something else than the single device (docs/batch_rows.md). "
+                            f"Keep the batch whole (tensor, or a pipeline with one microbatch), or compute the value "
+                            f"without the batch's size")
 
     def rewrite_options(self) -> dict:
         """The families' options of this rank's program rewrite (e.g. the parameters ZeRO
@@ -299,6 +319,7 @@ class ProgramRunner:
             state.user_model, args, state.loss_fn if target is not None else None, shown_target,
             example_kwargs=kwargs, model_loss="required" if loss and state.loss_fn is None else None),
             explain_shapes=explain_shapes)
+        state.check_scalars(gm, batch_of(tuple(inputs)), batch_of(tuple(local_inputs)), training)
         gm = state.rewrite(gm, state.plan, state.rank, batch_of(local_inputs), state.recompute, state.fusion,
                            **state.rewrite_options())
         # every split the program makes is the plan's; a plan's split the program lacks
@@ -342,6 +363,18 @@ class ProgramRunner:
                 out = self._from_subgrid_0(out) if self.csub else out
         state.finish()
         return out
+
+    def prepare(self, inputs: tuple, target: Any, training: bool) -> None:
+        """Build the program a ``step`` on ``inputs`` runs (the first microbatch's under
+        gradient accumulation), without running it: what ``compile`` does with the example,
+        so a program that cannot be built fails compile rather than the first step."""
+        m = self.state.plan.microbatches
+        local_inputs, local_target = self.state.share(self.parts, self.chunk, inputs, target)
+        rows = batch_of(local_inputs)
+        if m > 1 and rows is not None and rows % m == 0:
+            local_inputs, local_target = (lambda p: (p[:-1], p[-1]))(
+                microbatches((*local_inputs, local_target), m, rows)[0])
+        self.built(inputs, target, local_inputs, local_target, training, loss=True, explain_shapes=m == 1)
 
     def step(self, inputs: tuple, target: Any, training: bool) -> torch.Tensor:
         """Forward and backward of this rank's share of the batch, as the plan's

@@ -6,6 +6,8 @@ pass rewrites such a loss into each part's share of the whole batch's mean
 all-reduce (:func:`counts_targets`)."""
 from __future__ import annotations
 
+import operator
+
 import inspect
 
 import torch
@@ -86,14 +88,45 @@ def row_positions(node: fx.Node) -> bool:
     return bare_positions(node)
 
 
-def counted_losses(gm: fx.GraphModule) -> list[tuple[fx.Node, fx.Node, int]]:
+_SCALAR_LINEAR = {operator.add, operator.sub, operator.mul, operator.truediv, operator.neg}
+
+
+def loss_term_path(value: fx.Node, output: fx.Node) -> bool:
+    """Whether the scalar ``value`` reaches ``output`` only through sums, differences and
+    scalings by numbers (``ce + 0.1 * penalty``, ``(ce_a + ce_b) / 2``): a term of the loss."""
+    node = value
+    for _ in range(16):
+        users = list(node.users)
+        if len(users) != 1:
+            return False
+        user = users[0]
+        if user is output:
+            return node is not value
+        if user.op != "call_function" or user.target not in _SCALAR_LINEAR:
+            return False
+        if user.target in (operator.mul, operator.truediv) and any(isinstance(a, fx.Node) for a in user.args
+                                                                    if a is not node):
+            return False   # scaled by a tensor: not linear in this term alone
+        if user.target is operator.truediv and user.args[0] is not node:
+            return False
+        node = user
+    return False
+
+
+def counted_losses(gm: fx.GraphModule, terms: bool = False) -> list[tuple[fx.Node, fx.Node, int]]:
     """The graph's output losses that average over their counted targets: (loss, target,
-    ignore_index) for each (see ``autopar.strategies.data.losses.global_mean_losses``)."""
+    ignore_index) for each (see ``autopar.strategies.data.losses.global_mean_losses``);
+    with ``terms``, also such losses summed or scaled into the output
+    (:func:`loss_term_path`), after the outputs themselves."""
     output = next(n for n in gm.graph.nodes if n.op == "output")
     found = []
-    for value in output.all_input_nodes:
+    candidates = list(output.all_input_nodes)
+    if terms:
+        candidates += [n for n in gm.graph.nodes if n not in candidates and n.op in ("call_function", "call_module")
+                       and loss_term_path(n, output)]
+    for value in candidates:
         arguments = loss_arguments(value, gm)
-        if arguments is None or set(value.users) != {output}:
+        if arguments is None or (set(value.users) != {output} and not (terms and loss_term_path(value, output))):
             continue
         target = arguments.get("target")
         spec = target.meta.get(SPEC) if isinstance(target, fx.Node) else None

@@ -46,14 +46,17 @@ def set_sum_reduction(node: fx.Node, gm: fx.GraphModule) -> fx.Node:
     return node
 
 
-def global_mean_losses(gm: fx.GraphModule) -> int:
+def global_mean_losses(gm: fx.GraphModule, parts: int | None = None) -> int:
     """Rewrite the graph's output loss that averages over its counted targets (a
     cross-entropy or NLL over class indices, ``reduction="mean"``, no class weights,
     read only by the output) into ``global_mean(the same loss summed)``, and record under
-    :data:`TARGET_COUNT` the program counting its targets from the graph inputs. Returns
-    how many losses were rewritten (0 or 1: a second one would need a count of its own
-    and is left as it is, with a warning)."""
-    found = counted_losses(gm)
+    :data:`TARGET_COUNT` the program counting its targets from the graph inputs. With
+    ``parts`` (the parts the batch is split into, whose losses are averaged), such a loss
+    that is a term of the output (``ce + 0.1 * penalty``) becomes ``parts ·
+    global_mean(...)``: the parts' average of the output then holds the whole batch's
+    mean. Returns how many losses were rewritten (0 or 1: a second one would need a count
+    of its own and is left as it is, with a warning)."""
+    found = counted_losses(gm, terms=parts is not None)
     if len(found) > 1:
         log.warning("data parallel: %d outputs average over their targets (%s); only the first is averaged over the "
                     "whole batch, the others per rank", len(found), ", ".join(v.name for v, _, _ in found))
@@ -67,11 +70,18 @@ def global_mean_losses(gm: fx.GraphModule) -> int:
                         "averaged per rank, which equals the single-device mean only if every rank counts as many "
                         "targets", value.format_node())
             return 0
+        term = value not in output.all_input_nodes
         loss = set_sum_reduction(value, gm)
         with gm.graph.inserting_after(loss):
             mean = gm.graph.call_function(global_mean, (loss,))
+        with gm.graph.inserting_after(mean):
+            share = gm.graph.call_function(operator.mul, (mean, float(parts))) if term else mean
         mean.meta.update({k: v for k, v in loss.meta.items() if k == SPEC})
-        output.replace_input_with(loss, mean)
+        share.meta.update({k: v for k, v in loss.meta.items() if k == SPEC})
+        if term:
+            loss.replace_all_uses_with(share, delete_user_cb=lambda user: user is not mean)
+        else:
+            output.replace_input_with(loss, mean)
         gm.meta[TARGET_COUNT] = program
         return 1
     return 0

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from autopar.ir import LOSS_REDUCTION, SPEC, TensorSpec
+from autopar.ir import LOSS_REDUCTION, LOSS_TERMS, SPEC, TensorSpec
+from autopar.passes.analysis.batch_rows.find import batch_size
+from autopar.passes.analysis.batch_rows.loss_terms import settle_batch_constants
 from autopar.strategies.data.batch_couplings import sync_batch_couplings, sync_router_statistics
 from autopar.strategies.data.batch_norms import sync_batch_norms
 from autopar.strategies.data.losses import global_mean_losses, weigh_summed_terms
@@ -48,7 +50,9 @@ def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, gro
     ``couplings``: the plan's, checked against this graph's)."""
     if degree == 1 and microbatches == 1:
         return gm
-    global_mean_losses(gm)
+    loss_terms = settle_batch_constants(gm, loss_terms if loss_terms is not None else gm.meta.get(LOSS_TERMS),
+                                        batch_size(gm) or local_batch)
+    global_mean_losses(gm, degree * microbatches)
     weigh_summed_terms(gm, degree * microbatches, loss_terms)
     if degree == 1:
         output = next(n for n in gm.graph.nodes if n.op == "output")

@@ -99,16 +99,19 @@ def _rewrite_stage(rewrite, gm: fx.GraphModule, plan_, rank: int, local_batch: i
 
 def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None, target=None,
                  recompute: bool | str = False, fusion: bool = False, *, rewrite, layout: CallLayout | None = None,
-                 model_loss: str | None = None, zero_params: dict | None = None):
+                 model_loss: str | None = None, zero_params: dict | None = None, check=None):
     """Rank ``rank``'s stage programs for (micro)batches shaped like ``inputs``, each
     rewritten by ``rewrite`` (:func:`autopar.passes.rank_program.rewrite`):
     ``({stage: (GraphModule, Stage)}, graph input names, torch.export's output nesting)``.
     Captured here, cut into the plan's stages, each of the rank's stages rewritten.
     ``inputs``: flat, laid out by ``layout`` (positional, then keyword tensors);
-    ``model_loss``: as :func:`autopar.trace.capture.capture` (the model's own loss)."""
+    ``model_loss``: as :func:`autopar.trace.capture.capture` (the model's own loss);
+    ``check``: called with the capture before it is cut."""
     args, kwargs = (layout or CallLayout(len(inputs))).unflatten(inputs)
     gm = analyse(capture(model, args, loss_fn if target is not None else None, target, example_kwargs=kwargs,
                          model_loss=None if loss_fn is not None else model_loss))
+    if check is not None:
+        check(gm)
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     # torch.export's graph returns flat outputs its code generator nests again
     out_spec = export_out_spec(gm)
@@ -198,6 +201,7 @@ class PipelineRunner:
         built, names, out_spec = state.build(inputs, target, training, lambda: stage_graphs(
             state.user_model, state.plan, state.rank, inputs, state.loss_fn, target, state.recompute,
             state.fusion, rewrite=state.rewrite, layout=state.call, model_loss="required" if loss else None,
+            check=lambda gm: state.check_scalars(gm, state.plan.global_batch, batch_of(tuple(inputs)), training),
             **state.rewrite_options()), explain_shapes=False)
         programs = {}
         for s, (module, stage) in built.items():
@@ -246,6 +250,16 @@ class PipelineRunner:
             dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self.last)
         state.finish()
         return devices.to_rank_device(box[0], state.device)   # unpickled on the sender's device
+
+    def prepare(self, flat: tuple, target, training: bool) -> None:
+        """Build the stage programs a ``step`` on ``flat`` runs, without running them (what
+        ``compile`` does with the example)."""
+        local_inputs, local_target = self.state.share(self.parts, self.chunk, flat, target)
+        batch = batch_of(local_inputs)
+        if batch is None or batch % self.m:
+            return   # the step says why
+        pieces = microbatches((*local_inputs, local_target), self.m, batch)
+        self.stage_programs(pieces[0][:-1], pieces[0][-1], training, loss=True)
 
     def step(self, flat: tuple, target, training: bool):
         """Forward and backward of every microbatch in the schedule's order; gradients

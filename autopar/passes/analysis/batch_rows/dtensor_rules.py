@@ -43,7 +43,7 @@ class Verdict:
 @functools.lru_cache(maxsize=1)
 def _mesh():
     from torch.distributed.device_mesh import DeviceMesh
-    return DeviceMesh("cpu", torch.arange(2), _init_backend=False, _rank=0)
+    return DeviceMesh("cpu", torch.arange(2, device="cpu"), _init_backend=False, _rank=0)
 
 
 def _propagator():

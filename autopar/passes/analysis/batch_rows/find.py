@@ -10,7 +10,7 @@ import torch.fx as fx
 from autopar.ir import BATCH_COUPLINGS, LOSS_TERMS, OUTPUT_ROWS, RANDOM_SITES, SPEC, TensorSpec, regions
 from autopar.passes.analysis import ops
 from autopar.passes.analysis.experts import router_statistics
-from autopar.passes.analysis.batch_rows.loss_terms import classify_reductions, depends_on_batch
+from autopar.passes.analysis.batch_rows.loss_terms import check_size_reads, classify_reductions, depends_on_batch
 from autopar.passes.analysis.batch_rows.op_tables import bare_name, shape_of
 from autopar.passes.analysis.batch_rows.pairwise import check_pairwise, pairwise_closure
 from autopar.passes.analysis.batch_rows.sources import sorted_at
@@ -106,6 +106,7 @@ def _after_walk(walk: Walk, gm: fx.GraphModule) -> None:
             walk.couple(sorted_at(value), "scan", "a sort along the batch puts rows in an order that reaches the "
                                                   "output: each rank would sort its own rows only")
     classify_reductions(walk)
+    check_size_reads(walk)
     # a scalar output that sums over other dimensions than the batch (a stack of losses, a
     # statistic's entries) is not summed over the parts: its terms are weighed instead
     named = {name for name, _ in walk.loss_terms}

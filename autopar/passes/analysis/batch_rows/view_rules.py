@@ -10,7 +10,7 @@ import torch.fx as fx
 
 from autopar._torch_compat import is_aten_op
 from autopar.ir import SPEC
-from autopar.passes.analysis.batch_rows.op_tables import argument, shape_of
+from autopar.passes.analysis.batch_rows.op_tables import argument, bare_name, shape_of
 from autopar.passes.analysis.batch_rows.rows import Rows
 from autopar.passes.analysis.batch_rows.sources import bare_positions, held_table
 from autopar.passes.analysis.batch_rows.state import WalkState
@@ -120,6 +120,17 @@ class ViewRules(WalkState):
         x = node.args[0] if node.args else None
         r, src, dst = self.rows(x), shape_of(x), shape_of(node)
         if r is None:
+            # a value free of the batch broadcast to a batch value's shape: the same on every
+            # row, and each rank's program makes it at its own share's size (as rows)
+            if name == "expand_as" and len(node.args) > 1:
+                other = self.rows(node.args[1])
+                return Rows.of(other.dims) if other is not None and other.dims else None
+            if name in ("expand", "broadcast_to") and dst is not None:
+                sizes = node.args[1:] if name == "expand" and len(node.args) > 2 else \
+                    (node.args[1] if len(node.args) > 1 else ())
+                dims = {i for i, size in enumerate(sizes if isinstance(sizes, (list, tuple)) else ())
+                        if self.size_of_rows(size)}
+                return Rows.of(dims) if dims else None
             return None
         if src is None or dst is None:
             return self._fallback_rows(node)
@@ -132,6 +143,21 @@ class ViewRules(WalkState):
                     self.couple(node, "index", f"{name} repeats the batch's rows along dimension {d}")
             return r.shifted(shift)
         return _regroup(src, dst, r, self.batch)
+
+    def size_of_rows(self, size) -> bool:
+        """Whether ``size`` (an argument) reads the size of a batch value's rows dimension
+        (``x.shape[0]``, ``x.size(0)``)."""
+        if not isinstance(size, fx.Node):
+            return False
+        name = bare_name(size)
+        if name in ("size", "sym_size") and len(size.args) > 1 and isinstance(size.args[1], int):
+            r, shape = self.rows(size.args[0]), shape_of(size.args[0])
+            return r is not None and shape is not None and size.args[1] % len(shape) in r.dims
+        if name == "getitem" and isinstance(size.args[0], fx.Node) and bare_name(size.args[0]) == "getattr" \
+                and isinstance(size.args[1], int):
+            r = self.rows(size.args[0].args[0])
+            return r is not None and size.args[1] in r.dims
+        return False
 
     def repeat_rows(self, node: fx.Node):
         """``repeat_interleave``: each element repeated in place, so every row's copies stay
@@ -363,8 +389,14 @@ class ViewRules(WalkState):
                     "index_fill", "masked_scatter"):
             # values of the batch's rows written into slots that are not rows (a count per
             # expert: scatter_add of ones at the experts' ids): a reduction over the batch
-            if any(o is not None and o.dims for o in others) and (r is None or dim not in r.dims):
-                self.reductions.append((node, "sum" if base in ("scatter_add", "index_add") else "other"))
+            if any(o is not None and o.dims for o in others):
+                if r is None or not r.dims:
+                    self.reductions.append((node, "sum" if base in ("scatter_add", "index_add") else "other"))
+                elif any(o is not None and not o.dims <= r.dims for o in others):
+                    self.couple(node, "index", f"{name} writes values of the batch's rows (dimension "
+                                               f"{sorted(set().union(*(o.dims for o in others if o)) - r.dims)}) "
+                                               f"into other rows of the value")
+            # else each row writes into its own row (along another dimension): kept apart
             return r
         dims = set(r.dims) if r else set()
         for o in others:

@@ -141,6 +141,21 @@ class Walk(ViewRules, ComputeRules):
             return Rows.of(pos={0})
         if name == "eye" and shape is not None and shape[:1] == (self.batch,) and self.batch > 1:
             return Rows.of(pos={0, 1})
+        if name in ("zeros", "ones", "empty", "full", "rand", "randn", "new_zeros", "new_ones", "new_empty",
+                    "new_full"):   # made at a batch value's shape: as rows (each rank makes its share's)
+            at = 1 if name.startswith("new_") else 0
+            sizes = node.args[at:] if len(node.args) > at and not isinstance(node.args[at], (list, tuple)) \
+                and not (isinstance(node.args[at], fx.Node) and bare_name(node.args[at]) in ("getattr", "size")) \
+                else (node.args[at] if len(node.args) > at else node.kwargs.get("size", ()))
+            if name in ("full", "new_full") and sizes is node.args[at:]:
+                sizes = sizes[:1]
+            if isinstance(sizes, fx.Node) and bare_name(sizes) in ("getattr", "size") and not sizes.args[1:] or \
+                    isinstance(sizes, fx.Node) and bare_name(sizes) == "getattr" and sizes.args[1:] == ("shape",):
+                r = self.rows(sizes.args[0])   # x.shape, x.size(): the shape of a batch value
+                return Rows.of(r.dims) if r is not None and r.dims else None
+            dims = {i for i, size in enumerate(sizes if isinstance(sizes, (list, tuple)) else ())
+                    if self.size_of_rows(size)}
+            return Rows.of(dims) if dims else None
         return None
 
     def module_rule(self, node: fx.Node, inputs: list[fx.Node]):
