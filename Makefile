@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: browser demo test test-extended test-gpu gpu-check gpu-wheels venv clean bench
+.PHONY: browser demo test test-extended test-gpu gpu-check gpu-wheels venv clean bench fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ gpu-wheels:
 
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
+
+# the differential fuzzer on its own (examples/fuzz.py): 2000 random models and losses from
+# seeds the tests do not use, each exact against the single device or refused by compile;
+# prints the counts per strategy and every failure (seed, strategy, error, the model's source)
+fuzz: $(STAMP)
+	$(PY) -m examples.fuzz --cases 2000 --start 10000
 
 clean:
 	rm -rf $(VENV) build *.egg-info gpu-results .whl

@@ -24,11 +24,11 @@ from autopar.testing import compare_with_single_device, equivalence_job
 
 CASES = [
     ("mixtral", {"data": 4, "experts": 2}),
-    ("mixtral", {"data": 2, "tensor": 2, "experts": 2}),
     ("list_moe", {"data": 4, "experts": 2}, {"dtype": "float64"}),
     ("gpt_oss", {"data": 2, "tensor": 2, "experts": 2}),
 ]
 EXTENDED = [
+    ("mixtral", {"data": 2, "tensor": 2, "experts": 2}),
     ("qwen2_moe", {"data": 4, "experts": 4}),
     ("mixtral8", {"data": 4, "experts": 4}),
     ("mixtral", {"pipeline": 2, "data": 2, "experts": 2}),

@@ -28,10 +28,10 @@ WORLD_4 = [
     ("gpt2_labels", {"data": 2, "tensor": 2}),
     ("gpt2_labels", {"pipeline": 2, "data": 2, "microbatches": 2}),
     ("bert_mlm", {"data": 2, "tensor": 2}),
-    ("t5_labels", {"data": 2, "tensor": 2}),
 ]
 # the D&SP and 3D families with the model's own loss: the extended suite
 EXTENDED = [
+    ("t5_labels", {"data": 2, "tensor": 2}),
     ("gpt2_labels", {"data": 4}),   # the data path: in the data x tensor and pipeline x data cases too
     ("gpt2_labels", {"data": 4, "subgrids": 2}),
     ("gpt2_labels", {"x": 2, "y": 1, "z": 2}),

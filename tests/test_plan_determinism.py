@@ -149,7 +149,7 @@ def test_processes_with_other_hash_seeds_plan_alike_while_the_profile_is_rewritt
     try:
         procs = [subprocess.Popen([sys.executable, "-c", _PLANS.format(repo=REPO, seed=seed)], env={
             **env, "PYTHONHASHSEED": str(seed)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for seed in (1, 2, 3)]
+            for seed in (1, 2)]
         outs = [p.communicate(timeout=300) for p in procs]
     finally:
         stop.set()
