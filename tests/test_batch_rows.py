@@ -70,10 +70,12 @@ X = torch.randn(6, 8)
     (lambda h: h + torch.zeros(2, 8).index_add(0, (h[:, 0] > 0).long(), h).sum(0), "batch_sum", True),
     (lambda h: h + (torch.arange(8) < h.shape[0]).float(), "positional", False),
     (lambda h: h / (h.sum(0) / (h.shape[0] - 1)), "positional", False),        # not the rows' count itself
+    (lambda h: torch.stack([h[h[:, 0].argsort()], h]).amax(0), "scan", False),  # sorted rows meet unsorted ones
+    (lambda h: h.index_select(0, torch.arange(h.shape[0]).flip(0)), "scan", False),
 ], ids=["pairwise", "centred", "normalised-by-sum", "softmax-rows", "cumsum", "first-row", "slice", "cat",
         "sort", "var", "gram", "gram-used", "gram-einsum", "gram-flipped", "outer", "positions", "chunk", "flip",
         "roll", "sum-over-rows-count", "size-as-number", "size-as-fill", "count-of-ones", "rows-added-into-slots",
-        "size-compared-with-tensor", "sum-over-rows-minus-one"])
+        "size-compared-with-tensor", "sum-over-rows-minus-one", "sorted-rows-stacked", "flipped-positions"])
 def test_each_kind_of_meeting_is_found(fn, kind, exact):
     assert (kind, exact) in _found(_Fn(fn), X)
 

@@ -299,6 +299,13 @@ class ComputeRules(WalkState):
             dim = argument(node, 2 if name == "roll" else 1, "dims", None)
             if name == "roll" and dim is None:
                 dim = list(range(len(shape_of(x) or ())))   # rolled flat: every dimension
+            dims = set(norm_dims(dim, max(len(shape or ()), 1)) or []) if dim is not None else set(range(len(shape or ())))
+            if r is not None and not r.dims and r.pos & dims:
+                # the batch's positions reordered (arange(B).flip(0)): each rank would reorder
+                # its own share's
+                self.couple(node, "scan", f"{name} reorders the positions of the batch's rows (dimension "
+                                          f"{sorted(r.pos & dims)}): each rank would reorder its own rows only")
+                return Rows.of((), r.pos, r.inner, perm=True)
         return self._along_dim(node, self.rows(x), shape_of(x), dim, name)
 
     def _normalize_last(self, node: fx.Node, r: Rows | None, shape, k: int):

@@ -24,11 +24,26 @@ class Walk(ViewRules, ComputeRules):
     def run(self) -> None:
         for node in self.gm.graph.nodes:
             try:
-                self.state[node] = self.visit(node)
+                self.state[node] = self._still_sorted(node, self.visit(node))
             except Exception as e:  # a rule that cannot read its node: said, and taken as a meeting of rows
                 if any(self.rows(a) is not None for a in node.all_input_nodes):
                     self.couple(node, "unknown", f"its rule could not read it ({type(e).__name__}: {e})")
                 self.state[node] = self._fallback_rows(node)
+
+    def _still_sorted(self, node: fx.Node, out):
+        """Rows in an order of the rank's own (a sort's) stay so through any op that does not
+        index by positions (a stack, a reduction, a module): only an index by the inverse
+        order puts them back in the batch's order."""
+        if not isinstance(out, Rows) or not out.dims or out.perm:
+            return out
+        name = bare_name(node)
+        if any(word in name for word in ("index", "scatter", "gather", "put", "take", "getitem")):
+            return out
+        ins = [self.state.get(a) for a in node.all_input_nodes]
+        ins = [r for r in ins if isinstance(r, Rows)]
+        if any(r.perm for r in ins) and not any(r.inverse for r in ins):
+            return Rows(out.dims, out.pos, out.inner, True, out.inverse)
+        return out
 
     def visit(self, node: fx.Node):
         """The rows of ``node``'s value (a tuple for a multi-output op): inputs, a tuple's
