@@ -371,9 +371,9 @@ class ProgramRunner:
         m = self.state.plan.microbatches
         local_inputs, local_target = self.state.share(self.parts, self.chunk, inputs, target)
         rows = batch_of(local_inputs)
-        if m > 1 and rows is not None and rows % m == 0:
-            local_inputs, local_target = (lambda p: (p[:-1], p[-1]))(
-                microbatches((*local_inputs, local_target), m, rows)[0])
+        if m > 1 and rows is not None and rows % m == 0:   # the first microbatch's program
+            *local_inputs, local_target = microbatches((*local_inputs, local_target), m, rows)[0]
+            local_inputs = tuple(local_inputs)
         self.built(inputs, target, local_inputs, local_target, training, loss=True, explain_shapes=m == 1)
 
     def step(self, inputs: tuple, target: Any, training: bool) -> torch.Tensor:

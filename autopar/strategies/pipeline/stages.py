@@ -166,10 +166,10 @@ def partition(gm: fx.GraphModule, stages: int, assignment: list[int] | None = No
     # a switch of the grad mode (torch.no_grad() around a running statistic's update) runs
     # in the stage of the ops it brackets: one turning it off with the op after it, one
     # turning it back on with the op before it
-    computing = [n for n in nodes if n.name in stage and not _grad_switch(n)]
+    computing = [n for n in nodes if n.name in stage and not _grad_mode(n)]
     order = {n.name: i for i, n in enumerate(nodes)}
     for n in nodes:
-        if n.name in stage and _grad_switch(n) and n.target is torch._C._set_grad_enabled:
+        if n.name in stage and n.op == "call_function" and n.target is torch._C._set_grad_enabled:
             after = n.args[0] is False if n.args else False
             near = [m for m in computing if (order[m.name] > order[n.name]) == after]
             if near:
@@ -182,7 +182,8 @@ def partition(gm: fx.GraphModule, stages: int, assignment: list[int] | None = No
     return Partition(stages, blocks, list(assignment), stage, flops)
 
 
-def _grad_switch(node: fx.Node) -> bool:
+def _grad_mode(node: fx.Node) -> bool:
+    """A switch of the grad mode or a read of it (no value of the model's)."""
     return node.op == "call_function" and node.target in (torch._C._set_grad_enabled, torch.is_grad_enabled)
 
 

@@ -91,6 +91,6 @@ def differing_scalars(gm: fx.GraphModule, expected: dict[str, tuple]) -> list[st
             if target != _target(n):
                 continue   # another op under that name: the captures differ in structure, not in numbers
             if [k for k, _ in got] == [k for k, _ in want] and got != want:
-                out.append(f"{n.name} ({n.target if isinstance(n.target, str) else getattr(n.target, '__name__', n.target)}): "
+                out.append(f"{n.name} ({bare_name(n)}): "
                            f"{[v for _, v in want]} -> {[v for _, v in got]}")
     return out

@@ -156,20 +156,12 @@ class Walk(ViewRules, ComputeRules):
             return Rows.of(pos={0})
         if name == "eye" and shape is not None and shape[:1] == (self.batch,) and self.batch > 1:
             return Rows.of(pos={0, 1})
-        if name in ("zeros", "ones", "empty", "full", "rand", "randn", "new_zeros", "new_ones", "new_empty",
-                    "new_full"):   # made at a batch value's shape: as rows (each rank makes its share's)
-            at = 1 if name.startswith("new_") else 0
-            sizes = node.args[at:] if len(node.args) > at and not isinstance(node.args[at], (list, tuple)) \
-                and not (isinstance(node.args[at], fx.Node) and bare_name(node.args[at]) in ("getattr", "size")) \
-                else (node.args[at] if len(node.args) > at else node.kwargs.get("size", ()))
-            if name in ("full", "new_full") and sizes is node.args[at:]:
-                sizes = sizes[:1]
-            if isinstance(sizes, fx.Node) and bare_name(sizes) in ("getattr", "size") and not sizes.args[1:] or \
-                    isinstance(sizes, fx.Node) and bare_name(sizes) == "getattr" and sizes.args[1:] == ("shape",):
-                r = self.rows(sizes.args[0])   # x.shape, x.size(): the shape of a batch value
+        if name in _SIZED_FACTORIES:   # made at a batch value's shape: as rows (each rank makes its share's)
+            sizes = _factory_sizes(node, name)
+            if _whole_shape(sizes):   # x.shape, x.size(): the shape of a batch value
+                r = self.rows(sizes.args[0])
                 return Rows.of(r.dims) if r is not None and r.dims else None
-            dims = {i for i, size in enumerate(sizes if isinstance(sizes, (list, tuple)) else ())
-                    if self.size_of_rows(size)}
+            dims = {i for i, size in enumerate(sizes) if self.size_of_rows(size)}
             return Rows.of(dims) if dims else None
         return None
 
@@ -210,3 +202,21 @@ class Walk(ViewRules, ComputeRules):
             return self.loss(node, "cross_entropy" if isinstance(module, (nn.CrossEntropyLoss, nn.NLLLoss))
                              else "mse_loss", reduction=module.reduction)
         return self.unknown_op(node, f"module {type(module).__name__}", inputs)
+
+
+_SIZED_FACTORIES = {"zeros", "ones", "empty", "full", "rand", "randn", "new_zeros", "new_ones", "new_empty", "new_full"}
+
+
+def _whole_shape(value) -> bool:
+    """Whether ``value`` is a tensor's whole shape (``x.shape``, ``x.size()``)."""
+    return isinstance(value, fx.Node) and (bare_name(value) == "getattr" and value.args[1:] == ("shape",) or
+                                           bare_name(value) == "size" and not value.args[1:])
+
+
+def _factory_sizes(node: fx.Node, name: str):
+    """The size a factory is called with: a sequence of sizes, or a whole shape node."""
+    at = 1 if name.startswith("new_") else 0
+    first = node.args[at] if len(node.args) > at else node.kwargs.get("size", ())
+    if isinstance(first, (list, tuple)) or _whole_shape(first):
+        return first
+    return () if name in ("full", "new_full") else node.args[at:]   # zeros(4, 8): sizes as arguments
