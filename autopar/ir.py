@@ -70,6 +70,14 @@ rows of the batch (``()``: none, the value is the same on every part of the batc
 the batch-rows analysis read it; the data pass gathers such outputs over the data ranks
 along those rows and returns the others as they are."""
 
+VALUE_ROWS = "autopar.value_rows"
+"""``node.meta[VALUE_ROWS]``: where the value holds the rows of the batch, as the
+batch-rows analysis read it (its ``Rows``, or None). A pipeline stage's input keeps its
+producer's, read on the whole graph: the stage's own walk starts from it.
+
+``gm.meta[VALUE_ROWS]``: the batch (rows) that analysis read the graph at; a cut of the
+graph (a stage) keeps it."""
+
 RANDOM_SITES = "autopar.random_sites"
 """``gm.meta[RANDOM_SITES]``: the graph's random ops in graph order, each
 ``{"node", "kind", "shape", "rows"}`` (its name, what it draws, the shape of the value its

@@ -54,9 +54,11 @@ def _plan_summary(report: dict[str, Any]) -> str:
 
 def coverage_job(runs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     """On every rank: each ``(model name, strategy)`` compared with single-device training.
-    A model that fails gives a row with its error instead of stopping the suite."""
+    A model that fails gives a row with its error instead of stopping the suite, unless its
+    failure leaves the process group unusable (another rank failed): that ends the job."""
     import traceback
 
+    from autopar.runtime.health import leaves_group_unusable
     from autopar.testing import compare_with_single_device
     from examples.zoo import ZOO
     rows = []
@@ -72,6 +74,8 @@ def coverage_job(runs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
             row["plan"] = _plan_summary(report)
             row["equal"] = is_equal(report)
         except Exception as e:  # noqa: BLE001 - reported per model
+            if leaves_group_unusable(e):   # the later models could not run on these ranks
+                raise RuntimeError(f"{name} under {strategy}: {type(e).__name__}: {e}") from e
             row.update({"equal": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
         row["seconds"] = time.perf_counter() - start
         rows.append(row)

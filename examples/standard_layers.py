@@ -121,7 +121,9 @@ def training_case(name: str, batch: int = 4):
 def standard_layers_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     """On every rank: each ``(model name, strategy)`` compared with single-device
     training (``autopar.testing.compare_with_single_device``); an error is reported in the
-    row, not raised, so one spawn runs every case."""
+    row, not raised, so one spawn runs every case, except one that leaves the process group
+    unusable (another rank failed), which ends the job."""
+    from autopar.runtime.health import leaves_group_unusable
     from autopar.testing import compare_with_single_device
     rows = []
     for name, strategy in cases:
@@ -131,6 +133,8 @@ def standard_layers_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
             report = compare_with_single_device(factory, inputs, target, loss_fn, strategy)
             row.update(report)
         except Exception as e:  # noqa: BLE001 - reported per case
+            if leaves_group_unusable(e):
+                raise RuntimeError(f"case {name} under {strategy}: {type(e).__name__}: {e}") from e
             row.update({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
         rows.append(row)
     return rows

@@ -51,7 +51,8 @@ _RESULTS: dict[int, dict[str, Any]] = {}
 # collection information, run every job)
 _ACTIVE_MODULES: set[str] | None = None
 _ACTIVE_EXTENDED: set[str] | None = None
-_MAX_TIMEOUT_S = 1800.0  # a launch's timeout is its jobs' summed, at most this (a hang fails within it)
+_MAX_TIMEOUT_S = 3600.0  # a launch's timeout is its jobs' summed, at most this (a hang fails within it; the
+# extended 4-rank launch runs about 13 min alone and over 30 beside the other launches on 2 cores)
 
 
 class SharedRankJobError(AssertionError):

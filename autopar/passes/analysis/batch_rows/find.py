@@ -7,7 +7,8 @@ import logging
 
 import torch.fx as fx
 
-from autopar.ir import BATCH_COUPLINGS, LOSS_TERMS, OUTPUT_ROWS, RANDOM_SITES, SPEC, TensorSpec, regions
+from autopar.ir import (BATCH_COUPLINGS, CAPTURE, LOSS_TERMS, OUTPUT_ROWS, RANDOM_SITES, SPEC, VALUE_ROWS, TensorSpec,
+                        regions)
 from autopar.passes.analysis import ops
 from autopar.passes.analysis.experts import router_statistics
 from autopar.passes.analysis.batch_rows.loss_terms import check_size_reads, classify_reductions, depends_on_batch
@@ -22,7 +23,11 @@ log = logging.getLogger("autopar.analysis.batch_rows")
 
 def batch_size(gm: fx.GraphModule) -> int | None:
     """The batch: the first dimension of the graph's first tensor input (as the runtime
-    splits it, :func:`autopar.runtime.executable.batch_of`)."""
+    splits it, :func:`autopar.runtime.executable.batch_of`); of a cut of an analysed graph
+    (a pipeline stage, whose first input may be a sequence-first value), the whole graph's
+    (:data:`~autopar.ir.VALUE_ROWS`)."""
+    if VALUE_ROWS in gm.meta:
+        return gm.meta[VALUE_ROWS]
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             shape = shape_of(node)
@@ -36,6 +41,7 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
     batch = batch_size(gm)
     gm.meta[BATCH_COUPLINGS] = []
     gm.meta[LOSS_TERMS] = []
+    gm.meta[VALUE_ROWS] = batch
     if not batch or batch < 2:
         return gm
     walk = Walk(gm, batch)
@@ -59,6 +65,8 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
     gm.meta[LOSS_TERMS] = walk.loss_terms
     _random_rows(walk, gm)
     _output_rows(walk, gm)
+    for node, state in walk.state.items():
+        node.meta[VALUE_ROWS] = state if isinstance(state, Rows) else None
     if walk.unknown:
         log.info("batch rows: %d op(s) take PyTorch's rule (DTensor's sharding propagation): %s", len(walk.unknown),
                  ", ".join(walk.unknown[:8]) + (" ..." if len(walk.unknown) > 8 else ""))
@@ -67,14 +75,34 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
 
 def _output_rows(walk: Walk, gm: fx.GraphModule) -> None:
     """Which dimensions of each value the graph returns hold rows of the batch
-    (:data:`~autopar.ir.OUTPUT_ROWS`, read by the data pass's outputs)."""
+    (:data:`~autopar.ir.OUTPUT_ROWS`, read by the data pass's outputs), and of each value
+    the model returns to a loss captured with it (:func:`_model_outputs`): the forward
+    program returns those, and the plan's reading of them decides over a rank's."""
     output = next((n for n in gm.graph.nodes if n.op == "output"), None)
-    for value in (output.all_input_nodes if output is not None else ()):
+    for value in [*(output.all_input_nodes if output is not None else ()), *_model_outputs(gm)]:
         state = walk.state.get(value)
         if isinstance(state, Rows):
             value.meta[OUTPUT_ROWS] = tuple(sorted(state.dims | state.pos))
         elif state is None and value.op != "placeholder":
             value.meta[OUTPUT_ROWS] = ()
+
+
+def _in_model(node: fx.Node) -> bool:
+    """Whether ``node`` computes part of the user's model, not of the loss captured with
+    it: the capture's wrapper holds the model as ``.model`` (:func:`autopar.trace.capture.wrap_model`),
+    which both tracers record in the node's module stack."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return any(isinstance(entry, tuple) and entry and entry[0] == "model" for entry in stack.values())
+
+
+def _model_outputs(gm: fx.GraphModule) -> list[fx.Node]:
+    """The values the model computes that the loss captured with it reads: what the
+    model returns (none in a graph without a loss)."""
+    capture_ = gm.meta.get(CAPTURE)
+    if capture_ is None or not capture_.with_loss:
+        return []
+    return [n for n in gm.graph.nodes if n.op != "placeholder" and _in_model(n)
+            and any(u.op != "output" and not _in_model(u) for u in n.users)]
 
 
 def _random_rows(walk: Walk, gm: fx.GraphModule) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import torch.fx as fx
 import torch.nn as nn
 
-from autopar.ir import SPEC
+from autopar.ir import SPEC, VALUE_ROWS
 from autopar.passes.analysis import ops
 from autopar.passes.analysis.batch_rows.compute_rules import ComputeRules
 from autopar.passes.analysis.batch_rows.op_tables import (ALONG, FACTORIES, IDENTITY, LEADING_BATCH, LINEAR_MODULES,
@@ -49,6 +49,8 @@ class Walk(ViewRules, ComputeRules):
         """The rows of ``node``'s value (a tuple for a multi-output op): inputs, a tuple's
         items, factories and module calls here, every other op by :meth:`op_rule`."""
         if node.op == "placeholder":
+            if VALUE_ROWS in node.meta:   # a stage's input: its producer's rows on the whole graph
+                return node.meta[VALUE_ROWS]
             shape = shape_of(node)
             return Rows.of({0}) if shape and shape[0] == self.batch else None
         if node.op in ("get_attr", "output"):
