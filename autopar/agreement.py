@@ -20,7 +20,6 @@ from autopar.ir import CAPTURE, LOSS_TERMS, regions as regions_of
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
 from autopar.planning.reviewed import PlanMismatchError, differences, mismatch_message
-from autopar.strategies.data.outputs import planned_output_rows
 from autopar.planning.search import PlanError, made_for, plan_graph, training_flops
 from autopar.runtime.groups import size_of
 from autopar.trace.capture import CaptureError
@@ -134,7 +133,6 @@ def reviewed_or_planned(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Har
             # the loss's reductions (their kinds checked equal) under this capture's node names
             plan_.loss_terms = [list(t) for t in gm.meta.get(LOSS_TERMS, [])]
             plan_.batch_couplings = couplings
-            plan_.output_rows = planned_output_rows(gm)
             return plan_
         if not replan:
             raise PlanMismatchError(mismatch_message(given, found))

@@ -164,10 +164,6 @@ class Plan:
     # the reductions over the batch the loss is a linear combination of ([node, "mean" | "sum"],
     # read on the whole batch); None: each rank reads its own graph's
     loss_terms: list | None = None
-    # of each value the graph returns (by node name), the dimensions that hold the batch's
-    # rows, read on the whole batch (autopar.ir.OUTPUT_ROWS); a rank's capture at its share
-    # can mistake them where sizes coincide. None: each rank reads its own graph's
-    output_rows: dict | None = None
     # the random ops of the capture in graph order ({"node", "kind", "op", "shape", "rows"}):
     # a site's position keys its draws (autopar.runtime.rng), the same under every plan
     random_sites: list = field(default_factory=list)

@@ -32,7 +32,6 @@ from autopar.planning.explain import closest_to_fitting, rejections
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import MeshCandidate, Plan
 from autopar.planning.strategy import PlanError, Strategy
-from autopar.strategies.data.outputs import planned_output_rows
 from autopar.strategies.family import Family, PlanContext, Priced, rejected
 from autopar.strategies.registry import FAMILIES
 from autopar.strategies.shared.batch_norms import check_batch_norms
@@ -144,7 +143,6 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     plan_ = best[0].to_plan(ctx, best[1])
     plan_.batch_couplings = [c.to_json() for c in ctx.model.batch_couplings]
     plan_.loss_terms = [list(t) for t in ctx.model.gm.meta.get(LOSS_TERMS, [])]
-    plan_.output_rows = planned_output_rows(ctx.model.gm)
     plan_.random_sites = [dict(site) for site in ctx.model.gm.meta.get(RANDOM_SITES, [])]
     plan_._priced = best  # the winner, for _overheads (not saved)
     fixed = per_step_s(ctx, best[1].mesh, best[1].config)

@@ -125,23 +125,11 @@ def output_reduction(gm: fx.GraphModule, node: fx.Node, terms: list | None = Non
     return kinds.get(node.name, loss_reduction(node))
 
 
-def planned_output_rows(gm: fx.GraphModule) -> dict:
-    """Of each value ``gm`` or its model returns, by node name, the dimensions holding the
-    batch's rows (:data:`~autopar.ir.OUTPUT_ROWS`), as the plan records them
-    (``Plan.output_rows``)."""
-    return {n.name: list(n.meta[OUTPUT_ROWS]) for n in gm.graph.nodes if OUTPUT_ROWS in n.meta}
-
-
-def output_rows(value: fx.Node, planned: dict | None = None) -> tuple | None:
+def output_rows(value: fx.Node) -> tuple | None:
     """The dimensions of output ``value`` that hold the batch's rows, as the analysis read
     them (:data:`~autopar.ir.OUTPUT_ROWS`), through what later passes put in front of it
-    (a tensor group's gather, keeping the value's shape); None where it did not say.
-    ``planned``: the plan's reading on the whole batch (:func:`planned_output_rows`), which
-    decides over this graph's, as the plan's couplings do (a rank's share of one row
-    gives the analysis nothing to read)."""
+    (a tensor group's gather, keeping the value's shape); None where it did not say."""
     for _ in range(8):
-        if planned is not None and value.name in planned:
-            return tuple(planned[value.name])
         if OUTPUT_ROWS in value.meta:
             return tuple(value.meta[OUTPUT_ROWS])
         source = value.args[0] if value.op == "call_function" and value.args else None
@@ -152,7 +140,7 @@ def output_rows(value: fx.Node, planned: dict | None = None) -> tuple | None:
 
 
 def gather_outputs(gm: fx.GraphModule, group: str, local_batch: int, reduce_scalars: bool = True,
-                   loss_terms: list | None = None, planned: dict | None = None) -> None:
+                   loss_terms: list | None = None) -> None:
     """Gather the batch-major outputs over ``group``; reduce the scalar outputs over it
     (:func:`output_reduction`), or, without ``reduce_scalars``, record how the loss reduces
     under :data:`LOSS_REDUCTION` and leave it local (:class:`DataParallelError` for any
@@ -162,7 +150,7 @@ def gather_outputs(gm: fx.GraphModule, group: str, local_batch: int, reduce_scal
         spec = value.meta.get(SPEC)
         if not isinstance(spec, TensorSpec):
             continue
-        rows = output_rows(value, planned)
+        rows = output_rows(value)
         if spec.shape and rows == ():
             continue   # the same on every part of the batch (a parameter's, an all-reduced statistic)
         if spec.shape and rows is not None and 0 not in rows:

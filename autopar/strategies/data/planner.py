@@ -47,7 +47,7 @@ class DataParallel(DataTensor):
             if plan.zero and build.zero_params else []
         options = {"degree": plan.batch_parts(), "local_batch": build.local_batch, "group": plan.batch_group(),
                    "reduce_scalars": not build.with_loss, "couplings": plan.batch_couplings,
-                   "loss_terms": plan.loss_terms, "output_rows": plan.output_rows}
+                   "loss_terms": plan.loss_terms}
         if build.stage is not None:
             pp = plan.pipeline
             if build.stage != pp["stages"] * pp["chunks"] - 1:

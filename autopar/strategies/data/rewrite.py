@@ -40,16 +40,14 @@ from autopar.strategies.data.outputs import gather_outputs, output_reduction
 
 def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = "data",
                        reduce_scalars: bool = True, microbatches: int = 1,
-                       couplings: list | None = None, loss_terms: list | None = None,
-                       output_rows: dict | None = None) -> fx.GraphModule:
+                       couplings: list | None = None, loss_terms: list | None = None) -> fx.GraphModule:
     """Gather batch-major outputs over the data group; reduce scalar outputs over it
     (``reduce_scalars``), or leave a training graph's loss local and record how it
     reduces under :data:`LOSS_REDUCTION`. A loss averaged over its counted targets is
     first rewritten to a share of the whole batch's mean (:func:`global_mean_losses`),
     also when the batch is split into ``microbatches`` alone (a pipeline). Where rows of
     the batch meet, the exact remedies run first (:func:`sync_batch_couplings`;
-    ``couplings``: the plan's, checked against this graph's). ``output_rows``: where the
-    plan found each output's rows (:func:`~autopar.strategies.data.outputs.output_rows`)."""
+    ``couplings``: the plan's, checked against this graph's)."""
     if degree == 1 and microbatches == 1:
         return gm
     loss_terms = settle_batch_constants(gm, loss_terms if loss_terms is not None else gm.meta.get(LOSS_TERMS),
@@ -68,7 +66,7 @@ def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, gro
     sync_batch_norms(gm, group)
     sync_router_statistics(gm, group, microbatches)
     sync_batch_couplings(gm, group, local_batch, degree, couplings)
-    gather_outputs(gm, group, local_batch, reduce_scalars, loss_terms, output_rows)
+    gather_outputs(gm, group, local_batch, reduce_scalars, loss_terms)
     gm.graph.lint()
     gm.recompile()
     return gm

@@ -7,7 +7,7 @@ import logging
 
 import torch.fx as fx
 
-from autopar.ir import (BATCH_COUPLINGS, CAPTURE, LOSS_TERMS, OUTPUT_ROWS, RANDOM_SITES, SPEC, VALUE_ROWS, TensorSpec,
+from autopar.ir import (BATCH_COUPLINGS, LOSS_TERMS, OUTPUT_ROWS, RANDOM_SITES, SPEC, VALUE_ROWS, TensorSpec,
                         regions)
 from autopar.passes.analysis import ops
 from autopar.passes.analysis.experts import router_statistics
@@ -75,34 +75,14 @@ def find_batch_couplings_pass(gm: fx.GraphModule) -> fx.GraphModule:
 
 def _output_rows(walk: Walk, gm: fx.GraphModule) -> None:
     """Which dimensions of each value the graph returns hold rows of the batch
-    (:data:`~autopar.ir.OUTPUT_ROWS`, read by the data pass's outputs), and of each value
-    the model returns to a loss captured with it (:func:`_model_outputs`): the forward
-    program returns those, and the plan's reading of them decides over a rank's."""
+    (:data:`~autopar.ir.OUTPUT_ROWS`, read by the data pass's outputs)."""
     output = next((n for n in gm.graph.nodes if n.op == "output"), None)
-    for value in [*(output.all_input_nodes if output is not None else ()), *_model_outputs(gm)]:
+    for value in (output.all_input_nodes if output is not None else ()):
         state = walk.state.get(value)
         if isinstance(state, Rows):
             value.meta[OUTPUT_ROWS] = tuple(sorted(state.dims | state.pos))
         elif state is None and value.op != "placeholder":
             value.meta[OUTPUT_ROWS] = ()
-
-
-def _in_model(node: fx.Node) -> bool:
-    """Whether ``node`` computes part of the user's model, not of the loss captured with
-    it: the capture's wrapper holds the model as ``.model`` (:func:`autopar.trace.capture.wrap_model`),
-    which both tracers record in the node's module stack."""
-    stack = node.meta.get("nn_module_stack") or {}
-    return any(isinstance(entry, tuple) and entry and entry[0] == "model" for entry in stack.values())
-
-
-def _model_outputs(gm: fx.GraphModule) -> list[fx.Node]:
-    """The values the model computes that the loss captured with it reads: what the
-    model returns (none in a graph without a loss)."""
-    capture_ = gm.meta.get(CAPTURE)
-    if capture_ is None or not capture_.with_loss:
-        return []
-    return [n for n in gm.graph.nodes if n.op != "placeholder" and _in_model(n)
-            and any(u.op != "output" and not _in_model(u) for u in n.users)]
 
 
 def _random_rows(walk: Walk, gm: fx.GraphModule) -> None:
