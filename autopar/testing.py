@@ -28,6 +28,7 @@ from safetensors.torch import save_model
 
 import autopar
 from autopar.planning import golden
+from autopar.runtime.health import RankFailureError, is_collective_failure
 from autopar.trace.capture import output_loss
 
 
@@ -43,6 +44,14 @@ gradient (a key bias initialised to zero, as BERT and ViT do) is moved by Adam's
 normalisation of the noise only (up to ~1e-6 of the largest parameter after 3 steps in
 float32). The smallest gradients that are not noise sit at ~3e-6 of the largest (BERT's
 query bias), the smallest parameters at ~4e-4 (ResNet's normalisation biases)."""
+
+
+def leaves_group_unusable(error: BaseException) -> bool:
+    """Whether the process group cannot be used after ``error``: another rank's failure
+    (:class:`~autopar.runtime.health.RankFailureError`) or a failed collective. A job that
+    catches each case's error to run the next (several cases in one launch) re-raises
+    these: the next case's collectives would wait on ranks that left."""
+    return isinstance(error, RankFailureError) or is_collective_failure(error)
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:

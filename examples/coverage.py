@@ -58,8 +58,7 @@ def coverage_job(runs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     failure leaves the process group unusable (another rank failed): that ends the job."""
     import traceback
 
-    from autopar.runtime.health import leaves_group_unusable
-    from autopar.testing import compare_with_single_device
+    from autopar.testing import compare_with_single_device, leaves_group_unusable
     from examples.zoo import ZOO
     rows = []
     for name, strategy in runs:

@@ -123,8 +123,7 @@ def standard_layers_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     training (``autopar.testing.compare_with_single_device``); an error is reported in the
     row, not raised, so one spawn runs every case, except one that leaves the process group
     unusable (another rank failed), which ends the job."""
-    from autopar.runtime.health import leaves_group_unusable
-    from autopar.testing import compare_with_single_device
+    from autopar.testing import compare_with_single_device, leaves_group_unusable
     rows = []
     for name, strategy in cases:
         row: dict[str, Any] = {"model": name, "strategy": strategy}

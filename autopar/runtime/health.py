@@ -285,13 +285,6 @@ def is_collective_failure(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and _TRANSPORT.search(str(exc)) is not None
 
 
-def leaves_group_unusable(exc: BaseException) -> bool:
-    """Whether the process group cannot be used after ``exc``: another rank's failure
-    (:class:`RankFailureError`) or a failed collective. Code that catches errors to go on
-    (a test running several cases in one launch) re-raises these."""
-    return isinstance(exc, RankFailureError) or is_collective_failure(exc)
-
-
 def explain(exc: BaseException, during: str = "", members=None) -> RankFailureError:
     """The :class:`RankFailureError` naming the ranks whose failure made the collective
     behind ``exc`` fail, read from the board. With no culprit yet it keeps reading: for
