@@ -67,17 +67,69 @@ def _walk_back_to_linear(node: fx.Node, gm: fx.GraphModule, seen: list[fx.Node])
     return None
 
 
-def _head_major(path: list[fx.Node], heads: int, head_dim: int) -> bool:
+def _head_major(path: list[fx.Node], heads: int, head_dim: int) -> bool | None:
     """Whether the first reshape after a fused Q/K/V projection (the last node of the
-    walk back from the query) makes it ``[.., H, 3·d]``: heads outside, Q/K/V inside."""
-    for node in reversed(path):
+    walk back from the query) puts the heads outermost in the packed dimension: its
+    ``3·H·d`` features become dimensions whose first is the heads (``[.., H, 3·d]``,
+    GPT-NeoX; ``[.., H, 3, d]``, torchtitan's and BLOOM's fused projections), so that
+    each head's q, k and v are contiguous and a plain column split is a split by heads;
+    ``[.., 3, H, d]`` or a chunk of the packed dimension keep Q, K and V as three blocks.
+    With three heads the shapes cannot tell (``[3, 3·d]`` either way): the dimension the
+    query is taken along decides, and None says that nothing did."""
+    packed = 3 * heads * head_dim
+    forward = list(reversed(path))
+    for i, node in enumerate(forward):
         spec = tensor_spec(node)
         if spec is None or not is_view_like(node):
             return False
-        if len(spec.shape) >= 2 and spec.shape[-2] != heads and spec.shape[-1] == 3 * heads * head_dim:
+        shape = list(spec.shape)
+        if shape and shape[-1] == packed:
             continue  # a view that keeps the packed last dimension (a reshape of the batch)
-        return len(spec.shape) >= 2 and spec.shape[-2] == heads and spec.shape[-1] == 3 * head_dim
+        factors, size = [], 1
+        for extent in reversed(shape):   # the trailing dimensions the packed one became
+            if size >= packed:
+                break
+            factors.insert(0, extent)
+            size *= extent
+        if size != packed or len(factors) < 2 or factors[0] != heads:
+            return False
+        if heads != 3:
+            return True
+        taken = _taken_along(forward[i + 1:], len(shape))
+        first = len(shape) - len(factors)
+        return None if taken is None else taken != first
     return False
+
+
+def _taken_along(nodes: list[fx.Node], ndim: int) -> int | None:
+    """The dimension of a reshape's ``ndim``-dimensional output along which the first of
+    ``nodes`` (the walk on from it) takes a part (``unbind``, ``select``, ``chunk``,
+    ``split``, an index ``x[0]`` or ``x[:, :, 0]``), followed back through permutes and
+    transposes; None where another op comes first or nothing takes a part."""
+    where = list(range(ndim))   # each current dimension's dimension of the reshape's output
+    for node in nodes:
+        name = call_name(node)
+        args = node.args
+        if name == "permute":
+            order = args[1:] if len(args) > 2 else args[1]
+            where = [where[d] for d in order]
+        elif name in ("transpose", "swapaxes", "swapdims"):
+            a, b = (d % len(where) for d in args[1:3])
+            where[a], where[b] = where[b], where[a]
+        elif name in ("contiguous", "clone", "to", "float", "type_as"):
+            continue
+        elif name in ("unbind", "select", "chunk", "split", "tensor_split", "split_with_sizes"):
+            at = 1 if name in ("unbind", "select") else 2
+            dim = args[at] if len(args) > at else node.kwargs.get("dim", 0)
+            return where[dim % len(where)] if isinstance(dim, int) else None
+        elif name == "getitem" and isinstance(args[1], int):
+            return where[0]
+        elif name == "getitem" and isinstance(args[1], tuple) and Ellipsis not in args[1] and None not in args[1]:
+            ints = [d for d, index in enumerate(args[1]) if isinstance(index, int)]
+            return where[ints[0]] if ints else None
+        else:
+            return None
+    return None
 
 
 def _head_dimension_part(node: fx.Node) -> fx.Node | None:
@@ -238,7 +290,12 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
             # one fused projection is cut in 3 blocks (Q, K, V), each split by heads, unless
             # its output is laid out head by head ([B, T, H, 3·d], GPT-NeoX): then each
             # head's q, k and v rows are already contiguous and a plain column split keeps them
-            qkv_blocks = 3 if fused and not _head_major(paths["q"], heads, head_dim) else 1
+            major = _head_major(paths["q"], heads, head_dim) if fused else False
+            if major is None:
+                log.info("attention core %s: a fused projection with three heads whose layout (heads or q, k and v "
+                         "outermost) the graph does not show, not a region", node.name)
+                continue
+            qkv_blocks = 3 if fused and not major else 1
             q_match = projections["q"]
             if q_match.out_features != heads * head_dim * qkv_blocks and not fused:
                 log.info("attention core %s: projection width %d != heads*head_dim", node.name, q_match.out_features)
