@@ -16,6 +16,11 @@ The projection yields ``3·H·d`` features; the layouts differ in what is outerm
 With heads outermost a plain column split of the projection is a split by heads; with
 Q, K and V outermost each block is split (``qkv_blocks = 3``). With three heads the
 shapes alone cannot tell the two apart, and the dimension the query is taken along does.
+
+``rotary=True`` rotates q and k as torchtitan's Llama does, in complex numbers
+(``view_as_complex`` of pairs, a product with a complex table, ``view_as_real``);
+``saved_apart=True`` gives the projection torchtitan's state-dict hooks: it is saved as
+``q``, ``k`` and ``v`` weights and merged again on load.
 """
 from __future__ import annotations
 
@@ -31,14 +36,35 @@ LAYOUTS = ("heads_3_d", "heads_3d", "unflatten", "3_heads_d", "permuted", "chunk
 HEAD_MAJOR = {"heads_3_d", "heads_3d", "unflatten"}
 
 
+def complex_rotary_table(head_dim: int, positions: int, theta: float = 10000.0) -> torch.Tensor:
+    """``[positions, head_dim / 2]`` unit complex numbers (torchtitan's ``precompute_freqs_cis``)."""
+    freqs = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.outer(torch.arange(positions, dtype=torch.float64), freqs)
+    return torch.polar(torch.ones_like(angles), angles)
+
+
+def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """``x`` ``[B, T, H, d]`` rotated by ``table``, in complex numbers."""
+    pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+    turned = pairs * table[: x.shape[1]].view(1, x.shape[1], 1, pairs.shape[-1])
+    return torch.view_as_real(turned).flatten(3).type_as(x)
+
+
 class FusedAttention(nn.Module):
-    def __init__(self, layout: str, heads: int, width: int):
+    def __init__(self, layout: str, heads: int, width: int, rotary: bool = False, saved_apart: bool = False):
         super().__init__()
         if layout not in LAYOUTS:
             raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
-        self.layout, self.heads = layout, heads
+        self.layout, self.heads, self.rotary = layout, heads, rotary
         self.qkv = nn.Linear(width, 3 * width)
         self.out = nn.Linear(width, width)
+        if rotary:
+            self.register_buffer("table", complex_rotary_table(width // heads, 4 * SEQ), persistent=False)
+        if saved_apart:
+            if layout != "chunk":
+                raise ValueError("saved_apart splits a [Q | K | V] projection: use layout='chunk'")
+            self.register_state_dict_post_hook(_save_apart)
+            self.register_load_state_dict_pre_hook(_load_together)
 
     def forward(self, x):
         b, t, width = x.shape
@@ -57,17 +83,33 @@ class FusedAttention(nn.Module):
             q, k, v = (z.transpose(1, 2) for z in (q, k, v))
         else:
             q, k, v = (z.view(b, t, h, d) for z in y.chunk(3, dim=-1))
+        if self.rotary:
+            q, k = rotate(q, self.table), rotate(k, self.table)
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
         return self.out(o.transpose(1, 2).reshape(b, t, width))
+
+
+def _save_apart(module, state, prefix, local_metadata):
+    for kind in ("weight", "bias"):
+        fused = state.pop(f"{prefix}qkv.{kind}")
+        for name, part in zip("qkv", fused.chunk(3, dim=0)):
+            state[f"{prefix}{name}.{kind}"] = part
+
+
+def _load_together(module, state, prefix, *args):
+    for kind in ("weight", "bias"):
+        names = [f"{prefix}{name}.{kind}" for name in "qkv"]
+        if all(n in state for n in names):
+            state[f"{prefix}qkv.{kind}"] = torch.cat([state.pop(n) for n in names], dim=0)
 
 
 class FusedAttentionLM(nn.Module):
     """Embedding → :class:`FusedAttention` (residual) → linear head."""
 
-    def __init__(self, layout: str, heads: int = 4, width: int = 32):
+    def __init__(self, layout: str, heads: int = 4, width: int = 32, **attention):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, width)
-        self.attn = FusedAttention(layout, heads, width)
+        self.attn = FusedAttention(layout, heads, width, **attention)
         self.head = nn.Linear(width, VOCAB)
 
     def forward(self, ids):
@@ -79,22 +121,27 @@ def lm_loss(logits, target):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
-def qkv_layouts_job(cases: list[tuple[str, int, Any]]) -> list[dict[str, Any]]:
-    """On every rank: each ``(layout, heads, strategy)`` trained in float64 against the
-    single device (:func:`autopar.testing.compare_with_single_device`), with the regions
-    the plan split; an error is reported in the row, unless it leaves the process group
-    unusable."""
+def qkv_layouts_job(cases: list[tuple]) -> list[dict[str, Any]]:
+    """On every rank: each ``(layout, heads, strategy[, options])`` trained in float64
+    against the single device (:func:`autopar.testing.compare_with_single_device`), with
+    the regions the plan split (``options``: :class:`FusedAttention`'s ``rotary`` and
+    ``saved_apart``; with ``saved_apart`` the full state dict's keys and a load of it
+    are checked too); an error is reported in the row, unless it leaves the process
+    group unusable."""
     from autopar.testing import compare_with_single_device, leaves_group_unusable
     rows = []
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (4, SEQ), generator=generator)
     target = torch.randint(0, VOCAB, (4, SEQ), generator=generator)
-    for layout, heads, strategy in cases:
-        row: dict[str, Any] = {"layout": layout, "heads": heads, "strategy": strategy}
+    for layout, heads, strategy, *more in cases:
+        options = more[0] if more else {}
+        row: dict[str, Any] = {"layout": layout, "heads": heads, "strategy": strategy, "options": options}
         try:
-            report = compare_with_single_device(lambda: FusedAttentionLM(layout, heads, 8 * heads), (ids,), target,
-                                                lm_loss, strategy, dtype=torch.float64)
+            report = compare_with_single_device(lambda: FusedAttentionLM(layout, heads, 8 * heads, **options), (ids,),
+                                                target, lm_loss, strategy, dtype=torch.float64)
             row.update({k: report[k] for k in ("output", "loss", "grad", "param", "strategies")})
+            if options.get("saved_apart"):
+                row["round_trip"] = _round_trip(layout, heads, options, strategy)
             row["attention"] = [line.split()[2] for line in report["plan"].splitlines()
                                 if line.startswith("attention:")]
         except Exception as e:  # noqa: BLE001 - reported per case
@@ -103,3 +150,20 @@ def qkv_layouts_job(cases: list[tuple[str, int, Any]]) -> list[dict[str, Any]]:
             row.update({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
         rows.append(row)
     return rows
+
+
+def _round_trip(layout: str, heads: int, options: dict, strategy) -> dict[str, Any]:
+    """The keys of a compiled model's full state dict, and whether loading another
+    model's (saved apart by its hooks) gives back that model's state exactly."""
+    import autopar
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB, (4, SEQ), generator=generator)
+    torch.manual_seed(1)
+    pm = autopar.compile(FusedAttentionLM(layout, heads, 8 * heads, **options).double(), strategy=strategy,
+                         example_inputs=(ids,), loss_fn=lm_loss, example_target=ids)
+    torch.manual_seed(2)
+    other = FusedAttentionLM(layout, heads, 8 * heads, **options).double().state_dict()
+    pm.load_full_state_dict(other)
+    back = pm.full_state_dict()
+    return {"keys": sorted(back), "equal": sorted(back) == sorted(other)
+            and all(torch.equal(back[k], other[k]) for k in other)}

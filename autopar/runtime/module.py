@@ -33,7 +33,7 @@ from autopar.planning.schedules import rank_of
 from autopar.runtime.runner import ProgramRunner, RankState
 from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.runtime import health
-from autopar.runtime import devices, materialise, pretrained, rng
+from autopar.runtime import devices, materialise, pretrained, rng, state_hooks
 from autopar.runtime.init_weights import init_weights
 from autopar.runtime.family_runtime import RankRuntime, active
 from autopar.runtime.grad_sync import GradientBuckets
@@ -347,8 +347,13 @@ class ParallelModule(nn.Module):
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The original model's state dict (keys and full shapes), gathered from all ranks."""
         self._check_initialised("full_state_dict()")
+        model = self.root.model
         with use_groups(self._state.groups):
-            return {k: self.layout.gather(k, v, v) for k, v in self.root.model.state_dict(keep_vars=True).items()}
+            if not state_hooks.has_save_hooks(model):
+                return {k: self.layout.gather(k, v, v) for k, v in model.state_dict(keep_vars=True).items()}
+            full = {k: self.layout.gather(k, v, v) for k, v in state_hooks.own_tensors(model).items()}
+        with state_hooks.full_tensors_in_place(model, full):   # the model's hooks see whole tensors
+            return {k: v.detach() for k, v in model.state_dict().items()}
 
     @health.guarded("full_gradients()")
     def full_gradients(self) -> dict[str, torch.Tensor | None]:
@@ -358,8 +363,19 @@ class ParallelModule(nn.Module):
                     for k, p in self.root.model.named_parameters(remove_duplicate=False)}
 
     def load_full_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Load a full (original-shaped) state dict, keeping this rank's part of each tensor."""
-        own = self.root.model.state_dict(keep_vars=True)
+        """Load a full (original-shaped) state dict, keeping this rank's part of each tensor.
+        A model whose modules change a state dict on load (``load_state_dict`` hooks) has
+        them run on whole tensors (:mod:`autopar.runtime.state_hooks`); that is a collective."""
+        model = self.root.model
+        if state_hooks.has_load_hooks(model):
+            with use_groups(self._state.groups):
+                tensors = state_hooks.own_tensors(model)
+                full = {k: self.layout.gather(k, v, v).clone() for k, v in tensors.items()}
+            with state_hooks.full_tensors_in_place(model, full):
+                model.load_state_dict(state_dict)
+            state_dict, own = full, tensors
+        else:
+            own = model.state_dict(keep_vars=True)
         missing = sorted(set(own) - set(state_dict))
         if missing:
             raise KeyError(f"load_full_state_dict: missing keys {missing[:5]}{'…' if len(missing) > 5 else ''}")

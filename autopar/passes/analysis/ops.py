@@ -57,10 +57,14 @@ TRANSPOSE_FUNCTIONS = {torch.t, torch.transpose} | _targets("t", "transpose", "p
 VIEW_METHODS = {"view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "contiguous",
                 "transpose", "permute", "split", "chunk", "unbind", "expand", "t"}
 VIEW_FUNCTIONS = {torch.reshape, torch.flatten, torch.squeeze, torch.unsqueeze, torch.split,
-                  torch.chunk, torch.unbind, torch.transpose, torch.permute, operator.getitem} | _targets(
+                  torch.chunk, torch.unbind, torch.transpose, torch.permute, operator.getitem,
+                  torch.view_as_complex, torch.view_as_real} | _targets(
     "view", "_unsafe_view", "reshape", "flatten", "squeeze", "unsqueeze", "clone", "contiguous",
     "transpose", "permute", "split", "split_with_sizes", "chunk", "unbind", "expand", "alias", "t",
-    "_to_copy", "to", "lift_fresh_copy", "detach", "unflatten")
+    "_to_copy", "to", "lift_fresh_copy", "detach", "unflatten",
+    # a complex view of pairs in the last dimension and back (a rotary embedding in complex
+    # numbers): every dimension but the last keeps each element where it was
+    "view_as_complex", "view_as_real")
 # ``x[i]`` along one dimension: drops the others, so it is not view-like, but it is how
 # ``torch.export`` takes Q, K and V out of ``nn.MultiheadAttention``'s packed projection
 SELECT_FUNCTIONS = {torch.select} | _targets("select")

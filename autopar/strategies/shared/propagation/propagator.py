@@ -30,6 +30,7 @@ _CAT = ops.CONCAT_FUNCTIONS
 _SHAPE_ONLY = {torch.flatten, torch.squeeze, torch.unsqueeze} | ops._targets("flatten", "squeeze", "unsqueeze")
 _FACTORIES = {"new_ones", "new_zeros", "new_empty", "new_full"}
 _UNFLATTEN = {torch.unflatten} | ops._targets("unflatten")
+_COMPLEX_VIEWS = {torch.view_as_complex, torch.view_as_real} | ops._targets("view_as_complex", "view_as_real")
 _EXTREMES = {torch.max, torch.min, torch.amax, torch.amin} | ops._targets("max", "min", "amax", "amin")
 _REDUCTIONS = {torch.mean, torch.sum} | ops._targets("mean", "sum")
 
@@ -138,6 +139,8 @@ class LayoutPropagator(LayoutRules):
             return self._unflatten(node, in_layout)
         if ops.is_select(node):
             return self._select(node, in_layout)
+        if kind == "call_function" and target in _COMPLEX_VIEWS:
+            return self._complex_view(node, in_layout)
         if (kind == "call_method" and target in ("transpose", "permute", "t")) or (kind == "call_function" and target in ops.TRANSPOSE_FUNCTIONS):
             return self._transpose(node, in_layout)
         if kind == "call_function" and target in _CAT:

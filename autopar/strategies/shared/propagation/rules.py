@@ -117,6 +117,17 @@ class LayoutRules(LayoutState):
                 node.kwargs = {**node.kwargs, "sizes": sizes}
         return mapped
 
+    def _complex_view(self, node: fx.Node, layout: Shard) -> Shard:
+        """``view_as_complex(x)`` (``[.., n, 2] -> [.., n]``) and ``view_as_real(z)``
+        (``[.., n] -> [.., n, 2]``): every dimension but the pairs' keeps its place, so a
+        split of any of them stays where it is (DTensor's rule for both views); the pair
+        dimension itself cannot be split (a rank would hold half a complex number)."""
+        layout = self._only_first_split(node, layout)
+        ndim = len(tensor_spec(node.args[0]).shape)
+        if ops.call_name(node) == "view_as_complex" and layout.dim == ndim - 1:
+            raise NoSplitRule("view_as_complex of a split of the real and imaginary parts")
+        return layout
+
     def _select(self, node: fx.Node, layout: Shard) -> Shard:
         """``select(x, dim, i)`` of an unsplit dimension keeps the split (one dim fewer)."""
         layout = self._only_first_split(node, layout)

@@ -1,0 +1,64 @@
+"""A model's own state-dict hooks, run on full tensors.
+
+A module may rename or reshape its state on the way out and in: torchtitan's fused Q/K/V
+projection saves its ``wqkv`` weight as ``wq``, ``wk`` and ``wv`` (a state-dict hook) and
+merges them again on load (a load pre-hook). On a rank those hooks would see the rank's
+part of each tensor. :meth:`~autopar.runtime.module.ParallelModule.full_state_dict` and
+``load_full_state_dict`` therefore gather each parameter and buffer by the model's own
+names, put the full tensors in the model's place for the length of one ``state_dict()``
+or ``load_state_dict()`` call (:func:`full_tensors_in_place`), and keep each rank's part
+of what the hooks loaded. A model without such hooks takes the direct path.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+import torch.nn as nn
+
+
+def has_save_hooks(model: nn.Module) -> bool:
+    """Whether a module of ``model`` changes its state dict on the way out."""
+    return any(m._state_dict_hooks or m._state_dict_pre_hooks for m in model.modules())
+
+
+def has_load_hooks(model: nn.Module) -> bool:
+    """Whether a module of ``model`` changes a state dict on the way in."""
+    return any(m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks for m in model.modules())
+
+
+def own_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of ``model`` by its own qualified name (tied ones under
+    each name), as the layout knows them."""
+    return {**dict(model.named_parameters(remove_duplicate=False)),
+            **dict(model.named_buffers(remove_duplicate=False))}
+
+
+@contextlib.contextmanager
+def full_tensors_in_place(model: nn.Module, full: dict[str, torch.Tensor]) -> Iterator[None]:
+    """``model`` holding ``full[name]`` in place of each parameter's data and each buffer
+    while the block runs; the rank's own tensors back afterwards, whatever happens."""
+    swapped: list = []
+    try:
+        done: set[int] = set()
+        for name, value in full.items():
+            value = value.detach()
+            owner, _, leaf = name.rpartition(".")
+            module = model.get_submodule(owner) if owner else model
+            if leaf in module._parameters:
+                param = module._parameters[leaf]
+                if id(param) not in done:   # a tied parameter is swapped once
+                    done.add(id(param))
+                    swapped.append((param, param.data))
+                    param.data = value
+            elif leaf in module._buffers:
+                swapped.append((module, leaf, module._buffers[leaf]))
+                module._buffers[leaf] = value
+        yield
+    finally:
+        for entry in reversed(swapped):
+            if len(entry) == 2:
+                entry[0].data = entry[1]
+            else:
+                entry[0]._buffers[entry[1]] = entry[2]
