@@ -165,5 +165,34 @@ def _round_trip(layout: str, heads: int, options: dict, strategy) -> dict[str, A
     other = FusedAttentionLM(layout, heads, 8 * heads, **options).double().state_dict()
     pm.load_full_state_dict(other)
     back = pm.full_state_dict()
-    return {"keys": sorted(back), "equal": sorted(back) == sorted(other)
-            and all(torch.equal(back[k], other[k]) for k in other)}
+    out = {"keys": sorted(back), "equal": sorted(back) == sorted(other)
+           and all(torch.equal(back[k], other[k]) for k in other)}
+    # autopar's own checkpoint holds the layout's names (the hooks are for the user's files)
+    where = _shared_directory()
+    autopar.save_checkpoint(pm, where)
+    pm.load_full_state_dict(FusedAttentionLM(layout, heads, 8 * heads, **options).double().state_dict())
+    autopar.load_checkpoint(pm, where)
+    again = pm.full_state_dict()
+    out["checkpoint"] = all(torch.equal(again[k], other[k]) for k in other)
+    try:
+        pm.save_pretrained(where + "-hf")
+        out["save_pretrained"] = "written"
+    except NotImplementedError as error:
+        out["save_pretrained"] = str(error)
+    import shutil
+
+    import torch.distributed as dist
+    dist.barrier()
+    if dist.get_rank() == 0:
+        shutil.rmtree(where, ignore_errors=True)
+    return out
+
+
+def _shared_directory() -> str:
+    """A fresh directory every rank names alike (rank 0 makes it and tells the others)."""
+    import tempfile
+
+    import torch.distributed as dist
+    box = [tempfile.mkdtemp(prefix="autopar-qkv-") if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -61,7 +61,8 @@ def _check(row):
     if row["options"].get("saved_apart"):
         keys = row["round_trip"]["keys"]
         assert "attn.q.weight" in keys and "attn.qkv.weight" not in keys, keys
-        assert row["round_trip"]["equal"], row["round_trip"]
+        assert row["round_trip"]["equal"] and row["round_trip"]["checkpoint"], row["round_trip"]
+        assert "state-dict hooks" in row["round_trip"]["save_pretrained"], row["round_trip"]
 
 
 @pytest.mark.multiprocess

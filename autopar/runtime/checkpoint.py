@@ -43,6 +43,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 
+from autopar.runtime import state_hooks
 from autopar.runtime.checkpoint_chunks import ChunkedTensor, local_chunks, scatter_back
 
 log = logging.getLogger("autopar.runtime.checkpoint")
@@ -89,7 +90,7 @@ def model_entries(pm) -> dict[str, Entry]:
     current (a D&SP branch on another sub-grid). Buffers are whole on every rank."""
     layout = pm.layout
     out = {}
-    for name, value in pm.root.model.state_dict(keep_vars=True).items():
+    for name, value in state_hooks.plain_state(pm.root.model).items():   # by the layout's names
         placement = layout.get(name)
         if placement is None:   # a buffer: whole; current where it has no home or at its home
             out[name] = Entry(value, tuple(value.shape), None, layout.buffer_current(name))

@@ -229,7 +229,7 @@ class ParallelModule(nn.Module):
         not hold: rotary ``inv_freq``) from the model's own initialisation
         (:func:`autopar.runtime.init_weights.init_weights`)."""
         if not self._initialised:
-            given = set(self.root.model.state_dict(keep_vars=True)) if loaded is None else set(loaded)
+            given = set(state_hooks.plain_state(self.root.model)) if loaded is None else set(loaded)
             given |= self._valued
             init_weights(self.root.model, self.layout, 0, self._state.device,
                          keep=lambda name: name not in given, after_load=True)

@@ -40,7 +40,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from autopar.runtime import devices, health
+from autopar.runtime import devices, health, state_hooks
 from autopar.runtime.checkpoint import CheckpointError, Entry, load_checkpoint, model_entries
 from autopar.runtime.checkpoint_chunks import local_chunks, scatter_back
 from autopar.runtime.groups import use_groups
@@ -68,17 +68,20 @@ def load_pretrained(pm, path: str | os.PathLike, *, strict: bool = True,
     where = os.fspath(path)
     if os.path.isfile(os.path.join(where, ".metadata")):
         load_checkpoint(pm, where)
-    else:
-        error, loaded = None, None
-        try:
-            loaded = _load_safetensors(pm, where, strict, key_mapping)
-        except Exception as exc:  # noqa: BLE001 - every rank raises, after agreeing (_agree)
-            error = exc
-        _agree(pm, error, "load_pretrained")
-        # what the checkpoint did not hold (missing entries under strict=False, keys the
-        # model lists as ignorable, non-persistent buffers) is initialised by the model's
-        # own scheme where it never had a value (a model compiled from the meta device)
-        pm._mark_initialised(loaded)
+        return
+    state_hooks.refuse_hooks(pm.root.model, "load_pretrained",
+                             "read the files with safetensors.torch.load_file and give them to "
+                             "pm.load_full_state_dict, which runs the hooks on whole tensors")
+    error, loaded = None, None
+    try:
+        loaded = _load_safetensors(pm, where, strict, key_mapping)
+    except Exception as exc:  # noqa: BLE001 - every rank raises, after agreeing (_agree)
+        error = exc
+    _agree(pm, error, "load_pretrained")
+    # what the checkpoint did not hold (missing entries under strict=False, keys the
+    # model lists as ignorable, non-persistent buffers) is initialised by the model's
+    # own scheme where it never had a value (a model compiled from the meta device)
+    pm._mark_initialised(loaded)
 
 
 def checkpoint_files(where: str) -> tuple[list[str], Optional[dict[str, str]]]:
@@ -252,6 +255,8 @@ def save_pretrained(pm, path: str | os.PathLike, *, max_shard_size: int | str = 
     where = os.fspath(path)
     limit = shard_bytes(max_shard_size)
     model = pm.root.model
+    state_hooks.refuse_hooks(model, "save_pretrained", "write pm.full_state_dict(), which runs the hooks on "
+                                                       "whole tensors, with safetensors.torch.save_file")
     state = model.state_dict(keep_vars=True)
     names = set(saved_names(model, list(state), _tied(pm, state)))
     writer, error = None, None

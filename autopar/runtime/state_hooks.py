@@ -35,6 +35,33 @@ def own_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
             **dict(model.named_buffers(remove_duplicate=False))}
 
 
+def plain_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``model.state_dict(keep_vars=True)`` without the modules' hooks: every parameter
+    and persistent buffer under each of its names, as the layout knows them (what
+    autopar's own checkpoints hold: they load back into the same model)."""
+    out: dict[str, torch.Tensor] = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        dot = prefix + "." if prefix else ""
+        for name, param in module._parameters.items():
+            if param is not None:
+                out[dot + name] = param
+        for name, buffer in module._buffers.items():
+            if buffer is not None and name not in module._non_persistent_buffers_set:
+                out[dot + name] = buffer
+    return out
+
+
+def refuse_hooks(model: nn.Module, call: str, instead: str) -> None:
+    """A clear error where ``call`` would need the model's state-dict hooks on files it
+    reads or writes by slices."""
+    hooked = sorted({type(m).__name__ for m in model.modules() if m._state_dict_hooks or m._state_dict_pre_hooks
+                     or m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks})
+    if hooked:
+        raise NotImplementedError(f"{call}: the model's modules {hooked} change its state dict on save or load "
+                                  f"(state-dict hooks), which {call} cannot run on the slices it reads and writes; "
+                                  f"{instead}")
+
+
 @contextlib.contextmanager
 def full_tensors_in_place(model: nn.Module, full: dict[str, torch.Tensor]) -> Iterator[None]:
     """``model`` holding ``full[name]`` in place of each parameter's data and each buffer
