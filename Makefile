@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: browser demo test test-extended test-gpu gpu-check gpu-wheels venv clean bench fuzz
+.PHONY: browser peers demo test test-extended test-gpu gpu-check gpu-wheels venv clean bench fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +24,17 @@ test: $(STAMP)
 
 # the long multi-rank cases (16 ranks, each 3D overlap off alone, PTD-P variants...):
 # they repeat paths `make test` checks on other cases; CI runs them after `make test`
-test-extended: $(STAMP) browser
+test-extended: $(STAMP) browser peers
 	$(PY) -m pytest -q -m extended tests
+
+# the peer suite's model code from other libraries (tests/test_peers.py), installed without
+# their dependencies (torchtitan would pull a CUDA torch): examples/peers/torchtitan_llama.py
+PEERS := $(VENV)/.peers
+$(PEERS): $(STAMP)
+	$(PY) -m pip install -q --no-deps torchtitan==0.3.0 spmd_types==0.2.3 tyro docstring-parser typeguard
+	touch $(PEERS)
+
+peers: $(PEERS)
 
 # headless Chromium for the plan report's browser test (tests/test_report.py): Debian's
 # package where apt-get can install it; elsewhere that test skips and says why

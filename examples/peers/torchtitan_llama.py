@@ -1,0 +1,69 @@
+"""torchtitan's Llama 3 (``torchtitan.models.llama3``, release 0.3.0), its "debugmodel"
+flavour cut to a few layers: a fused Q/K/V projection viewed ``[B, T, heads, 3, d]``, a
+rotary embedding in complex numbers (``ComplexRoPE``: ``view_as_complex``, a product with
+a complex table, ``view_as_real``), state-dict hooks that save the fused weight as
+``wq``, ``wk``, ``wv``, SwiGLU feed-forward layers and RMSNorm.
+
+torchtitan is installed beside autopar with ``pip install --no-deps torchtitan==0.3.0``
+and what its model code imports (``make peers``). Its Llama offers only
+flex or varlen attention on the CPU; each layer's inner attention is set to torchtitan's
+own ``ScaledDotProductAttention`` here, as its configuration system allows.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+VOCAB = 2048
+
+
+def available() -> str | None:
+    """None where torchtitan is installed, else what to run (its import waits for the job)."""
+    import importlib.util
+    if importlib.util.find_spec("torchtitan") is None:
+        return "torchtitan is not installed; run `make peers`"
+    return None
+
+
+def llama3(layers: int = 2, max_seq_len: int = 64) -> torch.nn.Module:
+    """torchtitan's debug Llama 3 (dim 256, 16 heads, vocabulary 2048) with ``layers``
+    layers, built by torchtitan's own configuration, seeded."""
+    from torchtitan.models.common.attention import ScaledDotProductAttention
+    from torchtitan.models.llama3 import _debugmodel
+    config = _debugmodel("flex")
+    config.layers = config.layers[:layers]
+    for layer in config.layers:
+        layer.attention.inner_attention = ScaledDotProductAttention.Config()
+        layer.attention.rope.max_seq_len = max_seq_len
+    torch.manual_seed(0)
+    return config.build()
+
+
+def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+def peers_job(strategies: list) -> list[dict]:
+    """On every rank: torchtitan's Llama 3 under each strategy in float64 against the
+    single device (:func:`autopar.testing.compare_with_single_device`), with what the
+    plan split; an error is reported in the row unless it leaves the process group unusable."""
+    import traceback
+
+    from autopar.testing import compare_with_single_device, leaves_group_unusable
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, VOCAB, (4, 16), generator=generator)
+    target = torch.randint(0, VOCAB, (4, 16), generator=generator)
+    rows = []
+    for strategy in strategies:
+        row: dict = {"strategy": strategy}
+        try:
+            report = compare_with_single_device(llama3, (ids,), target, loss, strategy, dtype=torch.float64)
+            row.update({k: report[k] for k in ("mesh", "strategies", "output", "loss", "grad", "param")})
+            row["attention"] = [line.split()[2] for line in report["plan"].splitlines()
+                                if line.startswith("attention:")]
+        except Exception as error:  # noqa: BLE001 - reported per strategy
+            if leaves_group_unusable(error):
+                raise RuntimeError(f"torchtitan llama3 under {strategy}: {type(error).__name__}: {error}") from error
+            row.update({"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()})
+        rows.append(row)
+    return rows
