@@ -11,7 +11,11 @@ The projection yields ``3·H·d`` features; the layouts differ in what is outerm
 * ``3_heads_d``: ``view(B, T, 3, H, d).unbind(2)``: Q, K and V as three blocks;
 * ``permuted``: ``reshape(B, T, 3, H, d).permute(2, 0, 3, 1, 4).unbind(0)`` (timm's
   vision transformer): three blocks, taken after a permute;
-* ``chunk``: ``chunk(3, -1)`` of the packed features, each viewed ``[B, T, H, d]``.
+* ``chunk``: ``chunk(3, -1)`` of the packed features, each viewed ``[B, T, H, d]``;
+* ``groups``: grouped-query attention with ``H/2`` key/value heads, the projection's
+  ``(H + 2·G)·d`` features viewed ``[B, T, G, H/G + 2, d]`` and split ``[H/G, 1, 1]``
+  (torchtitan's fused projection in its larger flavours), attention with ``enable_gqa``:
+  the groups are outermost.
 
 With heads outermost a plain column split of the projection is a split by heads; with
 Q, K and V outermost each block is split (``qkv_blocks = 3``). With three heads the
@@ -32,8 +36,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 VOCAB, SEQ = 64, 8
-LAYOUTS = ("heads_3_d", "heads_3d", "unflatten", "3_heads_d", "permuted", "chunk")
-HEAD_MAJOR = {"heads_3_d", "heads_3d", "unflatten"}
+LAYOUTS = ("heads_3_d", "heads_3d", "unflatten", "3_heads_d", "permuted", "chunk", "groups")
+HEAD_MAJOR = {"heads_3_d", "heads_3d", "unflatten", "groups"}
 
 
 def complex_rotary_table(head_dim: int, positions: int, theta: float = 10000.0) -> torch.Tensor:
@@ -56,7 +60,8 @@ class FusedAttention(nn.Module):
         if layout not in LAYOUTS:
             raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
         self.layout, self.heads, self.rotary = layout, heads, rotary
-        self.qkv = nn.Linear(width, 3 * width)
+        self.groups = heads // 2 if layout == "groups" else heads
+        self.qkv = nn.Linear(width, (heads + 2 * self.groups) * (width // heads))
         self.out = nn.Linear(width, width)
         if rotary:
             self.register_buffer("table", complex_rotary_table(width // heads, 4 * SEQ), persistent=False)
@@ -81,11 +86,16 @@ class FusedAttention(nn.Module):
         elif self.layout == "permuted":
             q, k, v = y.reshape(b, t, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
             q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        elif self.layout == "groups":
+            g = self.groups
+            q, k, v = y.view(b, t, g, h // g + 2, d).split([h // g, 1, 1], dim=-2)
+            q, k, v = q.reshape(b, t, h, d), k.reshape(b, t, g, d), v.reshape(b, t, g, d)
         else:
             q, k, v = (z.view(b, t, h, d) for z in y.chunk(3, dim=-1))
         if self.rotary:
             q, k = rotate(q, self.table), rotate(k, self.table)
-        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                                           enable_gqa=self.groups != h)
         return self.out(o.transpose(1, 2).reshape(b, t, width))
 
 

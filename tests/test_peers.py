@@ -2,14 +2,16 @@
 gloo ranks in float64 against one process, and the plan read: what a family splits is
 split. torchtitan's Llama 3 (complex rotary, fused ``[heads, 3, d]`` Q/K/V, state-dict
 hooks) under data 4, ZeRO-3, data × tensor with sequence parallelism, tensor 4 and
-``"auto"``. torchtitan is installed by ``make peers`` (``make test-extended`` runs it)."""
+``"auto"``; with grouped-query attention (its fused projection ``[groups, H/G + 2, d]``)
+under tensor 4 and data × tensor. torchtitan is installed by ``make peers`` (``make test-extended`` runs it)."""
 import pytest
 
 import shared_ranks
 from examples.peers import torchtitan_llama
 
+# a strategy, or (strategy, key/value heads): grouped-query attention as the larger flavours have it
 STRATEGIES = [{"data": 4}, {"data": 4, "zero": 3}, {"data": 2, "tensor": 2, "sequence_parallel": True},
-              {"tensor": 4}, "auto"]
+              {"tensor": 4}, "auto", ({"tensor": 4}, 4), ({"data": 2, "tensor": 2, "sequence_parallel": True}, 4)]
 
 _MISSING = torchtitan_llama.available()
 _TORCHTITAN = None if _MISSING else shared_ranks.register(

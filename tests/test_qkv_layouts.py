@@ -21,12 +21,14 @@ def _attention(layout: str, heads: int, **options):
     return found[0].details if found else None
 
 
-@pytest.mark.parametrize("heads", [4, 3])
-@pytest.mark.parametrize("layout", LAYOUTS)
+# (grouped-query attention with H/2 groups needs an even head count)
+@pytest.mark.parametrize("layout,heads", [(layout, heads) for heads in (4, 3) for layout in LAYOUTS
+                                          if heads % 2 == 0 or layout != "groups"])
 def test_the_layout_decides_how_the_fused_projection_splits(layout, heads):
     details = _attention(layout, heads)
     assert details is not None, f"{layout}: no attention region"
     assert details["fused_qkv"] and details["heads"] == heads
+    assert details["kv_heads"] == (heads // 2 if layout == "groups" else heads), details
     assert details["qkv_blocks"] == (1 if layout in HEAD_MAJOR else 3), (layout, heads, details)
 
 

@@ -25,16 +25,21 @@ def available() -> str | None:
     return None
 
 
-def llama3(layers: int = 2, max_seq_len: int = 64) -> torch.nn.Module:
+def llama3(layers: int = 2, max_seq_len: int = 64, kv_heads: int | None = None) -> torch.nn.Module:
     """torchtitan's debug Llama 3 (dim 256, 16 heads, vocabulary 2048) with ``layers``
-    layers, built by torchtitan's own configuration, seeded."""
+    layers, built by torchtitan's own configuration, seeded. ``kv_heads``: grouped-query
+    attention as its larger flavours have it (the fused projection then laid out
+    ``[groups, heads per group + 2, d]``)."""
+    from torchtitan.models.common import ComplexRoPE, compute_ffn_hidden_dim
     from torchtitan.models.common.attention import ScaledDotProductAttention
-    from torchtitan.models.llama3 import _debugmodel
+    from torchtitan.models.llama3 import _build_llama3_layers, _debugmodel
     config = _debugmodel("flex")
-    config.layers = config.layers[:layers]
+    config.layers = _build_llama3_layers(
+        fuse_qkv=True, n_layers=layers, dim=256, n_heads=16, n_kv_heads=kv_heads, attn_backend="flex",
+        hidden_dim=compute_ffn_hidden_dim(256, multiple_of=256),
+        rope=ComplexRoPE.Config(dim=16, max_seq_len=max_seq_len, theta=500000, scaling="llama"))
     for layer in config.layers:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
-        layer.attention.rope.max_seq_len = max_seq_len
     torch.manual_seed(0)
     return config.build()
 
@@ -44,8 +49,8 @@ def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def peers_job(strategies: list) -> list[dict]:
-    """On every rank: torchtitan's Llama 3 under each strategy in float64 against the
-    single device (:func:`autopar.testing.compare_with_single_device`), with what the
+    """On every rank: torchtitan's Llama 3 under each strategy (or ``(strategy, kv_heads)``)
+    in float64 against the single device (:func:`autopar.testing.compare_with_single_device`), with what the
     plan split; an error is reported in the row unless it leaves the process group unusable."""
     import traceback
 
@@ -54,10 +59,12 @@ def peers_job(strategies: list) -> list[dict]:
     ids = torch.randint(0, VOCAB, (4, 16), generator=generator)
     target = torch.randint(0, VOCAB, (4, 16), generator=generator)
     rows = []
-    for strategy in strategies:
-        row: dict = {"strategy": strategy}
+    for case in strategies:
+        strategy, kv_heads = case if isinstance(case, tuple) else (case, None)
+        row: dict = {"strategy": strategy, "kv_heads": kv_heads}
         try:
-            report = compare_with_single_device(llama3, (ids,), target, loss, strategy, dtype=torch.float64)
+            report = compare_with_single_device(lambda: llama3(kv_heads=kv_heads), (ids,), target, loss, strategy,
+                                                dtype=torch.float64)
             row.update({k: report[k] for k in ("mesh", "strategies", "output", "loss", "grad", "param")})
             row["attention"] = [line.split()[2] for line in report["plan"].splitlines()
                                 if line.startswith("attention:")]

@@ -67,16 +67,18 @@ def _walk_back_to_linear(node: fx.Node, gm: fx.GraphModule, seen: list[fx.Node])
     return None
 
 
-def _head_major(path: list[fx.Node], heads: int, head_dim: int) -> bool | None:
-    """Whether the first reshape after a fused Q/K/V projection (the last node of the
-    walk back from the query) puts the heads outermost in the packed dimension: its
-    ``3·H·d`` features become dimensions whose first is the heads (``[.., H, 3·d]``,
-    GPT-NeoX; ``[.., H, 3, d]``, torchtitan's and BLOOM's fused projections), so that
-    each head's q, k and v are contiguous and a plain column split is a split by heads;
+def _head_major(path: list[fx.Node], heads: int, head_dim: int, packed: int) -> bool | None:
+    """Whether the first reshape after a fused Q/K/V projection of ``packed`` features
+    (the last node of the walk back from the query) puts the heads, or the key/value
+    groups, outermost in them: the features become dimensions whose first is the heads
+    (``[.., H, 3·d]``, GPT-NeoX; ``[.., H, 3, d]``, torchtitan's and BLOOM's fused
+    projections) or the groups of grouped-query attention (``[.., G, H/G + 2, d]``,
+    torchtitan's fused projection with fewer key/value heads), so that each head's (each
+    group's) q, k and v are contiguous and a plain column split is a split by heads;
     ``[.., 3, H, d]`` or a chunk of the packed dimension keep Q, K and V as three blocks.
     With three heads the shapes cannot tell (``[3, 3·d]`` either way): the dimension the
     query is taken along decides, and None says that nothing did."""
-    packed = 3 * heads * head_dim
+    groups = (packed // head_dim - heads) // 2 if packed % head_dim == 0 else heads
     forward = list(reversed(path))
     for i, node in enumerate(forward):
         spec = tensor_spec(node)
@@ -91,9 +93,9 @@ def _head_major(path: list[fx.Node], heads: int, head_dim: int) -> bool | None:
                 break
             factors.insert(0, extent)
             size *= extent
-        if size != packed or len(factors) < 2 or factors[0] != heads:
+        if size != packed or len(factors) < 2 or factors[0] not in (heads, groups):
             return False
-        if heads != 3:
+        if factors[0] != 3 or groups != heads:   # grouped Q/K/V blocks are unequal: never a view's factor
             return True
         taken = _taken_along(forward[i + 1:], len(shape))
         first = len(shape) - len(factors)
@@ -290,7 +292,10 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
             # one fused projection is cut in 3 blocks (Q, K, V), each split by heads, unless
             # its output is laid out head by head ([B, T, H, 3·d], GPT-NeoX): then each
             # head's q, k and v rows are already contiguous and a plain column split keeps them
-            major = _head_major(paths["q"], heads, head_dim) if fused else False
+            packed = projections["q"].out_features
+            major = _head_major(paths["q"], heads, head_dim, packed) if fused else False
+            if fused and major and packed != 3 * heads * head_dim:   # groups outermost: their count
+                kv_heads = (packed // head_dim - heads) // 2
             if major is None:
                 log.info("attention core %s: a fused projection with three heads whose layout (heads or q, k and v "
                          "outermost) the graph does not show, not a region", node.name)
