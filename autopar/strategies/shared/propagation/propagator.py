@@ -27,6 +27,7 @@ _LAYER_NORM_FUNCTIONS = {F.layer_norm} | ops._targets("layer_norm")
 _EXPAND = ops._targets("expand")
 _SLICE = ops.SLICE_FUNCTIONS
 _CAT = ops.CONCAT_FUNCTIONS
+_STACK = {torch.stack} | ops._targets("stack")
 _SHAPE_ONLY = {torch.flatten, torch.squeeze, torch.unsqueeze} | ops._targets("flatten", "squeeze", "unsqueeze")
 _FACTORIES = {"new_ones", "new_zeros", "new_empty", "new_full"}
 _UNFLATTEN = {torch.unflatten} | ops._targets("unflatten")
@@ -145,6 +146,8 @@ class LayoutPropagator(LayoutRules):
             return self._transpose(node, in_layout)
         if kind == "call_function" and target in _CAT:
             return self._cat(node)
+        if kind == "call_function" and target in _STACK:
+            return self._cat(node, stack=True)
         if (kind == "call_method" and target == "narrow") or (kind == "call_function" and target in _SLICE):
             return self._slice(node, in_layout)
         if (kind == "call_method" and target == "expand") or (kind == "call_function" and target in _EXPAND):

@@ -225,19 +225,24 @@ class LayoutRules(LayoutState):
             raise NoSplitRule("an index into the split dimension, or by more than one index")
         return replace(layout, dim=layout.dim - 1 + len(tensor_spec(indices[0]).shape))
 
-    def _cat(self, node: fx.Node) -> Shard:
+    def _cat(self, node: fx.Node, stack: bool = False) -> Shard:
         """A concatenation along an unsplit dimension of values split alike keeps the
         split (rotary embeddings' ``rotate_half``: ``cat((-x2, x1), -1)`` of head-split
-        halves); a replicated operand is sliced to match."""
+        halves); a replicated operand is sliced to match. ``stack``: a stack along a new
+        dimension (GPT-J's ``rotate_every_two``: ``stack((-x2, x1), -1)``) keeps it too,
+        one further out when the new dimension comes before it (DTensor's rule)."""
         pieces = node.args[0] if node.args else node.kwargs["tensors"]
         dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
         split = [self.layout.get(p) for p in pieces if isinstance(p, fx.Node) and self.layout.get(p) is not None]
         if any(isinstance(x, tuple) for x in split) or len({(x.dim, x.blocks) for x in split}) != 1:
             raise NoSplitRule("the concatenated values are split differently")
         layout = split[0]
-        if normalize_dim(dim, len(tensor_spec(node).shape)) == layout.dim or layout.blocks != 1:
+        if stack:
+            at = normalize_dim(dim, len(tensor_spec(node).shape))
+            layout = replace(layout, dim=layout.dim + (1 if at <= layout.dim else 0))
+        elif normalize_dim(dim, len(tensor_spec(node).shape)) == layout.dim or layout.blocks != 1:
             raise NoSplitRule("a concatenation along the split dimension")
-        new = [self._scatter(p, layout.dim) if isinstance(p, fx.Node) and self.layout.get(p) is None else p
+        new = [self._scatter(p, split[0].dim) if isinstance(p, fx.Node) and self.layout.get(p) is None else p
                for p in pieces]
         if node.args:
             node.args = (type(pieces)(new),) + tuple(node.args[1:])

@@ -1,0 +1,59 @@
+"""Hugging Face models from meta-pytorch/autoparallel's evaluation list
+(``examples/run_hf_eval.sh``), built from small configurations with random weights and
+no dropout, trained with a float64 loss of the logits (Hugging Face's own causal-LM loss
+upcasts logits to float32, which would hide a plan's error below float32 rounding).
+
+``gptj``: GPT-J's rotary embedding rotates every second pair with ``stack((-x2, x1), -1)``
+and ``flatten``: a stack of head-split values along a new dimension keeps their split.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+VOCAB = 64
+
+
+def build(name: str) -> torch.nn.Module:
+    import transformers as T
+    configs = {
+        "gptj": (T.GPTJConfig, T.GPTJForCausalLM, dict(n_embd=32, n_layer=2, n_head=4, rotary_dim=4)),
+        "gpt_neox": (T.GPTNeoXConfig, T.GPTNeoXForCausalLM,
+                     dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)),
+    }
+    config_class, model_class, sizes = configs[name]
+    config = config_class(vocab_size=VOCAB, **sizes)
+    for key in ("embd_pdrop", "resid_pdrop", "attn_pdrop", "hidden_dropout", "attention_dropout"):
+        if hasattr(config, key):
+            setattr(config, key, 0.0)
+    torch.manual_seed(0)
+    return model_class(config)
+
+
+def logits_loss(output, target: torch.Tensor) -> torch.Tensor:
+    logits = output.logits
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+def hf_job(cases: list) -> list[dict]:
+    """On every rank: each ``(model name, strategy)`` in float64 against one process,
+    with what the plan split (an error in the row unless it leaves the group unusable)."""
+    import traceback
+
+    from autopar.testing import compare_with_single_device, leaves_group_unusable
+    ids = torch.randint(0, VOCAB, (4, 8), generator=torch.Generator().manual_seed(0))
+    rows = []
+    for name, strategy in cases:
+        row: dict = {"model": name, "strategy": strategy}
+        try:
+            report = compare_with_single_device(lambda: build(name), (ids,), ids, logits_loss, strategy,
+                                                dtype=torch.float64)
+            row.update({k: report[k] for k in ("mesh", "strategies", "output", "loss", "grad", "param")})
+            row["attention"] = [line.split()[2] for line in report["plan"].splitlines()
+                                if line.startswith("attention:")]
+        except Exception as error:  # noqa: BLE001 - reported per case
+            if leaves_group_unusable(error):
+                raise RuntimeError(f"{name} under {strategy}: {type(error).__name__}: {error}") from error
+            row.update({"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()})
+        rows.append(row)
+    return rows
