@@ -15,7 +15,10 @@ The projection yields ``3·H·d`` features; the layouts differ in what is outerm
 * ``groups``: grouped-query attention with ``H/2`` key/value heads, the projection's
   ``(H + 2·G)·d`` features viewed ``[B, T, G, H/G + 2, d]`` and split ``[H/G, 1, 1]``
   (torchtitan's fused projection in its larger flavours), attention with ``enable_gqa``:
-  the groups are outermost.
+  the groups are outermost;
+* ``sized_groups``: grouped-query attention whose packed features are cut by sizes
+  ``[H·d, G·d, G·d]`` (ChatGLM's, Phi-3's): three unequal blocks, which a split by
+  equal blocks would mix up, so the attention is not a region and stays whole.
 
 With heads outermost a plain column split of the projection is a split by heads; with
 Q, K and V outermost each block is split (``qkv_blocks = 3``). With three heads the
@@ -24,7 +27,8 @@ shapes alone cannot tell the two apart, and the dimension the query is taken alo
 ``rotary=True`` rotates q and k as torchtitan's Llama does, in complex numbers
 (``view_as_complex`` of pairs, a product with a complex table, ``view_as_real``);
 ``saved_apart=True`` gives the projection torchtitan's state-dict hooks: it is saved as
-``q``, ``k`` and ``v`` weights and merged again on load.
+``q``, ``k`` and ``v`` weights and merged again on load. ``tied=True`` ties the head to
+the embedding.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ import torch.nn.functional as F
 VOCAB, SEQ = 64, 8
 LAYOUTS = ("heads_3_d", "heads_3d", "unflatten", "3_heads_d", "permuted", "chunk", "groups")
 HEAD_MAJOR = {"heads_3_d", "heads_3d", "unflatten", "groups"}
+UNSPLIT = ("sized_groups",)
 
 
 def complex_rotary_table(head_dim: int, positions: int, theta: float = 10000.0) -> torch.Tensor:
@@ -57,10 +62,10 @@ def rotate(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 class FusedAttention(nn.Module):
     def __init__(self, layout: str, heads: int, width: int, rotary: bool = False, saved_apart: bool = False):
         super().__init__()
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
+        if layout not in LAYOUTS + UNSPLIT:
+            raise ValueError(f"layout {layout!r} is not one of {LAYOUTS + UNSPLIT}")
         self.layout, self.heads, self.rotary = layout, heads, rotary
-        self.groups = heads // 2 if layout == "groups" else heads
+        self.groups = heads // 2 if layout in ("groups", "sized_groups") else heads
         self.qkv = nn.Linear(width, (heads + 2 * self.groups) * (width // heads))
         self.out = nn.Linear(width, width)
         if rotary:
@@ -90,6 +95,10 @@ class FusedAttention(nn.Module):
             g = self.groups
             q, k, v = y.view(b, t, g, h // g + 2, d).split([h // g, 1, 1], dim=-2)
             q, k, v = q.reshape(b, t, h, d), k.reshape(b, t, g, d), v.reshape(b, t, g, d)
+        elif self.layout == "sized_groups":
+            g = self.groups
+            q, k, v = y.split([h * d, g * d, g * d], dim=-1)
+            q, k, v = q.view(b, t, h, d), k.view(b, t, g, d), v.view(b, t, g, d)
         else:
             q, k, v = (z.view(b, t, h, d) for z in y.chunk(3, dim=-1))
         if self.rotary:
@@ -116,11 +125,13 @@ def _load_together(module, state, prefix, *args):
 class FusedAttentionLM(nn.Module):
     """Embedding → :class:`FusedAttention` (residual) → linear head."""
 
-    def __init__(self, layout: str, heads: int = 4, width: int = 32, **attention):
+    def __init__(self, layout: str, heads: int = 4, width: int = 32, tied: bool = False, **attention):
         super().__init__()
         self.embed = nn.Embedding(VOCAB, width)
         self.attn = FusedAttention(layout, heads, width, **attention)
         self.head = nn.Linear(width, VOCAB)
+        if tied:   # the head reads the embedding's table (one parameter under two names)
+            self.head.weight = self.embed.weight
 
     def forward(self, ids):
         h = self.embed(ids)

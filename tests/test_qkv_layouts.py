@@ -10,7 +10,7 @@ import pytest
 import shared_ranks
 from autopar.api import _global_graph
 from autopar.ir import regions
-from examples.qkv_layouts import HEAD_MAJOR, LAYOUTS, SEQ, VOCAB, FusedAttentionLM, lm_loss, qkv_layouts_job
+from examples.qkv_layouts import HEAD_MAJOR, LAYOUTS, SEQ, UNSPLIT, VOCAB, FusedAttentionLM, lm_loss, qkv_layouts_job
 
 
 def _attention(layout: str, heads: int, **options):
@@ -32,6 +32,12 @@ def test_the_layout_decides_how_the_fused_projection_splits(layout, heads):
     assert details["qkv_blocks"] == (1 if layout in HEAD_MAJOR else 3), (layout, heads, details)
 
 
+@pytest.mark.parametrize("layout", UNSPLIT)
+def test_unequal_blocks_cut_by_sizes_are_not_a_region(layout):
+    """A grouped-query projection cut ``[H·d, G·d, G·d]``: equal blocks would mix K and V."""
+    assert _attention(layout, 4) is None
+
+
 @pytest.mark.parametrize("layout", ["heads_3_d", "3_heads_d"])
 def test_a_complex_rotary_embedding_is_part_of_the_attention(layout):
     """``view_as_complex`` and ``view_as_real`` are views of every dimension but the pairs'."""
@@ -41,7 +47,7 @@ def test_a_complex_rotary_embedding_is_part_of_the_attention(layout):
 
 CASES = [(layout, 4, {"tensor": 2}) for layout in LAYOUTS] + [
     ("heads_3_d", 4, {"tensor": 2}, {"rotary": True}),
-    ("chunk", 4, {"tensor": 2}, {"rotary": True, "saved_apart": True})]
+    ("chunk", 4, {"tensor": 2}, {"rotary": True, "saved_apart": True, "tied": True})]
 EXTENDED = [(layout, 4, {"data": 2, "tensor": 2}) for layout in LAYOUTS] + [
     ("heads_3_d", 4, {"data": 2, "tensor": 2}, {"rotary": True}),
     ("chunk", 4, {"data": 2, "tensor": 2}, {"rotary": True, "saved_apart": True}),

@@ -370,7 +370,11 @@ class ParallelModule(nn.Module):
         if state_hooks.has_load_hooks(model):
             with use_groups(self._state.groups):
                 tensors = state_hooks.own_tensors(model)
-                full = {k: self.layout.gather(k, v, v).clone() for k, v in tensors.items()}
+                by_id: dict[int, torch.Tensor] = {}   # a tied parameter: one full tensor under each name
+                for k, v in tensors.items():
+                    gathered = self.layout.gather(k, v, v).clone()
+                    by_id.setdefault(id(v), gathered)
+                full = {k: by_id[id(v)] for k, v in tensors.items()}
             with state_hooks.full_tensors_in_place(model, full):
                 model.load_state_dict(state_dict)
             state_dict, own = full, tensors

@@ -52,12 +52,13 @@ def plain_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def refuse_hooks(model: nn.Module, call: str, instead: str) -> None:
-    """A clear error where ``call`` would need the model's state-dict hooks on files it
-    reads or writes by slices."""
-    hooked = sorted({type(m).__name__ for m in model.modules() if m._state_dict_hooks or m._state_dict_pre_hooks
-                     or m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks})
+    """A clear error where ``call`` reads or writes files by slices under the names of
+    ``model.state_dict()`` and a module's save hooks change those names or tensors (a
+    load hook that only renames legacy keys, as Hugging Face's Mamba has, changes nothing
+    here)."""
+    hooked = sorted({type(m).__name__ for m in model.modules() if m._state_dict_hooks or m._state_dict_pre_hooks})
     if hooked:
-        raise NotImplementedError(f"{call}: the model's modules {hooked} change its state dict on save or load "
+        raise NotImplementedError(f"{call}: the model's modules {hooked} change its state dict on save "
                                   f"(state-dict hooks), which {call} cannot run on the slices it reads and writes; "
                                   f"{instead}")
 

@@ -87,6 +87,10 @@ def _head_major(path: list[fx.Node], heads: int, head_dim: int, packed: int) -> 
         shape = list(spec.shape)
         if shape and shape[-1] == packed:
             continue  # a view that keeps the packed last dimension (a reshape of the batch)
+        source = tensor_spec(node.args[0]) if node.args and isinstance(node.args[0], fx.Node) else None
+        if call_name(node) not in _RESHAPES or source is None or list(source.shape[-1:]) != [packed] \
+                or list(shape[:len(source.shape) - 1]) != list(source.shape[:-1]):
+            return False   # only a reshape of the packed features alone says how they are laid out
         factors, size = [], 1
         for extent in reversed(shape):   # the trailing dimensions the packed one became
             if size >= packed:
@@ -103,6 +107,9 @@ def _head_major(path: list[fx.Node], heads: int, head_dim: int, packed: int) -> 
     return False
 
 
+_RESHAPES = ("view", "reshape", "_unsafe_view", "unflatten")
+
+
 def _taken_along(nodes: list[fx.Node], ndim: int) -> int | None:
     """The dimension of a reshape's ``ndim``-dimensional output along which the first of
     ``nodes`` (the walk on from it) takes a part (``unbind``, ``select``, ``chunk``,
@@ -113,10 +120,15 @@ def _taken_along(nodes: list[fx.Node], ndim: int) -> int | None:
         name = call_name(node)
         args = node.args
         if name == "permute":
-            order = args[1:] if len(args) > 2 else args[1]
-            where = [where[d] for d in order]
+            order = args[1:] if len(args) > 2 else (args[1] if len(args) > 1 else node.kwargs.get("dims"))
+            if not isinstance(order, (list, tuple)) or len(order) != len(where):
+                return None
+            where = [where[d % len(where)] for d in order]
         elif name in ("transpose", "swapaxes", "swapdims"):
-            a, b = (d % len(where) for d in args[1:3])
+            pair = list(args[1:3]) + [node.kwargs.get(k) for k in ("dim0", "dim1")][len(args[1:3]):]
+            if len(pair) != 2 or not all(isinstance(d, int) for d in pair):
+                return None
+            a, b = (d % len(where) for d in pair)
             where[a], where[b] = where[b], where[a]
         elif name in ("contiguous", "clone", "to", "float", "type_as"):
             continue
@@ -299,6 +311,10 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
             if major is None:
                 log.info("attention core %s: a fused projection with three heads whose layout (heads or q, k and v "
                          "outermost) the graph does not show, not a region", node.name)
+                continue
+            if fused and not major and packed != 3 * heads * head_dim:
+                log.info("attention core %s: a fused projection of %d features for %d heads of %d, cut by sizes into "
+                         "unequal Q, K and V blocks (grouped-query), not a region", node.name, packed, heads, head_dim)
                 continue
             qkv_blocks = 3 if fused and not major else 1
             q_match = projections["q"]
