@@ -107,6 +107,27 @@ def _head_major(path: list[fx.Node], heads: int, head_dim: int, packed: int) -> 
     return False
 
 
+def _fused_layout(core: fx.Node, q_path: list[fx.Node], packed: int, heads: int,
+                  head_dim: int) -> tuple[int, int | None] | None:
+    """How a fused projection of ``packed`` features is cut: ``(qkv_blocks, key/value
+    heads or None)``, or None where it cannot be split (logged). Three blocks (Q, K, V),
+    each split by heads, unless its output is laid out head by head or group by group
+    (:func:`_head_major`): then each head's q, k and v rows are already contiguous and a
+    plain column split keeps them (one block; with groups outermost, their count is the
+    key/value heads)."""
+    major = _head_major(q_path, heads, head_dim, packed)
+    if major is None:
+        log.info("attention core %s: a fused projection with three heads whose layout (heads or q, k and v "
+                 "outermost) the graph does not show, not a region", core.name)
+        return None
+    mha = packed == 3 * heads * head_dim
+    if not major and not mha:
+        log.info("attention core %s: a fused projection of %d features for %d heads of %d, cut by sizes into "
+                 "unequal Q, K and V blocks (grouped-query), not a region", core.name, packed, heads, head_dim)
+        return None
+    return (1, None if mha else (packed // head_dim - heads) // 2) if major else (3, None)
+
+
 _RESHAPES = ("view", "reshape", "_unsafe_view", "unflatten")
 
 
@@ -301,22 +322,11 @@ def find_attention_regions_pass(gm: fx.GraphModule) -> fx.GraphModule:
             fused = len({p.node for p in projections.values()}) == 1
             if not fused and projections["k"].out_features % head_dim == 0:  # grouped-query attention:
                 kv_heads = projections["k"].out_features // head_dim  # k may be repeated to H heads before the core
-            # one fused projection is cut in 3 blocks (Q, K, V), each split by heads, unless
-            # its output is laid out head by head ([B, T, H, 3·d], GPT-NeoX): then each
-            # head's q, k and v rows are already contiguous and a plain column split keeps them
-            packed = projections["q"].out_features
-            major = _head_major(paths["q"], heads, head_dim, packed) if fused else False
-            if fused and major and packed != 3 * heads * head_dim:   # groups outermost: their count
-                kv_heads = (packed // head_dim - heads) // 2
-            if major is None:
-                log.info("attention core %s: a fused projection with three heads whose layout (heads or q, k and v "
-                         "outermost) the graph does not show, not a region", node.name)
+            layout = _fused_layout(node, paths["q"], projections["q"].out_features, heads, head_dim) \
+                if fused else (1, kv_heads)
+            if layout is None:
                 continue
-            if fused and not major and packed != 3 * heads * head_dim:
-                log.info("attention core %s: a fused projection of %d features for %d heads of %d, cut by sizes into "
-                         "unequal Q, K and V blocks (grouped-query), not a region", node.name, packed, heads, head_dim)
-                continue
-            qkv_blocks = 3 if fused and not major else 1
+            qkv_blocks, kv_heads = layout[0], layout[1] or kv_heads
             q_match = projections["q"]
             if q_match.out_features != heads * head_dim * qkv_blocks and not fused:
                 log.info("attention core %s: projection width %d != heads*head_dim", node.name, q_match.out_features)
