@@ -21,6 +21,7 @@ import copy
 import math
 import os
 import tempfile
+import traceback
 from typing import Any, Callable
 
 import torch
@@ -46,12 +47,20 @@ float32). The smallest gradients that are not noise sit at ~3e-6 of the largest 
 query bias), the smallest parameters at ~4e-4 (ResNet's normalisation biases)."""
 
 
-def leaves_group_unusable(error: BaseException) -> bool:
-    """Whether the process group cannot be used after ``error``: another rank's failure
-    (:class:`~autopar.runtime.health.RankFailureError`) or a failed collective. A job that
-    catches each case's error to run the next (several cases in one launch) re-raises
-    these: the next case's collectives would wait on ranks that left."""
-    return isinstance(error, RankFailureError) or is_collective_failure(error)
+@contextlib.contextmanager
+def reported_in(row: dict, case: str):
+    """Run one case of a job that runs several in one launch: an error goes into ``row``
+    (``error``, ``traceback``) and the job goes on to the next case, except one after which
+    the process group cannot be used (another rank's
+    :class:`~autopar.runtime.health.RankFailureError`, a failed collective): the next
+    case's collectives would wait on ranks that left, so that one ends the job, naming
+    ``case``."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - reported in the row
+        if isinstance(error, RankFailureError) or is_collective_failure(error):
+            raise RuntimeError(f"{case}: {type(error).__name__}: {error}") from error
+        row.update({"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()})
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
@@ -161,8 +170,8 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
                                recompute: bool | str | None = None, default_device: str | None = None,
                                device: torch.device | str | None = None,
                                from_meta: str | None = None, plan: Any = None) -> dict[str, Any]:
-    """Run on every rank; returns ``{"mesh", "plan", "output", "loss", "grad", "grad_norm",
-    "param"}`` where each difference entry is ``(max abs, max relative)``, each the largest
+    """Run on every rank; returns ``{"mesh", "plan", "regions", "output", "loss", "grad",
+    "grad_norm", "param"}`` (``regions``: each region's strategy in the plan) where each difference entry is ``(max abs, max relative)``, each the largest
     over every tensor of that kind (``output``: the logits and the model's own loss;
     ``grad_norm``: the 2-norm and the inf-norm; ``param``: every state dict entry); a
     tensor's relative error is ``max |a - b| / max |b|`` over its own entries, a tensor that
@@ -209,6 +218,7 @@ def compare_with_single_device(model_factory: Callable[[], torch.nn.Module], inp
     twins = _Twins(pm, reference, inputs, kwargs, target, loss_fn, default_device)
     report: dict[str, Any] = {"mesh": dict(pm.plan.mesh), "plan": pm.plan.explain(), "tracer": pm.plan.tracer,
                               "strategies": {r.strategy for r in pm.plan.regions} - {"replicate"},
+                              "regions": {r.region: r.strategy for r in pm.plan.regions},
                               # parameters this rank holds no element of (the cube's off-diagonal vectors)
                               "empty_params": sum(p.numel() == 0 for p in pm.parameters())}
     _compare(twins.outputs(), report, "output")

@@ -55,27 +55,21 @@ def _plan_summary(report: dict[str, Any]) -> str:
 def coverage_job(runs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     """On every rank: each ``(model name, strategy)`` compared with single-device training.
     A model that fails gives a row with its error instead of stopping the suite, unless its
-    failure leaves the process group unusable (another rank failed): that ends the job."""
-    import traceback
-
-    from autopar.testing import compare_with_single_device, leaves_group_unusable
+    failure leaves the process group unusable (``autopar.testing.reported_in``)."""
+    from autopar.testing import compare_with_single_device, reported_in
     from examples.zoo import ZOO
     rows = []
     for name, strategy in runs:
         case = ZOO[name]()
         start = time.perf_counter()
-        row: dict[str, Any] = {"model": name, "strategy": strategy, "note": case.note}
-        try:
+        row: dict[str, Any] = {"model": name, "strategy": strategy, "note": case.note, "equal": False}
+        with reported_in(row, f"{name} under {strategy}"):
             report = compare_with_single_device(case.factory, case.inputs, case.target, case.loss_fn, strategy,
                                                 kwargs=case.kwargs, steps=3)
             row.update({k: report[k] for k in ("tracer", "mesh", "strategies", "output", "loss", "grad", "grad_norm",
                                                "param", "worst_grad", "worst_param")})
             row["plan"] = _plan_summary(report)
             row["equal"] = is_equal(report)
-        except Exception as e:  # noqa: BLE001 - reported per model
-            if leaves_group_unusable(e):   # the later models could not run on these ranks
-                raise RuntimeError(f"{name} under {strategy}: {type(e).__name__}: {e}") from e
-            row.update({"equal": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
         row["seconds"] = time.perf_counter() - start
         rows.append(row)
     return rows

@@ -32,12 +32,13 @@ the embedding.
 """
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from examples.models import lm_loss
 
 VOCAB, SEQ = 64, 8
 LAYOUTS = ("heads_3_d", "heads_3d", "unflatten", "3_heads_d", "permuted", "chunk", "groups")
@@ -138,8 +139,9 @@ class FusedAttentionLM(nn.Module):
         return self.head(h + self.attn(h))
 
 
-def lm_loss(logits, target):
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+def attention_strategies(report: dict) -> list[str]:
+    """The strategy of each attention region in a comparison's plan, in plan order."""
+    return [strategy for region, strategy in report["regions"].items() if region.startswith("attention:")]
 
 
 def qkv_layouts_job(cases: list[tuple]) -> list[dict[str, Any]]:
@@ -149,7 +151,7 @@ def qkv_layouts_job(cases: list[tuple]) -> list[dict[str, Any]]:
     ``saved_apart``; with ``saved_apart`` the full state dict's keys and a load of it
     are checked too); an error is reported in the row, unless it leaves the process
     group unusable."""
-    from autopar.testing import compare_with_single_device, leaves_group_unusable
+    from autopar.testing import compare_with_single_device, reported_in
     rows = []
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (4, SEQ), generator=generator)
@@ -157,18 +159,13 @@ def qkv_layouts_job(cases: list[tuple]) -> list[dict[str, Any]]:
     for layout, heads, strategy, *more in cases:
         options = more[0] if more else {}
         row: dict[str, Any] = {"layout": layout, "heads": heads, "strategy": strategy, "options": options}
-        try:
+        with reported_in(row, f"layout {layout} under {strategy}"):
             report = compare_with_single_device(lambda: FusedAttentionLM(layout, heads, 8 * heads, **options), (ids,),
                                                 target, lm_loss, strategy, dtype=torch.float64)
             row.update({k: report[k] for k in ("output", "loss", "grad", "param", "strategies")})
             if options.get("saved_apart"):
                 row["round_trip"] = _round_trip(layout, heads, options, strategy)
-            row["attention"] = [line.split()[2] for line in report["plan"].splitlines()
-                                if line.startswith("attention:")]
-        except Exception as e:  # noqa: BLE001 - reported per case
-            if leaves_group_unusable(e):
-                raise RuntimeError(f"layout {layout} under {strategy}: {type(e).__name__}: {e}") from e
-            row.update({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+            row["attention"] = attention_strategies(report)
         rows.append(row)
     return rows
 

@@ -12,7 +12,6 @@ the real modules).
 """
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 import torch
@@ -121,19 +120,13 @@ def training_case(name: str, batch: int = 4):
 def standard_layers_job(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     """On every rank: each ``(model name, strategy)`` compared with single-device
     training (``autopar.testing.compare_with_single_device``); an error is reported in the
-    row, not raised, so one spawn runs every case, except one that leaves the process group
-    unusable (another rank failed), which ends the job."""
-    from autopar.testing import compare_with_single_device, leaves_group_unusable
+    row, not raised, so one spawn runs every case (``autopar.testing.reported_in``)."""
+    from autopar.testing import compare_with_single_device, reported_in
     rows = []
     for name, strategy in cases:
         row: dict[str, Any] = {"model": name, "strategy": strategy}
-        try:
+        with reported_in(row, f"case {name} under {strategy}"):
             factory, inputs, target, loss_fn = training_case(name)
-            report = compare_with_single_device(factory, inputs, target, loss_fn, strategy)
-            row.update(report)
-        except Exception as e:  # noqa: BLE001 - reported per case
-            if leaves_group_unusable(e):
-                raise RuntimeError(f"case {name} under {strategy}: {type(e).__name__}: {e}") from e
-            row.update({"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+            row.update(compare_with_single_device(factory, inputs, target, loss_fn, strategy))
         rows.append(row)
     return rows

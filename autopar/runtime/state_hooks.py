@@ -67,26 +67,23 @@ def refuse_hooks(model: nn.Module, call: str, instead: str) -> None:
 def full_tensors_in_place(model: nn.Module, full: dict[str, torch.Tensor]) -> Iterator[None]:
     """``model`` holding ``full[name]`` in place of each parameter's data and each buffer
     while the block runs; the rank's own tensors back afterwards, whatever happens."""
-    swapped: list = []
+    restore: list = []   # what puts each swapped tensor back
     try:
         done: set[int] = set()
         for name, value in full.items():
-            value = value.detach()
             owner, _, leaf = name.rpartition(".")
             module = model.get_submodule(owner) if owner else model
             if leaf in module._parameters:
                 param = module._parameters[leaf]
                 if id(param) not in done:   # a tied parameter is swapped once
                     done.add(id(param))
-                    swapped.append((param, param.data))
-                    param.data = value
+                    restore.append(lambda param=param, data=param.data: setattr(param, "data", data))
+                    param.data = value.detach()
             elif leaf in module._buffers:
-                swapped.append((module, leaf, module._buffers[leaf]))
-                module._buffers[leaf] = value
+                restore.append(lambda module=module, leaf=leaf, old=module._buffers[leaf]:
+                               module._buffers.__setitem__(leaf, old))
+                module._buffers[leaf] = value.detach()
         yield
     finally:
-        for entry in reversed(swapped):
-            if len(entry) == 2:
-                entry[0].data = entry[1]
-            else:
-                entry[0]._buffers[entry[1]] = entry[2]
+        for undo in reversed(restore):
+            undo()

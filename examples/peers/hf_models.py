@@ -38,22 +38,16 @@ def logits_loss(output, target: torch.Tensor) -> torch.Tensor:
 def hf_job(cases: list) -> list[dict]:
     """On every rank: each ``(model name, strategy)`` in float64 against one process,
     with what the plan split (an error in the row unless it leaves the group unusable)."""
-    import traceback
-
-    from autopar.testing import compare_with_single_device, leaves_group_unusable
+    from autopar.testing import compare_with_single_device, reported_in
+    from examples.qkv_layouts import attention_strategies
     ids = torch.randint(0, VOCAB, (4, 8), generator=torch.Generator().manual_seed(0))
     rows = []
     for name, strategy in cases:
         row: dict = {"model": name, "strategy": strategy}
-        try:
+        with reported_in(row, f"{name} under {strategy}"):
             report = compare_with_single_device(lambda: build(name), (ids,), ids, logits_loss, strategy,
                                                 dtype=torch.float64)
             row.update({k: report[k] for k in ("mesh", "strategies", "output", "loss", "grad", "param")})
-            row["attention"] = [line.split()[2] for line in report["plan"].splitlines()
-                                if line.startswith("attention:")]
-        except Exception as error:  # noqa: BLE001 - reported per case
-            if leaves_group_unusable(error):
-                raise RuntimeError(f"{name} under {strategy}: {type(error).__name__}: {error}") from error
-            row.update({"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()})
+            row["attention"] = attention_strategies(report)
         rows.append(row)
     return rows

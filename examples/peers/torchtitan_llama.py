@@ -12,7 +12,8 @@ own ``ScaledDotProductAttention`` here, as its configuration system allows.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+
+from examples.models import lm_loss
 
 VOCAB = 2048
 
@@ -44,17 +45,12 @@ def llama3(layers: int = 2, max_seq_len: int = 64, kv_heads: int | None = None) 
     return config.build()
 
 
-def loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
-
-
 def peers_job(strategies: list) -> list[dict]:
     """On every rank: torchtitan's Llama 3 under each strategy (or ``(strategy, kv_heads)``)
     in float64 against the single device (:func:`autopar.testing.compare_with_single_device`), with what the
     plan split; an error is reported in the row unless it leaves the process group unusable."""
-    import traceback
-
-    from autopar.testing import compare_with_single_device, leaves_group_unusable
+    from autopar.testing import compare_with_single_device, reported_in
+    from examples.qkv_layouts import attention_strategies
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (4, 16), generator=generator)
     target = torch.randint(0, VOCAB, (4, 16), generator=generator)
@@ -62,15 +58,10 @@ def peers_job(strategies: list) -> list[dict]:
     for case in strategies:
         strategy, kv_heads = case if isinstance(case, tuple) else (case, None)
         row: dict = {"strategy": strategy, "kv_heads": kv_heads}
-        try:
-            report = compare_with_single_device(lambda: llama3(kv_heads=kv_heads), (ids,), target, loss, strategy,
+        with reported_in(row, f"torchtitan llama3 under {strategy}"):
+            report = compare_with_single_device(lambda: llama3(kv_heads=kv_heads), (ids,), target, lm_loss, strategy,
                                                 dtype=torch.float64)
             row.update({k: report[k] for k in ("mesh", "strategies", "output", "loss", "grad", "param")})
-            row["attention"] = [line.split()[2] for line in report["plan"].splitlines()
-                                if line.startswith("attention:")]
-        except Exception as error:  # noqa: BLE001 - reported per strategy
-            if leaves_group_unusable(error):
-                raise RuntimeError(f"torchtitan llama3 under {strategy}: {type(error).__name__}: {error}") from error
-            row.update({"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()})
+            row["attention"] = attention_strategies(report)
         rows.append(row)
     return rows
