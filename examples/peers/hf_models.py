@@ -20,6 +20,22 @@ def build(name: str) -> torch.nn.Module:
         "gptj": (T.GPTJConfig, T.GPTJForCausalLM, dict(n_embd=32, n_layer=2, n_head=4, rotary_dim=4)),
         "gpt_neox": (T.GPTNeoXConfig, T.GPTNeoXForCausalLM,
                      dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)),
+        # Llama 4: complex rotary; every layer a mixture of 4 experts held as fused
+        # [experts, in, out] weights applied with bmm, top-1 sigmoid routing, a shared expert
+        "llama4": (T.Llama4TextConfig, T.Llama4ForCausalLM,
+                   dict(hidden_size=32, intermediate_size=32, intermediate_size_mlp=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4,
+                        num_experts_per_tok=1, interleave_moe_layer_step=1, max_position_embeddings=64,
+                        attention_chunk_size=64, no_rope_layers=[1, 1])),
+        # Jamba: Mamba and attention layers in turn, every second one a mixture of 2 experts
+        # (a stack of period 2); the Mamba scan in PyTorch (no CUDA kernels on the CPU), the
+        # experts by batched matmuls (torch's grouped matmul takes no float64)
+        "jamba": (T.JambaConfig, T.JambaForCausalLM,
+                  dict(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+                       num_key_value_heads=2, num_experts=2, num_experts_per_tok=1, expert_layer_period=2,
+                       expert_layer_offset=1, attn_layer_period=2, attn_layer_offset=1, mamba_d_state=4,
+                       mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False,
+                       experts_implementation="batched_mm")),
     }
     config_class, model_class, sizes = configs[name]
     config = config_class(vocab_size=VOCAB, **sizes)

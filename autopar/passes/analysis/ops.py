@@ -189,6 +189,15 @@ def match_linear(node: fx.Node, gm: fx.GraphModule | None = None) -> LinearMatch
 
 def _from_matmul(node, x, w, p, bias, spelling) -> LinearMatch | None:
     spec = tensor_spec(w)
+    if spec is not None and len(spec.shape) == 3 and not p[1]:
+        # a batched product of ``[experts, rows, in]`` with one 3-D parameter ``[experts,
+        # in, out]`` (``bmm``, or ``matmul`` of two 3-D values): each expert's rows times
+        # its own weight, as a grouped matmul with equal groups (Llama 4's experts)
+        used = tensor_spec(x)
+        if used is None or len(used.shape) != 3 or used.shape[0] != spec.shape[0] or used.shape[2] != spec.shape[1]:
+            return None
+        experts, rows, cols = spec.shape
+        return LinearMatch(node, x, p[0], bias, "experts_in_out", rows, cols, "bmm", experts)
     if spec is None or len(spec.shape) != 2:
         return None
     rows, cols = spec.shape  # the shape of the operand as used: [in, out]

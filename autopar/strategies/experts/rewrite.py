@@ -90,11 +90,22 @@ def _routed(hidden, index, weights, experts: int, group: str, layer: str, run_lo
     return combine(run_local(rows, ids), routing, weights, group, rows)
 
 
+def _input_weighted(hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor, route) -> torch.Tensor:
+    """``route(rows, index, weights)`` with each (token, slot) pair's row scaled by its weight
+    before its expert (``weighted="input"``, Llama 4) rather than after: the pairs are
+    routed as tokens of one slot each, weighted by one, and summed over the slots after."""
+    tokens, top_k = index.shape
+    pairs = (hidden.unsqueeze(1) * weights.unsqueeze(-1).to(hidden.dtype)).reshape(tokens * top_k, *hidden.shape[1:])
+    ones = torch.ones((tokens * top_k, 1), dtype=hidden.dtype, device=hidden.device)
+    out = route(pairs, index.reshape(tokens * top_k, 1), ones)
+    return out.view(tokens, top_k, *out.shape[1:]).sum(1)
+
+
 def expert_parallel_mlp(hidden: torch.Tensor, index: torch.Tensor, weights: torch.Tensor, gate_up: torch.Tensor,
                         down: torch.Tensor, *, experts: int, group: str, activation,
                         layouts: tuple[str, str], tensor: str | None = None, layer: str = "",
                         gate_up_bias: torch.Tensor | None = None, down_bias: torch.Tensor | None = None,
-                        interleaved: bool = False) -> torch.Tensor:
+                        interleaved: bool = False, weighted: str = "output") -> torch.Tensor:
     """A routed layer's output ``[tokens, hidden]`` with its experts spread over ``group``
     (dispatch, this rank's experts, combine): what the layer computes on one device.
     ``gate_up_bias``, ``down_bias``: the rank's experts' biases (``[E/P, width]``);
@@ -107,16 +118,20 @@ def expert_parallel_mlp(hidden: torch.Tensor, index: torch.Tensor, weights: torc
     §2.3. The down projection's bias, whole on every tensor rank, is added by the group's
     first rank (the others add it times zero) after its own f, so g's sum holds it once
     and f's backward gives every tensor rank the first rank's gradient of it. ``layer``:
-    the region id the rows it processes are counted under (:data:`.collectives.LOAD`)."""
+    the region id the rows it processes are counted under (:data:`.collectives.LOAD`).
+    ``weighted="input"``: each row is scaled by its routing weight before its expert
+    (:func:`_input_weighted`; docs/experts.md, "Experts written densely")."""
     if tensor is not None:
         hidden, weights = copy_to_tensor_region(hidden, tensor), copy_to_tensor_region(weights, tensor)
         if down_bias is not None:
             down_bias = copy_to_tensor_region(down_bias, tensor)
             if group_rank(tensor) != 0:
                 down_bias = down_bias * 0.0
-    out = _routed(hidden, index, weights, experts, group, layer,
-                  lambda rows, ids: local_experts(rows, ids, gate_up, down, activation, layouts, gate_up_bias,
-                                                  down_bias, interleaved))
+    def route(rows, index, weights):
+        return _routed(rows, index, weights, experts, group, layer,
+                       lambda rows, ids: local_experts(rows, ids, gate_up, down, activation, layouts, gate_up_bias,
+                                                       down_bias, interleaved))
+    out = _input_weighted(hidden, index, weights, route) if weighted == "input" else route(hidden, index, weights)
     return reduce_from_tensor_region(out, tensor) if tensor is not None else out
 
 
@@ -208,9 +223,12 @@ def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str, tensor:
                     kwargs[key] = graph.get_attr(d[key])
             if d.get("interleaved"):
                 kwargs["interleaved"] = True
+            weights = table[d["weights"]]
+            if d.get("form") == "dense":   # the picked experts' weights, from the dense [T, E] scores
+                kwargs["weighted"] = d["weighted"]
+                weights = graph.call_function(torch.gather, (weights, 1, table[d["index"]]))
             call = graph.call_function(expert_parallel_mlp,
-                                       (table[d["input"]], table[d["index"]], table[d["weights"]], gate_up_w, down_w),
-                                       kwargs)
+                                       (table[d["input"]], table[d["index"]], weights, gate_up_w, down_w), kwargs)
     call.meta[SPEC] = output.meta.get(SPEC)
     output.replace_all_uses_with(call)
     doomed, erased = [table[n] for n in reversed(region.nodes)], set()

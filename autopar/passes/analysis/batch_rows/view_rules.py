@@ -137,12 +137,27 @@ class ViewRules(WalkState):
         if name in ("expand", "expand_as", "broadcast_to"):
             return r.shifted(len(dst) - len(src))
         if name in ("repeat", "tile"):
-            shift = len(dst) - len(src)
-            for d in r.dims | r.pos:
-                if dst[d + shift] != src[d]:
-                    self.couple(node, "index", f"{name} repeats the batch's rows along dimension {d}")
-            return r.shifted(shift)
+            return self.tile_rows(node, name, r, src, dst)
         return _regroup(src, dst, r, self.batch)
+
+    def tile_rows(self, node: fx.Node, name: str, r: "Rows", src: tuple, dst: tuple) -> "Rows | None":
+        """``repeat``/``tile`` along the batch's dimension lays whole copies of the batch one
+        after another (``x.repeat(E, 1)``: ``[E·B]``, Llama 4's routed input): each copy
+        holds the rows in order, so the rows stay in that dimension with the copies outside
+        them, as in a view of ``[E, B]`` flattened (:func:`_regroup`), and each rank's copies
+        hold its own share. Positions tiled are coupled (a position read in another copy)."""
+        shift = len(dst) - len(src)
+        out = r.shifted(shift)
+        inner = set(out.inner) if out is not None else set()
+        for d in r.dims | r.pos:
+            if dst[d + shift] == src[d]:
+                continue
+            factor = r.factor(d, src[d], self.batch) if d in r.dims and d not in r.pos else None
+            if not factor or factor < 0:
+                self.couple(node, "index", f"{name} repeats the batch's rows along dimension {d}")
+                continue
+            inner = {(e, f) for e, f in inner if e != d + shift} | {(d + shift, factor)}
+        return Rows.of(out.dims, out.pos, inner, out.perm, out.inverse) if out is not None else None
 
     def size_of_rows(self, size) -> bool:
         """Whether ``size`` (an argument) reads the size of a batch value's rows dimension

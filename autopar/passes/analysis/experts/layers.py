@@ -9,6 +9,7 @@ import torch.fx as fx
 
 from autopar.ir import Region, add_region, clear_regions, regions
 from autopar.passes.analysis.experts.activation import expert_parameters
+from autopar.passes.analysis.experts.dense import dense_layer
 from autopar.passes.analysis.experts.reading import between, is_topk, nearest
 from autopar.passes.analysis.experts.router import (combine_of, combined_weights, experts_input, group_offsets,
                                                     read_router, routing_weights, shared_experts)
@@ -133,28 +134,37 @@ def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
         column, row = table[chain.details["column"][0]], table[chain.details["row"]]
         with examining("experts", column, "routed experts"):
             offsets = group_offsets(column)
-            topk = next((a for a in nearest(offsets, 64) if is_topk(a)), None) if offsets is not None else None
+            dense = dense_layer(chain, table) if offsets is None else None   # every expert on every token
+            topk = dense["topk"] if dense else \
+                next((a for a in nearest(offsets, 64) if is_topk(a)), None) if offsets is not None else None
             router, scores = read_router(topk, gm) if topk is not None else (None, None)
+            if router is None and offsets is None:
+                log.warning("experts: %s: %d experts in a batched matmul over every token, but no routing weights "
+                            "the analysis can prove zero for the experts a top-k did not pick (docs/experts.md, "
+                            "\"Experts written densely\"); the layer stays in its data or tensor plan",
+                            chain.id, experts)
+                continue
             if router is None or router.out_features != experts:
                 log.warning("experts: %s has %d experts but no router the analysis can read (a linear of %d "
                             "outputs whose scores a topk reads, before the grouped matmul's offsets); the layer "
                             "stays in its data or tensor plan", chain.id, experts, experts)
                 continue
             top_k = topk.args[1] if len(topk.args) > 1 else topk.kwargs.get("k")
-            combine = combine_of(row, int(top_k))
+            combine = dense["combine"] if dense else combine_of(row, int(top_k))
             if combine is None:
                 log.warning("experts: %s: no sum over the %s slots after its down projection; the layer stays in "
                             "its data or tensor plan", chain.id, top_k)
                 continue
             indices = [u for u in topk.users if u.args[1:] == (1,)]
-            found = routing_weights(topk, indices[0], combine) if len(indices) == 1 else None
+            found = (dense["weights"], False) if dense else \
+                routing_weights(topk, indices[0], combine) if len(indices) == 1 else None
             if found is None:
                 log.warning("experts: %s: its routing weights (the top-k values, or the scores gathered at the top-k "
                             "indices) are not what its combine reads; the layer stays in its data or tensor plan",
                             chain.id)
                 continue
             weights, normalized = found
-            source = experts_input(column) or router.input
+            source = dense["input"] if dense else experts_input(column) or router.input
             members = between(router.node, combine, order) | {table[n] for n in chain.nodes}
             shared = shared_experts(gm, router.input, combine)
             parameters = expert_parameters(gm, chain, combine, table, order)
@@ -164,6 +174,8 @@ def find_routed_experts_pass(gm: fx.GraphModule) -> fx.GraphModule:
                        "weights": weights.name, "combine": combine.name, "shared": shared,
                        **{k: parameters[k] for k in ("gate_up_bias", "down_bias", "activation", "interleaved",
                                                      "unread")}}
+            if dense:   # the weights [T, E] scale the experts' input (passes/analysis/experts/dense.py)
+                details.update(form="dense", weighted="input")
             path = chain.id.split(":", 1)[1].rsplit(".experts", 1)[0]
             add_region(gm, Region(id=f"experts:{path}", kind="experts",
                                   nodes=[n.name for n in sorted(members, key=order.__getitem__)], details=details), table)
