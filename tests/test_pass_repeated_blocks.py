@@ -76,6 +76,17 @@ class Down(nn.Module):
         return self.fc(x) + self.skip(x)
 
 
+class MlpLayer(nn.Module):
+    """An MLP-only layer with its residual: unlike :class:`Layer`, for stacks of period 2."""
+
+    def __init__(self, d: int = 8, hidden: int = 16):
+        super().__init__()
+        self.ln, self.mlp = nn.LayerNorm(d), nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d))
+
+    def forward(self, x):
+        return x + self.mlp(self.ln(x))
+
+
 def gpt2():
     transformers = pytest.importorskip("transformers")
     transformers.logging.set_verbosity_error()
@@ -173,3 +184,45 @@ def test_graph_built_by_hand():
     assert [r.nodes for r in found] == [["layers_0"], ["layers_1"], ["layers_2"]]
     assert [r.details["flops"] for r in found] == [2 * 2 * 4 * 4] * 3
     assert all(r.details["module_class"] == "Linear" and r.details["params"] == 20 for r in found)
+
+
+@pytest.mark.parametrize("tracer", TRACERS)
+def test_a_stack_of_period_two_gives_one_block_per_unit(tracer):
+    gm = run_pass(Stack([Layer(), MlpLayer(), Layer(), MlpLayer(), Layer(), MlpLayer()]), torch.randn(2, 5, 4),
+                  tracer=tracer)
+    found = regions(gm, "block")
+    assert [r.id for r in found] == ["block:layers.0-1", "block:layers.2-3", "block:layers.4-5"]
+    assert [r.details["index"] for r in found] == [0, 2, 4]
+    assert all(r.details["period"] == 2 and r.details["module_class"] == "Layer+MlpLayer" for r in found)
+    assert found[2].details["layers"] == ["model.layers.4", "model.layers.5"]
+    assert len({r.details["signature"] for r in found}) == 1
+    per_unit = sum(p.numel() for m in (Layer(), MlpLayer()) for p in m.parameters())
+    assert all(r.details["params"] == per_unit for r in found)
+    # Layer's flops (test above) and MlpLayer's: mlp 2*10*8*16 twice
+    assert all(r.details["flops"] == 3840 + 800 + 800 + 1280 + 2560 + 2560 + 2560 + 2560 for r in found)
+    names = [set(r.nodes) for r in found]
+    assert not (names[0] & names[1]) and not (names[1] & names[2])
+    tagged = {n.name: n.meta.get(REGION_OF, {}).get("block") for n in gm.graph.nodes}
+    assert all(tagged[name] == r.id for r in found for name in r.nodes)
+
+
+@pytest.mark.parametrize("tracer", TRACERS)
+def test_period_three_and_a_last_layer_short_of_a_unit(tracer):
+    # Layer, MlpLayer, MlpLayer twice, then a Layer: period 3 covers 6 layers (the two
+    # MlpLayers in a row are a run of 2 only); the last Layer is in no block
+    stack = [Layer(), MlpLayer(), MlpLayer()] * 2 + [Layer()]
+    gm = run_pass(Stack([type(m)() for m in stack]), torch.randn(2, 5, 4), tracer=tracer)
+    assert [r.id for r in regions(gm, "block")] == ["block:layers.0-2", "block:layers.3-5"]
+
+
+def test_no_unit_repeats_twice():
+    from autopar.passes.analysis.repeated_blocks import describe_stacks
+    gm = run_pass(Stack([Layer(), MlpLayer(), Layer()]), torch.randn(2, 5, 4))
+    assert regions(gm, "block") == []
+    assert describe_stacks(gm) == "layers: Layer, MlpLayer, Layer"
+
+
+def test_a_unit_of_an_activation_is_no_unit():
+    # Linear, Tanh, Linear, Tanh: period 2, but Tanh holds no parameter (part of a layer)
+    gm = run_pass(nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh()), torch.randn(2, 8))
+    assert regions(gm, "block") == []

@@ -4,7 +4,10 @@ Transformer layers (``transformer.h.0``, ``transformer.h.1``, ...) and the ident
 blocks of a ResNet stage are consecutive, structurally identical children of one
 ``nn.ModuleList``/``nn.Sequential``. Pipeline parallelism (megatron-ptd-p §2.2) cuts the
 model between such blocks, so the planner needs them with their cost: one ``block``
-region per child, its parameter count and forward FLOPs.
+region per child, its parameter count and forward FLOPs. A stack of unlike layers that
+repeats with a period (Jamba's Mamba and attention layers, Gemma 3's local and global
+ones, dense and MoE layers in turn) gives one ``block`` region per unit of ``period``
+layers, so that a cut falls only between units.
 
 Example (GPT-2 with two layers of width 32 on ``ids: [2, 8]``, captured through torch.export)::
 
@@ -22,6 +25,7 @@ import hashlib
 import logging
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch.fx as fx
 
@@ -80,27 +84,38 @@ def block_signature(gm: fx.GraphModule, path: str, nodes: list[fx.Node]) -> str:
 
 
 def find_repeated_blocks_pass(gm: fx.GraphModule) -> fx.GraphModule:
-    """Record one ``block`` region per child in a run of identical consecutive blocks.
+    """Record one ``block`` region per unit in a run of alike consecutive units of a stack.
 
     Candidates are the children of a module list or sequence (a path ending in an
     integer: ``model.transformer.h.3``); a node belongs to every module on its
-    ``nn_module_stack``, a ``get_attr`` parameter to the modules its name lies in. A run is
-    a longest sequence of children with consecutive indices, equal
-    :func:`block_signature`, non-overlapping graph spans, and each reading what the one
-    before it computed (so a ``ModuleList`` of parallel heads is no run: that is a
-    fork/join). Only the longest run of each group (ties: the first) with two or more
-    blocks is recorded, and only outermost groups: the layers inside a recorded block are
-    not blocks themselves, so every node is in at most one block.
+    ``nn_module_stack``, a ``get_attr`` parameter to the modules its name lies in. A
+    *unit* is ``k`` consecutive children (the stack's period); a run is a longest sequence
+    of units alike position by position (each child the same class and
+    :func:`block_signature` as the child ``k`` before it), of children with consecutive
+    indices, non-overlapping graph spans, and each reading what the one before it computed
+    (so a ``ModuleList`` of parallel heads is no run: that is a fork/join). Of each group
+    the run covering the most children with two or more units is recorded (ties: the
+    smallest period, then the first run), and only outermost groups: the layers inside a
+    recorded block are not blocks themselves, so every node is in at most one block.
+    Identical children give ``k = 1``, one block per child; Jamba's Mamba and attention
+    layers, Gemma 3's local and global ones or interleaved dense and MoE layers give
+    ``k = 2`` or more, one block per unit. In a unit of several children every child
+    holds parameters: the activation between the linears of a ``Sequential`` is part of
+    a layer, not one. Children of the group outside the run (a first layer unlike the
+    others, a last one short of a unit) are in no block.
 
     ``nodes``: the block's nodes in graph order, ``get_attr`` parameters included (under
-    export they sit at the top of the graph). ``details``: ``module_path``, ``index`` (the
-    child's index in its list), ``group`` (the list's path), ``module_class``,
-    ``signature``, ``params`` (element count), ``flops`` (forward, approximate). Regions are
-    in graph order. The graph is not changed.
+    export they sit at the top of the graph). ``details``: ``module_path`` (its first
+    child), ``index`` (that child's index in its list), ``group`` (the list's path),
+    ``module_class`` (the children's, joined by ``+``), ``signature``, ``params``
+    (element count), ``flops`` (forward, approximate), and for ``k > 1`` ``period`` and
+    ``layers`` (the children's paths). A unit's id names its first and last child:
+    ``block:model.layers.0-1``. Regions are in graph order. The graph is not changed.
 
     Example: ``nn.Sequential(Block(), Block(), Block())`` inside the captured wrapper gives
     ``block:0``, ``block:1``, ``block:2`` (module paths ``model.0``, ...), all with group
-    ``model`` and one signature.
+    ``model`` and one signature; ``ModuleList([Attn(), Mlp(), Attn(), Mlp()])`` at
+    ``layers`` gives ``block:layers.0-1`` and ``block:layers.2-3``.
     """
     clear_regions(gm, "block")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -108,11 +123,7 @@ def find_repeated_blocks_pass(gm: fx.GraphModule) -> fx.GraphModule:
     for n in gm.graph.nodes:
         for path in module_paths(n):
             members[path].append(n)
-    groups: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    for path in members:
-        group, _, name = path.rpartition(".")
-        if name.isdigit():
-            groups[group].append((int(name), path))
+    groups = _stacks(members)
     found: list[Region] = []
     recorded: list[str] = []
     named = list(gm.named_parameters())  # read once: every block sums its own
@@ -120,52 +131,109 @@ def find_repeated_blocks_pass(gm: fx.GraphModule) -> fx.GraphModule:
         if any(group == b or group.startswith(b + ".") for b in recorded):
             continue  # inside a block already recorded
         with examining("repeated_blocks", f"module {group or '(root)'}", "children"):
-            run = _longest_run(gm, sorted(groups[group]), members, order)
+            run = _best_run(gm, sorted(groups[group]), members, order, named)
             if len(run) < 2:
-                log.debug("group %s: no two consecutive identical blocks among %d children", group, len(groups[group]))
+                log.debug("group %s: no unit of consecutive children repeats among %d children", group,
+                          len(groups[group]))
                 continue
-            log.debug("group %s: %d identical blocks %s", group, len(run), [p for _, p, _ in run])
+            log.debug("group %s: %d alike units of %d %s", group, len(run), len(run[0]),
+                      [[c.path for c in unit] for unit in run])
             blocks = []  # the group's regions, kept only when every block of it was read
-            for index, path, signature in run:
-                nodes = members[path]
-                params = sum(p.numel() for name, p in named if name.startswith(path + "."))
-                anchor = next(n for n in nodes if n.op != "get_attr")
-                rid = f"block:{user_path(gm, path)}"
-                blocks.append(Region(id=rid, kind="block", nodes=[n.name for n in nodes], details={
-                    "module_path": path, "index": index, "group": group,
-                    "module_class": _class_name(gm, anchor, path), "signature": signature,
-                    "params": params, "flops": sum(node_flops(gm, n) for n in nodes),
-                }))
+            for unit in run:
+                first, last = unit[0], unit[-1]
+                nodes = sorted({n for c in unit for n in members[c.path]}, key=order.__getitem__)
+                rid = f"block:{user_path(gm, first.path)}" + (f"-{last.index}" if len(unit) > 1 else "")
+                details = {
+                    "module_path": first.path, "index": first.index, "group": group,
+                    "module_class": "+".join(c.cls for c in unit),
+                    "signature": _unit_signature(unit),
+                    "params": sum(c.params for c in unit), "flops": sum(node_flops(gm, n) for n in nodes)}
+                if len(unit) > 1:
+                    details.update(period=len(unit), layers=[c.path for c in unit])
+                blocks.append(Region(id=rid, kind="block", nodes=[n.name for n in nodes], details=details))
             found.extend(blocks)
-            recorded.extend(r.details["module_path"] for r in blocks)
-    first = {r.id: min(order[n] for n in members[r.details["module_path"]] if n.op != "get_attr") for r in found}
+            recorded.extend(c.path for unit in run for c in unit)
+    table = node_index(gm)
+    first = {r.id: min(order[table[name]] for name in r.nodes if table[name].op != "get_attr") for r in found}
     found.sort(key=lambda r: first[r.id])
-    index = node_index(gm)
     for region in found:
-        add_region(gm, region, index)
+        add_region(gm, region, table)
     log.info("found %d repeated blocks", len(found))
     return gm
 
 
-def _longest_run(gm, children: list[tuple[int, str]], members, order) -> list[tuple[int, str, str]]:
-    best: list[tuple[int, str, str]] = []
-    run: list[tuple[int, str, str]] = []
+def _stacks(members: dict[str, list[fx.Node]]) -> dict[str, list[tuple[int, str]]]:
+    """The module lists and sequences of a graph: their paths and their children's
+    ``(index, path)`` (those with a node in the graph)."""
+    groups: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for path in members:
+        group, _, name = path.rpartition(".")
+        if name.isdigit():
+            groups[group].append((int(name), path))
+    return groups
+
+
+@dataclass
+class _Child:
+    """A child of a stack, as the run search compares it."""
+
+    index: int
+    path: str
+    compute: list[fx.Node]            # its computing nodes, in graph order
+    key: tuple[str, str]              # (class, signature): alike children have equal keys
+    params: int                       # parameter elements
+
+    @property
+    def cls(self) -> str:
+        return self.key[0]
+
+
+def _unit_signature(unit: list[_Child]) -> str:
+    if len(unit) == 1:
+        return unit[0].key[1]
+    return hashlib.sha1("+".join(c.key[1] for c in unit).encode()).hexdigest()[:12]
+
+
+def _best_run(gm, children: list[tuple[int, str]], members, order, named) -> list[list[_Child]]:
+    """The units of the run covering most children (module docstring): each unit a list
+    of its ``k`` children."""
+    kids: list[_Child | None] = []
     for index, path in children:
         compute = [n for n in members[path] if n.op != "get_attr"]
         if not compute:
-            run = []
+            kids.append(None)
             continue
-        signature = block_signature(gm, path, members[path])
-        if run:
-            last_index, last_path, last_signature = run[-1]
-            previous = [n for n in members[last_path] if n.op != "get_attr"]
-            follows = (index == last_index + 1 and signature == last_signature
-                       and order[previous[-1]] < order[compute[0]] and _reads_from(previous, set(compute), order))
-            if not follows:
-                run = []
-        run.append((index, path, signature))
-        if len(run) > len(best):
-            best = list(run)
+        kids.append(_Child(index, path, compute, (_class_name(gm, compute[0], path),
+                                                  block_signature(gm, path, members[path])),
+                           sum(p.numel() for name, p in named if name.startswith(path + "."))))
+    flows: dict[int, bool] = {}
+
+    def follows(i: int) -> bool:  # kids[i + 1] comes after kids[i] and reads what it computed
+        if i not in flows:
+            a, b = kids[i], kids[i + 1]
+            flows[i] = (a is not None and b is not None and b.index == a.index + 1
+                        and order[a.compute[-1]] < order[b.compute[0]] and _reads_from(a.compute, set(b.compute), order))
+        return flows[i]
+
+    n = len(kids)
+    best: list[list[_Child]] = []
+    covered = 0
+    for k in range(1, n // 2 + 1):
+        if (n // k) * k <= covered:
+            continue  # cannot cover more than the run found
+        for offset in range(k):
+            run: list[list[_Child]] = []
+            for start in range(offset, n - k + 1, k):
+                unit = kids[start:start + k]
+                if any(c is None for c in unit) or (k > 1 and not all(c.params for c in unit)) \
+                        or not all(follows(start + j) for j in range(k - 1)):
+                    run = []
+                    continue
+                if run and not ([c.key for c in run[-1]] == [c.key for c in unit] and follows(start - 1)):
+                    run = []
+                run.append(unit)
+                if len(run) >= 2 and len(run) * k > covered:
+                    best, covered = list(run), len(run) * k
     return best
 
 
@@ -183,9 +251,30 @@ def _reads_from(previous: list[fx.Node], block: set[fx.Node], order) -> bool:
     return False
 
 
+def describe_stacks(gm: fx.GraphModule, limit: int = 3) -> str:
+    """The outermost module lists and sequences of ``gm`` with two or more children, each
+    with its children's classes (``layers: Attn, Mlp, Attn``), the longest ``limit``
+    first: what an error that found no repeated blocks shows of the model."""
+    members: dict[str, list[fx.Node]] = defaultdict(list)
+    for n in gm.graph.nodes:
+        for path in module_paths(n):
+            members[path].append(n)
+    groups = _stacks(members)
+    outer = [g for g in groups if len(groups[g]) > 1 and not any(g.startswith(o + ".") for o in groups if o != g)]
+    lines = []
+    for group in sorted(outer, key=lambda g: (-len(groups[g]), g))[:limit]:
+        classes = []
+        for _, path in sorted(groups[group]):
+            compute = [n for n in members[path] if n.op != "get_attr"]
+            classes.append(_class_name(gm, compute[0], path) if compute else "(no computation)")
+        shown = ", ".join(classes[:12]) + (f", ... ({len(classes)} in all)" if len(classes) > 12 else "")
+        lines.append(f"{user_path(gm, group) or '(root)'}: {shown}")
+    return "; ".join(lines)
+
+
 def format_regions(gm: fx.GraphModule) -> str:
     """One line per ``block`` region of ``gm``, for logs and golden tests."""
     return "\n".join(
         f"{r.id}: {d['module_class']} group={d['group']} index={d['index']} signature={d['signature']} "
-        f"nodes={len(r.nodes)} params={d['params']} flops={d['flops']}"
+        f"nodes={len(r.nodes)} params={d['params']} flops={d['flops']}" + (f" period={d['period']}" if "period" in d else "")
         for r in regions(gm, "block") for d in [r.details])

@@ -44,7 +44,7 @@ from autopar.runtime.executable import batch_of, executable, local_batch, microb
 from autopar._torch_compat import export_out_spec
 from autopar.trace.capture import capture
 from autopar.trace.inputs import CallLayout
-from autopar.ir import CAPTURE, LAST, PASSES_RUN, STAGE, Region, add_region, regions
+from autopar.ir import CAPTURE, LAST, PASSES_RUN, STAGE, Region, add_region, clear_regions, regions
 from autopar.passes.analysis.analyse import analyse
 from autopar.passes.analysis.naming import adopt_region_ids
 from autopar.strategies.data.outputs import loss_reduction, mark_batch_major_rows
@@ -74,6 +74,9 @@ def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
     if region_ids:
         adopt_region_ids(gm, region_ids)
     present = {r.id for r in regions(gm, "block")}
+    if not present <= set(block_nodes):  # the stage's own stack read otherwise (a period seen in part): the cut's
+        clear_regions(gm, "block")
+        present = set()
     names = {n.name for n in gm.graph.nodes}
     for rid, nodes in block_nodes.items():
         if rid not in present:

@@ -1,6 +1,8 @@
 """Rewrite pass: cut a traced graph into pipeline stages at repeated-block boundaries
 (megatron §2.2; the blocks are the ``block`` regions of
-:mod:`autopar.passes.analysis.repeated_blocks`).
+:mod:`autopar.passes.analysis.repeated_blocks`: one per layer of a stack of identical
+layers, one per unit of ``period`` layers of a stack that repeats with a period, such as
+Jamba's Mamba and attention layers, so no cut falls inside a unit).
 
 :func:`balance` chooses the cut: ``S`` contiguous groups of blocks minimising the most
 expensive stage, the nodes before the first block (the embedding) counted on the first
@@ -8,7 +10,9 @@ stage and the nodes after the last (the head and the loss) on the last. :func:`s
 then makes one GraphModule per stage:
 
 * a node belongs to the stage of its block; nodes before the first block to stage 0,
-  after the last to the last stage; any other node (a residual add between blocks) to
+  after the last to the last stage (a stack's layers outside its run of units, a first
+  layer unlike the others or a last one short of a unit, with them: priced there, and
+  the balance counts them); any other node (a residual add between blocks) to
   the latest stage among its inputs, so data only flows forward;
 * a stage's placeholders are the graph inputs it reads (every rank has the whole batch,
   so inputs are never sent) and, first, the values earlier stages computed that it or a
@@ -32,6 +36,7 @@ import torch.fx as fx
 
 from autopar.ir import REGIONS, regions, tensor_spec
 from autopar.passes.analysis.flops import node_flops
+from autopar.passes.analysis.repeated_blocks import describe_stacks
 
 
 class StageError(ValueError):
@@ -134,8 +139,11 @@ def partition(gm: fx.GraphModule, stages: int, assignment: list[int] | None = No
     by forward FLOPs; ``flops``: each node's, when the caller has them already)."""
     blocks = blocks_of(gm)
     if not blocks:
-        raise StageError("pipeline: the model has no repeated blocks (identical children of one ModuleList or "
-                         "Sequential) to cut between; pipelining needs them")
+        stacks = describe_stacks(gm)
+        raise StageError("pipeline: the model has no repeated blocks to cut between (two or more consecutive "
+                         "children of one ModuleList or Sequential alike one by one, or units of a few children "
+                         "alike unit by unit, each child of a unit holding parameters); pipelining needs them. "
+                         + (f"Its stacks of modules: {stacks}" if stacks else "It has no ModuleList or Sequential"))
     block_of = {name: b for b, r in enumerate(blocks) for name in r.nodes}
     nodes = list(gm.graph.nodes)
     first = min(i for i, n in enumerate(nodes) if n.name in block_of)
