@@ -30,6 +30,7 @@ import keyword
 import linecache
 import logging
 import traceback
+import warnings
 from collections.abc import Mapping
 from typing import Any, Callable, Sequence
 
@@ -119,8 +120,12 @@ class ModelLossError(ValueError):
 def output_loss(output: Any, required: bool) -> tuple[Any, bool]:
     """``(loss, True)`` when the model's ``output`` carries its own loss: a Hugging Face
     ``ModelOutput`` or a dict with a ``"loss"`` that is not None, or a tensor (which must
-    be a scalar: checked on the captured graph). Otherwise ``(output, False)``, or, when
-    ``required``, :class:`ModelLossError` naming what the output holds."""
+    be a scalar: checked on the captured graph), or a tuple or list holding exactly one
+    scalar floating-point tensor, wherever it stands (nanoGPT's and minGPT's
+    ``(logits, loss)``, Hugging Face's ``(loss, logits, ...)`` of ``return_dict=False``;
+    read on the captured graph when symbolic tracing gives proxies, see
+    :func:`_returns_loss`). Otherwise ``(output, False)``, or, when ``required``,
+    :class:`ModelLossError` naming what the output holds."""
     if isinstance(output, Mapping):
         loss = output.get("loss")
         if loss is not None:
@@ -132,10 +137,18 @@ def output_loss(output: Any, required: bool) -> tuple[Any, bool]:
         return output, False
     if isinstance(output, (torch.Tensor, fx.Proxy)):
         return output, True
+    if isinstance(output, (tuple, list)):
+        if any(isinstance(v, fx.Proxy) for v in output):
+            return output, True
+        scalars = [i for i, v in enumerate(output)
+                   if isinstance(v, torch.Tensor) and v.dim() == 0 and v.is_floating_point()]
+        if len(scalars) == 1:
+            _tuple_loss_taken(output, scalars[0])
+            return output[scalars[0]], True
     if required:
         raise ModelLossError(f"the model returns a {type(output).__name__}, which carries no loss autopar can read (a "
-                             f"ModelOutput or dict with 'loss', or a scalar tensor); give compile a loss_fn and "
-                             f"example_target")
+                             f"ModelOutput or dict with 'loss', a scalar tensor, or a tuple holding one scalar tensor, "
+                             f"as (logits, loss)); give compile a loss_fn and example_target")
     return output, False
 
 
@@ -295,7 +308,8 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
     if tracer in ("auto", "symbolic_trace"):
         try:
             versions = _versions(root)
-            gm = symbolic_trace_standard_layers(root)
+            with _attributes_kept(root):
+                gm = symbolic_trace_standard_layers(root)
             _check_not_mutated(root, versions)
             traced = True
             propagate_specs(gm, args)
@@ -326,6 +340,26 @@ def _capture(model, example_inputs: tuple, loss_fn, example_target, tracer: str,
     return gm
 
 
+@contextlib.contextmanager
+def _attributes_kept(root: nn.Module):
+    """Put back every plain attribute a module's forward assigned while symbolically
+    traced (Meta's Llama: ``self.freqs_cis = self.freqs_cis.to(h.device)``): the trace ran
+    the forward on proxies, so the model would keep a proxy, which the export tried next
+    (and the user's own calls) would read instead of the tensor. One first set there
+    from a proxy is removed."""
+    kept = [(m, {k: v for k, v in vars(m).items() if k not in ("_parameters", "_buffers", "_modules")})
+            for m in root.modules()]
+    try:
+        yield
+    finally:
+        for module, attributes in kept:
+            for name in [n for n, v in vars(module).items() if isinstance(v, fx.Proxy) and n not in attributes]:
+                delattr(module, name)
+            for name, value in attributes.items():
+                if vars(module).get(name, value) is not value:
+                    setattr(module, name, value)
+
+
 def _versions(root: nn.Module) -> dict[str, int]:
     """Each parameter's and buffer's version counter (in-place ops bump it)."""
     return {name: t._version for name, t in [*root.named_parameters(), *root.named_buffers()]}
@@ -349,6 +383,17 @@ def _graph_args(example_inputs: tuple, example_kwargs: dict, loss_fn, example_ta
         ((example_target,) if loss_fn is not None else ())
 
 
+def _tuple_loss_taken(output, position: int) -> None:
+    """Say which element of a returned tuple autopar trains on: a tuple's one scalar is
+    taken as the model's loss (``(logits, loss)``), which is right for a language model's
+    loss and wrong for a model returning ``(logits, aux_loss)`` whose loss the user's loop
+    adds up: the warning names it so that the second gives a ``loss_fn``."""
+    warnings.warn(f"autopar: the model returns a {type(output).__name__} of {len(output)} values and no loss_fn was "
+                  f"given; its one scalar (position {position}) is taken as the loss to train on. If the loss is "
+                  f"computed from the outputs outside the model, give compile a loss_fn and example_target",
+                  stacklevel=3)
+
+
 def _returns_loss(gm: fx.GraphModule, root: nn.Module, model_loss: str | None) -> bool:
     """Whether the captured graph returns a loss: ``loss_fn``'s, or the model's own (a
     scalar tensor; a tensor output of another shape is no loss)."""
@@ -360,6 +405,16 @@ def _returns_loss(gm: fx.GraphModule, root: nn.Module, model_loss: str | None) -
     value = output.args[0]
     if isinstance(value, (tuple, list)) and len(value) == 1:  # export's flat outputs
         value = value[0]
+    if isinstance(value, (tuple, list)):  # a tuple of proxies (output_loss): the one scalar in it is the loss
+        scalars = [v for v in value if isinstance(v, fx.Node) and isinstance(v.meta.get(SPEC), TensorSpec)
+                   and v.meta[SPEC].shape == () and v.meta[SPEC].dtype.is_floating_point]
+        if len(scalars) == 1:
+            _tuple_loss_taken(value, value.index(scalars[0]))
+            output.args = (scalars[0],)
+            gm.recompile()
+            return True
+        if model_loss == "if_present":
+            return False
     spec = value.meta.get(SPEC) if isinstance(value, fx.Node) else None
     if isinstance(spec, TensorSpec) and spec.shape == ():
         return True

@@ -1,0 +1,1 @@
+"""Model code as other repositories write it (``examples/new_user_models.py``)."""
