@@ -1,4 +1,4 @@
-"""Run the seven benchmarks and print one summary table (``make bench``).
+"""Run the eight benchmarks and print one summary table (``make bench``).
 
     python benchmarks/run_all.py [--steps 40] [--quick] [--json results.json] [--markdown]
 
@@ -20,6 +20,7 @@ import torch  # noqa: E402
 import bench_compile_overhead  # noqa: E402
 import bench_data_parallel  # noqa: E402
 import bench_fusion  # noqa: E402
+import bench_peers  # noqa: E402
 import bench_pipeline  # noqa: E402
 import bench_subgraph  # noqa: E402
 import bench_tensor3d  # noqa: E402
@@ -54,7 +55,8 @@ def main(argv=None) -> list:
                           ("3D tensor parallel (8 ranks, overlap ladder and 1D/2-D/3D plans)", bench_tensor3d),
                           ("pipeline schedules (4 ranks, GPipe/1F1B/interleaved vs m; bubble on 2)",
                            bench_pipeline),
-                          ("fused Triton kernels (1 GPU, vs eager and torch.compile)", bench_fusion)]:
+                          ("fused Triton kernels (1 GPU, vs eager and torch.compile)", bench_fusion),
+                          ("peers (4 ranks, torchtitan's Llama 3 vs its own FSDP2 x TP with SP)", bench_peers)]:
         began = time.perf_counter()
         part = module.run(steps, warmup, args.quick)
         seconds[title] = time.perf_counter() - began

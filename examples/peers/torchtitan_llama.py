@@ -31,6 +31,13 @@ def llama3(layers: int = 2, max_seq_len: int = 64, kv_heads: int | None = None) 
     layers, built by torchtitan's own configuration, seeded. ``kv_heads``: grouped-query
     attention as its larger flavours have it (the fused projection then laid out
     ``[groups, heads per group + 2, d]``)."""
+    config = _config(layers, max_seq_len, kv_heads)
+    torch.manual_seed(0)
+    return config.build()
+
+
+def _config(layers: int, max_seq_len: int, kv_heads: int | None):
+    """The configuration :func:`llama3` builds (torchtitan's ``Llama3Model.Config``)."""
     from torchtitan.models.common import ComplexRoPE, compute_ffn_hidden_dim
     from torchtitan.models.common.attention import ScaledDotProductAttention
     from torchtitan.models.llama3 import _build_llama3_layers, _debugmodel
@@ -41,8 +48,57 @@ def llama3(layers: int = 2, max_seq_len: int = 64, kv_heads: int | None = None) 
         rope=ComplexRoPE.Config(dim=16, max_seq_len=max_seq_len, theta=500000, scaling="llama"))
     for layer in config.layers:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
+    return config
+
+
+def llama3_torchtitan_parallel(layers: int = 2, max_seq_len: int = 64, *, dp_shard: int, tp: int,
+                               sequence_parallel: bool = True, kv_heads: int | None = None):
+    """The same model (same seed, same weights as :func:`llama3`) parallelised by torchtitan
+    itself, as its trainer composes it: the sharding configuration of its tensor-parallel
+    plan (``set_llama3_sharding_config``, sequence parallel or not; the head column-split
+    over the vocabulary, the loss vocabulary-parallel), then ``parallelize_llama`` on a
+    ``ParallelDims`` mesh (``fsdp`` × ``tp``): ``Module.parallelize`` for tensor
+    parallelism, ``fully_shard`` per layer and at the root (FSDP2, float32 parameters,
+    gradients summed over the data group). Runs on every rank of a ``dp_shard × tp``
+    world. Returns ``(model, parallel_dims)``; :func:`torchtitan_loss` is its loss.
+
+    Settings a CPU run needs: meshes on ``"cpu"`` (torchtitan picks ``"cuda"`` where no
+    accelerator is found), the ``"partial_dtensor"`` backend (its default, ``"spmd_types"``,
+    fails inside ``fully_shard`` on torch 2.13), and plain sums in FSDP's reductions (gloo
+    refuses ``PREMUL_SUM``)."""
+    import torch.distributed as dist
+    import torchtitan.distributed.parallel_dims as parallel_dims_module
+    from torch.distributed.fsdp import FSDPModule
+    from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
+    from torchtitan.distributed import ParallelDims
+    from torchtitan.distributed import utils as dist_utils
+    from torchtitan.models.llama3.parallelize import parallelize_llama
+    from torchtitan.models.llama3.sharding import set_llama3_sharding_config
+    parallel_dims_module.device_type = "cpu"
+    backend = "partial_dtensor"
+    dist_utils.set_spmd_backend(backend)
+    parallelism = ParallelismConfig(data_parallel_shard_degree=dp_shard, tensor_parallel_degree=tp,
+                                    enable_sequence_parallel=sequence_parallel, spmd_backend=backend)
+    dims = ParallelDims.from_config(parallelism, dist.get_world_size())
+    dims.build_mesh()
+    config = _config(layers, max_seq_len, kv_heads)
+    set_llama3_sharding_config(config, enable_sp=sequence_parallel)
     torch.manual_seed(0)
-    return config.build()
+    model = config.build()
+    parallelize_llama(model, parallel_dims=dims, training=TrainingConfig(mixed_precision_param="float32"),
+                      parallelism=parallelism, compile_config=CompileConfig(), ac_config=None, dump_folder="")
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_force_sum_reduction_for_comms(True)
+    return model, dims
+
+
+def torchtitan_loss(logits, target: torch.Tensor, global_tokens: int) -> torch.Tensor:
+    """torchtitan's training loss on a rank's part of the batch: its cross-entropy (summed;
+    vocabulary-parallel when ``logits`` is split over the vocabulary) over the global
+    number of tokens, so that the data group's summed gradients are those of the mean."""
+    from torchtitan.components.loss import cross_entropy_loss
+    return cross_entropy_loss(logits, target) / global_tokens
 
 
 def peers_job(strategies: list) -> list[dict]:

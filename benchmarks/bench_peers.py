@@ -1,0 +1,312 @@
+"""Benchmark (docs/benchmarks.md §22): autopar against a peer library's own parallelisation of the same
+model, in one launch per world size.
+
+Each *entry* is one configuration: a model from ``examples/peers/``, an autopar strategy,
+and the peer's own way of parallelising that model to the same degrees. Both sides start
+from the same weights (one seed) and see the same global batch; a step is ``zero_grad`` +
+forward + loss + backward (the gradient synchronisation included), no optimizer step.
+
+``llama3-dp2-tp2-sp``: torchtitan's Llama 3 (release 0.3.0, its debug model: dim 256,
+16 heads, vocabulary 2048, :data:`LAYERS` layers, SDPA inner attention), float32, batch
+8 × 64 tokens, 4 gloo ranks:
+
+* autopar: ``pm.step(x, target=y)`` with ``{"data": 2, "tensor": 2, "sequence_parallel": True}``
+  (each rank passes the global batch and the program takes its part);
+* torchtitan: its own composition (``llama3_torchtitan_parallel``): the tensor-parallel
+  plan with sequence parallelism of ``set_llama3_sharding_config`` (the head split over
+  the vocabulary, the loss vocabulary-parallel) applied by ``parallelize_llama`` on its
+  ``fsdp`` × ``tp`` = 2 × 2 mesh, with ``fully_shard`` per layer and at the root (FSDP2);
+  each rank runs its data group's half of the batch, loss = torchtitan's summed
+  cross-entropy over the global token count.
+
+Before timing, each side's first step is checked against one process (the unsplit model,
+float32, the whole batch): the loss and the gradient 2-norm (``pm.grad_norm()``; the
+torchtitan side's gradients gathered with ``full_tensor``). What autopar split is printed
+per region; every attention region of a tensor-parallel entry is expected to be
+``megatron``, and an entry whose attention is not split says so in its row.
+
+Timing: the sides alternate every repetition, each between two barriers, timed on rank
+0 (:func:`common.interleaved`). Memory, per rank: a side's *state* (the resident-set
+growth of building it, the full model dropped) plus its step's *transient* (``VmHWM``
+over the resident set during one step, the peak reset by ``/proc/self/clear_refs`` and
+freed heap returned by ``malloc_trim`` first); the largest over ranks is reported. No
+goal: the rows are measured only.
+
+    python benchmarks/bench_peers.py [--steps 30] [--warmup 5] [--quick] [--cases CASE ...]
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import gc
+import logging
+import os
+from typing import Callable
+
+# common first: it puts the repo root on sys.path (examples/ is not an installed package)
+from common import cases_of, check_close, compare, interleaved, parser, print_rows, steps_of, write_json, zero_grad
+
+import torch
+import torch.distributed as dist
+
+import autopar
+from autopar.runtime.launcher import launch
+from examples.models import lm_loss
+from examples.peers import torchtitan_llama
+
+LAYERS, BATCH, SEQ = 6, 8, 64   # torchtitan's "debugmodel" has 6 layers
+RTOL = 1e-5                      # float32: each side's loss and gradient norm against one process
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One configuration: a model, autopar's strategy and the peer's own parallelisation
+    (``peer_side(entry, x, y)`` builds it on every rank and returns a :class:`Side`)."""
+
+    case: str
+    world: int
+    model: Callable[[], torch.nn.Module]   # the single-device model, seeded
+    strategy: dict
+    peer: str
+    peer_side: Callable[["Entry", torch.Tensor, torch.Tensor], "Side"]
+    options: dict = dataclasses.field(default_factory=dict)
+    missing: Callable[[], str | None] = lambda: None   # why the peer cannot run here, or None
+    prepare: Callable[[], object] = lambda: None       # the peer's imports, done before memory is measured
+
+
+@dataclasses.dataclass
+class Side:
+    """A side of a comparison on this rank: its timed ``step`` and its ``first``
+    step, which returns the global loss and gradient 2-norm."""
+
+    step: Callable[[], object]
+    first: Callable[[], tuple[float, float]]
+
+
+# -- torchtitan ----------------------------------------------------------------------------------
+
+def torchtitan_side(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> Side:
+    """torchtitan's FSDP2 × TP (with or without SP) of its Llama 3, the rank's data part."""
+    model, dims = torchtitan_llama.llama3_torchtitan_parallel(LAYERS, SEQ, **entry.options)
+    dp = dims.get_mesh("fsdp")
+    x_local, y_local = x.chunk(dp.size())[dp.get_local_rank()], y.chunk(dp.size())[dp.get_local_rank()]
+    params, tokens = list(model.parameters()), y.numel()
+
+    def step():
+        zero_grad(params)
+        torchtitan_llama.torchtitan_loss(model(x_local), y_local, tokens).backward()
+
+    def first():
+        zero_grad(params)
+        loss = torchtitan_llama.torchtitan_loss(model(x_local), y_local, tokens)
+        loss.backward()
+        loss = loss.detach().clone()
+        dist.all_reduce(loss, group=dp.get_group())
+        quiet = logging.getLogger("torch.distributed.tensor._redistribute")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)   # its note that a gradient is gathered in two all-gathers
+        try:
+            return loss.item(), norm_of(p.grad.full_tensor() for p in params)
+        finally:
+            quiet.setLevel(level)
+
+    return Side(step, first)
+
+
+def import_torchtitan() -> None:
+    import torchtitan.components.loss  # noqa: F401
+    import torchtitan.models.llama3.parallelize  # noqa: F401
+
+
+def llama3() -> torch.nn.Module:
+    return torchtitan_llama.llama3(LAYERS, SEQ)
+
+
+ENTRIES = {e.case: e for e in [
+    Entry("llama3-dp2-tp2-sp", 4, llama3, {"data": 2, "tensor": 2, "sequence_parallel": True},
+          "torchtitan", torchtitan_side, {"dp_shard": 2, "tp": 2, "sequence_parallel": True},
+          torchtitan_llama.available, import_torchtitan),
+]}
+CASES = list(ENTRIES)
+QUICK_CASES = CASES
+
+
+# -- memory --------------------------------------------------------------------------------------
+
+def vm(field: str) -> int:
+    """A ``/proc/self/status`` figure in bytes (``VmRSS``, ``VmHWM``)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def settle() -> int:
+    """Free what is garbage, give the heap's free pages back, reset the peak; the resident set."""
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")   # resets VmHWM to the current resident set
+    return vm("VmRSS")
+
+
+def transient(step: Callable[[], object]) -> int:
+    """Bytes one step holds above the resident set it starts from, at its peak."""
+    before = settle()
+    step()
+    return vm("VmHWM") - before
+
+
+# -- the job -------------------------------------------------------------------------------------
+
+def autopar_side(entry: Entry, x: torch.Tensor, y: torch.Tensor):
+    model = entry.model()
+    pm = autopar.compile(model, None, example_inputs=(x,), loss_fn=lm_loss, example_target=y,
+                         strategy=entry.strategy)
+    del model
+    params = list(pm.parameters())
+
+    def step():
+        zero_grad(params)
+        pm.step(x, target=y)
+
+    def first():
+        zero_grad(params)
+        loss = pm.step(x, target=y)
+        return float(loss), pm.grad_norm().item()
+
+    return Side(step, first), pm
+
+
+def reference(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    """The single device: loss and gradient 2-norm of the whole batch."""
+    model = entry.model()
+    loss = lm_loss(model(x), y)
+    loss.backward()
+    return loss.item(), norm_of(p.grad for p in model.parameters())
+
+
+def norm_of(grads) -> float:
+    """The 2-norm of all gradients, summed in float64 (``torch``'s float32 norm of one
+    2048 × 256 gradient is off by ~6e-5 on the CPU, more than the sides differ by)."""
+    return sum(g.double().pow(2).sum() for g in grads).sqrt().item()
+
+
+def relative(a: float, b: float) -> float:
+    return abs(a - b) / abs(b)
+
+
+def run_entry(entry: Entry, steps: int, warmup: int) -> tuple:
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randint(0, torchtitan_llama.VOCAB, (BATCH, SEQ), generator=generator)
+    y = torch.randint(0, torchtitan_llama.VOCAB, (BATCH, SEQ), generator=generator)
+    entry.prepare()
+    ref_loss, ref_norm = reference(entry, x, y)   # also the first forward's one-time costs, on neither side
+    info: dict = {"case": entry.case, "strategy": entry.strategy, "peer": entry.peer}
+    start = settle()
+    ours, pm = autopar_side(entry, x, y)
+    built = settle()
+    theirs = entry.peer_side(entry, x, y)
+    state = {"autopar": built - start, entry.peer: settle() - built}
+    info["mesh"] = dict(pm.plan.mesh)
+    info["sequence_parallel"] = getattr(pm.plan, "sequence_parallel", None)
+    info["regions"] = {r.region: r.strategy for r in pm.plan.regions}
+    info["attention"] = [s for r, s in info["regions"].items() if r.startswith("attention:")]
+    info["numerics"] = {}
+    for name, side in (("autopar", ours), (entry.peer, theirs)):
+        loss, norm = side.first()
+        info["numerics"][name] = {"loss": loss, "grad_norm": norm, "loss_rel": relative(loss, ref_loss),
+                                  "grad_norm_rel": relative(norm, ref_norm)}
+    info["numerics"]["one process"] = {"loss": ref_loss, "grad_norm": ref_norm}
+    for name in ("autopar", entry.peer):   # both sides compute what one process does, or no timing
+        for kind in ("loss", "grad_norm"):
+            check_close(f"{entry.case}: {name}'s {kind} against one process", info["numerics"][name][kind],
+                        info["numerics"]["one process"][kind], rtol=RTOL, atol=0.0)
+    times = interleaved({"autopar": ours.step, entry.peer: theirs.step}, steps=steps, warmup=warmup,
+                        sync=dist.barrier)
+    info["state"] = state
+    info["transient"] = {name: transient(side.step) for name, side in (("autopar", ours), (entry.peer, theirs))}
+    info["memory"] = {name: state[name] + info["transient"][name] for name in state}
+    return times, info
+
+
+def rank_job(cases: list[str], steps: int, warmup: int) -> list[tuple]:
+    """Runs on every rank; returns (times, info) per case (rank 0's times are reported)."""
+    return [run_entry(ENTRIES[case], steps, warmup) for case in cases]
+
+
+def summarise(case: str, peer: str, rank_results: list[tuple]) -> tuple:
+    times, info = rank_results[0]
+    peaks = {name: max(r[1]["memory"][name] for r in rank_results) for name in ("autopar", peer)}
+    info["peak_mib"] = {name: value / 2 ** 20 for name, value in peaks.items()}
+    info["state_mib"] = {name: max(r[1]["state"][name] for r in rank_results) / 2 ** 20 for name in peaks}
+    info["transient_mib"] = {name: max(r[1]["transient"][name] for r in rank_results) / 2 ** 20 for name in peaks}
+    info["memory_ratio"] = peaks["autopar"] / peaks[peer]
+    errors = ", ".join(f"{name} {n['loss_rel']:.1e}/{n['grad_norm_rel']:.1e}"
+                       for name, n in info["numerics"].items() if "loss_rel" in n)
+    split = ("attention split" if set(info["attention"]) == {"megatron"}
+             else f"ATTENTION NOT ALL MEGATRON: {info['attention']}")
+    note = (f"peak memory per rank autopar {info['peak_mib']['autopar']:.1f} MiB, {peer} "
+            f"{info['peak_mib'][peer]:.1f} MiB (ratio {info['memory_ratio']:.2f}); loss/grad-norm rel. error "
+            f"vs one process: {errors}; {split}")
+    row = compare("peers", case, times, ours="autopar", baseline=peer, goal=float("inf"), note=note)
+    return row, info
+
+
+def run(steps: int, warmup: int, quick: bool = False, cases: list[str] | None = None,
+        details: list | None = None) -> list:
+    """Every case, one launch per world size; ``details`` collects each case's plan,
+    numerics and memory."""
+    cases = cases or (QUICK_CASES if quick else CASES)
+    rows = []
+    for case in cases:
+        reason = ENTRIES[case].missing()
+        if reason:
+            print(f"peers/{case}: skipped: {reason}")
+    runnable = [c for c in cases if not ENTRIES[c].missing()]
+    for world in sorted({ENTRIES[c].world for c in runnable}):
+        group = [c for c in runnable if ENTRIES[c].world == world]
+        results = launch(rank_job, world, (group, steps, warmup), timeout_s=600, deadline_s=3600)
+        for i, case in enumerate(group):
+            row, info = summarise(case, ENTRIES[case].peer, [r[i] for r in results])
+            rows.append(row)
+            if details is not None:
+                details.append(info)
+    return rows
+
+
+def print_details(details: list) -> None:
+    for info in details:
+        print(f"\n{info['case']}: autopar {info['strategy']} → mesh {info['mesh']}, sequence parallel "
+              f"{info['sequence_parallel']}; regions:")
+        for region, strategy in info["regions"].items():
+            print(f"  {region}: {strategy}")
+        for name, n in info["numerics"].items():
+            extra = (f" (rel. {n['loss_rel']:.2e}, {n['grad_norm_rel']:.2e})" if "loss_rel" in n else "")
+            print(f"  {name}: loss {n['loss']:.8f}, grad norm {n['grad_norm']:.8f}{extra}")
+        print("  memory per rank (MiB, largest rank): " + ", ".join(
+            f"{k} {v:.1f} (state {info['state_mib'][k]:.1f} + step {info['transient_mib'][k]:.1f})"
+            for k, v in info["peak_mib"].items()))
+
+
+def main(argv=None) -> list:
+    p = parser(__doc__.splitlines()[0], default_steps=30)
+    p.add_argument("--markdown", action="store_true", help="also print the rows as a markdown table")
+    args = p.parse_args(argv)
+    steps, warmup = steps_of(args)
+    details: list = []
+    print("before: load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    rows = run(steps, warmup, args.quick, cases_of(args.cases, args.quick, CASES, QUICK_CASES), details)
+    print("after: load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    print_details(details)
+    print_rows(f"peers: autopar vs the peer's own parallelisation ({steps} steps, {warmup} warm-up)", rows)
+    if args.markdown:
+        from common import format_rows
+        print(format_rows(rows, markdown=True))
+    write_json(args.json, rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
