@@ -36,14 +36,62 @@ def build(name: str) -> torch.nn.Module:
                        expert_layer_offset=1, attn_layer_period=2, attn_layer_offset=1, mamba_d_state=4,
                        mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False,
                        experts_implementation="batched_mm")),
+        **_autoparallel_list(T),
     }
     config_class, model_class, sizes = configs[name]
     config = config_class(vocab_size=VOCAB, **sizes)
-    for key in ("embd_pdrop", "resid_pdrop", "attn_pdrop", "hidden_dropout", "attention_dropout"):
+    for key in DROPOUTS:
         if hasattr(config, key):
             setattr(config, key, 0.0)
     torch.manual_seed(0)
     return model_class(config)
+
+
+DROPOUTS = ("embd_pdrop", "resid_pdrop", "attn_pdrop", "hidden_dropout", "attention_dropout", "hidden_dropout_prob",
+            "attention_probs_dropout_prob", "dropout", "dropout_rate", "embed_dropout", "resid_dropout",
+            "seq_classif_dropout", "qa_dropout")
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+KWARGS = {"t5": "decoder_input_ids"}
+"""Models that take a second input: its keyword (given the example's ids)."""
+
+
+def _autoparallel_list(T) -> dict:
+    """meta-pytorch/autoparallel's ``examples/run_hf_eval.sh`` list at small sizes: each
+    ``(config class, model class, sizes)``. Several are one Hugging Face architecture with
+    the published checkpoint's distinguishing options (Cerebras-GPT is GPT-2's with GeLU;
+    SmolLM2, TinyLlama and Falcon 3 are Llama's: tied embeddings, grouped-query heads)."""
+    grouped = dict(SMALL, num_key_value_heads=2)
+    return {
+        "gpt2": (T.GPT2Config, T.GPT2LMHeadModel, dict(n_embd=32, n_layer=2, n_head=4)),
+        "cerebras_gpt": (T.GPT2Config, T.GPT2LMHeadModel,
+                         dict(n_embd=32, n_layer=2, n_head=4, n_inner=128, activation_function="gelu")),
+        "gpt_neo": (T.GPTNeoConfig, T.GPTNeoForCausalLM,
+                    dict(hidden_size=32, num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
+                         window_size=4, intermediate_size=64)),
+        "pythia": (T.GPTNeoXConfig, T.GPTNeoXForCausalLM, dict(SMALL, rotary_pct=0.25)),
+        "bloom": (T.BloomConfig, T.BloomForCausalLM, dict(hidden_size=32, n_layer=2, n_head=4)),
+        "qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM, grouped),
+        "phi": (T.PhiConfig, T.PhiForCausalLM, dict(SMALL, partial_rotary_factor=0.5)),
+        "smollm2": (T.LlamaConfig, T.LlamaForCausalLM, dict(grouped, tie_word_embeddings=True)),
+        "tinyllama": (T.LlamaConfig, T.LlamaForCausalLM, grouped),
+        "stablelm2": (T.StableLmConfig, T.StableLmForCausalLM,
+                      dict(SMALL, num_key_value_heads=4, partial_rotary_factor=0.25, use_qkv_bias=True)),
+        "falcon3": (T.LlamaConfig, T.LlamaForCausalLM, dict(grouped, head_dim=8, rope_theta=1000042.0)),
+        "mistral": (T.MistralConfig, T.MistralForCausalLM, dict(grouped, sliding_window=4)),
+        "t5": (T.T5Config, T.T5ForConditionalGeneration,
+               dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0)),
+        "bert": (T.BertConfig, T.BertForMaskedLM, SMALL),
+        "roberta": (T.RobertaConfig, T.RobertaForMaskedLM, dict(SMALL, pad_token_id=1)),
+        "distilbert": (T.DistilBertConfig, T.DistilBertForMaskedLM, dict(dim=32, n_layers=2, n_heads=4,
+                                                                          hidden_dim=64)),
+        "falcon": (T.FalconConfig, T.FalconForCausalLM,
+                   dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, new_decoder_architecture=True,
+                        num_kv_heads=2)),
+        "qwen3": (T.Qwen3Config, T.Qwen3ForCausalLM, dict(grouped, head_dim=8)),
+        "olmo2": (T.Olmo2Config, T.Olmo2ForCausalLM, grouped),
+        "rwkv": (T.RwkvConfig, T.RwkvForCausalLM, dict(hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
+                                                       intermediate_size=64, context_length=16)),
+    }
 
 
 def logits_loss(output, target: torch.Tensor) -> torch.Tensor:
@@ -61,9 +109,10 @@ def hf_job(cases: list) -> list[dict]:
     for name, strategy in cases:
         row: dict = {"model": name, "strategy": strategy}
         with reported_in(row, f"{name} under {strategy}"):
+            kwargs = {KWARGS[name]: ids} if name in KWARGS else None
             report = compare_with_single_device(lambda: build(name), (ids,), ids, logits_loss, strategy,
-                                                dtype=torch.float64)
-            row.update({k: report[k] for k in ("mesh", "strategies", "output", "loss", "grad", "param")})
+                                                kwargs=kwargs, dtype=torch.float64)
+            row.update({k: report[k] for k in ("mesh", "strategies", "regions", "output", "loss", "grad", "param")})
             row["attention"] = attention_strategies(report)
         rows.append(row)
     return rows

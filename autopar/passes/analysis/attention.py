@@ -53,9 +53,13 @@ def _walk_back_to_linear(node: fx.Node, gm: fx.GraphModule, seen: list[fx.Node])
         match = match_linear(current, gm)
         if match is not None:
             return match
-        # select: nn.MultiheadAttention's packed Q/K/V taken apart under torch.export
-        if is_view_like(current) or is_pointwise(current, gm) or is_select(current):
-            nxt = next((a for a in current.args if isinstance(a, fx.Node)), None)
+        # select: nn.MultiheadAttention's packed Q/K/V taken apart under torch.export; a
+        # norm of each head's own features (Qwen 3's and OLMo's q/k norms, after the view
+        # to heads) acts per head. Whether every op keeps the heads apart is the rewrite's
+        # to prove (its propagation gathers what no rule splits); the walk follows the
+        # activation, not a parameter beside it (``weight * x`` of a norm written out)
+        if is_view_like(current) or is_pointwise(current, gm) or is_select(current) or _head_norm(current, gm):
+            nxt = next((a for a in current.args if isinstance(a, fx.Node) and a.op != "get_attr"), None)
         else:
             nxt = _head_dimension_part(current)
             if nxt is None:
@@ -65,6 +69,20 @@ def _walk_back_to_linear(node: fx.Node, gm: fx.GraphModule, seen: list[fx.Node])
             return None
         current = nxt
     return None
+
+
+_NORMS = ("rms_norm", "layer_norm")
+
+
+def _head_norm(node: fx.Node, gm: fx.GraphModule) -> bool:
+    """A layer or RMS norm over the last dimension only (``F.rms_norm(x, [d], w)``, an
+    ``nn.RMSNorm``/``nn.LayerNorm`` of one dimension)."""
+    if node.op == "call_module":
+        module = gm.get_submodule(node.target)
+        shape = getattr(module, "normalized_shape", None)
+        return type(module).__name__ in ("RMSNorm", "LayerNorm") and shape is not None and len(shape) == 1
+    shape = node.args[1] if len(node.args) > 1 else node.kwargs.get("normalized_shape")
+    return call_name(node) in _NORMS and isinstance(shape, (list, tuple)) and len(shape) == 1
 
 
 def _head_major(path: list[fx.Node], heads: int, head_dim: int, packed: int) -> bool | None:

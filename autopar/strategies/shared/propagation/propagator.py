@@ -23,7 +23,7 @@ _IDENTITY_METHODS = {"contiguous", "clone", "float", "half", "bfloat16", "detach
 _IDENTITY_FUNCTIONS = ops._targets("clone", "contiguous", "alias", "detach", "_to_copy", "to", "lift_fresh_copy")
 _SPLIT_FUNCTIONS = {torch.split, torch.chunk, torch.unbind} | ops._targets("split", "split_with_sizes", "chunk", "unbind")
 _SOFTMAX_FUNCTIONS = ops.SOFTMAX_FUNCTIONS | {F.log_softmax, torch.log_softmax} | ops._targets("log_softmax", "_log_softmax")
-_LAYER_NORM_FUNCTIONS = {F.layer_norm} | ops._targets("layer_norm")
+_LAYER_NORM_FUNCTIONS = {F.layer_norm, F.rms_norm} | ops._targets("layer_norm", "rms_norm")
 _EXPAND = ops._targets("expand")
 _SLICE = ops.SLICE_FUNCTIONS
 _CAT = ops.CONCAT_FUNCTIONS
@@ -168,7 +168,7 @@ class LayoutPropagator(LayoutRules):
                 raise NoSplitRule("softmax over the split dimension")
             return self._only_first_split(node, in_layout)
         if kind == "call_function" and target in _LAYER_NORM_FUNCTIONS or \
-                (kind == "call_module" and isinstance(ops.module_of(self.gm, node), nn.LayerNorm)):
+                (kind == "call_module" and isinstance(ops.module_of(self.gm, node), (nn.LayerNorm, nn.RMSNorm))):
             return self._layer_norm(node, in_layout)
         if ops.is_sdpa(node) or ops.is_activation_matmul(node):
             return self._batched(node)

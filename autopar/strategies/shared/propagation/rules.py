@@ -298,9 +298,13 @@ class LayoutRules(LayoutState):
             mod = self.gm.get_submodule(node.target)
             with self.graph.inserting_before(node):
                 w = self.graph.get_attr(f"{node.target}.weight") if mod.weight is not None else None
-                b = self.graph.get_attr(f"{node.target}.bias") if mod.bias is not None else None
-                new = self.graph.call_function(F.layer_norm, (x, tuple(mod.normalized_shape),
-                                                              w and self._copy_to(w), b and self._copy_to(b), mod.eps))
+                b = self.graph.get_attr(f"{node.target}.bias") if getattr(mod, "bias", None) is not None else None
+                if isinstance(mod, torch.nn.RMSNorm):
+                    new = self.graph.call_function(F.rms_norm, (x, tuple(mod.normalized_shape),
+                                                                w and self._copy_to(w), mod.eps))
+                else:
+                    new = self.graph.call_function(F.layer_norm, (x, tuple(mod.normalized_shape), w and self._copy_to(w),
+                                                                  b and self._copy_to(b), mod.eps))
             new.meta.update(node.meta)
             node.replace_all_uses_with(new)
             self.graph.erase_node(node)
