@@ -74,7 +74,17 @@ def test_a_norm_of_each_heads_features_splits_with_the_heads():
     assert all("reduction over the split dimension" in why for _, why in olmo), olmo
 
 
-HF = [("gptj", {"tensor": 2}), ("qwen3", {"tensor": 2}), ("olmo2", {"tensor": 2})]
+@pytest.mark.parametrize("name", ["gpt_neo", "falcon"])
+def test_attention_written_otherwise_is_found_and_split(name):
+    """GPT-Neo masks its float32 scores with ``where(causal, scores, min)`` before the
+    softmax; Falcon's new architecture takes each group's queries, key and value from a
+    ``[B, T, G, H/G + 2, d]`` view by a slice and by indexes with lists (``qkv[..., [-2], :]``),
+    broadcasts the key to its group, and multiplies by its weight's ``.T``."""
+    assert [s for s, _ in _attention_plan(name)] == ["megatron", "megatron"]
+
+
+HF = [("gptj", {"tensor": 2}), ("qwen3", {"tensor": 2}), ("olmo2", {"tensor": 2}), ("falcon", {"tensor": 2}),
+      ("falcon", {"tensor": 2, "sequence_parallel": True})]
 HF_EXTENDED = [("gptj", {"data": 2, "tensor": 2})]
 _HF = shared_ranks.register(2, __name__ + ".hf:extended", hf_models.hf_job, (HF,), timeout_s=300, extended=True)
 _HF_EXTENDED = shared_ranks.register(4, __name__ + ".hf:extended", hf_models.hf_job, (HF_EXTENDED,), timeout_s=300,

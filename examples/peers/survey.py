@@ -22,6 +22,16 @@ MODELS = ["gpt2", "cerebras_gpt", "gpt_neo", "gptj", "pythia", "bloom", "qwen2",
           "stablelm2", "falcon3", "mistral", "t5", "bert", "roberta", "distilbert", "falcon", "rwkv", "llama4",
           "jamba"]
 EQUAL_WITHIN = 1e-9
+LOOSER = {
+    "gpt_neo": "computes its attention scores in float32 (`query.to(torch.float32)`): the captured graph rounds "
+               "them otherwise than eager PyTorch, 1e-12 on the loss in one process without a split",
+    "llama4": "computes its norms and rotary in float32 (`x.float()`), whose rounding depends on the shapes a rank "
+              "computes at",
+    "jamba": "Mamba's `D` and `A_log` gradients are sums of terms that cancel to 1e-6 of their size: a split of "
+             "the batch moves them by 6e-8 relative in one process without autopar, and AdamW's eps magnifies it",
+}
+"""Models whose own numerics are looser than float64's (a forward in float32 whatever the
+model's dtype, gradients that cancel): equal within 1e-5, each with the reason."""
 
 
 def label(strategy) -> str:
@@ -32,7 +42,8 @@ def label(strategy) -> str:
 
 
 def outcome(row: dict) -> tuple[str, str]:
-    """``(verdict, detail)`` of one row: equal / refused / unequal / error."""
+    """``(verdict, detail)`` of one row: equal (``equal*``: within 1e-5, for a model of
+    :data:`LOOSER`) / refused / unequal / error."""
     if "error" in row:
         kind = row["error"].split(":", 1)[0]
         return ("refused" if kind == "PlanError" else "error"), row["error"].split(":", 1)[1].strip()[:160]
@@ -44,7 +55,55 @@ def outcome(row: dict) -> tuple[str, str]:
         detail += f"; attention {'/'.join(sorted(set(attention)))}"
     if row["strategy"] == "auto":
         detail = "mesh " + " × ".join(f"{k} {v}" for k, v in row["mesh"].items() if v > 1) + "; " + detail
-    return ("equal" if worst <= EQUAL_WITHIN else "unequal"), f"{detail} ({worst:.0e})"
+    if worst <= EQUAL_WITHIN:
+        return "equal", f"{detail} ({worst:.0e})"
+    if row.get("model") in LOOSER and worst <= 1e-5:
+        return "equal*", f"{detail} ({worst:.0e})"
+    return "unequal", f"{detail} ({worst:.0e})"
+
+
+def markdown(table: dict) -> str:
+    """The table as docs/coverage.md shows it: a row per model, a column per strategy;
+    ``=`` equal, ``=*`` equal within :data:`LOOSER`'s bound, ``(a)`` the attention split by
+    the family, ``(a–)`` the model's attention left whole by a family that splits it,
+    ``rN`` refused for the reason numbered N below the table."""
+    keys = [label(s) for s in STRATEGIES]
+    short = {"equal": "=", "equal*": "=*", "unequal": "UNEQUAL", "error": "ERROR"}
+    splitting = ("tensor", "subgrids", "x")
+    lines = ["| model | " + " | ".join(keys) + " |", "| --- |" + " --- |" * len(keys)]
+    counts: dict = {}
+    reasons: list = []
+    for name, cells in table.items():
+        row = []
+        for key in keys:
+            verdict, detail = cells.get(key, ("", ""))
+            if verdict == "unequal" and name in LOOSER and float(detail.rsplit("(", 1)[1][:-1]) <= 1e-5:
+                verdict = "equal*"   # a table written before the model was listed there
+            counts[verdict] = counts.get(verdict, 0) + 1
+            if verdict == "refused":
+                reason = detail.split(": ", 1)[-1] if detail.startswith(("strategy: ", "pipeline: ")) else detail
+                reason = reason.split(" (", 1)[0].split("; ", 1)[0]
+                if reason.startswith("region "):   # the same reason in every model: without the region's name
+                    reason = reason.split(": ", 1)[-1]
+                if reason not in reasons:
+                    reasons.append(reason)
+                row.append(f"r{reasons.index(reason) + 1}")
+                continue
+            cell = short.get(verdict, verdict)
+            if verdict in ("unequal", "error"):
+                cell += " " + detail.split(" (")[0][:80]
+            elif key == "auto":
+                mesh = detail.split(";", 1)[0].replace("mesh ", "")
+                cell += f" {mesh}" + (" (a)" if "attention " in detail and "attention replicate" not in detail else "")
+            elif any(key.startswith(f) or f" {f}=" in f" {key}" for f in splitting):
+                attention = detail.split("attention ", 1)[1].split(" (")[0] if "attention " in detail else ""
+                if attention:
+                    cell += " (a)" if attention not in ("replicate",) else " (a–)"
+            row.append(cell)
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    lines += ["", ", ".join(f"{v}: {n}" for v, n in sorted(counts.items())), ""]
+    lines += [f"r{i + 1}. {reason}" for i, reason in enumerate(reasons)]
+    return "\n".join(lines)
 
 
 def survey_job(cases: list) -> list[dict]:
@@ -56,7 +115,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=MODELS)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--from-json", default=None, help="print the markdown table of an earlier run")
     args = parser.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            print(markdown(json.load(f)))
+        return 0
     from autopar.runtime.launcher import launch
     table = {}
     for name in args.models:
@@ -70,6 +134,7 @@ def main(argv=None) -> int:
         print(f"{name} ({time.perf_counter() - start:.0f} s)", flush=True)
         for key, (verdict, detail) in table[name].items():
             print(f"  {key:18s} {verdict:8s} {detail}", flush=True)
+    print(markdown(table))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(table, f, indent=1)

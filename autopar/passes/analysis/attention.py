@@ -201,8 +201,36 @@ def _head_dimension_part(node: fx.Node) -> fx.Node | None:
         return next((a for a in node.args[0] if isinstance(a, fx.Node)), None) if dim in last else None
     if node.target in SLICE_FUNCTIONS:
         dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-        return node.args[0] if dim in last and isinstance(node.args[0], fx.Node) else None
+        if dim in last and isinstance(node.args[0], fx.Node):
+            return node.args[0]
+        return _group_part(node, dim)
+    if call_name(node) == "index" and len(node.args) > 1 and isinstance(node.args[1], (list, tuple)):
+        indexed = [d for d, i in enumerate(node.args[1]) if i is not None]
+        constant = all(_constant(i) for i in node.args[1] if i is not None)
+        return _group_part(node, indexed[0]) if len(indexed) == 1 and constant else None
+    if call_name(node) in ("broadcast_to", "expand") and isinstance(node.args[0], fx.Node):
+        return node.args[0]   # a key/value head shared by its group's queries (Falcon)
     return None
+
+
+def _constant(node) -> bool:
+    """A tensor the graph holds (``get_attr``), or a copy of one (export's ``lift_fresh_copy``)."""
+    return isinstance(node, fx.Node) and (node.op == "get_attr" or (
+        call_name(node) in ("lift_fresh_copy", "clone", "to", "_to_copy") and
+        all(a.op == "get_attr" for a in node.all_input_nodes) and bool(node.all_input_nodes)))
+
+
+def _group_part(node: fx.Node, dim: int) -> fx.Node | None:
+    """The fused value a part of a grouped Q/K/V view is taken from: ``qkv[:, :, :, :-2]``
+    (the queries) or ``qkv[:, :, :, [-2]]`` (the key) of ``[B, T, G, H/G + 2, d]``
+    (Falcon's new architecture), a part along the dimension right inside the groups, of a
+    view of a projection's features into three or more trailing dimensions."""
+    source = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
+    spec = tensor_spec(source) if source is not None else None
+    if spec is None or not is_view_like(source):
+        return None
+    n = len(spec.shape)
+    return source if dim % n == n - 2 and n >= 5 else None
 
 
 def _walk_forward_to_linear(node: fx.Node, gm: fx.GraphModule, seen: list[fx.Node]):
@@ -242,6 +270,19 @@ def _sink(piece) -> fx.Node | None:
     return None
 
 
+def _score_operand(node: fx.Node):
+    """The operand of an op on the scores that carries them: one of the op's shape and a
+    floating dtype (``where(mask, scores, min)`` masks with its first operand, GPT-Neo;
+    ``mask + scores`` adds a broadcast mask first), else the first operand."""
+    spec = tensor_spec(node)
+    operands = [a for a in node.args if isinstance(a, fx.Node)]
+    for a in operands:
+        s = tensor_spec(a)
+        if spec is not None and s is not None and tuple(s.shape) == tuple(spec.shape) and s.dtype.is_floating_point:
+            return a
+    return operands[0] if operands else None
+
+
 def _core_inputs(core: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node, list[fx.Node], fx.Node | None] | None:
     """(q, k, v, core nodes, sinks parameter or None) for an sdpa node or a softmax
     between two activation matmuls."""
@@ -272,7 +313,7 @@ def _core_inputs(core: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node, list[fx.Node
                 return None
             scores = pieces[0]
             continue
-        scores = scores.args[0]
+        scores = _score_operand(scores)
     else:
         return None
     nodes.append(scores)

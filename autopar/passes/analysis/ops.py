@@ -52,7 +52,7 @@ SOFTMAX_FUNCTIONS = {F.softmax, torch.softmax} | _targets("softmax", "_softmax")
 EMBEDDING_FUNCTIONS = {F.embedding} | _targets("embedding")
 CROSS_ENTROPY_FUNCTIONS = {F.cross_entropy} | _targets("cross_entropy_loss")
 DROPOUT_FUNCTIONS = {F.dropout, torch.dropout} | _targets("dropout", "native_dropout")
-TRANSPOSE_FUNCTIONS = {torch.t, torch.transpose} | _targets("t", "transpose", "permute")
+TRANSPOSE_FUNCTIONS = {torch.t, torch.transpose} | _targets("t", "transpose", "permute", "numpy_T")
 
 VIEW_METHODS = {"view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "contiguous",
                 "transpose", "permute", "split", "chunk", "unbind", "expand", "t"}

@@ -46,7 +46,9 @@ class _ReduceScatterToSequence(torch.autograd.Function):
         moved = x.movedim(dim, 0).contiguous()
         out = moved.new_empty((moved.shape[0] // size, *moved.shape[1:]))
         reduce_scatter_flat(out, moved, group=group)
-        return out.movedim(0, dim)
+        # not a view made inside the Function: the model may add to it in place (Falcon's
+        # residual ``+=``), which autograd forbids on such views
+        return out if dim == 0 else out.movedim(0, dim).clone()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):

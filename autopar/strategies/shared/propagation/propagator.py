@@ -24,7 +24,7 @@ _IDENTITY_FUNCTIONS = ops._targets("clone", "contiguous", "alias", "detach", "_t
 _SPLIT_FUNCTIONS = {torch.split, torch.chunk, torch.unbind} | ops._targets("split", "split_with_sizes", "chunk", "unbind")
 _SOFTMAX_FUNCTIONS = ops.SOFTMAX_FUNCTIONS | {F.log_softmax, torch.log_softmax} | ops._targets("log_softmax", "_log_softmax")
 _LAYER_NORM_FUNCTIONS = {F.layer_norm, F.rms_norm} | ops._targets("layer_norm", "rms_norm")
-_EXPAND = ops._targets("expand")
+_EXPAND = ops._targets("expand", "broadcast_to") | {torch.broadcast_to}
 _SLICE = ops.SLICE_FUNCTIONS
 _CAT = ops.CONCAT_FUNCTIONS
 _STACK = {torch.stack} | ops._targets("stack")
@@ -150,7 +150,7 @@ class LayoutPropagator(LayoutRules):
             return self._cat(node, stack=True)
         if (kind == "call_method" and target == "narrow") or (kind == "call_function" and target in _SLICE):
             return self._slice(node, in_layout)
-        if (kind == "call_method" and target == "expand") or (kind == "call_function" and target in _EXPAND):
+        if (kind == "call_method" and target in ("expand", "broadcast_to")) or (kind == "call_function" and target in _EXPAND):
             return self._expand(node, in_layout)
         if (kind == "call_method" and target in ("split", "chunk", "unbind")) or (kind == "call_function" and target in _SPLIT_FUNCTIONS):
             return self._split(node, in_layout)

@@ -219,11 +219,17 @@ class LayoutRules(LayoutState):
         (an expert's bias for each of its rows) keep a split of a later dimension, which
         moves to where it lands after the index's dimensions."""
         layout = self._only_first_split(node, layout)
-        indices = node.args[1] if len(node.args) > 1 else ()
-        if layout.dim == 0 or len(indices) != 1 or not isinstance(indices[0], fx.Node) \
-                or self.layout.get(indices[0]) is not None or tensor_spec(indices[0]) is None:
+        indices = list(node.args[1]) if len(node.args) > 1 else []
+        at = [d for d, i in enumerate(indices) if i is not None]
+        index = indices[at[0]] if len(at) == 1 else None
+        # one index tensor, replicated, along another dimension than the split one (Falcon's
+        # ``qkv[:, :, :, [-2]]`` of a group-split view): its dimensions take that one's place
+        if index is None or at[0] == layout.dim or not isinstance(index, fx.Node) \
+                or self.layout.get(index) is not None or tensor_spec(index) is None:
             raise NoSplitRule("an index into the split dimension, or by more than one index")
-        return replace(layout, dim=layout.dim - 1 + len(tensor_spec(indices[0]).shape))
+        if layout.dim < at[0]:
+            return layout
+        return replace(layout, dim=layout.dim - 1 + len(tensor_spec(index).shape))
 
     def _cat(self, node: fx.Node, stack: bool = False) -> Shard:
         """A concatenation along an unsplit dimension of values split alike keeps the
