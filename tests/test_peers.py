@@ -7,7 +7,7 @@ under tensor 4 and data × tensor. torchtitan is installed by ``make peers`` (``
 import pytest
 
 import shared_ranks
-from examples.peers import hf_models, torchtitan_llama, torchtitan_qwen3
+from examples.peers import hf_models, survey, torchtitan_llama, torchtitan_qwen3
 
 # a strategy, or (strategy, key/value heads): grouped-query attention as the larger flavours have it
 STRATEGIES = [{"data": 4}, {"data": 4, "zero": 3}, {"data": 2, "tensor": 2, "sequence_parallel": True},
@@ -108,6 +108,29 @@ def test_gptj_attention_is_planned_split_by_heads():
                 strategy={"tensor": 2})
     attention = [r.strategy for r in made.regions if r.region.startswith("attention:")]
     assert attention == ["megatron", "megatron"], made.explain()
+
+
+# autoparallel's Hugging Face list (examples/peers/survey.py runs each under every family;
+# docs/coverage.md has the table): here each under tensor 2, its attention split by heads
+# where the model has attention the analysis reads
+LIST = [m for m in survey.MODELS if m not in ("gptj", "falcon")]
+NO_ATTENTION_SPLIT = {"bloom": "scores by baddbmm with ALiBi rows per (batch, head)", "rwkv": "no attention",
+                      "olmo2": "its q/k norms span every head"}
+_LIST = shared_ranks.register(2, __name__ + ".list:extended", hf_models.hf_job, ([(m, {"tensor": 2}) for m in LIST],),
+                              timeout_s=900, extended=True)
+
+
+@pytest.mark.extended
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("index", range(len(LIST)), ids=LIST)
+def test_autoparallel_hugging_face_list_splits_under_tensor_parallelism(index):
+    for rank_rows in _LIST():
+        row = rank_rows[index]
+        assert "error" not in row, row.get("traceback")
+        bound = 1e-5 if row["model"] in survey.LOOSER else 1e-10
+        assert max(row[k][1] for k in ("output", "loss", "grad", "param")) <= bound, row
+        if row["model"] not in NO_ATTENTION_SPLIT:
+            assert row["attention"] and set(row["attention"]) == {"megatron"}, row
 
 
 @pytest.mark.extended

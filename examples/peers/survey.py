@@ -20,7 +20,7 @@ STRATEGIES = ["auto", {"data": 2}, {"data": 2, "zero": 3}, {"tensor": 2},
               {"data": 2, "subgrids": 2}, {"x": 2}]
 MODELS = ["gpt2", "cerebras_gpt", "gpt_neo", "gptj", "pythia", "bloom", "qwen2", "phi", "smollm2", "tinyllama",
           "stablelm2", "falcon3", "mistral", "t5", "bert", "roberta", "distilbert", "falcon", "rwkv", "llama4",
-          "jamba"]
+          "jamba", "qwen3", "olmo2"]
 EQUAL_WITHIN = 1e-9
 LOOSER = {
     "gpt_neo": "computes its attention scores in float32 (`query.to(torch.float32)`): the captured graph rounds "
