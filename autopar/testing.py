@@ -295,6 +295,11 @@ def _compare_first_step(twins: _Twins, report: dict[str, Any]) -> float:
     pm, reference = twins.pm, twins.reference
     loss = twins.step()
     ref_loss = twins.reference_loss()
+    if not torch.isfinite(ref_loss.detach()).all():
+        # NaN on both sides compares as equal: a comparison with a reference that is not a
+        # number would pass whatever the plan computed
+        raise AssertionError(f"the single-device model's loss is {ref_loss.item()}: nothing to compare against; "
+                             f"give inputs on which the model computes a finite loss")
     ref_loss.backward()
     _compare({"loss": (loss, ref_loss)}, report, "loss")
     with twins.guarded():

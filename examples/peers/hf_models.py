@@ -89,6 +89,11 @@ def _autoparallel_list(T) -> dict:
                         num_kv_heads=2)),
         "qwen3": (T.Qwen3Config, T.Qwen3ForCausalLM, dict(grouped, head_dim=8)),
         "olmo2": (T.Olmo2Config, T.Olmo2ForCausalLM, grouped),
+        "deepseek_v2": (T.DeepseekV2Config, T.DeepseekV2ForCausalLM,
+                        dict(SMALL, num_key_value_heads=4, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8,
+                             qk_nope_head_dim=8, v_head_dim=8, n_routed_experts=4, num_experts_per_tok=2,
+                             moe_intermediate_size=32, first_k_dense_replace=1, n_shared_experts=1,
+                             experts_implementation="batched_mm")),
         "rwkv": (T.RwkvConfig, T.RwkvForCausalLM, dict(hidden_size=32, num_hidden_layers=2, attention_hidden_size=32,
                                                        intermediate_size=64, context_length=16)),
     }

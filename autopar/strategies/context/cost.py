@@ -14,7 +14,13 @@ the whole sequence (:mod:`.ring`): per attention layer and step,
 * all-gather: one all-gather of the keys and values forward, one forward again in
   backward and one reduce-scatter of their gradients, not overlapped.
 
-The planner takes the cheaper per configuration (:func:`ring_cost`).
+The planner takes the cheaper per configuration (:func:`ring_cost`). Attention written
+out in the graph (:mod:`.written`) always runs in the all-gather form, its gathered keys
+and values kept for backward: one all-gather of each forward and one reduce-scatter of
+their gradients backward (in their own dtype): ``2·(T_ag(c, kv/2n) + T_rs(c, c·kv/2n))``
+per core with ``kv`` the keys' and values' bytes as gathered (before a grouped-query
+repeat in the graph) and ``n`` the ranks (AxoNN eqs 1-2 for the ring
+collectives' times), added whichever form the ``scaled_dot_product_attention`` cores take.
 """
 from __future__ import annotations
 
@@ -28,26 +34,36 @@ from autopar.ir import SPEC, TensorSpec
 from autopar.passes.analysis.batch_rows.op_tables import SDPA, argument, bare_name
 from autopar.planning.model import ModelFacts
 from autopar.strategies.context.meeting import learned
+from autopar.strategies.context.written import WrittenCore, written_cores
 
 
 @dataclass(frozen=True)
 class AttentionCore:
     """One attention core of the captured graph: its node, the global element counts of
     its keys and values, its sequence length and key/value element size, and whether the
-    rewrite can run it as a ring (no dropout, no mask computed from parameters)."""
+    rewrite can run it as a ring (no dropout, no mask computed from parameters); ``written``:
+    attention written out (matmul, softmax, matmul: :mod:`.written`), run with its keys
+    and values all-gathered (``rings``: on the rank's rows; else on the whole sequence)."""
 
     node: str
     kv_elems: int
     seq: int
     itemsize: int
     rings: bool = True
+    written: bool = False
 
 
 def attention_cores(model: ModelFacts) -> list[AttentionCore]:
-    """The graph's ``scaled_dot_product_attention`` nodes with their shapes (found once)."""
+    """The graph's ``scaled_dot_product_attention`` nodes and written-out cores (:mod:`.written`)
+    with their shapes (found once), in graph order; a written-out core context parallelism
+    cannot run is not among them (:func:`refused_cores`)."""
     def find():
+        written = {core.softmax: core for core in refused_cores(model, every=True) if core.problem is None}
         out = []
         for node in model.gm.graph.nodes:
+            if node in written:
+                out.append(_written(written[node]))
+                continue
             if node.op != "call_function" or bare_name(node) not in SDPA or len(node.args) < 3:
                 continue
             q, k, v = node.args[:3]
@@ -63,6 +79,20 @@ def attention_cores(model: ModelFacts) -> list[AttentionCore]:
                                      specs[1].dtype.itemsize, rings))
         return out
     return model.fact("context.attention_cores", find)
+
+
+def refused_cores(model: ModelFacts, every: bool = False) -> list[WrittenCore]:
+    """The written-out attention cores context parallelism cannot run on a rank's rows
+    (each with its ``problem``); ``every``: all written-out cores."""
+    cores = model.fact("context.written_cores", lambda: written_cores(model.gm))
+    return cores if every else [core for core in cores if core.problem is not None]
+
+
+def _written(core: WrittenCore) -> AttentionCore:
+    k, v = core.keys.meta.get(SPEC), core.values.meta.get(SPEC)
+    elems = (k.numel if isinstance(k, TensorSpec) else 0) + (v.numel if isinstance(v, TensorSpec) else 0)
+    itemsize = k.dtype.itemsize if isinstance(k, TensorSpec) else 4
+    return AttentionCore(core.softmax.name, elems, core.seq, itemsize, rings=core.whole is None, written=True)
 
 
 def every_core_rings(model: ModelFacts) -> bool:
@@ -82,10 +112,15 @@ def sequence_length(model: ModelFacts) -> int | None:
 def ring_cost(model: ModelFacts, hw: Hardware, data: int, context: int, tensor: int) -> tuple[float, str]:
     """Seconds per step the attention over the split sequence adds on a rank, and the
     mode that costs least (``"ring"`` or ``"allgather"``)."""
-    ring = gather = 0.0
+    ring = gather = written = 0.0
     ranks = data * context * tensor
-    for core in attention_cores(model):
+    cores = attention_cores(model)
+    for core in cores:
         share = core.kv_elems * core.itemsize / ranks     # this rank's keys and values (bytes)
+        if core.written:   # always gathered: keys and values once forward, their gradients reduce-scattered
+            written += 2 * (cost_model.all_gather_time(context, share / 2, hw) +
+                            cost_model.reduce_scatter_time(context, share / 2 * context, hw))
+            continue
         step = cost_model.point_to_point_time(share, hw, inter_node=False)
         step_grad = cost_model.point_to_point_time(share * max(4, core.itemsize) / core.itemsize, hw, inter_node=False)
         block = model.seconds([core.node], hw, 1 / ranks) / context   # one step's share of the attention
@@ -94,4 +129,6 @@ def ring_cost(model: ModelFacts, hw: Hardware, data: int, context: int, tensor: 
         ring += forward + backward
         gather += 2 * cost_model.all_gather_time(context, share, hw) + \
             cost_model.reduce_scatter_time(context, share * context * max(4, core.itemsize) / core.itemsize, hw)
-    return (ring, "ring") if ring <= gather else (gather, "allgather")
+    if all(core.written for core in cores):
+        return written, "allgather"
+    return (ring + written, "ring") if ring <= gather else (gather + written, "allgather")

@@ -3,6 +3,7 @@ ring), products over the sequence, and losses (sums over the sequence added over
 context group; a mean over counted targets as the ranks' sums over their counts)."""
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -16,6 +17,7 @@ from autopar.strategies.context.shapes import Tokens, aligned
 from autopar.strategies.context.rules import Whole, reduction_of
 from autopar.strategies.data.losses import set_sum_reduction
 
+REPEATS = {"unsqueeze", "expand", "transpose", "permute", "contiguous", "clone", "broadcast_to", "t"}
 CLASS_LOSSES = {"cross_entropy", "cross_entropy_loss", "nll_loss", "nll_loss_nd", "vocab_parallel_cross_entropy"}
 ELEMENTWISE_LOSSES = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
                       "binary_cross_entropy_with_logits", "soft_margin_loss", "poisson_nll_loss"}
@@ -89,7 +91,7 @@ class Meetings:
             self.report["sums"] += 1
             return None
         if b_contracted:   # attention weights of every key times the split values: the values gathered
-            self.gather(node, b)
+            self.gather_unrepeated(node, b)
             tb = None
         if a_contracted:
             self.gather(node, a)
@@ -97,7 +99,7 @@ class Meetings:
         out_a = None if ta is None else (len(so) - 2 if ta.dim == len(sa) - 2 else aligned(ta.dim, len(sa), len(so)))
         out_b = None if tb is None else (len(so) - 1 if tb.dim == len(sb) - 1 else aligned(tb.dim, len(sb), len(so)))
         if out_a is not None and out_b is not None and out_a != out_b:
-            self.gather(node, b)       # scores of every key: the keys gathered
+            self.gather_unrepeated(node, b)       # scores of every key: the keys gathered
             out_b, tb = None, None
         out = Tokens(out_a, ta.inner) if out_a is not None else Tokens(out_b, tb.inner) if out_b is not None else None
         if out is not None and out.dim < len(so) - 2:   # a batch dimension: a whole operand broadcast along it is cut
@@ -106,6 +108,28 @@ class Meetings:
                 if t is None and 0 <= j < len(shape) - 2 and shape[j] == so[out.dim] and shape[j] > 1:
                     self.take(node, operand, Tokens(j, out.inner))
         return out
+
+    def gather_unrepeated(self, user: fx.Node, value: fx.Node) -> None:
+        """``value`` (split) gathered whole for ``user``; where it is a chain of views,
+        transposes and expands of a smaller split value used nowhere else (keys or values
+        repeated for grouped-query attention: ``unsqueeze``, ``expand``, ``reshape``), that
+        value is gathered instead and the chain runs on the whole sequence (its sizes the
+        global ones again): the all-gather moves the key/value heads, not their repeats."""
+        chain, source = [], value
+        while (source in self.original or bare_name(source) in REPEATS) and len(source.users) == 1 and source.args and isinstance(source.args[0], fx.Node) \
+                and len(source.all_input_nodes) == 1 and self.tok(source.args[0]) is not None:
+            chain.append(source)
+            source = source.args[0]
+        if not chain or math.prod(shape_of(source) or (0,)) >= math.prod(shape_of(value) or (0,)):
+            self.gather(user, value)
+            return
+        first = chain[-1]
+        self.gather(first, source)
+        for node in reversed(chain):
+            if node in self.original:
+                args, kwargs = self.original[node]
+                node.args, node.kwargs = (node.args[0], *args[1:]), kwargs
+            self.state[node] = None
 
     def loss(self, node: fx.Node, name: str):
         """A loss of split predictions: its targets cut alike; ``"none"`` stays split, a sum

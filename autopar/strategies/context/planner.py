@@ -13,8 +13,10 @@ tokens (:mod:`.walk`). Gradients are averaged over ``data × context``.
   big, or with a batch the data degree does not divide: from one that runs, the same
   tokens per rank plus the ring cannot be faster), each context degree ``c > 1`` that
   divides its data degree and the sequence: ``(d/c) × c × t``; only for a model
-  whose every attention core can ring (no attention dropout, no mask computed from
-  parameters: such a core runs on the whole sequence, which the pricing does not count).
+  whose every attention core runs on the rank's tokens (a ring without attention dropout
+  or a mask computed from parameters, or attention written out without dropout,
+  :mod:`.written`: another core runs on the whole sequence, which the pricing does not
+  count) and none is written out in a form the rewrite cannot run (refused when forced).
 * ``price``: Megatron's region table at data degree ``d·c`` (the same tokens per rank:
   compute, activations and gradient traffic), plus the attention's exchanges
   (:func:`.cost.ring_cost`, the ring or an all-gather of the keys and values, whichever
@@ -33,7 +35,8 @@ import dataclasses
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.context.collectives import balanced_split
-from autopar.strategies.context.cost import attention_cores, every_core_rings, ring_cost, sequence_length
+from autopar.strategies.context.cost import (attention_cores, every_core_rings, refused_cores, ring_cost,
+                                             sequence_length)
 from autopar.strategies.context.rewrite import context_parallel_pass
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, mesh_plan,
                                        rejected)
@@ -52,11 +55,17 @@ def check_forced(ctx: PlanContext, config: Strategy) -> Strategy:
     if ctx.world % c:
         raise PlanError(f"strategy: context={c} does not divide the {ctx.world} ranks; give a context degree "
                         f"dividing {ctx.world}")
+    refused = refused_cores(ctx.model)
+    if refused:
+        core = refused[0]
+        raise PlanError(f"strategy: context parallelism cannot run the attention written out at {core.softmax.name} "
+                        f"(scores {core.scores.name} -> softmax {core.softmax.name}) on a rank's share of the "
+                        f"sequence: it {core.problem} (docs/context.md, 'Attention written out'); drop 'context'")
     seq = sequence_length(ctx.model)
     if seq is None:
         raise PlanError("strategy: context parallelism splits the sequence attention runs over, and the model has "
-                        "no scaled_dot_product_attention the rewrite can run as a ring (docs/context.md); drop "
-                        "'context'")
+                        "neither a scaled_dot_product_attention nor an attention written out (q @ k^T, softmax "
+                        "over the keys, @ v) the rewrite can run (docs/context.md); drop 'context'")
     try:
         balanced_split(seq, c)
     except ValueError as e:
@@ -113,7 +122,8 @@ class ContextParallel(CompileHooks):
         if ctx.forced is not None and not ctx.forced.levers_only:
             return []
         seq = sequence_length(ctx.model)
-        if seq is None or not every_core_rings(ctx.model) or (ctx.levers is not None and ctx.levers.sequence_parallel):
+        if seq is None or not every_core_rings(ctx.model) or refused_cores(ctx.model) or \
+                (ctx.levers is not None and ctx.levers.sequence_parallel):
             return []
         out, seen = [], set()
         for p in weighed:
@@ -173,11 +183,14 @@ class ContextParallel(CompileHooks):
         ranks = priced.config.data * c * priced.config.tensor
         plan.context = {"seq": seq, "balanced": balanced_split(seq, c), "mode": priced.form.rsplit("context ", 1)[1],
                         "rings": sum(core.rings for core in cores), "whole": sum(not core.rings for core in cores),
+                        "written": sum(core.written and core.rings for core in cores),
                         "exchange_bytes": max((core.kv_elems * core.itemsize / ranks for core in cores), default=0.0),
                         "exposed_s": priced.comm_s.get("context", 0.0)}
         plan.context["summary"] = (f"{plan.context['mode']}: {plan.context['rings']} cores, "
                                    f"{plan.context['exchange_bytes'] / 2**20:.2f} MiB of keys and values per exchange, "
                                    f"{plan.context['exposed_s'] * 1e3:.3f} ms exposed per step; "
+                                   + (f"{plan.context['written']} written out, their keys and values all-gathered; "
+                                      if plan.context["written"] else "") +
                                    f"{plan.context['whole']} on the whole sequence")
         return plan
 

@@ -6,6 +6,7 @@ the whole sequence."""
 from __future__ import annotations
 
 import inspect
+import math
 import operator
 
 import torch.fx as fx
@@ -77,6 +78,7 @@ class Rules:
             out = reshaped(tok, shape_in, shape_out, self.seq)
         if out is None:
             raise Whole("a view that cuts through the sequence")
+        self.original.setdefault(node, (node.args, node.kwargs))   # the global sizes, for a later gather
         self._local_sizes(node, name, out, shape_out)
         return out
 
@@ -174,16 +176,22 @@ class Rules:
         if shape_out is None:
             raise Whole("shapes not recorded")
         n = len(shape_out)
-        outs = set()
+        outs = {}
         for a in node.all_input_nodes:
             tok, shape = self.tok(a), shape_of(a)
             if tok is not None:
                 if shape is None:
                     raise Whole("shapes not recorded")
-                outs.add(Tokens(aligned(tok.dim, len(shape), n), tok.inner))
-        if len(outs) != 1:
-            raise Whole("operands split along different dimensions")
-        out = next(iter(outs))
+                outs[a] = Tokens(aligned(tok.dim, len(shape), n), tok.inner)
+        if not outs:
+            raise Whole("no split operand")
+        # operands split along different dimensions (attention scores split by the queries'
+        # rows plus a bias split by the keys): the largest keeps its split, the others are
+        # gathered whole and cut like it below
+        out = outs[max(outs, key=lambda a: math.prod(shape_of(a)))]
+        for a, tok in outs.items():
+            if tok != out:
+                self.gather(node, a)
         for a in node.all_input_nodes:
             shape = shape_of(a)
             if self.tok(a) is not None or shape is None:

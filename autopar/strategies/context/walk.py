@@ -14,10 +14,13 @@ inputs need, rewriting the graph as it goes:
 * an embedding of token ids held whole looks up the rank's ids only;
 * attention (``scaled_dot_product_attention``) over split queries, keys and values
   becomes :func:`~.ring.ring_attention`;
+* a matmul of the rank's rows with a value split along its other side (the scores
+  ``q @ k^T`` and the output ``probs @ v`` of attention written out, :mod:`.written`)
+  gathers that operand: the all-gather form, each rank its rows of every key;
 * a sum or mean over the split dimension (a loss) adds the ranks' parts
   (:func:`~.collectives.context_sum`);
 * anything else (an op with no rule here, a slice or a cumulative sum along the
-  sequence, a shift of the labels, an eager attention's scores against every key)
+  sequence, a shift of the labels)
   runs on the whole sequence: its split operands are gathered first
   (:func:`~.collectives.gather_tokens`), which is exact and costs the gather (a warning
   names each op kind the first time).
@@ -62,7 +65,8 @@ class Walk(Rules, Meetings):
         self.state: dict[fx.Node, object] = {}
         self.gathered: dict[fx.Node, fx.Node] = {}
         self.taken: dict[tuple, fx.Node] = {}
-        self.report = {"ring_attention": 0, "gathers": [], "cuts": 0, "sums": 0}
+        self.original: dict[fx.Node, tuple] = {}   # a view's arguments before its sizes were made the rank's
+        self.report = {"ring_attention": 0, "gathers": [], "cuts": 0, "sums": 0, "why": {}}
         self._warned: set[str] = set()
 
     # ------------------------------------------------------------------ helpers
@@ -113,6 +117,7 @@ class Walk(Rules, Meetings):
             self.gather(node, a)
         name = bare_name(node) or str(node.target)
         self.report["gathers"].append(node.name)
+        self.report["why"][node.name] = why or name
         if name not in self._warned:
             self._warned.add(name)
             log.warning("context parallelism: %s (%s) runs on the whole sequence: its split operands are gathered "
