@@ -83,7 +83,20 @@ def test_attention_written_otherwise_is_found_and_split(name):
     assert [s for s, _ in _attention_plan(name)] == ["megatron", "megatron"]
 
 
-HF = [("gptj", {"tensor": 2}), ("qwen3", {"tensor": 2}), ("olmo2", {"tensor": 2}), ("falcon", {"tensor": 2}),
+def test_layers_alike_but_for_their_lifted_constants_are_repeated_blocks():
+    """Falcon's layers each index their fused projection with a list (``[-2]``), which the
+    export lifts as constants named per use (``lifted_tensor_0``, ``lifted_tensor_2``):
+    the layers are alike all the same, and a pipeline cuts between them."""
+    import torch
+
+    from autopar.api import plan
+    ids = torch.randint(0, hf_models.VOCAB, (4, 8))
+    made = plan(hf_models.build("falcon"), 2, (ids,), loss_fn=hf_models.logits_loss, example_target=ids,
+                strategy={"pipeline": 2, "microbatches": 2})
+    assert made.mesh.get("pipeline") == 2
+
+
+HF = [("gptj", {"tensor": 2}), ("falcon", {"pipeline": 2, "microbatches": 2}), ("qwen3", {"tensor": 2}), ("olmo2", {"tensor": 2}), ("falcon", {"tensor": 2}),
       ("falcon", {"tensor": 2, "sequence_parallel": True})]
 HF_EXTENDED = [("gptj", {"data": 2, "tensor": 2})]
 _HF = shared_ranks.register(2, __name__ + ".hf:extended", hf_models.hf_job, (HF,), timeout_s=300, extended=True)

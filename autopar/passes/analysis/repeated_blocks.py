@@ -55,6 +55,9 @@ def _target_name(target) -> str:
     return f"{getattr(target, '__module__', None)}.{getattr(target, '__qualname__', None) or target}"
 
 
+_LIFTED = re.compile(r"(lifted_tensor_|_tensor_constant)\d+")
+
+
 def block_signature(gm: fx.GraphModule, path: str, nodes: list[fx.Node]) -> str:
     """A short hash of the structure of the block at ``path`` made of ``nodes``: ops,
     their arguments (nodes as positions in the block or as ordinal external inputs),
@@ -69,7 +72,9 @@ def block_signature(gm: fx.GraphModule, path: str, nodes: list[fx.Node]) -> str:
 
     items = []
     for n in nodes:
-        if n.op in ("call_module", "get_attr"):
+        if n.op == "get_attr" and _LIFTED.fullmatch(str(n.target).rsplit(".", 1)[-1]):
+            target = "<constant>"   # a tensor the capture lifted (an index list): its name counts up per use
+        elif n.op in ("call_module", "get_attr"):
             target = "" if n.target == path else str(n.target).removeprefix(prefix)
         else:
             target = _target_name(n.target)
