@@ -51,6 +51,8 @@ class _Tiled(torch.nn.Module):
         tiled = x.repeat(3, 1) if self.read != "tile" else torch.tile(x, (3, 1))
         if self.read == "first_copy":      # the first rows of the tiled value: another share on each rank
             return self.proj(tiled[: x.shape[0] // 2])
+        if self.read == "groups":          # groups of 3 consecutive rows, across the copies' boundaries
+            return self.proj(tiled.view(-1, 3, 8).sum(1))
         return self.proj(tiled.view(3, -1, 8)).sum(0)   # the copies, rows in dimension 1
 
 
@@ -62,10 +64,11 @@ def test_tiled_copies_of_the_batch_keep_its_rows(read):
     assert made.mesh["data"] == 2
 
 
-def test_a_slice_of_tiled_rows_is_refused_under_data_parallelism():
+@pytest.mark.parametrize("read", ["first_copy", "groups"])
+def test_tiled_rows_read_across_copies_are_refused_under_data_parallelism(read):
     x = torch.randn(8, 8)
     with pytest.raises(PlanError, match="rows of the batch meet"):
-        plan(_Tiled("first_copy"), 2, (x,), loss_fn=lambda out, t: out.pow(2).mean(), example_target=x,
+        plan(_Tiled(read), 2, (x,), loss_fn=lambda out, t: out.pow(2).mean(), example_target=x,
              strategy={"data": 2})
 
 

@@ -138,7 +138,16 @@ class ViewRules(WalkState):
             return r.shifted(len(dst) - len(src))
         if name in ("repeat", "tile"):
             return self.tile_rows(node, name, r, src, dst)
-        return _regroup(src, dst, r, self.batch)
+        out = _regroup(src, dst, r, self.batch)
+        if out is not None and any(f == -1 for _, f in out.inner) and any(
+                (r.factor(k, src[k], self.batch) or 0) * self.batch not in (0, src[k]) for k in r.dims):
+            # groups of consecutive rows where copies of the batch sit outside them (tiled,
+            # or folded inside another dimension): the single device's groups cross from one
+            # copy into the next, a rank's groups only its own share's
+            self.couple(node, "index", f"{name} regroups the batch's rows across dimensions {sorted(out.dims)} "
+                                       f"while copies of them sit outside the rows: each rank would group its own "
+                                       f"share differently")
+        return out
 
     def tile_rows(self, node: fx.Node, name: str, r: "Rows", src: tuple, dst: tuple) -> "Rows | None":
         """``repeat``/``tile`` along the batch's dimension lays whole copies of the batch one

@@ -316,9 +316,12 @@ class LayoutRules(LayoutState):
             self.graph.erase_node(node)
             self.layout[new] = layout
             return layout
-        for arg in node.args[2:4]:
-            if isinstance(arg, fx.Node):
-                node.replace_input_with(arg, self._copy_to(arg))
+        # the affine parameters, positional or by keyword (``F.rms_norm(x, (d,), weight=w)``,
+        # as the tracer records it): their gradients are partial sums over the split
+        affine = [a for a in node.args[2:4] if isinstance(a, fx.Node)]
+        affine += [node.kwargs[k] for k in ("weight", "bias") if isinstance(node.kwargs.get(k), fx.Node)]
+        for arg in affine:
+            node.replace_input_with(arg, self._copy_to(arg))
         return layout
 
     def _batched(self, node: fx.Node) -> Shard:
