@@ -110,7 +110,7 @@ def test_dense_experts_train_as_on_one_device_extended(index):
 # Hugging Face's Llama 4 (complex rotary, fused experts applied by bmm, top-1 sigmoid
 # routing, a shared expert). Its norms and rotary compute in float32 (``x.float()``), whose
 # rounding depends on the shapes a rank computes at: the tensor plans agree to float32's
-# rounding (with those upcasts removed they agree within 1e-14); the others exactly.
+# rounding (with those upcasts removed tensor 2 agrees within 1e-14); the others exactly.
 LLAMA4 = [("llama4", {"data": 4, "experts": 2}), ("llama4", {"data": 2, "tensor": 2, "experts": 2}),
           ("llama4", {"data": 2, "tensor": 2}), ("llama4", "auto")]
 _LLAMA4_DATA = shared_ranks.register(2, __name__ + ".llama4:extended", hf_models.hf_job, ([("llama4", {"data": 2})],),
