@@ -108,7 +108,9 @@ def _check_hf(row):
     assert "error" not in row, row.get("traceback")
     for kind, bound in (("output", 1e-12), ("loss", 1e-12), ("grad", 1e-12), ("param", 1e-10)):
         assert row[kind][1] <= bound, (row["model"], row["strategy"], kind, row[kind])
-    if row["model"] != "olmo2":   # its q/k norms span every head (test_a_norm_of_each_heads_features_...)
+    # OLMo 2's q/k norms span every head (test_a_norm_of_each_heads_features_...); a
+    # pipeline without a tensor group splits no attention
+    if row["model"] != "olmo2" and row["mesh"].get("tensor", 1) > 1:
         assert row["attention"] and set(row["attention"]) == {"megatron"}, row
 
 
