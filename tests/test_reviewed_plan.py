@@ -118,6 +118,13 @@ def test_a_changed_model_batch_or_hardware_is_named_and_replan_plans_afresh():
     # a loss that sums where the plan's averaged: its data averaging would be 4x off
     with pytest.raises(PlanMismatchError, match=r"the loss: it reduces over the batch as \['sum'\] now, \['mean'\]"):
         autopar.compile(factory(), None, inputs, _summed_loss, example_target=target, plan=directory)
+    # the plan was made with example_target: a run without it names the FLOPs it lacks, in
+    # figures that differ as printed
+    with pytest.raises(PlanMismatchError) as caught:
+        autopar.compile(factory(), None, inputs, loss, plan=directory)
+    line = next(l for l in str(caught.value).splitlines() if "FLOPs per step" in l)
+    before, now = line.split("FLOPs per step: ")[1].split(" in the plan, ")
+    assert before != now.split(" now")[0] and "example_target" in line, line
     wider, _, _, _ = training_case("gpt2", vocab=128)
     with pytest.raises(PlanMismatchError, match="FLOPs per step"):
         autopar.compile(wider(), None, inputs, loss, example_target=target, plan=directory)

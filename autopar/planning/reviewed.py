@@ -83,8 +83,9 @@ def differences(plan: Plan, *, world: int, model_name: str, global_batch: int, r
                    f"(another dtype or size)")
     if flops_per_step is not None and plan.flops_per_step and \
             abs(plan.flops_per_step - flops_per_step) > 1e-9 * max(plan.flops_per_step, flops_per_step):
-        out.append(f"FLOPs per step: {plan.flops_per_step:.4g} in the plan, {flops_per_step:.4g} now (another width, "
-                   f"depth or sequence)")
+        out.append(f"FLOPs per step: {plan.flops_per_step:.10g} in the plan, {flops_per_step:.10g} now, "
+                   f"{flops_per_step - plan.flops_per_step:+.3g} (another width, depth or sequence, or a loss: a "
+                   f"plan made with example_target= counts the loss's, a run without it does not)")
     if degrees and any(plan.degree(k) != v for k, v in degrees.items()):
         out.append(f"mesh: its degrees {degrees} are not the plan's {plan.mesh}")
     if hardware is not None and hardware != plan.hardware:
