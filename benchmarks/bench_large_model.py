@@ -20,7 +20,7 @@ state.
 """
 from __future__ import annotations
 
-from common import parser
+from common import parser, vm
 
 import json
 import os
@@ -41,15 +41,6 @@ PLANS = {
     "3d": {"x": 2, "y": 1, "z": 2},
     "zero3": {"data": 4, "zero": 3},
 }
-
-
-def vm(field: str) -> int:
-    """A ``/proc/self/status`` figure in bytes (``VmHWM``: the peak resident set)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def model_on_meta():

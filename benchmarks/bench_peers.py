@@ -44,7 +44,8 @@ import os
 from typing import Callable
 
 # common first: it puts the repo root on sys.path (examples/ is not an installed package)
-from common import cases_of, check_close, compare, interleaved, parser, print_rows, steps_of, write_json, zero_grad
+from common import (cases_of, check_close, compare, interleaved, parser, print_rows, steps_of, vm, write_json,
+                    zero_grad)
 
 import torch
 import torch.distributed as dist
@@ -132,15 +133,6 @@ QUICK_CASES = CASES
 
 
 # -- memory --------------------------------------------------------------------------------------
-
-def vm(field: str) -> int:
-    """A ``/proc/self/status`` figure in bytes (``VmRSS``, ``VmHWM``)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
 
 def settle() -> int:
     """Free what is garbage, give the heap's free pages back, reset the peak; the resident set."""

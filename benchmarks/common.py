@@ -223,3 +223,13 @@ def zero_grad(params) -> None:
     """``optimizer.zero_grad()``'s default: drop the gradients (set them to ``None``)."""
     for p in params:
         p.grad = None
+
+
+def vm(field: str) -> int:
+    """A ``/proc/self/status`` figure of this process in bytes (``VmRSS``: the resident set;
+    ``VmHWM``: its peak)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")

@@ -222,3 +222,17 @@ def run_jobs(jobs: list[tuple[str, Callable, tuple]]) -> list[tuple[str, Any]]:
             health._recovered()
         dist.barrier()
     return out
+
+
+FLOAT64_BOUNDS = (("output", 1e-12), ("loss", 1e-12), ("grad", 1e-12), ("param", 1e-10))
+"""The relative differences a float64 comparison with one process stays within
+(:func:`autopar.testing.compare_with_single_device`: parameters after the steps)."""
+
+
+def assert_as_on_one_device(row: dict, label, floor: float = 0.0) -> None:
+    """A job's comparison row: no error, and each kind's relative difference within
+    :data:`FLOAT64_BOUNDS` (or ``floor`` where larger: a model whose own numerics are
+    looser than float64's); ``label`` names the case in a failure."""
+    assert "error" not in row, row.get("traceback")
+    for kind, bound in FLOAT64_BOUNDS:
+        assert row[kind][1] <= max(bound, floor), (label, kind, row[kind])

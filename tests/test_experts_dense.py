@@ -82,9 +82,7 @@ _TWO_EXTENDED = shared_ranks.register(2, __name__ + ":extended", dense_experts_j
 
 
 def _check(row):
-    assert "error" not in row, row.get("traceback")
-    for kind, bound in (("output", 1e-12), ("loss", 1e-12), ("grad", 1e-12), ("param", 1e-10)):
-        assert row[kind][1] <= bound, (row["form"], row["strategy"], kind, row[kind])
+    shared_ranks.assert_as_on_one_device(row, (row["form"], row["strategy"]))
     moe = {strategy for region, strategy in row["regions"].items() if region.startswith("experts:")}
     if isinstance(row["strategy"], dict) and row["strategy"].get("experts"):
         assert moe == {"experts"}, row["regions"]
@@ -122,8 +120,7 @@ _LLAMA4 = shared_ranks.register(4, __name__ + ".llama4:extended", hf_models.hf_j
 def _check_llama4(row):
     assert "error" not in row, row.get("traceback")
     tensor = row["mesh"].get("tensor", 1) > 1
-    for kind, bound in (("output", 1e-12), ("loss", 1e-12), ("grad", 1e-12), ("param", 1e-10)):
-        assert row[kind][1] <= (max(bound, 1e-5) if tensor else bound), (row["strategy"], kind, row[kind])
+    shared_ranks.assert_as_on_one_device(row, row["strategy"], floor=1e-5 if tensor else 0.0)
     if isinstance(row["strategy"], dict) and row["strategy"].get("experts"):
         assert "experts" in row["strategies"], row
     if tensor:

@@ -210,10 +210,8 @@ _HAND = shared_ranks.register(2, __name__, hand_written_job, (HAND,), timeout_s=
 def test_hand_written_periodic_stacks_train_as_on_one_device(index):
     for rank_rows in _HAND():
         row = rank_rows[index]
-        assert "error" not in row, row.get("traceback")
+        shared_ranks.assert_as_on_one_device(row, HAND[index])
         assert row["mesh"] == {"pipeline": 2, "data": 1, "tensor": 1}
-        for kind, bound in (("output", 1e-12), ("loss", 1e-12), ("grad", 1e-12), ("param", 1e-10)):
-            assert row[kind][1] <= bound, (HAND[index], kind, row[kind])
         if HAND[index][-1] == "full":   # one unit per stage, recomputed as one
             assert row["recomputed"] == 1, row["recomputed"]
 

@@ -79,8 +79,6 @@ def markdown(table: dict) -> str:
         row = []
         for key in keys:
             verdict, detail = cells.get(key, ("", ""))
-            if verdict == "unequal" and name in LOOSER and float(detail.rsplit("(", 1)[1][:-1]) <= 1e-5:
-                verdict = "equal*"   # a table written before the model was listed there
             counts[verdict] = counts.get(verdict, 0) + 1
             if verdict == "refused":
                 reason = detail.split(": ", 1)[-1] if detail.startswith(("strategy: ", "pipeline: ")) else detail

@@ -11,6 +11,8 @@ own ``ScaledDotProductAttention`` here, as its configuration system allows.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from examples.models import lm_loss
@@ -103,21 +105,29 @@ def torchtitan_loss(logits, target: torch.Tensor, global_tokens: int) -> torch.T
 
 def peers_job(strategies: list) -> list[dict]:
     """On every rank: torchtitan's Llama 3 under each strategy (or ``(strategy, kv_heads)``)
-    in float64 against the single device (:func:`autopar.testing.compare_with_single_device`), with what the
-    plan split; an error is reported in the row unless it leaves the process group unusable."""
+    in float64 against the single device (:func:`compare_job`)."""
+    cases = [case if isinstance(case, tuple) else (case, None) for case in strategies]
+    return compare_job("llama3", lambda kv_heads: llama3(kv_heads=kv_heads), cases, option="kv_heads")
+
+
+def compare_job(name: str, build: Callable, cases: list, option: str = "option") -> list[dict]:
+    """On every rank: ``build(value)`` for each ``(strategy, value)`` of ``cases`` in float64
+    against the single device (:func:`autopar.testing.compare_with_single_device`), on a
+    batch of 4 × 16 tokens of torchtitan's vocabulary, with what the plan split; an error
+    is reported in the row (``option``: the value's key there) unless it leaves the process
+    group unusable."""
     from autopar.testing import compare_with_single_device, reported_in
     from examples.qkv_layouts import attention_strategies
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, VOCAB, (4, 16), generator=generator)
     target = torch.randint(0, VOCAB, (4, 16), generator=generator)
     rows = []
-    for case in strategies:
-        strategy, kv_heads = case if isinstance(case, tuple) else (case, None)
-        row: dict = {"strategy": strategy, "kv_heads": kv_heads}
-        with reported_in(row, f"torchtitan llama3 under {strategy}"):
-            report = compare_with_single_device(lambda: llama3(kv_heads=kv_heads), (ids,), target, lm_loss, strategy,
+    for strategy, value in cases:
+        row: dict = {"strategy": strategy, option: value}
+        with reported_in(row, f"torchtitan {name} under {strategy}"):
+            report = compare_with_single_device(lambda: build(value), (ids,), target, lm_loss, strategy,
                                                 dtype=torch.float64)
-            row.update({k: report[k] for k in ("mesh", "strategies", "output", "loss", "grad", "param")})
+            row.update({k: report[k] for k in ("mesh", "strategies", "regions", "output", "loss", "grad", "param")})
             row["attention"] = attention_strategies(report)
         rows.append(row)
     return rows

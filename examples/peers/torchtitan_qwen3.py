@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from examples.models import lm_loss
-from examples.peers.torchtitan_llama import available
+from examples.peers.torchtitan_llama import available, compare_job
 
-VOCAB = 2048
 __all__ = ["available", "qwen3", "qwen3_job"]
 
 
@@ -41,19 +39,5 @@ def qwen3(layers: int = 2, dim: int = 128, heads: int = 4, kv_heads: int = 2, he
 
 def qwen3_job(strategies: list) -> list[dict]:
     """On every rank: torchtitan's Qwen 3 under each strategy in float64 against one
-    process, with what the plan split (an error in the row unless it leaves the group
-    unusable)."""
-    from autopar.testing import compare_with_single_device, reported_in
-    from examples.qkv_layouts import attention_strategies
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, VOCAB, (4, 16), generator=generator)
-    target = torch.randint(0, VOCAB, (4, 16), generator=generator)
-    rows = []
-    for strategy in strategies:
-        row: dict = {"strategy": strategy}
-        with reported_in(row, f"torchtitan qwen3 under {strategy}"):
-            report = compare_with_single_device(qwen3, (ids,), target, lm_loss, strategy, dtype=torch.float64)
-            row.update({k: report[k] for k in ("mesh", "strategies", "regions", "output", "loss", "grad", "param")})
-            row["attention"] = attention_strategies(report)
-        rows.append(row)
-    return rows
+    process (:func:`examples.peers.torchtitan_llama.compare_job`)."""
+    return compare_job("qwen3", lambda _: qwen3(), [(strategy, None) for strategy in strategies])
