@@ -72,6 +72,18 @@ def test_tiled_rows_read_across_copies_are_refused_under_data_parallelism(read):
              strategy={"data": 2})
 
 
+@pytest.mark.parametrize("loss", ["cross_entropy", "mse", "summed"])
+def test_a_loss_over_tiled_rows_is_refused_under_data_parallelism(loss):
+    """Copies of the batch read as one dimension by the loss (not viewed apart first)."""
+    import torch.nn.functional as F
+    x, t = torch.randn(8, 6), torch.randint(0, 5, (8,))
+    losses = {"cross_entropy": lambda o, t: F.cross_entropy(o.repeat(2, 1), t.repeat(2)),
+              "mse": lambda o, t: (torch.tile(o, (2, 1)) - F.one_hot(t, 5).float().repeat(2, 1)).pow(2).mean(),
+              "summed": lambda o, t: F.cross_entropy(o.repeat(2, 1), t.repeat(2), reduction="sum") / 16}
+    with pytest.raises(PlanError, match="rows of the batch meet at (repeat|tile)"):
+        plan(torch.nn.Linear(6, 5), 2, (x,), loss_fn=losses[loss], example_target=t, strategy={"data": 2})
+
+
 CASES = [("sigmoid_bmm", 1, {"data": 2, "experts": 2}), ("zeros", 2, {"data": 2, "experts": 2}),
          ("not_zero", 1, {"tensor": 2})]
 EXTENDED = [("softmax_matmul", 2, {"data": 2, "experts": 2}), ("sigmoid_bmm", 2, {"tensor": 2}),

@@ -56,6 +56,33 @@ def _regroup(src: tuple, dst: tuple, r: "Rows", batch: int) -> "Rows | None":
     return Rows.of(dims, pos, inner, r.perm, r.inverse)
 
 
+_ELEMENTWISE = ("mul", "add", "sub", "div", "to", "_to_copy", "type_as", "contiguous")
+_VIEWS = ("view", "reshape", "_unsafe_view")
+
+
+def _copies_viewed_apart(node: fx.Node, copies: int, rows: int) -> bool:
+    """Whether every use of ``node`` (copies of ``rows`` rows laid along dimension 0), through
+    elementwise ops, is a view to ``[copies, rows, ...]``."""
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        for user in current.users:
+            if user in seen:
+                continue
+            seen.add(user)
+            name = bare_name(user)
+            shape = shape_of(user)
+            if name in _VIEWS:
+                if not shape or len(shape) < 2 or tuple(shape[:2]) != (copies, rows):
+                    return False
+            elif name in _ELEMENTWISE and shape is not None and shape_of(node) is not None and \
+                    tuple(shape[:1]) == tuple(shape_of(node)[:1]):
+                stack.append(user)
+            else:
+                return False
+    return True
+
+
 class ViewRules(WalkState):
     # ---- views
     def embedding(self, node: fx.Node):
@@ -154,7 +181,10 @@ class ViewRules(WalkState):
         after another (``x.repeat(E, 1)``: ``[E·B]``, Llama 4's routed input): each copy
         holds the rows in order, so the rows stay in that dimension with the copies outside
         them, as in a view of ``[E, B]`` flattened (:func:`_regroup`), and each rank's copies
-        hold its own share. Positions tiled are coupled (a position read in another copy)."""
+        hold its own share. Only where every use, through elementwise ops, views the copies
+        apart again (``.view(E, B, H)``: the copies outermost, the rows whole in the next
+        dimension); a tiled value reduced or read as one dimension (a loss over the copies)
+        is coupled, as are positions tiled (a position read in another copy)."""
         shift = len(dst) - len(src)
         out = r.shifted(shift)
         inner = set(out.inner) if out is not None else set()
@@ -162,7 +192,7 @@ class ViewRules(WalkState):
             if dst[d + shift] == src[d]:
                 continue
             factor = r.factor(d, src[d], self.batch) if d in r.dims and d not in r.pos else None
-            if not factor or factor < 0:
+            if not factor or factor < 0 or d + shift != 0 or not _copies_viewed_apart(node, dst[0] // src[d], src[d]):
                 self.couple(node, "index", f"{name} repeats the batch's rows along dimension {d}")
                 continue
             inner = {(e, f) for e, f in inner if e != d + shift} | {(d + shift, factor)}
