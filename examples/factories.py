@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from examples.models import (MLP, Inception, ListMoETransformer, StemTrunk, TinyTransformer, Towers,  # noqa: E402
-                            TowerTrunk, gpt2 as _gpt2, gpt2_loss, lm_loss)
+                            TowerTrunk, UserGPT, gpt2 as _gpt2, gpt2_loss, lm_loss)
 from examples.zoo import logits_loss  # noqa: E402
 
 
@@ -178,6 +178,17 @@ def gpt_meta(layers: int = 96, width: int = 12288, heads: int = 96, batch: int =
     GPT-3's) costs nothing to build and plans from its shapes alone."""
     with torch.device("meta"):
         model = TinyTransformer(vocab=vocab, width=width, heads=heads, layers=layers, block=seq).to(torch.bfloat16)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    return model, (ids,), lm_loss, ids
+
+
+def gpt_user_meta(layers: int = 96, width: int = 12288, heads: int = 96, batch: int = 1536, seq: int = 2048,
+                  vocab: int = 51200, chunk: bool = False):
+    """GPT-3 175B (the defaults) written as users write it (:class:`examples.models.UserGPT`:
+    the fused QKV projection split in forward, ``.chunk(3, -1)`` with ``chunk``, SDPA, the
+    LM head tied by ``F.linear(x, self.wte.weight)``), on the meta device in bf16."""
+    with torch.device("meta"):
+        model = UserGPT(vocab, width, heads, layers, seq, chunk=chunk).to(torch.bfloat16)
     ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
     return model, (ids,), lm_loss, ids
 

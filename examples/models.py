@@ -275,3 +275,53 @@ class ListMoETransformer(nn.Module):
             h = h + attn(n1(h))
             h = h + moe(n2(h))
         return self.head(h)
+
+
+class UserAttention(nn.Module):
+    """Attention as users write it: one fused QKV projection split in forward
+    (``.split(width, -1)``, or ``.chunk(3, -1)`` with ``chunk=True``) and PyTorch's
+    ``scaled_dot_product_attention`` with ``is_causal=True``."""
+
+    def __init__(self, width: int, heads: int, chunk: bool = False):
+        super().__init__()
+        self.qkv = nn.Linear(width, 3 * width)
+        self.out = nn.Linear(width, width)
+        self.heads, self.width, self.chunk = heads, width, chunk
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).chunk(3, -1) if self.chunk else self.qkv(x).split(self.width, dim=-1)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+class UserBlock(nn.Module):
+    def __init__(self, width: int, heads: int, chunk: bool = False):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.attn = UserAttention(width, heads, chunk)
+        self.fc, self.proj = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.proj(F.gelu(self.fc(self.ln2(x))))
+
+
+class UserGPT(nn.Module):
+    """A GPT written as users write it (:class:`UserAttention`), its LM head the token
+    embedding's weight applied by ``F.linear(x, self.wte.weight)`` (tied without a
+    ``Linear`` module)."""
+
+    def __init__(self, vocab: int, width: int, heads: int, layers: int, block: int, chunk: bool = False):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(block, width)
+        self.h = nn.ModuleList(UserBlock(width, heads, chunk) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.size(1), device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.wte.weight)
