@@ -170,16 +170,23 @@ def sequence_splits(model: ModelFacts, tensor: int, rows: int) -> bool:
     (:mod:`autopar.strategies.megatron.sequence`; elsewhere it keeps Megatron's
     all-reduce). The global graph's shapes are read both ways a rank's may differ: a
     dimension the batch's size divides may hold the rows (``[batch, seq]``, or flattened
-    ``[batch·seq]``: scaled to the rank's rows) or not (a sequence as long as the batch);
-    a dimension counts only where it divides either way."""
+    ``[batch·seq]``: scaled to the rank's rows) or not (a sequence as long as the batch),
+    and the rows lie in one dimension at most: a shape counts where under each reading
+    some dimension divides (``[2048, 8192, h]`` at batch 2048 and one row per rank: the
+    8192 tokens if the first holds the rows, the 2048 if the second does)."""
     memo = model.memo("megatron.sequence_splits")
     if (tensor, rows) not in memo:
-        def divides(size: int) -> bool:
-            sizes = {size, size // model.batch * rows} if model.batch and size % model.batch == 0 else {size}
-            return all(s % tensor == 0 and s >= tensor for s in sizes)
+        def splits(shape) -> bool:
+            # the rows lie in at most one dimension, any one the batch's size divides; the
+            # shape splits where under each such reading some dimension divides
+            dims = list(shape[:-1])
+            readings = [None] + [i for i, d in enumerate(dims) if model.batch and d % model.batch == 0]
+            return all(any(s % tensor == 0 and s >= tensor
+                           for s in (d // model.batch * rows if i == r else d for i, d in enumerate(dims)))
+                       for r in readings)
         shapes = [tensor_spec(model.table[row]).shape for r in model.regions
                   if (row := r.details.get("out_proj") or r.details.get("row")) in model.table]
-        memo[tensor, rows] = bool(shapes) and all(any(divides(size) for size in shape[:-1]) for shape in shapes)
+        memo[tensor, rows] = bool(shapes) and all(splits(shape) for shape in shapes)
     return memo[tensor, rows]
 
 
