@@ -143,7 +143,7 @@ class ContextParallel(CompileHooks):
         d, c, t = config.data, config.context, config.tensor
         if config.pipeline > 1:   # the pipeline family's figures at data degree d·c, the ring's exchanges added
             base_ctx, base = _as_pipeline(ctx, config)
-            priced = Pipeline().price(base_ctx, base)
+            priced = Pipeline().price(base_ctx, base, row_units=c)
             extra, mode = ring_cost(model, hw, d, c, t)
             extra /= config.pipeline   # a stage runs its share of the layers
             step = None if priced.step_s is None else priced.step_s + extra
@@ -174,6 +174,8 @@ class ContextParallel(CompileHooks):
             base_ctx, base = _as_pipeline(ctx, priced.config)
             plan = Pipeline().to_plan(base_ctx, dataclasses.replace(priced, config=base, family="pipeline"))
             plan.mesh = _mesh(priced.config)
+            # a microbatch: rows of a data rank (each spread over the context ranks)
+            plan.pipeline["microbatch_size"] = ctx.model.batch // (priced.config.data * plan.pipeline["microbatches"])
             plan.step_s = priced.step_s
             plan.total.comm_s["context"] = priced.comm_s["context"]
         else:

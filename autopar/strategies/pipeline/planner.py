@@ -143,14 +143,18 @@ def pipeline_layout(model: ModelFacts, world: int, config: Strategy) -> tuple[in
 
 
 def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, local: int,
-                       names: tuple[str, ...]) -> list[int]:
+                       names: tuple[str, ...], row_units: int = 1) -> list[int]:
     """The microbatch counts to weigh: the given one, checked, or every one a schedule of
-    ``names`` allows."""
+    ``names`` allows. ``row_units``: each of the ``local`` rows counts as that many (the
+    context family prices ``d × c`` as ``d·c`` data ranks, and a data rank's rows, each
+    spread over ``c`` context ranks, divide into microbatches: ``local·c`` of them)."""
     v, m = config.chunks, config.microbatches
+    local, rows = local * row_units, model.batch // (data // row_units if row_units > 1 else data)
     if m is not None:
         if local % m:
             raise PlanError(f"strategy: microbatches={m} does not divide the batch of each data rank "
-                            f"({model.batch} / data {data} = {local}); give a microbatch count that divides {local}")
+                            f"({model.batch} / data {data // row_units} = {rows}); give a microbatch count that "
+                            f"divides {rows}")
         if not any(pipeline_cost.accepts(name, p, m, v) for name in names):
             rule = (f"a multiple of the pipeline ranks (megatron §2.2.2); microbatches={m} is not a multiple of "
                     f"pipeline={p}" if names[0] == "interleaved" else
@@ -179,7 +183,7 @@ def schedules_weighed(config: Strategy) -> tuple[str, ...]:
 
 def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy, stage_plans=None,
                     zero: int | None = None, recompute: bool | None = None, allowance: float = 0.0,
-                    sequence: bool | None = False) -> PipelineNumbers:
+                    sequence: bool | None = False, row_units: int = 1) -> PipelineNumbers:
     """The figures of one pipeline layout at its best schedule and microbatch count: the
     fastest whose memory fits, recomputing the blocks' activations (megatron §3.5) or
     sharding the state over the data ranks (ZeRO-1..3, :func:`with_zero`) only where
@@ -190,14 +194,15 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
     another family frees from these figures (expert parallelism's spread experts),
     counted when judging what fits; ``sequence``: Megatron-SP inside the stages
     (:func:`_stage_figures`; None: weighed where a count and mode do not fit without
-    ZeRO, before ZeRO and recomputing). The schedules are :func:`schedules_weighed`,
-    priced on one set of stage figures per microbatch count."""
+    ZeRO, before ZeRO and recomputing); ``row_units``: as :func:`_microbatch_counts`.
+    The schedules are :func:`schedules_weighed`, priced on one set of stage figures per
+    microbatch count."""
     p, data, tensor, shape, local = pipeline_layout(model, world, config)
     inner = stage_plans(shape, tensor) if stage_plans is not None else None
     best = smallest = None
     modes = (False, True) if recompute is None else (recompute,)
     names = schedules_weighed(config)
-    for m in _microbatch_counts(model, config, p, data, local, names):
+    for m in _microbatch_counts(model, config, p, data, local, names, row_units):
         splits = (sequence,) if sequence is not None else (False, True) if (
             tensor > 1 and inner is None and sequence_splits(model, tensor, model.batch // (data * m))) else (False,)
         memo: dict = {}
@@ -329,9 +334,10 @@ class Pipeline(CompileHooks):
             forced = dataclasses.replace(forced, tensor_subgrids=check_forced_stages(ctx, tensor))
         return [forced]
 
-    def price(self, ctx: PlanContext, config: Strategy, allowance: float = 0.0) -> Priced:
+    def price(self, ctx: PlanContext, config: Strategy, allowance: float = 0.0, row_units: int = 1) -> Priced:
         """``allowance``: bytes per rank expert parallelism frees from the figures priced
-        here (:func:`search_pipeline`); the memory reported is without it."""
+        here (:func:`search_pipeline`); the memory reported is without it; ``row_units``:
+        as :func:`_microbatch_counts`."""
         label = pipeline_label(config)
         # a mixed configuration: each region its own family inside the stages
         stage_plans = (lambda shape, tensor: StagePlans(ctx, shape, tensor, config.grid, config.tensor_subgrids)
@@ -345,7 +351,7 @@ class Pipeline(CompileHooks):
             forced = ctx.levers.sequence_parallel if ctx.levers is not None else None
             sequence = False if config.mixed else forced
             n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero, recompute, allowance,
-                                sequence=sequence)
+                                sequence=sequence, row_units=row_units)
         except PlanError as e:
             if ctx.forced is not None:
                 raise
