@@ -312,7 +312,7 @@ class Presets(TestCase):
     def test_unknown_name(self):
         with self.assertRaises(ValueError) as ctx:
             get_hardware("tpu-v9")
-        self.assertExpectedInline(str(ctx.exception), """unknown hardware 'tpu-v9': expected one of the presets ['a100-perlmutter', 'a100-selene', 'cpu-gloo', 'h100', 'mi250x-frontier', 'v100-lassen'] or the path of a JSON file written by Hardware.to_json()""")
+        self.assertExpectedInline(str(ctx.exception), """unknown hardware 'tpu-v9': expected one of the presets ['a100-perlmutter', 'a100-selene', 'b200', 'cpu-gloo', 'h100', 'h200', 'mi250x-frontier', 'mi300x', 'v100-lassen'] or the path of a JSON file written by Hardware.to_json()""")
         with self.assertRaisesRegex(ValueError, r"missing fields \['memory_bytes'\]"):
             Hardware.from_json({k: v for k, v in FLAT.to_json().items() if k != "memory_bytes"})
 
@@ -352,14 +352,22 @@ class NodeWorkTest(TestCase):
 
     def test_sdpa(self):
         class Attention(nn.Module):
+            def __init__(self, causal):
+                super().__init__()
+                self.causal = causal
+
             def forward(self, q, k, v):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
 
         b, h, s, d = 2, 4, 8, 16
         q = torch.randn(b, h, s, d)
         for tracer in ("symbolic_trace", "export"):
-            gm = capture(Attention(), (q, q, q), tracer=tracer)
+            # QKᵀ and PV over every pair; causal: the s(s+1)/2 pairs a query attends
+            # (a flash kernel skips the blocks above the diagonal)
+            gm = capture(Attention(False), (q, q, q), tracer=tracer)
             self.assertEqual(_matmul_flops(gm), 4 * b * h * s * s * d, tracer)
+            gm = capture(Attention(True), (q, q, q), tracer=tracer)
+            self.assertEqual(_matmul_flops(gm), 4 * b * h * (s * (s + 1) // 2) * d, tracer)
 
     def test_conv_and_embedding(self):
         model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, groups=1), nn.ReLU())

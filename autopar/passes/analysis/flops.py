@@ -147,12 +147,33 @@ def _matmul_flops(out: TensorSpec, k_operand) -> int:
     return 2 * out.numel * (k_spec.shape[-1] if k_spec is not None and k_spec.shape else 1)
 
 
-def _sdpa_flops(q, k, v) -> int:
+def _sdpa_flops(q, k, v, causal: bool = False) -> int:
+    """2·s_q·s_k·(d + d_v) per (batch, head): QKᵀ and PV. ``causal``: only the pairs a
+    query attends (key j ≤ query i, aligned at the top left as torch's ``is_causal``):
+    a flash kernel skips the blocks above the diagonal (Dao, FlashAttention-2 §3.1.1),
+    so about half the work at s_q = s_k."""
     q, k, v = _spec(q), _spec(k), _spec(v)
     s_q, d = q.shape[-2], q.shape[-1]
     s_k, d_v = k.shape[-2], v.shape[-1]
     batch_heads = q.numel // max(1, s_q * d)
-    return 2 * batch_heads * s_q * s_k * d + 2 * batch_heads * s_q * s_k * d_v
+    pairs = s_q * s_k
+    if causal:  # Σ_{i<s_q} min(i + 1, s_k)
+        full = min(s_q, s_k)
+        pairs = full * (full + 1) // 2 + max(0, s_q - s_k) * s_k
+    return 2 * batch_heads * pairs * (d + d_v)
+
+
+def _is_causal(node: fx.Node) -> bool:
+    """The ``is_causal`` argument of an attention node (by name in its schema; position 5
+    of ``F.scaled_dot_product_attention``)."""
+    if "is_causal" in node.kwargs:
+        return bool(node.kwargs["is_causal"])
+    schema = schema_of(node.target)
+    names = [a.name for a in schema.arguments] if schema is not None else \
+        ["query", "key", "value", "attn_mask", "dropout_p", "is_causal"]
+    if "is_causal" in names and names.index("is_causal") < len(node.args):
+        return bool(node.args[names.index("is_causal")])
+    return False
 
 
 def _conv_flops(out: TensorSpec, inp, weight_shape, transposed: bool) -> int:
@@ -223,7 +244,7 @@ def _function_work(node: fx.Node, out: list[TensorSpec]) -> NodeWork:
         return _kernel(node, out, _matmul_flops(out[0], args[0]), True)
     if target in _SDPA:
         q, k, v = (args + tuple(node.kwargs.get(n) for n in ("query", "key", "value")))[:3]
-        return _kernel(node, out, _sdpa_flops(q, k, v), True)
+        return _kernel(node, out, _sdpa_flops(q, k, v, _is_causal(node)), True)
     if target in _CONV or target in _CONV_TRANSPOSE or target in _CONVOLUTION:
         transposed = target in _CONV_TRANSPOSE or (target in _CONVOLUTION and bool(args[6]))
         return _kernel(node, out, _conv_flops(out[0], args[0], _spec(args[1]).shape, transposed), True)
