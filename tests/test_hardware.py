@@ -17,6 +17,9 @@ DEVICES_PER_NODE = {
     "a100-perlmutter": 4,
     "mi250x-frontier": 8,  # 4 MI250X of 2 GCDs, one device per GCD
     "h100": 8,
+    "h200": 8,
+    "b200": 8,
+    "mi300x": 8,
 }
 
 GPU_PRESETS = [n for n in DEVICES_PER_NODE if n != "cpu-gloo"]
@@ -67,6 +70,23 @@ def test_paper_figures():
     # DGX H100: one 400 Gb/s NDR port per GPU; NVLink 4 900 GB/s both directions
     h100 = PRESETS["h100"]
     assert (h100.inter_node_bandwidth, 2 * h100.intra_node_bandwidth) == (400e9 / 8, 900e9)
+    # H200: the H100's compute and links, 141 GB of HBM3e at 4.8 TB/s; B200 2.25 PFLOP/s,
+    # NVLink 5 1.8 TB/s both directions; MI300X 1,307.4 TFLOP/s, 192 GB at 5.3 TB/s
+    h200, b200, mi300x = PRESETS["h200"], PRESETS["b200"], PRESETS["mi300x"]
+    assert (h200.peak_flops, h200.memory_bytes, h200.memory_bandwidth) == (989e12, 141e9, 4.8e12)
+    assert (h200.intra_node_bandwidth, h200.inter_node_bandwidth) == (450e9, 50e9)
+    assert (b200.peak_flops, 2 * b200.intra_node_bandwidth, b200.memory_bytes) == (2250e12, 1.8e12, 180e9)
+    assert (mi300x.peak_flops, mi300x.memory_bytes, mi300x.memory_bandwidth) == (1307.4e12, 192e9, 5.3e12)
+
+
+def test_hopper_gemm_fit_reproduces_the_measured_table_points():
+    # XLA's sm_90 bf16 table: 4096^3 at 783 TFLOP/s, 1024 x 2048 x 2048 at 524; the fit
+    # R·f/(f + S), R = 0.766 x 989, S = 4.75 GFLOP, within 10 % of both
+    h100 = PRESETS["h100"]
+    for (m, n, k), measured in (((4096, 4096, 4096), 783.3e12), ((1024, 2048, 2048), 524.3e12)):
+        flops = 2 * m * n * k
+        rate = flops / (cost.matmul_time(flops, h100) - h100.kernel_launch_s)
+        assert abs(rate / measured - 1) < 0.10, (m, n, k, rate)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
