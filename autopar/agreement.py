@@ -49,6 +49,10 @@ def agreed_hardware(hardware, memory_limit: float | None, world: int, mesh) -> t
     broadcast per mesh dimension: the first rank of each group passes on what it holds,
     so the mesh's first rank's reaches every rank). A ``Hardware`` object is used as
     given (``compile`` checks it is the same on every rank)."""
+    if hardware is None and _first_use(world):
+        from autopar.cost import first_use
+        hw, source = first_use.calibrate_here()
+        return (dataclasses.replace(hw, memory_bytes=float(memory_limit)) if memory_limit else hw), source
     hw, source = resolve_hardware(hardware, memory_limit)
     if isinstance(hardware, Hardware) or world == 1 or not (dist.is_available() and dist.is_initialized()):
         return hw, source
@@ -67,6 +71,19 @@ def agreed_hardware(hardware, memory_limit: float | None, world: int, mesh) -> t
     return hw, source
 
 
+
+
+def _first_use(world: int) -> bool:
+    """Whether ``compile`` measures this machine now (:mod:`autopar.cost.first_use`): on
+    ranks the mesh spans all of, over the backend whose profile ``compile`` reads, where
+    the first rank has none cached and it is not turned off. Every rank of the default
+    group answers alike."""
+    from autopar.cost import first_use
+    if not (first_use.enabled() and dist.is_available() and dist.is_initialized()):
+        return False
+    if world != dist.get_world_size() or str(dist.get_backend()) != profiles.default_backend():
+        return False
+    return first_use.needed()
 
 
 def agreed_plan(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Hardware, strategy, hardware, source: str,

@@ -13,12 +13,15 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # compile without hardware= prices with this machine's calibrated profile when one is
 # cached (autopar.cost.profiles); the tests' plans must not depend on whether the user
-# ran `autopar calibrate`, so they see an empty cache of their own (spawned ranks too)
+# ran `autopar calibrate`, so they see an empty cache of their own (spawned ranks too),
+# and compile does not measure the machine on first use (autopar.cost.first_use): the
+# tests of that path turn it on themselves
 import atexit  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 os.environ["AUTOPAR_CACHE_DIR"] = tempfile.mkdtemp(prefix="autopar-test-cache-")
+os.environ["AUTOPAR_FIRST_USE_CALIBRATION"] = "0"
 atexit.register(shutil.rmtree, os.environ["AUTOPAR_CACHE_DIR"], True)
 
 

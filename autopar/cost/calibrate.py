@@ -221,11 +221,19 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
         raise ValueError(f"calibrate needs at least 1 rank, got world_size={world_size}")
     if dtype not in MATMUL_DTYPES:
         raise ValueError(f"calibrate: dtype={dtype!r}; one of {sorted(MATMUL_DTYPES)}")
-    base_hw = get_hardware(base)
     started = time.perf_counter()
     reports = launch(calibration_job, world_size, (backend, quick, dtype), backend=backend,
                      timeout_s=timeout_s or (300.0 if quick else 900.0))
-    seconds = time.perf_counter() - started
+    return fit_reports(reports, world_size, backend=backend, base=base, quick=quick, name=name, dtype=dtype,
+                       seconds=time.perf_counter() - started)
+
+
+def fit_reports(reports: list[dict], world_size: int, *, backend: str, base: "str | Hardware" = "cpu-gloo",
+                quick: "bool | str" = False, name: str | None = None, dtype: str = "fp32",
+                seconds: float = 0.0) -> Calibration:
+    """The :class:`Calibration` fitted to every rank's :func:`calibration_job` report
+    (the same reports give the same hardware on any rank)."""
+    base_hw = get_hardware(base)
     medians: dict[tuple, float] = {}
     for report in reports:  # the slowest rank's median of each measurement
         for key, value in report["medians"].items():
@@ -268,7 +276,7 @@ def run_calibration(world_size: int = 4, *, backend: str = "gloo", base: "str | 
     if ("runtime_step",) in medians:
         hardware = _runtime_terms(hardware, medians, world_size)
     return Calibration(hardware, base_hw, compute.rows(hardware) + measurements, fits, seconds, world_size, backend,
-                       quick, facts, outliers, {_term_name(k): v for k, v in rounds.items()})
+                       bool(quick), facts, outliers, {_term_name(k): v for k, v in rounds.items()})
 
 
 def _fit_network(medians: dict[tuple, float], world_size: int, base_hw: Hardware
@@ -395,14 +403,15 @@ def _fit_collectives(medians: dict[tuple, float]) -> tuple[list[Fit], list[Measu
     return fits, measurements, measured
 
 
-def _description(compute: _Compute, facts: dict, backend: str, world_size: int, quick: bool, base: str,
+def _description(compute: _Compute, facts: dict, backend: str, world_size: int, quick: "bool | str", base: str,
                  dtype: str = "fp32") -> str:
     """The profile's description: where and how it was measured, and what was fitted."""
     s = settings(quick, facts["device_type"])
     cores = os.cpu_count()
     when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     return (
-        f"Measured by autopar calibrate{' --quick' if quick else ''} on {facts['host']} ({facts['processor']}, "
+        f"Measured by {'compile on first use (a probe)' if quick == 'probe' else 'autopar calibrate'}"
+        f"{' --quick' if quick is True else ''} on {facts['host']} ({facts['processor']}, "
         f"{cores} CPU cores) on {when}: torch {torch.__version__}, backend {backend}, {world_size} ranks "
         f"(one intra-op thread each, all measuring at once; per point the slowest rank's median of "
         f"{s.repeats} one-call samples for collectives, {s.compute_repeats} samples of ~{s.sample_s * 1e3:g} ms "
@@ -428,4 +437,4 @@ def calibrate(world_size: int = 4, *, backend: str = "gloo", base: "str | Hardwa
     return run_calibration(world_size, backend=backend, base=base, quick=quick, name=name, dtype=dtype).hardware
 
 
-__all__ = ["Calibration", "Fit", "Measurement", "Outlier", "calibrate", "run_calibration"]
+__all__ = ["Calibration", "Fit", "Measurement", "Outlier", "calibrate", "fit_reports", "run_calibration"]

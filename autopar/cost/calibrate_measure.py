@@ -53,14 +53,20 @@ class Settings:
     rounds: int = 5        # the overhead terms are measured this many times, spread over the run
 
 
-def settings(quick: bool, device_type: str = "cpu") -> Settings:
+def settings(quick: "bool | str", device_type: str = "cpu") -> Settings:
     """Full: 11 message sizes 4 B..4 MiB (×4 apart) timed 41 times each, matmuls 32..2048
     timed in 11 samples of ~20 ms, the overhead terms in 5 rounds; quick: 6 sizes 4 B..4 MiB
-    (×16 apart) timed 15 times, matmuls 32..1024 in 5 samples of ~5 ms, 3 rounds. GPUs
-    get larger matmuls. Compute samples last
+    (×16 apart) timed 15 times, matmuls 32..1024 in 5 samples of ~5 ms, 3 rounds;
+    ``"probe"`` (what ``compile`` measures on first use, :mod:`autopar.cost.first_use`):
+    5 sizes 4 B..4 MiB (×32 apart, then 4 MiB) timed 5 times, matmuls 64, 256, 1024 in 3 samples of
+    ~3 ms, a 16 MiB copy, one round. GPUs get larger matmuls. Compute samples last
     several scheduler time slices, so where ranks share cores (more ranks than cores, or
     other load) the small kernels see the same sharing as the large ones."""
     gpu = device_type == "cuda"
+    if quick == "probe":
+        return Settings(message_bytes=tuple(4 * 32 ** k for k in range(4)) + (4 << 20,),
+                        matmul_sizes=(64, 256, 1024) + ((4096,) if gpu else ()),
+                        copy_bytes=16 << 20, repeats=5, compute_repeats=3, sample_s=3e-3, rounds=1)
     if quick:
         return Settings(message_bytes=tuple(4 * 16 ** k for k in range(6)),
                         matmul_sizes=(32, 64, 128, 256, 512, 1024) + ((2048, 4096) if gpu else ()),
@@ -352,15 +358,17 @@ def _compiled_cases(world: int) -> dict[tuple, Any]:
     """The runtime's own cases, compiled once: the data-parallel step and the pipeline
     at each microbatch count (keys as in :func:`calibration_job`'s medians); one rank has no
     pipeline to time."""
+    # priced with the preset, not this machine's profile, which compile may be measuring now
     model, inputs, loss, target = runtime_case(world)
     cases = {("runtime_step",): (autopar.compile(model, None, example_inputs=inputs, loss_fn=loss,
-                                                 example_target=target, strategy={"data": world}), inputs, target)}
+                                                 example_target=target, strategy={"data": world},
+                                                 hardware="cpu-gloo"), inputs, target)}
     if world < 2:
         return cases
     model, inputs, loss, target = pipeline_case(world)
     for k in PIPELINE_MICROBATCHES:
         pm = autopar.compile(model, None, example_inputs=inputs, loss_fn=loss, example_target=target,
-                             strategy=pipeline_strategy(world, k))
+                             strategy=pipeline_strategy(world, k), hardware="cpu-gloo")
         cases[("pipeline_step", k)] = (pm, inputs, target)
     return cases
 
@@ -407,7 +415,7 @@ def _overhead_round(device: torch.device, s: Settings, groups: dict, cases: dict
 MATMUL_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def calibration_job(backend: str, quick: bool, dtype: str = "fp32") -> dict[str, Any]:
+def calibration_job(backend: str, quick: "bool | str", dtype: str = "fp32") -> dict[str, Any]:
     """Run on every rank of a launched world: this rank's medians (seconds) of every
     measurement, keyed ``("matmul", n)``, ``("launch",)``, ``("copy", bytes)`` and
     ``(collective, G, m)``; the overhead terms' value in each of ``settings().rounds``
@@ -415,7 +423,8 @@ def calibration_job(backend: str, quick: bool, dtype: str = "fp32") -> dict[str,
     ``("collective_call",)`` — ours less raw —, ``("collective_raw",)``,
     ``("in_training", G)``, ``("async_exposed",)``, and on CPUs ``("runtime_step",)``,
     ``("pipeline_step", k)``);
-    plus facts about the machine. Matmuls are timed in ``dtype`` (:data:`MATMUL_DTYPES`)."""
+    plus facts about the machine. Matmuls are timed in ``dtype`` (:data:`MATMUL_DTYPES`).
+    ``quick``: as :func:`settings` takes it (False, True or ``"probe"``)."""
     torch.set_flush_denormal(True)
     device = _device(backend)
     world, rank = dist.get_world_size(), dist.get_rank()
