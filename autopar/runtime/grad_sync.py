@@ -101,10 +101,13 @@ def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor] | None:
 class _ShardedBucket(_Bucket):
     """A bucket of ZeRO's (:mod:`autopar.strategies.data.zero`): its parameters' gradients
     end in their row shards' (``shards``: per parameter, ``(shard parameter, RowShard)``).
-    ZeRO-2 reduce-scatters a buffer laid out rank by rank (every parameter's padded block
-    of rank 0, then of rank 1, ...), allocated at launch and freed at finish; ZeRO-1
-    all-reduces as a plain bucket and keeps its rows. Either way the full gradients are
-    dropped once read (``param.grad = None``)."""
+    ZeRO-1 and ZeRO-2 alike reduce-scatter a buffer laid out rank by rank (every
+    parameter's padded block of rank 0, then of rank 1, ...), allocated at launch and
+    freed at finish: a rank updates only its rows, so it needs only their sum, and the
+    reduce-scatter moves half an all-reduce's bytes (AxoNN eqs 2-3; the distributed
+    optimizer of Megatron-LM does the same). The stages differ in what is held between
+    microbatches (:mod:`autopar.strategies.data.zero`). The full gradients are dropped
+    once read (``param.grad = None``)."""
 
     def __init__(self, index: int, params: list[torch.nn.Parameter], shards: list, stage: int):
         self.index, self.params, self.shards, self.stage = index, params, shards, stage
@@ -114,37 +117,23 @@ class _ShardedBucket(_Bucket):
         self.extra = self.views = None
 
     def flatten(self) -> None:
-        if self.stage == 1:
-            total = sum(p.numel() for p in self.params)
-            self.buffer = torch.empty(total, dtype=self.params[0].dtype, device=self.params[0].device)
-            self.views = _param_views(self.buffer, self.params)
-            _Bucket.flatten(self)
-            self.views = None
-        else:
-            blocks = [cut.padded_blocks((p.grad if p.grad is not None else torch.zeros_like(p)).detach())
-                      for p, (_, cut) in zip(self.params, self.shards)]
-            self.buffer = torch.cat([per_param[k] for k in range(self.shards[0][1].size) for per_param in blocks])
-            self.out = self.buffer.new_empty(self.buffer.numel() // self.shards[0][1].size)
+        blocks = [cut.padded_blocks((p.grad if p.grad is not None else torch.zeros_like(p)).detach())
+                  for p, (_, cut) in zip(self.params, self.shards)]
+        self.buffer = torch.cat([per_param[k] for k in range(self.shards[0][1].size) for per_param in blocks])
+        self.out = self.buffer.new_empty(self.buffer.numel() // self.shards[0][1].size)
         for p in self.params:
             p.grad = None
 
     def launch(self, group):
-        if self.stage == 1:
-            return dist.all_reduce(self.buffer, group=group, async_op=True)
         return reduce_scatter_flat(self.out, self.buffer, group=group, async_op=True)
 
     def unflatten_into_grads(self, divisor: int) -> None:
         offset = 0
         for p, (shard, cut) in zip(self.params, self.shards):
             start, stop = cut.span
-            if self.stage == 1:
-                full = self.buffer[offset:offset + p.numel()].view_as(p)
-                piece = full[start:stop]
-                offset += p.numel()
-            else:
-                size = cut.chunk * p[0].numel() if p.dim() else 0
-                piece = self.out[offset:offset + size].view(cut.chunk, *p.shape[1:])[:stop - start]
-                offset += size
+            size = cut.chunk * p[0].numel() if p.dim() else 0
+            piece = self.out[offset:offset + size].view(cut.chunk, *p.shape[1:])[:stop - start]
+            offset += size
             piece = piece / divisor
             if shard.grad is None:
                 shard.grad = piece.clone()

@@ -4,13 +4,13 @@ Rajbhandari et al.'s ZeRO (and PyTorch's FSDP, which is ZeRO-3) partition what p
 data parallelism replicates on every data rank. With ``strategy={..., "zero": s}``:
 
 * **ZeRO-1**: each data rank steps only its shard of every parameter, so the optimizer's
-  state (AdamW: two tensors per parameter) is ``1/d`` of it. Gradients are all-reduced
-  as without ZeRO, then each rank keeps its shard's rows; after the optimizer step the
-  shards are all-gathered into the full parameters the program reads.
-* **ZeRO-2**: as ZeRO-1, but the gradient buckets are reduce-scattered instead of
-  all-reduced (the same volume, ``(d−1)/d`` of the gradients each way), so a rank never
+  state (AdamW: two tensors per parameter) is ``1/d`` of it. A rank needs only its
+  shard's summed gradient, so the gradient buckets are reduce-scattered (half the bytes
+  of the all-reduce plain data parallelism runs, AxoNN eqs 2-3), and after the optimizer
+  step the shards are all-gathered into the full parameters the program reads.
+* **ZeRO-2**: as ZeRO-1; the planner prices its gradients sharded too (a rank never
   holds the averaged full gradient: each bucket's full gradients are freed once copied
-  into the bucket.
+  into the bucket, which ZeRO-1's runtime does alike).
 * **ZeRO-3** (FSDP): the full parameters are not kept at all. The rank program reads
   each one through an all-gather put right before its use (prefetching the next one
   while this one computes) and freed after it; a tensor autograd would keep for

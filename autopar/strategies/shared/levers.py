@@ -145,9 +145,10 @@ def zero_comm(params: float, data: int, tensor: int, zero: int, m: int, compute_
         return exposed_data_comm(data, tensor, grad_bytes, compute_one, hw)
     gather = cost_model.all_gather_time(data, grad_bytes / data, hw, stride=tensor)
     if zero <= 2:
-        reduce = (exposed_data_comm(data, tensor, grad_bytes, compute_one, hw) if zero == 1 else
-                  max(cost_model.reduce_scatter_time(data, grad_bytes, hw, stride=tensor) - compute_one * 2 / 3,
-                      cost_model.reduce_scatter_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=tensor)))
+        # both stages reduce-scatter the gradients (runtime.grad_sync._ShardedBucket),
+        # overlapped with the last microbatch's backward but for the last bucket
+        reduce = max(cost_model.reduce_scatter_time(data, grad_bytes, hw, stride=tensor) - compute_one * 2 / 3,
+                     cost_model.reduce_scatter_time(data, min(grad_bytes, GRADIENT_BUCKET_BYTES), hw, stride=tensor))
         return reduce + gather
     forward = max(gather - compute_one / 3, 0.0)
     backward = gather + cost_model.reduce_scatter_time(data, grad_bytes, hw, stride=tensor)
