@@ -23,7 +23,8 @@ MPT, AxoNN) :class:`examples.models.UserGPT` with a flash kernel's causal
 ``scaled_dot_product_attention``; both a 4h GeLU MLP and a tied head (ALiBi and OPT's
 ReLU cost no GEMM and are not modelled). Llama rows from ``LlamaConfig``, GPT-OSS from
 ``GptOssConfig`` (Hugging Face ``transformers``, random weights never allocated).
-Hardware: ``a100-80gb`` → ``a100-selene``, ``a100-40gb`` → ``a100-perlmutter``,
+Hardware: ``a100-80gb`` → ``a100`` (Megatron PTD-P's rows: ``a100-selene``, their
+machine, whose memory-bound figure is fitted to its GPT), ``a100-40gb`` → ``a100-perlmutter``,
 ``h100``, ``h200``, ``b200``, ``mi300x`` → the preset of that name
 (autopar/cost/presets.py; the rows' machines differ from the presets' where the notes
 say, e.g. torchtitan's 500 W H100s), with the run's kernels (:func:`hardware_of`: fused
@@ -55,9 +56,16 @@ from published_runs_data import ROWS  # noqa: E402
 
 assert REPO_ROOT
 
-PRESET = {"a100-80gb": "a100-selene", "a100-40gb": "a100-perlmutter", "h100": "h100", "h200": "h200",
+PRESET = {"a100-80gb": "a100", "a100-40gb": "a100-perlmutter", "h100": "h100", "h200": "h200",
           "b200": "b200", "mi300x": "mi300x"}
-"""The autopar preset each row's hardware is priced on."""
+"""The autopar preset each row's hardware is priced on; Megatron PTD-P's runs on the
+preset of their machine, ``a100-selene`` (:func:`preset_of`)."""
+
+
+def preset_of(row: dict) -> str:
+    """The preset ``row`` is priced on: its machine's where autopar has one (Selene for
+    Megatron PTD-P's tables), else its hardware's."""
+    return "a100-selene" if row["id"].startswith("megatron-ptdp") else PRESET[row["hardware"]]
 
 PEAK = {"a100-80gb": 312e12, "a100-40gb": 312e12, "h100": 989e12, "h200": 989e12, "b200": 2250e12,
         "mi300x": 1307e12}
@@ -84,7 +92,7 @@ def hardware_of(row: dict):
     prediction is reported beside it: this table judges time; memory is docs/memory.md's)."""
     import dataclasses
     from autopar.cost.hardware import get_hardware
-    hw = get_hardware(PRESET[row["hardware"]])
+    hw = get_hardware(preset_of(row))
     fused = row["id"].startswith(FUSED) or bool(row.get("torch_compile"))
     return dataclasses.replace(hw, fused_kernels=fused, memory_bytes=hw.memory_bytes * 4)
 
@@ -139,8 +147,21 @@ def global_batch(row: dict) -> int:
 
 
 def logits_loss(logits, target):
-    out = logits.logits if hasattr(logits, "logits") else logits
-    return torch.nn.functional.cross_entropy(out.flatten(0, 1).float(), target.flatten(0, 1))
+    """Next-token cross-entropy of a model returning its logits."""
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), target.flatten(0, 1))
+
+
+def output_loss(output, target):
+    """The same of a Hugging Face model's output (its ``.logits``)."""
+    return logits_loss(output.logits, target)
+
+
+def loss_of(row: dict):
+    """The loss for ``row``'s model. One function per kind of output: probing the output
+    with ``hasattr`` makes symbolic tracing fall back to ``torch.export``, whose graph
+    holds ``arange(2048)`` as a constant, which at a batch of 2048 sequences of 2048
+    tokens cannot be told from an arange over the batch (the plan is refused)."""
+    return output_loss if row["model"]["family"] in ("llama", "gpt_oss") else logits_loss
 
 
 # ---------------------------------------------------------------- configuration
@@ -226,7 +247,7 @@ def predict(row: dict, strategy) -> dict:
     started = time.perf_counter()
     try:
         hw = hardware_of(row)
-        plan = autopar.plan(model, row["gpus"], (ids,), logits_loss, strategy, example_target=ids, hardware=hw)
+        plan = autopar.plan(model, row["gpus"], (ids,), loss_of(row), strategy, example_target=ids, hardware=hw)
     except Exception as e:  # noqa: BLE001 - reported per row: a refusal is a finding
         return {"error": f"{type(e).__name__}: {str(e)[:300]}", "params": params,
                 "plan_s": time.perf_counter() - started}
@@ -241,7 +262,7 @@ def predict(row: dict, strategy) -> dict:
 
 def run_row(index: int, row: dict, auto: bool) -> dict:
     out = {"id": row["id"], "source": row["source"], "held_out": held_out(index), "hardware": row["hardware"],
-           "gpus": row["gpus"], "preset": PRESET[row["hardware"]]}
+           "gpus": row["gpus"], "preset": preset_of(row)}
     strategy = strategy_of(row)
     if isinstance(strategy, str):
         out["forced"] = {"error": strategy}

@@ -312,7 +312,7 @@ class Presets(TestCase):
     def test_unknown_name(self):
         with self.assertRaises(ValueError) as ctx:
             get_hardware("tpu-v9")
-        self.assertExpectedInline(str(ctx.exception), """unknown hardware 'tpu-v9': expected one of the presets ['a100-perlmutter', 'a100-selene', 'b200', 'cpu-gloo', 'h100', 'h200', 'mi250x-frontier', 'mi300x', 'v100-lassen'] or the path of a JSON file written by Hardware.to_json()""")
+        self.assertExpectedInline(str(ctx.exception), """unknown hardware 'tpu-v9': expected one of the presets ['a100', 'a100-perlmutter', 'a100-selene', 'b200', 'cpu-gloo', 'h100', 'h200', 'mi250x-frontier', 'mi300x', 'v100-lassen'] or the path of a JSON file written by Hardware.to_json()""")
         with self.assertRaisesRegex(ValueError, r"missing fields \['memory_bytes'\]"):
             Hardware.from_json({k: v for k, v in FLAT.to_json().items() if k != "memory_bytes"})
 

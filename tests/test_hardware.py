@@ -13,6 +13,7 @@ from autopar.cost.hardware import PRESETS, Hardware, get_hardware
 DEVICES_PER_NODE = {
     "cpu-gloo": 2,
     "a100-selene": 8,
+    "a100": 8,
     "v100-lassen": 4,
     "a100-perlmutter": 4,
     "mi250x-frontier": 8,  # 4 MI250X of 2 GCDs, one device per GCD

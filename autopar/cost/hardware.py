@@ -5,6 +5,7 @@ latency, and the α-β parameters of the links inside and between nodes. The pre
 
 * ``"cpu-gloo"``: measured on the 2-core development machine (the default);
 * ``"a100-selene"``: DGX A100 80 GB nodes of 8, the machine of Megatron PTD-P (§5);
+* ``"a100"``: the same nodes elsewhere, memory-bound kernels at the datasheet rate;
 * ``"v100-lassen"``: LLNL Lassen, 4 V100 16 GB per node, the machine of SUPER (§VI-A);
 * ``"a100-perlmutter"``: NERSC Perlmutter, 4 A100 40 GB per node (AxoNN §VI);
 * ``"mi250x-frontier"``: OLCF Frontier, 4 MI250X = 8 GCDs per node, a GCD per device (AxoNN §VI);

@@ -97,6 +97,22 @@ A100_SELENE = Hardware(
     memory_efficiency=0.16,
 )
 
+# DGX A100 80GB nodes of 8 elsewhere than Selene: the same GPU, links and GEMMs as
+# A100_SELENE (the NCCL bus bandwidths and the matmul fit above), memory-bound kernels at
+# the datasheet's HBM2e rate. A100_SELENE's memory efficiency 0.16 stands for what the
+# captured Megatron GPT omits (dropout masks, fp32 softmax work); a model captured whole
+# (an eager Llama's every norm, rotary and activation kernel) would pay it twice: on
+# torchtitan's published A100 runs it predicts 0.72-0.80 of their throughput, this preset
+# (docs/benchmarks.md, "Published runs").
+A100 = dataclasses.replace(
+    A100_SELENE, name="a100",
+    description=(
+        "DGX A100 80GB nodes of 8: 312 TFLOP/s fp16/bf16 peak, HBM2e 2039 GB/s, 80 GB (A100 datasheet); "
+        "NVLink/NVSwitch 235 GB/s and 20 GB/s per GPU across nodes as NCCL bus bandwidth, matmul efficiency "
+        "0.76 (a100-selene's figures: the same machine type); memory-bound kernels at the datasheet rate. "
+        "Saturation, launch latency and α are estimates."),
+    memory_efficiency=1.0)
+
 # LLNL Lassen, the machine of SUPER (sub-graph parallelism) §VI-A: "A compute node consists
 # of two 22-core IBM Power9 CPUs and four Nvidia V100 GPUs. The GPUs have 16 GB HBM2 memory
 # and each CPU has NVLink interconnects with two GPUs. Racks are composed of 18 nodes
@@ -318,6 +334,6 @@ MI300X = Hardware(
 )
 
 PRESETS: dict[str, Hardware] = {hw.name: hw for hw in (
-    CPU_GLOO, A100_SELENE, V100_LASSEN, A100_PERLMUTTER, MI250X_FRONTIER, H100, H200, B200, MI300X)}
+    CPU_GLOO, A100_SELENE, A100, V100_LASSEN, A100_PERLMUTTER, MI250X_FRONTIER, H100, H200, B200, MI300X)}
 
-__all__ = ["PRESETS", "CPU_GLOO", "A100_SELENE", "V100_LASSEN", "A100_PERLMUTTER", "MI250X_FRONTIER", "H100", "H200", "B200", "MI300X"]
+__all__ = ["PRESETS", "CPU_GLOO", "A100_SELENE", "A100", "V100_LASSEN", "A100_PERLMUTTER", "MI250X_FRONTIER", "H100", "H200", "B200", "MI300X"]
