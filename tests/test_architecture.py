@@ -31,7 +31,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                         "autopar.runtime.materialise", "autopar.runtime.init_weights",
                         "autopar.runtime.pretrained", "autopar.runtime.pretrained_keys")),
     ("families", ("autopar.strategies",)),
-    ("drivers", ("autopar.passes.rank_program", "autopar.planning.search", "autopar.planning.conflicts")),
+    ("drivers", ("autopar.passes.rank_program", "autopar.planning.search", "autopar.planning.conflicts",
+                 "autopar.planning.breakdown")),
     ("interface", ("autopar", "autopar.api", "autopar.agreement", "autopar.cli", "autopar.data", "autopar.hf_config", "autopar.testing", "autopar.cost.calibrate",
                    "autopar.cost.calibrate_measure")),
 ]

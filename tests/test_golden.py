@@ -28,11 +28,26 @@ mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
 predicted step 0.430 ms: compute 0.031 ms, data comm 0.399 ms, tensor comm 0.000 ms; memory per rank 0.14 MiB
 model: 4.086e+05 FLOP per step -> 4.754e+08 FLOP/s per device predicted
 
-region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
--------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
-linear_chain:body    linear_chain  replicate  0.012 ms  0.000 ms     0.000 ms   0.07 MiB  -
-linear_chain:body#1  linear_chain  replicate  0.012 ms  0.000 ms     0.000 ms   0.07 MiB  -
-(outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on every rank; a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 4 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region               kind          strategy   compute ms  comm tensor ms  comm data ms  memory MiB  alternatives ms
+-------------------  ------------  ---------  ----------  --------------  ------------  ----------  ---------------
+linear_chain:body    linear_chain  replicate  0.012       0.000           0.000         0.07        -
+linear_chain:body#1  linear_chain  replicate  0.012       0.000           0.000         0.07        -
+(outside regions)    -             replicate  0.007       0.000           0.000         0.00        -
+
+the step on every rank, ms per step:
+    0.024  regions (the rows above, a folded row N times): compute
+    0.007  nodes outside regions: compute
+    0.219  gradient sync over the data ranks, exposed after overlapping the backward
+    0.180  the loss's targets counted over the ranks splitting the batch
+  = 0.430  predicted step
+memory on every rank, MiB:
+    0.03  parameters: 8648 elements on the rank, fp32 (4 B each)
+    0.03  gradients (4 B each)
+    0.07  optimizer state (AdamW's two moments, 8 B each)
+    0.01  activations saved for backward (the batch of 4 row(s))
+  = 0.14  predicted memory per rank
 
 meshes weighed:
  * data=2 x tensor=1: step 0.430 ms, memory 0.14 MiB""")
@@ -62,16 +77,32 @@ mesh: data=4 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
 predicted step 4.484 ms: compute 0.316 ms, data comm 3.441 ms, experts comm 0.728 ms, tensor comm 0.000 ms; memory per rank 0.52 MiB
 model: 5.548e+06 FLOP per step -> 3.093e+08 FLOP/s per device predicted
 
-region                                   kind          strategy   compute   comm tensor  comm data  comm experts  memory    alternatives
----------------------------------------  ------------  ---------  --------  -----------  ---------  ------------  --------  ------------------
-vocab:model.embed_tokens                 vocab         replicate  0.007 ms  0.000 ms     0.000 ms   0.000 ms      0.06 MiB  -
-attention:model.layers.0.self_attn       attention     replicate  0.044 ms  0.000 ms     0.000 ms   0.000 ms      0.05 MiB  -
-attention:model.layers.1.self_attn       attention     replicate  0.044 ms  0.000 ms     0.000 ms   0.000 ms      0.05 MiB  -
-linear_chain:model.layers.0.mlp.experts  linear_chain  experts    0.017 ms  0.000 ms     0.000 ms   0.000 ms      0.14 MiB  replicate 0.017 ms
-linear_chain:model.layers.1.mlp.experts  linear_chain  experts    0.017 ms  0.000 ms     0.000 ms   0.000 ms      0.14 MiB  replicate 0.017 ms
-experts:model.layers.0.mlp               experts       experts    0.000 ms  0.000 ms     0.000 ms   0.364 ms      0.00 MiB  replicate 1.340 ms
-experts:model.layers.1.mlp               experts       experts    0.000 ms  0.000 ms     0.000 ms   0.364 ms      0.00 MiB  replicate 1.340 ms
-(outside regions)                        -             replicate  0.186 ms  0.000 ms     0.000 ms   0.000 ms      0.04 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on every rank; a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 1 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region                                   kind          strategy   compute ms  comm tensor ms  comm data ms  comm experts ms  memory MiB  alternatives ms
+---------------------------------------  ------------  ---------  ----------  --------------  ------------  ---------------  ----------  ---------------
+vocab:model.embed_tokens                 vocab         replicate  0.007       0.000           0.000         0.000            0.06        -
+attention:model.layers.0.self_attn       attention     replicate  0.044       0.000           0.000         0.000            0.05        -
+attention:model.layers.1.self_attn       attention     replicate  0.044       0.000           0.000         0.000            0.05        -
+linear_chain:model.layers.0.mlp.experts  linear_chain  experts    0.017       0.000           0.000         0.000            0.14        replicate 0.017
+linear_chain:model.layers.1.mlp.experts  linear_chain  experts    0.017       0.000           0.000         0.000            0.14        replicate 0.017
+experts:model.layers.0.mlp               experts       experts    0.000       0.000           0.000         0.364            0.00        replicate 1.340
+experts:model.layers.1.mlp               experts       experts    0.000       0.000           0.000         0.364            0.00        replicate 1.340
+(outside regions)                        -             replicate  0.186       0.000           0.000         0.000            0.04        -
+
+the step on every rank, ms per step:
+    0.129  regions (the rows above, a folded row N times): compute
+    0.728  regions (the rows above, a folded row N times): communication over experts
+    0.186  nodes outside regions: compute
+    2.241  gradient sync over the data ranks, exposed after overlapping the backward
+    1.200  the loss's targets counted over the ranks splitting the batch
+  = 4.484  predicted step
+memory on every rank, MiB:
+    0.11  parameters: 2.909e+04 elements on the rank, fp32 (4 B each)
+    0.11  gradients (4 B each)
+    0.22  optimizer state (AdamW's two moments, 8 B each)
+    0.07  activations saved for backward (the batch of 1 row(s))
+  = 0.52  predicted memory per rank
 
 expert parallelism: expert groups of 2 consecutive data ranks (data indices [[0, 1], [2, 3]]); each MoE layer's experts spread over a group, tokens dispatched and combined by all-to-all (dropless), expert gradients reduced over the 2 rank(s) holding the same experts
   experts:model.layers.0.mlp: 4 experts, top-2, 2 per rank (place 0: experts 0..1, place 1: experts 2..3); rows per rank and step predicted 16 (uniform routing); all-to-all of 2.0 KiB per rank, 4 per step: 0.364 ms
@@ -102,11 +133,25 @@ mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 0.755 ms: compute 0.031 ms, data comm 0.000 ms, tensor comm 0.724 ms; memory per rank 0.07 MiB
 model: 4.086e+05 FLOP per step -> 2.707e+08 FLOP/s per device predicted
 
-region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
--------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-linear_chain:body    linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
-linear_chain:body#1  linear_chain  megatron   0.012 ms  0.362 ms     0.000 ms   0.03 MiB  replicate 0.013 ms
-(outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on every rank; a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 8 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region               kind          strategy   compute ms  comm tensor ms  comm data ms  memory MiB  alternatives ms
+-------------------  ------------  ---------  ----------  --------------  ------------  ----------  ---------------
+linear_chain:body    linear_chain  megatron   0.012       0.362           0.000         0.03        replicate 0.013
+linear_chain:body#1  linear_chain  megatron   0.012       0.362           0.000         0.03        replicate 0.013
+(outside regions)    -             replicate  0.007       0.000           0.000         0.00        -
+
+the step on every rank, ms per step:
+    0.024  regions (the rows above, a folded row N times): compute
+    0.724  regions (the rows above, a folded row N times): communication over tensor
+    0.007  nodes outside regions: compute
+  = 0.755  predicted step
+memory on every rank, MiB:
+    0.02  parameters: 4456 elements on the rank, fp32 (4 B each)
+    0.02  gradients (4 B each)
+    0.03  optimizer state (AdamW's two moments, 8 B each)
+    0.01  activations saved for backward (the batch of 8 row(s))
+  = 0.07  predicted memory per rank
 
 meshes weighed:
  * data=1 x tensor=2: step 0.755 ms, memory 0.07 MiB""")
@@ -143,11 +188,27 @@ mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 1.374 ms: compute 0.030 ms, data comm 0.622 ms, tensor comm 0.722 ms; memory per rank 0.07 MiB
 model: 4.086e+05 FLOP per step -> 7.435e+07 FLOP/s per device predicted
 
-region               kind          strategy   compute   comm tensor  comm data  memory    alternatives
--------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-linear_chain:body    linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
-linear_chain:body#1  linear_chain  megatron   0.012 ms  0.361 ms     0.000 ms   0.03 MiB  replicate 0.012 ms
-(outside regions)    -             replicate  0.007 ms  0.000 ms     0.000 ms   0.00 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on every rank; a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 4 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region               kind          strategy   compute ms  comm tensor ms  comm data ms  memory MiB  alternatives ms
+-------------------  ------------  ---------  ----------  --------------  ------------  ----------  ---------------
+linear_chain:body    linear_chain  megatron   0.012       0.361           0.000         0.03        replicate 0.012
+linear_chain:body#1  linear_chain  megatron   0.012       0.361           0.000         0.03        replicate 0.012
+(outside regions)    -             replicate  0.007       0.000           0.000         0.00        -
+
+the step on every rank, ms per step:
+    0.023  regions (the rows above, a folded row N times): compute
+    0.722  regions (the rows above, a folded row N times): communication over tensor
+    0.007  nodes outside regions: compute
+    0.442  gradient sync over the data ranks, exposed after overlapping the backward
+    0.180  the loss's targets counted over the ranks splitting the batch
+  = 1.374  predicted step
+memory on every rank, MiB:
+    0.02  parameters: 4456 elements on the rank, fp32 (4 B each)
+    0.02  gradients (4 B each)
+    0.03  optimizer state (AdamW's two moments, 8 B each)
+    0.00  activations saved for backward (the batch of 4 row(s))
+  = 0.07  predicted memory per rank
 
 meshes weighed:
  * data=2 x tensor=2: step 1.374 ms, memory 0.07 MiB""")
@@ -185,14 +246,29 @@ mesh: data=2 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent)
 predicted step 0.669 ms: compute 0.181 ms, data comm 0.487 ms, tensor comm 0.000 ms; memory per rank 0.59 MiB
 model: 1.121e+07 FLOP per step -> 8.385e+09 FLOP/s per device predicted
 
-region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
-vocab:tok                vocab         replicate  0.010 ms  0.000 ms     0.000 ms   0.04 MiB  -
-attention:blocks.0.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.09 MiB  -
-attention:blocks.1.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.09 MiB  -
-linear_chain:blocks.0    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
-linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
-(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on every rank; a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 2 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region                   kind          strategy   compute ms  comm tensor ms  comm data ms  memory MiB  alternatives ms
+-----------------------  ------------  ---------  ----------  --------------  ------------  ----------  ---------------
+vocab:tok                vocab         replicate  0.010       0.000           0.000         0.04        -
+attention:blocks.0.attn  attention     replicate  0.038       0.000           0.000         0.09        -
+attention:blocks.1.attn  attention     replicate  0.038       0.000           0.000         0.09        -
+linear_chain:blocks.0    linear_chain  replicate  0.023       0.000           0.000         0.16        -
+linear_chain:blocks.1    linear_chain  replicate  0.023       0.000           0.000         0.16        -
+(outside regions)        -             replicate  0.048       0.000           0.000         0.06        -
+
+the step on every rank, ms per step:
+    0.133  regions (the rows above, a folded row N times): compute
+    0.048  nodes outside regions: compute
+    0.307  gradient sync over the data ranks, exposed after overlapping the backward
+    0.180  the loss's targets counted over the ranks splitting the batch
+  = 0.669  predicted step
+memory on every rank, MiB:
+    0.11  parameters: 2.803e+04 elements on the rank, fp32 (4 B each)
+    0.11  gradients (4 B each)
+    0.21  optimizer state (AdamW's two moments, 8 B each)
+    0.16  activations saved for backward (the batch of 2 row(s))
+  = 0.59  predicted memory per rank
 
 meshes weighed:
  * data=2 x tensor=1: step 0.669 ms, memory 0.59 MiB""")
@@ -307,14 +383,28 @@ mesh: data=1 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 2.079 ms: compute 0.197 ms, data comm 0.000 ms, tensor comm 1.882 ms; memory per rank 0.43 MiB
 model: 1.121e+07 FLOP per step -> 2.696e+09 FLOP/s per device predicted
 
-region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-vocab:tok                vocab         megatron   0.010 ms  0.376 ms     0.000 ms   0.02 MiB  replicate 0.013 ms
-attention:blocks.0.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
-attention:blocks.1.attn  attention     megatron   0.038 ms  0.376 ms     0.000 ms   0.06 MiB  replicate 0.051 ms
-linear_chain:blocks.0    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
-linear_chain:blocks.1    linear_chain  megatron   0.023 ms  0.376 ms     0.000 ms   0.09 MiB  replicate 0.036 ms
-(outside regions)        -             replicate  0.064 ms  0.000 ms     0.000 ms   0.11 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on every rank; a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 4 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region                   kind          strategy   compute ms  comm tensor ms  comm data ms  memory MiB  alternatives ms
+-----------------------  ------------  ---------  ----------  --------------  ------------  ----------  ---------------
+vocab:tok                vocab         megatron   0.010       0.376           0.000         0.02        replicate 0.013
+attention:blocks.0.attn  attention     megatron   0.038       0.376           0.000         0.06        replicate 0.051
+attention:blocks.1.attn  attention     megatron   0.038       0.376           0.000         0.06        replicate 0.051
+linear_chain:blocks.0    linear_chain  megatron   0.023       0.376           0.000         0.09        replicate 0.036
+linear_chain:blocks.1    linear_chain  megatron   0.023       0.376           0.000         0.09        replicate 0.036
+(outside regions)        -             replicate  0.064       0.000           0.000         0.11        -
+
+the step on every rank, ms per step:
+    0.133  regions (the rows above, a folded row N times): compute
+    1.882  regions (the rows above, a folded row N times): communication over tensor
+    0.064  nodes outside regions: compute
+  = 2.079  predicted step
+memory on every rank, MiB:
+    0.06  parameters: 1.443e+04 elements on the rank, fp32 (4 B each)
+    0.06  gradients (4 B each)
+    0.11  optimizer state (AdamW's two moments, 8 B each)
+    0.21  activations saved for backward (the batch of 4 row(s))
+  = 0.43  predicted memory per rank
 
 meshes weighed:
  * data=1 x tensor=2: step 2.079 ms, memory 0.43 MiB""")
@@ -452,14 +542,30 @@ mesh: data=2 x tensor=2   (rank = data*2 + tensor; tensor ranks adjacent)
 predicted step 2.712 ms: compute 0.155 ms, data comm 0.716 ms, tensor comm 1.841 ms; memory per rank 0.32 MiB
 model: 1.121e+07 FLOP per step -> 1.033e+09 FLOP/s per device predicted
 
-region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-vocab:tok                vocab         megatron   0.008 ms  0.368 ms     0.000 ms   0.02 MiB  replicate 0.010 ms
-attention:blocks.0.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
-attention:blocks.1.attn  attention     megatron   0.032 ms  0.368 ms     0.000 ms   0.04 MiB  replicate 0.038 ms
-linear_chain:blocks.0    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
-linear_chain:blocks.1    linear_chain  megatron   0.017 ms  0.368 ms     0.000 ms   0.08 MiB  replicate 0.023 ms
-(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on every rank; a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 2 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region                   kind          strategy   compute ms  comm tensor ms  comm data ms  memory MiB  alternatives ms
+-----------------------  ------------  ---------  ----------  --------------  ------------  ----------  ---------------
+vocab:tok                vocab         megatron   0.008       0.368           0.000         0.02        replicate 0.010
+attention:blocks.0.attn  attention     megatron   0.032       0.368           0.000         0.04        replicate 0.038
+attention:blocks.1.attn  attention     megatron   0.032       0.368           0.000         0.04        replicate 0.038
+linear_chain:blocks.0    linear_chain  megatron   0.017       0.368           0.000         0.08        replicate 0.023
+linear_chain:blocks.1    linear_chain  megatron   0.017       0.368           0.000         0.08        replicate 0.023
+(outside regions)        -             replicate  0.048       0.000           0.000         0.06        -
+
+the step on every rank, ms per step:
+    0.107  regions (the rows above, a folded row N times): compute
+    1.841  regions (the rows above, a folded row N times): communication over tensor
+    0.048  nodes outside regions: compute
+    0.536  gradient sync over the data ranks, exposed after overlapping the backward
+    0.180  the loss's targets counted over the ranks splitting the batch
+  = 2.712  predicted step
+memory on every rank, MiB:
+    0.06  parameters: 1.443e+04 elements on the rank, fp32 (4 B each)
+    0.06  gradients (4 B each)
+    0.11  optimizer state (AdamW's two moments, 8 B each)
+    0.10  activations saved for backward (the batch of 2 row(s))
+  = 0.32  predicted memory per rank
 
 meshes weighed:
  * data=2 x tensor=2: step 2.712 ms, memory 0.32 MiB""")
@@ -600,10 +706,27 @@ mesh: data=4 x tensor=1   (rank = data*1 + tensor; tensor ranks adjacent); D&SP:
 predicted step 3.214 ms: compute 0.035 ms, data comm 2.402 ms, segment comm 0.374 ms, subgrid comm 0.402 ms, tensor comm 0.000 ms; memory per rank 0.02 MiB
 model: 1.923e+06 FLOP per step -> 1.496e+08 FLOP/s per device predicted
 
-region             kind       strategy   compute   comm tensor  comm data  comm segment  comm subgrid  memory    alternatives
------------------  ---------  ---------  --------  -----------  ---------  ------------  ------------  --------  -------------
-fork_join:b1       fork_join  dsp        0.018 ms  0.000 ms     0.000 ms   0.374 ms      0.402 ms      0.00 MiB  data 0.033 ms
-(outside regions)  -          replicate  0.017 ms  0.000 ms     0.000 ms   0.000 ms      0.000 ms      0.02 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on every rank; a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 2 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region             kind       strategy   compute ms  comm tensor ms  comm data ms  comm segment ms  comm subgrid ms  memory MiB  alternatives ms
+-----------------  ---------  ---------  ----------  --------------  ------------  ---------------  ---------------  ----------  ---------------
+fork_join:b1       fork_join  dsp        0.018       0.000           0.000         0.374            0.402            0.00        data 0.033
+(outside regions)  -          replicate  0.017       0.000           0.000         0.000            0.000            0.02        -
+
+the step on every rank, ms per step:
+    0.018  regions (the rows above, a folded row N times): compute
+    0.374  regions (the rows above, a folded row N times): communication over segment
+    0.402  regions (the rows above, a folded row N times): communication over subgrid
+    0.017  nodes outside regions: compute
+    1.202  gradient sync over the data ranks, exposed after overlapping the backward
+    1.200  the loss's targets counted over the ranks splitting the batch
+  = 3.214  predicted step
+memory on every rank, MiB:
+    0.00  parameters: 703 elements on the rank, fp32 (4 B each)
+    0.00  gradients (4 B each)
+    0.01  optimizer state (AdamW's two moments, 8 B each)
+    0.01  activations saved for backward (the batch of 2 row(s))
+  = 0.02  predicted memory per rank
 
 branches on sub-grids:
   fork_join:b1: D&SP over 2 sub-grids (topology-aware order); branches s0:[1], s1:[0, 2]; messages per split/join 8 intra-node, 0 inter-node (2 per node)
@@ -862,11 +985,30 @@ mesh: data=1 x z=2 x y=2 x x=2   (Bian cube Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((dat
 predicted step 9.060 ms: compute 0.029 ms, data comm 0.583 ms, x comm 1.622 ms, y comm 3.607 ms, z comm 3.219 ms; memory per rank 0.03 MiB
 model: 4.086e+05 FLOP per step -> 5.637e+06 FLOP/s per device predicted
 
-region               kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
--------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
-linear_chain:body    linear_chain  cube3d     0.011 ms  0.811 ms  1.803 ms  1.610 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
-linear_chain:body#1  linear_chain  cube3d     0.011 ms  0.811 ms  1.803 ms  1.610 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
-(outside regions)    -             replicate  0.007 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms   0.00 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on every rank; a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 4 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region               kind          strategy   compute ms  comm x ms  comm y ms  comm z ms  comm data ms  memory MiB  alternatives ms
+-------------------  ------------  ---------  ----------  ---------  ---------  ---------  ------------  ----------  ---------------
+linear_chain:body    linear_chain  cube3d     0.011       0.811      1.803      1.610      0.000         0.01        replicate 0.012
+linear_chain:body#1  linear_chain  cube3d     0.011       0.811      1.803      1.610      0.000         0.01        replicate 0.012
+(outside regions)    -             replicate  0.007       0.000      0.000      0.000      0.000         0.00        -
+
+the step on every rank, ms per step:
+    0.023  regions (the rows above, a folded row N times): compute
+    1.622  regions (the rows above, a folded row N times): communication over x
+    3.607  regions (the rows above, a folded row N times): communication over y
+    3.219  regions (the rows above, a folded row N times): communication over z
+    0.007  nodes outside regions: compute
+    0.403  gradient sync over the data ranks, exposed after overlapping the backward
+    0.180  the loss's targets counted over the ranks splitting the batch
+  = 9.060  predicted step
+memory on every rank, MiB:
+    0.01  parameters: 1336 elements on the rank, fp32 (4 B each)
+    0.01  gradients (4 B each)
+    0.01  optimizer state (AdamW's two moments, 8 B each)
+    0.00  activations saved for backward (the batch of 4 row(s))
+    0.01  3D layers' all-gathered weights kept for backward
+  = 0.03  predicted memory per rank
 
 cube layers (Bian et al.; orientation by data flow; Algorithms 1/3: all-gather A's rows over the out axis and W over z, reduce-scatter the output's rows over the in axis; backward (2/4): all-gather dC over the in axis, reduce-scatter dA over the out axis and dW over z; biases on the diagonal ranks, Algorithms 7-8):
   linear_chain:body: model_body_0 plain (in y, out x); model_body_2 transposed (in x, out y)
@@ -923,11 +1065,30 @@ mesh: data=1 x z=2 x y=2 x x=2   (3D grid Gx=2 Gy=2 Gz=2 Gdata=1; rank = ((data*
 predicted step 5.358 ms: compute 0.030 ms, data comm 0.583 ms, x comm 0.721 ms, y comm 2.406 ms, z comm 1.618 ms; memory per rank 0.03 MiB
 model: 4.086e+05 FLOP per step -> 9.532e+06 FLOP/s per device predicted
 
-region               kind          strategy   compute   comm x    comm y    comm z    comm data  memory    alternatives
--------------------  ------------  ---------  --------  --------  --------  --------  ---------  --------  ------------------
-linear_chain:body    linear_chain  tensor3d   0.012 ms  0.361 ms  1.203 ms  0.809 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
-linear_chain:body#1  linear_chain  tensor3d   0.012 ms  0.361 ms  1.203 ms  0.809 ms  0.000 ms   0.01 MiB  replicate 0.012 ms
-(outside regions)    -             replicate  0.007 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms   0.00 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on every rank; a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 4 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region               kind          strategy   compute ms  comm x ms  comm y ms  comm z ms  comm data ms  memory MiB  alternatives ms
+-------------------  ------------  ---------  ----------  ---------  ---------  ---------  ------------  ----------  ---------------
+linear_chain:body    linear_chain  tensor3d   0.012       0.361      1.203      0.809      0.000         0.01        replicate 0.012
+linear_chain:body#1  linear_chain  tensor3d   0.012       0.361      1.203      0.809      0.000         0.01        replicate 0.012
+(outside regions)    -             replicate  0.007       0.000      0.000      0.000      0.000         0.00        -
+
+the step on every rank, ms per step:
+    0.023  regions (the rows above, a folded row N times): compute
+    0.721  regions (the rows above, a folded row N times): communication over x
+    2.406  regions (the rows above, a folded row N times): communication over y
+    1.618  regions (the rows above, a folded row N times): communication over z
+    0.007  nodes outside regions: compute
+    0.403  gradient sync over the data ranks, exposed after overlapping the backward
+    0.180  the loss's targets counted over the ranks splitting the batch
+  = 5.358  predicted step
+memory on every rank, MiB:
+    0.01  parameters: 1384 elements on the rank, fp32 (4 B each)
+    0.01  gradients (4 B each)
+    0.01  optimizer state (AdamW's two moments, 8 B each)
+    0.00  activations saved for backward (the batch of 4 row(s))
+    0.01  3D layers' all-gathered weights kept for backward
+  = 0.03  predicted memory per rank
 
 3D layers (orientation by data flow; Algorithm 1: all-gather W over z, all-reduce the output over the in axis; backward: all-reduce dI over the out axis, reduce-scatter dW over z):
   linear_chain:body: model_body_0 plain (in y, out x); model_body_2 transposed (in x, out y)
@@ -980,14 +1141,31 @@ mesh: pipeline=2 x data=1 x tensor=2   (rank = (pipeline*1 + data)*2 + tensor; t
 predicted step 6.356 ms: compute 0.271 ms, data comm 0.000 ms, pipeline comm 2.444 ms, tensor comm 3.641 ms; memory per rank 0.17 MiB
 model: 1.121e+07 FLOP per step -> 4.409e+08 FLOP/s per device predicted
 
-region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------------
-vocab:tok                vocab         megatron   0.029 ms  1.456 ms     0.000 ms   0.02 MiB  replicate 0.032 ms
-attention:blocks.0.attn  attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.04 MiB  replicate 0.129 ms
-attention:blocks.1.attn  attention     megatron   0.116 ms  1.456 ms     0.000 ms   0.04 MiB  replicate 0.129 ms
-linear_chain:blocks.0    linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
-linear_chain:blocks.1    linear_chain  megatron   0.057 ms  1.456 ms     0.000 ms   0.07 MiB  replicate 0.069 ms
-(outside regions)        -             replicate  0.161 ms  0.000 ms     0.000 ms   0.04 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step (4 microbatches), on each rank of the stage that runs the region (stage: its pipeline stage and rank; the nodes outside regions: every stage's together); a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 1 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region                   kind          strategy   stage                   compute ms  comm tensor ms  comm data ms  memory MiB  alternatives ms
+-----------------------  ------------  ---------  ----------------------  ----------  --------------  ------------  ----------  ---------------
+vocab:tok                vocab         megatron   0 (rank 0), 1 (rank 1)  0.029       1.456           0.000         0.02        replicate 0.032
+attention:blocks.0.attn  attention     megatron   0 (rank 0)              0.116       1.456           0.000         0.04        replicate 0.129
+attention:blocks.1.attn  attention     megatron   1 (rank 1)              0.116       1.456           0.000         0.04        replicate 0.129
+linear_chain:blocks.0    linear_chain  megatron   0 (rank 0)              0.057       1.456           0.000         0.07        replicate 0.069
+linear_chain:blocks.1    linear_chain  megatron   1 (rank 1)              0.057       1.456           0.000         0.07        replicate 0.069
+(outside regions)        -             replicate  all                     0.161       0.000           0.000         0.04        -
+
+the step on pipeline rank 1 (stage 1; the slowest pipeline rank, whose time per microbatch sets the step), ms per step:
+    0.173  regions on its stages (1 attention, 1 linear_chain of the rows above): compute
+    2.913  regions on its stages (1 attention, 1 linear_chain of the rows above): communication over tensor
+    0.098  the rest of its stages: nodes outside regions, its part of vocab:tok, the executor's per-pass actions: compute
+    0.728  the rest of its stages: communication inside them (vocab:tok's part)
+    1.173  point-to-point sends to and from the neighbouring stages
+    1.271  pipeline bubble ((p-1)/(v*m))
+  = 6.356  predicted step
+memory on pipeline rank 0 (the most of any pipeline rank), MiB:
+    0.03  parameters: 7952 elements on the rank, fp32 (4 B each)
+    0.03  gradients (4 B each)
+    0.06  optimizer state (AdamW's two moments, 8 B each)
+    0.05  activations saved for backward (2 microbatch(es) in flight; the rank's memory less its state)
+  = 0.17  predicted memory per rank
 
 pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule 1f1b, 4 microbatch(es) of 1 row(s); predicted bubble (p-1)/(v*m) = 0.250 (1.271 ms); scatter/gather on
   stage 0 (rank 0): block:blocks.0 + embedding; 0.977 ms per microbatch; sends 2.0 KiB per microbatch
@@ -1186,14 +1364,30 @@ predicted step 10.504 ms: compute 0.257 ms, data comm 0.000 ms, tensor comm 6.73
 model: 2.227e+07 FLOP per step -> 5.301e+08 FLOP/s per device predicted
 best single-family plan: none weighed (the mixed plan was forced)
 
-region                   kind          strategy   compute   comm tensor  comm data  comm x    comm y    comm z    memory    alternatives
------------------------  ------------  ---------  --------  -----------  ---------  --------  --------  --------  --------  -------------------------------------
-fork_join:b1             fork_join     dsp        0.021 ms  1.820 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.02 MiB  replicate 0.049 ms
-attention:blocks.0.attn  attention     megatron   0.038 ms  2.455 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.04 MiB  replicate 0.076 ms, tensor3d 1.733 ms
-linear_chain:blocks.0    linear_chain  tensor3d   0.028 ms  0.000 ms     0.000 ms   0.376 ms  1.382 ms  0.000 ms  0.09 MiB  megatron 2.478 ms, replicate 0.060 ms
-attention:blocks.1.attn  attention     megatron   0.038 ms  2.455 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.04 MiB  replicate 0.076 ms, tensor3d 1.733 ms
-linear_chain:blocks.1    linear_chain  tensor3d   0.028 ms  0.000 ms     0.000 ms   0.376 ms  1.382 ms  0.000 ms  0.09 MiB  megatron 2.478 ms, replicate 0.060 ms
-(outside regions)        -             replicate  0.104 ms  0.000 ms     0.000 ms   0.000 ms  0.000 ms  0.000 ms  0.17 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on every rank; a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 8 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region                   kind          strategy   compute ms  comm tensor ms  comm data ms  comm x ms  comm y ms  comm z ms  memory MiB  alternatives ms
+-----------------------  ------------  ---------  ----------  --------------  ------------  ---------  ---------  ---------  ----------  -------------------------------
+fork_join:b1             fork_join     dsp        0.021       1.820           0.000         0.000      0.000      0.000      0.02        replicate 0.049
+attention:blocks.0.attn  attention     megatron   0.038       2.455           0.000         0.000      0.000      0.000      0.04        replicate 0.076, tensor3d 1.733
+linear_chain:blocks.0    linear_chain  tensor3d   0.028       0.000           0.000         0.376      1.382      0.000      0.09        megatron 2.478, replicate 0.060
+attention:blocks.1.attn  attention     megatron   0.038       2.455           0.000         0.000      0.000      0.000      0.04        replicate 0.076, tensor3d 1.733
+linear_chain:blocks.1    linear_chain  tensor3d   0.028       0.000           0.000         0.376      1.382      0.000      0.09        megatron 2.478, replicate 0.060
+(outside regions)        -             replicate  0.104       0.000           0.000         0.000      0.000      0.000      0.17        -
+
+the step on every rank, ms per step:
+     0.153  regions (the rows above, a folded row N times): compute
+     6.730  regions (the rows above, a folded row N times): communication over tensor
+     0.753  regions (the rows above, a folded row N times): communication over x
+     2.764  regions (the rows above, a folded row N times): communication over y
+     0.104  nodes outside regions: compute
+  = 10.504  predicted step
+memory on every rank, MiB:
+    0.03  parameters: 8433 elements on the rank, fp32 (4 B each)
+    0.03  gradients (4 B each)
+    0.06  optimizer state (AdamW's two moments, 8 B each)
+    0.33  activations saved for backward (the batch of 8 row(s))
+  = 0.45  predicted memory per rank
 
 boundaries (the conversions from and to the activation replicated over the tensor group; the region's communication per step):
   fork_join:b1: fork (identity; backward all-reduce over tensor), join (all-gather of the branches' columns over tensor; backward the own columns): tensor 1.820 ms

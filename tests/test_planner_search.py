@@ -132,14 +132,31 @@ mesh: pipeline=2 x data=2 x tensor=1   (rank = (pipeline*2 + data)*1 + tensor; t
 predicted step 0.993 ms: compute 0.092 ms, data comm 0.421 ms, pipeline comm 0.480 ms, tensor comm 0.000 ms; memory per rank 0.31 MiB
 model: 1.121e+07 FLOP per step -> 2.823e+09 FLOP/s per device predicted
 
-region                   kind          strategy   compute   comm tensor  comm data  memory    alternatives
------------------------  ------------  ---------  --------  -----------  ---------  --------  ------------
-vocab:tok                vocab         replicate  0.010 ms  0.000 ms     0.000 ms   0.04 MiB  -
-attention:blocks.0.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.09 MiB  -
-attention:blocks.1.attn  attention     replicate  0.038 ms  0.000 ms     0.000 ms   0.09 MiB  -
-linear_chain:blocks.0    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
-linear_chain:blocks.1    linear_chain  replicate  0.023 ms  0.000 ms     0.000 ms   0.16 MiB  -
-(outside regions)        -             replicate  0.048 ms  0.000 ms     0.000 ms   0.06 MiB  -
+regions: compute, communication and the alternatives weighed in ms per step, on each rank of the stage that runs the region (stage: its pipeline stage and rank; the nodes outside regions: every stage's together); a folded row "first .. last (xN, each)" gives one of its N identical blocks
+memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 2 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
+region                   kind          strategy   stage                   compute ms  comm tensor ms  comm data ms  memory MiB  alternatives ms
+-----------------------  ------------  ---------  ----------------------  ----------  --------------  ------------  ----------  ---------------
+vocab:tok                vocab         replicate  0 (rank 0), 1 (rank 1)  0.010       0.000           0.000         0.04        -
+attention:blocks.0.attn  attention     replicate  0 (rank 0)              0.038       0.000           0.000         0.09        -
+attention:blocks.1.attn  attention     replicate  1 (rank 1)              0.038       0.000           0.000         0.09        -
+linear_chain:blocks.0    linear_chain  replicate  0 (rank 0)              0.023       0.000           0.000         0.16        -
+linear_chain:blocks.1    linear_chain  replicate  1 (rank 1)              0.023       0.000           0.000         0.16        -
+(outside regions)        -             replicate  all                     0.048       0.000           0.000         0.06        -
+
+the step on pipeline rank 1 (stage 1; the slowest pipeline rank, whose time per microbatch sets the step), ms per step:
+    0.062  regions on its stages (1 attention, 1 linear_chain of the rows above): compute
+    0.030  the rest of its stages: nodes outside regions, its part of vocab:tok, the executor's per-pass actions: compute
+    0.209  point-to-point sends to and from the neighbouring stages
+    0.271  pipeline bubble (simulated F/I/W timeline)
+    0.241  gradient sync over the data ranks, after the last microbatch
+    0.180  the loss's targets counted over the ranks splitting the batch
+  = 0.993  predicted step
+memory on pipeline rank 0 (the most of any pipeline rank), MiB:
+    0.06  parameters: 1.526e+04 elements on the rank, fp32 (4 B each)
+    0.06  gradients (4 B each)
+    0.12  optimizer state (AdamW's two moments, 8 B each)
+    0.08  activations saved for backward (1 microbatch(es) in flight; the rank's memory less its state)
+  = 0.31  predicted memory per rank
 
 pipeline (megatron sec. 2.2): 2 stages on 2 pipeline ranks; schedule zb-h1, 1 microbatch(es) of 2 row(s); predicted bubble simulated F/I/W timeline = 0.899 (0.271 ms); scatter/gather off
   stage 0 (rank 0): block:blocks.0 + embedding; 0.089 ms per microbatch; sends 4.0 KiB per microbatch

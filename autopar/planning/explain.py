@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from autopar.passes.analysis.batch_rows import Coupling, remedy_text
+from autopar.planning.region_table import region_table, runs
 
 
 def explain(plan: "Plan") -> str:
@@ -63,7 +64,10 @@ def explain(plan: "Plan") -> str:
            f"{plan.global_batch // plan.batch_parts() // plan.microbatches} rows" if plan.microbatches > 1 else "")
         + (f"; ZeRO-{plan.zero} over the {'data x context' if plan.degree('context') > 1 else 'data'} ranks ("
            + {1: "optimizer state", 2: "optimizer state and gradients",
-              3: "parameters, gradients and optimizer state"}[plan.zero] + " sharded)" if plan.zero else "")
+              3: "parameters, gradients and optimizer state"}[plan.zero] + " sharded"
+           + ("; the gradients accumulate whole over the microbatches" if plan.zero == 2 and (
+               plan.pipeline.get("microbatches", 1) if plan.pipeline else plan.microbatches) > 1 else "")
+           + ")" if plan.zero else "")
         + (f"; context parallel: the sequence of {plan.context['seq']} tokens split over {plan.degree('context')} "
            f"ranks" + (" (chunks r and 2c-1-r)" if plan.context["balanced"] else " (contiguous chunks)")
            + f", attention by {plan.context.get('summary', plan.context['mode'])} (docs/context.md)"
@@ -74,7 +78,7 @@ def explain(plan: "Plan") -> str:
         *_single_family(plan),
         "",
     ]
-    lines += _region_table(plan)
+    lines += region_table(plan)
     lines += _boundaries(plan)
     lines += _layouts(plan)
     lines += _experts(plan)
@@ -160,32 +164,6 @@ def _single_family(plan: "Plan") -> list[str]:
             f"{_ms(best.step_s)}: {best.step_s / plan.step_s:.2f}x the mixed plan's"]
 
 
-def _region_table(plan: "Plan") -> list[str]:
-    """One row per region (identical repeated ones folded): strategy, compute,
-    communication by group, memory, and the alternatives' predicted seconds."""
-    lines: list[str] = []
-    if plan.grid is not None:
-        groups = ["x", "y", "z", "data"]
-    else:
-        groups = ["tensor", "data"] + sorted({k for r in plan.regions for k in r.cost.comm_s} - {"tensor", "data"})
-    overhead = plan.overhead_s > 0  # the column of the host's part of compute + comm
-    header = ("region", "kind", "strategy", "compute", *(f"comm {g}" for g in groups),
-              *(("of which host",) if overhead else ()), "memory", "alternatives")
-    rows = [header]
-    for first, last, count, r in _runs(plan.regions):
-        alts = ", ".join(f"{k} {_ms(v)}" for k, v in sorted(r.alternatives.items()) if k != r.strategy)
-        comm = (_ms(r.cost.comm_s.get(g, 0.0)) for g in groups)
-        name = r.region if count == 1 else f"{first} .. {last} (x{count}, each)"
-        rows.append((name, r.kind, r.strategy, _ms(r.cost.compute_s), *comm,
-                     *((_ms(r.cost.overhead_s),) if overhead else ()), _mb(r.cost.memory_bytes), alts or "-"))
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header))]
-    for i, row in enumerate(rows):
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return lines
-
-
 def _boundaries(plan: "Plan") -> list[str]:
     """In a mixed plan, each split region's conversions from and to the layout regions
     meet at (the activation replicated over the tensor group), with their cost (the
@@ -194,7 +172,7 @@ def _boundaries(plan: "Plan") -> list[str]:
         return []
     lines = ["", "boundaries (the conversions from and to the activation replicated over the tensor group; "
              "the region's communication per step):"]
-    for first, last, count, r in _runs([r for r in plan.regions if r.strategy in ("megatron", "dsp", "tensor3d")
+    for first, last, count, r in runs([r for r in plan.regions if r.strategy in ("megatron", "dsp", "tensor3d")
                                         and r.cost.comm_s]):
         where = first if count == 1 else f"{first} .. {last} (x{count}, each)"
         comm = ", ".join(f"{g} {_ms(v)}" for g, v in sorted(r.cost.comm_s.items()) if v)
@@ -252,7 +230,7 @@ def _kept_whole(plan: "Plan") -> list[str]:
     if kept_whole:
         lines.append("")
         lines.append("regions not split over the tensor group:")
-        for first, last, count, r in _runs(kept_whole, key=lambda r: r.reason):
+        for first, last, count, r in runs(kept_whole, key=lambda r: r.reason):
             lines.append(f"  {first if count == 1 else f'{first} .. {last} (x{count})'}: {r.reason}")
     return lines
 
@@ -421,28 +399,6 @@ def closest_to_fitting(candidates) -> "MeshCandidate | None":
     """The infeasible candidate needing the least memory (None when none was sized)."""
     sized = [c for c in candidates if not c.feasible and c.memory_bytes is not None]
     return min(sized, key=lambda c: (c.memory_bytes, _mesh_text(c)), default=None)
-
-
-def _runs(regions, key=None):
-    """The rows of a region table, consecutive regions that read the same (identical
-    repeated blocks) folded into one: ``(first id, last id, count, representative)``."""
-    key = key or (lambda r: (r.kind, r.strategy, round(r.cost.compute_s, 12),
-                             tuple(sorted((k, round(v, 12)) for k, v in r.cost.comm_s.items())),
-                             round(r.cost.memory_bytes, 3),
-                             tuple(sorted((k, round(v, 12)) for k, v in r.alternatives.items())), r.reason))
-    runs: list[list] = []
-    for r in regions:
-        if runs and key(runs[-1][0]) == key(r) and r.kind != "-":
-            runs[-1].append(r)
-        else:
-            runs.append([r])
-    out = []
-    for run in runs:  # two rows read as easily as one; three and more are folded
-        if len(run) >= 3:
-            out.append((run[0].region, run[-1].region, len(run), run[0]))
-        else:
-            out.extend((r.region, r.region, 1, r) for r in run)
-    return out
 
 
 def _mesh_text(c: MeshCandidate) -> str:

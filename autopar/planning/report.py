@@ -5,8 +5,12 @@ so by ``autopar plan`` too): what the explanation's text says, drawn.
   the plan was saved after training: :meth:`autopar.api.ParallelModule.save_plan`);
 * the regions in model order, each a box coloured by the strategy it got (a pipeline's
   stages as columns), linked to its row of the table;
-* the per-region table: kind, strategy, predicted compute, communication by group,
-  memory, the alternatives weighed with their predicted seconds, the reason;
+* the per-region table: kind, strategy (a pipeline's stage), predicted compute and
+  communication by group in ms per step, memory in MiB, the alternatives weighed with
+  their predicted ms, the reason (what each figure is per is said above it, as in the
+  explanation);
+* where the step and the memory go: the predicted step and the rank's memory as sums of
+  named terms (:mod:`autopar.planning.totals`);
 * memory per rank against the device's (a pipeline's ranks one bar each);
 * the pipeline's timeline (:meth:`autopar.planning.timeline.Timeline.svg`);
 * every configuration weighed with its predicted step, and why each that lost did.
@@ -22,6 +26,8 @@ import json
 import re
 
 from autopar.cost.hardware import get_hardware
+from autopar.planning.region_table import mib_figure as c_mib, ms_figure as c_ms, preamble
+from autopar.planning.totals import OUTSIDE, memory_reconciliation, stage_ranks, step_reconciliation
 
 COLOURS = {"replicate": "#b8c4d6", "megatron": "#4a7bd0", "dsp": "#3f9b5a", "3d": "#b07a2a", "cube": "#c0583a",
            "experts": "#8a5bb8", "vocab": "#2a9b9b", "pipeline": "#888888"}
@@ -148,21 +154,52 @@ def _legend(plan) -> str:
 
 
 def region_table(plan) -> str:
-    """One row per region, in model order (:func:`_model_order`)."""
+    """One row per region, in model order (:func:`_model_order`), in ms per step and
+    MiB, what they are per said above it (as the explanation says it)."""
     groups = sorted({g for c in plan.regions for g in c.cost.comm_s})
-    head = "".join(f"<th>comm {_e(g)}</th>" for g in groups)
+    head = "".join(f"<th>comm {_e(g)} (ms)</th>" for g in groups)
+    staged = bool(plan.pipeline)
+    ranks = stage_ranks(plan) if staged else []
     rows = []
     for _, c in sorted(enumerate(plan.regions), key=_model_order):
-        alternatives = ", ".join(f"{_e(k)} {_ms(v)}" for k, v in sorted(c.alternatives.items(), key=lambda kv: kv[1]))
-        comm = "".join(f'<td class="num">{_ms(c.cost.comm_s.get(g, 0.0))}</td>' for g in groups)
+        alternatives = ", ".join(f"{_e(k)} {c_ms(v)}" for k, v in sorted(c.alternatives.items(), key=lambda kv: kv[1]))
+        comm = "".join(f'<td class="num">{c_ms(c.cost.comm_s.get(g, 0.0))}</td>' for g in groups)
+        where = c.details.get("stage")
+        stage = ("all" if c.region == OUTSIDE else "-" if where is None else
+                 ", ".join(f"{s} (rank {ranks[s]})" for s in (where if isinstance(where, list) else [where])))
         rows.append(f'<tr data-region="{_e(c.region)}"><td>{_e(c.region)}</td><td>{_e(c.kind)}</td>'
                     f'<td><i style="display:inline-block;width:10px;height:10px;background:{_colour(c.strategy)}">'
-                    f'</i> {_e(c.strategy)}</td><td class="num">{_ms(c.cost.compute_s)}</td>{comm}'
-                    f'<td class="num">{_mib(c.cost.memory_bytes)}</td><td>{alternatives}</td>'
+                    f'</i> {_e(c.strategy)}</td>' + (f'<td>{_e(stage)}</td>' if staged else "")
+                    + f'<td class="num">{c_ms(c.cost.compute_s)}</td>{comm}'
+                    f'<td class="num">{c_mib(c.cost.memory_bytes)}</td><td>{alternatives}</td>'
                     f'<td>{_e(c.reason)}</td></tr>')
-    return (f'<table id="regions"><thead><tr><th>region</th><th>kind</th><th>strategy</th><th>compute</th>{head}'
-            f'<th>memory</th><th>alternatives (predicted)</th><th>why</th></tr></thead><tbody>{"".join(rows)}'
+    return (f'<p class="sub">{"<br>".join(_e(line) for line in preamble(plan, folded=False))}</p>'
+            f'<table id="regions"><thead><tr><th>region</th><th>kind</th><th>strategy</th>'
+            + ("<th>stage</th>" if staged else "") + f'<th>compute (ms)</th>{head}'
+            f'<th>memory (MiB)</th><th>alternatives (ms)</th><th>why</th></tr></thead><tbody>{"".join(rows)}'
             f'</tbody></table>')
+
+
+def reconciliation_tables(plan) -> str:
+    """The predicted step and the rank's memory as sums of named terms
+    (:mod:`autopar.planning.totals`), each a table."""
+    out = []
+    for rec, unit, fmt, total in ((step_reconciliation(plan), "ms", c_ms, "predicted step"),
+                                  (memory_reconciliation(plan), "MiB", c_mib, "predicted memory per rank")):
+        if rec is None:
+            out.append(f"<p class='sub'>memory per rank {_mib(plan.total.memory_bytes)}: its parts are not in this "
+                       f"plan (made before they were recorded)</p>")
+            continue
+        terms = [(t.label, t.value) for t in rec.terms]
+        if abs(rec.unattributed) > 1e-9 * abs(rec.total):
+            terms.append(("not attributed to a term above", rec.unattributed))
+        body = "".join(f'<tr><td>{_e(label)}</td><td class="num">{fmt(value)}</td></tr>' for label, value in terms)
+        out.append(f"<p class='sub'>{_e(total)} on {_e(rec.where)}, {unit} per step:</p>" if unit == "ms" else
+                   f"<p class='sub'>memory on {_e(rec.where)}, {unit}:</p>")
+        out.append(f'<table class="sum"><thead><tr><th>term</th><th>{unit}</th></tr></thead><tbody>{body}'
+                   f'<tr class="chosen"><td>= {_e(total)}</td><td class="num">{fmt(rec.total)}</td></tr>'
+                   f'</tbody></table>')
+    return "".join(out)
 
 
 def memory_bars(plan) -> str:
@@ -232,7 +269,8 @@ def report_html(plan, measured_step_s: float | None = None) -> str:
             f"{_e(plan.model)}</title><style>{STYLE}</style></head><body>{head}"
             f"<h2>Regions{' by pipeline stage' if plan.pipeline else ''}, in model order</h2>{_legend(plan)}{region_svg(plan)}"
             f"<h2>Per region (<span id='count'></span> rows)</h2><input id='filter' placeholder='filter the rows'>"
-            f"{region_table(plan)}<h2>Memory per rank</h2>{memory_bars(plan)}{_timeline(plan)}"
+            f"{region_table(plan)}<h2>Where the step and the memory go</h2>{reconciliation_tables(plan)}"
+            f"<h2>Memory per rank</h2>{memory_bars(plan)}{_timeline(plan)}"
             f"<h2>Configurations weighed</h2>{alternatives_table(plan)}"
             f"<h2>The explanation</h2><details open><summary>plan.explain()</summary>"
             f"<pre>{_e(plan.explain())}</pre></details>"

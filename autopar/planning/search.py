@@ -28,6 +28,7 @@ from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE, LOSS_TERMS, RANDOM_SITES, tensor_spec
 from autopar.planning.conflicts import batch_conflict, random_conflict
+from autopar.planning.breakdown import record as record_breakdown
 from autopar.planning.explain import closest_to_fitting, rejections
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import MeshCandidate, Plan
@@ -152,6 +153,8 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
         comm["data"] = comm.get("data", 0.0) + fixed - ctx.hw.step_overhead_s
         plan_.total = dataclasses.replace(plan_.total, comm_s=comm)
     plan_.step_overhead_s = ctx.hw.step_overhead_s
+    record_breakdown(plan_, best[1], max(fixed - ctx.hw.step_overhead_s, 0.0), ctx.model.largest_params,
+                     ctx.model.counts_targets)
     plan_.forced = ctx.forced is not None
     plan_.candidates = candidates
     return plan_

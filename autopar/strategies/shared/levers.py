@@ -129,11 +129,18 @@ def state_bytes(params: float, data: int, zero: int, m: int, largest: float = 0.
     """Parameters, gradients and optimizer state per rank under ZeRO stage ``zero`` over
     ``data`` ranks (module docstring); ``largest``: the two largest parameters' elements
     (ZeRO-3 holds them gathered)."""
+    return sum(state_parts(params, data, zero, m, largest).values())
+
+
+def state_parts(params: float, data: int, zero: int, m: int, largest: float = 0.0) -> dict[str, float]:
+    """:func:`state_bytes` by part: ``parameters`` (their shards under ZeRO-3),
+    ``gathered`` (ZeRO-3's two largest parameters held whole), ``gradients`` and
+    ``optimizer`` (AdamW's two moments), in bytes."""
     d = data if data > 1 else 1
-    p = params * PARAM_BYTES / (d if zero >= 3 else 1) + (largest * PARAM_BYTES if zero >= 3 else 0.0)
-    g = params * GRAD_BYTES / (d if zero >= 2 and (m == 1 or zero >= 3) else 1)
-    s = params * STATE_BYTES / (d if zero >= 1 else 1)
-    return p + g + s
+    return {"parameters": params * PARAM_BYTES / (d if zero >= 3 else 1),
+            "gathered": largest * PARAM_BYTES if zero >= 3 else 0.0,
+            "gradients": params * GRAD_BYTES / (d if zero >= 2 and (m == 1 or zero >= 3) else 1),
+            "optimizer": params * STATE_BYTES / (d if zero >= 1 else 1)}
 
 
 def zero_comm(params: float, data: int, tensor: int, zero: int, m: int, compute_one: float,
