@@ -14,7 +14,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.fx as fx
 
-from autopar.cost import profiles
+from autopar.cost import first_use, profiles
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE, LOSS_TERMS, regions as regions_of
 from autopar.planning.model import ModelFacts
@@ -39,7 +39,8 @@ def resolve_hardware(hardware, memory_limit: float | None) -> tuple[Hardware, st
     return dataclasses.replace(hw, memory_bytes=float(memory_limit)), source
 
 
-def agreed_hardware(hardware, memory_limit: float | None, world: int, mesh) -> tuple[Hardware, str]:
+def agreed_hardware(hardware, memory_limit: float | None, world: int, mesh,
+                    measure_with: tuple | None = None) -> tuple[Hardware, str]:
     """``_hardware`` on every rank of the mesh alike. Without ``hardware=`` each rank
     resolves its own machine's cached profile (``cost.profiles``), which need not be its
     peers': another node has its own cache (or none), and a profile written by ``autopar
@@ -48,10 +49,11 @@ def agreed_hardware(hardware, memory_limit: float | None, world: int, mesh) -> t
     the first rank of the mesh resolves it and the others price with its hardware (one
     broadcast per mesh dimension: the first rank of each group passes on what it holds,
     so the mesh's first rank's reaches every rank). A ``Hardware`` object is used as
-    given (``compile`` checks it is the same on every rank)."""
-    if hardware is None and _first_use(world):
-        from autopar.cost import first_use
-        hw, source = first_use.calibrate_here()
+    given (``compile`` checks it is the same on every rank). ``measure_with``: ``compile``
+    and ``plan``, with which, where no profile is cached, every rank measures this
+    machine first (:mod:`autopar.cost.first_use`)."""
+    if hardware is None and measure_with is not None and _first_use(world):
+        hw, source = first_use.calibrate_here(*measure_with)
         return (dataclasses.replace(hw, memory_bytes=float(memory_limit)) if memory_limit else hw), source
     hw, source = resolve_hardware(hardware, memory_limit)
     if isinstance(hardware, Hardware) or world == 1 or not (dist.is_available() and dist.is_initialized()):
@@ -78,7 +80,6 @@ def _first_use(world: int) -> bool:
     ranks the mesh spans all of, over the backend whose profile ``compile`` reads, where
     the first rank has none cached and it is not turned off. Every rank of the default
     group answers alike."""
-    from autopar.cost import first_use
     if not (first_use.enabled() and dist.is_available() and dist.is_initialized()):
         return False
     if world != dist.get_world_size() or str(dist.get_backend()) != profiles.default_backend():

@@ -216,7 +216,10 @@ def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, ex
     check_same_call_everywhere(world, mesh, strategy, flat_examples, example_target, hardware, layout)
     check_dtypes(model)
     given_strategy, strategy = strategy, _strategy_from_mesh(mesh, strategy)
-    hw, source = agreed_hardware(hardware, memory_limit, world, mesh)  # before capture, as the check above
+    # before capture, as the check above; with neither hardware= nor a cached profile,
+    # this machine measured on the ranks first (cost.first_use), its cases compiled and
+    # priced by compile and plan
+    hw, source = agreed_hardware(hardware, memory_limit, world, mesh, measure_with=(compile, plan))
     # captures read shapes only: of a meta copy of the model (the rank's programs are
     # captured from it too, so the export memo serves them)
     twin = materialise.meta_twin(model)

@@ -157,7 +157,8 @@ FIT_BAND = (0.5, 2.0)
 def fit_check() -> bool:
     """Calibrate 2 ranks (quick) and print each collective's mid-size measured / fitted
     ratios against :data:`FIT_BAND`; True when every one is inside."""
-    from autopar.cost.calibrate import COLLECTIVES, run_calibration
+    from autopar.cost.calibrate import run_calibration
+    from autopar.cost.calibrate_measure import COLLECTIVES
     calibration = run_calibration(2, quick=True)
     print(f"fit check: autopar calibrate --world 2 --quick ({calibration.seconds:.0f} s); measured / fitted "
           f"for 1 KiB..64 KiB messages, goal {FIT_BAND[0]}-{FIT_BAND[1]}")

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("drivers", ("autopar.passes.rank_program", "autopar.planning.search", "autopar.planning.conflicts",
                  "autopar.planning.breakdown")),
     ("interface", ("autopar", "autopar.api", "autopar.agreement", "autopar.cli", "autopar.data", "autopar.hf_config", "autopar.testing", "autopar.cost.calibrate",
-                   "autopar.cost.calibrate_measure")),
+                   "autopar.cost.calibrate_measure", "autopar.cost.calibration", "autopar.cost.first_use")),
 ]
 
 # function-local imports of autopar allowed, and why

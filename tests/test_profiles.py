@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import autopar
-from autopar.cost import calibrate as cal
+from autopar.cost import calibration as cal
 from autopar.cost.calibrate_fit import predict, robust_fit_alpha_beta, robust_summary
 from autopar.cost.calibrate_measure import PIPELINE_MICROBATCHES, pipeline_case, pipeline_strategy, runtime_case
 from autopar.cost import profiles
@@ -137,6 +137,6 @@ def test_the_runtime_terms_from_the_measured_steps():
     k1, k2 = PIPELINE_MICROBATCHES[0], PIPELINE_MICROBATCHES[-1]
     medians = {("runtime_step",): data_s + 4e-4, ("pipeline_step", k1): steps[k1] + 1e-3,
                ("pipeline_step", k2): steps[k2] + 1e-3 + 2 * (k2 - k1) * world * 150e-6}
-    got = cal._runtime_terms(hw, medians, world)
+    got = cal._runtime_terms(hw, medians, world, autopar.plan)
     assert got.step_overhead_s == pytest.approx(4e-4, rel=1e-9)
     assert got.pipeline_action_s == pytest.approx(150e-6, rel=1e-9)

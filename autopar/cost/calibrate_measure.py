@@ -31,7 +31,6 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-import autopar
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.cost.profiles import processor
 from autopar.runtime.groups import use_groups
@@ -354,21 +353,21 @@ def pipeline_strategy(world: int, k: int) -> dict:
     return {"pipeline": world, "microbatches": k * world, "schedule": "1f1b"}
 
 
-def _compiled_cases(world: int) -> dict[tuple, Any]:
-    """The runtime's own cases, compiled once: the data-parallel step and the pipeline
-    at each microbatch count (keys as in :func:`calibration_job`'s medians); one rank has no
-    pipeline to time."""
+def _compiled_cases(world: int, compile_fn: Callable) -> dict[tuple, Any]:
+    """The runtime's own cases, compiled once by ``compile_fn`` (``autopar.compile``): the
+    data-parallel step and the pipeline at each microbatch count (keys as in
+    :func:`calibration_job`'s medians); one rank has no pipeline to time."""
     # priced with the preset, not this machine's profile, which compile may be measuring now
     model, inputs, loss, target = runtime_case(world)
-    cases = {("runtime_step",): (autopar.compile(model, None, example_inputs=inputs, loss_fn=loss,
-                                                 example_target=target, strategy={"data": world},
-                                                 hardware="cpu-gloo"), inputs, target)}
+    cases = {("runtime_step",): (compile_fn(model, None, example_inputs=inputs, loss_fn=loss,
+                                            example_target=target, strategy={"data": world},
+                                            hardware="cpu-gloo"), inputs, target)}
     if world < 2:
         return cases
     model, inputs, loss, target = pipeline_case(world)
     for k in PIPELINE_MICROBATCHES:
-        pm = autopar.compile(model, None, example_inputs=inputs, loss_fn=loss, example_target=target,
-                             strategy=pipeline_strategy(world, k), hardware="cpu-gloo")
+        pm = compile_fn(model, None, example_inputs=inputs, loss_fn=loss, example_target=target,
+                        strategy=pipeline_strategy(world, k), hardware="cpu-gloo")
         cases[("pipeline_step", k)] = (pm, inputs, target)
     return cases
 
@@ -415,7 +414,8 @@ def _overhead_round(device: torch.device, s: Settings, groups: dict, cases: dict
 MATMUL_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def calibration_job(backend: str, quick: "bool | str", dtype: str = "fp32") -> dict[str, Any]:
+def calibration_job(backend: str, quick: "bool | str", dtype: str = "fp32",
+                    compile_fn: "Callable | None" = None) -> dict[str, Any]:
     """Run on every rank of a launched world: this rank's medians (seconds) of every
     measurement, keyed ``("matmul", n)``, ``("launch",)``, ``("copy", bytes)`` and
     ``(collective, G, m)``; the overhead terms' value in each of ``settings().rounds``
@@ -424,14 +424,16 @@ def calibration_job(backend: str, quick: "bool | str", dtype: str = "fp32") -> d
     ``("in_training", G)``, ``("async_exposed",)``, and on CPUs ``("runtime_step",)``,
     ``("pipeline_step", k)``);
     plus facts about the machine. Matmuls are timed in ``dtype`` (:data:`MATMUL_DTYPES`).
-    ``quick``: as :func:`settings` takes it (False, True or ``"probe"``)."""
+    ``quick``: as :func:`settings` takes it (False, True or ``"probe"``); ``compile_fn``:
+    ``autopar.compile``, which compiles the runtime's own cases on CPUs (None: not timed;
+    passed in rather than imported, as ``compile`` itself measures on first use)."""
     torch.set_flush_denormal(True)
     device = _device(backend)
     world, rank = dist.get_world_size(), dist.get_rank()
     s = settings(quick, device.type)
     medians: dict[tuple, float] = {}
     groups = _make_groups(world, rank)
-    cases = _compiled_cases(world) if device.type == "cpu" else {}
+    cases = _compiled_cases(world, compile_fn) if device.type == "cpu" and compile_fn is not None else {}
     rounds: dict[tuple, list[float]] = {}
 
     def overhead_round():

@@ -10,7 +10,7 @@ ran 1.2× faster. So the first ``compile`` on a machine measures it on the ranks
 already runs (:func:`calibration_job` at its ``"probe"`` settings: a few matmuls, a
 copy, each collective at five sizes, the runtime's per-op, per-call, per-step and
 per-pipeline-action costs; a few seconds), every rank fits the same gathered reports
-(:func:`autopar.cost.calibrate.fit_reports`), and the first rank caches the profile for
+(:func:`autopar.cost.calibration.fit_reports`), and the first rank caches the profile for
 every later compile and ``autopar plan`` on this machine. ``autopar calibrate`` measures
 more points for longer and replaces it.
 
@@ -26,8 +26,10 @@ import warnings
 
 import torch.distributed as dist
 
-from autopar.cost.hardware import Hardware
 from autopar.cost import profiles
+from autopar.cost.calibrate_measure import calibration_job
+from autopar.cost.calibration import fit_reports
+from autopar.cost.hardware import Hardware
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +51,11 @@ def needed() -> bool:
     return bool(missing[0])
 
 
-def calibrate_here() -> tuple[Hardware, str]:
+def calibrate_here(compile_fn, plan_fn) -> tuple[Hardware, str]:
     """Measure this machine on every rank of the default group (all must call), fit, cache
-    the profile (first rank), and return it with where it came from in words."""
-    from autopar.cost.calibrate import fit_reports
-    from autopar.cost.calibrate_measure import calibration_job
+    the profile (first rank), and return it with where it came from in words.
+    ``compile_fn``, ``plan_fn``: ``autopar.compile`` and ``autopar.plan``, which compile
+    and price the runtime's own cases (passed in: ``compile`` is what calls this)."""
     backend = str(dist.get_backend())
     world, rank = dist.get_world_size(), dist.get_rank()
     if rank == 0:
@@ -62,11 +64,11 @@ def calibrate_here() -> tuple[Hardware, str]:
     started = time.perf_counter()
     with warnings.catch_warnings():  # torch's deprecation notes on the collectives it times
         warnings.simplefilter("ignore", FutureWarning)
-        report = calibration_job(backend, "probe")
+        report = calibration_job(backend, "probe", "fp32", compile_fn)
     reports: list = [None] * world
     dist.all_gather_object(reports, report)
     calibration = fit_reports(reports, world, backend=backend, quick="probe", name=f"first-use-{backend}-{world}",
-                              seconds=time.perf_counter() - started)
+                              seconds=time.perf_counter() - started, plan_fn=plan_fn)
     hw = calibration.hardware
     path = profiles.profile_path(backend)
     if rank == 0:

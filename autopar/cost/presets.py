@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from autopar.cost.hardware import Hardware
+from autopar.cost.spec import Hardware
 
 # Measured on the development machine (Intel Xeon, 2 cores, KVM guest, 23.5 GiB RAM, no
 # GPU; torch 2.13 CPU) with a throwaway script, one process per core, 1 intra-op thread:
