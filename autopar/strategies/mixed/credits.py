@@ -26,29 +26,47 @@ class BoundaryCredits:
     def __init__(self, model: ModelFacts, hw, grid: Grid3D | None, data: int):
         self.model, self.hw, self.grid, self.data = model, hw, grid, data
         self.links = model.memo("mixed.links")
-        self.saved = model.memo("mixed.credits")
+        # the credits by what decides them, on this grid and hardware (hashed once here)
+        self.saved = model.memo("mixed.credits").setdefault((grid, hw), {}) if grid is not None else {}
         self.gaps_between = model.memo("mixed.gaps")
+        # per pair of regions, the credit on this grid, hardware and rows (the grid and
+        # hardware hashed once here, not per pair asked)
+        pairs = model.memo("mixed.pair_credits").setdefault((grid, hw, data), {}) if grid is not None else {}
+        self.pairs, self.sums = pairs.setdefault("by_group", {}), pairs.setdefault("sum", {})
 
     def credit(self, prev: str, prev_region, name: str, region) -> float:
         """What two 3D regions save where the first's transposed layer feeds the second's
         plain layers directly (axonn end of §III-B): the second's entry cut and, when
         nothing else reads it, the first's exit all-gather (over y, and with Gz > 1 the
         rows' over z too)."""
-        return sum(self.by_group(prev, prev_region, name, region).values())
+        if prev != "tensor3d" or name != "tensor3d" or self.grid is None:
+            return 0
+        key = (prev_region.id, region.id)
+        total = self.sums.get(key)
+        if total is None:
+            total = self.sums[key] = sum(self.by_group(prev, prev_region, name, region).values())
+        return total
 
     def by_group(self, prev: str, prev_region, name: str, region) -> dict[str, float]:
-        """:meth:`credit` by group (``compute``: seconds of work saved)."""
+        """:meth:`credit` by group (``compute``: seconds of work saved); read only."""
         if prev != "tensor3d" or name != "tensor3d" or self.grid is None:
             return {}
+        key = (prev_region.id, region.id)
+        found = self.pairs.get(key)
+        if found is None:
+            found = self.pairs[key] = self._by_group(prev_region, region)
+        return found
+
+    def _by_group(self, prev_region, region) -> dict[str, float]:
+        """:meth:`by_group` between two 3D regions, computed."""
         link = self._link(prev_region, region)
         grid, hw = self.grid, self.hw
         if link is None:
             return self._kept_rows(prev_region, region) if grid.z > 1 else {}
-        key = (link, grid, hw)
-        credit = self.saved.get(key)
+        credit = self.saved.get(link)
         if credit is None:
             in_bytes, out_bytes = link
-            credit = self.saved[key] = {
+            credit = self.saved[link] = {
                 "y": boundary_comm(in_bytes, 0.0, grid, hw) + boundary_comm(0.0, out_bytes, grid, hw),
                 **({"z": rows_boundary_comm(in_bytes, out_bytes, grid, hw)} if grid.z > 1 else {})}
         return credit
@@ -64,7 +82,7 @@ class BoundaryCredits:
             return {}
         grid, hw, model = self.grid, self.hw, self.model
         sig, names, in_bytes, out_bytes = gap
-        key = ("rows", sig, in_bytes, out_bytes, grid, hw)
+        key = ("rows", sig, in_bytes, out_bytes)
         credit = self.saved.get(key)
         if credit is None:
             credit = self.saved[key] = {

@@ -101,7 +101,11 @@ class RegionOptions:
         self.whole = whole or {}
         # D&SP's sub-grids of the tensor group (0: each rank one; g < t: g of t/g ranks)
         self.subgrids = subgrids
-        self.memo = self.model.memo("mixed.options")
+        # the model's memo of options, one dict per configuration (hashing the hardware
+        # once here, not once per region asked)
+        memo = self.model.memo("mixed.options")
+        self.memo = memo.setdefault(("options", data, tensor, grid, self.hw, self.grid_only), {})
+        self.dsp_memo = memo.setdefault(("dsp", data, tensor, self.hw), {})
         if grid is not None:
             self.grid_pricer = GridPricer(self.model, self.hw, grid, MIXED_AXONN, False, True)
             base = self.grid_pricer.layout  # every boundary priced; the programme credits direct ones
@@ -115,8 +119,7 @@ class RegionOptions:
 
     def of(self, r) -> dict[str, Option]:
         """Region ``r``'s options, priced once per class of identical regions."""
-        key = (self.model.region_class[r.id], self.data, self.tensor, self.grid, self.hw, r.id in self.gaps,
-               r.id in self.whole, self.grid_only)
+        key = (self.model.region_class[r.id], r.id in self.gaps, r.id in self.whole)
         found = self.memo.get(key)
         if found is None:
             found = self.memo[key] = self._options(r)
@@ -183,12 +186,12 @@ class RegionOptions:
         (None: ``t``, each rank a sub-grid), or None when it cannot (priced once per
         region, mesh and ``g``)."""
         g = g or self.subgrids or self.tensor
-        key = (fj.id, self.data, self.tensor, self.hw, g)
+        key = (fj.id, g)
         if fj.id in self.whole or self.grid_only:
             return None
-        if key not in self.memo:
-            self.memo[key] = self._dsp_option(fj, g)
-        return self.memo[key]
+        if key not in self.dsp_memo:
+            self.dsp_memo[key] = self._dsp_option(fj, g)
+        return self.dsp_memo[key]
 
     def _dsp_option(self, fj, g: int) -> Option | None:
         """SUPER §III-B over the tensor group with ``g`` sub-grids. With ``g < t`` each
@@ -260,7 +263,17 @@ class RegionOptions:
 
     def steps(self) -> list[Step]:
         """The regions in graph order; each multi-branch region D&SP can split a step of
-        its own holding the tensor regions inside it."""
+        its own holding the tensor regions inside it. Without pins, found once per
+        configuration and regions kept whole (read only)."""
+        if self.pins:
+            return self._steps()
+        key = ("steps", tuple(sorted(self.whole.items())), self.subgrids)
+        if key not in self.memo:
+            self.memo[key] = self._steps()
+        return self.memo[key]
+
+    def _steps(self) -> list[Step]:
+        """:meth:`steps`, built."""
         start, branching = region_structure(self.model)
         placed: set[str] = set()
         steps = []

@@ -21,27 +21,48 @@ def solve(options: RegionOptions, credits: BoundaryCredits) -> tuple[list[tuple[
     """The programme: per step the option chosen (``"open"`` for a multi-branch region
     whose inner regions choose for themselves), minimising the summed seconds with
     the 3D boundary credits; ties to the option first in sorted order."""
-    flat = [(step, _choices(options, step)) for step in options.steps()]
-    # state key: (option, region id) of the step before -> (seconds, path, state)
-    best: dict[tuple, tuple[float, list, tuple]] = {("start", None): (0.0, [], ("start", None))}
+    shared: dict = {}
+    flat = [(step, _priced_choices(options, step, shared)) for step in options.steps()]
+    # state key: (option, region id) of the step before -> (seconds, path, state); a path
+    # is a linked list (its last choices, the path before) so extending one copies nothing
+    best: dict[tuple, tuple[float, tuple | None, tuple]] = {("start", None): (0.0, None, ("start", None))}
     for step, choices in flat:
-        nxt: dict[tuple, tuple[float, list, tuple]] = {}
+        nxt: dict[tuple, tuple[float, tuple | None, tuple]] = {}
         for seconds, path, (prev, prev_region) in best.values():
-            for name, option in choices:
+            for name, option, option_s in choices:
                 if name == "open":
                     cost, inner_path, last = open_region(options, credits, step, prev, prev_region)
                     state = last or ("replicate", None)
-                    total, new_path = seconds + cost, path + [(step, "open")] + inner_path
+                    total, new_path = seconds + cost, ([(step, "open")] + inner_path, path)
                 else:
-                    total = seconds + seconds_of(option) - credits.credit(prev, prev_region, name, step.region)
-                    state, new_path = (name, step.region), path + [(step, name)]
+                    # a credit only between two 3D regions (BoundaryCredits.by_group)
+                    saved = credits.credit(prev, prev_region, name, step.region) if prev == name == "tensor3d" else 0
+                    total = seconds + option_s - saved
+                    state, new_path = (name, step.region), ([(step, name)], path)
                 # only a 3D region's exit changes what the next step pays
                 key = (state[0], state[1].id) if state[0] == "tensor3d" else ("other", None)
                 if key not in nxt or total < nxt[key][0] * (1 - 1e-12):
                     nxt[key] = (total, new_path, state)
         best = nxt
-    seconds, path, _ = min(best.values(), key=lambda v: v[0])
-    return path, seconds
+    seconds, linked, _ = min(best.values(), key=lambda v: v[0])
+    parts = []
+    while linked is not None:
+        parts.append(linked[0])
+        linked = linked[1]
+    return [choice for part in reversed(parts) for choice in part], seconds
+
+
+def _priced_choices(options: RegionOptions, step: Step, shared: dict) -> list[tuple[str, Option | None, float]]:
+    """A step's choices (:func:`_choices`) with each option's seconds, read once per step
+    rather than once per state. Without pins a tensor region's choices are its options,
+    which identical regions share (:meth:`RegionOptions.of`): found once per solve."""
+    if options.pins or step.branching:
+        return [(name, option, None if option is None else seconds_of(option))
+                for name, option in _choices(options, step)]
+    key = id(step.options)  # shared: alive while the solve runs
+    if key not in shared:
+        shared[key] = [(name, option, seconds_of(option)) for name, option in _choices(options, step)]
+    return shared[key]
 
 
 def _choices(options: RegionOptions, step: Step) -> list[tuple[str, Option | None]]:

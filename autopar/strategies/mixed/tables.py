@@ -53,8 +53,7 @@ def region_table(options: RegionOptions, credits: BoundaryCredits, path: list, m
                 compute -= saved
             else:
                 comm[axis] = comm.get(axis, 0.0) - saved
-    outside = [n.name for n in model.gm.graph.nodes
-               if n.name not in covered and n.name not in model.node_region]
+    outside = [n for n in unregioned(model) if n not in covered]
     outside_compute = model.seconds(outside, hw, 1 / data)
     compute += outside_compute
     # branch parameters outside the inner regions are a D&SP region's (its row holds them)
@@ -72,6 +71,12 @@ def region_table(options: RegionOptions, credits: BoundaryCredits, path: list, m
     total = Cost(compute, comm, cost_model.training_memory(local, activations))
     return RegionTable(rows, total, compute + sum(comm.values()), local, activations, model.largest_params,
                        gathered_bytes=gathered)
+
+
+def unregioned(model) -> list[str]:
+    """The names of the graph's nodes in no tensor region, in graph order (once per model)."""
+    return model.fact("mixed.unregioned", lambda: [n.name for n in model.gm.graph.nodes
+                                                   if n.name not in model.node_region])
 
 
 def _row(options: RegionOptions, credits: BoundaryCredits, path, step: Step, name: str, option: Option
