@@ -8,6 +8,7 @@ searches over them."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 from autopar.cost import model as cost_model
@@ -66,23 +67,18 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
     their tensor-parallel part, and the bytes saved for backward (``sequence``: as
     :func:`~autopar.strategies.megatron.planner.price_mesh` prices Megatron-SP)."""
     stage_s, stage_comm, stage_act = [0.0] * stages, [0.0] * stages, [0.0] * stages
+    keys = _pricing_keys(model)
+    priced: dict[tuple, tuple[bool, float, float, float]] = {}  # per region pricing alike: its figures
     for s in range(stages):
         split_any = False
         for rep, count in shape.groups[s]:
-            divisible = tensor > 1 and rep.id not in shape.keep_whole and \
-                all(size % tensor == 0 for _, size in region_sizes(rep))
+            key = (keys[rep.id], rep.id in shape.keep_whole)
+            if key not in priced:
+                priced[key] = _group_figures(model, hw, rep, shape, scale, tensor, recompute, sequence)
+            divisible, seconds, comm, act = priced[key]
             if divisible:
-                comm = (2 * cost_model.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw)
-                        * (1.5 if recompute else 1)) + (sequence_regather_s(model, hw, rep, scale, tensor)
-                                                       if sequence else 0.0)
-                pad = split_factor(rep, tensor)  # a padded vocabulary's rows
-                seconds = model.seconds(rep.nodes, hw, pad / (scale * tensor), recompute) + comm
-                act = model.activation_bytes(rep.nodes, pad / scale / tensor)
                 stage_comm[s] += comm * count
                 split_any = True
-            else:
-                seconds = model.seconds(rep.nodes, hw, 1 / scale, recompute)
-                act = model.activation_bytes(rep.nodes, 1 / scale)
             stage_s[s] += seconds * count
             stage_act[s] += act * count
         stage_s[s] += model.seconds(shape.outside[s], hw, 1 / scale)  # the runtime recomputes blocks only
@@ -102,6 +98,47 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
     return stage_s, stage_comm, stage_act
 
 
+def _group_figures(model: ModelFacts, hw: Hardware, rep, shape: PipelineShape, scale: int, tensor: int,
+                   recompute: bool, sequence: bool) -> tuple[bool, float, float, float]:
+    """One region of a stage for one microbatch: whether Megatron splits it, its forward +
+    backward seconds, their tensor-parallel part and the bytes it saves for backward."""
+    divisible = tensor > 1 and rep.id not in shape.keep_whole and \
+        all(size % tensor == 0 for _, size in region_sizes(rep))
+    if not divisible:
+        return False, model.seconds(rep.nodes, hw, 1 / scale, recompute), 0.0, model.activation_bytes(rep.nodes,
+                                                                                                      1 / scale)
+    comm = (2 * cost_model.all_reduce_time(tensor, model.boundary[rep.id] / scale, hw)
+            * (1.5 if recompute else 1)) + (sequence_regather_s(model, hw, rep, scale, tensor) if sequence else 0.0)
+    pad = split_factor(rep, tensor)  # a padded vocabulary's rows
+    seconds = model.seconds(rep.nodes, hw, pad / (scale * tensor), recompute) + comm
+    return True, seconds, comm, model.activation_bytes(rep.nodes, pad / scale / tensor)
+
+
+def _pricing_keys(model: ModelFacts) -> dict[str, int]:
+    """Per region an id shared by the regions :func:`_group_figures` prices alike: the same
+    kernels, boundary bytes, split sizes, vocabulary and bytes saved (once per model)."""
+    def keys() -> dict[str, int]:
+        ids: dict[tuple, int] = {}
+        return {r.id: ids.setdefault((model.signature(r.nodes), model.boundary[r.id], tuple(region_sizes(r)), r.kind,
+                                      r.details.get("vocab_size") if r.kind == "vocab" else None,
+                                      model.activation_bytes(r.nodes, 1.0)), len(ids))
+                for r in model.regions}
+    return model.fact("pipeline.pricing_keys", keys)
+
+
+def stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, scale: int, tensor: int,
+                  recompute: bool, sequence: bool) -> tuple[list[float], list[float], list[float]]:
+    """:func:`_stage_figures` of ``shape``'s stages, once per shape, scale, tensor degree,
+    mode and hardware: every layout of as many stages (``p·v``) and rows per microbatch
+    (``B/(d·m)``) has the same stages, whatever its schedule. Read only."""
+    memo = model.memo("pipeline.stage_figures")
+    key = (len(shape.outside), scale, tensor, recompute, sequence, hw)
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = _stage_figures(model, hw, shape, len(shape.outside), scale, tensor, recompute, sequence)
+    return found
+
+
 def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: int, v: int, m: int, schedule: str,
                      data: int, tensor: int, scatter_gather: bool, recompute: bool = False, inner=None,
                      sequence: bool = False, memo: dict | None = None) -> PipelineNumbers:
@@ -117,7 +154,6 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     region its own family), which gives the stages' and ranks' figures instead.
     ``memo``: a dict shared by the schedules weighed at one layout, which then price the
     stages once."""
-    stages = p * v
     # ranks sharing a host's cores: a stage computes only in its turn, on average a
     # fraction v·m / (v·m + p − 1) of the step (the bubble's complement, megatron §2.2),
     # so the ranks computing at once get more of the cores than the whole world would
@@ -129,7 +165,7 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     else:
         memo = {} if memo is None else memo
         if key not in memo:
-            memo[key] = _stage_figures(model, hw, shape, stages, scale, tensor, recompute, sequence and tensor > 1)
+            memo[key] = stage_figures(model, hw, shape, scale, tensor, recompute, sequence and tensor > 1)
         stage_s, stage_comm, stage_act = memo[key]
         rank_params, tied_elems = shape.rank_params(p, tensor, schedule)
     # the executor's work per stage and microbatch: one forward action, one backward (two
@@ -155,21 +191,49 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     # summed over their stages' ranks
     data_s = cost_model.all_reduce_time(data, max(rank_params) * 4, hw, stride=tensor)  # the busiest rank's
     tied_s = cost_model.all_reduce_time(2, tied_elems * 4, hw, stride=data * tensor) if tied_elems else 0.0
-    memory = []
-    for r in range(p):
-        mine = stages_of(schedule, p, v, r)
-        inputs = [carried[s - 1] if s > 0 else 0.0 for s in mine]
-        saved = [stage_act[s] for s in mine]
-        act = pipeline_cost.activation_memory(schedule, p, m, v, r, saved, inputs)
-        act_recompute = pipeline_cost.activation_memory(schedule, p, m, v, r, saved, inputs, True)
-        memory.append((cost_model.training_memory(rank_params[r], act),
-                       cost_model.training_memory(rank_params[r], act_recompute)))
+    # the memory per rank, both ways, is the same whether the blocks are priced recomputed
+    # or not (the bytes saved and carried do not change): found once per schedule
+    memory_key = ("memory", schedule, sequence and tensor > 1)
+    if inner is not None or memory_key not in memo:
+        memory = _memory(schedule, p, m, v, stage_act, carried, rank_params)
+        if inner is None:
+            memo[memory_key] = memory
+    else:
+        memory = memo[memory_key]
     slow = max(range(p), key=lambda r: rank_s[r])
     return PipelineNumbers(
         shape, p, v, m, schedule, data, tensor, scatter_gather, pipe_step + data_s + tied_s, bubble, stage_s, carried,
         rank_s, slow, rank_p2p, rank_comm, data_s, tied_s, memory, max(mem[1 if recompute else 0] for mem in memory),
         recompute, {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble, "data": data_s + tied_s},
         inner, tuple(rank_params), sequence=sequence and tensor > 1, passes=tuple(passes[slow]))
+
+
+def _memory(schedule: str, p: int, m: int, v: int, stage_act: list[float], carried: list[float],
+            rank_params: list[float]) -> list[tuple[float, float]]:
+    """Per pipeline rank: bytes keeping the activations, and recomputing the blocks."""
+    memory = []
+    for r, (mine, _) in enumerate(rank_layout(schedule, p, v)):
+        inputs = [carried[s - 1] if s > 0 else 0.0 for s in mine]
+        saved = [stage_act[s] for s in mine]
+        act = pipeline_cost.activation_memory(schedule, p, m, v, r, saved, inputs)
+        act_recompute = pipeline_cost.activation_memory(schedule, p, m, v, r, saved, inputs, True)
+        memory.append((cost_model.training_memory(rank_params[r], act),
+                       cost_model.training_memory(rank_params[r], act_recompute)))
+    return memory
+
+
+@functools.lru_cache(maxsize=1024)
+def rank_layout(schedule: str, p: int, v: int) -> tuple[tuple[tuple[int, ...], tuple[tuple[int, bool, bool], ...]]]:
+    """Per pipeline rank under ``schedule``: its stages, chunk by chunk, and for each
+    whether it sends its output to another rank and receives its input from another (a
+    boundary between two stages of one rank, ZB-V's turn, sends nothing). Read by every
+    layout of ``p`` ranks and ``v`` chunks."""
+    stages, out = p * v, []
+    for r in range(p):
+        mine = tuple(stages_of(schedule, p, v, r))
+        out.append((mine, tuple((s, s < stages - 1 and rank_of(schedule, p, s + 1) != r,
+                                 s > 0 and rank_of(schedule, p, s - 1) != r) for s in mine)))
+    return tuple(out)
 
 
 def _rank_figures(shape: PipelineShape, schedule: str, p: int, v: int, stage_s: list[float], stage_comm: list[float],
@@ -179,13 +243,10 @@ def _rank_figures(shape: PipelineShape, schedule: str, p: int, v: int, stage_s: 
     ``PipelineShape.passes``; Megatron all-reduces half in F, half in I; sends forward in
     F, backward in I; split, W's host work of one autograd engine call per weight group,
     ``engine_call_s`` each)."""
-    stages, split = p * v, schedule in SPLIT_BACKWARD
+    split = schedule in SPLIT_BACKWARD
     rank_s, rank_p2p, rank_comm, passes = [], [], [], []
-    for r in range(p):
-        mine = stages_of(schedule, p, v, r)
-        # a boundary between two stages of one rank (ZB-V's turn) sends nothing
-        p2p = sum((sends[s] if s < stages - 1 and rank_of(schedule, p, s + 1) != r else 0.0)
-                  + (sends[s - 1] if s > 0 and rank_of(schedule, p, s - 1) != r else 0.0) for s in mine)
+    for mine, boundaries in rank_layout(schedule, p, v):
+        p2p = sum((sends[s] if after else 0.0) + (sends[s - 1] if before else 0.0) for s, after, before in boundaries)
         rank_p2p.append(p2p)
         rank_comm.append(sum(stage_comm[s] for s in mine))
         f = i = w = 0.0
@@ -223,10 +284,12 @@ def with_zero(n: PipelineNumbers, zero: int, hw: Hardware, largest: float = 0.0)
     ``largest``: the two largest parameters' elements, ZeRO-3 holds them gathered."""
     if not zero or n.data == 1:
         return n
-    memory = []
+    memory, state = [], {}   # ranks holding as many elements (the middle stages) share their state's bytes
     for params, (keep, again) in zip(n.rank_params, n.memory):
-        whole = cost_model.training_memory(params, 0.0)
-        sharded = levers.state_bytes(params, n.data, zero, n.m, largest)
+        if params not in state:
+            state[params] = (cost_model.training_memory(params, 0.0), levers.state_bytes(params, n.data, zero, n.m,
+                                                                                          largest))
+        whole, sharded = state[params]
         memory.append((keep - whole + sharded, again - whole + sharded))
     # the busiest rank's: the exchange grows with the elements (one call, not one per rank)
     data_s = levers.zero_comm(max(n.rank_params), n.data, n.tensor, zero, n.m, 0.0, hw)

@@ -55,7 +55,8 @@ class PipelineShape:
             rep, count = groups[self.region_stage[r.id]].get(key, (r, 0))
             groups[self.region_stage[r.id]][key] = (rep, count + 1)
         in_region = {name for r in model.regions for name in r.nodes}
-        self.outside = [tuple(n for n in part.nodes_of(s) if n not in in_region) for s in range(stages)]
+        by_stage = part.nodes_by_stage()
+        self.outside = [tuple(n for n in names if n not in in_region) for names in by_stage]
         self.outside_all = tuple(n for n in part.stage_of if n not in in_region)
         self.groups = [list(g.values()) for g in groups]
         # parameters grouped by (stages reading them, the split sizes of their region if it
@@ -71,11 +72,11 @@ class PipelineShape:
             key = (tuple(sorted(where)), *split_of.get(rid, (None, None)))
             params[key] = params.get(key, 0.0) + model.params[pname].numel()
         self.params = [(where, sizes, vocab, elems) for (where, sizes, vocab), elems in params.items()]
-        self.passes = [_pass_shares(model, part.nodes_of(s)) for s in range(stages)]
+        self.passes = [_pass_shares(model, names) for names in by_stage]
         # weight-reading kernels per block of each stage: under recomputation a zero-bubble W
         # runs one backward per weight group, each re-running its block's forward
         blocks = [list(part.assignment).count(s) for s in range(stages)]
-        self.weight_kernels = [sum(1 for n in part.nodes_of(s) if _weight_kernel(model, n)) for s in range(stages)]
+        self.weight_kernels = [sum(1 for n in names if _weight_kernel(model, n)) for names in by_stage]
         self.weight_groups = [k / max(b, 1) for k, b in zip(self.weight_kernels, blocks)]
         table = model.table
         self.carried = [float(sum(tensor_spec(table[v]).nbytes for v in values if tensor_spec(table[v]) is not None))

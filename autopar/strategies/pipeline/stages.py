@@ -125,6 +125,13 @@ class Partition:
     def nodes_of(self, stage: int) -> list[str]:
         return [name for name, s in self.stage_of.items() if s == stage]
 
+    def nodes_by_stage(self) -> list[list[str]]:
+        """:meth:`nodes_of` of every stage, in one pass."""
+        out: list[list[str]] = [[] for _ in range(self.stages)]
+        for name, s in self.stage_of.items():
+            out[s].append(name)
+        return out
+
     def stage_flops(self) -> list[float]:
         out = [0.0] * self.stages
         for name, s in self.stage_of.items():
@@ -206,8 +213,12 @@ def boundary_values(gm: fx.GraphModule, part: Partition) -> list[list[str]]:
             continue
         for a in n.all_input_nodes:
             last_use[a.name] = max(last_use.get(a.name, -1), at)
-    return [[n.name for n in nodes if n.name in part.stage_of and part.stage_of[n.name] <= s < last_use.get(n.name, -1)]
-            for s in range(part.stages - 1)]
+    carried: list[list[str]] = [[] for _ in range(part.stages - 1)]
+    for n in nodes:   # one pass, each value on every boundary from its stage to its last reader's
+        if n.name in part.stage_of:
+            for s in range(part.stage_of[n.name], min(last_use.get(n.name, -1), part.stages - 1)):
+                carried[s].append(n.name)
+    return carried
 
 
 def parameter_stages(gm: fx.GraphModule, part: Partition) -> dict[str, set[int]]:
