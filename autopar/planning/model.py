@@ -253,7 +253,8 @@ class ModelFacts:
         self._node_bytes = saved_for_backward(gm, self.work)
         self._sigs: dict[tuple, int] = {}      # interned keys (region classes, work signatures) -> ids
         self._sig_of: dict[tuple, int] = {}    # tuple of node names -> signature id
-        self._seconds: dict[tuple, float] = {}
+        self._seconds: dict[Hardware, dict[tuple, float]] = {}
+        self._last_hw, self._last_seconds = None, {}
         self._bytes: dict[tuple, float] = {}
         self._region_params = self._param_elems_by_region()
         self.region_class = {r.id: self._class_of(r) for r in self.regions}
@@ -333,14 +334,21 @@ class ModelFacts:
         (1 forward + backward per kernel, one forward more when ``recompute``; a view
         costs the host's per-op overhead per pass, unscaled), memoised
         per work signature and scale."""
-        sig = self.signature(names)
-        key = (sig, scale, hw, recompute)
-        t = self._seconds.get(key)
+        memo = self._seconds_on(hw)
+        key = (self.signature(names), scale, recompute)
+        t = memo.get(key)
         if t is None:
             works = (dataclasses.replace(w, flops=w.flops * scale, bytes_moved=w.bytes_moved * scale)
                      for name in names if (w := self.work.get(name)) is not None)
-            t = self._seconds[key] = cost_model.step_compute_time(works, hw, recompute=recompute)
+            t = memo[key] = cost_model.step_compute_time(works, hw, recompute=recompute)
         return t
+
+    def _seconds_on(self, hw: Hardware) -> dict:
+        """The memo of :meth:`seconds` on ``hw`` (equal hardware shares one); the last one
+        asked is found by identity, so the search does not hash the hardware per call."""
+        if hw is not self._last_hw:
+            self._last_hw, self._last_seconds = hw, self._seconds.setdefault(hw, {})
+        return self._last_seconds
 
     def region_param_elems(self, rid: str) -> int:
         return self._region_params.get(rid, 0)

@@ -253,7 +253,10 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
     same way are priced once and the choices are those shared representatives; the
     winner is priced again with ``materialize=True`` for its per-region table."""
     pricer = GridPricer(model, hw, grid, form, forced, split_all)
-    memo, flags = model.memo("3d.regions"), pricer.layout.flags
+    # per configuration a memo of its region classes' prices (the grid, form and hardware
+    # hashed once here, not once per region)
+    memo = model.memo("3d.regions").setdefault((grid, forced, split_all, form, hw), {}) if not materialize else {}
+    flags = pricer.layout.flags
     parts = pricer.parts
     choices: list[RegionChoice] = []
     comm = {"x": 0.0, "y": 0.0, "z": 0.0}
@@ -263,7 +266,7 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
         if materialize:
             priced = pricer.region(r)
         else:
-            key = (model.region_class[r.id], flags.get(r.id), grid, forced, split_all, form, hw)
+            key = (model.region_class[r.id], flags.get(r.id))
             priced = memo.get(key)
             if priced is None:
                 priced = memo[key] = pricer.region(r)
