@@ -42,8 +42,16 @@ def nearest(start: fx.Node, limit: int, forward: bool = False):
 
 
 def between(first: fx.Node, last: fx.Node, order: dict) -> set[fx.Node]:
-    """The nodes on a path from ``first`` to ``last`` (both included)."""
-    ancestors = {last} | set(nearest(last, 10_000))
+    """The nodes on a path from ``first`` to ``last`` (both included). Such a node comes
+    after ``first`` in graph order, so ``last``'s producers are walked back to there only
+    (not through every earlier layer: the walk is as long as the span, not the graph)."""
+    start = order[first]
+    ancestors, queue = {last}, deque([last])
+    while queue and len(ancestors) < 10_000:
+        for producer in queue.popleft().all_input_nodes:
+            if producer not in ancestors and order.get(producer, -1) >= start:
+                ancestors.add(producer)
+                queue.append(producer)
     out, queue = {first}, deque([first])
     while queue:
         for user in queue.popleft().users:
