@@ -2,6 +2,8 @@
 
     python benchmarks/bench_planner.py [--quick] [--repeats 3] [--json out.json] [--vocab 50257]
     python benchmarks/bench_planner.py --one time 96 3072 --vocab 50257   # one GPT-3 175B planning, JSON
+    python benchmarks/bench_planner.py --configs [--repeats 3]            # the plan zoo and both GPT-3 forms
+    python benchmarks/bench_planner.py --one config gpt3-user-split       # one of them, JSON
 
 1. **Planning time** (capture on the meta device + analysis + search) of GPT-style models
    (``examples.factories.gpt_meta``) of 12, 24, 48 and 96 layers at GPT-3 175B's width
@@ -9,8 +11,16 @@
    A100 clusters (``a100-selene``) of 8 to 3072 devices. Each configuration runs in a
    fresh process (so its peak resident memory is the planner's own); the median of
    ``--repeats`` runs is reported, and the growth in layers as a ratio to 12 layers.
-   Goal: 96 layers on 3072 devices in under 10 s; growth in layers no worse than linear.
-2. **Megatron Table 1** (megatron §5.1): each model planned on its number of GPUs with its
+   Goal: 96 layers on 3072 devices in under 3 s; growth in layers no worse than linear.
+2. **Real configurations** (``--configs``): every case of the plan zoo
+   (``tests/test_plan_zoo.py``: Llama 3, Mixtral, Qwen3-MoE, DeepSeek-V3, GPT-OSS, Gemma 3
+   on the meta device in bf16) and GPT-3 175B on 3072 ``a100-selene`` devices in two
+   forms: ``examples.factories.gpt_meta`` and as users write it
+   (``examples.factories.gpt_user_meta``: the fused QKV projection split in forward,
+   SDPA, the head tied by ``F.linear`` on the embedding's weight; ``.split`` and
+   ``.chunk``). Each in a fresh process, the median of ``--repeats`` runs beside its
+   goal: 5 s a zoo case, 3 s a GPT-3 form (capture + analysis + search).
+3. **Megatron Table 1** (megatron §5.1): each model planned on its number of GPUs with its
    batch on the Selene preset; the plan, its predicted FLOP/s per GPU by the paper's
    eq (3) (F = 96·B·s·l·h²·(1 + s/6h + V/16lh), which counts the recomputation forward)
    over the predicted step, and the paper's achieved FLOP/s side by side; beside them
@@ -71,6 +81,63 @@ def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batc
             "vocab_split": any(r.kind == "vocab" and r.strategy != "replicate" for r in plan.regions),
             "pipeline": {k: plan.pipeline[k] for k in ("schedule", "chunks", "microbatches")}
             if plan.pipeline else {}, "candidates": len(plan.candidates)}
+
+
+GPT3_FORMS = {"gpt3": {}, "gpt3-user-split": {"user": True}, "gpt3-user-chunk": {"user": True, "chunk": True}}
+ZOO_GOAL_S, GPT3_GOAL_S = 5.0, 3.0
+
+
+def _timed(model, inputs, loss, target, world: int, hardware: str) -> dict:
+    """One planning of a built model in this process: its phases' seconds and the plan."""
+    from autopar.trace.capture import capture
+    from autopar.passes.analysis.analyse import analyse
+    from autopar.cost.hardware import get_hardware
+    from autopar.planning.search import plan_graph
+    t0 = time.perf_counter()
+    gm = capture(model, inputs, loss, target)
+    t1 = time.perf_counter()
+    gm = analyse(gm)
+    t2 = time.perf_counter()
+    plan = plan_graph(gm, world, get_hardware(hardware))
+    t3 = time.perf_counter()
+    return {"capture_s": t1 - t0, "analysis_s": t2 - t1, "search_s": t3 - t2, "total_s": t3 - t0,
+            "mesh": plan.mesh, "form": plan.form, "step_s": plan.step_s, "candidates": len(plan.candidates)}
+
+
+def config_once(name: str) -> dict:
+    """One planning of a real configuration: a plan-zoo case by its index, or a GPT-3
+    form of :data:`GPT3_FORMS`."""
+    if name in GPT3_FORMS:
+        from examples.factories import gpt_meta, gpt_user_meta
+        form = GPT3_FORMS[name]
+        built = gpt_user_meta(chunk=form.get("chunk", False)) if form.get("user") else gpt_meta()
+        return {"config": name, **_timed(*built, 3072, "a100-selene")}
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
+    from test_plan_zoo import CASES, build
+    from examples.zoo import logits_loss
+    model_name, world, preset, batch = CASES[int(name)]
+    model, ids = build(model_name, batch)
+    return {"config": f"{model_name} on {world} x {preset}", **_timed(model, (ids,), logits_loss, ids, world, preset)}
+
+
+def real_configurations(repeats: int) -> list[dict]:
+    """Every plan-zoo case and GPT-3 form, each in a fresh process ``repeats`` times: the
+    median of each phase beside its goal."""
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
+    from test_plan_zoo import CASES
+    rows = []
+    for name in [*GPT3_FORMS, *map(str, range(len(CASES)))]:
+        runs = [json.loads(_run_one("config", name)) for _ in range(repeats)]
+        row = {k: statistics.median(r[k] for r in runs) for k in ("capture_s", "analysis_s", "search_s", "total_s")}
+        goal = GPT3_GOAL_S if name in GPT3_FORMS else ZOO_GOAL_S
+        row.update(config=runs[0]["config"], goal_s=goal, met=row["total_s"] < goal, mesh=runs[0]["mesh"],
+                   form=runs[0]["form"], step_s=runs[0]["step_s"], runs_s=[r["total_s"] for r in runs])
+        rows.append(row)
+        verdict = "met" if row["met"] else "NOT met"
+        print(f"  {row['config']:<40s} {row['total_s']:6.2f} s (goal < {goal:.0f} s: {verdict}; "
+              f"capture {row['capture_s']:.2f}, analysis {row['analysis_s']:.2f}, search {row['search_s']:.2f}; "
+              f"runs {', '.join(f'{t:.2f}' for t in row['runs_s'])}) -> {row['mesh']} {row['form']}", flush=True)
+    return rows
 
 
 def _in_subprocess(*args, vocab: int = 51200) -> dict:
@@ -214,10 +281,14 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--vocab", type=int, default=51200,
                         help="vocabulary of the GPT models (50257: GPT-2's, padded to the tensor degree)")
+    parser.add_argument("--configs", action="store_true", help="only the real configurations (plan zoo, GPT-3)")
     parser.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         kind, *numbers = args.one
+        if kind == "config":
+            print(json.dumps(config_once(numbers[0])))
+            return 0
         numbers = [int(x) for x in numbers]
         if kind == "time":
             print(json.dumps(plan_once(*numbers, vocab=args.vocab)))
@@ -227,8 +298,18 @@ def main(argv=None) -> int:
             layers, gpus, h, heads, batch = numbers
             print(json.dumps(plan_once(layers, gpus, h, heads, batch)))
         return 0
+    repeats = 1 if args.quick else args.repeats
+    if args.configs:
+        print(f"real configurations, median of {repeats} fresh processes each:")
+        result = {"configs": real_configurations(repeats)}
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=2)
+        return 0
     print("planning time, GPT-style models at h=12288 on a100-selene clusters:")
-    result = {"planning": planning_time(1 if args.quick else args.repeats, vocab=args.vocab)}
+    result = {"planning": planning_time(repeats, vocab=args.vocab)}
+    print(f"real configurations, median of {repeats} fresh processes each:")
+    result["configs"] = real_configurations(repeats)
     if not args.quick:
         print("Megatron Table 1 on the a100-selene preset:")
         result["selene"] = selene_table()
