@@ -3,6 +3,8 @@ activation of gated experts, read off the captured ops and then checked by runni
 against :func:`gated` (SiLU, exact or tanh GeLU, ReLU, or GPT-OSS's clamped SwiGLU)."""
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
@@ -90,9 +92,48 @@ def expert_activation(chain, start: fx.Node, end: fx.Node, table: dict) -> dict 
     the captured ops compute. Read, then checked: the ops are run on a random value (spread
     past the clamp's limit) against :func:`gated` with the chain's gate/up layout."""
     inside = [table[n] for n in chain.details["pointwise"] if table[n] is not start]
-    fn = _subgraph(start, inside, end)
     spec = tensor_spec(start)
-    if fn is None or spec is None or chain.details.get("blocks") != 2:
+    if spec is None or chain.details.get("blocks") != 2:
+        return None
+    # every layer of a stack computes the same ops on the same shapes: checked once
+    key = (_structure(start, inside, end), tuple(spec.shape), spec.dtype, bool(chain.details.get("interleaved")))
+    checked = _CHECKED.setdefault(start.graph, {})
+    if key not in checked:
+        checked[key] = _checked_activation(chain, start, inside, end, spec)
+    found = checked[key]
+    return None if found is None else dict(found)
+
+
+_CHECKED: "weakref.WeakKeyDictionary[fx.Graph, dict]" = weakref.WeakKeyDictionary()
+
+
+def _structure(start: fx.Node, inside: list[fx.Node], end: fx.Node) -> tuple:
+    """The ops ``inside`` as :func:`_subgraph` runs them, by position: each op's kind,
+    target, arguments (a node by its position, None outside) and the output's position."""
+    position = {start: 0, **{node: i + 1 for i, node in enumerate(inside)}}
+
+    def norm(value):
+        if isinstance(value, fx.Node):
+            return ("node", position.get(value))
+        if isinstance(value, (tuple, list)):
+            return (type(value).__name__, tuple(norm(v) for v in value))
+        if isinstance(value, dict):
+            return ("dict", tuple((k, norm(v)) for k, v in value.items()))
+        if isinstance(value, slice):
+            return ("slice", norm(value.start), norm(value.stop), norm(value.step))
+        try:
+            hash(value)
+        except TypeError:
+            return ("repr", repr(value))
+        return (type(value).__name__, value)
+
+    return (tuple((n.op, n.target, norm(n.args), norm(n.kwargs)) for n in inside), position.get(end))
+
+
+def _checked_activation(chain, start: fx.Node, inside: list[fx.Node], end: fx.Node, spec) -> dict | None:
+    """:func:`expert_activation`, run: the candidates read off the ops, each checked."""
+    fn = _subgraph(start, inside, end)
+    if fn is None:
         return None
     candidates = []
     constants = _swiglu_constants(inside)
