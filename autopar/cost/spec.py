@@ -68,6 +68,23 @@ class Hardware:
     # axonn eq 9 prices a grid's full communication.
     async_exposed: float = 1.0
 
+    def __hash__(self) -> int:
+        """The fields' hash (``measured`` left out, as the generated one did), computed
+        once: the search keys its memos by the hardware, hundreds of thousands of times."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.hash is not False))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __getstate__(self) -> dict:
+        # the cached hash stays behind: a string's hash differs from process to process
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
     def link(self, collective: str, group_size: int) -> "tuple[float, float] | None":
         """The calibrated (β, α) of ``collective`` over ``group_size`` ranks, or None."""
         fit = self.measured.get(collective, {}).get(str(group_size))
