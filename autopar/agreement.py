@@ -54,7 +54,7 @@ def agreed_hardware(hardware, memory_limit: float | None, world: int, mesh,
     machine first (:mod:`autopar.cost.first_use`)."""
     if hardware is None and measure_with is not None and _first_use(world):
         hw, source = first_use.calibrate_here(*measure_with)
-        return (dataclasses.replace(hw, memory_bytes=float(memory_limit)) if memory_limit else hw), source
+        return resolve_hardware(hw, memory_limit)[0], source
     hw, source = resolve_hardware(hardware, memory_limit)
     if isinstance(hardware, Hardware) or world == 1 or not (dist.is_available() and dist.is_initialized()):
         return hw, source
@@ -80,9 +80,7 @@ def _first_use(world: int) -> bool:
     ranks the mesh spans all of, over the backend whose profile ``compile`` reads, where
     the first rank has none cached and it is not turned off. Every rank of the default
     group answers alike."""
-    if not (first_use.enabled() and dist.is_available() and dist.is_initialized()):
-        return False
-    if world != dist.get_world_size() or str(dist.get_backend()) != profiles.default_backend():
+    if not (dist.is_available() and dist.is_initialized()) or world != dist.get_world_size():
         return False
     return first_use.needed()
 

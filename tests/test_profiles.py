@@ -140,3 +140,29 @@ def test_the_runtime_terms_from_the_measured_steps():
     got = cal._runtime_terms(hw, medians, world, autopar.plan)
     assert got.step_overhead_s == pytest.approx(4e-4, rel=1e-9)
     assert got.pipeline_action_s == pytest.approx(150e-6, rel=1e-9)
+
+
+def _synthetic_report(world: int) -> dict:
+    """One rank's probe report with plausible figures: every collective over every group
+    size the world has (its divisors >= 2), times of an α-β line."""
+    from autopar.cost.calibrate_measure import COLLECTIVES, group_sizes, settings
+    s = settings("probe")
+    medians = {("launch",): 1e-6, ("copy", s.copy_bytes): 2 * s.copy_bytes / 1e10}
+    medians.update({("matmul", n): 2 * n ** 3 / 1e11 + 1e-6 for n in s.matmul_sizes})
+    for g in group_sizes(world):
+        for name in COLLECTIVES[:-1]:
+            medians.update({(name, g, m): 1e-4 * (g - 1) + m / 1e9 for m in s.message_bytes})
+    if world > 1:
+        medians.update({("send", 2, m): 1e-4 + m / 1e9 for m in s.message_bytes})
+    rounds = {("host_op",): [2e-5], ("collective_call",): [1e-4], ("collective_raw",): [1e-4],
+              ("async_exposed",): [0.7], **{("in_training", g): [3e-4] for g in group_sizes(world)}}
+    return {"medians": medians, "rounds": rounds, "host": "h", "processor": "p", "memory_bytes": 8e9,
+            "device_type": "cpu"}
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 9])
+def test_a_probe_fits_on_any_world_size(world):
+    # an odd world has no group of 2: the intra-node figures come from its smallest group
+    hw = cal.fit_reports([_synthetic_report(world)] * world, world, backend="gloo", quick="probe").hardware
+    assert hw.intra_node_bandwidth > 0 and hw.inter_node_bandwidth > 0 and hw.devices_per_node == world
+    assert hw.peak_flops > 0 and not hw.fused_kernels

@@ -427,12 +427,23 @@ def calibration_job(backend: str, quick: "bool | str", dtype: str = "fp32",
     ``quick``: as :func:`settings` takes it (False, True or ``"probe"``); ``compile_fn``:
     ``autopar.compile``, which compiles the runtime's own cases on CPUs (None: not timed;
     passed in rather than imported, as ``compile`` itself measures on first use)."""
-    torch.set_flush_denormal(True)
+    if quick != "probe":  # a launched rank of its own (the probe runs in the user's process)
+        torch.set_flush_denormal(True)
     device = _device(backend)
     world, rank = dist.get_world_size(), dist.get_rank()
     s = settings(quick, device.type)
     medians: dict[tuple, float] = {}
     groups = _make_groups(world, rank)
+    try:
+        return _measure(backend, quick, dtype, compile_fn, device, world, rank, s, medians, groups)
+    finally:
+        made = {id(g): g for size, (g, _) in groups.items() if size != world}
+        dist.barrier()
+        for group in made.values():  # every group of every size was made on every rank
+            dist.destroy_process_group(group)
+
+
+def _measure(backend, quick, dtype, compile_fn, device, world, rank, s, medians, groups) -> dict[str, Any]:
     cases = _compiled_cases(world, compile_fn) if device.type == "cpu" and compile_fn is not None else {}
     rounds: dict[tuple, list[float]] = {}
 

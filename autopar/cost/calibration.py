@@ -216,6 +216,7 @@ def fit_reports(reports: list[dict], world_size: int, *, backend: str, base: "st
         host_cores=(os.cpu_count() or 0) if facts["device_type"] == "cpu" else 0,
         measured_ranks=world_size,
         async_exposed=min(1.0, max(0.0, medians.get(("async_exposed",), 1.0))),
+        fused_kernels=facts["device_type"] == "cuda",  # compile fuses pointwise chains on GPUs
     )
     if ("runtime_step",) in medians and plan_fn is not None:
         hardware = _runtime_terms(hardware, medians, world_size, plan_fn)
@@ -253,8 +254,9 @@ def _fit_network(medians: dict[tuple, float], world_size: int, base_hw: Hardware
         inter = (base_hw.inter_node_latency_s, base_hw.inter_node_bandwidth)
         measured = {"call": {}, "table": {}}
     else:
-        intra = measured["all_reduce"]["2"]
-        inter = measured["all_reduce"][str(max(group_sizes(world_size)))]
+        sizes = group_sizes(world_size)  # the divisors >= 2: an odd world has no group of 2
+        intra = measured["all_reduce"][str(min(sizes))]
+        inter = measured["all_reduce"][str(max(sizes))]
     return fits, measurements, measured, intra, inter
 
 
@@ -367,7 +369,7 @@ def _description(compute: _Compute, facts: dict, backend: str, world_size: int, 
         f"{'device memory' if facts['device_type'] == 'cuda' else 'MemTotal / ranks'}. "
         + (f"Collectives over groups of consecutive ranks, G in {group_sizes(world_size)}, "
            f"{s.message_bytes[0]} B..{s.message_bytes[-1] >> 20} MiB, fitted per (collective, G) to cost.FORMULAS "
-           f"by relative-error NNLS (field measured); intra-node = all_reduce G=2, inter-node = all_reduce "
+           f"by relative-error NNLS (field measured); intra-node = all_reduce at the smallest G, inter-node = all_reduce "
            f"G={max(group_sizes(world_size))}, devices_per_node = {world_size}." if world_size > 1 else
            f"One rank: no collective timed; the network figures and devices_per_node are {base}'s."))
 

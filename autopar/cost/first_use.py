@@ -24,6 +24,7 @@ import os
 import time
 import warnings
 
+import torch
 import torch.distributed as dist
 
 from autopar.cost import profiles
@@ -43,12 +44,16 @@ def enabled() -> bool:
 
 
 def needed() -> bool:
-    """On every rank of the default group: whether its first rank has no usable profile
-    (the first rank decides for all, as :func:`autopar.agreement.agreed_hardware` does)."""
-    missing = [profiles.load_profile()[0] is None if dist.get_rank() == 0 else None]
+    """On every rank of the default group: whether to measure, as its first rank decides
+    for all (as :func:`autopar.agreement.agreed_hardware` does): the measurement is on,
+    the group runs the backend whose profile ``compile`` reads, and none is cached."""
+    decide = [None]
+    if dist.get_rank() == 0:
+        decide = [enabled() and str(dist.get_backend()) == profiles.default_backend()
+                  and profiles.load_profile()[0] is None]
     if dist.get_world_size() > 1:
-        dist.broadcast_object_list(missing, src=0)
-    return bool(missing[0])
+        dist.broadcast_object_list(decide, src=0)
+    return bool(decide[0])
 
 
 def calibrate_here(compile_fn, plan_fn) -> tuple[Hardware, str]:
@@ -62,9 +67,13 @@ def calibrate_here(compile_fn, plan_fn) -> tuple[Hardware, str]:
         print(f"autopar: no calibrated profile of this machine; measuring it on the {world} rank(s) now "
               f"(a few seconds, once; set {ENV}=0 to price with the cpu-gloo preset instead)", flush=True)
     started = time.perf_counter()
-    with warnings.catch_warnings():  # torch's deprecation notes on the collectives it times
-        warnings.simplefilter("ignore", FutureWarning)
-        report = calibration_job(backend, "probe", "fp32", compile_fn)
+    rng = torch.random.get_rng_state()  # the runtime's cases seed the generator: the user's draws stay theirs
+    try:
+        with warnings.catch_warnings():  # torch's deprecation notes on the collectives it times
+            warnings.simplefilter("ignore", FutureWarning)
+            report = calibration_job(backend, "probe", "bf16" if backend == "nccl" else "fp32", compile_fn)
+    finally:
+        torch.random.set_rng_state(rng)
     reports: list = [None] * world
     dist.all_gather_object(reports, report)
     calibration = fit_reports(reports, world, backend=backend, quick="probe", name=f"first-use-{backend}-{world}",
