@@ -296,7 +296,7 @@ def _describe(p: dict) -> str:
     mesh = " ".join(f"{k[0]}{v}" for k, v in p["mesh"].items() if v > 1) or "d1"
     extra = (f" {p['schedule']}" + (f" v{p['chunks']}" if (p.get("chunks") or 1) > 1 else "")) if p["schedule"] else ""
     extra += f" m{p['microbatches']}" if (p.get("microbatches") or 1) > 1 else ""
-    extra += f" z{p['zero']}" if p["zero"] else ""
+    extra += f" ZeRO-{p['zero']}" if p["zero"] else ""
     extra += " rc" if p["recompute"] else ""
     extra += " (over memory)" if p.get("over_memory") else ""
     return mesh + extra
@@ -332,6 +332,14 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+SOURCES = ("megatron-ptdp", "megatron-core", "llama3", "torchtitan", "mpt", "megatron-bridge", "bloom", "opt", "axonn")
+"""The independent sources, by the prefix of their rows' ids."""
+
+
+def source_of(row_id: str) -> str:
+    return next(s for s in SOURCES if row_id.startswith(s))
+
+
 def _print_summary(results: list[dict]) -> None:
     for key in ("forced", "auto"):
         if any(key in r for r in results):
@@ -341,7 +349,7 @@ def _print_summary(results: list[dict]) -> None:
                       f"{s['within_10pct']}, within 25 %: {s['within_25pct']}")
     close = [r for r in results if abs(r.get("forced", {}).get("ratio", 0) - 1) <= 0.10]
     print(f"forced within 10 %: {len(close)} rows ({sum(r['held_out'] for r in close)} held out) from "
-          f"{len({r['source'].split(',')[0] for r in close})} sources")
+          f"{len({source_of(r['id']) for r in close})} sources")
 
 
 def main(argv=None) -> int:

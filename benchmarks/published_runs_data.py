@@ -1,13 +1,12 @@
 """Published large-model training runs (configuration + measured throughput) for checking the cost model.
 
-Every row was read from the source named in its "source"/"quote" fields during the research session that wrote
-this file (2026); nothing is from memory. BF16 (or fp16 mixed precision on A100) rows only -- no FP8 rows.
+Every row was read from the source named in its "source"/"quote" fields when this file was written (2026); nothing is from memory. BF16 (or fp16 mixed precision on A100) rows only -- no FP8 rows.
 Figures that are derived rather than printed are marked as derived/assumed in the row's "notes".
 See benchmarks/published_runs_sources.md for full citations, URLs/commits and each source's FLOP convention.
 
 Sources (rows):
   1. Narayanan et al., SC'21 "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM",
-     Table 1 (10) and Table 2 (12) -- /work/shared/papers/megatron-ptd-p.txt.
+     Table 1 (10) and Table 2 (12) -- the paper's text (Narayanan et al., SC'21).
   2. NVIDIA/Megatron-LM README.md + images/model_table.png, Megatron-Core r0.8.0 weak scaling on H100 (9).
   3. Llama Team, AI @ Meta, "The Llama 3 Herd of Models", arXiv:2407.21783, Table 4 (3).
   4. pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md (4),
@@ -17,7 +16,7 @@ Sources (rows):
   7. bigscience-workshop/bigscience train/tr11-176B-ml (BLOOM-176B) (1).
   8. Zhang et al. 2022, "OPT: Open Pre-trained Transformer Language Models", arXiv:2205.01068 (1).
   9. Singh et al., "A 4D Hybrid Algorithm to Scale Parallel Training to Thousands of GPUs" (AxoNN), Table III --
-     /work/shared/papers/axonn-4d-hybrid.txt (10).
+     the paper's text (Singh et al., AxoNN) (10).
 
 Field conventions:
   - "published" holds only numbers printed by the source. "mfu" is the source's own utilization figure under
@@ -3381,7 +3380,7 @@ ROWS: list[dict[str, Any]] = [{'id': 'megatron-ptdp-t1-1p7b-a100',
            'Megatron-style); learned positional embeddings.'},
  {'id': 'axonn-t3-zero3-gpt-5b-64gpu-a100',
   'source': "Singh, Singhania, Ranjan, Sating, Bhatele, 'A 4D Hybrid Algorithm to Scale Parallel Training to Thousands "
-            "of GPUs' (AxoNN), Table III (/work/shared/papers/axonn-4d-hybrid.txt), ZeRO-3 column",
+            "of GPUs' (AxoNN), Table III (the paper's text (Singh et al., AxoNN)), ZeRO-3 column",
   'source_kind': 'paper',
   'quote': '64 GPT-5B 37% 55% 33% 67%',
   'model': {'family': 'gpt',
@@ -3417,7 +3416,7 @@ ROWS: list[dict[str, Any]] = [{'id': 'megatron-ptdp-t1-1p7b-a100',
            'stated. tied_embeddings unknown (None).'},
  {'id': 'axonn-t3-axonn4d-gpt-5b-64gpu-a100',
   'source': "Singh, Singhania, Ranjan, Sating, Bhatele, 'A 4D Hybrid Algorithm to Scale Parallel Training to Thousands "
-            "of GPUs' (AxoNN), Table III (/work/shared/papers/axonn-4d-hybrid.txt), AxoNN column",
+            "of GPUs' (AxoNN), Table III (the paper's text (Singh et al., AxoNN)), AxoNN column",
   'source_kind': 'paper',
   'quote': '64 GPT-5B 37% 55% 33% 67%',
   'model': {'family': 'gpt',
@@ -3458,7 +3457,7 @@ ROWS: list[dict[str, Any]] = [{'id': 'megatron-ptdp-t1-1p7b-a100',
            'tied_embeddings unknown (None).'},
  {'id': 'axonn-t3-zero3-gpt-10b-128gpu-a100',
   'source': "Singh, Singhania, Ranjan, Sating, Bhatele, 'A 4D Hybrid Algorithm to Scale Parallel Training to Thousands "
-            "of GPUs' (AxoNN), Table III (/work/shared/papers/axonn-4d-hybrid.txt), ZeRO-3 column",
+            "of GPUs' (AxoNN), Table III (the paper's text (Singh et al., AxoNN)), ZeRO-3 column",
   'source_kind': 'paper',
   'quote': '128 GPT-10B 42% 57% 33% 63%',
   'model': {'family': 'gpt',
@@ -3494,7 +3493,7 @@ ROWS: list[dict[str, Any]] = [{'id': 'megatron-ptdp-t1-1p7b-a100',
            'stated. tied_embeddings unknown (None).'},
  {'id': 'axonn-t3-axonn4d-gpt-10b-128gpu-a100',
   'source': "Singh, Singhania, Ranjan, Sating, Bhatele, 'A 4D Hybrid Algorithm to Scale Parallel Training to Thousands "
-            "of GPUs' (AxoNN), Table III (/work/shared/papers/axonn-4d-hybrid.txt), AxoNN column",
+            "of GPUs' (AxoNN), Table III (the paper's text (Singh et al., AxoNN)), AxoNN column",
   'source_kind': 'paper',
   'quote': '128 GPT-10B 42% 57% 33% 63%',
   'model': {'family': 'gpt',
@@ -3535,7 +3534,7 @@ ROWS: list[dict[str, Any]] = [{'id': 'megatron-ptdp-t1-1p7b-a100',
            'tied_embeddings unknown (None).'},
  {'id': 'axonn-t3-zero3-gpt-20b-256gpu-a100',
   'source': "Singh, Singhania, Ranjan, Sating, Bhatele, 'A 4D Hybrid Algorithm to Scale Parallel Training to Thousands "
-            "of GPUs' (AxoNN), Table III (/work/shared/papers/axonn-4d-hybrid.txt), ZeRO-3 column",
+            "of GPUs' (AxoNN), Table III (the paper's text (Singh et al., AxoNN)), ZeRO-3 column",
   'source_kind': 'paper',
   'quote': '256 GPT-20B 42% 57% 35% 67%',
   'model': {'family': 'gpt',
@@ -3571,7 +3570,7 @@ ROWS: list[dict[str, Any]] = [{'id': 'megatron-ptdp-t1-1p7b-a100',
            'stated. tied_embeddings unknown (None).'},
  {'id': 'axonn-t3-axonn4d-gpt-20b-256gpu-a100',
   'source': "Singh, Singhania, Ranjan, Sating, Bhatele, 'A 4D Hybrid Algorithm to Scale Parallel Training to Thousands "
-            "of GPUs' (AxoNN), Table III (/work/shared/papers/axonn-4d-hybrid.txt), AxoNN column",
+            "of GPUs' (AxoNN), Table III (the paper's text (Singh et al., AxoNN)), AxoNN column",
   'source_kind': 'paper',
   'quote': '256 GPT-20B 42% 57% 35% 67%',
   'model': {'family': 'gpt',
@@ -3612,7 +3611,7 @@ ROWS: list[dict[str, Any]] = [{'id': 'megatron-ptdp-t1-1p7b-a100',
            'tied_embeddings unknown (None).'},
  {'id': 'axonn-t3-zero3-gpt-40b-512gpu-a100',
   'source': "Singh, Singhania, Ranjan, Sating, Bhatele, 'A 4D Hybrid Algorithm to Scale Parallel Training to Thousands "
-            "of GPUs' (AxoNN), Table III (/work/shared/papers/axonn-4d-hybrid.txt), ZeRO-3 column",
+            "of GPUs' (AxoNN), Table III (the paper's text (Singh et al., AxoNN)), ZeRO-3 column",
   'source_kind': 'paper',
   'quote': '512 GPT-40B 44% 55% 35% 64%',
   'model': {'family': 'gpt',
@@ -3648,7 +3647,7 @@ ROWS: list[dict[str, Any]] = [{'id': 'megatron-ptdp-t1-1p7b-a100',
            'stated. tied_embeddings unknown (None).'},
  {'id': 'axonn-t3-axonn4d-gpt-40b-512gpu-a100',
   'source': "Singh, Singhania, Ranjan, Sating, Bhatele, 'A 4D Hybrid Algorithm to Scale Parallel Training to Thousands "
-            "of GPUs' (AxoNN), Table III (/work/shared/papers/axonn-4d-hybrid.txt), AxoNN column",
+            "of GPUs' (AxoNN), Table III (the paper's text (Singh et al., AxoNN)), AxoNN column",
   'source_kind': 'paper',
   'quote': '512 GPT-40B 44% 55% 35% 64%',
   'model': {'family': 'gpt',
@@ -3689,7 +3688,7 @@ ROWS: list[dict[str, Any]] = [{'id': 'megatron-ptdp-t1-1p7b-a100',
            'tied_embeddings unknown (None).'},
  {'id': 'axonn-t3-zero3-gpt-80b-1024gpu-a100',
   'source': "Singh, Singhania, Ranjan, Sating, Bhatele, 'A 4D Hybrid Algorithm to Scale Parallel Training to Thousands "
-            "of GPUs' (AxoNN), Table III (/work/shared/papers/axonn-4d-hybrid.txt), ZeRO-3 column",
+            "of GPUs' (AxoNN), Table III (the paper's text (Singh et al., AxoNN)), ZeRO-3 column",
   'source_kind': 'paper',
   'quote': '1024 GPT-80B 42% 27% 38% 57%',
   'model': {'family': 'gpt',
@@ -3725,7 +3724,7 @@ ROWS: list[dict[str, Any]] = [{'id': 'megatron-ptdp-t1-1p7b-a100',
            'stated. tied_embeddings unknown (None).'},
  {'id': 'axonn-t3-axonn4d-gpt-80b-1024gpu-a100',
   'source': "Singh, Singhania, Ranjan, Sating, Bhatele, 'A 4D Hybrid Algorithm to Scale Parallel Training to Thousands "
-            "of GPUs' (AxoNN), Table III (/work/shared/papers/axonn-4d-hybrid.txt), AxoNN column",
+            "of GPUs' (AxoNN), Table III (the paper's text (Singh et al., AxoNN)), AxoNN column",
   'source_kind': 'paper',
   'quote': '1024 GPT-80B 42% 27% 38% 57%',
   'model': {'family': 'gpt',

@@ -74,10 +74,10 @@ def test_paper_figures():
     # H200: the H100's compute and links, 141 GB of HBM3e at 4.8 TB/s; B200 2.25 PFLOP/s,
     # NVLink 5 1.8 TB/s both directions; MI300X 1,307.4 TFLOP/s, 192 GB at 5.3 TB/s
     h200, b200, mi300x = PRESETS["h200"], PRESETS["b200"], PRESETS["mi300x"]
-    assert (h200.peak_flops, h200.memory_bytes, h200.memory_bandwidth) == (989e12, 141e9, 4.8e12)
+    assert (h200.peak_flops, h200.memory_bytes, h200.memory_bandwidth) == (989e12, 141 * 2**30, 4.8e12)
     assert (h200.intra_node_bandwidth, h200.inter_node_bandwidth) == (450e9, 50e9)
-    assert (b200.peak_flops, 2 * b200.intra_node_bandwidth, b200.memory_bytes) == (2250e12, 1.8e12, 180e9)
-    assert (mi300x.peak_flops, mi300x.memory_bytes, mi300x.memory_bandwidth) == (1307.4e12, 192e9, 5.3e12)
+    assert (b200.peak_flops, 2 * b200.intra_node_bandwidth, b200.memory_bytes) == (2250e12, 1.8e12, 180 * 2**30)
+    assert (mi300x.peak_flops, mi300x.memory_bytes, mi300x.memory_bandwidth) == (1307.4e12, 192 * 2**30, 5.3e12)
 
 
 def test_hopper_gemm_fit_reproduces_the_measured_table_points():

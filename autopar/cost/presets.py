@@ -274,7 +274,7 @@ H200 = dataclasses.replace(
         "(H200 datasheet); NVLink 4 / NVSwitch 450 GB/s per direction; 400 Gb/s per GPU = 50 GB/s per "
         "direction. Matmul efficiency and saturation: the H100's fit to XLA's sm_90 GEMM table (same Tensor "
         "Cores). Launch latency and α are estimates."),
-    memory_bandwidth=4800e9, memory_bytes=141e9)
+    memory_bandwidth=4800e9, memory_bytes=141 * 2**30)
 
 # DGX B200 nodes of 8: 2.25 PFLOP/s dense bf16 per GPU (NVIDIA DGX B200 datasheet: 72
 # PFLOP/s FP8 training per 8 GPUs with sparsity = 4.5 dense FP8 = 2.25 dense bf16; the same
@@ -301,14 +301,15 @@ B200 = Hardware(
     inter_node_bandwidth=50e9,
     intra_node_latency_s=2e-6,
     inter_node_latency_s=5e-6,
-    memory_bytes=180e9,
+    memory_bytes=180 * 2**30,
     fused_kernels=True,
 )
 
 # Platforms of 8 AMD Instinct MI300X: 1,307.4 TFLOP/s dense bf16 and 192 GB HBM3 at 5.3
 # TB/s per GPU (AMD MI300X datasheet); the 8 GPUs fully connected by Infinity Fabric, 7
 # links of 64 GB/s per direction each = 448 GB/s per direction to all peers, 64 GB/s to
-# any one (AMD MI300X platform datasheet); one 400 Gb/s NIC per GPU = 50 GB/s. Matmul
+# any one (AMD's platform figure, not read from a datasheet here: an estimate); one
+# 400 Gb/s NIC per GPU = 50 GB/s. Matmul
 # efficiency 0.55 is an estimate (AMD's "max-achievable FLOPs" methodology puts
 # hipBLASLt's best bf16 GEMMs well below the boost-clock peak; no per-shape table was
 # read), saturation scaled with the peak as B200's; launch and α are estimates.
@@ -316,9 +317,9 @@ MI300X = Hardware(
     name="mi300x",
     description=(
         "Platforms of 8 AMD Instinct MI300X 192 GB: 1,307.4 TFLOP/s dense bf16 peak, HBM3 5.3 TB/s (MI300X "
-        "datasheet); Infinity Fabric 7 x 64 GB/s per direction = 448 GB/s to all peers (platform "
-        "datasheet); 400 Gb/s per GPU = 50 GB/s per direction. Matmul efficiency (0.55), saturation, launch "
-        "latency and α are estimates."),
+        "datasheet); Infinity Fabric 7 x 64 GB/s per direction = 448 GB/s to all peers; 400 Gb/s per GPU = "
+        "50 GB/s per direction. The links, matmul efficiency (0.55), saturation, launch latency and α are "
+        "estimates."),
     peak_flops=1307.4e12,
     matmul_efficiency=0.55,
     saturation_flops=HOPPER_SATURATION * 1307.4 / 989,
@@ -329,7 +330,7 @@ MI300X = Hardware(
     inter_node_bandwidth=50e9,
     intra_node_latency_s=3e-6,
     inter_node_latency_s=6e-6,
-    memory_bytes=192e9,
+    memory_bytes=192 * 2**30,
     fused_kernels=True,
 )
 

@@ -21,9 +21,9 @@ configuration (:func:`autopar.strategies.megatron.planner.price_mesh`):
   8P`` bytes; ZeRO-1 divides the moments by ``d``, ZeRO-2 the gradients too (with
   accumulation the full gradients stay: they accumulate over the microbatches before
   the reduce-scatter), ZeRO-3 the parameters too, keeping the two largest gathered
-  parameters (the one in use and the prefetched one). Time: ZeRO-1 all-reduces as
-  plain data parallelism; ZeRO-2 reduce-scatters instead (half the volume, overlapped
-  alike); both all-gather the updated shards before the next step (exposed). ZeRO-3
+  parameters (the one in use and the prefetched one). Time: ZeRO-1 and ZeRO-2
+  reduce-scatter the gradients (half an all-reduce's volume, overlapped with the last
+  microbatch's backward); both all-gather the updated shards before the next step (exposed). ZeRO-3
   all-gathers every parameter in forward (prefetched: only what exceeds the forward
   compute is exposed), and again in backward and reduce-scatters its gradient (both
   synchronous in this runtime: exposed), per microbatch.
