@@ -283,27 +283,16 @@ H200 = dataclasses.replace(
 # ConnectX-7 per node = 50 GB/s per GPU (DGX B200 datasheet). No measured GEMM table was
 # read for sm_100: the Hopper fit's fraction of peak is taken, its saturation scaled with
 # the peak (a kernel fills the device at proportionally more FLOPs): estimates.
-B200 = Hardware(
-    name="b200",
+B200 = dataclasses.replace(
+    H100, name="b200",
     description=(
         "DGX B200 nodes of 8 B200 180 GB: 2,250 TFLOP/s dense bf16 peak, HBM3e 8 TB/s (DGX B200 "
         "datasheet); NVLink 5 / NVSwitch 1.8 TB/s per GPU = 900 GB/s per direction; 8 x 400 Gb/s "
         "ConnectX-7 per node = 50 GB/s per GPU per direction. Matmul efficiency (0.766) and saturation "
         "(the Hopper fit's, scaled with the peak) are estimates by analogy with H100; launch latency and α "
         "are estimates."),
-    peak_flops=2250e12,
-    matmul_efficiency=HOPPER_EFFICIENCY,
-    saturation_flops=HOPPER_SATURATION * 2250 / 989,
-    memory_bandwidth=8000e9,
-    kernel_launch_s=4e-6,
-    devices_per_node=8,
-    intra_node_bandwidth=900e9,
-    inter_node_bandwidth=50e9,
-    intra_node_latency_s=2e-6,
-    inter_node_latency_s=5e-6,
-    memory_bytes=180 * 2**30,
-    fused_kernels=True,
-)
+    peak_flops=2250e12, saturation_flops=HOPPER_SATURATION * 2250 / 989, memory_bandwidth=8000e9,
+    intra_node_bandwidth=900e9, memory_bytes=180 * 2**30)
 
 # Platforms of 8 AMD Instinct MI300X: 1,307.4 TFLOP/s dense bf16 and 192 GB HBM3 at 5.3
 # TB/s per GPU (AMD MI300X datasheet); the 8 GPUs fully connected by Infinity Fabric, 7
@@ -313,26 +302,16 @@ B200 = Hardware(
 # efficiency 0.55 is an estimate (AMD's "max-achievable FLOPs" methodology puts
 # hipBLASLt's best bf16 GEMMs well below the boost-clock peak; no per-shape table was
 # read), saturation scaled with the peak as B200's; launch and α are estimates.
-MI300X = Hardware(
-    name="mi300x",
+MI300X = dataclasses.replace(
+    H100, name="mi300x",
     description=(
         "Platforms of 8 AMD Instinct MI300X 192 GB: 1,307.4 TFLOP/s dense bf16 peak, HBM3 5.3 TB/s (MI300X "
         "datasheet); Infinity Fabric 7 x 64 GB/s per direction = 448 GB/s to all peers; 400 Gb/s per GPU = "
         "50 GB/s per direction. The links, matmul efficiency (0.55), saturation, launch latency and α are "
         "estimates."),
-    peak_flops=1307.4e12,
-    matmul_efficiency=0.55,
-    saturation_flops=HOPPER_SATURATION * 1307.4 / 989,
-    memory_bandwidth=5300e9,
-    kernel_launch_s=8e-6,
-    devices_per_node=8,
-    intra_node_bandwidth=448e9,
-    inter_node_bandwidth=50e9,
-    intra_node_latency_s=3e-6,
-    inter_node_latency_s=6e-6,
-    memory_bytes=192 * 2**30,
-    fused_kernels=True,
-)
+    peak_flops=1307.4e12, matmul_efficiency=0.55, saturation_flops=HOPPER_SATURATION * 1307.4 / 989,
+    memory_bandwidth=5300e9, kernel_launch_s=8e-6, intra_node_bandwidth=448e9, intra_node_latency_s=3e-6,
+    inter_node_latency_s=6e-6, memory_bytes=192 * 2**30)
 
 PRESETS: dict[str, Hardware] = {hw.name: hw for hw in (
     CPU_GLOO, A100_SELENE, A100, V100_LASSEN, A100_PERLMUTTER, MI250X_FRONTIER, H100, H200, B200, MI300X)}

@@ -109,8 +109,8 @@ class _ShardedBucket(_Bucket):
     microbatches (:mod:`autopar.strategies.data.zero`). The full gradients are dropped
     once read (``param.grad = None``)."""
 
-    def __init__(self, index: int, params: list[torch.nn.Parameter], shards: list, stage: int):
-        self.index, self.params, self.shards, self.stage = index, params, shards, stage
+    def __init__(self, index: int, params: list[torch.nn.Parameter], shards: list):
+        self.index, self.params, self.shards = index, params, shards
         self.ready: set[int] = set()
         self.work = None
         self.buffer = self.out = None
@@ -218,7 +218,7 @@ class GradientBuckets:
 
     def _add_bucket(self, params: list[torch.nn.Parameter], extra_slots: int = 0) -> None:
         if self.zero:
-            bucket = _ShardedBucket(len(self.buckets), params, [self._shards[id(p)] for p in params], self.zero)
+            bucket = _ShardedBucket(len(self.buckets), params, [self._shards[id(p)] for p in params])
         else:
             bucket = _Bucket(len(self.buckets), params, extra_slots)
         self.buckets.append(bucket)

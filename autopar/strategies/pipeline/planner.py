@@ -149,7 +149,7 @@ def _microbatch_counts(model: ModelFacts, config: Strategy, p: int, data: int, l
     context family prices ``d × c`` as ``d·c`` data ranks, and a data rank's rows, each
     spread over ``c`` context ranks, divide into microbatches: ``local·c`` of them)."""
     v, m = config.chunks, config.microbatches
-    local, rows = local * row_units, model.batch // (data // row_units if row_units > 1 else data)
+    local, rows = local * row_units, model.batch // (data // row_units)
     if m is not None:
         if local % m:
             raise PlanError(f"strategy: microbatches={m} does not divide the batch of each data rank "
