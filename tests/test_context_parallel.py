@@ -81,6 +81,8 @@ def four_ranks_job():
     for name, factory in (("llama", llama), ("qwen2", qwen2)):
         for label, strategy in (("context2_tensor2", {"context": 2, "tensor": 2}),
                                 ("context2_pipeline2", {"context": 2, "pipeline": 2}),
+                                # a microbatch per row of the data rank, each row over the context ranks
+                                ("context2_pipeline2_m4", {"context": 2, "pipeline": 2, "microbatches": 4}),
                                 ("context2_data2", {"context": 2, "data": 2})):
             out[f"{name}_{label}"] = _report(factory, strategy, kwargs=batch())
     out["llama_context4"] = _report(llama, {"context": 4}, kwargs=batch(padded=False))
@@ -153,6 +155,16 @@ def _plan(strategy, world=4, model=llama, kwargs=None, **options):
     torch.manual_seed(0)
     return autopar.plan(model(), world, example_kwargs=kwargs or batch(), strategy=strategy, hardware="cpu-gloo",
                         **options)
+
+
+def test_a_context_pipeline_divides_a_data_ranks_rows_into_microbatches():
+    # 4 rows on the one data rank, each spread over 2 context ranks: 4 microbatches of a row
+    # (they were counted over data x context ranks: 2 rows, and 4 microbatches refused)
+    plan = _plan({"context": 2, "pipeline": 2, "microbatches": 4})
+    assert plan.mesh["context"] == 2 and plan.pipeline["microbatches"] == 4
+    assert plan.pipeline["microbatch_size"] == 1
+    with pytest.raises(PlanError, match="microbatches=3 does not divide the batch of each data rank"):
+        _plan({"context": 2, "pipeline": 2, "microbatches": 3})
 
 
 def test_forced_context_degrees_make_a_context_mesh():
