@@ -216,6 +216,8 @@ class Grid3D:
     data: int = 1
 
     def __post_init__(self):
+        if min(self.x, self.y, self.z, self.data) >= 1:
+            return
         for name in ("x", "y", "z", "data"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Grid3D: G{name} = {getattr(self, name)} must be at least 1")

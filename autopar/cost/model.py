@@ -166,6 +166,20 @@ def _collective_time(formula, group_size: int, nbytes: float, hw: Hardware, stri
     0.0 for a group of one."""
     if group_size == 1:
         return 0.0
+    key = (name, group_size, nbytes, stride, hw)  # the search asks the same ones many times
+    found = _COLLECTIVES.get(key)
+    if found is None:
+        if len(_COLLECTIVES) > 1 << 18:
+            _COLLECTIVES.clear()
+        found = _COLLECTIVES[key] = _collective_time_of(formula, group_size, nbytes, hw, stride, name)
+    return found
+
+
+_COLLECTIVES: dict = {}  # _collective_time's memo (the formulas are pure; hardware hashes once)
+
+
+def _collective_time_of(formula, group_size: int, nbytes: float, hw: Hardware, stride: int, name: str) -> float:
+    """:func:`_collective_time`, computed."""
     b, a = hw.link(name, group_size) or group_link(group_size, stride, hw)
     table = measured_table(name, group_size, hw)
     if table is not None:
@@ -333,6 +347,20 @@ def step_compute_time(works: Iterable, hw: Hardware, *, recompute: bool = False)
     return total
 
 
+def scaled_step_compute_time(works: Iterable, scale: float, hw: Hardware, *, recompute: bool = False) -> float:
+    """:func:`step_compute_time` of ``works`` with every node's FLOPs and bytes times
+    ``scale`` (a rank's share of them), without building the scaled works."""
+    total = 0.0
+    for work in works:
+        if work.is_view:
+            total += hw.host_op_s * passes_per_step(work, recompute=recompute)
+        elif work.is_kernel:
+            seconds = (matmul_time(work.flops * scale, hw) if work.is_matmul
+                       else memory_bound_time(work.bytes_moved * scale, hw))
+            total += seconds * passes_per_step(work, recompute=recompute)
+    return total
+
+
 __all__ = [
     "G", "m", "beta", "alpha", "ALL_GATHER", "REDUCE_SCATTER", "ALL_REDUCE", "ALL_TO_ALL", "BROADCAST", "SCATTER", "POINT_TO_POINT",
     "PLACEMENT_BANDWIDTH", "MATMUL_TIME", "MEMORY_BOUND_TIME", "PIPELINE_BUBBLE", "TRAINING_MEMORY",
@@ -340,5 +368,5 @@ __all__ = [
     "broadcast_time", "scatter_time",
     "point_to_point_time", "pipeline_bubble_fraction", "matmul_time", "memory_bound_time",
     "training_memory", "MATMUL_BACKWARD_FACTOR", "MEMORY_BOUND_BACKWARD_FACTOR", "backward_factor",
-    "passes_per_step", "node_time", "step_compute_time",
+    "passes_per_step", "node_time", "step_compute_time", "scaled_step_compute_time",
 ]

@@ -338,9 +338,8 @@ class ModelFacts:
         key = (self.signature(names), scale, recompute)
         t = memo.get(key)
         if t is None:
-            works = (dataclasses.replace(w, flops=w.flops * scale, bytes_moved=w.bytes_moved * scale)
-                     for name in names if (w := self.work.get(name)) is not None)
-            t = memo[key] = cost_model.step_compute_time(works, hw, recompute=recompute)
+            works = (w for name in names if (w := self.work.get(name)) is not None)
+            t = memo[key] = cost_model.scaled_step_compute_time(works, scale, hw, recompute=recompute)
         return t
 
     def _seconds_on(self, hw: Hardware) -> dict:

@@ -105,14 +105,19 @@ def made_for(gm: fx.GraphModule) -> tuple[list, float]:
 def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = FAMILIES) -> Plan:
     """Every family's configurations priced; the plan of the fastest feasible one."""
     offered = [(family, c) for family in families for c in family.candidates(ctx)]
-    weighed = [c for _, c in offered if isinstance(c, Priced)]  # rejected without pricing: listed first
-    to_price = [(family, c) for family, c in offered if not isinstance(c, Priced)]
+    # rejected without pricing: listed first; the families a lower bound cuts short are
+    # priced after the others (the best so far then bounds them), listed in their place
+    weighed: list[tuple[int, Priced]] = [(i - len(offered), c) for i, (_, c) in enumerate(offered)
+                                         if isinstance(c, Priced)]
+    to_price = sorted(((i, family, c) for i, (family, c) in enumerate(offered) if not isinstance(c, Priced)),
+                      key=lambda x: (getattr(x[1], "priced_late", False), x[0]))
     progress.total = len(to_price)
     best: tuple[Family, Priced] | None = None
+    best_at = -1
 
-    def weigh(pairs):
-        nonlocal best
-        for family, config in pairs:
+    def weigh(triples):
+        nonlocal best, best_at
+        for index, family, config in triples:
             progress.tick()
             priced = family.price(ctx, config)
             if not priced.listed:
@@ -125,20 +130,27 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
                 if ctx.forced is not None:
                     raise PlanError(f"strategy: {why}")
                 priced = rejected(priced.family, priced.config, priced.mesh, why, form=priced.form)
-            weighed.append(priced)
-            if priced.feasible and (best is None or priced.step_s < best[1].step_s * (1 - 1e-9)):
-                best = (family, priced)
-                ctx.best_s[0] = priced.step_s
+            weighed.append((index, priced))
+            # the fastest wins; a tie (within 1e-9) goes to the configuration listed first
+            if priced.feasible and (best is None or priced.step_s < best[1].step_s * (1 - 1e-9) or (
+                    index < best_at and priced.step_s <= best[1].step_s * (1 + 1e-9))):
+                best, best_at = (family, priced), index
+                ctx.best_s[0] = min(ctx.best_s[0], priced.step_s)
 
     weigh(to_price)
     # a second round: configurations a family derives from what the first priced
     # (pipelines of mixed stages at the fastest pipeline layouts)
-    follow = [(family, c) for family in families for c in family.follow_ups(ctx, weighed)]
+    weighed.sort(key=lambda x: x[0])
+    first_round = [p for _, p in weighed]
+    follow = [(len(offered) + i, family, c) for i, (family, c) in
+              enumerate((family, c) for family in families for c in family.follow_ups(ctx, first_round))]
     progress.total += len(follow)
     weigh(follow)
     if best is None:  # the last resort: replication, when every split was refused
-        weigh([(family, c) for family in families for c in family.fallbacks(ctx)])
-    candidates = [p.candidate() for p in weighed]
+        start = len(offered) + len(follow)
+        weigh([(start + i, family, c) for i, (family, c) in
+               enumerate((family, c) for family in families for c in family.fallbacks(ctx))])
+    candidates = [p.candidate() for _, p in weighed]
     if best is None:
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))
     plan_ = best[0].to_plan(ctx, best[1])

@@ -205,6 +205,10 @@ class CompileHooks:
     """The compiler's side of a family, doing nothing (a family overrides what it does),
     and the search's second round (:meth:`follow_ups`)."""
 
+    # priced after the other families' configurations, so that the best step found so far
+    # (``PlanContext.best_s``) can cut its own pricing short with a lower bound
+    priced_late = False
+
     def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]:
         """Configurations to price after every family's candidates were priced
         (``weighed``), derived from them: none by default."""

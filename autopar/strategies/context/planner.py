@@ -104,6 +104,7 @@ class ContextParallel(CompileHooks):
     """Context parallelism on a data × tensor configuration (the module docstring)."""
 
     name = "context"
+    priced_late = True  # after the other families: the best so far spares weighing its levers
 
     def regions(self, model) -> list:
         return attention_cores(model)

@@ -61,6 +61,7 @@ from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.dsp.planner import branches_of
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big
 from autopar.strategies.megatron.planner import check_forced_batch, judge
+from autopar.strategies.mixed.bound import lower_bound
 from autopar.strategies.mixed.pins import check_pins_name_regions, pinned_subgrids, pins_misfit
 from autopar.strategies.mixed.pricer import MixedPricer
 from autopar.strategies.mixed.structure import (node_names, pinnable, region_structure, tensor_grids,
@@ -75,6 +76,7 @@ class Mixed(CompileHooks):
     passes (each splits the regions the plan gives it) and layouts."""
 
     name = "mixed"
+    priced_late = True  # after the other families: the best so far bounds its configurations (.bound)
 
     def regions(self, model: ModelFacts) -> list:
         return pinnable(model)
@@ -151,6 +153,11 @@ class Mixed(CompileHooks):
                 why = ("at least " + too_big(floor, ctx.hw) if too_big(floor, ctx.hw) is not None else
                        None if pricer.can_mix() else "a single-family plan")
                 if why is not None:
+                    return dataclasses.replace(rejected(self.name, config, mesh, why, form=form), listed=False)
+                floor_s = lower_bound(pricer.options) if ctx.levers is None else None
+                if floor_s is not None and floor_s > ctx.best_s[0] * (1 + 1e-9):  # it cannot win (.bound)
+                    why = (f"at least {floor_s * 1e3:.3f} ms by its regions' cheapest options, the best so far "
+                           f"{ctx.best_s[0] * 1e3:.3f} ms")
                     return dataclasses.replace(rejected(self.name, config, mesh, why, form=form), listed=False)
             table = pricer.table(materialize=False)
         except PlanError as e:

@@ -149,16 +149,20 @@ class GridPricer:
         if r.kind == "vocab":
             return {}, "vocabulary regions stay replicated in 3D plans"
         grid = self.grid
-        # memoised per region and grid, not its data degree (the cuts do not depend on
-        # it; the batch chunks do for the cube's row check: another form)
-        key = (r.id, grid.x, grid.y, grid.z, self.parts if self.form.form else None, self.form)
+        # memoised per class of identical regions and grid, not its data degree (the cuts
+        # do not depend on it; the batch chunks do for the cube's row check: another
+        # form); read for their sizes only (_held), which a class shares
+        key = (self.model.region_class[r.id], grid.x, grid.y, grid.z, self.parts if self.form.form else None,
+               self.form)
         memo = self.model.memo("3d.shards")
         if key not in memo:
             try:
-                memo[key] = (self.form.shards(self.model, r, grid, self.parts), None)
+                memo[key] = (self.form.shards(self.model, r, grid, self.parts), None, r.id)
             except TensorParallelError as e:
-                memo[key] = ({}, str(e))
-        shards, why = memo[key]
+                memo[key] = ({}, str(e), r.id)
+        shards, why, found_on = memo[key]
+        if why is not None and found_on != r.id:  # the reason names the region asked about
+            why = why.replace(found_on, r.id)
         if why is not None and self.forced:
             raise PlanError(f"strategy: grid {self.label}: {why}")
         return shards, why
@@ -358,6 +362,7 @@ class Tensor3D(CompileHooks):
     """AxoNN's 3D/4D family: every ``Gx × Gy × Gz × Gdata`` of the world."""
 
     name = "3d"
+    priced_late = True  # after the other families: the best so far spares weighing its levers
     form3d = AXONN
     plan_form = ""  # Plan.form of its plans
     region_strategy = "tensor3d"  # RegionChoice.strategy of its split regions
