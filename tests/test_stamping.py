@@ -78,6 +78,55 @@ def test_a_stamped_export_is_the_whole_export(factory, path, monkeypatch, caplog
     assert EXPORTS.hits == hits + 1 and again.graph is not stamped.graph and _facts(again) == _facts(stamped)
 
 
+def _gemma3(layers, every=3):
+    """Gemma 3's stack: local (sliding-window) layers and a global one every ``every``
+    (the published 27B has 5 + 1), an activation made per layer (``partial(gelu)``)."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    torch.manual_seed(0)
+    return Gemma3ForCausalLM(Gemma3TextConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, query_pre_attn_scalar=8, sliding_window=4, max_position_embeddings=32,
+        layer_types=["full_attention" if i % every == every - 1 else "sliding_attention" for i in range(layers)],
+        use_cache=False))
+
+
+def _gpt_oss(layers):
+    from examples.factories import gpt_oss_model
+    torch.manual_seed(0)
+    return gpt_oss_model(layers)
+
+
+def _deepseek_v3(layers):
+    """DeepSeek-V3's stack: dense layers first (``first_k_dense_replace``), then routed experts."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    torch.manual_seed(0)
+    return DeepseekV3ForCausalLM(DeepseekV3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=48, moe_intermediate_size=16, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=4, num_experts_per_tok=2,
+        first_k_dense_replace=2, n_group=2, topk_group=1, q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8,
+        qk_rope_head_dim=4, v_head_dim=8, max_position_embeddings=32, use_cache=False))
+
+
+@pytest.mark.parametrize("factory,stack", [
+    (lambda: _gemma3(10), Stack("model.layers", 10, start=1, period=3)),    # layers 0-6 exported
+    (lambda: _gpt_oss(7), Stack("model.layers", 7, start=1, period=2)),     # sliding and full in turn
+    (lambda: _deepseek_v3(6), Stack("model.layers", 6, start=3, period=1)),  # two dense layers first
+])
+def test_a_stack_repeating_in_units_or_after_other_layers_stamps_as_the_whole_export(factory, stack, monkeypatch,
+                                                                                      caplog):
+    """Layers that repeat in units (Gemma 3, GPT-OSS) are stamped unit by unit from the
+    second unit exported, and layers alike only after a few others (DeepSeek-V3's dense
+    layers) from the second alike one after them: node for node the whole export."""
+    model = factory()
+    assert find_stack(model) == stack
+    with caplog.at_level(logging.INFO, "autopar.capture"):
+        stamped = capture(model, (), example_kwargs=_batch(), model_loss="required")
+    assert f"exported with its first {stack.kept} of {stack.depth} layers" in caplog.text
+    whole = _whole(monkeypatch, factory(), example_kwargs=_batch(), model_loss="required")
+    assert _facts(stamped) == _facts(whole)
+    assert stamped.code == whole.code
+
+
 def test_the_rank_programs_of_a_stamped_capture_are_the_whole_ones(monkeypatch):
     batch = _batch()
 
@@ -122,7 +171,12 @@ class _Stack(nn.Module):
 def test_layers_that_differ_are_no_stack():
     assert find_stack(_Stack([_Layer(i) for i in range(5)])) == Stack("layers", 5)
     assert find_stack(_Stack([_Layer(i) for i in range(3)])) is None                       # too short
-    assert find_stack(_Stack([_Layer(i, window=4 if i % 2 else None) for i in range(5)])) is None
+    assert find_stack(_Stack([_Layer(i, window=4 if i % 2 else None) for i in range(5)])) is None  # no unit to stamp
+    # in units of two: layer 0 before them, units 1-2 and 3-4 exported, 5-6 and 7-8 stamped
+    assert find_stack(_Stack([_Layer(i, window=4 if i % 2 else None) for i in range(9)])) == Stack("layers", 9, 1, 2)
+    # alike after two others: layer 2 before them, 3 checked, 4 the template
+    assert find_stack(_Stack([_Layer(i, window=i if i < 2 else None) for i in range(6)])) == Stack("layers", 6, 3, 1)
+    assert find_stack(_Stack([_Layer(i, window=2 * i + 1) for i in range(6)])) is None   # no two alike
     tied = _Stack([_Layer(i) for i in range(5)])
     tied.layers[3].fc.weight = tied.layers[1].fc.weight
     assert find_stack(tied) is None

@@ -15,7 +15,7 @@ import torch.nn as nn
 from autopar._torch_compat import no_stack_traces
 from autopar.ir import SPEC, spec_from_value
 from autopar.trace.specs import propagate_specs
-from autopar.trace.stamping import SHALLOW, Stack, find_stack, shallow, stamp, stamping_enabled
+from autopar.trace.stamping import Stack, find_stack, shallow, stamp, stamping_enabled
 from autopar.trace.standard_layers import mha_fast_path_disabled
 
 log = logging.getLogger("autopar.capture")
@@ -44,11 +44,11 @@ def export(root: nn.Module, model: nn.Module, args: tuple, run: bool = False) ->
             gm = unlifted(exported, model, args, run)
         except Exception as e:  # noqa: BLE001 - e.g. a forward that indexes its layers by a count of its own
             log.debug("%s cut to %d layers does not export (%s: %s); exporting it whole", type(model).__name__,
-                      SHALLOW, type(e).__name__, e)
+                      stack.kept, type(e).__name__, e)
             gm = None
         if gm is not None:
             log.info("capture of %s: %s exported with its first %d of %d layers, the others stamped",
-                     type(model).__name__, stack.path, SHALLOW, stack.depth)
+                     type(model).__name__, stack.path, stack.kept, stack.depth)
             return exported, gm
     exported = Exported(_exported_program(root, args))
     return exported, unlifted(exported, model, args, run)
