@@ -260,29 +260,27 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
     # per configuration a memo of its region classes' prices (the grid, form and hardware
     # hashed once here, not once per region)
     memo = model.memo("3d.regions").setdefault((grid, forced, split_all, form, hw), {}) if not materialize else {}
-    flags = pricer.layout.flags
     parts = pricer.parts
-    choices: list[RegionChoice] = []
+    if materialize:
+        prices = [pricer.region(r) for r in model.regions]
+    else:
+        keys, first = _class_keys(model, pricer.layout)
+        for key, r in first.items():
+            if key not in memo:
+                memo[key] = pricer.region(r)
+        prices = [memo[key] for key in keys]
+    # summed region by region in graph order (the same sums whether priced per class or not)
+    choices: list[RegionChoice] = [p.choice for p in prices]
+    local_elems = sum((p.param_elems for p in prices), 0.0)
+    activations = sum((p.activation_bytes for p in prices), 0.0)
+    shard_elems = sum((p.shard_elems for p in prices), 0.0)
+    gathered = sum((p.gathered_bytes for p in prices), 0.0)
+    layers = sum(p.layers for p in prices)
+    compute = sum((c.cost.compute_s for c in choices), 0.0)
     comm = {"x": 0.0, "y": 0.0, "z": 0.0}
-    compute = activations = local_elems = shard_elems = gathered = 0.0
-    layers = 0
-    for r in model.regions:
-        if materialize:
-            priced = pricer.region(r)
-        else:
-            key = (model.region_class[r.id], flags.get(r.id))
-            priced = memo.get(key)
-            if priced is None:
-                priced = memo[key] = pricer.region(r)
-        local_elems += priced.param_elems
-        activations += priced.activation_bytes
-        shard_elems += priced.shard_elems
-        gathered += priced.gathered_bytes
-        layers += priced.layers
-        compute += priced.choice.cost.compute_s
-        for axis, v in priced.choice.cost.comm_s.items():
+    for c in choices:
+        for axis, v in c.cost.comm_s.items():
             comm[axis] += v
-        choices.append(priced.choice)
     outside, outside_params = model.fact("3d.outside", lambda: _outside(model))
     outside_compute = model.seconds(outside, hw, 1 / parts)
     compute += outside_compute
@@ -296,6 +294,18 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
     total = Cost(compute, {**comm, "data": data}, cost_model.training_memory(local_elems, activations))
     return Table3D(choices, total, compute + sum(comm.values()) + data, local_elems, activations,
                    gathered_bytes=gathered, shard_elems=shard_elems, layers=layers)
+
+
+def _class_keys(model: ModelFacts, layout_: Layout3D) -> tuple[list, dict]:
+    """Per region in graph order the key its price is shared by (its class and how it
+    enters and leaves, :func:`layout`), and the first region of each key (once per model)."""
+    def find():
+        keys = [(model.region_class[r.id], layout_.flags.get(r.id)) for r in model.regions]
+        first: dict = {}
+        for key, r in zip(keys, model.regions):
+            first.setdefault(key, r)
+        return keys, first
+    return model.fact("3d.class_keys", find)
 
 
 @dataclass
