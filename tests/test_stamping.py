@@ -1,8 +1,10 @@
-"""Repeated layers exported once (autopar/trace/stamping.py): a stack of identical layers
-is exported three layers deep and the other layers stamped from the third. The graph is
-the whole model's export node for node (names, operations, arguments, specs, module
-paths), the rank programs built from it are the same, and a stack whose layers are not
-copies of one another is exported whole."""
+"""Repeated layers exported once (autopar/trace/stacks.py, stamping.py, loop_check.py):
+a stack of repeated layers is exported a few layers deep (three for a stack of copies)
+and the other layers stamped from the last unit exported. The graph is the whole
+model's export node for node (names, operations, arguments, specs, module paths), the
+rank programs built from it are the same, and a stack whose layers are not copies of one
+another, whose layers compute with their own index, or whose model runs code of its
+own at a depth the shallow export does not reach is exported whole."""
 import logging
 
 import pytest
@@ -143,16 +145,21 @@ def test_the_rank_programs_of_a_stamped_capture_are_the_whole_ones(monkeypatch):
 
 
 class _Layer(nn.Module):
-    def __init__(self, index: int, scaled: bool = False, window: int | None = None):
+    def __init__(self, index: int, window: int | None = None):
         super().__init__()
         self.fc = nn.Linear(8, 8)
         self.layer_idx = index   # its own index: no difference between layers
-        self.scaled = scaled
         self.window = window
 
     def forward(self, x):
-        y = self.fc(x)
-        return y * (self.layer_idx + 1) if self.scaled else torch.relu(y) + x
+        return torch.relu(self.fc(x)) + x
+
+
+class _Scaled(_Layer):
+    """A layer computing with its own index: ``y * (layer_idx + 1)``."""
+
+    def forward(self, x):
+        return self.fc(x) * (self.layer_idx + 1)
 
 
 class _Stack(nn.Module):
@@ -184,19 +191,53 @@ def test_layers_that_differ_are_no_stack():
     assert find_stack(_Stack([shared] * 5)) is None
 
 
-@pytest.mark.parametrize("scaled", [False, True])
-def test_a_layer_whose_graph_holds_its_index_is_exported_whole(scaled, monkeypatch, caplog):
-    """``y * (layer_idx + 1)`` puts the index in the graph as a literal: layer 1 stamped as
-    layer 2 is not layer 2, and the whole model is exported."""
+def test_a_layer_computing_with_its_index_is_exported_whole(monkeypatch, caplog):
+    """``y * (layer_idx + 1)`` makes every layer's graph its own: a layer whose code
+    computes with the attribute holding its index (a comparison, a condition, arithmetic)
+    is no stack, and the whole model is exported."""
+    def model(layer=_Scaled):
+        torch.manual_seed(0)
+        return _Stack([layer(i) for i in range(5)])
+
+    assert find_stack(model()) is None and find_stack(model(_Layer)) == Stack("layers", 5)
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.DEBUG, "autopar.capture"):
+        got = capture(model(), (x,), tracer="export")
+    assert "exported with its first" not in caplog.text
+    assert _facts(got) == _facts(_whole(monkeypatch, model(), (x,), tracer="export"))
+
+
+class _Looped(_Stack):
+    """The model's own code at a depth the shallow export does not reach: a step after
+    its middle layer, and one on a layer's position in its loop."""
+
+    def __init__(self, layers, at: int):
+        super().__init__(layers)
+        self.at = at
+
+    def forward(self, x):
+        if x.shape[0] > 1:
+            for i, layer in enumerate(self.layers):
+                x = layer(x)
+                if i == self.at:
+                    x = x * 0.5
+        return self.head(x)
+
+
+@pytest.mark.parametrize("at", [2, 4, 7])
+def test_the_models_own_code_between_later_layers_is_exported_whole(at, monkeypatch, caplog):
+    """A step of the model after layer ``at``: where the shallow export keeps that layer
+    (2, the last kept) it lies between two layers, where it does not (4, 7) only the
+    export with stub layers at the whole depth shows it; either way the whole model is
+    exported, node for node the model's."""
     def model():
         torch.manual_seed(0)
-        return _Stack([_Layer(i, scaled) for i in range(5)])
+        return _Looped([_Layer(i) for i in range(9)], at)
 
     x = torch.randn(4, 8)
     with caplog.at_level(logging.DEBUG, "autopar.capture"):
         got = capture(model(), (x,), tracer="export")
-    assert ("exported whole" in caplog.text) == scaled
-    assert ("exported with its first 3 of 5 layers" in caplog.text) != scaled
+    assert "exported whole" in caplog.text and "exported with its first" not in caplog.text
     assert _facts(got) == _facts(_whole(monkeypatch, model(), (x,), tracer="export"))
 
 

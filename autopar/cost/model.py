@@ -166,7 +166,7 @@ def _collective_time(formula, group_size: int, nbytes: float, hw: Hardware, stri
     0.0 for a group of one."""
     if group_size == 1:
         return 0.0
-    key = (name, group_size, nbytes, stride, hw)  # the search asks the same ones many times
+    key = (formula, name, group_size, nbytes, stride, hw)  # the search asks the same ones many times
     found = _COLLECTIVES.get(key)
     if found is None:
         if len(_COLLECTIVES) > 1 << 18:

@@ -15,6 +15,7 @@ import torch.nn as nn
 from autopar._torch_compat import no_stack_traces
 from autopar.ir import SPEC, spec_from_value
 from autopar.trace.specs import propagate_specs
+from autopar.trace.loop_check import loop_differs, recorded_outputs, stubbed
 from autopar.trace.stamping import Stack, find_stack, shallow, stamp, stamping_enabled
 from autopar.trace.standard_layers import mha_fast_path_disabled
 
@@ -39,19 +40,35 @@ def export(root: nn.Module, model: nn.Module, args: tuple, run: bool = False) ->
     stack = find_stack(model) if stamping_enabled() else None
     if stack is not None:
         try:
-            with shallow(model, stack):
+            with recorded_outputs(model, stack) as outputs, shallow(model, stack):
                 exported = Exported(_exported_program(root, args), stack)
             gm = unlifted(exported, model, args, run)
         except Exception as e:  # noqa: BLE001 - e.g. a forward that indexes its layers by a count of its own
             log.debug("%s cut to %d layers does not export (%s: %s); exporting it whole", type(model).__name__,
                       stack.kept, type(e).__name__, e)
             gm = None
+        if gm is not None:  # the model's own code at the whole depth, its layers stubs (loop_check)
+            why = _loop_differs(root, model, stack, args, outputs, gm)
+            if why is not None:
+                log.debug("the layers of %s are exported whole: %s", stack.path, why)
+                gm = None
         if gm is not None:
             log.info("capture of %s: %s exported with its first %d of %d layers, the others stamped",
                      type(model).__name__, stack.path, stack.kept, stack.depth)
             return exported, gm
     exported = Exported(_exported_program(root, args))
     return exported, unlifted(exported, model, args, run)
+
+
+def _loop_differs(root: nn.Module, model: nn.Module, stack: Stack, args: tuple, outputs: dict,
+                  gm: fx.GraphModule) -> str | None:
+    """Why the stamped ``gm`` is not the model at its whole depth (:func:`loop_differs`), or None."""
+    try:
+        with stubbed(model, stack, outputs):
+            program = _exported_program(root, args)
+    except Exception as e:  # noqa: BLE001 - a model that does not run with stub layers is not stamped
+        return f"with stub layers it does not export ({type(e).__name__}: {e})"
+    return loop_differs(_plain_module(program), gm, stack, f"model.{stack.path}" if stack.path else "model")
 
 
 def _exported_program(root: nn.Module, args: tuple) -> torch.export.ExportedProgram:
@@ -66,15 +83,7 @@ def unlifted(exported: Exported, model: nn.Module, args: tuple, run: bool = Fals
     (None: the stack cannot be stamped): read off the fake values export traced with,
     or with ``run`` by running the module on ``args`` (:func:`propagate_specs`), which
     also fails where the model does on these values (an index out of range)."""
-    gm = exported.program.module()
-    # The unlifted module checks input shapes with a guard submodule and asserts dtypes
-    # with side-effect-only nodes; neither carries a tensor, and rank programs are
-    # captured at their own shapes, so they are dropped to keep rank graphs readable.
-    for node in list(gm.graph.nodes):
-        if not node.users and (node.target in _EXPORT_NOISE or
-                               (node.op == "call_module" and node.target == "_guards_fn")):
-            gm.graph.erase_node(node)
-    inline_grad_modes(gm)
+    gm = _plain_module(exported.program)
     if exported.stack is None:
         gm.graph.lint()
         gm.recompile()
@@ -84,6 +93,20 @@ def unlifted(exported: Exported, model: nn.Module, args: tuple, run: bool = Fals
         propagate_specs(gm, args)
     else:
         _export_specs(gm, args)
+    return gm
+
+
+def _plain_module(program: torch.export.ExportedProgram) -> fx.GraphModule:
+    """A fresh module of ``program``. The unlifted module checks input shapes with a
+    guard submodule and asserts dtypes with side-effect-only nodes; neither carries a
+    tensor, and rank programs are captured at their own shapes, so they are dropped to
+    keep rank graphs readable; the grad-mode blocks are inlined (:func:`inline_grad_modes`)."""
+    gm = program.module()
+    for node in list(gm.graph.nodes):
+        if not node.users and (node.target in _EXPORT_NOISE or
+                               (node.op == "call_module" and node.target == "_guards_fn")):
+            gm.graph.erase_node(node)
+    inline_grad_modes(gm)
     return gm
 
 

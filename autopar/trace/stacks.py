@@ -4,11 +4,13 @@ layers start and how long they are (:func:`find_stack`), and the model cut to th
 layers its export keeps (:func:`shallow`)."""
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
 import inspect
 import os
+import textwrap
 from typing import Iterator
 
 import torch
@@ -80,9 +82,67 @@ def find_stack(model: nn.Module) -> Stack | None:
         if size <= best_size:
             continue
         found = _repeats(layers)
-        if found is not None and _own_parameters(path, layers, owners):
+        if found is not None and _own_parameters(path, layers, owners) and \
+                index_read(layers[found[0]], _index_attributes(layers, found[0])) is None:
             best, best_size = Stack(path, len(layers), *found), size
     return best
+
+
+def _index_attributes(layers: list[nn.Module], start: int) -> set[tuple[str, str]]:
+    """The plain attributes holding each layer's own index (``(submodule, name)``), read
+    off the first stamped layer and the one after it."""
+    (attrs, _), (after, _) = _facts(layers[start]), _facts(layers[start + 1])
+    return {key for key, value in attrs.items()
+            if type(value) is int and value == start and after.get(key) == start + 1}
+
+
+def index_read(layer: nn.Module, names: set[tuple[str, str]]) -> str | None:
+    """Where a layer's code computes with an attribute holding its own index (``names``:
+    ``(submodule path, attribute)``): in a comparison, a condition or arithmetic, which
+    could make a layer the export does not trace differ from the template (None:
+    nowhere; passing it to a call or indexing a container by it, as the generation
+    cache does, ``past_key_values.update(k, v, self.layer_idx)``, is not computing)."""
+    for path, attribute in sorted(names):
+        cls = type(layer.get_submodule(path) if path else layer)
+        where = _computed_in(cls, attribute)
+        if where is not None:
+            return f"{cls.__name__}.{where} computes with self.{attribute}"
+    return None
+
+
+_COMPUTING = (ast.Compare, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.IfExp, ast.AugAssign)
+
+
+@functools.lru_cache(maxsize=256)
+def _computed_in(cls: type, attribute: str) -> str | None:
+    """The method of ``cls`` (or of a base outside torch) other than ``__init__`` that
+    computes with ``self.<attribute>`` (:func:`index_read`), or None; a class whose
+    source cannot be read is taken to."""
+    for klass in cls.__mro__:
+        if klass in (nn.Module, object) or klass.__module__.startswith("torch."):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            return f"{klass.__name__} (no source)"
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or fn.name == "__init__":
+                continue
+            parents = {child: node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
+            for node in ast.walk(fn):
+                if not (isinstance(node, ast.Attribute) and node.attr == attribute and isinstance(node.ctx, ast.Load)
+                        and isinstance(node.value, ast.Name) and node.value.id == "self"):
+                    continue
+                child, parent = node, parents.get(node)
+                while parent is not None and not isinstance(parent, ast.stmt):
+                    if isinstance(parent, _COMPUTING):
+                        return fn.name
+                    child, parent = parent, parents.get(parent)
+                if isinstance(parent, (ast.If, ast.While, ast.Assert)) and child is parent.test:
+                    return fn.name
+                if isinstance(parent, ast.AugAssign):
+                    return fn.name
+    return None
 
 
 def _repeats(layers: list[nn.Module]) -> tuple[int, int] | None:
@@ -139,10 +199,10 @@ def _facts(layer: nn.Module) -> tuple[dict, tuple]:
     for name, m in layer.named_modules(remove_duplicate=False):
         others = []
         for key, value in vars(m).items():
-            if key.startswith("_") and key not in ("_version",):
-                continue
-            if _plain(value):
+            if _plain(value):   # private ones too (a flag set per layer as ``self._global = ...``)
                 attributes[(name, key)] = value
+            elif key.startswith("_"):   # the module's own bookkeeping (_parameters, _forward_hooks...)
+                continue
             elif not isinstance(value, (nn.Module, torch.Tensor)):
                 others.append((key, _identity(value, m)))   # a config object: the same one in every layer
         rest.append((name, type(m), forward_hooks(m), tuple(others), "forward" in vars(m)))
@@ -194,4 +254,4 @@ def shallow(model: nn.Module, stack: Stack) -> Iterator[None]:
         set_children(module, children)
 
 
-__all__ = ["MAX_PERIOD", "MIN_LAYERS", "SHALLOW", "Stack", "find_stack", "shallow", "stamping_enabled"]
+__all__ = ["MAX_PERIOD", "MIN_LAYERS", "SHALLOW", "Stack", "find_stack", "index_read", "shallow", "stamping_enabled"]

@@ -1,6 +1,6 @@
 """Repeated layers exported once: a model whose body is one stack of repeated layers (a
 Hugging Face decoder's ``layers``) is exported with its first few layers only, and the
-graph of the others is stamped from the last of them.
+graph of the others is stamped from the last unit of them.
 
 ``torch.export`` costs the same for every layer it traces (about 0.3 s a Llama layer on
 a CPU core), and a rank exports its model twice (the global batch in ``compile``, its
@@ -29,8 +29,13 @@ nodes stamped onto the template unit must give the template's exactly (so a lite
 that depends on the layer's index, as a loop over experts has, refuses it), every node
 between the first and the last layer belongs to one of them, a unit reads nothing of
 the layers before the one just before it, the nodes after the stack read only the last
-layer, and rebuilding the export as it is gives back its names. Where any of these fails
-the whole model is exported (:func:`stamp` returns None and says why at DEBUG).
+layer, and rebuilding the export as it is gives back its names; and what the shallow
+export cannot show is checked apart: a layer whose code computes with its own index is
+no stack (:func:`autopar.trace.stacks.index_read`), and the model exported once more at
+the whole depth with stub layers must run its layers in order with nothing of its own
+between them and its own operations those of the stamped graph
+(:mod:`autopar.trace.loop_check`). Where any of these fails the whole model is exported
+(:func:`stamp` returns None, or the check refuses, and says why at DEBUG).
 ``AUTOPAR_STAMP_LAYERS=0`` turns stamping off.
 """
 from __future__ import annotations
@@ -66,7 +71,7 @@ def stamp(gm: fx.GraphModule, model: nn.Module, stack: Stack, prefix: str = "mod
         layout = _Layout(gm, f"{prefix}{stack.path}" if stack.path else prefix.rstrip("."), stack.kept)
         _Builder(gm, layout, stack, stack.kept).build()   # rebuilt as it is, it must keep every name
         graph, stamped = _Builder(gm, layout, stack, stack.depth).build()
-    except _Refused as e:
+    except (_Refused, IndexError, KeyError) as e:   # (a unit whose layers hold their parameters otherwise)
         log.debug("the layers of %s are exported whole: %s", stack.path, e)
         return None
     for target, template in stamped:

@@ -237,7 +237,8 @@ def weigh(ctx, config, table, space: LeverSpace):
     where an estimate says some pair first fits, confirmed by the family's own pricing
     (:meth:`_Weighing.search`). A configuration slower without levers than the best
     feasible one priced so far (``ctx.best_s``) is not weighed: the levers only cost
-    time, so it cannot win; its table says so (``note``)."""
+    time (the data group's exchange aside, which ZeRO may shorten), so it cannot win; its
+    table says so (``note``)."""
     forced = ctx.levers
     fixed_m = forced.microbatches if forced is not None and forced.microbatches else None
     fixed_z = forced.zero if forced is not None and forced.zero is not None else None
@@ -245,7 +246,9 @@ def weigh(ctx, config, table, space: LeverSpace):
     fits = table.total.memory_bytes <= ctx.hw.memory_bytes
     if fixed_m is None and fixed_z is None and fixed_r is None and fits:
         return table, config
-    if forced is None and table.step_s >= ctx.best_s[0]:  # the levers only cost time: it cannot win
+    # the levers cost time except in the data group's exchange (ZeRO's reduce-scatter may
+    # expose less than the all-reduce): without it, no slower than the best, it cannot win
+    if forced is None and table.step_s - table.total.comm_s.get("data", 0.0) >= ctx.best_s[0]:
         return dataclasses.replace(table, note=f"memory levers not weighed: {table.step_s * 1e3:.3f} ms without "
                                                f"them, the best so far {ctx.best_s[0] * 1e3:.3f} ms"), config
     weighing = _Weighing(ctx, table, space, (fixed_m, fixed_z, fixed_r), fits)

@@ -161,8 +161,15 @@ class GridPricer:
             except TensorParallelError as e:
                 memo[key] = ({}, str(e), r.id)
         shards, why, found_on = memo[key]
-        if why is not None and found_on != r.id:  # the reason names the region asked about
-            why = why.replace(found_on, r.id)
+        if why is not None and found_on != r.id:  # the reason in this region's own words (its ids and nodes)
+            own = self.model.memo("3d.shards_refused")
+            if (r.id, key) not in own:
+                try:
+                    self.form.shards(self.model, r, grid, self.parts)
+                    own[(r.id, key)] = why.replace(found_on, r.id)
+                except TensorParallelError as e:
+                    own[(r.id, key)] = str(e)
+            why = own[(r.id, key)]
         if why is not None and self.forced:
             raise PlanError(f"strategy: grid {self.label}: {why}")
         return shards, why
@@ -264,7 +271,7 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
     if materialize:
         prices = [pricer.region(r) for r in model.regions]
     else:
-        keys, first = _class_keys(model, pricer.layout)
+        keys, first = _class_keys(model)
         for key, r in first.items():
             if key not in memo:
                 memo[key] = pricer.region(r)
@@ -296,11 +303,12 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
                    gathered_bytes=gathered, shard_elems=shard_elems, layers=layers)
 
 
-def _class_keys(model: ModelFacts, layout_: Layout3D) -> tuple[list, dict]:
+def _class_keys(model: ModelFacts) -> tuple[list, dict]:
     """Per region in graph order the key its price is shared by (its class and how it
     enters and leaves, :func:`layout`), and the first region of each key (once per model)."""
     def find():
-        keys = [(model.region_class[r.id], layout_.flags.get(r.id)) for r in model.regions]
+        flags = layout(model).flags
+        keys = [(model.region_class[r.id], flags.get(r.id)) for r in model.regions]
         first: dict = {}
         for key, r in zip(keys, model.regions):
             first.setdefault(key, r)
