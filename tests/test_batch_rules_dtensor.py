@@ -128,6 +128,7 @@ def _check(compared: list, every: int) -> Counter:
     return counts
 
 
+@pytest.mark.extended  # about 25 s on the 2-core machine: the extended suite
 def test_autopars_batch_rule_agrees_with_dtensors_on_an_eighth_of_the_ops():
     _check(_compared(8), 8)
 

@@ -49,7 +49,10 @@ SCRIPT = textwrap.dedent(r'''
 
 @pytest.mark.multiprocess
 # "stop" is what launch does at the end of every shared launch of the suite: the extended suite
-@pytest.mark.parametrize("ending", ["destroy", pytest.param("stop", marks=pytest.mark.extended)])
+# "destroy" is a torchrun job of its own, about a minute: the extended suite too (every shared
+# launch of the main suite ends its ranks and checks they exit with code 0)
+@pytest.mark.parametrize("ending", [pytest.param("destroy", marks=pytest.mark.extended),
+                                    pytest.param("stop", marks=pytest.mark.extended)])
 def test_torchrun_job_exits_with_code_0_on_every_rank(tmp_path, ending):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(root=ROOT))

@@ -90,6 +90,7 @@ def _survivors(results, culprit: int) -> list[RankFailure]:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.extended  # a launch of its own, about a minute: the extended suite (the error case below runs in both)
 def test_a_killed_rank_is_named_by_every_other_rank_within_the_timeout():
     results = launch(_rank_2_killed_in_second_backward, 4, timeout_s=TIMEOUT_S, deadline_s=DEADLINE_S,
                      return_exceptions=True)

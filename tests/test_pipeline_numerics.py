@@ -76,7 +76,10 @@ ALL = [(world, i) for world in CASES for i in range(len(CASES[world]))]
 # is near zero
 TOLERANCE = {"output": 1e-14, "loss": 1e-14, "grad": 1e-14, "grad_norm": 1e-14, "param": 2e-12}
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
-_LAUNCHED = {world: shared_ranks.register(world, __name__, equivalence_job, (cases,), timeout_s=900)
+# PTD-P on 8 ranks (pipeline x data x tensor) takes minutes on the 2-core machine: the
+# extended suite (each pair of its dimensions runs on 4 ranks in the main one)
+_LAUNCHED = {world: shared_ranks.register(world, __name__, equivalence_job, (cases,), timeout_s=900,
+                                          extended=world == 8)
              for world, cases in CASES.items()}
 _EXTENDED = shared_ranks.register(8, __name__ + ":extended", equivalence_job, (EXTENDED,), timeout_s=900,
                                   extended=True)
@@ -95,7 +98,8 @@ def _case_id(world, i, cases=None):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("world,index", ALL, ids=[_case_id(w, i) for w, i in ALL])
+@pytest.mark.parametrize("world,index", [pytest.param(w, i, marks=pytest.mark.extended) if w == 8 else (w, i)
+                                         for w, i in ALL], ids=[_case_id(w, i) for w, i in ALL])
 def test_matches_single_device(world, index):
     _check(CASES[world][index], [reports[index] for reports in _LAUNCHED[world]()])
 

@@ -129,6 +129,7 @@ def hf_cases() -> dict:
             "clip": (clip, {"input_ids": ids, "pixel_values": torch.randn(8, 3, 16, 16), "return_loss": True})}
 
 
+@pytest.mark.extended  # fresh processes, about 20 s: the extended suite (test_planner_search's cross-process case runs in both)
 def test_processes_with_other_hash_seeds_plan_alike_while_the_profile_is_rewritten(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     env = {**os.environ, "AUTOPAR_CACHE_DIR": str(cache),

@@ -68,7 +68,9 @@ EXTENDED = [("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap i
 # which magnifies the rounding of entries whose gradient is near zero)
 TOLERANCE = {"output": 1e-14, "loss": 1e-14, "grad": 1e-14, "grad_norm": 1e-14, "param": 2e-12}
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
-_LAUNCHED = {8: shared_ranks.register(8, __name__, equivalence_job, (CASES,), timeout_s=900),
+# 8 ranks on the 2-core machine take minutes: these cases run in the extended suite (the 3D
+# regions of mixed plans are checked on 8 ranks in the main one, tests/test_mixed_plans.py)
+_LAUNCHED = {8: shared_ranks.register(8, __name__, equivalence_job, (CASES,), timeout_s=900, extended=True),
              16: shared_ranks.register(16, __name__, equivalence_job, ([CUBE_WITH_DATA],), timeout_s=900,
                                        extended=True)}
 _EXTENDED = shared_ranks.register(8, __name__ + ":extended", equivalence_job, (EXTENDED,), timeout_s=900,
@@ -80,6 +82,7 @@ def _case_id(c) -> str:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.extended
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[_case_id(c) for c in CASES])
 def test_matches_single_device(index):
     _check(CASES[index], [reports[index] for reports in _LAUNCHED[8]()])
