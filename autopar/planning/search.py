@@ -113,10 +113,10 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
                       key=lambda x: (getattr(x[1], "priced_late", False), x[0]))
     progress.total = len(to_price)
     best: tuple[Family, Priced] | None = None
-    best_at = -1
+    family_of: dict[int, Family] = {}
 
     def weigh(triples):
-        nonlocal best, best_at
+        nonlocal best
         for index, family, config in triples:
             progress.tick()
             priced = family.price(ctx, config)
@@ -131,11 +131,10 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
                     raise PlanError(f"strategy: {why}")
                 priced = rejected(priced.family, priced.config, priced.mesh, why, form=priced.form)
             weighed.append((index, priced))
-            # the fastest wins; a tie (within 1e-9) goes to the configuration listed first
-            if priced.feasible and (best is None or priced.step_s < best[1].step_s * (1 - 1e-9) or (
-                    index < best_at and priced.step_s <= best[1].step_s * (1 + 1e-9))):
-                best, best_at = (family, priced), index
-                ctx.best_s[0] = min(ctx.best_s[0], priced.step_s)
+            family_of[index] = family
+            if priced.feasible and (best is None or priced.step_s < best[1].step_s):
+                best = (family, priced)
+                ctx.best_s[0] = priced.step_s  # the best so far, which bounds the families priced late
 
     weigh(to_price)
     # a second round: configurations a family derives from what the first priced
@@ -150,9 +149,11 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
         start = len(offered) + len(follow)
         weigh([(start + i, family, c) for i, (family, c) in
                enumerate((family, c) for family in families for c in family.fallbacks(ctx))])
+    weighed.sort(key=lambda x: x[0])
     candidates = [p.candidate() for _, p in weighed]
     if best is None:
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))
+    best = _winner(weighed, family_of)
     plan_ = best[0].to_plan(ctx, best[1])
     plan_.batch_couplings = [c.to_json() for c in ctx.model.batch_couplings]
     plan_.loss_terms = [list(t) for t in ctx.model.gm.meta.get(LOSS_TERMS, [])]
@@ -170,6 +171,17 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     plan_.forced = ctx.forced is not None
     plan_.candidates = candidates
     return plan_
+
+
+def _winner(weighed: list, family_of: dict) -> tuple[Family, Priced]:
+    """The fastest feasible configuration in the order they are listed: each one faster
+    than the one before by more than 1e-9 of its step takes its place (a tie goes to the
+    configuration listed first, whatever order they were priced in)."""
+    best = None
+    for index, priced in weighed:
+        if priced.feasible and (best is None or priced.step_s < best[1].step_s * (1 - 1e-9)):
+            best = (family_of[index], priced)
+    return best
 
 
 def per_step_s(ctx: PlanContext, mesh: dict, config) -> float:
