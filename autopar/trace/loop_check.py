@@ -24,10 +24,8 @@ import torch.fx as fx
 import torch.nn as nn
 from torch.utils import _pytree as pytree
 
-from autopar._torch_compat import children_of, set_children
-from autopar.trace.stacks import Stack
-
-_COMPUTE = ("call_function", "call_method", "call_module")
+from autopar._torch_compat import children_of
+from autopar.trace.stacks import COMPUTE_OPS, Stack, layers_replaced
 
 
 @contextlib.contextmanager
@@ -72,22 +70,13 @@ class _Stub(nn.Module):
         return pytree.tree_unflatten(leaves, self.spec)
 
 
-@contextlib.contextmanager
-def stubbed(model: nn.Module, stack: Stack, outputs: dict) -> Iterator[None]:
+def stubbed(model: nn.Module, stack: Stack, outputs: dict):
     """The model with every layer of its stack a :class:`_Stub` (a later layer's output
     as its template layer's), inside."""
-    module = model.get_submodule(stack.path)
-    children = children_of(module)
-    stubs = {}
-    for index, name in enumerate(children):
-        source = index if index < stack.kept else \
-            stack.start + stack.period + (index - stack.start) % stack.period
-        stubs[name] = _Stub(outputs[source])
-    set_children(module, stubs)
-    try:
-        yield
-    finally:
-        set_children(module, children)
+    names = list(children_of(model.get_submodule(stack.path)))
+    return layers_replaced(model, stack, {name: _Stub(outputs[index if index < stack.kept else
+                                                              stack.template_of(index)])
+                                          for index, name in enumerate(names)})
 
 
 def loop_differs(stubbed_gm: fx.GraphModule, stamped: fx.GraphModule, stack: Stack, path: str) -> str | None:
@@ -98,7 +87,7 @@ def loop_differs(stubbed_gm: fx.GraphModule, stamped: fx.GraphModule, stack: Sta
     pattern = re.compile(re.escape(path) + r"\.(\d+)(?=\.|$)")
     order, outside, last_layer = [], [], -1
     for node in stubbed_gm.graph.nodes:
-        if node.op not in _COMPUTE:
+        if node.op not in COMPUTE_OPS:
             continue
         index = _layer_of(node, pattern)
         if index is None:
@@ -113,7 +102,7 @@ def loop_differs(stubbed_gm: fx.GraphModule, stamped: fx.GraphModule, stack: Sta
         last_layer = index
     if order != list(range(stack.depth)):
         return f"the model calls its layers as {order[:8]}..., not each once in order"
-    mine = [_what(n) for n in stamped.graph.nodes if n.op in _COMPUTE and _layer_of(n, pattern) is None]
+    mine = [_what(n) for n in stamped.graph.nodes if n.op in COMPUTE_OPS and _layer_of(n, pattern) is None]
     if mine != outside:
         return "the model's own operations at the whole depth differ from those of the shallow export"
     return None

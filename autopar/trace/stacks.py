@@ -30,6 +30,9 @@ MAX_PERIOD = 8
 """The longest unit of layers a stack may repeat in (Gemma 3's five local layers and one
 global are 6)."""
 
+COMPUTE_OPS = ("call_function", "call_method", "call_module")
+"""The fx ops of nodes that compute (a layer's own nodes, the model's between them)."""
+
 _PLAIN = (bool, int, float, complex, str, type(None), torch.dtype, torch.device)
 
 
@@ -54,6 +57,10 @@ class Stack:
     def template(self) -> range:
         """The layers the later units are stamped from."""
         return range(self.start + self.period, self.kept)
+
+    def template_of(self, layer: int) -> int:
+        """The template layer a later ``layer`` is stamped from: the one of its place in the unit."""
+        return self.start + self.period + (layer - self.start) % self.period
 
     @property
     def checked(self) -> range:
@@ -242,16 +249,23 @@ def _alike(facts: list, i: int, period: int) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def shallow(model: nn.Module, stack: Stack) -> Iterator[None]:
+def shallow(model: nn.Module, stack: Stack):
     """The model with its stack cut to its first :attr:`Stack.kept` layers, inside."""
+    children = children_of(model.get_submodule(stack.path))
+    return layers_replaced(model, stack, dict(list(children.items())[:stack.kept]))
+
+
+@contextlib.contextmanager
+def layers_replaced(model: nn.Module, stack: Stack, layers: dict) -> Iterator[None]:
+    """The model with ``layers`` (name -> module) as its stack's children, inside."""
     module = model.get_submodule(stack.path)
     children = children_of(module)
-    set_children(module, dict(list(children.items())[:stack.kept]))
+    set_children(module, layers)
     try:
         yield
     finally:
         set_children(module, children)
 
 
-__all__ = ["MAX_PERIOD", "MIN_LAYERS", "SHALLOW", "Stack", "find_stack", "index_read", "shallow", "stamping_enabled"]
+__all__ = ["COMPUTE_OPS", "MAX_PERIOD", "MIN_LAYERS", "SHALLOW", "Stack", "find_stack", "index_read", "layers_replaced",
+           "shallow", "stamping_enabled"]

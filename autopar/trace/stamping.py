@@ -49,12 +49,11 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar._torch_compat import children_of, graph_codegen, non_persistent_buffers
-from autopar.trace.stacks import MIN_LAYERS, SHALLOW, Stack, find_stack, shallow, stamping_enabled
+from autopar.trace.stacks import COMPUTE_OPS, MIN_LAYERS, SHALLOW, Stack, find_stack, shallow, stamping_enabled
 
 log = logging.getLogger("autopar.capture")
 
 _SUFFIX = re.compile(r"(.*)_(\d+)$")
-_COMPUTE = ("call_function", "call_method", "call_module")
 
 
 class _Refused(Exception):
@@ -102,7 +101,7 @@ class _Layout:
                 if index >= kept:
                     raise _Refused(f"node {node.name} is in layer {index} of a stack cut to {kept}")
                 self.layer[node] = index
-                if node.op in _COMPUTE:
+                if node.op in COMPUTE_OPS:
                     self.runs[index].append(node)
                 elif node.op == "get_attr":
                     if before is None or before.op != "get_attr" or self.layer.get(before) != index:
@@ -121,7 +120,7 @@ class _Layout:
     def _index(self, node: fx.Node) -> int | None:
         if node.op == "get_attr":
             paths = [node.target]
-        elif node.op in _COMPUTE:
+        elif node.op in COMPUTE_OPS:
             paths = [path for path, _ in (node.meta.get("nn_module_stack") or {}).values()]
         else:
             return None
@@ -155,11 +154,6 @@ class _Builder:
         self.copies: dict[tuple[int, fx.Node], fx.Node] = {}   # (layer, template node) -> stamped node
         self.stamped: list[tuple[str, str]] = []       # (stamped target, template target)
         self._check_copies()
-
-    def template_of(self, layer: int) -> int:
-        """The template layer a later layer is stamped from: the one of its place in the unit."""
-        st = self.stack
-        return st.start + st.period + (layer - st.start) % st.period
 
     def build(self) -> tuple[fx.Graph, list[tuple[str, str]]]:
         layout, last, kept = self.layout, self.stack.kept - 1, self.stack.kept
@@ -233,7 +227,7 @@ class _Builder:
 
     # -- emitting
     def _exact_name(self, node: fx.Node) -> str:
-        if node.op in _COMPUTE:
+        if node.op in COMPUTE_OPS:
             m = _SUFFIX.match(node.name)
             return m.group(1) if m else node.name
         return node.name
@@ -255,7 +249,7 @@ class _Builder:
         layout, last = self.layout, self.stack.kept - 1
         which = next(i for i, run in enumerate(layout.attribute_runs[last]) if run[-1] is end)
         for layer in range(self.stack.kept, self.depth):
-            template = self.template_of(layer)
+            template = self.stack.template_of(layer)
             rename = (lambda text, layer=layer, template=template: layout.renamed(text, template, layer))
             for node in layout.attribute_runs[template][which]:
                 target = rename(node.target)
@@ -268,7 +262,7 @@ class _Builder:
     def _stamp_layer(self, layer: int) -> None:
         """Layer ``layer``'s nodes, copies of its template layer's."""
         layout, st = self.layout, self.stack
-        template = self.template_of(layer)
+        template = self.stack.template_of(layer)
         run = layout.runs[template]
         rename = (lambda text: layout.renamed(text, template, layer))
         before_unit = layer - (layer - st.start) % st.period - 1   # the last layer of the unit before
