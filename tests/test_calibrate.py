@@ -19,7 +19,7 @@ import pytest
 from autopar import cli
 from autopar.cost.calibrate import run_calibration
 from autopar.cost.calibrate_fit import FORMULA_OF, fit_alpha_beta, fit_matmul, nnls, predict, robust_fit_alpha_beta
-from autopar.cost.calibrate_measure import COLLECTIVES, settings
+from autopar.cost.calibrate_measure import BULK, BULK_BYTES, COLLECTIVES, settings
 from autopar.cost import model as cost
 from autopar.cost.hardware import get_hardware
 
@@ -199,9 +199,11 @@ def test_every_measurement_is_beside_the_fits_prediction(calibrated, collective)
     hw = get_hardware(profile)
     alpha_s, beta_bps = hw.measured[collective]["2"]
     mine = [r for r in rows if r["kind"] == collective]
-    # 4 B..4 MiB; a collective that splits the buffer over the 2 ranks holds at least one fp32 element each
+    # 4 B..4 MiB, and a bucket's size for the bulk collectives; a collective that splits the
+    # buffer over the 2 ranks holds at least one fp32 element each
     split = collective in ("reduce_scatter", "all_to_all", "scatter")
-    assert [r["size"] for r in mine] == [max(m, 4 * 2) if split else m for m in settings(quick=True).message_bytes]
+    sizes = settings(quick=True).message_bytes + ((BULK_BYTES,) if collective in BULK else ())
+    assert [r["size"] for r in mine] == [max(m, 4 * 2) if split else m for m in sizes]
     for r in mine:  # the table's predictions are the profile's formula
         assert r["predicted_s"] == pytest.approx(_formula(collective, 2, r["size"], alpha_s, beta_bps), rel=1e-9)
         assert r["measured_s"] > 0 and r["rel_error"] == pytest.approx(
@@ -221,7 +223,8 @@ def test_planner_prices_with_the_profile(calibrated):
         overhead = cost.call_overhead(2, hw)
         assert overhead == hw.collective_call_s + hw.measured["call"]["2"][0] and overhead >= 0
         table = hw.measured["table"][collective]["2"]
-        assert [m for m, _ in table] == sorted(m for m, _ in table) and len(table) == len(settings(True).message_bytes)
+        assert [m for m, _ in table] == sorted(m for m, _ in table)
+        assert len(table) == len(settings(True).message_bytes) + (collective in BULK)
         (m0, t0), (m1, t1) = table[-2], table[-1]
         middle = (m0 + m1) / 2
         assert price(2, middle, hw) == pytest.approx((t0 + t1) / 2 + overhead, rel=1e-12)

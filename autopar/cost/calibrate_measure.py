@@ -11,9 +11,8 @@ repeats the kernel to last a few milliseconds.
 The overhead terms are measured with the runtime's own pieces, in ``rounds`` rounds
 taking turns with the measurements above (so a burst of other load corrupts one round,
 which the fit reports as an outlier, rather than the figure): the host's cost per op of
-an fx program run forward and backward (:func:`_time_host_ops`), a tiny all-reduce
-called through autopar's autograd functions less the raw call
-(:func:`_time_collective_calls`), a tiny all-reduce met in a loop of compute per group
+an fx program run forward and backward (:func:`_time_host_ops`), autopar's autograd functions around a
+collective, per call, on a group of one (:func:`_time_collective_calls`), a tiny all-reduce met in a loop of compute per group
 size (:func:`_time_in_training`), tiny all-gathers in flight together against one after
 another (:func:`_time_async_exposed`), ``pm.step`` of a one-linear model compiled data
 parallel (:func:`runtime_case`) and of a ``world``-stage pipeline at two microbatch
@@ -33,11 +32,18 @@ import torch.distributed as dist
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.cost.profiles import processor
-from autopar.runtime.groups import use_groups
-from autopar.runtime.collectives import copy_to_tensor_region, reduce_from_tensor_region
+from autopar.runtime.collectives import _CopyToRegion, _ReduceFromRegion
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "scatter", "send")
 """The collectives measured, named as ``Hardware.measured`` and ``cost`` name them."""
+
+BULK = ("all_reduce", "all_gather", "reduce_scatter")
+BULK_BYTES = 16 << 20
+"""The bulk collectives (:data:`BULK`) are also timed at this size, about a gradient
+bucket's (DDP's default bucket is 25 MiB, FSDP2's per-block exchanges a few MiB to tens):
+on gloo a 4 MiB call still pays latency and scheduling on shared cores (the 2-core VM's
+4-rank all-reduce: 8-30 ms for 4 MiB, 49-55 ms for 16-25 MiB), so a bandwidth fitted to
+4 B..4 MiB priced a 25 MiB gradient all-reduce at 3× its measured time."""
 
 @dataclass(frozen=True)
 class Settings:
@@ -58,14 +64,17 @@ def settings(quick: "bool | str", device_type: str = "cpu") -> Settings:
     (×16 apart) timed 15 times, matmuls 32..1024 in 5 samples of ~5 ms, 3 rounds;
     ``"probe"`` (what ``compile`` measures on first use, :mod:`autopar.cost.first_use`):
     5 sizes 4 B..4 MiB (×32 apart, then 4 MiB) timed 5 times, matmuls 64, 256, 1024 in 3 samples of
-    ~3 ms, a 16 MiB copy, one round. GPUs get larger matmuls. Compute samples last
+    ~20 ms (several of the scheduler's 3 ms slices, as the full run's), a 16 MiB copy, one round. Every setting also times the bulk collectives (the
+    gradient and parameter exchanges: all-reduce, all-gather, reduce-scatter) at
+    :data:`BULK_BYTES`, a gradient bucket's size, so their bandwidth is read where
+    training uses it rather than extrapolated from 4 MiB. GPUs get larger matmuls. Compute samples last
     several scheduler time slices, so where ranks share cores (more ranks than cores, or
     other load) the small kernels see the same sharing as the large ones."""
     gpu = device_type == "cuda"
     if quick == "probe":
         return Settings(message_bytes=tuple(4 * 32 ** k for k in range(4)) + (4 << 20,),
                         matmul_sizes=(64, 256, 1024) + ((4096,) if gpu else ()),
-                        copy_bytes=16 << 20, repeats=5, compute_repeats=3, sample_s=3e-3, rounds=1)
+                        copy_bytes=16 << 20, repeats=5, compute_repeats=3, sample_s=20e-3, rounds=1)
     if quick:
         return Settings(message_bytes=tuple(4 * 16 ** k for k in range(6)),
                         matmul_sizes=(32, 64, 128, 256, 512, 1024) + ((2048, 4096) if gpu else ()),
@@ -124,8 +133,9 @@ def _time_collectives(ops: list[Callable[[], Any]], device: torch.device, s: Set
     compute, so each call is timed alone rather than back to back; the ops take turns
     (round-robin over the repeats), so a burst of other load on the machine spreads over
     all message sizes instead of corrupting one."""
-    for op in ops:
-        op()  # warm-up: first-call costs (connections, allocations)
+    for op in ops:  # warm-up: first-call costs (connections, allocations, the sockets' buffers grown
+        op()        # to the largest message: gloo over TCP sends a cold 4 MiB 2-3× slower)
+        op()
     samples: list[list[float]] = [[] for _ in ops]
     for _ in range(s.repeats):
         for op, times in zip(ops, samples):
@@ -304,24 +314,26 @@ def _time_async_exposed(device: torch.device, s: Settings) -> float:
     return timed(together) / max(timed(one_by_one), 1e-9)
 
 
-def _time_collective_calls(device: torch.device, s: Settings) -> tuple[float, float]:
-    """Median seconds of a tiny all-reduce over the world called as training calls it
-    (autopar's autograd functions: the Megatron region's forward all-reduce and its
-    input's backward one, through a forward and backward), and of the same two
-    all-reduces called raw; both per call."""
+def _time_collective_calls(device: torch.device, s: Settings, alone) -> tuple[float, float]:
+    """What autopar's autograd functions around a collective cost the host per call,
+    beyond the call itself: the Megatron region's forward all-reduce and its input's
+    backward one through a forward and backward, over ``alone`` (this rank's group of
+    one, where the functions make no call), less the same forward and backward without
+    them; per call, and the seconds of that bare forward and backward. A group of one
+    reads the wrapper without the wait on other ranks, which on shared cores varies by
+    milliseconds from call to call and buried the wrapper's microseconds (over the world,
+    ours less raw calls measured -1.1 to +2.3 ms on the 2-core VM); that wait is
+    ``in_training``'s, and the call itself the collectives' table's."""
     x = torch.ones(8, device=device, requires_grad=True)
-    buf = torch.ones(8, device=device)
 
-    def raw():
-        dist.all_reduce(buf)
-        dist.all_reduce(buf)
+    def bare():
+        (x * 1.0).sum().backward()
 
     def ours():
-        reduce_from_tensor_region(copy_to_tensor_region(x, "tensor"), "tensor").sum().backward()
+        _ReduceFromRegion.apply(_CopyToRegion.apply(x * 1.0, alone), alone).sum().backward()
 
-    with use_groups({"tensor": dist.group.WORLD}):
-        ours_s, raw_s = _time_collectives([ours, raw], device, s)
-    return ours_s / 2, raw_s / 2
+    ours_s, bare_s = _time_kernel(ours, device, s), _time_kernel(bare, device, s)
+    return (ours_s - bare_s) / 2, bare_s
 
 
 def runtime_case(world: int):
@@ -397,14 +409,26 @@ def _make_groups(world: int, rank: int) -> dict[int, tuple[Any, list[int]]]:
     return groups
 
 
+def _group_of_one(world: int, rank: int):
+    """This rank's group of itself alone (a group per rank made on every rank, in order)."""
+    if world == 1:
+        return dist.group.WORLD
+    alone = None
+    for r in range(world):
+        made = dist.new_group([r])
+        if r == rank:
+            alone = made
+    return alone
+
+
 def _overhead_round(device: torch.device, s: Settings, groups: dict, cases: dict) -> dict[tuple, float]:
     """One round of the overhead terms: per kernel pass, per collective call (ours less
-    raw, and raw), a tiny all-reduce in training per group size, the runtime's steps."""
+    the bare forward and backward), a tiny all-reduce in training per group size, the runtime's steps."""
     values = {("host_op",): _time_host_ops(device, s)}
-    ours, raw = _time_collective_calls(device, s)
-    values[("collective_call",)], values[("collective_raw",)] = ours - raw, raw
+    values[("collective_call",)], values[("collective_raw",)] = _time_collective_calls(device, s, groups[1][0])
     for size, (group, _) in groups.items():
-        values[("in_training", size)] = _time_in_training(group, device, s)
+        if size > 1:
+            values[("in_training", size)] = _time_in_training(group, device, s)
     values[("async_exposed",)] = _time_async_exposed(device, s)
     for key, (pm, inputs, target) in cases.items():
         values[key] = _time_step(pm, inputs, target, s)
@@ -420,7 +444,8 @@ def calibration_job(backend: str, quick: "bool | str", dtype: str = "fp32",
     measurement, keyed ``("matmul", n)``, ``("launch",)``, ``("copy", bytes)`` and
     ``(collective, G, m)``; the overhead terms' value in each of ``settings().rounds``
     rounds spread over the run (``"rounds"``: key → list, keys ``("host_op",)``,
-    ``("collective_call",)`` — ours less raw —, ``("collective_raw",)``,
+    ``("collective_call",)`` — autopar's wrapper per call —, ``("collective_raw",)`` — the bare
+    forward and backward it is measured against —,
     ``("in_training", G)``, ``("async_exposed",)``, and on CPUs ``("runtime_step",)``,
     ``("pipeline_step", k)``);
     plus facts about the machine. Matmuls are timed in ``dtype`` (:data:`MATMUL_DTYPES`).
@@ -434,10 +459,11 @@ def calibration_job(backend: str, quick: "bool | str", dtype: str = "fp32",
     s = settings(quick, device.type)
     medians: dict[tuple, float] = {}
     groups = _make_groups(world, rank)
+    groups[1] = (_group_of_one(world, rank), [rank])  # the host's own costs, read without other ranks
     try:
         return _measure(backend, quick, dtype, compile_fn, device, world, rank, s, medians, groups)
     finally:
-        made = {id(g): g for size, (g, _) in groups.items() if size != world}
+        made = {id(g): g for size, (g, _) in groups.items() if g is not dist.group.WORLD}
         dist.barrier()
         for group in made.values():  # every group of every size was made on every rank
             dist.destroy_process_group(group)
@@ -463,10 +489,11 @@ def _measure(backend, quick, dtype, compile_fn, device, world, rank, s, medians,
                                                                     _time_matmul(n, gen, device, s, MATMUL_DTYPES[dtype])))
     measure_steps.append(lambda: medians.__setitem__(("copy", s.copy_bytes), _time_copy(s.copy_bytes, device, s)))
     for size, (group, members) in groups.items():  # every group of a size at once
-        for name in COLLECTIVES[:-1]:
+        for name in (COLLECTIVES[:-1] if size > 1 else ()):
             def collective(name=name, size=size, group=group, members=members):
+                message_bytes = s.message_bytes + ((BULK_BYTES,) if name in BULK else ())
                 ops, sizes = zip(*(_collective_op(name, group, members, nbytes, device)
-                                   for nbytes in s.message_bytes))
+                                   for nbytes in message_bytes))
                 for m, t in zip(sizes, _time_collectives(list(ops), device, s)):
                     medians[(name, size, m)] = t
             measure_steps.append(collective)

@@ -41,7 +41,8 @@ from autopar.cost.presets import PRESETS
 
 def get_hardware(spec: "str | Hardware | None") -> Hardware:
     """Resolve ``spec``: None → ``"cpu-gloo"``; a :class:`Hardware` as is; a preset name;
-    or the path of a JSON file written from :meth:`Hardware.to_json`."""
+    or the path of a JSON file written from :meth:`Hardware.to_json` (a cached profile of
+    :mod:`autopar.cost.profiles`, which wraps one with the machine's facts, is read too)."""
     if spec is None:
         return PRESETS["cpu-gloo"]
     if isinstance(spec, Hardware):
@@ -53,7 +54,10 @@ def get_hardware(spec: "str | Hardware | None") -> Hardware:
         if os.path.isfile(key):
             with open(key) as f:
                 try:
-                    return Hardware.from_json(json.load(f))
+                    data = json.load(f)
+                    if isinstance(data, dict) and isinstance(data.get("hardware"), dict) and "machine" in data:
+                        data = data["hardware"]  # a cached profile: the Hardware it wraps
+                    return Hardware.from_json(data)
                 except (ValueError, TypeError) as e:
                     raise ValueError(f"hardware file {key!r}: {e}") from e
     raise ValueError(
