@@ -128,7 +128,10 @@ def _op_key(interpreter: fx.Interpreter, n: fx.Node) -> Any:
     except _Unknown:
         return None
     if n.op == "call_module":
-        found = _module_key(interpreter.fetch_attr(target))
+        try:
+            found = _module_key(interpreter.fetch_attr(target))
+        except _Unknown:  # its own tensors real, or an attribute not keyed by value
+            return None
         return None if found is None else (n.op, found, key)
     try:
         hash(target)
