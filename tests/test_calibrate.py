@@ -237,6 +237,7 @@ def test_planner_prices_with_the_profile(calibrated):
     assert cost.point_to_point_time(4 * m1, hw) == pytest.approx(t1 + 3 * m1 / beta_bps + overhead, rel=1e-9)
     # the runtime's own pieces, measured: per kernel pass, per step; the ranks that shared the cores
     assert math.isfinite(hw.host_op_s) and hw.host_op_s >= 0 and hw.step_overhead_s >= 0
+    assert math.isfinite(hw.special_element_s) and hw.special_element_s >= 0
     assert hw.measured_ranks == 2 and hw.host_cores >= 1
     assert math.isfinite(hw.pipeline_action_s) and hw.pipeline_action_s >= 0
     # and differently from the placement model where a fit differs from the scalar fields

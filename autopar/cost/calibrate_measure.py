@@ -253,6 +253,29 @@ CHAIN_OPS = (lambda c, x: torch.nn.functional.linear(x, c.weight),
 HOST_CHAIN = (36, 156)
 
 
+SPECIAL_ELEMENTS = 1 << 16
+"""Elements of the buffer :func:`_time_special` times (256 KiB in fp32: a small model's
+activation, in cache as a step's are)."""
+
+
+def _time_special(device: torch.device, s: Settings) -> float:
+    """Seconds per element of a transcendental function beyond an add of the same shape,
+    forward (``Hardware.special_element_s``): exp, tanh, the exact GELU (erf) and SiLU
+    (sigmoid), each run forward and backward on :data:`SPECIAL_ELEMENTS` elements, less
+    an add's forward and backward, over the two passes; the median of the four."""
+    import torch.nn.functional as F
+    x = torch.randn(SPECIAL_ELEMENTS, device=device, requires_grad=True)
+    ones = torch.ones(SPECIAL_ELEMENTS, device=device)
+
+    def timed(fn) -> float:
+        def run():
+            fn(x).backward(ones)
+        return _time_kernel(run, device, s)
+    base = timed(lambda t: t + t)
+    extra = [timed(fn) - base for fn in (torch.exp, torch.tanh, F.gelu, F.silu)]
+    return max(0.0, statistics.median(extra)) / (2 * SPECIAL_ELEMENTS)
+
+
 def _time_host_ops(device: torch.device, s: Settings) -> float:
     """Median seconds per op of an fx-traced chain run forward and backward (each op one
     forward and one backward kernel pass), from two chain lengths."""
@@ -488,6 +511,7 @@ def _measure(backend, quick, dtype, compile_fn, device, world, rank, s, medians,
         measure_steps.append(lambda n=n: medians.__setitem__(("matmul", n),
                                                                     _time_matmul(n, gen, device, s, MATMUL_DTYPES[dtype])))
     measure_steps.append(lambda: medians.__setitem__(("copy", s.copy_bytes), _time_copy(s.copy_bytes, device, s)))
+    measure_steps.append(lambda: medians.__setitem__(("special",), _time_special(device, s)))
     for size, (group, members) in groups.items():  # every group of a size at once
         for name in (COLLECTIVES[:-1] if size > 1 else ()):
             def collective(name=name, size=size, group=group, members=members):

@@ -118,6 +118,8 @@ class Calibration:
             f"{base.kernel_launch_s * 1e6:10.2f} us",
             f"  host per kernel pass (fx+autograd) {hw.host_op_s * 1e6:10.2f} us      "
             f"{base.host_op_s * 1e6:10.2f} us",
+            f"  transcendental element (exp, erf)  {hw.special_element_s * 1e9:10.2f} ns      "
+            f"{base.special_element_s * 1e9:10.2f} ns",
             f"  host per collective call           {hw.collective_call_s * 1e6:10.2f} us      "
             f"{base.collective_call_s * 1e6:10.2f} us",
             f"  asynchronous collectives exposed   {hw.async_exposed:10.2f}         {base.async_exposed:10.2f}",
@@ -211,6 +213,7 @@ def fit_reports(reports: list[dict], world_size: int, *, backend: str, base: "st
         memory_bytes=memory_bytes,
         measured=measured,
         host_op_s=host_op_s,
+        special_element_s=medians.get(("special",), 0.0),
         collective_call_s=collective_call_s,
         pipeline_action_s=base_hw.pipeline_action_s,
         host_cores=(os.cpu_count() or 0) if facts["device_type"] == "cpu" else 0,

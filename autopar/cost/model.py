@@ -325,16 +325,18 @@ def passes_per_step(work, *, recompute: bool = False) -> int:
 
 def node_time(work, hw: Hardware) -> float:
     """Forward seconds of one node: matmul_time for matmuls, memory_bound_time for other
-    kernels, the host's ``host_op_s`` for a view (no kernel, but a Python call and an
+    kernels, each plus ``special_element_s`` per element it evaluates through a
+    transcendental function (``work.special``: what a CPU computes rather than moves), the host's ``host_op_s`` for a view (no kernel, but a Python call and an
     autograd node: on the 2-core machine a view costs 10 µs forward and backward where a
     multiply costs 14 µs), 0 for placeholders and other non-kernels."""
     if work.is_view:
         return hw.host_op_s
     if not work.is_kernel:
         return 0.0
+    special = work.special * hw.special_element_s
     if work.is_matmul:
-        return matmul_time(work.flops, hw)
-    return memory_bound_time(work.bytes_moved, hw)
+        return matmul_time(work.flops, hw) + special
+    return memory_bound_time(work.bytes_moved, hw) + special
 
 
 def step_compute_time(works: Iterable, hw: Hardware, *, recompute: bool = False) -> float:
@@ -356,7 +358,7 @@ def scaled_step_compute_time(works: Iterable, scale: float, hw: Hardware, *, rec
             total += hw.host_op_s * passes_per_step(work, recompute=recompute)
         elif work.is_kernel:
             seconds = (matmul_time(work.flops * scale, hw) if work.is_matmul
-                       else memory_bound_time(work.bytes_moved * scale, hw))
+                       else memory_bound_time(work.bytes_moved * scale, hw)) + work.special * scale * hw.special_element_s
             total += seconds * passes_per_step(work, recompute=recompute)
     return total
 

@@ -44,6 +44,12 @@ class Hardware:
     # call (autopar's autograd functions and hooks around the call), per pipeline action
     # (the executor's work for one stage's forward or backward of one microbatch).
     host_op_s: float = 0.0
+    # Seconds per element a kernel evaluates through a transcendental function (exp, tanh,
+    # erf, sigmoid: NodeWork.special), forward, beyond the bytes it moves; the backward
+    # pass alike. A CPU core computes these rather than streams them (GELU forward and
+    # backward 3.3x an add of the same shape on the 2-core machine); a GPU streams them,
+    # and the presets leave it 0. Measured by ``autopar calibrate`` and on first use.
+    special_element_s: float = 0.0
     collective_call_s: float = 0.0
     pipeline_action_s: float = 0.0
     step_overhead_s: float = 0.0  # per training step: the runner, its hooks and buckets (any plan)
@@ -121,6 +127,7 @@ class Hardware:
         return dataclasses.replace(
             self, peak_flops=self.peak_flops / factor, memory_bandwidth=self.memory_bandwidth / factor,
             kernel_launch_s=self.kernel_launch_s * factor, host_op_s=self.host_op_s * factor,
+            special_element_s=self.special_element_s * factor,
             collective_call_s=self.collective_call_s * factor, pipeline_action_s=self.pipeline_action_s * factor,
             step_overhead_s=self.step_overhead_s * factor, measured_ranks=ranks)
 

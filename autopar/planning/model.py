@@ -306,7 +306,7 @@ class ModelFacts:
         key = tuple(names)
         sig = self._sig_of.get(key)
         if sig is None:
-            works = sorted((w.is_matmul, w.is_view, w.flops, w.bytes_moved, cost_model.passes_per_step(w),
+            works = sorted((w.is_matmul, w.is_view, w.flops, w.bytes_moved, w.special, cost_model.passes_per_step(w),
                             self._node_bytes.get(n, 0.0))
                            for n in key if (w := self.work.get(n)) is not None and (w.is_kernel or w.is_view))
             sig = self._sigs.setdefault(("works", tuple(works)), len(self._sigs))

@@ -30,6 +30,7 @@ unusual contractions (``einsum``) are counted by running them on meta tensors un
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import operator
@@ -60,6 +61,12 @@ class NodeWork:
     # a view (reshape, transpose, flatten...): no kernel, but a Python call and an autograd
     # node, so a pass costs the host's per-op overhead (cost.node_time)
     is_view: bool = False
+    # elements evaluated through a transcendental function in forward (exp, tanh, erf,
+    # sigmoid: activations, softmax, a loss's log-softmax, attention's softmax): on a CPU
+    # these kernels are bound by the function's arithmetic, not by the bytes they move
+    # (a GELU forward and backward takes 3.3x an add of the same shape on the 2-core
+    # machine); priced by ``Hardware.special_element_s`` (0 on GPUs)
+    special: int = 0
 
 
 NO_WORK = NodeWork(0, 0, False, False)
@@ -324,13 +331,57 @@ def _count(node: fx.Node, gm: fx.GraphModule) -> NodeWork:
         return NO_WORK  # size queries, Python arithmetic on sizes
     try:
         if node.op == "call_module":
-            return _module_work(node, gm.get_submodule(node.target), out)
-        if node.op == "call_method":
-            return _method_work(node, out)
-        return _function_work(node, out)
+            module = gm.get_submodule(node.target)
+            work = _module_work(node, module, out)
+            special = _special_elements(node, module, out)
+        elif node.op == "call_method":
+            work, special = _method_work(node, out), _special_elements(node, node.target, out)
+        else:
+            work, special = _function_work(node, out), _special_elements(node, node.target, out)
+        return dataclasses.replace(work, special=special) if special and work.is_kernel else work
     except (AttributeError, IndexError, TypeError) as e:
         raise ValueError(f"cannot count the work of {node.format_node()} from its shapes "
                          f"({type(e).__name__}: {e}); is node.meta[{SPEC!r}] set on it and its inputs?") from e
+
+
+_SPECIAL_NAMES = frozenset({"exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "tanh", "sigmoid", "erf", "erfc",
+                            "erfinv", "sin", "cos", "tan", "atan", "gelu", "silu", "mish", "softplus", "elu", "selu",
+                            "celu", "logsigmoid", "softmax", "log_softmax", "_softmax", "_log_softmax",
+                            "cross_entropy", "cross_entropy_loss", "logsumexp", "special_erf", "special_expit"})
+"""Operations (functions, methods, ATen ops by name) that evaluate a transcendental
+function per element."""
+_OVER_INPUT = frozenset({"softmax", "log_softmax", "_softmax", "_log_softmax", "cross_entropy", "cross_entropy_loss",
+                         "logsumexp"})
+"""Of them, those whose count is their input's elements (a reduction's output is smaller)."""
+_SPECIAL_MODULES = {nn.GELU: "gelu", nn.SiLU: "silu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid", nn.Softmax: "softmax",
+                    nn.LogSoftmax: "log_softmax", nn.Mish: "mish", nn.Softplus: "softplus", nn.ELU: "elu",
+                    nn.SELU: "selu", nn.CELU: "celu", nn.LogSigmoid: "logsigmoid",
+                    nn.CrossEntropyLoss: "cross_entropy"}
+
+
+def _special_elements(node: fx.Node, target, out: list[TensorSpec]) -> int:
+    """Elements ``node`` evaluates through a transcendental function in forward
+    (:attr:`NodeWork.special`): an activation's or exponential's output, a softmax's or
+    cross-entropy's input, attention's scores (b·h·s_q·s_k, each through the softmax's exp)."""
+    if isinstance(target, nn.Module):
+        name = next((n for cls, n in _SPECIAL_MODULES.items() if isinstance(target, cls)), "")
+    elif isinstance(target, str):
+        name = target
+    elif target in _SDPA:
+        q, k = (node.args + tuple(node.kwargs.get(n) for n in ("query", "key")))[:2]
+        q, k = _spec(q), _spec(k)
+        if q is None or k is None or len(q.shape) < 2:
+            return 0
+        return int(math.prod(q.shape[:-1]) * k.shape[-2])
+    else:
+        packet = getattr(target, "overloadpacket", None)
+        name = getattr(packet if packet is not None else target, "__name__", "")
+    if name not in _SPECIAL_NAMES:
+        return 0
+    if name in _OVER_INPUT:
+        first = _spec(node.args[0]) if node.args else None
+        return int(first.numel) if first is not None else 0
+    return int(out[0].numel)
 
 
 def graph_work(gm: fx.GraphModule) -> dict[str, NodeWork]:

@@ -282,4 +282,5 @@ def dsp_heads_cost(core_works: list, bundle_bytes: float, out_bytes: float, n: i
 def _scaled(works, rows_divisor: int):
     """NodeWork of one rank processing 1/rows_divisor of the batch."""
     for w in works:
-        yield NodeWork(w.flops // rows_divisor, w.bytes_moved // rows_divisor, w.is_matmul, w.is_kernel, w.is_view)
+        yield NodeWork(w.flops // rows_divisor, w.bytes_moved // rows_divisor, w.is_matmul, w.is_kernel, w.is_view,
+                       w.special // rows_divisor)
