@@ -39,7 +39,8 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broa
 
 BULK = ("all_reduce", "all_gather", "reduce_scatter")
 BULK_BYTES = 16 << 20
-"""The bulk collectives (:data:`BULK`) are also timed at this size, about a gradient
+"""The bulk collectives (:data:`BULK`) are also timed at this size (an all-gather with
+parts of half of it, a bulk's worth gathered at G = 2), about a gradient
 bucket's (DDP's default bucket is 25 MiB, FSDP2's per-block exchanges a few MiB to tens):
 on gloo a 4 MiB call still pays latency and scheduling on shared cores (the 2-core VM's
 4-rank all-reduce: 8-30 ms for 4 MiB, 49-55 ms for 16-25 MiB), so a bandwidth fitted to
@@ -515,7 +516,9 @@ def _measure(backend, quick, dtype, compile_fn, device, world, rank, s, medians,
     for size, (group, members) in groups.items():  # every group of a size at once
         for name in (COLLECTIVES[:-1] if size > 1 else ()):
             def collective(name=name, size=size, group=group, members=members):
-                message_bytes = s.message_bytes + ((BULK_BYTES,) if name in BULK else ())
+                # an all-gather's size is each rank's part: half the bulk, a bulk's worth at G = 2
+                bulk = BULK_BYTES // 2 if name == "all_gather" else BULK_BYTES
+                message_bytes = s.message_bytes + ((bulk,) if name in BULK else ())
                 ops, sizes = zip(*(_collective_op(name, group, members, nbytes, device)
                                    for nbytes in message_bytes))
                 for m, t in zip(sizes, _time_collectives(list(ops), device, s)):
