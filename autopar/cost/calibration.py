@@ -190,7 +190,7 @@ def fit_reports(reports: list[dict], world_size: int, *, backend: str, base: "st
 
     compute = _fit_compute(medians, base_hw)
     # the runtime's own pieces: per kernel pass beyond the launch (an op is a forward and
-    # a backward pass), per collective call beyond the raw call
+    # a backward pass), per collective call the wrapper's own cost
     host_op_s = max(0.0, medians[("host_op",)] / 2 - compute.launch_s)
     collective_call_s = max(0.0, medians[("collective_call",)])
     fits, measurements, measured, intra, inter = _fit_network(medians, world_size, base_hw)

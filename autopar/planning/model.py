@@ -106,9 +106,11 @@ def _fuse_work(gm: fx.GraphModule, work: dict) -> int:
         moved = sum(s.nbytes for a in read if (s := tensor_spec(a)) is not None) + \
             sum(s.nbytes for n in written if (s := tensor_spec(n)) is not None)
         flops = sum(work[n.name].flops for n in kernels)
-        work[kernels[0].name] = dataclasses.replace(work[kernels[0].name], flops=flops, bytes_moved=moved)
+        special = sum(work[n.name].special for n in kernels)  # the chain's functions still evaluate
+        work[kernels[0].name] = dataclasses.replace(work[kernels[0].name], flops=flops, bytes_moved=moved,
+                                                    special=special)
         for n in kernels[1:]:
-            work[n.name] = dataclasses.replace(work[n.name], flops=0, bytes_moved=0, is_kernel=False)
+            work[n.name] = dataclasses.replace(work[n.name], flops=0, bytes_moved=0, is_kernel=False, special=0)
     return len(chains)
 
 

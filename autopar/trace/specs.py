@@ -25,7 +25,7 @@ class _SpecRecorder(fx.Interpreter):
     metadata alone is run once per distinct :func:`_op_key` (its target, and per
     argument a tensor's shape, strides, dtype, device and ``requires_grad``, or the
     constant itself); a repeat gets fresh empty tensors of the remembered results'
-    metadata, so no two nodes share a tensor. Not remembered: in-place operations
+    metadata (or, with nothing in place in the graph, the remembered tensor itself). Not remembered: in-place operations
     (their effect on the input is the point), results of data-dependent size (symbolic
     sizes), results that are not tensors, plain numbers or tuples of them, views with an
     offset, and modules other than torch's own layers (whose behaviour their plain
@@ -46,7 +46,7 @@ class _SpecRecorder(fx.Interpreter):
         else:
             result = super().run_node(n)
             if key is not None and _rememberable(result):
-                self.memo[key] = result
+                self.memo[key] = result if self.share else _fresh(result)  # a later in-place op cannot reach it
         if n.op != "output":
             n.meta[SPEC] = spec_from_value(result)
         return result
@@ -91,8 +91,10 @@ def _module_key(module: torch.nn.Module) -> Any:
     """What a leaf of torch's own layers computes from: its class, plain attributes
     (sizes, flags, ``training``) and its tensors' metadata; None for another module."""
     cls = type(module)
-    if not cls.__module__.startswith("torch.nn.modules.") or module._forward_hooks or module._forward_pre_hooks:
-        return None
+    from torch.nn.modules import module as nn_module
+    if (not cls.__module__.startswith("torch.nn.modules.") or module._forward_hooks or module._forward_pre_hooks
+            or nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks or module._modules):
+        return None  # hooks, or children whose own state the key does not read
     plain = []
     for name, value in sorted(vars(module).items()):
         if name in ("_parameters", "_buffers", "_modules"):
@@ -112,6 +114,9 @@ def _in_place(n: fx.Node) -> bool:
     target = n.target
     if n.op == "call_module":
         return bool(getattr(n.graph.owning_module.get_submodule(target), "inplace", False))
+    schema = getattr(target, "_schema", None)
+    if schema is not None and schema.is_mutable:  # an ATen overload ("unsqueeze_.default")
+        return True
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     return bool(name.endswith("_") and not name.endswith("__") or name.startswith("__i") or n.kwargs.get("inplace")
                 or "out" in n.kwargs or target in _IN_PLACE_OPERATORS)
@@ -141,8 +146,9 @@ def _op_key(interpreter: fx.Interpreter, n: fx.Node) -> Any:
 
 
 def _rememberable(result: Any) -> bool:
-    if isinstance(result, torch.Tensor):
-        return type(result) is not torch.nn.Parameter and _concrete(result) and result.storage_offset() == 0
+    if isinstance(result, torch.Tensor):  # a real tensor's values are not its metadata's
+        return (type(result) is not torch.nn.Parameter and (isinstance(result, FakeTensor) or result.is_meta)
+                and _concrete(result) and result.storage_offset() == 0)
     if type(result) in (int, float, bool, torch.Size):
         return True
     return type(result) is tuple and all(_rememberable(r) for r in result)
