@@ -42,7 +42,7 @@ import statistics
 import sys
 import time
 
-from common import REPO_ROOT
+from common import REPO_ROOT, timed_step
 
 import torch  # noqa: E402
 
@@ -108,7 +108,6 @@ def measure_job(strategies: list[dict], hardware, steps: int, warmup: int, case=
     ``model_case`` function to time (this one's by default), or a zoo name. ``halves``:
     also each plan's medians over the odd and the even rounds (``(median, odd, even)``
     per plan), whose disagreement is the run-to-run noise a prediction cannot beat."""
-    import torch.distributed as dist
 
     import autopar
     torch.set_num_threads(1)
@@ -124,22 +123,13 @@ def measure_job(strategies: list[dict], hardware, steps: int, warmup: int, case=
                                         example_target=target, example_kwargs=kwargs, strategy=strategy,
                                         hardware=hardware))
 
-    def timed(pm) -> float:
-        for p in pm.parameters():
-            p.grad = None
-        dist.barrier()
-        t0 = time.perf_counter()
-        pm.step(*inputs, target=target, **kwargs)
-        dist.barrier()
-        return time.perf_counter() - t0
-
     for pm in compiled:
         for _ in range(warmup):
-            timed(pm)
+            timed_step(pm, inputs, target, kwargs)
     times: list[list[float]] = [[] for _ in compiled]
     for _ in range(steps):
         for pm, samples in zip(compiled, times):
-            samples.append(timed(pm))
+            samples.append(timed_step(pm, inputs, target, kwargs))
     del compiled
     if halves:
         return [(statistics.median(t), statistics.median(t[0::2]), statistics.median(t[1::2])) for t in times]

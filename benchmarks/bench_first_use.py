@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from common import REPO_ROOT
+from common import REPO_ROOT, timed_step
 
 import torch
 
@@ -89,7 +89,6 @@ def available(name: str) -> bool:
 def job(models: list[str], steps: int, warmup: int, each: bool = False) -> dict:
     """On every rank: per model, compile each plan (the first compile measures the
     machine), time interleaved rounds; rank 0's (form, predicted, measured median, odd, even)."""
-    import torch.distributed as dist
 
     import autopar
     torch.set_num_threads(1)
@@ -109,19 +108,10 @@ def job(models: list[str], steps: int, warmup: int, each: bool = False) -> dict:
                 out.setdefault("_first_compile_s", []).append(time.perf_counter() - started)
                 out["_hardware"] = compiled[label].plan.hardware
 
-        def timed(pm) -> float:
-            for p in pm.parameters():
-                p.grad = None
-            dist.barrier()
-            t0 = time.perf_counter()
-            pm.step(*inputs, target=target, **kwargs)
-            dist.barrier()
-            return time.perf_counter() - t0
-
         times: dict[str, list[float]] = {label: [] for label in compiled}
         for r in range(warmup + steps):
             for label, pm in compiled.items():
-                t = timed(pm)
+                t = timed_step(pm, inputs, target, kwargs)
                 if r >= warmup:
                     times[label].append(t)
         out[name] = {label: (pm.plan.form, pm.plan.step_s, statistics.median(times[label]),
@@ -170,7 +160,8 @@ def main(argv=None) -> int:
         print(f"| {name} | auto / fastest measured | | | {rows['auto'][2] / fastest:.2f} | |")
     print(f"\n{inside} of {total} predictions within 25 % of the measured step")
     if not args.keep_profile:
-        print(f"the measured profile: {env['AUTOPAR_CACHE_DIR']}/profiles/gloo.json")
+        where = "<model>/" if each else ""
+        print(f"the measured profile: {env['AUTOPAR_CACHE_DIR']}/{where}profiles/gloo.json")
     return 0
 
 

@@ -60,6 +60,19 @@ def interleaved(sides: Mapping[str, Callable[[], object]], steps: int, warmup: i
     return times
 
 
+def timed_step(pm, inputs, target, kwargs) -> float:
+    """Seconds of one ``pm.step`` on every rank, gradients cleared first, between two
+    barriers of the default group (all ranks start together; the slowest sets the time)."""
+    import torch.distributed as dist
+    for p in pm.parameters():
+        p.grad = None
+    dist.barrier()
+    start = time.perf_counter()
+    pm.step(*inputs, target=target, **kwargs)
+    dist.barrier()
+    return time.perf_counter() - start
+
+
 def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
     """(first quartile, median, third quartile), linear interpolation between samples."""
     if len(values) == 1:

@@ -371,8 +371,8 @@ def _description(compute: _Compute, facts: dict, backend: str, world_size: int, 
         f"{s.copy_bytes >> 20} MiB (read + write) {compute.memory_bandwidth / 1e9:.2f} GB/s; memory = "
         f"{'device memory' if facts['device_type'] == 'cuda' else 'MemTotal / ranks'}. "
         + (f"Collectives over groups of consecutive ranks, G in {group_sizes(world_size)}, "
-           f"{s.message_bytes[0]} B..{s.message_bytes[-1] >> 20} MiB (all-reduce, all-gather and reduce-scatter also "
-           f"{BULK_BYTES >> 20} MiB), fitted per (collective, G) to cost.FORMULAS "
+           f"{s.message_bytes[0]} B..{s.message_bytes[-1] >> 20} MiB (all-reduce and reduce-scatter also "
+           f"{BULK_BYTES >> 20} MiB, all-gather {BULK_BYTES >> 21} MiB parts), fitted per (collective, G) to cost.FORMULAS "
            f"by relative-error NNLS (field measured); intra-node = all_reduce at the smallest G, inter-node = all_reduce "
            f"G={max(group_sizes(world_size))}, devices_per_node = {world_size}." if world_size > 1 else
            f"One rank: no collective timed; the network figures and devices_per_node are {base}'s."))

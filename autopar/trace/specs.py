@@ -11,6 +11,7 @@ import torch.fx as fx
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.nn.modules import module as nn_module
 
 from autopar.ir import SPEC, spec_from_value
 
@@ -24,9 +25,9 @@ class _SpecRecorder(fx.Interpreter):
     before already answered. So an operation whose result is a function of its inputs'
     metadata alone is run once per distinct :func:`_op_key` (its target, and per
     argument a tensor's shape, strides, dtype, device and ``requires_grad``, or the
-    constant itself); a repeat gets fresh empty tensors of the remembered results'
-    metadata (or, with nothing in place in the graph, the remembered tensor itself). Not remembered: in-place operations
-    (their effect on the input is the point), results of data-dependent size (symbolic
+    constant itself); a repeat gets the remembered tensor itself where nothing in the
+    graph works in place, else fresh empty tensors of its metadata. Not remembered:
+    in-place operations (their effect on the input is the point), results of data-dependent size (symbolic
     sizes), results that are not tensors, plain numbers or tuples of them, views with an
     offset, and modules other than torch's own layers (whose behaviour their plain
     attributes and parameters' metadata fix)."""
@@ -34,13 +35,14 @@ class _SpecRecorder(fx.Interpreter):
     def __init__(self, gm: fx.GraphModule):
         super().__init__(gm)
         self.memo: dict = {}
+        self.in_place = {n for n in gm.graph.nodes if n.op in _REMEMBERED and _in_place(n)}
         # with nothing in place in the graph, a tensor is never changed after it is made,
         # and a repeat can be handed the remembered tensor itself (a fake one has no
         # values to share); else each gets its own
-        self.share = not any(n.op in _REMEMBERED and _in_place(n) for n in gm.graph.nodes)
+        self.share = not self.in_place
 
     def run_node(self, n: fx.Node) -> Any:
-        key = _op_key(self, n) if n.op in _REMEMBERED else None
+        key = _op_key(self, n) if n.op in _REMEMBERED and n not in self.in_place else None
         if key is not None and key in self.memo:
             result = self.memo[key] if self.share else _fresh(self.memo[key])
         else:
@@ -53,9 +55,10 @@ class _SpecRecorder(fx.Interpreter):
 
 
 _REMEMBERED = ("call_function", "call_method", "call_module")
-_IN_PLACE_OPERATORS = frozenset(getattr(operator, name) for name in dir(operator)
-                                if name.startswith("i") and name[1:] in dir(operator) and callable(getattr(operator, name))
-                                ) | {operator.iand, operator.ior, operator.setitem, operator.delitem}
+_IN_PLACE_OPERATORS = frozenset({
+    operator.iadd, operator.isub, operator.imul, operator.imatmul, operator.itruediv, operator.ifloordiv,
+    operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift,
+    operator.iconcat, operator.setitem, operator.delitem})
 _CONSTANTS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout,
               type(Ellipsis))
 
@@ -91,7 +94,6 @@ def _module_key(module: torch.nn.Module) -> Any:
     """What a leaf of torch's own layers computes from: its class, plain attributes
     (sizes, flags, ``training``) and its tensors' metadata; None for another module."""
     cls = type(module)
-    from torch.nn.modules import module as nn_module
     if (not cls.__module__.startswith("torch.nn.modules.") or module._forward_hooks or module._forward_pre_hooks
             or nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks or module._modules):
         return None  # hooks, or children whose own state the key does not read
@@ -105,7 +107,7 @@ def _module_key(module: torch.nn.Module) -> Any:
             return None  # an attribute of another kind: not keyed, not remembered
     tensors = [(name, _value_key(t)) for name, t in (*module._parameters.items(), *module._buffers.items())
                if t is not None]
-    return (cls, tuple(plain), tuple(tensors), tuple(module._modules))
+    return (cls, tuple(plain), tuple(tensors))
 
 
 def _in_place(n: fx.Node) -> bool:
@@ -123,9 +125,8 @@ def _in_place(n: fx.Node) -> bool:
 
 
 def _op_key(interpreter: fx.Interpreter, n: fx.Node) -> Any:
-    """The key of ``n``'s operation on its arguments' metadata, or None (not remembered)."""
-    if _in_place(n):
-        return None  # in place, or into a given tensor: what it does to its input is the point
+    """The key of ``n``'s operation (not in place) on its arguments' metadata, or None
+    (not remembered)."""
     target = n.target
     try:
         args, kwargs = interpreter.fetch_args_kwargs_from_env(n)
