@@ -64,3 +64,107 @@ def test_the_plan_is_the_one_without_the_cut(name, monkeypatch):
     assert {(str(c.mesh), c.form) for c in cut.candidates} <= listed
     if name == "gpt-64-selene":  # where the cut drops configurations the search would list
         assert len(cut.candidates) < len(whole.candidates)
+
+
+# the pipeline's bound (autopar.strategies.pipeline.bound): models with pipelines worth
+# weighing, on GPU presets (CPU ranks have no bound: waiting stages free cores)
+PIPELINE_CASES = {
+    "gpt-user-64-selene": (lambda: gpt_user_meta(8, 1024, 16, 64, 256, vocab=4096), 64, "a100-selene"),
+    "gpt-48-h100": (lambda: gpt_meta(6, 768, 12, 48, 128, vocab=3000), 48, "h100"),
+    "gpt-user-384-selene": (lambda: gpt_user_meta(12, 12288, 96, 192, 2048, vocab=8192), 384, "a100-selene"),
+    "mixtral-64-h100": (lambda: _zoo("Mixtral-8x7B", 256), 64, "h100"),  # the experts' second round
+}
+
+
+def _zoo(name: str, batch: int):
+    from examples.zoo import logits_loss
+    from test_plan_zoo import build
+    model, ids = build(name, batch)
+    return model, (ids,), logits_loss, ids
+
+
+def _pipeline_context(name: str):
+    build, world, preset = PIPELINE_CASES[name]
+    gm = analyse(capture(*build()))
+    hw = get_hardware(preset)
+    return gm, world, hw, PlanContext(ModelFacts(gm, fusion=hw.fused_kernels), world, hw.on_world(world), None, name)
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINE_CASES))
+def test_the_pipeline_bound_is_never_above_a_layouts_step(name):
+    """Every layout ``"auto"`` weighs, priced in full (its best schedule, microbatch count,
+    recomputation and ZeRO stage), takes at least its bound; the bound is not vacuous."""
+    from autopar.strategies.pipeline.bound import step_floor
+    from autopar.strategies.pipeline.planner import Pipeline
+    _, _, _, ctx = _pipeline_context(name)
+    family, checked, tight = Pipeline(), 0, 0
+    for config in family.candidates(ctx):
+        priced = family.price(ctx, config)  # ctx.best_s is infinite: nothing is cut
+        floor = step_floor(ctx.model, ctx.hw, config)
+        if priced.step_s is None:
+            continue
+        assert 0 < floor <= priced.step_s * (1 + 1e-12), (config, floor, priced.step_s)
+        checked += 1
+        tight += floor > 0.5 * priced.step_s
+    assert checked >= 10 and tight >= checked // 3, (checked, tight)
+
+
+def test_no_pipeline_bound_on_cpu_ranks():
+    """Ranks sharing a host's cores compute faster while other stages wait
+    (``Hardware.while_busy``): no bound holds there, none is used."""
+    from autopar.strategies.pipeline.bound import step_floor
+    from autopar.strategies.pipeline.planner import Pipeline
+    import dataclasses
+    _, _, _, ctx = _pipeline_context("gpt-48-h100")
+    shared = dataclasses.replace(ctx.hw, host_cores=2)  # as ``autopar calibrate`` measures CPU ranks
+    configs = Pipeline().candidates(ctx)
+    assert any(step_floor(ctx.model, ctx.hw, c) > 0 for c in configs)
+    assert all(step_floor(ctx.model, shared, c) == 0.0 for c in configs)
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINE_CASES))
+def test_the_plan_is_the_one_without_the_pipeline_cut(name, monkeypatch):
+    """With the layouts that cannot win cut, the plan (and the mixed-stage pipelines the
+    second round weighs at the fastest layouts) is the search's without the cut; the cut
+    ones are listed, with their bound."""
+    from autopar.strategies.pipeline import bound
+    from autopar.strategies.pipeline import planner as pipeline_planner
+    from autopar.strategies.registry import FAMILIES
+    gm, world, hw, _ = _pipeline_context(name)
+    second: dict[str, list] = {"cut": [], "whole": []}  # what each family's second round weighs
+    run = ["cut"]
+    for family in FAMILIES:
+        def recorded(ctx, weighed, _f=family.follow_ups):
+            out = _f(ctx, weighed)
+            second[run[0]].extend(out)
+            return out
+        monkeypatch.setattr(family, "follow_ups", recorded)
+    cut = plan_graph(gm, world, hw)
+    monkeypatch.setattr(pipeline_planner, "step_floor", lambda model, hw, config: 0.0)
+    run[0] = "whole"
+    whole = plan_graph(gm, world, hw)
+    assert second["cut"] == second["whole"]
+    if name == "gpt-user-384-selene":  # pipelines of mixed stages at the fastest layouts
+        assert any(c.pipeline > 1 and c.mixed for c in second["cut"])
+    if name == "mixtral-64-h100":  # the fastest pipelines with their experts spread
+        assert any(c.pipeline > 1 and c.experts > 1 for c in second["cut"])
+    assert (cut.mesh, cut.form, cut.pipeline, cut.zero, cut.recompute, cut.microbatches, cut.step_s) == \
+        (whole.mesh, whole.form, whole.pipeline, whole.zero, whole.recompute, whole.microbatches, whole.step_s)
+    def layout(c):  # a pipeline layout of the first round: its mesh and chunks
+        return str(c.mesh), "v=2" in c.form
+
+    def second_round(c):  # a pipeline of mixed stages
+        return c.form.startswith("pipeline") and ("mixed" in c.form or "," in c.form or "3d" in c.form)
+
+    def first_round(c):
+        return c.form.startswith("pipeline") and not second_round(c)
+    priced = {layout(c): c for c in whole.candidates if first_round(c)}
+    dropped = [c for c in cut.candidates if c.reason.startswith(bound.CUT)]
+    assert dropped, "no layout was cut"
+    for c in dropped:  # cut: slower than the winner, as priced in full
+        assert priced[layout(c)].step_s is None or priced[layout(c)].step_s > cut.step_s
+    assert len(cut.candidates) == len(whole.candidates)
+    assert [(layout(c), c.step_s) for c in cut.candidates if second_round(c)] == \
+        [(layout(c), c.step_s) for c in whole.candidates if second_round(c)]
+    others = [(str(c.mesh), c.form, c.step_s) for c in whole.candidates if not c.form.startswith("pipeline")]
+    assert [(str(c.mesh), c.form, c.step_s) for c in cut.candidates if not c.form.startswith("pipeline")] == others

@@ -110,7 +110,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     weighed: list[tuple[int, Priced]] = [(i - len(offered), c) for i, (_, c) in enumerate(offered)
                                          if isinstance(c, Priced)]
     to_price = sorted(((i, family, c) for i, (family, c) in enumerate(offered) if not isinstance(c, Priced)),
-                      key=lambda x: (getattr(x[1], "priced_late", False), x[0]))
+                      key=lambda x: (getattr(x[1], "priced_late", False), x[1].step_floor(ctx, x[2]), x[0]))
     progress.total = len(to_price)
     best: tuple[Family, Priced] | None = None
     family_of: dict[int, Family] = {}

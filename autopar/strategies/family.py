@@ -38,6 +38,12 @@ formulas, collectives) and tells the planner, through the methods of
     Configurations derived from what every family's candidates priced at: a second
     round of the search (the pipeline's mixed stages at its fastest layouts).
 
+``step_floor(ctx, candidate)`` (optional, 0 by default)
+    A lower bound on the configuration's step, known before it is priced: the search
+    prices in ascending order of it, so the best step so far (``ctx.best_s``) is found
+    early, and the family may cut a configuration whose bound exceeds it (the pipeline's
+    layouts, :mod:`autopar.strategies.pipeline.bound`).
+
 ``fallbacks(ctx)`` (optional, none by default)
     Configurations priced only when every other one was refused: replication, the
     last resort of ``"auto"`` (:mod:`autopar.strategies.replicate.planner`).
@@ -214,6 +220,13 @@ class CompileHooks:
         (``weighed``), derived from them: none by default."""
         return []
 
+    def step_floor(self, ctx: PlanContext, config: Strategy) -> float:
+        """Seconds ``config``'s step takes at least, known before it is priced (0: no
+        bound). The search prices each round's configurations in ascending order of it
+        (after the families ``priced_late``), so that the best step so far is found early
+        and a family can cut a configuration whose bound exceeds it."""
+        return 0.0
+
     def fallbacks(self, ctx: PlanContext) -> list[Strategy]:
         """Configurations priced only when no other configuration is feasible (replication
         under ``"auto"``): none by default."""
@@ -268,6 +281,8 @@ class Family(Protocol):
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan: ...
 
     def follow_ups(self, ctx: PlanContext, weighed: list[Priced]) -> list[Strategy]: ...
+
+    def step_floor(self, ctx: PlanContext, config: Strategy) -> float: ...
 
     def fallbacks(self, ctx: PlanContext) -> list[Strategy]: ...
 

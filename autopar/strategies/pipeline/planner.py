@@ -47,6 +47,7 @@ from autopar.strategies.mixed.stages import StagePlans
 from autopar.strategies.mixed.structure import tensor_grids, widest_branching
 from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline import layout as parameter_layout
+from autopar.strategies.pipeline.bound import cut, priced_in_full, step_floor
 from autopar.strategies.pipeline.numbers import PipelineNumbers, pipeline_numbers, with_zero
 from autopar.strategies.pipeline.program import PipelineRankRuntime, pipeline_rank_code
 from autopar.strategies.pipeline.shape import PipelineShape, pipeline_shape
@@ -339,6 +340,10 @@ class Pipeline(CompileHooks):
         here (:func:`search_pipeline`); the memory reported is without it; ``row_units``:
         as :func:`_microbatch_counts`."""
         label = pipeline_label(config)
+        if ctx.forced is None:  # what cannot win is not priced (bound.py)
+            floor = self.step_floor(ctx, config)
+            if floor > ctx.best_s[0] * (1 + 1e-9):
+                return cut(self.name, config, pipeline_mesh(config), label, floor, ctx.best_s[0])
         # a mixed configuration: each region its own family inside the stages
         stage_plans = (lambda shape, tensor: StagePlans(ctx, shape, tensor, config.grid, config.tensor_subgrids)
                        if config.mixed else None)
@@ -383,8 +388,12 @@ class Pipeline(CompileHooks):
         if ctx.forced is not None:
             return []
         widest = widest_branching(ctx.model)
-        mine = sorted((p for p in weighed if p.family == self.name and p.feasible and not p.config.mixed
-                       and p.detail.tensor > 1), key=lambda p: p.step_s)[:MIXED_AT]
+
+        def wanted(p: Priced) -> bool:
+            return p.family == self.name and p.feasible and not p.config.mixed and p.detail.tensor > 1
+        weighed = priced_in_full(ctx, [p for p in weighed if p.family == self.name and p.config.tensor > 1],
+                                 self.price, wanted, lambda p: p.step_s, lambda floor: floor, MIXED_AT)
+        mine = sorted((p for p in weighed if wanted(p)), key=lambda p: p.step_s)[:MIXED_AT]
         out = []
         for priced in mine:
             n, c = priced.detail, priced.config
@@ -393,6 +402,10 @@ class Pipeline(CompileHooks):
             grids = ([None] if widest >= t else []) + tensor_grids(ctx.model, t, rows=False)
             out += [dataclasses.replace(base, grid=g) for g in grids]
         return out
+
+    def step_floor(self, ctx: PlanContext, config: Strategy) -> float:
+        """:func:`~autopar.strategies.pipeline.bound.step_floor` (0 under a forced strategy)."""
+        return 0.0 if ctx.forced is not None else step_floor(ctx.model, ctx.hw, config)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         return pipeline_plan(ctx.model, ctx.world, ctx.hw, ctx.name, priced.detail)
