@@ -22,6 +22,8 @@ import contextvars
 import time
 from typing import Iterator
 
+from autopar.heap import held
+
 COMPILE_PHASES = ("checks", "capture", "analysis", "planning", "groups", "module")
 """``compile``'s phases, in order (``checks``: the ranks' agreement on the call, the
 hardware and the plan, and what lies between the other phases)."""
@@ -82,7 +84,13 @@ def recording(timings: Timings, prefix: str) -> Iterator[Timings]:
 @contextlib.contextmanager
 def phase(name: str) -> Iterator[None]:
     """Time the block as phase ``name`` of the active recording (none: nothing), less
-    the time of the phases inside it."""
+    the time of the phases inside it; the objects that exist when it starts are held out
+    of the garbage collector's walks while it runs (:func:`autopar.heap.held`)."""
+    with held():
+        yield from _timed(name)
+
+
+def _timed(name: str) -> Iterator[None]:
     active = _RECORDING.get()
     if active is None:
         yield

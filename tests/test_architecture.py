@@ -18,7 +18,7 @@ PACKAGE = ROOT / "autopar"
 # Bottom to top; a module belongs to the layer of its longest prefix listed here. A
 # module may import its own layer and the layers below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("vocabulary", ("autopar._torch_compat", "autopar.ir", "autopar.grid", "autopar.timing")),
+    ("vocabulary", ("autopar._torch_compat", "autopar.ir", "autopar.grid", "autopar.timing", "autopar.heap")),
     ("runtime primitives", ("autopar.runtime",)),
     ("parameter layout", ("autopar.layout",)),
     ("capture", ("autopar.trace",)),

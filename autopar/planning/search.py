@@ -26,6 +26,7 @@ import torch.fx as fx
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
+from autopar.heap import held
 from autopar.ir import CAPTURE, LOSS_TERMS, RANDOM_SITES, tensor_spec
 from autopar.planning.conflicts import batch_conflict, random_conflict
 from autopar.planning.breakdown import record as record_breakdown
@@ -60,7 +61,14 @@ class Progress:
 def plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any = "auto",
                *, model_name: str | None = None, progress: Progress | None = None) -> Plan:
     """Plan an analysed graph (captured at the global batch) for ``world_size`` ranks;
-    ``progress`` hears of every configuration priced."""
+    ``progress`` hears of every configuration priced. The objects that exist when it
+    starts are held out of the garbage collector's walks (:func:`autopar.heap.held`)."""
+    with held():
+        return _plan_graph(gm, world_size, hw, strategy, model_name, progress)
+
+
+def _plan_graph(gm: fx.GraphModule, world_size: int, hw: Hardware, strategy: Any, model_name: str | None,
+                progress: Progress | None) -> Plan:
     model = ModelFacts(gm, fusion=hw.fused_kernels)
     forced = Strategy.parse(strategy)
     levers = forced

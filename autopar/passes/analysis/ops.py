@@ -88,8 +88,20 @@ def is_call(node: fx.Node, targets: set) -> bool:
 
 
 def module_of(gm: fx.GraphModule, node: fx.Node) -> nn.Module | None:
+    """The module a ``call_module`` node calls (None for other nodes, or where its path
+    names none). Read down the registered children (``_modules``), as
+    ``nn.Module.get_submodule`` finds them without its attribute lookups (the planner
+    asks for tens of thousands of them); anything else is left to ``get_submodule``."""
     if node.op != "call_module":
         return None
+    mod = gm
+    for atom in str(node.target).split("."):
+        child = mod._modules.get(atom)
+        if child is None:
+            break
+        mod = child
+    else:
+        return mod
     try:
         return gm.get_submodule(node.target)
     except AttributeError:

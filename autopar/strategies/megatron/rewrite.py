@@ -41,7 +41,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from autopar.ir import PARAM_SHARDS, REGION_OF, SPEC, regions, tensor_spec
+from autopar.ir import PARAM_SHARDS, REGION_OF, REGIONS, SPEC, regions, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.shared.sharding import Shard
@@ -165,7 +165,7 @@ class _Rewriter(SequenceSplit, LayoutPropagator):
         self.padded: dict[str, int] = {}       # column node name -> its vocabulary, when padded
         self.rows: set[str] = set()
         self.embeddings: dict[str, int] = {}   # node name -> vocab size
-        known = {r.id: r for r in regions(gm)}
+        known = gm.meta.get(REGIONS, {})  # every region by id, in discovery order
         missing = sorted(chosen - set(known))
         if missing:
             raise TensorParallelError(f"the plan names regions {missing} that analysis did not find in this graph")

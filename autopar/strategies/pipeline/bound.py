@@ -36,7 +36,7 @@ from autopar.cost.hardware import Hardware
 from autopar.planning.model import ModelFacts, region_sizes, split_factor
 from autopar.planning.strategy import Strategy
 from autopar.strategies.family import PlanContext, Priced
-from autopar.strategies.pipeline.shape import pipeline_shape
+from autopar.strategies.pipeline.stages import blocks_of
 from autopar.strategies.shared.levers import GRAD_BYTES
 
 
@@ -54,12 +54,10 @@ def step_floor(model: ModelFacts, hw: Hardware, config: Strategy) -> float:
 
 
 def _floor(model: ModelFacts, hw: Hardware, p: int, v: int, d: int, t: int) -> float:
-    try:
-        shape = pipeline_shape(model, p * v)
-    except Exception:  # noqa: BLE001 - a layout that cannot be cut is refused when priced
-        return 0.0
+    if p * v > len(blocks_of(model.gm)):
+        return 0.0  # refused when priced, with its reason
     affine = not hw.measured.get("table")
-    compute = model.seconds(shape.outside_all, hw, 1 / d)
+    compute = model.seconds(_outside(model), hw, 1 / d)
     params = model.fact("params", lambda: float(sum(x.numel() for x in model.params.values())))
     for r, count in _classes(model):  # identical regions price alike (ModelFacts.region_class)
         seconds = model.seconds(r.nodes, hw, 1 / d)
@@ -77,6 +75,17 @@ def _floor(model: ModelFacts, hw: Hardware, p: int, v: int, d: int, t: int) -> f
                    cost_model.reduce_scatter_time(d, grads, hw, stride=t)
                    + cost_model.all_gather_time(d, grads / d, hw, stride=t))
     return compute / p + data
+
+
+def _outside(model: ModelFacts) -> tuple[str, ...]:
+    """The computing nodes outside every region: what a pipeline's stages run besides
+    their regions, whatever the cut (``PipelineShape.outside_all``: a partition gives
+    every node but placeholders, attributes and the output a stage)."""
+    def outside() -> tuple[str, ...]:
+        inside = {n for r in model.regions for n in r.nodes}
+        return tuple(n.name for n in model.gm.graph.nodes
+                     if n.op not in ("placeholder", "get_attr", "output") and n.name not in inside)
+    return model.fact("pipeline.outside", outside)
 
 
 def _classes(model: ModelFacts) -> list[tuple[object, int]]:
