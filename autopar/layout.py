@@ -220,6 +220,18 @@ class ParamLayout:
         return cut_shape(placement, self.seat)
 
 
+def zero_unit(name: str) -> str:
+    """The unit a ZeRO-3 parameter is all-gathered and reduce-scattered with
+    (:mod:`autopar.strategies.data.zero_runtime`): its layer, the name up to its first
+    index (``layers.3`` of ``layers.3.attention.wq.weight``, as torchtitan's FSDP2 wraps
+    each layer), or its module outside any stack (``norm`` of ``norm.weight``)."""
+    parts = name.split(".")
+    for k, part in enumerate(parts[:-1]):
+        if part.isdigit():
+            return ".".join(parts[:k + 1])
+    return ".".join(parts[:-1])
+
+
 def cut_shape(placement: Placement, seat: Seat) -> tuple[int, ...]:
     """The shape of the part of ``placement``'s parameter that ``seat``'s cut keeps (the
     full shape when it is whole), worked out on the meta device."""

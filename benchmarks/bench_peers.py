@@ -6,6 +6,9 @@ and the peer's own way of parallelising that model to the same degrees. Both sid
 from the same weights (one seed) and see the same global batch; a step is ``zero_grad`` +
 forward + loss + backward (the gradient synchronisation included), no optimizer step.
 
+``llama3-fsdp4``: the same model, autopar's ``{"data": 4, "zero": 3}`` against torchtitan's
+FSDP2 over 4 (``fully_shard`` per layer and at the root, resharding after forward).
+
 ``llama3-dp2-tp2-sp``: torchtitan's Llama 3 (release 0.3.0, its debug model: dim 256,
 16 heads, vocabulary 2048, :data:`LAYERS` layers, SDPA inner attention), float32, batch
 8 × 64 tokens, 4 gloo ranks:
@@ -127,6 +130,9 @@ ENTRIES = {e.case: e for e in [
     Entry("llama3-dp2-tp2-sp", 4, llama3, {"data": 2, "tensor": 2, "sequence_parallel": True},
           "torchtitan", torchtitan_side, {"dp_shard": 2, "tp": 2, "sequence_parallel": True},
           torchtitan_llama.available, import_torchtitan),
+    Entry("llama3-fsdp4", 4, llama3, {"data": 4, "zero": 3},
+          "torchtitan", torchtitan_side, {"dp_shard": 4, "tp": 1, "sequence_parallel": False},
+          torchtitan_llama.available, import_torchtitan),
 ]}
 CASES = list(ENTRIES)
 QUICK_CASES = CASES
@@ -237,8 +243,8 @@ def summarise(case: str, peer: str, rank_results: list[tuple]) -> tuple:
     info["memory_ratio"] = peaks["autopar"] / peaks[peer]
     errors = ", ".join(f"{name} {n['loss_rel']:.1e}/{n['grad_norm_rel']:.1e}"
                        for name, n in info["numerics"].items() if "loss_rel" in n)
-    split = ("attention split" if set(info["attention"]) == {"megatron"}
-             else f"ATTENTION NOT ALL MEGATRON: {info['attention']}")
+    split = ("no tensor split" if info["mesh"].get("tensor", 1) == 1 else "attention split"
+             if set(info["attention"]) == {"megatron"} else f"ATTENTION NOT ALL MEGATRON: {info['attention']}")
     note = (f"peak memory per rank autopar {info['peak_mib']['autopar']:.1f} MiB, {peer} "
             f"{info['peak_mib'][peer]:.1f} MiB (ratio {info['memory_ratio']:.2f}); loss/grad-norm rel. error "
             f"vs one process: {errors}; {split}")

@@ -86,8 +86,10 @@ def _check(strategy, reports) -> None:
             assert report["held_params"] <= report["held_without_zero"] / data * 1.02 + 64, report
             assert report["held_without_zero"] < report["all_params"] or data == 4
             stats = report["zero_stats"]
-            if strategy["zero"] == 3:
-                assert stats["prefetched"] > 0 and stats["regathered"] > 0, stats
+            if strategy["zero"] == 3:  # units prefetched; backward gathers again what forward freed
+                # (a pipeline stage's last unit is still held when its backward starts, and the
+                # other's, an embedding, keeps no weight for backward)
+                assert stats["prefetched"] > 0 and (stats["regathered"] > 0 or "pipeline" in strategy), stats
             else:
                 assert stats == {"gathered": 0, "prefetched": 0, "regathered": 0}, stats
         if strategy.get("recompute") == "full":

@@ -35,7 +35,7 @@ def record(plan: Plan, priced, batch_s: float, largest: float, counts_targets: b
     """Fill ``plan.breakdown`` from the priced winner ``priced`` (a
     :class:`~autopar.strategies.family.Priced`); ``batch_s``: the search's per-step
     terms in the data communication (``counts_targets``: whether they count the loss's
-    targets); ``largest``: the model's two largest parameters' elements (ZeRO-3 holds
+    targets); ``largest``: the model's two largest ZeRO-3 units' elements (ZeRO-3 holds
     them gathered)."""
     out = {"batch_s": batch_s, "counts_targets": counts_targets, "tied_s": 0.0, "memory_rank": None}
     detail, spread = priced.detail, 0.0

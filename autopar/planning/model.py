@@ -29,6 +29,7 @@ from autopar.passes.analysis.ops import (is_cross_entropy, is_dropout, is_embedd
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import REGION_OF, regions, tensor_spec
+from autopar.layout import zero_unit
 from autopar.passes.fusion.rewrite import fusible_chains
 
 TENSOR_KINDS = ("vocab", "attention", "linear_chain")
@@ -273,9 +274,15 @@ class ModelFacts:
 
     @property
     def largest_params(self) -> float:
-        """The two largest parameters' elements (ZeRO-3 holds them gathered)."""
-        return self.fact("largest_params",
-                         lambda: float(sum(sorted((p.numel() for p in self.params.values()), reverse=True)[:2])))
+        """The elements of the two largest ZeRO-3 units (:func:`~autopar.layout.zero_unit`:
+        a layer, or a module outside the stacks): ZeRO-3 holds the one in use and the one
+        prefetched gathered whole."""
+        def largest() -> float:
+            units: dict[str, int] = {}
+            for name, p in self.params.items():
+                units[zero_unit(name)] = units.get(zero_unit(name), 0) + p.numel()
+            return float(sum(sorted(units.values(), reverse=True)[:2]))
+        return self.fact("largest_params", largest)
 
     def memo(self, name: str) -> dict:
         """A family's memo of this model (a dict it fills as it prices), e.g. ``"3d.regions"``."""

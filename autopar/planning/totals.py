@@ -205,7 +205,7 @@ def _data_terms(plan, rec: Reconciliation, group: str, rest: float) -> None:
 
 MEMORY_LABELS = {
     "parameters": "parameters (fp32, 4 B each)",
-    "gathered": "ZeRO-3: the two largest parameters gathered whole",
+    "gathered": "ZeRO-3: the two largest units (layers) gathered whole",
     "gradients": "gradients (4 B each)",
     "optimizer": "optimizer state (AdamW's two moments, 8 B each)",
     "activations": "activations saved for backward",

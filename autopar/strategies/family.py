@@ -121,7 +121,7 @@ class RegionTable:
     step_s: float
     param_elems: float = 0.0        # parameter elements on the rank (its tensor parts)
     activation_bytes: float = 0.0   # bytes saved for backward on the rank
-    largest_params: float = 0.0     # the two largest parameters' elements (ZeRO-3 holds them gathered)
+    largest_params: float = 0.0     # the two largest ZeRO-3 units' elements (ZeRO-3 holds them gathered)
     gathered_bytes: float = 0.0     # of the activations: the 3D layers' all-gathered weights kept for backward
     gather_cache: int | None = None  # under recomputation, the 3D layers whose gathered weights are cached
     note: str = ""                  # why its memory levers were not weighed (said when it does not fit)

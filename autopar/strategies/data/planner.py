@@ -14,7 +14,8 @@ from __future__ import annotations
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
 from autopar.strategies.data.rewrite import data_parallel_pass
-from autopar.strategies.data.zero import ZeroRuntime, zero_pass
+from autopar.strategies.data.zero import zero_pass
+from autopar.strategies.data.zero_runtime import ZeroRuntime
 from autopar.strategies.family import DATA, ZERO, RankBuild, RankPass
 from autopar.strategies.megatron.planner import DataTensor
 

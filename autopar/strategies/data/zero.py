@@ -12,10 +12,14 @@ data parallelism replicates on every data rank. With ``strategy={..., "zero": s}
   holds the averaged full gradient: each bucket's full gradients are freed once copied
   into the bucket, which ZeRO-1's runtime does alike).
 * **ZeRO-3** (FSDP): the full parameters are not kept at all. The rank program reads
-  each one through an all-gather put right before its use (prefetching the next one
-  while this one computes) and freed after it; a tensor autograd would keep for
-  backward is kept as a note instead and all-gathered again when backward needs it;
-  backward reduce-scatters the gradient into the shard's.
+  each one where it is used; the first read of a *unit* (a layer, or a module outside
+  the stacks: :func:`autopar.layout.zero_unit`, as torchtitan wraps each layer with
+  FSDP2) all-gathers the whole unit in one collective, prefetches the next unit while
+  this one computes, and frees the unit before it; a tensor autograd would keep for
+  backward is kept as a note instead and its unit all-gathered again when backward
+  needs it (the unit before it prefetched); backward reduce-scatters a unit's gradients
+  in one collective once every use has given one, at most two in flight
+  (:mod:`autopar.strategies.data.zero_runtime`).
 
 **The shard.** A parameter is cut along its first dimension into ``d`` row blocks of
 sizes differing by at most one (``RowShard``): data rank ``i`` holds block ``i`` of its
@@ -46,29 +50,24 @@ each gather right before its use in the rank program, where the dump shows it::
     fc1_weight = zero_param('model.fc1.weight', 'model.fc2.weight')   # gathers; prefetches fc2
     linear = torch._C._nn.linear(x, fc1_weight, fc1_bias)
 
-and the runtime (:class:`ZeroState`) holds the shards, the full parameters of ZeRO-1/2,
-the prefetches and the notes kept for backward.
+and the runtime (:class:`~autopar.strategies.data.zero_runtime.ZeroState`) holds the
+shards, the full parameters of ZeRO-1/2, ZeRO-3's units, the prefetches, the notes kept
+for backward and the reduce-scatters in flight.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import weakref
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 import torch
-import torch.distributed as dist
 import torch.fx as fx
-import torch.nn as nn
 
-from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
-from autopar.trace.capture import MODEL_PREFIX
+from autopar._torch_compat import all_gather_flat
 from autopar.layout import cut_shape
-from autopar.runtime._swap import SwapGlobal
-from autopar.runtime.family_runtime import RankRuntime
-from autopar.runtime.groups import get_group, size_of
+from autopar.runtime.groups import get_group
+from autopar.trace.capture import MODEL_PREFIX
 
 log = logging.getLogger("autopar.zero")
 
@@ -249,213 +248,10 @@ def sharded_names(layout) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------- the runtime
-_STATE: "ZeroState | None" = None  # the one the running rank program reads (use_zero)
+_STATE = None  # the ZeroState the running rank program reads (zero_runtime.use_zero sets it)
 
 
-def _current() -> "ZeroState":
+def _current():
     if _STATE is None:
         raise RuntimeError("zero_param: no ZeRO state is current; the ParallelModule that runs this program sets it")
     return _STATE
-
-
-class _Gather(torch.autograd.Function):
-    """The full parameter from the shards (all-gather); backward: its gradient
-    reduce-scattered over the data group, divided by the bucket's divisor, into the
-    shard's."""
-
-    @staticmethod
-    def forward(ctx, shard, full, cut, shape):
-        ctx.cut, ctx.shape = cut, shape
-        return full
-
-    @staticmethod
-    def backward(ctx, grad):
-        cut = ctx.cut
-        flat = torch.cat(cut.padded_blocks(grad))
-        out = flat.new_empty(cut.chunk * _row_numel(ctx.shape))
-        reduce_scatter_flat(out, flat.contiguous(), group=get_group(cut.group))
-        start, stop = cut.span
-        shard_grad = out.view(cut.chunk, *ctx.shape[1:])[:stop - start].div_(cut.divisor)
-        return shard_grad, None, None, None
-
-
-class ZeroState:
-    """What a rank's ZeRO keeps (module docstring): the shards (the module tree's
-    parameters), the persistent full parameters of ZeRO-1/2 with the shards' versions
-    they were gathered at, ZeRO-3's prefetched all-gathers and the full parameters live
-    in this forward (for the notes autograd keeps instead of them)."""
-
-    def __init__(self, layout, root: nn.Module):
-        self.root = root
-        self.cuts: dict[str, RowShard] = {}
-        self.shards: dict[str, nn.Parameter] = {}
-        self.shapes: dict[str, tuple[int, ...]] = {}
-        self.full: dict[str, torch.Tensor] = {}   # persistent full parameters (ZeRO-1/2)
-        for wrapper, name in sharded_names(layout).items():
-            if name in self.cuts:
-                continue
-            self.cuts[name] = layout.get(name).zero
-            self.shards[name] = root.get_parameter(wrapper)
-        self._versions: int | None = None
-        self._prefetched: dict[str, tuple[Any, torch.Tensor]] = {}
-        self._live: dict[int, tuple[str, Any]] = {}  # storage pointer -> (name, weak ref to the full tensor)
-        self.stats = {"gathered": 0, "prefetched": 0, "regathered": 0}
-
-    def init_full(self, full_local: dict[str, torch.Tensor]) -> None:
-        """The persistent full parameters from this rank's tensor-parallel parts (at
-        install, no collective), and their shapes."""
-        for name, cut in self.cuts.items():
-            value = full_local[name]
-            self.shapes[name] = tuple(value.shape)
-            if cut.persistent:
-                self.full[name] = value.detach().clone().requires_grad_(self.shards[name].requires_grad)
-        self._versions = self._version_sum()
-
-    def persistent_params(self) -> dict[str, torch.Tensor]:
-        """The full parameters kept between uses, by layout name (what the buckets reduce)."""
-        return dict(self.full)
-
-    def bucket_shards(self) -> dict[int, tuple[nn.Parameter, RowShard]]:
-        """``id(full parameter) -> (its shard, the cut)``: where a ZeRO bucket puts each gradient."""
-        return {id(full): (self.shards[name], self.cuts[name]) for name, full in self.full.items()}
-
-    # ------------------------------------------------------------------ step boundaries
-    def _version_sum(self) -> int:
-        return sum(p._version for p in self.shards.values())
-
-    def refresh(self) -> None:
-        """Before a program runs: all-gather the persistent full parameters again when any
-        shard changed since (an optimizer step, a load), decided over the data group so
-        that every rank gathers or none does. A collective when anything is sharded."""
-        if not self.full:
-            return
-        device = next(iter(self.full.values())).device  # the flag goes where the parameters are
-        changed = torch.tensor([float(self._version_sum() != self._versions)], device=device)
-        group = get_group(next(iter(self.cuts.values())).group)
-        if size_of(group) > 1:
-            dist.all_reduce(changed, op=dist.ReduceOp.MAX, group=group)
-        if not changed.item():
-            return
-        with torch.no_grad():
-            for name, full in self.full.items():
-                full.copy_(self.cuts[name].gather(self.shards[name], self.shapes[name]))
-        self._versions = self._version_sum()
-
-    def finish(self) -> None:
-        """After backward: drop prefetches nobody read and the notes of this step."""
-        for work, _ in self._prefetched.values():
-            if work is not None:
-                work.wait()
-        self._prefetched.clear()
-        self._live.clear()
-
-    # ------------------------------------------------------------------ reading parameters
-    def param(self, name: str, prefetch: Optional[str] = None) -> torch.Tensor:
-        if name in self.full:
-            return self.full[name]
-        shard, cut, shape = self.shards[name], self.cuts[name], self.shapes[name]
-        found = self._prefetched.pop(name, None)
-        if found is not None:
-            work, flat = found
-            work.wait()
-            full = cut.unpad(flat, shape)
-            self.stats["prefetched"] += 1
-        else:
-            full = cut.gather(shard, shape)
-            self.stats["gathered"] += 1
-        if prefetch is not None and prefetch not in self.full and prefetch not in self._prefetched \
-                and not _in_backward():
-            self._launch(prefetch)
-        out = _Gather.apply(shard, full, cut, shape) if torch.is_grad_enabled() and shard.requires_grad else full
-        if out.numel():
-            self._live[out.untyped_storage().data_ptr()] = (name, weakref.ref(out))
-        return out
-
-    def _launch(self, name: str) -> None:
-        shard, cut, shape = self.shards[name], self.cuts[name], self.shapes[name]
-        flat = shard.new_empty(cut.size * cut.chunk * _row_numel(shape))
-        work = all_gather_flat(flat, cut.pad(shard.detach()).contiguous(), group=get_group(cut.group),
-                               async_op=True)
-        self._prefetched[name] = (work, flat)
-
-    # ------------------------------------------------------------------ what autograd keeps
-    @contextlib.contextmanager
-    def notes_for_backward(self):
-        """While a ZeRO-3 program runs forward: a full parameter (or a view of it) that
-        autograd keeps for backward is kept as a note (its name and view) and
-        all-gathered again when backward reads it, so that it is freed after its use."""
-        if all(cut.persistent for cut in self.cuts.values()):  # nothing is gathered per use
-            yield
-            return
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
-            yield
-
-    def _pack(self, t: torch.Tensor):
-        if t.numel():
-            entry = self._live.get(t.untyped_storage().data_ptr())
-            if entry is not None and entry[1]() is not None and t.dtype == entry[1]().dtype:
-                return ("zero", entry[0], tuple(t.shape), t.stride(), t.storage_offset())
-        return t
-
-    def _unpack(self, packed):
-        if not (isinstance(packed, tuple) and packed and packed[0] == "zero"):
-            return packed
-        _, name, shape, stride, offset = packed
-        self.stats["regathered"] += 1
-        full = self.cuts[name].gather(self.shards[name], self.shapes[name])
-        return full.as_strided(shape, stride, offset)
-
-
-def _in_backward() -> bool:
-    """Whether autograd's engine is running backward on this thread (a recomputed
-    region's forward): no prefetch there, its next read is the next step's."""
-    task = getattr(torch._C, "_current_graph_task_id", None)
-    return task is not None and task() != -1
-
-
-class use_zero(SwapGlobal):
-    """Make ``state`` the one the rank program's :func:`zero_param` reads (None: none)."""
-
-    __slots__ = ()
-
-    def __init__(self, state: Optional[ZeroState]):
-        super().__init__(globals(), "_STATE", state)
-
-
-class ZeroRuntime(RankRuntime):
-    """ZeRO on a rank (:class:`~autopar.runtime.family_runtime.RankRuntime`): the
-    :class:`ZeroState` over the installed shards, the persistent full parameters the
-    buckets reduce, the gathers before a call and the notes for backward while it runs.
-    Inactive without ZeRO (``pm.zero_stats`` is then None)."""
-
-    name = "data"
-
-    def __init__(self, plan):
-        self.active = bool(plan.zero)
-        self.state: ZeroState | None = None
-
-    def attach(self, layout, root, parts: dict) -> None:
-        self.state = ZeroState(layout, root)
-        self.state.init_full(parts)
-        self.sharded = sharded_names(layout)  # what the zero pass rewrites in each program
-
-    def bucket_params(self) -> dict[str, torch.Tensor]:
-        return self.state.persistent_params()
-
-    def bucket_shards(self):
-        return self.state.bucket_shards()
-
-    def rewrite_options(self) -> dict:
-        return {"zero_params": self.sharded}
-
-    def contexts(self, stage: bool) -> list:
-        return [use_zero(self.state), self.state.notes_for_backward()]
-
-    def begin(self, stage: bool) -> None:
-        self.state.refresh()
-
-    def finish(self) -> None:
-        self.state.finish()
-
-    def attributes(self) -> dict:
-        return {"zero_stats": lambda state: None if self.state is None else dict(self.state.stats)}

@@ -281,7 +281,7 @@ def with_zero(n: PipelineNumbers, zero: int, hw: Hardware, largest: float = 0.0)
     microbatches, so ZeRO-2 keeps them whole until the reduce-scatter, as ZeRO-1), its data
     communication by :func:`autopar.strategies.shared.levers.zero_comm` after the schedule
     (nothing overlapped: the pipeline's data all-reduce is priced after the schedule);
-    ``largest``: the two largest parameters' elements, ZeRO-3 holds them gathered."""
+    ``largest``: the two largest ZeRO-3 units' elements (layers), ZeRO-3 holds them gathered."""
     if not zero or n.data == 1:
         return n
     memory, state = [], {}   # ranks holding as many elements (the middle stages) share their state's bytes

@@ -20,8 +20,9 @@ configuration (:func:`autopar.strategies.megatron.planner.price_mesh`):
   tensor part), fp32 parameters, gradients and AdamW's two moments take ``4P + 4P +
   8P`` bytes; ZeRO-1 divides the moments by ``d``, ZeRO-2 the gradients too (with
   accumulation the full gradients stay: they accumulate over the microbatches before
-  the reduce-scatter), ZeRO-3 the parameters too, keeping the two largest gathered
-  parameters (the one in use and the prefetched one). Time: ZeRO-1 and ZeRO-2
+  the reduce-scatter), ZeRO-3 the parameters too, keeping the two largest units
+  gathered (layers, :func:`~autopar.layout.zero_unit`: the one in use and the
+  prefetched one). Time: ZeRO-1 and ZeRO-2
   reduce-scatter the gradients (half an all-reduce's volume, overlapped with the last
   microbatch's backward); both all-gather the updated shards before the next step (exposed). ZeRO-3
   all-gathers every parameter in forward (prefetched: only what exceeds the forward
@@ -127,15 +128,15 @@ def _recompute_terms(model, hw: Hardware, rows: float, tensor: int) -> dict[str,
 
 def state_bytes(params: float, data: int, zero: int, m: int, largest: float = 0.0) -> float:
     """Parameters, gradients and optimizer state per rank under ZeRO stage ``zero`` over
-    ``data`` ranks (module docstring); ``largest``: the two largest parameters' elements
+    ``data`` ranks (module docstring); ``largest``: the two largest ZeRO-3 units' elements
     (ZeRO-3 holds them gathered)."""
     return sum(state_parts(params, data, zero, m, largest).values())
 
 
 def state_parts(params: float, data: int, zero: int, m: int, largest: float = 0.0) -> dict[str, float]:
     """:func:`state_bytes` by part: ``parameters`` (their shards under ZeRO-3),
-    ``gathered`` (ZeRO-3's two largest parameters held whole), ``gradients`` and
-    ``optimizer`` (AdamW's two moments), in bytes."""
+    ``gathered`` (ZeRO-3's two largest units held whole: the one in use and the one
+    prefetched), ``gradients`` and ``optimizer`` (AdamW's two moments), in bytes."""
     d = data if data > 1 else 1
     return {"parameters": params * PARAM_BYTES / (d if zero >= 3 else 1),
             "gathered": largest * PARAM_BYTES if zero >= 3 else 0.0,
