@@ -7,10 +7,14 @@ model, the captured graph with its nodes' metadata: about 0.1-0.2 s a time after
 large capture, and the planner's allocations trigger several (0.4 s of the 2.6 s search
 for GPT-3 175B on 3072 devices, 0.3 s of its capture and analysis). :func:`held` moves
 them to the collector's permanent generation (``gc.freeze``) for the step and back
-after it (``gc.unfreeze``), so the step's collections walk only what the step made;
-nothing is collected later than it would be after the step. Nested steps freeze once.
-A process that froze objects itself (``gc.get_freeze_count() > 0``, a pre-fork server)
-or turned the collector off is left as it is.
+after it (``gc.unfreeze``), so the step's collections walk only what the step made.
+Cycles among the objects that existed before the step are collected by the first full
+collection after it (``gc.unfreeze`` returns every frozen object to the oldest
+generation, the young ones too). Nested steps freeze once. A process that froze objects
+itself before the step (``gc.get_freeze_count() > 0``, a pre-fork server) or turned the
+collector off is left as it is; one that freezes objects during a step has them
+unfrozen with the step's at its end. The training steps are not held (only the build of
+their programs, a compile-time phase).
 """
 from __future__ import annotations
 

@@ -82,11 +82,12 @@ def recording(timings: Timings, prefix: str) -> Iterator[Timings]:
 
 
 @contextlib.contextmanager
-def phase(name: str) -> Iterator[None]:
+def phase(name: str, hold: bool = True) -> Iterator[None]:
     """Time the block as phase ``name`` of the active recording (none: nothing), less
-    the time of the phases inside it; the objects that exist when it starts are held out
-    of the garbage collector's walks while it runs (:func:`autopar.heap.held`)."""
-    with held():
+    the time of the phases inside it; with ``hold`` (compile-time phases), the objects
+    that exist when it starts are held out of the garbage collector's walks while it
+    runs (:func:`autopar.heap.held`)."""
+    with held() if hold else contextlib.nullcontext():
         yield from _timed(name)
 
 

@@ -20,7 +20,7 @@ winner (the search calls it once, after adding the per-step terms):
     pipeline's experts spread over their group: the state it no longer holds, negative);
 ``batch_s``, ``counts_targets``
     of the data communication, the search's per-step terms over the ranks splitting
-    the batch (:func:`autopar.planning.search.per_step_s`: the targets' count, the
+    the batch (:func:`autopar.strategies.family.per_step_s`: the targets' count, the
     remedies where rows of the batch meet), and whether the loss counts its targets;
 ``tied_s``
     of a pipeline's data communication, the tied weights' all-reduce over their stages.

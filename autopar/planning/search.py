@@ -34,7 +34,7 @@ from autopar.planning.explain import closest_to_fitting, rejections
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import MeshCandidate, Plan
 from autopar.planning.strategy import PlanError, Strategy
-from autopar.strategies.family import Family, PlanContext, Priced, rejected
+from autopar.strategies.family import Family, PlanContext, Priced, per_step_s, priced_in_full, rejected
 from autopar.strategies.registry import FAMILIES
 from autopar.strategies.shared.batch_norms import check_batch_norms
 
@@ -118,7 +118,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     weighed: list[tuple[int, Priced]] = [(i - len(offered), c) for i, (_, c) in enumerate(offered)
                                          if isinstance(c, Priced)]
     to_price = sorted(((i, family, c) for i, (family, c) in enumerate(offered) if not isinstance(c, Priced)),
-                      key=lambda x: (getattr(x[1], "priced_late", False), x[1].step_floor(ctx, x[2]), x[0]))
+                      key=lambda x: (getattr(x[1], "priced_late", False), _floor(x[1], ctx, x[2]), x[0]))
     progress.total = len(to_price)
     best: tuple[Family, Priced] | None = None
     family_of: dict[int, Family] = {}
@@ -158,6 +158,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
         weigh([(start + i, family, c) for i, (family, c) in
                enumerate((family, c) for family in families for c in family.fallbacks(ctx))])
     weighed.sort(key=lambda x: x[0])
+    _price_cut(ctx, weighed, family_of)
     candidates = [p.candidate() for _, p in weighed]
     if best is None:
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))
@@ -181,6 +182,30 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     return plan_
 
 
+def _floor(family: Family, ctx: PlanContext, config) -> float:
+    """The family's lower bound on ``config``'s step (0 where it has none)."""
+    bound = getattr(family, "step_floor", None)
+    return bound(ctx, config) if bound is not None else 0.0
+
+
+SHOWN = 5  # the fastest configurations explain.top lists by default
+
+
+def _price_cut(ctx: PlanContext, weighed: list, family_of: dict) -> None:
+    """The configurations a family's bound cut, priced in full (in place in ``weighed``)
+    wherever one could be among the :data:`SHOWN` fastest of all or be its family's
+    fastest: what ``explain``'s ``top`` and ``why_not`` read is then the search's without
+    the cut. None of them can win (each bound exceeded the best so far)."""
+    cut = sorted((k for k, (_, p) in enumerate(weighed) if p.bound_s is not None), key=lambda k: weighed[k][1].bound_s)
+    for k in cut:
+        index, row = weighed[k]
+        steps = sorted(p.step_s for _, p in weighed if p.feasible)
+        family_best = min((p.step_s for _, p in weighed if p.feasible and p.family == row.family), default=math.inf)
+        shown = steps[SHOWN - 1] if len(steps) >= SHOWN else math.inf
+        if row.bound_s <= max(shown, family_best) * (1 + 1e-9):
+            weighed[k] = (index, priced_in_full(ctx, family_of[index].price, row.config))
+
+
 def _winner(weighed: list, family_of: dict) -> tuple[Family, Priced]:
     """The fastest feasible configuration in the order they are listed: each one faster
     than the one before by more than 1e-9 of its step takes its place (a tie goes to the
@@ -190,28 +215,6 @@ def _winner(weighed: list, family_of: dict) -> tuple[Family, Priced]:
         if priced.feasible and (best is None or priced.step_s < best[1].step_s * (1 - 1e-9)):
             best = (family_of[index], priced)
     return best
-
-
-def per_step_s(ctx: PlanContext, mesh: dict, config) -> float:
-    """What every step of a configuration pays besides its regions and schedule: the
-    runner's fixed cost (``Hardware.step_overhead_s``) and, where the batch is split over
-    ``parts`` ranks: the all-reduce of the count where the loss averages over counted
-    targets (:mod:`autopar.runtime.target_count`, 8 bytes), and the exact remedies where
-    rows of the batch meet (:mod:`autopar.passes.analysis.batch_rows`): a pairwise score's
-    operands all-gathered forward and their gradients reduce-scattered backward (axonn
-    eqs 1-2), a batch statistic all-reduced forward and backward (axonn eq 3)."""
-    parts = mesh.get("data", 1) * mesh.get("z", 1)
-    if getattr(config, "csub", False) and getattr(config, "subgrids", 1) > 1:
-        parts //= config.subgrids
-    count = cost_model.all_reduce_time(parts, 8, ctx.hw) if parts > 1 and ctx.model.counts_targets else 0.0
-    if parts > 1:
-        for c in ctx.model.batch_couplings:
-            if c.remedy == "gather":
-                count += cost_model.all_gather_time(parts, c.nbytes / parts, ctx.hw) + \
-                    cost_model.reduce_scatter_time(parts, c.nbytes, ctx.hw)
-            elif c.remedy == "all_reduce":
-                count += 2 * cost_model.all_reduce_time(parts, c.nbytes, ctx.hw)
-    return ctx.hw.step_overhead_s + count
 
 
 def _overheads(ctx: PlanContext, plan_: Plan) -> None:

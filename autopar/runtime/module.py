@@ -250,7 +250,7 @@ class ParallelModule(nn.Module):
     def _first_step(self, flat: tuple, target: Any):
         """The first step, its run timed (``first_step.run``: without the building of
         its programs, which times itself) and logged."""
-        with recording(self.timings, "first_step."), phase("run"):
+        with recording(self.timings, "first_step."), phase("run", hold=False):  # a training step: not held
             loss = self.runner.step(flat, target, self.training)
         log.info("autopar first step on rank %d: run %.2f s (its programs built in %.2f s); %s", self.rank,
                  self.timings[FIRST_RUN], self.timings.total("program."), self.timings.summary("program."))

@@ -80,11 +80,13 @@ a ``planner.py`` whose family object goes into that registry.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE
 from autopar.planning.model import ModelFacts
@@ -152,6 +154,7 @@ class Priced:
     table: RegionTable | None = None
     detail: object = None
     listed: bool = True  # False: the same plan as another family's configuration (not listed twice)
+    bound_s: float | None = None  # cut by its family's lower bound (not priced in full): that bound
 
     def candidate(self) -> MeshCandidate:
         """The row of the configurations weighed (:attr:`Plan.candidates`)."""
@@ -337,3 +340,34 @@ def mesh_plan(ctx: PlanContext, priced: Priced, table: RegionTable) -> Plan:
                 sequence_parallel=table.sequence,
                 selective_recompute=c.recompute == "selective",
                 gather_cache=table.gather_cache if c.recompute == "full" else None)
+
+
+def per_step_s(ctx: PlanContext, mesh: dict, config) -> float:
+    """What every step of a configuration pays besides its regions and schedule: the
+    runner's fixed cost (``Hardware.step_overhead_s``) and, where the batch is split over
+    ``parts`` ranks: the all-reduce of the count where the loss averages over counted
+    targets (:mod:`autopar.runtime.target_count`, 8 bytes), and the exact remedies where
+    rows of the batch meet (:mod:`autopar.passes.analysis.batch_rows`): a pairwise score's
+    operands all-gathered forward and their gradients reduce-scattered backward (axonn
+    eqs 1-2), a batch statistic all-reduced forward and backward (axonn eq 3)."""
+    parts = mesh.get("data", 1) * mesh.get("z", 1)
+    if getattr(config, "csub", False) and getattr(config, "subgrids", 1) > 1:
+        parts //= config.subgrids
+    count = cost_model.all_reduce_time(parts, 8, ctx.hw) if parts > 1 and ctx.model.counts_targets else 0.0
+    if parts > 1:
+        for c in ctx.model.batch_couplings:
+            if c.remedy == "gather":
+                count += cost_model.all_gather_time(parts, c.nbytes / parts, ctx.hw) + \
+                    cost_model.reduce_scatter_time(parts, c.nbytes, ctx.hw)
+            elif c.remedy == "all_reduce":
+                count += 2 * cost_model.all_reduce_time(parts, c.nbytes, ctx.hw)
+    return ctx.hw.step_overhead_s + count
+
+
+def priced_in_full(ctx: PlanContext, price, config: Strategy) -> Priced:
+    """``config`` priced by ``price`` with no bound cutting it (the best so far taken as
+    infinite), its step with what the search adds to every configuration's
+    (:func:`per_step_s`): as a search without the cut would have listed it."""
+    priced = price(dataclasses.replace(ctx, best_s=[math.inf]), config)
+    fixed = per_step_s(ctx, priced.mesh, priced.config) if priced.step_s is not None else 0.0
+    return dataclasses.replace(priced, step_s=priced.step_s + fixed) if fixed else priced

@@ -62,7 +62,7 @@ from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, exp
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        rejected, too_big)
 from autopar.strategies.megatron.planner import Megatron, price_mesh, sequence_choice
-from autopar.strategies.pipeline.bound import priced_in_full
+from autopar.strategies.pipeline.bound import fastest_in_full
 from autopar.strategies.pipeline.planner import Pipeline, pipeline_label, pipeline_layout, pipeline_mesh
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms
@@ -210,7 +210,7 @@ class ExpertParallel(CompileHooks):
         def wanted(p: Priced) -> bool:
             return p.family == "pipeline" and sized(p) and not p.config.mixed
         # the layouts the pipeline's bound cut, priced where one could be among the fastest
-        weighed = priced_in_full(ctx, [p for p in weighed if p.family == "pipeline"], _BASE_FAMILIES["pipeline"].price,
+        weighed = fastest_in_full(ctx, [p for p in weighed if p.family == "pipeline"], _BASE_FAMILIES["pipeline"].price,
                                  wanted, rank, lambda floor: (False, floor), PIPELINES_AT)
         pipelines = sorted((p for p in weighed if wanted(p)), key=rank)
         for p in pipelines[:PIPELINES_AT]:

@@ -47,7 +47,7 @@ from autopar.strategies.mixed.stages import StagePlans
 from autopar.strategies.mixed.structure import tensor_grids, widest_branching
 from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline import layout as parameter_layout
-from autopar.strategies.pipeline.bound import cut, priced_in_full, step_floor
+from autopar.strategies.pipeline.bound import cut, fastest_in_full, step_floor
 from autopar.strategies.pipeline.numbers import PipelineNumbers, pipeline_numbers, with_zero
 from autopar.strategies.pipeline.program import PipelineRankRuntime, pipeline_rank_code
 from autopar.strategies.pipeline.shape import PipelineShape, pipeline_shape
@@ -128,18 +128,26 @@ class PipelineDetails:
     schedules: list[dict] = dataclasses.field(default_factory=list)  # every schedule of its chunks, priced alike
 
 
-def pipeline_layout(model: ModelFacts, world: int, config: Strategy) -> tuple[int, int, int, PipelineShape, int]:
-    """(p, data, tensor, pipeline shape, local batch) of a pipeline configuration, its sizes checked."""
-    p, v = config.pipeline, config.chunks
+def pipeline_degrees(model: ModelFacts, world: int, config: Strategy, sizes: bool = True) -> tuple[int, int, int]:
+    """(p, data, tensor) of a pipeline configuration, its sizes checked (``sizes``: the
+    batch's and the split regions' too)."""
+    p = config.pipeline
     if world % p:
         raise PlanError(f"strategy: pipeline={p} does not divide the world of {world} ranks; give a pipeline degree "
                         f"that divides it")
     data, tensor = Strategy(config.data, config.tensor).resolve(world // p)
-    shape = pipeline_shape(model, p * v)
-    if config.mixed:  # each region chooses (or is pinned); one that cannot split stays whole
+    if sizes and config.mixed:  # each region chooses (or is pinned); one that cannot split stays whole
         check_forced_batch(model, data)
-    else:
+    elif sizes:
         check_forced_sizes(model, data, tensor)
+    return p, data, tensor
+
+
+def pipeline_layout(model: ModelFacts, world: int, config: Strategy) -> tuple[int, int, int, PipelineShape, int]:
+    """(p, data, tensor, pipeline shape, local batch) of a pipeline configuration, its sizes checked."""
+    p, data, tensor = pipeline_degrees(model, world, config, sizes=False)
+    shape = pipeline_shape(model, p * config.chunks)
+    pipeline_degrees(model, world, config)
     return p, data, tensor, shape, model.batch // data
 
 
@@ -340,9 +348,13 @@ class Pipeline(CompileHooks):
         here (:func:`search_pipeline`); the memory reported is without it; ``row_units``:
         as :func:`_microbatch_counts`."""
         label = pipeline_label(config)
-        if ctx.forced is None:  # what cannot win is not priced (bound.py)
+        if ctx.forced is None:  # what cannot win is not priced (bound.py), once its sizes are checked
             floor = self.step_floor(ctx, config)
             if floor > ctx.best_s[0] * (1 + 1e-9):
+                try:
+                    pipeline_degrees(ctx.model, ctx.world, config)
+                except PlanError as e:
+                    return rejected(self.name, config, pipeline_mesh(config), str(e), form=label)
                 return cut(self.name, config, pipeline_mesh(config), label, floor, ctx.best_s[0])
         # a mixed configuration: each region its own family inside the stages
         stage_plans = (lambda shape, tensor: StagePlans(ctx, shape, tensor, config.grid, config.tensor_subgrids)
@@ -391,7 +403,7 @@ class Pipeline(CompileHooks):
 
         def wanted(p: Priced) -> bool:
             return p.family == self.name and p.feasible and not p.config.mixed and p.detail.tensor > 1
-        weighed = priced_in_full(ctx, [p for p in weighed if p.family == self.name and p.config.tensor > 1],
+        weighed = fastest_in_full(ctx, [p for p in weighed if p.family == self.name and p.config.tensor > 1],
                                  self.price, wanted, lambda p: p.step_s, lambda floor: floor, MIXED_AT)
         mine = sorted((p for p in weighed if wanted(p)), key=lambda p: p.step_s)[:MIXED_AT]
         out = []
