@@ -26,6 +26,8 @@ from autopar.strategies.data.zero import RowShard, _row_numel, sharded_names
 
 # ---------------------------------------------------------------------------- ZeRO-3's units
 REDUCING = 2  # ZeRO-3's reduce-scatters in flight at most
+_OUTSIDE = ("ZeRO-3 reduces its gradients inside pm.step(); a backward of the output of pm(x) is not "
+            "supported under ZeRO-3: train with pm.step(...)")
 
 
 class _Unit:
@@ -81,20 +83,13 @@ class _Unit:
         work = reduce_scatter_flat(out, flat, group=get_group(self.group), async_op=True)
         return work, out
 
-    def reduce_one(self, name: str, grad: torch.Tensor) -> torch.Tensor:
-        """This rank's padded rows of parameter ``name``'s gradient summed over the group
-        (a reduce-scatter of it alone, waited for)."""
-        cut = self.cuts[self.names.index(name)]
-        flat = torch.cat(cut.padded_blocks(grad))
-        out = flat.new_empty(flat.numel() // cut.size)
-        reduce_scatter_flat(out, flat.contiguous(), group=get_group(self.group))
-        return out
-
-    def land(self, out: torch.Tensor) -> None:
+    def land(self, out: torch.Tensor, names: set) -> None:
         """Each shard's gradient from the reduce-scatter's ``out``, divided by its bucket's
-        divisor, added to what it holds (microbatches and steps accumulate)."""
-        for shard, cut, shape, offset, size in zip(self.shards, self.cuts, self.shapes, self.offsets, self.sizes):
-            if not shard.requires_grad:
+        divisor, added to what it holds (microbatches and steps accumulate); ``names``: the
+        parameters some use gave a gradient (the others keep none, as in one process)."""
+        for name, shard, cut, shape, offset, size in zip(self.names, self.shards, self.cuts, self.shapes, self.offsets,
+                                                         self.sizes):
+            if not shard.requires_grad or name not in names:
                 continue
             start, stop = cut.span
             grad = out[offset:offset + size].view(cut.chunk, *shape[1:])[:stop - start].div_(cut.divisor)
@@ -128,11 +123,15 @@ class ZeroState:
 
     ZeRO-3, as FSDP runs it: the first read of a unit's parameter all-gathers the whole
     unit in one collective (or waits for its prefetch) and frees the unit held before it;
-    forward then prefetches the unit after it, backward (whose notes read the units
-    again, last first) the unit before it, in the order the last forward read them. A
-    unit's gradients are reduce-scattered in one collective, launched as soon as every
-    use of its parameters in this forward has its gradient, and landed in the shards'
-    gradients after the backward (:meth:`after_backward`)."""
+    forward then prefetches the unit the program reads after it, backward (whose notes
+    read the units again, last first) the one the program reads before it, where forward
+    kept notes of it; the order is the rank program's (each read names the next,
+    :func:`~autopar.strategies.data.zero.zero_pass`). A unit's gradients are
+    reduce-scattered in one collective, launched as soon as every use of its parameters
+    in forward has given its gradient (a recomputed forward's reads are not uses: their
+    gradients come through the first forward's), and landed in the shards' gradients;
+    what is left lands after the backward (:meth:`after_backward`). A parameter no use
+    gave a gradient keeps none (as in one process)."""
 
     def __init__(self, layout, root: nn.Module):
         self.root = root
@@ -149,12 +148,13 @@ class ZeroState:
         self.units: dict[str, _Unit] = {}          # ZeRO-3: parameter name -> its unit
         self._held: tuple[str, dict] | None = None  # the unit held whole now: (key, name -> full)
         self._prefetched: dict[str, tuple[Any, torch.Tensor]] = {}   # unit key -> (work, flat)
-        self._next: dict[str, str] = {}             # unit key -> the unit the last forward read after it
-        self._prev: dict[str, str] = {}
-        self._last_read: str | None = None          # the unit this forward read last
+        self._chain: dict[str, str] = {}            # parameter -> the one the program reads next
+        self._next: dict[str, str] = {}             # unit key -> the unit the program reads after it
+        self._prev: dict[str, str] = {}             # unit key -> the unit the program reads before it
+        self._noted: set[str] = set()               # units forward kept notes of (backward reads them)
         self._uses: dict[str, int] = {}             # unit key -> uses whose gradient has not arrived
         self._grads: dict[str, dict[str, torch.Tensor]] = {}
-        self._reducing: list[tuple[Any, torch.Tensor, _Unit]] = []
+        self._reducing: list[tuple[Any, torch.Tensor, _Unit, set]] = []  # (work, out, unit, names reduced)
         self._in_call = False
         self._live: dict[int, tuple[str, Any]] = {}  # storage pointer -> (name, weak ref to the full tensor)
         # forward: units all-gathered, and found prefetched; backward: units all-gathered again
@@ -194,7 +194,8 @@ class ZeroState:
         """Before a program runs: all-gather the persistent full parameters again when any
         shard changed since (an optimizer step, a load), decided over the data group so
         that every rank gathers or none does. A collective when anything is sharded."""
-        self._in_call, self._last_read = True, None
+        self._reset()
+        self._in_call = True
         if not self.full:
             return
         device = next(iter(self.full.values())).device  # the flag goes where the parameters are
@@ -217,7 +218,6 @@ class ZeroState:
             if unit.key in self._grads:
                 self._reduce(unit)
         self._uses.clear()
-        self._last_read = None   # the next forward (microbatch) starts the order again
         while self._reducing:
             self._land_oldest()
 
@@ -225,10 +225,20 @@ class ZeroState:
         """After a call: its gradients landed, prefetches nobody read dropped, the unit
         held and the notes of this call let go."""
         self.after_backward()
+        self._reset()
+
+    def _reset(self) -> None:
+        """Nothing of a call left (at its end; at the next call's start, what a call that
+        failed left): its collectives waited for, its unit, notes and gradients dropped."""
         for work, _ in self._prefetched.values():
-            if work is not None:
-                work.wait()
+            work.wait()
+        for work, *_ in self._reducing:
+            work.wait()
         self._prefetched.clear()
+        self._reducing.clear()
+        self._uses.clear()
+        self._grads.clear()
+        self._noted.clear()
         self._held, self._in_call = None, False
         self._live.clear()
 
@@ -237,12 +247,15 @@ class ZeroState:
         if name in self.full:
             return self.full[name]
         shard, unit = self.shards[name], self.units[name]
-        full = self._whole(unit, forward=not _in_backward())[name]
-        if prefetch is not None and prefetch in self.units and not _in_backward():
+        forward = not _in_backward()
+        if prefetch is not None and forward:
+            self._learn(name, prefetch)
+        full = self._whole(unit, forward)[name]
+        if prefetch in self.units and self.units[prefetch] is not unit and forward:
             self._prefetch(self.units[prefetch])
         tracked = torch.is_grad_enabled() and shard.requires_grad
         out = _Gather.apply(shard, full, self, name) if tracked else full
-        if tracked:
+        if tracked and forward:  # a recomputed read's gradient comes through the first forward's
             self._uses[unit.key] = self._uses.get(unit.key, 0) + 1
         if out.numel():
             self._live[out.untyped_storage().data_ptr()] = (name, weakref.ref(out))
@@ -263,14 +276,20 @@ class ZeroState:
         self.stats["regathered" if not forward else "prefetched" if found is not None else "gathered"] += 1
         whole = unit.unpack(flat)
         self._held = (unit.key, whole)
-        if forward:
-            if self._last_read is not None and self._last_read != unit.key:
-                self._next[self._last_read], self._prev[unit.key] = unit.key, self._last_read
-            self._last_read = unit.key
         following = (self._next if forward else self._prev).get(unit.key)
-        if following is not None:
+        if following is not None and (forward or following in self._noted):
             self._prefetch(self._unit_named(following))
         return whole
+
+    def _learn(self, name: str, following: str) -> None:
+        """The program reads ``following`` after ``name``: where they are of two units,
+        the order of the units (the same every call of a program, on every rank)."""
+        if self._chain.get(name) == following:
+            return
+        self._chain[name] = following
+        mine, theirs = self.units.get(name), self.units.get(following)
+        if mine is not None and theirs is not None and mine is not theirs:
+            self._next[mine.key], self._prev[theirs.key] = theirs.key, mine.key
 
     def _unit_named(self, key: str) -> _Unit:
         return next(u for u in self.units.values() if u.key == key)
@@ -284,18 +303,12 @@ class ZeroState:
     # ------------------------------------------------------------------ gradients
     def arrived(self, name: str, grad: torch.Tensor) -> None:
         """The gradient of one use of parameter ``name`` (:class:`_Gather`'s backward).
-        Inside a call, summed into its unit's, whose reduce-scatter is launched once every
-        use has given one; outside one (a backward the caller runs after ``pm(x)``),
-        reduce-scattered alone at once."""
+        Summed into its unit's, whose reduce-scatter is launched once every use has given
+        one. ZeRO-3's gradients are reduced inside ``pm.step``, not in a backward run
+        after ``pm(x)``."""
         unit = self.units[name]
         if not self._in_call:
-            cut = self.cuts[name]
-            out = unit.reduce_one(name, grad)
-            start, stop = cut.span
-            value = out.view(cut.chunk, *self.shapes[name][1:])[:stop - start].div_(cut.divisor)
-            shard = self.shards[name]
-            shard.grad = value.clone() if shard.grad is None else shard.grad.add_(value)
-            return
+            raise RuntimeError(_OUTSIDE)
         grads = self._grads.setdefault(unit.key, {})
         grads[name] = grad if name not in grads else grads[name] + grad
         self._uses[unit.key] = self._uses.get(unit.key, 0) - 1
@@ -307,16 +320,16 @@ class ZeroState:
         self._uses.pop(unit.key, None)
         if grads:
             work, out = unit.reduce(grads)
-            self._reducing.append((work, out, unit))
+            self._reducing.append((work, out, unit, set(grads)))
             # at most two in flight, as FSDP2 waits for the previous unit's: each holds its
             # unit's whole gradients until it lands
             while len(self._reducing) > REDUCING:
                 self._land_oldest()
 
     def _land_oldest(self) -> None:
-        work, out, unit = self._reducing.pop(0)
+        work, out, unit, names = self._reducing.pop(0)
         work.wait()
-        unit.land(out)
+        unit.land(out, names)
 
     # ------------------------------------------------------------------ what autograd keeps
     @contextlib.contextmanager
@@ -334,6 +347,7 @@ class ZeroState:
         if t.numel():
             entry = self._live.get(t.untyped_storage().data_ptr())
             if entry is not None and entry[1]() is not None and t.dtype == entry[1]().dtype:
+                self._noted.add(self.units[entry[0]].key)
                 return ("zero", entry[0], tuple(t.shape), t.stride(), t.storage_offset())
         return t
 
@@ -341,11 +355,9 @@ class ZeroState:
         if not (isinstance(packed, tuple) and packed and packed[0] == "zero"):
             return packed
         _, name, shape, stride, offset = packed
-        if self._in_call:
-            full = self._whole(self.units[name], forward=False)[name]
-        else:  # a backward after the call: this parameter alone
-            self.stats["regathered"] += 1
-            full = self.cuts[name].gather(self.shards[name], self.shapes[name])
+        if not self._in_call:
+            raise RuntimeError(_OUTSIDE)
+        full = self._whole(self.units[name], forward=False)[name]
         return full.as_strided(shape, stride, offset)
 
 
