@@ -9,6 +9,11 @@ forward + loss + backward (the gradient synchronisation included), no optimizer 
 ``llama3-fsdp4``: the same model, autopar's ``{"data": 4, "zero": 3}`` against torchtitan's
 FSDP2 over 4 (``fully_shard`` per layer and at the root, resharding after forward).
 
+``llama3-pp2-dp2-1f1b``: the same model, autopar's ``{"pipeline": 2, "data": 2, "schedule":
+"1f1b", "microbatches": 4}`` against torch.pipelining's ``Schedule1F1B`` over the same two
+stages of three layers (:func:`pipelining_side`), each stage's gradients averaged over its
+data group after the schedule.
+
 ``llama3-dp2-tp2-sp``: torchtitan's Llama 3 (release 0.3.0, its debug model: dim 256,
 16 heads, vocabulary 2048, :data:`LAYERS` layers, SDPA inner attention), float32, batch
 8 × 64 tokens, 4 gloo ranks:
@@ -117,6 +122,61 @@ def torchtitan_side(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> Side:
     return Side(step, first)
 
 
+# -- torch.pipelining ----------------------------------------------------------------------------
+
+def pipelining_side(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> Side:
+    """torch.pipelining's schedule of the same model over ``pipeline`` stages of equal
+    layer counts (torchtitan's model skips the modules a stage sets to None), each stage's
+    gradients averaged over its data group after the schedule (as autopar's pipeline
+    does); ranks ``s·d .. s·d + d − 1`` run stage ``s``."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    p, m = entry.options["pipeline"], entry.options["microbatches"]
+    world, rank = dist.get_world_size(), dist.get_rank()
+    d = world // p
+    stage_index, data_index = rank // d, rank % d
+    pipes = [dist.new_group([s * d + i for s in range(p)]) for i in range(d)]   # every rank makes every group
+    datas = [dist.new_group([s * d + i for i in range(d)]) for s in range(p)]
+    pipe, data = pipes[data_index], datas[stage_index]
+    model = llama3()
+    names = list(model.layers.keys())
+    per = len(names) // p
+    for k in names[:stage_index * per] + names[(stage_index + 1) * per:]:
+        del model.layers[k]
+    if stage_index > 0:
+        model.tok_embeddings = None
+    if stage_index < p - 1:
+        model.norm, model.lm_head = None, None
+    stage = PipelineStage(model, stage_index, p, torch.device("cpu"), group=pipe)
+    kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}[entry.options["schedule"]]
+    schedule = kind(stage, n_microbatches=m, loss_fn=lm_loss)
+    x_local, y_local = x.chunk(d)[data_index], y.chunk(d)[data_index]
+    params = list(model.parameters())
+    last = stage_index == p - 1
+
+    def run() -> list:
+        zero_grad(params)
+        losses: list = []
+        if stage_index == 0:
+            schedule.step(x_local)
+        else:
+            schedule.step(target=y_local if last else None, losses=losses if last else None)
+        for q in params:   # the data group's average, after the schedule
+            dist.all_reduce(q.grad, group=data)
+            q.grad.div_(d)
+        return losses
+
+    def first():
+        losses = run()
+        loss = torch.stack(losses).mean() if last else torch.zeros(())
+        dist.all_reduce(loss, group=data)
+        dist.all_reduce(loss, group=pipe)   # the last stage's, on every rank
+        squares = sum(q.grad.double().pow(2).sum() for q in params)
+        dist.all_reduce(squares, group=pipe)
+        return loss.item() / d, squares.sqrt().item()
+
+    return Side(run, first)
+
+
 def import_torchtitan() -> None:
     import torchtitan.components.loss  # noqa: F401
     import torchtitan.models.llama3.parallelize  # noqa: F401
@@ -132,6 +192,9 @@ ENTRIES = {e.case: e for e in [
           torchtitan_llama.available, import_torchtitan),
     Entry("llama3-fsdp4", 4, llama3, {"data": 4, "zero": 3},
           "torchtitan", torchtitan_side, {"dp_shard": 4, "tp": 1, "sequence_parallel": False},
+          torchtitan_llama.available, import_torchtitan),
+    Entry("llama3-pp2-dp2-1f1b", 4, llama3, {"pipeline": 2, "data": 2, "schedule": "1f1b", "microbatches": 4},
+          "torch.pipelining", pipelining_side, {"pipeline": 2, "schedule": "1f1b", "microbatches": 4},
           torchtitan_llama.available, import_torchtitan),
 ]}
 CASES = list(ENTRIES)
@@ -211,6 +274,7 @@ def run_entry(entry: Entry, steps: int, warmup: int) -> tuple:
     info["sequence_parallel"] = getattr(pm.plan, "sequence_parallel", None)
     info["regions"] = {r.region: r.strategy for r in pm.plan.regions}
     info["attention"] = [s for r, s in info["regions"].items() if r.startswith("attention:")]
+    info["stages"] = dict(pm.plan.pipeline).get("assignment")   # each block's stage, under a pipeline
     info["numerics"] = {}
     for name, side in (("autopar", ours), (entry.peer, theirs)):
         loss, norm = side.first()
@@ -277,7 +341,8 @@ def run(steps: int, warmup: int, quick: bool = False, cases: list[str] | None = 
 def print_details(details: list) -> None:
     for info in details:
         print(f"\n{info['case']}: autopar {info['strategy']} → mesh {info['mesh']}, sequence parallel "
-              f"{info['sequence_parallel']}; regions:")
+              f"{info['sequence_parallel']}" + (f", each block's stage {info['stages']}" if info["stages"] else "")
+              + "; regions:")
         for region, strategy in info["regions"].items():
             print(f"  {region}: {strategy}")
         for name, n in info["numerics"].items():
