@@ -136,7 +136,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
             hardware: str | Hardware | None = None, seed: int = 0, overlap: Any = None,
             recompute: bool | str | None = None, memory_limit: float | None = None,
             fusion: bool | None = None, device: str | torch.device | None = None, plan: Any = None,
-            replan: bool = False, batch: str = "global") -> ParallelModule:
+            replan: bool = False, batch: str = "global", torch_compile: bool = False) -> ParallelModule:
     """Make ``model`` run on the ranks of ``mesh`` (see the module docstring).
 
     ``example_inputs`` (positional) and ``example_kwargs`` (keyword inputs, e.g. a
@@ -187,6 +187,11 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     share. The example inputs stay the global batch (the plan splits it; they may be on
     the meta device).
 
+    ``torch_compile``: run each rank program under ``torch.compile`` (Inductor: C++ on the
+    CPU, Triton on GPUs; static shapes, compiled at a program's first call), autopar's
+    collectives and ZeRO's parameter reads between the compiled parts; autopar's own
+    ``fusion`` is then off (refused if asked for).
+
     ``pm.timings`` says how long each phase took (:class:`autopar.timing.Timings`: this
     call's, then every program the rank builds and the first ``step``'s run).
     """
@@ -196,9 +201,12 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
             raise ValueError(f"batch={batch!r}: 'global' (every rank passes the whole batch) or 'local' (each rank "
                              f"passes its share: pm.data_parallel_rank of pm.data_parallel_size)")
         reviewed = None if plan is None else as_plan(plan)
+        if torch_compile and fusion:
+            raise ValueError("compile(): fusion=True and torch_compile=True: Inductor fuses the chains autopar's "
+                             "fusion pass would; give one of them")
         pm = _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware,
-                       seed, overlap, recompute, memory_limit, fusion, device, timings, (reviewed, replan),
-                       batch == "local")
+                       seed, overlap, recompute, memory_limit, False if torch_compile else fusion, device, timings,
+                       (reviewed, replan), batch == "local", torch_compile=torch_compile)
     log.info("autopar compile on rank %d took %.2f s: %s", pm.rank, timings.total("compile."),
              timings.summary("compile."))
     return pm
@@ -206,7 +214,8 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
 
 def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware, seed,
               overlap, recompute, memory_limit, fusion, device, timings: Timings,
-              reviewed: tuple = (None, False), batch_local: bool = False) -> ParallelModule:
+              reviewed: tuple = (None, False), batch_local: bool = False, *,
+              torch_compile: bool = False) -> ParallelModule:
     """``compile``'s work, each phase timed into ``timings`` (the rest is ``checks``)."""
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat_examples = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
@@ -250,7 +259,7 @@ def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, ex
                       if (runtime := family.rank_runtime(plan_, rank, {"overlap": overlap})) is not None],
             rewrite=rewrite, seed=seed,
             recompute=recompute, fusion=fusion, call=layout, examples=example_signature(flat_examples, example_target),
-            device=device, twin=twin, timings=timings, batch_local=batch_local,
+            device=device, twin=twin, timings=timings, batch_local=batch_local, torch_compile=torch_compile,
             scalars={"numbers": scalar_constants(gm, gm.meta.get(LOSS_TERMS)), "training": twin.training})
     if not batch_local:   # (with batch="local" the examples are the global batch, not a rank's share)
         _build_training_program(pm, flat_examples, example_target if loss_fn is not None else None)

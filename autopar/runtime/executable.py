@@ -73,6 +73,17 @@ def with_kernels(code: str, gm: fx.GraphModule) -> str:
     return out
 
 
+def compiled(program: fx.GraphModule) -> fx.GraphModule:
+    """``program`` run under ``torch.compile`` (``compile(torch_compile=True)``): its
+    ``forward`` traced by Dynamo and compiled by Inductor (C++ on the CPU, Triton on
+    GPUs) at its first call, static shapes. autopar's collectives, autograd functions and
+    ZeRO's parameter reads run as they are between the compiled parts (Dynamo breaks
+    the graph where it cannot trace them); autopar's own kernel fusion is off (Inductor
+    fuses the same chains)."""
+    program.forward = torch.compile(program.forward, dynamic=False)
+    return program
+
+
 def executable(gm: fx.GraphModule, root: nn.Module, class_name: str) -> fx.GraphModule:
     """The rewritten ``gm`` as the program a rank runs: over ``root``'s module tree
     (this rank's parameters), with every module, parameter and constant under one flat

@@ -61,7 +61,8 @@ class ParallelModule(nn.Module):
                  rewrite: Callable, seed: int = 0, recompute: bool | str = False,
                  fusion: bool = False, call: CallLayout | None = None, examples: tuple | None = None,
                  device: torch.device | None = None, twin: nn.Module | None = None,
-                 timings: Timings | None = None, batch_local: bool = False, scalars: dict | None = None):
+                 timings: Timings | None = None, batch_local: bool = False, scalars: dict | None = None,
+                 torch_compile: bool = False):
         """Built by :func:`autopar.compile`, which gives what the plan's families decide:
         ``layout(root, options)``, this rank's parameter layout over the module tree
         ``root`` (with the runtimes' ``layout_options``); ``runtimes``, each family's
@@ -114,7 +115,7 @@ class ParallelModule(nn.Module):
         # the user's model is not kept: programs are captured from its meta twin (shapes)
         self._state = RankState(plan_, rank, self.root, layout, group_map, states, running, buckets, twin,
                                 loss_fn, call or CallLayout(), examples, recompute, fusion, dict(shards), device,
-                                rewrite, self.timings, batch_local, scalars)
+                                rewrite, self.timings, batch_local, scalars, torch_compile=torch_compile)
         self.runner = next((r for r in (rt.runner(self._state, twin) for rt in running) if r is not None), None) \
             or ProgramRunner(self._state)
         # which runtime answers each family attribute (asked at lookup: a deep copy's

@@ -27,7 +27,7 @@ from autopar.trace.capture import capture
 from autopar.trace.inputs import CallLayout, check_call_inputs, new_shapes_explained, signature
 from autopar.ir import CAPTURE, LOSS_REDUCTION, PARAM_SHARDS, ROOT_OUTPUT, TensorSpec
 from autopar.layout import Bucket, ParamLayout
-from autopar.runtime.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
+from autopar.runtime.executable import batch_of, compiled, executable, local_batch, microbatches, rank_graph_code
 from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.planning.strategy import PlanError
 from autopar.passes.analysis.batch_rows.scalars import differing_scalars
@@ -78,6 +78,8 @@ class RankState:
     # the numbers of the plan's capture by node (passes/analysis/batch_rows/scalars.py): a
     # rank's capture of the same call holding others reads the batch's size as a number
     scalars: dict | None = None
+    # compile(torch_compile=True): each program run under torch.compile (executable.compiled)
+    torch_compile: bool = False
     _share_checked: bool = field(default=False, repr=False, compare=False)
     # running()'s context by ``stage`` where every context is a swap of a module global
     # (made on first use; None where some family's context is not)
@@ -332,7 +334,7 @@ class ProgramRunner:
             raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
         program = executable(gm, state.root, f"Rank{state.rank}Program")
         copy_export_specs(gm, program)
-        return program
+        return compiled(program) if state.torch_compile else program
 
     def _count(self, program, pieces) -> torch.Tensor | PendingCount | None:
         bucket = self.state.layout.loss_bucket

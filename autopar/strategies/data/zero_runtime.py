@@ -243,6 +243,9 @@ class ZeroState:
         self._live.clear()
 
     # ------------------------------------------------------------------ reading parameters
+    # (run as they are under torch.compile: their collectives and bookkeeping are between
+    # the compiled parts of a program, compile(torch_compile=True))
+    @torch._dynamo.disable
     def param(self, name: str, prefetch: Optional[str] = None) -> torch.Tensor:
         if name in self.full:
             return self.full[name]
@@ -343,6 +346,7 @@ class ZeroState:
         with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
             yield
 
+    @torch._dynamo.disable
     def _pack(self, t: torch.Tensor):
         if t.numel():
             entry = self._live.get(t.untyped_storage().data_ptr())
@@ -351,6 +355,7 @@ class ZeroState:
                 return ("zero", entry[0], tuple(t.shape), t.stride(), t.storage_offset())
         return t
 
+    @torch._dynamo.disable
     def _unpack(self, packed):
         if not (isinstance(packed, tuple) and packed and packed[0] == "zero"):
             return packed
