@@ -129,35 +129,44 @@ def pipelining_side(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> Side:
     layer counts (torchtitan's model skips the modules a stage sets to None), each stage's
     gradients averaged over its data group after the schedule (as autopar's pipeline
     does); ranks ``s·d .. s·d + d − 1`` run stage ``s``."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleZBVZeroBubble
     p, m = entry.options["pipeline"], entry.options["microbatches"]
+    v = 2 if entry.options["schedule"] == "zbv" else 1   # ZB-V: stages r and 2p - 1 - r on pipeline rank r
     world, rank = dist.get_world_size(), dist.get_rank()
     d = world // p
     stage_index, data_index = rank // d, rank % d
     pipes = [dist.new_group([s * d + i for s in range(p)]) for i in range(d)]   # every rank makes every group
     datas = [dist.new_group([s * d + i for i in range(d)]) for s in range(p)]
     pipe, data = pipes[data_index], datas[stage_index]
-    model = llama3()
-    names = list(model.layers.keys())
-    per = len(names) // p
-    for k in names[:stage_index * per] + names[(stage_index + 1) * per:]:
-        del model.layers[k]
-    if stage_index > 0:
-        model.tok_embeddings = None
-    if stage_index < p - 1:
-        model.norm, model.lm_head = None, None
-    stage = PipelineStage(model, stage_index, p, torch.device("cpu"), group=pipe)
-    kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}[entry.options["schedule"]]
-    schedule = kind(stage, n_microbatches=m, loss_fn=lm_loss)
+    rank_in_pipe = stage_index
+    mine = [rank_in_pipe] if v == 1 else [rank_in_pipe, 2 * p - 1 - rank_in_pipe]
+    stages, params = [], []
+    for index in mine:
+        model = entry.model()
+        names = list(model.layers.keys())
+        per = len(names) // (p * v)
+        for k in names[:index * per] + names[(index + 1) * per:]:
+            del model.layers[k]
+        if index > 0:
+            model.tok_embeddings = None
+        if index < p * v - 1:
+            model.norm, model.lm_head = None, None
+        stages.append(PipelineStage(model, index, p * v, torch.device("cpu"), group=pipe))
+        params += list(model.parameters())
+    if v == 1:
+        kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}[entry.options["schedule"]]
+        schedule = kind(stages[0], n_microbatches=m, loss_fn=lm_loss)
+    else:
+        schedule = ScheduleZBVZeroBubble(stages, n_microbatches=m, loss_fn=lm_loss)
     x_local, y_local = x.chunk(d)[data_index], y.chunk(d)[data_index]
-    params = list(model.parameters())
-    last = stage_index == p - 1
+    first_stage = 0 in mine
+    last = p * v - 1 in mine
 
     def run() -> list:
         zero_grad(params)
         losses: list = []
-        if stage_index == 0:
-            schedule.step(x_local)
+        if first_stage:
+            schedule.step(x_local, target=y_local if last else None, losses=losses if last else None)
         else:
             schedule.step(target=y_local if last else None, losses=losses if last else None)
         for q in params:   # the data group's average, after the schedule
@@ -195,6 +204,10 @@ ENTRIES = {e.case: e for e in [
           torchtitan_llama.available, import_torchtitan),
     Entry("llama3-pp2-dp2-1f1b", 4, llama3, {"pipeline": 2, "data": 2, "schedule": "1f1b", "microbatches": 4},
           "torch.pipelining", pipelining_side, {"pipeline": 2, "schedule": "1f1b", "microbatches": 4},
+          torchtitan_llama.available, import_torchtitan),
+    Entry("llama3-8l-pp2-dp2-zbv", 4, lambda: torchtitan_llama.llama3(8, SEQ),
+          {"pipeline": 2, "data": 2, "schedule": "zbv", "chunks": 2, "microbatches": 4},
+          "torch.pipelining", pipelining_side, {"pipeline": 2, "schedule": "zbv", "microbatches": 4},
           torchtitan_llama.available, import_torchtitan),
 ]}
 CASES = list(ENTRIES)
