@@ -26,7 +26,9 @@ CASES = {
 
 
 def _context(name: str):
-    build, world, preset = CASES[name]
+    """(graph, world, hardware, the search's context) of a case of :data:`CASES` or
+    :data:`PIPELINE_CASES`."""
+    build, world, preset = {**CASES, **PIPELINE_CASES}[name]
     gm = analyse(capture(*build()))
     hw = get_hardware(preset)
     return gm, world, hw, PlanContext(ModelFacts(gm, fusion=hw.fused_kernels), world, hw.on_world(world), None, name)
@@ -83,20 +85,13 @@ def _zoo(name: str, batch: int):
     return model, (ids,), logits_loss, ids
 
 
-def _pipeline_context(name: str):
-    build, world, preset = PIPELINE_CASES[name]
-    gm = analyse(capture(*build()))
-    hw = get_hardware(preset)
-    return gm, world, hw, PlanContext(ModelFacts(gm, fusion=hw.fused_kernels), world, hw.on_world(world), None, name)
-
-
 @pytest.mark.parametrize("name", sorted(PIPELINE_CASES))
 def test_the_pipeline_bound_is_never_above_a_layouts_step(name):
     """Every layout ``"auto"`` weighs, priced in full (its best schedule, microbatch count,
     recomputation and ZeRO stage), takes at least its bound; the bound is not vacuous."""
     from autopar.strategies.pipeline.bound import step_floor
     from autopar.strategies.pipeline.planner import Pipeline
-    _, _, _, ctx = _pipeline_context(name)
+    _, _, _, ctx = _context(name)
     family, checked, tight = Pipeline(), 0, 0
     for config in family.candidates(ctx):
         priced = family.price(ctx, config)  # ctx.best_s is infinite: nothing is cut
@@ -115,7 +110,7 @@ def test_no_pipeline_bound_on_cpu_ranks():
     from autopar.strategies.pipeline.bound import step_floor
     from autopar.strategies.pipeline.planner import Pipeline
     import dataclasses
-    _, _, _, ctx = _pipeline_context("gpt-48-h100")
+    _, _, _, ctx = _context("gpt-48-h100")
     shared = dataclasses.replace(ctx.hw, host_cores=2)  # as ``autopar calibrate`` measures CPU ranks
     configs = Pipeline().candidates(ctx)
     assert any(step_floor(ctx.model, ctx.hw, c) > 0 for c in configs)
@@ -132,7 +127,7 @@ def test_the_plan_is_the_one_without_the_pipeline_cut(name, monkeypatch):
     from autopar.strategies.pipeline import bound
     from autopar.strategies.pipeline import planner as pipeline_planner
     from autopar.strategies.registry import FAMILIES
-    gm, world, hw, _ = _pipeline_context(name)
+    gm, world, hw, _ = _context(name)
     second: dict[str, list] = {"cut": [], "whole": []}  # what each family's second round weighs
     run = ["cut"]
     for family in FAMILIES:

@@ -280,7 +280,8 @@ class ModelFacts:
         def largest() -> float:
             units: dict[str, int] = {}
             for name, p in self.params.items():
-                units[zero_unit(name)] = units.get(zero_unit(name), 0) + p.numel()
+                unit = zero_unit(name)
+                units[unit] = units.get(unit, 0) + p.numel()
             return float(sum(sorted(units.values(), reverse=True)[:2]))
         return self.fact("largest_params", largest)
 

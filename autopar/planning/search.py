@@ -16,6 +16,7 @@ the registry. ``docs/planner.md`` describes what is searched and how it is price
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 
@@ -34,7 +35,8 @@ from autopar.planning.explain import closest_to_fitting, rejections
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import MeshCandidate, Plan
 from autopar.planning.strategy import PlanError, Strategy
-from autopar.strategies.family import Family, PlanContext, Priced, per_step_s, priced_in_full, rejected
+from autopar.strategies.family import (Family, PlanContext, Priced, per_step_s, priced_in_full, rejected,
+                                       with_per_step)
 from autopar.strategies.registry import FAMILIES
 from autopar.strategies.shared.batch_norms import check_batch_norms
 
@@ -130,9 +132,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
             priced = family.price(ctx, config)
             if not priced.listed:
                 continue
-            fixed = per_step_s(ctx, priced.mesh, priced.config)
-            if priced.step_s is not None and fixed:  # the runner's fixed cost, every plan
-                priced = dataclasses.replace(priced, step_s=priced.step_s + fixed)
+            priced = with_per_step(ctx, priced)
             why = lever_conflict(ctx, priced) or batch_conflict(ctx, priced) or random_conflict(ctx, priced)
             if why is not None:
                 if ctx.forced is not None:
@@ -197,13 +197,23 @@ def _price_cut(ctx: PlanContext, weighed: list, family_of: dict) -> None:
     fastest: what ``explain``'s ``top`` and ``why_not`` read is then the search's without
     the cut. None of them can win (each bound exceeded the best so far)."""
     cut = sorted((k for k, (_, p) in enumerate(weighed) if p.bound_s is not None), key=lambda k: weighed[k][1].bound_s)
+    if not cut:
+        return
+    steps = sorted(p.step_s for _, p in weighed if p.feasible)   # kept current as rows are priced
+    family_best: dict[str, float] = {}
+    for _, p in weighed:
+        if p.feasible:
+            family_best[p.family] = min(family_best.get(p.family, math.inf), p.step_s)
     for k in cut:
         index, row = weighed[k]
-        steps = sorted(p.step_s for _, p in weighed if p.feasible)
-        family_best = min((p.step_s for _, p in weighed if p.feasible and p.family == row.family), default=math.inf)
         shown = steps[SHOWN - 1] if len(steps) >= SHOWN else math.inf
-        if row.bound_s <= max(shown, family_best) * (1 + 1e-9):
-            weighed[k] = (index, priced_in_full(ctx, family_of[index].price, row.config))
+        if row.bound_s > max(shown, family_best.get(row.family, math.inf)) * (1 + 1e-9):
+            continue
+        again = priced_in_full(ctx, family_of[index].price, row.config)
+        weighed[k] = (index, again)
+        if again.feasible:
+            bisect.insort(steps, again.step_s)
+            family_best[row.family] = min(family_best.get(row.family, math.inf), again.step_s)
 
 
 def _winner(weighed: list, family_of: dict) -> tuple[Family, Priced]:

@@ -84,12 +84,13 @@ def compiled(program: fx.GraphModule) -> fx.GraphModule:
     return program
 
 
-def executable(gm: fx.GraphModule, root: nn.Module, class_name: str) -> fx.GraphModule:
+def executable(gm: fx.GraphModule, root: nn.Module, class_name: str, torch_compile: bool = False) -> fx.GraphModule:
     """The rewritten ``gm`` as the program a rank runs: over ``root``'s module tree
     (this rank's parameters), with every module, parameter and constant under one flat
-    name, and ``gm``'s metadata."""
+    name, and ``gm``'s metadata; ``torch_compile``: run under :func:`compiled`."""
     with phase("recompile"):
-        return _executable(gm, root, class_name)
+        program = _executable(gm, root, class_name)
+    return compiled(program) if torch_compile else program
 
 
 def _executable(gm: fx.GraphModule, root: nn.Module, class_name: str) -> fx.GraphModule:

@@ -27,7 +27,7 @@ from autopar.trace.capture import capture
 from autopar.trace.inputs import CallLayout, check_call_inputs, new_shapes_explained, signature
 from autopar.ir import CAPTURE, LOSS_REDUCTION, PARAM_SHARDS, ROOT_OUTPUT, TensorSpec
 from autopar.layout import Bucket, ParamLayout
-from autopar.runtime.executable import batch_of, compiled, executable, local_batch, microbatches, rank_graph_code
+from autopar.runtime.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
 from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.planning.strategy import PlanError
 from autopar.passes.analysis.batch_rows.scalars import differing_scalars
@@ -332,9 +332,9 @@ class ProgramRunner:
         if any(state.shards.get(name) != shard for name, shard in made.items()) or \
                 set(state.shards) - set(made) - elsewhere:
             raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
-        program = executable(gm, state.root, f"Rank{state.rank}Program")
+        program = executable(gm, state.root, f"Rank{state.rank}Program", state.torch_compile)
         copy_export_specs(gm, program)
-        return compiled(program) if state.torch_compile else program
+        return program
 
     def _count(self, program, pieces) -> torch.Tensor | PendingCount | None:
         bucket = self.state.layout.loss_bucket

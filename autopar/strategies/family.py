@@ -364,10 +364,16 @@ def per_step_s(ctx: PlanContext, mesh: dict, config) -> float:
     return ctx.hw.step_overhead_s + count
 
 
+def with_per_step(ctx: PlanContext, priced: Priced) -> Priced:
+    """``priced`` with what the search adds to every configuration's step
+    (:func:`per_step_s`: the runner's fixed cost, every plan), as it lists it."""
+    if priced.step_s is None:
+        return priced
+    fixed = per_step_s(ctx, priced.mesh, priced.config)
+    return dataclasses.replace(priced, step_s=priced.step_s + fixed) if fixed else priced
+
+
 def priced_in_full(ctx: PlanContext, price, config: Strategy) -> Priced:
     """``config`` priced by ``price`` with no bound cutting it (the best so far taken as
-    infinite), its step with what the search adds to every configuration's
-    (:func:`per_step_s`): as a search without the cut would have listed it."""
-    priced = price(dataclasses.replace(ctx, best_s=[math.inf]), config)
-    fixed = per_step_s(ctx, priced.mesh, priced.config) if priced.step_s is not None else 0.0
-    return dataclasses.replace(priced, step_s=priced.step_s + fixed) if fixed else priced
+    infinite), as a search without the cut would have listed it (:func:`with_per_step`)."""
+    return with_per_step(ctx, price(dataclasses.replace(ctx, best_s=[math.inf]), config))

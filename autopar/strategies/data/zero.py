@@ -125,8 +125,9 @@ class RowShard:
         return block.reshape(-1)
 
     def unpad(self, flat: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-        """The full ``shape`` tensor from the ``size`` padded blocks laid end to end in ``flat``."""
-        blocks = flat.view(self.size, self.chunk, *shape[1:])
+        """The full ``shape`` tensor from the ``size`` padded blocks laid end to end in ``flat``
+        (or one block a row of a ``[size, n]`` view: a ZeRO-3 unit's gather)."""
+        blocks = flat.reshape(self.size, self.chunk, *shape[1:])
         return torch.cat([blocks[i, :stop - start] for i, (start, stop) in
                           enumerate(self.block(self.rows, self.size, k) for k in range(self.size))])
 

@@ -48,37 +48,23 @@ class _Unit:
 
     def launch(self, async_op: bool):
         """``(work, flat)``: the all-gather of every rank's part."""
-        first = self.shards[0]
-        part = torch.cat([c.pad(s.detach()) for c, s in zip(self.cuts, self.shards)]) if len(self.names) > 1 \
-            else self.cuts[0].pad(first.detach())
-        flat = first.new_empty(self.size * self.total)
-        work = all_gather_flat(flat, part.contiguous(), group=get_group(self.group), async_op=async_op)
+        part = torch.cat([c.pad(s.detach()) for c, s in zip(self.cuts, self.shards)])
+        flat = part.new_empty(self.size * self.total)
+        work = all_gather_flat(flat, part, group=get_group(self.group), async_op=async_op)
         return work, flat
 
     def unpack(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every parameter of the unit, whole, from the gathered ``flat``."""
         rows = flat.view(self.size, self.total)
-        out = {}
-        for name, cut, shape, offset, size in zip(self.names, self.cuts, self.shapes, self.offsets, self.sizes):
-            blocks = rows[:, offset:offset + size].reshape(self.size, cut.chunk, *shape[1:])
-            out[name] = torch.cat([blocks[i, :stop - start] for i, (start, stop) in
-                                   enumerate(cut.block(cut.rows, cut.size, k) for k in range(cut.size))])
-        return out
+        return {name: cut.unpad(rows[:, offset:offset + size], shape)
+                for name, cut, shape, offset, size in zip(self.names, self.cuts, self.shapes, self.offsets, self.sizes)}
 
     def reduce(self, grads: dict[str, torch.Tensor]):
         """``(work, out)``: the reduce-scatter of the unit's gradients (a parameter without
         one this step sends zeros), into this rank's part."""
-        pieces = []
-        for k in range(self.size):
-            for name, cut, shape in zip(self.names, self.cuts, self.shapes):
-                grad = grads.get(name)
-                start, stop = cut.block(cut.rows, cut.size, k)
-                block = grad[start:stop] if grad is not None else None
-                if block is None:
-                    pieces.append(self.shards[0].new_zeros(cut.chunk * _row_numel(shape)))
-                else:
-                    pieces.append(cut.pad(block))
-        flat = torch.cat(pieces)
+        blocks = [cut.padded_blocks(grads[name]) if name in grads else [self.shards[0].new_zeros(size)] * self.size
+                  for name, cut, size in zip(self.names, self.cuts, self.sizes)]
+        flat = torch.cat([param[k] for k in range(self.size) for param in blocks])
         out = flat.new_empty(self.total)
         work = reduce_scatter_flat(out, flat, group=get_group(self.group), async_op=True)
         return work, out
@@ -94,7 +80,6 @@ class _Unit:
             start, stop = cut.span
             grad = out[offset:offset + size].view(cut.chunk, *shape[1:])[:stop - start].div_(cut.divisor)
             shard.grad = grad.clone() if shard.grad is None else shard.grad.add_(grad)
-
 
 
 class _Gather(torch.autograd.Function):
@@ -146,11 +131,11 @@ class ZeroState:
             self.shards[name] = root.get_parameter(wrapper)
         self._versions: int | None = None
         self.units: dict[str, _Unit] = {}          # ZeRO-3: parameter name -> its unit
+        self._order: list[_Unit] = []               # every unit once, in the layout's order
         self._held: tuple[str, dict] | None = None  # the unit held whole now: (key, name -> full)
         self._prefetched: dict[str, tuple[Any, torch.Tensor]] = {}   # unit key -> (work, flat)
-        self._chain: dict[str, str] = {}            # parameter -> the one the program reads next
-        self._next: dict[str, str] = {}             # unit key -> the unit the program reads after it
-        self._prev: dict[str, str] = {}             # unit key -> the unit the program reads before it
+        self._next: dict[str, _Unit] = {}           # unit key -> the unit the program reads after it
+        self._prev: dict[str, _Unit] = {}           # unit key -> the unit the program reads before it
         self._noted: set[str] = set()               # units forward kept notes of (backward reads them)
         self._uses: dict[str, int] = {}             # unit key -> uses whose gradient has not arrived
         self._grads: dict[str, dict[str, torch.Tensor]] = {}
@@ -176,6 +161,7 @@ class ZeroState:
             unit = _Unit(f"{key} ({dtype})" if sum(k[0] == key for k in grouped) > 1 else key, names, self.cuts,
                          self.shapes, self.shards)
             self.units.update((n, unit) for n in names)
+            self._order.append(unit)
         self._versions = self._version_sum()
 
     def persistent_params(self) -> dict[str, torch.Tensor]:
@@ -214,7 +200,7 @@ class ZeroState:
         """After each backward of a call: every unit's gradients reduce-scattered (those
         some use of which gave none yet too, in the units' order, the same on every rank)
         and landed in the shards' gradients."""
-        for unit in dict.fromkeys(self.units.values()):
+        for unit in self._order:
             if unit.key in self._grads:
                 self._reduce(unit)
         self._uses.clear()
@@ -280,23 +266,16 @@ class ZeroState:
         whole = unit.unpack(flat)
         self._held = (unit.key, whole)
         following = (self._next if forward else self._prev).get(unit.key)
-        if following is not None and (forward or following in self._noted):
-            self._prefetch(self._unit_named(following))
+        if following is not None and (forward or following.key in self._noted):
+            self._prefetch(following)
         return whole
 
     def _learn(self, name: str, following: str) -> None:
         """The program reads ``following`` after ``name``: where they are of two units,
         the order of the units (the same every call of a program, on every rank)."""
-        if self._chain.get(name) == following:
-            return
-        self._chain[name] = following
         mine, theirs = self.units.get(name), self.units.get(following)
         if mine is not None and theirs is not None and mine is not theirs:
-            self._next[mine.key], self._prev[theirs.key] = theirs.key, mine.key
-
-    def _unit_named(self, key: str) -> _Unit:
-        return next(u for u in self.units.values() if u.key == key)
-
+            self._next[mine.key], self._prev[theirs.key] = theirs, mine
     def _prefetch(self, unit: _Unit) -> None:
         if unit.key in self._prefetched or (self._held is not None and self._held[0] == unit.key) \
                 or not self._in_call:

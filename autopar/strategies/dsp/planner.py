@@ -44,9 +44,9 @@ from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms, check_batch_norms
 
 
-def _branch_parameters(gm: fx.GraphModule, names: list[str], table: dict, params: dict) -> list[str]:
-    """Qualified names of the parameters the nodes ``names`` use (get_attr or module);
-    ``table``: the graph's nodes by name, ``params``: its parameters by name."""
+def _branch_parameters(model: ModelFacts, names: list[str]) -> list[str]:
+    """Qualified names of the parameters the nodes ``names`` use (get_attr or module)."""
+    gm, table, params = model.gm, model.table, model.params
     found: dict[str, None] = {}
     for name in names:
         node = table[name]
@@ -110,7 +110,7 @@ def branches_of(model: ModelFacts, region) -> Branches:
     memo = model.memo("dsp.branches")
     if region.id not in memo:
         d = region.details
-        params = [_branch_parameters(model.gm, branch, model.table, model.params) for branch in d["branches"]]
+        params = [_branch_parameters(model, branch) for branch in d["branches"]]
         memo[region.id] = Branches([[model.work[n] for n in branch] for branch in d["branches"]], params,
                                    [sum(model.params[p].numel() for p in names) for names in params],
                                    float(tensor_spec(model.table[d["fork"]]).nbytes),

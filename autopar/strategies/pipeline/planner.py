@@ -128,26 +128,35 @@ class PipelineDetails:
     schedules: list[dict] = dataclasses.field(default_factory=list)  # every schedule of its chunks, priced alike
 
 
-def pipeline_degrees(model: ModelFacts, world: int, config: Strategy, sizes: bool = True) -> tuple[int, int, int]:
-    """(p, data, tensor) of a pipeline configuration, its sizes checked (``sizes``: the
-    batch's and the split regions' too)."""
+def _degrees(world: int, config: Strategy) -> tuple[int, int, int]:
+    """(p, data, tensor) of a pipeline configuration on ``world`` ranks."""
     p = config.pipeline
     if world % p:
         raise PlanError(f"strategy: pipeline={p} does not divide the world of {world} ranks; give a pipeline degree "
                         f"that divides it")
-    data, tensor = Strategy(config.data, config.tensor).resolve(world // p)
-    if sizes and config.mixed:  # each region chooses (or is pinned); one that cannot split stays whole
+    return (p, *Strategy(config.data, config.tensor).resolve(world // p))
+
+
+def _check_sizes(model: ModelFacts, config: Strategy, data: int, tensor: int) -> None:
+    """The batch over the data ranks, and (not mixed) the split regions over the tensor ranks."""
+    if config.mixed:  # each region chooses (or is pinned); one that cannot split stays whole
         check_forced_batch(model, data)
-    elif sizes:
+    else:
         check_forced_sizes(model, data, tensor)
+
+
+def pipeline_degrees(model: ModelFacts, world: int, config: Strategy) -> tuple[int, int, int]:
+    """(p, data, tensor) of a pipeline configuration, its sizes checked."""
+    p, data, tensor = _degrees(world, config)
+    _check_sizes(model, config, data, tensor)
     return p, data, tensor
 
 
 def pipeline_layout(model: ModelFacts, world: int, config: Strategy) -> tuple[int, int, int, PipelineShape, int]:
     """(p, data, tensor, pipeline shape, local batch) of a pipeline configuration, its sizes checked."""
-    p, data, tensor = pipeline_degrees(model, world, config, sizes=False)
+    p, data, tensor = _degrees(world, config)
     shape = pipeline_shape(model, p * config.chunks)
-    pipeline_degrees(model, world, config)
+    _check_sizes(model, config, data, tensor)
     return p, data, tensor, shape, model.batch // data
 
 

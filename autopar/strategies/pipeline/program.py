@@ -40,7 +40,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.trace.inputs import signature
-from autopar.runtime.executable import batch_of, compiled, executable, local_batch, microbatches, rank_graph_code
+from autopar.runtime.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
 from autopar._torch_compat import export_out_spec
 from autopar.trace.capture import capture
 from autopar.trace.inputs import CallLayout
@@ -211,8 +211,7 @@ class PipelineRunner:
             for name, shard in module.meta.get(PARAM_SHARDS, {}).items():
                 if state.shards.get(name) != shard:
                     raise RuntimeError(f"stage {s} splits {name} otherwise than the plan did; this is a bug")
-            program = executable(module, state.root, f"Rank{state.rank}Stage{s}")
-            program = compiled(program) if state.torch_compile else program
+            program = executable(module, state.root, f"Rank{state.rank}Stage{s}", state.torch_compile)
             programs[s] = StageProgram.of(s, program, len(stage.receives), stage.inputs, module.meta[LAST],
                                           out_spec)
         return programs, names
