@@ -215,13 +215,18 @@ def _check_gradient_buckets(out: dict, group: str) -> None:
             for net in nets:
                 net(x, use).square().sum().backward()
         buckets.finish()
+        # each gradient is held once: as its slot of its bucket's buffer
+        in_buffer = all(p.grad.untyped_storage().data_ptr() == buckets._bucket_of[id(p)].buffer.untyped_storage()
+                        .data_ptr() for p in bucketed.parameters())
+        out[f"grads_in_buckets_step{step}"] = (torch.tensor(in_buffer), torch.tensor(True))
         sync_gradients(list(flat.parameters()), group)
         for name, p in manual.named_parameters():
             local = p.grad if p.grad is not None else torch.zeros_like(p)
             everyone = [torch.empty_like(local) for _ in range(size)]
             dist.all_gather(everyone, local, group=get_group(group))
             average = torch.stack(everyone).mean(0)
-            got = dict(bucketed.named_parameters())[name].grad
+            # a bucketed gradient is a view of its bucket, which the next step overwrites
+            got = dict(bucketed.named_parameters())[name].grad.clone()
             out[f"buckets_step{step}_{name}"] = (got, average)
             out[f"flat_step{step}_{name}"] = (dict(flat.named_parameters())[name].grad, average)
 
@@ -328,7 +333,7 @@ def _compared(results: list[dict], prefix: str):
 
 
 CHECK_PREFIXES = ["mlp_", "gather_", "scatter_", "all_gather_batch", "ce_", "embedding_",
-                  "bucket", "flat_", "dropout_reproducible", "dropout_split_"]
+                  "bucket", "flat_", "grads_in_buckets", "dropout_reproducible", "dropout_split_"]
 
 
 @pytest.mark.multiprocess

@@ -3,9 +3,12 @@
 :class:`GradientBuckets` does what DDP's reducer does: parameters are grouped into
 buckets of about ``bucket_bytes`` in *reverse* forward order (the order in which backward
 produces their gradients); a ``post_accumulate_grad`` hook marks a parameter ready, and
-a bucket whose parameters are all ready is flattened into one buffer and all-reduced
-asynchronously while backward goes on. :meth:`GradientBuckets.finish` waits, averages,
-and writes the result back into every ``param.grad``::
+a bucket whose parameters are all ready is all-reduced asynchronously while backward goes
+on. Each gradient is held once: the hook moves a new gradient into its parameter's slot
+of the bucket's flat buffer and points ``param.grad`` at that slot, where later
+accumulations add to it (DDP's ``gradient_as_bucket_view``), so a rank holds its
+parameters and one copy of their gradients, as without data parallelism.
+:meth:`GradientBuckets.finish` waits and averages the buffers in place::
 
     buckets = GradientBuckets(list(model.parameters()), "data")
     loss.backward()          # buckets are all-reduced as their gradients appear
@@ -55,26 +58,27 @@ class _Bucket:
         self.work = None
 
     def flatten(self) -> None:
-        grads = _grads(self.params)
-        if grads is not None:  # one foreach copy instead of a copy_ (and a reshape) per parameter
-            torch._foreach_copy_(self.views, grads)
-            return
-        for p, view in zip(self.params, self.views):
-            if p.grad is None:
-                view.zero_()
-            else:
-                view.copy_(p.grad)
-
-    def unflatten_into_grads(self) -> None:
+        """Copy into the buffer the gradients that are not already its views (a parameter
+        with none counts as zero and is given its view)."""
         into, values = [], []
         for p, view in zip(self.params, self.views):
-            if p.grad is None:
-                p.grad = view.clone()
+            g = p.grad
+            if g is view:
+                continue
+            if g is None:
+                view.zero_()
+                p.grad = view
             else:
-                into.append(p.grad)
-                values.append(view)
-        if into:
+                into.append(view)
+                values.append(g)
+        if into:   # one foreach copy instead of a copy_ per parameter
             torch._foreach_copy_(into, values)
+
+    def unflatten_into_grads(self) -> None:
+        """Point every ``param.grad`` at its view of the (averaged) buffer."""
+        for p, view in zip(self.params, self.views):
+            if p.grad is not view:
+                p.grad = view
 
 
 def _param_views(buffer: torch.Tensor, params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
@@ -85,17 +89,6 @@ def _param_views(buffer: torch.Tensor, params: list[torch.nn.Parameter]) -> list
         views.append(buffer[offset:offset + p.numel()].view(p.shape))
         offset += p.numel()
     return views
-
-
-def _grads(params: list[torch.nn.Parameter]) -> list[torch.Tensor] | None:
-    """Every parameter's gradient, or None when one has none."""
-    grads = []
-    for p in params:
-        g = p.grad
-        if g is None:
-            return None
-        grads.append(g)
-    return grads
 
 
 class _ShardedBucket(_Bucket):
@@ -174,6 +167,7 @@ class GradientBuckets:
         self.enabled = True
         self.buckets: list[_Bucket] = []
         self._bucket_of: dict[int, _Bucket] = {}
+        self._view_of: dict[int, torch.Tensor] = {}   # each parameter's gradient slot in its bucket
         self._next_to_launch = 0
         self._handles = []
         self._lone: torch.Tensor | None = None  # a carried value when there are no buckets
@@ -224,6 +218,8 @@ class GradientBuckets:
         self.buckets.append(bucket)
         for p in params:
             self._bucket_of[id(p)] = bucket
+        if not self.zero:
+            self._view_of.update((id(p), view) for p, view in zip(params, bucket.views))
 
     def arm(self, params) -> None:
         """Count ``params`` when their gradients are next ready (their last backward)."""
@@ -235,9 +231,16 @@ class GradientBuckets:
         # checks, and the launch loop entered only when this bucket is full and next in
         # line (a full bucket behind a waiting one is launched by the loop that launches
         # the waiting one, so nothing else can start here)
+        key = id(param)
+        view = self._view_of.get(key)
+        if view is not None and param.grad is not view:
+            # the gradient moves into its bucket slot as soon as it exists, and later
+            # accumulations add to it there: a parameter's gradient is held once, not
+            # once as ``param.grad`` and again in the bucket (DDP's gradient_as_bucket_view)
+            view.copy_(param.grad)
+            param.grad = view
         if not self.enabled:
             return
-        key = id(param)
         if self._armed is not None and key not in self._armed:
             return
         bucket = self._bucket_of[key]
