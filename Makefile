@@ -48,8 +48,8 @@ browser:
 test-gpu: $(STAMP)
 	TRITON_INTERPRET=0 $(PY) -m pytest -q -m gpu tests/test_gpu.py
 
-# every GPU test and benchmark in one command, each step under its own limit (8 minutes
-# together on an H100), results under $$OUT or gpu-results/ (benchmarks/gpu_check.py). It
+# every GPU test and benchmark in one command, each step under its own limit (at most 11.5 minutes
+# together), results under $$OUT or gpu-results/ (benchmarks/gpu_check.py). It
 # runs with the interpreter given, not .venv: on a GPU machine, the Python that already has
 # torch with CUDA (`make gpu-check PYTHON=python3`). Without CUDA it says what it would run.
 gpu-check:
@@ -57,7 +57,7 @@ gpu-check:
 
 # wheels of what the GPU machine's Python lacks (it reaches no registry), into .whl/, which
 # gpu-check installs into a private directory before its steps
-GPU_WHEELS := expecttest==0.3.0 pydot==4.0.1
+GPU_WHEELS := expecttest==0.3.0 pydot==4.0.1 torchtitan==0.3.0 spmd_types==0.2.3 tyro docstring-parser typeguard
 gpu-wheels:
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)

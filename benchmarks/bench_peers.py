@@ -35,10 +35,19 @@ per region; every attention region of a tensor-parallel entry is expected to be
 
 Timing: the sides alternate every repetition, each between two barriers, timed on rank
 0 (:func:`common.interleaved`). Memory, per rank: a side's *state* (the resident-set
-growth of building it, the full model dropped) plus its step's *transient* (``VmHWM``
-over the resident set during one step, the peak reset by ``/proc/self/clear_refs`` and
-freed heap returned by ``malloc_trim`` first); the largest over ranks is reported. No
-goal: the rows are measured only.
+growth of building it and running its first step, the full model dropped: parameters,
+gradients, buffers and programs) plus its step's *transient* (``VmHWM`` over the
+resident set during one step, the peak reset by ``/proc/self/clear_refs`` and freed
+heap returned by ``malloc_trim`` first); the largest over ranks is reported. Each side is
+built and stepped once before (and dropped), so that a library's one-time costs (its
+imports, caches and compiled code) are in neither figure. No goal: the rows are
+measured only.
+
+``-compiled`` entries: both sides under ``torch.compile`` (Inductor): autopar's
+``compile(..., torch_compile=True)`` against torchtitan's own compile of each layer
+(``CompileConfig(enable=True, components=["model"])``, before FSDP as its trainer applies
+it) or, under torch.pipelining, each stage's layers compiled the same way. They are left
+out of ``--quick``.
 
     python benchmarks/bench_peers.py [--steps 30] [--warmup 5] [--quick] [--cases CASE ...]
 """
@@ -64,6 +73,7 @@ from examples.models import lm_loss
 from examples.peers import torchtitan_llama
 
 LAYERS, BATCH, SEQ = 6, 8, 64   # torchtitan's "debugmodel" has 6 layers
+DEVICE = ["cpu"]                 # where the ranks run: "cpu" (gloo) or "cuda" (NCCL, a GPU per rank)
 RTOL = 1e-5                      # float32: each side's loss and gradient norm against one process
 
 
@@ -81,6 +91,7 @@ class Entry:
     options: dict = dataclasses.field(default_factory=dict)
     missing: Callable[[], str | None] = lambda: None   # why the peer cannot run here, or None
     prepare: Callable[[], object] = lambda: None       # the peer's imports, done before memory is measured
+    compiled: bool = False   # both sides under torch.compile: autopar's torch_compile=True, the peer's own
 
 
 @dataclasses.dataclass
@@ -96,7 +107,7 @@ class Side:
 
 def torchtitan_side(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> Side:
     """torchtitan's FSDP2 × TP (with or without SP) of its Llama 3, the rank's data part."""
-    model, dims = torchtitan_llama.llama3_torchtitan_parallel(LAYERS, SEQ, **entry.options)
+    model, dims = torchtitan_llama.llama3_torchtitan_parallel(LAYERS, SEQ, device=DEVICE[0], **entry.options)
     dp = dims.get_mesh("fsdp")
     x_local, y_local = x.chunk(dp.size())[dp.get_local_rank()], y.chunk(dp.size())[dp.get_local_rank()]
     params, tokens = list(model.parameters()), y.numel()
@@ -142,7 +153,7 @@ def pipelining_side(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> Side:
     mine = [rank_in_pipe] if v == 1 else [rank_in_pipe, 2 * p - 1 - rank_in_pipe]
     stages, params = [], []
     for index in mine:
-        model = entry.model()
+        model = entry.model().to(DEVICE[0])
         names = list(model.layers.keys())
         per = len(names) // (p * v)
         for k in names[:index * per] + names[(index + 1) * per:]:
@@ -151,7 +162,11 @@ def pipelining_side(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> Side:
             model.tok_embeddings = None
         if index < p * v - 1:
             model.norm, model.lm_head = None, None
-        stages.append(PipelineStage(model, index, p * v, torch.device("cpu"), group=pipe))
+        if entry.compiled:   # as torchtitan's apply_compile: each block on its own, whole graphs
+            for block in model.layers.values():
+                block.compile(fullgraph=True)
+        stages.append(PipelineStage(model, index, p * v, torch.device(DEVICE[0], torch.cuda.current_device())
+                                    if DEVICE[0] == "cuda" else torch.device("cpu"), group=pipe))
         params += list(model.parameters())
     if v == 1:
         kind = {"1f1b": Schedule1F1B, "gpipe": ScheduleGPipe}[entry.options["schedule"]]
@@ -209,16 +224,35 @@ ENTRIES = {e.case: e for e in [
           {"pipeline": 2, "data": 2, "schedule": "zbv", "chunks": 2, "microbatches": 4},
           "torch.pipelining", pipelining_side, {"pipeline": 2, "schedule": "zbv", "microbatches": 4},
           torchtitan_llama.available, import_torchtitan),
+    Entry("llama3-1-compiled", 1, llama3, {"data": 1},
+          "torchtitan", torchtitan_side, {"dp_shard": 1, "tp": 1, "sequence_parallel": False, "compile": True},
+          torchtitan_llama.available, import_torchtitan, compiled=True),
+    Entry("llama3-fsdp4-compiled", 4, llama3, {"data": 4, "zero": 3},
+          "torchtitan", torchtitan_side, {"dp_shard": 4, "tp": 1, "sequence_parallel": False, "compile": True},
+          torchtitan_llama.available, import_torchtitan, compiled=True),
+    Entry("llama3-dp2-tp2-sp-compiled", 4, llama3, {"data": 2, "tensor": 2, "sequence_parallel": True},
+          "torchtitan", torchtitan_side, {"dp_shard": 2, "tp": 2, "sequence_parallel": True, "compile": True},
+          torchtitan_llama.available, import_torchtitan, compiled=True),
+    Entry("llama3-pp2-dp2-1f1b-compiled", 4, llama3,
+          {"pipeline": 2, "data": 2, "schedule": "1f1b", "microbatches": 4},
+          "torch.pipelining", pipelining_side, {"pipeline": 2, "schedule": "1f1b", "microbatches": 4},
+          torchtitan_llama.available, import_torchtitan, compiled=True),
 ]}
 CASES = list(ENTRIES)
-QUICK_CASES = CASES
+QUICK_CASES = [c for c in CASES if not ENTRIES[c].compiled]
 
 
 # -- memory --------------------------------------------------------------------------------------
 
 def settle() -> int:
-    """Free what is garbage, give the heap's free pages back, reset the peak; the resident set."""
+    """Free what is garbage, give the heap's free pages back, reset the peak; the bytes in
+    use (the resident set on the CPU, the allocator's bytes on a GPU)."""
     gc.collect()
+    if DEVICE[0] == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        return torch.cuda.memory_allocated()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")   # resets VmHWM to the current resident set
@@ -226,18 +260,21 @@ def settle() -> int:
 
 
 def transient(step: Callable[[], object]) -> int:
-    """Bytes one step holds above the resident set it starts from, at its peak."""
+    """Bytes one step holds above what is in use when it starts, at its peak."""
     before = settle()
     step()
+    if DEVICE[0] == "cuda":
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - before
     return vm("VmHWM") - before
 
 
 # -- the job -------------------------------------------------------------------------------------
 
 def autopar_side(entry: Entry, x: torch.Tensor, y: torch.Tensor):
-    model = entry.model()
+    model = entry.model().to(DEVICE[0])
     pm = autopar.compile(model, None, example_inputs=(x,), loss_fn=lm_loss, example_target=y,
-                         strategy=entry.strategy)
+                         strategy=entry.strategy, torch_compile=entry.compiled)
     del model
     params = list(pm.parameters())
 
@@ -255,7 +292,7 @@ def autopar_side(entry: Entry, x: torch.Tensor, y: torch.Tensor):
 
 def reference(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     """The single device: loss and gradient 2-norm of the whole batch."""
-    model = entry.model()
+    model = entry.model().to(DEVICE[0])
     loss = lm_loss(model(x), y)
     loss.backward()
     return loss.item(), norm_of(p.grad for p in model.parameters())
@@ -273,24 +310,33 @@ def relative(a: float, b: float) -> float:
 
 def run_entry(entry: Entry, steps: int, warmup: int) -> tuple:
     generator = torch.Generator().manual_seed(0)
-    x = torch.randint(0, torchtitan_llama.VOCAB, (BATCH, SEQ), generator=generator)
-    y = torch.randint(0, torchtitan_llama.VOCAB, (BATCH, SEQ), generator=generator)
+    x = torch.randint(0, torchtitan_llama.VOCAB, (BATCH, SEQ), generator=generator).to(DEVICE[0])
+    y = torch.randint(0, torchtitan_llama.VOCAB, (BATCH, SEQ), generator=generator).to(DEVICE[0])
     entry.prepare()
     ref_loss, ref_norm = reference(entry, x, y)   # also the first forward's one-time costs, on neither side
+    for build in (lambda: autopar_side(entry, x, y)[0], lambda: entry.peer_side(entry, x, y)):
+        build().first()   # each library's one-time costs (imports, caches, compiled code) outside the figures
+    gc.collect()
     info: dict = {"case": entry.case, "strategy": entry.strategy, "peer": entry.peer}
-    start = settle()
-    ours, pm = autopar_side(entry, x, y)
-    built = settle()
-    theirs = entry.peer_side(entry, x, y)
-    state = {"autopar": built - start, entry.peer: settle() - built}
+    sides, state, first = {}, {}, {}
+    for name, build in (("autopar", lambda: autopar_side(entry, x, y)), (entry.peer, lambda: (
+            entry.peer_side(entry, x, y), None))):
+        start = settle()
+        side, pm = build()
+        first[name] = side.first()   # its gradients and step buffers exist from here on
+        state[name] = settle() - start
+        sides[name] = side
+        if pm is not None:
+            info_pm = pm
+    ours, theirs, pm = sides["autopar"], sides[entry.peer], info_pm
     info["mesh"] = dict(pm.plan.mesh)
     info["sequence_parallel"] = getattr(pm.plan, "sequence_parallel", None)
     info["regions"] = {r.region: r.strategy for r in pm.plan.regions}
     info["attention"] = [s for r, s in info["regions"].items() if r.startswith("attention:")]
     info["stages"] = dict(pm.plan.pipeline).get("assignment")   # each block's stage, under a pipeline
     info["numerics"] = {}
-    for name, side in (("autopar", ours), (entry.peer, theirs)):
-        loss, norm = side.first()
+    for name in ("autopar", entry.peer):
+        loss, norm = first[name]
         info["numerics"][name] = {"loss": loss, "grad_norm": norm, "loss_rel": relative(loss, ref_loss),
                                   "grad_norm_rel": relative(norm, ref_norm)}
     info["numerics"]["one process"] = {"loss": ref_loss, "grad_norm": ref_norm}
@@ -299,15 +345,23 @@ def run_entry(entry: Entry, steps: int, warmup: int) -> tuple:
             check_close(f"{entry.case}: {name}'s {kind} against one process", info["numerics"][name][kind],
                         info["numerics"]["one process"][kind], rtol=RTOL, atol=0.0)
     times = interleaved({"autopar": ours.step, entry.peer: theirs.step}, steps=steps, warmup=warmup,
-                        sync=dist.barrier)
+                        sync=sync)
     info["state"] = state
     info["transient"] = {name: transient(side.step) for name, side in (("autopar", ours), (entry.peer, theirs))}
     info["memory"] = {name: state[name] + info["transient"][name] for name in state}
     return times, info
 
 
-def rank_job(cases: list[str], steps: int, warmup: int) -> list[tuple]:
+def sync() -> None:
+    """Every rank's work done: the device's queued kernels, then a barrier."""
+    if DEVICE[0] == "cuda":
+        torch.cuda.synchronize()
+    dist.barrier()
+
+
+def rank_job(cases: list[str], steps: int, warmup: int, device: str = "cpu") -> list[tuple]:
     """Runs on every rank; returns (times, info) per case (rank 0's times are reported)."""
+    DEVICE[0] = device
     return [run_entry(ENTRIES[case], steps, warmup) for case in cases]
 
 
@@ -330,19 +384,30 @@ def summarise(case: str, peer: str, rank_results: list[tuple]) -> tuple:
 
 
 def run(steps: int, warmup: int, quick: bool = False, cases: list[str] | None = None,
-        details: list | None = None) -> list:
+        details: list | None = None, device: str = "cpu") -> list:
     """Every case, one launch per world size; ``details`` collects each case's plan,
-    numerics and memory."""
+    numerics and memory. ``device="cuda"``: NCCL, one GPU per rank; a case needing more
+    ranks than the machine has GPUs is skipped, saying so."""
     cases = cases or (QUICK_CASES if quick else CASES)
+    gpus = torch.cuda.device_count() if device == "cuda" else None
+
+    def missing(case: str) -> str | None:
+        entry = ENTRIES[case]
+        if gpus is not None and entry.world > gpus:
+            return f"needs {entry.world} GPUs (NCCL runs one rank per GPU); this machine has {gpus}"
+        return entry.missing()
+
     rows = []
     for case in cases:
-        reason = ENTRIES[case].missing()
+        reason = missing(case)
         if reason:
             print(f"peers/{case}: skipped: {reason}")
-    runnable = [c for c in cases if not ENTRIES[c].missing()]
+    runnable = [c for c in cases if not missing(c)]
     for world in sorted({ENTRIES[c].world for c in runnable}):
         group = [c for c in runnable if ENTRIES[c].world == world]
-        results = launch(rank_job, world, (group, steps, warmup), timeout_s=600, deadline_s=3600)
+        backend = "nccl" if device == "cuda" else "gloo"
+        results = launch(rank_job, world, (group, steps, warmup, device), backend=backend, timeout_s=600,
+                         deadline_s=3600)
         for i, case in enumerate(group):
             row, info = summarise(case, ENTRIES[case].peer, [r[i] for r in results])
             rows.append(row)
@@ -369,11 +434,15 @@ def print_details(details: list) -> None:
 def main(argv=None) -> list:
     p = parser(__doc__.splitlines()[0], default_steps=30)
     p.add_argument("--markdown", action="store_true", help="also print the rows as a markdown table")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cpu: gloo ranks (default); cuda: NCCL, a GPU per rank (entries needing more are skipped)")
     args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("bench_peers: --device cuda needs a CUDA device; none here")
     steps, warmup = steps_of(args)
     details: list = []
     print("before: load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
-    rows = run(steps, warmup, args.quick, cases_of(args.cases, args.quick, CASES, QUICK_CASES), details)
+    rows = run(steps, warmup, args.quick, cases_of(args.cases, args.quick, CASES, QUICK_CASES), details, args.device)
     print("after: load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print_details(details)
     print_rows(f"peers: autopar vs the peer's own parallelisation ({steps} steps, {warmup} warm-up)", rows)

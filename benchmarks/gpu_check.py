@@ -17,7 +17,14 @@ The steps, in order (docs/benchmarks.md §13 says what each measures and the lat
    and with step 4's profile, beside step 3's measured step;
 6. ``meta-init``: a model compiled from the meta device and initialised on the GPU, its
    peak ``torch.cuda.max_memory_allocated`` beside the plan's memory per rank (skipped,
-   saying why, where ``ParallelModule`` has no ``init_weights``).
+   saying why, where ``ParallelModule`` has no ``init_weights``);
+7. ``torch-compile``: ``bench_torch_compile.py --device cuda``: autopar's rank programs
+   with and without ``torch_compile=True`` (Inductor's Triton kernels), NCCL ranks, one per
+   GPU up to two (on one GPU: the whole model as one program);
+8. ``peers``: ``bench_peers.py --device cuda``: every entry with at most as many ranks as
+   the machine has GPUs, autopar against torchtitan (FSDP2, TP + SP, compiled) and
+   torch.pipelining over NCCL; on one GPU, both compiled on one rank. Needs torchtitan
+   (``make peers``; its wheel in ``.whl/`` on a machine without a registry).
 
 A step that fails or runs past its limit does not stop the others. The run records the
 device, driver, CUDA, torch, Triton and Python versions. It writes at most four files
@@ -63,7 +70,8 @@ class Step:
 
 
 def steps(python: str, out: str, tmp: str) -> list[Step]:
-    """The steps with their limits (seconds): 8 minutes together on an H100."""
+    """The steps with their limits (seconds): 8 minutes for the first eight on an H100, under 4
+    for ``torch-compile`` and ``peers`` (two calls of a device with a 10-minute command limit)."""
     bench = os.path.join(REPO_ROOT, "benchmarks")
     me = os.path.join(bench, "gpu_check.py")
     return [
@@ -89,6 +97,12 @@ def steps(python: str, out: str, tmp: str) -> list[Step]:
                              os.path.join(out, "calibrated-gpu.json")], json_name="predict.json"),
         Step("meta-init", 30, [python, me, "--meta-init", os.path.join(tmp, "meta-init.json")],
              json_name="meta-init.json"),
+        Step("torch-compile", 100, [python, os.path.join(bench, "bench_torch_compile.py"), "--device", "cuda",
+                                    "--steps", "10", "--json", os.path.join(tmp, "torch-compile.json")],
+             env={"TRITON_INTERPRET": "0"}, json_name="torch-compile.json"),
+        Step("peers", 120, [python, os.path.join(bench, "bench_peers.py"), "--device", "cuda", "--steps", "10",
+                            "--warmup", "3", "--json", os.path.join(tmp, "peers.json")],
+             env={"TRITON_INTERPRET": "0"}, json_name="peers.json"),
     ]
 
 

@@ -54,14 +54,18 @@ def _config(layers: int, max_seq_len: int, kv_heads: int | None):
 
 
 def llama3_torchtitan_parallel(layers: int = 2, max_seq_len: int = 64, *, dp_shard: int, tp: int,
-                               sequence_parallel: bool = True, kv_heads: int | None = None):
+                               sequence_parallel: bool = True, kv_heads: int | None = None, compile: bool = False,
+                               device: str = "cpu"):
     """The same model (same seed, same weights as :func:`llama3`) parallelised by torchtitan
     itself, as its trainer composes it: the sharding configuration of its tensor-parallel
     plan (``set_llama3_sharding_config``, sequence parallel or not; the head column-split
     over the vocabulary, the loss vocabulary-parallel), then ``parallelize_llama`` on a
     ``ParallelDims`` mesh (``fsdp`` × ``tp``): ``Module.parallelize`` for tensor
     parallelism, ``fully_shard`` per layer and at the root (FSDP2, float32 parameters,
-    gradients summed over the data group). Runs on every rank of a ``dp_shard × tp``
+    gradients summed over the data group); with ``compile``, torchtitan's ``torch.compile`` of
+    each layer (``CompileConfig(enable=True, components=["model"])``, applied before FSDP
+    as its trainer does). ``device``: ``"cpu"`` (gloo) or ``"cuda"`` (the model moved to
+    the rank's GPU before it is parallelised). Runs on every rank of a ``dp_shard × tp``
     world. Returns ``(model, parallel_dims)``; :func:`torchtitan_loss` is its loss.
 
     Settings a CPU run needs: meshes on ``"cpu"`` (torchtitan picks ``"cuda"`` where no
@@ -76,7 +80,7 @@ def llama3_torchtitan_parallel(layers: int = 2, max_seq_len: int = 64, *, dp_sha
     from torchtitan.distributed import utils as dist_utils
     from torchtitan.models.llama3.parallelize import parallelize_llama
     from torchtitan.models.llama3.sharding import set_llama3_sharding_config
-    parallel_dims_module.device_type = "cpu"
+    parallel_dims_module.device_type = device
     backend = "partial_dtensor"
     dist_utils.set_spmd_backend(backend)
     parallelism = ParallelismConfig(data_parallel_shard_degree=dp_shard, tensor_parallel_degree=tp,
@@ -86,9 +90,10 @@ def llama3_torchtitan_parallel(layers: int = 2, max_seq_len: int = 64, *, dp_sha
     config = _config(layers, max_seq_len, kv_heads)
     set_llama3_sharding_config(config, enable_sp=sequence_parallel)
     torch.manual_seed(0)
-    model = config.build()
+    model = config.build().to(device)
     parallelize_llama(model, parallel_dims=dims, training=TrainingConfig(mixed_precision_param="float32"),
-                      parallelism=parallelism, compile_config=CompileConfig(), ac_config=None, dump_folder="")
+                      parallelism=parallelism, compile_config=CompileConfig(enable=compile, components=["model"]),
+                      ac_config=None, dump_folder="")
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_force_sum_reduction_for_comms(True)
