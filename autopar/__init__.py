@@ -17,9 +17,10 @@ from autopar.runtime.checkpoint import CheckpointError, load_checkpoint
 from autopar.runtime.checkpoint_dir import resume, save_checkpoint, wait_checkpoints
 from autopar.runtime.health import RankFailureError
 from autopar.runtime.pretrained import load_pretrained, save_pretrained
+from autopar.strategies.registry import register_family
 
 __all__ = ["compile", "plan", "plan_config", "data", "rank_graph", "ParallelModule", "Plan", "PlanError", "Strategy", "Hardware",
            "get_hardware", "capture", "CaptureError", "save_checkpoint", "load_checkpoint", "resume", "wait_checkpoints", "CheckpointError",
            "load_pretrained", "save_pretrained",
-           "RankFailureError"]
+           "RankFailureError", "register_family"]
 __version__ = "0.1.0"

@@ -35,7 +35,7 @@ def _load_factory(spec: str):
 
 
 def _parse_strategy(text: str):
-    if text in ("auto", "data", "tensor"):
+    if text in ("auto", "data", "tensor") or text.isidentifier():   # a built-in word or a registered family's name
         return text
     try:
         return json.loads(text)
@@ -46,7 +46,8 @@ def _parse_strategy(text: str):
                     for k, v in (part.split("=") for part in text.split(","))}
         except ValueError:
             raise SystemExit(f"autopar plan: --strategy {text!r}: expected auto, data, tensor, data=2,tensor=2 "
-                             f", x=2,y=2,z=2, cube=2 or pipeline=4,microbatches=8,schedule=1f1b")
+                             f", x=2,y=2,z=2, cube=2, pipeline=4,microbatches=8,schedule=1f1b or a registered "
+                             f"family's name (family=NAME,KEY=VALUE for its options)")
 
 
 def _add_calibrate_parser(sub) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from autopar.passes.analysis.batch_rows import Coupling, remedy_text
 from autopar.planning.region_table import region_table, runs
+from autopar.planning.declared import DECLARED
 
 
 def explain(plan: "Plan") -> str:
@@ -76,6 +77,7 @@ def explain(plan: "Plan") -> str:
         *([f"model: {plan.flops_per_step:.4g} FLOP per step -> {plan.flops_per_device():.4g} FLOP/s per device "
            f"predicted"] if plan.flops_per_step else []),
         *_single_family(plan),
+        *_declared(plan),
         "",
     ]
     lines += region_table(plan)
@@ -87,6 +89,21 @@ def explain(plan: "Plan") -> str:
     lines += _batch_rows(plan)
     lines += _weighed(plan)
     return "\n".join(lines)
+
+
+def _declared(plan: "Plan") -> list[str]:
+    """A registered family's plan: its name and options, and the lines it explains itself with."""
+    if not plan.family:
+        return []
+    options = ", ".join(f"{k}={v!r}" for k, v in sorted(plan.family_options.items()))
+    lines = [f"family: {plan.family} (registered)" + (f", options {options}" if options else "")]
+    declared = DECLARED.get(plan.family)
+    if declared is None:
+        lines.append(f"  (the family {plan.family!r} is not registered in this process: register it before "
+                     f"compiling with this plan)")
+    elif declared.explain is not None:
+        lines += [f"  {line}" for line in declared.explain(plan)]
+    return lines
 
 
 def _batch_rows(plan: "Plan") -> list[str]:
@@ -303,14 +320,17 @@ def why_not(plan: "Plan", family: str) -> str:
     Names the binding constraint of an infeasible family (the most frequent reason,
     and the configuration closest to fitting), or, for one that lost, its best
     configuration against the chosen one, group by group."""
-    family = {"tensor": "megatron", "axonn": "3d", "ptd-p": "pipeline", "d&sp": "dsp"}.get(family.lower(),
-                                                                                        family.lower())
-    if family not in FAMILIES:
-        raise ValueError(f"why_not: unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+    if family not in DECLARED:   # a registered family's name as it registered it
+        family = {"tensor": "megatron", "axonn": "3d", "ptd-p": "pipeline", "d&sp": "dsp"}.get(family.lower(),
+                                                                                            family.lower())
+    known = FAMILIES + tuple(DECLARED)
+    if family not in known:
+        raise ValueError(f"why_not: unknown family {family!r}; choose one of {', '.join(known)}")
     mine = [c for c in plan.candidates if _family(c, plan.world_size) == family]
     chosen = plan._chosen_candidate()
     if not mine:
-        return f"{family}: not weighed: {FAMILY_ABSENT[family]}"
+        return f"{family}: not weighed: " + FAMILY_ABSENT.get(family, "a strategy of another family was forced, "
+                                                                  "or it offered no configuration here")
     feasible = sorted((c for c in mine if c.feasible), key=lambda c: (c.step_s, _mesh_text(c)))
     if chosen is not None and _family(chosen, plan.world_size) == family and feasible and \
             feasible[0].step_s >= chosen.step_s * (1 - 1e-9):
@@ -361,6 +381,8 @@ FAMILY_ABSENT = {
 
 
 def _family(c: MeshCandidate, world: int) -> str:
+    if c.form in DECLARED:
+        return c.form
     if c.mesh.get("context", 1) > 1:
         return "context"
     if "experts" in c.form:
@@ -416,6 +438,8 @@ def _mesh_text(c: MeshCandidate) -> str:
         text += f", {c.form}"
     if c.form == "replicate":
         text += ", replicated (every rank the whole batch)"
+    if c.form in DECLARED:
+        text += f", {c.form}"
     if c.subgrids > 1:
         text += (f", {'D&SP-cSub' if c.csub else 'D&SP'} {c.subgrids} sub-grids "
                  f"({'topology-aware' if c.topology_aware else 'naive'})")

@@ -171,6 +171,10 @@ class Plan:
     # (autopar.planning.breakdown; docs/plan_format.md); {} in plans made before it
     breakdown: dict = field(default_factory=dict)
     version: int = PLAN_FORMAT_VERSION
+    # the registered family that made the plan (autopar.register_family; "" for the
+    # built-in families, whose plans the fields above describe) and its options
+    family: str = ""
+    family_options: dict = field(default_factory=dict)
 
     # ------------------------------------------------------------------ queries
     def degree(self, dim: str) -> int:
@@ -309,6 +313,8 @@ class Plan:
         return form
 
     def _family_form(self) -> str:
+        if self.family:
+            return self.family
         if self.pipeline:
             v = self.pipeline["chunks"]
             return (f"pipeline {self.pipeline['schedule']}" + (f" v={v}" if v > 1 else "")
@@ -380,7 +386,10 @@ class Plan:
 
     # ------------------------------------------------------------------ serialisation
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+        data = asdict(self)
+        if not self.family:   # a built-in family's plan: the fields it always had
+            del data["family"], data["family_options"]
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @staticmethod
     def from_json(text: str) -> "Plan":

@@ -33,6 +33,7 @@ import os
 from typing import Any
 
 from autopar.planning.plan import Plan
+from autopar.planning.declared import DECLARED
 from autopar.planning.strategy import PlanError
 
 
@@ -64,6 +65,9 @@ def differences(plan: Plan, *, world: int, model_name: str, global_batch: int, r
     """What differs between the reviewed ``plan`` and the run ``compile`` is asked for,
     one readable line each (empty: it fits)."""
     out = []
+    if plan.family and plan.family not in DECLARED:
+        out.append(f"family: the plan is {plan.family!r}'s, a family this process has not registered; call "
+                   f"autopar.register_family on every rank before compiling with it")
     if plan.world_size != world:
         out.append(f"ranks: the plan is for {plan.world_size}, this run has {world}")
     if plan.model != model_name:

@@ -34,6 +34,7 @@ from autopar.planning.breakdown import record as record_breakdown
 from autopar.planning.explain import closest_to_fitting, rejections
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import MeshCandidate, Plan
+from autopar.planning.declared import DECLARED
 from autopar.planning.strategy import PlanError, Strategy
 from autopar.strategies.family import (Family, PlanContext, Priced, per_step_s, priced_in_full, rejected,
                                        with_per_step)
@@ -133,6 +134,8 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
             if not priced.listed:
                 continue
             priced = with_per_step(ctx, priced)
+            if family.name in DECLARED and not priced.form:   # a registered family's rows carry its name
+                priced = dataclasses.replace(priced, form=family.name)
             why = lever_conflict(ctx, priced) or batch_conflict(ctx, priced) or random_conflict(ctx, priced)
             if why is not None:
                 if ctx.forced is not None:
@@ -161,9 +164,14 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
     _price_cut(ctx, weighed, family_of)
     candidates = [p.candidate() for _, p in weighed]
     if best is None:
+        if not candidates and ctx.forced is not None:
+            raise PlanError(f"strategy: no family offered a configuration of the forced strategy "
+                            f"({ctx.forced.kind()}) for {ctx.name} on {ctx.world} ranks")
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))
     best = _winner(weighed, family_of)
     plan_ = best[0].to_plan(ctx, best[1])
+    if best[0].name in DECLARED and not plan_.family:   # a registered family's plan names it
+        plan_.family, plan_.family_options = best[0].name, best[1].config.options()
     plan_.batch_couplings = [c.to_json() for c in ctx.model.batch_couplings]
     plan_.loss_terms = [list(t) for t in ctx.model.gm.meta.get(LOSS_TERMS, [])]
     plan_.random_sites = [dict(site) for site in ctx.model.gm.meta.get(RANDOM_SITES, [])]

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from autopar.grid import Grid3D
+from autopar.planning.declared import DECLARED
 from autopar.planning.schedules import SCHEDULES, ScheduleError, check_chunks
 
 PIPELINE_KEYS = ("schedule", "chunks", "scatter_gather")
@@ -139,6 +141,10 @@ class Strategy:
     # context parallelism (docs/context.md): the sequence split over this many ranks of a
     # ``context`` mesh dimension between data and tensor (1: none)
     context: int = 1
+    # a registered family forced by its name (:data:`DECLARED`), with its options as
+    # sorted (key, JSON text) pairs (:meth:`option` reads one)
+    family: str | None = None
+    family_options: tuple = ()
 
     def levers(self) -> dict:
         """The levers forced (:data:`LEVER_KEYS`), by key."""
@@ -157,6 +163,10 @@ class Strategy:
             return Strategy(tensor=1)
         if strategy == "tensor":
             return Strategy(data=1)
+        if isinstance(strategy, str) and strategy in DECLARED and DECLARED[strategy].by_name:
+            return Strategy(family=strategy)
+        if isinstance(strategy, dict) and "family" in strategy:
+            return Strategy._declared(strategy)
         if isinstance(strategy, dict):
             if "context" in strategy:
                 return Strategy._with_context(strategy)
@@ -169,8 +179,43 @@ class Strategy:
                 raise PlanError(f"strategy: expert parallelism combines with data, tensor and pipeline plans in this "
                                 f"version, not with {parsed.kind()!r}; drop 'experts' or those keys")
             return dataclasses.replace(parsed, **levers, **experts)
-        raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor' or a dict like "
+        named = "".join(f", {name!r}" for name, d in DECLARED.items() if d.by_name)
+        raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor'{named} or a dict like "
                         f"{{'data': 2, 'tensor': 2}}")
+
+    @staticmethod
+    def _declared(strategy: dict) -> "Strategy":
+        """``{"family": NAME, option: value, ...}`` of a registered family: its option keys
+        as it declared them (a memory lever among them is parsed as the lever), each value
+        one that plan.json can hold."""
+        name = strategy["family"]
+        declared = DECLARED.get(name)
+        if declared is None or not declared.by_name:
+            known = ", ".join(repr(n) for n, d in DECLARED.items() if d.by_name) or "none is registered"
+            raise PlanError(f"strategy['family']={name!r}: no family of that name is registered to be forced "
+                            f"(autopar.register_family); registered: {known}")
+        unknown = sorted(set(strategy) - {"family", *declared.keys})
+        if unknown:
+            raise PlanError(f"strategy: {unknown} are not options of the family {name!r}; it takes "
+                            f"{list(declared.keys) or 'none'}")
+        options = []
+        for key, value in sorted((k, v) for k, v in strategy.items() if k in declared.keys and k not in LEVER_KEYS):
+            try:
+                options.append((key, json.dumps(value, sort_keys=True)))
+            except (TypeError, ValueError) as e:
+                raise PlanError(f"strategy[{key!r}]={value!r}: the family {name!r}'s options are saved in plan.json; "
+                                f"give a number, string, bool, list or dict ({e})") from None
+        levers = Strategy._levers({k: v for k, v in strategy.items() if k in LEVER_KEYS})
+        return Strategy(family=name, family_options=tuple(options), **levers)
+
+    def option(self, key: str, default: Any = None) -> Any:
+        """A registered family's option ``key`` as forced (``default`` when not given)."""
+        found = dict(self.family_options).get(key)
+        return default if found is None else json.loads(found)
+
+    def options(self) -> dict:
+        """A registered family's options as forced, by key."""
+        return {k: json.loads(v) for k, v in self.family_options}
 
     @staticmethod
     def _with_context(strategy: dict) -> "Strategy":
@@ -393,7 +438,9 @@ class Strategy:
         ``"dsp"`` (sub-grids or cSub), else ``"mesh"``: data × tensor, pure data
         parallelism or Megatron by the degrees :meth:`resolve` gives; ``"experts"`` with
         an expert degree above 1 (:mod:`autopar.strategies.experts`, on the family of
-        :meth:`base`)."""
+        :meth:`base`); a registered family's name (:data:`DECLARED`) for its strategy."""
+        if self.family:
+            return self.family
         if self.experts is not None and self.experts > 1:
             return "experts"
         if self.context > 1:

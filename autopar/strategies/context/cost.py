@@ -4,7 +4,7 @@ A ``data × context × tensor`` configuration computes what ``(data·c) × tenso
 the same tokens per rank (each rank runs ``1/(d·c·t)`` of the batch's tokens through
 every layer; the gradients are averaged over the ``d·c`` ranks), so its compute,
 activations and data-parallel traffic are Megatron's table at data degree ``d·c``
-(:func:`autopar.strategies.megatron.planner.price_mesh`). What it adds is attention over
+(:func:`autopar.strategies.shared.mesh.price_mesh`). What it adds is attention over
 the whole sequence (:mod:`.ring`): per attention layer and step,
 
 * ring: ``c−1`` exchanges forward of the rank's keys and values (``2·b·s/c·h_kv·d``

@@ -40,7 +40,7 @@ from autopar.strategies.context.cost import (attention_cores, every_core_rings, 
 from autopar.strategies.context.rewrite import context_parallel_pass
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, mesh_plan,
                                        rejected)
-from autopar.strategies.megatron.planner import judge, price_mesh
+from autopar.strategies.shared.mesh import judge, price_mesh
 from autopar.strategies.pipeline.planner import Pipeline
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms

@@ -1,7 +1,7 @@
 """Planning pure data parallelism: ``data = world``, every region replicated.
 
 This family is Megatron's ``data × tensor`` at ``tensor = 1``
-(:class:`autopar.strategies.megatron.planner.DataTensor`): the same pricing — compute
+(:class:`autopar.strategies.shared.mesh.DataTensor`): the same pricing — compute
 over ``world`` batch shards plus the exposed gradient all-reduce (axonn eq 3), memory
 16 bytes per parameter plus the activations — offered as its own family so that
 ``Plan.why_not("data")`` and a forced ``"data"`` name it. It is infeasible only when the
@@ -17,7 +17,7 @@ from autopar.strategies.data.rewrite import data_parallel_pass
 from autopar.strategies.data.zero import zero_pass
 from autopar.strategies.data.zero_runtime import ZeroRuntime
 from autopar.strategies.family import DATA, ZERO, RankBuild, RankPass
-from autopar.strategies.megatron.planner import DataTensor
+from autopar.strategies.shared.mesh import DataTensor
 
 
 class DataParallel(DataTensor):

@@ -8,7 +8,7 @@ branches on the sub-grids, balanced by cost (``dsp.cost.assign_branches``,
 run on sub-grid 0 only (cSub). A configuration's step is
 
     the common layers' data × tensor pricing at ``tensor = 1``
-    (:func:`autopar.strategies.megatron.planner.price_mesh`) over ``data`` (D&SP) or
+    (:func:`autopar.strategies.shared.mesh.price_mesh`) over ``data`` (D&SP) or
     ``data / g`` (cSub) batch shards, with each split region's data-parallel compute
     replaced by its D&SP price: the branches' compute on their sub-grid plus the
     segmented split/join collectives (``dsp.cost.dsp_region_cost`` /
@@ -39,7 +39,7 @@ from autopar.strategies.dsp.cost import dsp_heads_cost, dsp_region_cost, head_wi
 from autopar.strategies.dsp.rewrite import csub_branch_program, heads_unsplittable, subgraph_parallel_pass
 from autopar.strategies.family import (BRANCHES, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected)
-from autopar.strategies.megatron.planner import check_forced_sizes, judge, price_mesh
+from autopar.strategies.shared.mesh import check_forced_sizes, judge, price_mesh
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms, check_batch_norms
 

@@ -61,7 +61,8 @@ from autopar.strategies.experts.layout import ExpertShard, place as place_expert
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        rejected, too_big)
-from autopar.strategies.megatron.planner import Megatron, price_mesh, sequence_choice
+from autopar.strategies.shared.mesh import price_mesh, sequence_choice
+from autopar.strategies.megatron.planner import Megatron
 from autopar.strategies.pipeline.bound import fastest_in_full
 from autopar.strategies.pipeline.planner import Pipeline, pipeline_label, pipeline_layout, pipeline_mesh
 from autopar.strategies.shared import levers

@@ -23,7 +23,7 @@ from autopar.planning.strategy import PlanError
 from autopar.strategies.dsp.cost import dsp_tensor_cost
 from autopar.strategies.dsp.planner import branches_of, unsplittable
 from autopar.strategies.family import PlanContext
-from autopar.strategies.megatron.planner import rule_gaps, split_cost
+from autopar.strategies.shared.mesh import rule_gaps, split_cost
 from autopar.strategies.mixed.structure import inner_regions, region_structure, representatives
 from autopar.strategies.tensor3d.cost import rows_boundary_comm
 from autopar.strategies.tensor3d.planner import SPLIT_KINDS, Form3D, GridPricer, Layout3D, region_linears

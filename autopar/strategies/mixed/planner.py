@@ -60,7 +60,7 @@ from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.dsp.planner import branches_of
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big
-from autopar.strategies.megatron.planner import check_forced_batch, judge
+from autopar.strategies.shared.mesh import check_forced_batch, judge
 from autopar.strategies.mixed.bound import lower_bound
 from autopar.strategies.mixed.pins import check_pins_name_regions, pinned_subgrids, pins_misfit
 from autopar.strategies.mixed.pricer import MixedPricer

@@ -15,7 +15,7 @@ from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.planning.model import ModelFacts, region_sizes, split_factor
 from autopar.planning.schedules import SPLIT_BACKWARD, rank_of, stages_of
-from autopar.strategies.megatron.planner import sequence_regather_s, split_cost
+from autopar.strategies.shared.mesh import sequence_regather_s, split_cost
 from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline.shape import PipelineShape
 from autopar.strategies.shared import levers
@@ -65,7 +65,7 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
                    recompute: bool, sequence: bool = False) -> tuple[list[float], list[float], list[float]]:
     """Per stage, for one microbatch (the batch's ``1/scale``): forward + backward seconds,
     their tensor-parallel part, and the bytes saved for backward (``sequence``: as
-    :func:`~autopar.strategies.megatron.planner.price_mesh` prices Megatron-SP)."""
+    :func:`~autopar.strategies.shared.mesh.price_mesh` prices Megatron-SP)."""
     stage_s, stage_comm, stage_act = [0.0] * stages, [0.0] * stages, [0.0] * stages
     keys = _pricing_keys(model)
     priced: dict[tuple, tuple[bool, float, float, float]] = {}  # per region pricing alike: its figures

@@ -41,7 +41,7 @@ from autopar.planning.plan import Cost, Plan
 from autopar.planning.schedules import SPLIT_BACKWARD, rank_of
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
-from autopar.strategies.megatron.planner import check_forced_batch, check_forced_sizes, price_mesh, sequence_splits
+from autopar.strategies.shared.mesh import check_forced_batch, check_forced_sizes, price_mesh, sequence_splits
 from autopar.strategies.mixed.pins import check_forced_stages
 from autopar.strategies.mixed.stages import StagePlans
 from autopar.strategies.mixed.structure import tensor_grids, widest_branching

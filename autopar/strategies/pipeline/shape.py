@@ -9,7 +9,7 @@ from autopar.passes.analysis.flops import node_flops
 from autopar.planning.model import ModelFacts, region_sizes
 from autopar.planning.schedules import rank_of
 from autopar.planning.strategy import PlanError
-from autopar.strategies.megatron.planner import rule_gaps
+from autopar.strategies.shared.mesh import rule_gaps
 from autopar.strategies.pipeline.stages import StageError, boundary_values, parameter_stages, partition
 
 

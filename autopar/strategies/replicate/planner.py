@@ -15,7 +15,7 @@ from __future__ import annotations
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import Strategy
 from autopar.strategies.family import PlanContext, Priced
-from autopar.strategies.megatron.planner import DataTensor, judge, price_mesh
+from autopar.strategies.shared.mesh import DataTensor, judge, price_mesh
 
 REASON = "replicated: every rank computes the whole batch (no other configuration is feasible)"
 

@@ -7,7 +7,7 @@ layers, how many layers' all-gathered weights the cache keeps (axonn §IV-D).
 :class:`LeverSpace` (its table at one microbatch, its data group's communication, the
 ZeRO stages it offers, what recomputing costs it), and each lever setting is priced
 from the family's own formulas at one microbatch's rows. For a data × tensor
-configuration (:func:`autopar.strategies.megatron.planner.price_mesh`):
+configuration (:func:`autopar.strategies.shared.mesh.price_mesh`):
 
 * **accumulation** (Megatron eq. 1: ``m = B / (d·b)`` microbatches of ``b`` rows): the
   compute and the tensor group's all-reduces are ``m`` times one microbatch's (kernels
