@@ -270,3 +270,52 @@ def test_the_checks_see_what_they_check():
     assert ("autopar.runtime.runner" in {t for t, _, _ in EDGES["autopar.runtime.module"]})
     assert ("autopar.strategies.registry" in {t for t, _, _ in EDGES["autopar.planning.search"]})
     assert {_layer(m)[1] for m in MODULES} == {name for name, _ in LAYERS}
+
+
+# -- the import graph by folder, drawn in docs/architecture.md --------------------------------
+
+FOLDERS = ["autopar/ (vocabulary)", "autopar/runtime", "autopar/trace", "autopar/passes", "autopar/cost",
+           "autopar/planning", "autopar/strategies", "autopar/ (interface)"]
+"""Bottom to top: the order the folders would have if each held one layer of LAYERS."""
+GRAPH_BEGIN, GRAPH_END = "<!-- import graph by folder: begin -->", "<!-- import graph by folder: end -->"
+
+
+def _folder(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 2 or (PACKAGE / parts[-1]).is_dir() and len(parts) == 2:
+        return "/".join(parts[:2])
+    return "autopar/ (interface)" if _layer(module)[1] == "interface" else "autopar/ (vocabulary)"
+
+
+def folder_graph() -> str:
+    """The imports between folders as a Mermaid flowchart: each arrow with its number of
+    imports, those that run from a lower folder to a higher one (:data:`FOLDERS`) dashed."""
+    counts: dict[tuple[str, str], int] = {}
+    for module, edges in EDGES.items():
+        for target, _, _ in edges:
+            a, b = _folder(module), _folder(target)
+            if a != b:
+                counts[a, b] = counts.get((a, b), 0) + 1
+    ids = {f: f"f{i}" for i, f in enumerate(FOLDERS)}
+    lines = ["```mermaid", "flowchart BT"]
+    lines += [f'  {ids[f]}["{f}"]' for f in FOLDERS]
+    for (a, b), n in sorted(counts.items(), key=lambda kv: (FOLDERS.index(kv[0][0]), FOLDERS.index(kv[0][1]))):
+        up = FOLDERS.index(b) > FOLDERS.index(a)
+        lines.append(f"  {ids[a]} {'-.' if up else '--'} {n} {'.->' if up else '-->'} {ids[b]}")
+    lines.append("```")
+    return "\n".join(lines)
+
+
+def test_the_folder_graph_in_the_docs_is_the_codes():
+    """docs/architecture.md draws the imports by folder as they are; regenerate the block
+    with ``python tests/test_architecture.py`` when this fails."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    drawn = text[text.index(GRAPH_BEGIN) + len(GRAPH_BEGIN):text.index(GRAPH_END)].strip()
+    assert drawn == folder_graph()
+
+
+if __name__ == "__main__":   # rewrite the drawing in docs/architecture.md
+    doc = ROOT / "docs" / "architecture.md"
+    text = doc.read_text()
+    start, end = text.index(GRAPH_BEGIN) + len(GRAPH_BEGIN), text.index(GRAPH_END)
+    doc.write_text(text[:start] + "\n" + folder_graph() + "\n" + text[end:])

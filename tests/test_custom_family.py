@@ -4,6 +4,7 @@ single device; registration refuses what it cannot use."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -147,3 +148,21 @@ def test_unregistered_it_is_gone_and_builtins_stay():
         Strategy.parse({"family": "quiet"})
     with pytest.raises(ValueError, match="built-in"):
         unregister_family("data")
+
+
+def test_rank_passes_are_ordered_by_named_stages_and_constraints():
+    from autopar.strategies.family import PASS_STAGES, RankPass, order_passes
+
+    def step(stage, name, after=()):
+        return RankPass(stage, name, None, {}, after)
+
+    given = [step("data", "data_parallel"), step("split", "mine", after=("tensor_parallel",)),
+             step("split", "tensor_parallel"), step("branches", "subgraph_parallel"), step("zero", "zero")]
+    assert [p.name for p in order_passes(given)] == ["subgraph_parallel", "tensor_parallel", "mine", "zero",
+                                                     "data_parallel"]
+    # a name that is not among the passes constrains nothing; the registry's order is kept otherwise
+    assert [p.name for p in order_passes([step("split", "b", after=("absent",)), step("split", "a")])] == ["b", "a"]
+    with pytest.raises(ValueError, match="form a circle"):
+        order_passes([step("split", "a", after=("b",)), step("split", "b", after=("a",))])
+    with pytest.raises(ValueError, match=re.escape(f"stage 'late' is none of {PASS_STAGES}")):
+        order_passes([step("late", "a")])

@@ -18,7 +18,7 @@ from autopar.passes.analysis.analyse import analyse
 from autopar.passes.manager import PassRunner
 from autopar.ir import CAPTURE, PASSES_RUN
 from autopar.planning.plan import Plan
-from autopar.strategies.family import DRAWS, RECOMPUTE, RankBuild, RankPass, StageCut
+from autopar.strategies.family import DRAWS, RECOMPUTE, RankBuild, RankPass, StageCut, order_passes
 from autopar.strategies.registry import FAMILIES
 from autopar.passes.fusion.rewrite import fusion_pass
 from autopar.passes.random_draws import random_draws_pass
@@ -30,7 +30,7 @@ def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None 
             stage: StageCut | None = None) -> fx.GraphModule:
     """Rank ``rank``'s program from a graph captured at its local batch: analysis, then
     the passes every family of the plan adds (:meth:`~autopar.strategies.family.Family.rank_passes`,
-    in phase order: D&SP's branches, the regions' split, ZeRO's reads, recomputation of
+    ordered by their named stages and constraints, :func:`~autopar.strategies.family.order_passes`: D&SP's branches, the regions' split, ZeRO's reads, recomputation of
     the blocks (or the split regions of a model without blocks) under ``recompute``, only
     the attention cores under ``recompute="selective"``, the data-parallel pass), then fusion. A training graph
     (captured with its loss) keeps its loss local: the runner reduces the reported value
@@ -60,7 +60,7 @@ def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None 
     else:  # the stage's part of the whole graph's vocab region (autopar.passes.analysis.vocab.stage_part)
         passes = [("analysis", analyse, {"label": f"rank{rank}_stage_analysis", "vocab": list(stage.vocab)}),
                   *stage.passes]
-    passes += [(p.name, p.fn, p.options) for p in sorted(steps, key=lambda p: p.phase)]
+    passes += [(p.name, p.fn, p.options) for p in order_passes(steps)]
     if fusion:
         passes.append(("fusion", fusion_pass, {}))
     runner = PassRunner(passes)

@@ -62,9 +62,10 @@ leaves them alone):
     Megatron's ``ParamShard``, the 3D grid's and the cube's ``Grid3DShard``.
 
 ``rank_passes(plan, build)``
-    The :class:`RankPass` es the family adds to a rank's program
-    (:func:`autopar.passes.rank_program.rewrite` orders them by ``phase``: D&SP's branches, then
-    the split of the regions, then recomputation, then the data-parallel pass).
+    The :class:`RankPass` es the family adds to a rank's program, each in a named stage
+    of :data:`PASS_STAGES` and after the passes it names (:func:`order_passes`: D&SP's
+    branches, then the split of the regions, ZeRO's reads, the random draws,
+    recomputation, the data-parallel pass).
 
 ``recompute_regions(plan)``
     The regions whose activations are recomputed in backward under ``recompute``.
@@ -164,17 +165,50 @@ class Priced:
                              comm_s=dict(self.comm_s), form=self.form, **layout)
 
 
-BRANCHES, SPLIT, ZERO, DRAWS, RECOMPUTE, DATA = 10, 20, 25, 28, 30, 40  # the phases of a rank's passes
+PASS_STAGES = ("branches", "split", "zero", "draws", "recompute", "data")
+"""The named stages of a rank's passes, in the order they run: D&SP's branches (a rank
+keeps its sub-grid's), the split of the regions (Megatron, 3D, cube, experts, context),
+ZeRO's reads of sharded parameters, the random ops' plan-independent draws, the
+recomputation that outlines the blocks, the data-parallel pass (the batch split, which
+reads what every split left)."""
+BRANCHES, SPLIT, ZERO, DRAWS, RECOMPUTE, DATA = PASS_STAGES
 
 
 @dataclass(frozen=True)
 class RankPass:
-    """A pass of a rank's program: ``fn(gm, **options)`` named ``name``, in ``phase``."""
+    """A pass of a rank's program: ``fn(gm, **options)`` named ``name``, in the named
+    ``phase`` (one of :data:`PASS_STAGES`), after every pass of an earlier stage and
+    after the passes ``after`` names (those present; torch.fx's
+    ``this_before_that_pass_constraint`` in the other direction).
+    :func:`order_passes` orders them."""
 
-    phase: int
+    phase: str
     name: str
     fn: object
     options: dict
+    after: tuple[str, ...] = ()
+
+
+def order_passes(passes: list[RankPass]) -> list[RankPass]:
+    """``passes`` in an order that keeps every constraint (stage order, then each pass's
+    ``after``), otherwise as given (the registry's order): a stable topological sort.
+    A pass in no known stage, or constraints that form a circle, are refused naming the
+    passes."""
+    for p in passes:
+        if p.phase not in PASS_STAGES:
+            raise ValueError(f"rank pass {p.name!r}: stage {p.phase!r} is none of {PASS_STAGES}")
+    rank = {p.phase: PASS_STAGES.index(p.phase) for p in passes}
+    names = {p.name for p in passes}
+    before = {i: {j for j, q in enumerate(passes) if rank[q.phase] < rank[p.phase] or (q.name in p.after and q.name
+              in names and q is not p)} for i, p in enumerate(passes)}
+    done: list[int] = []
+    while len(done) < len(passes):
+        ready = next((i for i in range(len(passes)) if i not in done and before[i] <= set(done)), None)
+        if ready is None:
+            left = [passes[i].name for i in range(len(passes)) if i not in done]
+            raise ValueError(f"rank passes {left}: their 'after' constraints form a circle")
+        done.append(ready)
+    return [passes[i] for i in done]
 
 
 @dataclass(frozen=True)
