@@ -19,6 +19,7 @@ a GraphModule over a module tree holding this rank's parameter shards.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Callable, Sequence
 
@@ -204,19 +205,50 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
         if torch_compile and fusion:
             raise ValueError("compile(): fusion=True and torch_compile=True: Inductor fuses the chains autopar's "
                              "fusion pass would; give one of them")
-        pm = _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware,
-                       seed, overlap, recompute, memory_limit, False if torch_compile else fusion, device, timings,
-                       (reviewed, replan), batch == "local", torch_compile=torch_compile)
+        pm = _compiled(CompileRequest(model, mesh, tuple(example_inputs), loss_fn, strategy, example_target,
+                                      example_kwargs, hardware, seed, overlap, recompute, memory_limit,
+                                      False if torch_compile else fusion, device, reviewed, replan, batch == "local",
+                                      torch_compile), timings)
     log.info("autopar compile on rank %d took %.2f s: %s", pm.rank, timings.total("compile."),
              timings.summary("compile."))
     return pm
 
 
-def _compiled(model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware, seed,
-              overlap, recompute, memory_limit, fusion, device, timings: Timings,
-              reviewed: tuple = (None, False), batch_local: bool = False, *,
-              torch_compile: bool = False) -> ParallelModule:
-    """``compile``'s work, each phase timed into ``timings`` (the rest is ``checks``)."""
+@dataclasses.dataclass(frozen=True)
+class CompileRequest:
+    """What :func:`compile` was asked for, its arguments checked (``reviewed``: the plan
+    given to run, or None; ``batch_local``: ``batch="local"``)."""
+
+    model: nn.Module
+    mesh: Any
+    example_inputs: tuple
+    loss_fn: Callable | None
+    strategy: Any
+    example_target: Any
+    example_kwargs: dict | None
+    hardware: Any
+    seed: int
+    overlap: Any
+    recompute: Any
+    memory_limit: float | None
+    fusion: bool | None
+    device: Any
+    reviewed: Plan | None
+    replan: bool
+    batch_local: bool
+    torch_compile: bool
+
+
+def _compiled(request: CompileRequest, timings: Timings) -> ParallelModule:
+    """``compile``'s work, each phase timed into ``timings`` (the rest is ``checks``):
+    capture, plan, groups, the rank's module, its training program."""
+    (model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware, seed, overlap,
+     recompute, memory_limit, fusion, device, batch_local, torch_compile) = (
+        request.model, request.mesh, request.example_inputs, request.loss_fn, request.strategy,
+        request.example_target, request.example_kwargs, request.hardware, request.seed, request.overlap,
+        request.recompute, request.memory_limit, request.fusion, request.device, request.batch_local,
+        request.torch_compile)
+    reviewed = (request.reviewed, request.replan)
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat_examples = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
     device = materialise.resolve_device(device, mesh, model, flat_examples)

@@ -43,6 +43,13 @@ built and stepped once before (and dropped), so that a library's one-time costs 
 imports, caches and compiled code) are in neither figure. No goal: the rows are
 measured only.
 
+``llama3-ddp4``: autopar ``{"data": 4}`` against torch's ``DistributedDataParallel`` over
+4 (:func:`ddp_side`). ``llama3-auto``: autopar's ``"auto"`` against torchtitan's FSDP2
+over 4 (each side its own plan: different work, said in its row). ``hf-llama-fsdp4``:
+Hugging Face's ``LlamaForCausalLM`` (:class:`HFLlama`, a model of no peer library),
+autopar ``{"data": 4, "zero": 3}`` against torch's FSDP2 composed as its documentation
+does (:func:`fsdp2_side`).
+
 ``-compiled`` entries: both sides under ``torch.compile`` (Inductor): autopar's
 ``compile(..., torch_compile=True)`` against torchtitan's own compile of each layer
 (``CompileConfig(enable=True, components=["model"])``, before FSDP as its trainer applies
@@ -201,6 +208,95 @@ def pipelining_side(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> Side:
     return Side(run, first)
 
 
+# -- torch's own: DDP, FSDP2 -------------------------------------------------------------------
+
+def ddp_side(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> Side:
+    """torch's ``DistributedDataParallel`` over every rank (its defaults: 25 MiB buckets
+    overlapped with backward), each rank its share of the batch."""
+    from torch.nn.parallel import DistributedDataParallel
+    world, rank = dist.get_world_size(), dist.get_rank()
+    model = DistributedDataParallel(entry.model().to(DEVICE[0]))
+    x_local, y_local = x.chunk(world)[rank], y.chunk(world)[rank]
+    params = list(model.parameters())
+
+    def step():
+        zero_grad(params)
+        lm_loss(model(x_local), y_local).backward()
+
+    def first():
+        zero_grad(params)
+        loss = lm_loss(model(x_local), y_local)
+        loss.backward()
+        loss = loss.detach().clone()
+        dist.all_reduce(loss)
+        return loss.item() / world, norm_of(p.grad for p in params)
+
+    return Side(step, first)
+
+
+def fsdp2_side(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> Side:
+    """torch's FSDP2 as its documentation composes it: ``fully_shard`` on each decoder layer
+    and at the root over every rank (resharding after forward; with ``compiled``, each
+    layer compiled first, as torchtitan does), each rank its share of the batch; its
+    reductions are plain sums followed by FSDP2's division by the world size (gloo
+    refuses the pre-multiplied average)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+    world, rank = dist.get_world_size(), dist.get_rank()
+    mesh = init_device_mesh(DEVICE[0], (world,))
+    model = entry.model().to(DEVICE[0])
+    for layer in model.layers():
+        if entry.compiled:
+            layer.compile()
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_force_sum_reduction_for_comms(True)
+    x_local, y_local = x.chunk(world)[rank], y.chunk(world)[rank]
+    params = list(model.parameters())
+
+    def step():
+        zero_grad(params)
+        lm_loss(model(x_local), y_local).backward()
+
+    def first():
+        zero_grad(params)
+        loss = lm_loss(model(x_local), y_local)
+        loss.backward()
+        loss = loss.detach().clone()
+        dist.all_reduce(loss)
+        return loss.item() / world, norm_of(p.grad.full_tensor() for p in params)
+
+    return Side(step, first)
+
+
+class HFLlama(torch.nn.Module):
+    """Hugging Face's ``LlamaForCausalLM`` (random weights from a configuration: dim 256,
+    8 heads, 2 key/value heads, 6 layers, vocabulary 2048, SwiGLU 688, real rotary),
+    returning its logits; :meth:`layers` the decoder layers FSDP2 wraps."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import LlamaConfig, LlamaForCausalLM
+        config = LlamaConfig(vocab_size=torchtitan_llama.VOCAB, hidden_size=256, intermediate_size=688,
+                             num_hidden_layers=LAYERS, num_attention_heads=8, num_key_value_heads=2,
+                             max_position_embeddings=SEQ, use_cache=False, attn_implementation="sdpa")
+        torch.manual_seed(0)
+        self.model = LlamaForCausalLM(config)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=ids).logits
+
+    def layers(self) -> list:
+        return list(self.model.model.layers)
+
+
+def transformers_missing() -> str | None:
+    import importlib.util
+    return None if importlib.util.find_spec("transformers") else "transformers is not installed"
+
+
 def import_torchtitan() -> None:
     import torchtitan.components.loss  # noqa: F401
     import torchtitan.models.llama3.parallelize  # noqa: F401
@@ -238,6 +334,14 @@ ENTRIES = {e.case: e for e in [
           "torch.pipelining", pipelining_side, {"pipeline": 2, "schedule": "1f1b", "microbatches": 4},
           torchtitan_llama.available, import_torchtitan, compiled=True),
 ]}
+ENTRIES.update({e.case: e for e in [
+    Entry("llama3-ddp4", 4, llama3, {"data": 4}, "DDP", ddp_side, {}, torchtitan_llama.available, import_torchtitan),
+    Entry("llama3-auto", 4, llama3, "auto", "torchtitan", torchtitan_side,
+          {"dp_shard": 4, "tp": 1, "sequence_parallel": False}, torchtitan_llama.available, import_torchtitan),
+    Entry("hf-llama-fsdp4", 4, HFLlama, {"data": 4, "zero": 3}, "FSDP2", fsdp2_side, {}, transformers_missing),
+    Entry("hf-llama-fsdp4-compiled", 4, HFLlama, {"data": 4, "zero": 3}, "FSDP2", fsdp2_side, {},
+          transformers_missing, compiled=True),
+]})
 CASES = list(ENTRIES)
 QUICK_CASES = [c for c in CASES if not ENTRIES[c].compiled]
 
@@ -376,6 +480,8 @@ def summarise(case: str, peer: str, rank_results: list[tuple]) -> tuple:
                        for name, n in info["numerics"].items() if "loss_rel" in n)
     split = ("no tensor split" if info["mesh"].get("tensor", 1) == 1 else "attention split"
              if set(info["attention"]) == {"megatron"} else f"ATTENTION NOT ALL MEGATRON: {info['attention']}")
+    if info["strategy"] == "auto":
+        split += f"; autopar's own plan {info['mesh']}, not the peer's: different work"
     note = (f"peak memory per rank autopar {info['peak_mib']['autopar']:.1f} MiB, {peer} "
             f"{info['peak_mib'][peer]:.1f} MiB (ratio {info['memory_ratio']:.2f}); loss/grad-norm rel. error "
             f"vs one process: {errors}; {split}")
