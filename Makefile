@@ -57,7 +57,8 @@ gpu-check:
 
 # wheels of what the GPU machine's Python lacks (it reaches no registry), into .whl/, which
 # gpu-check installs into a private directory before its steps
-GPU_WHEELS := expecttest==0.3.0 pydot==4.0.1 torchtitan==0.3.0 spmd_types==0.2.3 tyro docstring-parser typeguard
+GPU_WHEELS := expecttest==0.3.0 pydot==4.0.1 torchtitan==0.3.0 spmd_types==0.2.3 tyro==1.0.17 docstring-parser==0.18.0 \
+    typeguard==4.6.1
 gpu-wheels:
 	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		--platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)

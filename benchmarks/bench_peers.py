@@ -198,7 +198,7 @@ def pipelining_side(entry: Entry, x: torch.Tensor, y: torch.Tensor) -> Side:
 
     def first():
         losses = run()
-        loss = torch.stack(losses).mean() if last else torch.zeros(())
+        loss = torch.stack(losses).mean() if last else torch.zeros((), device=DEVICE[0])
         dist.all_reduce(loss, group=data)
         dist.all_reduce(loss, group=pipe)   # the last stage's, on every rank
         squares = sum(q.grad.double().pow(2).sum() for q in params)

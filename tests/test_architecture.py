@@ -1,14 +1,20 @@
 """The house (docs/architecture.md, "The house"): the import graph of ``autopar/`` has no
 circle and no arrow from a lower layer into a higher one; no function-local import
 hides an arrow; the module, the runners and ``api.py`` import no family; no file is
-over 500 lines and no function over 80.
+over 500 lines and no function over 80. Ratchets on what is still to be cleared (each
+fails on anything new and on a listed item that is gone): imports between family
+packages, functions over 8 positional parameters, family names in the generic layers.
+The import graph by folder drawn in docs/architecture.md is the code's.
 
 Read from the source with ``ast`` (nothing is imported), so a failure names the file,
 the line and the import."""
 from __future__ import annotations
 
 import ast
+import io
 import pathlib
+import re
+import tokenize
 
 import pytest
 
@@ -270,6 +276,47 @@ def test_the_checks_see_what_they_check():
     assert ("autopar.runtime.runner" in {t for t, _, _ in EDGES["autopar.runtime.module"]})
     assert ("autopar.strategies.registry" in {t for t, _, _ in EDGES["autopar.planning.search"]})
     assert {_layer(m)[1] for m in MODULES} == {name for name, _ in LAYERS}
+
+
+# -- family names in the generic layers ----------------------------------------------------------
+
+FAMILY_WORDS = re.compile(r"\b(megatron|dsp|csub|cube|cube3d|tensor3d|subgraph_parallel|zero_stats|tensor3d_stats|"
+                          r"pipeline_executor)\b", re.I)
+GENERIC = ("autopar/runtime", "autopar/passes", "autopar/planning", "autopar/api.py", "autopar/agreement.py",
+           "autopar/layout.py")
+DOCSTRING_QUOTES = ('"' * 3, "'" * 3)
+# The generic layers should learn what a family is from the registry, not by its name.
+# The names they still hold in code (identifiers and strings; docstrings and comments not
+# counted), per file: the check fails where a count grows or a new file names one, and
+# where one shrinks (lower it here).
+FAMILY_NAME_DEBT = {
+    "autopar/planning/strategy.py": 49, "autopar/planning/explain.py": 41, "autopar/planning/plan.py": 11,
+    "autopar/runtime/runner.py": 6, "autopar/planning/conflicts.py": 5, "autopar/planning/search.py": 4,
+    "autopar/planning/report.py": 3, "autopar/planning/declared.py": 2, "autopar/passes/rank_program.py": 1,
+    "autopar/api.py": 1, "autopar/planning/pipeline_text.py": 1, "autopar/planning/forms.py": 1,
+    "autopar/planning/schedules.py": 1,
+}
+
+
+def _family_words(path: pathlib.Path) -> int:
+    count = 0
+    for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if token.type == tokenize.NAME or (token.type == tokenize.STRING
+                                           and not token.string.startswith(DOCSTRING_QUOTES)):
+            count += len(FAMILY_WORDS.findall(token.string))
+    return count
+
+
+def test_the_generic_layers_name_no_more_families():
+    found = {}
+    for path in MODULES.values():
+        rel = str(path.relative_to(ROOT))
+        if rel.startswith(GENERIC) and (n := _family_words(path)):
+            found[rel] = n
+    grown = {f: (FAMILY_NAME_DEBT.get(f, 0), n) for f, n in found.items() if n > FAMILY_NAME_DEBT.get(f, 0)}
+    shrunk = {f: (n, found.get(f, 0)) for f, n in FAMILY_NAME_DEBT.items() if found.get(f, 0) < n}
+    assert grown == {}, f"family names added to the generic layers (listed, found): {grown}; ask the registry"
+    assert shrunk == {}, f"fewer family names than listed (listed, found), lower FAMILY_NAME_DEBT: {shrunk}"
 
 
 # -- the import graph by folder, drawn in docs/architecture.md --------------------------------

@@ -201,10 +201,12 @@ class ContextParallel(CompileHooks):
     def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
         if plan.degree("context") == 1 or build.branch_only:
             return []
-        return [RankPass(SPLIT + 2, "context_parallel", context_parallel_pass,
+        # after the regions' split over the tensor group (and the experts'), which it rings inside
+        return [RankPass(SPLIT, "context_parallel", context_parallel_pass,
                          {"degree": plan.degree("context"), "group": "context", "seq": plan.context["seq"],
                           "balanced": plan.context["balanced"], "mode": plan.context["mode"],
-                          "local_batch": build.local_batch})]
+                          "local_batch": build.local_batch},
+                         after=("tensor_parallel", "tensor_parallel_subgrid", "expert_parallel"))]
 
     def place(self, builder, build: RankBuild) -> None:
         """Every gradient averaged over the data ranks is averaged over ``data × context``
