@@ -36,7 +36,7 @@ $(PEERS): $(STAMP)
 
 peers: $(PEERS)
 
-# headless Chromium for the plan report's browser test (tests/test_report.py): Debian's
+# headless Chromium for the plan report's browser test (tests/planning/test_report.py): Debian's
 # package where apt-get can install it; elsewhere that test skips and says why
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \

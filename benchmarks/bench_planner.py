@@ -13,7 +13,7 @@
    ``--repeats`` runs is reported, and the growth in layers as a ratio to 12 layers.
    Goal: 96 layers on 3072 devices in under 3 s; growth in layers no worse than linear.
 2. **Real configurations** (``--configs``): every case of the plan zoo
-   (``tests/test_plan_zoo.py``: Llama 3, Mixtral, Qwen3-MoE, DeepSeek-V3, GPT-OSS, Gemma 3
+   (``tests/planning/test_plan_zoo.py``: Llama 3, Mixtral, Qwen3-MoE, DeepSeek-V3, GPT-OSS, Gemma 3
    on the meta device in bf16) and GPT-3 175B on 3072 ``a100-selene`` devices in two
    forms: ``examples.factories.gpt_meta`` and as users write it
    (``examples.factories.gpt_user_meta``: the fused QKV projection split in forward,

@@ -1,6 +1,6 @@
 """One fused Q/K/V projection, laid out each way model code in the wild writes it, and the
 job that trains each under tensor parallelism against the single device
-(``tests/test_qkv_layouts.py``).
+(``tests/strategies/megatron/test_qkv_layouts.py``).
 
 The projection yields ``3·H·d`` features; the layouts differ in what is outermost:
 

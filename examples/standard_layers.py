@@ -1,6 +1,6 @@
 """Models built from PyTorch's standard transformer layers (``nn.TransformerEncoder`` of
 ``nn.TransformerEncoderLayer``, ``nn.MultiheadAttention``), and the job that trains them on
-ranks against the single-device model (``tests/test_standard_layers.py``).
+ranks against the single-device model (``tests/trace/test_standard_layers.py``).
 
 :class:`EncoderLM` is token embedding → ``nn.TransformerEncoder`` → linear head. Its
 inputs and outputs are batch-major whatever ``batch_first`` says (a sequence-first

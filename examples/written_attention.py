@@ -1,7 +1,7 @@
 """Language models whose attention is written out (``q @ k^T``, elementwise ops on the
 scores, ``softmax``, ``@ v``) instead of ``scaled_dot_product_attention``, for context
 parallelism's all-gather form (docs/context.md, "Attention written out";
-``tests/test_context_written_out.py``).
+``tests/strategies/context/test_context_written_out.py``).
 
 ``form`` chooses what happens to the scores between the matmul and the softmax:
 

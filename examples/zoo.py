@@ -13,7 +13,7 @@ Models are called as their users call them: T5 with keywords (``input_ids=``,
 ``decoder_input_ids=``). :data:`OWN_LOSS` holds Hugging Face models called with
 ``input_ids``, a padded ``attention_mask`` and ``labels`` (-100 where no token counts),
 which compute their own loss: no target, no ``loss_fn``
-(``tests/test_keyword_inputs.py``).
+(``tests/trace/test_keyword_inputs.py``).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # no dropout anywhere: single-device and parallel training must see the same function
-# (autopar's rank-aware dropout is checked separately, tests/test_dropout.py)
+# (autopar's rank-aware dropout is checked separately, tests/passes/test_random_draws.py)
 _NO_DROPOUT = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 

@@ -7,6 +7,16 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 os.environ.setdefault("PYTHONPATH", ROOT)
 
+# the tests live in folders by area (strategies/<family>, passes, runtime, planning,
+# trace, golden); a module imports the helpers here and, now and then, another area's
+# test module by its name, and spawned ranks import them by name too: every folder is
+# on the path (pytest's default import mode keys modules by file name, unique here)
+TESTS = os.path.dirname(os.path.abspath(__file__))
+for _folder, _dirs, _files in sorted(os.walk(TESTS)):
+    _dirs[:] = sorted(d for d in _dirs if not d.startswith((".", "__")))
+    if _folder not in sys.path and any(f.endswith(".py") for f in _files):
+        sys.path.insert(1, _folder)
+
 # Generated Triton kernels run on CPU tensors in Triton's interpreter (tests use tiny
 # shapes); set before any kernel module is loaded, and inherited by spawned ranks
 os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -3,7 +3,7 @@
 
 Plain functions of a :class:`autopar.planning.plan.Plan` (they read its fields and
 nothing else), kept apart from the data structure so that each stays short. The texts
-are golden (``tests/test_plan.py``, ``tests/test_planner_search.py``): change them on
+are golden (``tests/planning/test_plan.py``, ``tests/planning/test_planner_search.py``): change them on
 purpose only.
 """
 from __future__ import annotations

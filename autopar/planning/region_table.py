@@ -1,7 +1,7 @@
 """The region table of :meth:`autopar.planning.plan.Plan.explain`: one row per region
 (identical repeated blocks folded), what its figures are per, and the rows that close
 it: the predicted step and the rank's memory as sums of named terms
-(:mod:`autopar.planning.totals`). The text is golden (``tests/test_golden_*.py``)."""
+(:mod:`autopar.planning.totals`). The text is golden (``tests/golden/test_golden_*.py``)."""
 from __future__ import annotations
 
 from autopar.planning.totals import OUTSIDE, Reconciliation, memory_reconciliation, stage_ranks, step_reconciliation

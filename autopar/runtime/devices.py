@@ -9,7 +9,7 @@ on the *rank's device*, the device of the rank's parameters (:func:`rank_device`
 :func:`use_device` makes current while the rank's programs run (``RankState.running``
 enters it) and :func:`current` reads. Never the default device: a user who called
 ``torch.set_default_device`` does not move autopar's buffers, and the CPU guard test
-(``tests/test_devices.py``) runs every family's step under a default device that is not
+(``tests/runtime/test_devices.py``) runs every family's step under a default device that is not
 the tensors' (``meta``) to show that nothing reads it, and checks the source statically.
 
 The wire: NCCL communicates tensors on the rank's GPU. Gloo communicates CPU tensors;

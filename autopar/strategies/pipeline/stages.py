@@ -25,7 +25,7 @@ then makes one GraphModule per stage:
   gradients the runtime sums (:attr:`Stage.params` says which stage reads which).
 
 Running the stages one after another, each on the previous one's outputs, computes
-exactly what the whole graph does (``tests/test_pipeline_stages.py``).
+exactly what the whole graph does (``tests/strategies/pipeline/test_pipeline_stages.py``).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Golden text of D&SP and D&SP-cSub: the plan table and the rewritten rank graphs (built in
 this process: the rewrite needs no process group). Update on purpose only:
-``EXPECTTEST_ACCEPT=1 pytest tests/test_golden_dsp.py`` and read the diff.
+``EXPECTTEST_ACCEPT=1 pytest tests/golden/test_golden_dsp.py`` and read the diff.
 """
 import expecttest
 

@@ -5,7 +5,7 @@ tokens to the rank holding their expert (one expert per rank), against the
 single-device model on the same share: the loss, every replicated parameter's gradient,
 and the experts' gradients summed over the ranks (each expert sees every rank's tokens
 routed to it), within float32 rounding (1e-5 of the largest value). The pass alone, its
-slices made by hand (extended suite); through ``compile``: tests/test_experts_compile.py.
+slices made by hand (extended suite); through ``compile``: tests/strategies/experts/test_experts_compile.py.
 """
 import copy
 
@@ -72,7 +72,7 @@ def rewrite_job() -> dict:
             "grouped_mm_left": code.count("grouped_mm")}
 
 
-# the rewrite alone (tests/test_experts_compile.py runs it through compile in make test)
+# the rewrite alone (tests/strategies/experts/test_experts_compile.py runs it through compile in make test)
 _LAUNCHED = shared_ranks.register(4, __name__, rewrite_job, timeout_s=300, extended=True)
 
 

@@ -231,7 +231,7 @@ def describe(plan) -> str:
     return ", ".join(parts)
 
 
-if __name__ == "__main__":   # the table of docs/benchmarks.md: python tests/test_plan_zoo.py [CASE-INDEX ...]
+if __name__ == "__main__":   # the table of docs/benchmarks.md: python tests/planning/test_plan_zoo.py [CASE-INDEX ...]
     import sys
     for i in [int(a) for a in sys.argv[1:]] or range(len(CASES)):
         name, world, preset, batch = CASES[i]

@@ -17,7 +17,7 @@ from autopar.runtime.launcher import launch
 from autopar.strategies.family import CompileHooks
 from autopar.strategies.registry import FAMILIES, unregister_family
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.multiprocess

@@ -17,9 +17,9 @@ def test_held_freezes_once_and_gives_everything_back():
     with held():
         frozen = gc.get_freeze_count()
         assert frozen > 0
-        with held():  # a nested step does not freeze again
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+        with held():  # a nested step does not freeze again (frozen objects may still be freed meanwhile)
+            assert gc.get_freeze_count() <= frozen
+        assert gc.get_freeze_count() <= frozen
     assert gc.get_freeze_count() == 0 and marker
 
 

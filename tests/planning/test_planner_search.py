@@ -13,7 +13,7 @@ import autopar
 from autopar.planning.search import PlanError, Progress
 from examples.factories import gpt_meta
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # a GPT-2 captured by torch.export (the zoo's), and a larger one planned for 64 ranks
 _PLAN_SCRIPT = """

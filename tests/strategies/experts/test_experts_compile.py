@@ -8,7 +8,7 @@ group-limited routing, a shared expert); GPT-OSS (a router with a bias, experts 
 biases and the clamped SwiGLU on alternating gate and up columns, attention sinks cut
 with their heads under Megatron), also under "auto" and plain data x tensor; the models'
 own load-balancing loss with a padding mask, under expert parallelism (with tensor
-parallelism for Qwen2-MoE; plain data parallelism's is in tests/test_moe.py).
+parallelism for Qwen2-MoE; plain data parallelism's is in tests/strategies/experts/test_moe.py).
 Compared: the outputs, the loss, every gradient, the gradient norms and every parameter
 after 3 AdamW steps (float32: torch's grouped matmul, which the experts call, takes no
 float64; the tolerances are float32 rounding through 3 Adam steps, as plain data
@@ -53,7 +53,7 @@ def aux_job(cases) -> list:
     mask[3, 5:] = 0
     kwargs = {"input_ids": ids, "attention_mask": mask, "labels": ids}
     reports = []
-    # (plain data parallelism's aux loss: tests/test_moe.py)
+    # (plain data parallelism's aux loss: tests/strategies/experts/test_moe.py)
     for name, strategy in cases:
         report = compare_with_single_device(lambda: moe_model(name, aux=True), (), None, None, strategy,
                                             kwargs=kwargs)

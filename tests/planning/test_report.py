@@ -22,7 +22,7 @@ import torch
 import autopar
 from autopar.cli import main as cli_main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = os.path.join(ROOT, "examples", "configs")
 
 

@@ -1,6 +1,6 @@
 """Golden text of a PTD-P pipeline: the plan table and the rewritten rank graphs (built in
 this process: the rewrite needs no process group). Update on purpose only:
-``EXPECTTEST_ACCEPT=1 pytest tests/test_golden_pipeline.py`` and read the diff.
+``EXPECTTEST_ACCEPT=1 pytest tests/golden/test_golden_pipeline.py`` and read the diff.
 """
 import expecttest
 

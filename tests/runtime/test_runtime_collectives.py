@@ -392,7 +392,7 @@ def write_pid_and_wait(directory: str):
 
 _LAUNCHER_SCRIPT = """
 import sys
-sys.path[:0] = [{tests!r}]
+sys.path[:0] = {tests!r}
 from autopar.runtime.launcher import launch
 import test_runtime_collectives as t
 launch(t.write_pid_and_wait, 2, ({directory!r},), timeout_s=300)
@@ -405,7 +405,8 @@ def test_ranks_end_when_their_launcher_is_killed(tmp_path):
     """A launcher killed outright (no chance to reap its ranks) leaves no rank running."""
     import signal
     import subprocess
-    tests = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.abspath(__file__))
+    tests = [here, os.path.dirname(here)]   # this module's folder, and tests/ with the helpers it imports
     parent = subprocess.Popen([sys.executable, "-c", _LAUNCHER_SCRIPT.format(tests=tests, directory=str(tmp_path))])
     try:
         pids = []

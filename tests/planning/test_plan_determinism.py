@@ -38,7 +38,7 @@ import shared_ranks
 from autopar.cost import profiles
 from autopar.cost.hardware import PRESETS, Hardware
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _profile(order_seed: int | None = None) -> Hardware:
@@ -218,6 +218,7 @@ def rank_0_plans_job():
 
     def not_here(*args, **kwargs):
         raise AssertionError(f"rank {dist.get_rank()} planned")
+    planner = agreement.plan_graph
     if dist.get_rank() == 1:
         agreement.plan_graph = not_here
     factory, inputs, target, loss = training_case("mlp")
@@ -227,6 +228,8 @@ def rank_0_plans_job():
         return {"plan": pm.plan.to_json(), "loss": float(pm.step(*inputs, target=target))}
     except Exception as error:  # noqa: BLE001 - what the test reports
         return {"error": f"{type(error).__name__}: {error}"}
+    finally:   # the jobs after this one on these ranks plan as usual
+        agreement.plan_graph = planner
 
 
 _LAUNCHED = shared_ranks.register(2, __name__, caches_differ_job, (shared_ranks.scratch_dir("determinism"),))

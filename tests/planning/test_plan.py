@@ -11,7 +11,7 @@ import autopar
 from autopar.planning.plan import Plan
 from examples.factories import gpt2, transformer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _plan(factory=transformer, world=4, strategy="auto", hardware=None):

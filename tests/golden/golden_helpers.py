@@ -1,6 +1,6 @@
-"""What the golden tests (``tests/test_golden_*.py``, one file per family) build: a plan's
+"""What the golden tests (``tests/golden/test_golden_*.py``, one file per family) build: a plan's
 explain text and rank graphs from the example factories, and the fused kernels' source.
-Update a golden on purpose only: ``EXPECTTEST_ACCEPT=1 pytest tests/test_golden_<family>.py``
+Update a golden on purpose only: ``EXPECTTEST_ACCEPT=1 pytest tests/golden/test_golden_<family>.py``
 and read the diff."""
 import torch
 

@@ -2,7 +2,7 @@
 the backward split into input and weight passes, the ZB-H1, interleaved zero-bubble and
 ZB-V orders (against torch.distributed.pipelining's own), the timeline simulator, the
 cost model's pricing of them and the planner's choice. The numerics on ranks are in
-tests/test_pipeline_numerics.py."""
+tests/strategies/pipeline/test_pipeline_numerics.py."""
 import pytest
 import torch
 import torch.nn as nn

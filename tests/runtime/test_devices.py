@@ -22,7 +22,7 @@ import shared_ranks
 from autopar.runtime import devices
 from autopar.testing import equivalence_job
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent / "autopar"
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "autopar"
 FACTORIES = {"empty", "zeros", "ones", "full", "tensor", "arange", "rand", "randn", "randint", "randperm", "eye",
              "linspace", "logspace", "empty_strided", "scalar_tensor"}
 

@@ -1,6 +1,6 @@
 """Golden text of AxoNN's 3D grid and Bian's cube: the plan table and the rewritten rank graphs (built in
 this process: the rewrite needs no process group). Update on purpose only:
-``EXPECTTEST_ACCEPT=1 pytest tests/test_golden_tensor3d.py`` and read the diff.
+``EXPECTTEST_ACCEPT=1 pytest tests/golden/test_golden_tensor3d.py`` and read the diff.
 """
 import expecttest
 

@@ -1,6 +1,6 @@
 """Golden text of the Triton kernels the fusion pass generates (their source). Update on
 purpose only:
-``EXPECTTEST_ACCEPT=1 pytest tests/test_golden_fusion.py`` and read the diff.
+``EXPECTTEST_ACCEPT=1 pytest tests/golden/test_golden_fusion.py`` and read the diff.
 """
 import expecttest
 import torch

@@ -69,7 +69,7 @@ EXTENDED = [("transformer", GRIDS[0], {**F64, "overlap": overlap}) for overlap i
 TOLERANCE = {"output": 1e-14, "loss": 1e-14, "grad": 1e-14, "grad_norm": 1e-14, "param": 2e-12}
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
 # 8 ranks on the 2-core machine take minutes: these cases run in the extended suite (the 3D
-# regions of mixed plans are checked on 8 ranks in the main one, tests/test_mixed_plans.py)
+# regions of mixed plans are checked on 8 ranks in the main one, tests/strategies/mixed/test_mixed_plans.py)
 _LAUNCHED = {8: shared_ranks.register(8, __name__, equivalence_job, (CASES,), timeout_s=900, extended=True),
              16: shared_ranks.register(16, __name__, equivalence_job, ([CUBE_WITH_DATA],), timeout_s=900,
                                        extended=True)}
