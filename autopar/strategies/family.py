@@ -372,8 +372,7 @@ def mesh_plan(ctx: PlanContext, priced: Priced, table: RegionTable) -> Plan:
                 tracer=capture.tracer if capture else "", subgrids=c.subgrids, topology_aware=c.topology_aware,
                 csub=c.csub, microbatches=c.microbatches or 1, zero=c.zero or 0, recompute=c.recompute == "full",
                 sequence_parallel=table.sequence,
-                selective_recompute=c.recompute == "selective", family=c.family or "",
-                family_options=c.options(),
+                selective_recompute=c.recompute == "selective",
                 gather_cache=table.gather_cache if c.recompute == "full" else None)
 
 

@@ -323,8 +323,7 @@ def judge(family: str, ctx: PlanContext, config: Strategy, mesh: dict[str, int],
     """A priced data × tensor (or D&SP) configuration, feasible when its memory fits."""
     why = too_big(table.total.memory_bytes, ctx.hw, table.note)
     if why is not None:
-        return rejected(family, config, mesh, why, step_s=table.step_s, memory_bytes=table.total.memory_bytes,
-                        form=config.family or "")
-    form = config.family or ("replicate" if replicated(mesh, table.regions) else "")
+        return rejected(family, config, mesh, why, step_s=table.step_s, memory_bytes=table.total.memory_bytes)
     return Priced(family, config, mesh, table.step_s, table.total.memory_bytes, True,
-                  comm_s=dict(table.total.comm_s), table=table, form=form)
+                  comm_s=dict(table.total.comm_s), table=table,
+                  form="replicate" if replicated(mesh, table.regions) else "")
