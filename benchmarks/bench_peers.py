@@ -422,17 +422,20 @@ def run_entry(entry: Entry, steps: int, warmup: int) -> tuple:
         build().first()   # each library's one-time costs (imports, caches, compiled code) outside the figures
     gc.collect()
     info: dict = {"case": entry.case, "strategy": entry.strategy, "peer": entry.peer}
-    sides, state, first = {}, {}, {}
-    for name, build in (("autopar", lambda: autopar_side(entry, x, y)), (entry.peer, lambda: (
-            entry.peer_side(entry, x, y), None))):
+    state, first = {}, {}
+
+    def measured(name: str, build: Callable[[], Side]) -> Side:
+        """``build()``'s side, its first step run; its state's bytes kept under ``name``."""
         start = settle()
-        side, pm = build()
+        side = build()
         first[name] = side.first()   # its gradients and step buffers exist from here on
         state[name] = settle() - start
-        sides[name] = side
-        if pm is not None:
-            info_pm = pm
-    ours, theirs, pm = sides["autopar"], sides[entry.peer], info_pm
+        return side
+
+    built: dict = {}
+    ours = measured("autopar", lambda: built.setdefault("autopar", autopar_side(entry, x, y))[0])
+    theirs = measured(entry.peer, lambda: entry.peer_side(entry, x, y))
+    pm = built["autopar"][1]
     info["mesh"] = dict(pm.plan.mesh)
     info["sequence_parallel"] = getattr(pm.plan, "sequence_parallel", None)
     info["regions"] = {r.region: r.strategy for r in pm.plan.regions}
