@@ -5,7 +5,6 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
-os.environ.setdefault("PYTHONPATH", ROOT)
 
 # the tests live in folders by area (strategies/<family>, passes, runtime, planning,
 # trace, golden); a module imports the helpers here and, now and then, another area's
@@ -16,6 +15,10 @@ for _folder, _dirs, _files in sorted(os.walk(TESTS)):
     _dirs[:] = sorted(d for d in _dirs if not d.startswith((".", "__")))
     if _folder not in sys.path and any(f.endswith(".py") for f in _files):
         sys.path.insert(1, _folder)
+# processes the tests start (spawned ranks, fresh interpreters) find the same modules
+_TEST_PATH = [ROOT] + [p for p in sys.path if p.startswith(TESTS)]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    _TEST_PATH + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in _TEST_PATH])
 
 # Generated Triton kernels run on CPU tensors in Triton's interpreter (tests use tiny
 # shapes); set before any kernel module is loaded, and inherited by spawned ranks

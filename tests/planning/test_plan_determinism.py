@@ -132,8 +132,7 @@ def hf_cases() -> dict:
 @pytest.mark.extended  # fresh processes, about 20 s: the extended suite (test_planner_search's cross-process case runs in both)
 def test_processes_with_other_hash_seeds_plan_alike_while_the_profile_is_rewritten(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
-    env = {**os.environ, "AUTOPAR_CACHE_DIR": str(cache),
-           "PYTHONPATH": os.pathsep.join([REPO, os.path.join(REPO, "tests")])}
+    env = {**os.environ, "AUTOPAR_CACHE_DIR": str(cache)}  # PYTHONPATH: tests/conftest.py
     # save_profile writes where the processes read; this process's environment stays as it
     # is (ranks the suite starts meanwhile inherit it)
     monkeypatch.setattr(profiles, "cache_dir", lambda: cache)
