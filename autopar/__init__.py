@@ -13,10 +13,10 @@ from autopar.cost.hardware import Hardware, get_hardware
 from autopar.hf_config import plan_config
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy
-from autopar.runtime.checkpoint import CheckpointError, load_checkpoint
-from autopar.runtime.checkpoint_dir import resume, save_checkpoint, wait_checkpoints
+from autopar.engine.checkpoint import CheckpointError, load_checkpoint
+from autopar.engine.checkpoint_dir import resume, save_checkpoint, wait_checkpoints
 from autopar.runtime.health import RankFailureError
-from autopar.runtime.pretrained import load_pretrained, save_pretrained
+from autopar.engine.pretrained import load_pretrained, save_pretrained
 from autopar.strategies.registry import register_family
 
 __all__ = ["compile", "plan", "plan_config", "data", "rank_graph", "ParallelModule", "Plan", "PlanError", "Strategy", "Hardware",

@@ -20,7 +20,7 @@ from autopar.ir import CAPTURE, LOSS_TERMS, regions as regions_of
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
 from autopar.planning.reviewed import PlanMismatchError, differences, mismatch_message
-from autopar.planning.search import PlanError, made_for, plan_graph, training_flops
+from autopar.driver.search import PlanError, made_for, plan_graph, training_flops
 from autopar.runtime.groups import size_of
 from autopar.trace.capture import CaptureError
 from autopar.trace.inputs import CallLayout, example_signature

@@ -1,5 +1,5 @@
 """The user's entry points: :func:`compile` and :func:`plan` (the module ``compile`` returns
-is :class:`autopar.runtime.module.ParallelModule`; a rank's program is built in :mod:`autopar.passes.rank_program`).
+is :class:`autopar.engine.module.ParallelModule`; a rank's program is built in :mod:`autopar.driver.rank_program`).
 
     pm = autopar.compile(model, mesh, example_inputs=(x,), loss_fn=F.cross_entropy,
                          example_target=y)
@@ -34,17 +34,18 @@ from autopar.ir import LOSS_TERMS
 from autopar.planning.drawing import regions_dot
 from autopar.trace.inputs import CallLayout, example_signature
 from autopar.passes.fusion import resolve_fusion
-from autopar.runtime.module import ParallelModule
+from autopar.engine.module import ParallelModule
 from autopar.passes.analysis.analyse import analyse
 from autopar.cost.hardware import Hardware
 from autopar.planning.plan import Plan
 from autopar.planning.reviewed import as_plan
-from autopar.planning.search import PlanError, Strategy, plan_graph
+from autopar.driver.search import PlanError, Strategy, plan_graph
 from autopar.agreement import (agreed_hardware, agreed_plan, check_same_call_everywhere, check_same_plan_everywhere,
                                resolve_hardware)
-from autopar.runtime.executable import batch_of, local_batch, rank_graph_code
-from autopar.passes.rank_program import planned_shards, rewrite
-from autopar.runtime import health, materialise
+from autopar.engine.executable import batch_of, local_batch, rank_graph_code
+from autopar.driver.rank_program import planned_shards, rewrite
+from autopar.runtime import health
+from autopar.engine import materialise
 from autopar.timing import Timings, phase, recording
 from autopar.strategies.placement import build_layout
 from autopar.strategies.registry import FAMILIES
@@ -62,7 +63,7 @@ def plan(model: nn.Module, world_size: int, example_inputs: Sequence[Any] = (), 
     (default: the hardware's memory); plans that need more are infeasible. The returned
     plan can ``save(dir)`` itself with every rank's rewritten graph (built here, in this
     process: the rewrite needs no process group) and the region drawing. ``progress``: a
-    :class:`autopar.planning.search.Progress` told of every configuration priced.
+    :class:`autopar.driver.search.Progress` told of every configuration priced.
     ``example_kwargs``: keyword inputs, as for :func:`compile`. ``hardware``: a preset
     name, a profile's path or a :class:`Hardware`; None: this machine's calibrated
     profile where ``autopar calibrate`` cached one, else the ``cpu-gloo`` preset, said
@@ -117,11 +118,11 @@ def rank_graph(model: nn.Module, plan_: Plan, rank: int, example_inputs: Sequenc
     Without ``loss_fn`` it returns the model's own loss when the output carries one, as
     ``pm.step`` runs it. A pipeline plan's rank runs several programs, one per stage: see
     :func:`autopar.strategies.pipeline.program.stage_graphs` and ``pipeline_rank_code``
-    (with ``rewrite=autopar.passes.rank_program.rewrite``)."""
+    (with ``rewrite=autopar.driver.rank_program.rewrite``)."""
     if plan_.pipeline:
         raise PlanError("rank_graph: a pipeline plan gives each rank one program per stage; use "
                         "autopar.strategies.pipeline.program.stage_graphs (or pipeline_rank_code for their code) "
-                        "with rewrite=autopar.passes.rank_program.rewrite")
+                        "with rewrite=autopar.driver.rank_program.rewrite")
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "rank_graph()")
     inputs, target = local_batch(plan_.batch_parts(), plan_.batch_chunk(rank), flat, example_target)
@@ -183,7 +184,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
 
     ``batch``: ``"global"``: every rank passes the same global batch to ``pm(...)`` and
     ``pm.step(...)`` and takes its share; ``"local"``: each rank passes only its share,
-    the rows of :attr:`~autopar.runtime.module.ParallelModule.data_parallel_rank` of
+    the rows of :attr:`~autopar.engine.module.ParallelModule.data_parallel_rank` of
     ``data_parallel_size`` (:mod:`autopar.data` feeds them), the same on the ranks of one
     share. The example inputs stay the global batch (the plan splits it; they may be on
     the meta device).

@@ -75,9 +75,9 @@ def _add_calibrate_parser(sub) -> None:
 
 
 def _calibrate_main(args) -> int:
-    """``autopar calibrate``: run :func:`autopar.cost.calibrate.run_calibration`, print the table,
+    """``autopar calibrate``: run :func:`autopar.calibrate.run_calibration`, print the table,
     write the profile (``Hardware.to_json()``, indent 2, sorted keys)."""
-    from autopar.cost.calibrate import run_calibration
+    from autopar.calibrate import run_calibration
     from autopar.runtime.launcher import LaunchError
 
     try:
@@ -116,7 +116,7 @@ def _out_name(args) -> str:
 
 def _progress_printer():
     """A search that runs more than a second prints how far it is, on stderr."""
-    from autopar.planning.search import Progress
+    from autopar.driver.search import Progress
 
     def report(done: int, total: int, elapsed: float) -> None:
         end = "\n" if done == total else ""

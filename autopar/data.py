@@ -23,7 +23,7 @@ import itertools
 from typing import Any, Iterable, Iterator
 
 from autopar._torch_compat import tree_flatten, tree_unflatten
-from autopar.runtime.executable import batch_of, local_batch
+from autopar.engine.executable import batch_of, local_batch
 
 
 def sampler(pm, dataset, *, shuffle: bool = True, seed: int = 0, drop_last: bool = True):
@@ -44,7 +44,7 @@ def shard(pm, iterable: Iterable[Any]) -> Iterator[Any]:
 
 def local_rows(pm, batch: Any) -> Any:
     """This rank's share of a global batch: a tensor, or a tuple / list / dict of them,
-    cut as ``batch="global"`` cuts a call (:func:`autopar.runtime.executable.local_batch`:
+    cut as ``batch="global"`` cuts a call (:func:`autopar.engine.executable.local_batch`:
     the tensors whose first dimension is the batch, the first tensor's, into
     ``data_parallel_size`` equal chunks; the others whole). What ``batch="local"``
     expects where a script holds the global batch anyway (tests, a small run)."""

@@ -147,7 +147,7 @@ FIT_BAND = (0.5, 2.0)
 def fit_check() -> bool:
     """Calibrate 2 ranks (quick) and print each collective's mid-size measured / fitted
     ratios against :data:`FIT_BAND`; True when every one is inside."""
-    from autopar.cost.calibrate import run_calibration
+    from autopar.calibrate import run_calibration
     from autopar.cost.calibrate_measure import COLLECTIVES
     calibration = run_calibration(2, quick=True)
     print(f"fit check: autopar calibrate --world 2 --quick ({calibration.seconds:.0f} s); measured / fitted "
@@ -240,7 +240,7 @@ def main(argv=None) -> int:
     elif args.calibrate_each:
         profile = None
     else:
-        from autopar.cost.calibrate import calibrate
+        from autopar.calibrate import calibrate
         t0 = time.perf_counter()
         profile = calibrate(WORLD)
         print(f"calibrated {WORLD} gloo ranks in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -263,7 +263,7 @@ def main(argv=None) -> int:
     timed, profiles = {}, {}
     for name in models:
         if args.calibrate_each:  # the machine as it is now, for this model's plans
-            from autopar.cost.calibrate import calibrate
+            from autopar.calibrate import calibrate
             profiles[name] = calibrate(WORLD)
             price(name, profiles[name])
             print(f"{name}: calibrated again (host per op {profiles[name].host_op_s * 1e6:.1f} us, collective "

@@ -53,7 +53,7 @@ def plan_once(layers: int, world: int, width: int = 12288, heads: int = 96, batc
     from autopar.trace.capture import capture
     from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planning.search import PlanError, plan_graph
+    from autopar.driver.search import PlanError, plan_graph
     from examples.factories import gpt_meta
     model, inputs, loss, target = gpt_meta(layers, width, heads, batch, vocab=vocab)
     t0 = time.perf_counter()
@@ -92,7 +92,7 @@ def _timed(model, inputs, loss, target, world: int, hardware: str) -> dict:
     from autopar.trace.capture import capture
     from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planning.search import plan_graph
+    from autopar.driver.search import plan_graph
     t0 = time.perf_counter()
     gm = capture(model, inputs, loss, target)
     t1 = time.perf_counter()
@@ -149,7 +149,7 @@ def _in_subprocess(*args, vocab: int = 51200) -> dict:
 
 def _baseline_rss() -> float:
     """Resident memory of a process that imported autopar and built nothing."""
-    code = ("import resource, autopar.planning.search, examples.factories;"
+    code = ("import resource, autopar.driver.search, examples.factories;"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT,
                          env={**os.environ, "PYTHONPATH": REPO_ROOT}, check=True)
@@ -210,7 +210,7 @@ def plan_megatron(layers: int, gpus: int, width: int, heads: int, batch: int, t:
     from autopar.trace.capture import capture
     from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planning.search import plan_graph
+    from autopar.driver.search import plan_graph
     from examples.factories import gpt_meta
     hw = get_hardware(hardware)
     gm = analyse(capture(*gpt_meta(layers, width, heads, batch, vocab=vocab)))

@@ -166,7 +166,7 @@ def _export_only_dsp():
     from autopar.trace.capture import capture
     from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planning.search import plan_graph
+    from autopar.driver.search import plan_graph
     from examples.models import Inception
     gm = analyse(capture(Inception(), (torch.randn(4, 3, 8, 8),), tracer="export"))
     plan_graph(gm, 2, get_hardware(None), {"data": 2, "subgrids": 2})

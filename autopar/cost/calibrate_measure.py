@@ -17,7 +17,7 @@ size (:func:`_time_in_training`), tiny all-gathers in flight together against on
 another (:func:`_time_async_exposed`), ``pm.step`` of a one-linear model compiled data
 parallel (:func:`runtime_case`) and of a ``world``-stage pipeline at two microbatch
 counts (:func:`pipeline_case`). Fitting the cost model to these is
-:mod:`autopar.cost.calibrate_fit`'s; :mod:`autopar.cost.calibrate` launches the job and fits.
+:mod:`autopar.cost.calibrate_fit`'s; :mod:`autopar.calibrate` launches the job and fits.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Fitting what ``autopar calibrate`` (and ``compile`` on first use) measured: the
-:class:`Calibration`, its fits and its table (:mod:`autopar.cost.calibrate` launches the
+:class:`Calibration`, its fits and its table (:mod:`autopar.calibrate` launches the
 measurement and applies this; the module docstring there describes both).
 """
 from __future__ import annotations

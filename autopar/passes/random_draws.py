@@ -33,7 +33,7 @@ from autopar.runtime import draws
 
 class RandomDrawError(ValueError):
     """A random op whose draws autopar cannot place on this rank (the planner refuses the
-    plans that would meet one: :func:`autopar.planning.search.random_conflict`)."""
+    plans that would meet one: :func:`autopar.driver.search.random_conflict`)."""
 
 
 _FORMS = {"dropout1d": "feature_dropout", "dropout2d": "feature_dropout", "dropout3d": "feature_dropout"}

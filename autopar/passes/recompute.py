@@ -118,7 +118,7 @@ def _checkpointed(body: fx.GraphModule, name: str):
 
 def rebound(fn, body: fx.GraphModule):
     """The checkpointed call ``fn`` (of :func:`recompute_pass`) over ``body`` instead: the
-    same sub-graph reading the rank's module tree (:func:`autopar.runtime.executable.executable`),
+    same sub-graph reading the rank's module tree (:func:`autopar.engine.executable.executable`),
     not the capture's."""
     return _checkpointed(body, fn.__name__)
 

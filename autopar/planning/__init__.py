@@ -13,10 +13,9 @@
   strategy language, the plan's explanation and the pipeline family all read;
 * :mod:`~autopar.planning.drawing`: the regions drawn as Graphviz DOT.
 
-Nothing here but the search imports a family: each family's planning lives in its
+Nothing here imports a family: each family's planning lives in its
 package (``autopar/strategies/<family>/planner.py``, behind
 :mod:`autopar.strategies.family`), and the search that loops over them is
-:mod:`autopar.planning.search`, a layer above the families (docs/architecture.md,
-"Layers"). The hardware and the
-α-β formulas are in :mod:`autopar.cost`, FLOP counting in :mod:`autopar.passes.analysis.flops`.
+:mod:`autopar.driver.search`, a layer above the families (docs/architecture.md,
+"Layers"). The hardware and the α-β formulas are in :mod:`autopar.cost`, FLOP counting in :mod:`autopar.passes.analysis.flops`.
 """

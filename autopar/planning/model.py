@@ -29,7 +29,7 @@ from autopar.passes.analysis.ops import (is_cross_entropy, is_dropout, is_embedd
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.ir import REGION_OF, regions, tensor_spec
-from autopar.layout import zero_unit
+from autopar.runtime.layout import zero_unit
 from autopar.passes.fusion.rewrite import fusible_chains
 
 TENSOR_KINDS = ("vocab", "attention", "linear_chain")
@@ -274,7 +274,7 @@ class ModelFacts:
 
     @property
     def largest_params(self) -> float:
-        """The elements of the two largest ZeRO-3 units (:func:`~autopar.layout.zero_unit`:
+        """The elements of the two largest ZeRO-3 units (:func:`~autopar.runtime.layout.zero_unit`:
         a layer, or a module outside the stacks): ZeRO-3 holds the one in use and the one
         prefetched gathered whole."""
         def largest() -> float:

@@ -168,7 +168,7 @@ class Plan:
     # a site's position keys its draws (autopar.runtime.rng), the same under every plan
     random_sites: list = field(default_factory=list)
     # what the step's and the memory's reconciliation reads beside the regions and totals
-    # (autopar.planning.breakdown; docs/plan_format.md); {} in plans made before it
+    # (autopar.driver.breakdown; docs/plan_format.md); {} in plans made before it
     breakdown: dict = field(default_factory=dict)
     version: int = PLAN_FORMAT_VERSION
     # the registered family that made the plan (autopar.register_family; "" for the

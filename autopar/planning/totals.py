@@ -12,7 +12,7 @@ pipeline's point-to-point sends, bubble and its stages' rest, the data group's g
 sync, the per-step exchanges over the batch group, the runtime's fixed cost.
 :func:`memory_reconciliation` splits the rank's predicted memory into parameters,
 gradients, optimizer state and activations (:attr:`Plan.breakdown`,
-:mod:`autopar.planning.breakdown`). Each ends with what no term holds
+:mod:`autopar.driver.breakdown`). Each ends with what no term holds
 (:attr:`Reconciliation.unattributed`), 0 where the terms follow the cost model.
 """
 from __future__ import annotations

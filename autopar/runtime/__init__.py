@@ -1,11 +1,10 @@
-"""The runtime: everything that executes a rank's program. Below the families
+"""The runtime primitives every rank's program runs on, below the families
 (docs/architecture.md, "Layers"): launching ranks, named process groups, autograd-aware
-collectives, data-parallel gradient synchronisation, plan-independent random draws,
-devices, health and the failure board, and the run-time side of the family interface
-(:mod:`.family_runtime`). Above them, running a rank: :mod:`.runner` (the rank's state
-and the one-program runner), :mod:`.executable` (a program as the module it executes)
-and :mod:`.module` (``ParallelModule``), which reach the families only through what
-``autopar.compile`` hands them; and the checkpoints (:mod:`.checkpoint`).
+collectives, data-parallel gradient synchronisation, the one parameter layout
+(:mod:`.layout`), plan-independent random draws, devices, health and the failure board,
+and the run-time side of the family interface (:mod:`.family_runtime`). Running a rank
+on them (``ParallelModule``, its runner, its checkpoints) is :mod:`autopar.engine`, above
+the families.
 
 Rewritten graphs call the collectives by their full path
 (``autopar.runtime.collectives.reduce_from_tensor_region``); everything public is

@@ -4,7 +4,7 @@ interface"): what a family keeps on a rank while the rank's programs run.
 A family that needs state at run time returns a :class:`RankRuntime` from its
 ``rank_runtime(plan, rank, options)`` compile hook (``autopar.strategies.family``):
 ZeRO's sharded parameters and their gathers, the 3D layers' overlap state, the pipeline's
-schedule runner, the experts' load counter. :class:`~autopar.runtime.module.ParallelModule`
+schedule runner, the experts' load counter. :class:`~autopar.engine.module.ParallelModule`
 and the runners call every runtime at the same points of a call and know none of them by
 name; every method has a do-nothing default, so a runtime says only what it does.
 
@@ -73,7 +73,7 @@ class RankRuntime:
     # ------------------------------------------------------------------ user-facing
     def attributes(self) -> dict[str, Callable[[Any], Any]]:
         """Attributes this family adds to ``ParallelModule`` (name → getter of the
-        attribute's value from the rank's :class:`~autopar.runtime.runner.RankState`), e.g.
+        attribute's value from the rank's :class:`~autopar.engine.runner.RankState`), e.g.
         ``zero_stats``; asked of inactive runtimes too, so the attribute exists on every
         plan (with the value that says the family is not in use)."""
         return {}

@@ -3,7 +3,7 @@
 A module may rename or reshape its state on the way out and in: torchtitan's fused Q/K/V
 projection saves its ``wqkv`` weight as ``wq``, ``wk`` and ``wv`` (a state-dict hook) and
 merges them again on load (a load pre-hook). On a rank those hooks would see the rank's
-part of each tensor. :meth:`~autopar.runtime.module.ParallelModule.full_state_dict` and
+part of each tensor. :meth:`~autopar.engine.module.ParallelModule.full_state_dict` and
 ``load_full_state_dict`` therefore gather each parameter and buffer by the model's own
 names, put the full tensors in the model's place for the length of one ``state_dict()``
 or ``load_state_dict()`` call (:func:`full_tensors_in_place`), and keep each rank's part

@@ -74,7 +74,7 @@ leaves them alone):
     Refine the parameter layout (:mod:`autopar.strategies.placement`): where the
     family's parameters live and how their gradients are reduced.
 
-The planner (:mod:`autopar.planning.search`) enumerates: for each family of
+The planner (:mod:`autopar.driver.search`) enumerates: for each family of
 :data:`autopar.strategies.registry.FAMILIES`, its candidates; it prices each, and takes
 the fastest feasible one (ties to the earlier). Adding a family is adding a package with
 a ``planner.py`` whose family object goes into that registry.
@@ -294,7 +294,7 @@ class CompileHooks:
                   example_kwargs, rewrite) -> str | None:
         """The readable code of rank ``rank``'s programs where the family builds them
         itself (a pipeline's stage programs, each rewritten by ``rewrite``:
-        :func:`autopar.passes.rank_program.rewrite`); None: the one rank program."""
+        :func:`autopar.driver.rank_program.rewrite`); None: the one rank program."""
         return None
 
     def rank_runtime(self, plan: Plan, rank: int, options: dict) -> RankRuntime | None:

@@ -1,4 +1,4 @@
-"""Building a rank's :class:`~autopar.layout.ParamLayout` from the plan: every family
+"""Building a rank's :class:`~autopar.runtime.layout.ParamLayout` from the plan: every family
 that touches parameters places them, in turn, on a :class:`LayoutBuilder`.
 
 The base placement (every family's cut, from ``planned_shards``: Megatron's
@@ -24,7 +24,7 @@ import dataclasses
 import torch.nn as nn
 
 from autopar.trace.capture import layout_name
-from autopar.layout import Bucket, ParamLayout, Placement, Seat
+from autopar.runtime.layout import Bucket, ParamLayout, Placement, Seat
 from autopar.strategies.data.zero import place as zero_place
 from autopar.strategies.family import RankBuild
 from autopar.strategies.registry import FAMILIES

@@ -1,4 +1,4 @@
-"""The families the planner weighs, in the order it weighs them (:mod:`autopar.planning.search`),
+"""The families the planner weighs, in the order it weighs them (:mod:`autopar.driver.search`),
 and :func:`register_family`, the one way a family joins them.
 
 The order is part of the plan: the configurations weighed are listed in it, and a tie

@@ -5,7 +5,7 @@ and read the diff."""
 import torch
 
 import autopar
-from autopar.runtime.executable import rank_graph_code
+from autopar.engine.executable import rank_graph_code
 from examples.factories import transformer
 
 

@@ -5,7 +5,7 @@ this process: the rewrite needs no process group). Update on purpose only:
 import expecttest
 
 import autopar
-from autopar.runtime.executable import rank_graph_code
+from autopar.engine.executable import rank_graph_code
 from golden_helpers import _plan_and_graph, _one_layer_transformer, _rank_graphs
 from examples.factories import inception
 

@@ -12,7 +12,7 @@ class TestGoldenPipeline(expecttest.TestCase):
     def test_transformer_pipeline(self):
         """PTD-P: pipeline 2 x tensor 2 with 4 microbatches (1F1B): the stage partition, the
         timeline, and rank 0's stage program (embedding and block 0, Megatron inside)."""
-        from autopar.passes.rank_program import rewrite
+        from autopar.driver.rank_program import rewrite
         from autopar.strategies.pipeline.program import pipeline_rank_code
         model, inputs, loss_fn, target = transformer()
         plan = autopar.plan(model, 4, inputs, loss_fn, {"pipeline": 2, "tensor": 2, "microbatches": 4, "schedule": "1f1b"},

@@ -600,7 +600,7 @@ def test_transformers_fused_equal_unfused_on_two_ranks():
 
 def test_pipeline_stages_are_fused():
     import autopar
-    from autopar.passes.rank_program import rewrite
+    from autopar.driver.rank_program import rewrite
     from autopar.strategies.pipeline.program import stage_graphs
     from examples.models import gpt2, gpt2_loss
     x = torch.randint(0, 64, (8, 16))

@@ -176,7 +176,7 @@ def test_a_pipeline_stage_keeps_the_whole_graph_ids():
     analysis would call it ``linear_chain:enc``, and the plan's Megatron split for the
     stage would name a region the stage does not have."""
     import autopar
-    from autopar.passes.rank_program import rewrite
+    from autopar.driver.rank_program import rewrite
     from autopar.strategies.pipeline.program import stage_graphs
     torch.manual_seed(0)
     x, y = torch.randn(8, 32), torch.randint(0, 4, (8,))

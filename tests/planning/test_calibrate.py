@@ -17,7 +17,7 @@ import statistics
 import pytest
 
 from autopar import cli
-from autopar.cost.calibrate import run_calibration
+from autopar.calibrate import run_calibration
 from autopar.cost.calibrate_fit import FORMULA_OF, fit_alpha_beta, fit_matmul, nnls, predict, robust_fit_alpha_beta
 from autopar.cost.calibrate_measure import BULK, BULK_BYTES, COLLECTIVES, settings
 from autopar.cost import model as cost

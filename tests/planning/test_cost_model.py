@@ -277,7 +277,7 @@ class Overheads(TestCase):
     def test_pipeline_actions(self):
         from examples.factories import transformer
         from autopar.passes.analysis.analyse import analyse
-        from autopar.planning.search import plan_graph
+        from autopar.driver.search import plan_graph
         model, inputs, loss, target = transformer()
         gm = analyse(capture(model, inputs, loss, target))
         strategy = {"pipeline": 2, "data": 2, "microbatches": 2}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import autopar
-from autopar.planning.search import PlanError, Progress
+from autopar.driver.search import PlanError, Progress
 from examples.factories import gpt_meta
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -103,7 +103,7 @@ def test_identical_blocks_are_priced_once_and_progress_is_reported():
     from autopar.trace.capture import capture
     from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planning.search import plan_graph
+    from autopar.driver.search import plan_graph
     from autopar.planning.model import ModelFacts
     model, inputs, loss, target = _small(layers=12)
     gm = analyse(capture(model, inputs, loss, target))

@@ -1,4 +1,4 @@
-"""The parameter layout each family makes (``autopar.layout``, built by
+"""The parameter layout each family makes (``autopar.runtime.layout``, built by
 ``strategies.placement.build_layout``), read without launching ranks: the plan, the
 global graph and the wrapper a rank's ParallelModule builds them from."""
 import copy
@@ -8,8 +8,8 @@ import torch
 import autopar
 from autopar.api import _global_graph
 from autopar.trace.capture import wrap_model
-from autopar.layout import Bucket
-from autopar.passes.rank_program import planned_shards
+from autopar.runtime.layout import Bucket
+from autopar.driver.rank_program import planned_shards
 from autopar.strategies.pipeline.layout import parameter_holders
 from autopar.strategies.placement import build_layout
 from examples.factories import inception, mlp, transformer

@@ -253,7 +253,7 @@ def test_the_global_mean_says_what_is_missing_when_run_without_a_count():
 
 
 def test_pipeline_stages_take_keywords_and_the_last_averages_over_the_whole_batch():
-    from autopar.passes.rank_program import rewrite
+    from autopar.driver.rank_program import rewrite
     from autopar.strategies.pipeline.program import pipeline_rank_code
     case = OWN_LOSS["gpt2_labels"]()
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ import torch.nn as nn
 
 import autopar
 from autopar.ir import SPEC
-from autopar.runtime.executable import rank_graph_code
+from autopar.engine.executable import rank_graph_code
 from autopar.trace.capture import CaptureError, capture
 from autopar.trace.memo import EXPORTS
 from autopar.trace.stamping import Stack, find_stack

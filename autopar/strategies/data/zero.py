@@ -13,7 +13,7 @@ data parallelism replicates on every data rank. With ``strategy={..., "zero": s}
   into the bucket, which ZeRO-1's runtime does alike).
 * **ZeRO-3** (FSDP): the full parameters are not kept at all. The rank program reads
   each one where it is used; the first read of a *unit* (a layer, or a module outside
-  the stacks: :func:`autopar.layout.zero_unit`, as torchtitan wraps each layer with
+  the stacks: :func:`autopar.runtime.layout.zero_unit`, as torchtitan wraps each layer with
   FSDP2) all-gathers the whole unit in one collective, prefetches the next unit while
   this one computes, and frees the unit before it; a tensor autograd would keep for
   backward is kept as a note instead and its unit all-gathered again when backward
@@ -26,7 +26,7 @@ sizes differing by at most one (``RowShard``): data rank ``i`` holds block ``i``
 tensor-parallel part (the cut of the other families comes first). ``pm.parameters()``
 are these shards: any ``torch.optim`` optimizer steps them, ``grad_norm`` sums their
 norms over the data group too, ``full_state_dict``, ``full_gradients`` and checkpoints
-gather or cut them through the parameter layout (:mod:`autopar.layout`, the placement's
+gather or cut them through the parameter layout (:mod:`autopar.runtime.layout`, the placement's
 ``zero``). A parameter with fewer rows than data ranks (a scalar, a short bias) stays
 whole on every rank and is all-reduced as without ZeRO, as DeepSpeed keeps small
 parameters persistent: all-gathering a few elements costs a collective's latency for
@@ -65,7 +65,7 @@ import torch
 import torch.fx as fx
 
 from autopar._torch_compat import all_gather_flat
-from autopar.layout import cut_shape
+from autopar.runtime.layout import cut_shape
 from autopar.runtime.groups import get_group
 from autopar.trace.capture import MODEL_PREFIX
 

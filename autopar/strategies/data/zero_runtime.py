@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
-from autopar.layout import zero_unit
+from autopar.runtime.layout import zero_unit
 from autopar.runtime._swap import SwapGlobal
 from autopar.runtime.family_runtime import RankRuntime
 from autopar.runtime.groups import get_group, size_of
@@ -31,7 +31,7 @@ _OUTSIDE = ("ZeRO-3 reduces its gradients inside pm.step(); a backward of the ou
 
 
 class _Unit:
-    """The sharded parameters of one unit (:func:`~autopar.layout.zero_unit`; one dtype, device and group),
+    """The sharded parameters of one unit (:func:`~autopar.runtime.layout.zero_unit`; one dtype, device and group),
     laid end to end: each rank's padded rows of every parameter, in order, are its part
     of one flat all-gather (and of one flat reduce-scatter of their gradients)."""
 
@@ -101,7 +101,7 @@ class _Gather(torch.autograd.Function):
 class ZeroState:
     """What a rank's ZeRO keeps (module docstring): the shards (the module tree's
     parameters), the persistent full parameters of ZeRO-1/2 with the shards' versions
-    they were gathered at; under ZeRO-3 the units (:func:`~autopar.layout.zero_unit`), the one unit held
+    they were gathered at; under ZeRO-3 the units (:func:`~autopar.runtime.layout.zero_unit`), the one unit held
     whole now and the one prefetched, the gradients of each unit until its
     reduce-scatter, and the full parameters live in this call (for the notes autograd
     keeps instead of them).

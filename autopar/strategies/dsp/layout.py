@@ -18,7 +18,7 @@ group and ``tensor_seg``). In a pipeline stage the pipeline adds its own home
 """
 from __future__ import annotations
 
-from autopar.layout import Bucket
+from autopar.runtime.layout import Bucket
 
 
 def place(builder) -> None:

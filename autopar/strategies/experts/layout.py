@@ -1,4 +1,4 @@
-"""Where expert parallelism puts the experts' weights (:mod:`autopar.layout`).
+"""Where expert parallelism puts the experts' weights (:mod:`autopar.runtime.layout`).
 
 A routed layer's experts are 3-D weights ``[E, ...]`` (Hugging Face's ``gate_up_proj``
 and ``down_proj``), and, when they have biases, 2-D ones ``[E, width]`` (GPT-OSS's

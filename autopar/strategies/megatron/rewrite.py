@@ -64,7 +64,7 @@ class ParamShard:
     multiple of the degree, before it is cut, so every rank holds ``padded_to / t`` rows,
     rank ``r`` rows ``[r·V', (r+1)·V')`` of the padded table; the last ranks' tails are
     the padding (zeros; ``-1`` when cutting an integer tensor, so that a checkpoint's
-    index arithmetic, :mod:`autopar.runtime.checkpoint_chunks`, sees them held by no
+    index arithmetic, :mod:`autopar.engine.checkpoint_chunks`, sees them held by no
     element). The padding never leaves the rank: :meth:`gather` drops it, so state
     dicts, gradients, norms and checkpoints see the original ``V`` rows. It gets no
     gradient (no id looks it up, the loss masks its logits), so it stays zero."""
@@ -74,7 +74,7 @@ class ParamShard:
     group: str = "tensor"
     padded_to: int | None = None
 
-    # the cut of :class:`autopar.layout.ParamLayout`
+    # the cut of :class:`autopar.runtime.layout.ParamLayout`
     def local(self, full: torch.Tensor, seat) -> torch.Tensor:
         """Rank's part of ``full``: part ``r`` of every block over the group (a view when possible)."""
         return local_shard(self.pad(full), self, seat.size(self.group), seat.coords.get(self.group, 0))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from autopar.layout import Bucket
+from autopar.runtime.layout import Bucket
 from autopar.planning.schedules import rank_of
 from autopar.runtime.groups import tied_group_name
 from autopar.planning.strategy import PlanError

@@ -1,6 +1,6 @@
 """A rank's stages of a pipeline plan (PTD-P, megatron §2-§4): :class:`PipelineRunner`.
 
-The :class:`~autopar.runtime.module.ParallelModule` of a plan with a ``pipeline`` runs through
+The :class:`~autopar.engine.module.ParallelModule` of a plan with a ``pipeline`` runs through
 it. A rank at pipeline position
 ``r`` holds only the parameters its stages read (stages ``c·p + r``, or ``r`` and
 ``2p − 1 − r`` under ZB-V: :func:`autopar.planning.schedules.stages_of`); the others are
@@ -40,7 +40,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from autopar.trace.inputs import signature
-from autopar.runtime.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
+from autopar.engine.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
 from autopar._torch_compat import export_out_spec
 from autopar.trace.capture import capture
 from autopar.trace.inputs import CallLayout
@@ -89,7 +89,7 @@ def _rewrite_stage(rewrite, gm: fx.GraphModule, plan_, rank: int, local_batch: i
                    region_ids: dict[tuple[str, str], str] | None = None, vocab: list[Region] = (),
                    zero_params: dict | None = None) -> fx.GraphModule:
     """One stage's program: the within-stage passes of the plan on its cut of the graph,
-    by ``rewrite`` (:func:`autopar.passes.rank_program.rewrite` with a
+    by ``rewrite`` (:func:`autopar.driver.rank_program.rewrite` with a
     :class:`~autopar.strategies.family.StageCut`). Every family adds the passes of its
     regions in this stage (:meth:`~autopar.strategies.family.Family.rank_passes` with
     ``RankBuild.stage``): Megatron inside a PTD-P stage, and in a mixed pipeline D&SP,
@@ -104,7 +104,7 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
                  recompute: bool | str = False, fusion: bool = False, *, rewrite, layout: CallLayout | None = None,
                  model_loss: str | None = None, zero_params: dict | None = None, check=None):
     """Rank ``rank``'s stage programs for (micro)batches shaped like ``inputs``, each
-    rewritten by ``rewrite`` (:func:`autopar.passes.rank_program.rewrite`):
+    rewritten by ``rewrite`` (:func:`autopar.driver.rank_program.rewrite`):
     ``({stage: (GraphModule, Stage)}, graph input names, torch.export's output nesting)``.
     Captured here, cut into the plan's stages, each of the rank's stages rewritten.
     ``inputs``: flat, laid out by ``layout`` (positional, then keyword tensors);
@@ -142,7 +142,7 @@ def pipeline_rank_code(model: nn.Module, plan_, rank: int, example_inputs, loss_
                        example_target=None, *, rewrite, example_kwargs=None, zero_params: dict | None = None) -> str:
     """Rank ``rank``'s stage programs as code (for plan dumps), captured at one
     microbatch of its data rank's share of the batch, each rewritten by ``rewrite``
-    (:func:`autopar.passes.rank_program.rewrite`)."""
+    (:func:`autopar.driver.rank_program.rewrite`)."""
     m = plan_.pipeline["microbatches"]
     layout = CallLayout.of(example_inputs, example_kwargs)
     flat = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
@@ -159,7 +159,7 @@ def _stage_code(code: str, stage: int, rank: int) -> str:
 
 
 class PipelineRunner:
-    """Runs this rank's stages of a pipeline plan for :class:`autopar.runtime.module.ParallelModule`
+    """Runs this rank's stages of a pipeline plan for :class:`autopar.engine.module.ParallelModule`
     (module docstring): the stage programs per input signature, the schedule
     (:class:`~autopar.strategies.pipeline.executor.PipelineExecutor`), the gradient
     synchronisation after the last microbatch and the loss on every rank."""
@@ -235,7 +235,7 @@ class PipelineRunner:
     # ------------------------------------------------------------------ running
     def _last_stage_count(self, programs: dict[int, StageProgram], pieces: list[tuple]) -> torch.Tensor | None:
         """The whole batch's count of counted targets when the last stage (on this rank)
-        averages its loss over them: see :meth:`autopar.runtime.runner.RankState.target_count`."""
+        averages its loss over them: see :meth:`autopar.engine.runner.RankState.target_count`."""
         last = programs.get(self.p * self.v - 1)
         return None if last is None else self.state.target_count(last.module, pieces, "data")
 

@@ -21,7 +21,7 @@ configuration (:func:`autopar.strategies.shared.mesh.price_mesh`):
   8P`` bytes; ZeRO-1 divides the moments by ``d``, ZeRO-2 the gradients too (with
   accumulation the full gradients stay: they accumulate over the microbatches before
   the reduce-scatter), ZeRO-3 the parameters too, keeping the two largest units
-  gathered (layers, :func:`~autopar.layout.zero_unit`: the one in use and the
+  gathered (layers, :func:`~autopar.runtime.layout.zero_unit`: the one in use and the
   prefetched one). Time: ZeRO-1 and ZeRO-2
   reduce-scatter the gradients (half an all-reduce's volume, overlapped with the last
   microbatch's backward); both all-gather the updated shards before the next step (exposed). ZeRO-3

@@ -14,7 +14,7 @@ pipeline's bucket averages over data after the last microbatch, as z = 1 needs).
 """
 from __future__ import annotations
 
-from autopar.layout import Bucket
+from autopar.runtime.layout import Bucket
 
 
 def place(builder, deferred_reduce_scatter: bool) -> None:

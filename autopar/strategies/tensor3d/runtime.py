@@ -92,7 +92,7 @@ class Grid3DShard:
         the data ranks only add theirs (the 3D layout's weight bucket)."""
         return not self.vector or self.cube
 
-    # the cut of :class:`autopar.layout.ParamLayout`
+    # the cut of :class:`autopar.runtime.layout.ParamLayout`
     def local(self, full: torch.Tensor, seat) -> torch.Tensor:
         return local_part(full, self, seat.grid, seat.coords)
 

@@ -164,7 +164,7 @@ def test_megatron_table_1_small_models_plan_data_parallel_with_accumulation():
     from autopar.trace.capture import capture
     from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planning.search import plan_graph
+    from autopar.driver.search import plan_graph
     from examples.factories import gpt_meta
     model, inputs, loss, target = gpt_meta(24, 2304, 24, 512)
     plan = plan_graph(analyse(capture(model, inputs, loss, target)), 32, get_hardware("a100-selene"))
@@ -184,7 +184,7 @@ def test_axonn_cache_keeps_the_layers_that_fit():
     from autopar.trace.capture import capture
     from autopar.passes.analysis.analyse import analyse
     from autopar.cost.hardware import get_hardware
-    from autopar.planning.search import plan_graph
+    from autopar.driver.search import plan_graph
     from examples.factories import gpt_meta
     facts = analyse(capture(*gpt_meta(32, 8192, 64, 16)))
     strategy = {"x": 4, "y": 4, "z": 4, "data": 1, "recompute": "full"}

@@ -256,7 +256,7 @@ def test_the_experts_biases_are_cut_with_them():
     """Expert parallelism's layout: each bias ``[E, width]`` is cut on the experts with its
     weight; with a tensor group inside, the gated projection's bias also on its columns
     (contiguously, as its weight: gate and up alternate), the down projection's whole."""
-    from autopar.layout import Seat
+    from autopar.runtime.layout import Seat
     from autopar.strategies.experts.layout import ExpertShard
     from autopar.strategies.experts.rewrite import expert_shards
     gm = _gpt_oss_graph()

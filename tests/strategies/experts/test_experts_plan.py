@@ -74,7 +74,7 @@ def test_tensor_parallelism_inside_the_expert_groups():
 def test_the_layout_cuts_the_experts_and_reduces_them_over_their_replicas():
     from autopar.trace.capture import capture
     from autopar.passes.analysis.analyse import analyse
-    from autopar.passes.rank_program import planned_shards
+    from autopar.driver.rank_program import planned_shards
     from autopar.strategies.placement import build_layout
     from autopar.trace.capture import MODEL_PREFIX
     plan = _plan(4, {"data": 4, "experts": 2})

@@ -26,8 +26,8 @@ import torch
 
 import autopar
 import shared_ranks
-from autopar.layout import Seat
-from autopar.runtime.checkpoint_chunks import placements
+from autopar.runtime.layout import Seat
+from autopar.engine.checkpoint_chunks import placements
 from autopar.strategies.megatron.rewrite import ParamShard, padded_vocab
 from autopar.testing import equivalence_job
 

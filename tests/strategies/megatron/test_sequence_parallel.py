@@ -184,7 +184,7 @@ def test_a_long_context_on_a_preset_takes_sequence_parallel():
     the whole-batch activations do not fit a tensor group of 8 without it."""
     from autopar.cost.hardware import get_hardware
     from autopar.passes.analysis.analyse import analyse
-    from autopar.planning.search import plan_graph
+    from autopar.driver.search import plan_graph
     from autopar.trace.capture import capture
     from examples.factories import gpt_meta
     facts = analyse(capture(*gpt_meta(16, 8192, 64, 1, seq=32768)))

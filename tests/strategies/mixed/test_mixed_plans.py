@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 import autopar
 import shared_ranks
-from autopar.runtime.executable import rank_graph_code
+from autopar.engine.executable import rank_graph_code
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError
 from autopar.testing import equivalence_job

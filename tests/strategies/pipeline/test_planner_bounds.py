@@ -8,7 +8,7 @@ import pytest
 from autopar.cost.hardware import get_hardware
 from autopar.passes.analysis.analyse import analyse
 from autopar.planning.model import ModelFacts
-from autopar.planning.search import plan_graph
+from autopar.driver.search import plan_graph
 from autopar.strategies.family import PlanContext
 from autopar.strategies.mixed import planner as mixed_planner
 from autopar.strategies.mixed.bound import lower_bound

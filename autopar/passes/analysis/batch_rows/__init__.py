@@ -8,7 +8,7 @@ reduction over the batch (averaged or summed over the parts), batch norm's stati
 (synchronised over the data ranks) and the routers' load-balancing statistics.
 
 :func:`find_batch_couplings_pass` carries the batch through the graph: the inputs whose
-first dimension is the batch (those the runtime splits, :func:`autopar.runtime.executable.local_batch`)
+first dimension is the batch (those the runtime splits, :func:`autopar.engine.executable.local_batch`)
 hold the rows in dimension 0, and every op moves, keeps or consumes those dimensions by
 its own rule (a view regroups them, a matmul contracts or keeps them, a reduction over
 them consumes them). A node where rows meet is a :class:`Coupling`:

@@ -23,7 +23,7 @@ log = logging.getLogger("autopar.analysis.batch_rows")
 
 def batch_size(gm: fx.GraphModule) -> int | None:
     """The batch: the first dimension of the graph's first tensor input (as the runtime
-    splits it, :func:`autopar.runtime.executable.batch_of`); of a cut of an analysed graph
+    splits it, :func:`autopar.engine.executable.batch_of`); of a cut of an analysed graph
     (a pipeline stage, whose first input may be a sequence-first value), the whole graph's
     (:data:`~autopar.ir.VALUE_ROWS`)."""
     if VALUE_ROWS in gm.meta:

@@ -1,4 +1,4 @@
-"""The pieces of a full tensor a rank holds, as DCP chunks (:mod:`autopar.runtime.checkpoint`).
+"""The pieces of a full tensor a rank holds, as DCP chunks (:mod:`autopar.engine.checkpoint`).
 
 A parameter's cut (Megatron's blocks, the 3D grid's block and flat z piece, Bian's
 diagonal vectors) is applied to ``arange(numel).view(full_shape)``; the global indices

@@ -5,13 +5,13 @@ model with every parameter and buffer on the meta device (shapes only): the modu
 the rank's parameters are installed into, and the model the rank captures its programs
 from (capture reads shapes: :func:`autopar.trace.capture.capture` runs a model that
 holds meta tensors on meta examples). :func:`install` then gives each parameter of
-that tree what the rank holds of it (:class:`~autopar.layout.ParamLayout`): the rank's
+that tree what the rank holds of it (:class:`~autopar.runtime.layout.ParamLayout`): the rank's
 part of the user's tensor when the model was built for real, else an uninitialised
 tensor of the part's shape on the rank's device; a split parameter is never allocated
 at its full size.
 
 A model compiled from the meta device has no values until
-:func:`autopar.runtime.init_weights.init_weights` (the model's own initialisation,
+:func:`autopar.engine.init_weights.init_weights` (the model's own initialisation,
 replayed one module at a time) or a load
 (``pm.load_pretrained``, ``pm.load_full_state_dict``, ``autopar.load_checkpoint``).
 
@@ -31,7 +31,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from autopar._torch_compat import own_parameters
-from autopar.layout import ParamLayout
+from autopar.runtime.layout import ParamLayout
 from autopar.trace.meta import holds_meta
 
 META = torch.device("meta")

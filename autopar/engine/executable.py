@@ -1,7 +1,7 @@
 """What a rank runs and shows: its share of the batch (:func:`local_batch`), a rewritten
 graph as the module it executes over the rank's parameters (:func:`executable`), and
 its code for plan dumps (:func:`rank_graph_code`). Below the families, so that their
-runners use it; :mod:`autopar.passes.rank_program` builds the graphs.
+runners use it; :mod:`autopar.driver.rank_program` builds the graphs.
 """
 from __future__ import annotations
 

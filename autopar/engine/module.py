@@ -1,14 +1,14 @@
 """The model on one rank: :class:`ParallelModule`, what ``autopar.compile`` returns.
 
 It knows no family. It holds a copy of the user's model's module tree whose parameters
-are laid out as the plan's :class:`~autopar.layout.ParamLayout` says (this rank's
-shards, allocated at their own size on the rank's device: :mod:`autopar.runtime.materialise`;
+are laid out as the plan's :class:`~autopar.runtime.layout.ParamLayout` says (this rank's
+shards, allocated at their own size on the rank's device: :mod:`autopar.engine.materialise`;
 an empty tensor for what other pipeline stages hold), the gradient buckets the layout
 names, the families' run-time state (one
 :class:`~autopar.runtime.family_runtime.RankRuntime` per family, called at fixed points
 of each call, which also add the family's attributes such as ``pm.zero_stats``), and a
 runner that builds and runs this rank's programs:
-:class:`autopar.runtime.runner.ProgramRunner` (one program per input signature), or the
+:class:`autopar.engine.runner.ProgramRunner` (one program per input signature), or the
 runner a family's runtime gives (a pipeline's schedule, microbatch by microbatch). ``grad_norm``,
 ``full_state_dict``/``load_full_state_dict``, ``full_gradients`` and checkpoints read
 the layout.
@@ -27,14 +27,15 @@ import torch.nn as nn
 from autopar.trace.capture import MODEL_PREFIX, layout_name, wrap_model
 from autopar.trace.inputs import CallLayout, check_loss_arguments
 from autopar.trace.meta import holds_meta
-from autopar.layout import ParamLayout, group_buckets
+from autopar.runtime.layout import ParamLayout, group_buckets
 from autopar.planning.plan import Plan
 from autopar.planning.schedules import rank_of
-from autopar.runtime.runner import ProgramRunner, RankState
+from autopar.engine.runner import ProgramRunner, RankState
 from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.runtime import health
-from autopar.runtime import devices, materialise, pretrained, rng, state_hooks
-from autopar.runtime.init_weights import init_weights
+from autopar.runtime import devices, rng, state_hooks
+from autopar.engine import materialise, pretrained
+from autopar.engine.init_weights import init_weights
 from autopar.runtime.family_runtime import RankRuntime, active
 from autopar.runtime.grad_sync import GradientBuckets
 from autopar.timing import Timings, phase, recording
@@ -69,7 +70,7 @@ class ParallelModule(nn.Module):
         :class:`~autopar.runtime.family_runtime.RankRuntime`; ``rewrite``, the rank-program
         rewrite; ``seed``: the key of the random ops' draws (:mod:`autopar.runtime.rng`),
         the same on every rank; ``device``: where the rank's tensors go (None: the
-        model's, :func:`~autopar.runtime.materialise.resolve_device`); ``twin``: the
+        model's, :func:`~autopar.engine.materialise.resolve_device`); ``twin``: the
         model on the meta device that programs are captured from (None: one is made);
         ``timings``, where ``compile`` timed its phases (the builds of the rank's
         programs and the first step's run add theirs); ``scalars``: the numbers of the
@@ -228,7 +229,7 @@ class ParallelModule(nn.Module):
         them): the module may run. A model compiled from the meta device gets what no
         load gave and no value came with (missing entries, the buffers a state dict does
         not hold: rotary ``inv_freq``) from the model's own initialisation
-        (:func:`autopar.runtime.init_weights.init_weights`)."""
+        (:func:`autopar.engine.init_weights.init_weights`)."""
         if not self._initialised:
             given = set(state_hooks.plain_state(self.root.model)) if loaded is None else set(loaded)
             given |= self._valued
@@ -243,7 +244,7 @@ class ParallelModule(nn.Module):
         rotary ``inv_freq`` included), the same full model whatever the plan, world size
         or rank for a given ``seed``: each module is initialised whole from a stream
         seeded by ``seed`` and its path, one module at a time, and the rank keeps its part
-        (:func:`autopar.runtime.init_weights.init_weights`). No collective; every rank
+        (:func:`autopar.engine.init_weights.init_weights`). No collective; every rank
         calls it. The next call refreshes what families keep from the parameters."""
         init_weights(self.root.model, self.layout, seed, self._state.device)
         self._initialised = True
@@ -405,7 +406,7 @@ class ParallelModule(nn.Module):
 
     @property
     def gradient_buckets(self) -> dict:
-        """The gradient buckets by the layout's :class:`~autopar.layout.Bucket`."""
+        """The gradient buckets by the layout's :class:`~autopar.runtime.layout.Bucket`."""
         return dict(self._state.buckets)
 
     def rank_graph_code(self) -> str:
@@ -416,11 +417,11 @@ class ParallelModule(nn.Module):
     def load_pretrained(self, path, strict: bool = True, key_mapping: dict[str, str] | None = None) -> None:
         """Load a safetensors checkpoint (a ``save_pretrained`` directory, or one file) or an
         autopar DCP checkpoint directory, each rank reading only its part: see
-        :func:`autopar.runtime.pretrained.load_pretrained`. A collective."""
+        :func:`autopar.engine.pretrained.load_pretrained`. A collective."""
         pretrained.load_pretrained(self, path, strict=strict, key_mapping=key_mapping)
 
     def save_pretrained(self, path, max_shard_size: int | str = "5GB") -> None:
         """Write the full state dict as a Hugging Face safetensors checkpoint from rank 0:
-        see :func:`autopar.runtime.pretrained.save_pretrained`. A collective."""
+        see :func:`autopar.engine.pretrained.save_pretrained`. A collective."""
         self._check_initialised("save_pretrained()")
         pretrained.save_pretrained(self, path, max_shard_size=max_shard_size)

@@ -15,7 +15,7 @@ shapes, so it does not depend on the plan that wrote it:
 
 Each rank writes only what it holds, never gathering a full tensor; what it holds, the
 cut and whether its copy is current are read off the module's parameter layout
-(``pm.layout``, :mod:`autopar.layout`). The cut that the runtime applies to a full parameter (Megatron's blocks, the 3D grid's block and flat z
+(``pm.layout``, :mod:`autopar.runtime.layout`). The cut that the runtime applies to a full parameter (Megatron's blocks, the 3D grid's block and flat z
 piece, Bian's diagonal vectors) is applied to ``arange(numel).view(full_shape)``; the
 global indices this rank holds are then covered by N-D boxes of the full tensor, found
 from the set of indices alone (runs along the last dimension, merged dimension by
@@ -24,7 +24,7 @@ replicas, tied weights on two pipeline stages) describe them with the same boxes
 DCP's deduplication keeps one copy of each. A box is a strided view of the local tensor
 when its elements lie at regular steps there (always, for autopar's layouts); otherwise it
 is copied out for saving and scattered back after loading
-(:mod:`autopar.runtime.checkpoint_chunks`). Ranks whose copy is stale write nothing: a
+(:mod:`autopar.engine.checkpoint_chunks`). Ranks whose copy is stale write nothing: a
 D&SP branch's parameters off its sub-grid, parameters another pipeline stage holds. Loading reads, for the boxes of the new layout, whatever stored chunks
 overlap them: DCP does the resharding.
 """
@@ -44,9 +44,9 @@ import torch
 import torch.distributed as dist
 
 from autopar.runtime import state_hooks
-from autopar.runtime.checkpoint_chunks import ChunkedTensor, local_chunks, scatter_back
+from autopar.engine.checkpoint_chunks import ChunkedTensor, local_chunks, scatter_back
 
-log = logging.getLogger("autopar.runtime.checkpoint")
+log = logging.getLogger("autopar.engine.checkpoint")
 
 MODEL, OPTIM = "model.", "optim."
 PARAM_GROUPS = "optim.param_groups"
@@ -85,7 +85,7 @@ class Entry:
 
 def model_entries(pm) -> dict[str, Entry]:
     """``name -> Entry`` for every entry of the model's state dict on this rank, from the
-    module's :class:`~autopar.layout.ParamLayout` (``pm.layout``): each parameter's cut,
+    module's :class:`~autopar.runtime.layout.ParamLayout` (``pm.layout``): each parameter's cut,
     whether this rank holds it (a pipeline's other stages) and whether its copy is
     current (a D&SP branch on another sub-grid). Buffers are whole on every rank."""
     layout = pm.layout

@@ -1,7 +1,7 @@
 """A rank's program: the rewrite passes a plan runs on a graph captured at the rank's
 share of the batch (:func:`rewrite`), and the parameters the families split
 (:func:`planned_shards`). That share, the executable module and the code dumps are in
-:mod:`autopar.runtime.executable`.
+:mod:`autopar.engine.executable`.
 
 ``compile`` plans on a capture of the global batch; every program a rank runs is a
 second capture at its local batch (``docs/architecture.md``, "Why capture twice"),

@@ -29,8 +29,8 @@ import torch.nn as nn
 
 import autopar
 import shared_ranks
-from autopar.runtime.pretrained import shard_bytes
-from autopar.runtime.pretrained_keys import _fallback_renamer, match_keys, saved_names
+from autopar.engine.pretrained import shard_bytes
+from autopar.engine.pretrained_keys import _fallback_renamer, match_keys, saved_names
 
 VOCAB = 96
 

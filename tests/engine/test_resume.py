@@ -1,5 +1,5 @@
 """Step checkpoints and resuming (``autopar.save_checkpoint(..., step=)``,
-``autopar.resume``; autopar/runtime/checkpoint_dir.py).
+``autopar.resume``; autopar/engine/checkpoint_dir.py).
 
 On 2 gloo ranks, float64, Hugging Face GPT-2 with dropout under ``data 1 × tensor 2``
 (dropout on both streams) and an LR schedule: a run of 6 steps saving at steps 2 and 4
@@ -16,7 +16,7 @@ import torch
 
 import autopar
 import shared_ranks
-from autopar.runtime import checkpoint_dir
+from autopar.engine import checkpoint_dir
 from autopar.runtime.launcher import RankFailure, launch
 
 STRATEGY = {"data": 1, "tensor": 2}
@@ -87,7 +87,7 @@ def crash_job(root, async_=False):
         def dying_write(state, path, rank, process_group=None):
             torch.save({}, os.path.join(path, "half-written"))
             os._exit(3)
-        from autopar.runtime import checkpoint
+        from autopar.engine import checkpoint
         checkpoint.write_state = dying_write
     elif torch.distributed.get_rank() == 1:
         original = checkpoint_dir._barrier

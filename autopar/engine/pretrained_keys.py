@@ -1,4 +1,4 @@
-"""Which checkpoint key feeds which state-dict entry (:mod:`autopar.runtime.pretrained`).
+"""Which checkpoint key feeds which state-dict entry (:mod:`autopar.engine.pretrained`).
 
 Loading matches each key of a safetensors checkpoint with an entry of the model's state
 dict, in this order:

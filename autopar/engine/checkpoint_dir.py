@@ -7,7 +7,7 @@
 With ``step=`` the path is a directory holding one entry per saved step,
 ``step_<8 digits>``. An entry is written under a hidden name, ``.partial-step_<8 digits>``:
 every rank's DCP shards and the coordinator's metadata
-(:func:`autopar.runtime.checkpoint.save_checkpoint`), each rank's random streams
+(:func:`autopar.engine.checkpoint.save_checkpoint`), each rank's random streams
 (``rank<r>.rng``: the state of autopar's random draws, :mod:`autopar.runtime.rng`, and
 torch's default generator), and rank 0's ``trainer.pt`` (the step, the user's ``extra``,
 the LR scheduler's state) and ``autopar.json`` (the step, the world size and the plan it
@@ -17,7 +17,7 @@ moment leaves the entries before it as they were. ``keep=K`` then removes all bu
 latest complete entries, and any hidden leftover of an interrupted save.
 
 :func:`resume` loads the latest complete entry into any plan and world size (the model
-and optimizer through DCP, resharded as :func:`~autopar.runtime.checkpoint.load_checkpoint`
+and optimizer through DCP, resharded as :func:`~autopar.engine.checkpoint.load_checkpoint`
 does), restores the scheduler and autopar's random draws (the number of calls, which is
 the same in every plan and world size: a run resumed on another world draws as it would
 have), and, where the world size is the one that wrote it, torch's own generator. ``trainer.pt`` is
@@ -37,9 +37,10 @@ import torch
 import torch.distributed as dist
 
 from autopar._torch_compat import group_timeout
-from autopar.runtime import checkpoint as dcp_checkpoint, health
+from autopar.runtime import health
+from autopar.engine import checkpoint as dcp_checkpoint
 
-log = logging.getLogger("autopar.runtime.checkpoint")
+log = logging.getLogger("autopar.engine.checkpoint")
 
 ENTRY = re.compile(r"^step_(\d{8,})$")
 PARTIAL = ".partial-"
@@ -185,7 +186,7 @@ def _checkpoint_group():
 
 def wait_checkpoints() -> None:
     """Wait until this process's asynchronous save (if any) is written and committed;
-    raises :class:`~autopar.runtime.checkpoint.CheckpointError` naming it if it failed.
+    raises :class:`~autopar.engine.checkpoint.CheckpointError` naming it if it failed.
     The next save, :func:`resume` and the process's exit call it; call it yourself
     before ``destroy_process_group``."""
     while _PENDING:
@@ -203,7 +204,7 @@ health.before_stop(wait_checkpoints)  # launch's orderly end of a rank, and inte
 def save_checkpoint(pm, path: str | os.PathLike, optimizer=None, *, step: Optional[int] = None, extra: Any = None,
                     scheduler=None, keep: Optional[int] = None, async_: bool = False) -> str:
     """Save ``pm`` (and ``optimizer``) at ``path``. Without ``step``: one DCP directory
-    at ``path`` (:func:`autopar.runtime.checkpoint.save_checkpoint`). With ``step``:
+    at ``path`` (:func:`autopar.engine.checkpoint.save_checkpoint`). With ``step``:
     ``path`` is a directory of step entries, each visible only once complete, with the
     step, ``extra``, ``scheduler``'s state and the random streams, ``keep`` the latest
     kept, ``async_`` written in the background (module docstring, :func:`save_step`).

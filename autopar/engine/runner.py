@@ -2,12 +2,12 @@
 of plans whose rank runs one program per input signature (:class:`ProgramRunner`). A
 family may run a rank otherwise (a pipeline's schedule: its
 :class:`~autopar.runtime.family_runtime.RankRuntime` gives the runner); every runner is
-driven by :class:`autopar.runtime.module.ParallelModule`. Neither knows a family by name:
+driven by :class:`autopar.engine.module.ParallelModule`. Neither knows a family by name:
 what a family does at run time it does through its runtime's hooks.
 
 A program is built on first use for each input signature and mode: a capture of the
 user's model at this rank's share of the batch, rewritten by the plan's passes
-(:func:`autopar.passes.rank_program.rewrite`), over a module tree holding this rank's parameters.
+(:func:`autopar.driver.rank_program.rewrite`), over a module tree holding this rank's parameters.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from autopar._torch_compat import copy_export_specs
 from autopar.trace.capture import capture
 from autopar.trace.inputs import CallLayout, check_call_inputs, new_shapes_explained, signature
 from autopar.ir import CAPTURE, LOSS_REDUCTION, PARAM_SHARDS, ROOT_OUTPUT, TensorSpec
-from autopar.layout import Bucket, ParamLayout
-from autopar.runtime.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
+from autopar.runtime.layout import Bucket, ParamLayout
+from autopar.engine.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
 from autopar.runtime.groups import get_group, size_of, use_groups
 from autopar.planning.strategy import PlanError
 from autopar.passes.analysis.batch_rows.scalars import differing_scalars
@@ -47,11 +47,11 @@ class RankState:
     the module tree holding this rank's parameters (``root``), their layout, the named
     process groups, the random draws' state, the families' run-time state (``runtimes``: the
     active :class:`~autopar.runtime.family_runtime.RankRuntime` objects), the gradient
-    buckets (by the layout's :class:`~autopar.layout.Bucket`), how to capture the user's
+    buckets (by the layout's :class:`~autopar.runtime.layout.Bucket`), how to capture the user's
     model again at new shapes (``user_model``, ``loss_fn``, ``call``: the example's
     :class:`~autopar.trace.inputs.CallLayout`; ``examples``: its signature) and to
     rewrite a capture into this rank's program (``rewrite``:
-    :func:`autopar.passes.rank_program.rewrite`, given by the compiler)."""
+    :func:`autopar.driver.rank_program.rewrite`, given by the compiler)."""
 
     plan: Any
     rank: int

@@ -13,7 +13,7 @@ import shared_ranks
 
 def compiled_against_eager(strategies: list) -> list:
     import autopar
-    from autopar.runtime import executable
+    from autopar.engine import executable
     from examples.factories import training_case
     made = []   # every program compile(torch_compile=True) wrapped, and whether its forward is Dynamo's
 

@@ -29,8 +29,8 @@ from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.heap import held
 from autopar.ir import CAPTURE, LOSS_TERMS, RANDOM_SITES, tensor_spec
-from autopar.planning.conflicts import batch_conflict, random_conflict
-from autopar.planning.breakdown import record as record_breakdown
+from autopar.driver.conflicts import batch_conflict, random_conflict
+from autopar.driver.breakdown import record as record_breakdown
 from autopar.planning.explain import closest_to_fitting, rejections
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import MeshCandidate, Plan

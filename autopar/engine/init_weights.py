@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from autopar.layout import ParamLayout
+from autopar.runtime.layout import ParamLayout
 
 META = torch.device("meta")
 

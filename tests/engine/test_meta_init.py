@@ -30,7 +30,7 @@ from safetensors.torch import save_model
 
 import autopar
 import shared_ranks
-from autopar.runtime.materialise import NotInitialisedError
+from autopar.engine.materialise import NotInitialisedError
 from autopar.testing import compare_with_single_device
 
 transformers = pytest.importorskip("transformers")

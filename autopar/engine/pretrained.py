@@ -6,13 +6,13 @@
 :func:`load_pretrained` reads a directory holding ``model.safetensors``, or
 ``model.safetensors.index.json`` and the files it names (what ``transformers``'
 ``save_pretrained`` writes), or one ``.safetensors`` file. For each state-dict entry
-it holds (:func:`autopar.runtime.checkpoint.model_entries`), a rank reads the N-D boxes
-of the full tensor its part covers (:mod:`autopar.runtime.checkpoint_chunks`) with
+it holds (:func:`autopar.engine.checkpoint.model_entries`), a rank reads the N-D boxes
+of the full tensor its part covers (:mod:`autopar.engine.checkpoint_chunks`) with
 ``safe_open(...).get_slice(key)[box]``, copies each into the local tensor (cast to its
 dtype) and scatters back what no view reaches: no full tensor of a split parameter is
 read, and a rank's memory is its shards and one box. Which key feeds which entry:
-:mod:`autopar.runtime.pretrained_keys`. A directory with a ``.metadata`` file is an
-autopar DCP checkpoint and goes to :func:`~autopar.runtime.checkpoint.load_checkpoint`.
+:mod:`autopar.engine.pretrained_keys`. A directory with a ``.metadata`` file is an
+autopar DCP checkpoint and goes to :func:`~autopar.engine.checkpoint.load_checkpoint`.
 
 :func:`save_pretrained` gathers one tensor at a time (``ParamLayout.gather``, every rank
 in the same order, as ``full_state_dict`` does); rank 0 keeps them until the next would
@@ -23,7 +23,7 @@ reuse are removed. A ``PreTrainedModel``'s ``config.json`` (and
 ``generation_config.json``) is written beside them.
 
 Both are collectives over the default group and agree: when a rank fails, every rank
-raises (its own error, or a :class:`~autopar.runtime.checkpoint.CheckpointError` naming
+raises (its own error, or a :class:`~autopar.engine.checkpoint.CheckpointError` naming
 the rank that failed and its error).
 """
 from __future__ import annotations
@@ -41,12 +41,12 @@ import torch
 import torch.distributed as dist
 
 from autopar.runtime import devices, health, state_hooks
-from autopar.runtime.checkpoint import CheckpointError, Entry, load_checkpoint, model_entries
-from autopar.runtime.checkpoint_chunks import local_chunks, scatter_back
+from autopar.engine.checkpoint import CheckpointError, Entry, load_checkpoint, model_entries
+from autopar.engine.checkpoint_chunks import local_chunks, scatter_back
 from autopar.runtime.groups import use_groups
-from autopar.runtime.pretrained_keys import KeyMatch, is_pretrained_model, match_keys, saved_names
+from autopar.engine.pretrained_keys import KeyMatch, is_pretrained_model, match_keys, saved_names
 
-log = logging.getLogger("autopar.runtime.pretrained")
+log = logging.getLogger("autopar.engine.pretrained")
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"

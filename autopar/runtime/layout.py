@@ -3,9 +3,9 @@
 A :class:`ParamLayout` is made once per rank by the families of the plan
 (:func:`autopar.strategies.placement.build_layout`: each family that touches
 parameters places them) and read by everything that handles parameters:
-:class:`autopar.runtime.module.ParallelModule` (installing this rank's shards, the gradient
+:class:`autopar.engine.module.ParallelModule` (installing this rank's shards, the gradient
 buckets, ``grad_norm``, ``full_state_dict``/``load_full_state_dict``,
-``full_gradients``) and :mod:`autopar.runtime.checkpoint`. Nothing else needs to know
+``full_gradients``) and :mod:`autopar.engine.checkpoint`. Nothing else needs to know
 which family split a parameter.
 
 For each parameter (by every name it has in the original model; tied parameters share
