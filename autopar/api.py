@@ -241,63 +241,122 @@ class CompileRequest:
 
 
 def _compiled(request: CompileRequest, timings: Timings) -> ParallelModule:
-    """``compile``'s work, each phase timed into ``timings`` (the rest is ``checks``):
-    capture, plan, groups, the rank's module, its training program."""
-    (model, mesh, example_inputs, loss_fn, strategy, example_target, example_kwargs, hardware, seed, overlap,
-     recompute, memory_limit, fusion, device, batch_local, torch_compile) = (
-        request.model, request.mesh, request.example_inputs, request.loss_fn, request.strategy,
-        request.example_target, request.example_kwargs, request.hardware, request.seed, request.overlap,
-        request.recompute, request.memory_limit, request.fusion, request.device, request.batch_local,
-        request.torch_compile)
-    reviewed = (request.reviewed, request.replan)
-    layout = CallLayout.of(example_inputs, example_kwargs)
-    flat_examples = layout.flatten(tuple(example_inputs), dict(example_kwargs or {}), "the example")
-    device = materialise.resolve_device(device, mesh, model, flat_examples)
-    fusion = resolve_fusion(fusion, device)
-    world, rank = _world(mesh)
-    check_same_call_everywhere(world, mesh, strategy, flat_examples, example_target, hardware, layout)
-    check_dtypes(model)
-    given_strategy, strategy = strategy, _strategy_from_mesh(mesh, strategy)
-    # before capture, as the check above; with neither hardware= nor a cached profile,
-    # this machine measured on the ranks first (cost.first_use), its cases compiled and
-    # priced by compile and plan
-    hw, source = agreed_hardware(hardware, memory_limit, world, mesh, measure_with=(compile, plan))
-    # captures read shapes only: of a meta copy of the model (the rank's programs are
-    # captured from it too, so the export memo serves them)
-    twin = materialise.meta_twin(model)
-    gm = _global_graph(twin, example_inputs, loss_fn, example_target, example_kwargs)
-    health.barrier("compile(): captured", mesh)  # a rank whose capture failed stops the others before the plan's broadcast
+    """``compile``'s work as its recipe, each phase timed into ``timings`` (the rest is
+    ``checks``): the call checked the same on every rank → the model captured at the
+    global batch (a meta twin: shapes only) → the plan, agreed by every rank → the
+    rank's process groups → the rank's module (its programs built by the registered
+    families' passes, :mod:`autopar.driver.rank_program`) → its training program."""
+    call = _checked_call(request)
+    twin, gm = _captured(request)
+    health.barrier("compile(): captured", request.mesh)  # a rank whose capture failed stops the others
     with phase("planning"):
-        plan_ = agreed_plan(reviewed, gm, world, hw, strategy, hardware, source, given_strategy, _mesh_degrees(mesh))
-        _attach_artifacts(plan_, gm, twin, example_inputs, loss_fn, example_target, example_kwargs)
-        recompute = _recompute_mode(recompute, plan_)
-        if batch_local:
-            _check_local_batch(plan_)
-    health.barrier("compile(): planned", mesh)  # a rank whose planning failed stops the others here
+        plan_ = _agreed_plan(request, call, twin, gm)
+        recompute = _recompute_mode(request.recompute, plan_)
+    health.barrier("compile(): planned", request.mesh)  # a rank whose planning failed stops the others here
     with phase("groups"):
         # where a family holds parameters on some ranks only (a pipeline's stages): which hold each
         holders = next((h for family in FAMILIES if (h := family.parameter_holders(plan_, gm)) is not None), None)
-        group_map = _make_groups(plan_, mesh, world, holders)
+        group_map = _make_groups(plan_, request.mesh, call.world, holders)
     check_same_plan_everywhere(plan_, group_map)
-    if world > 1 and dist.is_initialized() and world == dist.get_world_size():
+    if call.world > 1 and dist.is_initialized() and call.world == dist.get_world_size():
         with phase("same model"):  # after the plan: a rank given another model fails alone first
-            materialise.check_same_model(model)
-    log.info("autopar plan on rank %d:\n%s", rank, plan_.explain())
+            materialise.check_same_model(request.model)
+    log.info("autopar plan on rank %d:\n%s", call.rank, plan_.explain())
     with phase("module"):
-        shards = planned_shards(plan_, gm)
-        pm = ParallelModule(
-            model, plan_, rank, group_map, loss_fn, shards,
-            layout=lambda root, options: build_layout(plan_, rank, root, shards, holders=holders, **options),
-            runtimes=[runtime for family in FAMILIES
-                      if (runtime := family.rank_runtime(plan_, rank, {"overlap": overlap})) is not None],
-            rewrite=rewrite, seed=seed,
-            recompute=recompute, fusion=fusion, call=layout, examples=example_signature(flat_examples, example_target),
-            device=device, twin=twin, timings=timings, batch_local=batch_local, torch_compile=torch_compile,
-            scalars={"numbers": scalar_constants(gm, gm.meta.get(LOSS_TERMS)), "training": twin.training})
-    if not batch_local:   # (with batch="local" the examples are the global batch, not a rank's share)
-        _build_training_program(pm, flat_examples, example_target if loss_fn is not None else None)
-    health.barrier("compile(): programs built", mesh)  # a rank whose program failed (its stages only) stops the others
+        pm = _rank_module(request, call, _Planned(twin, gm, plan_, holders, group_map, recompute), timings)
+    if not request.batch_local:   # (with batch="local" the examples are the global batch, not a rank's share)
+        _build_training_program(pm, call.flat_examples, request.example_target if request.loss_fn is not None else None)
+    health.barrier("compile(): programs built", request.mesh)  # a rank whose program failed (its stages only) stops the others
     return pm
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """The call as every rank checked it: the inputs' layout and flat examples, the
+    device and fusion resolved, the world and this rank, the strategy (a 2-D mesh's
+    degrees folded in; ``given_strategy`` as the user wrote it) and the hardware agreed."""
+
+    layout: CallLayout
+    flat_examples: tuple
+    device: Any
+    fusion: Any
+    world: int
+    rank: int
+    given_strategy: Any
+    strategy: Any
+    hardware: Hardware
+    hardware_source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+    """What the rank's module is built from: the model's meta twin and its global graph,
+    the plan, the positions holding each parameter (a pipeline's; else None), this
+    rank's process groups and what it recomputes (``compile``'s ``recompute`` resolved)."""
+
+    twin: nn.Module
+    gm: fx.GraphModule
+    plan: Plan
+    holders: dict | None
+    groups: dict
+    recompute: bool | str
+
+
+def _checked_call(request: CompileRequest) -> _Call:
+    """The same call on every rank (inputs, strategy, hardware), its dtypes trainable;
+    before capture. With neither ``hardware=`` nor a cached profile this machine is
+    measured on the ranks first (:mod:`autopar.cost.first_use`), its cases compiled and
+    priced by ``compile`` and ``plan``."""
+    layout = CallLayout.of(request.example_inputs, request.example_kwargs)
+    flat_examples = layout.flatten(tuple(request.example_inputs), dict(request.example_kwargs or {}), "the example")
+    device = materialise.resolve_device(request.device, request.mesh, request.model, flat_examples)
+    world, rank = _world(request.mesh)
+    check_same_call_everywhere(world, request.mesh, request.strategy, flat_examples, request.example_target,
+                               request.hardware, layout)
+    check_dtypes(request.model)
+    strategy = _strategy_from_mesh(request.mesh, request.strategy)
+    hw, source = agreed_hardware(request.hardware, request.memory_limit, world, request.mesh,
+                                 measure_with=(compile, plan))
+    return _Call(layout, flat_examples, device, resolve_fusion(request.fusion, device), world, rank,
+                 request.strategy, strategy, hw, source)
+
+
+def _captured(request: CompileRequest) -> tuple[nn.Module, fx.GraphModule]:
+    """The model's meta twin and its graph at the global batch: captures read shapes
+    only (the rank's programs are captured from the twin too, so the export memo serves
+    them)."""
+    twin = materialise.meta_twin(request.model)
+    return twin, _global_graph(twin, request.example_inputs, request.loss_fn, request.example_target,
+                               request.example_kwargs)
+
+
+def _agreed_plan(request: CompileRequest, call: _Call, twin: nn.Module, gm: fx.GraphModule) -> Plan:
+    """The plan every rank runs (the reviewed one given, or the search's, agreed over the
+    ranks), its artifacts attached, checked against ``batch="local"``."""
+    plan_ = agreed_plan((request.reviewed, request.replan), gm, call.world, call.hardware, call.strategy,
+                        request.hardware, call.hardware_source, call.given_strategy, _mesh_degrees(request.mesh))
+    _attach_artifacts(plan_, gm, twin, request.example_inputs, request.loss_fn, request.example_target,
+                      request.example_kwargs)
+    if request.batch_local:
+        _check_local_batch(plan_)
+    return plan_
+
+
+def _rank_module(request: CompileRequest, call: _Call, planned: _Planned, timings: Timings) -> ParallelModule:
+    """This rank's :class:`ParallelModule`: its parameter shards and layout, the families'
+    run-time parts for the plan, and the rewrite that builds each of its programs."""
+    plan_, rank, holders = planned.plan, call.rank, planned.holders
+    shards = planned_shards(plan_, planned.gm)
+    return ParallelModule(
+        request.model, plan_, rank, planned.groups, request.loss_fn, shards,
+        layout=lambda root, options: build_layout(plan_, rank, root, shards, holders=holders, **options),
+        runtimes=[runtime for family in FAMILIES
+                  if (runtime := family.rank_runtime(plan_, rank, {"overlap": request.overlap})) is not None],
+        rewrite=rewrite, seed=request.seed, recompute=planned.recompute, fusion=call.fusion,
+        call=call.layout, examples=example_signature(call.flat_examples, request.example_target), device=call.device,
+        twin=planned.twin, timings=timings, batch_local=request.batch_local, torch_compile=request.torch_compile,
+        scalars={"numbers": scalar_constants(planned.gm, planned.gm.meta.get(LOSS_TERMS)),
+                 "training": planned.twin.training})
 
 
 def _build_training_program(pm: ParallelModule, flat_examples: tuple, target) -> None:
