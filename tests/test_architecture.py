@@ -82,13 +82,13 @@ CROSS_FAMILY_DEBT = {
 MAX_POSITIONAL = 8
 LONG_SIGNATURE_DEBT = {
     "autopar.agreement.agreed_plan", "autopar.agreement.reviewed_or_planned",
-    "autopar.cost.calibrate_measure._measure", "autopar.engine.checkpoint._optimizer_targets",
-    "autopar.engine.init_weights._init_module", "autopar.strategies.context.ring._backward_block",
-    "autopar.strategies.context.ring._scores", "autopar.strategies.cube.collectives.linear_cube",
-    "autopar.strategies.experts.rewrite.local_experts", "autopar.strategies.pipeline.numbers._rank_figures",
-    "autopar.strategies.pipeline.numbers.pipeline_numbers", "autopar.strategies.pipeline.planner.search_pipeline",
-    "autopar.strategies.pipeline.program._rewrite_stage", "autopar.strategies.shared.levers._setting",
-    "autopar.strategies.shared.mesh._choose", "autopar.strategies.tensor3d.runtime.linear_3d",
+    "autopar.engine.checkpoint._optimizer_targets", "autopar.engine.init_weights._init_module",
+    "autopar.strategies.context.ring._backward_block", "autopar.strategies.context.ring._scores",
+    "autopar.strategies.cube.collectives.linear_cube", "autopar.strategies.experts.rewrite.local_experts",
+    "autopar.strategies.pipeline.numbers._rank_figures", "autopar.strategies.pipeline.numbers.pipeline_numbers",
+    "autopar.strategies.pipeline.planner.search_pipeline", "autopar.strategies.pipeline.program._rewrite_stage",
+    "autopar.strategies.shared.levers._setting", "autopar.strategies.shared.mesh._choose",
+    "autopar.strategies.tensor3d.runtime.linear_3d",
 }
 
 

@@ -313,11 +313,10 @@ def calibration_job(backend: str, quick: "bool | str", dtype: str = "fp32",
     device = _device(backend)
     world, rank = dist.get_world_size(), dist.get_rank()
     s = settings(quick, device.type)
-    medians: dict[tuple, float] = {}
     groups = _make_groups(world, rank)
     groups[1] = (_group_of_one(world, rank), [rank])  # the host's own costs, read without other ranks
     try:
-        return _measure(backend, quick, dtype, compile_fn, device, world, rank, s, medians, groups)
+        return _measure(device, world, rank, s, groups, dtype, compile_fn)
     finally:
         made = {id(g): g for size, (g, _) in groups.items() if g is not dist.group.WORLD}
         dist.barrier()
@@ -325,8 +324,12 @@ def calibration_job(backend: str, quick: "bool | str", dtype: str = "fp32",
             dist.destroy_process_group(group)
 
 
-def _measure(backend, quick, dtype, compile_fn, device, world, rank, s, medians, groups) -> dict[str, Any]:
+def _measure(device: torch.device, world: int, rank: int, s: Settings, groups: dict, dtype: str,
+             compile_fn: "Callable | None") -> dict[str, Any]:
+    """:func:`calibration_job`'s report, measured on ``groups`` (size -> this rank's group
+    and its members, a group of one included) with the settings ``s``."""
     cases = _compiled_cases(world, compile_fn) if device.type == "cpu" and compile_fn is not None else {}
+    medians: dict[tuple, float] = {}
     rounds: dict[tuple, list[float]] = {}
 
     def overhead_round():
