@@ -217,14 +217,13 @@ def load_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
     stored = metadata.state_dict_metadata
     entries = model_entries(pm)
     _check_model_keys(entries, stored, path)
-    state: dict[str, Any] = {}
-    cache: dict = {}  # placements, shared by a parameter and its optimizer state
-    targets: list[tuple[Entry, torch.Tensor]] = []
+    loading = _Loading()
+    state = loading.state
     for name, entry in entries.items():
-        chunked = entry.chunked(cache, for_load=True)
+        chunked = entry.chunked(loading.cache, for_load=True)
         if chunked is not None:
             state[MODEL + name] = chunked
-            targets.append((entry, entry.local))
+            loading.targets.append((entry, entry.local))
     new_states: dict[int, dict[str, Any]] = {}
     if optimizer is not None:
         hyperparameters = [k for k in stored if k.startswith(PARAM_GROUPS + ".")]
@@ -244,12 +243,11 @@ def load_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
                 # a parameter whose copy here is not current (a D&SP branch off its sub-grid)
                 # is not stepped here: it keeps no state, as before the save
                 new_states[id(p)] = _optimizer_targets(p, names[id(p)], entry, group, optimizer.state.get(p, {}),
-                                                       by_parameter[names[id(p)]], state, targets,
-                                                       cache) if entry.current else {}
+                                                       by_parameter[names[id(p)]], loading) if entry.current else {}
     with _quiet_without_process_group():
         dcp.load(state, storage_reader=dcp.FileSystemReader(os.fspath(path)), no_dist=not _distributed())
     with torch.no_grad():
-        for entry, local in targets:
+        for entry, local in loading.targets:
             scatter_back(entry.chunks, local)
     pm._mark_initialised()  # a model compiled from the meta device may run now
     if optimizer is not None:
@@ -257,12 +255,24 @@ def load_checkpoint(pm, path: str | os.PathLike, optimizer: Optional[torch.optim
     log.info("loaded %d keys into rank %d from %s", len(state), pm.rank, path)
 
 
-def _optimizer_targets(p, name: str, entry: Entry, group: dict, current: dict, stored: dict, state: dict,
-                       targets: list, cache: dict) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Loading:
+    """What one :func:`load_checkpoint` gathers before DCP reads: ``state`` (key -> where
+    DCP loads it), ``targets`` (``(entry, tensor)``: scattered back into the tensor after
+    the read) and ``cache`` (placements, shared by a parameter and its optimizer state)."""
+
+    state: dict[str, Any] = field(default_factory=dict)
+    targets: list[tuple[Entry, torch.Tensor]] = field(default_factory=list)
+    cache: dict = field(default_factory=dict)
+
+
+def _optimizer_targets(p, name: str, entry: Entry, group: dict, current: dict, stored: dict,
+                       loading: _Loading) -> dict[str, Any]:
     """The state tensors of ``p`` to load the checkpoint's ``optim.<name>.<key>`` (``stored``:
     key -> metadata) into: the optimizer's own where they fit, new ones otherwise. They
-    join ``state`` (what DCP loads) and ``targets`` (what is scattered back)."""
+    join ``loading``'s ``state`` (what DCP loads) and ``targets`` (what is scattered back)."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    state = loading.state
     out: dict[str, Any] = {}
     for key, md in stored.items():
         fqn = f"{OPTIM}{name}.{key}"
@@ -282,10 +292,10 @@ def _optimizer_targets(p, name: str, entry: Entry, group: dict, current: dict, s
             value = torch.zeros(shape, dtype=md.properties.dtype, device=device)
         out[key] = value
         sub = Entry(value, entry.full_shape, entry.cut, key=entry.key) if like_param else Entry(value, shape)
-        chunked = sub.chunked(cache, for_load=True)
+        chunked = sub.chunked(loading.cache, for_load=True)
         if chunked is not None:
             state[fqn] = chunked
-            targets.append((sub, value))
+            loading.targets.append((sub, value))
     return out
 
 
