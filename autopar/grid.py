@@ -34,6 +34,7 @@ Example (2 data × 2 tensor; members are global ranks)::
 """
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
@@ -43,13 +44,46 @@ import torch
 from autopar._torch_compat import new_group_in_order
 
 
+class MeshAxis(enum.StrEnum):
+    """The one vocabulary of mesh dimensions and process-group names (as torchtitan's
+    ``MeshAxisName``): every dimension of a plan's rank grid and every group a rank
+    program names is one of these (a pipeline's tied-weight groups ``tied:<positions>``
+    aside). Members are ``str``: they equal, hash and format as their values, so
+    dictionaries keyed by the plain names, the groups' registry and plan.json read the
+    same; ``repr`` is the value's, so messages that show a name read as before. A
+    family's declaration names the axes it owns (:attr:`autopar.planning.declared.Language.axes`).
+    What a rank program's graph holds stays a plain ``str`` (``axis.value``): torch.fx
+    would write an enum member into the generated code by its class."""
+
+    PIPELINE = "pipeline"
+    DATA = "data"
+    CONTEXT = "context"
+    TENSOR = "tensor"
+    X = "x"
+    Y = "y"
+    Z = "z"
+    REPLICA = "replica"                  # a 3D grid's ranks of one (x, y): z × data split the batch
+    POSITION = "position"                # D&SP: the place inside a sub-grid
+    SUBGRID = "subgrid"                  # D&SP: one sub-grid's ranks
+    SEGMENT = "segment"                  # D&SP: one position of every sub-grid
+    TENSOR_SEG = "tensor_seg"            # a mixed plan's sub-grids of the tensor group
+    TENSOR_SUB = "tensor_sub"            # and the places inside one
+    EXPERTS = "experts"                  # an expert group: consecutive data ranks
+    EXPERT_REPLICA = "expert_replica"    # the ranks holding the same experts
+    DATA_CONTEXT = "data_context"        # the gradients' average under context parallelism
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 def subgrid_dims(n: int, g: int, topology_aware: bool) -> dict[str, int]:
     """D&SP's layout of ``n`` ranks in ``g`` sub-grids (SUPER §V): topology-aware, the
     sub-grids interleave (rank ``p·g + s``: one node holds every sub-grid's position
     ``p``), else each sub-grid is contiguous (rank ``s·n/g + p``)."""
     if g < 1 or n % g:
         raise ValueError(f"{g} sub-grids do not divide {n} ranks; choose g dividing the number of ranks")
-    return {"position": n // g, "subgrid": g} if topology_aware else {"subgrid": g, "position": n // g}
+    position, subgrid = MeshAxis.POSITION, MeshAxis.SUBGRID
+    return {position: n // g, subgrid: g} if topology_aware else {subgrid: g, position: n // g}
 
 
 @dataclass(frozen=True)
@@ -68,8 +102,9 @@ def subgrid_group_specs(csub: bool) -> dict[str, GroupSpec]:
     every sub-grid, in sub-grid order), ``subgrid`` (one sub-grid, in position order) and
     ``data``, every rank in batch-chunk order ``p·g + s`` (under cSub the common layers
     run on sub-grid 0 only: the sub-grid)."""
-    return {"data": GroupSpec(("position",)) if csub else GroupSpec(("position", "subgrid")),
-            "segment": GroupSpec(("subgrid",)), "subgrid": GroupSpec(("position",))}
+    position, subgrid = MeshAxis.POSITION, MeshAxis.SUBGRID
+    return {MeshAxis.DATA: GroupSpec((position,)) if csub else GroupSpec((position, subgrid)),
+            MeshAxis.SEGMENT: GroupSpec((subgrid,)), subgrid: GroupSpec((position,))}
 
 
 _CACHE: dict = {"world": None, "groups": {}}
@@ -118,7 +153,7 @@ class RankGrid:
     over the dims; default ``range(size)``)."""
 
     def __init__(self, dims: Mapping[str, int], members: Optional[Sequence[int]] = None):
-        self.names = tuple(dims)
+        self.names = tuple(str(n) for n in dims)   # plain names (a MeshAxis is its value)
         self.shape = tuple(int(dims[n]) for n in self.names)
         if any(s < 1 for s in self.shape):
             raise ValueError(f"RankGrid: every dimension needs a size of at least 1, got {dict(dims)}")
@@ -206,6 +241,10 @@ class RankGrid:
         return mine
 
 
+GRID_AXES = (MeshAxis.X, MeshAxis.Y, MeshAxis.Z, MeshAxis.DATA)
+"""AxoNN's grid's axes, innermost first."""
+
+
 @dataclass(frozen=True)
 class Grid3D:
     """``Gx × Gy × Gz × Gdata`` (axonn §III); every size at least 1."""
@@ -228,20 +267,22 @@ class Grid3D:
 
     def stride(self, axis: str) -> int:
         """Distance between consecutive ranks of an ``axis`` group (the x → y → z → data hierarchy)."""
-        return {"x": 1, "y": self.x, "z": self.x * self.y, "data": self.x * self.y * self.z}[axis]
+        return {MeshAxis.X: 1, MeshAxis.Y: self.x, MeshAxis.Z: self.x * self.y,
+                MeshAxis.DATA: self.x * self.y * self.z}[axis]
 
     def rank_grid(self) -> RankGrid:
         """The grid's ranks as ``data × z × y × x`` (:mod:`autopar.grid`)."""
-        return RankGrid({"data": self.data, "z": self.z, "y": self.y, "x": self.x})
+        return RankGrid({MeshAxis.DATA: self.data, MeshAxis.Z: self.z, MeshAxis.Y: self.y, MeshAxis.X: self.x})
 
     def group_specs(self) -> dict[str, GroupSpec]:
         """The groups a 3D program names: one per axis, and ``replica`` (the ranks of one
         (x, y), which split the batch over z and data, ordered by batch chunk ``data·Gz + z``)."""
-        return {**{axis: GroupSpec((axis,)) for axis in ("x", "y", "z", "data")}, "replica": GroupSpec(("data", "z"))}
+        return {**{axis: GroupSpec((axis,)) for axis in GRID_AXES},
+                MeshAxis.REPLICA: GroupSpec((MeshAxis.DATA, MeshAxis.Z))}
 
     def coordinates(self, rank: int) -> dict[str, int]:
         coords = self.rank_grid().coordinates(rank)
-        return {axis: coords[axis] for axis in ("x", "y", "z", "data")}
+        return {axis.value: coords[axis] for axis in GRID_AXES}
 
     def rank(self, x: int, y: int, z: int, data: int = 0) -> int:
         return self.rank_grid().index(x=x, y=y, z=z, data=data)

@@ -34,7 +34,7 @@ from autopar.driver.breakdown import record as record_breakdown
 from autopar.planning.explain import closest_to_fitting, rejections
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import MeshCandidate, Plan
-from autopar.planning.declared import DECLARED
+from autopar.planning.declared import registered
 from autopar.planning.strategy import PlanError, Strategy
 from autopar.strategies.family import (Family, PlanContext, Priced, per_step_s, priced_in_full, rejected,
                                        with_per_step)
@@ -134,7 +134,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
             if not priced.listed:
                 continue
             priced = with_per_step(ctx, priced)
-            if family.name in DECLARED:   # a registered family's rows carry its name
+            if registered(family.name):   # a registered family's rows carry its name
                 priced = dataclasses.replace(priced, form=family.name)
             why = lever_conflict(ctx, priced) or batch_conflict(ctx, priced) or random_conflict(ctx, priced)
             if why is not None:
@@ -170,7 +170,7 @@ def search(ctx: PlanContext, progress: Progress, families: tuple[Family, ...] = 
         raise PlanError(_no_plan_message(ctx.name, ctx.world, candidates))
     best = _winner(weighed, family_of)
     plan_ = best[0].to_plan(ctx, best[1])
-    if best[0].name in DECLARED:   # a registered family's plan names it
+    if registered(best[0].name):   # a registered family's plan names it
         plan_.family, plan_.family_options = best[0].name, best[1].config.options()
     plan_.batch_couplings = [c.to_json() for c in ctx.model.batch_couplings]
     plan_.loss_terms = [list(t) for t in ctx.model.gm.meta.get(LOSS_TERMS, [])]

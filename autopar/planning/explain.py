@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from autopar.passes.analysis.batch_rows import Coupling, remedy_text
 from autopar.planning.region_table import region_table, runs
-from autopar.planning.declared import DECLARED
+from autopar.planning.declared import DECLARED, registered
 
 
 def explain(plan: "Plan") -> str:
@@ -323,7 +323,7 @@ def why_not(plan: "Plan", family: str) -> str:
     if family not in DECLARED:   # a registered family's name as it registered it
         family = {"tensor": "megatron", "axonn": "3d", "ptd-p": "pipeline", "d&sp": "dsp"}.get(family.lower(),
                                                                                             family.lower())
-    known = FAMILIES + tuple(DECLARED)
+    known = FAMILIES + tuple(n for n in DECLARED if registered(n))
     if family not in known:
         raise ValueError(f"why_not: unknown family {family!r}; choose one of {', '.join(known)}")
     mine = [c for c in plan.candidates if _family(c, plan.world_size) == family]
@@ -381,7 +381,7 @@ FAMILY_ABSENT = {
 
 
 def _family(c: MeshCandidate, world: int) -> str:
-    if c.form in DECLARED:
+    if registered(c.form):
         return c.form
     if c.mesh.get("context", 1) > 1:
         return "context"
@@ -438,7 +438,7 @@ def _mesh_text(c: MeshCandidate) -> str:
         text += f", {c.form}"
     if c.form == "replicate":
         text += ", replicated (every rank the whole batch)"
-    if c.form in DECLARED:
+    if registered(c.form):
         text += f", {c.form}"
     if c.subgrids > 1:
         text += (f", {'D&SP-cSub' if c.csub else 'D&SP'} {c.subgrids} sub-grids "

@@ -1,11 +1,13 @@
 """What a user may force, and the error a plan that cannot run raises.
 
 :class:`Strategy` is a configuration of every family in one frozen dataclass: the
-degrees of data × tensor (Megatron), D&SP's sub-grids (with their rank order and cSub),
-AxoNN's ``Gx × Gy × Gz × Gdata`` grid or Bian's ``p × p × p`` cube, and PTD-P's pipeline
-(stages, chunks, microbatches, schedule, scatter/gather). :meth:`Strategy.parse` reads
+degrees of data × tensor, and the fields of each family's own keys (sub-grids, a 3D
+grid or a cube, a pipeline, region pins, experts, context). :meth:`Strategy.parse` reads
 what ``compile``/``plan`` are given (``"auto"``, ``"data"``, ``"tensor"`` or a dict of
-degrees); the planner's families offer their candidate configurations as Strategies too
+degrees): the keys, the pins of ``strategy["regions"]``, :meth:`Strategy.kind` and the
+errors naming them come from the families' declarations
+(:mod:`autopar.planning.declared`), so this module names no family. The planner's
+families offer their candidate configurations as Strategies too
 (:mod:`autopar.strategies.family`).
 """
 from __future__ import annotations
@@ -17,10 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.grid import Grid3D
-from autopar.planning.declared import DECLARED
-from autopar.planning.schedules import SCHEDULES, ScheduleError, check_chunks
+from autopar.planning.declared import DECLARED, PinForm, declarations, first
 
-PIPELINE_KEYS = ("schedule", "chunks", "scatter_gather")
 LEVER_KEYS = ("microbatches", "zero", "recompute", "sequence_parallel")
 """Keys that combine with every family's (docs/memory.md): gradient accumulation over
 ``microbatches`` (a pipeline's microbatches), ZeRO's stage of sharded data parallelism
@@ -28,7 +28,8 @@ over the data group, which activations are recomputed in backward, and whether t
 values between tensor-parallel regions run split over the sequence (docs/sequence.md)."""
 RECOMPUTE_MODES = ("none", "selective", "full")
 REGION_KINDS = ("fork_join", "attention", "linear_chain", "vocab", "experts")
-PIN_FAMILIES = ("replicate", "megatron", "dsp", "3d", "cube")
+LEFT_WHOLE = "replicate"
+"""The pin every region may take: left whole (replicated over the tensor group)."""
 
 
 class PlanError(ValueError):
@@ -40,14 +41,14 @@ class Pin:
     """A region pinned to a family (``strategy={"regions": {PATTERN: SPEC}}``).
 
     ``pattern`` is a glob over region names (``"linear_chain:blocks.*.mlp"``) or
-    ``"kind:K"`` for every region of kind K; ``family`` one of :data:`PIN_FAMILIES`;
-    ``subgrids`` D&SP's (0: the tensor degree), ``grid`` the 3D grid's ``(x, y, z)``
-    (None: the planner's)."""
+    ``"kind:K"`` for every region of kind K; ``family`` the word of a family's pin form
+    (:class:`~autopar.planning.declared.PinForm`) or ``"replicate"``; ``subgrids`` the
+    sub-grids a pin asks for (0: the tensor degree), ``grid`` the 3D grid's
+    ``(x, y, z)`` (None: the planner's)."""
 
     pattern: str
     family: str
     subgrids: int = 0
-    csub: bool = False
     grid: tuple[int, int, int] | None = None
 
     def matches(self, region) -> bool:
@@ -56,42 +57,62 @@ class Pin:
         return fnmatch.fnmatchcase(region.id, self.pattern)
 
     def describe(self) -> str:
-        if self.family == "dsp":
-            return "dsp" + (f" subgrids={self.subgrids}" if self.subgrids else "") + (" csub" if self.csub else "")
-        if self.family == "3d" and self.grid is not None:
-            return "3d {}x{}x{}".format(*self.grid)
-        return self.family
+        form = _pin_forms().get(self.family)
+        return form.describe(self) if form is not None and form.describe is not None else self.family
 
     @staticmethod
     def parse(pattern: Any, spec: Any) -> "Pin":
         """One ``PATTERN: SPEC`` of ``strategy["regions"]``; a :class:`PlanError` naming
-        the pattern when either cannot be read."""
+        the pattern when either cannot be read (the families' pin forms, in the order
+        the errors list them: the words, then the forms with options)."""
         if not isinstance(pattern, str) or not pattern:
             raise PlanError(f"strategy['regions']: the pattern {pattern!r} is not a region name glob or 'kind:K'")
         if pattern.startswith("kind:") and pattern[len("kind:"):] not in REGION_KINDS:
             raise PlanError(f"strategy['regions'][{pattern!r}]: unknown region kind; use one of "
                             f"{', '.join('kind:' + k for k in REGION_KINDS)}")
         where = f"strategy['regions'][{pattern!r}]"
+        forms = _pin_forms()
         if isinstance(spec, str):
-            if spec not in ("replicate", "megatron", "cube", "dsp", "3d"):
-                raise PlanError(f"{where}: {spec!r} is no family; use 'replicate', 'megatron', 'cube', "
-                                f"{{'dsp': {{'subgrids': g}}}} or {{'3d': {{'x': gx, 'y': gy, 'z': gz}}}}")
-            return Pin(pattern, spec)
+            if spec != LEFT_WHOLE and spec not in forms:
+                raise PlanError(f"{where}: {spec!r} is no family; use "
+                                f"{_either([repr(LEFT_WHOLE), *(f.text for f in forms.values())], 'or')}")
+            form = forms.get(spec)
+            return form.parse(pattern, None, where) if form is not None and form.parse is not None \
+                else Pin(pattern, spec)
         if isinstance(spec, dict) and len(spec) == 1:
             (family, options), = spec.items()
             options = options or {}
-            if family == "dsp" and isinstance(options, dict) and set(options) <= {"subgrids", "csub"}:
-                g = int(options.get("subgrids", 0))
-                if g < 0 or g == 1:
-                    raise PlanError(f"{where}: D&SP needs at least 2 sub-grids, got subgrids={g}")
-                return Pin(pattern, "dsp", g, bool(options.get("csub", False)))
-            if family == "3d" and isinstance(options, dict) and set(options) <= {"x", "y", "z"}:
-                grid = tuple(int(options.get(a, 1)) for a in ("x", "y", "z"))
-                if min(grid) < 1:
-                    raise PlanError(f"{where}: 3D grid sizes must be at least 1, got {options}")
-                return Pin(pattern, "3d", grid=grid)
-        raise PlanError(f"{where}: cannot read {spec!r}; a pin is 'replicate', 'megatron', 'cube', "
-                        f"{{'dsp': {{'subgrids': g, 'csub': False}}}} or {{'3d': {{'x': gx, 'y': gy, 'z': gz}}}}")
+            form = forms.get(family) if isinstance(family, str) else None
+            if form is not None and form.options is not None and isinstance(options, dict) \
+                    and set(options) <= form.options:
+                return form.parse(pattern, options, where)
+        raise PlanError(f"{where}: cannot read {spec!r}; a pin is "
+                        f"{_either([repr(LEFT_WHOLE), *(f.full or f.text for f in forms.values())], 'or')}")
+
+
+def _pin_forms() -> dict[str, PinForm]:
+    """The families' pin forms by word: those of the word alone, then those with options
+    (each in the order of registration)."""
+    forms = [d.pin for d in DECLARED.values() if d.pin is not None]
+    return {f.name: f for f in sorted(forms, key=lambda f: f.options is not None)}
+
+
+def _either(texts: list[str], word: str) -> str:
+    """``'a', 'b' or 'c'`` (``word``: "or", "and")."""
+    return texts[0] if len(texts) == 1 else f"{', '.join(texts[:-1])} {word} {texts[-1]}"
+
+
+def parse_pins(pins: Any) -> tuple[tuple[Pin, ...], Grid3D | None]:
+    """The pins of ``strategy["regions"]`` and the tensor group's 3D grid they ask for."""
+    if not isinstance(pins, dict) or not pins:
+        raise PlanError(f"strategy['regions']: expected a dict {{PATTERN: SPEC}}, got {pins!r}")
+    parsed = tuple(Pin.parse(k, v) for k, v in pins.items())
+    grids = {p.grid for p in parsed if p.grid is not None}
+    if len(grids) > 1:
+        raise PlanError(f"strategy['regions']: pins ask for 3D grids {sorted(grids)}; the regions of one plan "
+                        f"share one x × y × z grid of the tensor group in this version")
+    grid = next(iter(grids), None)
+    return parsed, None if grid is None else Grid3D(*grid)
 
 
 @dataclass(frozen=True)
@@ -154,7 +175,15 @@ class Strategy:
 
     @staticmethod
     def parse(strategy: Any) -> "Strategy | None":
-        """``"auto"`` → None; ``"data"``; ``"tensor"``; ``{"data": 2, "tensor": 2}``; a Strategy."""
+        """``"auto"`` → None; ``"data"``; ``"tensor"``; ``{"data": 2, "tensor": 2}``; a Strategy.
+
+        A dict is read by the families' declarations (:mod:`autopar.planning.declared`),
+        in descending precedence: a family that wraps another's strategy (``outer``)
+        reads it whole; the memory levers are taken off (:data:`LEVER_KEYS`), then the
+        keys a family rides with (``take``: experts); the rest is one family's: the first
+        whose ``trigger`` key it holds, else a plain strategy whose keys the families
+        with a ``key_text`` own (their ``fields``, or their ``trigger`` read after the
+        keys are checked)."""
         if strategy is None or strategy == "auto":
             return None
         if isinstance(strategy, Strategy):
@@ -168,17 +197,7 @@ class Strategy:
         if isinstance(strategy, dict) and "family" in strategy:
             return Strategy._declared(strategy)
         if isinstance(strategy, dict):
-            if "context" in strategy:
-                return Strategy._with_context(strategy)
-            levers = Strategy._levers(strategy)
-            family, experts = Strategy._experts({k: v for k, v in strategy.items() if k not in LEVER_KEYS})
-            if not family and experts.get("experts", 1) == 1:  # levers alone: the planner picks the families
-                return Strategy(levers_only=True, **levers, **experts)
-            parsed = Strategy._parse_family(family) if family else Strategy()
-            if experts and parsed.kind() not in ("mesh", "pipeline"):
-                raise PlanError(f"strategy: expert parallelism combines with data, tensor and pipeline plans in this "
-                                f"version, not with {parsed.kind()!r}; drop 'experts' or those keys")
-            return dataclasses.replace(parsed, **levers, **experts)
+            return Strategy._parse_dict(strategy)
         named = "".join(f", {name!r}" for name, d in DECLARED.items() if d.by_name)
         raise PlanError(f"strategy={strategy!r}: expected 'auto', 'data', 'tensor'{named} or a dict like "
                         f"{{'data': 2, 'tensor': 2}}")
@@ -218,20 +237,25 @@ class Strategy:
         return {k: json.loads(v) for k, v in self.family_options}
 
     @staticmethod
-    def _with_context(strategy: dict) -> "Strategy":
-        """``{"context": c, "data": d, "tensor": t, levers...}``: context parallelism on a
-        data × tensor configuration (a degree left out: the planner's)."""
-        c = strategy["context"]
-        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
-            raise PlanError(f"strategy: context={c!r}; give the context degree, the number of ranks the sequence "
-                            f"is split over (an integer at least 1)")
-        rest = {k: v for k, v in strategy.items() if k != "context"}
-        other = set(rest) - {"data", "tensor", "pipeline"} - set(PIPELINE_KEYS) - set(LEVER_KEYS)
-        if other:
-            raise PlanError(f"strategy: context parallelism combines with 'data', 'tensor', a pipeline and the "
-                            f"memory levers in this version, not {sorted(other)}; drop them or 'context'")
-        parsed = Strategy.parse(rest) if rest else Strategy(levers_only=True)
-        return dataclasses.replace(parsed, context=c, levers_only=False) if c > 1 else parsed
+    def _parse_dict(strategy: dict) -> "Strategy":
+        """A dict of degrees and keys (:meth:`parse`)."""
+        wrapped = first(d.outer(strategy, Strategy.parse) for d in declarations())
+        if wrapped is not None:
+            return wrapped
+        levers = Strategy._levers(strategy)
+        rest, fields, rides, takers = {k: v for k, v in strategy.items() if k not in LEVER_KEYS}, {}, False, []
+        for d in declarations():
+            rest, more, needs = d.take(rest)
+            if more:
+                takers.append((d, more))
+                fields.update(more)
+                rides = rides or needs
+        if not rest and not rides:  # levers alone: the planner picks the families
+            return Strategy(levers_only=True, **levers, **fields)
+        parsed = Strategy._parse_family(rest) if rest else Strategy()
+        for d, more in takers:
+            d.combine(parsed, more)
+        return dataclasses.replace(parsed, **levers, **fields)
 
     @staticmethod
     def _levers(strategy: dict) -> dict:
@@ -264,198 +288,38 @@ class Strategy:
         return out
 
     @staticmethod
-    def _experts(strategy: dict) -> tuple[dict, dict]:
-        """``strategy`` less its expert parallelism (the ``"experts"`` degree and the region
-        pins ``{"experts": E}``, or ``"replicate"`` on ``"kind:experts"``), and the
-        Strategy fields those give (``{}`` without)."""
-        rest, degree, pins = dict(strategy), None, []
-        if "experts" in rest:
-            degree = rest.pop("experts")
-            if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
-                raise PlanError(f"strategy: experts={degree!r}; give the expert degree, the number of data ranks "
-                                f"each MoE layer's experts are spread over (an integer at least 1)")
-        regions = rest.get("regions")
-        if isinstance(regions, dict):
-            others = {}
-            for pattern, spec in regions.items():
-                if isinstance(spec, dict) and set(spec) == {"experts"}:
-                    e = spec["experts"]
-                    if isinstance(e, bool) or not isinstance(e, int) or e < 1:
-                        raise PlanError(f"strategy['regions'][{pattern!r}]: experts={e!r}; give the expert degree "
-                                        f"(an integer at least 1)")
-                    pins.append((pattern, e))
-                elif pattern == "kind:experts" or (isinstance(pattern, str) and pattern.startswith("experts:")):
-                    if spec != "replicate":
-                        raise PlanError(f"strategy['regions'][{pattern!r}]: cannot read {spec!r}; an MoE region "
-                                        f"is pinned to {{'experts': E}} or 'replicate'")
-                    pins.append((pattern, 1))
-                else:
-                    others[pattern] = spec
-            if others:
-                rest["regions"] = others
-            else:
-                del rest["regions"]
-        degrees = {e for _, e in pins if e > 1} | ({degree} if degree is not None and degree > 1 else set())
-        if len(degrees) > 1:
-            raise PlanError(f"strategy: expert degrees {sorted(degrees)} asked for; the MoE regions of one plan "
-                            f"share one expert degree in this version")
-        if degree is None and not pins:
-            return rest, {}
-        if degree == 1 and not pins:   # {"experts": 1}: no expert parallelism anywhere
-            pins = [("kind:experts", 1)]
-        if degree is None:
-            degree = next(iter(degrees), 1)
-        return rest, {"experts": degree, "expert_pins": tuple(pins)}
-
-    @staticmethod
     def _parse_family(strategy: dict) -> "Strategy":
-        """A dict of one family's keys (the levers taken off)."""
-        if "pipeline" in strategy:
-            return Strategy._parse_pipeline(strategy)
-        if "regions" in strategy:
-            return Strategy._parse_pins(strategy)
-        stray = set(strategy) & set(PIPELINE_KEYS)
-        if stray:
-            raise PlanError(f"strategy: {sorted(stray)} set up a pipeline; add 'pipeline': p (the number of "
-                            f"pipeline ranks)")
-        unknown = set(strategy) - {"data", "tensor", "subgrids", "topology_aware", "csub", "x", "y", "z", "cube"}
+        """A dict of one family's keys (the levers and the keys families ride with taken off)."""
+        keys = set(strategy)
+        plain = [d for d in DECLARED.values() if d.key_text]   # a plain strategy's families, registration order
+        triggered = next((d for d in declarations() if not d.key_text and d.trigger & keys), None)
+        if triggered is not None:
+            return triggered.parse(strategy)
+        why = first(d.stray(strategy) for d in declarations())
+        if why is not None:
+            raise PlanError(why)
+        unknown = keys - {k for d in plain for k in d.keys}
         if unknown:
             raise PlanError(f"strategy: unknown mesh dimension(s) {sorted(unknown)}; this version plans "
-                            f"'data', 'tensor', D&SP 'subgrids' (with 'topology_aware' and 'csub'), the 3D "
-                            f"grid 'x', 'y', 'z' (with 'data') and Bian's 'cube' (with 'data')")
-        if "cube" in strategy:
-            if set(strategy) - {"cube", "data"}:
-                raise PlanError(f"strategy: the cube form {strategy} combines only with 'data'; drop "
-                                f"{sorted(set(strategy) - {'cube', 'data'})}")
-            p, data = int(strategy["cube"]), strategy.get("data")
-            if p < 2 or (data is not None and int(data) < 1):
-                raise PlanError(f"strategy: cube={p}, data={data}: the cube's edge p must be at least 2 and "
-                                f"the data degree at least 1")
-            return Strategy(None if data is None else int(data), 1, grid=Grid3D(p, p, p, int(data or 1)),
-                            cube=True)
-        if set(strategy) & {"x", "y", "z"}:
-            if set(strategy) - {"x", "y", "z", "data"}:
-                raise PlanError(f"strategy: a 3D grid {strategy} combines only with 'data'; drop "
-                                f"{sorted(set(strategy) - {'x', 'y', 'z', 'data'})}")
-            try:
-                grid = Grid3D(*(int(strategy.get(a, 1)) for a in ("x", "y", "z", "data")))
-            except ValueError as e:
-                raise PlanError(f"strategy: {e}") from None
-            return Strategy(grid.data, 1, grid=grid)
-        return Strategy(strategy.get("data"), strategy.get("tensor"), int(strategy.get("subgrids", 1)),
-                        bool(strategy.get("topology_aware", True)), bool(strategy.get("csub", False)))
-
-    @staticmethod
-    def _parse_pins(strategy: dict) -> "Strategy":
-        """``{"data": d, "tensor": t, "regions": {PATTERN: SPEC}}``, or ``{"regions": ...}``
-        alone (the planner picks the mesh): a mixed plan with those regions pinned."""
-        rest = set(strategy) - {"regions", "data", "tensor"}
-        if rest & set(PIPELINE_KEYS):
-            raise PlanError(f"strategy: {sorted(rest & set(PIPELINE_KEYS))} set up a pipeline; add 'pipeline': p "
-                            f"(the number of pipeline ranks) beside the region pins")
-        if rest:
-            raise PlanError(f"strategy: region pins combine with 'data', 'tensor' and a pipeline's keys in this "
-                            f"version (the other families' degrees go into the pins), not {sorted(rest)}")
-        parsed, grid = Strategy._pins(strategy["regions"])
-        data, tensor = strategy.get("data"), strategy.get("tensor")
-        return Strategy(None if data is None else int(data), None if tensor is None else int(tensor),
-                        grid=grid, mixed=True, regions=parsed)
-
-    @staticmethod
-    def _pins(pins: Any) -> tuple[tuple[Pin, ...], Grid3D | None]:
-        """The pins of ``strategy["regions"]`` and the tensor group's 3D grid they ask for."""
-        if not isinstance(pins, dict) or not pins:
-            raise PlanError(f"strategy['regions']: expected a dict {{PATTERN: SPEC}}, got {pins!r}")
-        parsed = tuple(Pin.parse(k, v) for k, v in pins.items())
-        for pin in parsed:
-            if pin.family == "cube":
-                raise PlanError(f"strategy['regions'][{pin.pattern!r}]: Bian's cube has no per-region layout in "
-                                f"this version; pin AxoNN's grid {{'3d': {{'x': gx, 'y': gy, 'z': gz}}}}, or force "
-                                f"the whole model onto the cube ({{'cube': p}})")
-            if pin.family == "dsp" and pin.csub:
-                raise PlanError(f"strategy['regions'][{pin.pattern!r}]: D&SP-cSub runs the common layers on one "
-                                f"sub-grid, which a mixed plan does not; force {{'subgrids': g, 'csub': True}} "
-                                f"for the whole model")
-        grids = {p.grid for p in parsed if p.grid is not None}
-        if len(grids) > 1:
-            raise PlanError(f"strategy['regions']: pins ask for 3D grids {sorted(grids)}; the regions of one plan "
-                            f"share one x × y × z grid of the tensor group in this version")
-        grid = next(iter(grids), None)
-        return parsed, None if grid is None else Grid3D(*grid)
-
-    @staticmethod
-    def _parse_pipeline(strategy: dict) -> "Strategy":
-        """``{"pipeline": p, "microbatches": m, "schedule": "1f1b", "chunks": v, "data": d,
-        "tensor": t, "scatter_gather": True}``: PTD-P (megatron §2-§4), Megatron inside
-        the stages; with ``"regions": {PATTERN: SPEC}`` the stages' regions pinned as in
-        a mixed plan, the rest chosen per region; with ``"x", "y", "z": 1`` the tensor
-        group of every stage an ``x × y × 1`` 3D grid (the 3D regions split on it)."""
-        unknown = set(strategy) - {"pipeline", "data", "tensor", "regions", "x", "y", "z"} - set(PIPELINE_KEYS)
-        if unknown:
-            raise PlanError(f"strategy: a pipeline combines with 'data', 'tensor', a 3D grid 'x', 'y', 'z' and "
-                            f"region pins 'regions' in this version, not {sorted(unknown)}; drop them")
-        name = strategy.get("schedule")
-        p = int(strategy["pipeline"])
-        v = int(strategy.get("chunks", 2 if name in ("interleaved", "interleaved-zb", "zbv") else 1))
-        m = strategy.get("microbatches")
-        if p < 2 or v < 1 or (m is not None and int(m) < 1):
-            raise PlanError(f"strategy: pipeline={p}, chunks={v}, microbatches={m}: a pipeline needs at least 2 "
-                            f"ranks, and chunks and microbatches at least 1")
-        if name is not None and name not in SCHEDULES:
-            raise PlanError(f"strategy: unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}, or leave "
-                            f"it out for the planner to choose")
-        try:
-            if name is not None:
-                check_chunks(name, v)
-        except ScheduleError as e:
-            raise PlanError(f"strategy: {e}") from None
-        pins, grid = Strategy._pins(strategy["regions"]) if "regions" in strategy else ((), None)
-        if grid is not None and grid.z != 1:
-            raise PlanError(f"strategy['regions']: the pinned 3D grid {grid.x}x{grid.y}x{grid.z} splits its regions' "
-                            f"rows over z, which pipeline stages do not in this version (their rows are split over "
-                            f"data only); pin {{'3d': {{'x': gx, 'y': gy}}}} (z = 1)")
-        tensor = strategy.get("tensor")
-        if set(strategy) & {"x", "y", "z"}:
-            x, y, z = (int(strategy.get(a, 1)) for a in ("x", "y", "z"))
-            if z != 1 or x < 1 or y < 1 or x * y < 2:
-                raise PlanError(f"strategy: a 3D grid inside pipeline stages is x × y × 1 with x·y ≥ 2 (the rows "
-                                f"are split over data only) in this version, got x={x}, y={y}, z={z}")
-            if grid is not None and (grid.x, grid.y) != (x, y):
-                raise PlanError(f"strategy: the grid x={x}, y={y} and the pinned 3D grid {grid.x}x{grid.y}x1 differ")
-            if tensor is not None and int(tensor) != x * y:
-                raise PlanError(f"strategy: tensor={tensor} is not the 3D grid's x·y = {x * y}; drop 'tensor'")
-            grid, tensor = Grid3D(x, y, 1), x * y
-        if grid is not None and tensor is None:
-            tensor = grid.x * grid.y
-        return Strategy(strategy.get("data"), None if tensor is None else int(tensor), pipeline=p, chunks=v,
-                        microbatches=None if m is None else int(m), schedule=name,
-                        scatter_gather=bool(strategy.get("scatter_gather", True)), grid=grid,
-                        mixed=bool(pins) or grid is not None, regions=pins)
+                            f"{_either([d.key_text for d in plain], 'and')}")
+        triggered = next((d for d in declarations() if d.key_text and d.trigger & keys), None)
+        if triggered is not None:
+            return triggered.parse(strategy)
+        fields: dict = {}
+        for d in plain:
+            fields.update(d.fields(strategy))
+        return Strategy(**fields)
 
     def kind(self) -> str:
-        """Which family a forced strategy is for: ``"pipeline"``, ``"mixed"`` (region
-        pins: :mod:`autopar.strategies.mixed`), ``"cube"``, ``"3d"``,
-        ``"dsp"`` (sub-grids or cSub), else ``"mesh"``: data × tensor, pure data
-        parallelism or Megatron by the degrees :meth:`resolve` gives; ``"experts"`` with
-        an expert degree above 1 (:mod:`autopar.strategies.experts`, on the family of
-        :meth:`base`); a registered family's name (:data:`DECLARED`) for its strategy."""
+        """Which family a forced strategy is for: a registered family's name
+        (:data:`DECLARED`) for its strategy, else the ``kind`` of the first declaration
+        (in descending precedence) whose ``is_kind`` holds (a family that rides on
+        another, as expert parallelism on :meth:`base`, before it), else ``"mesh"``:
+        data × tensor, pure data parallelism or Megatron by the degrees :meth:`resolve`
+        gives."""
         if self.family:
             return self.family
-        if self.experts is not None and self.experts > 1:
-            return "experts"
-        if self.context > 1:
-            return "context"
-        if self.pipeline > 1:
-            return "pipeline"
-        if self.mixed:
-            return "mixed"
-        if self.cube:
-            return "cube"
-        if self.grid is not None:
-            return "3d"
-        if self.subgrids > 1 or self.csub:
-            return "dsp"
-        return "mesh"
+        return first(d.kind if d.is_kind(self) else None for d in declarations()) or "mesh"
 
     def base(self) -> "Strategy":
         """This configuration without expert parallelism (the family it rides on)."""

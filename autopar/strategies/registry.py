@@ -10,26 +10,39 @@ configurations; replication after them all, weighed only when nothing else is fe
 A family registered later goes after the built-in ones, before replication.
 
 A family is an object with the methods of :class:`autopar.strategies.family.Family`
-(subclass :class:`~autopar.strategies.family.CompileHooks` for the defaults): the
-built-in ones live in their packages under ``autopar/strategies/``; one written
-anywhere else registers the same way (``examples/custom_family.py``,
-docs/architecture.md "Adding a family").
+(subclass :class:`~autopar.strategies.family.CompileHooks` for the defaults) and a
+declaration to the generic layers (:class:`autopar.planning.declared.Language`: its
+strategy keys, pins, axes, and how plans and explanations show it): the built-in ones
+live in their packages under ``autopar/strategies/`` (``planner.py`` and
+``language.py``); one written anywhere else registers the same way
+(``examples/custom_family.py``, docs/architecture.md "Adding a family"). This module and
+:mod:`autopar.planning.declared` are where family names map to families.
 """
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from autopar.planning.declared import DECLARED, Declared, declare
+from autopar.planning.declared import DECLARED, Declared, Language, declare
+from autopar.strategies.context import language as context_language
 from autopar.strategies.context.planner import ContextParallel
+from autopar.strategies.cube import language as cube_language
 from autopar.strategies.cube.planner import Cube
+from autopar.strategies.data import language as data_language
 from autopar.strategies.data.planner import DataParallel
+from autopar.strategies.dsp import language as dsp_language
 from autopar.strategies.dsp.planner import SubgraphParallel
+from autopar.strategies.experts import language as experts_language
 from autopar.strategies.experts.planner import ExpertParallel
 from autopar.strategies.family import Family
+from autopar.strategies.megatron import language as megatron_language
 from autopar.strategies.megatron.planner import Megatron
+from autopar.strategies.mixed import language as mixed_language
 from autopar.strategies.mixed.planner import Mixed
+from autopar.strategies.pipeline import language as pipeline_language
 from autopar.strategies.pipeline.planner import Pipeline
+from autopar.strategies.replicate import language as replicate_language
 from autopar.strategies.replicate.planner import Replicate
+from autopar.strategies.tensor3d import language as tensor3d_language
 from autopar.strategies.tensor3d.planner import Tensor3D
 
 FAMILIES: list[Family] = []
@@ -43,7 +56,7 @@ _LAST_RESORT = ("replicate",)   # weighed only when nothing else is feasible: st
 
 
 def register_family(family: Family, *, keys: Sequence[str] = (), explain: Callable | None = None,
-                    by_name: bool = True, _built_in: bool = False) -> Family:
+                    by_name: bool = True, language: Language | None = None) -> Family:
     """Add ``family`` to the families the planner weighs under ``"auto"``, the compiler
     asks about each rank's program and the runtime runs (after those registered before
     it, before replication); returns it.
@@ -52,10 +65,12 @@ def register_family(family: Family, *, keys: Sequence[str] = (), explain: Callab
     option ``keys`` it takes, read back by ``Strategy.option``; a memory lever among them
     when the family prices it) forces it. Its plans carry ``Plan.family`` (saved in
     plan.json; compiling such a plan in a process that has not registered the family is
-    refused). ``explain(plan) -> list[str]``: its lines in ``Plan.explain()``. The
-    built-in families register here too, forced by their own strategy keys. Registering
-    the same object again does nothing; another object under a registered name is
-    refused."""
+    refused). ``explain(plan) -> list[str]``: its lines in ``Plan.explain()``. Those
+    make its declaration (:class:`~autopar.planning.declared.Declared`); a family that
+    declares more (its own strategy keys, pins, axes, explanation: every hook of
+    :class:`~autopar.planning.declared.Language`) passes its ``language`` instead, as the
+    built-in families do. Registering the same object again does nothing; another object
+    under a registered name is refused."""
     missing = [m for m in REQUIRED if not callable(getattr(family, m, None))]
     name = getattr(family, "name", None)
     if not isinstance(name, str) or not name or not name.replace("&", "").isalnum() and not name.isidentifier():
@@ -68,8 +83,9 @@ def register_family(family: Family, *, keys: Sequence[str] = (), explain: Callab
         if same[0] is family:
             return family
         raise ValueError(f"register_family: a family named {name!r} is already registered ({same[0]!r})")
-    if not _built_in:
-        declare(Declared(name, tuple(keys), explain, by_name))
+    if language is not None and language.name != name:
+        raise ValueError(f"register_family: the language of {name!r} declares the name {language.name!r}")
+    declare(language if language is not None else Declared(name, tuple(keys), explain, by_name))
     at = next((i for i, f in enumerate(FAMILIES) if f.name in _LAST_RESORT), len(FAMILIES))
     FAMILIES.insert(at, family)
     return family
@@ -84,10 +100,13 @@ def unregister_family(name: str) -> None:
     DECLARED.pop(name, None)
 
 
-for _family in (DataParallel(), Megatron(), SubgraphParallel(), Tensor3D(), Cube(), Pipeline(), Mixed(),
-                ExpertParallel(), ContextParallel(), Replicate()):
-    register_family(_family, _built_in=True)
-del _family
+for _family, _language in ((DataParallel(), data_language), (Megatron(), megatron_language),
+                          (SubgraphParallel(), dsp_language), (Tensor3D(), tensor3d_language), (Cube(), cube_language),
+                          (Pipeline(), pipeline_language), (Mixed(), mixed_language),
+                          (ExpertParallel(), experts_language), (ContextParallel(), context_language),
+                          (Replicate(), replicate_language)):
+    register_family(_family, language=_language.LANGUAGE)
+del _family, _language
 BUILT_IN = tuple(f.name for f in FAMILIES)
 
 __all__ = ["FAMILIES", "register_family", "unregister_family"]

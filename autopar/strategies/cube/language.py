@@ -1,0 +1,47 @@
+"""Bian's cube's declaration to the generic layers (:mod:`autopar.planning.declared`): the
+key ``cube`` (with ``data``), its pin word (refused: no per-region layout), its regions'
+strategy; the grid's axes are the 3D grid's."""
+from __future__ import annotations
+
+from autopar.grid import Grid3D
+from autopar.planning.declared import Language, PinForm
+from autopar.planning.strategy import PlanError, Strategy
+
+
+def _pin(pattern: str, options: dict | None, where: str):
+    raise PlanError(f"{where}: Bian's cube has no per-region layout in this version; pin AxoNN's grid "
+                    f"{{'3d': {{'x': gx, 'y': gy, 'z': gz}}}}, or force the whole model onto the cube ({{'cube': p}})")
+
+
+class CubeLanguage(Language):
+    name = "cube"
+    kind = "cube"
+    built_in = True
+    precedence = 50
+    keys = ("cube",)
+    key_text = "Bian's 'cube' (with 'data')"
+    trigger = frozenset({"cube"})
+    absent = "a strategy was forced"
+    region_strategies = ("cube3d",)
+    colours = (("cube", "#c0583a"),)
+    draws_follow = False
+    pin = PinForm("cube", "'cube'", parse=_pin)
+
+    def parse(self, strategy: dict) -> Strategy:
+        if set(strategy) - {"cube", "data"}:
+            raise PlanError(f"strategy: the cube form {strategy} combines only with 'data'; drop "
+                            f"{sorted(set(strategy) - {'cube', 'data'})}")
+        p, data = int(strategy["cube"]), strategy.get("data")
+        if p < 2 or (data is not None and int(data) < 1):
+            raise PlanError(f"strategy: cube={p}, data={data}: the cube's edge p must be at least 2 and "
+                            f"the data degree at least 1")
+        return Strategy(None if data is None else int(data), 1, grid=Grid3D(p, p, p, int(data or 1)), cube=True)
+
+    def is_kind(self, strategy) -> bool:
+        return strategy.cube
+
+    def owns(self, candidate) -> bool:
+        return candidate.form == "cube"
+
+
+LANGUAGE = CubeLanguage()

@@ -1,0 +1,88 @@
+"""PTD-P's declaration to the generic layers (:mod:`autopar.planning.declared`): the keys
+``pipeline``, ``schedule``, ``chunks``, ``scatter_gather`` (with ``data``, ``tensor``, an
+``x × y × 1`` grid and region pins), the ``pipeline`` axis and its tied-weight groups."""
+from __future__ import annotations
+
+from autopar.grid import Grid3D, MeshAxis
+from autopar.planning.declared import Language
+from autopar.planning.schedules import SCHEDULES, ScheduleError, check_chunks
+from autopar.planning.strategy import PlanError, Strategy, parse_pins
+
+PIPELINE_KEYS = ("schedule", "chunks", "scatter_gather")
+"""The keys that set up a pipeline beside ``pipeline`` itself."""
+
+
+class PipelineLanguage(Language):
+    name = "pipeline"
+    kind = "pipeline"
+    built_in = True
+    precedence = 70
+    keys = ("pipeline", *PIPELINE_KEYS)
+    trigger = frozenset({"pipeline"})
+    aliases = ("ptd-p",)
+    axes = (MeshAxis.PIPELINE,)
+    absent = "the model has no repeated blocks to cut between stages, or a strategy was forced"
+    colours = (("pipeline", "#888888"),)
+
+    def stray(self, strategy: dict) -> str | None:
+        stray = set(strategy) & set(PIPELINE_KEYS)
+        if not stray:
+            return None
+        return f"strategy: {sorted(stray)} set up a pipeline; add 'pipeline': p (the number of pipeline ranks)"
+
+    def parse(self, strategy: dict) -> Strategy:
+        """``{"pipeline": p, "microbatches": m, "schedule": "1f1b", "chunks": v, "data": d,
+        "tensor": t, "scatter_gather": True}``: PTD-P (megatron §2-§4), Megatron inside
+        the stages; with ``"regions": {PATTERN: SPEC}`` the stages' regions pinned as in
+        a mixed plan, the rest chosen per region; with ``"x", "y", "z": 1`` the tensor
+        group of every stage an ``x × y × 1`` 3D grid (the 3D regions split on it)."""
+        unknown = set(strategy) - {"pipeline", "data", "tensor", "regions", "x", "y", "z"} - set(PIPELINE_KEYS)
+        if unknown:
+            raise PlanError(f"strategy: a pipeline combines with 'data', 'tensor', a 3D grid 'x', 'y', 'z' and "
+                            f"region pins 'regions' in this version, not {sorted(unknown)}; drop them")
+        name = strategy.get("schedule")
+        p = int(strategy["pipeline"])
+        v = int(strategy.get("chunks", 2 if name in ("interleaved", "interleaved-zb", "zbv") else 1))
+        m = strategy.get("microbatches")
+        if p < 2 or v < 1 or (m is not None and int(m) < 1):
+            raise PlanError(f"strategy: pipeline={p}, chunks={v}, microbatches={m}: a pipeline needs at least 2 "
+                            f"ranks, and chunks and microbatches at least 1")
+        if name is not None and name not in SCHEDULES:
+            raise PlanError(f"strategy: unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}, or leave "
+                            f"it out for the planner to choose")
+        try:
+            if name is not None:
+                check_chunks(name, v)
+        except ScheduleError as e:
+            raise PlanError(f"strategy: {e}") from None
+        pins, grid = parse_pins(strategy["regions"]) if "regions" in strategy else ((), None)
+        if grid is not None and grid.z != 1:
+            raise PlanError(f"strategy['regions']: the pinned 3D grid {grid.x}x{grid.y}x{grid.z} splits its regions' "
+                            f"rows over z, which pipeline stages do not in this version (their rows are split over "
+                            f"data only); pin {{'3d': {{'x': gx, 'y': gy}}}} (z = 1)")
+        tensor = strategy.get("tensor")
+        if set(strategy) & {"x", "y", "z"}:
+            x, y, z = (int(strategy.get(a, 1)) for a in ("x", "y", "z"))
+            if z != 1 or x < 1 or y < 1 or x * y < 2:
+                raise PlanError(f"strategy: a 3D grid inside pipeline stages is x × y × 1 with x·y ≥ 2 (the rows "
+                                f"are split over data only) in this version, got x={x}, y={y}, z={z}")
+            if grid is not None and (grid.x, grid.y) != (x, y):
+                raise PlanError(f"strategy: the grid x={x}, y={y} and the pinned 3D grid {grid.x}x{grid.y}x1 differ")
+            if tensor is not None and int(tensor) != x * y:
+                raise PlanError(f"strategy: tensor={tensor} is not the 3D grid's x·y = {x * y}; drop 'tensor'")
+            grid, tensor = Grid3D(x, y, 1), x * y
+        if grid is not None and tensor is None:
+            tensor = grid.x * grid.y
+        return Strategy(strategy.get("data"), None if tensor is None else int(tensor), pipeline=p, chunks=v,
+                        microbatches=None if m is None else int(m), schedule=name,
+                        scatter_gather=bool(strategy.get("scatter_gather", True)), grid=grid,
+                        mixed=bool(pins) or grid is not None, regions=pins)
+
+    def is_kind(self, strategy) -> bool:
+        return strategy.pipeline > 1
+
+    def owns(self, candidate) -> bool:
+        return candidate.form.startswith("pipeline")
+
+
+LANGUAGE = PipelineLanguage()
