@@ -17,6 +17,7 @@ module's initialisation, then the parent's is applied over them, as on one devic
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -44,10 +45,24 @@ def init_weights(model: nn.Module, layout: ParamLayout, seed: int, device: torch
     keep = keep or (lambda name: True)
     gpu = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=gpu):  # the CPU's and the rank's GPU's streams put back
-        _init_all(model, layout, seed, device, keep, after_load)
+        _init_all(model, _Init(layout, seed, device, keep, after_load))
 
 
-def _init_all(model, layout, seed, device, keep, after_load) -> None:
+@dataclass(frozen=True)
+class _Init:
+    """What one :func:`init_weights` call initialises every module with: the rank's
+    ``layout``, the user's ``seed``, the rank's ``device``, ``keep`` (the names of the
+    tensors written) and ``after_load`` (what the error for a tensor no scheme writes advises)."""
+
+    layout: ParamLayout
+    seed: int
+    device: torch.device
+    keep: Callable[[str], bool]
+    after_load: bool = False
+
+
+def _init_all(model: nn.Module, init: _Init) -> None:
+    layout, keep = init.layout, init.keep
     seen: set[int] = set()
     home: dict[int, tuple[str, nn.Module, object, str, str]] = {}  # tensor -> its first module
     for path, module, owner in _modules_children_first(model, "", None):
@@ -60,7 +75,7 @@ def _init_all(model, layout, seed, device, keep, after_load) -> None:
                  [(_join(p, attr), getattr(m, store)[attr]) for p, m, _, attr, store in below]
         if not any(layout.holds(name) and keep(name) for name, _ in wanted):
             continue  # nothing of it here (another pipeline stage's), or nothing to write
-        _init_module(path, module, owner, own, below, layout, seed, device, keep, after_load)
+        _init_module(path, module, owner, own, below, init)
 
 
 def _modules_children_first(module: nn.Module, path: str, owner):
@@ -186,13 +201,13 @@ def _own(module: nn.Module) -> list[tuple[str, str, torch.Tensor]]:
             if t is not None]
 
 
-def _init_module(path: str, module: nn.Module, owner, own, below, layout: ParamLayout, seed: int,
-                 device: torch.device, keep: Callable[[str], bool], after_load: bool = False) -> None:
+def _init_module(path: str, module: nn.Module, owner, own, below, init: _Init) -> None:
     """Initialise ``module``'s ``own`` tensors whole, with the descendants' tensors it
     writes (``below``: their first module's path, module, owner, attribute, store) made
     whole from their own module's scheme first (all of that module's tensors made whole
     for it, so its scheme never draws into the rank's parts); keep the rank's part of
-    each."""
+    each (those ``init.keep`` accepts)."""
+    layout, seed, device, keep = init.layout, init.seed, init.device, init.keep
     children: dict[int, tuple] = {}
     for p, m, o, attr, store in below:
         children.setdefault(id(m), (p, m, o, []))[3].append((attr, store))
@@ -220,7 +235,7 @@ def _init_module(path: str, module: nn.Module, owner, own, below, layout: ParamL
                 kind, cls = "parameter" if store == "_parameters" else "buffer", type(module).__name__
                 remedy = (f"the load did not give it (a non-persistent buffer is in no state dict): define "
                           f"reset_parameters() on {cls} computing it, or build the model with that buffer for real "
-                          f"(only the parameters on the meta device)") if after_load else \
+                          f"(only the parameters on the meta device)") if init.after_load else \
                     (f"define reset_parameters() on {cls}, or load the weights with pm.load_pretrained / "
                      f"pm.load_full_state_dict")
                 raise NotImplementedError(
