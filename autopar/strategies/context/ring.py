@@ -32,6 +32,7 @@ dtype where it is wider; the output is cast back to the queries' dtype.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -62,17 +63,20 @@ def _mask_block(mask, rows: torch.Tensor, cols: torch.Tensor, seq: int):
     return mask
 
 
-def _scores(q, k, scale, mask, causal, pq: tuple[int, int], pk: tuple[int, int], seq: int, device):
-    """The block's scores ``q k^T · scale`` with its mask applied (None: all masked)."""
+def _scores(setup: _Setup, q, k, mask, pq: tuple[int, int], pk: tuple[int, int]):
+    """The block's scores ``q k^T · scale`` with its mask applied (None: all masked);
+    ``pq``, ``pk``: the queries' and keys' ``(global start, length)``; the scale, the
+    causal mask and the sequence's length are the call's (``setup``)."""
     (q0, lq), (k0, lk) = pq, pk
+    causal = setup.causal
     if causal and q0 + lq - 1 < k0:
         return None
-    rows = torch.arange(q0, q0 + lq, device=device)
-    cols = torch.arange(k0, k0 + lk, device=device)
-    m = _mask_block(mask, rows, cols, seq)
+    rows = torch.arange(q0, q0 + lq, device=q.device)
+    cols = torch.arange(k0, k0 + lk, device=q.device)
+    m = _mask_block(mask, rows, cols, setup.seq)
     if m is not None and m.dtype == torch.bool and not bool(m.any()):
         return None
-    s = torch.matmul(q, k.transpose(-2, -1)) * scale
+    s = torch.matmul(q, k.transpose(-2, -1)) * setup.scale
     if m is not None:
         s = s.masked_fill(~m, _NEG) if m.dtype == torch.bool else s + m.to(s.dtype)
     if causal and q0 < k0 + lk - 1:
@@ -158,8 +162,7 @@ def _forward_block(setup: _Setup, qf, kv, source: int, mask, outs, lses) -> None
     k, v = _repeat(kv[0].to(qf.dtype), setup.heads), _repeat(kv[1].to(qf.dtype), setup.heads)
     for i, (ql, qg, qn) in enumerate(setup.pieces[setup.r]):
         for kl, kg, kn in setup.pieces[source]:
-            s = _scores(qf[..., ql:ql + qn, :], k[..., kl:kl + kn, :], setup.scale, mask, setup.causal,
-                        (qg, qn), (kg, kn), setup.seq, qf.device)
+            s = _scores(setup, qf[..., ql:ql + qn, :], k[..., kl:kl + kn, :], mask, (qg, qn), (kg, kn))
             if s is None:
                 continue
             lse_b = torch.logsumexp(s, dim=-1)
@@ -167,16 +170,31 @@ def _forward_block(setup: _Setup, qf, kv, source: int, mask, outs, lses) -> None
             outs[i], lses[i] = _merge(outs[i], lses[i], torch.matmul(p, v[..., kl:kl + kn, :]), lse_b)
 
 
-def _backward_block(setup: _Setup, qf, kv, source: int, mask, dof, outs, lses, deltas, dq) -> torch.Tensor:
+@dataclass(frozen=True)
+class _Backward:
+    """What every block of one backward reads of this rank's queries, in the blocks'
+    dtype: the queries ``qf``, the output's gradient ``dof``, the mask, per piece the
+    log-sum-exp ``lses`` saved in forward and ``deltas`` (``rowsum(dO ∘ O)``, the ``D`` of
+    the flash-attention backward), and ``dq``, the queries' gradient, accumulated in place."""
+
+    qf: torch.Tensor
+    dof: torch.Tensor
+    mask: object
+    lses: list
+    deltas: list
+    dq: torch.Tensor
+
+
+def _backward_block(setup: _Setup, back: _Backward, kv, source: int) -> torch.Tensor:
     """This rank's queries' contribution to the gradients of ``source``'s keys and values
-    (``[2, ...]`` in the blocks' dtype, key/value heads), ``dq`` accumulated in place."""
+    ``kv`` (``[2, ...]`` in the blocks' dtype, key/value heads), ``back.dq`` accumulated in place."""
+    qf, dof, lses, deltas, dq = back.qf, back.dof, back.lses, back.deltas, back.dq
     k, v = _repeat(kv[0].to(qf.dtype), setup.heads), _repeat(kv[1].to(qf.dtype), setup.heads)
     dk, dv = torch.zeros_like(k), torch.zeros_like(v)
     for i, (ql, qg, qn) in enumerate(setup.pieces[setup.r]):
         q_i = qf[..., ql:ql + qn, :]
         for kl, kg, kn in setup.pieces[source]:
-            s = _scores(q_i, k[..., kl:kl + kn, :], setup.scale, mask, setup.causal, (qg, qn), (kg, kn),
-                        setup.seq, qf.device)
+            s = _scores(setup, q_i, k[..., kl:kl + kn, :], back.mask, (qg, qn), (kg, kn))
             if s is None:
                 continue
             p = torch.exp(s - _safe(lses[i])[..., None])
@@ -234,13 +252,12 @@ class _RingAttention(torch.autograd.Function):
         length = setup.pieces[setup.r][0][2]
         delta = (dof * out).sum(-1)
         deltas = [delta[..., i * length:(i + 1) * length] for i in range(n)]
-        outs = [out[..., i * length:(i + 1) * length, :] for i in range(n)]
         dq = torch.zeros_like(qf)
+        back = _Backward(qf, dof, mask, lses, deltas, dq)
         kv = torch.stack([k, v]).contiguous()
         if setup.mode == "allgather":
             every = _gather_kv(setup, kv)
-            grads = torch.cat([_backward_block(setup, qf, every[s], s, mask, dof, outs, lses, deltas, dq)
-                               for s in range(setup.c)]).contiguous()
+            grads = torch.cat([_backward_block(setup, back, every[s], s) for s in range(setup.c)]).contiguous()
             mine = grads.new_empty((2, *grads.shape[1:]))
             reduce_scatter_flat(mine, grads, group=setup.pg)
         else:
@@ -249,7 +266,7 @@ class _RingAttention(torch.autograd.Function):
                 works = []
                 if step < setup.c - 1:
                     nxt, works = _pass_on(setup, kv, tag=1)
-                contribution = _backward_block(setup, qf, kv, setup.source(step), mask, dof, outs, lses, deltas, dq)
+                contribution = _backward_block(setup, back, kv, setup.source(step))
                 if pending is not None:
                     received, pending_works = pending
                     _wait(pending_works)
