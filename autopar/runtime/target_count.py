@@ -4,7 +4,7 @@ A cross-entropy (or NLL) loss with ``reduction="mean"`` averages over the target
 not ignore (``ignore_index``, -100: padding, unmasked tokens). When the batch is split
 over data ranks or microbatches, each piece counts its own targets; the mean of the
 pieces' means is the single-device mean only when every piece counts as many. The
-data-parallel rewrite (:func:`autopar.strategies.data.losses.global_mean_losses`) turns
+data-parallel rewrite (:func:`autopar.strategies.shared.losses.global_mean_losses`) turns
 such a loss into ``global_mean(loss summed over this piece's targets)``, and the
 runtime (``ParallelModule``) makes the count of the **whole** batch current around the
 program: the graph's count program (``gm.meta[TARGET_COUNT]``) evaluated on each of the

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import autopar
 from autopar.trace.capture import ModelLossError, capture
 from autopar.ir import CAPTURE, LOSS_REDUCTION
-from autopar.strategies.data.outputs import loss_reduction
+from autopar.strategies.shared.outputs import loss_reduction
 from autopar.strategies.data.rewrite import data_parallel_pass
 import shared_ranks
 from autopar.runtime.target_count import TARGET_COUNT, global_mean, use_target_count

@@ -2,7 +2,7 @@
 them (:mod:`autopar.runtime.target_count`): a cross-entropy or NLL over class indices
 with ``reduction="mean"``, no class weights, read only by the output. The data-parallel
 pass rewrites such a loss into each part's share of the whole batch's mean
-(``autopar.strategies.data.losses.global_mean_losses``); the planner prices the count's
+(``autopar.strategies.shared.losses.global_mean_losses``); the planner prices the count's
 all-reduce (:func:`counts_targets`)."""
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def loss_term_path(value: fx.Node, output: fx.Node) -> bool:
 
 def counted_losses(gm: fx.GraphModule, terms: bool = False) -> list[tuple[fx.Node, fx.Node, int]]:
     """The graph's output losses that average over their counted targets: (loss, target,
-    ignore_index) for each (see ``autopar.strategies.data.losses.global_mean_losses``);
+    ignore_index) for each (see ``autopar.strategies.shared.losses.global_mean_losses``);
     with ``terms``, also such losses summed or scaled into the output
     (:func:`loss_term_path`), after the outputs themselves."""
     output = next(n for n in gm.graph.nodes if n.op == "output")

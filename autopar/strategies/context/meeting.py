@@ -15,7 +15,7 @@ from autopar.strategies.context.collectives import context_count, context_sum
 from autopar.strategies.context.ring import ring_attention
 from autopar.strategies.context.shapes import Tokens, aligned
 from autopar.strategies.context.rules import Whole, reduction_of
-from autopar.strategies.data.losses import set_sum_reduction
+from autopar.strategies.shared.losses import set_sum_reduction
 
 REPEATS = {"unsqueeze", "expand", "transpose", "permute", "contiguous", "clone", "broadcast_to", "t"}
 CLASS_LOSSES = {"cross_entropy", "cross_entropy_loss", "nll_loss", "nll_loss_nd", "vocab_parallel_cross_entropy"}

@@ -4,7 +4,7 @@ The rank's graph is captured at its rows of the batch and the whole sequence; th
 inputs reach it whole. :func:`context_parallel_pass` first makes a loss that averages
 over the targets it counts (a cross-entropy with ``ignore_index``) a share of the whole
 batch's mean, as the data-parallel pass does
-(:func:`autopar.strategies.data.losses.global_mean_losses`: the sum over the rank's
+(:func:`autopar.strategies.shared.losses.global_mean_losses`: the sum over the rank's
 targets divided by the count of every target of the batch, counted from the inputs),
 then walks the graph (:class:`.walk.Walk`): from the token embeddings (or a float input
 with a sequence dimension) on, values hold this rank's tokens; attention runs as a ring;
@@ -23,7 +23,7 @@ import torch.fx as fx
 from autopar.planning.strategy import PlanError
 from autopar.strategies.context.walk import Walk
 from autopar.strategies.context.written import written_cores
-from autopar.strategies.data.losses import global_mean_losses
+from autopar.strategies.shared.losses import global_mean_losses
 
 CONTEXT = "autopar.context"
 """``gm.meta[CONTEXT]``: what the pass did: ring attentions, values cut, sums over the

@@ -21,9 +21,10 @@ Example: the output ``return model_2`` of an MLP on 2 data ranks becomes
 ``all_gather_batch = all_gather_batch(model_2, 'data'); return all_gather_batch``.
 
 The parts, which :func:`data_parallel_pass` runs in order: the loss's rewrites
-(:mod:`.losses`), batch norms over the whole batch (:mod:`.batch_norms`), the places
-where rows of the batch meet and the routers' statistics (:mod:`.batch_couplings`), and
-the outputs gathered or reduced (:mod:`.outputs`).
+(:mod:`autopar.strategies.shared.losses`, the rules context parallelism applies too),
+batch norms over the whole batch (:mod:`.batch_norms`), the places where rows of the
+batch meet and the routers' statistics (:mod:`.batch_couplings`), and the outputs
+gathered or reduced (:mod:`.outputs`).
 """
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ from autopar.passes.analysis.batch_rows.find import batch_size
 from autopar.passes.analysis.batch_rows.loss_terms import settle_batch_constants
 from autopar.strategies.data.batch_couplings import sync_batch_couplings, sync_router_statistics
 from autopar.strategies.data.batch_norms import sync_batch_norms
-from autopar.strategies.data.losses import global_mean_losses, weigh_summed_terms
-from autopar.strategies.data.outputs import gather_outputs, output_reduction
+from autopar.strategies.data.outputs import gather_outputs
+from autopar.strategies.shared.losses import global_mean_losses, weigh_summed_terms
+from autopar.strategies.shared.outputs import output_reduction
 
 
 def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = "data",

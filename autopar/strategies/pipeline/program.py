@@ -44,16 +44,15 @@ from autopar.engine.executable import batch_of, executable, local_batch, microba
 from autopar._torch_compat import export_out_spec
 from autopar.trace.capture import capture
 from autopar.trace.inputs import CallLayout
-from autopar.ir import CAPTURE, LAST, PASSES_RUN, STAGE, Region, add_region, clear_regions, regions
+from autopar.ir import CAPTURE, LAST, PARAM_SHARDS, PASSES_RUN, STAGE, Region, add_region, clear_regions, regions
 from autopar.passes.analysis.analyse import analyse
 from autopar.passes.analysis.naming import adopt_region_ids
-from autopar.strategies.data.outputs import loss_reduction, mark_batch_major_rows
+from autopar.strategies.shared.outputs import loss_reduction, mark_batch_major_rows
 from autopar.passes.fusion.rewrite import fusion_pass
 from autopar.passes.manager import PassRunner
 from autopar.strategies.pipeline.stages import split
 from autopar.passes.recompute import recompute_pass
 from autopar.strategies.family import StageCut
-from autopar.strategies.megatron.rewrite import PARAM_SHARDS
 from autopar.planning.schedules import rank_of, stages_of
 from autopar.planning.strategy import PlanError
 from autopar.runtime import devices, groups as G

@@ -1,7 +1,12 @@
 """The loss under a split batch: a mean over counted targets becomes each part's share of
 the whole batch's mean (:func:`global_mean_losses`; which losses count, and the count
 itself, are read by :mod:`autopar.passes.analysis.counted_targets`), and the sums over the
-batch a mean loss holds are weighed by the number of parts (:func:`weigh_summed_terms`)."""
+batch a mean loss holds are weighed by the number of parts (:func:`weigh_summed_terms`).
+The rules every family that splits the batch's rows or tokens applies to the loss: the
+data pass (:mod:`autopar.strategies.data.rewrite`) and context parallelism's
+(:mod:`autopar.strategies.context.rewrite`; its meeting points,
+:mod:`autopar.strategies.context.meeting`, make a counted mean the ranks' sums over their
+counts with :func:`set_sum_reduction`)."""
 from __future__ import annotations
 
 import inspect
@@ -16,7 +21,7 @@ from autopar._torch_compat import argument_names, is_aten_op
 from autopar.ir import LOSS_TERMS, SPEC, TensorSpec
 from autopar.passes.analysis.counted_targets import counted_losses, row_positions, target_count_program
 from autopar.runtime.target_count import TARGET_COUNT, global_mean
-from autopar.strategies.data.outputs import output_reduction
+from autopar.strategies.shared.outputs import output_reduction
 
 log = logging.getLogger("autopar.strategies.data.rewrite")   # the data pass's log, whichever part writes
 
@@ -93,7 +98,7 @@ def weigh_summed_terms(gm: fx.GraphModule, parts: int, terms: list | None = None
     penalty): each sum term is multiplied by ``parts``, so that the parts' average of
     ``mean_r + parts · sum_r`` is the single device's ``mean + sum`` (its gradients too).
     A loss that is a sum alone and that the data pass reads as one
-    (:func:`~autopar.strategies.data.outputs.loss_reduction`) is summed over the parts
+    (:func:`~autopar.strategies.shared.outputs.loss_reduction`) is summed over the parts
     already and left as it is. Returns the terms weighed."""
     terms = terms if terms is not None else (gm.meta.get(LOSS_TERMS) or [])
     output = next(n for n in gm.graph.nodes if n.op == "output")
