@@ -1,4 +1,4 @@
-"""Benchmark (docs/benchmarks.md §15): time to the first training step against the model's depth.
+"""Benchmark (docs/benchmarks.md §16): time to the first training step against the model's depth.
 
 A Hugging Face ``LlamaForCausalLM`` (hidden 512, intermediate 1376, 8 heads, 4 key/value
 heads, vocabulary 1000; 8, 32 and 80 layers) trained on its own loss from keyword inputs
