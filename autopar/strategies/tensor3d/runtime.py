@@ -384,13 +384,16 @@ def _all_gather_flat(shard: torch.Tensor, group) -> torch.Tensor:
 
 
 def linear_3d(x: torch.Tensor, w_hat: torch.Tensor, bias: Optional[torch.Tensor], block: tuple[int, ...],
-              in_group: str, out_group: str, weight_t: bool = False, prefetch: Optional[torch.Tensor] = None,
+              in_group: str, out_group: str, weight_t: bool = False, *, prefetch: Optional[torch.Tensor] = None,
               checkpointed: bool = False) -> torch.Tensor:
     """Algorithm 1 for ``x`` (this rank's input block, columns split over ``in_group``)
     and ``Ŵ``; ``block`` is the weight block's shape (``[n/G_out, k/G_in]``, or ``[k/G_in,
-    n/G_out]`` when ``weight_t``: GPT-2's ``Conv1D`` stores ``[k, n]``). ``prefetch``: the
-    next layer's ``Ŵ``, whose all-gather is issued now (§IV-C). Groups are looked up by
-    name (``"x"``, ``"y"``, and ``"z"`` for the weight shards)."""
+    n/G_out]`` when ``weight_t``: GPT-2's ``Conv1D`` stores ``[k, n]``). Groups are looked
+    up by name (``"x"``, ``"y"``, and ``"z"`` for the weight shards). Keyword-only, as the
+    rank graph's call passes them (the rewrite and the recompute pass set them by name):
+    ``prefetch``, the next layer's ``Ŵ``, whose all-gather is issued now (§IV-C), and
+    ``checkpointed``, whether the call runs inside a recomputed region (the gathered ``W``
+    is then kept for the second forward, §IV-D)."""
     runtime = _RUNTIME
     w = runtime.gathered(w_hat, block, checkpointed)                  # line 2
     if prefetch is not None and runtime.overlap.all_gather:
