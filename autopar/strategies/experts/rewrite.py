@@ -66,7 +66,7 @@ def by_expert(rows: torch.Tensor, ids: torch.Tensor, count: int, run) -> torch.T
 
 def local_experts(rows: torch.Tensor, ids: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
                   activation, layouts: tuple[str, str], gate_up_bias: torch.Tensor | None = None,
-                  down_bias: torch.Tensor | None = None, interleaved: bool = False) -> torch.Tensor:
+                  down_bias: torch.Tensor | None = None, *, interleaved: bool = False) -> torch.Tensor:
     """This rank's experts (``gate_up`` ``[E/P, ...]``, ``down`` ``[E/P, ...]``, their biases
     ``[E/P, width]`` when given) on the rows it received, each by the expert ``ids`` names:
     ``down(act(gate) * up + ...)`` as Hugging Face's experts compute it, the activation and
@@ -130,7 +130,7 @@ def expert_parallel_mlp(hidden: torch.Tensor, index: torch.Tensor, weights: torc
     def route(rows, index, weights):
         return _routed(rows, index, weights, experts, group, layer,
                        lambda rows, ids: local_experts(rows, ids, gate_up, down, activation, layouts, gate_up_bias,
-                                                       down_bias, interleaved))
+                                                       down_bias, interleaved=interleaved))
     out = _input_weighted(hidden, index, weights, route) if weighted == "input" else route(hidden, index, weights)
     return reduce_from_tensor_region(out, tensor) if tensor is not None else out
 
