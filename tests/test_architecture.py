@@ -56,8 +56,7 @@ CROSS_FAMILY_DEBT = {
     "context.planner": {"pipeline.planner"},
     "cube.collectives": {"tensor3d.runtime"},
     "cube.planner": {"tensor3d.cost", "tensor3d.planner"},
-    "cube.rewrite": {"megatron.rewrite", "tensor3d.rewrite", "tensor3d.runtime"},
-    "experts.layout": {"megatron.rewrite"},
+    "cube.rewrite": {"tensor3d.rewrite", "tensor3d.runtime"},
     "experts.planner": {"data.planner", "megatron.planner", "pipeline.bound", "pipeline.planner"},
     "mixed.bound": {"tensor3d.cost", "tensor3d.planner"},
     "mixed.credits": {"tensor3d.cost", "tensor3d.planner"},
@@ -67,10 +66,6 @@ CROSS_FAMILY_DEBT = {
     "mixed.structure": {"dsp.planner", "tensor3d.planner"},
     "mixed.tables": {"dsp.planner"},
     "pipeline.planner": {"mixed.pins", "mixed.stages", "mixed.structure"},
-    # the shared homes import no family either; the shared pricing probes the split rules
-    # with the Megatron rewrite
-    "shared.mesh": {"megatron.rewrite"},
-    "tensor3d.rewrite": {"megatron.rewrite"},
 }
 
 # Classes of a family package built on another family package's class, still to be cleared
@@ -78,7 +73,7 @@ CROSS_FAMILY_DEBT = {
 # entry here that no longer inherits so)
 CLASS_INHERITANCE_DEBT = {
     "cube.planner.Cube", "cube.planner.CubeForm", "cube.rewrite._RewriterCube",
-    "mixed.options.RowsOverZ", "tensor3d.rewrite._Rewriter3D",
+    "mixed.options.RowsOverZ",
 }
 
 # At most 8 positional parameters (self, cls and an autograd Function's ctx not counted):

@@ -12,7 +12,7 @@ For each parameter (by every name it has in the original model; tied parameters 
 one :class:`Placement`) it says:
 
 * ``cut``: how the full tensor is cut for this rank (a Megatron
-  :class:`~autopar.strategies.megatron.rewrite.ParamShard`, a 3D
+  :class:`~autopar.strategies.shared.tensor_rewrite.ParamShard`, a 3D
   :class:`~autopar.strategies.tensor3d.runtime.Grid3DShard`, or None: whole). A cut
   knows how to take this rank's part of a full tensor (``local``), how to gather the
   full tensor back (``gather``, a collective over the groups it is split over) and the

@@ -1,6 +1,6 @@
 """Cutting a rank's shard out of a full tensor, and gathering full tensors back.
 
-A :class:`~autopar.strategies.megatron.rewrite.ParamShard` ``(dim, blocks)`` splits ``dim``
+A :class:`~autopar.strategies.shared.tensor_rewrite.ParamShard` ``(dim, blocks)`` splits ``dim``
 into ``blocks`` equal blocks and each block into ``degree`` parts; rank ``r`` holds part
 ``r`` of every block, side by side. For a fused QKV weight ``[3h, h]`` with blocks=3 and
 degree 2, rank 0 holds ``[q[:h/2], k[:h/2], v[:h/2]]`` — the heads it computes — which

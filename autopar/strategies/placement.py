@@ -2,7 +2,7 @@
 that touches parameters places them, in turn, on a :class:`LayoutBuilder`.
 
 The base placement (every family's cut, from ``planned_shards``: Megatron's
-:class:`~autopar.strategies.megatron.rewrite.ParamShard`, the 3D and cube
+:class:`~autopar.strategies.shared.tensor_rewrite.ParamShard`, the 3D and cube
 :class:`~autopar.strategies.tensor3d.runtime.Grid3DShard`) averages every gradient over
 the data ranks, as DDP does. Then each family of the registry refines it where the plan
 uses it (:meth:`~autopar.strategies.family.Family.place`):

@@ -19,7 +19,8 @@ import autopar
 from autopar.trace.capture import capture
 from autopar.ir import regions
 from autopar.passes.analysis.analyse import analyse
-from autopar.strategies.megatron.rewrite import regions_without_rules, tensor_parallel_pass
+from autopar.strategies.megatron.rewrite import tensor_parallel_pass
+from autopar.strategies.shared.tensor_rewrite import regions_without_rules
 import shared_ranks
 from examples.coverage import is_equal
 from examples.models import lm_loss

@@ -6,7 +6,7 @@ owns, and an all-reduce sums the rows), the LM head a column-parallel linear ove
 vocabulary, and cross-entropy is computed on the vocab-sharded logits without gathering
 them. When the head's weight is the embedding's (tied weights, as in GPT-2) both use
 the same row shard, so the region holds both. Its ``vocab_size`` need not divide the
-tensor degree: the rewrite pads it (:mod:`autopar.strategies.megatron.rewrite`).
+tensor degree: the rewrite pads it (:mod:`autopar.strategies.shared.tensor_rewrite`).
 
 Example (GPT-2, export graph; the region is named after the token embedding's module)::
 

@@ -32,12 +32,11 @@ from __future__ import annotations
 import torch.fx as fx
 
 from autopar.grid import Grid3D
-from autopar.ir import RANDOM_SITE, tensor_spec
+from autopar.ir import PARAM_SHARDS, RANDOM_SITE, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.shared.sharding import Shard, normalize_dim
 from autopar.strategies.tensor3d.rewrite import _Rewriter3D
-from autopar.strategies.megatron.rewrite import PARAM_SHARDS
 from autopar.runtime import collectives
 from autopar.strategies.cube.collectives import cube_vector, linear_cube
 from autopar.strategies.tensor3d.runtime import Grid3DShard

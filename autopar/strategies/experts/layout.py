@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from autopar.runtime.shards import gather_full, local_shard
-from autopar.strategies.megatron.rewrite import ParamShard
+from autopar.strategies.shared.tensor_rewrite import ParamShard
 
 
 _EXPERTS = ParamShard(0, 1, "experts")   # the experts' dimension over the expert group

@@ -50,16 +50,16 @@ from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab,
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big
-from autopar.strategies.megatron.rewrite import regions_without_rules
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms
+from autopar.strategies.shared.tensor_rewrite import regions_without_rules
 
 log = logging.getLogger("autopar.planning")
 
 
 def rule_gaps(model: ModelFacts) -> dict[str, str]:
     """Region id → why it stays replicated: it holds an op that no split rule covers
-    (:func:`autopar.strategies.megatron.rewrite.regions_without_rules`), so splitting it
+    (:func:`autopar.strategies.shared.tensor_rewrite.regions_without_rules`), so splitting it
     would all-gather unpriced values mid-region. Found once per model, probing each
     region at the smallest degree that divides its sizes, and logged."""
     return model.fact("megatron.rule_gaps", lambda: _find_rule_gaps(model))
@@ -167,7 +167,7 @@ def sequence_splits(model: ModelFacts, tensor: int, rows: int) -> bool:
     """Whether every region's row output (attention's out projection, a linear chain's
     last linear) has a token dimension, any but the last, that ``tensor`` divides on a
     rank running ``rows`` of the batch's rows: where the rewrite splits the tokens
-    (:mod:`autopar.strategies.megatron.sequence`; elsewhere it keeps Megatron's
+    (:mod:`autopar.strategies.shared.sequence_split`; elsewhere it keeps Megatron's
     all-reduce). The global graph's shapes are read both ways a rank's may differ: a
     dimension the batch's size divides may hold the rows (``[batch, seq]``, or flattened
     ``[batch·seq]``: scaled to the rank's rows) or not (a sequence as long as the batch),

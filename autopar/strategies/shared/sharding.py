@@ -7,7 +7,7 @@ each split separately, so rank ``r`` holds ``[q_r, k_r, v_r]``.
 
 The rules here answer, for one node and the layouts of its inputs, what layout its
 output has and which literal arguments must change (a view's ``12`` heads become
-``12 // t``). They are pure: :mod:`autopar.strategies.megatron.rewrite` applies them.
+``12 // t``). They are pure: :mod:`autopar.strategies.shared.tensor_rewrite` applies them.
 
 Example: ``view(x, [2, 16, -1, 16])`` with ``x: float32[2, 16, 64]`` split as
 ``Shard(2)`` over 4 ranks maps to ``Shard(2)`` with the shape unchanged (``-1``), while
@@ -26,7 +26,7 @@ class Shard:
     """Split along ``dim`` into ``tensor degree`` parts (per block when ``blocks > 1``).
 
     ``size``: a padded split (the logits of a padded vocabulary, see
-    :class:`~autopar.strategies.megatron.rewrite.ParamShard`): ``dim`` is ``size`` long
+    :class:`~autopar.strategies.shared.tensor_rewrite.ParamShard`): ``dim`` is ``size`` long
     in the single-device program, each rank holds ``ceil(size / t)`` of it and the last
     ranks' tails are padding. Only data movement that keeps the dimension whole carries
     such a split (:meth:`~autopar.strategies.shared.propagation.LayoutPropagator.propagate`);

@@ -39,11 +39,11 @@ from __future__ import annotations
 import torch.fx as fx
 
 from autopar.grid import Grid3D
-from autopar.ir import regions as analysis_regions, tensor_spec
+from autopar.ir import PARAM_SHARDS, regions as analysis_regions, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.shared.sharding import Shard
-from autopar.strategies.megatron.rewrite import PARAM_SHARDS, _Rewriter
+from autopar.strategies.shared.tensor_rewrite import TensorRewriter
 from autopar.runtime import collectives
 from autopar.strategies.tensor3d.runtime import Grid3DShard, block_shape, linear_3d
 
@@ -86,7 +86,7 @@ def region_linears(region) -> list[tuple[str, bool]]:
     return [(n, False) for n in dict.fromkeys((d["q_proj"], d["k_proj"], d["v_proj"]))] + [(d["out_proj"], True)]
 
 
-class _Rewriter3D(_Rewriter):
+class _Rewriter3D(TensorRewriter):
     """Megatron's rewriter over the ``x`` group, with 3D linears in place of its column and
     row linears. ``LAYER`` is the layer function; :mod:`autopar.strategies.cube.rewrite` subclasses
     it with Bian's (and overrides :meth:`_bias`, :meth:`_leave` and the entry)."""

@@ -211,7 +211,8 @@ def test_gpt_oss_attention_sinks_are_per_head_parameters_of_the_attention():
     head to the scores before the softmax: the region names that parameter, and Megatron
     cuts it with the heads (as the experts' column bias with their columns: one cut for the
     alternating gate and up columns), with no op left without a split rule."""
-    from autopar.strategies.megatron.rewrite import ParamShard, planned_param_shards, regions_without_rules
+    from autopar.strategies.megatron.rewrite import planned_param_shards
+    from autopar.strategies.shared.tensor_rewrite import ParamShard, regions_without_rules
     gm = _gpt_oss_graph()
     attention = {r.id: r.details for r in regions(gm, "attention")}
     assert set(attention) == {"attention:model.layers.0.self_attn", "attention:model.layers.1.self_attn"}

@@ -28,7 +28,7 @@ import autopar
 import shared_ranks
 from autopar.runtime.layout import Seat
 from autopar.engine.checkpoint_chunks import placements
-from autopar.strategies.megatron.rewrite import ParamShard, padded_vocab
+from autopar.strategies.shared.tensor_rewrite import ParamShard, padded_vocab
 from autopar.testing import equivalence_job
 
 V63 = {"dtype": "float64", "vocab": 63}

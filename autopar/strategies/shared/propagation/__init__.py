@@ -10,9 +10,9 @@ node no rule covers gets its split inputs all-gathered first — a logged fallba
 is correct and visible in the rank graph. Values reaching the output are gathered.
 
 Every walk is :meth:`LayoutPropagator.run`; a subclass claims the nodes its strategy
-decides through :meth:`LayoutPropagator.rewrite`: Megatron's rewrite
-(:mod:`autopar.strategies.megatron.rewrite`: column/row linears, embeddings, the loss;
-AxoNN's 3D and Bian's cube subclass it), the cube's row walk and a mixed plan's rows over
+decides through :meth:`LayoutPropagator.rewrite`: the tensor-parallel rewrite
+(:mod:`autopar.strategies.shared.tensor_rewrite`: column/row linears, embeddings, the
+loss; Megatron's, AxoNN's 3D and Bian's cube subclass it), the cube's row walk and a mixed plan's rows over
 z (:mod:`autopar.strategies.tensor3d.rewrite`). A size another walk scaled back to its
 global meaning is kept right by each later walk (:meth:`LayoutPropagator._global_size`).
 The package: :mod:`.state` (the layouts found so far and the collectives a walk inserts),

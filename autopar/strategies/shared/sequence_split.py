@@ -1,14 +1,17 @@
 """Where Megatron sequence parallelism splits the tokens (Korthikanti et al. 2022, §4.2.2):
-the choices the tensor-parallel rewrite (:mod:`autopar.strategies.megatron.rewrite`)
+the choices the tensor-parallel rewrite (:mod:`autopar.strategies.shared.tensor_rewrite`)
 makes when its plan runs the values between the regions split over the tokens. The
-collectives are :mod:`autopar.strategies.megatron.collectives`."""
+collectives are Megatron's (:mod:`autopar.strategies.megatron.collectives`): the
+Megatron family's rewriter (:class:`autopar.strategies.megatron.rewrite.MegatronRewriter`)
+names them in :attr:`SequenceSplit.SEQUENCE_GATHER` and
+:attr:`SequenceSplit.SEQUENCE_REDUCE_SCATTER`; a rewrite that never splits the tokens
+(the 3D layers', the cube's, the planner's probe) calls neither."""
 from __future__ import annotations
 
 import torch.fx as fx
 
 from autopar.ir import REGION_OF, tensor_spec
 from autopar.passes.analysis import ops
-from autopar.strategies.megatron.collectives import gather_from_sequence_region
 from autopar.strategies.shared.propagation.state import LayoutState
 from autopar.strategies.shared.sharding import Shard, normalize_dim
 
@@ -23,6 +26,11 @@ class SequenceSplit(LayoutState):
 
     sequence: bool = False
     chosen: set = frozenset()   # the ids of the regions the plan splits Megatron-style
+    # Megatron-SP's g (an all-gather of the tokens whose backward reduce-scatters) and ḡ
+    # (the row linear's reduce-scatter), graph-callable: the Megatron family's rewriter
+    # sets them as static methods (autopar.strategies.megatron.collectives)
+    SEQUENCE_GATHER = None
+    SEQUENCE_REDUCE_SCATTER = None
 
     def _sequence_dim(self, node: fx.Node) -> int | None:
         """The dimension a row linear's (or a vocabulary-parallel embedding's) output is
@@ -106,7 +114,7 @@ class SequenceSplit(LayoutState):
         """Megatron-SP's g on a token-split ``value`` (once per value: a fused or separate
         Q, K and V read one gather)."""
         dim = self._token_split(value)
-        return self._cached(("g", value), lambda: self._call(gather_from_sequence_region,
+        return self._cached(("g", value), lambda: self._call(self.SEQUENCE_GATHER,
                                                              (value, dim, self.group), after=value))
 
 
