@@ -51,9 +51,12 @@ def test_a_process_that_froze_itself_is_left_alone():
     gc.freeze()
     try:
         mine = gc.get_freeze_count()
+        made = [[] for _ in range(10_000)]   # tracked objects made since: a freeze by autopar would add them
+        # (frozen objects may still be freed meanwhile, by this or another thread: the count
+        # may only shrink; unfrozen by autopar it would be 0)
         with held():
-            assert gc.get_freeze_count() == mine
-        assert gc.get_freeze_count() == mine  # not unfrozen by autopar
+            assert 0 < gc.get_freeze_count() <= mine
+        assert 0 < gc.get_freeze_count() <= mine and made  # not unfrozen by autopar
     finally:
         gc.unfreeze()
 
