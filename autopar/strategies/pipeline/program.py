@@ -83,20 +83,18 @@ def stage_blocks_pass(gm: fx.GraphModule, *, block_nodes: dict[str, list[str]],
     return gm
 
 
-def _rewrite_stage(rewrite, gm: fx.GraphModule, plan_, rank: int, local_batch: int, recompute: bool | str,
-                   block_nodes: dict[str, list[str]], fusion: bool = False,
-                   region_ids: dict[tuple[str, str], str] | None = None, vocab: list[Region] = (),
-                   zero_params: dict | None = None) -> fx.GraphModule:
-    """One stage's program: the within-stage passes of the plan on its cut of the graph,
-    by ``rewrite`` (:func:`autopar.driver.rank_program.rewrite` with a
-    :class:`~autopar.strategies.family.StageCut`). Every family adds the passes of its
-    regions in this stage (:meth:`~autopar.strategies.family.Family.rank_passes` with
-    ``RankBuild.stage``): Megatron inside a PTD-P stage, and in a mixed pipeline D&SP,
-    Megatron or a 3D grid per region; the data-parallel pass on the last stage only, over
-    microbatches. With ``recompute`` the stage's blocks recompute (megatron §3.5)."""
-    cut = StageCut(gm.meta[STAGE], block_nodes, vocab=tuple(vocab),
-                   passes=(("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes, "region_ids": region_ids}),))
-    return rewrite(gm, plan_, rank, local_batch, recompute, fusion, zero_params, stage=cut)
+def _stage_cut(index: int, block_nodes: dict[str, list[str]], region_ids: dict[tuple[str, str], str] | None,
+               vocab: list[Region]) -> StageCut:
+    """Stage ``index``'s cut of the graph, as ``rewrite`` (:func:`autopar.driver.rank_program.rewrite`,
+    ``stage=``) builds its program: the within-stage passes of the plan, every family
+    adding the passes of its regions in this stage (:meth:`~autopar.strategies.family.Family.rank_passes`
+    with ``RankBuild.stage``): Megatron inside a PTD-P stage, and in a mixed pipeline
+    D&SP, Megatron or a 3D grid per region; the data-parallel pass on the last stage
+    only, over microbatches. With ``recompute`` the stage's blocks (``block_nodes``)
+    recompute (megatron §3.5); its blocks and regions take the whole graph's ids first
+    (:func:`stage_blocks_pass`)."""
+    return StageCut(index, block_nodes, vocab=tuple(vocab),
+                    passes=(("stage_blocks", stage_blocks_pass, {"block_nodes": block_nodes, "region_ids": region_ids}),))
 
 
 def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None, target=None,
@@ -130,8 +128,8 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
         stage = stages[s]
         stage.module.meta[STAGE] = s
         last = s == len(stages) - 1
-        module = _rewrite_stage(rewrite, stage.module, plan_, rank, rows, recompute, stage.block_nodes, fusion,
-                                region_ids, vocab, zero_params)
+        module = rewrite(stage.module, plan_, rank, rows, recompute, fusion, zero_params,
+                         stage=_stage_cut(s, stage.block_nodes, region_ids, vocab))
         module.meta[LAST] = last
         out[s] = (module, stage)
     return out, names, out_spec
