@@ -352,22 +352,38 @@ class _Weighing:
             for z in self.stages:
                 if (r, z) not in pairs:
                     continue
-                data_s = space.data_comm(one, z, m, compute)
                 state = state_bytes(one.param_elems, space.data, z, m, one.largest_params)
+                pair = _Pair(m, z, r, compute, act, state, space.data_comm(one, z, m, compute))
                 for again in settings:
-                    option = _setting(m, z, r, again, compute, act, state, data_s, self.limit)
+                    option = _setting(pair, again, self.limit)
                     out.append(option)
                     if option.memory_bytes <= self.limit:
                         fitted.add((r, z))
         return out, fitted
 
 
-def _setting(m: int, zero: int, mode: str, again: Again, compute: float, act: float, state: float, data_s: float,
-             limit: float) -> LeverFigures:
-    """One setting priced: ``m`` microbatches of ``compute`` seconds and ``act`` bytes
-    kept, ZeRO stage ``zero`` (``state`` bytes, ``data_s`` of the data group),
-    recomputation ``mode`` with what it costs the family (``again``); under a bounded
-    all-gather cache, the most blocks' gathered weights that fit in ``limit``."""
+@dataclass(frozen=True)
+class _Pair:
+    """One (recomputation mode, ZeRO stage) pair at ``m`` microbatches, before what the
+    mode costs the family (:class:`Again`): per microbatch ``compute`` seconds and ``act``
+    bytes kept (:func:`recompute_figures`), the ZeRO stage's ``state`` bytes
+    (:func:`state_bytes`) and ``data_s``, the data group's seconds per step."""
+
+    m: int
+    zero: int
+    mode: str
+    compute: float
+    act: float
+    state: float
+    data_s: float
+
+
+def _setting(pair: _Pair, again: Again, limit: float) -> LeverFigures:
+    """One setting priced: ``pair`` (``m`` microbatches of ``compute`` seconds and ``act``
+    bytes kept, ZeRO stage ``zero`` with its ``state`` bytes and ``data_s`` of the data
+    group, recomputation ``mode``) with what the mode costs the family (``again``); under
+    a bounded all-gather cache, the most blocks' gathered weights that fit in ``limit``."""
+    m, act, state = pair.m, pair.act, pair.state
     k, bound, held = 0, None, 0.0
     if again.cache_blocks:  # the most blocks' gathered weights that fit
         n, size = again.cache_blocks, again.block_bytes
@@ -379,9 +395,9 @@ def _setting(m: int, zero: int, mode: str, again: Again, compute: float, act: fl
     comm = {key: v * m for key, v in again.comm_s.items()}
     if again.cache_blocks:
         comm["z"] = comm.get("z", 0.0) - k * again.block_s * m
-    comm["data"] = data_s
+    comm["data"] = pair.data_s
     kept = act + again.extra_bytes + held
-    return LeverFigures(m, zero, compute * m, comm, state + kept, kept, mode, bound)
+    return LeverFigures(m, pair.zero, pair.compute * m, comm, state + kept, kept, pair.mode, bound)
 
 
 def _per_step(one, best: LeverFigures) -> RegionTable:
