@@ -115,9 +115,10 @@ def split_cost(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, recom
 
 
 def _choose(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, force_split: bool,
-            keep_whole: dict[str, str], recompute: bool, sequence: bool = False) -> RegionChoice:
+            keep_whole: dict[str, str], *, recompute: bool, sequence: bool = False) -> RegionChoice:
     """One region split over the tensor group or replicated, whichever is cheaper (or as
-    forced); its memory is filled in by :func:`price_mesh`."""
+    forced); its memory is filled in by :func:`price_mesh`. ``recompute``, ``sequence``:
+    how each is priced, as :func:`price_mesh` takes them."""
     divisible = all(size % tensor == 0 for _, size in region_sizes(r))
     replicate = Cost(model.seconds(r.nodes, hw, 1 / data, recompute), {}, 0.0)
     options = {"replicate": replicate}
@@ -216,7 +217,7 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
     tensor_comm = activations = compute = 0.0
     for r in model.regions:
         in_region.update(r.nodes)
-        choice = _choose(model, hw, r, data, tensor, force_split, keep_whole, recompute, sequence)
+        choice = _choose(model, hw, r, data, tensor, force_split, keep_whole, recompute=recompute, sequence=sequence)
         split = choice.strategy == "megatron"
         pad = split_factor(r, tensor) if split else 1  # a padded vocabulary's rows are held and computed
         params = model.region_param_elems(r.id) * pad
