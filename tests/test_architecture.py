@@ -60,11 +60,9 @@ CROSS_FAMILY_DEBT = {
     "experts.planner": {"data.planner", "megatron.planner", "pipeline.bound", "pipeline.planner"},
     "mixed.bound": {"tensor3d.cost", "tensor3d.planner"},
     "mixed.credits": {"tensor3d.cost", "tensor3d.planner"},
-    "mixed.options": {"dsp.cost", "dsp.planner", "tensor3d.cost", "tensor3d.planner"},
-    "mixed.planner": {"dsp.planner"},
-    "mixed.stages": {"dsp.planner", "pipeline.cost"},
-    "mixed.structure": {"dsp.planner", "tensor3d.planner"},
-    "mixed.tables": {"dsp.planner"},
+    "mixed.options": {"tensor3d.cost", "tensor3d.planner"},
+    "mixed.stages": {"pipeline.cost"},
+    "mixed.structure": {"tensor3d.planner"},
     "pipeline.planner": {"mixed.pins", "mixed.stages", "mixed.structure"},
 }
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from autopar.grid import RankGrid, subgrid_dims
 from autopar.cost import model as cost_model
-from autopar.passes.analysis.flops import NodeWork
+from autopar.strategies.shared.branch_cost import SubgraphCost, assign_branches, scaled_works
 
 
 @dataclass(frozen=True)
@@ -111,29 +111,8 @@ def split_messages(n: int, g: int, n_node: int, topology_aware: bool) -> Message
 
 
 # ---------------------------------------------------------------- branch assignment
-
-
-def assign_branches(costs: list[float], g: int) -> list[int]:
-    """The sub-grid of each branch: longest processing time first (sort branches by
-    predicted cost, give each to the least loaded sub-grid), so branches of unequal
-    cost, or a count ``g`` does not divide, still balance. Ties go to the lower branch
-    and sub-grid index: the same costs always give the same assignment.
-
-    >>> assign_branches([3.0, 5.0, 3.0, 4.0], 2)   # 5 and 3 on one, 4 and 3 on the other
-    [1, 0, 0, 1]
-    """
-    if g < 1:
-        raise ValueError(f"the number of sub-grids must be positive, got {g}")
-    if len(costs) < g:
-        raise ValueError(f"{len(costs)} branches cannot fill {g} sub-grids: each sub-grid needs a branch; "
-                         f"choose g <= {len(costs)}")
-    load = [0.0] * g
-    owner = [0] * len(costs)
-    for branch in sorted(range(len(costs)), key=lambda b: (-costs[b], b)):
-        target = min(range(g), key=lambda s: (load[s], s))
-        owner[branch] = target
-        load[target] += costs[branch]
-    return owner
+# (the balanced assignment of branches to sub-grids, which mixed plans use too, is
+# :func:`autopar.strategies.shared.branch_cost.assign_branches`)
 
 
 def head_widths(heads: int, g: int) -> list[int]:
@@ -149,20 +128,6 @@ def head_widths(heads: int, g: int) -> list[int]:
 
 
 # ---------------------------------------------------------------- cost of a D&SP region
-
-
-@dataclass(frozen=True)
-class SubgraphCost:
-    """Predicted per-step cost of one fork/join region on one rank under D&SP.
-
-    ``compute_s`` is the slowest sub-grid's (the join waits for it); ``comm_s`` splits the
-    segmented split/join collectives (``"segment"``) from the branch parameters'
-    gradient all-reduce inside the sub-grid (``"subgrid"``)."""
-
-    compute_s: float
-    comm_s: dict
-    assignment: tuple[int, ...]
-    branch_param_elems_per_rank: int
 
 
 def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_bytes: float, join_bytes: float,
@@ -191,7 +156,7 @@ def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_byt
     rooted: broadcast / reduce for split and sum, scatter / gather for concat.
     """
     n_g = _check(n, g, 1)
-    branch_costs = [sum(cost_model.node_time(w, hw) * cost_model.passes_per_step(w) for w in _scaled(works, n_g))
+    branch_costs = [sum(cost_model.node_time(w, hw) * cost_model.passes_per_step(w) for w in scaled_works(works, n_g))
                     for works in branch_works]
     assignment = assign_branches(branch_costs, g)
     per_subgrid = [0.0] * g
@@ -220,39 +185,6 @@ def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_byt
                         max(params))
 
 
-def dsp_tensor_cost(branch_works: list[list], branch_params: list[int], fork_bytes: float, join_bytes: float,
-                    join_op: str, data: int, t: int, hw) -> SubgraphCost:
-    """Price a fork/join region in a mixed plan: its branches spread over the ``t`` ranks
-    of the tensor group (each rank a sub-grid of one, SUPER §III-B with ``g = t`` inside
-    the model-parallel group), every rank on its data replica's ``B/data`` rows, the
-    activations replicated over the group on both sides of the region (where Megatron's
-    and the 3D regions meet, ``docs/mixed_plans.md``). Communication on the tensor
-    group (stride 1), by the same ring formulas (axonn eqs 1-3):
-
-    * fork: nothing forward (every rank holds the value); backward, each rank holds the
-      gradient of its own branches only: an all-reduce of the ``B/data``-row fork value
-      (Megatron's f, megatron §2.3);
-    * sum join: an all-reduce of the partial sums forward (Megatron's g), nothing backward;
-    * concat join: an all-gather of each rank's branch outputs forward (padded to the
-      widest rank's width), backward each rank keeps its own columns.
-
-    Branch parameters live on the rank that runs them; their gradients are averaged over
-    the data ranks only (priced with the rest by the data-parallel term)."""
-    branch_costs = [sum(cost_model.node_time(w, hw) * cost_model.passes_per_step(w) for w in _scaled(works, data))
-                    for works in branch_works]
-    assignment = assign_branches(branch_costs, t)
-    per_rank, params = [0.0] * t, [0] * t
-    for branch, s in enumerate(assignment):
-        per_rank[s] += branch_costs[branch]
-        params[s] += branch_params[branch]
-    fork = cost_model.all_reduce_time(t, fork_bytes / data, hw)
-    if join_op == "sum":
-        join = cost_model.all_reduce_time(t, join_bytes / data, hw)
-    else:
-        join = cost_model.all_gather_time(t, join_bytes / data / t, hw)
-    return SubgraphCost(max(per_rank), {"tensor": fork + join}, tuple(assignment), max(params))
-
-
 def dsp_heads_cost(core_works: list, bundle_bytes: float, out_bytes: float, n: int, g: int, hw, *,
                    topology_aware: bool = True, csub: bool = False) -> SubgraphCost:
     """Price attention heads as D&SP branches (SUPER Fig. 5): ``g`` sub-grids each run
@@ -268,7 +200,7 @@ def dsp_heads_cost(core_works: list, bundle_bytes: float, out_bytes: float, n: i
     planner weighs it and, with batched heads, prefers data parallelism.
     """
     n_g = _check(n, g, 1)
-    compute = sum(cost_model.node_time(w, hw) * cost_model.passes_per_step(w) for w in _scaled(core_works, n))
+    compute = sum(cost_model.node_time(w, hw) * cost_model.passes_per_step(w) for w in scaled_works(core_works, n))
     stride = 1 if topology_aware else n_g
     if csub:
         comm = 2 * cost_model.scatter_time(g, bundle_bytes / n_g, hw, stride) + 2 * cost_model.scatter_time(g, out_bytes / n_g, hw,
@@ -277,10 +209,3 @@ def dsp_heads_cost(core_works: list, bundle_bytes: float, out_bytes: float, n: i
         comm = 2 * cost_model.all_to_all_time(g, bundle_bytes / n, hw, stride) + 2 * cost_model.all_to_all_time(g, out_bytes / n,
                                                                                               hw, stride)
     return SubgraphCost(compute, {"segment": comm, "subgrid": 0.0}, (), 0)
-
-
-def _scaled(works, rows_divisor: int):
-    """NodeWork of one rank processing 1/rows_divisor of the batch."""
-    for w in works:
-        yield NodeWork(w.flops // rows_divisor, w.bytes_moved // rows_divisor, w.is_matmul, w.is_kernel, w.is_view,
-                       w.special // rows_divisor)

@@ -2,8 +2,9 @@
 
 The data ranks form ``g`` sub-grids (topology-aware: interleaved, one node holding
 every sub-grid's position, SUPER §V; naive: contiguous). Each multi-branch region
-(:func:`subgraph_regions`: explicit fork/join branches, or attention heads) runs its
-branches on the sub-grids, balanced by cost (``dsp.cost.assign_branches``,
+(:func:`~autopar.strategies.shared.branches.subgraph_regions`: explicit fork/join
+branches, or attention heads) runs its branches on the sub-grids, balanced by cost
+(``shared.branch_cost.assign_branches``,
 ``head_widths``); the layers between them stay data parallel over all ranks (D&SP) or
 run on sub-grid 0 only (cSub). A configuration's step is
 
@@ -24,13 +25,12 @@ batch norms (:func:`autopar.strategies.shared.batch_norms.batch_norms`).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import torch.fx as fx
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
-from autopar.ir import CAPTURE, regions, tensor_spec
+from autopar.ir import CAPTURE, tensor_spec
 from autopar.planning.model import ModelFacts, exposed_data_comm
 from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
@@ -42,30 +42,7 @@ from autopar.strategies.family import (BRANCHES, CompileHooks, PlanContext, Pric
 from autopar.strategies.shared.mesh import check_forced_sizes, judge, price_mesh
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms, check_batch_norms
-
-
-def _branch_parameters(model: ModelFacts, names: list[str]) -> list[str]:
-    """Qualified names of the parameters the nodes ``names`` use (get_attr or module)."""
-    gm, table, params = model.gm, model.table, model.params
-    found: dict[str, None] = {}
-    for name in names:
-        node = table[name]
-        targets = [a for a in node.all_input_nodes if a.op == "get_attr"] + ([node] if node.op == "get_attr" else [])
-        for arg in targets:
-            found[str(arg.target)] = None
-        if node.op == "call_module":
-            for pname, _ in gm.get_submodule(node.target).named_parameters():
-                found[f"{node.target}.{pname}"] = None
-    return [n for n in found if n in params]
-
-
-def subgraph_regions(gm: fx.GraphModule) -> list:
-    """The regions D&SP can split: outermost fork/join regions (explicit branches) and
-    attention regions (heads) not inside one of them."""
-    explicit = [r for r in regions(gm, "fork_join") if r.details.get("parent") is None]
-    inside = {name for r in explicit for name in r.nodes}
-    heads = [r for r in regions(gm, "attention") if not set(r.details["core"]) & inside]
-    return explicit + heads
+from autopar.strategies.shared.branches import branches_of, subgraph_regions, unsplittable
 
 
 def batch_baked(gm: fx.GraphModule) -> bool:
@@ -81,46 +58,10 @@ def branch_count(region) -> int:
     return region.details["heads"] if region.kind == "attention" else len(region.details["branches"])
 
 
-def unsplittable(region) -> str | None:
-    """Why the explicit branches of fork/join ``region`` cannot be split over sub-grids in
-    this version (None: they can)."""
-    d = region.details
-    if d["side_inputs"] or (d["passthrough"] and d["join_op"] == "concat"):
-        return (f"region {region.id}: its branches read values from outside the region ({d['side_inputs']}) or "
-                f"the concat takes a value no branch computes; D&SP does not split it in this version")
-    if d["join_op"] == "concat" and d["concat_dim"] == 0:
-        return f"region {region.id}: concatenates along the batch dimension; D&SP cannot split it"
-    return None
-
-
-@dataclass(frozen=True)
-class Branches:
-    """What pricing a fork/join region's branches reads: each branch's work (global batch)
-    and parameters (names, element counts), and the bytes of the fork and join values."""
-
-    works: list
-    params: list
-    counts: list
-    fork_bytes: float
-    join_bytes: float
-
-
-def branches_of(model: ModelFacts, region) -> Branches:
-    """The :class:`Branches` of ``region``, found once per model."""
-    memo = model.memo("dsp.branches")
-    if region.id not in memo:
-        d = region.details
-        params = [_branch_parameters(model, branch) for branch in d["branches"]]
-        memo[region.id] = Branches([[model.work[n] for n in branch] for branch in d["branches"]], params,
-                                   [sum(model.params[p].numel() for p in names) for names in params],
-                                   float(tensor_spec(model.table[d["fork"]]).nbytes),
-                                   float(tensor_spec(model.table[d["join"]]).nbytes))
-    return memo[region.id]
-
-
 def price_subgraph(model: ModelFacts, hw: Hardware, data: int, g: int, topology_aware: bool, csub: bool,
                    common_hw: Hardware):
-    """D&SP (or D&SP-cSub) choices for the regions of :func:`subgraph_regions`, and the
+    """D&SP (or D&SP-cSub) choices for the regions of
+    :func:`~autopar.strategies.shared.branches.subgraph_regions`, and the
     compute they replace in the common layers' pricing (SUPER §III-B/C; priced by
     ``dsp.cost.dsp_region_cost`` and ``dsp.cost.dsp_heads_cost``). The common layers
     split the batch ``data`` ways, or ``data / g`` ways in cSub (on sub-grid 0), priced

@@ -6,7 +6,7 @@ over it Megatron-style (``megatron``, megatron §2.3), or, with a ``Gx × Gy × 
 of the group, as AxoNN's 3D layers (``tensor3d``, axonn §III; :class:`RowsOverZ` with
 ``Gz > 1``); a multi-branch region may spread its branches over the group or over
 ``g < t`` sub-grids of it (``dsp``, SUPER §III-B with ``g = t``;
-``dsp.cost.dsp_tensor_cost``). Each option's cost holds the region's conversion from
+``shared.branch_cost.dsp_tensor_cost``). Each option's cost holds the region's conversion from
 and to the replicated layout; identical regions share their options (memoised per
 class of region). Pins restrict the options (:meth:`RegionOptions.allowed`).
 """
@@ -20,9 +20,9 @@ from autopar.passes.analysis.ops import is_dropout, match_linear
 from autopar.planning.model import padded_vocab, padding_details, region_sizes, split_factor
 from autopar.planning.plan import Cost
 from autopar.planning.strategy import PlanError
-from autopar.strategies.dsp.cost import dsp_tensor_cost
-from autopar.strategies.dsp.planner import branches_of, unsplittable
 from autopar.strategies.family import PlanContext
+from autopar.strategies.shared.branch_cost import dsp_tensor_cost
+from autopar.strategies.shared.branches import branches_of, unsplittable
 from autopar.strategies.shared.mesh import rule_gaps, split_cost
 from autopar.strategies.mixed.structure import inner_regions, region_structure, representatives
 from autopar.strategies.tensor3d.cost import rows_boundary_comm

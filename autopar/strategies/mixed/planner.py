@@ -9,7 +9,7 @@ group that every region may use its own way:
   (axonn §III; one factorisation of ``t`` per plan, the configuration's; with ``Gz > 1``
   the region splits its rows over z, :class:`~.options.RowsOverZ`);
 * ``dsp``: a multi-branch region's branches spread over the group, each rank a
-  sub-grid (SUPER §III-B with ``g = t``; ``dsp.cost.dsp_tensor_cost``), or over ``g < t``
+  sub-grid (SUPER §III-B with ``g = t``; ``shared.branch_cost.dsp_tensor_cost``), or over ``g < t``
   sub-grids of ``t/g`` ranks whose branches' regions are Megatron-split inside their
   sub-grid (a configuration's ``tensor_subgrids``; groups ``tensor_seg`` and
   ``tensor_sub``).
@@ -58,16 +58,15 @@ from autopar.planning.model import ModelFacts
 from autopar.planning.forms import mixed_form
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.strategies.dsp.planner import branches_of
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big
 from autopar.strategies.shared.mesh import check_forced_batch, judge
 from autopar.strategies.mixed.bound import lower_bound
 from autopar.strategies.mixed.pins import check_pins_name_regions, pinned_subgrids, pins_misfit
 from autopar.strategies.mixed.pricer import MixedPricer
-from autopar.strategies.mixed.structure import (node_names, pinnable, region_structure, tensor_grids,
-                                                widest_branching)
+from autopar.strategies.mixed.structure import node_names, pinnable, region_structure, tensor_grids
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms
+from autopar.strategies.shared.branches import branches_of, widest_branching
 
 
 class Mixed(CompileHooks):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from autopar.grid import Grid3D
 from autopar.planning.schedules import rank_of
-from autopar.strategies.dsp.planner import branches_of
 from autopar.strategies.family import PlanContext, RegionTable
 from autopar.strategies.mixed.pricer import MixedPricer
-from autopar.strategies.mixed.structure import branching_regions, node_order
+from autopar.strategies.mixed.structure import node_order
+from autopar.strategies.shared.branches import branches_of, branching_regions
 from autopar.strategies.pipeline.cost import spread_over_ends
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 from autopar.grid import Grid3D
 from autopar.planning.model import ModelFacts
 from autopar.planning.strategy import divisors
-from autopar.strategies.dsp.planner import subgraph_regions
-from autopar.strategies.shared.batch_norms import batch_norms
+from autopar.strategies.shared.branches import branching_regions, subgraph_regions
 from autopar.strategies.tensor3d.planner import SPLIT_KINDS
 
 
@@ -44,14 +43,6 @@ def inner_regions(model: ModelFacts, fj) -> list:
     return next(inner for _, region, inner in region_structure(model)[1] if region is fj)
 
 
-def branching_regions(model: ModelFacts) -> list:
-    """The outermost fork/join regions D&SP may spread over the tensor ranks (none with
-    batch-normalising batch norms); their branches keep their data replica's rows, so
-    a batch baked into a view (torch.export) does not stop them."""
-    return model.fact("mixed.branching", lambda: [] if batch_norms(model) else
-                      [r for r in subgraph_regions(model.gm) if r.kind == "fork_join"])
-
-
 def params_outside_regions(model: ModelFacts) -> int:
     """Parameter elements outside every tensor region (once per model)."""
     return model.fact("mixed.outside_params", lambda: sum(p.numel() for p in model.params.values())
@@ -67,12 +58,6 @@ def representatives(model: ModelFacts) -> list:
 def pinnable(model: ModelFacts) -> list:
     """The regions a pin may name: the tensor regions and the multi-branch ones."""
     return list(model.regions) + [r for r in subgraph_regions(model.gm) if r.kind == "fork_join"]
-
-
-def widest_branching(model: ModelFacts) -> int:
-    """The most branches of a multi-branch region D&SP may spread over the tensor ranks
-    (0: none): a D&SP over the group needs as many as it has ranks."""
-    return max((len(r.details["branches"]) for r in branching_regions(model)), default=0)
 
 
 def tensor_grids(model: ModelFacts, t: int, data: int = 1, rows: bool = True) -> list[Grid3D]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from autopar.cost import model as cost_model
 from autopar.planning.model import exposed_data_comm
 from autopar.planning.plan import Cost, RegionChoice
-from autopar.strategies.dsp.planner import branches_of
 from autopar.strategies.family import RegionTable
+from autopar.strategies.shared.branches import branches_of
 from autopar.strategies.mixed.credits import BoundaryCredits
 from autopar.strategies.mixed.options import Option, RegionOptions, Step, seconds_of
 from autopar.strategies.mixed.solver import open_region

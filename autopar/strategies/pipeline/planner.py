@@ -44,7 +44,8 @@ from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBui
 from autopar.strategies.shared.mesh import check_forced_batch, check_forced_sizes, price_mesh, sequence_splits
 from autopar.strategies.mixed.pins import check_forced_stages
 from autopar.strategies.mixed.stages import StagePlans
-from autopar.strategies.mixed.structure import tensor_grids, widest_branching
+from autopar.strategies.mixed.structure import tensor_grids
+from autopar.strategies.shared.branches import widest_branching
 from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline import layout as parameter_layout
 from autopar.strategies.pipeline.bound import cut, fastest_in_full, step_floor

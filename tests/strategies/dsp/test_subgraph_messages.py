@@ -54,7 +54,8 @@ def test_orders_and_groups():
 from autopar.cost import model as cm  # noqa: E402
 from autopar.passes.analysis.flops import NodeWork  # noqa: E402
 from autopar.cost.hardware import get_hardware  # noqa: E402
-from autopar.strategies.dsp.cost import assign_branches, dsp_region_cost  # noqa: E402
+from autopar.strategies.dsp.cost import dsp_region_cost  # noqa: E402
+from autopar.strategies.shared.branch_cost import assign_branches  # noqa: E402
 
 
 def test_assignment_balances_unequal_branches_and_uneven_counts():
