@@ -10,8 +10,12 @@ from examples.coverage import DEFAULT_RUNS, HF_TRANSFORMERS, coverage_job, is_eq
 # every model under "auto" here; the transformers forced to Megatron (data 2 x tensor 2)
 # in the extended suite (GPT-2, BERT and T5 under that split train with their own loss
 # in test_keyword_inputs)
-RUNS = [run for run in DEFAULT_RUNS if run[1] == "auto"]
-FORCED = [run for run in DEFAULT_RUNS if run[1] != "auto"]
+# the Hugging Face models under "auto" in the main suite; the hand-written examples (which
+# the golden and numerics suites train under every family) and the forced Megatron runs:
+# the extended suite
+HF_AUTO = ("gpt2", "bert", "llama", "t5", "vit", "resnet")
+RUNS = [run for run in DEFAULT_RUNS if run[1] == "auto" and run[0] in HF_AUTO]
+FORCED = [run for run in DEFAULT_RUNS if run[1] != "auto" or run[0] not in HF_AUTO]
 # the 4-rank launch is shared with other modules' jobs (tests/shared_ranks.py)
 _LAUNCHED = shared_ranks.register(4, __name__, coverage_job, (RUNS,), timeout_s=900)
 _FORCED = shared_ranks.register(4, __name__ + ":extended", coverage_job, (FORCED,), timeout_s=900, extended=True)
@@ -26,8 +30,7 @@ def rows():
 def test_every_model_of_the_suite_trains_like_the_single_device_model(rows):
     failed = [(r["model"], r["strategy"], r.get("error"), r.get("traceback")) for r in rows[0] if not r["equal"]]
     assert not failed, f"{failed}\n{table(rows[0])}"
-    assert {r["model"] for r in rows[0]} >= {"gpt2", "bert", "llama", "t5", "vit", "resnet", "mlp", "transformer",
-                                             "inception", "towers"}
+    assert {r["model"] for r in rows[0]} >= set(HF_AUTO)
 
 
 @pytest.mark.multiprocess
@@ -38,19 +41,21 @@ def test_every_rank_reports_the_same_plan_and_verdict(rows):
 
 @pytest.mark.multiprocess
 @pytest.mark.extended
-def test_forced_megatron_splits_every_transformer():
-    forced = _FORCED()[0]
-    assert not [r for r in forced if not r["equal"]], table(forced)
+def test_forced_megatron_splits_every_transformer_and_the_examples_train_under_auto():
+    rows = _FORCED()[0]
+    assert not [r for r in rows if not r["equal"]], table(rows)
+    forced = [r for r in rows if r["strategy"] != "auto"]
     assert {r["model"] for r in forced} == set(HF_TRANSFORMERS)
     for r in forced:
         assert r["mesh"] == {"data": 2, "tensor": 2} and "megatron" in r["strategies"], r["model"]
+    tracers = {r["model"]: r["tracer"] for r in rows if r["strategy"] == "auto"}
+    assert tracers == {m: "symbolic_trace" for m in ("mlp", "transformer", "inception", "towers")}
 
 
 @pytest.mark.multiprocess
-def test_hugging_face_models_are_captured_by_export_and_examples_by_symbolic_trace(rows):
+def test_hugging_face_models_are_captured_by_export(rows):
     tracers = {r["model"]: r["tracer"] for r in rows[0]}
-    assert all(tracers[m] == "export" for m in ("gpt2", "bert", "llama", "t5", "vit", "resnet"))
-    assert all(tracers[m] == "symbolic_trace" for m in ("mlp", "transformer", "inception", "towers"))
+    assert all(tracers[m] == "export" for m in HF_AUTO)   # (the examples': the extended suite)
 
 
 def test_equality_criterion_rejects_a_real_difference():

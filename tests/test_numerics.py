@@ -23,14 +23,19 @@ WORLD_2 = [
     ("gpt2", {"data": 2}), ("gpt2", {"tensor": 2}), ("gpt2", "auto"),
 ]
 WORLD_4 = [
-    ("mlp", {"data": 2, "tensor": 2}), ("mlp", {"tensor": 4}),
-    ("transformer", {"data": 2, "tensor": 2}), ("transformer", {"tensor": 4}), ("transformer", "auto"),
-    ("gpt2", {"data": 2, "tensor": 2}), ("gpt2", {"data": 4}), ("gpt2", "auto"),
+    ("mlp", {"data": 2, "tensor": 2}),
+    ("transformer", {"data": 2, "tensor": 2}), ("transformer", "auto"),
+    ("gpt2", {"data": 2, "tensor": 2}), ("gpt2", "auto"),
     ("transformer", ("mesh", (1, 4))),  # a user's named 2-D DeviceMesh fixes the degrees
 ]
+# tensor 4 and data 4 alone (each degree runs on 2 ranks above, and in data x tensor here):
+# the extended suite
+EXTENDED_4 = [("mlp", {"tensor": 4}), ("transformer", {"tensor": 4}), ("gpt2", {"data": 4})]
 
 _LAUNCHED = {world: shared_ranks.register(world, __name__, equivalence_job, (cases,), timeout_s=600)
              for world, cases in ((2, WORLD_2), (4, WORLD_4))}
+_EXTENDED_4 = shared_ranks.register(4, __name__ + ":extended", equivalence_job, (EXTENDED_4,), timeout_s=600,
+                                    extended=True)
 
 
 def _reports(world: int, cases):
@@ -55,12 +60,14 @@ def test_world_2(index):
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("index", range(len(WORLD_4)), ids=[f"{m}-{s}" for m, s in WORLD_4])
-def test_world_4(index):
-    reports = _reports(4, WORLD_4)
+@pytest.mark.parametrize("cases,index", [(WORLD_4, i) for i in range(len(WORLD_4))]
+                         + [pytest.param(EXTENDED_4, i, marks=pytest.mark.extended) for i in range(len(EXTENDED_4))],
+                         ids=[f"{m}-{s}" for m, s in WORLD_4 + EXTENDED_4])
+def test_world_4(cases, index):
+    reports = _LAUNCHED[4]() if cases is WORLD_4 else _EXTENDED_4()
     for rank_reports in reports:
         _check(rank_reports[index])
-    model, strategy = WORLD_4[index]
+    model, strategy = cases[index]
     if isinstance(strategy, tuple):
         assert reports[0][index]["mesh"] == {"data": strategy[1][0], "tensor": strategy[1][1]}
     if isinstance(strategy, dict):

@@ -234,10 +234,9 @@ WORLD_2 = [("clip", {"data": 2}), ("clip_target", {"data": 2}), ("dual_encoder",
            ("mean_plus_sum", {"data": 2, "microbatches": 2}), ("running_norm", {"data": 2}),
            ("whitened", {"data": 2}), ("bag_retrieval", {"data": 2}), ("running_blocks", {"pipeline": 2}),
            ("conv_bn", {"data": 2}), ("counted_plus_penalty", {"data": 2}), ("size_scaled", {"data": 2})]
-WORLD_4 = [("clip", "auto"), ("dual_encoder", "auto"), ("masked_lm", {"data": 2, "tensor": 2}),
-           ("masked_lm", {"pipeline": 2, "data": 2}), ("running_norm", "auto"), ("gcn", "auto"),
-           ("bag_retrieval", "auto")]
-EXTENDED = [("clip_target", "auto"), ("centred", "auto"), ("masked_lm", "auto"), ("clip", {"data": 2, "tensor": 2}),
+WORLD_4 = [("clip", "auto"), ("masked_lm", {"data": 2, "tensor": 2}), ("masked_lm", {"pipeline": 2, "data": 2}),
+           ("gcn", "auto")]
+EXTENDED = [("dual_encoder", "auto"), ("running_norm", "auto"), ("bag_retrieval", "auto"), ("clip_target", "auto"), ("centred", "auto"), ("masked_lm", "auto"), ("clip", {"data": 2, "tensor": 2}),
             ("dual_encoder", {"data": 4, "zero": 1}), ("centred", {"data": 4, "microbatches": 2}),
             ("clip", {"pipeline": 2, "microbatches": 2}), ("running_norm", {"data": 2, "microbatches": 2}),
             ("gcn", {"data": 4})]

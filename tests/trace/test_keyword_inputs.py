@@ -27,10 +27,11 @@ from examples.zoo import OWN_LOSS
 WORLD_4 = [
     ("gpt2_labels", {"data": 2, "tensor": 2}),
     ("gpt2_labels", {"pipeline": 2, "data": 2, "microbatches": 2}),
-    ("bert_mlm", {"data": 2, "tensor": 2}),
 ]
-# the D&SP and 3D families with the model's own loss: the extended suite
+# an encoder's masked-LM loss, and the D&SP and 3D families with the model's own loss: the
+# extended suite
 EXTENDED = [
+    ("bert_mlm", {"data": 2, "tensor": 2}),
     ("t5_labels", {"data": 2, "tensor": 2}),
     ("gpt2_labels", {"data": 4}),   # the data path: in the data x tensor and pipeline x data cases too
     ("gpt2_labels", {"data": 4, "subgrids": 2}),

@@ -25,9 +25,7 @@ F8 = {**F, "layers": 8}
 R = {**F, "recompute": True}
 CASES = {
     2: [("transformer", {"pipeline": 2, "microbatches": 4, "schedule": "1f1b"}, F),
-        ("gpt2", {"pipeline": 2, "microbatches": 8, "schedule": "gpipe"}, F),
-        ("gpt2", {"pipeline": 2, "microbatches": 4, "chunks": 2, "schedule": "interleaved"}, F),
-        ("gpt2", {"pipeline": 2, "microbatches": 4, "schedule": "1f1b"}, R)],
+        ("gpt2", {"pipeline": 2, "microbatches": 4, "chunks": 2, "schedule": "interleaved"}, F)],
     4: [("transformer", {"pipeline": 4, "microbatches": 4, "schedule": "1f1b"}, F),
         ("transformer", {"pipeline": 4, "microbatches": 8, "chunks": 2, "schedule": "interleaved"}, F8),
         ("gpt2", {"pipeline": 4, "microbatches": 4, "chunks": 2, "schedule": "interleaved"}, F8),
@@ -44,6 +42,9 @@ CASES[2] += [("gpt2", {"pipeline": 2, "microbatches": 4, "schedule": "zbv"}, F)]
 # for the data all-reduce only after the later chunk's last W), GPipe on 4 stages and the
 # transformer interleaved on 2 stages, over data 2 here (GPT-2 interleaved on 2 and the
 # transformer on 4 stay in the main suite)
+# and GPipe and recomputation on 2 stages (each on 4 stages in the main suite)
+EXTENDED_2 = [("gpt2", {"pipeline": 2, "microbatches": 8, "schedule": "gpipe"}, F),
+              ("gpt2", {"pipeline": 2, "microbatches": 4, "schedule": "1f1b"}, R)]
 EXTENDED_ZB = [("gpt2", {"pipeline": 2, "data": 2, "microbatches": 4, "schedule": "zbv"}, F),
                ("transformer", {"pipeline": 2, "data": 2, "microbatches": 4, "chunks": 2, "schedule": "interleaved"},
                 F),
@@ -85,6 +86,8 @@ _EXTENDED = shared_ranks.register(8, __name__ + ":extended", equivalence_job, (E
                                   extended=True)
 _EXTENDED_ZB = shared_ranks.register(4, __name__ + ":extended-zb", equivalence_job, (EXTENDED_ZB,), timeout_s=900,
                                      extended=True)
+_EXTENDED_2 = shared_ranks.register(2, __name__ + ":extended-2", equivalence_job, (EXTENDED_2,), timeout_s=900,
+                                    extended=True)
 
 
 def _reports(world):
@@ -117,6 +120,13 @@ def test_extended_cases_match_single_device(index):
                          ids=[_case_id(4, i, EXTENDED_ZB) for i in range(len(EXTENDED_ZB))])
 def test_zero_bubble_cases_match_single_device(index):
     _check(EXTENDED_ZB[index], [reports[index] for reports in _EXTENDED_ZB()])
+
+
+@pytest.mark.multiprocess
+@pytest.mark.extended
+@pytest.mark.parametrize("index", range(len(EXTENDED_2)), ids=[_case_id(2, i, EXTENDED_2) for i in range(len(EXTENDED_2))])
+def test_two_stage_gpipe_and_recomputation_match_single_device(index):
+    _check(EXTENDED_2[index], [reports[index] for reports in _EXTENDED_2()])
 
 
 def _check(case, reports) -> None:
