@@ -155,7 +155,7 @@ def compile(model: nn.Module, mesh=None, example_inputs: Sequence[Any] = (), los
     ``{"x": gx, "y": gy, "z": gz, "data": d}``. ``example_target`` lets the
     planner see the loss (e.g. vocab-parallel cross-entropy); without it the loss is
     captured at the first ``step``. ``overlap``: the 3D layers' overlap optimisations
-    (axonn §IV; True, False or a dict of :class:`autopar.strategies.tensor3d.runtime.Overlap`'s
+    (axonn §IV; True, False or a dict of :class:`autopar.strategies.shared.grid3d.runtime.Overlap`'s
     fields; all on by default). ``recompute``: recompute each repeated block's activations
     (a model without blocks: each split region's) in backward instead of keeping them
     (activation checkpointing, megatron §3.5; also ``"full"``), ``"selective"`` only the

@@ -54,24 +54,9 @@ FAMILY_FREE = ("autopar.runtime", "autopar.engine", "autopar.driver", "autopar.a
 NOT_A_FAMILY = ("family", "registry", "placement", "shared")
 CROSS_FAMILY_DEBT = {
     "context.planner": {"pipeline.planner"},
-    "cube.collectives": {"tensor3d.runtime"},
-    "cube.planner": {"tensor3d.cost", "tensor3d.planner"},
-    "cube.rewrite": {"tensor3d.rewrite", "tensor3d.runtime"},
     "experts.planner": {"data.planner", "megatron.planner", "pipeline.bound", "pipeline.planner"},
-    "mixed.bound": {"tensor3d.cost", "tensor3d.planner"},
-    "mixed.credits": {"tensor3d.cost", "tensor3d.planner"},
-    "mixed.options": {"tensor3d.cost", "tensor3d.planner"},
     "mixed.stages": {"pipeline.cost"},
-    "mixed.structure": {"tensor3d.planner"},
     "pipeline.planner": {"mixed.pins", "mixed.stages", "mixed.structure"},
-}
-
-# Classes of a family package built on another family package's class, still to be cleared
-# (``family.module.Class`` as the check names them; it fails on any other and on an
-# entry here that no longer inherits so)
-CLASS_INHERITANCE_DEBT = {
-    "cube.planner.Cube", "cube.planner.CubeForm", "cube.rewrite._RewriterCube",
-    "mixed.options.RowsOverZ",
 }
 
 # At most 8 positional parameters (self, cls and an autograd Function's ctx not counted):
@@ -296,10 +281,7 @@ def test_no_class_inherits_across_family_packages():
                     found[f"{module.removeprefix('autopar.strategies.')}.{node.name}"] = (
                         f"{path.relative_to(ROOT)}:{node.lineno}: class {node.name}({name}) of {mine} inherits from "
                         f"{target} ({theirs})")
-    new = [why for key, why in found.items() if key not in CLASS_INHERITANCE_DEBT]
-    gone = sorted(CLASS_INHERITANCE_DEBT - set(found))
-    assert new == [], "move the base both families build on to strategies.shared:\n" + "\n".join(new)
-    assert gone == [], f"no longer inherited across packages, remove from CLASS_INHERITANCE_DEBT: {gone}"
+    assert not found, "move the base both families build on to strategies.shared:\n" + "\n".join(found.values())
 
 
 def test_no_function_takes_more_than_8_positional_parameters():

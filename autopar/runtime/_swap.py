@@ -1,5 +1,5 @@
 """One module-level setting swapped in for a block: the shared mechanism of
-``groups.use_groups``, ``rng.use_random_states`` and ``tensor3d.use_runtime``."""
+``groups.use_groups``, ``rng.use_random_states`` and ``grid3d.use_runtime``."""
 from __future__ import annotations
 
 from typing import Any

@@ -13,7 +13,7 @@ one :class:`Placement`) it says:
 
 * ``cut``: how the full tensor is cut for this rank (a Megatron
   :class:`~autopar.strategies.shared.tensor_rewrite.ParamShard`, a 3D
-  :class:`~autopar.strategies.tensor3d.runtime.Grid3DShard`, or None: whole). A cut
+  :class:`~autopar.strategies.shared.grid3d.runtime.Grid3DShard`, or None: whole). A cut
   knows how to take this rank's part of a full tensor (``local``), how to gather the
   full tensor back (``gather``, a collective over the groups it is split over) and the
   groups its norm is summed over (``norm_groups``);

@@ -3,11 +3,11 @@ that touches parameters places them, in turn, on a :class:`LayoutBuilder`.
 
 The base placement (every family's cut, from ``planned_shards``: Megatron's
 :class:`~autopar.strategies.shared.tensor_rewrite.ParamShard`, the 3D and cube
-:class:`~autopar.strategies.tensor3d.runtime.Grid3DShard`) averages every gradient over
+:class:`~autopar.strategies.shared.grid3d.runtime.Grid3DShard`) averages every gradient over
 the data ranks, as DDP does. Then each family of the registry refines it where the plan
 uses it (:meth:`~autopar.strategies.family.Family.place`):
 
-* AxoNN 3D and Bian's cube (:func:`autopar.strategies.tensor3d.layout.place`): weight
+* AxoNN 3D and Bian's cube (:func:`autopar.strategies.shared.grid3d.layout.place`): weight
   shards summed over the data ranks, the rest averaged over the replica group;
 * D&SP (:func:`autopar.strategies.dsp.layout.place`): a branch's parameters live on the
   sub-grid that runs it;

@@ -25,9 +25,9 @@ import torch
 
 import autopar
 import shared_ranks
-from autopar.strategies.tensor3d.cost import Grid3D
+from autopar.grid import Grid3D
 from autopar.strategies.shared.tensor_rewrite import ParamShard
-from autopar.strategies.tensor3d import runtime as T3
+from autopar.strategies.shared.grid3d import runtime as T3
 from autopar.engine.checkpoint_chunks import boxes_of, local_chunks, scatter_back
 from autopar.runtime.shards import local_shard
 

@@ -7,7 +7,7 @@ import pytest
 import shared_ranks
 
 from autopar.grid import GroupSpec, RankGrid, subgrid_dims
-from autopar.strategies.tensor3d.cost import Grid3D
+from autopar.grid import Grid3D
 from autopar.planning.plan import Cost, Plan
 
 

@@ -1,6 +1,6 @@
 """Bian et al.'s load-balanced 3D linear layer on a ``p × p × p`` cube (bian §3.1).
 
-Bian's processor ``(i, j, l)`` maps onto autopar's grid (:mod:`autopar.strategies.tensor3d.cost`)
+Bian's processor ``(i, j, l)`` maps onto autopar's grid (:mod:`autopar.strategies.shared.grid3d.cost`)
 as ``i → z``, ``j → x``, ``l → y`` for a plain layer (in axis y, out axis x), and with x
 and y exchanged for a transposed one, so one rank program serves both 3D forms and the
 cube is the grid ``Gx = Gy = Gz = p`` (times any data degree). With ``A = [M × N]`` the
@@ -34,7 +34,7 @@ over the in axis onto the holder. (Algorithm 8 as printed reduce-scatters over x
 when ``j = l``; the rows of ``C`` are also split over the in axis, whose partial sums the
 reduce adds: without it the gradient would miss ``p − 1`` of every ``p`` row blocks.)
 
-The AxoNN overlaps (:class:`~autopar.strategies.tensor3d.runtime.Overlap`) apply unchanged: the
+The AxoNN overlaps (:class:`~autopar.strategies.shared.grid3d.runtime.Overlap`) apply unchanged: the
 weight all-gather prefetched and cached, the z reduce-scatter of ``Ḃ`` deferred, and the
 input-gradient reduce-scatter (the cube's counterpart of §IV-A's all-reduce) issued
 asynchronously under the weight-gradient matmul.
@@ -49,7 +49,7 @@ import torch.distributed as dist
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
 from autopar.runtime.groups import get_group, rank_in, size_of
-from autopar.strategies.tensor3d.runtime import current_runtime, diagonal_block
+from autopar.strategies.shared.grid3d.runtime import current_runtime, diagonal_block
 
 
 # ---------------------------------------------------------------------------- row collectives

@@ -1,9 +1,9 @@
 """Planning Bian's load-balanced 3D form (bian §3) on every ``p × p × p × data`` of the world.
 
-The cube is priced as AxoNN's grid is (:mod:`autopar.strategies.tensor3d.planner`:
+The cube is priced as AxoNN's grid is (:mod:`autopar.strategies.shared.grid3d.pricing`:
 :func:`price_grid`, the same search over identical regions, the same data-parallel
 gradients), with the :class:`CubeForm` of a layer: its collectives by
-``tensor3d.cost.cube_layer_comm`` (bian Algorithms 1-8: all-gather A's rows over the
+``cube.cost.cube_layer_comm`` (bian Algorithms 1-8: all-gather A's rows over the
 out axis and W over z, reduce-scatter the output's rows over the in axis; backward the
 conjugates; biases on the diagonal ranks), its boundary by ``cube_boundary_comm``
 (all-gathers over y, then x), the ops between the layers split over y as well (their
@@ -19,10 +19,13 @@ from autopar.ir import tensor_spec
 from autopar.passes.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts
 from autopar.planning.strategy import PlanError, Strategy
+from autopar.strategies.cube.cost import cube_boundary_comm, cube_layer_comm
 from autopar.strategies.cube.rewrite import check_rows, cube3d_pass, planned_cube_shards
 from autopar.strategies.family import PlanContext, Priced, rejected
-from autopar.strategies.tensor3d.cost import cube_boundary_comm, cube_layer_comm, grids_of
-from autopar.strategies.tensor3d.planner import Form3D, Tensor3D, check_forced_grid, region_linears
+from autopar.strategies.shared.grid3d.cost import grids_of
+from autopar.strategies.shared.grid3d.family import Grid3DFamily
+from autopar.strategies.shared.grid3d.pricing import Form3D, check_forced_grid
+from autopar.strategies.shared.grid3d.rewrite import region_linears
 
 
 class CubeForm(Form3D):
@@ -65,8 +68,9 @@ class CubeForm(Form3D):
 CUBE = CubeForm()
 
 
-class Cube(Tensor3D):
-    """Bian's cube family: the grids of :class:`Tensor3D` with ``Gx = Gy = Gz = p >= 2``."""
+class Cube(Grid3DFamily):
+    """Bian's cube family: the grids of AxoNN's
+    (:class:`~autopar.strategies.tensor3d.planner.Tensor3D`) with ``Gx = Gy = Gz = p >= 2``."""
 
     name = "cube"
     form3d = CUBE

@@ -4,7 +4,7 @@
 It runs where the plan chose ``cube3d`` for a linear chain or attention region, on the
 grid ``Gx = Gy = Gz = p`` (times any data degree), in two walks over the graph:
 
-1. **Columns** (the :mod:`~autopar.strategies.tensor3d.rewrite` rewriter over the ``x`` group, with
+1. **Columns** (the :mod:`~autopar.strategies.shared.grid3d.rewrite` rewriter over the ``x`` group, with
    cube layers): each linear becomes :func:`~autopar.strategies.cube.collectives.linear_cube` with
    the orientation the data flow gives (plain: in y, out x; transposed: in x, out y);
    its bias becomes :func:`~autopar.strategies.cube.collectives.cube_vector` of the rank's diagonal
@@ -36,10 +36,10 @@ from autopar.ir import PARAM_SHARDS, RANDOM_SITE, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
 from autopar.strategies.shared.sharding import Shard, normalize_dim
-from autopar.strategies.tensor3d.rewrite import _Rewriter3D
+from autopar.strategies.shared.grid3d.rewrite import Grid3DRewriter
 from autopar.runtime import collectives
 from autopar.strategies.cube.collectives import cube_vector, linear_cube
-from autopar.strategies.tensor3d.runtime import Grid3DShard
+from autopar.strategies.shared.grid3d.runtime import Grid3DShard
 
 
 def check_cube(grid: Grid3D) -> None:
@@ -86,7 +86,7 @@ def planned_cube_shards(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D)
     return dict(_RewriterCube(gm, set(regions), grid, 0).shards)
 
 
-class _RewriterCube(_Rewriter3D):
+class _RewriterCube(Grid3DRewriter):
     """The 3D rewriter with Bian's layers, diagonal biases and the cube's boundary."""
 
     def __init__(self, gm: fx.GraphModule, chosen: set[str], grid: Grid3D, x_rank: int):

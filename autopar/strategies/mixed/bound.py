@@ -8,9 +8,9 @@ add time. So the step is at least, per region, its cheapest option with every cr
 could take subtracted, plus the outside nodes' compute where no credit can save it:
 
 * a credit between two 3D regions saves the second's entry re-layout and at most the
-  first's exit all-gather, over y (:func:`~autopar.strategies.tensor3d.cost.boundary_comm`,
+  first's exit all-gather, over y (:func:`~autopar.strategies.shared.grid3d.cost.boundary_comm`,
   one all-gather each way) and with ``Gz > 1`` over z
-  (:func:`~autopar.strategies.tensor3d.cost.rows_boundary_comm`); assigning each half to
+  (:func:`~autopar.strategies.shared.grid3d.cost.rows_boundary_comm`); assigning each half to
   its region, no region is credited more than its own boundary on both axes plus one
   empty all-gather's latency per side (``boundary_comm(0, 0)``);
 * with ``Gz > 1`` a credit also saves work of the outside nodes between two 3D regions,
@@ -28,8 +28,9 @@ from autopar.planning.model import ModelFacts
 from autopar.strategies.mixed.options import RegionOptions, seconds_of
 from autopar.strategies.mixed.structure import region_structure
 from autopar.strategies.mixed.tables import unregioned
-from autopar.strategies.tensor3d.cost import boundary_comm, rows_boundary_comm
-from autopar.strategies.tensor3d.planner import SPLIT_KINDS, region_linears
+from autopar.strategies.shared.grid3d.cost import boundary_comm, rows_boundary_comm
+from autopar.strategies.shared.grid3d.pricing import SPLIT_KINDS
+from autopar.strategies.shared.grid3d.rewrite import region_linears
 
 
 def lower_bound(options: RegionOptions) -> float | None:

@@ -15,8 +15,8 @@ from autopar.ir import tensor_spec
 from autopar.passes.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts
 from autopar.strategies.mixed.structure import node_names, node_order, region_structure
-from autopar.strategies.tensor3d.cost import boundary_comm, rows_boundary_comm
-from autopar.strategies.tensor3d.planner import region_linears
+from autopar.strategies.shared.grid3d.cost import boundary_comm, rows_boundary_comm
+from autopar.strategies.shared.grid3d.rewrite import region_linears
 
 
 class BoundaryCredits:

@@ -25,14 +25,15 @@ from autopar.strategies.shared.branch_cost import dsp_tensor_cost
 from autopar.strategies.shared.branches import branches_of, unsplittable
 from autopar.strategies.shared.mesh import rule_gaps, split_cost
 from autopar.strategies.mixed.structure import inner_regions, region_structure, representatives
-from autopar.strategies.tensor3d.cost import rows_boundary_comm
-from autopar.strategies.tensor3d.planner import SPLIT_KINDS, Form3D, GridPricer, Layout3D, region_linears
+from autopar.strategies.shared.grid3d.cost import rows_boundary_comm
+from autopar.strategies.shared.grid3d.pricing import SPLIT_KINDS, Form3D, GridPricer, Layout3D
+from autopar.strategies.shared.grid3d.rewrite import region_linears
 
 
 class RowsOverZ(Form3D):
     """AxoNN's layer in a mixed plan: on a grid with ``Gz > 1`` a 3D region cuts its rows
     to z blocks where the flow enters and all-gathers them over z where it leaves
-    (``tensor3d.cost.rows_boundary_comm``), besides the y re-layouts."""
+    (``grid3d.cost.rows_boundary_comm``), besides the y re-layouts."""
 
     def boundary(self, enters: float, leaves: float, grid: Grid3D, hw) -> tuple[dict[str, float], str]:
         by_axis, text = super().boundary(enters, leaves, grid, hw)

@@ -9,7 +9,7 @@ from autopar.grid import Grid3D
 from autopar.planning.model import ModelFacts
 from autopar.planning.strategy import divisors
 from autopar.strategies.shared.branches import branching_regions, subgraph_regions
-from autopar.strategies.tensor3d.planner import SPLIT_KINDS
+from autopar.strategies.shared.grid3d.pricing import SPLIT_KINDS
 
 
 def node_order(model: ModelFacts) -> dict[str, int]:

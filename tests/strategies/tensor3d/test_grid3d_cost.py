@@ -3,7 +3,9 @@ import dataclasses
 
 import pytest
 
-from autopar.strategies.tensor3d.cost import Grid3D, cube_layer_comm, cube_volumes, group_bandwidth, layer_comm, layer_volumes
+from autopar.grid import Grid3D
+from autopar.strategies.cube.cost import cube_layer_comm, cube_volumes
+from autopar.strategies.shared.grid3d.cost import group_bandwidth, layer_comm, layer_volumes
 from autopar.cost.hardware import get_hardware
 
 # a cluster of 4 devices per node; no latency, as the paper's assumption 3 has it

@@ -96,7 +96,7 @@ def test_each_overlap_switched_off_alone_and_the_other_4d_grids_match_single_dev
 
 
 def _check(case, reports) -> None:
-    from autopar.strategies.tensor3d.runtime import Overlap
+    from autopar.strategies.shared.grid3d.runtime import Overlap
     for rank, report in enumerate(reports):
         assert report["case"] == case
         grid = case[1]

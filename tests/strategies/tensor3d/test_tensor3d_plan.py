@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 import autopar
 from autopar.cli import main
-from autopar.strategies.tensor3d.cost import Grid3D, grids_of
+from autopar.grid import Grid3D
+from autopar.strategies.shared.grid3d.cost import grids_of
 from examples.factories import gpt2, mlp, transformer
 
 

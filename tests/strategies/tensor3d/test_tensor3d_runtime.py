@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import shared_ranks
-from autopar.strategies.tensor3d.cost import Grid3D
+from autopar.grid import Grid3D
 
 GRIDS = [(2, 2, 2), (1, 2, 4), (4, 2, 1)]
 
@@ -24,7 +24,8 @@ def _input_block(x, grid, c, in_axis):
 
 def _two_layers(grids):
     from autopar.runtime import groups as G
-    from autopar.strategies.tensor3d import runtime as T3
+    from autopar.strategies.shared.grid3d import runtime as T3
+    from autopar.strategies.tensor3d.runtime import linear_3d
     torch.manual_seed(0)
     m, k, h, n = 8, 8, 16, 8
     x = torch.randn(m, k, dtype=torch.float64, requires_grad=True)
@@ -46,9 +47,9 @@ def _two_layers(grids):
             with G.use_groups(groups), T3.use_runtime(runtime):
                 parts = [T3.local_part(p, s, grid, c).requires_grad_() for p, s in zip((w1, b1, w2, b2), specs)]
                 xi = _input_block(x.detach(), grid, c, "y").requires_grad_()
-                hidden = T3.linear_3d(xi, parts[0], parts[1], T3.block_shape(w1.shape, specs[0], grid), "y", "x",
+                hidden = linear_3d(xi, parts[0], parts[1], T3.block_shape(w1.shape, specs[0], grid), "y", "x",
                                       prefetch=parts[2])
-                out = T3.linear_3d(F.gelu(hidden), parts[2], parts[3], T3.block_shape(w2.shape, specs[2], grid),
+                out = linear_3d(F.gelu(hidden), parts[2], parts[3], T3.block_shape(w2.shape, specs[2], grid),
                                    "x", "y")
                 # the output block: rows over z, columns over the second layer's out axis (y)
                 expected = r.chunk(grid.z, 0)[c["z"]].chunk(grid.y, 1)[c["y"]]
@@ -84,7 +85,7 @@ def test_algorithm_1_two_layers_on_8_ranks():
 
 
 def test_shapes_a_grid_does_not_divide_are_named():
-    from autopar.strategies.tensor3d import runtime as T3
+    from autopar.strategies.shared.grid3d import runtime as T3
     grid = Grid3D(3, 2, 2)
     with pytest.raises(ValueError, match=r"16 output features \(1 block\(s\)\) do not divide by Gx = 3"):
         T3.local_part(torch.zeros(16, 8), T3.Grid3DShard(0, False), grid, grid.coordinates(0))
@@ -93,7 +94,7 @@ def test_shapes_a_grid_does_not_divide_are_named():
 
 
 def test_overlap_options_parse_and_name_unknown_ones():
-    from autopar.strategies.tensor3d.runtime import Overlap
+    from autopar.strategies.shared.grid3d.runtime import Overlap
     assert Overlap.parse(None) == Overlap()
     assert Overlap.parse(False) == Overlap(False, False, False, False)
     assert Overlap.parse({"all_gather": False}) == Overlap(all_gather=False)
