@@ -31,6 +31,7 @@ import torch.nn as nn
 from autopar.trace.capture import ModelLossError, capture
 from autopar.passes.analysis.batch_rows.scalars import scalar_constants
 from autopar.ir import LOSS_TERMS
+from autopar.planning.declared import region_label
 from autopar.planning.drawing import regions_dot
 from autopar.trace.inputs import CallLayout, example_signature
 from autopar.passes.fusion import resolve_fusion
@@ -93,8 +94,7 @@ def _attach_artifacts(plan_: Plan, gm: fx.GraphModule, model, example_inputs, lo
             rank_gm = rank_graph(model, plan_, rank, example_inputs, loss_fn, example_target,
                                  example_kwargs=example_kwargs)
             graphs[rank] = rank_graph_code(rank_gm, plan_, rank)
-        strategies = {r.region: r.strategy + (f" (tensor {plan_.degree('tensor')})" if r.strategy == "megatron" else "")
-                      for r in plan_.regions}
+        strategies = {r.region: region_label(plan_, r) for r in plan_.regions}
         return graphs, regions_dot(gm, strategies, title=f"{plan_.model}: regions and strategies")
 
     plan_.artifact_source = build

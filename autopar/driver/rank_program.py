@@ -34,14 +34,15 @@ def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None 
     the blocks (or the split regions of a model without blocks) under ``recompute``, only
     the attention cores under ``recompute="selective"``, the data-parallel pass), then fusion. A training graph
     (captured with its loss) keeps its loss local: the runner reduces the reported value
-    over the data ranks while backward runs. In D&SP-cSub the ranks off sub-grid 0 get a
-    program of their branches only. ``zero_params``: under ZeRO, the parameters the
+    over the data ranks while backward runs. A rank whose program is a part that takes no
+    inputs (:meth:`Plan.partial_rank`: D&SP-cSub's ranks off sub-grid 0) gets that part.
+    ``zero_params``: under ZeRO, the parameters the
     rank's layout shards (read through all-gathers, :mod:`autopar.strategies.data.zero`).
     ``stage``: the graph is that cut of the whole graph (a pipeline stage's program:
     every family splits only the stage's regions; its blocks recompute, megatron §3.5)."""
     if local_batch is None and stage is None:
         local_batch = plan_.global_batch // plan_.batch_parts()
-    branch_only = stage is None and plan_.csub and plan_.subgrid_coordinates(rank)[0] != 0
+    branch_only = stage is None and plan_.partial_rank(rank)
     build = RankBuild(rank, local_batch, gm.meta[CAPTURE].with_loss, branch_only,
                       stage=None if stage is None else stage.index, zero_params=zero_params)
     steps = [p for family in FAMILIES for p in family.rank_passes(plan_, build)]

@@ -25,7 +25,7 @@ import torch.nn as nn
 from autopar._torch_compat import copy_export_specs
 from autopar.trace.capture import capture
 from autopar.trace.inputs import CallLayout, check_call_inputs, new_shapes_explained, signature
-from autopar.ir import CAPTURE, LOSS_REDUCTION, PARAM_SHARDS, ROOT_OUTPUT, TensorSpec
+from autopar.ir import CAPTURE, LOSS_REDUCTION, PARAM_SHARDS
 from autopar.runtime.layout import Bucket, ParamLayout
 from autopar.engine.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
 from autopar.runtime.groups import get_group, size_of, use_groups
@@ -263,20 +263,22 @@ class _Swaps:
 
 
 class ProgramRunner:
-    """One program per input signature on every rank (data, Megatron, D&SP, 3D, cube).
+    """One program per input signature on every rank (every plan without a runner of its
+    family's, :meth:`RankRuntime.runner`).
 
     ``step`` weights a summed loss by the data degree (the average of d·∇L_r is ∑∇L_r)
-    and reduces the reported loss in the last gradient bucket. D&SP-cSub: ranks off
-    sub-grid 0 run only their branches (forward and backward of their program), and
-    sub-grid 0 shares the outputs and the loss over the segment group.
+    and reduces the reported loss in the last gradient bucket. A rank whose program is a
+    part that takes no inputs (a runtime's ``partial``: D&SP-cSub's ranks off sub-grid 0)
+    runs it forward and backward alone; every rank's outputs and loss are what the
+    runtimes say (:meth:`RankRuntime.outputs`, :meth:`RankRuntime.loss`: cSub's sub-grid 0
+    shares them over the segment group).
     """
 
     def __init__(self, state: RankState):
         self.state = state
         plan = state.plan
         self.parts, self.chunk = plan.batch_parts(), plan.batch_chunk(state.rank)
-        self.csub = plan.csub
-        self.branch_only = plan.csub and plan.subgrid_coordinates(state.rank)[0] != 0
+        self.partial = any(r.partial for r in state.runtimes)
         self.programs: dict[tuple, fx.GraphModule] = {}
         # programs not run yet, built at shapes other than the example's: (examples, inputs)
         self.unproven: dict[int, tuple] = {}
@@ -327,8 +329,7 @@ class ProgramRunner:
         # every split the program makes is the plan's; a plan's split the program lacks
         # may only be a D&SP branch's that another sub-grid runs (not in this program)
         made = gm.meta.get(PARAM_SHARDS, {})
-        elsewhere = {name for d in state.plan.dsp_regions().values() for names in d["branch_params"]
-                     for name in names} if state.plan.tensor_subgrids else set()
+        elsewhere = set().union(*(r.absent_shards() for r in state.runtimes))
         if any(state.shards.get(name) != shard for name, shard in made.items()) or \
                 set(state.shards) - set(made) - elsewhere:
             raise RuntimeError("the rank program splits other parameters than the plan did; this is a bug")
@@ -338,7 +339,7 @@ class ProgramRunner:
 
     def _count(self, program, pieces) -> torch.Tensor | PendingCount | None:
         bucket = self.state.layout.loss_bucket
-        if self.branch_only or bucket is None or TARGET_COUNT not in program.meta:
+        if self.partial or bucket is None or TARGET_COUNT not in program.meta:
             return None
         return self.state.target_count(program, pieces, bucket.count_group or bucket.group)
 
@@ -356,13 +357,14 @@ class ProgramRunner:
         count = self._count(program, [local_inputs])
         state.begin()
         with state.running(), use_target_count(count), self.rows(local_inputs):
-            if self.branch_only:
+            if self.partial:
                 program.forward()
-                out = self._from_subgrid_0(None)
+                out = None
             else:
                 with self.first_run(program):
                     out = program.forward(*local_inputs)  # no hooks: skip nn.Module.__call__
-                out = self._from_subgrid_0(out) if self.csub else out
+            for runtime in state.runtimes:
+                out = runtime.outputs(state, out)
         state.finish()
         return out
 
@@ -405,12 +407,12 @@ class ProgramRunner:
         count = self._count(program, flat)
         state.begin()
         with state.running(), use_target_count(count):
-            if self.branch_only:  # cSub off sub-grid 0: the branches' forward and backward only
+            if self.partial:  # a part that takes no inputs: its forward and backward only
                 with self.rows(local_inputs):
                     result = program.forward()
                 result.backward(torch.zeros_like(result))
                 state.finish_buckets()
-                return self._loss_from_subgrid_0(program, None)
+                return self._loss(program, None)
             carrier = state.loss_bucket()
             total = None
             piece = (batch_of(local_inputs) or 0) // m
@@ -432,30 +434,12 @@ class ProgramRunner:
             if data > 1:
                 averaged = carrier.finish().to(loss.dtype).reshape(loss.shape)
                 loss = averaged * data if summed else averaged
-            return self._loss_from_subgrid_0(program, loss) if self.csub else loss
+            return self._loss(program, loss)
 
-    def _from_subgrid_0(self, value):
-        """D&SP-cSub: sub-grid 0's ``value`` on every rank of its segment (outputs of any
-        structure; a forward-only path, so the pickling of ``broadcast_object_list`` is fine)."""
-        segment = get_group("segment")
-        if segment is None:
-            return value
-        box = [value]
-        dist.broadcast_object_list(box, group=segment, group_src=0)
-        return devices.to_rank_device(box[0], self.state.device)   # unpickled on the sender's device
-
-    def _loss_from_subgrid_0(self, program: fx.GraphModule, loss: torch.Tensor | None) -> torch.Tensor:
-        """D&SP-cSub: the whole batch's loss, computed on sub-grid 0, sent over the segment."""
-        segment = get_group("segment")
-        if segment is None:
-            return loss
-        if loss is None:
-            spec = program.meta[ROOT_OUTPUT]
-            if not isinstance(spec, TensorSpec):
-                raise RuntimeError(f"D&SP-cSub: the loss function returns {spec!r}, not one tensor; step() "
-                                   f"needs a tensor loss to send to the other sub-grids")
-            loss = torch.empty(spec.shape, dtype=spec.dtype, device=devices.current())
-        dist.broadcast(loss, group=segment, group_src=0)
+    def _loss(self, program: fx.GraphModule, loss: torch.Tensor | None) -> torch.Tensor:
+        """The step's loss on this rank, as the runtimes give it (:meth:`RankRuntime.loss`)."""
+        for runtime in self.state.runtimes:
+            loss = runtime.loss(self.state, program, loss)
         return loss
 
     def code(self) -> str:

@@ -57,7 +57,8 @@ class Language:
     ``region_strategies`` (what ``RegionChoice.strategy`` says of the regions it splits),
     ``colours`` ((strategy prefix, colour) pairs of the report), ``draws_follow``
     (whether random draws can follow its regions' split: False where it moves rows or
-    parts elsewhere), ``branches`` (whether its regions run branches on other rows).
+    parts elsewhere), ``runs_as`` (how a sentence says a region runs under it:
+    "replicated"), ``branches`` (whether its regions run branches on other rows).
 
     Strategy keys: ``keys`` (what it owns), ``key_text`` (how the error that lists a
     plain strategy's keys names them; "" for a family its own key sets up), ``trigger``
@@ -77,6 +78,7 @@ class Language:
     region_strategies: tuple[str, ...] = ()
     colours: tuple[tuple[str, str], ...] = ()
     draws_follow: bool = True
+    runs_as: str = ""
     branches: bool = False
     key_text: str = ""
     trigger: frozenset = frozenset()
@@ -250,6 +252,13 @@ def region_owner(strategy: str) -> Language | None:
     return next((d for d in DECLARED.values() if strategy in d.region_strategies), None)
 
 
+def region_label(plan, choice) -> str:
+    """A region's strategy as the drawing of the regions labels it: its family's label
+    (``Language.region_label``: Megatron's with the tensor degree), else the strategy."""
+    owner = region_owner(choice.strategy)
+    return (owner.region_label(plan, choice) if owner is not None else None) or choice.strategy
+
+
 def by_word(word: str) -> Language | None:
     """The family a word names: its name or one of its aliases (any case), or None."""
     word = word.lower()
@@ -257,4 +266,4 @@ def by_word(word: str) -> Language | None:
 
 
 __all__ = ["DECLARED", "Declared", "Language", "PinForm", "RESERVED", "by_word", "declarations", "declare", "first",
-           "region_owner", "registered"]
+           "region_label", "region_owner", "registered"]

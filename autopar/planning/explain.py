@@ -2,16 +2,28 @@
 :meth:`Plan.why_not` and the pipeline's part of the table.
 
 Plain functions of a :class:`autopar.planning.plan.Plan` (they read its fields and
-nothing else), kept apart from the data structure so that each stays short. The texts
-are golden (``tests/planning/test_plan.py``, ``tests/planning/test_planner_search.py``): change them on
-purpose only.
+nothing else), kept apart from the data structure so that each stays short. What is a
+family's own comes from its declaration (:mod:`autopar.planning.declared`): the rank
+layout beside the mesh and the notes after it, the notes on the levers it runs, its
+lines and sections (placed by :data:`PLACES`), how the configurations weighed show its
+configurations and which are its (``why_not``). The texts are golden
+(``tests/planning/test_plan.py``, ``tests/planning/test_planner_search.py``): change
+them on purpose only.
 """
 from __future__ import annotations
 
 import re
+from autopar.grid import MeshAxis
 from autopar.passes.analysis.batch_rows import Coupling, remedy_text
 from autopar.planning.region_table import region_table, runs
-from autopar.planning.declared import DECLARED, registered
+from autopar.planning.declared import DECLARED, by_word, declarations, first, registered
+
+PLACES = {"boundaries": 10, "branches": 20, "layers": 30, "pipeline": 40, "experts": 50, "kept whole": 60,
+          "padded": 70, "batch rows": 80, "weighed": 90}
+"""The sections after the region table, in this order: a family's (``Language.sections``:
+a mixed plan's boundaries, D&SP's branches, the 3D or cube layers, the pipeline, the
+experts, padded vocabularies) and the generic ones (the regions kept whole, where rows
+of the batch meet, the configurations weighed)."""
 
 
 def explain(plan: "Plan") -> str:
@@ -22,32 +34,8 @@ def explain(plan: "Plan") -> str:
         + (f" ({plan.hardware_source})" if plan.hardware_source.startswith(("default", "this machine")) else "")
         + ", "
         f"global batch {plan.global_batch}{' (forced)' if plan.forced else ''}",
-        f"mesh: {mesh}   " + (f"({'Bian cube' if plan.form == 'cube' else '3D grid'} Gx={plan.degree('x')} "
-                                f"Gy={plan.degree('y')} Gz={plan.degree('z')} "
-                                f"Gdata={plan.degree('data')}; rank = ((data*Gz + z)*Gy + y)*Gx + x)"
-                                if plan.grid is not None else
-                                f"(rank = ({'(pipeline*%d + data)' % plan.degree('data') if plan.pipeline else 'data'}"
-                                f"*{plan.degree('context')} + context)*{plan.degree('tensor')} + tensor; tensor "
-                                f"ranks adjacent, then context)" if plan.degree("context") > 1 else
-                                f"(rank = (pipeline*{plan.degree('data')} + data)*{plan.degree('tensor')} + "
-                                f"tensor; tensor ranks adjacent, pipeline outermost)" if plan.pipeline else
-                                f"(rank = data*{plan.degree('tensor')} + tensor; tensor ranks adjacent)")
-        + ("; replicated: the tensor group splits nothing, each of its ranks computes its data rank's whole "
-           "batch" + ("; no configuration that splits the work is feasible (meshes weighed, below)"
-                      if not any(c.feasible for c in plan.candidates if c.form != "replicate") else "")
-           if plan.form == "replicate" else "")
-        + ("; mixed: each region its own family over the tensor group"
-           + ((f", 3D regions on it as Gx={plan.tensor_grid['x']} x Gy={plan.tensor_grid['y']} "
-               f"(tensor = y*Gx + x)" if plan.tensor_grid.get("z", 1) == 1 else
-               f", 3D regions on it as Gx={plan.tensor_grid['x']} x Gy={plan.tensor_grid['y']} x "
-               f"Gz={plan.tensor_grid['z']}, their rows split over z (tensor = (z*Gy + y)*Gx + x)")
-              if plan.tensor_grid else "")
-           + (f", D&SP over {plan.tensor_subgrids} sub-grids of it, their branches Megatron-split inside one "
-              f"(tensor = sub-grid*{plan.degree('tensor') // plan.tensor_subgrids} + place)"
-              if plan.tensor_subgrids else "") if plan.mixed else "")
-        + (f"; {'D&SP-cSub' if plan.csub else 'D&SP'}: {plan.subgrids} sub-grids of "
-           f"{plan.world_size // plan.subgrids} rank(s), {'topology-aware' if plan.topology_aware else 'naive'} "
-           f"order" + (", common layers on sub-grid 0" if plan.csub else "") if plan.subgrids > 1 else ""),
+        f"mesh: {mesh}   " + (first(d.rank_layout(plan) for d in declarations()) or _rank_layout(plan))
+        + "".join(d.mesh_note(plan) for d in declarations()),
         f"predicted step {_ms(plan.step_s)}: compute {_ms(plan.total.compute_s)}, "
         + ", ".join(f"{k} comm {_ms(v)}" for k, v in sorted(plan.total.comm_s.items()))
         + (f", runtime per step {_ms(plan.step_overhead_s)}" if plan.step_overhead_s else "")
@@ -59,8 +47,7 @@ def explain(plan: "Plan") -> str:
            f"recomputation (the rest gathered again, axonn §IV-D)" if plan.recompute and plan.gather_cache is not None
            else "")
         + ("; attention cores recomputed in backward (selective)" if plan.selective_recompute else "")
-        + ("; sequence parallel: between the Megatron regions (norms, residual adds, dropout) each tensor rank "
-           "holds 1/t of the tokens" if plan.sequence_parallel else "")
+        + (first(d.lever_note(plan, "sequence_parallel") for d in declarations()) or "")
         + (f"; gradients accumulated over {plan.microbatches} microbatches of "
            f"{plan.global_batch // plan.batch_parts() // plan.microbatches} rows" if plan.microbatches > 1 else "")
         + (f"; ZeRO-{plan.zero} over the {'data x context' if plan.degree('context') > 1 else 'data'} ranks ("
@@ -76,19 +63,49 @@ def explain(plan: "Plan") -> str:
         + ("; pointwise chains fused into generated kernels" if plan.fusion else ""),
         *([f"model: {plan.flops_per_step:.4g} FLOP per step -> {plan.flops_per_device():.4g} FLOP/s per device "
            f"predicted"] if plan.flops_per_step else []),
-        *_single_family(plan),
+        *[line for d in declarations() for line in d.header_lines(plan)],
         *_declared(plan),
         "",
     ]
     lines += region_table(plan)
-    lines += _boundaries(plan)
-    lines += _layouts(plan)
-    lines += _experts(plan)
-    lines += _kept_whole(plan)
-    lines += _padded(plan)
-    lines += _batch_rows(plan)
-    lines += _weighed(plan)
+    sections = [(PLACES["kept whole"], _kept_whole(plan)), (PLACES["batch rows"], _batch_rows(plan)),
+                (PLACES["weighed"], _weighed(plan))] + [s for d in DECLARED.values() for s in d.sections(plan)]
+    for _, part in sorted(sections, key=lambda s: s[0]):
+        lines += part
     return "\n".join(lines)
+
+
+def _rank_layout(plan: "Plan") -> str:
+    """How the ranks lie on the mesh where no family lays them out: ``rank`` over the
+    pipeline, data, context and tensor axes it has, outermost first (Horner's form), and
+    what a family adds after "tensor ranks adjacent" (the first that says)."""
+    axes = ([MeshAxis.PIPELINE] if plan.pipeline else []) + [MeshAxis.DATA] \
+        + ([MeshAxis.CONTEXT] if plan.degree(MeshAxis.CONTEXT) > 1 else []) + [MeshAxis.TENSOR]
+    rank = axes[0]
+    for axis in axes[1:]:
+        rank = f"{f'({rank})' if ' + ' in rank else rank}*{plan.degree(axis)} + {axis}"
+    return f"(rank = {rank}; tensor ranks adjacent{first(d.rank_note(plan) for d in declarations()) or ''})"
+
+
+def grid_layout(plan: "Plan", title: str) -> str:
+    """The rank layout of AxoNN's ``Gx × Gy × Gz × Gdata`` grid (a 3D or cube plan), named ``title``."""
+    return (f"({title} Gx={plan.degree('x')} Gy={plan.degree('y')} Gz={plan.degree('z')} "
+            f"Gdata={plan.degree('data')}; rank = ((data*Gz + z)*Gy + y)*Gx + x)")
+
+
+def layer_lines(rows) -> list[str]:
+    """The split linears of 3D or cube regions, each region's with its boundary."""
+    lines = []
+    for r in rows:
+        lines.append(f"  {r.region}: " + "; ".join(f"{layer['linear']} {layer['orientation']}"
+                                                  for layer in r.details.get("layers", [])))
+        lines.append(f"    boundary: {r.details.get('boundary', '-')}")
+    return lines
+
+
+def mesh_text(mesh: dict) -> str:
+    """A mesh as the configurations weighed show it: ``data=2 x tensor=2``."""
+    return " x ".join(f"{k}={v}" for k, v in mesh.items())
 
 
 def _declared(plan: "Plan") -> list[str]:
@@ -121,122 +138,9 @@ def _batch_rows(plan: "Plan") -> list[str]:
     return lines
 
 
-def _experts(plan: "Plan") -> list[str]:
-    """Expert parallelism's part (docs/experts.md): the expert groups, and per MoE region
-    its placement, the rows per rank the planner assumed (uniform routing) and the last
-    measured ones (``ParallelModule.expert_load``), its all-to-all volume and seconds."""
-    rows = [r for r in plan.regions if r.kind == "experts"]
-    if plan.experts <= 1 or not rows:
-        return []
-    e, d = plan.experts, plan.degree("data")
-    groups = [list(range(g * e, (g + 1) * e)) for g in range(d // e)]
-    lines = ["", f"expert parallelism: expert groups of {e} consecutive data ranks (data indices {groups}); each "
-                 f"MoE layer's experts spread over a group, tokens dispatched and combined by all-to-all (dropless), "
-                 f"expert gradients reduced over the {d // e} rank(s) holding the same experts"
-                 + ("; experts Megatron-split over the tensor group inside" if plan.degree("tensor") > 1 else "")]
-    for r in rows:
-        x = r.details
-        if r.strategy != "experts":
-            lines.append(f"  {r.region}: {x['experts']} experts, top-{x['top_k']}: not expert-parallel ({r.reason})")
-            continue
-        placement = ", ".join(f"place {i}: experts {a}..{b - 1}" for i, (a, b) in enumerate(x["placement"]))
-        measured = x.get("measured_tokens_per_rank")
-        lines.append(f"  {r.region}: {x['experts']} experts, top-{x['top_k']}, {x['experts_per_rank']} per rank "
-                     f"({placement}); rows per rank and step predicted {x['tokens_per_rank']:.0f} (uniform routing)"
-                     + (f", measured {measured} (last step, the expert group's ranks)" if measured else "")
-                     + f"; all-to-all of {_bytes(x['all_to_all_bytes'])} per rank, 4 per step: "
-                     f"{_ms(x['all_to_all_s'])}")
-    return lines
-
-
 def _bytes(nbytes: float) -> str:
     """Bytes in KiB below 1 MiB, else MiB."""
     return f"{nbytes / 2**10:.1f} KiB" if nbytes < 2**20 else _mb(nbytes)
-
-
-def _padded(plan: "Plan") -> list[str]:
-    """The split vocabularies the tensor degree does not divide, and their padding."""
-    padded = [r for r in plan.regions if r.details.get("padded_vocab")]
-    if not padded:
-        return []
-    lines = ["", "padded vocabularies (as Megatron-LM's --make-vocab-size-divisible-by: the last ranks' rows past "
-             "the vocabulary are zero padding, their logits left out of the softmax and the loss):"]
-    for r in padded:
-        d = r.details
-        lines.append(f"  {r.region}: vocab {d['vocab']} padded to {d['padded_vocab']} ({d['rows_per_rank']} rows "
-                     f"per rank)")
-    return lines
-
-
-def _single_family(plan: "Plan") -> list[str]:
-    """Beside a mixed plan, the best plan of one family weighed (what mixing buys)."""
-    if not plan.mixed:
-        return []
-    single = [c for c in plan.candidates if c.feasible and "mixed" not in c.form]
-    if not single:
-        return ["best single-family plan: none weighed (the mixed plan was forced)" if plan.forced else
-                "best single-family plan: none feasible"]
-    best = min(single, key=lambda c: (c.step_s, _mesh_text(c)))
-    return [f"best single-family plan: {_mesh_text(best)} ({_family(best, plan.world_size)}), step "
-            f"{_ms(best.step_s)}: {best.step_s / plan.step_s:.2f}x the mixed plan's"]
-
-
-def _boundaries(plan: "Plan") -> list[str]:
-    """In a mixed plan, each split region's conversions from and to the layout regions
-    meet at (the activation replicated over the tensor group), with their cost (the
-    row's communication; docs/mixed_plans.md has each conversion's formula)."""
-    if not plan.mixed:
-        return []
-    lines = ["", "boundaries (the conversions from and to the activation replicated over the tensor group; "
-             "the region's communication per step):"]
-    for first, last, count, r in runs([r for r in plan.regions if r.strategy in ("megatron", "dsp", "tensor3d")
-                                        and r.cost.comm_s]):
-        where = first if count == 1 else f"{first} .. {last} (x{count}, each)"
-        comm = ", ".join(f"{g} {_ms(v)}" for g, v in sorted(r.cost.comm_s.items()) if v)
-        if r.strategy == "megatron":
-            group = r.details.get("group", "tensor")
-            text = (f"entry f (identity; backward all-reduce over {group}), exit g (all-reduce over {group}; "
-                    f"backward identity)")
-        elif r.strategy == "dsp":
-            group = "tensor_seg" if plan.tensor_subgrids else "tensor"
-            join = (f"all-reduce over {group}; backward identity" if r.details.get("join") == "sum" else
-                    f"all-gather of the branches' columns over {group}; backward the own columns")
-            text = f"fork (identity; backward all-reduce over {group}), join ({join})"
-        else:
-            text = r.details.get("boundary", "")
-        lines.append(f"  {where}: {text}: {comm or 'none'}")
-    return lines if len(lines) > 2 else []
-
-
-def _layouts(plan: "Plan") -> list[str]:
-    """What the split regions do: D&SP's branches on sub-grids, the 3D or cube layers
-    and their boundaries, the pipeline's stages."""
-    lines: list[str] = []
-    split_branches = [r for r in plan.regions if r.strategy == "dsp"]
-    if split_branches:
-        lines.append("")
-        lines.append("branches on sub-grids:")
-        lines.extend(f"  {r.region}: {r.reason}" for r in split_branches)
-    layered = [r for r in plan.regions if r.strategy in ("tensor3d", "cube3d")]
-    if layered:
-        lines.append("")
-        if plan.regions_with("cube3d"):
-            lines.append("cube layers (Bian et al.; orientation by data flow; Algorithms 1/3: all-gather A's rows "
-                         "over the out axis and W over z, reduce-scatter the output's rows over the in axis; "
-                         "backward (2/4): all-gather dC over the in axis, reduce-scatter dA over the out axis "
-                         "and dW over z; biases on the diagonal ranks, Algorithms 7-8):")
-        else:
-            lines.append("3D layers (orientation by data flow; Algorithm 1: all-gather W over z, all-reduce the "
-                         "output over the in axis; backward: all-reduce dI over the out axis, reduce-scatter dW "
-                         "over z):")
-        for r in layered:
-            lines.append(f"  {r.region}: " + "; ".join(f"{layer['linear']} {layer['orientation']}"
-                                                      for layer in r.details.get("layers", [])))
-            lines.append(f"    boundary: {r.details.get('boundary', '-')}")
-    if plan.pipeline:
-        lines.append("")
-        lines.extend(plan.pipeline_text())
-    return lines
 
 
 def _kept_whole(plan: "Plan") -> list[str]:
@@ -247,8 +151,8 @@ def _kept_whole(plan: "Plan") -> list[str]:
     if kept_whole:
         lines.append("")
         lines.append("regions not split over the tensor group:")
-        for first, last, count, r in runs(kept_whole, key=lambda r: r.reason):
-            lines.append(f"  {first if count == 1 else f'{first} .. {last} (x{count})'}: {r.reason}")
+        for start, end, count, r in runs(kept_whole, key=lambda r: r.reason):
+            lines.append(f"  {start if count == 1 else f'{start} .. {end} (x{count})'}: {r.reason}")
     return lines
 
 
@@ -276,8 +180,8 @@ def top(plan: "Plan", k: int = 5) -> str:
     """The ``k`` fastest feasible configurations weighed, with the predicted step and
     its communication split by group (``autopar plan --top K``)."""
     feasible = sorted((c for c in plan.candidates if c.feasible), key=lambda c: (c.step_s, _mesh_text(c)))
-    groups = [g for g in ("tensor", "x", "y", "z", "pipeline", "experts", "data")
-              if any(g in c.comm_s for c in feasible)]
+    groups = [g for g in (MeshAxis.TENSOR, MeshAxis.X, MeshAxis.Y, MeshAxis.Z, MeshAxis.PIPELINE, MeshAxis.EXPERTS,
+                          MeshAxis.DATA) if any(g in c.comm_s for c in feasible)]
     header = ("#", "configuration", "step", *(f"comm {g}" for g in groups), "memory")
     rows = [header]
     for i, c in enumerate(feasible[:k], 1):
@@ -301,8 +205,8 @@ def why_not_region(plan: "Plan", family: str, region: str) -> str:
     if row is None:
         raise ValueError(f"why_not: the plan has no region {region!r}; its regions are "
                          f"{', '.join(r.region for r in plan.regions if r.kind != '-')}")
-    strategy = {"3d": "tensor3d", "tensor": "megatron", "cube": "cube3d", "d&sp": "dsp"}.get(family.lower(),
-                                                                                          family.lower())
+    named = by_word(family)   # its regions' strategy, where the family splits regions
+    strategy = named.region_strategies[0] if named is not None and named.region_strategies else family.lower()
     if strategy == row.strategy:
         return f"{region}: chosen: {strategy} ({row.reason})"
     if strategy not in row.alternatives:
@@ -316,21 +220,22 @@ def why_not_region(plan: "Plan", family: str, region: str) -> str:
 
 def why_not(plan: "Plan", family: str) -> str:
     """Why a family of strategies lost or was infeasible (``autopar plan --why-not``):
-    ``data``, ``megatron`` (or ``tensor``), ``dsp``, ``3d``, ``cube`` or ``pipeline``.
-    Names the binding constraint of an infeasible family (the most frequent reason,
-    and the configuration closest to fitting), or, for one that lost, its best
-    configuration against the chosen one, group by group."""
+    a family that declares why it may be absent (``Language.absent``), by its name or an
+    alias, or a registered family by its name. Names the binding constraint of an
+    infeasible family (the most frequent reason, and the configuration closest to
+    fitting), or, for one that lost, its best configuration against the chosen one,
+    group by group."""
     if family not in DECLARED:   # a registered family's name as it registered it
-        family = {"tensor": "megatron", "axonn": "3d", "ptd-p": "pipeline", "d&sp": "dsp"}.get(family.lower(),
-                                                                                            family.lower())
-    known = FAMILIES + tuple(n for n in DECLARED if registered(n))
+        named = by_word(family)
+        family = named.name if named is not None else family.lower()
+    known = tuple(n for n, d in DECLARED.items() if d.absent is not None or not d.built_in)
     if family not in known:
         raise ValueError(f"why_not: unknown family {family!r}; choose one of {', '.join(known)}")
     mine = [c for c in plan.candidates if _family(c, plan.world_size) == family]
     chosen = plan._chosen_candidate()
     if not mine:
-        return f"{family}: not weighed: " + FAMILY_ABSENT.get(family, "a strategy of another family was forced, "
-                                                                  "or it offered no configuration here")
+        return f"{family}: not weighed: " + (DECLARED[family].absent or "a strategy of another family was forced, "
+                                                                        "or it offered no configuration here")
     feasible = sorted((c for c in mine if c.feasible), key=lambda c: (c.step_s, _mesh_text(c)))
     if chosen is not None and _family(chosen, plan.world_size) == family and feasible and \
             feasible[0].step_s >= chosen.step_s * (1 - 1e-9):
@@ -364,40 +269,12 @@ def why_not(plan: "Plan", family: str) -> str:
 LONG_CANDIDATE_LIST = 40
 """Beyond this many configurations weighed, explain() shows the best few and counts the rest."""
 
-FAMILIES = ("data", "megatron", "dsp", "3d", "cube", "pipeline", "mixed", "experts", "context")
-FAMILY_ABSENT = {
-    "data": "the batch is the only thing to split; it is always weighed unless a strategy was forced",
-    "megatron": "a strategy was forced, or the world has one rank",
-    "dsp": "the model has no multi-branch region (fork/join branches or attention heads), or a strategy was forced",
-    "3d": "the model has no linear chain or attention region, or a strategy was forced",
-    "cube": "a strategy was forced",
-    "pipeline": "the model has no repeated blocks to cut between stages, or a strategy was forced",
-    "mixed": "no multi-branch region as wide as a tensor group and no 3D grid of one, or a strategy was forced",
-    "experts": "the model has no routed mixture-of-experts layer, no data degree above 1 that an expert count "
-               "shares a divisor with, or a strategy without 'experts' was forced",
-    "context": "the model has no scaled_dot_product_attention to run as a ring, no data degree above 1 that "
-               "divides the sequence, or a strategy without 'context' was forced",
-}
-
-
 def _family(c: MeshCandidate, world: int) -> str:
+    """The family a configuration weighed is of: a registered family's form, else the
+    first declaration (by precedence) that owns it."""
     if registered(c.form):
         return c.form
-    if c.mesh.get("context", 1) > 1:
-        return "context"
-    if "experts" in c.form:
-        return "experts"
-    if c.form.startswith("mixed"):
-        return "mixed"
-    if c.form.startswith("pipeline"):
-        return "pipeline"
-    if c.form == "cube":
-        return "cube"
-    if "x" in c.mesh:
-        return "3d"
-    if c.subgrids > 1:
-        return "dsp"
-    return "megatron" if c.mesh.get("tensor", 1) > 1 else "data"
+    return first(d.name if d.owns(c) else None for d in declarations())
 
 
 def reason_kind(reason: str) -> str:
@@ -424,26 +301,12 @@ def closest_to_fitting(candidates) -> "MeshCandidate | None":
 
 
 def _mesh_text(c: MeshCandidate) -> str:
-    if c.form == "cube":
-        if "x" not in c.mesh:
-            return "3D cube (Bian)"
-        return f"3D cube (Bian) p={c.mesh['x']} data={c.mesh['data']}"
-    if "x" in c.mesh:
-        text = f"3D x={c.mesh['x']} y={c.mesh['y']} z={c.mesh['z']} data={c.mesh['data']}"
-    else:
-        text = " x ".join(f"{k}={v}" for k, v in c.mesh.items())
-    if c.form.startswith("pipeline"):
-        text += f", {c.form}" + (f", {c.reason}" if c.feasible and c.reason else "")
-    if c.form.startswith("mixed") or c.form.startswith("experts"):
-        text += f", {c.form}"
-    if c.form == "replicate":
-        text += ", replicated (every rank the whole batch)"
-    if registered(c.form):
-        text += f", {c.form}"
-    if c.subgrids > 1:
-        text += (f", {'D&SP-cSub' if c.csub else 'D&SP'} {c.subgrids} sub-grids "
-                 f"({'topology-aware' if c.topology_aware else 'naive'})")
-    return text
+    """A configuration weighed as the lists show it: its family's text (the first
+    declaration that has one), else its mesh (with a registered family's name)."""
+    text = first(d.candidate_text(c) for d in declarations())
+    if text is not None:
+        return text
+    return mesh_text(c.mesh) + (f", {c.form}" if registered(c.form) else "")
 
 
 def _ms(seconds: float | None) -> str:

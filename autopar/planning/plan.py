@@ -14,6 +14,10 @@ and saved with :meth:`Plan.save` as a directory a reviewer can read::
 
 Rank order: ``rank = data_index · tensor + tensor_index``, so the ranks of one tensor
 group are adjacent (inside a node), as Megatron places them (megatron §3.2, takeaway #1).
+A family that lays the ranks out otherwise (sub-grids, a 3D grid, a pipeline, expert
+groups) says so in its declaration (:mod:`autopar.planning.declared`): the rank grid, the
+process groups, the plan's form and how the batch is split come from there, so this
+module names no family; the fields are plan.json's.
 """
 from __future__ import annotations
 
@@ -23,16 +27,16 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 
-from autopar.grid import Grid3D, GroupSpec, RankGrid, subgrid_dims, subgrid_group_specs
+from autopar.grid import Grid3D, GroupSpec, MeshAxis, RankGrid
 from autopar.planning import explain
-from autopar.planning.forms import experts_form, mixed_form, replicated
-from autopar.planning.pipeline_text import pipeline_text
+from autopar.planning.declared import declarations, first
+from autopar.planning.forms import experts_form
 from autopar.planning.timeline import simulate
 from autopar.planning.report import report_html
-from autopar.runtime.groups import tied_group_name
 
 PLAN_FORMAT_VERSION = 2
-MESH_ORDER = ("pipeline", "data", "context", "z", "y", "x", "tensor")
+MESH_ORDER = tuple(a.value for a in (MeshAxis.PIPELINE, MeshAxis.DATA, MeshAxis.CONTEXT, MeshAxis.Z, MeshAxis.Y,
+                                      MeshAxis.X, MeshAxis.TENSOR))
 """Mesh dimensions from outermost to innermost (JSON sorts keys; this fixes the order).
 A plan uses ``data × tensor`` (Megatron), ``pipeline × data × tensor`` (PTD-P: pipeline
 ranks furthest apart, across nodes, megatron §3.2) or AxoNN's ``data × z × y × x`` grid,
@@ -184,10 +188,16 @@ class Plan:
         """The regions run under ``strategy``; with ``stage``, those of that pipeline stage."""
         return [r.region for r in self.regions if r.strategy == strategy and _in_stage(r, stage)]
 
-    def dsp_regions(self, stage: int | None = None) -> dict[str, dict]:
-        """The regions split over sub-grids (D&SP or D&SP-cSub): id → the choice's details
-        (with ``stage``, those of that pipeline stage)."""
-        return {r.region: r.details for r in self.regions if r.strategy == "dsp" and _in_stage(r, stage)}
+    def region_details(self, strategy: str, stage: int | None = None) -> dict[str, dict]:
+        """The regions run under ``strategy``: id → the choice's details (with ``stage``,
+        those of that pipeline stage)."""
+        return {r.region: r.details for r in self.regions if r.strategy == strategy and _in_stage(r, stage)}
+
+    def partial_rank(self, rank: int) -> bool:
+        """Whether ``rank`` runs a part of the program that takes no inputs, the call's
+        outputs and loss sent to it (a family's ``partial_rank``: D&SP-cSub's ranks off
+        sub-grid 0)."""
+        return any(d.partial_rank(self, rank) for d in declarations())
 
     def subgrid_coordinates(self, rank: int) -> tuple[int, int]:
         """``(sub-grid, position in it)`` of ``rank`` under D&SP (``(0, data index)`` without)."""
@@ -198,14 +208,13 @@ class Plan:
 
     @property
     def tensor_subgrids(self) -> int:
-        """In a mixed plan whose D&SP regions use ``g`` sub-grids of several tensor ranks
-        each (``g < t``, their branches' regions Megatron-split over a sub-grid): ``g``;
-        else 0. The tensor index is then ``sub-grid · t/g + position``."""
+        """In a mixed plan whose regions run over ``g`` sub-grids of several tensor ranks
+        each (a region's details ``subgrids``, ``g < t``: D&SP's branches, Megatron-split
+        over a sub-grid): ``g``; else 0. The tensor index is then ``sub-grid · t/g + position``."""
         if not self.mixed:
             return 0
-        t = self.degree("tensor")
-        return next((r.details["subgrids"] for r in self.regions
-                     if r.strategy == "dsp" and 1 < r.details.get("subgrids", t) < t), 0)
+        t = self.degree(MeshAxis.TENSOR)
+        return next((r.details["subgrids"] for r in self.regions if 1 < r.details.get("subgrids", t) < t), 0)
 
     def tensor_subgrid_coordinates(self, rank: int) -> tuple[int, int]:
         """``(sub-grid, place in it)`` of ``rank`` in the tensor group's D&SP sub-grids
@@ -217,27 +226,18 @@ class Plan:
         return tensor // size, tensor % size
 
     def rank_grid(self, members=None) -> RankGrid:
-        """How this plan lays its ranks out (:mod:`autopar.grid`): ``data × tensor``,
-        ``pipeline × data × tensor``, AxoNN's ``data × z × y × x`` (the cube's too), or
-        D&SP's sub-grids, ``position × subgrid`` when topology-aware (round-robin, SUPER
-        §V) else ``subgrid × position``. ``members``: the global ranks, in grid order."""
-        if self.subgrids > 1:
-            dims = subgrid_dims(self.world_size, self.subgrids, self.topology_aware)
-        elif self.tensor_subgrids or self.tensor_grid:  # the tensor group laid out for its D&SP or 3D regions
-            outer = {"pipeline": self.degree("pipeline")} if self.pipeline else {}
-            g = self.tensor_subgrids
-            tensor = ({"tensor_seg": g, "tensor_sub": self.degree("tensor") // g} if g else  # sub-grid · t/g + place
-                      {**({"z": self.tensor_grid["z"]} if self.tensor_grid.get("z", 1) > 1 else {}),
-                       "y": self.tensor_grid["y"], "x": self.tensor_grid["x"]})  # (z·Gy + y)·Gx + x
-            dims = {**outer, "data": self.degree("data"), **tensor}
-        elif self.grid is not None:
-            dims = {axis: self.degree(axis) for axis in ("data", "z", "y", "x")}
-        else:
-            dims = {dim: self.degree(dim) for dim in MESH_ORDER if dim in self.mesh or dim in ("data", "tensor")}
-        if self.experts > 1:  # the data ranks as expert groups of consecutive ones: data = replica·E + e
-            dims = {k: v for name, size in dims.items() for k, v in (
-                (("expert_replica", size // self.experts), ("experts", self.experts)) if name == "data"
-                else ((name, size),))}
+        """How this plan lays its ranks out (:mod:`autopar.grid`): the mesh's dimensions in
+        :data:`MESH_ORDER` (``data × tensor``, ``pipeline × data × tensor``), or the first
+        family's that lays them out (``Language.rank_dims``: AxoNN's ``data × z × y × x``,
+        D&SP's sub-grids, a mixed plan's tensor group), each family's own dimensions then
+        set within them (``refine_dims``: expert groups within data). ``members``: the
+        global ranks, in grid order."""
+        dims = first(d.rank_dims(self) for d in declarations())
+        if dims is None:
+            dims = {dim: self.degree(dim) for dim in MESH_ORDER if dim in self.mesh or dim in (MeshAxis.DATA,
+                                                                                              MeshAxis.TENSOR)}
+        for d in declarations():
+            dims = d.refine_dims(self, dims)
         return RankGrid(dims, members)
 
     def expert_coordinates(self, rank: int) -> tuple[int, int]:
@@ -248,59 +248,21 @@ class Plan:
         return data // e, data % e
 
     def group_specs(self, tied_positions=()) -> dict[str, GroupSpec | None]:
-        """The process groups of :meth:`family_group_specs`; under expert parallelism the
-        data dimension is the expert groups' ``expert_replica × experts`` (every group over
-        ``data`` spans both, in data order), with ``experts`` (an expert group:
-        consecutive data ranks) and ``expert_replica`` (the ranks holding the same experts,
-        over which their gradients are reduced)."""
-        specs = self.family_group_specs(tied_positions)
-        if self.degree("context") > 1:  # the sequence's split, and the gradients' average over data × context
-            specs = {**specs, "context": GroupSpec(("context",)), "data_context": GroupSpec(("data", "context"))}
-        if self.experts <= 1:
-            return specs
-        def split(spec):
-            if spec is None or "data" not in spec.dims:
-                return spec
-            dims = tuple(d for dim in spec.dims for d in (("expert_replica", "experts") if dim == "data" else (dim,)))
-            return GroupSpec(dims, spec.only)
-        return {**{name: split(spec) for name, spec in specs.items()},
-                "experts": GroupSpec(("experts",)), "expert_replica": GroupSpec(("expert_replica",))}
-
-    def family_group_specs(self, tied_positions=()) -> dict[str, GroupSpec | None]:
         """The process groups this plan's rank programs name (``autopar.runtime.groups``),
-        as groups of :meth:`rank_grid`: Megatron's ``data`` and ``tensor``; PTD-P's
-        ``pipeline``, ``data``, ``tensor`` and a ``tied:<positions>`` group per set of
-        pipeline positions in ``tied_positions`` that share a weight; the 3D grid's axes
-        and ``replica`` (the ranks of one (x, y): they split the batch, ordered by batch
-        chunk ``data·Gz + z``); D&SP's ``segment`` (one position of every sub-grid, in
-        sub-grid order), ``subgrid`` (one sub-grid, in position order) and ``data`` (every
-        rank in batch-chunk order ``p·g + s``; under cSub the sub-grid). None: no group."""
-        one = GroupSpec
-        pipeline = {}
-        if self.pipeline:
-            pipeline = {"pipeline": one(("pipeline",)), "segment": None, "subgrid": None,
-                        **{tied_group_name(p): one(("pipeline",), ("pipeline", tuple(p)))
-                           for p in sorted({tuple(sorted(h)) for h in tied_positions if len(h) > 1})}}
-        if self.mixed:  # Megatron and D&SP over the tensor group, 3D over its x and y
-            if self.tensor_subgrids:  # D&SP over sub-grids of the group, Megatron inside one
-                tensor = {"tensor": one(("tensor_seg", "tensor_sub")), "tensor_seg": one(("tensor_seg",)),
-                          "tensor_sub": one(("tensor_sub",))}
-            elif self.tensor_grid.get("z", 1) > 1:  # 3D regions split their own rows over z
-                tensor = {"tensor": one(("z", "y", "x")), "x": one(("x",)), "y": one(("y",)), "z": one(("z",)),
-                          "replica": one(("data", "z"))}
-            elif self.tensor_grid:
-                tensor = {"tensor": one(("y", "x")), "x": one(("x",)), "y": one(("y",)), "z": None,
-                          "replica": one(("data",))}
-            else:
-                tensor = {"tensor": one(("tensor",))}
-            return {"data": one(("data",)), **tensor, **pipeline}
-        if self.subgrids > 1:
-            return {"tensor": None, **subgrid_group_specs(self.csub)}
-        if self.grid is not None:
-            return {**self.grid.group_specs(), "tensor": None, "segment": None, "subgrid": None}
-        if self.pipeline:
-            return {"data": one(("data",)), "tensor": one(("tensor",)), **pipeline}
-        return {"data": one(("data",)), "tensor": one(("tensor",))}
+        as groups of :meth:`rank_grid`: ``data`` and ``tensor``, or the first family's that
+        lays them out (``Language.group_specs``: the 3D grid's axes and ``replica``, D&SP's
+        ``segment`` and ``subgrid``, a mixed plan's tensor group); then each family's
+        around them, the innermost first (``refine_groups``: a pipeline's ``pipeline`` and
+        a ``tied:<positions>`` group per set of pipeline positions in ``tied_positions``
+        that share a weight, context parallelism's, the expert groups within data).
+        None: no group."""
+        tied = tuple(tied_positions)
+        specs = first(d.group_specs(self, tied) for d in declarations())
+        if specs is None:
+            specs = {MeshAxis.DATA: GroupSpec((MeshAxis.DATA,)), MeshAxis.TENSOR: GroupSpec((MeshAxis.TENSOR,))}
+        for d in reversed(declarations()):
+            specs = d.refine_groups(self, specs, tied)
+        return specs
 
     @property
     def form(self) -> str:
@@ -313,29 +275,22 @@ class Plan:
         return form
 
     def _family_form(self) -> str:
+        """A registered family's name, or the first family's form (``Language.form``), or ``""``."""
         if self.family:
             return self.family
-        if self.pipeline:
-            v = self.pipeline["chunks"]
-            return (f"pipeline {self.pipeline['schedule']}" + (f" v={v}" if v > 1 else "")
-                    + (f", {mixed_form(self.tensor_grid, self.tensor_subgrids)}" if self.mixed else ""))
-        if self.mixed:
-            return mixed_form(self.tensor_grid, self.tensor_subgrids)
-        if self.regions_with("cube3d"):
-            return "cube"
-        return "replicate" if replicated(self.mesh, self.regions) else ""
+        return first(d.form(self) for d in declarations()) or ""
 
     @property
     def replica_group(self) -> str:
         """The group over which the gradients of the parameters every data rank holds are
         averaged (and ZeRO shards them): ``data``, or ``data_context`` under context
         parallelism (its ranks hold the same rows' other tokens)."""
-        return "data_context" if self.degree("context") > 1 else "data"
+        return MeshAxis.DATA_CONTEXT if self.degree(MeshAxis.CONTEXT) > 1 else MeshAxis.DATA
 
     def batch_group(self) -> str:
         """The group of ranks that split the common layers' batch: ``data``, or on a 3D
         grid ``replica`` (the ranks of one (x, y): z × data split the rows)."""
-        return "replica" if self.grid is not None else "data"
+        return MeshAxis.REPLICA if self.grid is not None else MeshAxis.DATA
 
     @property
     def region_grid(self):
@@ -361,27 +316,26 @@ class Plan:
 
     def batch_parts(self) -> int:
         """Into how many equal chunks the common layers split the batch: the data degree
-        (times Gz on a 3D grid: z splits the rows too), or under D&SP-cSub the ranks of
-        one sub-grid (sub-grid 0 runs them)."""
-        if self.csub:
-            return self.degree("data") // self.subgrids
-        return self.degree("data") * self.degree("z")
+        (times Gz on a 3D grid: z splits the rows too), or a family's
+        (``Language.batch_parts``: under D&SP-cSub the ranks of one sub-grid)."""
+        parts = first(d.batch_parts(self) for d in declarations())
+        return parts if parts is not None else self.degree(MeshAxis.DATA) * self.degree(MeshAxis.Z)
 
     def batch_chunk(self, rank: int) -> int:
-        """Which of the :meth:`batch_parts` batch chunks ``rank`` takes: its data index;
-        under D&SP ``p·g + s``, so that a segment group's chunks are one sub-grid chunk
-        (``docs/dsp_design.md``); under D&SP-cSub its position ``p`` (every sub-grid's
-        rank ``p`` works on the rows of sub-grid 0's rank ``p``)."""
-        if self.subgrids == 1:
-            coords = self.rank_coordinates(rank)
-            return coords["data"] * self.degree("z") + coords.get("z", 0)
-        s, p = self.subgrid_coordinates(rank)
-        return p if self.csub else p * self.subgrids + s
+        """Which of the :meth:`batch_parts` batch chunks ``rank`` takes: its data index
+        (``data·Gz + z`` on a 3D grid), or a family's (``Language.batch_chunk``: under
+        D&SP ``p·g + s``, docs/dsp_design.md)."""
+        chunk = first(d.batch_chunk(self, rank) for d in declarations())
+        if chunk is not None:
+            return chunk
+        coords = self.rank_coordinates(rank)
+        return coords[MeshAxis.DATA] * self.degree(MeshAxis.Z) + coords.get(MeshAxis.Z, 0)
 
     def rank_coordinates(self, rank: int) -> dict[str, int]:
         """Mesh coordinates of ``rank`` (the innermost dimension varies fastest); under
         D&SP ``data`` is the rank itself (every rank is a data rank)."""
-        mesh = {dim: self.degree(dim) for dim in MESH_ORDER if dim in self.mesh or dim in ("data", "tensor")}
+        mesh = {dim: self.degree(dim) for dim in MESH_ORDER if dim in self.mesh or dim in (MeshAxis.DATA,
+                                                                                              MeshAxis.TENSOR)}
         return RankGrid(mesh).coordinates(rank)
 
     # ------------------------------------------------------------------ serialisation
@@ -461,10 +415,6 @@ class Plan:
         pp = self.pipeline
         return simulate(pp["schedule"], pp["stages"], pp["microbatches"], pp["chunks"])
 
-    def pipeline_text(self) -> list[str]:
-        """The pipeline part of :meth:`explain`: stages, schedule, bubble, memory, timeline."""
-        return pipeline_text(self)
-
     def top(self, k: int = 5) -> str:
         """The ``k`` fastest feasible configurations weighed, with the predicted step and
         its communication split by group (``autopar plan --top K``)."""
@@ -484,9 +434,11 @@ class Plan:
         return explain.why_not(self, family)
 
     def _same_layout(self, c: MeshCandidate) -> bool:
-        """Whether candidate ``c`` has this plan's mesh and layout (sub-grids, order, form)."""
-        return (c.mesh, c.subgrids, c.topology_aware or c.subgrids == 1, c.csub, c.form) == \
-            (self.mesh, self.subgrids, self.topology_aware or self.subgrids == 1, self.csub, self.form)
+        """Whether candidate ``c`` has this plan's mesh, form and what the families add to
+        the layout (``Language.layout_key``: D&SP's sub-grids, their order, cSub)."""
+        def key(layout) -> tuple:
+            return tuple(part for d in declarations() for part in d.layout_key(layout))
+        return (c.mesh, c.form, key(c)) == (self.mesh, self.form, key(self))
 
     def _chosen_candidate(self) -> "MeshCandidate | None":
         for c in self.candidates:

@@ -26,12 +26,17 @@ import json
 import re
 
 from autopar.cost.hardware import get_hardware
+from autopar.planning.declared import DECLARED
 from autopar.planning.region_table import mib_figure as c_mib, ms_figure as c_ms, preamble
 from autopar.planning.totals import OUTSIDE, memory_reconciliation, stage_ranks, step_reconciliation
 
-COLOURS = {"replicate": "#b8c4d6", "megatron": "#4a7bd0", "dsp": "#3f9b5a", "3d": "#b07a2a", "cube": "#c0583a",
-           "experts": "#8a5bb8", "vocab": "#2a9b9b", "pipeline": "#888888"}
 OTHER = "#d0a040"
+
+
+def colours() -> dict[str, str]:
+    """The regions' colours by the prefix of their strategy, as the families declare them
+    (``Language.colours``; ``OTHER`` for the rest)."""
+    return {key: colour for d in DECLARED.values() for key, colour in d.colours}
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
@@ -83,14 +88,14 @@ def _mib(nbytes) -> str:
 def _family(strategy: str) -> str:
     """The colour key of a region's strategy ("megatron-vocab" → megatron, "3d x=2.." → 3d)."""
     name = (strategy.split() or ["?"])[0].split("(")[0].lower()
-    for key in COLOURS:
+    for key in colours():
         if name.startswith(key):
             return key
     return name
 
 
 def _colour(strategy: str) -> str:
-    return COLOURS.get(_family(strategy), OTHER)
+    return colours().get(_family(strategy), OTHER)
 
 
 def _device_memory(plan) -> float | None:
@@ -150,7 +155,7 @@ def region_svg(plan) -> str:
 def _legend(plan) -> str:
     used = sorted({_family(c.strategy) for c in plan.regions})
     return '<div class="legend">' + "".join(
-        f'<span><i style="background:{COLOURS.get(k, OTHER)}"></i>{_e(k)}</span>' for k in used) + "</div>"
+        f'<span><i style="background:{colours().get(k, OTHER)}"></i>{_e(k)}</span>' for k in used) + "</div>"
 
 
 def region_table(plan) -> str:
@@ -249,12 +254,6 @@ def alternatives_table(plan) -> str:
             f'<th>fits</th><th>why not chosen</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
-def _timeline(plan) -> str:
-    if not plan.pipeline:
-        return ""
-    return f"<h2>Pipeline timeline</h2>{plan.timeline().svg()}"
-
-
 def report_html(plan, measured_step_s: float | None = None) -> str:
     """The page (module docstring)."""
     mesh = " × ".join(f"{k}={v}" for k, v in plan.mesh.items())
@@ -270,7 +269,7 @@ def report_html(plan, measured_step_s: float | None = None) -> str:
             f"<h2>Regions{' by pipeline stage' if plan.pipeline else ''}, in model order</h2>{_legend(plan)}{region_svg(plan)}"
             f"<h2>Per region (<span id='count'></span> rows)</h2><input id='filter' placeholder='filter the rows'>"
             f"{region_table(plan)}<h2>Where the step and the memory go</h2>{reconciliation_tables(plan)}"
-            f"<h2>Memory per rank</h2>{memory_bars(plan)}{_timeline(plan)}"
+            f"<h2>Memory per rank</h2>{memory_bars(plan)}{''.join(d.report(plan) for d in DECLARED.values())}"
             f"<h2>Configurations weighed</h2>{alternatives_table(plan)}"
             f"<h2>The explanation</h2><details open><summary>plan.explain()</summary>"
             f"<pre>{_e(plan.explain())}</pre></details>"

@@ -12,7 +12,9 @@ A call runs as: ``before_call`` (module) → ``begin`` (under the plan's process
 → the programs inside ``contexts`` → ``after_backward`` after each backward →
 ``finish`` once the call's gradients are reduced. ``stage=True`` marks a pipeline
 stage's programs (a family may run them without some of its state: the 3D layers'
-overlap state serves only plans whose 3D regions have a z axis).
+overlap state serves only plans whose 3D regions have a z axis). A rank whose program is
+a part that takes no inputs (``partial``: D&SP-cSub's ranks off sub-grid 0) gets the
+call's results through ``outputs`` and ``loss``, which every runtime sees on every rank.
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ class RankRuntime:
 
     name: str = ""
     active: bool = True
+    # this rank runs a part of the program that takes no inputs: its forward is called
+    # without the call's inputs, its backward seeded with zeros (no loss of its own)
+    partial: bool = False
 
     # ------------------------------------------------------------------ building the rank
     def layout_options(self) -> dict[str, Any]:
@@ -53,6 +58,11 @@ class RankRuntime:
         """A runner in place of the single-program runner (a pipeline's schedule), or None."""
         return None
 
+    def absent_shards(self) -> set[str]:
+        """Parameters the plan splits that this rank's programs need not split (a branch
+        that another sub-grid runs)."""
+        return set()
+
     # ------------------------------------------------------------------ each call
     def before_call(self) -> None:
         """Before a forward or step, outside the process groups' context."""
@@ -69,6 +79,16 @@ class RankRuntime:
 
     def finish(self) -> None:
         """Once a call's programs are done and its gradients reduced."""
+
+    def outputs(self, state, value: Any) -> Any:
+        """The call's outputs on this rank, under the plan's groups (``value``: what its
+        program returned; None on a ``partial`` rank)."""
+        return value
+
+    def loss(self, state, program, loss: Any) -> Any:
+        """The step's loss on this rank, under the plan's groups (``loss``: what it
+        computed; None on a ``partial`` rank, whose ``program`` computes none)."""
+        return loss
 
     # ------------------------------------------------------------------ user-facing
     def attributes(self) -> dict[str, Callable[[Any], Any]]:

@@ -104,4 +104,4 @@ def test_planner_offers_heads_as_branches_and_explains_why_not():
     assert "D&SP 2 sub-grids (topology-aware)" in text and "D&SP-cSub 4 sub-grids" in text, text
     forced = autopar.plan(model, 4, inputs, loss, {"data": 4, "subgrids": 2, "csub": True}, example_target=target)
     assert "branches s0:heads 0-1, s1:heads 2-3" in forced.explain()
-    assert forced.dsp_regions()["attention:blocks.0.attn"]["heads"] == [2, 2]
+    assert forced.region_details("dsp")["attention:blocks.0.attn"]["heads"] == [2, 2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from autopar.grid import MeshAxis
+from autopar.grid import GroupSpec, MeshAxis
 from autopar.planning.declared import DECLARED, Language
 from autopar.planning.strategy import LEVER_KEYS, PlanError, Strategy
 
@@ -46,6 +46,16 @@ class ContextLanguage(Language):
 
     def owns(self, candidate) -> bool:
         return candidate.mesh.get(MeshAxis.CONTEXT, 1) > 1
+
+    def refine_groups(self, plan, specs: dict, tied: tuple) -> dict:
+        """The sequence's split, and the gradients' average over data × context."""
+        if plan.degree(MeshAxis.CONTEXT) <= 1:
+            return specs
+        return {**specs, MeshAxis.CONTEXT: GroupSpec((MeshAxis.CONTEXT,)),
+                MeshAxis.DATA_CONTEXT: GroupSpec((MeshAxis.DATA, MeshAxis.CONTEXT))}
+
+    def rank_note(self, plan) -> str | None:
+        return ", then context" if plan.degree(MeshAxis.CONTEXT) > 1 else None
 
 
 LANGUAGE = ContextLanguage()

@@ -1,10 +1,12 @@
 """Bian's cube's declaration to the generic layers (:mod:`autopar.planning.declared`): the
 key ``cube`` (with ``data``), its pin word (refused: no per-region layout), its regions'
-strategy; the grid's axes are the 3D grid's."""
+strategy; the grid's axes are the 3D grid's. In the explanation, its rank layout and
+its layers."""
 from __future__ import annotations
 
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.planning.declared import Language, PinForm
+from autopar.planning.explain import PLACES, grid_layout, layer_lines
 from autopar.planning.strategy import PlanError, Strategy
 
 
@@ -41,7 +43,30 @@ class CubeLanguage(Language):
         return strategy.cube
 
     def owns(self, candidate) -> bool:
-        return candidate.form == "cube"
+        return candidate.form == self.name
+
+    def form(self, plan) -> str | None:
+        return self.name if plan.regions_with(self.region_strategies[0]) else None
+
+    def rank_layout(self, plan) -> str | None:
+        return grid_layout(plan, "Bian cube") if plan.grid is not None and plan.form == self.name else None
+
+    def sections(self, plan) -> list[tuple[int, list[str]]]:
+        layered = [r for r in plan.regions if r.strategy in self.region_strategies]
+        if not layered:
+            return []
+        return [(PLACES["layers"], ["", "cube layers (Bian et al.; orientation by data flow; Algorithms 1/3: "
+                                        "all-gather A's rows over the out axis and W over z, reduce-scatter the "
+                                        "output's rows over the in axis; backward (2/4): all-gather dC over the in "
+                                        "axis, reduce-scatter dA over the out axis and dW over z; biases on the "
+                                        "diagonal ranks, Algorithms 7-8):", *layer_lines(layered)])]
+
+    def candidate_text(self, candidate) -> str | None:
+        if candidate.form != self.name:
+            return None
+        if MeshAxis.X not in candidate.mesh:
+            return "3D cube (Bian)"
+        return f"3D cube (Bian) p={candidate.mesh['x']} data={candidate.mesh['data']}"
 
 
 LANGUAGE = CubeLanguage()

@@ -49,7 +49,7 @@ def _branches(builder, group: str, bucket: Bucket | None) -> set:
     Returns their names."""
     mine = builder.seat.coords[group]
     placed = set()
-    for details in builder.plan.dsp_regions().values():
+    for details in builder.plan.region_details("dsp").values():
         for index, names in enumerate(details["branch_params"]):
             home = details["assignment"][index]
             for wrapper_name in names:

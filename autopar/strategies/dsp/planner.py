@@ -37,6 +37,7 @@ from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.dsp import layout as dsp_layout
 from autopar.strategies.dsp.cost import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
 from autopar.strategies.dsp.rewrite import csub_branch_program, heads_unsplittable, subgraph_parallel_pass
+from autopar.strategies.dsp.runtime import DspRankRuntime
 from autopar.strategies.family import (BRANCHES, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected)
 from autopar.strategies.shared.mesh import check_forced_sizes, judge, price_mesh
@@ -159,11 +160,12 @@ class SubgraphParallel(CompileHooks):
     """D&SP and D&SP-cSub: ``g`` sub-grids of the data ranks (``tensor = 1``)."""
 
     name = "dsp"
+    region_strategy = "dsp"  # RegionChoice.strategy of its split regions
 
     def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
         """The branches split over the sub-grids; under cSub off sub-grid 0, a program
         of this sub-grid's branches only (the other families add nothing then)."""
-        dsp_regions = plan.dsp_regions(build.stage)
+        dsp_regions = plan.region_details(self.region_strategy, build.stage)
         if not dsp_regions:
             return []
         if plan.mixed:  # each rank of the tensor group a sub-grid, or g sub-grids of t/g (docs/mixed_plans.md)
@@ -183,6 +185,18 @@ class SubgraphParallel(CompileHooks):
             dsp_layout.place_over_tensor(builder)
         elif plan_uses_dsp(builder.plan):
             dsp_layout.place(builder)
+
+    def rank_runtime(self, plan: Plan, rank: int, options: dict) -> DspRankRuntime:
+        """cSub's outputs and loss from sub-grid 0; a mixed plan's branches of other sub-grids."""
+        return DspRankRuntime(plan, rank, self.region_strategy)
+
+    def finish_plan(self, ctx: PlanContext, plan: Plan) -> None:
+        """Refuse gradient accumulation under cSub (the sub-grids off sub-grid 0 run their
+        branches on rows sub-grid 0 sends once per step)."""
+        if plan.microbatches > 1 and plan.csub:
+            raise PlanError(f"strategy: microbatches={plan.microbatches} with D&SP-cSub is not in this version (the "
+                            f"sub-grids off sub-grid 0 run their branches on rows sub-grid 0 sends once per step); "
+                            f"drop 'csub' or 'microbatches'")
 
     def regions(self, model: ModelFacts) -> list:
         return subgraph_regions(model.gm)
@@ -262,4 +276,4 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable) -> tuple
 
 
 def plan_uses_dsp(plan: Plan) -> bool:
-    return bool(plan.dsp_regions()) or plan.csub
+    return bool(plan.region_details(SubgraphParallel.region_strategy)) or plan.csub

@@ -1,10 +1,12 @@
 """Expert parallelism's declaration to the generic layers (:mod:`autopar.planning.declared`):
 the key ``experts`` and the pins ``{"experts": E}`` (or ``"replicate"``) of MoE regions,
-taken off the strategy it rides on (data × tensor or a pipeline); the expert groups' axes."""
+taken off the strategy it rides on (data × tensor or a pipeline); the expert groups' axes;
+in the explanation its section and its configurations."""
 from __future__ import annotations
 
-from autopar.grid import MeshAxis
+from autopar.grid import GroupSpec, MeshAxis
 from autopar.planning.declared import Language
+from autopar.planning.explain import PLACES, _bytes, _ms, mesh_text
 from autopar.planning.strategy import PlanError
 
 
@@ -80,7 +82,65 @@ class ExpertsLanguage(Language):
         return strategy.experts is not None and strategy.experts > 1
 
     def owns(self, candidate) -> bool:
-        return "experts" in candidate.form
+        return self.name in candidate.form
+
+    def refine_dims(self, plan, dims: dict) -> dict:
+        """The data ranks as expert groups of consecutive ones: ``data = replica·E + e``."""
+        if plan.experts <= 1:
+            return dims
+        e = plan.experts
+        return {k: v for name, size in dims.items() for k, v in (
+            ((MeshAxis.EXPERT_REPLICA, size // e), (MeshAxis.EXPERTS, e)) if name == MeshAxis.DATA
+            else ((name, size),))}
+
+    def refine_groups(self, plan, specs: dict, tied: tuple) -> dict:
+        """The data dimension as ``expert_replica × experts`` (every group over ``data``
+        spans both, in data order), with ``experts`` (an expert group: consecutive data
+        ranks) and ``expert_replica`` (the ranks holding the same experts, over which their
+        gradients are reduced)."""
+        if plan.experts <= 1:
+            return specs
+        def split(spec):
+            if spec is None or MeshAxis.DATA not in spec.dims:
+                return spec
+            dims = tuple(d for dim in spec.dims for d in (
+                (MeshAxis.EXPERT_REPLICA, MeshAxis.EXPERTS) if dim == MeshAxis.DATA else (dim,)))
+            return GroupSpec(dims, spec.only)
+        return {**{name: split(spec) for name, spec in specs.items()}, MeshAxis.EXPERTS: GroupSpec((MeshAxis.EXPERTS,)),
+                MeshAxis.EXPERT_REPLICA: GroupSpec((MeshAxis.EXPERT_REPLICA,))}
+
+    def candidate_text(self, candidate) -> str | None:
+        return mesh_text(candidate.mesh) + f", {candidate.form}" if candidate.form.startswith(self.name) else None
+
+    def sections(self, plan) -> list[tuple[int, list[str]]]:
+        """Expert parallelism's part (docs/experts.md): the expert groups, and per MoE region
+        its placement, the rows per rank the planner assumed (uniform routing) and the last
+        measured ones (``ParallelModule.expert_load``), its all-to-all volume and seconds."""
+        rows = [r for r in plan.regions if r.kind == "experts"]
+        if plan.experts <= 1 or not rows:
+            return []
+        e, d = plan.experts, plan.degree(MeshAxis.DATA)
+        groups = [list(range(g * e, (g + 1) * e)) for g in range(d // e)]
+        lines = ["", f"expert parallelism: expert groups of {e} consecutive data ranks (data indices {groups}); "
+                     f"each MoE layer's experts spread over a group, tokens dispatched and combined by all-to-all "
+                     f"(dropless), expert gradients reduced over the {d // e} rank(s) holding the same experts"
+                     + ("; experts Megatron-split over the tensor group inside" if plan.degree(MeshAxis.TENSOR) > 1
+                        else "")]
+        for r in rows:
+            x = r.details
+            if r.strategy not in self.region_strategies:
+                lines.append(f"  {r.region}: {x['experts']} experts, top-{x['top_k']}: not expert-parallel "
+                             f"({r.reason})")
+                continue
+            placement = ", ".join(f"place {i}: experts {a}..{b - 1}" for i, (a, b) in enumerate(x["placement"]))
+            measured = x.get("measured_tokens_per_rank")
+            lines.append(f"  {r.region}: {x['experts']} experts, top-{x['top_k']}, {x['experts_per_rank']} per rank "
+                         f"({placement}); rows per rank and step predicted {x['tokens_per_rank']:.0f} (uniform "
+                         f"routing)" + (f", measured {measured} (last step, the expert group's ranks)" if measured
+                                        else "")
+                         + f"; all-to-all of {_bytes(x['all_to_all_bytes'])} per rank, 4 per step: "
+                         f"{_ms(x['all_to_all_s'])}")
+        return [(PLACES["experts"], lines)]
 
 
 LANGUAGE = ExpertsLanguage()

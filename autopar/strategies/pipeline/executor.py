@@ -47,6 +47,7 @@ import torch.distributed as dist
 import torch.fx as fx
 
 from autopar._torch_compat import all_gather_flat, tree_unflatten
+from autopar.grid import MeshAxis
 from autopar.ir import tensor_spec
 from autopar.runtime import devices, groups as G, rng
 from autopar.planning.schedules import Action, rank_of, schedule, stage_of
@@ -140,10 +141,10 @@ class PipelineExecutor:
         return ((microbatch * self.stages + stage) * 2 + int(backward)) * 64 + index
 
     def _slice(self, flat: torch.Tensor) -> tuple[torch.Tensor, bool]:
-        t = G.group_size("tensor")
+        t = G.group_size(MeshAxis.TENSOR)
         if not self.scatter_gather or t == 1 or flat.numel() % t:
             return flat, False
-        return flat.chunk(t)[G.group_rank("tensor")], True
+        return flat.chunk(t)[G.group_rank(MeshAxis.TENSOR)], True
 
     def _send(self, x: torch.Tensor, stage: int, microbatch: int, backward: bool, index: int) -> None:
         dst = self._rank_of(stage)
@@ -179,7 +180,7 @@ class PipelineExecutor:
         buffer = buffer.to(device)
         self.stats["received"] += 1
         if sliced:
-            all_gather_flat(flat, buffer, group=G.get_group("tensor"))
+            all_gather_flat(flat, buffer, group=G.get_group(MeshAxis.TENSOR))
         else:
             flat = buffer
         out = flat.view(shape)

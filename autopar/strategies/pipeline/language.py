@@ -1,12 +1,18 @@
 """PTD-P's declaration to the generic layers (:mod:`autopar.planning.declared`): the keys
 ``pipeline``, ``schedule``, ``chunks``, ``scatter_gather`` (with ``data``, ``tensor``, an
-``x × y × 1`` grid and region pins), the ``pipeline`` axis and its tied-weight groups."""
+``x × y × 1`` grid and region pins), the ``pipeline`` axis and its tied-weight groups;
+in the explanation its rank layout's note, its section (:mod:`.text`) and its
+configurations; in the report its timeline."""
 from __future__ import annotations
 
-from autopar.grid import Grid3D, MeshAxis
+from autopar.grid import Grid3D, GroupSpec, MeshAxis
 from autopar.planning.declared import Language
+from autopar.planning.explain import PLACES, mesh_text
+from autopar.planning.forms import mixed_form
 from autopar.planning.schedules import SCHEDULES, ScheduleError, check_chunks
 from autopar.planning.strategy import PlanError, Strategy, parse_pins
+from autopar.runtime.groups import tied_group_name
+from autopar.strategies.pipeline.text import pipeline_text
 
 PIPELINE_KEYS = ("schedule", "chunks", "scatter_gather")
 """The keys that set up a pipeline beside ``pipeline`` itself."""
@@ -82,7 +88,39 @@ class PipelineLanguage(Language):
         return strategy.pipeline > 1
 
     def owns(self, candidate) -> bool:
-        return candidate.form.startswith("pipeline")
+        return candidate.form.startswith(self.name)
+
+    def refine_groups(self, plan, specs: dict, tied: tuple) -> dict:
+        """``pipeline``, and a ``tied:<positions>`` group per set of pipeline positions in
+        ``tied`` that share a weight."""
+        if not plan.pipeline:
+            return specs
+        pipeline = MeshAxis.PIPELINE
+        return {**specs, pipeline: GroupSpec((pipeline,)), MeshAxis.SEGMENT: None, MeshAxis.SUBGRID: None,
+                **{tied_group_name(p): GroupSpec((pipeline,), (pipeline, tuple(p)))
+                   for p in sorted({tuple(sorted(h)) for h in tied if len(h) > 1})}}
+
+    def form(self, plan) -> str | None:
+        if not plan.pipeline:
+            return None
+        v = plan.pipeline["chunks"]
+        return (f"pipeline {plan.pipeline['schedule']}" + (f" v={v}" if v > 1 else "")
+                + (f", {mixed_form(plan.tensor_grid, plan.tensor_subgrids)}" if plan.mixed else ""))
+
+    def rank_note(self, plan) -> str | None:
+        return ", pipeline outermost" if plan.pipeline else None
+
+    def sections(self, plan) -> list[tuple[int, list[str]]]:
+        return [(PLACES["pipeline"], ["", *pipeline_text(plan)])] if plan.pipeline else []
+
+    def candidate_text(self, candidate) -> str | None:
+        if not candidate.form.startswith(self.name):
+            return None
+        return (mesh_text(candidate.mesh) + f", {candidate.form}"
+                + (f", {candidate.reason}" if candidate.feasible and candidate.reason else ""))
+
+    def report(self, plan) -> str:
+        return f"<h2>Pipeline timeline</h2>{plan.timeline().svg()}" if plan.pipeline else ""
 
 
 LANGUAGE = PipelineLanguage()

@@ -1,10 +1,12 @@
 """AxoNN's 3D grid's declaration to the generic layers (:mod:`autopar.planning.declared`):
 the keys ``x``, ``y``, ``z`` (with ``data``), the pin ``{'3d': {'x': gx, 'y': gy, 'z': gz}}``,
-the grid's axes and groups, its regions' strategy."""
+the grid's axes and groups, its regions' strategy; in the explanation, the grid's rank
+layout, its layers and their boundaries in a mixed plan."""
 from __future__ import annotations
 
 from autopar.grid import Grid3D, MeshAxis
 from autopar.planning.declared import Language, PinForm
+from autopar.planning.explain import PLACES, grid_layout, layer_lines
 from autopar.planning.strategy import Pin, PlanError, Strategy
 
 AXES = ("x", "y", "z")
@@ -55,6 +57,38 @@ class Tensor3DLanguage(Language):
 
     def owns(self, candidate) -> bool:
         return MeshAxis.X in candidate.mesh
+
+    def rank_dims(self, plan) -> dict | None:
+        """AxoNN's ``data × z × y × x`` (the cube's too)."""
+        return {axis: plan.degree(axis) for axis in (MeshAxis.DATA, MeshAxis.Z, MeshAxis.Y, MeshAxis.X)} \
+            if plan.grid is not None else None
+
+    def group_specs(self, plan, tied: tuple) -> dict | None:
+        """One group per axis of the grid, and ``replica`` (the ranks of one (x, y): they
+        split the batch, ordered by batch chunk ``data·Gz + z``)."""
+        if plan.grid is None:
+            return None
+        return {**plan.grid.group_specs(), MeshAxis.TENSOR: None, MeshAxis.SEGMENT: None, MeshAxis.SUBGRID: None}
+
+    def rank_layout(self, plan) -> str | None:
+        return grid_layout(plan, "3D grid") if plan.grid is not None else None
+
+    def sections(self, plan) -> list[tuple[int, list[str]]]:
+        layered = [r for r in plan.regions if r.strategy in self.region_strategies]
+        if not layered:
+            return []
+        return [(PLACES["layers"], ["", "3D layers (orientation by data flow; Algorithm 1: all-gather W over z, "
+                                        "all-reduce the output over the in axis; backward: all-reduce dI over the "
+                                        "out axis, reduce-scatter dW over z):", *layer_lines(layered)])]
+
+    def candidate_text(self, candidate) -> str | None:
+        mesh = candidate.mesh
+        if MeshAxis.X not in mesh:
+            return None
+        return f"3D x={mesh['x']} y={mesh['y']} z={mesh['z']} data={mesh['data']}"
+
+    def boundary(self, plan, choice) -> str:
+        return choice.details.get("boundary", "")
 
 
 LANGUAGE = Tensor3DLanguage()

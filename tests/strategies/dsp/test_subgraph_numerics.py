@@ -131,6 +131,6 @@ def test_chained_fork_joins_split_one_after_another():
     ids = torch.zeros(8, 16, dtype=torch.long, device="meta")
     kwargs = {"input_ids": ids, "labels": ids}
     plan = autopar.plan(model, 4, (), None, {"data": 4, "subgrids": 2, "csub": True}, example_kwargs=kwargs)
-    assert len(plan.dsp_regions()) == 2
+    assert len(plan.region_details("dsp")) == 2
     code = str(autopar.rank_graph(model, plan, 0, (), None, None, example_kwargs=kwargs).code)
     assert code.count("segmented_broadcast(") == 2 and code.count("segmented_reduce(") == 2, code[:3000]

@@ -257,7 +257,7 @@ def test_pipeline_of_mixed_stages_plans_each_stage_with_its_own_families():
                                                                          "kind:attention": "megatron"}})
     fork = next(r for r in plan.regions if r.kind == "fork_join")
     assert fork.strategy == "dsp" and fork.details["stage"] == 0
-    assert plan.dsp_regions(0) and not plan.dsp_regions(1)
+    assert plan.region_details("dsp", 0) and not plan.region_details("dsp", 1)
     assert [len(plan.regions_with("megatron", s)) for s in (0, 1)] == [1, 1]
     assert plan.form == f"pipeline {plan.pipeline['schedule']}, mixed" and plan.mesh == {"pipeline": 2, "data": 1,
                                                                                         "tensor": 2}

@@ -1,4 +1,5 @@
-"""The pipeline part of a plan's explanation (:meth:`autopar.planning.plan.Plan.explain`):
+"""The pipeline part of a plan's explanation (:meth:`autopar.planning.plan.Plan.explain`,
+placed by the pipeline's declaration, :mod:`autopar.strategies.pipeline.language`):
 its stages and their ranks, the schedule with its bubble, memory per rank, every
 schedule of its chunks priced alike (why the others lost), and the timeline."""
 from __future__ import annotations
