@@ -85,7 +85,7 @@ def _first_use(world: int) -> bool:
     return first_use.needed()
 
 
-def agreed_plan(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Hardware, strategy, hardware, source: str,
+def agreed_plan(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Hardware, strategy, hardware, source: str, *,
                 given_strategy: Any, degrees: dict | None) -> Plan:
     """One plan on every rank, by construction: where the mesh spans the default group,
     rank 0 plans (or checks the reviewed plan) and broadcasts the plan, and every other
@@ -93,13 +93,16 @@ def agreed_plan(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Hardware, s
     model, batch, inputs, regions, couplings, FLOPs: ``planning.reviewed.differences``)
     and runs it. A planning error on rank 0 is raised on every rank, with its message.
     Elsewhere (a mesh over part of the ranks) each rank plans, and
-    :func:`check_same_plan_everywhere` compares the plans."""
+    :func:`check_same_plan_everywhere` compares the plans. ``given_strategy`` and
+    ``degrees``: as :func:`reviewed_or_planned` takes them."""
     if world == 1 or not dist.is_initialized() or world != dist.get_world_size():
-        return reviewed_or_planned(reviewed, gm, world, hw, strategy, hardware, source, given_strategy, degrees)
+        return reviewed_or_planned(reviewed, gm, world, hw, strategy, hardware, source, given_strategy=given_strategy,
+                                   degrees=degrees)
     payload: list = [None]
     if dist.get_rank() == 0:
         try:
-            made = reviewed_or_planned(reviewed, gm, world, hw, strategy, hardware, source, given_strategy, degrees)
+            made = reviewed_or_planned(reviewed, gm, world, hw, strategy, hardware, source,
+                                       given_strategy=given_strategy, degrees=degrees)
         except Exception as error:  # noqa: BLE001 - every rank raises it (below)
             payload[0] = ("error", type(error).__name__, str(error))
             dist.broadcast_object_list(payload, src=0)
@@ -116,18 +119,24 @@ def agreed_plan(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Hardware, s
         raise error_type(message if error_type is not RuntimeError else f"{name}: {message}")
     rank0 = Plan.from_json(rest[0])
     try:
-        return reviewed_or_planned((rank0, False), gm, world, hw, strategy, hardware, source, "auto", degrees,
-                                   announce=False)
+        return reviewed_or_planned((rank0, False), gm, world, hw, strategy, hardware, source, given_strategy="auto",
+                                   degrees=degrees, announce=False)
     except PlanMismatchError as error:
         raise PlanMismatchError(f"rank {dist.get_rank()}: rank 0's plan does not fit the model, inputs or "
                                 f"hardware this rank was given (give every rank the same): {error}") from None
 
 
 def reviewed_or_planned(reviewed: tuple, gm: fx.GraphModule, world: int, hw: Hardware, strategy, hardware,
-                         source: str, given_strategy: Any = "auto", degrees: dict | None = None,
+                         source: str, *, given_strategy: Any = "auto", degrees: dict | None = None,
                          announce: bool = True) -> Plan:
     """The reviewed plan where it fits this run (autopar.planning.reviewed), else a fresh
-    one. ``announce``: say that a reviewed plan runs (not for rank 0's plan another rank checks)."""
+    one. ``reviewed``: (the plan given, whether to plan afresh where it does not fit);
+    ``hw``, ``source``: the agreed hardware and where it came from, ``hardware``: as the
+    call gave it (None: the plan's hardware is not checked). Keyword-only, what the check
+    and its messages read: ``given_strategy``, the strategy the call gave (named when the
+    reviewed plan runs instead), ``degrees``, the mesh's named dimensions (checked against
+    the plan's), and ``announce``: say that a reviewed plan runs (not for rank 0's plan
+    another rank checks)."""
     given, replan = reviewed
     if given is not None:
         capture_ = gm.meta.get(CAPTURE)

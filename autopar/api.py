@@ -334,7 +334,8 @@ def _agreed_plan(request: CompileRequest, call: _Call, twin: nn.Module, gm: fx.G
     """The plan every rank runs (the reviewed one given, or the search's, agreed over the
     ranks), its artifacts attached, checked against ``batch="local"``."""
     plan_ = agreed_plan((request.reviewed, request.replan), gm, call.world, call.hardware, call.strategy,
-                        request.hardware, call.hardware_source, call.given_strategy, _mesh_degrees(request.mesh))
+                        request.hardware, call.hardware_source, given_strategy=call.given_strategy,
+                        degrees=_mesh_degrees(request.mesh))
     _attach_artifacts(plan_, gm, twin, request.example_inputs, request.loss_fn, request.example_target,
                       request.example_kwargs)
     if request.batch_local:

@@ -164,5 +164,5 @@ def test_a_plan_fits_the_capture_it_was_made_from(name):
     plan = autopar.plan(model, 4, inputs, loss_fn, example_target=target, example_kwargs=kwargs, hardware="cpu-gloo")
     gm = api._global_graph(model, inputs, loss_fn, target, kwargs)
     again = agreement.reviewed_or_planned((Plan.from_json(plan.to_json()), False), gm, 4, get_hardware("cpu-gloo"),
-                                          "auto", None, "preset", "auto", None, announce=False)
+                                          "auto", None, "preset", announce=False)
     assert again.to_json() == Plan.from_json(plan.to_json()).to_json()
