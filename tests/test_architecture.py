@@ -55,8 +55,6 @@ NOT_A_FAMILY = ("family", "registry", "placement", "shared")
 CROSS_FAMILY_DEBT = {
     "context.planner": {"pipeline.planner"},
     "experts.planner": {"data.planner", "megatron.planner", "pipeline.bound", "pipeline.planner"},
-    "mixed.stages": {"pipeline.cost"},
-    "pipeline.planner": {"mixed.pins", "mixed.stages", "mixed.structure"},
 }
 
 # At most 8 positional parameters (self, cls and an autograd Function's ctx not counted):

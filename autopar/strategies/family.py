@@ -74,6 +74,11 @@ leaves them alone):
     Refine the parameter layout (:mod:`autopar.strategies.placement`): where the
     family's parameters live and how their gradients are reduced.
 
+A family whose configurations hold or ride on another family's (a pipeline of mixed
+stages, expert and context parallelism on the data, Megatron and pipeline families'
+configurations) reaches that family through :meth:`PlanContext.peer`, by name, never by
+importing its package; what two families share lives in :mod:`autopar.strategies.shared`.
+
 The planner (:mod:`autopar.driver.search`) enumerates: for each family of
 :data:`autopar.strategies.registry.FAMILIES`, its candidates; it prices each, and takes
 the fastest feasible one (ties to the earlier). Adding a family is adding a package with
@@ -112,6 +117,20 @@ class PlanContext:
     # configuration slower than it without memory levers cannot win with them (they only
     # cost time), so its levers are not weighed
     best_s: list = field(default_factory=lambda: [math.inf])
+    # every registered family (the search hands it :data:`autopar.strategies.registry.FAMILIES`),
+    # for a family that composes another's to ask by name (:meth:`peer`)
+    peers: tuple = field(default=(), repr=False, compare=False)
+
+    def peer(self, name: str) -> "Family":
+        """The registered family called ``name``. A family whose configurations hold or
+        ride on another's (a pipeline whose stages are mixed plans, expert and context
+        parallelism on data, Megatron and pipeline configurations) asks for that family
+        here and calls its methods: families are peers, none imports another's package."""
+        for family in self.peers:
+            if family.name == name:
+                return family
+        raise LookupError(f"no family named {name!r} among this context's peers "
+                          f"{[f.name for f in self.peers]}: the search gives a context every registered family")
 
 
 @dataclass

@@ -36,7 +36,8 @@ so planning time grows linearly in layers.
 
 A pipeline's stages are mixed plans too (:class:`~.stages.StagePlans`): the same
 programme at one microbatch's rows, its choices summed per stage for the pipeline
-family's schedule.
+family's schedule, which asks this family for them (:meth:`Mixed.stage_plans`,
+:meth:`Mixed.check_stages`) through :meth:`~autopar.strategies.family.PlanContext.peer`.
 
 Pins (``strategy={"regions": {PATTERN: SPEC}}``, :class:`~autopar.planning.strategy.Pin`)
 restrict a region's choices to one; a pin that cannot run raises :class:`PlanError`
@@ -61,12 +62,14 @@ from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big
 from autopar.strategies.shared.mesh import check_forced_batch, judge
 from autopar.strategies.mixed.bound import lower_bound
-from autopar.strategies.mixed.pins import check_pins_name_regions, pinned_subgrids, pins_misfit
+from autopar.strategies.mixed.pins import check_forced_stages, check_pins_name_regions, pinned_subgrids, pins_misfit
 from autopar.strategies.mixed.pricer import MixedPricer
-from autopar.strategies.mixed.structure import node_names, pinnable, region_structure, tensor_grids
+from autopar.strategies.mixed.stages import StagePlans
+from autopar.strategies.mixed.structure import node_names, pinnable, region_structure
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms
 from autopar.strategies.shared.branches import branches_of, widest_branching
+from autopar.strategies.shared.grid3d.pricing import tensor_grids
 
 
 class Mixed(CompileHooks):
@@ -203,6 +206,21 @@ class Mixed(CompileHooks):
         plan_.mixed = True
         plan_.tensor_grid = grid_dict(grid) if plan_.regions_with("tensor3d") else {}
         return plan_
+
+    # ------------------------------------------------------------------ a pipeline's stages
+    def stage_plans(self, ctx: PlanContext, shape, tensor: int, grid: Grid3D | None,
+                    subgrids: int = 0) -> StagePlans:
+        """A pipeline's stages (``shape``: its
+        :class:`~autopar.strategies.pipeline.shape.PipelineShape`) as mixed plans on a
+        tensor group of ``tensor`` ranks (:class:`.stages.StagePlans`): what the pipeline
+        family prices a mixed configuration's stages with."""
+        return StagePlans(ctx, shape, tensor, grid, subgrids)
+
+    def check_stages(self, ctx: PlanContext, tensor: int) -> int:
+        """A pipeline forced with region pins or a grid inside its stages, on a tensor
+        group of ``tensor`` ranks: the pins' checks (:func:`.pins.check_forced_stages`);
+        the D&SP sub-grid count they ask for."""
+        return check_forced_stages(ctx, tensor)
 
 
 def memory_floor(model: ModelFacts, data: int, t: int) -> float:

@@ -8,7 +8,7 @@ from autopar.strategies.family import PlanContext, RegionTable
 from autopar.strategies.mixed.pricer import MixedPricer
 from autopar.strategies.mixed.structure import node_order
 from autopar.strategies.shared.branches import branches_of, branching_regions
-from autopar.strategies.pipeline.cost import spread_over_ends
+from autopar.strategies.shared.stage_ends import spread_over_ends
 
 
 class StagePlans:

@@ -1,15 +1,13 @@
 """The model as the mixed programme reads it, each found once per model
 (:meth:`~autopar.planning.model.ModelFacts.fact`): the nodes in graph order, the
 multi-branch regions D&SP may spread over the tensor group with the tensor regions
-inside them, one tensor region of each class of identical regions, the regions a pin
-may name, and the 3D layouts a tensor group may take."""
+inside them, one tensor region of each class of identical regions and the regions a pin
+may name (the 3D layouts a tensor group may take are
+:func:`autopar.strategies.shared.grid3d.pricing.tensor_grids`)."""
 from __future__ import annotations
 
-from autopar.grid import Grid3D
 from autopar.planning.model import ModelFacts
-from autopar.planning.strategy import divisors
 from autopar.strategies.shared.branches import branching_regions, subgraph_regions
-from autopar.strategies.shared.grid3d.pricing import SPLIT_KINDS
 
 
 def node_order(model: ModelFacts) -> dict[str, int]:
@@ -58,15 +56,3 @@ def representatives(model: ModelFacts) -> list:
 def pinnable(model: ModelFacts) -> list:
     """The regions a pin may name: the tensor regions and the multi-branch ones."""
     return list(model.regions) + [r for r in subgraph_regions(model.gm) if r.kind == "fork_join"]
-
-
-def tensor_grids(model: ModelFacts, t: int, data: int = 1, rows: bool = True) -> list[Grid3D]:
-    """The 3D layouts of a tensor group of ``t`` the model's 3D regions may take: every
-    ``Gx × Gy × 1 = t`` with both above 1 and, with ``rows`` (not inside pipeline
-    stages), every ``Gx × Gy × Gz = t`` with ``Gz > 1``, whose regions split their rows
-    over z (none without attention or linear chains)."""
-    if not any(r.kind in SPLIT_KINDS for r in model.regions):
-        return []
-    flat = [Grid3D(x, t // x, 1, data) for x in divisors(t) if 1 < x < t]
-    deep = [Grid3D(x, y, t // (x * y), data) for x in divisors(t) for y in divisors(t // x) if x * y < t]
-    return flat + (deep if rows else [])

@@ -143,20 +143,3 @@ def microbatch_choices(local_batch: int, p: int, v: int, name: str) -> list[int]
     """The microbatch counts a schedule accepts for a data rank's ``local_batch`` rows:
     divisors of it that :func:`accepts` takes."""
     return [m for m in range(1, local_batch + 1) if local_batch % m == 0 and accepts(name, p, m, v)]
-
-
-def spread_over_ends(model, hw, parts: dict[int, list[str]], compute: float, comm: float, act: float
-                     ) -> list[tuple[int, float, float, float]]:
-    """A region both ends of a pipeline compute (a tied vocabulary: ``parts``, its nodes
-    per stage): ``(stage, compute, communication, activation bytes)`` per end, the
-    compute and the activations by the share of the region's work on that end, the
-    communication shared equally by its ends. The Megatron and the mixed stage figures
-    both price a split vocabulary so (``model``: the planner's ``ModelFacts``)."""
-    key = (tuple((s, tuple(nodes)) for s, nodes in sorted(parts.items())), hw)
-    memo = model.memo("pipeline.end_shares")
-    if key not in memo:
-        work = {s: model.seconds(nodes, hw, 1.0) for s, nodes in parts.items()}
-        total = sum(work.values()) or 1.0
-        memo[key] = {s: w / total for s, w in work.items()}
-    shares = memo[key]
-    return [(s, compute * shares[s], comm / len(parts), act * shares[s]) for s in sorted(parts)]

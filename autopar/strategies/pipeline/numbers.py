@@ -19,6 +19,7 @@ from autopar.strategies.shared.mesh import sequence_regather_s, split_cost
 from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline.shape import PipelineShape
 from autopar.strategies.shared import levers
+from autopar.strategies.shared.stage_ends import spread_over_ends
 
 # host seconds of one autograd engine call (a zero-bubble W runs one per weight group), in
 # host operations (``Hardware.host_op_s``): about 120 µs against 10 µs per operation on the
@@ -90,8 +91,8 @@ def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages
         # Megatron's vocab split: each end its nodes over t, the region's all-reduces shared by its ends
         k = tensor / split_factor(r, tensor) if divisible else 1  # a padded vocabulary: V'/t rows per rank
         comm = split_cost(model, hw, r, scale, tensor).total_comm_s if divisible else 0.0
-        for s, c, m, a in pipeline_cost.spread_over_ends(model, hw, parts, model.seconds(r.nodes, hw, 1 / (scale * k)),
-                                                         comm, model.activation_bytes(r.nodes, 1 / (scale * k))):
+        for s, c, m, a in spread_over_ends(model, hw, parts, model.seconds(r.nodes, hw, 1 / (scale * k)),
+                                           comm, model.activation_bytes(r.nodes, 1 / (scale * k))):
             stage_s[s] += c + m
             stage_comm[s] += m
             stage_act[s] += a

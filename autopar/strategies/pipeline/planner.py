@@ -42,10 +42,8 @@ from autopar.planning.schedules import SPLIT_BACKWARD, rank_of
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
 from autopar.strategies.shared.mesh import check_forced_batch, check_forced_sizes, price_mesh, sequence_splits
-from autopar.strategies.mixed.pins import check_forced_stages
-from autopar.strategies.mixed.stages import StagePlans
-from autopar.strategies.mixed.structure import tensor_grids
 from autopar.strategies.shared.branches import widest_branching
+from autopar.strategies.shared.grid3d.pricing import tensor_grids
 from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline import layout as parameter_layout
 from autopar.strategies.pipeline.bound import cut, fastest_in_full, step_floor
@@ -317,7 +315,10 @@ def schedule_rivals(model: ModelFacts, hw: Hardware, n: PipelineNumbers) -> list
 
 class Pipeline(CompileHooks):
     """PTD-P: the pipeline family (see the module docstring). Its rank programs are
-    the stages, rewritten by :class:`~autopar.strategies.pipeline.program.PipelineRunner`."""
+    the stages, rewritten by :class:`~autopar.strategies.pipeline.program.PipelineRunner`.
+    A mixed configuration's stages are the mixed family's plans
+    (:meth:`autopar.strategies.mixed.planner.Mixed.stage_plans`), asked for through
+    :meth:`~autopar.strategies.family.PlanContext.peer`."""
 
     name = "pipeline"
 
@@ -348,9 +349,9 @@ class Pipeline(CompileHooks):
             return []
         check_batch_norms(ctx.model, "a pipeline runs microbatches")
         forced = ctx.forced
-        if forced.mixed:  # the stages' pins checked as a mixed plan's
+        if forced.mixed:  # the stages' pins checked as a mixed plan's, by the mixed family
             _, _, tensor, _, _ = pipeline_layout(ctx.model, ctx.world, forced)
-            forced = dataclasses.replace(forced, tensor_subgrids=check_forced_stages(ctx, tensor))
+            forced = dataclasses.replace(forced, tensor_subgrids=ctx.peer("mixed").check_stages(ctx, tensor))
         return [forced]
 
     def price(self, ctx: PlanContext, config: Strategy, allowance: float = 0.0, row_units: int = 1) -> Priced:
@@ -366,8 +367,10 @@ class Pipeline(CompileHooks):
                 except PlanError as e:
                     return rejected(self.name, config, pipeline_mesh(config), str(e), form=label)
                 return cut(self.name, config, pipeline_mesh(config), label, floor, ctx.best_s[0])
-        # a mixed configuration: each region its own family inside the stages
-        stage_plans = (lambda shape, tensor: StagePlans(ctx, shape, tensor, config.grid, config.tensor_subgrids)
+        # a mixed configuration: each region its own family inside the stages (the mixed
+        # family's plans of them, PlanContext.peer)
+        stage_plans = (lambda shape, tensor: ctx.peer("mixed").stage_plans(ctx, shape, tensor, config.grid,
+                                                                             config.tensor_subgrids)
                        if config.mixed else None)
         try:
             zero = ctx.levers.zero if ctx.levers is not None and ctx.levers.zero is not None else None
