@@ -90,7 +90,7 @@ import dataclasses
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
@@ -430,3 +430,22 @@ def priced_in_full(ctx: PlanContext, price, config: Strategy) -> Priced:
     """``config`` priced by ``price`` with no bound cutting it (the best so far taken as
     infinite), as a search without the cut would have listed it (:func:`with_per_step`)."""
     return with_per_step(ctx, price(dataclasses.replace(ctx, best_s=[math.inf]), config))
+
+
+def fastest_in_full(ctx: PlanContext, weighed: list[Priced], price: Callable[[PlanContext, Strategy], Priced],
+                    wanted: Callable[[Priced], bool], key: Callable[[Priced], Any], best_key: Callable[[float], Any],
+                    count: int) -> list[Priced]:
+    """``weighed`` with the layouts a family's lower bound cut (the pipeline's,
+    :mod:`autopar.strategies.pipeline.bound`) priced in full (by ``price``, no bound:
+    :func:`priced_in_full`) wherever one could be among the first ``count`` rows
+    ``wanted`` by ``key`` (``best_key(floor)``: the least key a layout of that bound can
+    have): a second round that picks the fastest layouts (mixed stages, spread experts)
+    picks the same ones as a search without the bound."""
+    rows = list(weighed)
+    cuts = sorted((i for i, p in enumerate(rows) if p.bound_s is not None), key=lambda i: rows[i].bound_s)
+    for i in cuts:
+        top = sorted(key(p) for p in rows if wanted(p))[:count]
+        if len(top) == count and best_key(rows[i].bound_s) > top[-1]:
+            break  # this and every later bound: past the first ``count``
+        rows[i] = priced_in_full(ctx, price, rows[i].config)
+    return rows

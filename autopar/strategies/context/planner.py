@@ -1,8 +1,10 @@
 """Planning context parallelism: the sequence split over a ``context`` mesh dimension.
 
 Context parallelism rides on a ``data × tensor`` configuration (data parallelism or
-Megatron): its mesh is ``data × context × tensor``, the ranks of one context group
-holding the same rows of the batch and a share of their tokens (:mod:`.collectives`),
+Megatron; a pipeline's, priced by the registered pipeline family,
+:meth:`~autopar.strategies.family.PlanContext.peer`): its mesh is ``data × context ×
+tensor``, the ranks of one context group holding the same rows of the batch and a share
+of their tokens (:mod:`.collectives`),
 attention run as a ring over the group (:mod:`.ring`), everything else on the rank's
 tokens (:mod:`.walk`). Gradients are averaged over ``data × context``.
 
@@ -41,7 +43,6 @@ from autopar.strategies.context.rewrite import context_parallel_pass
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, mesh_plan,
                                        rejected)
 from autopar.strategies.shared.mesh import judge, price_mesh
-from autopar.strategies.pipeline.planner import Pipeline
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms
 
@@ -144,7 +145,7 @@ class ContextParallel(CompileHooks):
         d, c, t = config.data, config.context, config.tensor
         if config.pipeline > 1:   # the pipeline family's figures at data degree d·c, the ring's exchanges added
             base_ctx, base = _as_pipeline(ctx, config)
-            priced = Pipeline().price(base_ctx, base, row_units=c)
+            priced = ctx.peer("pipeline").price(base_ctx, base, row_units=c)
             extra, mode = ring_cost(model, hw, d, c, t)
             extra /= config.pipeline   # a stage runs its share of the layers
             step = None if priced.step_s is None else priced.step_s + extra
@@ -173,7 +174,7 @@ class ContextParallel(CompileHooks):
         c = priced.config.context
         if priced.config.pipeline > 1:
             base_ctx, base = _as_pipeline(ctx, priced.config)
-            plan = Pipeline().to_plan(base_ctx, dataclasses.replace(priced, config=base, family="pipeline"))
+            plan = ctx.peer("pipeline").to_plan(base_ctx, dataclasses.replace(priced, config=base, family="pipeline"))
             plan.mesh = _mesh(priced.config)
             # a microbatch: rows of a data rank (each spread over the context ranks)
             plan.pipeline["microbatch_size"] = ctx.model.batch // (priced.config.data * plan.pipeline["microbatches"])

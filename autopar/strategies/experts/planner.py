@@ -1,9 +1,11 @@
 """Planning expert parallelism: the family that spreads routed experts over the data ranks.
 
 Expert parallelism rides on a plan of another family: data × tensor (data parallelism,
-Megatron) or a pipeline. For an expert degree ``P`` (dividing the data degree and every
-MoE layer's expert count) the data ranks form expert groups of ``P`` consecutive ranks;
-each MoE region (:mod:`autopar.passes.analysis.experts`) chooses between
+Megatron) or a pipeline, the registered family it asks for by name
+(:meth:`~autopar.strategies.family.PlanContext.peer`). For an expert degree ``P``
+(dividing the data degree and every MoE layer's expert count) the data ranks form expert
+groups of ``P`` consecutive ranks; each MoE region (:mod:`autopar.passes.analysis.experts`)
+chooses between
 
 * ``"experts"``: its experts spread over the group (``E/P`` per rank), the tokens
   dispatched and combined by all-to-all (:mod:`.collectives`), the experts Megatron-split
@@ -54,17 +56,13 @@ from autopar.planning.model import ModelFacts
 from autopar.planning.forms import experts_form
 from autopar.planning.plan import Cost, Plan, RegionChoice, _in_stage
 from autopar.planning.strategy import Pin, PlanError, Strategy, divisors
-from autopar.strategies.data.planner import DataParallel
 from autopar.strategies.experts.collectives import ExpertsRankRuntime
 from autopar.strategies.experts.cost import LayerFigures, experts_data_comm, layer_figures
 from autopar.strategies.experts.layout import ExpertShard, place as place_experts, place_modules
 from autopar.strategies.experts.rewrite import expert_parallel_regions_pass, expert_shards, expert_weights
 from autopar.strategies.family import (SPLIT, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
-                                       rejected, too_big)
+                                       fastest_in_full, rejected, too_big)
 from autopar.strategies.shared.mesh import price_mesh, sequence_choice
-from autopar.strategies.megatron.planner import Megatron
-from autopar.strategies.pipeline.bound import fastest_in_full
-from autopar.strategies.pipeline.planner import Pipeline, pipeline_label, pipeline_layout, pipeline_mesh
 from autopar.strategies.shared import levers
 from autopar.strategies.shared.batch_norms import batch_norms
 
@@ -96,12 +94,10 @@ def expert_degrees(model: ModelFacts, data: int) -> list[int]:
     return [p for p in divisors(g) if p > 1]
 
 
-_BASE_FAMILIES = {family.name: family for family in (DataParallel(), Megatron(), Pipeline())}
-
-
-def _base_family(config: Strategy):
-    """The family whose plan a configuration with experts rides on."""
-    return _BASE_FAMILIES["pipeline" if config.pipeline > 1 else ("megatron" if (config.tensor or 1) > 1 else "data")]
+def _base_family(ctx: PlanContext, config: Strategy):
+    """The family whose plan a configuration with experts rides on: the registered one
+    (:meth:`~autopar.strategies.family.PlanContext.peer`)."""
+    return ctx.peer("pipeline" if config.pipeline > 1 else ("megatron" if (config.tensor or 1) > 1 else "data"))
 
 
 def _matches(pattern: str, region) -> bool:
@@ -173,7 +169,7 @@ class ExpertParallel(CompileHooks):
                 data, tensor = base.resolve(ctx.world)
                 base = dataclasses.replace(base, data=data, tensor=tensor)
             base_ctx = dataclasses.replace(ctx, forced=base)
-            return [self._wrap(c, forced) for c in _base_family(base).candidates(base_ctx)]
+            return [self._wrap(c, forced) for c in _base_family(ctx, base).candidates(base_ctx)]
         # only the expert degree given: every data × tensor mesh it divides
         return [dataclasses.replace(forced, data=ctx.world // t, tensor=t) for t in divisors(ctx.world)
                 if (ctx.world // t) % forced.experts == 0]
@@ -211,7 +207,7 @@ class ExpertParallel(CompileHooks):
         def wanted(p: Priced) -> bool:
             return p.family == "pipeline" and sized(p) and not p.config.mixed
         # the layouts the pipeline's bound cut, priced where one could be among the fastest
-        weighed = fastest_in_full(ctx, [p for p in weighed if p.family == "pipeline"], _BASE_FAMILIES["pipeline"].price,
+        weighed = fastest_in_full(ctx, [p for p in weighed if p.family == "pipeline"], ctx.peer("pipeline").price,
                                  wanted, rank, lambda floor: (False, floor), PIPELINES_AT)
         pipelines = sorted((p for p in weighed if wanted(p)), key=rank)
         for p in pipelines[:PIPELINES_AT]:
@@ -223,7 +219,7 @@ class ExpertParallel(CompileHooks):
 
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         base_config = config.base()
-        family = _base_family(base_config)
+        family = _base_family(ctx, base_config)
         if ctx.levers is not None and ctx.levers.zero:
             why = "ZeRO with expert parallelism is not in this version (the experts' weights are not row-sharded)"
             if ctx.forced is not None:
@@ -341,13 +337,13 @@ class ExpertParallel(CompileHooks):
         lengthens a stage's work (``(m + p − 1)/m`` of a stage's share, megatron §2.2)."""
         model = ctx.model
         base_config = config.base()
-        form = experts_form(pipeline_label(base_config), config.experts)
+        form = experts_form(family.pipeline_label(base_config), config.experts)
         try:
-            p, data, tensor, shape, _ = pipeline_layout(model, ctx.world, base_config)
+            p, data, tensor, shape, _ = family.pipeline_layout(model, ctx.world, base_config)
         except PlanError as e:
             if ctx.forced is not None:
                 raise
-            return rejected(self.name, config, pipeline_mesh(base_config), str(e), form=form)
+            return rejected(self.name, config, family.pipeline_mesh(base_config), str(e), form=form)
         mesh = {"pipeline": p, "data": data, "tensor": tensor}
         if data % config.experts:
             return rejected(self.name, config, mesh, f"expert degree {config.experts} does not divide data {data}",
@@ -379,7 +375,7 @@ class ExpertParallel(CompileHooks):
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         config = priced.config
         base = priced.detail["base"]
-        family = _base_family(config.base())
+        family = _base_family(ctx, config.base())
         base_ctx = dataclasses.replace(ctx, forced=config.base() if ctx.forced is not None else None)
         if priced.table is not None:   # its rows copied: the base's priced table stays as it was
             table = priced.table

@@ -26,13 +26,11 @@ read off a measured table (which need not be affine) the bound keeps compute alo
 """
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 from autopar.planning.model import ModelFacts, region_sizes, split_factor
 from autopar.planning.strategy import Strategy
-from autopar.strategies.family import PlanContext, Priced, priced_in_full
+from autopar.strategies.family import Priced
 from autopar.strategies.pipeline.stages import blocks_of
 from autopar.strategies.shared.levers import GRAD_BYTES
 
@@ -103,21 +101,3 @@ def cut(family: str, config: Strategy, mesh: dict, form: str, floor: float, best
     why = (f"{CUT}: at least {floor * 1e3:.3f} ms by its compute and gradient exchange alone "
            f"(a lower bound), the best so far {best * 1e3:.3f} ms")
     return Priced(family, config, mesh, feasible=False, reason=why, form=form, bound_s=floor)
-
-
-def fastest_in_full(ctx: PlanContext, weighed: list[Priced], price: Callable[[PlanContext, Strategy], Priced],
-                    wanted: Callable[[Priced], bool], key: Callable[[Priced], Any], best_key: Callable[[float], Any],
-                    count: int) -> list[Priced]:
-    """``weighed`` with the layouts the bound cut priced in full (by ``price``, no bound:
-    :func:`~autopar.strategies.family.priced_in_full`) wherever one could be among the
-    first ``count`` rows ``wanted`` by ``key`` (``best_key(floor)``: the least key a
-    layout of that bound can have): a second round that picks the fastest layouts
-    (mixed stages, spread experts) picks the same ones as a search without the bound."""
-    rows = list(weighed)
-    cuts = sorted((i for i, p in enumerate(rows) if p.bound_s is not None), key=lambda i: rows[i].bound_s)
-    for i in cuts:
-        top = sorted(key(p) for p in rows if wanted(p))[:count]
-        if len(top) == count and best_key(rows[i].bound_s) > top[-1]:
-            break  # this and every later bound: past the first ``count``
-        rows[i] = priced_in_full(ctx, price, rows[i].config)
-    return rows

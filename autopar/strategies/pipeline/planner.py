@@ -40,13 +40,13 @@ from autopar.planning.forms import mixed_form
 from autopar.planning.plan import Cost, Plan
 from autopar.planning.schedules import SPLIT_BACKWARD, rank_of
 from autopar.planning.strategy import PlanError, Strategy, divisors
-from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, rejected, too_big
+from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, fastest_in_full, rejected, too_big
 from autopar.strategies.shared.mesh import check_forced_batch, check_forced_sizes, price_mesh, sequence_splits
 from autopar.strategies.shared.branches import widest_branching
 from autopar.strategies.shared.grid3d.pricing import tensor_grids
 from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline import layout as parameter_layout
-from autopar.strategies.pipeline.bound import cut, fastest_in_full, step_floor
+from autopar.strategies.pipeline.bound import cut, step_floor
 from autopar.strategies.pipeline.numbers import PipelineNumbers, pipeline_numbers, with_zero
 from autopar.strategies.pipeline.program import PipelineRankRuntime, pipeline_rank_code
 from autopar.strategies.pipeline.shape import PipelineShape, pipeline_shape
@@ -321,6 +321,10 @@ class Pipeline(CompileHooks):
     :meth:`~autopar.strategies.family.PlanContext.peer`."""
 
     name = "pipeline"
+    # what a family riding on a pipeline layout reads of it (expert parallelism, PlanContext.peer)
+    pipeline_label = staticmethod(pipeline_label)
+    pipeline_layout = staticmethod(pipeline_layout)
+    pipeline_mesh = staticmethod(pipeline_mesh)
 
     def place(self, builder, build: RankBuild) -> None:
         if builder.plan.pipeline:
