@@ -27,6 +27,7 @@ winner (the search calls it once, after adding the per-step terms):
 """
 from __future__ import annotations
 
+from autopar.grid import MeshAxis
 from autopar.planning.plan import Plan
 from autopar.strategies.shared.levers import state_parts
 
@@ -45,8 +46,8 @@ def record(plan: Plan, priced, batch_s: float, largest: float, counts_targets: b
     if priced.table is not None:
         table = priced.table
         params = table.param_elems
-        parts = state_parts(params, plan.degree("data") * plan.degree("context"), plan.zero, plan.microbatches,
-                            table.largest_params)
+        parts = state_parts(params, plan.degree(MeshAxis.DATA) * plan.degree(MeshAxis.CONTEXT), plan.zero,
+                            plan.microbatches, table.largest_params)
         parts["activations"] = table.activation_bytes - table.gathered_bytes
         parts["gathered_weights"] = table.gathered_bytes
     elif hasattr(detail, "rank_params") and detail.rank_params:

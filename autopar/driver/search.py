@@ -287,7 +287,7 @@ def lever_conflict(ctx: PlanContext, priced: Priced) -> str | None:
     if mesh.get("data", 1) * mesh.get("context", 1) < 2:
         return (f"zero={levers.zero} shards over the data ranks (and the context ranks), and {mesh} has "
                 f"{mesh.get('data', 1)}; give 'data': d with d > 1, or drop 'zero'")
-    if c.subgrids > 1 or c.cube or (c.grid is not None and not c.mixed):
+    if c.subgrids > 1 or (c.grid is not None and not c.mixed):   # (the cube's grid too)
         return (f"zero={levers.zero} with D&SP sub-grids or a whole-model 3D grid is not in this version (their "
                 f"data groups do not run equal programs); use zero with data, tensor, mixed or pipeline plans")
     return None
@@ -306,10 +306,6 @@ def apply_levers(ctx: PlanContext, plan_: Plan) -> None:
             raise PlanError(f"strategy: microbatches={m} does not divide the {rows} rows of each data rank (batch "
                             f"{ctx.model.batch} over {parts} data ranks); give a number of microbatches that "
                             f"divides {rows}, or a batch that is a multiple of {m * parts}")
-        if m > 1 and plan_.csub:
-            raise PlanError(f"strategy: microbatches={m} with D&SP-cSub is not in this version (the sub-grids off "
-                            f"sub-grid 0 run their branches on rows sub-grid 0 sends once per step); drop 'csub' "
-                            f"or 'microbatches'")
         if m > 1:
             check_batch_norms(ctx.model, f"microbatches={m} accumulates gradients over parts of the batch")
         plan_.microbatches = m

@@ -27,6 +27,7 @@ import torch.nn as nn
 from autopar.trace.capture import MODEL_PREFIX, layout_name, wrap_model
 from autopar.trace.inputs import CallLayout, check_loss_arguments
 from autopar.trace.meta import holds_meta
+from autopar.grid import MeshAxis
 from autopar.runtime.layout import ParamLayout, group_buckets
 from autopar.planning.plan import Plan
 from autopar.planning.schedules import rank_of
@@ -201,7 +202,7 @@ class ParallelModule(nn.Module):
             return True
         p, v = pipeline["stages"], pipeline.get("chunks", 1)
         last = rank_of(pipeline["schedule"], p, p * v - 1)  # as the executor finds the last stage
-        return self.plan.rank_coordinates(self.rank).get("pipeline", 0) == last
+        return self.plan.rank_coordinates(self.rank).get(MeshAxis.PIPELINE, 0) == last
 
     @property
     def measured_step_s(self) -> float | None:

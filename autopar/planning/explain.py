@@ -147,7 +147,7 @@ def _kept_whole(plan: "Plan") -> list[str]:
     """The regions a tensor or 3D plan left replicated, and why."""
     lines: list[str] = []
     kept_whole = [r for r in plan.regions if r.strategy == "replicate" and r.kind != "-"
-                  and (plan.degree("tensor") > 1 or plan.grid is not None)]
+                  and (plan.degree(MeshAxis.TENSOR) > 1 or plan.grid is not None)]
     if kept_whole:
         lines.append("")
         lines.append("regions not split over the tensor group:")

@@ -202,7 +202,7 @@ class Plan:
     def subgrid_coordinates(self, rank: int) -> tuple[int, int]:
         """``(sub-grid, position in it)`` of ``rank`` under D&SP (``(0, data index)`` without)."""
         if self.subgrids == 1:
-            return 0, self.rank_coordinates(rank)["data"]
+            return 0, self.rank_coordinates(rank)[MeshAxis.DATA]
         coords = self.rank_grid().coordinates(rank)
         return coords["subgrid"], coords["position"]
 
@@ -219,10 +219,10 @@ class Plan:
     def tensor_subgrid_coordinates(self, rank: int) -> tuple[int, int]:
         """``(sub-grid, place in it)`` of ``rank`` in the tensor group's D&SP sub-grids
         (:attr:`tensor_subgrids`; ``(tensor index, 0)`` without them)."""
-        tensor, g = self.rank_coordinates(rank)["tensor"], self.tensor_subgrids
+        tensor, g = self.rank_coordinates(rank)[MeshAxis.TENSOR], self.tensor_subgrids
         if not g:
             return tensor, 0
-        size = self.degree("tensor") // g
+        size = self.degree(MeshAxis.TENSOR) // g
         return tensor // size, tensor % size
 
     def rank_grid(self, members=None) -> RankGrid:
@@ -243,7 +243,7 @@ class Plan:
     def expert_coordinates(self, rank: int) -> tuple[int, int]:
         """``(expert replica, place in the expert group)`` of ``rank`` under expert
         parallelism: its data index ``replica·E + place`` (``(data index, 0)`` without)."""
-        data = self.rank_coordinates(rank)["data"]
+        data = self.rank_coordinates(rank)[MeshAxis.DATA]
         e = max(self.experts, 1)
         return data // e, data % e
 
@@ -266,11 +266,12 @@ class Plan:
 
     @property
     def form(self) -> str:
-        """``"cube"`` when the grid runs Bian's cube form (``cube3d`` regions); a pipeline's
-        schedule (``"pipeline 1f1b"``, ``"pipeline interleaved v=2"``); else ``""``; then
-        ``"experts P"`` under expert parallelism (``"pipeline 1f1b, experts 2"``)."""
+        """A family's form (``Language.form``: ``"cube"`` when the grid runs Bian's cube
+        form, a pipeline's schedule, ``"pipeline 1f1b"``, ``"pipeline interleaved v=2"``, a
+        mixed plan's, ``"replicate"``); else ``""``; then ``"experts P"`` under expert
+        parallelism (``"pipeline 1f1b, experts 2"``) and context parallelism's attention."""
         form = experts_form(self._family_form(), self.experts)
-        if self.degree("context") > 1:   # context parallelism's attention: "context ring" (docs/context.md)
+        if self.degree(MeshAxis.CONTEXT) > 1:   # context parallelism's attention: "context ring" (docs/context.md)
             form = (form + ", " if form else "") + f"context {self.context.get('mode', 'ring')}"
         return form
 
@@ -298,7 +299,7 @@ class Plan:
         plan the tensor group as ``Gx × Gy × Gz`` over the data ranks; None without."""
         if self.tensor_grid:
             g = self.tensor_grid
-            return Grid3D(g["x"], g["y"], g.get("z", 1), self.degree("data"))
+            return Grid3D(g[MeshAxis.X], g[MeshAxis.Y], g.get(MeshAxis.Z, 1), self.degree(MeshAxis.DATA))
         return self.grid
 
     def region_coordinates(self, rank: int) -> dict[str, int]:
@@ -310,9 +311,9 @@ class Plan:
     @property
     def grid(self):
         """AxoNN's ``Gx × Gy × Gz × Gdata`` grid of a 3D plan, else None."""
-        if not any(axis in self.mesh for axis in ("x", "y", "z")):
+        if not any(axis in self.mesh for axis in (MeshAxis.X, MeshAxis.Y, MeshAxis.Z)):
             return None
-        return Grid3D(self.degree("x"), self.degree("y"), self.degree("z"), self.degree("data"))
+        return Grid3D(*(self.degree(axis) for axis in (MeshAxis.X, MeshAxis.Y, MeshAxis.Z, MeshAxis.DATA)))
 
     def batch_parts(self) -> int:
         """Into how many equal chunks the common layers split the batch: the data degree

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from autopar.grid import MeshAxis
+
 OUTSIDE = "(outside regions)"
 
 
@@ -152,7 +154,7 @@ def _rest_of_pipeline(plan, rec: Reconciliation, rank: int, shared, row_compute:
     m = pp["microbatches"]
     stages = sum(s for s, r in zip(pp["stage_s"], stage_ranks(plan)) if r == rank)  # per microbatch, comm included
     bubble = pp["bubble_s"]
-    sends = plan.total.comm_s.get("pipeline", 0.0) - bubble
+    sends = plan.total.comm_s.get(MeshAxis.PIPELINE, 0.0) - bubble
     extra = pp["rank_s"][rank] * m - stages * m - sends  # the weight passes' own work (ZB schedules)
     # the stage figures' compute and tensor part on the rank, beyond its region rows
     names = ", ".join(r.region for r in shared)
@@ -188,7 +190,7 @@ def _data_terms(plan, rec: Reconciliation, group: str, rest: float) -> None:
         return
     b = plan.breakdown or {}
     batch, tied = b.get("batch_s", 0.0), b.get("tied_s", 0.0)
-    ranks = "data x context" if plan.degree("context") > 1 else "data"
+    ranks = "data x context" if plan.degree(MeshAxis.CONTEXT) > 1 else "data"
     zero = ("" if not plan.zero else
             f"; ZeRO-{plan.zero}: the gradients reduce-scattered, the updated shards all-gathered" if plan.zero < 3 else
             "; ZeRO-3: the parameters all-gathered in forward and backward, the gradients reduce-scattered, per "
@@ -223,7 +225,7 @@ def memory_reconciliation(plan) -> Reconciliation | None:
     rank = b.get("memory_rank")
     where = "every rank" if rank is None else f"pipeline rank {rank} (the most of any pipeline rank)"
     rec = Reconciliation(where, plan.total.memory_bytes)
-    d = plan.degree("data") * plan.degree("context")
+    d = plan.degree(MeshAxis.DATA) * plan.degree(MeshAxis.CONTEXT)
     shard = {"parameters": 3, "gradients": 2, "optimizer": 1}
     parts = b["memory"]  # in MEMORY_LABELS' order (JSON sorts the keys), then any other
     for key in [*(k for k in MEMORY_LABELS if k in parts), *sorted(set(parts) - set(MEMORY_LABELS))]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from autopar.grid import GroupSpec, MeshAxis
 from autopar.planning.declared import DECLARED, Language, first, region_owner
 from autopar.planning.explain import PLACES, _family, _mesh_text, _ms, mesh_text
-from autopar.planning.forms import mixed_form
 from autopar.planning.region_table import runs
 from autopar.planning.strategy import PlanError, Strategy, parse_pins
+from autopar.strategies.shared.forms import mixed_form
 
 
 class MixedLanguage(Language):

@@ -56,10 +56,10 @@ import dataclasses
 from autopar.cost import model as cost_model
 from autopar.grid import Grid3D
 from autopar.planning.model import ModelFacts
-from autopar.planning.forms import mixed_form
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RegionTable, mesh_plan, rejected, too_big
+from autopar.strategies.shared.forms import mixed_form
 from autopar.strategies.shared.mesh import check_forced_batch, judge
 from autopar.strategies.mixed.bound import lower_bound
 from autopar.strategies.mixed.pins import check_forced_stages, check_pins_name_regions, pinned_subgrids, pins_misfit

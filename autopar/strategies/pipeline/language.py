@@ -8,11 +8,11 @@ from __future__ import annotations
 from autopar.grid import Grid3D, GroupSpec, MeshAxis
 from autopar.planning.declared import Language
 from autopar.planning.explain import PLACES, mesh_text
-from autopar.planning.forms import mixed_form
 from autopar.planning.schedules import SCHEDULES, ScheduleError, check_chunks
 from autopar.planning.strategy import PlanError, Strategy, parse_pins
 from autopar.runtime.groups import tied_group_name
 from autopar.strategies.pipeline.text import pipeline_text
+from autopar.strategies.shared.forms import mixed_form
 
 PIPELINE_KEYS = ("schedule", "chunks", "scatter_gather")
 """The keys that set up a pipeline beside ``pipeline`` itself."""

@@ -36,11 +36,11 @@ from dataclasses import asdict, dataclass
 from autopar.cost.hardware import Hardware
 from autopar.ir import CAPTURE
 from autopar.planning.model import ModelFacts
-from autopar.planning.forms import mixed_form
 from autopar.planning.plan import Cost, Plan
 from autopar.planning.schedules import SPLIT_BACKWARD, rank_of
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.family import CompileHooks, PlanContext, Priced, RankBuild, fastest_in_full, rejected, too_big
+from autopar.strategies.shared.forms import mixed_form
 from autopar.strategies.shared.mesh import check_forced_batch, check_forced_sizes, price_mesh, sequence_splits
 from autopar.strategies.shared.branches import widest_branching
 from autopar.strategies.shared.grid3d.pricing import tensor_grids

@@ -8,6 +8,7 @@ Megatron, the 3D layers and the cube; the 3D grid AxoNN's family, the cube and m
 plans share (:mod:`.grid3d`); the multi-branch regions and their branches' costs D&SP and
 mixed plans read (:mod:`.branches`, :mod:`.branch_cost`); the loss rules and the outputs
 under a split batch (:mod:`.losses`, :mod:`.outputs`); the pipeline stages' facts the
-pipeline and mixed stages price with (:mod:`.stage_ends`). A shared home imports no
+pipeline and mixed stages price with (:mod:`.stage_ends`); a mixed plan's form, which a
+pipeline of mixed stages shows too (:mod:`.forms`). A shared home imports no
 family; a family that composes another asks for it through
 :meth:`autopar.strategies.family.PlanContext.peer`."""

@@ -1,0 +1,12 @@
+"""A mixed plan's form (``Plan.form``, and in the configurations weighed), which a
+pipeline of mixed stages shows too: the mixed and the pipeline families share it."""
+from __future__ import annotations
+
+
+def mixed_form(tensor_grid: dict, subgrids: int = 0) -> str:
+    """A mixed plan's form in the configurations weighed: ``"mixed"``, with its 3D
+    regions' grid of the tensor group (``"mixed 3d 2x2"``; ``"mixed 3d 2x1x2"`` with Gz > 1) or its D&SP sub-grids of
+    several tensor ranks (``"mixed dsp 2 sub-grids"``)."""
+    z = f"x{tensor_grid['z']}" if tensor_grid.get("z", 1) > 1 else ""
+    return ("mixed" + (f" 3d {tensor_grid['x']}x{tensor_grid['y']}{z}" if tensor_grid else "")
+            + (f" dsp {subgrids} sub-grids" if subgrids else ""))
