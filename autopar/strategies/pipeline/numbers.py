@@ -28,6 +28,22 @@ ENGINE_CALL_OPS = 12
 
 
 @dataclass(frozen=True)
+class PipelineLayout:
+    """One pipeline configuration, resolved, as :func:`pipeline_numbers` prices it: ``p``
+    ranks × ``v`` chunks, ``m`` microbatches under ``schedule``, ``data × tensor`` ranks
+    inside each stage, and whether the sends are scattered over the tensor group and
+    gathered after (``scatter_gather``, megatron §4.1)."""
+
+    p: int
+    v: int
+    m: int
+    schedule: str
+    data: int
+    tensor: int
+    scatter_gather: bool
+
+
+@dataclass(frozen=True)
 class PipelineNumbers:
     """The predicted figures of one pipeline layout at one microbatch count
     (:func:`pipeline_numbers`)."""
@@ -60,6 +76,10 @@ class PipelineNumbers:
     sequence: bool = False      # Megatron-SP inside the stages (docs/sequence.md)
     passes: tuple = ()          # the slowest rank's F, I, W seconds per microbatch (Qi et al. 2024)
 
+    @property
+    def layout(self) -> PipelineLayout:
+        """The configuration these figures are of."""
+        return PipelineLayout(self.p, self.v, self.m, self.schedule, self.data, self.tensor, self.scatter_gather)
 
 
 def _stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, stages: int, scale: int, tensor: int,
@@ -140,10 +160,10 @@ def stage_figures(model: ModelFacts, hw: Hardware, shape: PipelineShape, scale: 
     return found
 
 
-def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: int, v: int, m: int, schedule: str,
-                     data: int, tensor: int, scatter_gather: bool, recompute: bool = False, inner=None,
-                     sequence: bool = False, memo: dict | None = None) -> PipelineNumbers:
-    """The predicted figures of ``p`` ranks × ``v`` chunks with ``m`` microbatches of
+def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, layout: PipelineLayout, *,
+                     recompute: bool = False, inner=None, sequence: bool = False,
+                     memo: dict | None = None) -> PipelineNumbers:
+    """The predicted figures of ``layout``: ``p`` ranks × ``v`` chunks with ``m`` microbatches of
     ``B/(d·m)`` rows, each stage's regions priced once per class: per-stage seconds per
     microbatch (compute, Megatron all-reduces), point-to-point sends, per-rank seconds,
     the step with its bubble (megatron §2.2; a zero-bubble schedule's from its simulated
@@ -155,6 +175,8 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
     region its own family), which gives the stages' and ranks' figures instead.
     ``memo``: a dict shared by the schedules weighed at one layout, which then price the
     stages once."""
+    p, v, m, schedule = layout.p, layout.v, layout.m, layout.schedule
+    data, tensor, scatter_gather = layout.data, layout.tensor, layout.scatter_gather
     # ranks sharing a host's cores: a stage computes only in its turn, on average a
     # fraction v·m / (v·m + p − 1) of the step (the bubble's complement, megatron §2.2),
     # so the ranks computing at once get more of the cores than the whole world would
@@ -182,7 +204,7 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, p: i
                             else 0.0))
     sends = [priced[b] for b in carried]
     split = schedule in SPLIT_BACKWARD
-    rank_s, rank_p2p, rank_comm, passes = _rank_figures(shape, schedule, p, v, stage_s, stage_comm, sends, recompute,
+    rank_s, rank_p2p, rank_comm, passes = _rank_figures(shape, layout, stage_s, stage_comm, sends, recompute,
                                                         hw.host_op_s * ENGINE_CALL_OPS)
     if split:
         pipe_step, bubble = _split_step(schedule, p, m, v, rank_s, passes)
@@ -237,16 +259,16 @@ def rank_layout(schedule: str, p: int, v: int) -> tuple[tuple[tuple[int, ...], t
     return tuple(out)
 
 
-def _rank_figures(shape: PipelineShape, schedule: str, p: int, v: int, stage_s: list[float], stage_comm: list[float],
+def _rank_figures(shape: PipelineShape, layout: PipelineLayout, stage_s: list[float], stage_comm: list[float],
                   sends: list[float], recompute: bool, engine_call_s: float) -> tuple[list, list, list, list]:
-    """Per pipeline rank: seconds per microbatch, its point-to-point and tensor-parallel
-    parts, and its ``(F, I, W)`` seconds (Qi et al. 2024 §2: the stage's FLOP shares,
-    ``PipelineShape.passes``; Megatron all-reduces half in F, half in I; sends forward in
-    F, backward in I; split, W's host work of one autograd engine call per weight group,
-    ``engine_call_s`` each)."""
-    split = schedule in SPLIT_BACKWARD
+    """Per pipeline rank of ``layout`` (its schedule, ranks and chunks): seconds per
+    microbatch, its point-to-point and tensor-parallel parts, and its ``(F, I, W)``
+    seconds (Qi et al. 2024 §2: the stage's FLOP shares, ``PipelineShape.passes``;
+    Megatron all-reduces half in F, half in I; sends forward in F, backward in I; split,
+    W's host work of one autograd engine call per weight group, ``engine_call_s`` each)."""
+    split = layout.schedule in SPLIT_BACKWARD
     rank_s, rank_p2p, rank_comm, passes = [], [], [], []
-    for mine, boundaries in rank_layout(schedule, p, v):
+    for mine, boundaries in rank_layout(layout.schedule, layout.p, layout.v):
         p2p = sum((sends[s] if after else 0.0) + (sends[s - 1] if before else 0.0) for s, after, before in boundaries)
         rank_p2p.append(p2p)
         rank_comm.append(sum(stage_comm[s] for s in mine))

@@ -47,7 +47,7 @@ from autopar.strategies.shared.grid3d.pricing import tensor_grids
 from autopar.strategies.pipeline import cost as pipeline_cost
 from autopar.strategies.pipeline import layout as parameter_layout
 from autopar.strategies.pipeline.bound import cut, step_floor
-from autopar.strategies.pipeline.numbers import PipelineNumbers, pipeline_numbers, with_zero
+from autopar.strategies.pipeline.numbers import PipelineLayout, PipelineNumbers, pipeline_numbers, with_zero
 from autopar.strategies.pipeline.program import PipelineRankRuntime, pipeline_rank_code
 from autopar.strategies.pipeline.shape import PipelineShape, pipeline_shape
 from autopar.strategies.pipeline.stages import blocks_of
@@ -198,7 +198,7 @@ def schedules_weighed(config: Strategy) -> tuple[str, ...]:
     return ("interleaved", "interleaved-zb") + (("zbv",) if config.chunks == 2 else ())
 
 
-def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy, stage_plans=None,
+def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strategy, stage_plans=None, *,
                     zero: int | None = None, recompute: bool | None = None, allowance: float = 0.0,
                     sequence: bool | None = False, row_units: int = 1) -> PipelineNumbers:
     """The figures of one pipeline layout at its best schedule and microbatch count: the
@@ -233,8 +233,9 @@ def search_pipeline(model: ModelFacts, world: int, hw: Hardware, config: Strateg
                 short = [n for n in weighed if not (n == "zbv" and m < 2 * p)]
                 weighed = [n for n in short if not (mode and n in SPLIT_BACKWARD)] or short or weighed
             for name in weighed:
-                numbers = pipeline_numbers(model, hw, shape, p, config.chunks, m, name, data, tensor,
-                                           config.scatter_gather, mode, inner, sp, memo)
+                layout = PipelineLayout(p, config.chunks, m, name, data, tensor, config.scatter_gather)
+                numbers = pipeline_numbers(model, hw, shape, layout, recompute=mode, inner=inner, sequence=sp,
+                                           memo=memo)
                 stages = (zero,) if zero is not None else (0, 1, 2, 3) if data > 1 else (0,)
                 for z in stages:
                     option = with_zero(numbers, z, hw, model.largest_params)
@@ -306,8 +307,8 @@ def schedule_rivals(model: ModelFacts, hw: Hardware, n: PipelineNumbers) -> list
         if not pipeline_cost.accepts(name, n.p, n.m, n.v):
             continue
         alt = n if name == n.schedule else with_zero(pipeline_numbers(
-            model, hw, n.shape, n.p, n.v, n.m, name, n.data, n.tensor, n.scatter_gather, n.recompute, n.inner,
-            n.sequence), n.zero, hw, model.largest_params)
+            model, hw, n.shape, dataclasses.replace(n.layout, schedule=name), recompute=n.recompute, inner=n.inner,
+            sequence=n.sequence), n.zero, hw, model.largest_params)
         out.append({"schedule": name, "step_s": alt.step, "bubble_s": alt.bubble, "memory_bytes": alt.memory_bytes,
                     "fits": alt.memory_bytes <= hw.memory_bytes})
     return sorted(out, key=lambda r: r["step_s"])
@@ -384,8 +385,8 @@ class Pipeline(CompileHooks):
             recompute = None if mode is None else mode == "full"
             forced = ctx.levers.sequence_parallel if ctx.levers is not None else None
             sequence = False if config.mixed else forced
-            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero, recompute, allowance,
-                                sequence=sequence, row_units=row_units)
+            n = search_pipeline(ctx.model, ctx.world, ctx.hw, config, stage_plans, zero=zero, recompute=recompute,
+                                allowance=allowance, sequence=sequence, row_units=row_units)
         except PlanError as e:
             if ctx.forced is not None:
                 raise
