@@ -61,13 +61,12 @@ CROSS_FAMILY_DEBT: dict[str, set[str]] = {}
 MAX_POSITIONAL = 8
 LONG_SIGNATURE_DEBT = {
     "autopar.agreement.agreed_plan", "autopar.agreement.reviewed_or_planned",
-    "autopar.engine.checkpoint._optimizer_targets", "autopar.engine.init_weights._init_module",
-    "autopar.strategies.context.ring._backward_block", "autopar.strategies.context.ring._scores",
-    "autopar.strategies.cube.collectives.linear_cube", "autopar.strategies.experts.rewrite.local_experts",
-    "autopar.strategies.pipeline.numbers._rank_figures", "autopar.strategies.pipeline.numbers.pipeline_numbers",
-    "autopar.strategies.pipeline.planner.search_pipeline", "autopar.strategies.pipeline.program._rewrite_stage",
-    "autopar.strategies.shared.levers._setting", "autopar.strategies.shared.mesh._choose",
-    "autopar.strategies.tensor3d.runtime.linear_3d",
+    "autopar.engine.init_weights._init_module", "autopar.strategies.context.ring._backward_block",
+    "autopar.strategies.context.ring._scores", "autopar.strategies.cube.collectives.linear_cube",
+    "autopar.strategies.experts.rewrite.local_experts", "autopar.strategies.pipeline.numbers._rank_figures",
+    "autopar.strategies.pipeline.numbers.pipeline_numbers", "autopar.strategies.pipeline.planner.search_pipeline",
+    "autopar.strategies.pipeline.program._rewrite_stage", "autopar.strategies.shared.levers._setting",
+    "autopar.strategies.shared.mesh._choose", "autopar.strategies.tensor3d.runtime.linear_3d",
 }
 
 
@@ -307,16 +306,19 @@ FAMILY_WORDS = re.compile(r"\b(megatron|dsp|csub|cube|cube3d|tensor3d|subgraph_p
 GENERIC = ("autopar/runtime", "autopar/engine", "autopar/driver", "autopar/passes", "autopar/planning", "autopar/api.py", "autopar/agreement.py",
            "autopar/runtime/layout.py")
 DOCSTRING_QUOTES = ('"' * 3, "'" * 3)
-# The generic layers should learn what a family is from the registry, not by its name.
-# The names they still hold in code (identifiers and strings; docstrings and comments not
-# counted), per file: the check fails where a count grows or a new file names one, and
-# where one shrinks (lower it here).
+# The generic layers learn what a family is from the registry, not by its name: each
+# family declares itself (autopar/planning/declared.py's Language, the built-in ones in
+# their packages' language.py) and strategies/registry.py registers it with the family
+# object; those two are where family names map to families (the registry lies outside
+# GENERIC, declared.py names none). The names the generic layers still hold in code
+# (identifiers and strings; docstrings and comments not counted), per file: the check
+# fails where a count grows or a new file names one, and where one shrinks (lower it
+# here). What remains: the plan.json fields Plan.csub and MeshCandidate.csub and the
+# Strategy fields csub and cube (the format and the strategy values every family reads),
+# and the schedules' error citing "megatron §2.2.2" (the paper; the schedules are
+# planning's, Plan.timeline simulates them).
 FAMILY_NAME_DEBT = {
-    "autopar/planning/strategy.py": 49, "autopar/planning/explain.py": 41, "autopar/planning/plan.py": 11,
-    "autopar/engine/runner.py": 6, "autopar/driver/conflicts.py": 5, "autopar/driver/search.py": 4,
-    "autopar/planning/report.py": 3, "autopar/planning/declared.py": 2, "autopar/driver/rank_program.py": 1,
-    "autopar/api.py": 1, "autopar/planning/pipeline_text.py": 1, "autopar/planning/forms.py": 1,
-    "autopar/planning/schedules.py": 1,
+    "autopar/planning/strategy.py": 2, "autopar/planning/plan.py": 2, "autopar/planning/schedules.py": 1,
 }
 
 
