@@ -133,7 +133,7 @@ class _LinearCube(torch.autograd.Function):
 
 
 def linear_cube(x: torch.Tensor, w_hat: torch.Tensor, bias: Optional[torch.Tensor], block: tuple[int, ...],
-                in_group: str, out_group: str, weight_t: bool = False, prefetch: Optional[torch.Tensor] = None,
+                in_group: str, out_group: str, weight_t: bool = False, *, prefetch: Optional[torch.Tensor] = None,
                 checkpointed: bool = False) -> torch.Tensor:
     """Bian's Algorithm 1/3 for ``x`` (this rank's ``A_ijl``: rows split over ``out_group``
     within the z block, columns over ``in_group``) and ``Ŵ``; returns ``C_ilj`` (rows split
