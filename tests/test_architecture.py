@@ -56,18 +56,11 @@ NOT_A_FAMILY = ("family", "registry", "placement", "shared")
 CROSS_FAMILY_DEBT: dict[str, set[str]] = {}
 
 # At most 8 positional parameters (self, cls and an autograd Function's ctx not counted):
-# more belong in a frozen options object. The functions that still take more; the check
-# fails on any other and on an entry here that no longer does.
+# more belong in a frozen options object (values that travel together) or keyword-only
+# parameters (settings). None takes more now; the check fails on any function that does
+# (and on an entry listed here that no longer does).
 MAX_POSITIONAL = 8
-LONG_SIGNATURE_DEBT = {
-    "autopar.agreement.agreed_plan", "autopar.agreement.reviewed_or_planned",
-    "autopar.engine.init_weights._init_module", "autopar.strategies.context.ring._backward_block",
-    "autopar.strategies.context.ring._scores", "autopar.strategies.cube.collectives.linear_cube",
-    "autopar.strategies.experts.rewrite.local_experts", "autopar.strategies.pipeline.numbers._rank_figures",
-    "autopar.strategies.pipeline.numbers.pipeline_numbers", "autopar.strategies.pipeline.planner.search_pipeline",
-    "autopar.strategies.pipeline.program._rewrite_stage", "autopar.strategies.shared.levers._setting",
-    "autopar.strategies.shared.mesh._choose", "autopar.strategies.tensor3d.runtime.linear_3d",
-}
+LONG_SIGNATURE_DEBT: set[str] = set()
 
 
 def _modules() -> dict[str, pathlib.Path]:
