@@ -16,6 +16,7 @@ import torch.fx as fx
 
 from autopar.passes.analysis.analyse import analyse
 from autopar.passes.manager import PassRunner
+from autopar.grid import MeshAxis
 from autopar.ir import CAPTURE, PASSES_RUN
 from autopar.planning.plan import Plan
 from autopar.strategies.family import DRAWS, RECOMPUTE, RankBuild, RankPass, StageCut, order_passes
@@ -66,8 +67,35 @@ def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None 
         passes.append(("fusion", fusion_pass, {}))
     runner = PassRunner(passes)
     gm = runner.run(gm, label=f"rank{rank}")
+    _plain_axis_names(gm)
     gm.meta[PASSES_RUN] = ([] if stage is None else ["pipeline_stages"]) + [r.name for r in runner.records]
     return gm
+
+
+def _plain_axis_names(gm: fx.GraphModule) -> None:
+    """A group named by a :class:`~autopar.grid.MeshAxis` member in a node's arguments
+    becomes its plain value: the program's code names groups as strings (torch.fx would
+    write a member as ``MeshAxis.DATA``, with the class among the code's globals)."""
+    def plain(a):
+        return a.value if isinstance(a, MeshAxis) else a
+    changed = False
+    for node in gm.graph.nodes:   # (a member equals its value: look at the types)
+        if any(isinstance(a, MeshAxis) for a in _leaves((node.args, node.kwargs))):
+            node.args, node.kwargs = fx.node.map_aggregate(node.args, plain), fx.node.map_aggregate(node.kwargs, plain)
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+def _leaves(value):
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _leaves(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    else:
+        yield value
 
 
 def planned_shards(plan_: Plan, gm: fx.GraphModule) -> dict:
