@@ -310,6 +310,7 @@ def _checked_call(request: CompileRequest) -> _Call:
     layout = CallLayout.of(request.example_inputs, request.example_kwargs)
     flat_examples = layout.flatten(tuple(request.example_inputs), dict(request.example_kwargs or {}), "the example")
     device = materialise.resolve_device(request.device, request.mesh, request.model, flat_examples)
+    fusion = resolve_fusion(request.fusion, device)   # (a bad fusion= fails before any collective)
     world, rank = _world(request.mesh)
     check_same_call_everywhere(world, request.mesh, request.strategy, flat_examples, request.example_target,
                                request.hardware, layout)
@@ -317,7 +318,7 @@ def _checked_call(request: CompileRequest) -> _Call:
     strategy = _strategy_from_mesh(request.mesh, request.strategy)
     hw, source = agreed_hardware(request.hardware, request.memory_limit, world, request.mesh,
                                  measure_with=(compile, plan))
-    return _Call(layout, flat_examples, device, resolve_fusion(request.fusion, device), world, rank,
+    return _Call(layout, flat_examples, device, fusion, world, rank,
                  request.strategy, strategy, hw, source)
 
 

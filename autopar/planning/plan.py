@@ -286,12 +286,12 @@ class Plan:
         """The group over which the gradients of the parameters every data rank holds are
         averaged (and ZeRO shards them): ``data``, or ``data_context`` under context
         parallelism (its ranks hold the same rows' other tokens)."""
-        return MeshAxis.DATA_CONTEXT if self.degree(MeshAxis.CONTEXT) > 1 else MeshAxis.DATA
+        return (MeshAxis.DATA_CONTEXT if self.degree(MeshAxis.CONTEXT) > 1 else MeshAxis.DATA).value
 
     def batch_group(self) -> str:
         """The group of ranks that split the common layers' batch: ``data``, or on a 3D
         grid ``replica`` (the ranks of one (x, y): z × data split the rows)."""
-        return MeshAxis.REPLICA if self.grid is not None else MeshAxis.DATA
+        return (MeshAxis.REPLICA if self.grid is not None else MeshAxis.DATA).value
 
     @property
     def region_grid(self):
