@@ -76,26 +76,20 @@ def _plain_axis_names(gm: fx.GraphModule) -> None:
     """A group named by a :class:`~autopar.grid.MeshAxis` member in a node's arguments
     becomes its plain value: the program's code names groups as strings (torch.fx would
     write a member as ``MeshAxis.DATA``, with the class among the code's globals)."""
+    found = []
+
     def plain(a):
-        return a.value if isinstance(a, MeshAxis) else a
-    changed = False
-    for node in gm.graph.nodes:   # (a member equals its value: look at the types)
-        if any(isinstance(a, MeshAxis) for a in _leaves((node.args, node.kwargs))):
-            node.args, node.kwargs = fx.node.map_aggregate(node.args, plain), fx.node.map_aggregate(node.kwargs, plain)
-            changed = True
-    if changed:
+        if isinstance(a, MeshAxis):
+            found.append(a)
+            return a.value
+        return a
+    for node in gm.graph.nodes:   # (a member equals its value: only its type tells it apart)
+        before = len(found)
+        args, kwargs = fx.node.map_aggregate(node.args, plain), fx.node.map_aggregate(node.kwargs, plain)
+        if len(found) > before:
+            node.args, node.kwargs = args, kwargs
+    if found:
         gm.recompile()
-
-
-def _leaves(value):
-    if isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _leaves(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _leaves(v)
-    else:
-        yield value
 
 
 def planned_shards(plan_: Plan, gm: fx.GraphModule) -> dict:
