@@ -16,6 +16,16 @@ The projection yields ``3·H·d`` features; the layouts differ in what is outerm
   ``(H + 2·G)·d`` features viewed ``[B, T, G, H/G + 2, d]`` and split ``[H/G, 1, 1]``
   (torchtitan's fused projection in its larger flavours), attention with ``enable_gqa``:
   the groups are outermost;
+* ``slots_groups``: the same features first viewed as ``H + 2·G`` slots of ``d``
+  (``view(B, T, -1, d)``), then regrouped ``[B, T, G, H/G + 2, d]``; the queries a slice
+  flattened back to ``H`` heads, the key and value taken by integer indexes, repeated to
+  their groups' heads by ``expand`` and ``reshape`` (Hugging Face's Falcon since
+  transformers 5.25): reshapes in a row compose, so the groups are outermost;
+* ``indexed_groups``: ``[B, T, G, H/G + 2, d]`` taken apart by a slice and by indexes
+  with lists (``qkv[..., [-2], :]``), the key and value broadcast to their groups
+  (Hugging Face's Falcon before transformers 5.25);
+* ``slots_heads``: ``3·H`` slots of ``d`` regrouped ``unflatten(-2, (H, 3))`` and
+  unbound (Hugging Face's Falcon without grouped queries): each head's q, k, v contiguous;
 * ``sized_groups``: grouped-query attention whose packed features are cut by sizes
   ``[H·d, G·d, G·d]`` (ChatGLM's, Phi-3's): three unequal blocks, which a split by
   equal blocks would mix up, so the attention is not a region and stays whole.
@@ -41,8 +51,10 @@ import torch.nn.functional as F
 from examples.models import lm_loss
 
 VOCAB, SEQ = 64, 8
-LAYOUTS = ("heads_3_d", "heads_3d", "unflatten", "3_heads_d", "permuted", "chunk", "groups")
-HEAD_MAJOR = {"heads_3_d", "heads_3d", "unflatten", "groups"}
+LAYOUTS = ("heads_3_d", "heads_3d", "unflatten", "3_heads_d", "permuted", "chunk", "groups", "slots_groups",
+           "indexed_groups", "slots_heads")
+GROUPED = {"groups", "sized_groups", "slots_groups", "indexed_groups"}
+HEAD_MAJOR = {"heads_3_d", "heads_3d", "unflatten", "groups", "slots_groups", "indexed_groups", "slots_heads"}
 UNSPLIT = ("sized_groups",)
 
 
@@ -66,7 +78,7 @@ class FusedAttention(nn.Module):
         if layout not in LAYOUTS + UNSPLIT:
             raise ValueError(f"layout {layout!r} is not one of {LAYOUTS + UNSPLIT}")
         self.layout, self.heads, self.rotary = layout, heads, rotary
-        self.groups = heads // 2 if layout in ("groups", "sized_groups") else heads
+        self.groups = heads // 2 if layout in GROUPED else heads
         self.qkv = nn.Linear(width, (heads + 2 * self.groups) * (width // heads))
         self.out = nn.Linear(width, width)
         if rotary:
@@ -96,6 +108,20 @@ class FusedAttention(nn.Module):
             g = self.groups
             q, k, v = y.view(b, t, g, h // g + 2, d).split([h // g, 1, 1], dim=-2)
             q, k, v = q.reshape(b, t, h, d), k.reshape(b, t, g, d), v.reshape(b, t, g, d)
+        elif self.layout == "slots_groups":
+            g = self.groups
+            grouped = y.view(b, t, -1, d).view(b, t, g, -1, d)
+            q = grouped[..., :-2, :].flatten(-3, -2)
+            k, v = (z[:, :, :, None].expand(b, t, g, h // g, d).reshape(b, t, h, d)
+                    for z in (grouped[..., -2, :], grouped[..., -1, :]))
+        elif self.layout == "indexed_groups":
+            g = self.groups
+            grouped = y.view(b, t, g, h // g + 2, d)
+            q = grouped[:, :, :, :-2]
+            k, v = (torch.broadcast_to(z, q.shape) for z in (grouped[:, :, :, [-2]], grouped[:, :, :, [-1]]))
+            q, k, v = (z.flatten(2, 3) for z in (q, k, v))
+        elif self.layout == "slots_heads":
+            q, k, v = y.view(b, t, -1, d).unflatten(-2, (h, 3)).unbind(-2)
         elif self.layout == "sized_groups":
             g = self.groups
             q, k, v = y.split([h * d, g * d, g * d], dim=-1)
@@ -105,7 +131,7 @@ class FusedAttention(nn.Module):
         if self.rotary:
             q, k = rotate(q, self.table), rotate(k, self.table)
         o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
-                                           enable_gqa=self.groups != h)
+                                           enable_gqa=k.shape[2] != h)
         return self.out(o.transpose(1, 2).reshape(b, t, width))
 
 

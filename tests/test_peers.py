@@ -16,9 +16,10 @@ STRATEGIES = [{"data": 4}, {"data": 4, "zero": 3}, {"data": 2, "tensor": 2, "seq
 def _check_exact(row):
     """A row equal to one process within float64's rounding, and, where the plan has a
     tensor group, every attention split by heads (OLMo 2's q/k norms span every head:
-    test_a_norm_of_each_heads_features_splits_with_the_heads)."""
+    test_a_norm_of_each_heads_features_splits_with_the_heads; multi-query Falcon
+    has one key/value head: test_multi_query_attention_stays_whole)."""
     shared_ranks.assert_as_on_one_device(row, (row.get("model"), row["strategy"]))
-    if row.get("model") != "olmo2" and row["mesh"].get("tensor", 1) > 1:
+    if row.get("model") not in ("olmo2", "falcon_mq") and row["mesh"].get("tensor", 1) > 1:
         assert row["attention"] and set(row["attention"]) == {"megatron"}, row
 
 
@@ -73,13 +74,22 @@ def test_a_norm_of_each_heads_features_splits_with_the_heads():
     assert all("reduction over the split dimension" in why for _, why in olmo), olmo
 
 
-@pytest.mark.parametrize("name", ["gpt_neo", "falcon"])
+@pytest.mark.parametrize("name", ["gpt_neo", "falcon", "falcon_heads"])
 def test_attention_written_otherwise_is_found_and_split(name):
     """GPT-Neo masks its float32 scores with ``where(causal, scores, min)`` before the
-    softmax; Falcon's new architecture takes each group's queries, key and value from a
-    ``[B, T, G, H/G + 2, d]`` view by a slice and by indexes with lists (``qkv[..., [-2], :]``),
-    broadcasts the key to its group, and multiplies by its weight's ``.T``."""
+    softmax; Falcon's new architecture views its fused projection as ``H + 2G`` slots of
+    ``d``, then as ``[B, T, G, H/G + 2, d]``, and takes each group's queries by a slice and
+    its key and value by integer indexes (multiplying by its weight's ``.T``); Falcon
+    without groups regroups its slots ``unflatten(-2, (H, 3))``. (The older Falcon form,
+    indexes with lists and ``broadcast_to``, is ``examples/qkv_layouts.py``'s
+    ``indexed_groups``.)"""
     assert [s for s, _ in _attention_plan(name)] == ["megatron", "megatron"]
+
+
+def test_multi_query_attention_stays_whole():
+    """Falcon's multi-query projection has one key and one value head for all queries:
+    no split by heads keeps them, so the attention is no region (its MLPs still split)."""
+    assert _attention_plan("falcon_mq") == []
 
 
 def test_layers_alike_but_for_their_lifted_constants_are_repeated_blocks():
@@ -96,7 +106,7 @@ def test_layers_alike_but_for_their_lifted_constants_are_repeated_blocks():
 
 
 HF = [("gptj", {"tensor": 2}), ("falcon", {"pipeline": 2, "microbatches": 2}), ("qwen3", {"tensor": 2}), ("olmo2", {"tensor": 2}), ("falcon", {"tensor": 2}),
-      ("falcon", {"tensor": 2, "sequence_parallel": True})]
+      ("falcon", {"tensor": 2, "sequence_parallel": True}), ("falcon_heads", {"tensor": 2}), ("falcon_mq", {"tensor": 2})]
 HF_EXTENDED = [("gptj", {"data": 2, "tensor": 2})]
 _HF = shared_ranks.register(2, __name__ + ".hf:extended", hf_models.hf_job, (HF,), timeout_s=300, extended=True)
 _HF_EXTENDED = shared_ranks.register(4, __name__ + ".hf:extended", hf_models.hf_job, (HF_EXTENDED,), timeout_s=300,

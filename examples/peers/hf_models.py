@@ -36,6 +36,14 @@ def build(name: str) -> torch.nn.Module:
                        expert_layer_offset=1, attn_layer_period=2, attn_layer_offset=1, mamba_d_state=4,
                        mamba_d_conv=4, mamba_expand=2, use_mamba_kernels=False,
                        experts_implementation="batched_mm")),
+        # Falcon's other two layouts of its fused projection: per head (q, k, v of each
+        # head side by side, ``unflatten(-2, (H, 3))``) and multi-query (one key and one
+        # value head after the queries, ``split([H, 1, 1])``)
+        "falcon_heads": (T.FalconConfig, T.FalconForCausalLM,
+                         dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, multi_query=False,
+                              parallel_attn=False)),
+        "falcon_mq": (T.FalconConfig, T.FalconForCausalLM,
+                      dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, multi_query=True)),
         **_autoparallel_list(T),
     }
     config_class, model_class, sizes = configs[name]

@@ -86,7 +86,7 @@ def _head_norm(node: fx.Node, gm: fx.GraphModule) -> bool:
 
 
 def _head_major(path: list[fx.Node], heads: int, head_dim: int, packed: int) -> bool | None:
-    """Whether the first reshape after a fused Q/K/V projection of ``packed`` features
+    """Whether the first reshape (the last of a run of them) after a fused Q/K/V projection of ``packed`` features
     (the last node of the walk back from the query) puts the heads, or the key/value
     groups, outermost in them: the features become dimensions whose first is the heads
     (``[.., H, 3·d]``, GPT-NeoX; ``[.., H, 3, d]``, torchtitan's and BLOOM's fused
@@ -109,6 +109,13 @@ def _head_major(path: list[fx.Node], heads: int, head_dim: int, packed: int) -> 
         if call_name(node) not in _RESHAPES or source is None or list(source.shape[-1:]) != [packed] \
                 or list(shape[:len(source.shape) - 1]) != list(source.shape[:-1]):
             return False   # only a reshape of the packed features alone says how they are laid out
+        batch = list(source.shape[:-1])
+        # reshapes in a row compose (row-major order): the last of a run that regroups only
+        # the packed features says their layout (Falcon: ``[.., H + 2G, d]``, then
+        # ``[.., G, H/G + 2, d]``)
+        while i + 1 < len(forward) and _regroups(forward[i + 1], forward[i], batch, packed):
+            i += 1
+            node, shape = forward[i], list(tensor_spec(forward[i]).shape)
         factors, size = [], 1
         for extent in reversed(shape):   # the trailing dimensions the packed one became
             if size >= packed:
@@ -123,6 +130,22 @@ def _head_major(path: list[fx.Node], heads: int, head_dim: int, packed: int) -> 
         first = len(shape) - len(factors)
         return None if taken is None else taken != first
     return False
+
+
+def _regroups(node: fx.Node, source: fx.Node, batch: list, packed: int) -> bool:
+    """Whether ``node`` reshapes ``source`` (itself the packed features of one row of
+    ``batch`` cut into trailing dimensions) into other trailing dimensions of the same
+    ``packed`` features, keeping ``batch``."""
+    spec = tensor_spec(node)
+    if spec is None or call_name(node) not in _RESHAPES or not node.args or node.args[0] is not source:
+        return False
+    shape = list(spec.shape)
+    if shape[:len(batch)] != batch:
+        return False
+    size = 1
+    for extent in shape[len(batch):]:
+        size *= extent
+    return size == packed and len(shape) > len(batch) + 1
 
 
 def _fused_layout(core: fx.Node, q_path: list[fx.Node], packed: int, heads: int,

@@ -10,7 +10,7 @@ import pytest
 import shared_ranks
 from autopar.api import _global_graph
 from autopar.ir import regions
-from examples.qkv_layouts import HEAD_MAJOR, LAYOUTS, SEQ, UNSPLIT, VOCAB, FusedAttentionLM, lm_loss, qkv_layouts_job
+from examples.qkv_layouts import GROUPED, HEAD_MAJOR, LAYOUTS, SEQ, UNSPLIT, VOCAB, FusedAttentionLM, lm_loss, qkv_layouts_job
 
 
 def _attention(layout: str, heads: int, **options):
@@ -23,12 +23,12 @@ def _attention(layout: str, heads: int, **options):
 
 # (grouped-query attention with H/2 groups needs an even head count)
 @pytest.mark.parametrize("layout,heads", [(layout, heads) for heads in (4, 3) for layout in LAYOUTS
-                                          if heads % 2 == 0 or layout != "groups"])
+                                          if heads % 2 == 0 or layout not in GROUPED])
 def test_the_layout_decides_how_the_fused_projection_splits(layout, heads):
     details = _attention(layout, heads)
     assert details is not None, f"{layout}: no attention region"
     assert details["fused_qkv"] and details["heads"] == heads
-    assert details["kv_heads"] == (heads // 2 if layout == "groups" else heads), details
+    assert details["kv_heads"] == (heads // 2 if layout in GROUPED else heads), details
     assert details["qkv_blocks"] == (1 if layout in HEAD_MAJOR else 3), (layout, heads, details)
 
 

@@ -117,6 +117,8 @@ class LayoutPropagator(LayoutRules):
             return in_layout[node.args[1]]
         if isinstance(in_layout, tuple):
             raise NoSplitRule("indexing into a split multi-output value")
+        if node.op == "call_function" and node.target is operator.getitem and isinstance(in_layout, Shard):
+            return self._getitem(node, in_layout)
         if any(getattr(self.layout[a], "size", None) is not None for a in self._sharded_inputs(node)):
             return self._padded(node, in_layout)
         target, kind = node.target, node.op

@@ -231,6 +231,54 @@ class LayoutRules(LayoutState):
             return layout
         return replace(layout, dim=layout.dim - 1 + len(tensor_spec(index).shape))
 
+    def _getitem(self, node: fx.Node, layout: Shard) -> Shard:
+        """``x[index]`` in Python's indexing (symbolic tracing keeps it one ``getitem``):
+        each entry of the index takes one dimension of ``x`` (an int drops it, a slice
+        keeps it, a list or tensor of ints picks along it), ``None`` adds one, ``...``
+        stands for the dimensions no entry names. The split dimension moves to where its
+        entry puts it when that entry is a whole slice (``qkv[..., :-2, :]``,
+        ``qkv[..., -2, :]`` and ``qkv[:, :, :, [-2]]`` of a group-split view, Falcon's);
+        an entry that indexes or slices the split dimension itself has no rule. With one
+        list or tensor index and no int, its dimensions take its entry's place (NumPy's
+        advanced indexing); other mixes of them move dimensions to the front: no rule."""
+        layout = self._only_first_split(node, layout)
+        index = node.args[1]
+        entries = list(index) if isinstance(index, tuple) else [index]
+        ndim = len(tensor_spec(node.args[0]).shape)
+
+        def advanced(entry) -> int | None:   # the dimensions a list or tensor index adds
+            if isinstance(entry, list) and entry and all(isinstance(i, int) and not isinstance(i, bool)
+                                                          for i in entry):
+                return 1
+            spec = tensor_spec(entry) if isinstance(entry, fx.Node) else None
+            if spec is not None and not spec.dtype.is_floating_point and spec.dtype is not torch.bool \
+                    and self.layout.get(entry) is None:
+                return len(spec.shape)
+            return None
+
+        picks = [e for e in entries if isinstance(e, (list, fx.Node))]
+        if any(advanced(e) is None for e in picks) or len(picks) > 1 or \
+                (picks and any(isinstance(e, int) for e in entries)) or entries.count(Ellipsis) > 1 or \
+                not all(e is None or e is Ellipsis or isinstance(e, (int, slice, list, fx.Node)) for e in entries):
+            raise NoSplitRule("an index with more than one list or tensor, a mask, or a list beside an int")
+        taking = sum(1 for e in entries if e is not None and e is not Ellipsis)
+        if Ellipsis in entries:
+            at = entries.index(Ellipsis)
+            entries[at:at + 1] = [slice(None)] * (ndim - taking)
+        entries += [slice(None)] * (ndim - sum(1 for e in entries if e is not None))
+        dim, out = 0, 0
+        for entry in entries:
+            if entry is None:
+                out += 1
+                continue
+            if dim == layout.dim:
+                if entry != slice(None):
+                    raise NoSplitRule("an index or slice of the split dimension")
+                return replace(layout, dim=out)
+            dim += 1
+            out += 0 if isinstance(entry, int) else advanced(entry) if isinstance(entry, (list, fx.Node)) else 1
+        raise NoSplitRule("an index the graph's shapes do not match")
+
     def _cat(self, node: fx.Node, stack: bool = False) -> Shard:
         """A concatenation along an unsplit dimension of values split alike keeps the
         split (rotary embeddings' ``rotate_half``: ``cat((-x2, x1), -1)`` of head-split
@@ -259,6 +307,11 @@ class LayoutRules(LayoutState):
     def _expand(self, node: fx.Node, layout: Shard) -> Shard:
         layout = self._only_first_split(node, layout)
         sizes = list(node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (list, tuple)) else node.args[1:])
+        if len(sizes) == 1 and isinstance(sizes[0], fx.Node):   # a whole shape, ``broadcast_to(k, q.shape)``:
+            whole = sizes[0]                                   # its sizes one by one, the split one scaled
+            with self.graph.inserting_before(node):
+                sizes = [self.graph.call_function(operator.getitem, (whole, d))
+                         for d in range(len(tensor_spec(node).shape))]
         in_ndim = len(tensor_spec(node.args[0]).shape)
         out_dim = layout.dim + len(sizes) - in_ndim
         sizes[out_dim] = self._scale(node, sizes[out_dim])
