@@ -16,7 +16,7 @@ prediction less those bytes beside it. Goal: every rank's peak below the full mo
 size, and its growth over the fixed cost within 1.3x the prediction without optimizer
 state.
 
-    python benchmarks/bench_large_model.py [--load] [--plans tensor pipeline 3d zero3] [--json out.json]
+    python benchmarks/bench_large_model.py [--load] [--plans tensor pipeline tensor3d zero3] [--json out.json]
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ BATCH, SEQ = 4, 32
 PLANS = {
     "tensor": {"tensor": 4},
     "pipeline": {"pipeline": 4, "microbatches": 4},
-    "3d": {"x": 2, "y": 1, "z": 2},
+    "tensor3d": {"x": 2, "y": 1, "z": 2},
     "zero3": {"data": 4, "zero": 3},
 }
 

@@ -45,7 +45,7 @@ def pins_of(plan) -> dict:
     regions = {}
     for r in plan.regions[:-1]:
         if r.strategy == "tensor3d":
-            regions[r.region] = {"3d": dict(plan.tensor_grid)}
+            regions[r.region] = {"tensor3d": dict(plan.tensor_grid)}
         elif "inside D&SP region" not in r.reason:
             regions[r.region] = specs[r.strategy]
     s = {"data": plan.mesh["data"], "tensor": plan.mesh["tensor"], "regions": regions}

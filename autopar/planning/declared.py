@@ -36,7 +36,8 @@ class PinForm:
     ``{name: {option: value}}``; ``text`` shows it in the error that lists the pins,
     ``full`` (default ``text``) where an unreadable one is refused; ``parse(pattern,
     options, where)`` makes the :class:`~autopar.planning.strategy.Pin` (None: the pin
-    of the word alone); ``describe(pin)`` how errors show a pin (None: the word)."""
+    of the word alone); ``describe(pin)`` how errors show a pin (None: the word);
+    ``aliases``: older words read as ``name``."""
 
     name: str
     text: str
@@ -44,6 +45,7 @@ class PinForm:
     options: frozenset | None = None
     parse: Callable | None = None
     describe: Callable | None = None
+    aliases: tuple = ()
 
 
 class Language:
@@ -55,6 +57,8 @@ class Language:
     text when it offered nothing; None: why_not does not list it), ``axes`` (the mesh
     dimensions and process groups it owns, :class:`autopar.grid.MeshAxis`),
     ``region_strategies`` (what ``RegionChoice.strategy`` says of the regions it splits),
+    ``renamed_regions`` ((plan format version, older name, name) of a region strategy an
+    older plan.json spelled otherwise: loading it reads the name),
     ``colours`` ((strategy prefix, colour) pairs of the report), ``draws_follow``
     (whether random draws can follow its regions' split: False where it moves rows or
     parts elsewhere), ``runs_as`` (how a sentence says a region runs under it:
@@ -76,6 +80,7 @@ class Language:
     absent: str | None = None
     axes: tuple[str, ...] = ()
     region_strategies: tuple[str, ...] = ()
+    renamed_regions: tuple[tuple[int, str, str], ...] = ()
     colours: tuple[tuple[str, str], ...] = ()
     draws_follow: bool = True
     runs_as: str = ""

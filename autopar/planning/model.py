@@ -286,7 +286,7 @@ class ModelFacts:
         return self.fact("largest_params", largest)
 
     def memo(self, name: str) -> dict:
-        """A family's memo of this model (a dict it fills as it prices), e.g. ``"3d.regions"``."""
+        """A family's memo of this model (a dict it fills as it prices), e.g. ``"grid3d.regions"``."""
         return self.fact(name, dict)
 
     def _param_elems_by_region(self) -> dict[str, int]:

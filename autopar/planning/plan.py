@@ -34,7 +34,10 @@ from autopar.planning.forms import experts_form
 from autopar.planning.timeline import simulate
 from autopar.planning.report import report_html
 
-PLAN_FORMAT_VERSION = 2
+PLAN_FORMAT_VERSION = 3
+OLDEST_FORMAT_VERSION = 2
+"""The oldest plan.json format that still loads: a region strategy it spelled otherwise
+is read by its family's one name now (``Language.renamed_regions``)."""
 MESH_ORDER = tuple(a.value for a in (MeshAxis.PIPELINE, MeshAxis.DATA, MeshAxis.CONTEXT, MeshAxis.Z, MeshAxis.Y,
                                       MeshAxis.X, MeshAxis.TENSOR))
 """Mesh dimensions from outermost to innermost (JSON sorts keys; this fixes the order).
@@ -349,10 +352,14 @@ class Plan:
     @staticmethod
     def from_json(text: str) -> "Plan":
         data = json.loads(text)
-        if data.get("version") != PLAN_FORMAT_VERSION:
-            raise ValueError(f"plan format version {data.get('version')} is not {PLAN_FORMAT_VERSION}; "
+        version = data.get("version")
+        if not isinstance(version, int) or not OLDEST_FORMAT_VERSION <= version <= PLAN_FORMAT_VERSION:
+            raise ValueError(f"plan format version {version} is not {PLAN_FORMAT_VERSION}; "
                              f"re-plan with this autopar")
-        data["regions"] = [RegionChoice(**{**r, "cost": Cost(**r["cost"])}) for r in data["regions"]]
+        renamed = {old: new for d in declarations() for since, old, new in d.renamed_regions if version <= since}
+        data["version"] = PLAN_FORMAT_VERSION
+        data["regions"] = [RegionChoice(**{**r, "strategy": renamed.get(r["strategy"], r["strategy"]),
+                                           "cost": Cost(**r["cost"])}) for r in data["regions"]]
         data["total"] = Cost(**data["total"])
         def ordered(mesh: dict) -> dict:   # JSON sorts the keys: the mesh's order back
             return {**{dim: mesh[dim] for dim in MESH_ORDER if dim in mesh}, **mesh}

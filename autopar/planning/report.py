@@ -86,7 +86,7 @@ def _mib(nbytes) -> str:
 
 
 def _family(strategy: str) -> str:
-    """The colour key of a region's strategy ("megatron-vocab" → megatron, "3d x=2.." → 3d)."""
+    """The colour key of a region's strategy ("megatron-vocab" → megatron, "tensor3d x=2.." → tensor3d)."""
     name = (strategy.split() or ["?"])[0].split("(")[0].lower()
     for key in colours():
         if name.startswith(key):

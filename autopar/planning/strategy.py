@@ -73,16 +73,16 @@ class Pin:
         where = f"strategy['regions'][{pattern!r}]"
         forms = _pin_forms()
         if isinstance(spec, str):
-            if spec != LEFT_WHOLE and spec not in forms:
+            form = _pin_form(forms, spec)
+            if spec != LEFT_WHOLE and form is None:
                 raise PlanError(f"{where}: {spec!r} is no family; use "
                                 f"{_either([repr(LEFT_WHOLE), *(f.text for f in forms.values())], 'or')}")
-            form = forms.get(spec)
             return form.parse(pattern, None, where) if form is not None and form.parse is not None \
-                else Pin(pattern, spec)
+                else Pin(pattern, form.name if form is not None else spec)
         if isinstance(spec, dict) and len(spec) == 1:
             (family, options), = spec.items()
             options = options or {}
-            form = forms.get(family) if isinstance(family, str) else None
+            form = _pin_form(forms, family)
             if form is not None and form.options is not None and isinstance(options, dict) \
                     and set(options) <= form.options:
                 return form.parse(pattern, options, where)
@@ -95,6 +95,13 @@ def _pin_forms() -> dict[str, PinForm]:
     (each in the order of registration)."""
     forms = [d.pin for d in DECLARED.values() if d.pin is not None]
     return {f.name: f for f in sorted(forms, key=lambda f: f.options is not None)}
+
+
+def _pin_form(forms: dict[str, PinForm], word) -> PinForm | None:
+    """The pin form ``word`` names: its name, or an older spelling of it (``PinForm.aliases``)."""
+    if not isinstance(word, str):
+        return None
+    return forms.get(word) or next((f for f in forms.values() if word in f.aliases), None)
 
 
 def _either(texts: list[str], word: str) -> str:

@@ -30,7 +30,7 @@ from autopar.strategies.cube.planner import Cube
 from autopar.strategies.data import language as data_language
 from autopar.strategies.data.planner import DataParallel
 from autopar.strategies.dsp import language as dsp_language
-from autopar.strategies.dsp.planner import SubgraphParallel
+from autopar.strategies.dsp.planner import DSP
 from autopar.strategies.experts import language as experts_language
 from autopar.strategies.experts.planner import ExpertParallel
 from autopar.strategies.family import Family
@@ -101,7 +101,7 @@ def unregister_family(name: str) -> None:
 
 
 for _family, _language in ((DataParallel(), data_language), (Megatron(), megatron_language),
-                          (SubgraphParallel(), dsp_language), (Tensor3D(), tensor3d_language), (Cube(), cube_language),
+                          (DSP(), dsp_language), (Tensor3D(), tensor3d_language), (Cube(), cube_language),
                           (Pipeline(), pipeline_language), (Mixed(), mixed_language),
                           (ExpertParallel(), experts_language), (ContextParallel(), context_language),
                           (Replicate(), replicate_language)):

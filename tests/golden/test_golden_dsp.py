@@ -49,7 +49,7 @@ branches on sub-grids:
 meshes weighed:
  * data=4 x tensor=1, D&SP 2 sub-grids (topology-aware): step 3.214 ms, memory 0.02 MiB""")
         self.assertExpectedInline(code, """\
-# rank 0 of 4 (data=0, tensor=0; sub-grid 0, position 0, batch chunk 0); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> data_parallel
+# rank 0 of 4 (data=0, tensor=0; sub-grid 0, position 0, batch chunk 0); built by passes: analysis -> dsp -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
     model_stem = self.model.stem(input_0);  input_0 = None
     relu = torch.nn.functional.relu(model_stem, inplace = False);  model_stem = None
@@ -74,7 +74,7 @@ def forward(self, input_0, target):
         plan = autopar.plan(model, 4, inputs, loss_fn, {"data": 4, "subgrids": 2}, example_target=target)
         other = rank_graph_code(autopar.rank_graph(model, plan, 1, inputs, loss_fn, target), plan, 1)
         self.assertExpectedInline(other, """\
-# rank 1 of 4 (data=1, tensor=0; sub-grid 1, position 0, batch chunk 1); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> data_parallel
+# rank 1 of 4 (data=1, tensor=0; sub-grid 1, position 0, batch chunk 1); built by passes: analysis -> dsp -> tensor_parallel -> data_parallel
 def forward(self, input_0, target):
     model_stem = self.model.stem(input_0);  input_0 = None
     relu = torch.nn.functional.relu(model_stem, inplace = False);  model_stem = None
@@ -104,7 +104,7 @@ def forward(self, input_0, target):
         # comes back by the conjugate all-to-all. Rank 0 keeps heads 0-1, rank 1 heads 2-3.
         rank0, rank1 = _rank_graphs(_one_layer_transformer, 4, {"data": 4, "subgrids": 2})
         self.assertExpectedInline(rank0, """\
-# rank 0 of 4 (data=0, tensor=0; sub-grid 0, position 0, batch chunk 0); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> data_parallel
+# rank 0 of 4 (data=0, tensor=0; sub-grid 0, position 0, batch chunk 0); built by passes: analysis -> dsp -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
 
 def forward(self, input_0, target):
@@ -180,7 +180,7 @@ def forward(self, input_0, target):
         # rank 1 runs the same program: the collectives, not the graph, give it heads 2-3
         head1, _, body1 = rank1.partition("\n")
         self.assertEqual(body1, rank0.partition("\n")[2])
-        self.assertExpectedInline(head1, """# rank 1 of 4 (data=1, tensor=0; sub-grid 1, position 0, batch chunk 1); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> data_parallel""")
+        self.assertExpectedInline(head1, """# rank 1 of 4 (data=1, tensor=0; sub-grid 1, position 0, batch chunk 1); built by passes: analysis -> dsp -> tensor_parallel -> data_parallel""")
 
     def test_transformer_csub_heads(self):
         # D&SP-cSub: sub-grid 0 (rank 0) runs the common layers on its half of the batch and
@@ -188,7 +188,7 @@ def forward(self, input_0, target):
         # the scale by a forward-only share, and gathers the context back to rank 0
         rank0, rank1 = _rank_graphs(_one_layer_transformer, 4, {"data": 4, "subgrids": 2, "csub": True})
         self.assertExpectedInline(rank0, """\
-# rank 0 of 4 (data=0, tensor=0; sub-grid 0, position 0, batch chunk 0); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> data_parallel
+# rank 0 of 4 (data=0, tensor=0; sub-grid 0, position 0, batch chunk 0); built by passes: analysis -> dsp -> tensor_parallel -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
 
 def forward(self, input_0, target):

@@ -13,7 +13,7 @@ class TestGoldenMixed(expecttest.TestCase):
         """A mixed plan (docs/mixed_plans.md): D&SP on the stem, Megatron attention, 3D MLPs
         over one tensor group of 4; rank 1 runs branch b2 only."""
         table, code = _plan_and_graph(stem_trunk, 4, {"data": 1, "tensor": 4, "regions": {
-            "kind:fork_join": "dsp", "kind:attention": "megatron", "kind:linear_chain": {"3d": {"x": 2, "y": 2}}}},
+            "kind:fork_join": "dsp", "kind:attention": "megatron", "kind:linear_chain": {"tensor3d": {"x": 2, "y": 2}}}},
             rank=1)
         self.assertExpectedInline(table, """\
 autopar plan: StemTrunk on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 8 (forced)
@@ -64,9 +64,9 @@ branches on sub-grids:
     boundary: input cut to y blocks (backward all-gather over y), output all-gathered over y
 
 meshes weighed:
- * data=1 x tensor=4, mixed 3d 2x2: step 10.504 ms, memory 0.45 MiB""")
+ * data=1 x tensor=4, mixed tensor3d 2x2: step 10.504 ms, memory 0.45 MiB""")
         self.assertExpectedInline(code, """\
-# rank 1 of 4 (data=0, tensor=1); built by passes: analysis -> subgraph_parallel -> tensor_parallel -> tensor3d -> data_parallel
+# rank 1 of 4 (data=0, tensor=1); built by passes: analysis -> dsp -> tensor_parallel -> tensor3d -> data_parallel
 torch.fx._symbolic_trace.wrap("math_sqrt")
 
 def forward(self, input_0, target):

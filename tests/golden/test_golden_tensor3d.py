@@ -26,8 +26,8 @@ regions: compute, communication and the alternatives weighed in ms per step, on 
 memory in MiB: the region's parameters on the rank at 16 B each (fp32 weight and gradient, AdamW's two moments; before ZeRO) and the activations one microbatch of 4 row(s) saves in it for backward (before recomputation); the rank's memory by part closes the table
 region               kind          strategy   compute ms  comm x ms  comm y ms  comm z ms  comm data ms  memory MiB  alternatives ms
 -------------------  ------------  ---------  ----------  ---------  ---------  ---------  ------------  ----------  ---------------
-linear_chain:body    linear_chain  cube3d     0.011       0.811      1.803      1.610      0.000         0.01        replicate 0.012
-linear_chain:body#1  linear_chain  cube3d     0.011       0.811      1.803      1.610      0.000         0.01        replicate 0.012
+linear_chain:body    linear_chain  cube       0.011       0.811      1.803      1.610      0.000         0.01        replicate 0.012
+linear_chain:body#1  linear_chain  cube       0.011       0.811      1.803      1.610      0.000         0.01        replicate 0.012
 (outside regions)    -             replicate  0.007       0.000      0.000      0.000      0.000         0.00        -
 
 the step on every rank, ms per step:
@@ -56,7 +56,7 @@ cube layers (Bian et al.; orientation by data flow; Algorithms 1/3: all-gather A
 meshes weighed:
  * 3D cube (Bian) p=2 data=1: step 9.060 ms, memory 0.03 MiB""")
         self.assertExpectedInline(code, """\
-# rank 0 of 8 (data=0, z=0, y=0, x=0); built by passes: analysis -> cube3d -> data_parallel
+# rank 0 of 8 (data=0, z=0, y=0, x=0); built by passes: analysis -> cube -> data_parallel
 def forward(self, input_0, target):
     scatter_to_tensor_region = autopar_runtime_collectives_scatter_to_tensor_region(input_0, 1, 'y');  input_0 = None
     scatter_to_tensor_region_1 = autopar_runtime_collectives_scatter_to_tensor_region(scatter_to_tensor_region, 0, 'x');  scatter_to_tensor_region = None

@@ -20,8 +20,40 @@ def test_every_family_is_declared_and_every_axis_has_one_owner():
     owners = {axis: [d.name for d in DECLARED.values() if axis in d.axes] for axis in MeshAxis}
     assert {axis: names for axis, names in owners.items() if len(names) != 1} == {}
     assert owners[MeshAxis.SEGMENT] == ["dsp"] and owners[MeshAxis.PIPELINE] == ["pipeline"]
-    assert region_owner("cube3d").name == "cube" and by_word("AxoNN").name == "3d" and by_word("ptd-p").name == \
+    assert region_owner("cube").name == "cube" and by_word("AxoNN").name == "tensor3d" and by_word("3d").name == "tensor3d" and by_word("ptd-p").name == \
         "pipeline"
+
+
+def test_one_name_per_family():
+    """A built-in family's registered name is its package's, its regions' strategy in
+    plan.json, its pin's word and the kind of its forced strategies; its rank pass is
+    named so too, where the family has one of its own."""
+    for family in FAMILIES[:len(BUILT_IN)]:
+        name, declared = family.name, DECLARED[family.name]
+        assert type(family).__module__.startswith(f"autopar.strategies.{name}."), (name, type(family).__module__)
+        assert set(declared.region_strategies) <= {name}, (name, declared.region_strategies)
+        assert declared.pin is None or declared.pin.name == name, (name, declared.pin)
+        assert declared.kind in ("", name), (name, declared.kind)
+
+
+def test_older_spellings_still_read():
+    """AxoNN's grid pinned by its older word ``'3d'``, and a plan.json of format 2 whose
+    cube regions say ``cube3d``, read as the one name each has now."""
+    from autopar.planning.plan import PLAN_FORMAT_VERSION, Plan
+    pins = Strategy.parse({"tensor": 4, "regions": {"kind:linear_chain": {"3d": {"x": 2, "y": 2}}}}).regions
+    assert [p.family for p in pins] == ["tensor3d"] and pins[0].describe() == "tensor3d 2x2x1"
+    import torch
+    plan = autopar.plan(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8)), 8,
+                        (torch.randn(8, 8),), None, {"cube": 2})
+    assert {r.strategy for r in plan.regions} >= {"cube"}
+    old = json.loads(plan.to_json())
+    old["version"] = 2
+    old["regions"] = [{**r, "strategy": "cube3d" if r["strategy"] == "cube" else r["strategy"]} for r in old["regions"]]
+    loaded = Plan.from_json(json.dumps(old))
+    assert loaded.version == PLAN_FORMAT_VERSION and [r.strategy for r in loaded.regions] == \
+        [r.strategy for r in plan.regions]
+    with pytest.raises(ValueError, match="plan format version 1 is not"):
+        Plan.from_json(json.dumps({**old, "version": 1}))
 
 
 def test_mesh_axes_read_as_their_names():
@@ -35,7 +67,7 @@ def test_mesh_axes_read_as_their_names():
 def test_kind_asks_the_declarations_outer_family_first():
     assert Strategy.parse({"pipeline": 2, "regions": {"kind:attention": "megatron"}}).kind() == "pipeline"
     assert Strategy.parse({"data": 4, "experts": 2}).kind() == "experts"
-    assert Strategy.parse({"cube": 2}).kind() == "cube" and Strategy.parse({"x": 2}).kind() == "3d"
+    assert Strategy.parse({"cube": 2}).kind() == "cube" and Strategy.parse({"x": 2}).kind() == "tensor3d"
     assert [d.name for d in declarations()][:2] == ["experts", "context"]
 
 

@@ -92,7 +92,7 @@ def test_why_not_names_the_binding_constraint():
     assert plan.why_not(plan.form.split()[0] or "megatron").split(":")[1].strip() == "chosen"
     # without the limit the families compete on time: a losing one says where it loses
     free = autopar.plan(model, 16, inputs, loss, example_target=target, hardware="a100-selene")
-    texts = {f: free.why_not(f) for f in ("data", "megatron", "3d", "pipeline")}
+    texts = {f: free.why_not(f) for f in ("data", "megatron", "tensor3d", "pipeline")}
     lost = [t for t in texts.values() if ": lost: its best" in t]
     assert lost and all("the most it loses:" in t and "x)" in t for t in lost), texts
     with pytest.raises(ValueError, match="unknown family 'zero'"):
@@ -125,7 +125,7 @@ class TestCliGolden(expecttest.TestCase):
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             assert main(["plan", os.path.join(REPO, "examples", "factories.py") + ":transformer", "--world", "4",
-                         "--no-save", "--top", "3", "--why-not", "3d"]) == 0
+                         "--no-save", "--top", "3", "--why-not", "tensor3d"]) == 0
         self.assertExpectedInline(out.getvalue(), """\
 autopar plan: TinyTransformer on 4 rank(s), hardware cpu-gloo (default preset; no calibrated profile of this machine), global batch 4
 mesh: pipeline=2 x data=2 x tensor=1   (rank = (pipeline*2 + data)*1 + tensor; tensor ranks adjacent, pipeline outermost)
@@ -200,10 +200,10 @@ the 3 best of 22 feasible configuration(s) (1 rejected):
 2  data=4 x tensor=1, D&SP-cSub 2 sub-grids (topology-aware)  1.771 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       0.664 ms   0.59 MiB
 3  data=4 x tensor=1, D&SP-cSub 2 sub-grids (naive)           2.334 ms  0.000 ms     0.000 ms  0.000 ms  0.000 ms  0.000 ms       0.307 ms   0.59 MiB
 
-why not 3d: lost: its best, 3D x=2 y=1 z=1 data=2, is predicted at 2.356 ms per step against 0.993 ms for the plan (2.37x)
-        step      compute+other  data      pipeline  tensor    x         y         z         memory
-  plan  0.993 ms  0.272 ms       0.241 ms  0.480 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms  0.31 MiB
-  3d    2.356 ms  0.337 ms       0.546 ms  0.000 ms  0.000 ms  1.473 ms  0.000 ms  0.000 ms  0.34 MiB
+why not tensor3d: lost: its best, 3D x=2 y=1 z=1 data=2, is predicted at 2.356 ms per step against 0.993 ms for the plan (2.37x)
+            step      compute+other  data      pipeline  tensor    x         y         z         memory
+  plan      0.993 ms  0.272 ms       0.241 ms  0.480 ms  0.000 ms  0.000 ms  0.000 ms  0.000 ms  0.31 MiB
+  tensor3d  2.356 ms  0.337 ms       0.546 ms  0.000 ms  0.000 ms  1.473 ms  0.000 ms  0.000 ms  0.34 MiB
   the most it loses: x (+1.473 ms)
 """)
 

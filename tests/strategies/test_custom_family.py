@@ -157,8 +157,8 @@ def test_rank_passes_are_ordered_by_named_stages_and_constraints():
         return RankPass(stage, name, None, {}, after)
 
     given = [step("data", "data_parallel"), step("split", "mine", after=("tensor_parallel",)),
-             step("split", "tensor_parallel"), step("branches", "subgraph_parallel"), step("zero", "zero")]
-    assert [p.name for p in order_passes(given)] == ["subgraph_parallel", "tensor_parallel", "mine", "zero",
+             step("split", "tensor_parallel"), step("branches", "dsp"), step("zero", "zero")]
+    assert [p.name for p in order_passes(given)] == ["dsp", "tensor_parallel", "mine", "zero",
                                                      "data_parallel"]
     # a name that is not among the passes constrains nothing; the registry's order is kept otherwise
     assert [p.name for p in order_passes([step("split", "b", after=("absent",)), step("split", "a")])] == ["b", "a"]

@@ -12,7 +12,7 @@ from autopar.planning.strategy import PlanError, Strategy
 
 def _pin(pattern: str, options: dict | None, where: str):
     raise PlanError(f"{where}: Bian's cube has no per-region layout in this version; pin AxoNN's grid "
-                    f"{{'3d': {{'x': gx, 'y': gy, 'z': gz}}}}, or force the whole model onto the cube ({{'cube': p}})")
+                    f"{{'tensor3d': {{'x': gx, 'y': gy, 'z': gz}}}}, or force the whole model onto the cube ({{'cube': p}})")
 
 
 class CubeLanguage(Language):
@@ -24,7 +24,8 @@ class CubeLanguage(Language):
     key_text = "Bian's 'cube' (with 'data')"
     trigger = frozenset({"cube"})
     absent = "a strategy was forced"
-    region_strategies = ("cube3d",)
+    region_strategies = ("cube",)
+    renamed_regions = ((2, "cube3d", "cube"),)   # plan.json format 2 said cube3d
     colours = (("cube", "#c0583a"),)
     draws_follow = False
     pin = PinForm("cube", "'cube'", parse=_pin)

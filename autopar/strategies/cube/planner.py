@@ -20,7 +20,7 @@ from autopar.passes.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts
 from autopar.planning.strategy import PlanError, Strategy
 from autopar.strategies.cube.cost import cube_boundary_comm, cube_layer_comm
-from autopar.strategies.cube.rewrite import check_rows, cube3d_pass, planned_cube_shards
+from autopar.strategies.cube.rewrite import check_rows, cube_pass, planned_cube_shards
 from autopar.strategies.family import PlanContext, Priced, rejected
 from autopar.strategies.shared.grid3d.cost import grids_of
 from autopar.strategies.shared.grid3d.family import Grid3DFamily
@@ -31,7 +31,7 @@ from autopar.strategies.shared.grid3d.rewrite import region_linears
 class CubeForm(Form3D):
     """Bian's cube layer on a cubic grid (see the module docstring)."""
 
-    strategy = "cube3d"
+    strategy = "cube"
     label = "cube"
     form = "cube"
     vectors_sharded = True
@@ -75,13 +75,13 @@ class Cube(Grid3DFamily):
     name = "cube"
     form3d = CUBE
     plan_form = "cube"
-    region_strategy = "cube3d"
+    region_strategy = "cube"
 
     def shards_of(self, gm, *, regions, grid) -> dict:
         return planned_cube_shards(gm, regions=regions, grid=grid)
 
     def pass_fn(self):
-        return cube3d_pass
+        return cube_pass
 
     def rank_runtime(self, plan, rank: int, options: dict) -> None:
         return None  # the cube's layers run on the 3D family's runtime (Tensor3D.rank_runtime)

@@ -1,7 +1,7 @@
 """Rewrite pass: Bian et al.'s load-balanced 3D tensor parallelism on a ``p × p × p`` cube
 (bian §3; the layer itself is :mod:`autopar.strategies.cube.collectives`).
 
-It runs where the plan chose ``cube3d`` for a linear chain or attention region, on the
+It runs where the plan chose ``cube`` for a linear chain or attention region, on the
 grid ``Gx = Gy = Gz = p`` (times any data degree), in two walks over the graph:
 
 1. **Columns** (the :mod:`~autopar.strategies.shared.grid3d.rewrite` rewriter over the ``x`` group, with
@@ -61,7 +61,7 @@ def check_rows(rows: int | None, grid: Grid3D, where: str) -> None:
             f"{grid.z * grid.data * grid.x * grid.y}, or use AxoNN's form")
 
 
-def cube3d_pass(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D, rank: int) -> fx.GraphModule:
+def cube_pass(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D, rank: int) -> fx.GraphModule:
     """Rewrite ``gm`` into rank ``rank`` of the cube ``grid`` (see the module docstring)."""
     gm.meta[PARAM_SHARDS] = {}
     if not regions or grid.x * grid.y * grid.z == 1:
@@ -79,7 +79,7 @@ def cube3d_pass(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D, rank: i
 
 
 def planned_cube_shards(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D) -> dict[str, Grid3DShard]:
-    """The parameter cuts :func:`cube3d_pass` makes, without touching ``gm``."""
+    """The parameter cuts :func:`cube_pass` makes, without touching ``gm``."""
     if not regions or grid.x * grid.y * grid.z == 1:
         return {}
     check_cube(grid)

@@ -36,7 +36,7 @@ from autopar.planning.plan import Cost, Plan, RegionChoice
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.dsp import layout as dsp_layout
 from autopar.strategies.dsp.cost import dsp_heads_cost, dsp_region_cost, head_widths, split_messages
-from autopar.strategies.dsp.rewrite import csub_branch_program, heads_unsplittable, subgraph_parallel_pass
+from autopar.strategies.dsp.rewrite import csub_branch_program, heads_unsplittable, dsp_pass
 from autopar.strategies.dsp.runtime import DspRankRuntime
 from autopar.strategies.family import (BRANCHES, CompileHooks, PlanContext, Priced, RankBuild, RankPass, RegionTable,
                                        mesh_plan, rejected)
@@ -59,7 +59,7 @@ def branch_count(region) -> int:
     return region.details["heads"] if region.kind == "attention" else len(region.details["branches"])
 
 
-def price_subgraph(model: ModelFacts, hw: Hardware, data: int, g: int, topology_aware: bool, csub: bool,
+def price_dsp(model: ModelFacts, hw: Hardware, data: int, g: int, topology_aware: bool, csub: bool,
                    common_hw: Hardware):
     """D&SP (or D&SP-cSub) choices for the regions of
     :func:`~autopar.strategies.shared.branches.subgraph_regions`, and the
@@ -156,7 +156,7 @@ def merge(model: ModelFacts, hw: Hardware, config: Strategy, table: RegionTable,
                        table.param_elems, table.activation_bytes, table.largest_params)
 
 
-class SubgraphParallel(CompileHooks):
+class DSP(CompileHooks):
     """D&SP and D&SP-cSub: ``g`` sub-grids of the data ranks (``tensor = 1``)."""
 
     name = "dsp"
@@ -171,13 +171,13 @@ class SubgraphParallel(CompileHooks):
         if plan.mixed:  # each rank of the tensor group a sub-grid, or g sub-grids of t/g (docs/mixed_plans.md)
             subgrid = plan.tensor_subgrid_coordinates(build.rank)[0]
             group = "tensor_seg" if plan.tensor_subgrids else "tensor"
-            return [RankPass(BRANCHES, "subgraph_parallel", subgraph_parallel_pass, {
+            return [RankPass(BRANCHES, "dsp", dsp_pass, {
                 "dsp_regions": dsp_regions, "subgrid": subgrid, "group": group, "over_tensor": True})]
         subgrid = plan.subgrid_coordinates(build.rank)[0]
         if build.branch_only:
             return [RankPass(BRANCHES, "csub_branches", csub_branch_program,
                              {"dsp_regions": dsp_regions, "subgrid": subgrid})]
-        return [RankPass(BRANCHES, "subgraph_parallel", subgraph_parallel_pass,
+        return [RankPass(BRANCHES, "dsp", dsp_pass,
                          {"dsp_regions": dsp_regions, "subgrid": subgrid, "csub": plan.csub})]
 
     def place(self, builder, build: RankBuild) -> None:
@@ -242,7 +242,7 @@ class SubgraphParallel(CompileHooks):
         common_hw = ctx.hw.while_busy(common_parts) if config.csub and ctx.hw.host_cores else ctx.hw
         table = price_mesh(model, common_hw, common_parts, 1, ctx.forced is not None)
         try:
-            dsp, replaced = price_subgraph(model, ctx.hw, data, g, config.topology_aware, config.csub, common_hw)
+            dsp, replaced = price_dsp(model, ctx.hw, data, g, config.topology_aware, config.csub, common_hw)
         except PlanError as e:
             if ctx.forced is not None:
                 raise
@@ -276,4 +276,4 @@ def with_levers(ctx: PlanContext, config: Strategy, table: RegionTable) -> tuple
 
 
 def plan_uses_dsp(plan: Plan) -> bool:
-    return bool(plan.region_details(SubgraphParallel.region_strategy)) or plan.csub
+    return bool(plan.region_details(DSP.region_strategy)) or plan.csub

@@ -23,7 +23,7 @@ sum join    segmented_reduce_scatter         segmented_reduce
 concat      segmented_all_to_all             segmented_gather
 ==========  ===============================  ==============================
 
-In D&SP every rank runs the rewritten graph (:func:`subgraph_parallel_pass`). In
+In D&SP every rank runs the rewritten graph (:func:`dsp_pass`). In
 D&SP-cSub sub-grid 0 runs it (the common layers and its own branches) and the other
 sub-grids run a program of their branches only (:func:`csub_branch_program`), whose
 inputs arrive by broadcast or scatter and whose results go back by reduce or gather.
@@ -54,7 +54,7 @@ from autopar.strategies.dsp import collectives as segmented
 from autopar.runtime import collectives
 
 
-class SubgraphParallelError(ValueError):
+class DSPError(ValueError):
     """A region cannot be split as the plan says; the message names it."""
 
 
@@ -84,7 +84,7 @@ def _find(gm: fx.GraphModule, rid: str):
         for r in regions(gm, kind):
             if r.id == rid:
                 return r
-    raise SubgraphParallelError(f"the plan names region {rid!r}, which analysis did not find in this graph")
+    raise DSPError(f"the plan names region {rid!r}, which analysis did not find in this graph")
 
 
 def _cut(gm: fx.GraphModule, rid: str, choice: dict, subgrid: int, aliases: dict | None = None) -> _Cut:
@@ -101,11 +101,11 @@ def _cut(gm: fx.GraphModule, rid: str, choice: dict, subgrid: int, aliases: dict
     assignment = choice["assignment"]
     own = [b for b, owner in enumerate(assignment) if owner == subgrid]
     if not own:
-        raise SubgraphParallelError(f"region {rid}: sub-grid {subgrid} has no branch; choose fewer sub-grids")
+        raise DSPError(f"region {rid}: sub-grid {subgrid} has no branch; choose fewer sub-grids")
     outputs = []
     for b, names in enumerate(d["branch_outputs"]):
         if len(names) != 1:
-            raise SubgraphParallelError(f"region {rid}: branch {b} has {len(names)} outputs; D&SP splits "
+            raise DSPError(f"region {rid}: branch {b} has {len(names)} outputs; D&SP splits "
                                         f"branches with one output")
         outputs.append(table[names[0]])
     cut = _Cut(rid, False, [table[d["fork"]]], [],
@@ -127,7 +127,7 @@ def _cut(gm: fx.GraphModule, rid: str, choice: dict, subgrid: int, aliases: dict
 def heads_cut(region, table) -> tuple[list, list, list, set]:
     """What splitting attention ``region``'s heads over sub-grids moves: (its core, the
     core's inputs, the values the core reads from outside it, those of them with a row
-    per sample); raises :class:`SubgraphParallelError` where
+    per sample); raises :class:`DSPError` where
     this version cannot split them (the planner asks first, :func:`heads_unsplittable`)."""
     d = region.details
     core = [table[n] for n in d["core"]]
@@ -135,13 +135,13 @@ def heads_cut(region, table) -> tuple[list, list, list, set]:
     for x in inputs:
         spec = tensor_spec(x)
         if spec is None or len(spec.shape) != 4 or spec.shape[1] != d["heads"]:
-            raise SubgraphParallelError(f"region {region.id}: the attention core reads {x.name} of shape "
+            raise DSPError(f"region {region.id}: the attention core reads {x.name} of shape "
                                         f"{spec}; D&SP of heads needs [B, heads={d['heads']}, .., ..]")
     if d["kv_heads"] != d["heads"]:
-        raise SubgraphParallelError(f"region {region.id}: {d['kv_heads']} key/value heads for {d['heads']} query "
+        raise DSPError(f"region {region.id}: {d['kv_heads']} key/value heads for {d['heads']} query "
                                     f"heads (grouped-query attention); D&SP splits equal head counts only")
     if d.get("sinks"):
-        raise SubgraphParallelError(f"region {region.id}: attention sinks ({d['sinks']}, a logit per head joined to "
+        raise DSPError(f"region {region.id}: attention sinks ({d['sinks']}, a logit per head joined to "
                                     f"the scores); D&SP of heads splits only the query, key and value in this version")
     core_set = set(core)
     for node in core:
@@ -149,7 +149,7 @@ def heads_cut(region, table) -> tuple[list, list, list, set]:
             continue
         outside = [u.name for u in node.users if u not in core_set]
         if outside:
-            raise SubgraphParallelError(f"region {region.id}: the core value {node.name} is also read by {outside}; "
+            raise DSPError(f"region {region.id}: the core value {node.name} is also read by {outside}; "
                                         f"D&SP cannot move it to another sub-grid")
     sides, batched = [], set()
     rows = tensor_spec(inputs[0]).shape[0]
@@ -160,14 +160,14 @@ def heads_cut(region, table) -> tuple[list, list, list, set]:
             spec = a.meta.get(SPEC)
             if isinstance(spec, TensorSpec) and len(spec.shape) >= 3:
                 if spec.shape[1] != 1:
-                    raise SubgraphParallelError(
+                    raise DSPError(
                         f"region {region.id}: the attention core reads {a.name} of shape {spec}, which has a row per "
                         f"head (a position bias per head); D&SP of heads splits only the query, key and value in "
                         f"this version")
                 if spec.shape[0] == rows:  # a mask per sample: gathered with the rows in D&SP
                     batched.add(a)
                 elif spec.shape[0] != 1:
-                    raise SubgraphParallelError(f"region {region.id}: the attention core reads {a.name} of shape "
+                    raise DSPError(f"region {region.id}: the attention core reads {a.name} of shape "
                                                 f"{spec}, neither per sample ({rows} rows) nor broadcast")
             sides.append(a)
     return core, inputs, sides, batched
@@ -177,7 +177,7 @@ def heads_unsplittable(region, table) -> str | None:
     """Why D&SP cannot split attention ``region``'s heads in this version (None: it can)."""
     try:
         heads_cut(region, table)
-    except SubgraphParallelError as e:
+    except DSPError as e:
         return str(e)
     return None
 
@@ -215,7 +215,7 @@ def _emit_fork(graph: fx.Graph, cut: _Cut, values: list[fx.Node], mode: str, gro
         fn = {"dsp": segmented.segmented_all_gather, "csub": segmented.segmented_broadcast, "tensor": collectives.copy_to_tensor_region}[mode]
         return [_call(graph, fn, (values[0], group))]
     if mode == "tensor":
-        raise SubgraphParallelError(f"region {cut.region}: attention heads over the tensor group are Megatron's "
+        raise DSPError(f"region {cut.region}: attention heads over the tensor group are Megatron's "
                                     f"split (strategy 'megatron'), not D&SP")
     tails = _bundle_layout(cut)
     if len(values) == 1:
@@ -258,7 +258,7 @@ def _emit_join(graph: fx.Graph, cut: _Cut, outputs: list[fx.Node], mode: str, gr
 # ---------------------------------------------------------------- D&SP, and sub-grid 0 of cSub
 
 
-def subgraph_parallel_pass(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], subgrid: int,
+def dsp_pass(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], subgrid: int,
                            group: str = "segment", csub: bool = False, over_tensor: bool = False) -> fx.GraphModule:
     """Keep sub-grid ``subgrid``'s branches of each region in ``dsp_regions`` (region id →
     the plan's details: ``subgrids``, ``assignment``) and insert the transitions: D&SP's
@@ -269,7 +269,7 @@ def subgraph_parallel_pass(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], 
     if not dsp_regions:
         return gm
     if csub and subgrid != 0:
-        raise SubgraphParallelError(f"D&SP-cSub: sub-grid {subgrid} runs csub_branch_program, not this pass")
+        raise DSPError(f"D&SP-cSub: sub-grid {subgrid} runs csub_branch_program, not this pass")
     mode = "tensor" if over_tensor else "csub" if csub else "dsp"
     aliases: dict[str, fx.Node] = {}
     for rid, choice in dsp_regions.items():
@@ -313,7 +313,7 @@ def _split_region(gm: fx.GraphModule, cut: _Cut, mode: str, group: str) -> fx.No
     for node in reversed(list(graph.nodes)):
         if node in cut.dropped:
             if node.users:
-                raise SubgraphParallelError(f"region {cut.region}: {node.format_node()} is used outside its "
+                raise DSPError(f"region {cut.region}: {node.format_node()} is used outside its "
                                             f"branch; D&SP cannot drop it")
             graph.erase_node(node)
     return result
@@ -333,7 +333,7 @@ def csub_branch_program(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], sub
 
     ``gm`` is the model captured at sub-grid 0's local batch (the rows its branches see)."""
     if subgrid == 0:
-        raise SubgraphParallelError("D&SP-cSub: sub-grid 0 runs the common layers (subgraph_parallel_pass)")
+        raise DSPError("D&SP-cSub: sub-grid 0 runs the common layers (dsp_pass)")
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     cuts = sorted((_cut(gm, rid, choice, subgrid) for rid, choice in dsp_regions.items()),
                   key=lambda c: order[c.own[0]])
@@ -378,5 +378,5 @@ def _constant_input(graph: fx.Graph, env: dict, node: fx.Node, cut: _Cut) -> fx.
             a.op == "get_attr" or a in env for a in node.all_input_nodes)):
         env[node] = graph.node_copy(node, lambda a: _constant_input(graph, env, a, cut))
         return env[node]
-    raise SubgraphParallelError(f"region {cut.region}: a branch reads {node.name} from the common layers, which "
+    raise DSPError(f"region {cut.region}: a branch reads {node.name} from the common layers, which "
                                 f"D&SP-cSub does not send to the other sub-grids; use D&SP (csub off)")

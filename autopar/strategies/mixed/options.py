@@ -298,7 +298,7 @@ class RegionOptions:
         pin = self.pin_of(step.region)
         if pin is None:
             return step.options
-        family = {"3d": "tensor3d"}.get(pin.family, pin.family)
+        family = pin.family
         if family == "replicate" and step.branching:  # a multi-branch region left open
             return {}
         if family in step.options:

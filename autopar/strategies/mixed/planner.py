@@ -128,7 +128,7 @@ class Mixed(CompileHooks):
                     raise PlanError(why)
                 continue
             grids = self._grids(ctx, data, t)
-            if any(p.family == "3d" for p in forced.regions) and forced.grid is None:
+            if any(p.family == "tensor3d" for p in forced.regions) and forced.grid is None:
                 grids = [g for g in grids if g is not None]
             sub = pinned_subgrids(forced, t)
             if sub:

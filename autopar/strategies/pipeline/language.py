@@ -65,7 +65,7 @@ class PipelineLanguage(Language):
         if grid is not None and grid.z != 1:
             raise PlanError(f"strategy['regions']: the pinned 3D grid {grid.x}x{grid.y}x{grid.z} splits its regions' "
                             f"rows over z, which pipeline stages do not in this version (their rows are split over "
-                            f"data only); pin {{'3d': {{'x': gx, 'y': gy}}}} (z = 1)")
+                            f"data only); pin {{'tensor3d': {{'x': gx, 'y': gy}}}} (z = 1)")
         tensor = strategy.get("tensor")
         if set(strategy) & {"x", "y", "z"}:
             x, y, z = (int(strategy.get(a, 1)) for a in ("x", "y", "z"))

@@ -1,5 +1,6 @@
 """AxoNN's 3D grid's declaration to the generic layers (:mod:`autopar.planning.declared`):
-the keys ``x``, ``y``, ``z`` (with ``data``), the pin ``{'3d': {'x': gx, 'y': gy, 'z': gz}}``,
+the keys ``x``, ``y``, ``z`` (with ``data``), the pin ``{'tensor3d': {'x': gx, 'y': gy, 'z': gz}}``
+(``'3d'`` read as its older spelling),
 the grid's axes and groups, its regions' strategy; in the explanation, the grid's rank
 layout, its layers and their boundaries in a mixed plan."""
 from __future__ import annotations
@@ -14,32 +15,33 @@ AXES = ("x", "y", "z")
 
 def _pin(pattern: str, options: dict | None, where: str) -> Pin:
     if options is None:
-        return Pin(pattern, "3d")
+        return Pin(pattern, "tensor3d")
     grid = tuple(int(options.get(a, 1)) for a in AXES)
     if min(grid) < 1:
         raise PlanError(f"{where}: 3D grid sizes must be at least 1, got {options}")
-    return Pin(pattern, "3d", grid=grid)
+    return Pin(pattern, "tensor3d", grid=grid)
 
 
 def _describe(pin: Pin) -> str:
-    return "3d {}x{}x{}".format(*pin.grid) if pin.grid is not None else "3d"
+    return "tensor3d {}x{}x{}".format(*pin.grid) if pin.grid is not None else "tensor3d"
 
 
 class Tensor3DLanguage(Language):
-    name = "3d"
-    kind = "3d"
+    name = "tensor3d"
+    kind = "tensor3d"
     built_in = True
     precedence = 40
     keys = AXES
     key_text = "the 3D grid 'x', 'y', 'z' (with 'data')"
     trigger = frozenset(AXES)
-    aliases = ("axonn",)
+    aliases = ("axonn", "3d")
     axes = (MeshAxis.X, MeshAxis.Y, MeshAxis.Z, MeshAxis.REPLICA)
     absent = "the model has no linear chain or attention region, or a strategy was forced"
     region_strategies = ("tensor3d",)
-    colours = (("3d", "#b07a2a"),)
+    colours = (("tensor3d", "#b07a2a"),)
     draws_follow = False   # rows over z, columns in blocks
-    pin = PinForm("3d", "{'3d': {'x': gx, 'y': gy, 'z': gz}}", options=frozenset(AXES), parse=_pin,
+    pin = PinForm("tensor3d", "{'tensor3d': {'x': gx, 'y': gy, 'z': gz}}", options=frozenset(AXES), parse=_pin,
+                  aliases=("3d",),
                   describe=_describe)
 
     def parse(self, strategy: dict) -> Strategy:

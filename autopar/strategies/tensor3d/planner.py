@@ -24,7 +24,7 @@ from autopar.strategies.tensor3d.runtime import Tensor3DRankRuntime
 class Tensor3D(Grid3DFamily):
     """AxoNN's 3D/4D family: every ``Gx × Gy × Gz × Gdata`` of the world."""
 
-    name = "3d"
+    name = "tensor3d"
     form3d = AXONN
     plan_form = ""  # Plan.form of its plans
     region_strategy = "tensor3d"  # RegionChoice.strategy of its split regions
@@ -39,7 +39,7 @@ class Tensor3D(Grid3DFamily):
     def candidates(self, ctx: PlanContext) -> list[Strategy]:
         if ctx.forced is None:
             return [Strategy(g.data, 1, grid=g) for g in grids_of(ctx.world)] if self.regions(ctx.model) else []
-        if ctx.forced.kind() != "3d":
+        if ctx.forced.kind() != "tensor3d":
             return []
         check_forced_grid(ctx, ctx.forced.grid)
         return [ctx.forced]

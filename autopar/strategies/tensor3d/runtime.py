@@ -125,7 +125,7 @@ class Tensor3DRankRuntime(RankRuntime):
     3D regions are on ``x × y × 1`` grids (no all-gather over z to overlap, cache or
     defer), which the process's default :class:`Tensor3DRuntime` serves."""
 
-    name = "3d"
+    name = "tensor3d"
 
     def __init__(self, plan, overlap=None):
         self.runtime = Tensor3DRuntime(Overlap.parse(overlap).with_cache_limit(plan.gather_cache))

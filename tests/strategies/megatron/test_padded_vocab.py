@@ -33,8 +33,8 @@ from autopar.testing import equivalence_job
 
 V63 = {"dtype": "float64", "vocab": 63}
 UNTIED = {**V63, "tied": False}
-GRID_2X1X2 = {"3d": {"x": 2, "y": 1, "z": 2}}
-GRID_2X2 = {"3d": {"x": 2, "y": 2}}
+GRID_2X1X2 = {"tensor3d": {"x": 2, "y": 1, "z": 2}}
+GRID_2X2 = {"tensor3d": {"x": 2, "y": 2}}
 CASES = [
     ("transformer", {"data": 1, "tensor": 4}, V63),
     ("transformer", {"data": 1, "tensor": 4}, UNTIED),

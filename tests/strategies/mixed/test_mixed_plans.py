@@ -41,9 +41,9 @@ from examples.models import StemTrunk
 
 F64 = {"dtype": "float64"}
 TRUNK_MEGATRON = {"kind:attention": "megatron", "kind:linear_chain": "megatron"}
-GRID_2X2 = {"3d": {"x": 2, "y": 2}}
-GRID_1X2X2 = {"3d": {"x": 1, "y": 2, "z": 2}}
-GRID_2X1X2 = {"3d": {"x": 2, "y": 1, "z": 2}}
+GRID_2X2 = {"tensor3d": {"x": 2, "y": 2}}
+GRID_1X2X2 = {"tensor3d": {"x": 1, "y": 2, "z": 2}}
+GRID_2X1X2 = {"tensor3d": {"x": 2, "y": 1, "z": 2}}
 CASES = [
     ("stem_trunk", {"data": 2, "tensor": 2, "regions": {"kind:fork_join": "dsp", **TRUNK_MEGATRON}}, F64),
     ("stem_trunk", {"data": 1, "tensor": 4, "regions": {"kind:fork_join": "dsp", "kind:attention": GRID_2X2,
@@ -213,14 +213,14 @@ def test_forced_mixed_plan_uses_each_family_where_pinned():
         by_kind.setdefault(r.kind, set()).add(r.strategy)
     assert by_kind == {"fork_join": {"dsp"}, "attention": {"megatron"}, "linear_chain": {"tensor3d"},
                        "-": {"replicate"}}
-    assert plan.mixed and plan.tensor_grid == {"x": 2, "y": 2} and plan.form == "mixed 3d 2x2"
+    assert plan.mixed and plan.tensor_grid == {"x": 2, "y": 2} and plan.form == "mixed tensor3d 2x2"
     assert Plan.from_json(plan.to_json()).to_json() == plan.to_json()
     text = plan.explain()
     assert "best single-family plan: none weighed (the mixed plan was forced)" in text
     fork = next(r.region for r in plan.regions if r.kind == "fork_join")
     assert plan.why_not("dsp", region=fork).startswith(f"{fork}: chosen: dsp")
     attention = next(r.region for r in plan.regions if r.kind == "attention")
-    assert "3d lost" in plan.why_not("3d", region=attention)
+    assert "tensor3d lost" in plan.why_not("tensor3d", region=attention)
 
 
 def test_three_d_regions_with_rows_over_z_keep_them_split_between_them():
@@ -231,7 +231,7 @@ def test_three_d_regions_with_rows_over_z_keep_them_split_between_them():
     strategy = {"data": 1, "tensor": 4, "regions": {"kind:attention": GRID_2X1X2, "kind:linear_chain": GRID_2X1X2,
                                                     "kind:vocab": "megatron"}}
     plan = _plan(transformer, 4, strategy)
-    assert plan.tensor_grid == {"x": 2, "y": 1, "z": 2} and plan.form == "mixed 3d 2x1x2"
+    assert plan.tensor_grid == {"x": 2, "y": 1, "z": 2} and plan.form == "mixed tensor3d 2x1x2"
     assert plan.region_grid.z == 2 and plan.rank_grid().coordinates(3) == {"data": 0, "z": 1, "y": 0, "x": 1}
     assert Plan.from_json(plan.to_json()).to_json() == plan.to_json()
     chains = [r for r in plan.regions if r.strategy == "tensor3d"]
@@ -246,10 +246,10 @@ def test_three_d_regions_with_rows_over_z_keep_them_split_between_them():
 
 def test_rows_over_z_must_divide_a_data_replica():
     model, inputs, loss_fn, target = transformer()
-    with pytest.raises(PlanError, match=r"region attention:\S+: pinned to 3d 1x1x8 .* its 4 rows per data rank "
+    with pytest.raises(PlanError, match=r"region attention:\S+: pinned to tensor3d 1x1x8 .* its 4 rows per data rank "
                                         r"\(dim 0 of its input\) do not divide by Gz = 8"):
         autopar.plan(model, 8, inputs, loss_fn, {"data": 1, "tensor": 8, "regions": {
-            "kind:attention": {"3d": {"x": 1, "y": 1, "z": 8}}}}, example_target=target)
+            "kind:attention": {"tensor3d": {"x": 1, "y": 1, "z": 8}}}}, example_target=target)
 
 
 def test_pipeline_of_mixed_stages_plans_each_stage_with_its_own_families():
@@ -263,7 +263,7 @@ def test_pipeline_of_mixed_stages_plans_each_stage_with_its_own_families():
                                                                                         "tensor": 2}
     assert Plan.from_json(plan.to_json()).to_json() == plan.to_json()
     grid = _plan(transformer, 8, {"pipeline": 2, "x": 2, "y": 2, "z": 1})
-    assert grid.form == f"pipeline {grid.pipeline['schedule']}, mixed 3d 2x2" and grid.tensor_grid == {"x": 2, "y": 2}
+    assert grid.form == f"pipeline {grid.pipeline['schedule']}, mixed tensor3d 2x2" and grid.tensor_grid == {"x": 2, "y": 2}
     assert {r.strategy for r in grid.regions if r.kind in ("attention", "linear_chain")} == {"tensor3d"}
     assert grid.rank_grid().coordinates(5) == {"pipeline": 1, "data": 0, "y": 0, "x": 1}
 
@@ -306,11 +306,11 @@ def test_three_d_regions_back_to_back_meet_split_over_y():
 @pytest.mark.parametrize("strategy, message", [
     ({"tensor": 2, "regions": {"linear_chain:nowhere.*": "megatron"}}, "names no region of"),
     ({"tensor": 2, "regions": {"kind:fork_join": {"dsp": {"subgrids": 4}}}}, "must divide the tensor degree 2"),
-    ({"tensor": 4, "regions": {"kind:linear_chain": {"3d": {"x": 2, "y": 1}}}}, "x·y·z = 4"),
-    ({"tensor": 4, "regions": {"kind:linear_chain": {"3d": {"x": 2, "y": 2, "z": 2}}}}, "has 8 ranks, the tensor "
+    ({"tensor": 4, "regions": {"kind:linear_chain": {"tensor3d": {"x": 2, "y": 1}}}}, "x·y·z = 4"),
+    ({"tensor": 4, "regions": {"kind:linear_chain": {"tensor3d": {"x": 2, "y": 2, "z": 2}}}}, "has 8 ranks, the tensor "
                                                                                         "group 4"),
     ({"tensor": 4, "regions": {"kind:attention": "cube"}}, "Bian's cube has no per-region layout"),
-    ({"tensor": 2, "pipeline": 2, "regions": {"kind:attention": {"3d": {"x": 1, "y": 1, "z": 2}}}},
+    ({"tensor": 2, "pipeline": 2, "regions": {"kind:attention": {"tensor3d": {"x": 1, "y": 1, "z": 2}}}},
      "which pipeline stages do not"),
     ({"tensor": 4, "regions": {"kind:attention": "dsp"}}, "it is no multi-branch region"),
     ({"tensor": 4, "regions": {"kind:fork_join": "megatron"}}, "a multi-branch region is split by D&SP"),
@@ -461,7 +461,7 @@ def test_auto_picks_a_mixed_plan_with_a_3d_trunk_whose_rows_are_split_over_z():
         model = TinyTransformer(vocab=32000, width=8192, heads=64, layers=4, block=2048)
     x = torch.zeros(8, 2048, dtype=torch.long, device="meta")
     plan = autopar.plan(model, 16, (x,), lm_loss, "auto", example_target=x, hardware=_selene_estimates())
-    assert plan.mixed and plan.mesh == {"data": 2, "tensor": 8} and plan.form == "mixed 3d 4x1x2"
+    assert plan.mixed and plan.mesh == {"data": 2, "tensor": 8} and plan.form == "mixed tensor3d 4x1x2"
     kinds = {}
     for r in plan.regions:
         kinds.setdefault(r.kind, set()).add(r.strategy)

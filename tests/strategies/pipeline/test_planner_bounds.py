@@ -151,7 +151,7 @@ def test_the_plan_is_the_one_without_the_pipeline_cut(name, monkeypatch):
     assert (cut.mesh, cut.form, cut.pipeline, cut.zero, cut.recompute, cut.microbatches, cut.step_s) == \
         (whole.mesh, whole.form, whole.pipeline, whole.zero, whole.recompute, whole.microbatches, whole.step_s)
     assert top(cut) .split("\n")[1:] == top(whole).split("\n")[1:]  # the header counts the rejected rows
-    for family in ("data", "megatron", "3d", "pipeline"):
+    for family in ("data", "megatron", "tensor3d", "pipeline"):
         assert why_not(cut, family) == why_not(whole, family)
     assert len(cut.candidates) == len(whole.candidates)
     for c, w in zip(cut.candidates, whole.candidates):  # in the same order: each cut one slower than the plan

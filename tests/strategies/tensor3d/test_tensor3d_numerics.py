@@ -103,7 +103,7 @@ def _check(case, reports) -> None:
         if "cube" in grid:
             grid = {"x": grid["cube"], "y": grid["cube"], "z": grid["cube"]}
         assert report["mesh"] == {"data": grid.get("data", 1), "z": grid["z"], "y": grid["y"], "x": grid["x"]}
-        assert report["strategies"] == {"cube3d" if "cube" in case[1] else "tensor3d"}
+        assert report["strategies"] == {"cube" if "cube" in case[1] else "tensor3d"}
         # Bian's diagonal vectors: a bias per split linear, held only where x = y
         x, y = rank % 2, rank // 2 % 2
         off_diagonal = "cube" in case[1] and x != y
@@ -130,7 +130,7 @@ def test_cube_with_data_on_16_ranks():
     with recomputation): weight shards and diagonal vectors summed over the cube, then
     over data; everything matches the single device."""
     for rank, (report,) in enumerate(_LAUNCHED[16]()):
-        assert report["mesh"] == {"data": 2, "z": 2, "y": 2, "x": 2} and report["strategies"] == {"cube3d"}
+        assert report["mesh"] == {"data": 2, "z": 2, "y": 2, "x": 2} and report["strategies"] == {"cube"}
         for what, bound in TOLERANCE.items():
             assert report[what][1] < bound, (rank, what, report[what], report.get(f"worst_{what}"))
         x, y = rank % 2, rank // 2 % 2

@@ -130,7 +130,7 @@ def test_forced_cube_splits_every_region_with_diagonal_vectors():
     plan = _plan(_transformer8, 8, {"cube": 2})
     assert plan.mesh == {"data": 1, "z": 2, "y": 2, "x": 2} and plan.form == "cube"
     assert {r.kind: r.strategy for r in plan.regions if r.kind != "-"} == {
-        "vocab": "replicate", "attention": "cube3d", "linear_chain": "cube3d"}
+        "vocab": "replicate", "attention": "cube", "linear_chain": "cube"}
     text = plan.explain()
     assert "Bian cube Gx=2 Gy=2 Gz=2" in text and "biases on the diagonal ranks, Algorithms 7-8" in text
     assert "output all-gathered over y, then x" in text

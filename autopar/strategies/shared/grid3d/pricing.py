@@ -64,7 +64,7 @@ class Layout3D:
 
 
 def layout(model: ModelFacts) -> Layout3D:
-    return model.fact("3d.layout", lambda: _find_layout(model))
+    return model.fact("grid3d.layout", lambda: _find_layout(model))
 
 
 def _find_layout(model: ModelFacts) -> Layout3D:
@@ -153,7 +153,7 @@ class GridPricer:
         # form); read for their sizes only (_held), which a class shares
         key = (self.model.region_class[r.id], grid.x, grid.y, grid.z, self.parts if self.form.form else None,
                self.form)
-        memo = self.model.memo("3d.shards")
+        memo = self.model.memo("grid3d.shards")
         if key not in memo:
             try:
                 memo[key] = (self.form.shards(self.model, r, grid, self.parts), None, r.id)
@@ -161,7 +161,7 @@ class GridPricer:
                 memo[key] = ({}, str(e), r.id)
         shards, why, found_on = memo[key]
         if why is not None and found_on != r.id:  # the reason in this region's own words (its ids and nodes)
-            own = self.model.memo("3d.shards_refused")
+            own = self.model.memo("grid3d.shards_refused")
             if (r.id, key) not in own:
                 try:
                     self.form.shards(self.model, r, grid, self.parts)
@@ -265,7 +265,7 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
     pricer = GridPricer(model, hw, grid, form, forced, split_all)
     # per configuration a memo of its region classes' prices (the grid, form and hardware
     # hashed once here, not once per region)
-    memo = model.memo("3d.regions").setdefault((grid, forced, split_all, form, hw), {}) if not materialize else {}
+    memo = model.memo("grid3d.regions").setdefault((grid, forced, split_all, form, hw), {}) if not materialize else {}
     parts = pricer.parts
     if materialize:
         prices = [pricer.region(r) for r in model.regions]
@@ -287,7 +287,7 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
     for c in choices:
         for axis, v in c.cost.comm_s.items():
             comm[axis] += v
-    outside, outside_params = model.fact("3d.outside", lambda: _outside(model))
+    outside, outside_params = model.fact("grid3d.outside", lambda: _outside(model))
     outside_compute = model.seconds(outside, hw, 1 / parts)
     compute += outside_compute
     local_elems += outside_params
@@ -312,7 +312,7 @@ def _class_keys(model: ModelFacts) -> tuple[list, dict]:
         for key, r in zip(keys, model.regions):
             first.setdefault(key, r)
         return keys, first
-    return model.fact("3d.class_keys", find)
+    return model.fact("grid3d.class_keys", find)
 
 
 @dataclass

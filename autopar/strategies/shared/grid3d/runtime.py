@@ -70,7 +70,7 @@ class Grid3DShard:
     transposed: bool
     blocks: int = 1
     vector: bool = False
-    cube: bool = False  # Bian's cube (runtime.cube3d): a vector is stored diagonally, 1/Gz of its block
+    cube: bool = False  # Bian's cube (runtime.cube): a vector is stored diagonally, 1/Gz of its block
 
     @property
     def axes(self) -> tuple[str, str]:
