@@ -266,7 +266,7 @@ class ParallelModule(nn.Module):
     def family_runtime(self, family: str) -> RankRuntime | None:
         """The run-time state of ``family`` on this rank (its
         :class:`~autopar.runtime.family_runtime.RankRuntime`, by the family's name:
-        ``data`` for ZeRO, ``3d``, ``pipeline``, ``experts``), None if it keeps none."""
+        ``data`` for ZeRO, ``tensor3d``, ``pipeline``, ``experts``), None if it keeps none."""
         return next((r for r in self._runtimes if r.name == family), None)
 
     def __getattr__(self, name: str):

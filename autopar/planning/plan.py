@@ -434,7 +434,7 @@ class Plan:
 
     def why_not(self, family: str, region: str | None = None) -> str:
         """Why a family of strategies lost or was infeasible (``autopar plan --why-not``):
-        ``data``, ``megatron`` (or ``tensor``), ``dsp``, ``3d``, ``cube``, ``pipeline`` or
+        ``data``, ``megatron`` (or ``tensor``), ``dsp``, ``tensor3d``, ``cube``, ``pipeline`` or
         ``mixed`` (:func:`autopar.planning.explain.why_not`); with ``region``, why that
         region does not run under it (:func:`autopar.planning.explain.why_not_region`)."""
         if region is not None:

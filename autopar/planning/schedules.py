@@ -93,7 +93,7 @@ def interleaved(p: int, m: int, v: int, rank: int) -> list[Action]:
     _check(p, m, rank, v)
     if v > 1 and m % p:
         raise ScheduleError(f"pipeline: the interleaved schedule needs the number of microbatches to be a multiple "
-                            f"of the pipeline ranks (megatron §2.2.2); m={m} is not a multiple of p={p}. Use "
+                            f"of the pipeline ranks (Narayanan et al. 2021, §2.2.2); m={m} is not a multiple of p={p}. Use "
                             f"m={(m // p + 1) * p}, or the 1F1B schedule")
     total = m * v
 
