@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan_cmd.add_argument("--top", type=int, default=0, metavar="K",
                           help="also list the K best configurations weighed, communication split by group")
     plan_cmd.add_argument("--why-not", action="append", default=[], metavar="FAMILY",
-                          help="say why a family of strategies lost or was infeasible: data, megatron, dsp, 3d, "
+                          help="say why a family of strategies lost or was infeasible: data, megatron, dsp, tensor3d, "
                                "cube, pipeline, mixed or experts (repeatable)")
     plan_cmd.add_argument("--memory-limit", type=float, default=None, metavar="GIB",
                           help="memory per device a plan may use, in GiB (default: the hardware's)")

@@ -29,6 +29,7 @@ from autopar.trace.inputs import CallLayout, check_loss_arguments
 from autopar.trace.meta import holds_meta
 from autopar.grid import MeshAxis
 from autopar.runtime.layout import ParamLayout, group_buckets
+from autopar.planning.declared import by_word
 from autopar.planning.plan import Plan
 from autopar.planning.schedules import rank_of
 from autopar.engine.runner import ProgramRunner, RankState
@@ -266,8 +267,11 @@ class ParallelModule(nn.Module):
     def family_runtime(self, family: str) -> RankRuntime | None:
         """The run-time state of ``family`` on this rank (its
         :class:`~autopar.runtime.family_runtime.RankRuntime`, by the family's name:
-        ``data`` for ZeRO, ``tensor3d``, ``pipeline``, ``experts``), None if it keeps none."""
-        return next((r for r in self._runtimes if r.name == family), None)
+        ``data`` for ZeRO, ``tensor3d``, ``pipeline``, ``experts``; or another word for
+        the family, ``"3d"``), None if it keeps none."""
+        declared = by_word(family)
+        name = declared.name if declared is not None else family
+        return next((r for r in self._runtimes if r.name == name), None)
 
     def __getattr__(self, name: str):
         """The attributes the plan's families add (``zero_stats``, ``tensor3d_stats``,

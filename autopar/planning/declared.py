@@ -57,8 +57,9 @@ class Language:
     text when it offered nothing; None: why_not does not list it), ``axes`` (the mesh
     dimensions and process groups it owns, :class:`autopar.grid.MeshAxis`),
     ``region_strategies`` (what ``RegionChoice.strategy`` says of the regions it splits),
-    ``renamed_regions`` ((plan format version, older name, name) of a region strategy an
-    older plan.json spelled otherwise: loading it reads the name),
+    ``renamed`` ((plan format version, older word, word) of a word an older plan.json
+    spelled otherwise: a region's strategy, a key of its alternatives, a word of a
+    candidate's form; loading that file reads the word now),
     ``colours`` ((strategy prefix, colour) pairs of the report), ``draws_follow``
     (whether random draws can follow its regions' split: False where it moves rows or
     parts elsewhere), ``runs_as`` (how a sentence says a region runs under it:
@@ -80,7 +81,7 @@ class Language:
     absent: str | None = None
     axes: tuple[str, ...] = ()
     region_strategies: tuple[str, ...] = ()
-    renamed_regions: tuple[tuple[int, str, str], ...] = ()
+    renamed: tuple[tuple[int, str, str], ...] = ()
     colours: tuple[tuple[str, str], ...] = ()
     draws_follow: bool = True
     runs_as: str = ""

@@ -37,7 +37,7 @@ from autopar.planning.report import report_html
 PLAN_FORMAT_VERSION = 3
 OLDEST_FORMAT_VERSION = 2
 """The oldest plan.json format that still loads: a region strategy it spelled otherwise
-is read by its family's one name now (``Language.renamed_regions``)."""
+is read by its family's one name now (``Language.renamed``)."""
 MESH_ORDER = tuple(a.value for a in (MeshAxis.PIPELINE, MeshAxis.DATA, MeshAxis.CONTEXT, MeshAxis.Z, MeshAxis.Y,
                                       MeshAxis.X, MeshAxis.TENSOR))
 """Mesh dimensions from outermost to innermost (JSON sorts keys; this fixes the order).
@@ -356,10 +356,15 @@ class Plan:
         if not isinstance(version, int) or not OLDEST_FORMAT_VERSION <= version <= PLAN_FORMAT_VERSION:
             raise ValueError(f"plan format version {version} is not {PLAN_FORMAT_VERSION}; "
                              f"re-plan with this autopar")
-        renamed = {old: new for d in declarations() for since, old, new in d.renamed_regions if version <= since}
+        renamed = {old: new for d in declarations() for since, old, new in d.renamed if version <= since}
+        word = lambda w: renamed.get(w, w)  # noqa: E731
         data["version"] = PLAN_FORMAT_VERSION
-        data["regions"] = [RegionChoice(**{**r, "strategy": renamed.get(r["strategy"], r["strategy"]),
+        data["regions"] = [RegionChoice(**{**r, "strategy": word(r["strategy"]),
+                                           "alternatives": {word(k): v for k, v in r.get("alternatives", {}).items()},
                                            "cost": Cost(**r["cost"])}) for r in data["regions"]]
+        if renamed:
+            data["candidates"] = [{**c, "form": " ".join(map(word, c.get("form", "").split(" ")))}
+                                  for c in data["candidates"]]
         data["total"] = Cost(**data["total"])
         def ordered(mesh: dict) -> dict:   # JSON sorts the keys: the mesh's order back
             return {**{dim: mesh[dim] for dim in MESH_ORDER if dim in mesh}, **mesh}

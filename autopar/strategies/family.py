@@ -326,7 +326,7 @@ class CompileHooks:
 class Family(Protocol):
     """A parallelism family, as the planner sees it (see the module docstring)."""
 
-    name: str  # as ``Plan.why_not`` names it: data, megatron, dsp, 3d, cube, pipeline
+    name: str  # as ``Plan.why_not`` names it: data, megatron, dsp, tensor3d, cube, pipeline
 
     def regions(self, model: ModelFacts) -> list: ...
 

@@ -18,7 +18,9 @@ SHAPE = (4, 6, 4, 6)
 
 
 def _entry(rng: random.Random, extent: int):
-    kind = rng.choice(["int", "slice", "whole", "list", "none"])
+    kind = rng.choice(["int", "slice", "whole", "list", "none", "bool"])
+    if kind == "bool":
+        return rng.random() < 0.5
     if kind == "int":
         return rng.randrange(-extent, extent)
     if kind == "slice":
@@ -33,7 +35,7 @@ def _index(rng: random.Random):
     while dim < len(SHAPE) and rng.random() < 0.8:
         entry = _entry(rng, SHAPE[dim])
         entries.append(entry)
-        dim += entry is not None
+        dim += entry is not None and not isinstance(entry, bool)
     if rng.random() < 0.4:
         entries.insert(rng.randint(0, len(entries)), Ellipsis)
     return tuple(entries) if len(entries) != 1 or rng.random() < 0.5 else entries[0]
@@ -87,3 +89,5 @@ def test_the_forms_falcon_writes_are_carried():
         _rule((slice(None), slice(None), 1), 2, grouped)
     with pytest.raises(NoSplitRule):
         _rule((slice(None), 0, [1]), 2, grouped)
+    with pytest.raises(NoSplitRule):   # True adds a dimension of one element
+        _rule((slice(None), True), 2, grouped)

@@ -54,6 +54,17 @@ def test_older_spellings_still_read():
         [r.strategy for r in plan.regions]
     with pytest.raises(ValueError, match="plan format version 1 is not"):
         Plan.from_json(json.dumps({**old, "version": 1}))
+    # a mixed plan of format 2: its candidates' forms said "mixed 3d 2x2"
+    from examples.factories import stem_trunk
+    model, inputs, loss_fn, target = stem_trunk()
+    mixed = autopar.plan(model, 4, inputs, loss_fn, {"data": 1, "tensor": 4, "regions": {
+        "kind:attention": "megatron", "kind:linear_chain": {"3d": {"x": 2, "y": 2}}}}, example_target=target)
+    assert mixed.form == "mixed tensor3d 2x2" and "chosen" in mixed.why_not("mixed")
+    old = json.loads(mixed.to_json())
+    old["version"] = 2
+    old["candidates"] = [{**c, "form": c["form"].replace("tensor3d", "3d")} for c in old["candidates"]]
+    loaded = Plan.from_json(json.dumps(old))
+    assert loaded.form == mixed.form and loaded.why_not("mixed") == mixed.why_not("mixed")
 
 
 def test_mesh_axes_read_as_their_names():

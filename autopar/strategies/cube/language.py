@@ -25,7 +25,7 @@ class CubeLanguage(Language):
     trigger = frozenset({"cube"})
     absent = "a strategy was forced"
     region_strategies = ("cube",)
-    renamed_regions = ((2, "cube3d", "cube"),)   # plan.json format 2 said cube3d
+    renamed = ((2, "cube3d", "cube"),)   # plan.json format 2 said cube3d
     colours = (("cube", "#c0583a"),)
     draws_follow = False
     pin = PinForm("cube", "'cube'", parse=_pin)

@@ -35,6 +35,7 @@ class Tensor3DLanguage(Language):
     key_text = "the 3D grid 'x', 'y', 'z' (with 'data')"
     trigger = frozenset(AXES)
     aliases = ("axonn", "3d")
+    renamed = ((2, "3d", "tensor3d"),)   # plan.json format 2's mixed forms: "mixed 3d 2x2"
     axes = (MeshAxis.X, MeshAxis.Y, MeshAxis.Z, MeshAxis.REPLICA)
     absent = "the model has no linear chain or attention region, or a strategy was forced"
     region_strategies = ("tensor3d",)

@@ -251,11 +251,13 @@ class LayoutRules(LayoutState):
                                                           for i in entry):
                 return 1
             spec = tensor_spec(entry) if isinstance(entry, fx.Node) else None
-            if spec is not None and not spec.dtype.is_floating_point and spec.dtype is not torch.bool \
-                    and self.layout.get(entry) is None:
+            if spec is not None and not spec.dtype.is_floating_point and spec.dtype not in (torch.bool, torch.uint8) \
+                    and self.layout.get(entry) is None:   # (a bool or uint8 tensor is a mask)
                 return len(spec.shape)
             return None
 
+        if any(isinstance(e, bool) for e in entries):
+            raise NoSplitRule("an index by True or False (a new dimension of one or no element)")
         picks = [e for e in entries if isinstance(e, (list, fx.Node))]
         if any(advanced(e) is None for e in picks) or len(picks) > 1 or \
                 (picks and any(isinstance(e, int) for e in entries)) or entries.count(Ellipsis) > 1 or \
@@ -307,8 +309,8 @@ class LayoutRules(LayoutState):
     def _expand(self, node: fx.Node, layout: Shard) -> Shard:
         layout = self._only_first_split(node, layout)
         sizes = list(node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (list, tuple)) else node.args[1:])
-        if len(sizes) == 1 and isinstance(sizes[0], fx.Node):   # a whole shape, ``broadcast_to(k, q.shape)``:
-            whole = sizes[0]                                   # its sizes one by one, the split one scaled
+        if len(sizes) == 1 and _whole_shape(sizes[0]):   # a whole shape, ``broadcast_to(k, q.shape)``:
+            whole = sizes[0]                            # its sizes one by one, the split one scaled
             with self.graph.inserting_before(node):
                 sizes = [self.graph.call_function(operator.getitem, (whole, d))
                          for d in range(len(tensor_spec(node).shape))]
@@ -420,3 +422,17 @@ class LayoutRules(LayoutState):
             return 1
         d = operand_dim_for(out_dim, out_ndim, spec.shape)
         return 1 if d is None else spec.shape[d]
+
+
+def _whole_shape(value) -> bool:
+    """Whether ``value`` is a whole shape read off a tensor in the graph (``x.shape``,
+    ``x.size()``, a :func:`global_size` of every dimension), not one size."""
+    if not isinstance(value, fx.Node):
+        return False
+    if value.op == "call_function" and value.target is getattr:
+        return value.args[1] == "shape"
+    if value.op == "call_method" and value.target == "size":
+        return len(value.args) == 1 and "dim" not in value.kwargs
+    if value.op == "call_function" and value.target is global_size:
+        return (value.args[3] if len(value.args) > 3 else value.kwargs.get("dim")) is None
+    return False
