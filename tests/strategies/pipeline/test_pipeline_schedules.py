@@ -95,7 +95,7 @@ def test_measured_bubble_of_a_simulated_step_is_the_papers():
 
 def test_bad_sizes_are_named():
     with pytest.raises(ScheduleError, match=r"needs the number of microbatches to be a multiple of the pipeline "
-                                            r"ranks \(megatron §2.2.2\); m=6 is not a multiple of p=4. Use m=8"):
+                                            r"ranks \(Narayanan et al. 2021, §2.2.2\); m=6 is not a multiple of p=4. Use m=8"):
         schedule("interleaved", 4, 6, 0, 2)
     with pytest.raises(ScheduleError, match=r"rank 4 is outside a pipeline of 4 ranks"):
         schedule("1f1b", 4, 8, 4)
