@@ -307,9 +307,10 @@ DOCSTRING_QUOTES = ('"' * 3, "'" * 3)
 # (identifiers and strings; docstrings and comments not counted), per file: the check
 # fails where a count grows or a new file names one, and where one shrinks (lower it
 # here). What remains: the plan.json fields Plan.csub and MeshCandidate.csub and the
-# Strategy fields csub and cube (the format and the strategy values every family reads).
+# Strategy field csub (D&SP-cSub's common layers on sub-grid 0: the format and the
+# strategy values every family reads).
 FAMILY_NAME_DEBT = {
-    "autopar/planning/strategy.py": 2, "autopar/planning/plan.py": 2,
+    "autopar/planning/strategy.py": 1, "autopar/planning/plan.py": 2,
 }
 
 

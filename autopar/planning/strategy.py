@@ -132,7 +132,9 @@ class Strategy:
     topology_aware: bool = True
     csub: bool = False
     grid: Grid3D | None = None  # AxoNN's Gx x Gy x Gz x Gdata (3D/4D tensor parallelism)
-    cube: bool = False  # the grid is Bian's p x p x p cube form (its data degree: None = what the world leaves)
+    # the form a family runs the grid in, as Plan.form and MeshCandidate.form name it (""
+    # none: AxoNN's; the cube family's p x p x p form, its data degree None = what the world leaves)
+    form: str = ""
     # pipeline parallelism (megatron §2.2): stages (pipeline ranks), chunks per rank,
     # microbatches (None: the planner chooses), schedule (None: the planner weighs those
     # of its chunks, docs/pipelining.md#schedules), §4.1's scatter/gather

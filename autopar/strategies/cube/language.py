@@ -38,10 +38,11 @@ class CubeLanguage(Language):
         if p < 2 or (data is not None and int(data) < 1):
             raise PlanError(f"strategy: cube={p}, data={data}: the cube's edge p must be at least 2 and "
                             f"the data degree at least 1")
-        return Strategy(None if data is None else int(data), 1, grid=Grid3D(p, p, p, int(data or 1)), cube=True)
+        return Strategy(None if data is None else int(data), 1, grid=Grid3D(p, p, p, int(data or 1)),
+                        form=self.name)
 
     def is_kind(self, strategy) -> bool:
-        return strategy.cube
+        return strategy.form == self.name
 
     def owns(self, candidate) -> bool:
         return candidate.form == self.name

@@ -91,7 +91,7 @@ class Cube(Grid3DFamily):
         if forced is None:
             if not self.regions(ctx.model):
                 return []
-            cubes = [Strategy(g.data, 1, grid=g, cube=True) for g in grids_of(world) if g.x == g.y == g.z > 1]
+            cubes = [Strategy(g.data, 1, grid=g, form=self.name) for g in grids_of(world) if g.x == g.y == g.z > 1]
             return cubes or [rejected(self.name, Strategy(world, 1), {"data": world},
                                       f"Bian's cube form: {world} ranks are no p^3 x data with p >= 2", form="cube")]
         if forced.kind() != "cube":
@@ -103,6 +103,6 @@ class Cube(Grid3DFamily):
                             f"{world}, which is not {'that' if forced.data is not None else 'a multiple of it'};"
                             f" give a world of p^3·d ranks, or AxoNN's grid {{'x', 'y', 'z'}}, which need not be a "
                             f"cube")
-        config = Strategy(world // p ** 3, 1, grid=Grid3D(p, p, p, world // p ** 3), cube=True)
+        config = Strategy(world // p ** 3, 1, grid=Grid3D(p, p, p, world // p ** 3), form=self.name)
         check_forced_grid(ctx, config.grid)
         return [config]
