@@ -39,6 +39,9 @@ def _small(**kw):
     return gpt_meta(**args)
 
 
+# two fresh interpreters planning: make test-extended (CI), beside test_plan_determinism's
+# processes with other hash seeds
+@pytest.mark.extended
 def test_same_inputs_give_byte_identical_plan_json_across_processes():
     # different hash seeds change set and dict iteration orders that leak into a plan
     outs = []

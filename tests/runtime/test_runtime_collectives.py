@@ -399,6 +399,7 @@ launch(t.write_pid_and_wait, 2, ({directory!r},), timeout_s=300)
 """
 
 
+@pytest.mark.extended   # 30 s of a killed launcher's ranks ending (make test-extended, CI)
 @pytest.mark.multiprocess
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_ranks_end_when_their_launcher_is_killed(tmp_path):
