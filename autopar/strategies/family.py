@@ -94,6 +94,7 @@ from typing import Any, Callable, Protocol
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
+from autopar.grid import MeshAxis
 from autopar.ir import CAPTURE
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Cost, MeshCandidate, Plan, RegionChoice
@@ -403,7 +404,7 @@ def per_step_s(ctx: PlanContext, mesh: dict, config) -> float:
     rows of the batch meet (:mod:`autopar.passes.analysis.batch_rows`): a pairwise score's
     operands all-gathered forward and their gradients reduce-scattered backward (axonn
     eqs 1-2), a batch statistic all-reduced forward and backward (axonn eq 3)."""
-    parts = mesh.get("data", 1) * mesh.get("z", 1)
+    parts = mesh.get(MeshAxis.DATA, 1) * mesh.get(MeshAxis.Z, 1)
     if getattr(config, "csub", False) and getattr(config, "subgrids", 1) > 1:
         parts //= config.subgrids
     count = cost_model.all_reduce_time(parts, 8, ctx.hw) if parts > 1 and ctx.model.counts_targets else 0.0

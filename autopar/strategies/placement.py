@@ -23,6 +23,7 @@ import dataclasses
 
 import torch.nn as nn
 
+from autopar.grid import MeshAxis
 from autopar.trace.capture import layout_name
 from autopar.runtime.layout import Bucket, ParamLayout, Placement, Seat
 from autopar.strategies.data.zero import place as zero_place
@@ -36,23 +37,24 @@ def seat_of(plan, rank: int) -> Seat:
     ``segment``, its sub-grid under D&SP (its index in the segment group); in a mixed
     plan with 3D regions also its ``x``, ``y``, ``z`` in the tensor group's grid."""
     coords = dict(plan.rank_coordinates(rank))
-    coords["segment"] = plan.subgrid_coordinates(rank)[0]
+    coords[MeshAxis.SEGMENT] = plan.subgrid_coordinates(rank)[0]
     sizes = {dim: plan.degree(dim) for dim in plan.mesh}
-    sizes["segment"] = plan.subgrids
+    sizes[MeshAxis.SEGMENT] = plan.subgrids
     grid = plan.region_grid
     if plan.mixed and grid is not None:  # the 3D regions' coordinates in the tensor group
-        coords.update({axis: i for axis, i in plan.region_coordinates(rank).items() if axis != "data"})
-        sizes.update(x=grid.x, y=grid.y, z=grid.z)
+        coords.update({axis: i for axis, i in plan.region_coordinates(rank).items() if axis != MeshAxis.DATA})
+        sizes.update({MeshAxis.X: grid.x, MeshAxis.Y: grid.y, MeshAxis.Z: grid.z})
     if plan.experts > 1:  # expert parallelism: the expert group and the place in it
-        coords["expert_replica"], coords["experts"] = plan.expert_coordinates(rank)
-        sizes.update(expert_replica=plan.degree("data") // plan.experts, experts=plan.experts)
-    if plan.degree("context") > 1:  # the ranks that average the gradients: data × context, in that order
-        coords["data_context"] = coords["data"] * plan.degree("context") + coords["context"]
-        sizes["data_context"] = plan.degree("data") * plan.degree("context")
+        coords[MeshAxis.EXPERT_REPLICA], coords[MeshAxis.EXPERTS] = plan.expert_coordinates(rank)
+        sizes.update({MeshAxis.EXPERT_REPLICA: plan.degree(MeshAxis.DATA) // plan.experts,
+                      MeshAxis.EXPERTS: plan.experts})
+    if plan.degree(MeshAxis.CONTEXT) > 1:  # the ranks that average the gradients: data × context, in that order
+        coords[MeshAxis.DATA_CONTEXT] = coords[MeshAxis.DATA] * plan.degree(MeshAxis.CONTEXT) + coords[MeshAxis.CONTEXT]
+        sizes[MeshAxis.DATA_CONTEXT] = plan.degree(MeshAxis.DATA) * plan.degree(MeshAxis.CONTEXT)
     g = plan.tensor_subgrids
     if g:  # D&SP's sub-grids of the tensor group: which one, and the place in it
-        coords["tensor_seg"], coords["tensor_sub"] = plan.tensor_subgrid_coordinates(rank)
-        sizes.update(tensor_seg=g, tensor_sub=plan.degree("tensor") // g)
+        coords[MeshAxis.TENSOR_SEG], coords[MeshAxis.TENSOR_SUB] = plan.tensor_subgrid_coordinates(rank)
+        sizes.update({MeshAxis.TENSOR_SEG: g, MeshAxis.TENSOR_SUB: plan.degree(MeshAxis.TENSOR) // g})
     return Seat(coords, sizes, grid)
 
 
@@ -73,13 +75,13 @@ class LayoutBuilder:
         self._by_id: dict[int, Placement] = {}
         for key, p in params.items():
             cut = _one_cut(wrapper_names[key], shards)
-            self._by_id[key] = Placement(tuple(names[key]), tuple(p.shape), cut=cut, bucket=Bucket("data"),
+            self._by_id[key] = Placement(tuple(names[key]), tuple(p.shape), cut=cut, bucket=Bucket(MeshAxis.DATA),
                                          norm_groups=cut.norm_groups() if cut is not None else ())
         self._id_of = {name: key for key, ns in names.items() for name in ns}
         unknown = sorted(set(shards) - {n for ns in wrapper_names.values() for n in ns})
         if unknown:
             raise RuntimeError(f"the plan splits {unknown[:3]}, which the model has no parameter of; this is a bug")
-        self.loss_bucket: Bucket | None = Bucket("data")  # the step's loss travels in it
+        self.loss_bucket: Bucket | None = Bucket(MeshAxis.DATA)  # the step's loss travels in it
         self.buffer_homes: dict[str, tuple] = {}   # ParamLayout.buffer_homes, by layout name
 
     def names(self) -> list[str]:

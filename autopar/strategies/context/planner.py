@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from autopar.grid import MeshAxis
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy, divisors
 from autopar.strategies.context.collectives import balanced_split
@@ -90,8 +91,8 @@ def check_forced(ctx: PlanContext, config: Strategy) -> Strategy:
 
 
 def _mesh(config: Strategy) -> dict[str, int]:
-    mesh = {"data": config.data, "context": config.context, "tensor": config.tensor}
-    return {"pipeline": config.pipeline, **mesh} if config.pipeline > 1 else mesh
+    mesh = {MeshAxis.DATA: config.data, MeshAxis.CONTEXT: config.context, MeshAxis.TENSOR: config.tensor}
+    return {MeshAxis.PIPELINE: config.pipeline, **mesh} if config.pipeline > 1 else mesh
 
 
 def _as_pipeline(ctx: PlanContext, config: Strategy) -> tuple[PlanContext, Strategy]:
@@ -150,7 +151,8 @@ class ContextParallel(CompileHooks):
             extra /= config.pipeline   # a stage runs its share of the layers
             step = None if priced.step_s is None else priced.step_s + extra
             return dataclasses.replace(priced, family=self.name, config=config, mesh=_mesh(config), step_s=step,
-                                       comm_s={**priced.comm_s, "context": extra}, form=f"{priced.form}, context {mode}")
+                                       comm_s={**priced.comm_s, MeshAxis.CONTEXT: extra},
+                                       form=f"{priced.form}, context {mode}")
         if model.batch % d:
             return rejected(self.name, config, _mesh(config), f"batch {model.batch} not divisible by data degree {d}")
         force = ctx.forced is not None and not ctx.forced.levers_only
@@ -158,7 +160,7 @@ class ContextParallel(CompileHooks):
         def at(m: int):
             table = price_mesh(model, hw, d * c * m, t, force, sequence=False)
             extra, _ = ring_cost(model, hw, d * m, c, t)
-            table.total.comm_s["context"] = extra
+            table.total.comm_s[MeshAxis.CONTEXT] = extra
             table.step_s += extra
             return table
         table = at(1)
@@ -179,7 +181,7 @@ class ContextParallel(CompileHooks):
             # a microbatch: rows of a data rank (each spread over the context ranks)
             plan.pipeline["microbatch_size"] = ctx.model.batch // (priced.config.data * plan.pipeline["microbatches"])
             plan.step_s = priced.step_s
-            plan.total.comm_s["context"] = priced.comm_s["context"]
+            plan.total.comm_s[MeshAxis.CONTEXT] = priced.comm_s[MeshAxis.CONTEXT]
         else:
             plan = mesh_plan(ctx, priced, priced.table)
         seq = sequence_length(ctx.model)
@@ -189,7 +191,7 @@ class ContextParallel(CompileHooks):
                         "rings": sum(core.rings for core in cores), "whole": sum(not core.rings for core in cores),
                         "written": sum(core.written and core.rings for core in cores),
                         "exchange_bytes": max((core.kv_elems * core.itemsize / ranks for core in cores), default=0.0),
-                        "exposed_s": priced.comm_s.get("context", 0.0)}
+                        "exposed_s": priced.comm_s.get(MeshAxis.CONTEXT, 0.0)}
         plan.context["summary"] = (f"{plan.context['mode']}: {plan.context['rings']} cores, "
                                    f"{plan.context['exchange_bytes'] / 2**20:.2f} MiB of keys and values per exchange, "
                                    f"{plan.context['exposed_s'] * 1e3:.3f} ms exposed per step; "
@@ -200,27 +202,27 @@ class ContextParallel(CompileHooks):
 
     # ------------------------------------------------------------------ compiling
     def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
-        if plan.degree("context") == 1 or build.branch_only:
+        if plan.degree(MeshAxis.CONTEXT) == 1 or build.branch_only:
             return []
         # after the regions' split over the tensor group (and the experts'), which it rings inside
         return [RankPass(SPLIT, "context_parallel", context_parallel_pass,
-                         {"degree": plan.degree("context"), "group": "context", "seq": plan.context["seq"],
-                          "balanced": plan.context["balanced"], "mode": plan.context["mode"],
-                          "local_batch": build.local_batch},
+                         {"degree": plan.degree(MeshAxis.CONTEXT), "group": MeshAxis.CONTEXT,
+                          "seq": plan.context["seq"], "balanced": plan.context["balanced"],
+                          "mode": plan.context["mode"], "local_batch": build.local_batch},
                          after=("tensor_parallel", "tensor_parallel_subgrid", "expert_parallel"))]
 
     def place(self, builder, build: RankBuild) -> None:
         """Every gradient averaged over the data ranks is averaged over ``data × context``
         instead; the loss travels there too, its targets counted over ``data`` (every rank
         of a context group holds the same rows' targets)."""
-        if builder.plan.degree("context") == 1:
+        if builder.plan.degree(MeshAxis.CONTEXT) == 1:
             return
         for name in builder.names():
             p = builder.placement(name)
-            if p.bucket is not None and p.bucket.group == "data":
+            if p.bucket is not None and p.bucket.group == MeshAxis.DATA:
                 builder.update(name, bucket=dataclasses.replace(p.bucket, group=builder.plan.replica_group))
-        if builder.loss_bucket is not None and builder.loss_bucket.group == "data":
+        if builder.loss_bucket is not None and builder.loss_bucket.group == MeshAxis.DATA:
             builder.loss_bucket = dataclasses.replace(builder.loss_bucket, group=builder.plan.replica_group,
-                                                      count_group="data")
+                                                      count_group=MeshAxis.DATA)
 
 

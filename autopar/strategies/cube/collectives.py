@@ -48,6 +48,7 @@ import torch
 import torch.distributed as dist
 
 from autopar._torch_compat import all_gather_flat, reduce_scatter_flat
+from autopar.grid import MeshAxis
 from autopar.runtime.groups import get_group, rank_in, size_of
 from autopar.strategies.shared.grid3d.runtime import current_runtime, diagonal_block
 
@@ -144,7 +145,7 @@ def linear_cube(x: torch.Tensor, w_hat: torch.Tensor, bias: Optional[torch.Tenso
     w = runtime.gathered(w_hat, block, checkpointed)                        # line 2: B_lj
     if prefetch is not None and runtime.overlap.all_gather:
         runtime.prefetch(prefetch)
-    groups = (get_group(in_group), get_group(out_group), get_group("z"))
+    groups = (get_group(in_group), get_group(out_group), get_group(MeshAxis.Z))
     out = _LinearCube.apply(x, w_hat, w, weight_t, groups, runtime)
     return out if bias is None else out + bias                              # Algorithm 7 line 3
 
@@ -172,7 +173,7 @@ def cube_vector(b_hat: torch.Tensor, length: int, in_group: str, out_group: str)
     """The out block (``length`` = ``K/p`` elements) of a diagonally stored vector, from
     this rank's piece ``b_hat`` (``K/p²`` elements on the diagonal ranks, empty elsewhere):
     Algorithm 7 lines 1-2 (backward: Algorithm 8)."""
-    return _CubeVector.apply(b_hat, length, get_group(in_group), get_group(out_group), get_group("z"))
+    return _CubeVector.apply(b_hat, length, get_group(in_group), get_group(out_group), get_group(MeshAxis.Z))
 
 
 torch.fx.wrap("linear_cube")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 
 
 def cube_volumes(m: int, k: int, n: int, p: int, *, bias: bool = False) -> dict[str, float]:
@@ -39,20 +39,20 @@ def cube_layer_comm(m: int, k: int, n: int, grid: Grid3D, hw: Hardware, *, trans
     exchanges x and y (in x, out y)."""
     p = grid.x
     v = {key: size * element_bytes for key, size in cube_volumes(m, k, n, p, bias=bias).items()}
-    in_axis, out_axis = ("x", "y") if transposed else ("y", "x")
-    s_in, s_out, s_z = grid.stride(in_axis), grid.stride(out_axis), grid.stride("z")
-    out = {"x": 0.0, "y": 0.0}
+    in_axis, out_axis = (MeshAxis.X, MeshAxis.Y) if transposed else (MeshAxis.Y, MeshAxis.X)
+    s_in, s_out, s_z = grid.stride(in_axis), grid.stride(out_axis), grid.stride(MeshAxis.Z)
+    out = {MeshAxis.X: 0.0, MeshAxis.Y: 0.0}
     out[out_axis] += (2 * cost_model.all_gather_time(p, v["all_gather_rows_out"], hw, s_out)
                       + cost_model.reduce_scatter_time(p, v["reduce_scatter_rows_out"], hw, s_out))
     out[in_axis] += (cost_model.reduce_scatter_time(p, v["reduce_scatter_rows_in"], hw, s_in)
                      + cost_model.all_gather_time(p, v["all_gather_rows_in"], hw, s_in))
-    out["z"] = (cost_model.all_gather_time(grid.z, v["all_gather_z"], hw, s_z)
-                + cost_model.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, s_z))
+    out[MeshAxis.Z] = (cost_model.all_gather_time(grid.z, v["all_gather_z"], hw, s_z)
+                       + cost_model.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, s_z))
     if bias:
         out[in_axis] += 2 * cost_model.broadcast_time(p, v["vector_in"], hw, s_in)  # broadcast; reduce back
-        out["z"] += (cost_model.all_gather_time(grid.z, v["vector_z"], hw, s_z)
-                     + cost_model.reduce_scatter_time(grid.z, v["vector_z"] * grid.z, hw, s_z))
-    out["data"] = cost_model.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride("data"))
+        out[MeshAxis.Z] += (cost_model.all_gather_time(grid.z, v["vector_z"], hw, s_z)
+                            + cost_model.reduce_scatter_time(grid.z, v["vector_z"] * grid.z, hw, s_z))
+    out[MeshAxis.DATA] = cost_model.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride(MeshAxis.DATA))
     return out
 
 
@@ -62,7 +62,7 @@ def cube_boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hard
     input's gradient the same way in backward."""
     p, d = grid.x, grid.data
     if p == 1:
-        return {"x": 0.0, "y": 0.0}
-    y = sum(cost_model.all_gather_time(p, b / (d * p ** 3), hw, grid.stride("y")) for b in (in_bytes, out_bytes))
-    x = sum(cost_model.all_gather_time(p, b / (d * p ** 2), hw, grid.stride("x")) for b in (in_bytes, out_bytes))
-    return {"x": x, "y": y}
+        return {MeshAxis.X: 0.0, MeshAxis.Y: 0.0}
+    y = sum(cost_model.all_gather_time(p, b / (d * p ** 3), hw, grid.stride(MeshAxis.Y)) for b in (in_bytes, out_bytes))
+    x = sum(cost_model.all_gather_time(p, b / (d * p ** 2), hw, grid.stride(MeshAxis.X)) for b in (in_bytes, out_bytes))
+    return {MeshAxis.X: x, MeshAxis.Y: y}

@@ -68,7 +68,7 @@ class CubeLanguage(Language):
             return None
         if MeshAxis.X not in candidate.mesh:
             return "3D cube (Bian)"
-        return f"3D cube (Bian) p={candidate.mesh['x']} data={candidate.mesh['data']}"
+        return f"3D cube (Bian) p={candidate.mesh[MeshAxis.X]} data={candidate.mesh[MeshAxis.DATA]}"
 
 
 LANGUAGE = CubeLanguage()

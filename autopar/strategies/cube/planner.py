@@ -14,7 +14,7 @@ data only.
 from __future__ import annotations
 
 from autopar.cost.hardware import Hardware
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.ir import tensor_spec
 from autopar.passes.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts
@@ -92,7 +92,7 @@ class Cube(Grid3DFamily):
             if not self.regions(ctx.model):
                 return []
             cubes = [Strategy(g.data, 1, grid=g, form=self.name) for g in grids_of(world) if g.x == g.y == g.z > 1]
-            return cubes or [rejected(self.name, Strategy(world, 1), {"data": world},
+            return cubes or [rejected(self.name, Strategy(world, 1), {MeshAxis.DATA: world},
                                       f"Bian's cube form: {world} ranks are no p^3 x data with p >= 2", form="cube")]
         if forced.kind() != "cube":
             return []

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.ir import PARAM_SHARDS, RANDOM_SITE, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
@@ -67,7 +67,7 @@ def cube_pass(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D, rank: int
     if not regions or grid.x * grid.y * grid.z == 1:
         return gm
     check_cube(grid)
-    rewriter = _RewriterCube(gm, set(regions), grid, grid.coordinates(rank)["x"])
+    rewriter = _RewriterCube(gm, set(regions), grid, grid.coordinates(rank)[MeshAxis.X])
     gm.meta[PARAM_SHARDS] = rewriter.shards
     rewriter.run()
     rewriter.drop_unused_gathers()
@@ -137,8 +137,8 @@ class _RewriterCube(Grid3DRewriter):
                        f"region {self._region.id}, linear {node.name}")
 
             def enter():
-                cols = self._call(collectives.scatter_to_tensor_region, (x, dim, "y"), after=x)
-                return self._call(collectives.scatter_to_tensor_region, (cols, 0, "x"), after=cols)
+                cols = self._call(collectives.scatter_to_tensor_region, (x, dim, MeshAxis.Y), after=x)
+                return self._call(collectives.scatter_to_tensor_region, (cols, 0, MeshAxis.X), after=cols)
             inner = self._cached(("cube_entry", x), enter)
         new = self._linear(node, inner, False)
         self.layout[new] = Shard(len(tensor_spec(new).shape) - 1, self.columns[node.name])
@@ -147,9 +147,9 @@ class _RewriterCube(Grid3DRewriter):
         """A transposed layer's ``C`` (columns over y, rows over x) leaves the region
         through all-gathers over y, then over x."""
         with self.graph.inserting_after(new):
-            cols = self.graph.call_function(collectives.gather_from_tensor_region, (new, out_dim, "y"))
+            cols = self.graph.call_function(collectives.gather_from_tensor_region, (new, out_dim, MeshAxis.Y))
         with self.graph.inserting_after(cols):
-            rows = self.graph.call_function(collectives.gather_from_tensor_region, (cols, 0, "x"))
+            rows = self.graph.call_function(collectives.gather_from_tensor_region, (cols, 0, MeshAxis.X))
         cols.meta.update(new.meta)
         rows.meta.update(new.meta)
         return [cols, rows]
@@ -169,11 +169,11 @@ class _RewriterCube(Grid3DRewriter):
 def _cube_exit_of(node: fx.Node, dim: int) -> fx.Node | None:
     """The transposed cube layer behind ``node`` when ``node`` is its exit gathers."""
     if not (node.op == "call_function" and node.target is collectives.gather_from_tensor_region
-            and node.args[1] == 0 and node.args[2] == "x"):
+            and node.args[1] == 0 and node.args[2] == MeshAxis.X):
         return None
     cols = node.args[0]
     if not (isinstance(cols, fx.Node) and cols.target is collectives.gather_from_tensor_region
-            and cols.args[1] == dim and cols.args[2] == "y"):
+            and cols.args[1] == dim and cols.args[2] == MeshAxis.Y):
         return None
     inner = cols.args[0]
     return inner if isinstance(inner, fx.Node) and inner.target is linear_cube else None
@@ -188,7 +188,7 @@ class _Rows(LayoutPropagator):
     transposed layers' inputs (see the module docstring)."""
 
     def __init__(self, gm: fx.GraphModule, degree: int, plain: set[fx.Node], transposed: set[fx.Node]):
-        super().__init__(gm, degree, "y")
+        super().__init__(gm, degree, MeshAxis.Y)
         self.plain, self.transposed = plain, transposed
 
     def rewrite(self, node: fx.Node) -> bool:

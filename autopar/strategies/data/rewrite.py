@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
+from autopar.grid import MeshAxis
 from autopar.ir import LOSS_REDUCTION, LOSS_TERMS, SPEC, TensorSpec
 from autopar.passes.analysis.batch_rows.find import batch_size
 from autopar.passes.analysis.batch_rows.loss_terms import settle_batch_constants
@@ -40,7 +41,7 @@ from autopar.strategies.shared.losses import global_mean_losses, weigh_summed_te
 from autopar.strategies.shared.outputs import output_reduction
 
 
-def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = "data",
+def data_parallel_pass(gm: fx.GraphModule, *, degree: int, local_batch: int, group: str = MeshAxis.DATA,
                        reduce_scalars: bool = True, microbatches: int = 1,
                        couplings: list | None = None, loss_terms: list | None = None) -> fx.GraphModule:
     """Gather batch-major outputs over the data group; reduce scalar outputs over it

@@ -65,6 +65,7 @@ import torch
 import torch.fx as fx
 
 from autopar._torch_compat import all_gather_flat
+from autopar.grid import MeshAxis
 from autopar.runtime.layout import cut_shape
 from autopar.runtime.groups import get_group
 from autopar.trace.capture import MODEL_PREFIX
@@ -156,7 +157,7 @@ def shardable(shape: tuple[int, ...], size: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- the layout
-def place(builder, stage: int, group: str = "data") -> None:
+def place(builder, stage: int, group: str = MeshAxis.DATA) -> None:
     """Shard every held parameter the plan averages over the data group (its bucket's
     group is ``group``: ``data``, or ``data_context`` under context parallelism, whose
     ranks average the gradients too) with at least one row per rank of it: the placement's ``zero``

@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 import torch.fx
 
-from autopar.grid import RankGrid, subgrid_dims
+from autopar.grid import MeshAxis, RankGrid, subgrid_dims
 from autopar.runtime import devices
 from autopar.runtime.groups import get_group, rank_in, size_of
 
@@ -59,7 +59,7 @@ ROOT = 0  # the segment rank of sub-grid 0, which holds the common layers in D&S
 def common_batch_chunk(rank: int, n: int, g: int, topology_aware: bool) -> int:
     """Which of ``n`` equal batch chunks D&SP's common layers give ``rank``: ``p * g + s``."""
     coords = RankGrid(subgrid_dims(n, g, topology_aware)).coordinates(rank)
-    return coords["position"] * g + coords["subgrid"]
+    return coords[MeshAxis.POSITION] * g + coords[MeshAxis.SUBGRID]
 
 
 # ---------------------------------------------------------------- communication helpers

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.grid import RankGrid, subgrid_dims
+from autopar.grid import MeshAxis, RankGrid, subgrid_dims
 from autopar.cost import model as cost_model
 from autopar.strategies.shared.branch_cost import SubgraphCost, assign_branches, scaled_works
 
@@ -69,7 +69,7 @@ def rank_of(s: int, p: int, n: int, g: int, topology_aware: bool) -> int:
 def subgrid_coordinates(rank: int, n: int, g: int, topology_aware: bool) -> tuple[int, int]:
     """``(s, p)``: the sub-grid of ``rank`` and its position inside it."""
     coords = RankGrid(subgrid_dims(n, g, topology_aware)).coordinates(rank)
-    return coords["subgrid"], coords["position"]
+    return coords[MeshAxis.SUBGRID], coords[MeshAxis.POSITION]
 
 
 def subgrid_groups(n: int, g: int, topology_aware: bool) -> tuple[list[list[int]], list[list[int]]]:
@@ -78,7 +78,7 @@ def subgrid_groups(n: int, g: int, topology_aware: bool) -> tuple[list[list[int]
     Segment group ``p`` holds position ``p`` of every sub-grid, in sub-grid order; sub-grid
     ``s`` holds its ranks in position order (its data-parallel group)."""
     grid = RankGrid(subgrid_dims(n, g, topology_aware))
-    return grid.groups(("subgrid",)), grid.groups(("position",))  # in order of the other coordinate
+    return grid.groups((MeshAxis.SUBGRID,)), grid.groups((MeshAxis.POSITION,))  # in order of the other coordinate
 
 
 def count_messages(n: int, g: int, n_node: int, topology_aware: bool) -> MessageCounts:
@@ -181,8 +181,8 @@ def dsp_region_cost(branch_works: list[list], branch_params: list[int], fork_byt
             join = 2 * cost_model.all_to_all_time(g, join_bytes / n_g / g, hw, stride)
     subgrid_stride = g if topology_aware else 1
     gradients = cost_model.all_reduce_time(n_g, max(params) * 4, hw, subgrid_stride)
-    return SubgraphCost(max(per_subgrid), {"segment": split + join, "subgrid": gradients}, tuple(assignment),
-                        max(params))
+    return SubgraphCost(max(per_subgrid), {MeshAxis.SEGMENT: split + join, MeshAxis.SUBGRID: gradients},
+                        tuple(assignment), max(params))
 
 
 def dsp_heads_cost(core_works: list, bundle_bytes: float, out_bytes: float, n: int, g: int, hw, *,
@@ -208,4 +208,4 @@ def dsp_heads_cost(core_works: list, bundle_bytes: float, out_bytes: float, n: i
     else:
         comm = 2 * cost_model.all_to_all_time(g, bundle_bytes / n, hw, stride) + 2 * cost_model.all_to_all_time(g, out_bytes / n,
                                                                                               hw, stride)
-    return SubgraphCost(compute, {"segment": comm, "subgrid": 0.0}, (), 0)
+    return SubgraphCost(compute, {MeshAxis.SEGMENT: comm, MeshAxis.SUBGRID: 0.0}, (), 0)

@@ -18,20 +18,21 @@ group and ``tensor_seg``). In a pipeline stage the pipeline adds its own home
 """
 from __future__ import annotations
 
+from autopar.grid import MeshAxis
 from autopar.runtime.layout import Bucket
 
 
 def place(builder) -> None:
     plan = builder.plan
-    mine = builder.seat.coords["segment"]
-    in_branches = _branches(builder, "segment", Bucket("subgrid", divisor=plan.batch_parts(), order=1))
+    mine = builder.seat.coords[MeshAxis.SEGMENT]
+    in_branches = _branches(builder, MeshAxis.SEGMENT, Bucket(MeshAxis.SUBGRID, divisor=plan.batch_parts(), order=1))
     if plan.csub:
         if mine != 0:
             builder.loss_bucket = None  # sub-grid 0 reduces the loss and sends it
         for name in builder.names():
             placement = builder.placement(name)
             if placement.names not in in_branches:
-                builder.update(name, home=(("segment", 0),), norm_groups=("segment",),
+                builder.update(name, home=((MeshAxis.SEGMENT, 0),), norm_groups=(MeshAxis.SEGMENT,),
                                bucket=placement.bucket if mine == 0 else None)
 
 
@@ -39,7 +40,7 @@ def place_over_tensor(builder) -> None:
     """The branches of a mixed plan's D&SP regions on the ranks of the tensor group, or
     on its sub-grids (the ``tensor_seg`` member; each rank of the sub-grid holds its
     Megatron shard of a split region's parameters)."""
-    _branches(builder, "tensor_seg" if builder.plan.tensor_subgrids else "tensor", None)
+    _branches(builder, MeshAxis.TENSOR_SEG if builder.plan.tensor_subgrids else MeshAxis.TENSOR, None)
 
 
 def _branches(builder, group: str, bucket: Bucket | None) -> set:

@@ -30,6 +30,7 @@ import torch.fx as fx
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
+from autopar.grid import MeshAxis
 from autopar.ir import CAPTURE, tensor_spec
 from autopar.planning.model import ModelFacts, exposed_data_comm
 from autopar.planning.plan import Cost, Plan, RegionChoice
@@ -150,7 +151,7 @@ def merge(model: ModelFacts, hw: Hardware, config: Strategy, table: RegionTable,
     all_elems = sum(p.numel() for p in model.params.values())
     stride = config.subgrids if config.topology_aware and config.csub else 1
     common_parts = config.data // config.subgrids if config.csub else config.data
-    total.comm_s["data"] = exposed_data_comm(common_parts, stride, (all_elems - branch_elems) * 4,
+    total.comm_s[MeshAxis.DATA] = exposed_data_comm(common_parts, stride, (all_elems - branch_elems) * 4,
                                              total.compute_s, hw)
     return RegionTable(rows + list(split.values()) + [outside], total, total.compute_s + total.total_comm_s,
                        table.param_elems, table.activation_bytes, table.largest_params)
@@ -170,7 +171,7 @@ class DSP(CompileHooks):
             return []
         if plan.mixed:  # each rank of the tensor group a sub-grid, or g sub-grids of t/g (docs/mixed_plans.md)
             subgrid = plan.tensor_subgrid_coordinates(build.rank)[0]
-            group = "tensor_seg" if plan.tensor_subgrids else "tensor"
+            group = MeshAxis.TENSOR_SEG if plan.tensor_subgrids else MeshAxis.TENSOR
             return [RankPass(BRANCHES, "dsp", dsp_pass, {
                 "dsp_regions": dsp_regions, "subgrid": subgrid, "group": group, "over_tensor": True})]
         subgrid = plan.subgrid_coordinates(build.rank)[0]
@@ -231,7 +232,7 @@ class DSP(CompileHooks):
 
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         model, data, g = ctx.model, config.data, config.subgrids
-        mesh = {"data": data, "tensor": 1}
+        mesh = {MeshAxis.DATA: data, MeshAxis.TENSOR: 1}
         if model.batch % data:
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}")
         # cSub: the common layers are data parallel over sub-grid 0 only

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx as fx
 
+from autopar.grid import MeshAxis
 from autopar.ir import REGIONS, ROOT_OUTPUT, SPEC, TensorSpec, regions, tensor_spec
 from autopar.strategies.dsp.cost import head_widths
 from autopar.strategies.dsp import collectives as segmented
@@ -259,7 +260,7 @@ def _emit_join(graph: fx.Graph, cut: _Cut, outputs: list[fx.Node], mode: str, gr
 
 
 def dsp_pass(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], subgrid: int,
-                           group: str = "segment", csub: bool = False, over_tensor: bool = False) -> fx.GraphModule:
+             group: str = MeshAxis.SEGMENT, csub: bool = False, over_tensor: bool = False) -> fx.GraphModule:
     """Keep sub-grid ``subgrid``'s branches of each region in ``dsp_regions`` (region id →
     the plan's details: ``subgrids``, ``assignment``) and insert the transitions: D&SP's
     segmented collectives, with ``csub`` those of D&SP-cSub on sub-grid 0, or with
@@ -323,7 +324,7 @@ def _split_region(gm: fx.GraphModule, cut: _Cut, mode: str, group: str) -> fx.No
 
 
 def csub_branch_program(gm: fx.GraphModule, *, dsp_regions: dict[str, dict], subgrid: int,
-                        group: str = "segment") -> fx.GraphModule:
+                        group: str = MeshAxis.SEGMENT) -> fx.GraphModule:
     """The program of a rank of sub-grid ``subgrid`` > 0 in D&SP-cSub (SUPER §III-C): for
     each region in graph order, receive the fork value (broadcast) or this sub-grid's
     heads (scatter) and the shared side inputs from sub-grid 0, run the own branches, and

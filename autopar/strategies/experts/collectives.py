@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from autopar.grid import MeshAxis
 from autopar.runtime.family_runtime import RankRuntime
 from autopar.runtime.groups import get_group, size_of
 
@@ -189,7 +190,7 @@ class ExpertsRankRuntime(RankRuntime):
         layers = [layer for layer in self.layers if layer in LOAD]
         mine = torch.tensor([LOAD.get(layer, 0) for layer in layers], dtype=torch.long, device=state.device)
         parts = [torch.empty_like(mine) for _ in range(self.plan.experts)]
-        dist.all_gather(parts, mine, group=state.groups.get("experts"))
+        dist.all_gather(parts, mine, group=state.groups.get(MeshAxis.EXPERTS))
         out = {layer: [int(p[i]) for p in parts] for i, layer in enumerate(layers)}
         for r in self.plan.regions:
             if r.region in out:

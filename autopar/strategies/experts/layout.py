@@ -24,16 +24,17 @@ from dataclasses import dataclass
 
 import torch
 
+from autopar.grid import MeshAxis
 from autopar.runtime.shards import gather_full, local_shard
 from autopar.strategies.shared.tensor_rewrite import ParamShard
 
 
-_EXPERTS = ParamShard(0, 1, "experts")   # the experts' dimension over the expert group
+_EXPERTS = ParamShard(0, 1, MeshAxis.EXPERTS)   # the experts' dimension over the expert group
 
 
 def _replica_bucket(bucket, data: int):
     """``bucket`` reduced over the ranks holding the same experts, over the data degree."""
-    return dataclasses.replace(bucket, group="expert_replica", divisor=data)
+    return dataclasses.replace(bucket, group=MeshAxis.EXPERT_REPLICA, divisor=data)
 
 
 @dataclass(frozen=True)
@@ -51,30 +52,30 @@ class ExpertShard:
         return f"ExpertShard(dim 0 over experts{inner})"
 
     def _tensor(self) -> ParamShard | None:
-        return None if self.inner is None else ParamShard(self.inner, self.blocks, "tensor")
+        return None if self.inner is None else ParamShard(self.inner, self.blocks, MeshAxis.TENSOR)
 
     def local(self, full: torch.Tensor, seat) -> torch.Tensor:
         """This rank's experts (and its tensor part of each)."""
-        part = local_shard(full, _EXPERTS, seat.size("experts"), seat.coords.get("experts", 0))
+        part = local_shard(full, _EXPERTS, seat.size(MeshAxis.EXPERTS), seat.coords.get(MeshAxis.EXPERTS, 0))
         tensor = self._tensor()
-        if tensor is not None and seat.size("tensor") > 1:
-            part = local_shard(part, tensor, seat.size("tensor"), seat.coords.get("tensor", 0))
+        if tensor is not None and seat.size(MeshAxis.TENSOR) > 1:
+            part = local_shard(part, tensor, seat.size(MeshAxis.TENSOR), seat.coords.get(MeshAxis.TENSOR, 0))
         return part
 
     def gather(self, local: torch.Tensor, seat, full_shape) -> torch.Tensor:
         """Every expert, whole: the tensor parts all-gathered, then the expert groups' (collectives)."""
         tensor = self._tensor()
-        if tensor is not None and seat.size("tensor") > 1:
-            local = gather_full(local, tensor, seat.size("tensor"))
-        return gather_full(local, _EXPERTS, seat.size("experts"))
+        if tensor is not None and seat.size(MeshAxis.TENSOR) > 1:
+            local = gather_full(local, tensor, seat.size(MeshAxis.TENSOR))
+        return gather_full(local, _EXPERTS, seat.size(MeshAxis.EXPERTS))
 
     def norm_groups(self) -> tuple[str, ...]:
-        return ("experts",) + (("tensor",) if self.inner is not None else ())
+        return (MeshAxis.EXPERTS,) + ((MeshAxis.TENSOR,) if self.inner is not None else ())
 
 
 def place(builder, weights: list[str]) -> None:
     """The experts' weights (layout names) reduced over ``expert_replica``, over the data degree."""
-    data = builder.plan.degree("data")
+    data = builder.plan.degree(MeshAxis.DATA)
     for name in weights:
         p = builder.placement(name)
         if p.bucket is not None:
@@ -87,7 +88,7 @@ def place_modules(builder, modules: list[str], degree: int) -> None:
     ``e // (E/P)`` of each expert group (its home there: ``full_state_dict`` broadcasts
     them from it), reduced over ``expert_replica`` over the data degree, their norm
     summed over the expert group."""
-    data, place = builder.plan.degree("data"), builder.seat.coords.get("experts", 0)
+    data, place = builder.plan.degree(MeshAxis.DATA), builder.seat.coords.get(MeshAxis.EXPERTS, 0)
     per_rank = len(modules) // degree
     prefixes = [(builder.module_name(path) + ".", e // per_rank) for e, path in enumerate(modules)]
     for name in builder.names():
@@ -97,8 +98,8 @@ def place_modules(builder, modules: list[str], degree: int) -> None:
         p = builder.placement(name)
         held = p.held and owner == place
         bucket = _replica_bucket(p.bucket, data) if p.bucket is not None and held else None
-        builder.update(name, held=held, home=p.home + (("experts", owner),), bucket=bucket,
-                       norm_groups=tuple(sorted({*p.norm_groups, "experts"})))
+        builder.update(name, held=held, home=p.home + ((MeshAxis.EXPERTS, owner),), bucket=bucket,
+                       norm_groups=tuple(sorted({*p.norm_groups, MeshAxis.EXPERTS})))
 
 
 __all__ = ["ExpertShard", "place", "place_modules"]

@@ -51,6 +51,7 @@ import dataclasses
 import math
 
 from autopar.cost import model as cost_model
+from autopar.grid import MeshAxis
 from autopar.ir import regions as graph_regions
 from autopar.planning.model import ModelFacts
 from autopar.planning.forms import experts_form
@@ -145,8 +146,8 @@ def check_forced(model: ModelFacts, config: Strategy, data: int | None) -> None:
 
 def _mesh_of(config: Strategy) -> dict[str, int]:
     """The mesh of a configuration as given (its degrees, pipeline first when it has one)."""
-    mesh = {"data": config.data, "tensor": config.tensor}
-    return {"pipeline": config.pipeline, **mesh} if config.pipeline > 1 else mesh
+    mesh = {MeshAxis.DATA: config.data, MeshAxis.TENSOR: config.tensor}
+    return {MeshAxis.PIPELINE: config.pipeline, **mesh} if config.pipeline > 1 else mesh
 
 
 class ExpertParallel(CompileHooks):
@@ -197,9 +198,9 @@ class ExpertParallel(CompileHooks):
         for p in weighed:
             if p.family not in BASES or not sized(p):
                 continue
-            data = p.mesh.get("data", 1)
+            data = p.mesh.get(MeshAxis.DATA, 1)
             for degree in expert_degrees(ctx.model, data):
-                out.append(Strategy(data, p.mesh.get("tensor", 1), experts=degree, expert_pins=pins))
+                out.append(Strategy(data, p.mesh.get(MeshAxis.TENSOR, 1), experts=degree, expert_pins=pins))
 
         def rank(p: Priced) -> tuple:
             return not p.feasible, p.step_s if p.step_s is not None else math.inf
@@ -211,7 +212,7 @@ class ExpertParallel(CompileHooks):
                                  wanted, rank, lambda floor: (False, floor), PIPELINES_AT)
         pipelines = sorted((p for p in weighed if wanted(p)), key=rank)
         for p in pipelines[:PIPELINES_AT]:
-            data, tensor = p.mesh["data"], p.mesh["tensor"]
+            data, tensor = p.mesh[MeshAxis.DATA], p.mesh[MeshAxis.TENSOR]
             for degree in expert_degrees(ctx.model, data):
                 out.append(dataclasses.replace(p.config, data=data, tensor=tensor, microbatches=None, zero=None,
                                                recompute=None, experts=degree, expert_pins=pins))
@@ -261,7 +262,7 @@ class ExpertParallel(CompileHooks):
         model, hw = ctx.model, ctx.hw
         base_config = config.base()
         data, tensor = base_config.data, base_config.tensor
-        mesh = {"data": data, "tensor": tensor}
+        mesh = {MeshAxis.DATA: data, MeshAxis.TENSOR: tensor}
         form = experts_form("", config.experts)
         if data % config.experts:
             return rejected(self.name, config, mesh, f"expert degree {config.experts} does not divide data {data}",
@@ -319,12 +320,12 @@ class ExpertParallel(CompileHooks):
                 for k, v in old.cost.comm_s.items():
                     comm[k] = comm.get(k, 0.0) - v
             compute += f.compute_s
-            comm["tensor"] = comm.get("tensor", 0.0) + f.tensor_s
-            comm["experts"] = comm.get("experts", 0.0) + f.all_to_all_s
+            comm[MeshAxis.TENSOR] = comm.get(MeshAxis.TENSOR, 0.0) + f.tensor_s
+            comm[MeshAxis.EXPERTS] = comm.get(MeshAxis.EXPERTS, 0.0) + f.all_to_all_s
             params += f.params_after - f.params_before
             saved += f.params_before - f.params_after
             layers.append(f)
-        comm["data"] = experts_data_comm(params, layers, data, tensor, compute, ctx.hw)
+        comm[MeshAxis.DATA] = experts_data_comm(params, layers, data, tensor, compute, ctx.hw)
         memory = one.total.memory_bytes - cost_model.training_memory(saved, 0)
         return dataclasses.replace(one, total=Cost(compute, comm, memory), step_s=compute + sum(comm.values()),
                                    param_elems=params)
@@ -344,7 +345,7 @@ class ExpertParallel(CompileHooks):
             if ctx.forced is not None:
                 raise
             return rejected(self.name, config, family.pipeline_mesh(base_config), str(e), form=form)
-        mesh = {"pipeline": p, "data": data, "tensor": tensor}
+        mesh = {MeshAxis.PIPELINE: p, MeshAxis.DATA: data, MeshAxis.TENSOR: tensor}
         if data % config.experts:
             return rejected(self.name, config, mesh, f"expert degree {config.experts} does not divide data {data}",
                             form=form)
@@ -366,7 +367,7 @@ class ExpertParallel(CompileHooks):
         n = base.detail
         a2a = sum(f.all_to_all_s + f.tensor_s for f in taken) * (n.m + n.p - 1) / (n.m * n.p)
         comm = dict(base.comm_s)
-        comm["experts"] = a2a
+        comm[MeshAxis.EXPERTS] = a2a
         detail = {"base": base, "layers": picked}
         return Priced(self.name, dataclasses.replace(config, microbatches=n.m), dict(base.mesh),
                       step_s=base.step_s + a2a, memory_bytes=base.memory_bytes - saved, feasible=True, comm_s=comm,
@@ -385,7 +386,7 @@ class ExpertParallel(CompileHooks):
         plan_ = family.to_plan(base_ctx, base)
         plan_.experts = config.experts
         if config.base().pipeline > 1:   # the schedule's step and the all-to-alls (the search adds its fixed cost)
-            plan_.step_s += priced.comm_s.get("experts", 0.0)
+            plan_.step_s += priced.comm_s.get(MeshAxis.EXPERTS, 0.0)
             plan_.total = dataclasses.replace(plan_.total, comm_s=dict(priced.comm_s),
                                               memory_bytes=priced.memory_bytes)
         rows = {c.region: c for c in plan_.regions}
@@ -402,7 +403,7 @@ class ExpertParallel(CompileHooks):
                 for i, chain in enumerate(chains):   # the layer's figures on its first chain's row
                     chain.strategy = "experts"
                     chain.reason = f"expert parallel ({f.region})"
-                    chain.cost = Cost(f.compute_s, {"tensor": f.tensor_s} if f.tensor_s else {},
+                    chain.cost = Cost(f.compute_s, {MeshAxis.TENSOR: f.tensor_s} if f.tensor_s else {},
                                       cost_model.training_memory(f.params_after, 0)) if i == 0 else Cost()
                     chain.details = {**where, "layer": f.region}
             groups = config.experts
@@ -415,9 +416,9 @@ class ExpertParallel(CompileHooks):
                        "tokens_per_rank": f.rows if take else 0.0,
                        "all_to_all_bytes": f.all_to_all_bytes if take else 0.0,
                        "all_to_all_s": f.all_to_all_s if take else 0.0,
-                       "tensor_inside": take and plan_.degree("tensor") > 1 and not form}
+                       "tensor_inside": take and plan_.degree(MeshAxis.TENSOR) > 1 and not form}
             added.append(RegionChoice(f.region, "experts", "experts" if take else "replicate",
-                                      Cost(0.0, {"experts": f.all_to_all_s} if take else {}, 0.0),
+                                      Cost(0.0, {MeshAxis.EXPERTS: f.all_to_all_s} if take else {}, 0.0),
                                       alternatives, reason if take else f"{reason}: the base plan's experts",
                                       details))
         plan_.regions = plan_.regions[:-1] + added + plan_.regions[-1:]
@@ -435,7 +436,7 @@ class ExpertParallel(CompileHooks):
         found = {r.id: r for r in graph_regions(gm, "experts")}
         shards = {}
         for rid in self._layers(plan):
-            shards.update(expert_shards(gm, found[rid], plan.degree("tensor") > 1))
+            shards.update(expert_shards(gm, found[rid], plan.degree(MeshAxis.TENSOR) > 1))
         return shards
 
     def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
@@ -445,8 +446,8 @@ class ExpertParallel(CompileHooks):
         if not layers:
             return []
         return [RankPass(SPLIT, "expert_parallel", expert_parallel_regions_pass,
-                         {"regions_": layers, "group": "experts",
-                          "tensor": "tensor" if plan.degree("tensor") > 1 else None,
+                         {"regions_": layers, "group": MeshAxis.EXPERTS,
+                          "tensor": MeshAxis.TENSOR if plan.degree(MeshAxis.TENSOR) > 1 else None,
                           "place": plan.expert_coordinates(build.rank)[1], "degree": plan.experts})]
 
     def place(self, builder, build: RankBuild) -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
+from autopar.grid import MeshAxis
 from autopar.ir import PARAM_SHARDS, SPEC, Region, regions
 from autopar.passes.analysis.experts import activation_argument, gated
 from autopar.passes.analysis.ops import match_linear
@@ -247,7 +248,7 @@ def expert_parallel_pass(gm: fx.GraphModule, region: Region, group: str, tensor:
     return gm
 
 
-def expert_parallel_regions_pass(gm: fx.GraphModule, *, regions_: list[str], group: str = "experts",
+def expert_parallel_regions_pass(gm: fx.GraphModule, *, regions_: list[str], group: str = MeshAxis.EXPERTS,
                                  tensor: str | None = None, place: int = 0, degree: int = 1) -> fx.GraphModule:
     """A rank program's pass: :func:`expert_parallel_pass` on each of the plan's expert
     parallel regions (by id) this graph holds (a pipeline stage holds some)."""

@@ -9,6 +9,7 @@ chosen plan, and the rank passes split the plan's Megatron regions
 """
 from __future__ import annotations
 
+from autopar.grid import MeshAxis
 from autopar.passes.manager import pass_disabled
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError
@@ -37,11 +38,11 @@ class Megatron(DataTensor):
     def rank_passes(self, plan: Plan, build: RankBuild) -> list[RankPass]:
         if plan.grid is not None or build.branch_only:
             return []
-        tensor = plan.rank_coordinates(build.rank)["tensor"]
+        tensor = plan.rank_coordinates(build.rank)[MeshAxis.TENSOR]
         subgrid, place = plan.tensor_subgrid_coordinates(build.rank)
         out = []
         for group, degree, regions in split_groups(plan, build.stage, subgrid):
-            whole = group == "tensor"
+            whole = group == MeshAxis.TENSOR
             out.append(RankPass(SPLIT, "tensor_parallel" if whole else "tensor_parallel_subgrid", tensor_parallel_pass,
                                 {"megatron_regions": regions, "degree": degree, "rank": tensor if whole else place,
                                  "group": group, "sequence_parallel": plan.sequence_parallel and whole}))
@@ -69,7 +70,7 @@ def _sequence_parallel(ctx: PlanContext, plan_: Plan) -> bool:
     fit without, :func:`price_mesh`). Not in this version: mixed plans (their 3D regions
     read the values between regions whole) and D&SP sub-grids of the tensor group."""
     forced = ctx.levers.sequence_parallel if ctx.levers is not None else None
-    t = plan_.degree("tensor")
+    t = plan_.degree(MeshAxis.TENSOR)
     rows = plan_.global_batch // max(plan_.batch_parts(), 1) // max(
         plan_.pipeline.get("microbatches", 1) if plan_.pipeline else plan_.microbatches, 1)
     why_not = None
@@ -94,11 +95,11 @@ def split_groups(plan: Plan, stage: int | None = None, subgrid: int | None = Non
     ranks' programs)."""
     details = {r.region: r.details for r in plan.regions}
     names = plan.regions_with("megatron", stage)
-    out = [("tensor", plan.degree("tensor"), [n for n in names if "group" not in details[n]])]
+    out = [(MeshAxis.TENSOR, plan.degree(MeshAxis.TENSOR), [n for n in names if "group" not in details[n]])]
     g = plan.tensor_subgrids
     if g:
-        out.append(("tensor_sub", plan.degree("tensor") // g,
-                    [n for n in names if details[n].get("group") == "tensor_sub"
+        out.append((MeshAxis.TENSOR_SUB, plan.degree(MeshAxis.TENSOR) // g,
+                    [n for n in names if details[n].get("group") == MeshAxis.TENSOR_SUB
                      and (subgrid is None or details[n]["subgrid"] == subgrid)]))
     return out
 

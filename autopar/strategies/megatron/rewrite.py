@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
+from autopar.grid import MeshAxis
 from autopar.ir import PARAM_SHARDS
 from autopar.strategies.megatron.collectives import gather_from_sequence_region, reduce_scatter_to_sequence_region
 from autopar.strategies.shared.tensor_rewrite import ParamShard, TensorRewriter
@@ -32,7 +33,7 @@ class MegatronRewriter(TensorRewriter):
 
 
 def tensor_parallel_pass(gm: fx.GraphModule, *, megatron_regions: list[str], degree: int, rank: int,
-                         group: str = "tensor", sequence_parallel: bool = False) -> fx.GraphModule:
+                         group: str = MeshAxis.TENSOR, sequence_parallel: bool = False) -> fx.GraphModule:
     """Rewrite ``gm`` into tensor-parallel rank ``rank`` of ``degree`` (see module docstring).
 
     ``megatron_regions`` are the ids of the regions the plan splits. With ``degree == 1``
@@ -52,7 +53,7 @@ def tensor_parallel_pass(gm: fx.GraphModule, *, megatron_regions: list[str], deg
 
 
 def planned_param_shards(gm: fx.GraphModule, *, megatron_regions: list[str], degree: int,
-                         group: str = "tensor") -> dict[str, ParamShard]:
+                         group: str = MeshAxis.TENSOR) -> dict[str, ParamShard]:
     """The parameter splits :func:`tensor_parallel_pass` makes on any capture of this
     model (they depend on the regions, not on shapes or the rank), without touching
     ``gm``: the runtime cuts shards with them before any rank program exists."""

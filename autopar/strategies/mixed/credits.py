@@ -10,7 +10,7 @@ of those nodes' work. Found once per pair of regions and memoised per model.
 """
 from __future__ import annotations
 
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.ir import tensor_spec
 from autopar.passes.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts
@@ -67,8 +67,8 @@ class BoundaryCredits:
         if credit is None:
             in_bytes, out_bytes = link
             credit = self.saved[link] = {
-                "y": boundary_comm(in_bytes, 0.0, grid, hw) + boundary_comm(0.0, out_bytes, grid, hw),
-                **({"z": rows_boundary_comm(in_bytes, out_bytes, grid, hw)} if grid.z > 1 else {})}
+                MeshAxis.Y: boundary_comm(in_bytes, 0.0, grid, hw) + boundary_comm(0.0, out_bytes, grid, hw),
+                **({MeshAxis.Z: rows_boundary_comm(in_bytes, out_bytes, grid, hw)} if grid.z > 1 else {})}
         return credit
 
     def _kept_rows(self, prev_region, region) -> dict[str, float]:
@@ -86,7 +86,7 @@ class BoundaryCredits:
         credit = self.saved.get(key)
         if credit is None:
             credit = self.saved[key] = {
-                "z": rows_boundary_comm(in_bytes, out_bytes, grid, hw),
+                MeshAxis.Z: rows_boundary_comm(in_bytes, out_bytes, grid, hw),
                 "compute": model.seconds(names, hw, 1 / self.data) - model.seconds(names, hw, 1 / (self.data * grid.z))}
         return credit
 

@@ -53,8 +53,8 @@ class MixedLanguage(Language):
         if g:   # tensor index: sub-grid · t/g + place
             tensor = {MeshAxis.TENSOR_SEG: g, MeshAxis.TENSOR_SUB: plan.degree(MeshAxis.TENSOR) // g}
         else:   # (z·Gy + y)·Gx + x
-            tensor = {**({MeshAxis.Z: grid["z"]} if grid.get("z", 1) > 1 else {}), MeshAxis.Y: grid["y"],
-                      MeshAxis.X: grid["x"]}
+            tensor = {**({MeshAxis.Z: grid[MeshAxis.Z]} if grid.get(MeshAxis.Z, 1) > 1 else {}),
+                      MeshAxis.Y: grid[MeshAxis.Y], MeshAxis.X: grid[MeshAxis.X]}
         return {**outer, MeshAxis.DATA: plan.degree(MeshAxis.DATA), **tensor}
 
     def group_specs(self, plan, tied: tuple) -> dict | None:
@@ -67,7 +67,7 @@ class MixedLanguage(Language):
         if plan.tensor_subgrids:
             seg, sub = MeshAxis.TENSOR_SEG, MeshAxis.TENSOR_SUB
             tensor = {MeshAxis.TENSOR: one((seg, sub)), seg: one((seg,)), sub: one((sub,))}
-        elif grid.get("z", 1) > 1:
+        elif grid.get(MeshAxis.Z, 1) > 1:
             tensor = {MeshAxis.TENSOR: one((z, y, x)), x: one((x,)), y: one((y,)), z: one((z,)),
                       MeshAxis.REPLICA: one((data, z))}
         elif grid:
@@ -87,12 +87,12 @@ class MixedLanguage(Language):
             return ""
         grid = plan.tensor_grid
         return ("; mixed: each region its own family over the tensor group"
-                + ((f", 3D regions on it as Gx={grid['x']} x Gy={grid['y']} (tensor = y*Gx + x)"
-                    if grid.get("z", 1) == 1 else
-                    f", 3D regions on it as Gx={grid['x']} x Gy={grid['y']} x Gz={grid['z']}, their rows split "
-                    f"over z (tensor = (z*Gy + y)*Gx + x)") if grid else "")
+                + ((f", 3D regions on it as Gx={grid[MeshAxis.X]} x Gy={grid[MeshAxis.Y]} (tensor = y*Gx + x)"
+                    if grid.get(MeshAxis.Z, 1) == 1 else
+                    f", 3D regions on it as Gx={grid[MeshAxis.X]} x Gy={grid[MeshAxis.Y]} x Gz={grid[MeshAxis.Z]}, "
+                    f"their rows split over z (tensor = (z*Gy + y)*Gx + x)") if grid else "")
                 + (f", D&SP over {plan.tensor_subgrids} sub-grids of it, their branches Megatron-split inside one "
-                   f"(tensor = sub-grid*{plan.degree('tensor') // plan.tensor_subgrids} + place)"
+                   f"(tensor = sub-grid*{plan.degree(MeshAxis.TENSOR) // plan.tensor_subgrids} + place)"
                    if plan.tensor_subgrids else ""))
 
     def header_lines(self, plan) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.ir import tensor_spec
 from autopar.passes.analysis.ops import is_dropout, match_linear
 from autopar.planning.model import padded_vocab, padding_details, region_sizes, split_factor
@@ -38,7 +38,7 @@ class RowsOverZ(Form3D):
     def boundary(self, enters: float, leaves: float, grid: Grid3D, hw) -> tuple[dict[str, float], str]:
         by_axis, text = super().boundary(enters, leaves, grid, hw)
         if grid.z > 1:
-            by_axis["z"] = rows_boundary_comm(enters, leaves, grid, hw)
+            by_axis[MeshAxis.Z] = rows_boundary_comm(enters, leaves, grid, hw)
             text += "; rows cut to z blocks on entry (backward all-gather over z), all-gathered over z on exit"
         return by_axis, text
 
@@ -212,14 +212,14 @@ class RegionOptions:
         share = ", ".join(f"{'t' if g == t else 'sub-grid '}{s}:{[i for i, o in enumerate(cost.assignment) if o == s]}"
                           for s in range(g))
         compute, comm, params = cost.compute_s, dict(cost.comm_s), cost.branch_param_elems_per_rank
-        details = {"subgrids": g, "assignment": list(cost.assignment), "branch_params": b.params, "over": "tensor",
-                   "join": d["join_op"]}
+        details = {"subgrids": g, "assignment": list(cost.assignment), "branch_params": b.params,
+                   "over": MeshAxis.TENSOR, "join": d["join_op"]}
         what = f"D&SP: branches over the {t} tensor ranks ({share})"
         if g < t:  # Megatron inside each sub-grid
             inner = self.inner_split(fj, g, cost.assignment)
             split = [r for r, _ in inner.values() if r is not None]
             compute = compute - sum(model.seconds(r.nodes, hw, 1 / data) for r in split) / g * (1 - g / t)
-            comm["tensor"] = comm.get("tensor", 0.0) + sum(
+            comm[MeshAxis.TENSOR] = comm.get(MeshAxis.TENSOR, 0.0) + sum(
                 split_cost(model, hw, r, data, t // g).total_comm_s for r in split) / g
             params = params - sum(model.region_param_elems(r.id) for r in split) / g * (1 - g / t)
             details["inner"] = {rid: s for rid, (r, s) in inner.items() if r is not None}

@@ -54,7 +54,7 @@ from __future__ import annotations
 import dataclasses
 
 from autopar.cost import model as cost_model
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import PlanError, Strategy, divisors
@@ -142,7 +142,7 @@ class Mixed(CompileHooks):
 
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         model, data, t, grid = ctx.model, config.data, config.tensor, config.grid
-        mesh = {"data": data, "tensor": t}
+        mesh = {MeshAxis.DATA: data, MeshAxis.TENSOR: t}
         form = mixed_form(grid_dict(grid), config.tensor_subgrids)
         if model.batch % data:  # a forced data degree was checked by candidates
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}",
@@ -246,4 +246,4 @@ def grid_dict(grid: Grid3D | None) -> dict:
     """A plan's ``tensor_grid`` for ``grid``: its x and y, and z where above 1."""
     if grid is None:
         return {}
-    return {"x": grid.x, "y": grid.y, **({"z": grid.z} if grid.z > 1 else {})}
+    return {MeshAxis.X: grid.x, MeshAxis.Y: grid.y, **({MeshAxis.Z: grid.z} if grid.z > 1 else {})}

@@ -2,7 +2,7 @@
 (``docs/mixed_plans.md``), priced for the pipeline family's schedule."""
 from __future__ import annotations
 
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.planning.schedules import rank_of
 from autopar.strategies.family import PlanContext, RegionTable
 from autopar.strategies.mixed.pricer import MixedPricer
@@ -44,7 +44,7 @@ class StagePlans:
     def tensor_grid(self, scale: int) -> dict:
         """The plan's ``tensor_grid`` at ``scale``: the grid, where a region uses it."""
         g = self.grid
-        return {"x": g.x, "y": g.y} if g is not None and "tensor3d" in self.uses.get(scale, ()) else {}
+        return {MeshAxis.X: g.x, MeshAxis.Y: g.y} if g is not None and "tensor3d" in self.uses.get(scale, ()) else {}
 
     def pricer(self, scale: int) -> MixedPricer:
         """The programme at ``scale`` (its grid without z: the stages' rows stay whole)."""

@@ -8,6 +8,7 @@ the memory per rank (``cost.training_memory``).
 from __future__ import annotations
 
 from autopar.cost import model as cost_model
+from autopar.grid import MeshAxis
 from autopar.planning.model import exposed_data_comm
 from autopar.planning.plan import Cost, RegionChoice
 from autopar.strategies.family import RegionTable
@@ -67,7 +68,7 @@ def region_table(options: RegionOptions, credits: BoundaryCredits, path: list, m
         rows.append(RegionChoice("(outside regions)", "-", "replicate",
                                  Cost(outside_compute, {}, cost_model.training_memory(outside_params, outside_act)),
                                  {}, "not in a splittable region"))
-    comm["data"] = exposed_data_comm(data, t, local * 4, compute, hw)
+    comm[MeshAxis.DATA] = exposed_data_comm(data, t, local * 4, compute, hw)
     total = Cost(compute, comm, cost_model.training_memory(local, activations))
     return RegionTable(rows, total, compute + sum(comm.values()), local, activations, model.largest_params,
                        gathered_bytes=gathered)
@@ -115,7 +116,7 @@ def _inner_rows(t: int, step: Step, option: Option) -> list[RegionChoice]:
             rows.append(RegionChoice(r.id, r.kind, "megatron", Cost(0.0, {}, 0.0), {},
                                      f"inside D&SP region {step.region.id}: Megatron over sub-grid {inner[r.id]} "
                                      f"({t // g} tensor ranks)",
-                                     {"group": "tensor_sub", "subgrid": inner[r.id], "degree": t // g}))
+                                     {"group": MeshAxis.TENSOR_SUB, "subgrid": inner[r.id], "degree": t // g}))
         else:
             where = "its branch's rank" if g == t else "every rank of its branch's sub-grid"
             rows.append(RegionChoice(r.id, r.kind, "replicate", Cost(0.0, {}, 0.0), {},
@@ -133,16 +134,16 @@ def _boundary_text(credits: BoundaryCredits, path, step) -> str:
     enters = credits.by_group(before[1], before[0].region, "tensor3d", step.region) if before is not None else {}
     leaves = credits.by_group("tensor3d", step.region, after[1], after[0].region) if after is not None else {}
     z = credits.grid.z > 1
-    if "y" in enters:
+    if MeshAxis.Y in enters:
         entry = "read split over y from the previous 3D region" + (" (rows over z)" if z else "")
     else:
         entry = ("cut to y blocks (backward all-gather over y)"
-                 + ("; rows kept split over z from the previous 3D region" if "z" in enters else
+                 + ("; rows kept split over z from the previous 3D region" if MeshAxis.Z in enters else
                     "; rows cut to z blocks (backward all-gather over z)" if z else ""))
-    if "y" in leaves:
+    if MeshAxis.Y in leaves:
         exit_ = "read split over y by the next 3D region"
     else:
-        exit_ = "all-gathered over y" + (", its rows kept split over z to the next 3D region" if "z" in leaves
+        exit_ = "all-gathered over y" + (", its rows kept split over z to the next 3D region" if MeshAxis.Z in leaves
                                          else ", then its rows over z" if z else "")
     return f"input {entry}, output {exit_}"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
+from autopar.grid import MeshAxis
 from autopar.runtime.layout import Bucket
 from autopar.planning.schedules import rank_of
 from autopar.runtime.groups import tied_group_name
@@ -47,17 +48,17 @@ def parameter_holders(plan, gm: fx.GraphModule) -> dict[str, set[int]]:
 
 def place(builder, holders: dict[str, set[int]]) -> None:
     """``holders``: the pipeline positions holding each parameter, by the wrapper's names."""
-    position = builder.seat.coords["pipeline"]
+    position = builder.seat.coords[MeshAxis.PIPELINE]
     buffers = {name for name, _ in builder.root.named_buffers()}
     for name, positions in holders.items():   # a buffer changed in forward: current on its stage's position
         if name in buffers:
-            builder.buffer_homes[layout_name(name)] = (("pipeline", min(positions)),)
+            builder.buffer_homes[layout_name(name)] = ((MeshAxis.PIPELINE, min(positions)),)
     positions_of = {builder.placement(builder.named(name)).names: set(positions) for name, positions in holders.items()
                     if name not in buffers}
     # reduced once the stage's last microbatch has given a parameter its gradient: the
     # runner arms a stage's parameters before that backward (the hooks then launch the
     # buckets while the last backwards run)
-    accumulated = Bucket("data", armed=True)
+    accumulated = Bucket(MeshAxis.DATA, armed=True)
     builder.loss_bucket = None  # the last stage reduces the loss and broadcasts it
     for name in builder.names():
         placement = builder.placement(name)
@@ -66,7 +67,7 @@ def place(builder, holders: dict[str, set[int]]) -> None:
         # a D&SP branch's parameters (a mixed stage) keep their home rank of the tensor
         # group, and no bucket off it
         reduced = placement.bucket is not None
-        builder.update(name, held=held, home=placement.home + (("pipeline", min(positions)),),
-                       copies_current=("pipeline",), bucket=accumulated if held and reduced else None,
-                       norm_groups=placement.norm_groups + ("pipeline",),
+        builder.update(name, held=held, home=placement.home + ((MeshAxis.PIPELINE, min(positions)),),
+                       copies_current=(MeshAxis.PIPELINE,), bucket=accumulated if held and reduced else None,
+                       norm_groups=placement.norm_groups + (MeshAxis.PIPELINE,),
                        tied=tied_group_name(positions) if held and len(positions) > 1 else None)

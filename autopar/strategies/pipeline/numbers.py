@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
+from autopar.grid import MeshAxis
 from autopar.planning.model import ModelFacts, region_sizes, split_factor
 from autopar.planning.schedules import SPLIT_BACKWARD, rank_of, stages_of
 from autopar.strategies.shared.mesh import sequence_regather_s, split_cost
@@ -227,7 +228,8 @@ def pipeline_numbers(model: ModelFacts, hw: Hardware, shape: PipelineShape, layo
     return PipelineNumbers(
         shape, p, v, m, schedule, data, tensor, scatter_gather, pipe_step + data_s + tied_s, bubble, stage_s, carried,
         rank_s, slow, rank_p2p, rank_comm, data_s, tied_s, memory, max(mem[1 if recompute else 0] for mem in memory),
-        recompute, {"tensor": rank_comm[slow] * m, "pipeline": rank_p2p[slow] * m + bubble, "data": data_s + tied_s},
+        recompute, {MeshAxis.TENSOR: rank_comm[slow] * m, MeshAxis.PIPELINE: rank_p2p[slow] * m + bubble,
+                    MeshAxis.DATA: data_s + tied_s},
         inner, tuple(rank_params), sequence=sequence and tensor > 1, passes=tuple(passes[slow]))
 
 
@@ -317,6 +319,6 @@ def with_zero(n: PipelineNumbers, zero: int, hw: Hardware, largest: float = 0.0)
     # the busiest rank's: the exchange grows with the elements (one call, not one per rank)
     data_s = levers.zero_comm(max(n.rank_params), n.data, n.tensor, zero, n.m, 0.0, hw)
     step = n.step - n.data_s + data_s
-    comm = {**n.comm_s, "data": n.comm_s["data"] - n.data_s + data_s}
+    comm = {**n.comm_s, MeshAxis.DATA: n.comm_s[MeshAxis.DATA] - n.data_s + data_s}
     return dataclasses.replace(n, memory=memory, memory_bytes=max(mem[1 if n.recompute else 0] for mem in memory),
                                data_s=data_s, step=step, comm_s=comm, zero=zero)

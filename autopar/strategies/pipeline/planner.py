@@ -34,6 +34,7 @@ import logging
 from dataclasses import asdict, dataclass
 
 from autopar.cost.hardware import Hardware
+from autopar.grid import MeshAxis
 from autopar.ir import CAPTURE
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Cost, Plan
@@ -80,8 +81,8 @@ def pipeline_options(model: ModelFacts, world: int) -> list[Strategy]:
 def pipeline_mesh(layout: "Strategy | PipelineNumbers") -> dict[str, int]:
     """The mesh of a pipeline configuration (its degrees resolved) or of its priced figures."""
     if isinstance(layout, Strategy):
-        return {"pipeline": layout.pipeline, "data": layout.data, "tensor": layout.tensor}
-    return {"pipeline": layout.p, "data": layout.data, "tensor": layout.tensor}
+        return {MeshAxis.PIPELINE: layout.pipeline, MeshAxis.DATA: layout.data, MeshAxis.TENSOR: layout.tensor}
+    return {MeshAxis.PIPELINE: layout.p, MeshAxis.DATA: layout.data, MeshAxis.TENSOR: layout.tensor}
 
 
 def pipeline_label(option: Strategy, tensor_grid: dict | None = None, schedule: str | None = None) -> str:
@@ -93,7 +94,7 @@ def pipeline_label(option: Strategy, tensor_grid: dict | None = None, schedule: 
     label = f"pipeline {name}" + (f" v={option.chunks}" if option.chunks > 1 else "")
     if option.mixed:
         if tensor_grid is None:
-            tensor_grid = {"x": option.grid.x, "y": option.grid.y} if option.grid is not None else {}
+            tensor_grid = {MeshAxis.X: option.grid.x, MeshAxis.Y: option.grid.y} if option.grid is not None else {}
         label += ", " + mixed_form(tensor_grid, option.tensor_subgrids)
     return label
 

@@ -39,6 +39,7 @@ import torch.distributed as dist
 import torch.fx as fx
 import torch.nn as nn
 
+from autopar.grid import MeshAxis
 from autopar.trace.inputs import signature
 from autopar.engine.executable import batch_of, executable, local_batch, microbatches, rank_graph_code
 from autopar._torch_compat import export_out_spec
@@ -122,7 +123,7 @@ def stage_graphs(model: nn.Module, plan_, rank: int, inputs: tuple, loss_fn=None
     stages = split(gm, p * pp["chunks"], pp["assignment"])
     region_ids = {(r.kind, r.nodes[0]): r.id for r in regions(gm) if r.kind != "block" and r.nodes}
     vocab = regions(gm, "vocab")
-    position = plan_.rank_coordinates(rank)["pipeline"]
+    position = plan_.rank_coordinates(rank)[MeshAxis.PIPELINE]
     out = {}
     for s in stages_of(pp["schedule"], p, pp["chunks"], position):
         stage = stages[s]
@@ -166,11 +167,11 @@ class PipelineRunner:
         plan = state.plan
         pp = plan.pipeline
         self.p, self.v, self.m = pp["stages"], pp["chunks"], pp["microbatches"]
-        self.position = plan.rank_coordinates(state.rank)["pipeline"]
+        self.position = plan.rank_coordinates(state.rank)[MeshAxis.PIPELINE]
         self.last = rank_of(pp["schedule"], self.p, self.p * self.v - 1)  # the pipeline rank of the last stage
         self.parts, self.chunk = plan.batch_parts(), plan.batch_chunk(state.rank)
         self.executor = PipelineExecutor(self.p, self.v, self.position,
-                                         dist.get_process_group_ranks(state.groups["pipeline"]), pp["schedule"],
+                                         dist.get_process_group_ranks(state.groups[MeshAxis.PIPELINE]), pp["schedule"],
                                          pp["scatter_gather"])
         self.programs: dict[tuple, tuple[dict[int, StageProgram], list[str]]] = {}
         self.executor.before_last_backward = self._arm
@@ -234,7 +235,7 @@ class PipelineRunner:
         """The whole batch's count of counted targets when the last stage (on this rank)
         averages its loss over them: see :meth:`autopar.engine.runner.RankState.target_count`."""
         last = programs.get(self.p * self.v - 1)
-        return None if last is None else self.state.target_count(last.module, pieces, "data")
+        return None if last is None else self.state.target_count(last.module, pieces, MeshAxis.DATA)
 
     def forward(self, flat: tuple, training: bool):
         state = self.state
@@ -247,7 +248,7 @@ class PipelineRunner:
         with state.running(stage=True), use_target_count(count):
             out = self.executor.forward_only(programs, dict(zip(names, local_inputs)))
             box = [out]
-            dist.broadcast_object_list(box, group=G.get_group("pipeline"), group_src=self.last)
+            dist.broadcast_object_list(box, group=G.get_group(MeshAxis.PIPELINE), group_src=self.last)
         state.finish()
         return devices.to_rank_device(box[0], state.device)   # unpickled on the sender's device
 
@@ -295,9 +296,9 @@ class PipelineRunner:
             if losses:
                 loss = torch.stack([x.double() for x in losses]).sum() / (1 if summed else m)
                 if data > 1:
-                    dist.all_reduce(loss, group=G.get_group("data"))
+                    dist.all_reduce(loss, group=G.get_group(MeshAxis.DATA))
                     loss = loss if summed else loss / data
-            dist.broadcast(loss, group=G.get_group("pipeline"), group_src=self.last)
+            dist.broadcast(loss, group=G.get_group(MeshAxis.PIPELINE), group_src=self.last)
         return loss.to(self.dtype)
 
     def _arm(self, params: list) -> None:

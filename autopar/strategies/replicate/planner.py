@@ -12,6 +12,7 @@ them was refused; the plan then lists why each was (``Plan.candidates``).
 """
 from __future__ import annotations
 
+from autopar.grid import MeshAxis
 from autopar.planning.plan import Plan
 from autopar.planning.strategy import Strategy
 from autopar.strategies.family import PlanContext, Priced
@@ -38,7 +39,7 @@ class Replicate(DataTensor):
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         model = ctx.model
         table = price_mesh(model, ctx.hw, 1, config.tensor, False, keep_whole={r.id: REASON for r in model.regions})
-        return judge(self.name, ctx, config, {"data": 1, "tensor": config.tensor}, table)
+        return judge(self.name, ctx, config, {MeshAxis.DATA: 1, MeshAxis.TENSOR: config.tensor}, table)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         return super().to_plan(ctx, priced)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autopar.cost import model as cost_model
+from autopar.grid import MeshAxis
 from autopar.passes.analysis.flops import NodeWork
 
 
@@ -78,7 +79,7 @@ def dsp_tensor_cost(branch_works: list[list], branch_params: list[int], fork_byt
         join = cost_model.all_reduce_time(t, join_bytes / data, hw)
     else:
         join = cost_model.all_gather_time(t, join_bytes / data / t, hw)
-    return SubgraphCost(max(per_rank), {"tensor": fork + join}, tuple(assignment), max(params))
+    return SubgraphCost(max(per_rank), {MeshAxis.TENSOR: fork + join}, tuple(assignment), max(params))
 
 
 def scaled_works(works, rows_divisor: int):

@@ -48,6 +48,7 @@ from typing import Callable, Optional
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
+from autopar.grid import MeshAxis
 from autopar.ir import regions, tensor_spec
 from autopar.planning.model import GRADIENT_BUCKET_BYTES, exposed_data_comm
 from autopar.planning.plan import Cost
@@ -197,7 +198,7 @@ def megatron_again(mode: str, one) -> list[Again]:
     attention core, which communicates nothing. 3D regions' gathered weights stay
     (every layer's cached: mixed plans do not bound the cache)."""
     factor = 1.5 if mode == "full" else 1.0
-    return [Again({k: v * factor for k, v in one.total.comm_s.items() if k != "data"}, one.gathered_bytes)]
+    return [Again({k: v * factor for k, v in one.total.comm_s.items() if k != MeshAxis.DATA}, one.gathered_bytes)]
 
 
 @dataclass
@@ -249,7 +250,7 @@ def weigh(ctx, config, table, space: LeverSpace):
         return table, config
     # the levers cost time except in the data group's exchange (ZeRO's reduce-scatter may
     # expose less than the all-reduce): without it, no slower than the best, it cannot win
-    if forced is None and table.step_s - table.total.comm_s.get("data", 0.0) >= ctx.best_s[0]:
+    if forced is None and table.step_s - table.total.comm_s.get(MeshAxis.DATA, 0.0) >= ctx.best_s[0]:
         return dataclasses.replace(table, note=f"memory levers not weighed: {table.step_s * 1e3:.3f} ms without "
                                                f"them, the best so far {ctx.best_s[0] * 1e3:.3f} ms"), config
     weighing = _Weighing(ctx, table, space, (fixed_m, fixed_z, fixed_r), fits)
@@ -348,7 +349,7 @@ class _Weighing:
                 continue
             act, compute = recomputing[r]
             settings = space.again(r, one) if r != "none" else [Again(
-                {k: v for k, v in one.total.comm_s.items() if k != "data"}, one.gathered_bytes)]
+                {k: v for k, v in one.total.comm_s.items() if k != MeshAxis.DATA}, one.gathered_bytes)]
             for z in self.stages:
                 if (r, z) not in pairs:
                     continue
@@ -394,8 +395,8 @@ def _setting(pair: _Pair, again: Again, limit: float) -> LeverFigures:
         held = (k + (0 if k == n else 1)) * size
     comm = {key: v * m for key, v in again.comm_s.items()}
     if again.cache_blocks:
-        comm["z"] = comm.get("z", 0.0) - k * again.block_s * m
-    comm["data"] = pair.data_s
+        comm[MeshAxis.Z] = comm.get(MeshAxis.Z, 0.0) - k * again.block_s * m
+    comm[MeshAxis.DATA] = pair.data_s
     kept = act + again.extra_bytes + held
     return LeverFigures(m, pair.zero, pair.compute * m, comm, state + kept, kept, pair.mode, bound)
 

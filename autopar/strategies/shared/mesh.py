@@ -43,6 +43,7 @@ import logging
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
+from autopar.grid import MeshAxis
 from autopar.ir import tensor_spec
 from autopar.planning.forms import replicated
 from autopar.planning.model import (ModelFacts, exposed_data_comm, padded_vocab, padding_details, region_sizes,
@@ -111,7 +112,7 @@ def split_cost(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, recom
     if sequence:
         comm += sequence_regather_s(model, hw, r, data, tensor)
     scale = split_factor(r, tensor) / (data * tensor)
-    return Cost(model.seconds(r.nodes, hw, scale, recompute), {"tensor": comm}, 0.0)
+    return Cost(model.seconds(r.nodes, hw, scale, recompute), {MeshAxis.TENSOR: comm}, 0.0)
 
 
 def _choose(model: ModelFacts, hw: Hardware, r, data: int, tensor: int, force_split: bool,
@@ -227,7 +228,7 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
         activations += act
         choice.cost.memory_bytes = cost_model.training_memory(params / tensor if split else params, act)
         compute += choice.cost.compute_s
-        tensor_comm += choice.cost.comm_s.get("tensor", 0.0)
+        tensor_comm += choice.cost.comm_s.get(MeshAxis.TENSOR, 0.0)
         choices.append(choice)
     outside = [n.name for n in model.gm.graph.nodes if n.name not in in_region]
     outside_compute = model.seconds(outside, hw, 1 / data)
@@ -244,7 +245,7 @@ def price_mesh(model: ModelFacts, hw: Hardware, data: int, tensor: int, force_sp
     choices.append(RegionChoice("(outside regions)", "-", "replicate",
                                 Cost(outside_compute, {}, cost_model.training_memory(outside_params, outside_act)),
                                 {}, "not in a splittable region"))
-    total = Cost(compute, {"tensor": tensor_comm, "data": exposed}, memory)
+    total = Cost(compute, {MeshAxis.TENSOR: tensor_comm, MeshAxis.DATA: exposed}, memory)
     return RegionTable(choices, total, compute + tensor_comm + exposed, local_params, activations,
                        model.largest_params, sequence=bool(sequence and split_param_elems))
 
@@ -277,7 +278,7 @@ class DataTensor(CompileHooks):
         the memory levers, or its rejection (the batch does not divide, nothing splits);
         the experts family builds on it."""
         model, data, tensor = ctx.model, config.data, config.tensor
-        mesh = {"data": data, "tensor": tensor}
+        mesh = {MeshAxis.DATA: data, MeshAxis.TENSOR: tensor}
         if model.batch % data:
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by data degree {data}")
         sequence = sequence_choice(ctx, tensor, model.batch // data)
@@ -298,7 +299,7 @@ class DataTensor(CompileHooks):
         if isinstance(table, Priced):
             return table
         table, config = with_levers(ctx, config, table, config.data, config.tensor)
-        return judge(self.name, ctx, config, {"data": config.data, "tensor": config.tensor}, table)
+        return judge(self.name, ctx, config, {MeshAxis.DATA: config.data, MeshAxis.TENSOR: config.tensor}, table)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:
         return mesh_plan(ctx, priced, priced.table)

@@ -47,6 +47,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
+from autopar.grid import MeshAxis
 from autopar.ir import REGION_OF, REGIONS, SPEC, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import LayoutPropagator, TensorParallelError
@@ -76,7 +77,7 @@ class ParamShard:
 
     dim: int
     blocks: int = 1
-    group: str = "tensor"
+    group: str = MeshAxis.TENSOR
     padded_to: int | None = None
 
     # the cut of :class:`autopar.runtime.layout.ParamLayout`
@@ -386,7 +387,7 @@ def regions_without_rules(gm: fx.GraphModule, region_ids: list[str], degree: int
         graph.output(out)
         probe = _Probe(gm, graph)
         probe.meta.update(gm.meta)
-        rewriter = TensorRewriter(probe, set(left), degree, 0, "tensor")
+        rewriter = TensorRewriter(probe, set(left), degree, 0, MeshAxis.TENSOR)
         rewriter.quiet = True  # the planner reports what it decides
         try:
             rewriter.run()

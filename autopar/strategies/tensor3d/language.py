@@ -88,7 +88,7 @@ class Tensor3DLanguage(Language):
         mesh = candidate.mesh
         if MeshAxis.X not in mesh:
             return None
-        return f"3D x={mesh['x']} y={mesh['y']} z={mesh['z']} data={mesh['data']}"
+        return f"3D x={mesh[MeshAxis.X]} y={mesh[MeshAxis.Y]} z={mesh[MeshAxis.Z]} data={mesh[MeshAxis.DATA]}"
 
     def boundary(self, plan, choice) -> str:
         return choice.details.get("boundary", "")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.ir import PARAM_SHARDS, regions as analysis_regions, tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.grid3d.rewrite import Grid3DRewriter, region_linears
@@ -46,7 +46,7 @@ def tensor3d_pass(gm: fx.GraphModule, *, regions: list[str], grid: Grid3D, rank:
     if rows_over_z and grid.z > 1:
         _RowSplit(gm, regions, grid.z).run()
     # a pipeline's position is outside the grid (outermost)
-    rewriter = _Rewriter3D(gm, set(regions), grid, grid.coordinates(rank % grid.size)["x"])
+    rewriter = _Rewriter3D(gm, set(regions), grid, grid.coordinates(rank % grid.size)[MeshAxis.X])
     gm.meta[PARAM_SHARDS].update(rewriter.shards)
     rewriter.run()
     rewriter.drop_unused_gathers()
@@ -75,7 +75,7 @@ class _RowSplit(LayoutPropagator):
     rule for split rows (a reduction over them, the loss), and at the output."""
 
     def __init__(self, gm: fx.GraphModule, regions: list[str], z: int):
-        super().__init__(gm, z, "z")
+        super().__init__(gm, z, MeshAxis.Z)
         chosen = set(regions)
         found = analysis_regions(gm)
         self.inside = {n for r in found if r.id in chosen for n in r.nodes}

@@ -36,11 +36,12 @@ import torch
 import torch.distributed as dist
 
 from autopar._torch_compat import reduce_scatter_flat
+from autopar.grid import MeshAxis
 from autopar.runtime.family_runtime import RankRuntime
 from autopar.runtime.groups import get_group, size_of
 from autopar.strategies.shared.grid3d.runtime import Overlap, Tensor3DRuntime, current_runtime, use_runtime
 
-AXES = ("x", "y", "z", "data")
+AXES = (MeshAxis.X, MeshAxis.Y, MeshAxis.Z, MeshAxis.DATA)
 
 
 # ---------------------------------------------------------------------------- the layer
@@ -109,7 +110,7 @@ def linear_3d(x: torch.Tensor, w_hat: torch.Tensor, bias: Optional[torch.Tensor]
     w = runtime.gathered(w_hat, block, checkpointed)                  # line 2
     if prefetch is not None and runtime.overlap.all_gather:
         runtime.prefetch(prefetch)
-    groups = (get_group(in_group), get_group(out_group), get_group("z"))
+    groups = (get_group(in_group), get_group(out_group), get_group(MeshAxis.Z))
     return _Linear3D.apply(x, w_hat, w, bias, weight_t, groups, runtime)
 
 

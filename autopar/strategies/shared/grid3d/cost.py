@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autopar.grid import Grid3D  # noqa: F401 - the grid's geometry lives with the rank grid
+from autopar.grid import Grid3D, MeshAxis  # noqa: F401 - the grid's geometry lives with the rank grid
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
 
@@ -52,12 +52,12 @@ class LayerComm:
     @property
     def forward_axis(self) -> str:
         """The physical group of the forward all-reduce (eq 6): the layer's in axis."""
-        return "x" if self.transposed else "y"
+        return MeshAxis.X if self.transposed else MeshAxis.Y
 
     @property
     def backward_axis(self) -> str:
         """The physical group of the input-gradient all-reduce (eq 7): the layer's out axis."""
-        return "y" if self.transposed else "x"
+        return MeshAxis.Y if self.transposed else MeshAxis.X
 
     @property
     def total(self) -> float:
@@ -66,7 +66,8 @@ class LayerComm:
 
     def by_group(self) -> dict[str, float]:
         """Seconds on each physical group (a transposed layer's eq-6 all-reduce runs on x)."""
-        out = {"x": 0.0, "y": 0.0, "z": self.all_gather_z + self.reduce_scatter_z, "data": self.all_reduce_data}
+        out = {MeshAxis.X: 0.0, MeshAxis.Y: 0.0, MeshAxis.Z: self.all_gather_z + self.reduce_scatter_z,
+               MeshAxis.DATA: self.all_reduce_data}
         out[self.forward_axis] += self.all_reduce_y
         out[self.backward_axis] += self.all_reduce_x
         return out
@@ -96,18 +97,19 @@ def layer_comm(m: int, k: int, n: int, grid: Grid3D, hw: Hardware, *, transposed
     v = {key: size * element_bytes for key, size in layer_volumes(m, k, n, grid, transposed=transposed).items()}
     # the physical groups: a transposed layer all-reduces its output over x and its
     # input gradient over y
-    out_axis, in_axis = ("x", "y") if transposed else ("y", "x")
-    size = {"x": grid.x, "y": grid.y}
+    out_axis, in_axis = (MeshAxis.X, MeshAxis.Y) if transposed else (MeshAxis.Y, MeshAxis.X)
+    size = {MeshAxis.X: grid.x, MeshAxis.Y: grid.y}
     # issued asynchronously by the runtime (axonn §IV: the all-gather prefetched, the
     # reduce-scatter deferred, the backward all-reduce beside the weight gradient): the
     # part a step waits for, ``hw.async_exposed`` (1 in the presets: eq 9 as it stands)
     hidden = hw.async_exposed
     return LayerComm(
-        all_gather_z=hidden * cost_model.all_gather_time(grid.z, v["all_gather_z"], hw, grid.stride("z")),
-        reduce_scatter_z=hidden * cost_model.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw, grid.stride("z")),
+        all_gather_z=hidden * cost_model.all_gather_time(grid.z, v["all_gather_z"], hw, grid.stride(MeshAxis.Z)),
+        reduce_scatter_z=hidden * cost_model.reduce_scatter_time(grid.z, v["reduce_scatter_z"], hw,
+                                                                 grid.stride(MeshAxis.Z)),
         all_reduce_y=cost_model.all_reduce_time(size[out_axis], v["all_reduce_y"], hw, grid.stride(out_axis)),
         all_reduce_x=hidden * cost_model.all_reduce_time(size[in_axis], v["all_reduce_x"], hw, grid.stride(in_axis)),
-        all_reduce_data=cost_model.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride("data")),
+        all_reduce_data=cost_model.all_reduce_time(grid.data, v["all_reduce_data"], hw, grid.stride(MeshAxis.DATA)),
         transposed=transposed,
     )
 
@@ -128,8 +130,8 @@ def boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hardware)
     if grid.y == 1:
         return 0.0
     share = grid.z * grid.data * grid.y
-    return (cost_model.all_gather_time(grid.y, out_bytes / share, hw, grid.stride("y"))
-            + cost_model.all_gather_time(grid.y, in_bytes / share, hw, grid.stride("y")))
+    return (cost_model.all_gather_time(grid.y, out_bytes / share, hw, grid.stride(MeshAxis.Y))
+            + cost_model.all_gather_time(grid.y, in_bytes / share, hw, grid.stride(MeshAxis.Y)))
 
 
 def rows_boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hardware) -> float:
@@ -141,8 +143,8 @@ def rows_boundary_comm(in_bytes: float, out_bytes: float, grid: Grid3D, hw: Hard
     if grid.z == 1:
         return 0.0
     share = grid.z * grid.data
-    return (cost_model.all_gather_time(grid.z, out_bytes / share, hw, grid.stride("z"))
-            + cost_model.all_gather_time(grid.z, in_bytes / share, hw, grid.stride("z")))
+    return (cost_model.all_gather_time(grid.z, out_bytes / share, hw, grid.stride(MeshAxis.Z))
+            + cost_model.all_gather_time(grid.z, in_bytes / share, hw, grid.stride(MeshAxis.Z)))
 
 
 def grids_of(world: int) -> list[Grid3D]:

@@ -6,7 +6,7 @@ pass and place the gradients alike (:mod:`.layout`); :class:`Grid3DFamily` is th
 common part, each family its grids, form and pass."""
 from __future__ import annotations
 
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.ir import regions as ir_regions
 from autopar.planning.model import ModelFacts
 from autopar.planning.plan import Plan
@@ -76,7 +76,7 @@ class Grid3DFamily(CompileHooks):
 
     def price(self, ctx: PlanContext, config: Strategy) -> Priced:
         model, grid, form = ctx.model, config.grid, self.form3d
-        mesh = {"data": grid.data, "z": grid.z, "y": grid.y, "x": grid.x}
+        mesh = {MeshAxis.DATA: grid.data, MeshAxis.Z: grid.z, MeshAxis.Y: grid.y, MeshAxis.X: grid.x}
         if model.batch % (grid.z * grid.data):
             return rejected(self.name, config, mesh, f"batch {model.batch} not divisible by Gz x Gdata = "
                             f"{grid.z * grid.data}", form=form.form)
@@ -120,7 +120,7 @@ class Grid3DFamily(CompileHooks):
 
         space = levers.LeverSpace(rows=model.batch // (grid.z * grid.data), data=grid.data, split=grid.x * grid.y,
                                   at=at, data_comm=data_comm, zero_stages=(0,), again=again,
-                                  accumulate=not batch_norms(model), fixed_axes=("z",))
+                                  accumulate=not batch_norms(model), fixed_axes=(MeshAxis.Z,))
         return levers.weigh(ctx, config, table, space)
 
     def to_plan(self, ctx: PlanContext, priced: Priced) -> Plan:

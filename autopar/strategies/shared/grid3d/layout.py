@@ -14,6 +14,7 @@ pipeline's bucket averages over data after the last microbatch, as z = 1 needs).
 """
 from __future__ import annotations
 
+from autopar.grid import MeshAxis
 from autopar.runtime.layout import Bucket
 
 
@@ -23,13 +24,14 @@ def place(builder, deferred_reduce_scatter: bool) -> None:
     plan = builder.plan
     if plan.pipeline:  # the pipeline places every gradient (strategies/pipeline/layout.py)
         return
-    weights = Bucket("data", divisor=plan.batch_parts(), hooks=not (deferred_reduce_scatter and plan.region_grid.z > 1),
-                     order=0)
+    weights = Bucket(MeshAxis.DATA, divisor=plan.batch_parts(),
+                     hooks=not (deferred_reduce_scatter and plan.region_grid.z > 1), order=0)
     # in a mixed plan the loss and the rows outside the 3D regions are the data replica's
-    others = None if plan.mixed else Bucket("replica")
-    z_rows = Bucket("replica", divisor=plan.degree("data")) if plan.mixed and plan.region_grid.z > 1 else None
+    others = None if plan.mixed else Bucket(MeshAxis.REPLICA)
+    z_rows = (Bucket(MeshAxis.REPLICA, divisor=plan.degree(MeshAxis.DATA))
+              if plan.mixed and plan.region_grid.z > 1 else None)
     if not plan.mixed:
-        builder.loss_bucket = Bucket("replica")
+        builder.loss_bucket = Bucket(MeshAxis.REPLICA)
     for name in builder.names():
         cut = builder.placement(name).cut
         if cut is not None and getattr(cut, "grid_weight", False):

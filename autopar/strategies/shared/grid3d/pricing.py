@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from autopar.cost import model as cost_model
 from autopar.cost.hardware import Hardware
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.ir import tensor_spec
 from autopar.passes.analysis.ops import match_linear
 from autopar.planning.model import ModelFacts, exposed_data_comm
@@ -103,7 +103,7 @@ class Form3D:
                             "read split over y from the previous region (no re-layout)")
                 + ", output " + ("all-gathered over y" if leaves else
                                  "read split over y by the next region (no re-layout)"))
-        return {"y": boundary_comm(enters, leaves, grid, hw)}, text
+        return {MeshAxis.Y: boundary_comm(enters, leaves, grid, hw)}, text
 
     def row_split(self, grid: Grid3D) -> int:
         """Over how many ranks of one batch chunk the ops between the linears split (x)."""
@@ -179,14 +179,14 @@ class GridPricer:
         model, grid, table = self.model, self.grid, self.model.table
         linears = region_linears(r)
         names = {n for n, _ in linears}
-        comm = {"x": 0.0, "y": 0.0, "z": 0.0}
+        comm = {MeshAxis.X: 0.0, MeshAxis.Y: 0.0, MeshAxis.Z: 0.0}
         layers = []
         for name, transposed in linears:
             match = match_linear(table[name], model.gm)
             spec = tensor_spec(match.input)
             rows = spec.numel // spec.shape[-1] // grid.data
             for axis, seconds in self.form.layer_comm(rows, match, spec, grid, self.hw, transposed).items():
-                if axis != "data":  # eq 8 goes with the data all-reduce
+                if axis != MeshAxis.DATA:  # eq 8 goes with the data all-reduce
                     comm[axis] += seconds
             layers.append({"linear": name, "orientation": "transposed (in x, out y)" if transposed
                            else "plain (in y, out x)"})
@@ -283,7 +283,7 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
     gathered = sum((p.gathered_bytes for p in prices), 0.0)
     layers = sum(p.layers for p in prices)
     compute = sum((c.cost.compute_s for c in choices), 0.0)
-    comm = {"x": 0.0, "y": 0.0, "z": 0.0}
+    comm = {MeshAxis.X: 0.0, MeshAxis.Y: 0.0, MeshAxis.Z: 0.0}
     for c in choices:
         for axis, v in c.cost.comm_s.items():
             comm[axis] += v
@@ -297,7 +297,7 @@ def price_grid(model: ModelFacts, hw: Hardware, grid: Grid3D, form: Form3D, forc
     choices.append(RegionChoice("(outside regions)", "-", "replicate",
                                 Cost(outside_compute, {}, cost_model.training_memory(outside_params, outside_act)),
                                 {}, "not in a splittable region"))
-    total = Cost(compute, {**comm, "data": data}, cost_model.training_memory(local_elems, activations))
+    total = Cost(compute, {**comm, MeshAxis.DATA: data}, cost_model.training_memory(local_elems, activations))
     return Table3D(choices, total, compute + sum(comm.values()) + data, local_elems, activations,
                    gathered_bytes=gathered, shard_elems=shard_elems, layers=layers)
 
@@ -344,11 +344,12 @@ def cache_settings(one: "Table3D", blocks: int, z: int) -> list[levers.Again]:
     own gathered weights. Where the layers do not fall evenly into blocks, or there is
     nothing to gather (Gz = 1), every layer's weights stay (unbounded)."""
     per_block = one.layers // blocks if blocks and one.layers % blocks == 0 else 0
-    comm = {k: v * (1.5 if k in ("x", "y") else 1.0) for k, v in one.total.comm_s.items() if k != "data"}
+    comm = {k: v * (1.5 if k in (MeshAxis.X, MeshAxis.Y) else 1.0) for k, v in one.total.comm_s.items()
+            if k != MeshAxis.DATA}
     if not per_block or z == 1 or one.gathered_bytes == 0:
         return [levers.Again(comm, one.gathered_bytes)]
-    block_s = 0.5 * comm.get("z", 0.0) / blocks
-    comm["z"] = comm.get("z", 0.0) + block_s * blocks  # none cached; each cached block saves block_s
+    block_s = 0.5 * comm.get(MeshAxis.Z, 0.0) / blocks
+    comm[MeshAxis.Z] = comm.get(MeshAxis.Z, 0.0) + block_s * blocks  # none cached; each cached block saves block_s
     return [levers.Again(comm, 0.0, cache_blocks=blocks, block_bytes=one.gathered_bytes / blocks, block_s=block_s,
                          layers_per_block=per_block)]
 

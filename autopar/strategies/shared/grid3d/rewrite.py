@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.ir import tensor_spec
 from autopar.passes.analysis import ops
 from autopar.strategies.shared.propagation import TensorParallelError
@@ -72,7 +72,7 @@ class Grid3DRewriter(TensorRewriter):
     def __init__(self, gm: fx.GraphModule, chosen: set[str], grid: Grid3D, x_rank: int):
         self.grid = grid
         self.layers: list[fx.Node] = []
-        super().__init__(gm, chosen, grid.x, x_rank, "x")
+        super().__init__(gm, chosen, grid.x, x_rank, MeshAxis.X)
 
     # ------------------------------------------------------------------ which parameters
     def _check(self, region, what: str, size: int) -> None:
@@ -95,7 +95,7 @@ class Grid3DRewriter(TensorRewriter):
     def _cut(self, node_name: str, transposed: bool, blocks: int) -> None:
         match = ops.match_linear(self._node(node_name), self.gm)
         out_dim = match.out_dim_of_weight
-        in_axis, out_axis = ("x", "y") if transposed else ("y", "x")
+        in_axis, out_axis = (MeshAxis.X, MeshAxis.Y) if transposed else (MeshAxis.Y, MeshAxis.X)
         g_in, g_out = getattr(self.grid, in_axis), getattr(self.grid, out_axis)
         where = f"region {self._region.id}, linear {node_name} ({match.in_features} -> {match.out_features})"
         if match.out_features % (blocks * g_out) or match.in_features % g_in:
@@ -128,7 +128,7 @@ class Grid3DRewriter(TensorRewriter):
         shard = self.shards[match.weight]
         weight_shape = tuple(self.gm.get_parameter(match.weight).shape)
         block = block_shape(weight_shape, shard, self.grid)
-        in_group, out_group = ("x", "y") if transposed else ("y", "x")
+        in_group, out_group = (MeshAxis.X, MeshAxis.Y) if transposed else (MeshAxis.Y, MeshAxis.X)
         old_inputs = [a for a in node.all_input_nodes if a is not match.input]
         with self.graph.inserting_before(node):
             weight = self.graph.get_attr(match.weight)
@@ -153,7 +153,7 @@ class Grid3DRewriter(TensorRewriter):
         (the first node reads ``new``, each next one the one before): its output, split
         over y, all-gathered over y."""
         with self.graph.inserting_after(new):
-            gathered = self.graph.call_function(collectives.gather_from_tensor_region, (new, out_dim, "y"))
+            gathered = self.graph.call_function(collectives.gather_from_tensor_region, (new, out_dim, MeshAxis.Y))
         gathered.meta.update(new.meta)
         return [gathered]
 
@@ -167,8 +167,8 @@ class Grid3DRewriter(TensorRewriter):
             # this plain layer's input layout: no re-layout (axonn end of §III-B)
             x_y = x.args[0]
         else:
-            x_y = self._cached(("scatter_y", x), lambda: self._call(collectives.scatter_to_tensor_region, (x, dim, "y"),
-                                                                    after=x))
+            x_y = self._cached(("scatter_y", x), lambda: self._call(collectives.scatter_to_tensor_region,
+                                                                    (x, dim, MeshAxis.Y), after=x))
         blocks = self.columns[node.name]
         new = self._linear(node, x_y, False)
         self.layout[new] = Shard(len(tensor_spec(new).shape) - 1, blocks)
@@ -216,4 +216,4 @@ def _erase_if_unused(graph: fx.Graph, node: fx.Node) -> None:
 
 def _is_gather_over_y(node: fx.Node, dim: int) -> bool:
     return (node.op == "call_function" and node.target is collectives.gather_from_tensor_region
-            and node.args[1] == dim and node.args[2] == "y")
+            and node.args[1] == dim and node.args[2] == MeshAxis.Y)

@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 
 from autopar._torch_compat import all_gather_flat
-from autopar.grid import Grid3D
+from autopar.grid import Grid3D, MeshAxis
 from autopar.runtime._swap import SwapGlobal
 from autopar.runtime.groups import get_group, rank_in, size_of
 from autopar.runtime.shards import cut_blocks, gather_blocks
@@ -52,7 +52,7 @@ from autopar.runtime.shards import cut_blocks, gather_blocks
 # ---------------------------------------------------------------------------- groups
 def _axes(transposed: bool) -> tuple[str, str]:
     """(in axis, out axis) of a layer."""
-    return ("x", "y") if transposed else ("y", "x")
+    return (MeshAxis.X, MeshAxis.Y) if transposed else (MeshAxis.Y, MeshAxis.X)
 
 
 # ---------------------------------------------------------------------------- parameter parts
@@ -93,7 +93,7 @@ class Grid3DShard:
     def norm_groups(self) -> tuple[str, ...]:
         """A weight shard (and the cube's diagonal vectors) is split over the whole
         grid; AxoNN's bias blocks only over their out axis."""
-        return (self.axes[1],) if self.vector and not self.cube else ("x", "y", "z")
+        return (self.axes[1],) if self.vector and not self.cube else (MeshAxis.X, MeshAxis.Y, MeshAxis.Z)
 
 
 def block_of(full: torch.Tensor, shard: Grid3DShard, grid: Grid3D, coords: dict[str, int]) -> torch.Tensor:
@@ -130,12 +130,12 @@ def local_part(full: torch.Tensor, shard: Grid3DShard, grid: Grid3D, coords: dic
         in_axis, out_axis = shard.axes
         if coords[in_axis] != coords[out_axis]:
             return block.new_empty(0)
-        return block.chunk(grid.z)[coords["z"]].clone()
+        return block.chunk(grid.z)[coords[MeshAxis.Z]].clone()
     if shard.vector:
         return block.clone()
     if block.numel() % grid.z:
         raise ValueError(f"a weight block of {block.numel()} elements does not split into Gz = {grid.z} shards")
-    return block.reshape(-1).chunk(grid.z)[coords["z"]].clone()
+    return block.reshape(-1).chunk(grid.z)[coords[MeshAxis.Z]].clone()
 
 
 def gather_part(local: torch.Tensor, shard: Grid3DShard, grid: Grid3D, full_shape) -> torch.Tensor:
@@ -144,11 +144,11 @@ def gather_part(local: torch.Tensor, shard: Grid3DShard, grid: Grid3D, full_shap
     in_axis, out_axis = shard.axes
     if shard.vector and shard.cube:
         length = full_shape[0] // getattr(grid, out_axis)
-        block = diagonal_block(local.detach(), length, get_group(in_axis), get_group(out_axis), get_group("z"))
+        block = diagonal_block(local.detach(), length, get_group(in_axis), get_group(out_axis), get_group(MeshAxis.Z))
     elif shard.vector:
         block = local.detach()
     else:
-        block = _all_gather_flat(local.detach(), get_group("z")).view(block_shape(full_shape, shard, grid))
+        block = _all_gather_flat(local.detach(), get_group(MeshAxis.Z)).view(block_shape(full_shape, shard, grid))
         block = gather_blocks(block, 1 - shard.out_dim, 1, get_group(in_axis))
     return gather_blocks(block, shard.out_dim, shard.blocks, get_group(out_axis))
 
@@ -249,7 +249,7 @@ class Tensor3DRuntime:
             w = buffer.view(shape)
             self.stats["prefetched"] += 1
         else:
-            w = _all_gather_flat(w_hat.detach(), get_group("z")).view(shape)
+            w = _all_gather_flat(w_hat.detach(), get_group(MeshAxis.Z)).view(shape)
             self.stats["gathered"] += 1
         self.exposed_s += time.perf_counter() - start
         if checkpointed and self.overlap.cache and torch.is_grad_enabled():
@@ -268,7 +268,7 @@ class Tensor3DRuntime:
         key = id(w_hat)
         if key in self._prefetched or key in self._cached:
             return
-        group = get_group("z")
+        group = get_group(MeshAxis.Z)
         if size_of(group) == 1:
             return
         buffer = w_hat.new_empty(w_hat.numel() * size_of(group))
