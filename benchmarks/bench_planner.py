@@ -112,7 +112,7 @@ def config_once(name: str) -> dict:
         form = GPT3_FORMS[name]
         built = gpt_user_meta(chunk=form.get("chunk", False)) if form.get("user") else gpt_meta()
         return {"config": name, **_timed(*built, 3072, "a100-selene")}
-    sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "planning"))
     from test_plan_zoo import CASES, build
     from examples.zoo import logits_loss
     model_name, world, preset, batch = CASES[int(name)]
@@ -123,7 +123,7 @@ def config_once(name: str) -> dict:
 def real_configurations(repeats: int) -> list[dict]:
     """Every plan-zoo case and GPT-3 form, each in a fresh process ``repeats`` times: the
     median of each phase beside its goal."""
-    sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "planning"))
     from test_plan_zoo import CASES
     rows = []
     for name in [*GPT3_FORMS, *map(str, range(len(CASES)))]:

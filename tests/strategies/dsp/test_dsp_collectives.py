@@ -216,7 +216,8 @@ def worker(n: int) -> dict:
 
 
 # one launch per world size, shared with other modules' jobs (tests/shared_ranks.py)
-_LAUNCHED = {world: shared_ranks.register(world, __name__, worker, (world,), timeout_s=90) for world in (4, 8)}
+_LAUNCHED = {4: shared_ranks.register(4, __name__, worker, (4,), timeout_s=90),
+             8: shared_ranks.register(8, __name__ + ":extended", worker, (8,), timeout_s=90, extended=True)}
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +237,7 @@ OPERATIONS = ["all_gather", "reduce_scatter", "all_to_all", "all_to_all_slice", 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("operation", OPERATIONS)
 @pytest.mark.parametrize("g, order", CONFIGS)
-@pytest.mark.parametrize("world", ["world4", "world8"])
+@pytest.mark.parametrize("world", ["world4", pytest.param("world8", marks=pytest.mark.extended)])
 def test_matches_single_device(world, g, order, operation, request):
     results = request.getfixturevalue(world)
     compared = 0
@@ -256,7 +257,7 @@ def test_matches_single_device(world, g, order, operation, request):
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("g, order", CONFIGS)
-@pytest.mark.parametrize("world", ["world4", "world8"])
+@pytest.mark.parametrize("world", ["world4", pytest.param("world8", marks=pytest.mark.extended)])
 def test_group_ranks_are_subgrid_coordinates(world, g, order, request):
     for rank, checks in enumerate(request.getfixturevalue(world)):
         s, p, segment_rank, within_rank = checks[f"g{g}_{order}", "coordinates", ""]

@@ -154,7 +154,7 @@ def conversion_job():
 
 _EQUIVALENCE = shared_ranks.register(4, __name__, equivalence_job, (CASES,), timeout_s=600)
 _CONVERSION = shared_ranks.register(4, __name__ + ".conversion", conversion_job, (), timeout_s=60)
-_EQUIVALENCE8 = shared_ranks.register(8, __name__, equivalence_job, (CASES8,), timeout_s=900)
+_EQUIVALENCE8 = shared_ranks.register(8, __name__ + ":extended", equivalence_job, (CASES8,), timeout_s=900, extended=True)
 
 
 def _assert_equal_to_single_device(report):
@@ -178,6 +178,7 @@ def test_mixed_plan_matches_single_device(index):
         assert [line.split()[2] for line in plan.splitlines() if line.startswith("vocab:")] == ["megatron"]
 
 
+@pytest.mark.extended   # 8 ranks: make test-extended (CI)
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("index", range(len(CASES8)), ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES8)])
 def test_mixed_plan_matches_single_device_on_8_ranks(index):

@@ -70,9 +70,11 @@ def _two_layers(grids):
     return reports
 
 
-_LAUNCHED = shared_ranks.register(8, __name__, _two_layers, (GRIDS,))  # one launch with other modules' jobs
+# one launch with other modules' jobs, in the extended suite (make test-extended, CI): 8 ranks
+_LAUNCHED = shared_ranks.register(8, __name__ + ":extended", _two_layers, (GRIDS,), extended=True)
 
 
+@pytest.mark.extended
 @pytest.mark.multiprocess
 def test_algorithm_1_two_layers_on_8_ranks():
     results = _LAUNCHED()
