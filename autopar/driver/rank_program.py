@@ -16,7 +16,6 @@ import torch.fx as fx
 
 from autopar.passes.analysis.analyse import analyse
 from autopar.passes.manager import PassRunner
-from autopar.grid import MeshAxis
 from autopar.ir import CAPTURE, PASSES_RUN
 from autopar.planning.plan import Plan
 from autopar.strategies.family import DRAWS, RECOMPUTE, RankBuild, RankPass, StageCut, order_passes
@@ -65,31 +64,10 @@ def rewrite(gm: fx.GraphModule, plan_: Plan, rank: int, local_batch: int | None 
     passes += [(p.name, p.fn, p.options) for p in order_passes(steps)]
     if fusion:
         passes.append(("fusion", fusion_pass, {}))
-    runner = PassRunner(passes)
+    runner = PassRunner(passes, plain_names=True)
     gm = runner.run(gm, label=f"rank{rank}")
-    _plain_axis_names(gm)
     gm.meta[PASSES_RUN] = ([] if stage is None else ["pipeline_stages"]) + [r.name for r in runner.records]
     return gm
-
-
-def _plain_axis_names(gm: fx.GraphModule) -> None:
-    """A group named by a :class:`~autopar.grid.MeshAxis` member in a node's arguments
-    becomes its plain value: the program's code names groups as strings (torch.fx would
-    write a member as ``MeshAxis.DATA``, with the class among the code's globals)."""
-    found = []
-
-    def plain(a):
-        if isinstance(a, MeshAxis):
-            found.append(a)
-            return a.value
-        return a
-    for node in gm.graph.nodes:   # (a member equals its value: only its type tells it apart)
-        before = len(found)
-        args, kwargs = fx.node.map_aggregate(node.args, plain), fx.node.map_aggregate(node.kwargs, plain)
-        if len(found) > before:
-            node.args, node.kwargs = args, kwargs
-    if found:
-        gm.recompile()
 
 
 def planned_shards(plan_: Plan, gm: fx.GraphModule) -> dict:

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator
 
 import torch.fx as fx
 
+from autopar.grid import MeshAxis
 from autopar.ir import REGION_OF, REGIONS
 
 log = logging.getLogger("autopar.passes")
@@ -59,6 +60,7 @@ class PassRunner:
     records: list[PassRecord] = field(default_factory=list)
     degrade: bool = False
     failed: list[str] = field(default_factory=list)
+    plain_names: bool = False   # after each pass, groups named as plain strings (plain_axis_names)
 
     def run(self, gm: fx.GraphModule, *, label: str = "") -> fx.GraphModule:
         disabled = _disabled()
@@ -87,6 +89,8 @@ class PassRunner:
             if not isinstance(result, fx.GraphModule):
                 raise PassError(f"pass {name!r} returned {type(result).__name__}, expected a GraphModule")
             gm = result
+            if self.plain_names:
+                plain_axis_names(gm)
             seconds = time.perf_counter() - start
             self.records.append(PassRecord(name, seconds, before, len(gm.graph.nodes)))
             log.debug("%s: %s took %.1f ms, nodes %d -> %d", label, name, seconds * 1e3, before,
@@ -98,6 +102,46 @@ class PassRunner:
                     f.write(graph_code(gm, header=f"after pass {name} ({seconds * 1e3:.1f} ms)"))
             ran.append(name)
         return gm
+
+
+def plain_axis_names(gm: fx.GraphModule) -> None:
+    """A group named by a :class:`~autopar.grid.MeshAxis` member in a node's arguments
+    becomes its plain value, in ``gm``'s graph and in every graph module inside it (a
+    recomputed block's): a program's code names groups as strings (torch.fx would write a
+    member as ``MeshAxis.DATA``, with the class among the code's globals). Run after every
+    pass, so that a pass copying nodes and each pass's dump see plain names too."""
+    found = []
+
+    def plain(a):
+        if isinstance(a, MeshAxis):
+            found.append(a)
+            return a.value
+        return a
+    for module in _graph_modules(gm):
+        changed = False
+        for node in module.graph.nodes:   # (a member equals its value: only its type tells it apart)
+            before = len(found)
+            args, kwargs = fx.node.map_aggregate(node.args, plain), fx.node.map_aggregate(node.kwargs, plain)
+            if len(found) > before:
+                node.args, node.kwargs, changed = args, kwargs, True
+        if changed:
+            module.recompile()
+
+
+def _graph_modules(gm: fx.GraphModule) -> list[fx.GraphModule]:
+    """``gm``, the graph modules among its submodules, and those its nodes call as a
+    function's ``body`` (a block the recompute pass rebuilt), each once."""
+    found: dict[int, fx.GraphModule] = {}
+    stack = [gm]
+    while stack:
+        module = stack.pop()
+        if id(module) in found:
+            continue
+        found[id(module)] = module
+        stack.extend(m for m in module.modules() if isinstance(m, fx.GraphModule) and m is not module)
+        stack.extend(n.target.body for n in module.graph.nodes
+                     if n.op == "call_function" and isinstance(getattr(n.target, "body", None), fx.GraphModule))
+    return list(found.values())
 
 
 # what the warnings already said in this process: every rank analyses its own graph
