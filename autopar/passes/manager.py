@@ -106,42 +106,25 @@ class PassRunner:
 
 def plain_axis_names(gm: fx.GraphModule) -> None:
     """A group named by a :class:`~autopar.grid.MeshAxis` member in a node's arguments
-    becomes its plain value, in ``gm``'s graph and in every graph module inside it (a
-    recomputed block's): a program's code names groups as strings (torch.fx would write a
-    member as ``MeshAxis.DATA``, with the class among the code's globals). Run after every
-    pass, so that a pass copying nodes and each pass's dump see plain names too."""
-    found = []
+    becomes its plain value: a program's code names groups as strings (torch.fx would
+    write a member as ``MeshAxis.DATA``, with the class among the code's globals). Run
+    after every pass, so that a pass copying nodes into a graph of its own (the recompute
+    pass's blocks) and each pass's dump see plain names too."""
+    found = 0
 
     def plain(a):
-        if isinstance(a, MeshAxis):
-            found.append(a)
+        nonlocal found
+        if isinstance(a, MeshAxis):   # (a member equals its value: only its type tells it apart)
+            found += 1
             return a.value
         return a
-    for module in _graph_modules(gm):
-        changed = False
-        for node in module.graph.nodes:   # (a member equals its value: only its type tells it apart)
-            before = len(found)
-            args, kwargs = fx.node.map_aggregate(node.args, plain), fx.node.map_aggregate(node.kwargs, plain)
-            if len(found) > before:
-                node.args, node.kwargs, changed = args, kwargs, True
-        if changed:
-            module.recompile()
-
-
-def _graph_modules(gm: fx.GraphModule) -> list[fx.GraphModule]:
-    """``gm``, the graph modules among its submodules, and those its nodes call as a
-    function's ``body`` (a block the recompute pass rebuilt), each once."""
-    found: dict[int, fx.GraphModule] = {}
-    stack = [gm]
-    while stack:
-        module = stack.pop()
-        if id(module) in found:
-            continue
-        found[id(module)] = module
-        stack.extend(m for m in module.modules() if isinstance(m, fx.GraphModule) and m is not module)
-        stack.extend(n.target.body for n in module.graph.nodes
-                     if n.op == "call_function" and isinstance(getattr(n.target, "body", None), fx.GraphModule))
-    return list(found.values())
+    for node in gm.graph.nodes:
+        before = found
+        args, kwargs = fx.node.map_aggregate(node.args, plain), fx.node.map_aggregate(node.kwargs, plain)
+        if found > before:
+            node.args, node.kwargs = args, kwargs
+    if found:
+        gm.recompile()
 
 
 # what the warnings already said in this process: every rank analyses its own graph

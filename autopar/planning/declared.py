@@ -36,8 +36,8 @@ class PinForm:
     ``{name: {option: value}}``; ``text`` shows it in the error that lists the pins,
     ``full`` (default ``text``) where an unreadable one is refused; ``parse(pattern,
     options, where)`` makes the :class:`~autopar.planning.strategy.Pin` (None: the pin
-    of the word alone); ``describe(pin)`` how errors show a pin (None: the word);
-    ``aliases``: older words read as ``name``."""
+    of the word alone); ``describe(pin)`` how errors show a pin (None: the word). A
+    family's other words (``Language.aliases``) name its pin too."""
 
     name: str
     text: str
@@ -45,7 +45,6 @@ class PinForm:
     options: frozenset | None = None
     parse: Callable | None = None
     describe: Callable | None = None
-    aliases: tuple = ()
 
 
 class Language:
@@ -53,7 +52,7 @@ class Language:
 
     Identity: ``name`` (the family's, as registered), ``kind`` (what
     :meth:`Strategy.kind` names its strategies; "" none), ``precedence`` (module
-    docstring), ``aliases`` (other words for it in ``why_not``), ``absent`` (why_not's
+    docstring), ``aliases`` (other words for it: in ``why_not``, pins, ``family_runtime``), ``absent`` (why_not's
     text when it offered nothing; None: why_not does not list it), ``axes`` (the mesh
     dimensions and process groups it owns, :class:`autopar.grid.MeshAxis`),
     ``region_strategies`` (what ``RegionChoice.strategy`` says of the regions it splits),

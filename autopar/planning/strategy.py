@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autopar.grid import Grid3D
-from autopar.planning.declared import DECLARED, PinForm, declarations, first
+from autopar.planning.declared import DECLARED, PinForm, by_word, declarations, first
 
 LEVER_KEYS = ("microbatches", "zero", "recompute", "sequence_parallel")
 """Keys that combine with every family's (docs/memory.md): gradient accumulation over
@@ -98,10 +98,12 @@ def _pin_forms() -> dict[str, PinForm]:
 
 
 def _pin_form(forms: dict[str, PinForm], word) -> PinForm | None:
-    """The pin form ``word`` names: its name, or an older spelling of it (``PinForm.aliases``)."""
+    """The pin form ``word`` names: by its name, or by another word for its family
+    (:func:`~autopar.planning.declared.by_word`: ``"3d"`` for ``tensor3d``)."""
     if not isinstance(word, str):
         return None
-    return forms.get(word) or next((f for f in forms.values() if word in f.aliases), None)
+    family = by_word(word)
+    return forms.get(word) or (family.pin if family is not None and family.pin in forms.values() else None)
 
 
 def _either(texts: list[str], word: str) -> str:

@@ -3,6 +3,7 @@ symbolic tracing) checked against PyTorch's own indexing on generated indexes: w
 rule says the split dimension lands, each rank's part of ``x`` indexed equals that rank's
 part of the single device's ``x[index]``; where it has no rule, the index touches the
 split dimension or mixes list indexes with ints."""
+import operator
 import random
 
 import pytest
@@ -45,7 +46,7 @@ def _rule(index, split: int, shape=SHAPE):
     """The rule's output layout for ``x[index]`` with ``x`` of ``shape`` split along ``split``."""
     graph = fx.Graph()
     x = graph.placeholder("x")
-    out = graph.call_function(__import__("operator").getitem, (x, index))
+    out = graph.call_function(operator.getitem, (x, index))
     graph.output(out)
     gm = fx.GraphModule(torch.nn.Module(), graph)
     value = torch.randn(shape)

@@ -28,6 +28,7 @@ Example (a nanoGPT block captured with symbolic_trace)::
 from __future__ import annotations
 
 import logging
+import math
 
 import torch.fx as fx
 
@@ -140,12 +141,7 @@ def _regroups(node: fx.Node, source: fx.Node, batch: list, packed: int) -> bool:
     if spec is None or call_name(node) not in _RESHAPES or not node.args or node.args[0] is not source:
         return False
     shape = list(spec.shape)
-    if shape[:len(batch)] != batch:
-        return False
-    size = 1
-    for extent in shape[len(batch):]:
-        size *= extent
-    return size == packed and len(shape) > len(batch) + 1
+    return shape[:len(batch)] == batch and math.prod(shape[len(batch):]) == packed and len(shape) > len(batch) + 1
 
 
 def _fused_layout(core: fx.Node, q_path: list[fx.Node], packed: int, heads: int,

@@ -42,7 +42,6 @@ class Tensor3DLanguage(Language):
     colours = (("tensor3d", "#b07a2a"),)
     draws_follow = False   # rows over z, columns in blocks
     pin = PinForm("tensor3d", "{'tensor3d': {'x': gx, 'y': gy, 'z': gz}}", options=frozenset(AXES), parse=_pin,
-                  aliases=("3d",),
                   describe=_describe)
 
     def parse(self, strategy: dict) -> Strategy:
